@@ -1,0 +1,44 @@
+"""What both Lambda entry points share: the warm runtime and the metrics of one admission."""
+
+from __future__ import annotations
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+
+from sluice.model import Outcome, TickSummary
+from sluice.runtime import Runtime
+from sluice.settings import Settings
+
+logger = Logger()
+metrics = Metrics()
+_runtime: Runtime | None = None
+
+
+def runtime() -> Runtime:
+    """One runtime per warm container, built on the first invocation."""
+    global _runtime
+    if _runtime is None:
+        _runtime = Runtime(Settings.from_env())
+    return _runtime
+
+
+def reset() -> None:
+    """Forget the warm runtime (tests change the environment between invocations)."""
+    global _runtime
+    _runtime = None
+
+
+def emit(summary: TickSummary) -> dict[str, object]:
+    metrics.add_metric("Started", MetricUnit.Count, summary.n(Outcome.STARTED))
+    metrics.add_metric(
+        "Duplicates", MetricUnit.Count, summary.n(Outcome.DUPLICATE) + summary.n(Outcome.DEFERRED)
+    )
+    metrics.add_metric("Invalid", MetricUnit.Count, summary.n(Outcome.INVALID))
+    metrics.add_metric("Running", MetricUnit.Count, summary.running_after)
+    metrics.add_metric("Max", MetricUnit.Count, summary.max_concurrency)
+    metrics.add_metric("FreeSlots", MetricUnit.Count, summary.free_after)
+    if summary.drift is not None:
+        metrics.add_metric("LedgerDrift", MetricUnit.Count, summary.drift)
+    result = summary.as_dict()
+    logger.info("admission finished", extra={"summary": result})
+    return result

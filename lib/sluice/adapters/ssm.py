@@ -1,0 +1,83 @@
+"""MAX at run time: an SSM parameter read on every tick, cached for a few seconds."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from sluice.adapters.errors import error_code, translated
+from sluice.errors import ConfigurationError, TransientError
+from sluice.ports import Clock
+
+log = logging.getLogger("sluice.max")
+
+
+def parse_max(raw: str, *, source: str) -> int:
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise ConfigurationError(f"{source}={raw!r}: MAX must be a whole number >= 0 (0 pauses)") from None
+    if value < 0:
+        raise ConfigurationError(f"{source}={value}: MAX must be >= 0 (0 pauses)")
+    return value
+
+
+class FixedMax:
+    """MAX from the deployed default only."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def current(self) -> int:
+        return self.value
+
+
+class SsmMax:
+    """The run-time override in SSM; the deployed default when the parameter is missing.
+
+    A value that is not a whole number >= 0 is a configuration error: the tick fails loudly and
+    starts nothing, rather than guessing what the operator meant.
+    """
+
+    def __init__(
+        self, client: Any, name: str, *, default: int, clock: Clock, cache_seconds: float = 5.0
+    ) -> None:
+        self.client = client
+        self.name = name
+        self.default = default
+        self.clock = clock
+        self.cache_seconds = cache_seconds
+        self._cached: tuple[float, int] | None = None
+
+    def current(self) -> int:
+        now = self.clock.now()
+        if self._cached and now - self._cached[0] < self.cache_seconds:
+            return self._cached[1]
+        try:
+            with translated("GetParameter"):
+                raw = self.client.get_parameter(Name=self.name)["Parameter"]["Value"]
+            value = parse_max(raw, source=self.name)
+        except ConfigurationError as exc:
+            cause = exc.__cause__
+            if not (isinstance(cause, ClientError) and error_code(cause) == "ParameterNotFound"):
+                raise
+            log.warning(
+                "MAX parameter missing; using the deployed default",
+                extra={"parameter": self.name, "max": self.default},
+            )
+            value = self.default
+        except TransientError:
+            if self._cached:
+                return self._cached[1]
+            # Guessing could exceed a MAX the operator lowered: end the tick instead.
+            raise
+        self._cached = (now, value)
+        return value
+
+    def set(self, value: int) -> None:
+        parse_max(str(value), source=self.name)
+        with translated("PutParameter"):
+            self.client.put_parameter(Name=self.name, Value=str(value), Type="String", Overwrite=True)
+        self._cached = None

@@ -1,0 +1,117 @@
+"""Completion: an execution ended, so free its slot and lease and record the outcome.
+
+Status-change events are best effort: lost, repeated, late or out of order. So release is keyed
+on the execution name and conditional on that name still holding the lease:
+
+    event A(SUCCEEDED) ──► release(A): holder == A ──► slot freed, outcome recorded
+    event A(SUCCEEDED) ──► release(A): holder != A ──► nothing (second delivery)
+    event lost          ──► reconciliation finds A ended (DescribeExecution) ──► same release
+
+A set ``DELETE`` on the ledger removes A at most once, so the slot count never goes negative.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sluice.model import TERMINAL_STATUSES, ExecutionRecord, PayloadState
+from sluice.ports import Store
+
+log = logging.getLogger("sluice.completion")
+
+DETAIL_TYPE = "Step Functions Execution Status Change"
+
+
+@dataclass(frozen=True, slots=True)
+class StatusChange:
+    """The parts of an EventBridge "Step Functions Execution Status Change" event Sluice uses."""
+
+    name: str
+    status: str
+    state_machine_arn: str
+    execution_arn: str
+    stop_date: float | None = None
+    error: str | None = None
+    cause: str | None = None
+
+    @classmethod
+    def from_event(cls, event: Mapping[str, Any]) -> StatusChange:
+        detail = event.get("detail") or {}
+        stop = detail.get("stopDate")
+        return cls(
+            name=str(detail.get("name", "")),
+            status=str(detail.get("status", "")),
+            state_machine_arn=str(detail.get("stateMachineArn", "")),
+            execution_arn=str(detail.get("executionArn", "")),
+            stop_date=_epoch(stop),
+            error=detail.get("error"),
+            cause=detail.get("cause"),
+        )
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+def complete(
+    *,
+    store: Store,
+    name: str,
+    state: PayloadState,
+    now: float,
+    error: str | None = None,
+    cause: str | None = None,
+    ended_at: float | None = None,
+) -> ExecutionRecord | None:
+    """Release ``name`` and record ``state``. The one path every release takes."""
+    released = store.release(name=name, state=state, now=now, error=error, cause=cause, ended_at=ended_at)
+    if released is None:
+        log.info("nothing to release", extra={"execution_name": name, "state": state.value})
+    else:
+        log.info(
+            "slot released",
+            extra={
+                "execution_name": name,
+                "state": state.value,
+                "correlation_id": released.key,
+                "payload_key": released.key,
+            },
+        )
+    return released
+
+
+def handle_status_change(change: StatusChange, *, store: Store, state_machine_arn: str, now: float) -> bool:
+    """Apply one status-change event. True when it freed a slot."""
+    if change.state_machine_arn != state_machine_arn:
+        log.info(
+            "event for another state machine ignored", extra={"state_machine_arn": change.state_machine_arn}
+        )
+        return False
+    if not change.terminal:
+        return False
+    released = complete(
+        store=store,
+        name=change.name,
+        state=PayloadState(change.status),
+        now=now,
+        error=change.error,
+        cause=change.cause,
+        ended_at=change.stop_date,
+    )
+    return released is not None
+
+
+def _epoch(value: Any) -> float | None:
+    """EventBridge gives ``stopDate`` in epoch milliseconds; accept ISO strings too."""
+    if value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value) / 1000.0
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None

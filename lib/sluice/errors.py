@@ -1,0 +1,67 @@
+"""One exception tree for Sluice. Adapters translate AWS ``ClientError`` codes into these, so
+domain code never sees botocore.
+
+    SluiceError
+    ├── ConfigurationError        wrong setup: fail loudly, touch nothing
+    ├── TransientError            throttling or an AWS fault: end the tick cleanly, retry later
+    │   └── AmbiguousStartError   StartExecution may or may not have happened
+    ├── InvalidPayload            bad input: dead-lettered with ``reason``
+    └── ClaimRejected             the ledger said no
+        ├── SlotsFull             no free slot under the current limit
+        └── LeaseHeld             the payload's lease is live; carries the existing record
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sluice.model import PayloadRecord
+
+
+class SluiceError(Exception):
+    """Base class of every error Sluice raises on purpose."""
+
+
+class ConfigurationError(SluiceError):
+    """Sluice is not set up right (missing state machine, access denied, bad MAX value)."""
+
+
+class TransientError(SluiceError):
+    """AWS refused for now (throttling, service fault). Nothing was changed by the failed call."""
+
+    def __init__(self, message: str, *, operation: str = "", code: str = "") -> None:
+        super().__init__(message)
+        self.operation = operation
+        self.code = code
+
+
+class AmbiguousStartError(TransientError):
+    """StartExecution failed in a way that does not say whether the execution started."""
+
+
+class InvalidPayload(SluiceError):
+    """A message cannot be run. ``reason`` is recorded and travels with it to the DLQ."""
+
+    def __init__(self, reason: str, *, key: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.key = key
+
+
+class ClaimRejected(SluiceError):
+    """The ledger refused a claim."""
+
+
+class SlotsFull(ClaimRejected):
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"no free slot under limit {limit}")
+        self.limit = limit
+
+
+class LeaseHeld(ClaimRejected):
+    """The payload's lease is live. ``existing`` is the record as the failed claim saw it."""
+
+    def __init__(self, existing: PayloadRecord) -> None:
+        super().__init__(f"payload {existing.key!r} is held by execution {existing.holder!r}")
+        self.existing = existing

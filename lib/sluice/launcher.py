@@ -1,0 +1,342 @@
+"""The launcher: admit queued payloads into free slots and start one execution per payload.
+
+Per message the order is fixed; each step is safe to die after:
+
+    receive ──► validate ──► claim(lease + slot) ──► StartExecution ──► mark RUNNING ──► delete
+                   │               │                       │                  │              │
+              invalid: DLQ    LeaseHeld by us:         already exists:        │              │
+              with reason     resume (same name)       describe, record       │              │
+                              LeaseHeld by other:      refused for sure:      │              │
+                              duplicate / defer        roll the claim back    │              │
+                              SlotsFull: return msg    unsure: keep claim     │              │
+
+    dies after claim    message returns with the same id, so the same name: the claim is
+                        ours, start it. If it never returns, the claim expires and
+                        reconciliation asks DescribeExecution before releasing.
+    dies after start    the retry's StartExecution returns the same ARN (same name, same
+                        input, still running) or ExecutionAlreadyExists (ended): no second run.
+    dies after mark     the lease names this very message: delete it, start nothing.
+    dies after delete   nothing left to do.
+
+Admission is exact across concurrent launchers because the slot is taken by a conditional write
+on one ledger item (``size(holders) < limit``), in the same transaction as the payload's lease.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from sluice.completion import complete
+from sluice.errors import (
+    AmbiguousStartError,
+    ConfigurationError,
+    InvalidPayload,
+    LeaseHeld,
+    SlotsFull,
+    TransientError,
+)
+from sluice.model import Message, Outcome, Payload, PayloadState, TickSummary
+from sluice.names import execution_name
+from sluice.ports import Clock, Executions, MaxSource, Queue, Store
+from sluice.reconcile import reconcile
+from sluice.settings import DuplicatePolicy, Settings
+from sluice.validation import validate_message
+
+RECEIVE_BATCH = 10  # SQS ReceiveMessage returns at most 10
+LONG_POLL = 20  # SQS WaitTimeSeconds maximum
+CHECK_INTERVAL = 300.0  # how often a warm launcher re-checks that the state machine exists
+
+log = logging.getLogger("sluice.launcher")
+
+
+class Launcher:
+    def __init__(
+        self,
+        *,
+        queue: Queue,
+        executions: Executions,
+        store: Store,
+        max_source: MaxSource,
+        clock: Clock,
+        settings: Settings,
+        logger: logging.Logger | logging.LoggerAdapter | None = None,
+    ) -> None:
+        self.queue = queue
+        self.executions = executions
+        self.store = store
+        self.max_source = max_source
+        self.clock = clock
+        self.settings = settings
+        self.log = logger or log
+        self._checked_at: float | None = None
+        self._limit = 0
+
+    # -- entry points -------------------------------------------------------------------------
+
+    def tick(
+        self, *, reconcile_first: bool = True, remaining_ms: Callable[[], int] | None = None
+    ) -> TickSummary:
+        """One scheduled run: reconcile the ledger with Step Functions, then fill free slots."""
+        summary = TickSummary()
+        self._check_state_machine()
+        if reconcile_first:
+            report = reconcile(
+                store=self.store,
+                executions=self.executions,
+                clock=self.clock,
+                consistency_window=self.settings.consistency_window_seconds,
+                logger=self.log,
+            )
+            summary.reconciled = True
+            summary.released_by_reconcile = report.released
+            summary.drift = report.drift
+        return self.admit(summary=summary, remaining_ms=remaining_ms)
+
+    def admit(
+        self, *, summary: TickSummary | None = None, remaining_ms: Callable[[], int] | None = None
+    ) -> TickSummary:
+        """Receive and start payloads while slots are free, the queue has messages and time remains."""
+        summary = summary or TickSummary()
+        self._check_state_machine()
+        max_concurrency = self.max_source.current()
+        ledger = self.store.ledger()
+        limit = ledger.limit(max_concurrency)
+        running = len(ledger.holders)
+        summary.max_concurrency, summary.limit = max_concurrency, limit
+        summary.running_before = summary.running_after = running
+        self._limit = limit
+        if max_concurrency == 0:
+            summary.stopped = "paused"
+            return summary
+
+        linger_until = self.clock.now() + self.settings.linger_seconds
+        while True:
+            free = limit - running
+            if free <= 0:
+                summary.stopped = "full"
+                break
+            if not self._time_left(remaining_ms):
+                summary.stopped = "time"
+                break
+            lingering = self.clock.now() < linger_until
+            wait = self._wait_seconds(lingering, remaining_ms, linger_until)
+            messages = self.queue.receive(min(free, RECEIVE_BATCH), wait)
+            if not messages:
+                if lingering and self._time_left(remaining_ms):
+                    # Completions may have freed slots and MAX may have moved while we waited.
+                    max_concurrency = self.max_source.current()
+                    ledger = self.store.ledger()
+                    limit, running = ledger.limit(max_concurrency), len(ledger.holders)
+                    summary.max_concurrency, summary.limit = max_concurrency, limit
+                    self._limit = limit
+                    continue
+                summary.stopped = "empty"
+                break
+            summary.received += len(messages)
+            filled, stop = self._process_batch(messages, limit - running, summary)
+            running += filled
+            summary.running_after = running
+            if stop:
+                summary.stopped = stop
+                break
+        summary.running_after = running
+        return summary
+
+    # -- one batch ----------------------------------------------------------------------------
+
+    def _process_batch(self, messages: list[Message], free: int, summary: TickSummary) -> tuple[int, str]:
+        """Process one received batch. Returns (slots filled, why to stop or "").
+
+        Messages that were handled are deleted in one call at the end, whatever happens.
+        """
+        done: list[Message] = []
+        filled = 0
+        try:
+            for i, message in enumerate(messages):
+                rest = messages[i:]
+                try:
+                    outcome = self._process(message, done)
+                except SlotsFull:
+                    # Another launcher took the slot between our ledger read and this claim.
+                    self.queue.release(rest)
+                    summary.outcomes[Outcome.RETURNED.value] = summary.n(Outcome.RETURNED) + len(rest)
+                    return free, "full"
+                except TransientError as exc:
+                    self.queue.release(rest)
+                    summary.outcomes[Outcome.INTERRUPTED.value] = summary.n(Outcome.INTERRUPTED) + len(rest)
+                    self.log.warning(
+                        "tick interrupted by a transient AWS error; the rest of the batch returns to the queue",
+                        extra={"operation": exc.operation, "code": exc.code, "error": str(exc)},
+                    )
+                    return filled, "transient"
+                except ConfigurationError:
+                    self.queue.release(rest)
+                    raise
+                summary.count(outcome)
+                if outcome is Outcome.STARTED:
+                    filled += 1
+        finally:
+            if done:
+                self.queue.delete(done)
+        return filled, ""
+
+    def _process(self, message: Message, done: list[Message]) -> Outcome:
+        now = self.clock.now()
+        try:
+            payload = validate_message(message)
+        except InvalidPayload as exc:
+            return self._dead_letter(message, exc, done)
+
+        name = execution_name(payload.key, message.message_id)
+        fresh = True
+        try:
+            self.store.claim(
+                key=payload.key,
+                name=name,
+                message_id=message.message_id,
+                limit=self._limit,
+                now=now,
+                claim_expires_at=now + self.settings.claim_timeout_seconds,
+                expires_at=int(now) + self.settings.retention_seconds,
+            )
+        except LeaseHeld as held:
+            if held.existing.holder != name:
+                return self._duplicate(payload, held, done)
+            # Our own earlier claim: this message was received before and the launcher stopped
+            # somewhere after claiming. Same message id, same name: carry on from where it stopped.
+            fresh = False
+            if held.existing.state is PayloadState.RUNNING:
+                self._log("redelivered message already running", payload, name, Outcome.RESUMED)
+                done.append(message)
+                return Outcome.RESUMED
+
+        try:
+            result = self.executions.start(name, payload.body)
+        except AmbiguousStartError:
+            # It may have started: keep the claim. The message returns with the same name, and
+            # StartExecution then answers with the same ARN or ExecutionAlreadyExists.
+            raise
+        except InvalidPayload as exc:
+            if fresh:
+                self._rollback(name, exc.reason)
+            return self._dead_letter(message, exc, done)
+        except (TransientError, ConfigurationError) as exc:
+            # Refused for certain: nothing started, so the claim goes back (a resumed claim stays:
+            # an earlier attempt may have started it).
+            if fresh:
+                self._rollback(name, f"StartExecution refused: {exc}")
+            raise
+
+        if result.already_existed:
+            return self._already_exists(payload, name, done)
+        self.store.mark_running(
+            key=payload.key, name=name, arn=result.arn, started_at=now, now=self.clock.now()
+        )
+        done.append(message)
+        outcome = Outcome.STARTED if fresh else Outcome.RESUMED
+        self._log("execution started", payload, name, outcome, arn=result.arn)
+        return outcome
+
+    # -- the branches -------------------------------------------------------------------------
+
+    def _duplicate(self, payload: Payload, held: LeaseHeld, done: list[Message]) -> Outcome:
+        holder = held.existing.holder
+        if self.settings.duplicate_policy is DuplicatePolicy.DEFER:
+            self.queue.release([payload.message], self.settings.defer_seconds)
+            self._log("payload already running; deferred", payload, holder, Outcome.DEFERRED)
+            return Outcome.DEFERRED
+        self.store.record_duplicate(
+            key=payload.key, message_id=payload.message.message_id, now=self.clock.now()
+        )
+        done.append(payload.message)
+        self._log("payload already running; duplicate suppressed", payload, holder, Outcome.DUPLICATE)
+        return Outcome.DUPLICATE
+
+    def _already_exists(self, payload: Payload, name: str, done: list[Message]) -> Outcome:
+        """StartExecution says this name exists with other input or has ended: this message ran."""
+        info = self.executions.describe(name)
+        if info is None:
+            # Contradicts StartExecution; Step Functions has not caught up. Keep the claim and retry.
+            raise AmbiguousStartError(
+                f"execution {name} exists but cannot be described yet", operation="DescribeExecution"
+            )
+        if not info.ended:
+            self.store.mark_running(
+                key=payload.key,
+                name=name,
+                arn=info.arn,
+                started_at=info.start_date or self.clock.now(),
+                now=self.clock.now(),
+            )
+            done.append(payload.message)
+            self._log("redelivered message already running", payload, name, Outcome.RESUMED)
+            return Outcome.RESUMED
+        complete(
+            store=self.store,
+            name=name,
+            state=PayloadState(info.status),
+            now=self.clock.now(),
+            error=info.error,
+            cause=info.cause,
+            ended_at=info.stop_date,
+        )
+        done.append(payload.message)
+        self._log("redelivered message already ran", payload, name, Outcome.ALREADY_RAN)
+        return Outcome.ALREADY_RAN
+
+    def _dead_letter(self, message: Message, exc: InvalidPayload, done: list[Message]) -> Outcome:
+        self.queue.send_to_dlq(message, exc.reason)
+        if exc.key:
+            now = self.clock.now()
+            self.store.record_invalid(
+                key=exc.key, reason=exc.reason, now=now, expires_at=int(now) + self.settings.retention_seconds
+            )
+        done.append(message)
+        self.log.warning(
+            "invalid payload dead-lettered",
+            extra={
+                "message_id": message.message_id,
+                "reason": exc.reason,
+                "outcome": Outcome.INVALID.value,
+                "correlation_id": exc.key or message.message_id,
+            },
+        )
+        return Outcome.INVALID
+
+    def _rollback(self, name: str, reason: str) -> None:
+        complete(store=self.store, name=name, state=PayloadState.RELEASED, now=self.clock.now(), error=reason)
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _check_state_machine(self) -> None:
+        now = self.clock.now()
+        if self._checked_at is None or now - self._checked_at >= CHECK_INTERVAL:
+            self.executions.check()
+            self._checked_at = now
+
+    def _time_left(self, remaining_ms: Callable[[], int] | None) -> bool:
+        return remaining_ms is None or remaining_ms() > self.settings.time_reserve_seconds * 1000
+
+    def _wait_seconds(
+        self, lingering: bool, remaining_ms: Callable[[], int] | None, linger_until: float
+    ) -> int:
+        if not lingering:
+            return self.settings.receive_wait_seconds
+        budget = linger_until - self.clock.now()
+        if remaining_ms is not None:
+            budget = min(budget, remaining_ms() / 1000 - self.settings.time_reserve_seconds)
+        return max(self.settings.receive_wait_seconds, min(LONG_POLL, int(budget)))
+
+    def _log(self, text: str, payload: Payload, name: str | None, outcome: Outcome, **more: object) -> None:
+        self.log.info(
+            text,
+            extra={
+                "correlation_id": payload.key,
+                "payload_key": payload.key,
+                "message_id": payload.message.message_id,
+                "execution_name": name,
+                "outcome": outcome.value,
+                **more,
+            },
+        )

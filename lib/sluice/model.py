@@ -1,0 +1,174 @@
+"""Records and outcomes. Everything here is immutable; stores return new values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class PayloadState(StrEnum):
+    """Latest state of a payload (the ``state`` of its payload record)."""
+
+    CLAIMED = "CLAIMED"  # lease and slot taken, StartExecution not yet confirmed
+    RUNNING = "RUNNING"  # execution confirmed started
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    TIMED_OUT = "TIMED_OUT"
+    ABORTED = "ABORTED"
+    RELEASED = "RELEASED"  # a claim was dropped without a start; the message is retried or dead-lettered
+    INVALID = "INVALID"  # the message could not be run and went to the DLQ
+
+    @property
+    def holds_lease(self) -> bool:
+        return self in (PayloadState.CLAIMED, PayloadState.RUNNING)
+
+
+TERMINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})
+
+
+class Outcome(StrEnum):
+    """What a launcher did with one received message."""
+
+    STARTED = "started"  # new execution started, message deleted
+    RESUMED = "resumed"  # redelivered message whose execution already runs: recorded, deleted
+    ALREADY_RAN = "already_ran"  # redelivered message whose execution already ended: deleted
+    DUPLICATE = "duplicate"  # another message of a payload whose lease is live: deleted, recorded
+    DEFERRED = "deferred"  # same, under the defer policy: left on the queue until the lease ends
+    INVALID = "invalid"  # dead-lettered with a reason
+    RETURNED = "returned"  # no slot after all (lost a race): made visible again, untouched
+    INTERRUPTED = "interrupted"  # a transient AWS error stopped the tick; retried later
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One SQS message as the launcher sees it."""
+
+    message_id: str
+    receipt_handle: str
+    body: str
+    group_id: str = ""
+    receive_count: int = 1
+    attributes: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Payload:
+    """A validated message: its key and the exact body to use as execution input."""
+
+    key: str
+    body: str
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class PayloadRecord:
+    """Item ``PAYLOAD#<key>``: the payload's lease and its latest state."""
+
+    key: str
+    state: PayloadState
+    holder: str | None = None  # execution name holding the lease; None when the lease is free
+    executions: tuple[str, ...] = ()  # every execution name ever claimed for this key, oldest first
+    attempts: int = 0
+    duplicates: int = 0
+    updated_at: float = 0.0
+    expires_at: int = 0
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionRecord:
+    """Item ``EXEC#<name>``: one claim and, once started, one execution."""
+
+    name: str
+    key: str
+    message_id: str
+    state: PayloadState
+    claimed_at: float
+    claim_expires_at: float
+    arn: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    error: str | None = None
+    cause: str | None = None
+    expires_at: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Ledger:
+    """Item ``LEDGER``: which executions hold a slot, and what reconciliation last saw."""
+
+    holders: frozenset[str] = frozenset()
+    external: int = 0  # RUNNING executions of the state machine that Sluice did not start
+    reconciled_at: float | None = None
+    drift: int = 0
+
+    def limit(self, max_concurrency: int) -> int:
+        """Slots Sluice may fill: MAX less what others run on the same state machine."""
+        return max(0, max_concurrency - self.external)
+
+    def free(self, max_concurrency: int) -> int:
+        return max(0, self.limit(max_concurrency) - len(self.holders))
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionInfo:
+    """What Step Functions says about one execution."""
+
+    name: str
+    arn: str
+    status: str
+    start_date: float | None = None
+    stop_date: float | None = None
+    error: str | None = None
+    cause: str | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+@dataclass(frozen=True, slots=True)
+class StartResult:
+    arn: str
+    already_existed: bool = False  # ExecutionAlreadyExists: this name ran before
+
+
+@dataclass(slots=True)
+class TickSummary:
+    """What one tick did. Returned by the handlers and logged."""
+
+    max_concurrency: int = 0
+    limit: int = 0
+    running_before: int = 0
+    running_after: int = 0
+    received: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    reconciled: bool = False
+    released_by_reconcile: int = 0
+    drift: int | None = None
+    stopped: str = ""  # why the loop ended: full, empty, paused, time, transient
+
+    def count(self, outcome: Outcome) -> None:
+        self.outcomes[outcome.value] = self.outcomes.get(outcome.value, 0) + 1
+
+    def n(self, outcome: Outcome) -> int:
+        return self.outcomes.get(outcome.value, 0)
+
+    @property
+    def free_after(self) -> int:
+        return max(0, self.limit - self.running_after)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "max": self.max_concurrency,
+            "limit": self.limit,
+            "running_before": self.running_before,
+            "running": self.running_after,
+            "free_slots": self.free_after,
+            "received": self.received,
+            **{o.value: self.n(o) for o in Outcome},
+            "reconciled": self.reconciled,
+            "released_by_reconcile": self.released_by_reconcile,
+            "drift": self.drift,
+            "stopped": self.stopped,
+        }

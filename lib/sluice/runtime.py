@@ -1,0 +1,76 @@
+"""Wiring: build the launcher and its adapters from ``Settings`` and boto3 clients.
+
+Clients are created on first use, never at import time (a client made before a test's moto
+starts would talk to real AWS), and reused while the Lambda container stays warm.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from botocore.config import Config
+
+from sluice.adapters.dynamodb import DynamoStore
+from sluice.adapters.sfn import StepFunctionsExecutions
+from sluice.adapters.sqs import SqsQueue
+from sluice.adapters.ssm import FixedMax, SsmMax
+from sluice.clock import SystemClock
+from sluice.launcher import Launcher
+from sluice.ports import Clock, MaxSource
+from sluice.settings import Settings
+
+# Standard retry mode: throttling and 5xx are retried with backoff before Sluice sees them.
+CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=5, read_timeout=30)
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    session: Any = None  # a boto3 Session; the default session when None
+    clock: Clock = field(default_factory=SystemClock)
+    _clients: dict[str, Any] = field(default_factory=dict)
+    _launcher: Launcher | None = None
+
+    def client(self, service: str) -> Any:
+        if service not in self._clients:
+            if self.session is None:
+                import boto3
+
+                self.session = boto3.session.Session()
+            self._clients[service] = self.session.client(service, config=CLIENT_CONFIG)
+        return self._clients[service]
+
+    def store(self) -> DynamoStore:
+        return DynamoStore(self.client("dynamodb"), self.settings.table_name)
+
+    def queue(self) -> SqsQueue:
+        return SqsQueue(self.client("sqs"), self.settings.queue_url, self.settings.dlq_url)
+
+    def executions(self) -> StepFunctionsExecutions:
+        return StepFunctionsExecutions(self.client("stepfunctions"), self.settings.state_machine_arn)
+
+    def max_source(self) -> MaxSource:
+        if self.settings.max_parameter:
+            return SsmMax(
+                self.client("ssm"),
+                self.settings.max_parameter,
+                default=self.settings.max_concurrency,
+                clock=self.clock,
+                cache_seconds=self.settings.max_cache_seconds,
+            )
+        return FixedMax(self.settings.max_concurrency)
+
+    def launcher(self, logger: Any = None) -> Launcher:
+        if self._launcher is None:
+            self.settings.require("queue_url", "dlq_url", "table_name", "state_machine_arn")
+            self._launcher = Launcher(
+                queue=self.queue(),
+                executions=self.executions(),
+                store=self.store(),
+                max_source=self.max_source(),
+                clock=self.clock,
+                settings=self.settings,
+                logger=logger,
+            )
+        return self._launcher

@@ -1,0 +1,95 @@
+"""Settings, read from the environment. Names are a public contract: see docs/configuration.md."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from sluice.errors import ConfigurationError
+
+
+class DuplicatePolicy(StrEnum):
+    SUPPRESS = "suppress"  # delete the duplicate message and count it on the payload record
+    DEFER = "defer"  # leave it on the queue; it runs once the live lease has ended
+
+
+@dataclass(frozen=True)
+class Settings:
+    queue_url: str = ""
+    dlq_url: str = ""
+    table_name: str = ""
+    state_machine_arn: str = ""
+    max_concurrency: int = 10
+    max_parameter: str | None = None
+    max_cache_seconds: float = 5.0
+    claim_timeout_seconds: int = 900
+    retention_days: int = 30
+    duplicate_policy: DuplicatePolicy = DuplicatePolicy.SUPPRESS
+    defer_seconds: int = 60
+    receive_wait_seconds: int = 1
+    linger_seconds: int = 0
+    consistency_window_seconds: int = 60
+    time_reserve_seconds: int = 15
+
+    @property
+    def retention_seconds(self) -> int:
+        return self.retention_days * 86_400
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+
+        def text(name: str, default: str = "") -> str:
+            return env.get(name, default).strip()
+
+        def integer(name: str, default: int, minimum: int = 0) -> int:
+            raw = text(name)
+            if not raw:
+                return default
+            try:
+                value = int(raw)
+            except ValueError:
+                raise ConfigurationError(f"{name}={raw!r} is not a whole number") from None
+            if value < minimum:
+                raise ConfigurationError(f"{name}={value} must be at least {minimum}")
+            return value
+
+        policy = text("SLUICE_DUPLICATE_POLICY", DuplicatePolicy.SUPPRESS.value).lower()
+        try:
+            duplicate_policy = DuplicatePolicy(policy)
+        except ValueError:
+            raise ConfigurationError(
+                f"SLUICE_DUPLICATE_POLICY={policy!r}: use one of {', '.join(p.value for p in DuplicatePolicy)}"
+            ) from None
+        return cls(
+            queue_url=text("SLUICE_QUEUE_URL"),
+            dlq_url=text("SLUICE_DLQ_URL"),
+            table_name=text("SLUICE_TABLE_NAME"),
+            state_machine_arn=text("SLUICE_STATE_MACHINE_ARN"),
+            max_concurrency=integer("SLUICE_MAX_CONCURRENCY", 10),
+            max_parameter=text("SLUICE_MAX_PARAMETER") or None,
+            max_cache_seconds=integer("SLUICE_MAX_CACHE_SECONDS", 5),
+            claim_timeout_seconds=integer("SLUICE_CLAIM_TIMEOUT_SECONDS", 900, minimum=1),
+            retention_days=integer("SLUICE_RETENTION_DAYS", 30, minimum=1),
+            duplicate_policy=duplicate_policy,
+            defer_seconds=integer("SLUICE_DEFER_SECONDS", 60),
+            receive_wait_seconds=min(20, integer("SLUICE_RECEIVE_WAIT_SECONDS", 1)),
+            linger_seconds=integer("SLUICE_LINGER_SECONDS", 0),
+            consistency_window_seconds=integer("SLUICE_CONSISTENCY_WINDOW_SECONDS", 60),
+            time_reserve_seconds=integer("SLUICE_TIME_RESERVE_SECONDS", 15),
+        )
+
+    def require(self, *names: str) -> Settings:
+        """Fail with every missing setting named at once, not one per deploy."""
+        env_names = {
+            "queue_url": "SLUICE_QUEUE_URL",
+            "dlq_url": "SLUICE_DLQ_URL",
+            "table_name": "SLUICE_TABLE_NAME",
+            "state_machine_arn": "SLUICE_STATE_MACHINE_ARN",
+        }
+        missing = [env_names[n] for n in names if not getattr(self, n)]
+        if missing:
+            raise ConfigurationError(f"missing setting(s): {', '.join(missing)}")
+        return self

@@ -1,0 +1,123 @@
+'use strict';
+
+// Derived and validated settings for serverless.yml.
+//
+// serverless.yml reads every numeric setting through this file
+// (`${file(stack/config.js):name}`) so that:
+//   - values given on the command line (`--param="launcherTimeout=300"`, always strings) become
+//     integers where CloudFormation and the Lambda schema want integers;
+//   - the queue visibility timeout is computed from the launcher timeout instead of being a second
+//     knob that can be set wrong;
+//   - the timeout ordering the launcher relies on is checked before anything is packaged:
+//       launcher timeout < queue visibility timeout < claim timeout.
+// It needs no AWS credentials and no network.
+
+const fs = require('fs');
+const path = require('path');
+
+// Margin added to the launcher's Lambda timeout to give the queue's visibility timeout: a message
+// received at the very end of a tick must stay invisible until that tick is certainly over.
+const VISIBILITY_MARGIN_SECONDS = 60;
+
+const DUPLICATE_POLICIES = ['suppress', 'defer'];
+const STATE_MACHINE_ARN = /^arn:aws[a-z-]*:states:[a-z0-9-]+:\d{12}:stateMachine:[^:\s]{1,80}$/;
+
+function fail(message) {
+  throw new Error(`Sluice stack parameters: ${message}`);
+}
+
+function integer(name, raw, min, max) {
+  const text = String(raw).trim();
+  if (!/^\d+$/.test(text)) fail(`${name} must be a whole number, got "${raw}"`);
+  const value = Number(text);
+  if (value < min || value > max) fail(`${name} must be between ${min} and ${max}, got ${value}`);
+  return value;
+}
+
+let memo;
+
+async function derive({ resolveVariable }) {
+  const stage = String(await resolveVariable('sls:stage'));
+  const region = String(await resolveVariable('self:provider.region'));
+  if (!/^[a-z0-9-]{1,20}$/.test(stage)) {
+    // The stage names queues, the table, the state machine, IAM roles (64-character limit) and the SSM path.
+    fail(`stage must be 1 to 20 lowercase letters, digits or hyphens, got "${stage}"`);
+  }
+  const param = async (name) => {
+    const value = await resolveVariable(`param:${name}`);
+    return value == null ? '' : String(value).trim();
+  };
+
+  const maxConcurrency = integer('maxConcurrency', await param('maxConcurrency'), 1, 10000);
+  // Lambda allows at most 900 s.
+  const launcherTimeout = integer('launcherTimeout', await param('launcherTimeout'), 10, 900);
+  const visibilityTimeout = launcherTimeout + VISIBILITY_MARGIN_SECONDS;
+  const claimTimeout = integer('claimTimeout', await param('claimTimeout'), 1, 86400 * 7);
+  if (claimTimeout <= visibilityTimeout) {
+    fail(
+      `claimTimeout (${claimTimeout} s) must exceed the queue visibility timeout ` +
+        `(${visibilityTimeout} s = launcherTimeout ${launcherTimeout} s + ${VISIBILITY_MARGIN_SECONDS} s)`
+    );
+  }
+  const retentionDays = integer('retentionDays', await param('retentionDays'), 1, 3650);
+  const maxReceiveCount = integer('maxReceiveCount', await param('maxReceiveCount'), 1, 1000);
+  const oldestMessageAlarmSeconds = integer(
+    'oldestMessageAlarmSeconds',
+    await param('oldestMessageAlarmSeconds'),
+    60,
+    1209600
+  );
+
+  const duplicatePolicy = await param('duplicatePolicy');
+  if (!DUPLICATE_POLICIES.includes(duplicatePolicy)) {
+    fail(`duplicatePolicy must be one of ${DUPLICATE_POLICIES.join(', ')}, got "${duplicatePolicy}"`);
+  }
+
+  const scheduleRate = await param('scheduleRate');
+  if (!/^(rate|cron)\(.+\)$/.test(scheduleRate)) {
+    fail(`scheduleRate must be an EventBridge expression such as "rate(1 minute)", got "${scheduleRate}"`);
+  }
+
+  // Empty: Sluice creates and drives its sample workflow. Otherwise: an existing state machine, which
+  // must be in the stack's region (Step Functions status events only reach the rules of that region).
+  const stateMachineArn = await param('stateMachineArn');
+  if (stateMachineArn !== '' && !STATE_MACHINE_ARN.test(stateMachineArn)) {
+    fail(`stateMachineArn must be empty or a Standard state machine ARN, got "${stateMachineArn}"`);
+  }
+  if (stateMachineArn !== '' && stateMachineArn.split(':')[3] !== region) {
+    fail(`stateMachineArn must be in the stack's region ${region}, got "${stateMachineArn}"`);
+  }
+  // Executions of an external state machine: same ARN with ":execution:" and any execution name.
+  const externalExecutionArns =
+    stateMachineArn === '' ? '' : `${stateMachineArn.replace(':stateMachine:', ':execution:')}:*`;
+
+  const alarmTopicArn = await param('alarmTopicArn');
+  if (alarmTopicArn !== '' && !/^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[^:\s]{1,256}$/.test(alarmTopicArn)) {
+    fail(`alarmTopicArn must be empty or an SNS topic ARN, got "${alarmTopicArn}"`);
+  }
+
+  // The sample workflow, as the JSON string that AWS::StepFunctions::StateMachine's DefinitionString takes.
+  const definitionPath = path.join(__dirname, 'workflow.asl.json');
+  const workflowDefinition = JSON.stringify(JSON.parse(fs.readFileSync(definitionPath, 'utf8')));
+
+  return {
+    maxConcurrency,
+    launcherTimeout,
+    visibilityTimeout,
+    claimTimeout,
+    retentionDays,
+    maxReceiveCount,
+    oldestMessageAlarmSeconds,
+    duplicatePolicy,
+    scheduleRate,
+    stateMachineArn,
+    externalExecutionArns,
+    alarmTopicArn,
+    workflowDefinition,
+  };
+}
+
+module.exports = (context) => {
+  if (!memo) memo = derive(context);
+  return memo;
+};
