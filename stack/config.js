@@ -117,7 +117,14 @@ async function derive({ resolveVariable }) {
   };
 }
 
+// Computed once per run. A failed attempt is not kept: osls first calls this before the `param`
+// source exists (and retries once it does).
 module.exports = (context) => {
-  if (!memo) memo = derive(context);
+  if (!memo) {
+    memo = derive(context);
+    memo.catch(() => {
+      memo = undefined;
+    });
+  }
   return memo;
 };

@@ -343,7 +343,11 @@ class DynamoStore:
                 codes = {r.get("Code") for r in reasons}
                 if "ConditionalCheckFailed" in codes:
                     return reasons
-                retryable = codes & {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
+                retryable = codes & {
+                    "TransactionConflict",
+                    "ThrottlingError",
+                    "ProvisionedThroughputExceeded",
+                }
                 if retryable and attempt + 1 < CONFLICT_RETRIES:
                     continue  # another writer held an item for a moment: ask again
                 raise TransientError(

@@ -1,0 +1,152 @@
+"""Producer side: read payloads (one JSON object, a JSON array, or JSON Lines), validate each, and
+send the valid ones to the FIFO queue in batches of 10.
+
+Every item is checked with the launcher's own rules first, so an item the launcher would
+dead-letter is refused here with the line it came from. Valid items are sent even when others
+fail; the report says which failed and why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from sluice.adapters.errors import translated
+from sluice.errors import InvalidPayload
+from sluice.validation import KEY_ATTRIBUTE, MAX_INPUT_BYTES, content_hash, parse_object, payload_key
+
+BATCH = 10
+BATCH_BYTES = MAX_INPUT_BYTES  # SendMessageBatch: the sum of the bodies
+GROUP_ID = re.compile(r"^[!-~]{1,128}$")  # SQS: 1-128 printable ASCII characters
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One payload read from the input. ``where`` names it for error messages ("line 3")."""
+
+    where: str
+    body: str
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    where: str
+    body: str
+    key: str
+    group_id: str
+    dedup_id: str
+
+
+@dataclass
+class EnqueueReport:
+    sent: list[tuple[str, str, str]] = field(default_factory=list)  # (where, key, message id)
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (where, reason)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+def read_items(text: str) -> Iterator[Item]:
+    """Split input into items: a JSON array gives its elements, one JSON value gives itself,
+    anything else is read as JSON Lines (blank lines skipped). Parsing errors surface in ``prepare``."""
+    stripped = text.strip()
+    if not stripped:
+        return
+    try:
+        whole = json.loads(stripped)
+    except (json.JSONDecodeError, RecursionError):
+        whole = None
+        is_whole = False
+    else:
+        is_whole = True
+    if is_whole and isinstance(whole, list):
+        for i, element in enumerate(whole, start=1):
+            yield Item(f"item {i}", json.dumps(element, ensure_ascii=False, separators=(",", ":")))
+        return
+    if is_whole:
+        yield Item("line 1", stripped)
+        return
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            yield Item(f"line {lineno}", line.strip())
+
+
+def prepare(
+    item: Item, *, key_field: str | None = None, group_by: str | None = None, dedup_id: str | None = None
+) -> Prepared:
+    obj = parse_object(item.body)
+    key = payload_key(obj, key_field=key_field)
+    group = _group_id(obj, key, group_by)
+    return Prepared(item.where, item.body, key, group, dedup_id or content_hash(obj))
+
+
+def enqueue(
+    sqs: Any,
+    queue_url: str,
+    items: list[Item],
+    *,
+    key_field: str | None = None,
+    group_by: str | None = None,
+    dedup_id: str | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> EnqueueReport:
+    report = EnqueueReport()
+    ready: list[Prepared] = []
+    for item in items:
+        try:
+            ready.append(prepare(item, key_field=key_field, group_by=group_by, dedup_id=dedup_id))
+        except InvalidPayload as exc:
+            report.failed.append((item.where, exc.reason))
+    for batch in _batches(ready):
+        entries = [
+            {
+                "Id": str(i),
+                "MessageBody": p.body,
+                "MessageGroupId": p.group_id,
+                "MessageDeduplicationId": p.dedup_id,
+                "MessageAttributes": {KEY_ATTRIBUTE: {"DataType": "String", "StringValue": p.key}},
+            }
+            for i, p in enumerate(batch)
+        ]
+        with translated("SendMessageBatch"):
+            response = sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
+        for ok in response.get("Successful", []):
+            p = batch[int(ok["Id"])]
+            report.sent.append((p.where, p.key, ok["MessageId"]))
+        for bad in response.get("Failed", []):
+            p = batch[int(bad["Id"])]
+            report.failed.append((p.where, f"SQS refused it: {bad.get('Code')}: {bad.get('Message', '')}"))
+        if progress:
+            progress(len(batch))
+    return report
+
+
+def _group_id(obj: dict[str, Any], key: str, group_by: str | None) -> str:
+    if group_by is not None:
+        value = obj.get(group_by)
+        if value is None or isinstance(value, dict | list) or value == "":
+            raise InvalidPayload(f"group field {group_by!r} is missing or not a string or number")
+        group = str(value)
+    else:
+        group = key
+    # SQS group ids are 1-128 printable ASCII characters; map anything else to a stable hash.
+    return group if GROUP_ID.match(group) else hashlib.sha256(group.encode("utf-8")).hexdigest()
+
+
+def _batches(items: list[Prepared]) -> Iterator[list[Prepared]]:
+    batch: list[Prepared] = []
+    size = 0
+    for p in items:
+        n = len(p.body.encode("utf-8"))
+        if batch and (len(batch) == BATCH or size + n > BATCH_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(p)
+        size += n
+    if batch:
+        yield batch

@@ -1,0 +1,241 @@
+"""A Sluice stack in moto, plus the two EventBridge events AWS documents, for tests.
+
+moto fires no EventBridge rule, so tests build the scheduled event and the status-change event
+themselves and call the handlers; executions stay RUNNING until ``finish`` ends them.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+import boto3
+from moto.core import DEFAULT_ACCOUNT_ID
+from moto.stepfunctions.models import stepfunctions_backends
+
+from sluice.adapters.dynamodb import create_table
+from sluice.clock import SystemClock
+from sluice.launcher import Launcher
+from sluice.ports import Clock
+from sluice.runtime import Runtime
+from sluice.settings import Settings
+
+REGION = "us-east-1"
+WORKFLOW = {"StartAt": "Work", "States": {"Work": {"Type": "Pass", "End": True}}}
+
+
+@dataclass
+class Stack:
+    session: Any
+    settings: Settings
+    clock: Clock = field(default_factory=SystemClock)
+
+    def client(self, service: str) -> Any:
+        return self.session.client(service, region_name=REGION)
+
+    def runtime(self, **overrides: Any) -> Runtime:
+        return Runtime(replace(self.settings, **overrides), session=self.session, clock=self.clock)
+
+    def launcher(self, **overrides: Any) -> Launcher:
+        return self.runtime(**overrides).launcher()
+
+    # -- producer side ------------------------------------------------------------------------------
+
+    def send(
+        self, body: Any, *, group: str | None = None, dedup: str | None = None, **attributes: str
+    ) -> str:
+        text = body if isinstance(body, str) else json.dumps(body)
+        request: dict[str, Any] = {
+            "QueueUrl": self.settings.queue_url,
+            "MessageBody": text,
+            "MessageGroupId": group or "g",
+            "MessageDeduplicationId": dedup or uuid.uuid4().hex,
+        }
+        if attributes:
+            request["MessageAttributes"] = {
+                k.replace("_", "-"): {"DataType": "String", "StringValue": v} for k, v in attributes.items()
+            }
+        return self.client("sqs").send_message(**request)["MessageId"]
+
+    # -- observations ----------------------------------------------------------------------------
+
+    def executions(self, status: str | None = None) -> list[dict[str, Any]]:
+        sfn = self.client("stepfunctions")
+        request: dict[str, Any] = {"stateMachineArn": self.settings.state_machine_arn}
+        if status:
+            request["statusFilter"] = status
+        out: list[dict[str, Any]] = []
+        for page in sfn.get_paginator("list_executions").paginate(**request):
+            out.extend(page["executions"])
+        return out
+
+    def running(self) -> list[str]:
+        return [e["name"] for e in self.executions("RUNNING")]
+
+    def inputs(self) -> list[Any]:
+        sfn = self.client("stepfunctions")
+        return [
+            json.loads(sfn.describe_execution(executionArn=e["executionArn"])["input"])
+            for e in self.executions()
+        ]
+
+    def queue_counts(self, url: str | None = None) -> tuple[int, int]:
+        attrs = self.client("sqs").get_queue_attributes(
+            QueueUrl=url or self.settings.queue_url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return int(attrs["ApproximateNumberOfMessages"]), int(attrs["ApproximateNumberOfMessagesNotVisible"])
+
+    def dlq_messages(self) -> list[dict[str, Any]]:
+        sqs = self.client("sqs")
+        out: list[dict[str, Any]] = []
+        while True:
+            got = sqs.receive_message(
+                QueueUrl=self.settings.dlq_url,
+                MaxNumberOfMessages=10,
+                MessageAttributeNames=["All"],
+                VisibilityTimeout=600,
+            ).get("Messages", [])
+            if not got:
+                return out
+            out.extend(got)
+
+    # -- playing Step Functions and EventBridge --------------------------------------------------
+
+    def finish(self, name: str, status: str = "SUCCEEDED", *, error: str | None = None) -> dict[str, Any]:
+        """End a RUNNING execution in moto and return the status-change event AWS would send."""
+        backend = stepfunctions_backends[DEFAULT_ACCOUNT_ID][REGION]
+        arn = self.runtime().executions().arn_for(name)
+        execution = backend.describe_execution(arn)
+        execution.status = status
+        execution.stop_date = datetime.now(UTC)
+        if error:
+            execution.error, execution.cause = error, f"{error} cause"
+        return status_change_event(self.settings.state_machine_arn, name, status, error=error)
+
+
+def scheduled_event() -> dict[str, Any]:
+    """EventBridge "Scheduled Event", as documented."""
+    return {
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "account": DEFAULT_ACCOUNT_ID,
+        "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "region": REGION,
+        "resources": [f"arn:aws:events:{REGION}:{DEFAULT_ACCOUNT_ID}:rule/sluice-dev-launcher"],
+        "detail": {},
+    }
+
+
+def status_change_event(
+    state_machine_arn: str, name: str, status: str, *, error: str | None = None, input_json: str = "{}"
+) -> dict[str, Any]:
+    """EventBridge "Step Functions Execution Status Change", as documented."""
+    execution_arn = state_machine_arn.replace(":stateMachine:", ":execution:") + f":{name}"
+    now_ms = int(datetime.now(UTC).timestamp() * 1000)
+    return {
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": "Step Functions Execution Status Change",
+        "source": "aws.states",
+        "account": DEFAULT_ACCOUNT_ID,
+        "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "region": REGION,
+        "resources": [execution_arn],
+        "detail": {
+            "executionArn": execution_arn,
+            "stateMachineArn": state_machine_arn,
+            "name": name,
+            "status": status,
+            "startDate": now_ms - 1000,
+            "stopDate": now_ms if status != "RUNNING" else None,
+            "input": input_json,
+            "output": None,
+            "inputDetails": {"included": True},
+            "outputDetails": None,
+            "error": error,
+            "cause": f"{error} cause" if error else None,
+        },
+    }
+
+
+@dataclass
+class LambdaContext:
+    """The parts of the Lambda context object the handlers read."""
+
+    remaining_ms: int = 120_000
+    function_name: str = "sluice-dev-launcher"
+    memory_limit_in_mb: int = 256
+    invoked_function_arn: str = f"arn:aws:lambda:{REGION}:{DEFAULT_ACCOUNT_ID}:function:sluice-dev-launcher"
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining_ms
+
+
+def build_stack(
+    session: Any,
+    *,
+    name: str = "sluice-test",
+    max_concurrency: int = 5,
+    max_receive_count: int = 5,
+    visibility_timeout: int = 180,
+    clock: Clock | None = None,
+    **settings: Any,
+) -> Stack:
+    sqs = session.client("sqs", region_name=REGION)
+    dlq_url = sqs.create_queue(
+        QueueName=f"{name}-dlq.fifo", Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "false"}
+    )["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    queue_url = sqs.create_queue(
+        QueueName=f"{name}.fifo",
+        Attributes={
+            "FifoQueue": "true",
+            "VisibilityTimeout": str(visibility_timeout),
+            "RedrivePolicy": json.dumps(
+                {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count}
+            ),
+        },
+    )["QueueUrl"]
+    ddb = session.client("dynamodb", region_name=REGION)
+    create_table(ddb, f"{name}-table")
+    sfn = session.client("stepfunctions", region_name=REGION)
+    sm_arn = sfn.create_state_machine(
+        name=f"{name}-workflow",
+        definition=json.dumps(WORKFLOW),
+        roleArn=f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/{name}-sfn",
+    )["stateMachineArn"]
+    parameter = f"/{name}/max-concurrency"
+    session.client("ssm", region_name=REGION).put_parameter(
+        Name=parameter, Value=str(max_concurrency), Type="String"
+    )
+    base = Settings(
+        queue_url=queue_url,
+        dlq_url=dlq_url,
+        table_name=f"{name}-table",
+        state_machine_arn=sm_arn,
+        max_concurrency=max_concurrency,
+        max_parameter=parameter,
+        max_cache_seconds=0,
+        receive_wait_seconds=0,
+        consistency_window_seconds=60,
+    )
+    return Stack(session=session, settings=replace(base, **settings), clock=clock or SystemClock())
+
+
+@contextmanager
+def moto_session() -> Iterator[Any]:
+    from moto import mock_aws
+
+    with mock_aws():
+        yield boto3.session.Session(region_name=REGION)
