@@ -81,7 +81,11 @@ def cmd_enqueue(ctx: Context) -> int:
     from sluice.enqueue import enqueue, read_items
 
     ctx.settings.require("queue_url")
-    text = sys.stdin.read() if ctx.args.file == "-" else open(ctx.args.file, encoding="utf-8").read()
+    if ctx.args.file == "-":
+        text = sys.stdin.read()
+    else:
+        with open(ctx.args.file, encoding="utf-8") as handle:
+            text = handle.read()
     items = list(read_items(text))
     report = enqueue(
         ctx.runtime.client("sqs"),
