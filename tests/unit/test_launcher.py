@@ -1,0 +1,269 @@
+"""The launcher's protocol on in-memory adapters and a fake clock: sequences of outcomes."""
+
+import json
+
+import pytest
+
+from sluice.adapters.memory import MemoryExecutions, MemoryQueue, MemoryStore, _Queued
+from sluice.clock import FakeClock
+from sluice.completion import complete
+from sluice.errors import ConfigurationError, TransientError
+from sluice.launcher import Launcher
+from sluice.model import Message, Outcome, PayloadState
+from sluice.names import execution_name
+from sluice.settings import DuplicatePolicy, Settings
+
+
+class Max:
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def current(self) -> int:
+        return self.value
+
+
+class World:
+    def __init__(self, max_concurrency: int = 3, **settings) -> None:
+        self.clock = FakeClock()
+        self.queue = MemoryQueue(clock=self.clock, visibility_timeout=180)
+        self.sfn = MemoryExecutions(clock=self.clock)
+        self.store = MemoryStore()
+        self.max = Max(max_concurrency)
+        self.settings = Settings(receive_wait_seconds=0, **settings)
+        self.launcher = self.new_launcher()
+
+    def new_launcher(self) -> Launcher:
+        return Launcher(
+            queue=self.queue,
+            executions=self.sfn,
+            store=self.store,
+            max_source=self.max,
+            clock=self.clock,
+            settings=self.settings,
+        )
+
+    def send(self, payload) -> str:
+        return self.queue.send(payload if isinstance(payload, str) else json.dumps(payload))
+
+    def finish(self, name: str, status: str = "SUCCEEDED") -> None:
+        info = self.sfn.finish(name, status)
+        complete(
+            store=self.store,
+            name=name,
+            state=PayloadState(status),
+            now=self.clock.now(),
+            ended_at=info.stop_date,
+        )
+
+
+def test_fills_free_slots_and_stops_when_full():
+    w = World(max_concurrency=3)
+    for i in range(5):
+        w.send({"id": f"p{i}"})
+    s = w.launcher.tick()
+    assert (s.n(Outcome.STARTED), s.received, s.stopped) == (3, 3, "full")
+    assert len(w.sfn.running) == 3 and len(w.queue.messages) == 2  # never received without a slot
+    assert len(w.store.ledger().holders) == 3
+
+
+def test_completion_frees_a_slot_and_admission_refills_it():
+    w = World(max_concurrency=2)
+    for i in range(3):
+        w.send({"id": f"p{i}"})
+    w.launcher.tick()
+    first = sorted(w.sfn.running)[0]
+    w.finish(first)
+    assert w.store.payload(w.store.execution(first).key).state is PayloadState.SUCCEEDED
+    s = w.launcher.admit()
+    assert s.n(Outcome.STARTED) == 1 and len(w.sfn.running) == 2 and len(w.queue) == 0
+
+
+def test_duplicate_of_a_running_payload_is_suppressed_and_counted():
+    w = World()
+    w.send({"id": "same", "v": 1})
+    w.launcher.tick()
+    w.send({"id": "same", "v": 2})
+    s = w.launcher.tick()
+    assert s.n(Outcome.DUPLICATE) == 1 and len(w.sfn.running) == 1 and len(w.queue) == 0
+    assert w.store.payload("same").duplicates == 1
+
+
+def test_defer_policy_leaves_the_duplicate_until_the_lease_ends():
+    w = World(duplicate_policy=DuplicatePolicy.DEFER, defer_seconds=60)
+    w.send({"id": "same", "v": 1})
+    w.launcher.tick()
+    w.send({"id": "same", "v": 2})
+    assert w.launcher.tick().n(Outcome.DEFERRED) == 1
+    assert len(w.queue) == 1
+    (running,) = w.sfn.running
+    w.finish(running)
+    w.clock.advance(61)
+    s = w.launcher.tick()
+    assert s.n(Outcome.STARTED) == 1
+    (second,) = w.sfn.running
+    assert json.loads(w.sfn.inputs[second]) == {"id": "same", "v": 2}
+
+
+def test_resubmission_after_the_run_ended_runs_again():
+    w = World()
+    w.send({"id": "p"})
+    w.launcher.tick()
+    (first,) = w.sfn.running
+    w.finish(first)
+    w.send({"id": "p"})
+    assert w.launcher.tick().n(Outcome.STARTED) == 1
+    record = w.store.payload("p")
+    assert record.attempts == 2 and len(record.executions) == 2 and record.state is PayloadState.RUNNING
+
+
+def test_invalid_payload_goes_to_the_dlq_with_its_reason_and_the_tick_goes_on():
+    w = World()
+    w.send("not json")
+    w.send({"id": "good"})
+    s = w.launcher.tick()
+    assert (s.n(Outcome.INVALID), s.n(Outcome.STARTED)) == (1, 1)
+    ((message, reason),) = w.queue.dead
+    assert message.body == "not json" and reason.startswith("not JSON")
+
+
+def test_invalid_with_a_key_records_the_reason():
+    w = World()
+    w.send(json.dumps({"id": "big", "blob": "x" * 300_000}))
+    w.launcher.tick()
+    # The key is derivable only for messages with the sluice-key attribute; here it is not recorded.
+    assert w.store.payload("big") is None
+    assert w.queue.dead[0][1].startswith("payload is 300,")
+
+
+def test_max_zero_pauses_without_receiving():
+    w = World(max_concurrency=0)
+    w.send({"id": "p"})
+    s = w.launcher.tick()
+    assert (s.stopped, s.received) == ("paused", 0)
+    assert w.queue.calls.get("ReceiveMessage", 0) == 0
+
+
+def test_lowered_max_starts_nothing_until_below_it():
+    w = World(max_concurrency=4)
+    for i in range(6):
+        w.send({"id": f"p{i}"})
+    w.launcher.tick()
+    w.max.value = 2
+    assert w.launcher.tick().n(Outcome.STARTED) == 0
+    for name in sorted(w.sfn.running)[:2]:
+        w.finish(name)
+    assert w.launcher.tick().n(Outcome.STARTED) == 0  # 2 running = MAX
+    w.finish(sorted(w.sfn.running)[0])
+    assert w.launcher.tick().n(Outcome.STARTED) == 1
+
+
+def test_redelivery_after_a_crash_between_claim_and_start_resumes_with_the_same_name():
+    w = World()
+    w.send({"id": "p"})
+    (message,) = w.queue.receive(1, 0)
+    name = execution_name("p", message.message_id)
+    now = w.clock.now()
+    w.store.claim(
+        key="p",
+        name=name,
+        message_id=message.message_id,
+        limit=3,
+        now=now,
+        claim_expires_at=now + 900,
+        expires_at=int(now) + 3600,
+    )
+    w.clock.advance(181)  # visibility timeout: the message comes back
+    s = w.launcher.tick()
+    assert s.n(Outcome.RESUMED) == 1 and list(w.sfn.running) == [name]
+    assert w.store.payload("p").state is PayloadState.RUNNING and len(w.queue) == 0
+
+
+def test_redelivery_after_the_execution_ended_does_not_run_it_again():
+    w = World()
+    w.send({"id": "p"})
+    w.launcher.tick()
+    (name,) = w.sfn.running
+    # Lost delete: put the same message back, then the execution ends and its event arrives.
+    message_id = w.store.execution(name).message_id
+    w.finish(name)
+    w.queue.messages.append(_Queued(Message(message_id, "", json.dumps({"id": "p"}))))
+    s = w.launcher.tick()
+    assert s.n(Outcome.ALREADY_RAN) == 1 and not w.sfn.running and len(w.queue) == 0
+    assert w.store.ledger().holders == frozenset() and w.store.payload("p").state is PayloadState.SUCCEEDED
+
+
+def test_throttled_start_rolls_back_the_claim_and_returns_the_rest():
+    w = World()
+    for i in range(3):
+        w.send({"id": f"p{i}"})
+
+    def throttled(name, input_json):
+        raise TransientError("slow down", operation="StartExecution", code="ThrottlingException")
+
+    w.sfn.start = throttled
+    s = w.launcher.tick()
+    assert (s.stopped, s.n(Outcome.INTERRUPTED)) == ("transient", 3)
+    assert w.store.ledger().holders == frozenset()  # nothing started, nothing held
+    assert len(w.queue) == 3
+
+
+def test_configuration_error_fails_loudly_and_holds_nothing():
+    w = World()
+    w.send({"id": "p"})
+
+    def missing():
+        raise ConfigurationError("StateMachineDoesNotExist")
+
+    w.sfn.check = missing
+    with pytest.raises(ConfigurationError):
+        w.launcher.tick()
+    assert w.queue.calls.get("ReceiveMessage", 0) == 0 and w.store.ledger().holders == frozenset()
+
+
+def test_reconcile_releases_a_slot_whose_event_was_lost():
+    w = World(max_concurrency=1, consistency_window_seconds=60)
+    w.send({"id": "a"})
+    w.send({"id": "b"})
+    w.launcher.tick()
+    (name,) = w.sfn.running
+    w.sfn.finish(name, "FAILED")  # ended; its status event never arrives
+    w.clock.advance(30)
+    assert w.launcher.tick().n(Outcome.STARTED) == 0  # too young to trust ListExecutions
+    w.clock.advance(60)
+    s = w.launcher.tick()
+    assert (s.released_by_reconcile, s.n(Outcome.STARTED)) == (1, 1)
+    assert w.store.payload("a").state is PayloadState.FAILED
+
+
+def test_reconcile_releases_an_expired_claim_that_never_started():
+    w = World(max_concurrency=1, claim_timeout_seconds=900)
+    w.send({"id": "a"})
+    (message,) = w.queue.receive(1, 0)
+    now = w.clock.now()
+    name = execution_name("a", message.message_id)
+    w.store.claim(
+        key="a",
+        name=name,
+        message_id=message.message_id,
+        limit=1,
+        now=now,
+        claim_expires_at=now + 900,
+        expires_at=int(now) + 3600,
+    )
+    w.queue.in_flight.clear()  # the message went elsewhere (DLQ); only the claim is left
+    w.clock.advance(600)
+    assert w.launcher.tick().released_by_reconcile == 0  # claim still live
+    w.clock.advance(301)
+    assert w.launcher.tick().released_by_reconcile == 1
+    assert w.store.payload("a").state is PayloadState.RELEASED and not w.store.ledger().holders
+
+
+def test_executions_started_by_others_count_against_max():
+    w = World(max_concurrency=3)
+    w.sfn.start("by-hand-1", "{}")
+    w.sfn.start("by-hand-2", "{}")
+    for i in range(3):
+        w.send({"id": f"p{i}"})
+    s = w.launcher.tick()
+    assert (s.limit, s.n(Outcome.STARTED), s.drift) == (1, 1, 2)
+    assert len(w.sfn.running) == 3

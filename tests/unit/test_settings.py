@@ -1,0 +1,42 @@
+import pytest
+
+from sluice.adapters.ssm import parse_max
+from sluice.errors import ConfigurationError
+from sluice.settings import DuplicatePolicy, Settings
+
+
+def test_defaults_and_overrides():
+    s = Settings.from_env({"SLUICE_MAX_CONCURRENCY": "25", "SLUICE_DUPLICATE_POLICY": "DEFER"})
+    assert s.max_concurrency == 25
+    assert s.duplicate_policy is DuplicatePolicy.DEFER
+    assert Settings.from_env({}).max_concurrency == 10
+    assert Settings.from_env({}).retention_seconds == 30 * 86_400
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"SLUICE_MAX_CONCURRENCY": "ten"}, "SLUICE_MAX_CONCURRENCY='ten' is not a whole number"),
+        ({"SLUICE_MAX_CONCURRENCY": "-1"}, "SLUICE_MAX_CONCURRENCY=-1 must be at least 0"),
+        ({"SLUICE_DUPLICATE_POLICY": "drop"}, "use one of suppress, defer"),
+        ({"SLUICE_CLAIM_TIMEOUT_SECONDS": "0"}, "must be at least 1"),
+    ],
+)
+def test_bad_settings_are_named(env, message):
+    with pytest.raises(ConfigurationError, match=message):
+        Settings.from_env(env)
+
+
+def test_require_names_every_missing_setting():
+    with pytest.raises(ConfigurationError, match="SLUICE_QUEUE_URL, SLUICE_TABLE_NAME"):
+        Settings().require("queue_url", "table_name")
+
+
+@pytest.mark.parametrize("raw", ["abc", "-3", "1.5", ""])
+def test_max_values_that_are_refused(raw):
+    with pytest.raises(ConfigurationError, match="MAX must be"):
+        parse_max(raw, source="/p")
+
+
+def test_max_zero_is_a_pause_not_an_error():
+    assert parse_max(" 0 ", source="/p") == 0
