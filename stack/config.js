@@ -87,9 +87,6 @@ async function derive({ resolveVariable }) {
   if (stateMachineArn !== '' && stateMachineArn.split(':')[3] !== region) {
     fail(`stateMachineArn must be in the stack's region ${region}, got "${stateMachineArn}"`);
   }
-  // Executions of an external state machine: same ARN with ":execution:" and any execution name.
-  const externalExecutionArns =
-    stateMachineArn === '' ? '' : `${stateMachineArn.replace(':stateMachine:', ':execution:')}:*`;
 
   const alarmTopicArn = await param('alarmTopicArn');
   if (alarmTopicArn !== '' && !/^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[^:\s]{1,256}$/.test(alarmTopicArn)) {
@@ -111,9 +108,15 @@ async function derive({ resolveVariable }) {
     duplicatePolicy,
     scheduleRate,
     stateMachineArn,
-    externalExecutionArns,
     alarmTopicArn,
     workflowDefinition,
+    // The same numbers as strings, for Lambda environment variables and the SSM parameter value
+    // (a whole-value variable keeps its type, and those properties take strings).
+    text: {
+      maxConcurrency: String(maxConcurrency),
+      claimTimeout: String(claimTimeout),
+      retentionDays: String(retentionDays),
+    },
   };
 }
 
