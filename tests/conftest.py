@@ -17,6 +17,10 @@ os.environ.update(
     POWERTOOLS_TRACE_DISABLED="1",
 )
 
+from tests.support.moto_fixes import serialise_dynamodb  # noqa: E402
+
+serialise_dynamodb()
+
 
 @pytest.fixture
 def session():

@@ -1,0 +1,181 @@
+"""One contract for the Store port, run against MemoryStore and DynamoStore (moto)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from sluice.adapters.dynamodb import DynamoStore, create_table
+from sluice.adapters.memory import MemoryStore
+from sluice.errors import LeaseHeld, SlotsFull
+from sluice.model import PayloadState
+
+NOW = 1_800_000_000.0
+
+
+@pytest.fixture(params=["memory", "dynamodb"])
+def store(request):
+    if request.param == "memory":
+        yield MemoryStore()
+        return
+    session = request.getfixturevalue("session")
+    client = session.client("dynamodb")
+    create_table(client, "contract")
+    yield DynamoStore(client, "contract")
+
+
+def claim(store, key: str, name: str, *, limit: int = 5, message_id: str = "m", now: float = NOW) -> None:
+    store.claim(
+        key=key,
+        name=name,
+        message_id=message_id,
+        limit=limit,
+        now=now,
+        claim_expires_at=now + 900,
+        expires_at=int(now) + 86_400,
+    )
+
+
+def test_claim_takes_a_slot_and_the_lease(store):
+    claim(store, "k", "n1", message_id="m1")
+    assert store.ledger().holders == {"n1"}
+    payload = store.payload("k")
+    assert (payload.state, payload.holder, payload.executions, payload.attempts) == (
+        PayloadState.CLAIMED,
+        "n1",
+        ("n1",),
+        1,
+    )
+    record = store.execution("n1")
+    assert (record.key, record.message_id, record.state, record.claim_expires_at) == (
+        "k",
+        "m1",
+        PayloadState.CLAIMED,
+        NOW + 900,
+    )
+
+
+def test_a_live_lease_refuses_a_second_claim_and_shows_the_holder(store):
+    claim(store, "k", "n1")
+    with pytest.raises(LeaseHeld) as held:
+        claim(store, "k", "n2")
+    assert held.value.existing.holder == "n1" and held.value.existing.key == "k"
+    with pytest.raises(LeaseHeld) as again:
+        claim(store, "k", "n1")  # the same name: the caller resumes
+    assert again.value.existing.holder == "n1"
+    assert store.ledger().holders == {"n1"}
+
+
+def test_the_limit_is_exact(store):
+    for i in range(3):
+        claim(store, f"k{i}", f"n{i}", limit=3)
+    with pytest.raises(SlotsFull):
+        claim(store, "k3", "n3", limit=3)
+    with pytest.raises(SlotsFull):
+        claim(store, "k3", "n3", limit=0)
+    assert store.payload("k3") is None and len(store.ledger().holders) == 3
+
+
+def test_limit_zero_on_an_empty_ledger_admits_nothing(store):
+    with pytest.raises(SlotsFull):
+        claim(store, "k", "n", limit=0)
+    assert store.ledger().holders == frozenset()
+
+
+def test_mark_running_only_while_claimed_by_that_name(store):
+    claim(store, "k", "n1")
+    assert store.mark_running(key="k", name="n1", arn="arn:x", started_at=NOW + 1, now=NOW + 1)
+    assert not store.mark_running(key="k", name="n1", arn="arn:x", started_at=NOW + 2, now=NOW + 2)
+    assert store.payload("k").state is PayloadState.RUNNING
+    assert store.execution("n1").arn == "arn:x"
+
+
+def test_release_frees_once_and_records_the_outcome(store):
+    claim(store, "k", "n1")
+    store.mark_running(key="k", name="n1", arn="arn:x", started_at=NOW, now=NOW)
+    before = store.release(
+        name="n1",
+        state=PayloadState.FAILED,
+        now=NOW + 5,
+        error="States.TaskFailed",
+        cause="boom",
+        ended_at=NOW + 4,
+    )
+    assert before is not None and before.state is PayloadState.RUNNING
+    assert store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW + 6) is None
+    assert store.ledger().holders == frozenset()
+    payload, record = store.payload("k"), store.execution("n1")
+    assert (payload.state, payload.holder, payload.reason) == (PayloadState.FAILED, None, "States.TaskFailed")
+    assert (record.state, record.ended_at, record.error, record.cause) == (
+        PayloadState.FAILED,
+        NOW + 4,
+        "States.TaskFailed",
+        "boom",
+    )
+
+
+def test_release_of_an_unknown_name_is_a_no_op(store):
+    claim(store, "k", "n1")
+    assert store.release(name="by-hand", state=PayloadState.SUCCEEDED, now=NOW) is None
+    assert store.ledger().holders == {"n1"}
+
+
+def test_mark_after_release_does_not_resurrect(store):
+    claim(store, "k", "n1")
+    store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW)
+    assert not store.mark_running(key="k", name="n1", arn="arn:x", started_at=NOW, now=NOW)
+    assert store.payload("k").state is PayloadState.SUCCEEDED
+
+
+def test_a_released_payload_can_be_claimed_again(store):
+    claim(store, "k", "n1")
+    store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW)
+    claim(store, "k", "n2")
+    payload = store.payload("k")
+    assert (payload.holder, payload.executions, payload.attempts) == ("n2", ("n1", "n2"), 2)
+
+
+def test_duplicates_and_invalid_are_recorded(store):
+    claim(store, "k", "n1")
+    store.record_duplicate(key="k", message_id="m2", now=NOW)
+    store.record_invalid(key="k", reason="too big", now=NOW, expires_at=int(NOW))
+    payload = store.payload("k")
+    assert (payload.duplicates, payload.state) == (1, PayloadState.CLAIMED)  # a live lease keeps its state
+    store.record_invalid(key="bad", reason="too big", now=NOW, expires_at=int(NOW) + 10)
+    assert (store.payload("bad").state, store.payload("bad").reason) == (PayloadState.INVALID, "too big")
+
+
+def test_reconciliation_figures_are_kept(store):
+    store.save_reconciliation(external=2, drift=3, now=NOW)
+    ledger = store.ledger()
+    assert (ledger.external, ledger.drift, ledger.reconciled_at) == (2, 3, NOW)
+    assert ledger.limit(5) == 3 and ledger.limit(1) == 0
+
+
+def test_executions_batch_read(store):
+    for i in range(3):
+        claim(store, f"k{i}", f"n{i}")
+    assert set(store.executions(["n0", "n2", "missing"])) == {"n0", "n2"}
+
+
+def test_concurrent_claims_never_exceed_the_limit(store):
+    errors: list[BaseException] = []
+    won: list[str] = []
+
+    def worker(i: int) -> None:
+        try:
+            claim(store, f"k{i}", f"n{i}", limit=4)
+            won.append(f"n{i}")
+        except SlotsFull:
+            pass
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(won) == 4 and store.ledger().holders == set(won)
