@@ -21,7 +21,9 @@ from sluice.ports import Clock, MaxSource
 from sluice.settings import Settings
 
 # Standard retry mode: throttling and 5xx are retried with backoff before Sluice sees them.
-CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=5, read_timeout=30)
+CLIENT_CONFIG = Config(
+    retries={"mode": "standard", "total_max_attempts": 3}, connect_timeout=5, read_timeout=30
+)
 
 
 @dataclass
@@ -29,6 +31,7 @@ class Runtime:
     settings: Settings
     session: Any = None  # a boto3 Session; the default session when None
     clock: Clock = field(default_factory=SystemClock)
+    client_config: Config = CLIENT_CONFIG
     _clients: dict[str, Any] = field(default_factory=dict)
     _launcher: Launcher | None = None
 
@@ -38,7 +41,7 @@ class Runtime:
                 import boto3
 
                 self.session = boto3.session.Session()
-            self._clients[service] = self.session.client(service, config=CLIENT_CONFIG)
+            self._clients[service] = self.session.client(service, config=self.client_config)
         return self._clients[service]
 
     def store(self) -> DynamoStore:

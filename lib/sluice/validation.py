@@ -81,12 +81,15 @@ def check_key(key: str, *, source: str = "key") -> str:
 
 
 def validate_message(message: Message) -> Payload:
-    obj = parse_object(message.body)
     attribute_key = message.attributes.get(KEY_ATTRIBUTE)
     if attribute_key:
-        key = check_key(attribute_key, source=f"message attribute {KEY_ATTRIBUTE!r}")
-    else:
-        key = payload_key(obj)
+        attribute_key = check_key(attribute_key, source=f"message attribute {KEY_ATTRIBUTE!r}")
+    try:
+        obj = parse_object(message.body)
+    except InvalidPayload as exc:
+        exc.key = attribute_key  # known from the attribute: the refusal is recorded on the payload
+        raise
+    key = attribute_key or payload_key(obj)
     return Payload(key=key, body=message.body, message=message)
 
 

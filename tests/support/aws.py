@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import boto3
+from botocore.config import Config
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.stepfunctions.models import stepfunctions_backends
 
@@ -26,6 +27,8 @@ from sluice.runtime import Runtime
 from sluice.settings import Settings
 
 REGION = "us-east-1"
+# No botocore retries in tests: its backoff really sleeps, and a throttle should reach Sluice at once.
+NO_RETRY = Config(retries={"mode": "standard", "total_max_attempts": 1})
 WORKFLOW = {"StartAt": "Work", "States": {"Work": {"Type": "Pass", "End": True}}}
 
 
@@ -39,7 +42,12 @@ class Stack:
         return self.session.client(service, region_name=REGION)
 
     def runtime(self, **overrides: Any) -> Runtime:
-        return Runtime(replace(self.settings, **overrides), session=self.session, clock=self.clock)
+        return Runtime(
+            replace(self.settings, **overrides),
+            session=self.session,
+            clock=self.clock,
+            client_config=NO_RETRY,
+        )
 
     def launcher(self, **overrides: Any) -> Launcher:
         return self.runtime(**overrides).launcher()

@@ -1,0 +1,290 @@
+"""The launcher against moto: SQS FIFO + DLQ, DynamoDB, Step Functions, SSM."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+
+import pytest
+from freezegun import freeze_time
+
+from sluice.clock import FakeClock
+from sluice.completion import StatusChange, handle_status_change
+from sluice.errors import ConfigurationError
+from sluice.model import Outcome, PayloadState
+from tests.support.aws import build_stack
+from tests.support.hooks import Crash, count_calls, crash_after, crash_before, error_answer, throttle
+
+
+def deliver(stack, event) -> bool:
+    rt = stack.runtime()
+    return handle_status_change(
+        StatusChange.from_event(event),
+        store=rt.store(),
+        state_machine_arn=stack.settings.state_machine_arn,
+        now=stack.clock.now(),
+    )
+
+
+def key_of(stack, name: str) -> str:
+    return stack.runtime().store().execution(name).key
+
+
+def test_forty_payloads_max_five_duplicates_and_invalid(session):
+    """MAX=5, 40 messages: 27 distinct payloads, 10 duplicates, 3 invalid; ticks and completions repeated.
+
+    A duplicate is a producer retry: a new message with the same id, right behind the original in
+    its FIFO group. Executions end in random order with random outcomes, except that one whose
+    duplicate is still queued keeps running (a duplicate arriving after the end is a re-submission,
+    which must run again). One status event in five is lost, one in five delivered twice.
+    """
+    clock = FakeClock()
+    stack = build_stack(session, max_concurrency=5, clock=clock)
+    rng = random.Random(7)
+    distinct = [f"scene-{i:02d}" for i in range(27)]
+    duplicated = set(rng.sample(distinct, 10))
+    for key in distinct:
+        stack.send({"id": key, "n": 1}, group=key)
+        if key in duplicated:
+            stack.send({"id": key, "n": 2}, group=key)
+    stack.send("{not json", group="bad-1")
+    stack.send(json.dumps([1, 2]), group="bad-2")
+    stack.send(json.dumps({"id": "huge", "blob": "x" * 270_000}), group="bad-3")
+
+    rt = stack.runtime()
+    launcher, store = rt.launcher(), rt.store()
+    peak = 0
+    for _ in range(60):
+        summary = launcher.tick()
+        running = stack.running()
+        peak = max(peak, len(running))
+        assert len(running) <= 5
+        for name in rng.sample(running, len(running)):
+            key = store.execution(name).key
+            if key in duplicated and store.payload(key).duplicates == 0:
+                continue
+            event = stack.finish(name, rng.choice(["SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"]))
+            roll = rng.random()
+            if roll < 0.2:
+                continue  # lost: reconciliation must find it
+            deliver(stack, event)
+            if roll > 0.8:
+                assert not deliver(stack, event)  # a second delivery frees nothing
+        clock.advance(61)  # past the consistency window, so reconciliation can act on lost events
+        if not stack.running() and stack.queue_counts() == (0, 0) and summary.received == 0:
+            break
+
+    inputs = stack.inputs()
+    keys = [i["id"] for i in inputs]
+    assert sorted(keys) == sorted(distinct)  # each distinct payload started exactly once
+    assert all(i["n"] == 1 for i in inputs)
+    assert peak == 5
+    assert stack.queue_counts() == (0, 0)
+    dead = stack.dlq_messages()
+    reasons = sorted(m["MessageAttributes"]["sluice-error"]["StringValue"] for m in dead)
+    assert len(reasons) == 3
+    assert reasons[0].startswith("not JSON")
+    assert reasons[1].startswith("payload is 270,")
+    assert reasons[2] == "payload must be a JSON object, got an array"
+    assert store.ledger().holders == frozenset()
+    assert sum(store.payload(k).duplicates for k in duplicated) == 10
+    assert all(
+        store.payload(k).state.value in {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"} for k in distinct
+    )
+
+
+def test_two_ticks_at_once_never_exceed_max(session):
+    stack = build_stack(session, max_concurrency=5)
+    for i in range(20):
+        stack.send({"id": f"p{i}"}, group=f"p{i}")
+    launchers = [stack.launcher(), stack.launcher()]  # separate runtimes, separate clients
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def run(launcher):
+        try:
+            barrier.wait()
+            launcher.tick(reconcile_first=False)
+        except BaseException as exc:  # pragma: no cover - asserted below
+            errors.append(exc)
+
+    for _ in range(3):
+        threads = [threading.Thread(target=run, args=(launcher,)) for launcher in launchers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        assert len(stack.running()) == 5
+        assert len(stack.runtime().store().ledger().holders) == 5
+        for name in stack.running()[:3]:
+            deliver(stack, stack.finish(name))
+    ids = [i["id"] for i in stack.inputs()]
+    assert len(ids) == len(set(ids)) == 5 + 3 + 3
+
+
+@pytest.mark.parametrize(
+    ("service", "operation", "where"),
+    [
+        ("stepfunctions", "StartExecution", "after"),  # started, not marked, not deleted
+        ("dynamodb", "TransactWriteItems", "after-mark"),  # marked RUNNING, not deleted
+        ("sqs", "DeleteMessageBatch", "before"),  # about to delete
+        ("dynamodb", "TransactWriteItems", "after-claim"),  # claimed, not started
+    ],
+)
+def test_killed_mid_message_then_retried_after_the_visibility_timeout_starts_nothing_twice(
+    session, service, operation, where
+):
+    with freeze_time("2027-01-01 00:00:00") as frozen:
+        stack = build_stack(session, max_concurrency=5, visibility_timeout=180)
+        stack.send({"id": "only"}, group="only")
+        rt = stack.runtime()
+        client = rt.client(service)
+        if where == "before":
+            crash_before(client, operation)
+        else:
+            crash_after(client, operation, after={"after": 1, "after-claim": 1, "after-mark": 2}[where])
+        with pytest.raises(Crash):
+            rt.launcher().tick(reconcile_first=False)
+        assert stack.queue_counts() == (0, 1)  # in flight, not deleted
+        frozen.tick(181)
+        summary = stack.launcher().tick(reconcile_first=False)
+    assert summary.n(Outcome.RESUMED) == 1
+    assert [i["id"] for i in stack.inputs()] == ["only"]
+    assert stack.queue_counts() == (0, 0)
+    record = stack.runtime().store().payload("only")
+    assert (record.state, record.attempts, len(record.executions)) == (PayloadState.RUNNING, 1, 1)
+
+
+def test_max_change_in_ssm_takes_effect_on_the_next_tick(stack):
+    for i in range(10):
+        stack.send({"id": f"p{i}"}, group=f"p{i}")
+    ssm = stack.client("ssm")
+    ssm.put_parameter(Name=stack.settings.max_parameter, Value="2", Overwrite=True)
+    assert stack.launcher().tick().n(Outcome.STARTED) == 2
+    ssm.put_parameter(Name=stack.settings.max_parameter, Value="4", Overwrite=True)
+    summary = stack.launcher().tick()
+    assert (summary.max_concurrency, summary.n(Outcome.STARTED)) == (4, 2)
+    assert len(stack.running()) == 4
+    ssm.put_parameter(Name=stack.settings.max_parameter, Value="0", Overwrite=True)
+    for name in stack.running():
+        deliver(stack, stack.finish(name))
+    assert stack.launcher().tick().stopped == "paused"
+    assert stack.running() == [] and stack.queue_counts() == (6, 0)
+
+
+def test_a_bad_max_value_fails_loudly_and_touches_nothing(stack):
+    stack.send({"id": "p"})
+    stack.client("ssm").put_parameter(Name=stack.settings.max_parameter, Value="lots", Overwrite=True)
+    with pytest.raises(ConfigurationError, match="MAX must be a whole number"):
+        stack.launcher().tick()
+    assert stack.queue_counts() == (1, 0) and stack.running() == []
+
+
+def test_missing_max_parameter_falls_back_to_the_deployed_default(stack):
+    stack.client("ssm").delete_parameter(Name=stack.settings.max_parameter)
+    for i in range(7):
+        stack.send({"id": f"p{i}"}, group=f"p{i}")
+    assert stack.launcher(max_concurrency=3).tick().n(Outcome.STARTED) == 3
+
+
+def test_throttled_start_ends_the_tick_cleanly(stack):
+    for i in range(4):
+        stack.send({"id": f"p{i}"}, group=f"p{i}")
+    rt = stack.runtime()
+    seen = throttle(rt.client("stepfunctions"), "StartExecution")
+    summary = rt.launcher().tick()
+    assert summary.stopped == "transient" and seen["throttled"] == 1
+    assert stack.running() == []
+    assert rt.store().ledger().holders == frozenset()  # the claim was rolled back
+    assert stack.queue_counts() == (4, 0)  # all returned at once
+    after = stack.launcher().tick()
+    assert after.n(Outcome.STARTED) == 4 and len(stack.running()) == 4
+
+
+def test_an_unsure_start_keeps_the_claim_and_the_retry_resolves_it(stack):
+    stack.send({"id": "p"})
+    rt = stack.runtime()
+    sfn = rt.client("stepfunctions")
+
+    def answer_lost(params, **_):
+        # Step Functions starts it, but the answer is a 500: the launcher cannot know it started.
+        stack.client("stepfunctions").start_execution(**json.loads(params["body"]))
+        return error_answer("InternalFailure", 500)
+
+    sfn.meta.events.register("before-call.sfn.StartExecution", answer_lost)
+    summary = rt.launcher().tick()
+    assert summary.stopped == "transient"
+    assert len(stack.running()) == 1 and len(rt.store().ledger().holders) == 1  # claim kept: slot counted
+    retry = stack.launcher().tick()
+    assert retry.n(Outcome.RESUMED) == 1
+    assert len(stack.executions()) == 1 and stack.queue_counts() == (0, 0)
+
+
+def test_missing_state_machine_fails_loudly_and_touches_nothing(stack):
+    stack.send({"id": "p"})
+    stack.client("stepfunctions").delete_state_machine(stateMachineArn=stack.settings.state_machine_arn)
+    with pytest.raises(ConfigurationError, match="StateMachineDoesNotExist"):
+        stack.launcher().tick()
+    assert stack.queue_counts() == (1, 0)
+    assert stack.runtime().store().ledger().holders == frozenset()
+
+
+def test_poison_message_does_not_block_its_group(stack):
+    stack.send("\x7fnot json", group="tenant-a")
+    stack.send({"id": "after-poison"}, group="tenant-a")
+    summary = stack.launcher().tick()
+    assert (summary.n(Outcome.INVALID), summary.n(Outcome.STARTED)) == (1, 1)
+    ((dead,),) = [stack.dlq_messages()]
+    assert dead["Body"] == "\x7fnot json"
+    attributes = dead["MessageAttributes"]
+    assert attributes["sluice-error"]["StringValue"].startswith("not JSON")
+    assert attributes["sluice-receive-count"]["StringValue"] == "1"
+    assert "sluice-source-message-id" in attributes
+    assert stack.queue_counts() == (0, 0)
+
+
+def test_invalid_payload_with_a_known_key_records_its_reason(stack):
+    stack.send(json.dumps({"id": "k", "blob": "x" * 270_000}), sluice_key="k")
+    stack.launcher().tick()
+    record = stack.runtime().store().payload("k")
+    assert record.state is PayloadState.INVALID and record.reason.startswith("payload is 270,")
+
+
+def test_the_workflow_receives_the_payload_exactly_as_sent(stack):
+    body = '{"id": "exact",  "values": [1.50, 2], "note": "caf\\u00e9"}'
+    stack.send(body)
+    stack.launcher().tick()
+    arn = stack.executions()[0]["executionArn"]
+    assert stack.client("stepfunctions").describe_execution(executionArn=arn)["input"] == body
+
+
+def test_record_expires_after_the_retention(session):
+    clock = FakeClock(1_800_000_000)
+    stack = build_stack(session, clock=clock, retention_days=7)
+    stack.send({"id": "p"})
+    stack.launcher().tick()
+    assert stack.runtime().store().payload("p").expires_at == 1_800_000_000 + 7 * 86_400
+
+
+def test_api_calls_per_start_and_tick_cost_independent_of_backlog(session):
+    """About three calls per start in a tick that fills 10 slots; nothing grows with the backlog."""
+
+    def measure(backlog: int) -> tuple[float, int]:
+        stack = build_stack(session, name=f"cost-{backlog}", max_concurrency=10)
+        for i in range(backlog):
+            stack.send({"id": f"p{i}"}, group=f"p{i}")
+        rt = stack.runtime()
+        calls = count_calls(
+            rt.client("sqs"), rt.client("dynamodb"), rt.client("stepfunctions"), rt.client("ssm")
+        )
+        summary = rt.launcher().tick()
+        return sum(calls.values()) / summary.n(Outcome.STARTED), sum(calls.values())
+
+    small_per_start, small_total = measure(12)
+    _, large_total = measure(60)
+    assert small_total == large_total  # same work for 12 or 60 queued
+    # Per start: claim, StartExecution, mark. Per tick: DescribeStateMachine, reconciliation (2 ledger
+    # reads, ListExecutions, save), GetParameter, ledger read, receive, batch delete.
+    assert small_total == 3 * 10 + 9 and small_per_start == 3.9

@@ -1,0 +1,88 @@
+"""Fault injection through botocore event hooks on a client: throttling, crashes, call counting."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+
+class Crash(BaseException):
+    """The Lambda stopped here (timeout, OOM, kill). Escapes ``except Exception`` like the real thing."""
+
+
+class _Http:
+    def __init__(self, status_code: int) -> None:
+        self.status_code = status_code
+        self.headers: dict[str, str] = {}
+        self.content = b""
+
+
+def error_answer(code: str, status: int) -> tuple[_Http, dict[str, Any]]:
+    """What a ``before-call`` hook returns to answer a call with an AWS error, without sending it.
+
+    Use ``before-call``, not ``before-send``: botocore runs every ``before-send`` handler and moto's
+    is one of them, so moto would still carry out a request that a ``before-send`` hook "refused".
+    """
+    parsed = {
+        "Error": {"Code": code, "Message": f"{code} (injected)"},
+        "ResponseMetadata": {"HTTPStatusCode": status, "HTTPHeaders": {}},
+    }
+    return _Http(status), parsed
+
+
+def throttle(client: Any, operation: str, *, times: int | None = None) -> Counter:
+    """Answer ``operation`` with ThrottlingException (``times`` times, or always). Nothing is sent."""
+    seen: Counter = Counter()
+
+    def hook(**_: Any) -> tuple[_Http, dict[str, Any]] | None:
+        if times is not None and seen["throttled"] >= times:
+            return None
+        seen["throttled"] += 1
+        return error_answer("ThrottlingException", 400)
+
+    client.meta.events.register(f"before-call.{_service(client)}.{operation}", hook)
+    return seen
+
+
+def crash_after(client: Any, operation: str, *, after: int = 1) -> Counter:
+    """Let ``operation`` succeed, then die on its ``after``-th success (the side effect happened)."""
+    seen: Counter = Counter()
+
+    def hook(http_response: Any, parsed: Any, **_: Any) -> None:
+        if http_response.status_code < 300:
+            seen["calls"] += 1
+            if seen["calls"] == after:
+                raise Crash(f"stopped after {operation}")
+
+    client.meta.events.register(f"after-call.{_service(client)}.{operation}", hook)
+    return seen
+
+
+def crash_before(client: Any, operation: str) -> None:
+    """Die just before ``operation`` is sent."""
+
+    def hook(**_: Any) -> None:
+        raise Crash(f"stopped before {operation}")
+
+    client.meta.events.register(f"before-call.{_service(client)}.{operation}", hook)
+
+
+def count_calls(*clients: Any) -> Counter:
+    """Count every API call the clients make, by operation."""
+    calls: Counter = Counter()
+
+    def hook(model: Any, **_: Any) -> None:
+        calls[model.name] += 1
+
+    for client in clients:
+        client.meta.events.register("before-call.*.*", hook)
+    return calls
+
+
+def unregister_all(client: Any, event: str, handler: Callable[..., Any]) -> None:
+    client.meta.events.unregister(event, handler)
+
+
+def _service(client: Any) -> str:
+    return client.meta.service_model.service_id.hyphenize()
