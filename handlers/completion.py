@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from aws_lambda_powertools.metrics import MetricUnit
+
 from handlers._shared import emit, logger, metrics, runtime
 from sluice.completion import StatusChange, handle_status_change
 
@@ -22,6 +24,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, object]:
     released = handle_status_change(
         change, store=launcher.store, state_machine_arn=rt.settings.state_machine_arn, now=rt.clock.now()
     )
+    metrics.add_metric("Released", MetricUnit.Count, int(released))
     result: dict[str, object] = {"execution": change.name, "status": change.status, "released": released}
     if released:
         summary = launcher.admit(remaining_ms=context.get_remaining_time_in_millis)

@@ -1,0 +1,104 @@
+"""The Lambda entry points, called with the event shapes AWS documents."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from handlers import _shared
+from handlers import completion as completion_handler
+from handlers import launcher as launcher_handler
+from tests.support.aws import LambdaContext, scheduled_event, status_change_event
+
+
+@pytest.fixture
+def deployed(stack, monkeypatch):
+    """The environment the deployed functions have, pointing at the moto stack."""
+    s = stack.settings
+    env = {
+        "SLUICE_QUEUE_URL": s.queue_url,
+        "SLUICE_DLQ_URL": s.dlq_url,
+        "SLUICE_TABLE_NAME": s.table_name,
+        "SLUICE_STATE_MACHINE_ARN": s.state_machine_arn,
+        "SLUICE_MAX_CONCURRENCY": "5",
+        "SLUICE_MAX_PARAMETER": s.max_parameter,
+        "SLUICE_MAX_CACHE_SECONDS": "0",
+        "SLUICE_RECEIVE_WAIT_SECONDS": "0",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    _shared.reset()
+    yield stack
+    _shared.reset()
+
+
+def emf_metrics(output: str) -> dict[str, float]:
+    """The metrics Powertools printed as CloudWatch embedded metric format."""
+    values: dict[str, float] = {}
+    for line in output.splitlines():
+        if '"_aws"' not in line:
+            continue
+        blob = json.loads(line)
+        for directive in blob["_aws"]["CloudWatchMetrics"]:
+            assert directive["Dimensions"] == [["service"]]
+            for metric in directive["Metrics"]:
+                value = blob[metric["Name"]]
+                values[metric["Name"]] = sum(value) if isinstance(value, list) else value
+    return values
+
+
+def test_scheduled_tick_starts_payloads_and_emits_metrics(deployed, capsys):
+    deployed.send("[]", group="bad")
+    for i in range(7):
+        deployed.send({"id": f"p{i}"}, group=f"p{i}")
+    result = launcher_handler.handler(scheduled_event(), LambdaContext())
+    assert (result["started"], result["invalid"], result["running"], result["max"]) == (5, 1, 5, 5)
+    assert len(deployed.running()) == 5
+    metrics = emf_metrics(capsys.readouterr().out)
+    assert metrics["Started"] == 5 and metrics["Invalid"] == 1 and metrics["FreeSlots"] == 0
+    assert metrics["Running"] == 5 and metrics["Max"] == 5 and metrics["LedgerDrift"] == 0
+
+
+def test_completion_releases_and_refills_at_once(deployed, capsys):
+    for i in range(6):
+        deployed.send({"id": f"p{i}"}, group=f"p{i}")
+    launcher_handler.handler(scheduled_event(), LambdaContext())
+    name = deployed.running()[0]
+    event = deployed.finish(name, "FAILED", error="States.TaskFailed")
+    result = completion_handler.handler(event, LambdaContext(function_name="sluice-dev-completion"))
+    assert result["released"] is True and result["admission"]["started"] == 1
+    assert emf_metrics(capsys.readouterr().out)["Released"] == 1
+    assert len(deployed.running()) == 5 and deployed.queue_counts() == (0, 0)
+    store = deployed.runtime().store()
+    record = store.execution(name)
+    assert (record.state.value, record.error) == ("FAILED", "States.TaskFailed")
+    assert store.payload(record.key).holder is None
+    # The same event again: nothing more is freed, nothing more starts.
+    again = completion_handler.handler(event, LambdaContext())
+    assert again == {"execution": name, "status": "FAILED", "released": False}
+    assert len(store.ledger().holders) == 5
+
+
+def test_events_that_are_not_ours_change_nothing(deployed):
+    deployed.send({"id": "p"})
+    launcher_handler.handler(scheduled_event(), LambdaContext())
+    (name,) = deployed.running()
+    other = status_change_event(
+        "arn:aws:states:us-east-1:123456789012:stateMachine:someone-else", name, "SUCCEEDED"
+    )
+    running = status_change_event(deployed.settings.state_machine_arn, name, "RUNNING")
+    unknown = status_change_event(deployed.settings.state_machine_arn, "started-by-hand", "SUCCEEDED")
+    for event in (other, running, unknown):
+        assert completion_handler.handler(event, LambdaContext())["released"] is False
+    assert deployed.runtime().store().ledger().holders == {name}
+
+
+def test_missing_configuration_fails_before_touching_anything(deployed, monkeypatch):
+    deployed.send({"id": "p"})
+    monkeypatch.delenv("SLUICE_TABLE_NAME")
+    monkeypatch.delenv("SLUICE_DLQ_URL")
+    _shared.reset()
+    with pytest.raises(Exception, match="missing setting\\(s\\): SLUICE_DLQ_URL, SLUICE_TABLE_NAME"):
+        launcher_handler.handler(scheduled_event(), LambdaContext())
+    assert deployed.queue_counts() == (1, 0)
