@@ -9,6 +9,7 @@ from sluice.model import Outcome
 
 
 def all_messages(stack) -> list[dict]:
+    """Drain the queue (deleting: in-flight messages would block their FIFO group)."""
     sqs = stack.client("sqs")
     out = []
     while True:
@@ -22,6 +23,10 @@ def all_messages(stack) -> list[dict]:
         if not got:
             return out
         out.extend(got)
+        sqs.delete_message_batch(
+            QueueUrl=stack.settings.queue_url,
+            Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)],
+        )
 
 
 def test_json_lines_with_bad_lines_sends_the_good_ones_and_names_the_bad(stack):
@@ -31,6 +36,7 @@ def test_json_lines_with_bad_lines_sends_the_good_ones_and_names_the_bad(stack):
     )
     report = enqueue(stack.client("sqs"), stack.settings.queue_url, list(read_items(text)), group_by="tile")
     assert len(report.sent) == 23
+    assert stack.queue_counts() == (23, 0)
     assert [(w, r.split(":")[0]) for w, r in report.failed] == [
         ("line 24", "not JSON"),
         ("line 25", "payload must be a JSON object, got an array"),
