@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+
 from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.metrics import MetricUnit
 
 from sluice.model import Outcome, TickSummary
@@ -11,6 +14,10 @@ from sluice.settings import Settings
 
 logger = Logger()
 metrics = Metrics()
+# sluice.launcher, sluice.reconcile, sluice.completion log through the same JSON formatter
+# (Powertools configures top-level loggers only; the modules' loggers propagate to "sluice").
+logging.getLogger("sluice")
+copy_config_to_registered_loggers(source_logger=logger, include={"sluice"})
 _runtime: Runtime | None = None
 
 
