@@ -3,6 +3,7 @@
 Per message the order is fixed; each step is safe to die after:
 
     receive ──► validate ──► claim(lease + slot) ──► StartExecution ──► mark RUNNING ──► delete
+                                                                      (per batch)     (per batch)
                    │               │                       │                  │              │
               invalid: DLQ    LeaseHeld by us:         already exists:        │              │
               with reason     resume (same name)       describe, record       │              │
@@ -36,7 +37,7 @@ from sluice.errors import (
     SlotsFull,
     TransientError,
 )
-from sluice.model import Message, Outcome, Payload, PayloadState, TickSummary
+from sluice.model import Message, Outcome, Payload, PayloadState, StartedExecution, TickSummary
 from sluice.names import execution_name
 from sluice.ports import Clock, Executions, MaxSource, Queue, Store
 from sluice.reconcile import reconcile
@@ -148,40 +149,61 @@ class Launcher:
     def _process_batch(self, messages: list[Message], free: int, summary: TickSummary) -> tuple[int, str]:
         """Process one received batch. Returns (slots filled, why to stop or "").
 
-        Messages that were handled are deleted in one call at the end, whatever happens.
+        The executions it started are marked RUNNING in one write, then the messages it handled are
+        deleted in one call, also when an error ends the batch early. A crash (``BaseException``:
+        timeout, kill) does neither, like the real thing.
         """
         done: list[Message] = []
-        filled = 0
+        started: list[StartedExecution] = []
         try:
-            for i, message in enumerate(messages):
-                rest = messages[i:]
-                try:
-                    outcome = self._process(message, done)
-                except SlotsFull:
-                    # Another launcher took the slot between our ledger read and this claim.
-                    self.queue.release(rest)
-                    summary.outcomes[Outcome.RETURNED.value] = summary.n(Outcome.RETURNED) + len(rest)
-                    return free, "full"
-                except TransientError as exc:
-                    self.queue.release(rest)
-                    summary.outcomes[Outcome.INTERRUPTED.value] = summary.n(Outcome.INTERRUPTED) + len(rest)
-                    self.log.warning(
-                        "tick interrupted by a transient AWS error; the rest of the batch returns to the queue",
-                        extra={"operation": exc.operation, "code": exc.code, "error": str(exc)},
-                    )
-                    return filled, "transient"
-                except ConfigurationError:
-                    self.queue.release(rest)
-                    raise
-                summary.count(outcome)
-                if outcome is Outcome.STARTED:
-                    filled += 1
-        finally:
-            if done:
-                self.queue.delete(done)
+            filled, stop = self._run_batch(messages, free, summary, done, started)
+        except Exception:
+            self._settle(done, started)
+            raise
+        self._settle(done, started)
+        return filled, stop
+
+    def _run_batch(
+        self,
+        messages: list[Message],
+        free: int,
+        summary: TickSummary,
+        done: list[Message],
+        started: list[StartedExecution],
+    ) -> tuple[int, str]:
+        filled = 0
+        for i, message in enumerate(messages):
+            rest = messages[i:]
+            try:
+                outcome = self._process(message, done, started)
+            except SlotsFull:
+                # Another launcher took the slot between our ledger read and this claim.
+                self.queue.release(rest)
+                summary.outcomes[Outcome.RETURNED.value] = summary.n(Outcome.RETURNED) + len(rest)
+                return free, "full"
+            except TransientError as exc:
+                self.queue.release(rest)
+                summary.outcomes[Outcome.INTERRUPTED.value] = summary.n(Outcome.INTERRUPTED) + len(rest)
+                self.log.warning(
+                    "tick interrupted by a transient AWS error; the rest of the batch returns to the queue",
+                    extra={"operation": exc.operation, "code": exc.code, "error": str(exc)},
+                )
+                return filled, "transient"
+            except ConfigurationError:
+                self.queue.release(rest)
+                raise
+            summary.count(outcome)
+            if outcome is Outcome.STARTED:
+                filled += 1
         return filled, ""
 
-    def _process(self, message: Message, done: list[Message]) -> Outcome:
+    def _settle(self, done: list[Message], started: list[StartedExecution]) -> None:
+        if started:
+            self.store.mark_running_many(started, now=self.clock.now())
+        if done:
+            self.queue.delete(done)
+
+    def _process(self, message: Message, done: list[Message], started: list[StartedExecution]) -> Outcome:
         now = self.clock.now()
         try:
             payload = validate_message(message)
@@ -229,10 +251,8 @@ class Launcher:
             raise
 
         if result.already_existed:
-            return self._already_exists(payload, name, done)
-        self.store.mark_running(
-            key=payload.key, name=name, arn=result.arn, started_at=now, now=self.clock.now()
-        )
+            return self._already_exists(payload, name, done, started)
+        started.append(StartedExecution(payload.key, name, result.arn, now))
         done.append(message)
         outcome = Outcome.STARTED if fresh else Outcome.RESUMED
         self._log("execution started", payload, name, outcome, arn=result.arn)
@@ -253,7 +273,9 @@ class Launcher:
         self._log("payload already running; duplicate suppressed", payload, holder, Outcome.DUPLICATE)
         return Outcome.DUPLICATE
 
-    def _already_exists(self, payload: Payload, name: str, done: list[Message]) -> Outcome:
+    def _already_exists(
+        self, payload: Payload, name: str, done: list[Message], started: list[StartedExecution]
+    ) -> Outcome:
         """StartExecution says this name exists with other input or has ended: this message ran."""
         info = self.executions.describe(name)
         if info is None:
@@ -262,13 +284,7 @@ class Launcher:
                 f"execution {name} exists but cannot be described yet", operation="DescribeExecution"
             )
         if not info.ended:
-            self.store.mark_running(
-                key=payload.key,
-                name=name,
-                arn=info.arn,
-                started_at=info.start_date or self.clock.now(),
-                now=self.clock.now(),
-            )
+            started.append(StartedExecution(payload.key, name, info.arn, info.start_date or self.clock.now()))
             done.append(payload.message)
             self._log("redelivered message already running", payload, name, Outcome.RESUMED)
             return Outcome.RESUMED

@@ -16,6 +16,7 @@ from sluice.model import (
     Message,
     PayloadRecord,
     PayloadState,
+    StartedExecution,
     StartResult,
 )
 
@@ -107,6 +108,13 @@ class Store(Protocol):
 
     def mark_running(self, *, key: str, name: str, arn: str, started_at: float, now: float) -> bool:
         """CLAIMED → RUNNING if ``name`` still holds the lease and has not ended. False otherwise."""
+        ...
+
+    def mark_running_many(self, started: Sequence[StartedExecution], *, now: float) -> int:
+        """``mark_running`` for a batch, in one write when all still hold their leases.
+
+        Returns how many were marked; one already released (it ended first) is skipped.
+        """
         ...
 
     def release(

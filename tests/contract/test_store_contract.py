@@ -9,7 +9,7 @@ import pytest
 from sluice.adapters.dynamodb import DynamoStore, create_table
 from sluice.adapters.memory import MemoryStore
 from sluice.errors import LeaseHeld, SlotsFull
-from sluice.model import PayloadState
+from sluice.model import PayloadState, StartedExecution
 
 NOW = 1_800_000_000.0
 
@@ -89,6 +89,22 @@ def test_mark_running_only_while_claimed_by_that_name(store):
     assert not store.mark_running(key="k", name="n1", arn="arn:x", started_at=NOW + 2, now=NOW + 2)
     assert store.payload("k").state is PayloadState.RUNNING
     assert store.execution("n1").arn == "arn:x"
+
+
+def test_mark_running_many_marks_a_batch_and_skips_what_already_ended(store):
+    for i in range(4):
+        claim(store, f"k{i}", f"n{i}")
+    store.release(name="n2", state=PayloadState.SUCCEEDED, now=NOW)  # ended before the mark
+    batch = [StartedExecution(f"k{i}", f"n{i}", f"arn:{i}", NOW + i) for i in range(4)]
+    assert store.mark_running_many(batch, now=NOW + 9) == 3
+    assert [store.payload(f"k{i}").state for i in range(4)] == [
+        PayloadState.RUNNING,
+        PayloadState.RUNNING,
+        PayloadState.SUCCEEDED,
+        PayloadState.RUNNING,
+    ]
+    assert store.execution("n3").arn == "arn:3" and store.execution("n3").started_at == NOW + 3
+    assert store.mark_running_many(batch[:2], now=NOW + 10) == 0  # already marked
 
 
 def test_release_frees_once_and_records_the_outcome(store):

@@ -16,7 +16,7 @@ claiming the last slot at once: DynamoDB serialises the transactions, one condit
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -25,11 +25,12 @@ from botocore.exceptions import ClientError
 
 from sluice.adapters.errors import error_code, translate_client_error, translated
 from sluice.errors import LeaseHeld, SlotsFull, TransientError
-from sluice.model import ExecutionRecord, Ledger, PayloadRecord, PayloadState
+from sluice.model import ExecutionRecord, Ledger, PayloadRecord, PayloadState, StartedExecution
 
 LEDGER_PK = "LEDGER"
 LIVE = (PayloadState.CLAIMED.value, PayloadState.RUNNING.value)
 CONFLICT_RETRIES = 5
+MARKS_PER_TRANSACTION = 50  # two items each; TransactWriteItems takes 100
 TTL_ATTRIBUTE = "expires_at"
 
 _ser = TypeSerializer()
@@ -181,36 +182,57 @@ class DynamoStore:
         raise TransientError(f"claim cancelled: {reasons}", operation="TransactWriteItems", code="Cancelled")
 
     def mark_running(self, *, key: str, name: str, arn: str, started_at: float, now: float) -> bool:
-        items = [
+        items = self._mark_items(StartedExecution(key, name, arn, started_at), now)
+        return self._transact(items, "TransactWriteItems(mark)") is None
+
+    def mark_running_many(self, started: Sequence[StartedExecution], *, now: float) -> int:
+        if len(started) == 1:
+            s = started[0]
+            return int(self.mark_running(key=s.key, name=s.name, arn=s.arn, started_at=s.started_at, now=now))
+        marked = 0
+        for i in range(0, len(started), MARKS_PER_TRANSACTION):
+            chunk = started[i : i + MARKS_PER_TRANSACTION]
+            items = [item for s in chunk for item in self._mark_items(s, now)]
+            if self._transact(items, "TransactWriteItems(mark)") is None:
+                marked += len(chunk)
+                continue
+            # One of them ended (and was released) before we marked it: mark the others one by one.
+            marked += sum(
+                self.mark_running(key=s.key, name=s.name, arn=s.arn, started_at=s.started_at, now=now)
+                for s in chunk
+            )
+        return marked
+
+    def _mark_items(self, s: StartedExecution, now: float) -> list[dict[str, Any]]:
+        return [
             {
                 "Update": {
                     "TableName": self.table,
-                    "Key": {"pk": {"S": payload_pk(key)}},
+                    "Key": {"pk": {"S": payload_pk(s.key)}},
                     "UpdateExpression": "SET #state = :running, updated_at = :now",
                     "ConditionExpression": "holder = :name",
                     "ExpressionAttributeNames": {"#state": "state"},
                     "ExpressionAttributeValues": _values(
-                        running=PayloadState.RUNNING.value, now=now, name=name
+                        running=PayloadState.RUNNING.value, now=now, name=s.name
                     ),
                 }
             },
             {
                 "Update": {
                     "TableName": self.table,
-                    "Key": {"pk": {"S": execution_pk(name)}},
+                    "Key": {"pk": {"S": execution_pk(s.name)}},
                     "UpdateExpression": "SET #state = :running, arn = :arn, started_at = :started",
                     "ConditionExpression": "#state = :claimed",
                     "ExpressionAttributeNames": {"#state": "state"},
                     "ExpressionAttributeValues": _values(
                         running=PayloadState.RUNNING.value,
-                        arn=arn,
-                        started=started_at,
+                        arn=s.arn,
+                        started=s.started_at,
                         claimed=PayloadState.CLAIMED.value,
                     ),
                 }
             },
         ]
-        return self._transact(items, "TransactWriteItems(mark)") is None
 
     # -- the release ------------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from sluice.model import (
     Message,
     PayloadRecord,
     PayloadState,
+    StartedExecution,
     StartResult,
 )
 from sluice.names import execution_arn
@@ -106,6 +107,12 @@ class MemoryStore:
                 record, state=PayloadState.RUNNING, arn=arn, started_at=started_at
             )
             return True
+
+    def mark_running_many(self, started: Sequence[StartedExecution], *, now: float) -> int:
+        return sum(
+            self.mark_running(key=s.key, name=s.name, arn=s.arn, started_at=s.started_at, now=now)
+            for s in started
+        )
 
     def release(
         self,
