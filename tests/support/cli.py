@@ -1,0 +1,82 @@
+"""Running the ``sluice`` command in-process against a moto stack."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from sluice.cli import main
+from tests.support.aws import Stack
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+def sluice(capsys: Any, *argv: Any, session: Any = None) -> Run:
+    """``sluice ARGV...`` with stdout and stderr captured."""
+    capsys.readouterr()
+    code = main([str(a) for a in argv], session=session)
+    out, err = capsys.readouterr()
+    return Run(code, out, err)
+
+
+def clear_sluice_env(monkeypatch: Any) -> None:
+    for name in list(os.environ):
+        if name.startswith("SLUICE_"):
+            monkeypatch.delenv(name)
+
+
+def use_env(monkeypatch: Any, stack: Stack, **extra: str) -> None:
+    """Name every resource with SLUICE_* variables, as an operator without a stack would."""
+    clear_sluice_env(monkeypatch)
+    s = stack.settings
+    env = {
+        "SLUICE_QUEUE_URL": s.queue_url,
+        "SLUICE_DLQ_URL": s.dlq_url,
+        "SLUICE_TABLE_NAME": s.table_name,
+        "SLUICE_STATE_MACHINE_ARN": s.state_machine_arn,
+        "SLUICE_MAX_PARAMETER": s.max_parameter or "",
+        "SLUICE_RECEIVE_WAIT_SECONDS": "0",  # moto would really wait on an empty queue
+        "SLUICE_MAX_CACHE_SECONDS": "0",
+        **extra,
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+
+def parameter(stack: Stack) -> str:
+    ssm = stack.client("ssm")
+    return ssm.get_parameter(Name=stack.settings.max_parameter)["Parameter"]["Value"]
+
+
+def parameter_tags(stack: Stack) -> dict[str, str]:
+    ssm = stack.client("ssm")
+    tags = ssm.list_tags_for_resource(ResourceType="Parameter", ResourceId=stack.settings.max_parameter)
+    return {t["Key"]: t["Value"] for t in tags["TagList"]}
+
+
+def receive_all(stack: Stack, url: str | None = None) -> list[dict[str, Any]]:
+    """Take every message off a queue (hidden for 10 minutes), with all attributes."""
+    sqs = stack.client("sqs")
+    out: list[dict[str, Any]] = []
+    while True:
+        got = sqs.receive_message(
+            QueueUrl=url or stack.settings.queue_url,
+            MaxNumberOfMessages=10,
+            VisibilityTimeout=600,
+            MessageAttributeNames=["All"],
+            MessageSystemAttributeNames=["All"],
+        ).get("Messages", [])
+        if not got:
+            return out
+        out.extend(got)
