@@ -64,6 +64,7 @@ ENV_NAMES = {
 LAUNCHER_OUTPUT = "LauncherLambdaFunctionQualifiedArn"
 LAUNCHER_RESOURCE = "LauncherLambdaFunction"
 ENQUEUE_CHUNK = 100  # items per enqueue call: a failure names the first item not sent
+DEFAULT_TICK_SECONDS = 120  # the stack's default launcherTimeout
 PROGRESS_FROM = 50  # items; fewer are sent without a progress bar
 DEDUP_ID = re.compile(r"^[!-~]{1,128}$")
 CREDENTIAL_CODES = frozenset(
@@ -81,7 +82,7 @@ class Context:
     runtime: Runtime
     stack: str | None = None  # None when the environment named every resource
     outputs: dict[str, str] = field(default_factory=dict)
-    _launcher_env: tuple[dict[str, str], str] | None = None
+    _launcher: Launcher | None = None
 
     @property
     def settings(self) -> Settings:
@@ -95,17 +96,17 @@ class Context:
 
     # -- what the deployed launcher runs with ---------------------------------------------------------
 
-    def launcher_environment(self) -> tuple[dict[str, str], str]:
-        """The launcher function's ``SLUICE_*`` environment, and where it came from (best effort)."""
-        if self._launcher_env is None:
-            self._launcher_env = _read_launcher_environment(self)
-        return self._launcher_env
+    def launcher(self) -> Launcher:
+        """The deployed launcher function's settings, as far as they can be read (best effort)."""
+        if self._launcher is None:
+            self._launcher = _read_launcher(self)
+        return self._launcher
 
     def deployed_default(self) -> int | None:
         """The deployed default MAX: ``SLUICE_MAX_CONCURRENCY`` here, else the launcher's."""
         raw = os.environ.get("SLUICE_MAX_CONCURRENCY", "").strip()
         if not raw:
-            raw = self.launcher_environment()[0].get("SLUICE_MAX_CONCURRENCY", "").strip()
+            raw = self.launcher().environment.get("SLUICE_MAX_CONCURRENCY", "").strip()
         try:
             value = int(raw)
         except ValueError:
@@ -117,11 +118,20 @@ def _local_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith("SLUICE_") and v.strip()}
 
 
-def _read_launcher_environment(ctx: Context) -> tuple[dict[str, str], str]:
+@dataclass(frozen=True)
+class Launcher:
+    """What the CLI knows of the deployed launcher function."""
+
+    environment: dict[str, str]  # its SLUICE_* variables
+    source: str  # where they came from, for the output
+    timeout: float | None = None  # seconds
+
+
+def _read_launcher(ctx: Context) -> Launcher:
     """Ask Lambda for the launcher's configuration: by the stack output's qualified ARN, else by the
     stack's ``LauncherLambdaFunction`` resource. Nothing found: the defaults, and say so."""
     if not ctx.stack:
-        return {}, "no stack: the defaults and this shell's SLUICE_* variables"
+        return Launcher({}, "no stack: the defaults and this shell's SLUICE_* variables")
     failures: list[str] = []
     for function in _launcher_candidates(ctx, failures):
         try:
@@ -131,10 +141,10 @@ def _read_launcher_environment(ctx: Context) -> tuple[dict[str, str], str]:
             continue
         variables = (config.get("Environment") or {}).get("Variables") or {}
         name = config.get("FunctionName", function)
-        return {k: v for k, v in variables.items() if k.startswith("SLUICE_")}, f"launcher function {name}"
-    return {}, "the defaults and this shell's SLUICE_* variables (launcher not readable: " + "; ".join(
-        failures
-    ) + ")"
+        environment = {k: v for k, v in variables.items() if k.startswith("SLUICE_")}
+        return Launcher(environment, f"launcher function {name}", config.get("Timeout"))
+    unread = "; ".join(failures)
+    return Launcher({}, f"the defaults and this shell's SLUICE_* variables (launcher not readable: {unread})")
 
 
 def _launcher_candidates(ctx: Context, failures: list[str]) -> Iterator[str]:
@@ -589,14 +599,18 @@ def cmd_tick(ctx: Context) -> int:
         logging.basicConfig(
             level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
         )
-    deployed, source = ctx.launcher_environment()
+    launcher = ctx.launcher()
+    deployed, source = launcher.environment, launcher.source
     outputs = {ENV_NAMES[f]: ctx.outputs[name] for name, f in OUTPUTS.items() if ctx.outputs.get(name)}
     settings = Settings.from_env({**deployed, **outputs, **_local_env()})
     overrides = sorted(k for k in _local_env() if deployed.get(k) != os.environ[k])
     rt = Runtime(settings, session=ctx.runtime.session)
-    summary = ops.tick(rt, time_limit=ctx.args.time_limit)
+    # As long as the deployed launcher may run: longer, and a message could reappear while in hand.
+    time_limit = ctx.args.time_limit or launcher.timeout or DEFAULT_TICK_SECONDS
+    summary = ops.tick(rt, time_limit=time_limit)
     data = summary.as_dict()
     data["settings_source"] = source
+    data["time_limit"] = time_limit
     data["overrides"] = overrides
     outcomes = ", ".join(f"{k} {v}" for k, v in summary.outcomes.items() if v) or "nothing received"
     stopped = {
@@ -774,7 +788,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_dlq_delete)
 
     p = sub.add_parser("tick", parents=common, help="run one launcher tick here, with the deployed settings")
-    p.add_argument("--time-limit", type=float, default=120.0, help="seconds the tick may run (default 120)")
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        help=f"seconds the tick may run (default: the launcher function's timeout, else {DEFAULT_TICK_SECONDS})",
+    )
     p.add_argument(
         "-v", "--verbose", action="store_true", help="log what the launcher does to standard error"
     )

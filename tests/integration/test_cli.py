@@ -17,6 +17,7 @@ from sluice.ops import PAUSED_AT_TAG, RESUME_TAG
 from sluice.validation import content_hash
 from tests.support.aws import LambdaContext
 from tests.support.cli import parameter, parameter_tags, receive_all, sluice, use_env
+from tests.support.hooks import error_answer
 
 
 @pytest.fixture
@@ -100,6 +101,25 @@ def test_enqueue_refuses_one_dedup_id_for_many_payloads(env, cli, tmp_path):
     assert receive_all(env)[0]["Attributes"]["MessageDeduplicationId"] == "batch-7"
 
 
+def test_enqueue_stopped_by_aws_names_the_first_item_not_sent(env, cli, tmp_path):
+    calls = []
+
+    def throttle_after_ten(**_):
+        calls.append(1)
+        return error_answer("ThrottlingException", 400) if len(calls) > 10 else None
+
+    env.session.events.register("before-call.sqs.SendMessageBatch", throttle_after_ten)
+    path = tmp_path / "in.jsonl"
+    path.write_text(payloads(130))
+
+    run = cli("enqueue", path)
+
+    assert run.code == 3
+    assert "line 101 and after were not sent" in run.err and "ThrottlingException" in run.err
+    assert run.out.strip() == "sent 100 of 130 payloads"
+    assert env.queue_counts() == (100, 0)
+
+
 def test_enqueue_of_a_missing_file_is_a_usage_error(env, cli, tmp_path):
     run = cli("enqueue", tmp_path / "nope.jsonl")
     assert run.code == 2
@@ -120,7 +140,7 @@ def test_tick_starts_executions_and_prints_the_summary(env, cli, tmp_path):
     summary = run.json
     assert summary["started"] == 5 and summary["max"] == 5 and summary["running"] == 5
     assert summary["stopped"] == "full" and summary["reconciled"] is True
-    assert summary["settings_source"].startswith("no stack")
+    assert summary["settings_source"].startswith("no stack") and summary["time_limit"] == 120
     assert len(env.running()) == 5
     assert env.queue_counts() == (2, 0)
 

@@ -35,6 +35,7 @@ def deployed(stack, monkeypatch):
         Handler="handlers/launcher.handler",
         Code={"ZipFile": code.getvalue()},
         Publish=True,
+        Timeout=90,
         Environment={
             "Variables": {
                 "SLUICE_QUEUE_URL": s.queue_url,
@@ -92,6 +93,7 @@ def test_tick_runs_with_the_launchers_deployed_settings(deployed, cli):
     summary = run.json
     assert summary["started"] == 1
     assert summary["settings_source"] == "launcher function sluice-qa-launcher"
+    assert summary["time_limit"] == 90  # the launcher's own timeout
     (name,) = deployed.running()
     item = deployed.client("dynamodb").get_item(
         TableName=deployed.settings.table_name, Key={"pk": {"S": execution_pk(name)}}
