@@ -1,0 +1,1 @@
+"""Benchmarks: Sluice against the published launcher patterns, in virtual time (``make bench``)."""

@@ -1,0 +1,669 @@
+"""AWS as the benchmark sees it: every call counted by API, charged in capacity units, and given a latency.
+
+Sluice's own adapters are replaced by these wrappers around the in-memory adapters
+(``sluice.adapters.memory``). Each wrapper counts the calls the real adapter would make for the same
+method, as ``lib/sluice/adapters/dynamodb.py``, ``sqs.py``, ``sfn.py`` and ``ssm.py`` make them:
+
+    Store.ledger()              dynamodb:GetItem                 (consistent: 1 RRU per 4 KB of LEDGER)
+    Store.claim()               dynamodb:TransactWriteItems      (LEDGER + PAYLOAD + EXEC, 2 WRU per KB each)
+    Store.mark_running()        dynamodb:TransactWriteItems      (PAYLOAD + EXEC)
+    Store.mark_running_many()   dynamodb:TransactWriteItems per 50 (one by one if one of them fails)
+    Store.release()             dynamodb:GetItem (+ TransactWriteItems when the name holds a lease)
+    Store.record_duplicate()    dynamodb:UpdateItem
+    Store.record_invalid()      dynamodb:UpdateItem
+    Store.executions(names)     dynamodb:BatchGetItem per 100 names
+    Store.save_reconciliation() dynamodb:UpdateItem on LEDGER
+    Store.payload()/execution() dynamodb:GetItem
+    Queue.receive()             sqs:ReceiveMessage (a long poll waits in virtual time)
+    Queue.delete()/release()    sqs:DeleteMessageBatch / ChangeMessageVisibilityBatch per 10
+    Executions.list_running()   states:ListExecutions per page of 1,000 (eventually consistent: a lag)
+    SsmMax.current()            ssm:GetParameter per cache miss (the real SsmMax, on a counting client)
+
+A call takes effect when it is issued and then costs its latency in virtual time. No call ever fails:
+throttling and transaction conflicts are not simulated; the peak request rates are reported instead and
+compared with the quotas that would throttle them (``QUOTAS``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+import math
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from bench.sim import Sim
+from sluice.adapters.memory import MemoryExecutions, MemoryQueue, MemoryStore, _Queued
+from sluice.errors import SlotsFull
+from sluice.model import (
+    ExecutionInfo,
+    ExecutionRecord,
+    Ledger,
+    Message,
+    PayloadRecord,
+    PayloadState,
+    StartResult,
+)
+
+# Median in-region latency of one call from Lambda, in seconds (assumed; see docs/benchmarks.md).
+LATENCY = {
+    "dynamodb:GetItem": 0.006,
+    "dynamodb:PutItem": 0.008,
+    "dynamodb:UpdateItem": 0.008,
+    "dynamodb:BatchGetItem": 0.012,
+    "dynamodb:TransactWriteItems": 0.020,
+    "sqs:ReceiveMessage": 0.012,
+    "sqs:DeleteMessage": 0.010,
+    "sqs:DeleteMessageBatch": 0.012,
+    "sqs:ChangeMessageVisibilityBatch": 0.012,
+    "sqs:SendMessage": 0.012,
+    "states:StartExecution": 0.030,
+    "states:DescribeExecution": 0.020,
+    "states:ListExecutions": 0.060,
+    "states:DescribeStateMachine": 0.020,
+    "ssm:GetParameter": 0.015,
+}
+
+# Per-second limits that would throttle the busiest API (us-east-1 defaults), for the warnings.
+QUOTAS = {
+    "states:StartExecution": 300.0,  # refill per second (bucket 1,300)
+    "states:ListExecutions": 5.0,  # refill per second (bucket 200)
+    "states:DescribeExecution": 250.0,
+    "sqs:ReceiveMessage": 300.0,  # FIFO without high-throughput mode, per API
+    "sqs:DeleteMessageBatch": 300.0,
+    "sqs:DeleteMessage": 300.0,
+    "ssm:GetParameter": 40.0,  # standard throughput
+}
+HOT_ITEM_WCU = 1_000.0  # one item lives on one partition: at most 1,000 WCU/s
+ITEM_LIMIT_BYTES = 400 * 1024
+
+LEDGER_FIXED_BYTES = 60  # pk, external, drift, reconciled_at and the attribute names
+SMALL_ITEM_KB = 1  # PAYLOAD#, EXEC# and counter items stay under 1 KB here
+MARKS_PER_TRANSACTION = 50  # DynamoStore.mark_running_many: two items each, 100 per transaction
+
+
+def _kb(nbytes: int) -> int:
+    return max(1, math.ceil(nbytes / 1024))
+
+
+def _rru(nbytes: int) -> int:
+    return max(1, math.ceil(nbytes / 4096))
+
+
+class Meter:
+    """Calls by API, DynamoDB capacity, log bytes and peak per-second rates of one system."""
+
+    def __init__(self, clock: Any, sim: Sim | None = None, latency_scale: float = 1.0) -> None:
+        self.clock = clock
+        self.sim = sim
+        self.latency_scale = latency_scale
+        self.calls: dict[str, int] = {}
+        self.rru = 0.0
+        self.wru = 0.0
+        self.log_bytes = 0
+        self._rate: dict[str, list[float]] = {}  # api -> [second, count, peak]
+        self._hot: dict[str, list[float]] = {}  # item -> [second, wcu, peak]
+        self.hot_totals: dict[str, float] = {}  # item -> WRU spent on it
+        self.hot_writes: dict[str, int] = {}  # item -> writes to it
+        self.max_item_bytes: dict[str, int] = {}
+
+    def call(self, api: str, n: int = 1) -> None:
+        self.calls[api] = self.calls.get(api, 0) + n
+        second = int(self.clock.now())
+        r = self._rate.get(api)
+        if r is None:
+            self._rate[api] = [second, n, n]
+        elif r[0] == second:
+            r[1] += n
+            r[2] = max(r[2], r[1])
+        else:
+            r[0], r[1] = second, n
+            r[2] = max(r[2], n)
+
+    def hot(self, item: str, wcu: float, nbytes: int) -> None:
+        self.hot_totals[item] = self.hot_totals.get(item, 0.0) + wcu
+        self.hot_writes[item] = self.hot_writes.get(item, 0) + 1
+        second = int(self.clock.now())
+        h = self._hot.get(item)
+        if h is None:
+            self._hot[item] = [second, wcu, wcu]
+        elif h[0] == second:
+            h[1] += wcu
+            h[2] = max(h[2], h[1])
+        else:
+            h[0], h[1] = second, wcu
+            h[2] = max(h[2], wcu)
+        self.max_item_bytes[item] = max(self.max_item_bytes.get(item, 0), nbytes)
+
+    def wait(self, api: str, times: int = 1) -> None:
+        if self.sim is not None and self.latency_scale > 0:
+            self.sim.sleep(LATENCY[api] * self.latency_scale * times)
+
+    def peak_rates(self) -> dict[str, float]:
+        return {api: r[2] for api, r in sorted(self._rate.items())}
+
+    def peak_item_wcu(self) -> dict[str, float]:
+        return {item: h[2] for item, h in sorted(self._hot.items())}
+
+    def quota_warnings(self) -> list[str]:
+        out = []
+        for api, peak in self.peak_rates().items():
+            limit = QUOTAS.get(api)
+            if limit is not None and peak > limit:
+                out.append(f"{api} peaks at {peak:.0f}/s, above the {limit:.0f}/s quota")
+        for item, peak in self.peak_item_wcu().items():
+            if peak > HOT_ITEM_WCU:
+                out.append(
+                    f"item {item} takes {peak:.0f} WCU/s, above the {HOT_ITEM_WCU:.0f} WCU/s of one partition"
+                )
+        for item, nbytes in sorted(self.max_item_bytes.items()):
+            if nbytes > ITEM_LIMIT_BYTES:
+                out.append(f"item {item} reaches {nbytes / 1024:.0f} KB, above DynamoDB's 400 KB item limit")
+        return out
+
+
+# -- DynamoDB: the Sluice store ----------------------------------------------------------------------
+
+
+class CountingStore:
+    """``MemoryStore`` behind the calls ``DynamoStore`` makes for each method.
+
+    ``skip_mark`` and ``release_without_read`` model proposed core changes (the ``sluice-lean``
+    variant): no mark step, and no read before a release. ``hint_one_free`` models an admission told
+    how many slots its caller just freed: its ledger read is not made and shows exactly one free slot.
+    """
+
+    def __init__(
+        self,
+        inner: MemoryStore,
+        meter: Meter,
+        *,
+        skip_mark: bool = False,
+        release_without_read: bool = False,
+    ) -> None:
+        self.inner = inner
+        self.meter = meter
+        self.skip_mark = skip_mark
+        self.release_without_read = release_without_read
+        self._hinted: dict[int, int] = {}  # invocation -> MAX, for one ledger read
+        self._placeholders: dict[int, frozenset[str]] = {}
+        self._names_bytes = 0
+        self.resync()
+
+    def resync(self) -> None:
+        """Recompute the LEDGER size after the inner store was filled directly (scale setups)."""
+        self._names_bytes = sum(len(n) for n in self.inner._holders)
+
+    @property
+    def ledger_bytes(self) -> int:
+        return LEDGER_FIXED_BYTES + self._names_bytes
+
+    def _ledger_write(self, before: int) -> int:
+        kb = _kb(max(before, self.ledger_bytes))
+        self.meter.hot("LEDGER", 2 * kb, max(before, self.ledger_bytes))
+        return kb
+
+    # reads
+
+    def hint_one_free(self, max_concurrency: int) -> None:
+        if self.meter.sim is not None:
+            self._hinted[id(self.meter.sim.current)] = max_concurrency
+
+    def forget_hint(self) -> None:
+        if self.meter.sim is not None:
+            self._hinted.pop(id(self.meter.sim.current), None)
+
+    def ledger(self) -> Ledger:
+        sim = self.meter.sim
+        hinted = self._hinted.pop(id(sim.current), None) if sim is not None and self._hinted else None
+        if hinted is not None:
+            external = self.inner._external
+            size = max(0, hinted - external - 1)
+            if size not in self._placeholders:
+                self._placeholders[size] = frozenset(f"~{i}" for i in range(size))
+            return Ledger(self._placeholders[size], external)
+        self.meter.call("dynamodb:GetItem")
+        self.meter.rru += _rru(self.ledger_bytes)
+        result = self.inner.ledger()
+        self.meter.wait("dynamodb:GetItem")
+        return result
+
+    def payload(self, key: str) -> PayloadRecord | None:
+        self.meter.call("dynamodb:GetItem")
+        self.meter.rru += 1
+        result = self.inner.payload(key)
+        self.meter.wait("dynamodb:GetItem")
+        return result
+
+    def execution(self, name: str) -> ExecutionRecord | None:
+        self.meter.call("dynamodb:GetItem")
+        self.meter.rru += 1
+        result = self.inner.execution(name)
+        self.meter.wait("dynamodb:GetItem")
+        return result
+
+    def executions(self, names: Iterable[str]) -> dict[str, ExecutionRecord]:
+        unique = set(names)
+        batches = math.ceil(len(unique) / 100)
+        if batches:
+            self.meter.call("dynamodb:BatchGetItem", batches)
+            self.meter.rru += len(unique)
+        result = self.inner.executions(unique)
+        self.meter.wait("dynamodb:BatchGetItem", batches)
+        return result
+
+    # writes
+
+    def claim(self, *, key: str, name: str, limit: int, **kwargs: Any) -> None:
+        if limit <= 0:
+            raise SlotsFull(limit)  # DynamoStore asks nothing then
+        before = self.ledger_bytes
+        self.meter.call("dynamodb:TransactWriteItems")
+        try:
+            self.inner.claim(key=key, name=name, limit=limit, **kwargs)
+            self._names_bytes += len(name)
+        finally:
+            self.meter.wru += 2 * (self._ledger_write(before) + 2 * SMALL_ITEM_KB)
+            self.meter.wait("dynamodb:TransactWriteItems")
+
+    def mark_running(self, *, key: str, name: str, arn: str, started_at: float, now: float) -> bool:
+        if self.skip_mark:
+            return True
+        self.meter.call("dynamodb:TransactWriteItems")
+        self.meter.wru += 2 * 2 * SMALL_ITEM_KB
+        result = self.inner.mark_running(key=key, name=name, arn=arn, started_at=started_at, now=now)
+        self.meter.wait("dynamodb:TransactWriteItems")
+        return result
+
+    def mark_running_many(self, started: Sequence[Any], *, now: float) -> int:
+        """One transaction per 50 (two items each); if one of them fails, one by one (as DynamoStore)."""
+        if self.skip_mark:
+            return len(started)
+        if len(started) == 1:
+            s = started[0]
+            return int(self.mark_running(key=s.key, name=s.name, arn=s.arn, started_at=s.started_at, now=now))
+        marked = 0
+        for i in range(0, len(started), MARKS_PER_TRANSACTION):
+            chunk = started[i : i + MARKS_PER_TRANSACTION]
+            self.meter.call("dynamodb:TransactWriteItems")
+            self.meter.wru += 2 * 2 * SMALL_ITEM_KB * len(chunk)
+            if all(self._markable(s.key, s.name) for s in chunk):
+                for s in chunk:
+                    self.inner.mark_running(
+                        key=s.key, name=s.name, arn=s.arn, started_at=s.started_at, now=now
+                    )
+                marked += len(chunk)
+                self.meter.wait("dynamodb:TransactWriteItems")
+                continue
+            self.meter.wait("dynamodb:TransactWriteItems")
+            marked += sum(
+                self.mark_running(key=s.key, name=s.name, arn=s.arn, started_at=s.started_at, now=now)
+                for s in chunk
+            )
+        return marked
+
+    def _markable(self, key: str, name: str) -> bool:
+        payload, record = self.inner._payloads.get(key), self.inner._executions.get(name)
+        return (
+            payload is not None
+            and payload.holder == name
+            and record is not None
+            and record.state is PayloadState.CLAIMED
+        )
+
+    def release(self, *, name: str, state: PayloadState, now: float, **kwargs: Any) -> ExecutionRecord | None:
+        if not self.release_without_read:
+            self.meter.call("dynamodb:GetItem")
+            self.meter.rru += 1
+            self.meter.wait("dynamodb:GetItem")
+        record = self.inner._executions.get(name)
+        if record is None or not record.state.holds_lease:
+            return None
+        before = self.ledger_bytes
+        self.meter.call("dynamodb:TransactWriteItems")
+        result = self.inner.release(name=name, state=state, now=now, **kwargs)
+        if result is not None:
+            self._names_bytes -= len(name)
+        self.meter.wru += 2 * (self._ledger_write(before) + 2 * SMALL_ITEM_KB)
+        self.meter.wait("dynamodb:TransactWriteItems")
+        return result
+
+    def record_duplicate(self, *, key: str, message_id: str, now: float) -> None:
+        self.meter.call("dynamodb:UpdateItem")
+        self.meter.wru += SMALL_ITEM_KB
+        self.inner.record_duplicate(key=key, message_id=message_id, now=now)
+        self.meter.wait("dynamodb:UpdateItem")
+
+    def record_invalid(self, *, key: str, reason: str, now: float, expires_at: int) -> None:
+        self.meter.call("dynamodb:UpdateItem")
+        self.meter.wru += SMALL_ITEM_KB
+        self.inner.record_invalid(key=key, reason=reason, now=now, expires_at=expires_at)
+        self.meter.wait("dynamodb:UpdateItem")
+
+    def save_reconciliation(self, *, external: int, drift: int, now: float) -> None:
+        self.meter.call("dynamodb:UpdateItem")
+        kb = _kb(self.ledger_bytes)
+        self.meter.wru += kb
+        self.meter.hot("LEDGER", kb, self.ledger_bytes)
+        self.inner.save_reconciliation(external=external, drift=drift, now=now)
+        self.meter.wait("dynamodb:UpdateItem")
+
+
+# -- DynamoDB: the counter semaphore's table -----------------------------------------------------------
+
+
+class ConditionFailed(Exception):
+    """ConditionalCheckFailedException."""
+
+
+@dataclass
+class CounterTable:
+    """One counter item per key, as the counter-semaphore baseline uses it (PutItem / UpdateItem)."""
+
+    meter: Meter
+    values: dict[str, int] = field(default_factory=dict)
+
+    def put_if_absent(self, key: str) -> None:
+        """PutItem with ``#key <> :key``: creates the item once, fails (and is charged) after."""
+        self.meter.call("dynamodb:PutItem")
+        self.meter.wru += SMALL_ITEM_KB
+        self.meter.hot(f"SEMAPHORE#{key}", SMALL_ITEM_KB, 64)
+        created = key not in self.values
+        self.values.setdefault(key, 0)
+        self.meter.wait("dynamodb:PutItem")
+        if not created:
+            raise ConditionFailed("put")
+
+    def add(self, key: str, delta: int, *, at_most: int | None = None, at_least: int | None = None) -> int:
+        """UpdateItem ``SET semvalue = semvalue + :delta`` under an optional bound on the old value."""
+        self.meter.call("dynamodb:UpdateItem")
+        self.meter.wru += SMALL_ITEM_KB
+        self.meter.hot(f"SEMAPHORE#{key}", SMALL_ITEM_KB, 64)
+        value = self.values.get(key, 0)
+        ok = (at_most is None or value <= at_most) and (at_least is None or value >= at_least)
+        if ok:
+            self.values[key] = value + delta
+        self.meter.wait("dynamodb:UpdateItem")
+        if not ok:
+            raise ConditionFailed("update")
+        return value + delta
+
+
+# -- SQS --------------------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class HeapQueue(MemoryQueue):
+    """``MemoryQueue`` with in-flight messages kept in a heap by the time they become visible again.
+
+    Same behaviour (messages that come back go to the front, oldest first), but a receive no longer
+    scans every in-flight message: the counter-semaphore baseline keeps hundreds in flight.
+    """
+
+    def __post_init__(self) -> None:
+        self._returns: list[tuple[float, int, str]] = []
+        self._pushes = 0
+
+    def _due(self, handle: str, queued: _Queued) -> None:
+        self._pushes += 1
+        heapq.heappush(self._returns, (queued.visible_at, self._pushes, handle))
+
+    def receive(self, max_messages: int, wait_seconds: int) -> list[Message]:
+        self._count("ReceiveMessage")
+        now = self.clock.now()  # type: ignore[attr-defined]
+        back: list[_Queued] = []
+        while self._returns and self._returns[0][0] <= now:
+            visible_at, _, handle = heapq.heappop(self._returns)
+            queued = self.in_flight.get(handle)
+            if queued is not None and queued.visible_at == visible_at:
+                del self.in_flight[handle]
+                back.append(queued)
+        self.messages.extendleft(reversed(back))
+        out: list[Message] = []
+        while self.messages and len(out) < max_messages:
+            queued = self.messages.popleft()
+            queued.receives += 1
+            if queued.receives > self.max_receive_count:
+                self.dead.append((queued.message, "maxReceiveCount exceeded"))
+                continue
+            handle = f"{queued.message.message_id}/{queued.receives}"
+            queued.visible_at = now + self.visibility_timeout
+            self.in_flight[handle] = queued
+            self._due(handle, queued)
+            out.append(replace(queued.message, receipt_handle=handle, receive_count=queued.receives))
+        return out
+
+    def release(self, messages: Sequence[Message], delay_seconds: int = 0) -> None:
+        now = self.clock.now()  # type: ignore[attr-defined]
+        for i in range(0, len(messages), 10):
+            self._count("ChangeMessageVisibilityBatch")
+            for m in messages[i : i + 10]:
+                queued = self.in_flight.get(m.receipt_handle)
+                if queued is not None:
+                    queued.visible_at = now + delay_seconds
+                    self._due(m.receipt_handle, queued)
+
+    def next_visible(self) -> float:
+        while self._returns:
+            visible_at, _, handle = self._returns[0]
+            queued = self.in_flight.get(handle)
+            if queued is not None and queued.visible_at == visible_at:
+                return visible_at
+            heapq.heappop(self._returns)
+        return math.inf
+
+
+class SimQueue:
+    """``MemoryQueue`` with SQS calls counted and long polls that wait in virtual time.
+
+    A receive with ``wait_seconds > 0`` on an empty queue parks the container until a message arrives
+    or becomes visible again, or the wait ends; then it returns what is visible (up to the maximum).
+    """
+
+    def __init__(
+        self,
+        meter: Meter,
+        clock: Any,
+        *,
+        visibility_timeout: float,
+        max_receive_count: int | None,
+        fifo: bool = True,
+    ) -> None:
+        self.meter = meter
+        self.sim = meter.sim
+        self.fifo = fifo
+        self.inner = HeapQueue(
+            clock=clock,
+            visibility_timeout=visibility_timeout,
+            max_receive_count=max_receive_count if max_receive_count is not None else 1 << 30,
+        )
+        self.waiters: list[Any] = []
+
+    # the producer (not counted: the same for every system)
+
+    def send(self, body: str, group_id: str = "") -> str:
+        message_id = self.inner.send(body, group_id)
+        self._wake()
+        return message_id
+
+    def _wake(self) -> None:
+        for waiter in self.waiters:
+            waiter.wake()
+
+    def _next_visible(self) -> float:
+        return self.inner.next_visible()
+
+    # the consumer
+
+    def receive(self, max_messages: int, wait_seconds: int) -> list[Message]:
+        self.meter.call("sqs:ReceiveMessage")
+        messages = self.inner.receive(max_messages, 0)
+        sim = self.sim
+        if not messages and wait_seconds > 0 and sim is not None and sim.current is not None:
+            deadline = sim.now + wait_seconds
+            container = sim.current
+            while sim.now < deadline and not sim.closing:
+                self.waiters.append(container)
+                try:
+                    container.park(min(deadline, self._next_visible()))
+                finally:
+                    self.waiters.remove(container)
+                messages = self.inner.receive(max_messages, 0)
+                if messages:
+                    break
+        self.meter.wait("sqs:ReceiveMessage")
+        return messages
+
+    def delete(self, messages: Sequence[Message]) -> None:
+        for i in range(0, len(messages), 10):
+            self.meter.call("sqs:DeleteMessageBatch")
+            self.inner.delete(messages[i : i + 10])
+            self.meter.wait("sqs:DeleteMessageBatch")
+
+    def delete_one(self, message: Message) -> None:
+        self.meter.call("sqs:DeleteMessage")
+        self.inner.delete([message])
+        self.meter.wait("sqs:DeleteMessage")
+
+    def release(self, messages: Sequence[Message], delay_seconds: int = 0) -> None:
+        for i in range(0, len(messages), 10):
+            self.meter.call("sqs:ChangeMessageVisibilityBatch")
+            self.inner.release(messages[i : i + 10], delay_seconds)
+            self.meter.wait("sqs:ChangeMessageVisibilityBatch")
+        if delay_seconds <= 0:
+            self._wake()
+
+    def send_to_dlq(self, message: Message, reason: str) -> None:
+        self.meter.call("sqs:SendMessage")
+        self.inner.send_to_dlq(message, reason)
+        self.meter.wait("sqs:SendMessage")
+
+    @property
+    def dead(self) -> int:
+        return len(self.inner.dead)
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+
+# -- Step Functions ---------------------------------------------------------------------------------------
+
+
+class SimExecutions:
+    """``MemoryExecutions`` with calls counted and ListExecutions ``lag`` seconds behind.
+
+    The listing shows the state machine as it was ``lag`` seconds ago: executions started since are
+    missing, executions ended since are still RUNNING. DescribeExecution is consistent.
+    ``on_start(name, input)`` is called for every execution that really starts.
+    """
+
+    def __init__(
+        self, meter: Meter, clock: Any, *, lag: float, on_start: Callable[[str, str], None] | None = None
+    ) -> None:
+        self.meter = meter
+        self.inner = MemoryExecutions(clock=clock)
+        self.clock = clock
+        self.lag = lag
+        self.on_start = on_start
+        self.state_machine_arn = self.inner.state_machine_arn
+        self._recent_starts: deque[tuple[float, str]] = deque()
+        self._recent_ends: deque[tuple[float, str]] = deque()
+
+    def arn_for(self, name: str) -> str:
+        return self.inner.arn_for(name)
+
+    def start(self, name: str, input_json: str) -> StartResult:
+        self.meter.call("states:StartExecution")
+        new = name not in self.inner.running and name not in self.inner.ended
+        result = self.inner.start(name, input_json)
+        if new:
+            if self.lag > 0:
+                self._recent_starts.append((self.clock.now(), name))
+            if self.on_start is not None:
+                self.on_start(name, input_json)
+        self.meter.wait("states:StartExecution")
+        return result
+
+    def finish(self, name: str, status: str = "SUCCEEDED") -> ExecutionInfo:
+        """Step Functions ends an execution (scheduler side: no call)."""
+        info = self.inner.finish(name, status)
+        if self.lag > 0:
+            self._recent_ends.append((self.clock.now(), name))
+        return info
+
+    def describe(self, name: str) -> ExecutionInfo | None:
+        self.meter.call("states:DescribeExecution")
+        result = self.inner.describe(name)
+        self.meter.wait("states:DescribeExecution")
+        return result
+
+    def list_running(self) -> set[str]:
+        names = set(self.inner.running)
+        if self.lag > 0:
+            horizon = self.clock.now() - self.lag
+            while self._recent_starts and self._recent_starts[0][0] <= horizon:
+                self._recent_starts.popleft()
+            while self._recent_ends and self._recent_ends[0][0] <= horizon:
+                self._recent_ends.popleft()
+            names.difference_update(n for _, n in self._recent_starts)
+            names.update(n for _, n in self._recent_ends)
+        pages = max(1, math.ceil(len(names) / 1000))
+        self.meter.call("states:ListExecutions", pages)
+        self.meter.wait("states:ListExecutions", pages)
+        return names
+
+    def check(self) -> None:
+        self.meter.call("states:DescribeStateMachine")
+        self.meter.wait("states:DescribeStateMachine")
+
+    @property
+    def running(self) -> int:
+        return len(self.inner.running)
+
+
+# -- SSM ---------------------------------------------------------------------------------------------------
+
+
+class CountingSsmClient:
+    """The one SSM call ``SsmMax`` makes, answered with MAX and counted."""
+
+    def __init__(self, meter: Meter, value: int) -> None:
+        self.meter = meter
+        self.value = value
+
+    def get_parameter(self, Name: str) -> dict[str, Any]:
+        self.meter.call("ssm:GetParameter")
+        self.meter.wait("ssm:GetParameter")
+        return {"Parameter": {"Name": Name, "Value": str(self.value)}}
+
+
+# -- CloudWatch Logs ----------------------------------------------------------------------------------------
+
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+POWERTOOLS_BASE_BYTES = 420  # level, location, timestamp, service, Lambda context, trace id
+
+
+class LogBytes(logging.Handler):
+    """Counts what a Powertools JSON log line of each record would weigh."""
+
+    def __init__(self, meter: Meter) -> None:
+        super().__init__(logging.INFO)
+        self.meter = meter
+
+    def emit(self, record: logging.LogRecord) -> None:
+        extra = {k: v for k, v in record.__dict__.items() if k not in _STANDARD}
+        size = POWERTOOLS_BASE_BYTES + len(str(record.msg))
+        if extra:
+            size += len(json.dumps(extra, default=str))
+        self.meter.log_bytes += size
+
+
+def counting_logger(meter: Meter, name: str) -> logging.Logger:
+    """A logger outside the logging registry (nothing accumulates across runs)."""
+    logger = logging.Logger(name, logging.INFO)
+    logger.addHandler(LogBytes(meter))
+    logger.propagate = False
+    return logger

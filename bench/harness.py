@@ -1,0 +1,315 @@
+"""One benchmark run: a workload, a system, a MAX and a seed, simulated to the end in virtual time.
+
+    t0            payloads enqueued (a backlog at t0, or arrivals over time)
+    t0 + 30 s     first scheduled tick, then one every 60 s
+    StartExecution ──► the execution ends after its job's duration
+    end + 0.5 s   the status event reaches the system (if it subscribes)
+
+The run ends when every payload has ended or was dead-lettered. The same seed gives the same jobs to
+every system, and the same numbers on every run.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from bench.aws import Meter
+from bench.counter_semaphore import CounterSemaphoreSystem
+from bench.model import EVENT_DELAY, TICK_PHASE, TICK_SECONDS, Context, System
+from bench.poller import PollerSystem
+from bench.pricing import cost_usd, per_million
+from bench.sim import T0, Sim
+from bench.sluice_system import SluiceLean, SluiceLinger, SluiceLingerTickOnly, SluiceRefillOne, SluiceSystem
+
+SYSTEMS: dict[str, type[System]] = {
+    cls.name: cls
+    for cls in (
+        SluiceSystem,
+        SluiceLinger,
+        PollerSystem,
+        CounterSemaphoreSystem,
+        SluiceLingerTickOnly,
+        SluiceRefillOne,
+        SluiceLean,
+    )
+}
+MAIN_SYSTEMS = ("sluice", "sluice-linger", "poller", "counter-semaphore")
+
+
+# -- workloads -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    enqueue_at: float  # seconds after t0
+    duration: float
+    body: str
+
+
+DURATIONS = {
+    "fixed30": "every job runs 30 s",
+    "exp30": "exponential, mean 30 s",
+    "lognormal": "lognormal, mean 30 s, sigma 1.2 (median 14.6 s, heavy tail)",
+    "fixed5": "every job runs 5 s",
+}
+LOGNORMAL_SIGMA = 1.2
+
+
+def durations(kind: str, n: int, rng: random.Random) -> list[float]:
+    if kind == "fixed30":
+        return [30.0] * n
+    if kind == "fixed5":
+        return [5.0] * n
+    if kind == "exp30":
+        return [round(max(0.1, rng.expovariate(1 / 30)), 3) for _ in range(n)]
+    if kind == "lognormal":
+        mu = math.log(30) - LOGNORMAL_SIGMA**2 / 2
+        return [round(max(0.1, rng.lognormvariate(mu, LOGNORMAL_SIGMA)), 3) for _ in range(n)]
+    raise ValueError(kind)
+
+
+def body(job_id: str, i: int) -> str:
+    return f'{{"id":"{job_id}","task":"bench","seq":{i}}}'
+
+
+def backlog(kind: str, n: int, rng: random.Random) -> list[Job]:
+    return [
+        Job(f"job-{i:06d}", 0.0, d, body(f"job-{i:06d}", i)) for i, d in enumerate(durations(kind, n, rng))
+    ]
+
+
+def trickle(n: int, mean_gap: float, duration: float, rng: random.Random) -> list[Job]:
+    """Payloads arriving one by one (Poisson) while slots are free and nothing finishes."""
+    t, jobs = 5.0, []
+    for i in range(n):
+        t += rng.expovariate(1 / mean_gap)
+        jobs.append(Job(f"job-{i:06d}", round(t, 3), duration, body(f"job-{i:06d}", i)))
+    return jobs
+
+
+# -- what happened ---------------------------------------------------------------------------------------
+
+
+class Recorder:
+    """Starts and ends as Step Functions sees them, and the metrics derived from them.
+
+    Start latency pairs each start with the oldest free slot (FIFO): a slot is free from t0 or from the
+    end of the execution that held it; the latency is ``start - max(enqueued, slot free)``. The refill
+    latency is the same, for slots freed by an execution's end only. A start with no free slot (over
+    MAX) pairs with nothing and its slot is not freed again at its end.
+    """
+
+    def __init__(self, sim: Sim, max_: int, jobs: list[Job], *, timeline: bool = False) -> None:
+        self.sim = sim
+        self.max = max_
+        self.jobs = jobs
+        self.by_body = {j.body: j for j in jobs}
+        self.system: System | None = None
+        self.running = 0
+        self.peak = 0
+        self.started = 0
+        self.ended = 0
+        self.busy = 0.0
+        self.last_end = sim.t0
+        self.first_start: dict[str, float] = {}
+        self.duplicates = 0
+        self.latencies: list[float] = []
+        self.refill_latencies: list[float] = []
+        self.free_since: deque[tuple[float, bool]] = deque([(sim.t0, False)] * max_)
+        self.overdraft = 0
+        self.over_max_seconds = 0.0
+        self._changed_at = sim.t0
+        self.timeline: list[tuple[float, int]] | None = [(0.0, 0)] if timeline else None
+
+    def _change(self, delta: int) -> None:
+        now = self.sim.now
+        if self.running > self.max:
+            self.over_max_seconds += now - self._changed_at
+        self._changed_at = now
+        self.running += delta
+        self.peak = max(self.peak, self.running)
+        if self.timeline is not None:
+            self.timeline.append((round(now - self.sim.t0, 3), self.running))
+
+    def on_start(self, name: str, input_json: str) -> None:
+        job = self.by_body[input_json]
+        now = self.sim.now
+        self.started += 1
+        if job.id in self.first_start:
+            self.duplicates += 1
+        else:
+            self.first_start[job.id] = now
+        if self.free_since:
+            free, refill = self.free_since.popleft()
+            latency = now - max(self.sim.t0 + job.enqueue_at, free)
+            self.latencies.append(latency)
+            if refill:
+                self.refill_latencies.append(latency)
+        else:
+            self.overdraft += 1
+        self._change(+1)
+        self.sim.at(now + job.duration, self.on_end, name, job)
+
+    def on_end(self, name: str, job: Job) -> None:
+        assert self.system is not None
+        info = self.system.sfn.finish(name)
+        now = self.sim.now
+        self.ended += 1
+        self.busy += job.duration
+        self.last_end = now
+        if self.overdraft:
+            self.overdraft -= 1
+        else:
+            self.free_since.append((now, True))
+        self._change(-1)
+        if self.system.status_events:
+            self.sim.at(now + EVENT_DELAY, self.system.on_status_event, info)
+
+    def done(self) -> bool:
+        assert self.system is not None
+        return len(self.first_start) + self.system.queue.dead >= len(self.jobs) and self.running == 0
+
+
+# -- a run -----------------------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], p: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def _r(x: float | None, digits: int = 3) -> float | None:
+    return None if x is None else round(x, digits)
+
+
+def run(
+    system_name: str,
+    workload: str,
+    max_: int,
+    seed: int,
+    *,
+    jobs: list[Job],
+    horizon: float | None = None,
+    timeline: bool = False,
+    keep_latencies: bool = False,
+    latency_scale: float = 1.0,
+) -> dict[str, Any]:
+    """Simulate ``system_name`` on ``jobs`` under ``max_`` and return its metrics."""
+    sim = Sim()
+    meter = Meter(sim.clock, sim, latency_scale)
+    recorder = Recorder(sim, max_, jobs, timeline=timeline)
+    ctx = Context(sim, meter, max_, recorder.on_start, random.Random(f"{seed}/{system_name}/names"))
+    system = SYSTEMS[system_name](ctx)
+    recorder.system = system
+
+    for job in jobs:
+        sim.at(T0 + job.enqueue_at, system.queue.send, job.body, job.id)
+    ticking = [True]
+
+    def tick() -> None:
+        if ticking[0]:
+            now = sim.now
+            system.on_tick()
+            sim.at(now + TICK_SECONDS, tick)
+
+    sim.at(T0 + TICK_PHASE, tick)
+    total_work = sum(j.duration for j in jobs)
+    ideal = max(total_work / max_, max((j.duration for j in jobs), default=0.0))
+    if horizon is None:
+        horizon = 40 * ideal + 4 * 3600
+    try:
+        sim.run(until=T0 + horizon, stop=recorder.done if jobs else None)
+        finished = recorder.done()
+        end = sim.now
+        ticking[0] = False
+        sim.run(until=end + 300)  # let invocations in flight finish (they are billed)
+    finally:
+        sim.close()
+
+    makespan = recorder.last_end - T0
+    functions = system.functions
+    lambda_requests = sum(f.invocations for f in functions)
+    gb_s = sum(f.gb_seconds for f in functions)
+    log_bytes = meter.log_bytes + sum(f.log_bytes for f in functions)
+    costs = cost_usd(
+        calls=meter.calls,
+        rru=meter.rru,
+        wru=meter.wru,
+        lambda_requests=lambda_requests,
+        gb_seconds=gb_s,
+        log_bytes=log_bytes,
+        fifo=system.fifo,
+    )
+    started = recorder.started
+    total_calls = sum(meter.calls.values())
+    ddb_calls = sum(n for api, n in meter.calls.items() if api.startswith("dynamodb:"))
+    result: dict[str, Any] = {
+        "system": system_name,
+        "workload": workload,
+        "max": max_,
+        "jobs": len(jobs),
+        "finished": finished,
+        "started": started,
+        "completed": recorder.ended,
+        "dead_lettered": system.queue.dead,
+        "duplicate_starts": recorder.duplicates,
+        "api_calls_per_start": _r(total_calls / started if started else None, 2),
+        "dynamodb_calls_per_start": _r(ddb_calls / started if started else None, 2),
+        "calls_by_api": dict(sorted(meter.calls.items())),
+        "calls_by_api_per_start": {
+            api: round(n / started, 3) for api, n in sorted(meter.calls.items()) if started
+        },
+        "utilisation": _r(recorder.busy / (max_ * makespan) if makespan > 0 else None),
+        "makespan_s": _r(makespan, 1),
+        "ideal_s": _r(ideal, 1),
+        "makespan_ratio": _r(makespan / ideal if ideal > 0 else None),
+        "start_latency_p50_s": _r(percentile(recorder.latencies, 50)),
+        "start_latency_p99_s": _r(percentile(recorder.latencies, 99)),
+        "refill_latency_p50_s": _r(percentile(recorder.refill_latencies, 50)),
+        "refill_latency_p99_s": _r(percentile(recorder.refill_latencies, 99)),
+        "peak_concurrency": recorder.peak,
+        "over_max_seconds": _r(recorder.over_max_seconds, 1),
+        "cost_per_million_usd": per_million(costs, started)["total"],
+        "cost_per_million_by_service_usd": per_million(costs, started),
+        "dynamodb_capacity": {"rru": round(meter.rru), "wru": round(meter.wru)},
+        "dynamodb_wru_per_start": _r(meter.wru / started if started else None, 1),
+        "hot_item_wru_per_start": {
+            item: round(wru / started, 1) for item, wru in sorted(meter.hot_totals.items()) if started
+        },
+        "hot_item_writes_per_start": {
+            item: round(n / started, 2) for item, n in sorted(meter.hot_writes.items()) if started
+        },
+        "lambda": {
+            f.name: {
+                "invocations": f.invocations,
+                "gb_seconds": round(f.gb_seconds, 2),
+                "cold_starts": f.cold_starts,
+                "peak_concurrent": f.peak_running,
+                "over_timeout": f.over_timeout,
+            }
+            for f in functions
+        },
+        "log_bytes": log_bytes,
+        "peak_rate_per_s": {k: v for k, v in meter.peak_rates().items()},
+        "peak_item_wcu_per_s": meter.peak_item_wcu(),
+        "max_item_kb": {k: round(v / 1024, 1) for k, v in sorted(meter.max_item_bytes.items())},
+        "quota_warnings": meter.quota_warnings(),
+        "_costs_usd": costs,
+    }
+    if timeline:
+        result["_timeline"] = recorder.timeline
+    if keep_latencies:
+        result["_latencies"] = [round(x, 3) for x in recorder.latencies]
+    return result
+
+
+def idle(system_name: str, hours: float = 1.0, seed: int = 0) -> dict[str, Any]:
+    """A system with nothing to do, for ``hours``: what standing by costs."""
+    return run(system_name, "idle", 10, seed, jobs=[], horizon=hours * 3600)

@@ -1,0 +1,178 @@
+"""Sluice as built: the real ``Launcher`` and ``handle_status_change`` on the counting adapters.
+
+Two Lambda functions, configured as ``serverless.yml`` deploys them (256 MB; launcher timeout 120 s,
+completion 60 s; MAX from SSM cached 5 s; receive wait 1 s; consistency window 60 s; queue visibility
+180 s; maxReceiveCount 10):
+
+    schedule ──► launcher:   launcher.tick(reconcile_first=True, remaining_ms=...)
+    status event ──► completion: handle_status_change(...) ──► if released: launcher.admit(...)
+
+exactly as ``handlers/launcher.py`` and ``handlers/completion.py`` do. Each warm container keeps its own
+``Launcher`` (and so its own SSM cache and state machine check), like the handlers' warm runtime.
+
+Variants, for measuring proposed changes (they change no core code):
+
+- ``sluice-linger``: ``SLUICE_LINGER_SECONDS=55``, the launcher long-polls while slots are free. The
+  completion function shares the settings, so it lingers too (up to its own time budget).
+- ``sluice-linger-tick``: linger on the scheduled launcher only; completions do not linger.
+- ``sluice-refill-one``: a completion refills only the slot it freed, without reading the ledger
+  (``admit(free=1)``; see ``CountingStore.hint_one_free``).
+- ``sluice-lean``: that, plus no mark step and no read before a release.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any
+
+from bench.aws import CountingSsmClient, CountingStore, SimExecutions, SimQueue, counting_logger
+from bench.model import (
+    COLD_START,
+    EMF_BYTES,
+    LAMBDA_MEMORY_MB,
+    LIST_LAG,
+    SUMMARY_BYTES,
+    Context,
+    System,
+)
+from bench.sim import LambdaFunction
+from sluice.adapters.memory import MemoryExecutions, MemoryStore
+from sluice.adapters.ssm import SsmMax
+from sluice.completion import StatusChange, handle_status_change
+from sluice.launcher import Launcher
+from sluice.model import ExecutionInfo, TickSummary
+from sluice.settings import Settings
+
+PARAMETER = "/sluice/bench/max-concurrency"
+LINGER_SECONDS = 55
+
+logging.getLogger("sluice").setLevel(logging.WARNING)  # module loggers Powertools does not ship
+
+
+def sluice_settings(max_concurrency: int, **overrides: Any) -> Settings:
+    base = Settings(
+        queue_url="https://sqs.us-east-1.amazonaws.com/123456789012/sluice-bench.fifo",
+        dlq_url="https://sqs.us-east-1.amazonaws.com/123456789012/sluice-bench-dlq.fifo",
+        table_name="sluice-bench",
+        state_machine_arn=MemoryExecutions.state_machine_arn,
+        max_concurrency=max_concurrency,
+        max_parameter=PARAMETER,
+        max_cache_seconds=5,
+        claim_timeout_seconds=900,
+        receive_wait_seconds=1,
+        linger_seconds=0,
+        consistency_window_seconds=60,
+        time_reserve_seconds=15,
+    )
+    return replace(base, **overrides)
+
+
+class SluiceSystem(System):
+    name = "sluice"
+    status_events = True
+    linger = 0
+    completion_linger: int | None = None  # None: the same settings as the launcher
+    lean = False  # no mark step, no read before a release
+    refill_one = False  # a completion admits into the one slot it freed, without reading the ledger
+
+    def __init__(self, ctx: Context) -> None:
+        super().__init__(ctx)
+        sim, meter = ctx.sim, ctx.meter
+        self.store = CountingStore(MemoryStore(), meter, skip_mark=self.lean, release_without_read=self.lean)
+        self.queue = SimQueue(meter, sim.clock, visibility_timeout=180, max_receive_count=10)
+        self.sfn = SimExecutions(meter, sim.clock, lag=LIST_LAG, on_start=ctx.on_start)
+        self.log = counting_logger(meter, f"bench.{self.name}")
+        settings = sluice_settings(ctx.max, linger_seconds=self.linger)
+        completion_settings = settings
+        if self.completion_linger is not None:
+            completion_settings = replace(settings, linger_seconds=self.completion_linger)
+        self.launcher_fn = LambdaFunction(
+            sim, "launcher", LAMBDA_MEMORY_MB, 120, COLD_START, lambda: self._launcher(settings)
+        )
+        self.completion_fn = LambdaFunction(
+            sim, "completion", LAMBDA_MEMORY_MB, 60, COLD_START, lambda: self._launcher(completion_settings)
+        )
+        self.functions = [self.launcher_fn, self.completion_fn]
+        self.settings = settings
+
+    def _launcher(self, settings: Settings) -> Launcher:
+        max_source = SsmMax(
+            CountingSsmClient(self.meter, self.max),
+            PARAMETER,
+            default=self.max,
+            clock=self.sim.clock,
+            cache_seconds=settings.max_cache_seconds,
+        )
+        return Launcher(
+            queue=self.queue,  # type: ignore[arg-type]
+            executions=self.sfn,  # type: ignore[arg-type]
+            store=self.store,  # type: ignore[arg-type]
+            max_source=max_source,
+            clock=self.sim.clock,
+            settings=settings,
+            logger=self.log,
+        )
+
+    def _emit(self, summary: TickSummary) -> None:
+        self.meter.log_bytes += EMF_BYTES + SUMMARY_BYTES
+
+    # handlers/launcher.py
+    def on_tick(self) -> None:
+        def handler(launcher: Launcher, remaining_ms: Any) -> None:
+            self._emit(launcher.tick(reconcile_first=True, remaining_ms=remaining_ms))
+
+        self.launcher_fn.invoke(handler)
+
+    # handlers/completion.py
+    def on_status_event(self, info: ExecutionInfo) -> None:
+        event = {
+            "detail-type": "Step Functions Execution Status Change",
+            "source": "aws.states",
+            "detail": {
+                "executionArn": info.arn,
+                "stateMachineArn": self.sfn.state_machine_arn,
+                "name": info.name,
+                "status": info.status,
+                "startDate": int((info.start_date or 0) * 1000),
+                "stopDate": int((info.stop_date or 0) * 1000),
+            },
+        }
+
+        def handler(launcher: Launcher, remaining_ms: Any) -> None:
+            change = StatusChange.from_event(event)
+            released = handle_status_change(
+                change,
+                store=launcher.store,
+                state_machine_arn=self.settings.state_machine_arn,
+                now=self.sim.now,
+            )
+            if released:
+                if self.refill_one:
+                    self.store.hint_one_free(self.max)
+                self._emit(launcher.admit(remaining_ms=remaining_ms))
+                self.store.forget_hint()
+
+        self.completion_fn.invoke(handler)
+
+
+class SluiceLinger(SluiceSystem):
+    name = "sluice-linger"
+    linger = LINGER_SECONDS
+
+
+class SluiceLingerTickOnly(SluiceSystem):
+    name = "sluice-linger-tick"
+    linger = LINGER_SECONDS
+    completion_linger = 0
+
+
+class SluiceLean(SluiceSystem):
+    name = "sluice-lean"
+    lean = True
+    refill_one = True
+
+
+class SluiceRefillOne(SluiceSystem):
+    name = "sluice-refill-one"
+    refill_one = True
