@@ -1,0 +1,73 @@
+"""``python -m bench [--quick] [--seed N]``: run every benchmark and write the results.
+
+Full run: ``bench/results.json`` and the plots in ``docs/img/``. Quick run: the same under ``bench/out/``
+(git-ignored). Both print the table and write ``bench/out/summary.md`` (the tables of docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+import sys
+import time
+from pathlib import Path
+
+from bench import plan as plan_mod
+from bench import report
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_SEED = 20261129
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller scale, under a minute")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("--workers", type=int, default=None, help="processes (default: up to 2)")
+    parser.add_argument("--no-moto", action="store_true", help="skip the call-count check against moto")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="redo the report and plots from the last run's bench/out/raw.pickle",
+    )
+    args = parser.parse_args(argv)
+
+    began = time.monotonic()
+    plan = plan_mod.Plan.make(quick=args.quick, seed=args.seed)
+    out = ROOT / "bench" / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    results_path = out / "results-quick.json" if plan.quick else ROOT / "bench" / "results.json"
+    img = out / "img" if plan.quick else ROOT / "docs" / "img"
+
+    print(
+        f"sluice bench: seed {plan.seed}, backlog {plan.backlog:,}{' (quick)' if plan.quick else ''}",
+        flush=True,
+    )
+    raw = out / ("raw-quick.pickle" if plan.quick else "raw.pickle")
+    if args.report_only:
+        results = pickle.loads(raw.read_bytes())
+    else:
+        results = plan_mod.execute(plan, args.workers, moto=not args.no_moto)
+        raw.write_bytes(pickle.dumps(results))
+    results = dict(results)
+    scaled, moto = results.pop("scale"), results.pop("moto")
+    command = (
+        "make bench"
+        + (" QUICK=1" if plan.quick else "")
+        + (f" SEED={plan.seed}" if plan.seed != DEFAULT_SEED else "")
+    )
+    data, cpu = report.assemble(plan, results, scaled, moto, command)
+    results_path.write_text(json.dumps({**data, "cpu": cpu}, indent=1) + "\n")
+    (out / "summary.md").write_text(report.markdown(data, cpu))
+    written = report.plots(data, results, cpu, img)
+    print(report.table(data))
+    print(
+        f"\nwrote {results_path.relative_to(ROOT)}, bench/out/summary.md and {len(written)} plots in {img.relative_to(ROOT)}/"
+    )
+    print(f"took {time.monotonic() - began:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""What ``make bench`` runs: every (system, workload, MAX), the trickle, the idle hour, the scale ticks."""
+
+from __future__ import annotations
+
+import os
+import random
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from bench.harness import MAIN_SYSTEMS, backlog, idle, run, trickle
+
+WORKLOADS = ("fixed30", "exp30", "lognormal", "fixed5")
+MAXES = (5, 100, 1000)
+VARIANTS = ("sluice-lean",)
+REFILL_ONE = ("sluice-refill-one", ("fixed30", "fixed5"))  # isolates the dead-letter fix
+TRICKLE_SYSTEMS = (*MAIN_SYSTEMS, "sluice-linger-tick", "sluice-lean")
+IDLE_SYSTEMS = ("sluice", "sluice-linger", "sluice-linger-tick", "poller", "counter-semaphore")
+TIMELINE = ("fixed30", 100)  # the run whose concurrency over time is plotted
+
+
+@dataclass(frozen=True)
+class Plan:
+    quick: bool
+    seed: int
+    backlog: int
+    trickle_jobs: int
+    trickle_gap: float
+    trickle_duration: float
+    trickle_max: int
+    idle_hours: float
+    scale_running: tuple[int, ...]
+    scale_backlog: tuple[int, ...]
+
+    @classmethod
+    def make(cls, *, quick: bool, seed: int) -> Plan:
+        if quick:
+            return cls(quick, seed, 500, 40, 15.0, 1_200.0, 100, 1 / 3, (10, 1_000), (1_000, 10_000))
+        return cls(quick, seed, 10_000, 240, 15.0, 7_200.0, 250, 1.0, (10, 1_000, 10_000), (1_000, 100_000))
+
+
+def _backlog_task(args: tuple[str, str, int, int, int]) -> dict[str, Any]:
+    system, workload, max_, n, seed = args
+    jobs = backlog(workload, n, random.Random(f"{seed}/{workload}/{max_}"))
+    return run(system, workload, max_, seed, jobs=jobs, timeline=(workload, max_) == TIMELINE)
+
+
+def _trickle_task(args: tuple[str, Plan]) -> dict[str, Any]:
+    system, plan = args
+    jobs = trickle(
+        plan.trickle_jobs, plan.trickle_gap, plan.trickle_duration, random.Random(f"{plan.seed}/trickle")
+    )
+    return run(system, "trickle", plan.trickle_max, plan.seed, jobs=jobs, keep_latencies=True)
+
+
+def _idle_task(args: tuple[str, Plan]) -> dict[str, Any]:
+    system, plan = args
+    return idle(system, plan.idle_hours, plan.seed)
+
+
+def _cost(task: tuple[str, Any]) -> float:
+    """Rough CPU weight, to start the slow runs first."""
+    kind, args = task
+    if kind in ("scale", "moto"):
+        return 5_000.0
+    if kind != "backlog":
+        return 1.0
+    system, _, max_, n, _ = args
+    if system == "counter-semaphore":
+        return n * (40.0 if max_ <= 5 else 1.0)
+    if system == "poller":
+        return n * 0.05
+    return n * 1.0
+
+
+def _dispatch(task: tuple[str, Any]) -> tuple[str, Any]:
+    kind, args = task
+    if kind == "backlog":
+        return kind, _backlog_task(args)
+    if kind == "trickle":
+        return kind, _trickle_task(args)
+    if kind == "idle":
+        return kind, _idle_task(args)
+    if kind == "scale":
+        from bench.scale import scale
+
+        return kind, scale(list(args.scale_running), list(args.scale_backlog))
+    from bench.validate import agreement
+
+    return kind, agreement()
+
+
+def execute(plan: Plan, workers: int | None = None, *, moto: bool = True) -> dict[str, Any]:
+    tasks: list[tuple[str, Any]] = []
+    for workload in WORKLOADS:
+        for max_ in MAXES:
+            for system in (*MAIN_SYSTEMS, *VARIANTS):
+                tasks.append(("backlog", (system, workload, max_, plan.backlog, plan.seed)))
+            if workload in REFILL_ONE[1]:
+                tasks.append(("backlog", (REFILL_ONE[0], workload, max_, plan.backlog, plan.seed)))
+    tasks += [("trickle", (s, plan)) for s in TRICKLE_SYSTEMS]
+    tasks += [("idle", (s, plan)) for s in IDLE_SYSTEMS]
+    tasks.append(("scale", plan))
+    if moto:
+        tasks.append(("moto", None))
+    order = sorted(range(len(tasks)), key=lambda i: -_cost(tasks[i]))
+    workers = workers or min(2, os.cpu_count() or 1)
+    results: list[tuple[str, Any] | None] = [None] * len(tasks)
+    if workers <= 1:
+        for i in order:
+            results[i] = _dispatch(tasks[i])
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = {i: pool.submit(_dispatch, tasks[i]) for i in order}
+            for i, f in futures.items():
+                results[i] = f.result()
+    out: dict[str, Any] = {"backlog": [], "trickle": [], "idle": [], "scale": None, "moto": None}
+    for item in results:
+        assert item is not None
+        if item[0] in ("scale", "moto"):
+            out[item[0]] = item[1]
+        else:
+            out[item[0]].append(item[1])
+    return out

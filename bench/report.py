@@ -1,0 +1,489 @@
+"""Turn the runs into results.json, a terminal table, Markdown tables and PNG plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bench.aws import LATENCY, QUOTAS
+from bench.harness import DURATIONS, LOGNORMAL_SIGMA
+from bench.model import COLD_START, EVENT_DELAY, LAMBDA_MEMORY_MB, LIST_LAG, TICK_PHASE, TICK_SECONDS
+from bench.plan import MAXES, TIMELINE, WORKLOADS, Plan
+from bench.pricing import PRICES, PRICES_AS_OF, SECONDS_PER_MONTH
+
+SYSTEM_ORDER = [
+    "sluice",
+    "sluice-linger",
+    "sluice-linger-tick",
+    "sluice-refill-one",
+    "sluice-lean",
+    "poller",
+    "counter-semaphore",
+]
+LABEL = {
+    "sluice": "Sluice",
+    "sluice-linger": "Sluice, linger 55 s",
+    "sluice-linger-tick": "Sluice, linger on the tick only*",
+    "sluice-refill-one": "Sluice, refill one*",
+    "sluice-lean": "Sluice, lean*",
+    "poller": "SQS poller (Cui 2018)",
+    "counter-semaphore": "Counter semaphore (Cumulus)",
+}
+COLOR = {
+    "sluice": "#1f77b4",
+    "sluice-linger": "#17becf",
+    "sluice-linger-tick": "#9edae5",
+    "sluice-refill-one": "#c7c7c7",
+    "sluice-lean": "#aec7e8",
+    "poller": "#ff7f0e",
+    "counter-semaphore": "#2ca02c",
+}
+
+
+def _order(r: dict[str, Any]) -> tuple[int, int, int]:
+    w = WORKLOADS.index(r["workload"]) if r["workload"] in WORKLOADS else len(WORKLOADS)
+    return (w, r["max"], SYSTEM_ORDER.index(r["system"]))
+
+
+def _public(r: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in r.items() if not k.startswith("_")}
+
+
+def _find(runs: list[dict[str, Any]], system: str, workload: str, max_: int) -> dict[str, Any] | None:
+    return next((r for r in runs if (r["system"], r["workload"], r["max"]) == (system, workload, max_)), None)
+
+
+def _month(r: dict[str, Any], hours: float) -> dict[str, float]:
+    factor = SECONDS_PER_MONTH / (hours * 3600)
+    return {k: round(v * factor, 2) for k, v in r["_costs_usd"].items()}
+
+
+def assemble(
+    plan: Plan,
+    results: dict[str, list[dict[str, Any]]],
+    scale: dict[str, Any],
+    moto: dict[str, Any] | None,
+    command: str,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the deterministic results, the CPU section)."""
+    runs = sorted(results["backlog"], key=_order)
+    trickle = sorted(results["trickle"], key=lambda r: SYSTEM_ORDER.index(r["system"]))
+    idle = {r["system"]: r for r in results["idle"]}
+
+    idle_month = {
+        s: _month(r, plan.idle_hours)
+        for s, r in sorted(idle.items(), key=lambda kv: SYSTEM_ORDER.index(kv[0]))
+    }
+    for s, r in idle.items():
+        idle_month[s]["lambda_invocations_per_month"] = round(
+            sum(f["invocations"] for f in r["lambda"].values()) * SECONDS_PER_MONTH / (plan.idle_hours * 3600)
+        )
+        idle_month[s]["api_calls_per_month"] = round(
+            sum(r["calls_by_api"].values()) * SECONDS_PER_MONTH / (plan.idle_hours * 3600)
+        )
+
+    def trickle_of(system: str) -> dict[str, Any]:
+        return next(r for r in trickle if r["system"] == system)
+
+    # Linger has two costs: the scheduled launcher stays up ~55 s a minute (a standing cost, measured
+    # idle), and every completion that finds the queue empty lingers up to its own budget (a cost per
+    # launch, measured on the trickle as the difference with linger on the tick only).
+    per_launch = {
+        s: trickle_of(s)["_costs_usd"]["total"] / trickle_of(s)["started"] * 1e6
+        for s in ("sluice", "sluice-linger", "sluice-linger-tick")
+    }
+    linger = {
+        "linger_seconds": 55,
+        "standing_cost_per_month_usd": round(
+            idle_month["sluice-linger"]["total"] - idle_month["sluice"]["total"], 2
+        ),
+        "standing_cost_per_month_by_service_usd": {
+            k: round(idle_month["sluice-linger"][k] - idle_month["sluice"][k], 2)
+            for k in ("lambda", "sqs", "dynamodb", "logs")
+        },
+        "completion_linger_cost_per_million_launches_usd": round(
+            per_launch["sluice-linger"] - per_launch["sluice-linger-tick"], 2
+        ),
+        "completion_linger_gb_seconds_per_launch": round(
+            (
+                trickle_of("sluice-linger")["lambda"]["completion"]["gb_seconds"]
+                - trickle_of("sluice-linger-tick")["lambda"]["completion"]["gb_seconds"]
+            )
+            / trickle_of("sluice-linger")["started"],
+            2,
+        ),
+        "trickle_start_latency_p50_s": {
+            s: trickle_of(s)["start_latency_p50_s"] for s in ("sluice", "sluice-linger", "sluice-linger-tick")
+        },
+    }
+
+    scale_public = json.loads(json.dumps(scale))
+    cpu: dict[str, Any] = {"unit": "ms of process_time per tick (median)", "running": [], "backlog": []}
+    for section in ("running", "backlog"):
+        for row in scale_public[section]:
+            cpu_row = {"running": row["running"], "backlog": row["backlog"]}
+            for name in ("sluice", "poller", "counter-semaphore"):
+                cpu_row[name] = row[name].pop("_cpu_ms")
+            cpu[section].append(cpu_row)
+
+    targets = _targets(runs, trickle, scale_public)
+    data = {
+        "meta": {
+            "command": command,
+            "seed": plan.seed,
+            "quick": plan.quick,
+            "backlog": plan.backlog,
+            "workloads": {w: DURATIONS[w] for w in WORKLOADS},
+            "lognormal_sigma": LOGNORMAL_SIGMA,
+            "max": list(MAXES),
+            "trickle": {
+                "payloads": plan.trickle_jobs,
+                "mean_gap_s": plan.trickle_gap,
+                "duration_s": plan.trickle_duration,
+                "max": plan.trickle_max,
+            },
+            "model": {
+                "tick_seconds": TICK_SECONDS,
+                "first_tick_after_s": TICK_PHASE,
+                "status_event_delay_s": EVENT_DELAY,
+                "list_executions_lag_s": LIST_LAG,
+                "cold_start_s": COLD_START,
+                "lambda_memory_mb": LAMBDA_MEMORY_MB,
+                "call_latency_s": LATENCY,
+                "quotas_per_s": QUOTAS,
+            },
+            "prices": {"as_of": PRICES_AS_OF, "region": "us-east-1", **PRICES},
+        },
+        "targets": targets,
+        "runs": [_public(r) for r in runs],
+        "trickle": [_public(r) for r in trickle],
+        "idle_month_usd": idle_month,
+        "linger": linger,
+        "scale": scale_public,
+        "moto_check": moto,
+    }
+    return data, cpu
+
+
+def _targets(
+    runs: list[dict[str, Any]], trickle: list[dict[str, Any]], scale: dict[str, Any]
+) -> list[dict[str, Any]]:
+    out = []
+    main = _find(runs, "sluice", "fixed30", 100)
+    sluice_runs = [r for r in runs if r["system"] == "sluice"]
+    if main:
+        out.append(
+            {
+                "target": "utilisation >= 0.95 (30 s jobs, MAX 100)",
+                "value": main["utilisation"],
+                "met": main["utilisation"] >= 0.95,
+            }
+        )
+        out.append(
+            {
+                "target": "makespan <= 1.05 x ideal (30 s jobs, MAX 100)",
+                "value": main["makespan_ratio"],
+                "met": main["makespan_ratio"] <= 1.05,
+            }
+        )
+        worst = max(r["refill_latency_p50_s"] for r in sluice_runs if r["refill_latency_p50_s"] is not None)
+        out.append(
+            {
+                "target": "p50 start latency into a slot freed by a completion <= 1 s (worst backlog run)",
+                "value": worst,
+                "met": worst <= 1.0,
+            }
+        )
+        out.append(
+            {
+                "target": "about 2 API calls per start (30 s jobs, MAX 100)",
+                "value": main["api_calls_per_start"],
+                "dynamodb_calls_per_start": main["dynamodb_calls_per_start"],
+                "met": main["api_calls_per_start"] <= 2.5,
+            }
+        )
+    peak = max((r["peak_concurrency"] - r["max"] for r in sluice_runs), default=0)
+    out.append(
+        {"target": "peak concurrency never above MAX", "value": f"max overshoot {peak}", "met": peak <= 0}
+    )
+    rows = scale["backlog"]
+    calls = [row["sluice"]["calls_per_tick"] for row in rows]
+    out.append(
+        {"target": "tick cost flat in backlog size (API calls)", "value": calls, "met": len(set(calls)) == 1}
+    )
+    for system in ("sluice", "sluice-linger"):
+        t = next((r for r in trickle if r["system"] == system), None)
+        if t:
+            out.append(
+                {
+                    "target": f"enqueued while slots are free: p50 start latency <= 2 s ({system})",
+                    "value": t["start_latency_p50_s"],
+                    "met": t["start_latency_p50_s"] <= 2.0,
+                }
+            )
+    dead = sum(r["dead_lettered"] for r in sluice_runs)
+    out.append({"target": "no healthy payload dead-lettered (promise 3)", "value": dead, "met": dead == 0})
+    return out
+
+
+# -- the terminal ---------------------------------------------------------------------------------------
+
+
+def _fmt(x: Any, spec: str = "") -> str:
+    if x is None:
+        return "-"
+    return format(x, spec) if spec else str(x)
+
+
+def table(data: dict[str, Any]) -> str:
+    head = f"{'system':<20} {'workload':<10} {'MAX':>5} {'util':>6} {'mk/ideal':>8} {'calls/start':>11} {'ddb/start':>9} {'p50 s':>7} {'p99 s':>7} {'peak':>5} {'DLQ':>5} {'$/M':>8}"
+    lines = [head, "-" * len(head)]
+    for r in data["runs"] + data["trickle"]:
+        lines.append(
+            f"{r['system']:<20} {r['workload']:<10} {r['max']:>5} {_fmt(r['utilisation'], '.3f'):>6} "
+            f"{_fmt(r['makespan_ratio'], '.3f'):>8} {_fmt(r['api_calls_per_start'], '.2f'):>11} "
+            f"{_fmt(r['dynamodb_calls_per_start'], '.2f'):>9} {_fmt(r['start_latency_p50_s'], '.2f'):>7} "
+            f"{_fmt(r['start_latency_p99_s'], '.2f'):>7} {r['peak_concurrency']:>5} {r['dead_lettered']:>5} "
+            f"{_fmt(r['cost_per_million_usd'], '.2f'):>8}"
+        )
+    lines.append("")
+    lines.append("targets:")
+    for t in data["targets"]:
+        lines.append(f"  [{'met' if t['met'] else 'MISSED'}] {t['target']}: {t['value']}")
+    lines.append("")
+    lines.append(f"idle, USD per month: { {s: v['total'] for s, v in data['idle_month_usd'].items()} }")
+    lines.append(f"linger: {json.dumps(data['linger'])}")
+    if data["moto_check"]:
+        lines.append(f"moto check: counts agree = {data['moto_check']['agree']}")
+    return "\n".join(lines)
+
+
+# -- Markdown for docs/benchmarks.md --------------------------------------------------------------------
+
+
+def markdown(data: dict[str, Any], cpu: dict[str, Any]) -> str:
+    out = []
+    for max_ in MAXES:
+        out.append(f"\n#### MAX {max_:,}, backlog {data['meta']['backlog']:,}\n")
+        out.append(
+            "| workload | system | utilisation | makespan / ideal | calls / start | DynamoDB / start "
+            "| start latency p50 / p99 (s) | refill latency p50 / p99 (s) | peak | dead-lettered | $ per M launches |"
+        )
+        out.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for r in data["runs"]:
+            if r["max"] != max_:
+                continue
+            out.append(
+                f"| {r['workload']} | {LABEL[r['system']]} | {_fmt(r['utilisation'], '.3f')} | {_fmt(r['makespan_ratio'], '.3f')} "
+                f"| {_fmt(r['api_calls_per_start'], '.2f')} | {_fmt(r['dynamodb_calls_per_start'], '.2f')} "
+                f"| {_fmt(r['start_latency_p50_s'], '.2f')} / {_fmt(r['start_latency_p99_s'], '.2f')} "
+                f"| {_fmt(r['refill_latency_p50_s'], '.2f')} / {_fmt(r['refill_latency_p99_s'], '.2f')} "
+                f"| {r['peak_concurrency']} | {r['dead_lettered']} | {_fmt(r['cost_per_million_usd'], '.2f')} |"
+            )
+    t = data["meta"]["trickle"]
+    out.append(
+        f"\n#### Enqueued while slots are free ({t['payloads']} payloads, one every {t['mean_gap_s']:.0f} s on average, MAX {t['max']})\n"
+    )
+    out.append("| system | p50 start latency (s) | p99 (s) | calls / start | $ per M launches |")
+    out.append("| --- | ---: | ---: | ---: | ---: |")
+    for r in data["trickle"]:
+        out.append(
+            f"| {LABEL[r['system']]} | {_fmt(r['start_latency_p50_s'], '.2f')} | {_fmt(r['start_latency_p99_s'], '.2f')} "
+            f"| {_fmt(r['api_calls_per_start'], '.2f')} | {_fmt(r['cost_per_million_usd'], '.2f')} |"
+        )
+    out.append("\n#### Standing by (no payloads), per 30-day month\n")
+    out.append("| system | USD / month | Lambda invocations | API calls |")
+    out.append("| --- | ---: | ---: | ---: |")
+    for s, v in data["idle_month_usd"].items():
+        out.append(
+            f"| {LABEL[s]} | {v['total']:.2f} | {v['lambda_invocations_per_month']:,} | {v['api_calls_per_month']:,} |"
+        )
+    out.append("\n#### One tick, 10 slots to fill\n")
+    out.append(
+        "| running N | backlog | Sluice calls / tick | ledger item (KB) | Sluice CPU ms / tick | poller calls / tick | counter semaphore calls / tick |"
+    )
+    out.append("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for section in ("running", "backlog"):
+        for row, c in zip(data["scale"][section], cpu[section], strict=True):
+            out.append(
+                f"| {row['running']:,} | {row['backlog']:,} | {row['sluice']['calls_per_tick']} | {row['sluice']['ledger_item_kb']} "
+                f"| {c['sluice']} | {row['poller']['calls_per_tick']} | {row['counter-semaphore']['calls_per_tick']} |"
+            )
+    out.append("\n#### Targets\n")
+    out.append("| target | measured | |")
+    out.append("| --- | --- | --- |")
+    for t in data["targets"]:
+        out.append(f"| {t['target']} | {t['value']} | {'met' if t['met'] else '**missed**'} |")
+    return "\n".join(out) + "\n"
+
+
+# -- plots ------------------------------------------------------------------------------------------------
+
+
+def plots(
+    data: dict[str, Any], results: dict[str, list[dict[str, Any]]], cpu: dict[str, Any], outdir: Path
+) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    outdir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    runs = data["runs"]
+    main = ["sluice", "sluice-linger", "sluice-lean", "poller", "counter-semaphore"]
+
+    def save(fig: Any, name: str) -> None:
+        path = outdir / name
+        fig.savefig(path, dpi=110, bbox_inches="tight", metadata={"Software": None})
+        plt.close(fig)
+        written.append(path)
+
+    # 1. utilisation
+    fig, axes = plt.subplots(1, len(MAXES), figsize=(15, 4), sharey=True)
+    width = 0.8 / len(main)
+    for ax, max_ in zip(axes, MAXES, strict=True):
+        for j, s in enumerate(main):
+            ys = [(_find(runs, s, w, max_) or {}).get("utilisation") or 0 for w in WORKLOADS]
+            ax.bar([i + j * width for i in range(len(WORKLOADS))], ys, width, label=LABEL[s], color=COLOR[s])
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(WORKLOADS))], WORKLOADS)
+        ax.set_title(f"MAX {max_:,}")
+        ax.axhline(0.95, color="grey", lw=0.8, ls="--")
+        ax.set_ylim(0, 1.05)
+    axes[0].set_ylabel("slot utilisation")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=len(main), bbox_to_anchor=(0.5, -0.06))
+    fig.suptitle(f"Slot utilisation, backlog of {data['meta']['backlog']:,} (dashed: the 0.95 target)")
+    save(fig, "bench-utilisation.png")
+
+    # 2. calls per start by API
+    wl, mx = "fixed30", 100
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    apis = sorted(
+        {api for s in main for api in ((_find(runs, s, wl, mx) or {}).get("calls_by_api_per_start") or {})}
+    )
+    bottoms = [0.0] * len(main)
+    cmap = plt.get_cmap("tab20")
+    for k, api in enumerate(apis):
+        ys = [((_find(runs, s, wl, mx) or {}).get("calls_by_api_per_start") or {}).get(api, 0) for s in main]
+        ax.bar([LABEL[s] for s in main], ys, bottom=bottoms, label=api, color=cmap(k % 20))
+        bottoms = [b + y for b, y in zip(bottoms, ys, strict=True)]
+    for i, b in enumerate(bottoms):
+        ax.text(i, b, f"{b:.1f}", ha="center", va="bottom", fontsize=9)
+    ax.set_ylabel("AWS API calls per started execution")
+    ax.set_title(f"API calls per start by API ({wl}, MAX {mx})")
+    ax.tick_params(axis="x", labelsize=8)
+    ax.legend(fontsize=7, ncol=2, bbox_to_anchor=(1.01, 1), loc="upper left")
+    save(fig, "bench-calls-per-start.png")
+
+    # 3. concurrency over time
+    fig, ax = plt.subplots(figsize=(10, 4))
+    for r in results["backlog"]:
+        if (r["workload"], r["max"]) == TIMELINE and r["system"] in ("sluice", "poller", "counter-semaphore"):
+            xs, ys = zip(*[p for p in r["_timeline"] if p[0] <= 600], strict=True)
+            ax.step(xs, ys, where="post", label=LABEL[r["system"]], color=COLOR[r["system"]], lw=1)
+    ax.axhline(TIMELINE[1], color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("seconds after the backlog was enqueued")
+    ax.set_ylabel("executions running")
+    ax.set_title(f"Running executions, first 10 minutes ({TIMELINE[0]}, MAX {TIMELINE[1]})")
+    ax.legend(fontsize=8)
+    save(fig, "bench-concurrency.png")
+
+    # 4. trickle latency CDF
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for r in results["trickle"]:
+        lat = sorted(r["_latencies"])
+        if lat:
+            ax.step(
+                lat,
+                [(i + 1) / len(lat) for i in range(len(lat))],
+                where="post",
+                label=LABEL[r["system"]],
+                color=COLOR[r["system"]],
+            )
+    ax.set_xscale("symlog", linthresh=1)
+    ax.axvline(2, color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("enqueue to start (s), slots free")
+    ax.set_ylabel("fraction of payloads")
+    ax.set_title("Start latency of payloads enqueued while slots are free (dashed: 2 s target)")
+    ax.legend(fontsize=8)
+    save(fig, "bench-trickle-latency.png")
+
+    # 5. scale
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    scale = data["scale"]
+    for name in ("sluice", "poller", "counter-semaphore"):
+        axes[0].plot(
+            [row["running"] for row in scale["running"]],
+            [row[name]["calls_per_tick"] for row in scale["running"]],
+            "o-",
+            color=COLOR[name],
+            label=LABEL[name],
+        )
+        axes[1].plot(
+            [row["backlog"] for row in scale["backlog"]],
+            [row[name]["calls_per_tick"] for row in scale["backlog"]],
+            "s-",
+            color=COLOR[name],
+            label=LABEL[name],
+        )
+    axes[0].set_xlabel("running executions N (backlog 1,000)")
+    axes[1].set_xlabel(f"backlog (N = {scale['backlog'][0]['running']})")
+    for ax in axes[:2]:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_ylabel("API calls per tick (10 slots filled)")
+    axes[0].legend(fontsize=7)
+    axes[2].plot(
+        [c["running"] for c in cpu["running"]],
+        [c["sluice"] for c in cpu["running"]],
+        "o-",
+        color=COLOR["sluice"],
+        label="by running N (backlog 1,000)",
+    )
+    axes[2].plot(
+        [c["backlog"] for c in cpu["backlog"]],
+        [c["sluice"] for c in cpu["backlog"]],
+        "s--",
+        color=COLOR["sluice"],
+        label=f"by backlog (N = {scale['backlog'][0]['running']})",
+    )
+    axes[2].set_xscale("log")
+    axes[2].set_xlabel("N, or backlog size")
+    axes[2].set_ylabel("Sluice CPU ms per tick (this machine)")
+    axes[2].set_ylim(bottom=0)
+    axes[2].legend(fontsize=8)
+    fig.suptitle("One tick: API calls and CPU as N and the backlog grow")
+    save(fig, "bench-scale.png")
+
+    # 6. cost per million launches
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    for ax, mx in zip(axes, (100, 1000), strict=True):
+        bottoms = [0.0] * len(main)
+        for service, color in (
+            ("lambda", "#ff9896"),
+            ("sqs", "#c5b0d5"),
+            ("dynamodb", "#98df8a"),
+            ("logs", "#dbdb8d"),
+        ):
+            ys = [
+                ((_find(runs, s, "fixed30", mx) or {}).get("cost_per_million_by_service_usd") or {}).get(
+                    service
+                )
+                or 0
+                for s in main
+            ]
+            ax.bar(
+                [LABEL[s].replace(" (", "\n(") for s in main], ys, bottom=bottoms, label=service, color=color
+            )
+            bottoms = [b + y for b, y in zip(bottoms, ys, strict=True)]
+        for i, b in enumerate(bottoms):
+            ax.text(i, b, f"${b:.2f}", ha="center", va="bottom", fontsize=8)
+        ax.set_title(f"fixed30, MAX {mx:,}")
+        ax.tick_params(axis="x", labelsize=7)
+    axes[0].set_ylabel("USD per million launches")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Cost per million launches (Step Functions transitions excluded: equal for all)")
+    save(fig, "bench-cost.png")
+    return written

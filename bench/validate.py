@@ -1,0 +1,192 @@
+"""Check the call counting against the real adapters on moto.
+
+One scripted scenario runs twice: once with Sluice's real AWS adapters on moto (in process), counting
+every botocore call with a ``before-call`` event hook, and once with the benchmark's counting wrappers
+on the in-memory adapters. The per-API counts must be the same.
+
+    send N payloads ──► tick ──► repeat: end the oldest running execution, apply its status event,
+                                         admit into the freed slot ──► final tick
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from contextlib import ExitStack
+from typing import Any
+
+from bench.aws import CountingSsmClient, CountingStore, Meter, SimExecutions, SimQueue, counting_logger
+from bench.harness import body
+from bench.sluice_system import PARAMETER, sluice_settings
+from sluice.adapters.memory import MemoryStore
+from sluice.adapters.ssm import SsmMax
+from sluice.clock import FakeClock, SystemClock
+from sluice.completion import StatusChange, handle_status_change
+from sluice.launcher import Launcher
+from sluice.settings import Settings
+
+REGION = "us-east-1"
+SERVICE = {"sfn": "states", "stepfunctions": "states"}
+
+
+def _settings(max_: int, **overrides: Any) -> Settings:
+    # No SSM cache and no receive wait: the count must not depend on how fast moto answers.
+    return sluice_settings(max_, max_cache_seconds=0, receive_wait_seconds=0, **overrides)
+
+
+def _scenario(
+    launcher: Launcher,
+    send: Callable[[str, str], None],
+    running: Callable[[], list[str]],
+    finish: Callable[[str], None],
+    reset: Callable[[], None],
+    now: Callable[[], float],
+    payloads: int,
+) -> None:
+    for i in range(payloads):
+        send(body(f"job-{i:06d}", i), f"job-{i:06d}")
+    reset()
+    launcher.tick()
+    arn = launcher.settings.state_machine_arn
+    while names := sorted(running()):
+        finish(names[0])
+        change = StatusChange(
+            name=names[0],
+            status="SUCCEEDED",
+            state_machine_arn=arn,
+            execution_arn=launcher.executions.arn_for(names[0]),
+        )
+        if handle_status_change(change, store=launcher.store, state_machine_arn=arn, now=now()):
+            launcher.admit()
+    launcher.tick()
+
+
+def memory_counts(payloads: int = 8, max_: int = 3) -> dict[str, int]:
+    clock = FakeClock()
+    meter = Meter(clock)
+    store = CountingStore(MemoryStore(), meter)
+    queue = SimQueue(meter, clock, visibility_timeout=180, max_receive_count=10)
+    sfn = SimExecutions(meter, clock, lag=0)
+    settings = _settings(max_, state_machine_arn=sfn.state_machine_arn)
+    launcher = Launcher(
+        queue=queue,  # type: ignore[arg-type]
+        executions=sfn,  # type: ignore[arg-type]
+        store=store,  # type: ignore[arg-type]
+        max_source=SsmMax(
+            CountingSsmClient(meter, max_), PARAMETER, default=max_, clock=clock, cache_seconds=0
+        ),
+        clock=clock,
+        settings=settings,
+        logger=counting_logger(meter, "bench.validate"),
+    )
+    _scenario(
+        launcher,
+        send=lambda b, key: queue.send(b, key),
+        running=lambda: list(sfn.inner.running),
+        finish=lambda name: sfn.finish(name),
+        reset=meter.calls.clear,
+        now=clock.now,
+        payloads=payloads,
+    )
+    return dict(sorted(meter.calls.items()))
+
+
+def moto_counts(payloads: int = 8, max_: int = 3) -> dict[str, int]:
+    import boto3
+    from moto import mock_aws
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.stepfunctions.models import stepfunctions_backends
+
+    from sluice.adapters.dynamodb import DynamoStore, create_table
+    from sluice.adapters.sfn import StepFunctionsExecutions
+    from sluice.adapters.sqs import SqsQueue
+
+    counts: dict[str, int] = {}
+
+    def count(event_name: str, **_: Any) -> None:
+        _, service, operation = event_name.split(".", 2)
+        api = f"{SERVICE.get(service, service)}:{operation}"
+        counts[api] = counts.get(api, 0) + 1
+
+    saved = {k: os.environ.get(k) for k in ("AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_ENDPOINT_URL")}
+    os.environ["AWS_DEFAULT_REGION"] = REGION
+    os.environ.pop("AWS_PROFILE", None)
+    os.environ.pop("AWS_ENDPOINT_URL", None)
+    try:
+        with ExitStack() as stack:
+            stack.enter_context(mock_aws())
+            session = boto3.session.Session(region_name=REGION)
+            producer = session.client("sqs")
+            dlq = producer.create_queue(QueueName="bench-dlq.fifo", Attributes={"FifoQueue": "true"})[
+                "QueueUrl"
+            ]
+            dlq_arn = producer.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"][
+                "QueueArn"
+            ]
+            url = producer.create_queue(
+                QueueName="bench.fifo",
+                Attributes={
+                    "FifoQueue": "true",
+                    "VisibilityTimeout": "180",
+                    "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 10}),
+                },
+            )["QueueUrl"]
+            create_table(session.client("dynamodb"), "bench-table")
+            sm_arn = session.client("stepfunctions").create_state_machine(
+                name="bench-workflow",
+                definition=json.dumps({"StartAt": "Work", "States": {"Work": {"Type": "Pass", "End": True}}}),
+                roleArn=f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/bench",
+            )["stateMachineArn"]
+            session.client("ssm").put_parameter(Name=PARAMETER, Value=str(max_), Type="String")
+
+            clients = {s: session.client(s) for s in ("sqs", "dynamodb", "stepfunctions", "ssm")}
+            for client in clients.values():
+                client.meta.events.register("before-call", count)
+            clock = SystemClock()
+            settings = _settings(
+                max_, queue_url=url, dlq_url=dlq, table_name="bench-table", state_machine_arn=sm_arn
+            )
+            launcher = Launcher(
+                queue=SqsQueue(clients["sqs"], url, dlq),
+                executions=StepFunctionsExecutions(clients["stepfunctions"], sm_arn),
+                store=DynamoStore(clients["dynamodb"], "bench-table"),
+                max_source=SsmMax(clients["ssm"], PARAMETER, default=max_, clock=clock, cache_seconds=0),
+                clock=clock,
+                settings=settings,
+            )
+            observer = session.client("stepfunctions")
+            backend = stepfunctions_backends[DEFAULT_ACCOUNT_ID][REGION]
+
+            def send(text: str, key: str) -> None:
+                producer.send_message(
+                    QueueUrl=url, MessageBody=text, MessageGroupId=key, MessageDeduplicationId=key
+                )
+
+            def running() -> list[str]:
+                pages = observer.get_paginator("list_executions").paginate(
+                    stateMachineArn=sm_arn, statusFilter="RUNNING"
+                )
+                return [e["name"] for page in pages for e in page["executions"]]
+
+            def finish(name: str) -> None:
+                from datetime import UTC, datetime
+
+                execution = backend.describe_execution(launcher.executions.arn_for(name))
+                execution.status = "SUCCEEDED"
+                execution.stop_date = datetime.now(UTC)
+
+            _scenario(launcher, send, running, finish, counts.clear, clock.now, payloads)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return dict(sorted(counts.items()))
+
+
+def agreement(payloads: int = 8, max_: int = 3) -> dict[str, Any]:
+    memory = memory_counts(payloads, max_)
+    moto = moto_counts(payloads, max_)
+    return {"payloads": payloads, "max": max_, "memory": memory, "moto": moto, "agree": memory == moto}

@@ -1,0 +1,8 @@
+# Benchmarks (docs/benchmarks.md): Sluice against the published launcher patterns, in virtual time.
+#   make bench              full run: bench/results.json and the plots in docs/img/ (a few minutes on 2 cores)
+#   make bench QUICK=1      smaller scale, under a minute: bench/out/
+#   make bench SEED=123     another seed (the default is fixed, so every run gives the same numbers)
+.PHONY: bench
+
+bench: $(STAMP)
+	PYTHONPATH=lib:. $(PY) -m bench $(if $(filter 1 yes true,$(QUICK)),--quick) $(if $(SEED),--seed $(SEED))
