@@ -1,0 +1,117 @@
+"""The benchmark harness at tiny scale: deterministic, counting as the adapters do, baselines as described."""
+
+from __future__ import annotations
+
+import inspect
+import random
+
+import pytest
+
+from bench.aws import CountingStore, Meter, SimExecutions, SimQueue
+from bench.harness import backlog, run, trickle
+from bench.sim import LambdaFunction, Sim
+from bench.validate import agreement
+from sluice.ports import Store
+
+
+def _jobs(kind: str, n: int, seed: int = 7, max_: int = 5) -> list:
+    return backlog(kind, n, random.Random(f"{seed}/{kind}/{max_}"))
+
+
+@pytest.mark.parametrize("system", ["sluice", "sluice-linger", "poller", "counter-semaphore"])
+def test_same_seed_same_numbers(system):
+    first = run(system, "exp30", 5, 7, jobs=_jobs("exp30", 40), timeline=True)
+    second = run(system, "exp30", 5, 7, jobs=_jobs("exp30", 40), timeline=True)
+
+    assert first == second
+    assert first["finished"] and first["completed"] == 40
+
+
+def test_another_seed_other_jobs():
+    assert _jobs("exp30", 40, seed=7) != _jobs("exp30", 40, seed=8)
+    assert _jobs("exp30", 40, seed=7) == _jobs("exp30", 40, seed=7)
+
+
+def test_sluice_refills_a_freed_slot_within_a_second_and_never_exceeds_max():
+    r = run("sluice", "fixed30", 10, 7, jobs=_jobs("fixed30", 60, max_=10))
+
+    assert r["completed"] == 60 and r["dead_lettered"] == 0 and r["duplicate_starts"] == 0
+    assert r["peak_concurrency"] == 10 and r["over_max_seconds"] == 0
+    assert r["refill_latency_p50_s"] < 1.0
+    assert r["lambda"]["completion"]["invocations"] == 60  # one per status event
+
+
+def test_poller_starts_only_on_its_schedule():
+    r = run("poller", "fixed30", 10, 7, jobs=_jobs("fixed30", 60, max_=10))
+
+    assert r["completed"] == 60 and r["peak_concurrency"] <= 10
+    # Nothing refills on completion: a slot freed at 30 s into the minute waits for the next tick.
+    assert r["refill_latency_p50_s"] >= 25
+    ticks = r["lambda"]["poller"]["invocations"]
+    assert r["calls_by_api"]["states:ListExecutions"] == ticks  # one page per tick
+    assert r["calls_by_api"]["sqs:DeleteMessage"] == r["calls_by_api"]["states:StartExecution"] == 60
+
+
+def test_counter_semaphore_increments_before_each_start_and_decrements_per_event():
+    r = run("counter-semaphore", "fixed30", 5, 7, jobs=_jobs("fixed30", 30))
+
+    assert r["completed"] == 30 and r["peak_concurrency"] <= 5
+    calls = r["calls_by_api"]
+    # Every attempt, won or lost, is a PutItem and an UpdateItem; so is every decrement.
+    assert calls["dynamodb:PutItem"] == calls["dynamodb:UpdateItem"]
+    assert calls["dynamodb:UpdateItem"] > 2 * 30  # attempts on a full counter were charged too
+    assert r["lambda"]["sfSemaphoreDown"]["invocations"] == 30
+
+
+def test_linger_starts_a_payload_enqueued_while_slots_are_free_at_once():
+    jobs = trickle(10, 15.0, 600.0, random.Random("trickle"))
+    plain = run("sluice", "trickle", 20, 7, jobs=jobs, keep_latencies=True)
+    linger = run("sluice-linger", "trickle", 20, 7, jobs=jobs, keep_latencies=True)
+
+    assert plain["start_latency_p50_s"] > 2  # waits for the next tick
+    assert linger["start_latency_p50_s"] < 2  # a long poll is waiting
+
+
+def test_list_executions_lags():
+    sim = Sim()
+    meter = Meter(sim.clock)
+    sfn = SimExecutions(meter, sim.clock, lag=3.0)
+    sfn.start("a", "{}")
+    sim.clock.t += 1
+    assert sfn.list_running() == set()  # too fresh
+    sim.clock.t += 3
+    assert sfn.list_running() == {"a"}
+    sfn.finish("a")
+    sim.clock.t += 1
+    assert sfn.list_running() == {"a"}  # ended, still listed
+    sim.clock.t += 3
+    assert sfn.list_running() == set()
+    assert meter.calls == {"states:StartExecution": 1, "states:ListExecutions": 4}
+
+
+def test_a_long_poll_waits_in_virtual_time_until_a_message_arrives():
+    sim = Sim()
+    meter = Meter(sim.clock, sim)
+    queue = SimQueue(meter, sim.clock, visibility_timeout=30, max_receive_count=None)
+    got: list = []
+    fn = LambdaFunction(sim, "poller", 256, 60, 0.0, lambda: None)
+    fn.invoke(lambda _state, _ms: got.append((queue.receive(10, 20), sim.now - sim.t0)))
+    sim.at(sim.t0 + 5, queue.send, '{"id":"x"}', "x")
+    sim.run()
+
+    messages, at = got[0]
+    assert [m.body for m in messages] == ['{"id":"x"}'] and at == pytest.approx(5.012)
+    assert meter.calls == {"sqs:ReceiveMessage": 1}
+
+
+def test_counting_store_implements_every_store_method():
+    wanted = {n for n, _ in inspect.getmembers(Store, inspect.isfunction) if not n.startswith("_")}
+    missing = {n for n in wanted if not callable(getattr(CountingStore, n, None))}
+    assert not missing, f"CountingStore does not count {sorted(missing)}"
+
+
+def test_counts_agree_with_the_real_adapters_on_moto():
+    result = agreement(payloads=5, max_=2)
+
+    assert result["agree"], (result["memory"], result["moto"])
+    assert result["moto"]["states:StartExecution"] == 5
