@@ -35,7 +35,7 @@ class Plan:
     @classmethod
     def make(cls, *, quick: bool, seed: int) -> Plan:
         if quick:
-            return cls(quick, seed, 500, 40, 15.0, 1_200.0, 100, 1 / 3, (10, 1_000), (1_000, 10_000))
+            return cls(quick, seed, 300, 30, 15.0, 1_200.0, 100, 1 / 3, (10, 1_000), (1_000, 10_000))
         return cls(quick, seed, 10_000, 240, 15.0, 7_200.0, 250, 1.0, (10, 1_000, 10_000), (1_000, 100_000))
 
 
