@@ -1,0 +1,91 @@
+"""The demo's chart: running executions over time against MAX (matplotlib, no display needed)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def running_steps(intervals: Sequence[tuple[float, float]]) -> list[tuple[float, int]]:
+    """(time, running from then on) from (start, stop) pairs. At equal times a stop counts before a
+    start: a slot is refilled only after the execution that held it ended."""
+    changes = sorted([(stop, -1) for _, stop in intervals] + [(start, +1) for start, _ in intervals])
+    steps: list[tuple[float, int]] = []
+    running = 0
+    for t, delta in changes:
+        running += delta
+        if steps and steps[-1][0] == t:
+            steps[-1] = (t, running)
+        else:
+            steps.append((t, running))
+    return steps
+
+
+def peak(intervals: Sequence[tuple[float, float]]) -> int:
+    return max((n for _, n in running_steps(intervals)), default=0)
+
+
+def draw(
+    path: Path,
+    *,
+    intervals: Sequence[tuple[float, float]],
+    samples: Sequence[tuple[float, int]],
+    waiting: Sequence[tuple[float, int]],
+    maximum: int,
+    title: str,
+) -> Path:
+    """Write the PNG: the exact running count from start/stop times (step line), the ListExecutions
+    samples (dots), MAX (dashed) and the queue backlog (right axis)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = running_steps(intervals)
+    fig, ax = plt.subplots(figsize=(10, 4.8), dpi=110)
+    try:
+        if steps:
+            xs = [0.0] + [t for t, _ in steps]
+            ys = [0] + [n for _, n in steps]
+            ax.step(xs, ys, where="post", color="#1f6fb4", linewidth=1.6, label="running (start/stop times)")
+            ax.fill_between(xs, ys, step="post", color="#1f6fb4", alpha=0.15)
+        if samples:
+            ax.scatter(
+                [t for t, _ in samples],
+                [n for _, n in samples],
+                s=9,
+                color="#f28e2b",
+                zorder=3,
+                label="running (ListExecutions samples)",
+            )
+        ax.axhline(maximum, color="#d62728", linestyle="--", linewidth=1.4, label=f"MAX = {maximum}")
+        ax.set_ylim(0, maximum * 1.35 + 1)
+        ax.set_xlim(left=0)
+        ax.set_xlabel("seconds since the batch was enqueued")
+        ax.set_ylabel("running executions")
+        ax.grid(alpha=0.3)
+        ax.set_title(title, fontsize=11)
+        if waiting:
+            backlog = ax.twinx()
+            backlog.plot(
+                [t for t, _ in waiting],
+                [n for _, n in waiting],
+                color="#7f7f7f",
+                linewidth=1.1,
+                linestyle=":",
+                label="messages waiting in the queue",
+            )
+            backlog.set_ylabel("messages waiting", color="#7f7f7f")
+            backlog.tick_params(axis="y", colors="#7f7f7f")
+            backlog.set_ylim(bottom=0)
+            lines, labels = ax.get_legend_handles_labels()
+            more, more_labels = backlog.get_legend_handles_labels()
+            ax.legend(lines + more, labels + more_labels, loc="upper right", fontsize=8, framealpha=0.9)
+        else:
+            ax.legend(loc="upper right", fontsize=8, framealpha=0.9)
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+    return path
