@@ -5,7 +5,7 @@ completion 60 s; MAX from SSM cached 5 s; receive wait 1 s; consistency window 6
 180 s; maxReceiveCount 10):
 
     schedule ──► launcher:   launcher.tick(reconcile_first=True, remaining_ms=...)
-    status event ──► completion: handle_status_change(...) ──► if released: launcher.admit(...)
+    status event ──► completion: handle_status_change(...) ──► if released: launcher.admit(max_new=1)
 
 exactly as ``handlers/launcher.py`` and ``handlers/completion.py`` do. Each warm container keeps its own
 ``Launcher`` (and so its own SSM cache and state machine check), like the handlers' warm runtime.
@@ -150,7 +150,7 @@ class SluiceSystem(System):
             if released:
                 if self.refill_one:
                     self.store.hint_one_free(self.max)
-                self._emit(launcher.admit(remaining_ms=remaining_ms))
+                self._emit(launcher.admit(remaining_ms=remaining_ms, max_new=1))
                 self.store.forget_hint()
 
         self.completion_fn.invoke(handler)

@@ -1,7 +1,7 @@
 """Completion Lambda: EventBridge "Step Functions Execution Status Change".
 
 Releases the execution's slot and lease (only if it holds them), records the outcome, then fills
-the freed slot at once through the launcher's admission code.
+the one slot it freed at once through the launcher's admission code.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from handlers._shared import emit, logger, metrics, runtime
 from sluice.completion import StatusChange, handle_status_change
+from sluice.errors import TransientError
 
 
 @metrics.log_metrics
@@ -27,6 +28,12 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, object]:
     metrics.add_metric("Released", MetricUnit.Count, int(released))
     result: dict[str, object] = {"execution": change.name, "status": change.status, "released": released}
     if released:
-        summary = launcher.admit(remaining_ms=context.get_remaining_time_in_millis)
-        result["admission"] = emit(summary)
+        try:
+            summary = launcher.admit(remaining_ms=context.get_remaining_time_in_millis, max_new=1)
+        except TransientError as exc:
+            # The release is done; the next tick fills the slot. Retrying the event would not help.
+            logger.warning("refill skipped: AWS is throttling or unavailable", extra={"error": str(exc)})
+            result["admission"] = {"skipped": str(exc)}
+        else:
+            result["admission"] = emit(summary)
     return result

@@ -92,12 +92,24 @@ class Launcher:
             summary.reconciled = True
             summary.released_by_reconcile = report.released
             summary.drift = report.drift
-        return self.admit(summary=summary, remaining_ms=remaining_ms)
+        return self.admit(summary=summary, remaining_ms=remaining_ms, linger=True)
 
     def admit(
-        self, *, summary: TickSummary | None = None, remaining_ms: Callable[[], int] | None = None
+        self,
+        *,
+        summary: TickSummary | None = None,
+        remaining_ms: Callable[[], int] | None = None,
+        max_new: int | None = None,
+        linger: bool = False,
     ) -> TickSummary:
-        """Receive and start payloads while slots are free, the queue has messages and time remains."""
+        """Receive and start payloads while slots are free, the queue has messages and time remains.
+
+        ``max_new`` caps how many this call starts: a completion refills the one slot it freed. If
+        every completion of a burst took all the free slots it saw, all but one would lose their
+        claims and return their messages, and each return spends a receive of the message's
+        ``maxReceiveCount``: healthy messages would walk to the DLQ. ``linger`` keeps long-polling
+        while slots are free (``SLUICE_LINGER_SECONDS``); only the scheduled tick lingers.
+        """
         summary = summary or TickSummary()
         self._check_state_machine()
         max_concurrency = self.max_source.current()
@@ -111,9 +123,12 @@ class Launcher:
             summary.stopped = "paused"
             return summary
 
-        linger_until = self.clock.now() + self.settings.linger_seconds
+        linger_until = self.clock.now() + (self.settings.linger_seconds if linger else 0)
+        started = 0
         while True:
             free = limit - running
+            if max_new is not None:
+                free = min(free, max_new - started)
             if free <= 0:
                 summary.stopped = "full"
                 break
@@ -137,6 +152,7 @@ class Launcher:
             summary.received += len(messages)
             filled, stop = self._process_batch(messages, limit - running, summary)
             running += filled
+            started += filled
             summary.running_after = running
             if stop:
                 summary.stopped = stop

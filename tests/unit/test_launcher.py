@@ -267,3 +267,43 @@ def test_executions_started_by_others_count_against_max():
     s = w.launcher.tick()
     assert (s.limit, s.n(Outcome.STARTED), s.drift) == (1, 1, 2)
     assert len(w.sfn.running) == 3
+
+
+def test_a_completion_refills_only_the_slot_it_freed():
+    w = World(max_concurrency=2)
+    for i in range(6):
+        w.send({"id": f"p{i}"})
+    w.launcher.tick()
+    w.max.value = 4  # raised: two more slots free, but a completion fills only its own
+    w.finish(sorted(w.sfn.running)[0])
+    s = w.launcher.admit(max_new=1)
+    assert (s.received, s.n(Outcome.STARTED)) == (1, 1) and len(w.sfn.running) == 2
+    assert w.launcher.tick().n(Outcome.STARTED) == 2  # the tick fills the rest
+
+
+@pytest.mark.parametrize(("max_new", "bounced"), [(1, 0), (None, 20)])
+def test_a_burst_of_completions_never_walks_healthy_messages_towards_the_dlq(max_new, bounced):
+    """Five executions end together; their five completion handlers read the ledger at the same
+    moment (all see five free slots) and then admit one after another."""
+    w = World(max_concurrency=5)
+    for i in range(15):
+        w.send({"id": f"p{i}"})
+    w.launcher.tick()
+    for name in sorted(w.sfn.running):
+        w.finish(name)
+    same_moment = w.store.ledger()
+    read_now = w.store.ledger
+    w.store.ledger = lambda: same_moment
+    returned = sum(w.new_launcher().admit(max_new=max_new).n(Outcome.RETURNED) for _ in range(5))
+    w.store.ledger = read_now
+    assert len(w.sfn.running) == 5
+    # Each returned message spent one of its maxReceiveCount receives without a chance to run.
+    assert returned == bounced
+    assert w.queue.calls.get("ChangeMessageVisibilityBatch", 0) == (0 if max_new else 4)
+
+
+def test_only_the_scheduled_tick_lingers():
+    w = World(linger_seconds=30)
+    calls = w.queue.calls
+    w.launcher.admit(max_new=1)
+    assert calls["ReceiveMessage"] == 1  # a completion's admission does not wait for more work
