@@ -23,8 +23,8 @@ $(STAMP): requirements/dev.txt pyproject.toml
 	touch $@
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check lib handlers tests
-	$(VENV)/bin/ruff format --check lib handlers tests
+	$(VENV)/bin/ruff check lib handlers tests bench
+	$(VENV)/bin/ruff format --check lib handlers tests bench
 
 test: lint
 	$(VENV)/bin/pytest -q
