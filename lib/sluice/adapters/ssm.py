@@ -69,9 +69,8 @@ class SsmMax:
             )
             value = self.default
         except TransientError:
-            if self._cached:
-                return self._cached[1]
-            # Guessing could exceed a MAX the operator lowered: end the tick instead.
+            # No fallback to the value read before, however recent: it could exceed a MAX the
+            # operator has lowered since. End the tick instead; the next one reads MAX again.
             raise
         self._cached = (now, value)
         return value
