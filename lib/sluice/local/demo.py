@@ -168,6 +168,7 @@ class Result:
     dlq: int = 0
     dlq_reasons: dict[str, str] = field(default_factory=dict)
     handler_errors: list[str] = field(default_factory=list)
+    order_violations: list[str] = field(default_factory=list)  # keys whose later message ran instead
     unexpected_executions: list[str] = field(default_factory=list)
     record_mismatches: list[str] = field(default_factory=list)
     chart: str = ""
@@ -569,6 +570,18 @@ class Demo:
                 if s.resubmission:
                     resub[fate] += 1
         r.fates = dict(fates)
+        # FIFO order within a group: a payload's later message never runs when an earlier one was
+        # suppressed as its duplicate (that would mean the group was handed out twice at once).
+        by_key: dict[str, list[Sent]] = {}
+        for s in sent:
+            if s.key is not None:
+                by_key.setdefault(s.key, []).append(s)
+        for key, messages in by_key.items():
+            ran_flags = [execution_name(key, m.message_id) in ran for m in messages]
+            if any(
+                not earlier and later for i, earlier in enumerate(ran_flags) for later in ran_flags[i + 1 :]
+            ):
+                r.order_violations.append(key)
         r.resubmission_fates = dict(resub)
         r.groups = len({s.group for s in sent})
         r.unexpected_executions = sorted(set(ran) - expected)
@@ -619,6 +632,8 @@ class Demo:
             problems.append(f"the ledger still holds {r.ledger_holders} slot(s)")
         if r.queue_left:
             problems.append(f"{r.queue_left} message(s) left in the queue")
+        if r.order_violations:
+            problems.append(f"FIFO order broken for {', '.join(r.order_violations)}")
         if r.handler_errors:
             problems.append(f"{len(r.handler_errors)} handler invocation(s) raised: {r.handler_errors[0]}")
         if r.repeated_released:

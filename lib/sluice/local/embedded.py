@@ -33,10 +33,11 @@ moto gaps, and what is done about them:
   the switch (the demo packages with ``--param=stateMachineArn=<its workflow>`` for that reason).
 * Queue URLs in the outputs carry the real AWS host name; clients with ``endpoint_url`` still reach the
   server, which routes by the queue's name.
-* moto's DynamoDB is not atomic under concurrent requests (a cancelled transaction restores a copy of
-  the whole table and so undoes other requests' writes). A server in its own process
-  (``EmbeddedAws(own_process=True)``, what the demo uses with concurrent invocations) runs with
-  ``make_dynamodb_atomic``; an in-process server is left as moto ships it.
+* moto is not atomic under concurrent requests: a cancelled DynamoDB transaction restores a copy of
+  the whole table (undoing other requests' writes), and two concurrent receives can take messages of
+  one FIFO group. A server in its own process (``EmbeddedAws(own_process=True)``, what the demo uses
+  with concurrent invocations) runs with ``make_moto_atomic`` (and ``make_sqs_clock_cheap``, a speed
+  fix); an in-process server is left as moto ships it.
 """
 
 from __future__ import annotations
@@ -464,7 +465,7 @@ def _stop_server(endpoint: str) -> None:
         server.stop()
 
 
-_ITEM_OPERATIONS = (
+_DYNAMODB_OPERATIONS = (
     "put_item",
     "get_item",
     "update_item",
@@ -476,30 +477,47 @@ _ITEM_OPERATIONS = (
     "transact_write_items",
     "transact_get_items",
 )
+_SQS_OPERATIONS = (
+    "get_queue_attributes",
+    "send_message",
+    "send_message_batch",
+    "receive_message",
+    "delete_message",
+    "delete_message_batch",
+    "change_message_visibility",
+    "change_message_visibility_batch",
+    "purge_queue",
+)
 
 
-def make_dynamodb_atomic() -> None:
-    """Make moto's DynamoDB as atomic as DynamoDB, for a server that takes concurrent requests.
+def make_moto_atomic() -> None:
+    """Make moto's DynamoDB and SQS as atomic as the real services, for a server that takes
+    concurrent requests (moto serves each request in a thread of its own, without locks).
 
-    moto serves each request in a thread of its own and runs DynamoDB operations without a lock. A
-    cancelled TransactWriteItems then rolls back by putting back a copy of the whole table taken when
-    it began, which undoes the writes other requests committed in between: claims vanish, ledger
-    slots outlive their records. DynamoDB never does that. Here every item operation runs under one
-    lock, and a cancelled transaction puts back only the items it touched (copying the whole table
-    for every transaction also makes each claim slower as the table grows). Sluice is unchanged.
+    * DynamoDB: a cancelled TransactWriteItems rolls back by putting back a copy of the whole table
+      taken when it began, which undoes the writes other requests committed in between (claims vanish,
+      ledger slots outlive their records). Every item operation runs under one lock here, and a
+      cancelled transaction puts back only the items it touched (copying the whole table for every
+      transaction also makes each claim slower as the table grows).
+    * SQS: two ReceiveMessage calls at once can both take messages of one FIFO group, since each
+      reads the in-flight groups before either marks its own; SQS never hands out a group twice. Every
+      queue operation runs under one lock here, released while a long poll waits (which polls every
+      50 ms instead of spinning while the only visible messages belong to groups in flight).
+
+    Sluice's code is unchanged; this only makes the emulator behave as AWS documents.
     """
     import copy
     import threading
 
-    import moto.dynamodb.models as models
+    import moto.dynamodb.models as ddb_models
+    import moto.sqs.models as sqs_models
     from moto.dynamodb.models.dynamo_type import DynamoType
     from moto.dynamodb.models.table import Table
 
-    backend = models.DynamoDBBackend
-    if getattr(backend, "_sluice_atomic", False):
+    if getattr(ddb_models.DynamoDBBackend, "_sluice_atomic", False):
         return
-    lock = threading.RLock()
-    original_transact = backend.transact_write_items
+    ddb_lock, sqs_lock = threading.RLock(), threading.RLock()
+    original_transact = ddb_models.DynamoDBBackend.transact_write_items
 
     class TableCopyIsFree:
         """``copy`` as moto.dynamodb.models sees it: a table "copies" to itself, items really copy."""
@@ -530,7 +548,14 @@ def make_dynamodb_atomic() -> None:
                     table.items[hash_value] = before
             raise
 
-    def locked(name: str, function: Any) -> Any:
+    def wait_for_messages(self: Any, timeout: int) -> None:
+        sqs_lock.release()
+        try:
+            time.sleep(0.05)
+        finally:
+            sqs_lock.acquire()
+
+    def locked(lock: Any, function: Any) -> Any:
         @functools.wraps(function)
         def run(self: Any, *args: Any, **kwargs: Any) -> Any:
             with lock:
@@ -538,16 +563,38 @@ def make_dynamodb_atomic() -> None:
 
         return run
 
-    models.copy = TableCopyIsFree()  # type: ignore[assignment]
-    backend.transact_write_items = transact  # type: ignore[method-assign]
-    for name in _ITEM_OPERATIONS:
-        setattr(backend, name, locked(name, getattr(backend, name)))
-    backend._sluice_atomic = True  # type: ignore[attr-defined]
+    ddb_models.copy = TableCopyIsFree()  # type: ignore[assignment]
+    ddb_models.DynamoDBBackend.transact_write_items = transact  # type: ignore[method-assign]
+    for name in _DYNAMODB_OPERATIONS:
+        setattr(ddb_models.DynamoDBBackend, name, locked(ddb_lock, getattr(ddb_models.DynamoDBBackend, name)))
+    sqs_models.Queue.wait_for_messages = wait_for_messages  # type: ignore[method-assign]
+    for name in _SQS_OPERATIONS:
+        setattr(sqs_models.SQSBackend, name, locked(sqs_lock, getattr(sqs_models.SQSBackend, name)))
+    ddb_models.DynamoDBBackend._sluice_atomic = True  # type: ignore[attr-defined]
+
+
+def make_sqs_clock_cheap() -> None:
+    """moto's SQS asks the clock through datetime arithmetic for every message each time it scans a
+    queue (visibility, delay), so a FIFO send or a queue-depth read costs O(backlog) slow calls:
+    200 sends take seconds. Its two clock functions read ``time.time()`` here instead (same values)."""
+    import moto.sqs.models as sqs_models
+
+    original_seconds, original_millis = sqs_models.unix_time, sqs_models.unix_time_millis
+
+    def unix_time(dt: datetime | None = None) -> float:
+        return time.time() if dt is None else original_seconds(dt)
+
+    def unix_time_millis(dt: datetime | None = None) -> float:
+        return time.time() * 1000.0 if dt is None else original_millis(dt)
+
+    sqs_models.unix_time = unix_time  # type: ignore[assignment]
+    sqs_models.unix_time_millis = unix_time_millis  # type: ignore[assignment]
 
 
 def _serve() -> None:
     """Child process mode: print the endpoint, serve until stdin closes (the parent stopped or died)."""
-    make_dynamodb_atomic()
+    make_moto_atomic()
+    make_sqs_clock_cheap()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     logging.getLogger("moto").setLevel(logging.CRITICAL)
     import warnings
