@@ -171,9 +171,10 @@ class Meter:
 class CountingStore:
     """``MemoryStore`` behind the calls ``DynamoStore`` makes for each method.
 
-    ``skip_mark`` and ``release_without_read`` model proposed core changes (the ``sluice-lean``
-    variant): no mark step, and no read before a release. ``hint_one_free`` models an admission told
-    how many slots its caller just freed: its ledger read is not made and shows exactly one free slot.
+    ``skip_mark`` and ``release_without_read`` model possible core changes (the ``sluice-lean``
+    variant): no mark step, and no read before a release. ``hint_one_free`` models a completion's
+    admission that skips its ledger read (the ``sluice-refill-one`` variant): the read is not made and
+    shows exactly one free slot.
     """
 
     def __init__(

@@ -23,7 +23,7 @@ from bench.model import EVENT_DELAY, TICK_PHASE, TICK_SECONDS, Context, System
 from bench.poller import PollerSystem
 from bench.pricing import cost_usd, per_million
 from bench.sim import T0, Sim
-from bench.sluice_system import SluiceLean, SluiceLinger, SluiceLingerTickOnly, SluiceRefillOne, SluiceSystem
+from bench.sluice_system import SluiceLean, SluiceLinger, SluiceRefillOne, SluiceSystem
 
 SYSTEMS: dict[str, type[System]] = {
     cls.name: cls
@@ -32,7 +32,6 @@ SYSTEMS: dict[str, type[System]] = {
         SluiceLinger,
         PollerSystem,
         CounterSemaphoreSystem,
-        SluiceLingerTickOnly,
         SluiceRefillOne,
         SluiceLean,
     )

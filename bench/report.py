@@ -15,7 +15,6 @@ from bench.pricing import PRICES, PRICES_AS_OF, SECONDS_PER_MONTH
 SYSTEM_ORDER = [
     "sluice",
     "sluice-linger",
-    "sluice-linger-tick",
     "sluice-refill-one",
     "sluice-lean",
     "poller",
@@ -24,7 +23,6 @@ SYSTEM_ORDER = [
 LABEL = {
     "sluice": "Sluice",
     "sluice-linger": "Sluice, linger 55 s",
-    "sluice-linger-tick": "Sluice, linger on the tick only*",
     "sluice-refill-one": "Sluice, refill one*",
     "sluice-lean": "Sluice, lean*",
     "poller": "SQS poller (Cui 2018)",
@@ -33,7 +31,6 @@ LABEL = {
 COLOR = {
     "sluice": "#1f77b4",
     "sluice-linger": "#17becf",
-    "sluice-linger-tick": "#9edae5",
     "sluice-refill-one": "#c7c7c7",
     "sluice-lean": "#aec7e8",
     "poller": "#ff7f0e",
@@ -86,15 +83,16 @@ def assemble(
     def trickle_of(system: str) -> dict[str, Any]:
         return next(r for r in trickle if r["system"] == system)
 
-    # Linger has two costs: the scheduled launcher stays up ~55 s a minute (a standing cost, measured
-    # idle), and every completion that finds the queue empty lingers up to its own budget (a cost per
-    # launch, measured on the trickle as the difference with linger on the tick only).
-    per_launch = {
-        s: trickle_of(s)["_costs_usd"]["total"] / trickle_of(s)["started"] * 1e6
-        for s in ("sluice", "sluice-linger", "sluice-linger-tick")
-    }
+    # Only the scheduled launcher lingers: its cost is a standing one (it stays up ~55 s a minute while
+    # slots are free and the queue is empty), measured idle. Completions never linger, so their
+    # GB-seconds per launch are the same with linger on or off.
+    def gb_s_per_launch(r: dict[str, Any], fn: str) -> float:
+        return round(r["lambda"][fn]["gb_seconds"] / r["started"], 3)
+
+    fixed30 = {s: _find(runs, s, "fixed30", 100) for s in ("sluice", "sluice-linger")}
     linger = {
         "linger_seconds": 55,
+        "lingers": "the scheduled launcher only",
         "standing_cost_per_month_usd": round(
             idle_month["sluice-linger"]["total"] - idle_month["sluice"]["total"], 2
         ),
@@ -102,20 +100,28 @@ def assemble(
             k: round(idle_month["sluice-linger"][k] - idle_month["sluice"][k], 2)
             for k in ("lambda", "sqs", "dynamodb", "logs")
         },
-        "completion_linger_cost_per_million_launches_usd": round(
-            per_launch["sluice-linger"] - per_launch["sluice-linger-tick"], 2
-        ),
-        "completion_linger_gb_seconds_per_launch": round(
-            (
-                trickle_of("sluice-linger")["lambda"]["completion"]["gb_seconds"]
-                - trickle_of("sluice-linger-tick")["lambda"]["completion"]["gb_seconds"]
-            )
-            / trickle_of("sluice-linger")["started"],
-            2,
-        ),
         "trickle_start_latency_p50_s": {
-            s: trickle_of(s)["start_latency_p50_s"] for s in ("sluice", "sluice-linger", "sluice-linger-tick")
+            s: trickle_of(s)["start_latency_p50_s"] for s in ("sluice", "sluice-linger")
         },
+        "trickle_start_latency_p99_s": {
+            s: trickle_of(s)["start_latency_p99_s"] for s in ("sluice", "sluice-linger")
+        },
+        "trickle_completion_gb_seconds_per_launch": {
+            s: gb_s_per_launch(trickle_of(s), "completion") for s in ("sluice", "sluice-linger")
+        },
+        "fixed30_max100_cost_per_million_usd": {
+            s: r["cost_per_million_usd"] for s, r in fixed30.items() if r is not None
+        },
+    }
+
+    dead: dict[str, dict[str, dict[str, int]]] = {}
+    for r in runs:
+        dead.setdefault(r["system"], {}).setdefault(r["workload"], {})[str(r["max"])] = r["dead_lettered"]
+    for r in trickle:
+        dead.setdefault(r["system"], {})["trickle"] = {str(r["max"]): r["dead_lettered"]}
+    dead_lettered = {
+        s: {"total": sum(n for by_max in by_wl.values() for n in by_max.values()), "runs": by_wl}
+        for s, by_wl in sorted(dead.items(), key=lambda kv: SYSTEM_ORDER.index(kv[0]))
     }
 
     scale_public = json.loads(json.dumps(scale))
@@ -160,6 +166,7 @@ def assemble(
         "trickle": [_public(r) for r in trickle],
         "idle_month_usd": idle_month,
         "linger": linger,
+        "dead_lettered": dead_lettered,
         "scale": scale_public,
         "moto_check": moto,
     }
@@ -222,8 +229,15 @@ def _targets(
                     "met": t["start_latency_p50_s"] <= 2.0,
                 }
             )
-    dead = sum(r["dead_lettered"] for r in sluice_runs)
-    out.append({"target": "no healthy payload dead-lettered (promise 3)", "value": dead, "met": dead == 0})
+    sluice_all = [r for r in [*runs, *trickle] if r["system"].startswith("sluice")]
+    dead = sum(r["dead_lettered"] for r in sluice_all)
+    out.append(
+        {
+            "target": "no healthy payload dead-lettered (promise 3; every Sluice run)",
+            "value": dead,
+            "met": dead == 0,
+        }
+    )
     return out
 
 
@@ -254,6 +268,7 @@ def table(data: dict[str, Any]) -> str:
     lines.append("")
     lines.append(f"idle, USD per month: { {s: v['total'] for s, v in data['idle_month_usd'].items()} }")
     lines.append(f"linger: {json.dumps(data['linger'])}")
+    lines.append(f"dead-lettered: { {s: v['total'] for s, v in data['dead_lettered'].items()} }")
     if data["moto_check"]:
         lines.append(f"moto check: counts agree = {data['moto_check']['agree']}")
     return "\n".join(lines)
@@ -299,6 +314,16 @@ def markdown(data: dict[str, Any], cpu: dict[str, Any]) -> str:
         out.append(
             f"| {LABEL[s]} | {v['total']:.2f} | {v['lambda_invocations_per_month']:,} | {v['api_calls_per_month']:,} |"
         )
+    out.append("\n#### Dead-lettered payloads (every payload is valid)\n")
+    columns = [(w, m) for w in WORKLOADS for m in MAXES]
+    out.append(
+        "| system | " + " | ".join(f"{w} {m:,}" for w, m in columns) + f" | trickle {t['max']} | total |"
+    )
+    out.append("| --- |" + " ---: |" * (len(columns) + 2))
+    for s, v in data["dead_lettered"].items():
+        cells = [_fmt(v["runs"].get(w, {}).get(str(m))) for w, m in columns]
+        cells.append(_fmt(v["runs"].get("trickle", {}).get(str(t["max"]))))
+        out.append(f"| {LABEL[s]} | " + " | ".join(cells) + f" | {v['total']} |")
     out.append("\n#### One tick, 10 slots to fill\n")
     out.append(
         "| running N | backlog | Sluice calls / tick | ledger item (KB) | Sluice CPU ms / tick | poller calls / tick | counter semaphore calls / tick |"

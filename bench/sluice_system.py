@@ -10,14 +10,21 @@ completion 60 s; MAX from SSM cached 5 s; receive wait 1 s; consistency window 6
 exactly as ``handlers/launcher.py`` and ``handlers/completion.py`` do. Each warm container keeps its own
 ``Launcher`` (and so its own SSM cache and state machine check), like the handlers' warm runtime.
 
-Variants, for measuring proposed changes (they change no core code):
+Only the scheduled tick lingers (``tick()`` calls ``admit(linger=True)``); a completion's admission
+never does, whatever ``SLUICE_LINGER_SECONDS`` says. A completion refills at most the one slot it
+freed, and reads the ledger first.
 
-- ``sluice-linger``: ``SLUICE_LINGER_SECONDS=55``, the launcher long-polls while slots are free. The
-  completion function shares the settings, so it lingers too (up to its own time budget).
-- ``sluice-linger-tick``: linger on the scheduled launcher only; completions do not linger.
-- ``sluice-refill-one``: a completion refills only the slot it freed, without reading the ledger
-  (``admit(free=1)``; see ``CountingStore.hint_one_free``).
-- ``sluice-lean``: that, plus no mark step and no read before a release.
+Variants (they change no core code):
+
+- ``sluice-linger``: ``SLUICE_LINGER_SECONDS=55``: the scheduled launcher long-polls while slots are
+  free. The completion function shares the setting and ignores it.
+- ``sluice-refill-one``: the default, but a completion's admission skips its ledger read and assumes
+  the one slot it freed is free (``CountingStore.hint_one_free``). It prices the read that stays in the
+  core: without it, a completion after MAX was lowered would receive the head of the queue, fail the
+  claim (``SlotsFull``) and return the message, spending one of its ``maxReceiveCount`` receives per
+  completion; the ledger read sees there is no slot and receives nothing.
+- ``sluice-lean``: the default without the mark step and without the read before a release, the
+  ledger read kept: the floor of this design (ledger read, receive, claim, start, delete, release).
 """
 
 from __future__ import annotations
@@ -72,9 +79,8 @@ class SluiceSystem(System):
     name = "sluice"
     status_events = True
     linger = 0
-    completion_linger: int | None = None  # None: the same settings as the launcher
     lean = False  # no mark step, no read before a release
-    refill_one = False  # a completion admits into the one slot it freed, without reading the ledger
+    refill_one = False  # a completion's admission skips the ledger read
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
@@ -84,14 +90,11 @@ class SluiceSystem(System):
         self.sfn = SimExecutions(meter, sim.clock, lag=LIST_LAG, on_start=ctx.on_start)
         self.log = counting_logger(meter, f"bench.{self.name}")
         settings = sluice_settings(ctx.max, linger_seconds=self.linger)
-        completion_settings = settings
-        if self.completion_linger is not None:
-            completion_settings = replace(settings, linger_seconds=self.completion_linger)
         self.launcher_fn = LambdaFunction(
             sim, "launcher", LAMBDA_MEMORY_MB, 120, COLD_START, lambda: self._launcher(settings)
         )
         self.completion_fn = LambdaFunction(
-            sim, "completion", LAMBDA_MEMORY_MB, 60, COLD_START, lambda: self._launcher(completion_settings)
+            sim, "completion", LAMBDA_MEMORY_MB, 60, COLD_START, lambda: self._launcher(settings)
         )
         self.functions = [self.launcher_fn, self.completion_fn]
         self.settings = settings
@@ -161,16 +164,9 @@ class SluiceLinger(SluiceSystem):
     linger = LINGER_SECONDS
 
 
-class SluiceLingerTickOnly(SluiceSystem):
-    name = "sluice-linger-tick"
-    linger = LINGER_SECONDS
-    completion_linger = 0
-
-
 class SluiceLean(SluiceSystem):
     name = "sluice-lean"
     lean = True
-    refill_one = True
 
 
 class SluiceRefillOne(SluiceSystem):

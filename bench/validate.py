@@ -5,7 +5,7 @@ every botocore call with a ``before-call`` event hook, and once with the benchma
 on the in-memory adapters. The per-API counts must be the same.
 
     send N payloads ──► tick ──► repeat: end the oldest running execution, apply its status event,
-                                         admit into the freed slot ──► final tick
+                                         admit(max_new=1) ──► final tick
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def _scenario(
             execution_arn=launcher.executions.arn_for(names[0]),
         )
         if handle_status_change(change, store=launcher.store, state_machine_arn=arn, now=now()):
-            launcher.admit()
+            launcher.admit(max_new=1)
     launcher.tick()
 
 

@@ -41,6 +41,33 @@ def test_sluice_refills_a_freed_slot_within_a_second_and_never_exceeds_max():
     assert r["lambda"]["completion"]["invocations"] == 60  # one per status event
 
 
+def test_completions_ending_together_dead_letter_nothing():
+    """Jobs of one length end in bursts; each completion refills only the slot it freed, so no claim
+    is lost and no healthy message spends its receives."""
+    r = run("sluice", "fixed5", 10, 7, jobs=_jobs("fixed5", 300, max_=10))
+
+    assert r["completed"] == 300 and r["dead_lettered"] == 0
+    assert "sqs:ChangeMessageVisibilityBatch" not in r["calls_by_api"]  # no message was returned
+    assert r["lambda"]["completion"]["invocations"] == 300
+    assert r["calls_by_api"]["states:StartExecution"] == 300
+
+
+def test_the_variants_drop_exactly_the_calls_they_model():
+    jobs = _jobs("fixed30", 60, max_=10)
+    default = run("sluice", "fixed30", 10, 7, jobs=jobs)["calls_by_api"]
+    refill_one = run("sluice-refill-one", "fixed30", 10, 7, jobs=jobs)["calls_by_api"]
+    lean = run("sluice-lean", "fixed30", 10, 7, jobs=jobs)["calls_by_api"]
+    refills = 60 - 10  # every completion but the last ten found a message
+
+    # refill one: a completion's admission skips its ledger read (one GetItem per completion)
+    assert default["dynamodb:GetItem"] - refill_one["dynamodb:GetItem"] == 60
+    assert default["dynamodb:TransactWriteItems"] == refill_one["dynamodb:TransactWriteItems"]
+    # lean: no read before a release (one GetItem per completion), no mark (one per refill, one per
+    # tick batch); the ledger read stays
+    assert default["dynamodb:GetItem"] - lean["dynamodb:GetItem"] == 60
+    assert default["dynamodb:TransactWriteItems"] - lean["dynamodb:TransactWriteItems"] >= refills
+
+
 def test_poller_starts_only_on_its_schedule():
     r = run("poller", "fixed30", 10, 7, jobs=_jobs("fixed30", 60, max_=10))
 
@@ -70,6 +97,11 @@ def test_linger_starts_a_payload_enqueued_while_slots_are_free_at_once():
 
     assert plain["start_latency_p50_s"] > 2  # waits for the next tick
     assert linger["start_latency_p50_s"] < 2  # a long poll is waiting
+    # Only the scheduled launcher lingers: each completion finds the queue empty and returns.
+    completion = linger["lambda"]["completion"]
+    assert completion["invocations"] == 10
+    assert completion["gb_seconds"] <= plain["lambda"]["completion"]["gb_seconds"]
+    assert linger["calls_by_api"]["sqs:ReceiveMessage"] > plain["calls_by_api"]["sqs:ReceiveMessage"]
 
 
 def test_list_executions_lags():
