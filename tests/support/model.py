@@ -1,0 +1,253 @@
+"""The reference model of the reliability suite: what Sluice did, seen through its AWS calls.
+
+``Model`` is the observer of every ``Injector`` (tests/support/faults.py): each successful call of
+every container is reported to it, and it checks the promises at the moment they could break,
+so the invariants that run after every step stay cheap (they only read ``violations``):
+
+* a new StartExecution (a name Step Functions had not seen) must hold a claim and a slot, find
+  fewer RUNNING executions than the MAX in force (promise 1), find no RUNNING execution of the
+  same payload key (promise 2), and be the first execution of its message;
+* a deleted message must have started an execution, been recorded as a duplicate of *another*
+  message's live lease, or been sent to the DLQ with a reason (promise 3);
+* a message sent to the DLQ must be one the test made unusable, and carry a reason.
+
+Payload keys are computed here from what the test sent, independently of ``sluice.validation``, and
+messages are tied to executions through the claim transaction (``EXEC#<name>`` carries the message
+id), not through Sluice's naming, so a broken naming scheme cannot hide itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.support.faults import Call
+
+
+def canonical_key(body: str, attributes: dict[str, str] | None = None) -> str:
+    """The payload key a correct launcher must use: the ``sluice-key`` attribute, else ``id``, else
+    the SHA-256 of the canonical JSON (sorted keys, no spaces, UTF-8)."""
+    if attributes and attributes.get("sluice-key"):
+        return attributes["sluice-key"]
+    obj = json.loads(body)
+    if isinstance(obj.get("id"), str) and obj["id"]:
+        return obj["id"]
+    canonical = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+@dataclass
+class Sent:
+    message_id: str
+    body: str
+    group: str
+    dedup: str
+    key: str | None  # the payload key; None for a message the test made unusable
+    attributes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def valid(self) -> bool:
+        return self.key is not None
+
+    def __repr__(self) -> str:
+        body = self.body if len(self.body) <= 60 else f"{self.body[:40]}...({len(self.body):,} chars)"
+        return f"Sent({self.message_id[:8]}, group={self.group!r}, key={self.key!r:.40}, body={body!r})"
+
+
+@dataclass(frozen=True)
+class Start:
+    name: str
+    key: str | None
+    message_id: str | None
+    running_before: int
+    max_in_force: int
+
+
+class Model:
+    """Everything the suite knows about one run, kept from the hooks. Thread safe."""
+
+    def __init__(self, *, dlq_url: str, clock: Any, max_concurrency: int, visibility_timeout: int) -> None:
+        self.lock = threading.RLock()
+        self.dlq_url = dlq_url
+        self.clock = clock
+        self.max = max_concurrency
+        self.visibility_timeout = visibility_timeout
+        self.violations: list[str] = []
+
+        self.sent: dict[str, Sent] = {}
+        self.holders: set[str] = set()  # names holding a slot, from claim and release transactions
+        self.claims: dict[str, str] = {}  # execution name -> message id of its claim
+        self.started: dict[str, str | None] = {}  # execution name -> message id, every start Sluice made
+        self.started_by_message: dict[str, set[str]] = {}
+        self.running: dict[str, str | None] = {}  # RUNNING in Step Functions: name -> payload key
+        self.starts: list[Start] = []
+        self.receipts: dict[str, str] = {}  # receipt handle -> message id
+        self.in_flight: dict[str, tuple[str, float]] = {}  # message id -> (receipt, visible again at)
+        self.deleted: set[str] = set()
+        self.duplicates: set[str] = set()
+        self.dead_lettered: dict[str, str] = {}  # message id -> reason
+        self.refused_by: dict[str, str] = {}  # message id -> holder named by its refused claim
+        self.max_receive_count = 0
+
+    # -- the test's own actions ------------------------------------------------------------------
+
+    def sent_message(self, sent: Sent) -> None:
+        with self.lock:
+            self.sent[sent.message_id] = sent
+
+    def ended(self, name: str) -> None:
+        with self.lock:
+            self.running.pop(name, None)
+
+    def made_visible(self, message_id: str) -> None:
+        with self.lock:
+            self.in_flight.pop(message_id, None)
+
+    def due(self) -> dict[str, str]:
+        """Messages whose visibility timeout has run out by the clock: message id -> receipt."""
+        now = self.clock.now()
+        with self.lock:
+            return {m: r for m, (r, at) in self.in_flight.items() if at <= now}
+
+    def violate(self, text: str) -> None:
+        with self.lock:
+            self.violations.append(text)
+
+    # -- what Sluice did ---------------------------------------------------------------------------
+
+    def saw(self, call: Call, status: int, parsed: dict[str, Any]) -> None:
+        with self.lock:
+            if status >= 300:
+                if call.step == "claim":
+                    self._refused_claim(call, parsed)
+                return
+            handler = getattr(self, f"_on_{call.step}", None)
+            if handler is not None:
+                handler(call, parsed)
+
+    def _on_receive(self, call: Call, parsed: dict[str, Any]) -> None:
+        visible_at = self.clock.now() + self.visibility_timeout
+        for message in parsed.get("Messages", []):
+            self.receipts[message["ReceiptHandle"]] = message["MessageId"]
+            self.in_flight[message["MessageId"]] = (message["ReceiptHandle"], visible_at)
+            count = int(message.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
+            self.max_receive_count = max(self.max_receive_count, count)
+
+    def _on_claim(self, call: Call, parsed: dict[str, Any]) -> None:
+        item = next(i["Put"]["Item"] for i in call.params["TransactItems"] if "Put" in i)
+        name, message_id = item["name"]["S"], item["message_id"]["S"]
+        self.holders.add(name)
+        self.claims[name] = message_id
+
+    def _refused_claim(self, call: Call, parsed: dict[str, Any]) -> None:
+        reasons = parsed.get("CancellationReasons") or []
+        if len(reasons) < 2 or reasons[1].get("Code") != "ConditionalCheckFailed":
+            return
+        item = next(i["Put"]["Item"] for i in call.params["TransactItems"] if "Put" in i)
+        holder = reasons[1].get("Item", {}).get("holder", {}).get("S")
+        if holder:
+            self.refused_by[item["message_id"]["S"]] = holder
+
+    def _on_release(self, call: Call, parsed: dict[str, Any]) -> None:
+        for entry in call.params["TransactItems"]:
+            update = entry.get("Update", {})
+            if "DELETE holders" in update.get("UpdateExpression", ""):
+                self.holders.discard(update["ExpressionAttributeValues"][":name"]["S"])
+
+    def _on_start(self, call: Call, parsed: dict[str, Any]) -> None:
+        name = call.params["name"]
+        if name in self.started:
+            return  # same name, same input, still running: Step Functions returned the same ARN
+        message_id = self.claims.get(name)
+        sent = self.sent.get(message_id or "")
+        key = sent.key if sent else None
+        start = Start(name, key, message_id, len(self.running), self.max)
+        if message_id is None:
+            self.violations.append(f"{name} started without a claim")
+        if name not in self.holders:
+            self.violations.append(f"{name} started without holding a slot")
+        if start.running_before >= start.max_in_force:
+            self.violations.append(
+                f"promise 1 (MAX): {name} started while {start.running_before} executions ran under MAX {start.max_in_force}"
+            )
+        twins = sorted(n for n, k in self.running.items() if key is not None and k == key)
+        if twins:
+            self.violations.append(
+                f"promise 2 (one per key): {name} started for key {key!r} while {twins[0]} still runs"
+            )
+        earlier = self.started_by_message.get(message_id or "", set())
+        if message_id and earlier:
+            self.violations.append(
+                f"exactly once: message {message_id} started a second execution {name} (first: {sorted(earlier)[0]})"
+            )
+        self.started[name] = message_id
+        if message_id:
+            self.started_by_message.setdefault(message_id, set()).add(name)
+        self.running[name] = key
+        self.starts.append(start)
+
+    def _on_delete(self, call: Call, parsed: dict[str, Any]) -> None:
+        handles = {e["Id"]: e["ReceiptHandle"] for e in call.params.get("Entries", [])}
+        for ok in parsed.get("Successful", []):
+            message_id = self.receipts.get(handles.get(ok["Id"], ""))
+            if message_id is None:
+                continue
+            if not (
+                message_id in self.started_by_message
+                or message_id in self.dead_lettered
+                or message_id in self.duplicates
+            ):
+                self.violations.append(
+                    f"promise 3 (nothing lost): message {message_id} was deleted, but it never started an "
+                    "execution, was not recorded as a duplicate and was not dead-lettered"
+                )
+            self.deleted.add(message_id)
+            self.in_flight.pop(message_id, None)
+
+    def _on_return(self, call: Call, parsed: dict[str, Any]) -> None:
+        entries = {e["Id"]: e for e in call.params.get("Entries", [])}
+        now = self.clock.now()
+        for ok in parsed.get("Successful", []):
+            entry = entries.get(ok["Id"], {})
+            message_id = self.receipts.get(entry.get("ReceiptHandle", ""))
+            if message_id is None:
+                continue
+            delay = int(entry.get("VisibilityTimeout", 0))
+            if delay <= 0:
+                self.in_flight.pop(message_id, None)
+            else:
+                self.in_flight[message_id] = (entry["ReceiptHandle"], now + delay)
+
+    def _on_duplicate(self, call: Call, parsed: dict[str, Any]) -> None:
+        message_id = call.params["ExpressionAttributeValues"][":mid"]["S"]
+        holder = self.refused_by.get(message_id)
+        holder_message = self.claims.get(holder or "")
+        if holder_message is None:
+            self.violations.append(
+                f"message {message_id} recorded as a duplicate, but no live lease refused it"
+            )
+        elif holder_message == message_id:
+            self.violations.append(
+                f"promise 3 (nothing lost): message {message_id} was suppressed as a duplicate of its own "
+                f"earlier claim {holder}: a redelivered message must resume, never be dropped"
+            )
+        else:
+            self.duplicates.add(message_id)
+
+    def _on_dead_letter(self, call: Call, parsed: dict[str, Any]) -> None:
+        if call.params.get("QueueUrl") != self.dlq_url:
+            return
+        attributes = call.params.get("MessageAttributes", {})
+        message_id = attributes.get("sluice-source-message-id", {}).get("StringValue", "")
+        reason = attributes.get("sluice-error", {}).get("StringValue", "")
+        if not reason:
+            self.violations.append(f"message {message_id} dead-lettered without a reason")
+        sent = self.sent.get(message_id)
+        if sent is not None and sent.valid:
+            self.violations.append(
+                f"valid payload {sent.key!r} (message {message_id}) dead-lettered: {reason}"
+            )
+        self.dead_lettered[message_id] = reason
