@@ -1,0 +1,338 @@
+"""The stateful property suite: Hypothesis drives Sluice through faults and checks every promise.
+
+Each example builds a fresh world (tests/reliability/world.py) and runs a random program of
+actions: enqueue, tick (one launcher, the other with its skewed clock, or both at once), with a
+fault armed or another actor cutting in at a protocol step, change MAX, end executions, and play
+EventBridge. After every action the invariants run (the model's record of broken promises, and the
+ledger against the leases); ``teardown`` then brings the world to rest and checks what only holds
+at rest. A failing program shrinks to a short one and prints as Python that replays it.
+
+There is one rule, ``act``, whose argument is the action. Hypothesis switches separate rules on
+and off per example ("swarm testing"), which here mostly produced programs that only enqueue or
+only tick; with one rule, the mix below holds in every example, and each action prints readably.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from moto.moto_api._internal import mock_random
+
+from tests.reliability.world import World
+from tests.support.faults import (
+    ALWAYS,
+    CRASH_POINTS,
+    STALE_MODES,
+    STATS,
+    THROTTLE_TARGETS,
+    CrashAt,
+    Fault,
+    StaleList,
+    Throttle,
+    count,
+)
+from tests.support.model import canonical_key
+
+# A small pool, so that payloads collide: duplicates, re-submissions and live leases are common.
+PAYLOADS: dict[str, dict[str, Any]] = {
+    "p0": {"id": "p0"},
+    "p1": {"id": "p1", "size": 2},
+    "p2": {"id": "p2"},
+    "a/b": {"id": "a/b"},  # these two ids look alike once sanitised for an execution name
+    "a:b": {"id": "a:b"},
+    "hash": {"job": "resize", "width": 640},  # no id: the key is the content hash
+}
+GROUPS = ("g0", "g1", "g2")
+UNUSABLE = {
+    "not_json": "this is not JSON",
+    "array": "[1, 2, 3]",
+    "empty_object": "{}",
+    "lone_surrogate": '{"id": "x\\ud800"}',
+    "too_deep": '{"a":' * 70 + "1" + "}" * 70,
+    "long_id": json.dumps({"id": "x" * 10_000}),
+}
+SKEWS = (0.0, 0.0, -240.0, -45.0, 45.0, 240.0, 600.0)  # within the claim timeout less the launcher timeout
+STATUSES = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
+INTERLEAVE_POINTS = (
+    "after_receive",
+    "after_claim",
+    "after_start",
+    "after_mark",
+    "before_delete",
+    "after_list",
+    "after_describe",
+)
+COMPLETION_CRASH_POINTS = ("before_release", "after_release", "after_claim", "after_start", "before_delete")
+COMPLETION_THROTTLES = ("GetItem", "release", "ReceiveMessage", "claim", "StartExecution")
+
+# -- the actions ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Enqueue:
+    """New messages: (payload or unusable body, group, revised body, with ``sluice-key``)."""
+
+    messages: tuple[tuple[str, str, bool, bool], ...]
+
+
+@dataclass(frozen=True)
+class EnqueueAgain:
+    """An earlier body again, with its deduplication id (SQS may drop it) or as a re-submission."""
+
+    earlier: int
+    same_dedup_id: bool
+
+
+@dataclass(frozen=True)
+class Tick:
+    """The operator may set MAX, time passes, then a scheduled tick with at most one fault."""
+
+    launcher: str  # A, B (its own clock) or both (two threads)
+    wait: int
+    fault: tuple[str, str, Any] | None = None  # (crash|throttle|stale|interleave, what, n)
+    new_max: int | None = None
+
+
+@dataclass(frozen=True)
+class End:
+    """An execution ends; its event arrives now, later (pending), never, or twice."""
+
+    execution: int
+    status: str
+    delivery: str
+
+
+@dataclass(frozen=True)
+class Deliver:
+    """EventBridge delivers a pending event (late, maybe out of order), with a completion fault."""
+
+    event: int
+    fault: tuple[str, str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Lose:
+    event: int
+
+
+@dataclass(frozen=True)
+class Redeliver:
+    """An event already delivered arrives again."""
+
+    event: int
+
+
+@dataclass(frozen=True)
+class RunningEventLate:
+    """The RUNNING event of an execution, after the fact."""
+
+    execution: int
+
+
+MESSAGE = st.tuples(
+    st.sampled_from(sorted(PAYLOADS) * 3 + sorted(UNUSABLE)),
+    st.sampled_from(GROUPS),
+    st.booleans(),
+    st.booleans(),
+)
+
+
+def weighted(*choices: tuple[int, st.SearchStrategy[Any]]) -> st.SearchStrategy[Any]:
+    """Pick a strategy with the given weights (``st.one_of`` ignores repeats of one strategy)."""
+    return st.sampled_from([strategy for weight, strategy in choices for _ in range(weight)]).flatmap(
+        lambda strategy: strategy
+    )
+
+
+FAULTS = weighted(
+    (2, st.none()),
+    (4, st.tuples(st.just("crash"), st.sampled_from(sorted(CRASH_POINTS)), st.integers(1, 2))),
+    (2, st.tuples(st.just("throttle"), st.sampled_from(THROTTLE_TARGETS), st.sampled_from((1, 2, ALWAYS)))),
+    (1, st.tuples(st.just("stale"), st.sampled_from(STALE_MODES), st.just(0))),
+    (
+        2,
+        st.tuples(
+            st.just("interleave"),
+            st.sampled_from(INTERLEAVE_POINTS),
+            st.sampled_from(("tick", "deliver", "finish_newest")),
+        ),
+    ),
+)
+COMPLETION_FAULTS = weighted(
+    (2, st.none()),
+    (1, st.tuples(st.just("crash"), st.sampled_from(COMPLETION_CRASH_POINTS), st.just(1))),
+    (1, st.tuples(st.just("throttle"), st.sampled_from(COMPLETION_THROTTLES), st.sampled_from((1, ALWAYS)))),
+)
+INDEX = st.integers(0, 7)  # taken modulo the length of the list it picks from
+
+MESSAGES = st.lists(MESSAGE, min_size=1, max_size=3).map(tuple)
+TICK = st.builds(
+    Tick,
+    launcher=st.sampled_from(("A", "A", "B", "both")),
+    wait=st.sampled_from((0, 0, 0, 5, 61, 181, 181, 901)),  # 181 s: in-flight messages return
+    fault=FAULTS,
+    new_max=weighted((4, st.none()), (1, st.sampled_from((0, 1, 2, 2, 3, 3, 5)))),
+)
+END = st.builds(
+    End,
+    execution=INDEX,
+    status=st.sampled_from(STATUSES),
+    delivery=st.sampled_from(("now", "now", "later", "lost", "twice")),
+)
+ACTIONS = weighted(
+    (3, st.builds(Enqueue, MESSAGES)),
+    (1, st.builds(EnqueueAgain, INDEX, st.booleans())),
+    (6, TICK),
+    (3, END),
+    (2, st.builds(Deliver, INDEX, COMPLETION_FAULTS)),
+    (1, st.builds(Lose, INDEX)),
+    (1, st.builds(Redeliver, INDEX)),
+    (1, st.builds(RunningEventLate, INDEX)),
+)
+
+
+def make_faults(spec: tuple[str, str, Any] | None) -> list[Fault]:
+    if spec is None:
+        return []
+    kind, what, n = spec
+    if kind == "crash":
+        return [CrashAt(what, nth=n)]
+    if kind == "throttle":
+        return [Throttle(what, times=n)]
+    return [StaleList(what)]
+
+
+def pick(items: list[Any], index: int) -> Any:
+    return items[index % len(items)] if items else None
+
+
+class SluiceMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.world: World | None = None
+        self.failed = False
+        self.revision = 0
+
+    @initialize(
+        max_concurrency=st.sampled_from((1, 2, 3, 5)),
+        skew=st.sampled_from(SKEWS),
+        policy=st.sampled_from(("suppress", "suppress", "defer")),
+    )
+    def build(self, max_concurrency: int, skew: float, policy: str) -> None:
+        mock_random.seed(0)  # moto's message ids and receipts: the same program replays the same
+        self.world = World(max_concurrency=max_concurrency, skew=skew, duplicate_policy=policy)
+        count("examples", counter=STATS)
+        if skew:
+            count("clock_skew")
+
+    def teardown(self) -> None:
+        world, self.world = self.world, None
+        if world is None:
+            return
+        try:
+            if not self.failed:
+                world.settle()
+        finally:
+            world.close()
+
+    @invariant()
+    def promises_hold(self) -> None:
+        if self.world is not None:
+            try:
+                self.world.check()
+            except BaseException:
+                self.failed = True
+                raise
+
+    @rule(action=ACTIONS)
+    def act(self, action: Any) -> None:
+        count("steps", counter=STATS)
+        count(f"action:{type(action).__name__}", counter=STATS)
+        try:
+            getattr(self, f"_{type(action).__name__}")(action)
+        except BaseException:
+            self.failed = True  # teardown must not hide this failure behind another
+            raise
+
+    # -- producers ----------------------------------------------------------------------------------
+
+    def _Enqueue(self, action: Enqueue) -> None:
+        for name, group, revised, with_key in action.messages:
+            if name in UNUSABLE:
+                count(f"unusable:{name}")
+                self.world.send(UNUSABLE[name], group=group, valid=False)
+                continue
+            obj = dict(PAYLOADS[name])
+            if revised:
+                self.revision += 1
+                obj["rev"] = self.revision
+            body = json.dumps(obj)
+            # With sluice-key, as `sluice enqueue` sends it; without, as the AWS CLI would.
+            attributes = {"sluice-key": canonical_key(body)} if with_key else None
+            self.world.send(body, group=group, attributes=attributes)
+
+    def _EnqueueAgain(self, action: EnqueueAgain) -> None:
+        earlier = pick(list(self.world.model.sent.values()), action.earlier)
+        if earlier is None:
+            return
+        count("enqueue:duplicate" if action.same_dedup_id else "enqueue:resubmission")
+        self.world.send(
+            earlier.body,
+            group=earlier.group,
+            valid=earlier.valid,
+            dedup=earlier.dedup if action.same_dedup_id else None,
+            attributes=earlier.attributes or None,
+        )
+
+    # -- launchers, time and the operator ------------------------------------------------------------
+
+    def _Tick(self, action: Tick) -> None:
+        if action.new_max is not None:
+            self.world.set_max(action.new_max)
+        if action.wait:
+            self.world.advance(action.wait)
+        if action.launcher == "both":
+            self.world.ticks_at_once(("A", "B"))
+        elif action.fault is not None and action.fault[0] == "interleave":
+            self.world.tick_interleaved(action.launcher, action.fault[1], action.fault[2])
+        else:
+            self.world.tick(action.launcher, make_faults(action.fault))
+
+    # -- Step Functions and EventBridge -----------------------------------------------------------------
+
+    def _End(self, action: End) -> None:
+        world = self.world
+        name = pick([s.name for s in world.model.starts if s.name in world.model.running], action.execution)
+        if name is None:
+            return
+        event = world.end(name, action.status)
+        index = world.pending.index(event)
+        if action.delivery == "lost":
+            world.lose(index)
+        elif (
+            action.delivery in ("now", "twice")
+            and world.deliver(index) == "ok"
+            and action.delivery == "twice"
+        ):
+            world.redeliver(len(world.delivered) - 1)
+
+    def _Deliver(self, action: Deliver) -> None:
+        if self.world.pending:
+            self.world.deliver(action.event % len(self.world.pending), make_faults(action.fault))
+
+    def _Lose(self, action: Lose) -> None:
+        if self.world.pending:
+            self.world.lose(action.event % len(self.world.pending))
+
+    def _Redeliver(self, action: Redeliver) -> None:
+        if self.world.delivered:
+            self.world.redeliver(action.event % len(self.world.delivered))
+
+    def _RunningEventLate(self, action: RunningEventLate) -> None:
+        name = pick([s.name for s in self.world.model.starts], action.execution)
+        if name is not None:
+            self.world.deliver_running_event(name)

@@ -1,0 +1,106 @@
+"""The harness itself: faults do what they say, and the moto adjustments change no outcome."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from botocore.exceptions import ClientError
+from moto import mock_aws
+
+from sluice.adapters.ssm import SsmMax
+from sluice.clock import FakeClock
+from sluice.errors import TransientError
+from tests.reliability.world import World, pool
+from tests.support.faults import Crash, CrashAt, Injector, StaleList, Throttle
+from tests.support.moto_patches import atomic_fast_moto
+
+
+@pytest.fixture
+def world():
+    w = World(max_concurrency=2)
+    try:
+        yield w
+    finally:
+        w.close()
+
+
+def test_a_cancelled_transaction_leaves_every_item_as_it_was():
+    with mock_aws(), atomic_fast_moto():
+        ddb = pool().client("dynamodb")
+        ddb.create_table(
+            TableName="t",
+            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        ddb.put_item(TableName="t", Item={"pk": {"S": "a"}, "n": {"N": "1"}})
+        with pytest.raises(ClientError, match="TransactionCanceled"):
+            ddb.transact_write_items(
+                TransactItems=[
+                    {
+                        "Update": {
+                            "TableName": "t",
+                            "Key": {"pk": {"S": "a"}},
+                            "UpdateExpression": "SET n = :two",
+                            "ExpressionAttributeValues": {":two": {"N": "2"}},
+                        }
+                    },
+                    {"Put": {"TableName": "t", "Item": {"pk": {"S": "new"}}}},
+                    {
+                        "Update": {
+                            "TableName": "t",
+                            "Key": {"pk": {"S": "b"}},
+                            "UpdateExpression": "SET n = :one",
+                            "ConditionExpression": "attribute_exists(pk)",
+                            "ExpressionAttributeValues": {":one": {"N": "1"}},
+                        }
+                    },
+                ]
+            )
+        items = {i["pk"]["S"]: i for i in ddb.scan(TableName="t")["Items"]}
+        assert items == {"a": {"pk": {"S": "a"}, "n": {"N": "1"}}}
+
+
+def test_a_throttle_reaches_sluice_and_nothing_reaches_aws(world):
+    world.send(json.dumps({"id": "p0"}))
+    assert world.tick("A", [Throttle("StartExecution", times=1)]) == "ok"  # the batch ends, the tick returns
+    assert world.running_in_step_functions() == set()
+    assert world.queue_depth() == 1  # returned to the queue, not lost
+    world.tick("A")
+    assert len(world.running_in_step_functions()) == 1
+
+
+def test_a_throttle_surfaces_as_a_transient_error():
+    with mock_aws():
+        ssm = pool().session.client("ssm", region_name="us-east-1")
+        injector = Injector("x")
+        injector.attach(ssm)
+        injector.faults.append(Throttle("GetParameter", times=1))
+        with pytest.raises(TransientError, match="Throttl"):
+            SsmMax(ssm, "/nothing", default=1, clock=FakeClock(), cache_seconds=0).current()
+
+
+def test_a_crash_after_a_call_keeps_its_effect_and_kills_the_container(world):
+    world.send(json.dumps({"id": "p0"}))
+    assert world.tick("A", [CrashAt("after_start")]) == "crashed"
+    assert len(world.running_in_step_functions()) == 1  # the side effect happened
+    assert world.queue_depth() == 1  # nothing after the crash ran: the message is still there
+
+
+def test_a_dead_container_reaches_nothing():
+    injector = Injector("x", dead=True)
+    with mock_aws():
+        sqs = injector.attach(pool().session.client("sqs", region_name="us-east-1"))
+        with pytest.raises(Crash):
+            sqs.list_queues()
+
+
+def test_a_stale_listing_hides_running_executions(world):
+    world.send(json.dumps({"id": "p0"}))
+    world.tick("A")
+    executions = world.containers["B"].launcher.executions
+    world.containers["B"].injector.faults.append(StaleList("empty"))
+    assert executions.list_running() == set()
+    world.containers["B"].injector.faults.clear()
+    assert len(executions.list_running()) == 1
