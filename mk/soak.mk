@@ -1,0 +1,20 @@
+# make soak: the long run of the reliability suite's property test (docs/reliability.md).
+#   SOAK_EXAMPLES  programs to run (default 100)    SOAK_STEPS  actions per program, at most (default 50)
+#   SOAK_SEED      Hypothesis seed (random unless given; printed, so a run can be repeated)
+# A failure shrinks to a short program, printed as Python with its @reproduce_failure blob, and is
+# kept in .hypothesis/examples: the next `make soak` replays it first, whatever the seed.
+SOAK_EXAMPLES ?= 100
+SOAK_STEPS ?= 50
+SOAK_REPORT ?= .hypothesis/soak-report.json
+ifndef SOAK_SEED
+SOAK_SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+endif
+
+.PHONY: soak
+soak: $(STAMP)
+	@echo "soak: $(SOAK_EXAMPLES) programs of up to $(SOAK_STEPS) actions, seed $(SOAK_SEED)"
+	@echo "repeat with: make soak SOAK_SEED=$(SOAK_SEED) SOAK_EXAMPLES=$(SOAK_EXAMPLES) SOAK_STEPS=$(SOAK_STEPS)"
+	HYPOTHESIS_PROFILE=soak SOAK_EXAMPLES=$(SOAK_EXAMPLES) SOAK_STEPS=$(SOAK_STEPS) RELIABILITY_REPORT=$(SOAK_REPORT) \
+		$(VENV)/bin/pytest -q --timeout=0 tests/reliability/test_stateful.py \
+		--hypothesis-seed=$(SOAK_SEED) --hypothesis-show-statistics
+	@echo "soak: seed $(SOAK_SEED); figures in $(SOAK_REPORT)"
