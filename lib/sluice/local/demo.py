@@ -26,6 +26,7 @@ import contextlib
 import json
 import logging
 import random
+import signal
 import sys
 import tempfile
 import threading
@@ -57,7 +58,9 @@ STAGE = "demo"
 STACK = f"sluice-{STAGE}"
 WORKFLOW = "sluice-demo-jobs"
 WORKFLOW_ARN = f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:{WORKFLOW}"
-RAW_GROUP = "raw-producer"
+# Raw messages each get a group of their own ("raw-1", ...): a dead-lettered message keeps its group,
+# and the DLQ can only be read in full when no group holds more than one receive's worth.
+RAW_GROUP = "raw"
 TERMINAL = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
 
 # Wait $.seconds (2 s when absent or not a number), then fail when $.fail is true, else succeed.
@@ -104,7 +107,7 @@ INVALID_BODIES = [
     "[1, 2, 3]",
     "{}",
     '"just a string"',
-    "[" * 70 + "]" * 70,
+    '{"a": ' * 70 + "1" + "}" * 70,
     "null",
 ]
 
@@ -121,6 +124,7 @@ class Options:
     poll: float = 0.25  # how often it looks for ended executions
     timeout: float = 300.0  # gives up (and fails) after this long in the run loop
     live: bool | None = None  # None: live dashboard when stdout is a terminal
+    keep: bool = False  # keep the embedded AWS up after the summary, for the operator CLI
 
 
 @dataclass(frozen=True)
@@ -281,13 +285,14 @@ class Producer(threading.Thread):
 
 
 def _send_raw(sqs: Any, queue_url: str, p: Planned) -> Sent:
+    group = f"{RAW_GROUP}-{uuid.uuid4().hex[:8]}"
     message_id = sqs.send_message(
         QueueUrl=queue_url,
         MessageBody=p.body,
-        MessageGroupId=RAW_GROUP,
+        MessageGroupId=group,
         MessageDeduplicationId=uuid.uuid4().hex,
     )["MessageId"]
-    return Sent(p.where, message_id, None, RAW_GROUP, True, False)
+    return Sent(p.where, message_id, None, group, True, False)
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -364,9 +369,32 @@ class Demo:
                     for pool in containers.values():
                         pool.close()
                 result = self._account(deployment, sent, started, timed_out)
-        result.log = str(log)
-        (o.out / "summary.json").write_text(json.dumps(asdict(result), indent=2, default=str))
+                result.log = str(log)
+                (o.out / "summary.json").write_text(json.dumps(asdict(result), indent=2, default=str))
+                self._report(result)
+                if o.keep:
+                    self._hold(aws)
         return result
+
+    def _report(self, result: Result) -> None:
+        for line in summary_lines(result):
+            style = "" if not line.startswith("RESULT") else ("bold green" if result.ok else "bold red")
+            self.console.print(line, style=style, markup=False, highlight=False, soft_wrap=True)
+
+    def _hold(self, aws: EmbeddedAws) -> None:
+        """Keep the embedded AWS up for the operator CLI until Ctrl-C."""
+        exports = {**aws.environ()}
+        self.console.print(
+            "\nThe embedded AWS stays up; in another shell:\n"
+            + "".join(f"  export {k}={v}\n" for k, v in exports.items())
+            + f"  sluice status --stage {STAGE}\n"
+            + "Ctrl-C stops it.",
+            markup=False,
+            highlight=False,
+        )
+        with contextlib.suppress(KeyboardInterrupt):
+            while True:
+                time.sleep(3600)
 
     @contextlib.contextmanager
     def _step(self, text: str) -> Any:
@@ -677,13 +705,24 @@ def _depth(sqs: Any, url: str) -> dict[str, int]:
 
 
 def _dlq_messages(sqs: Any, url: str) -> list[dict[str, str]]:
+    """Read every DLQ message (source message id and reason), then make them visible again."""
     found: list[dict[str, str]] = []
+    receipts: list[str] = []
     while True:
         got = sqs.receive_message(
             QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"], VisibilityTimeout=600
         ).get("Messages", [])
         if not got:
+            for i in range(0, len(receipts), 10):
+                sqs.change_message_visibility_batch(
+                    QueueUrl=url,
+                    Entries=[
+                        {"Id": str(n), "ReceiptHandle": r, "VisibilityTimeout": 0}
+                        for n, r in enumerate(receipts[i : i + 10])
+                    ],
+                )
             return found
+        receipts += [m["ReceiptHandle"] for m in got]
         for m in got:
             attrs = m.get("MessageAttributes", {})
             found.append(
@@ -752,6 +791,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
     p.add_argument("--tick", type=float, default=2.0, help="seconds between launcher runs (2)")
     p.add_argument("--workers", type=int, default=4, help="completion invocations at once (4)")
     p.add_argument("--timeout", type=float, default=300.0, help="give up after this many seconds (300)")
+    p.add_argument("--keep", action="store_true", help="keep the embedded AWS up afterwards (for `sluice`)")
     view = p.add_mutually_exclusive_group()
     view.add_argument("--live", dest="live", action="store_true", default=None, help="live dashboard")
     view.add_argument("--plain", dest="live", action="store_false", help="plain progress lines")
@@ -772,6 +812,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
         workers=max(1, a.workers),
         timeout=a.timeout,
         live=a.live,
+        keep=a.keep,
     )
 
 
@@ -789,6 +830,12 @@ def main(argv: list[str] | None = None) -> int:
 
     warnings.filterwarnings("ignore", message="Tried to parse AWS::", category=UserWarning)
     console = Console()
+
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    # SIGTERM stops as Ctrl-C does: the containers and the embedded AWS are shut down on the way out.
+    signal.signal(signal.SIGTERM, stop)
     try:
         result = Demo(options, console).run()
     except KeyboardInterrupt:
@@ -797,9 +844,6 @@ def main(argv: list[str] | None = None) -> int:
     except (PackagingError, DeployError) as exc:
         console.print(f"demo: {exc}", style="bold red", markup=False, highlight=False)
         return 2
-    for line in summary_lines(result):
-        style = "" if not line.startswith("RESULT") else ("bold green" if result.ok else "bold red")
-        console.print(line, style=style, markup=False, highlight=False, soft_wrap=True)
     return 0 if result.ok else 1
 
 
