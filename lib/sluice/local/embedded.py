@@ -262,6 +262,10 @@ class EmbeddedAws:
                 _stop_server(self.endpoint)
                 self._server = None
             self._clients.clear()
+            # Handlers invoked here keep a warm runtime whose clients point at this server: forget it.
+            shared = sys.modules.get("handlers._shared")
+            if shared is not None:
+                shared.reset()
 
     # -- clients ------------------------------------------------------------------------------
 
