@@ -60,6 +60,8 @@ async function derive({ resolveVariable }) {
     );
   }
   const retentionDays = integer('retentionDays', await param('retentionDays'), 1, 3650);
+  // The launcher stops receiving 15 s before its timeout (SLUICE_TIME_RESERVE_SECONDS).
+  const lingerSeconds = integer('lingerSeconds', await param('lingerSeconds'), 0, launcherTimeout - 15);
   const maxReceiveCount = integer('maxReceiveCount', await param('maxReceiveCount'), 1, 1000);
   const oldestMessageAlarmSeconds = integer(
     'oldestMessageAlarmSeconds',
@@ -103,6 +105,7 @@ async function derive({ resolveVariable }) {
     visibilityTimeout,
     claimTimeout,
     retentionDays,
+    lingerSeconds,
     maxReceiveCount,
     oldestMessageAlarmSeconds,
     duplicatePolicy,
@@ -116,6 +119,7 @@ async function derive({ resolveVariable }) {
       maxConcurrency: String(maxConcurrency),
       claimTimeout: String(claimTimeout),
       retentionDays: String(retentionDays),
+      lingerSeconds: String(lingerSeconds),
     },
   };
 }
