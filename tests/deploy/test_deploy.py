@@ -30,7 +30,11 @@ from sluice.model import PayloadState
 from sluice.names import execution_name
 from tests.support.aws import status_change_event
 
-pytestmark = pytest.mark.deploy
+pytestmark = [
+    pytest.mark.deploy,
+    # moto announces each resource type it cannot create (listed above); the test checks which.
+    pytest.mark.filterwarnings("ignore:Tried to parse AWS::"),
+]
 
 STAGE = "test"
 STACK = f"sluice-{STAGE}"
