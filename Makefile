@@ -26,7 +26,8 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check lib handlers tests bench
 	$(VENV)/bin/ruff format --check lib handlers tests bench
 
-test: lint
+# node_modules: the deploy and demo tests package the stack with osls.
+test: lint node_modules/.installed
 	$(VENV)/bin/pytest -q
 
 unit: $(STAMP)
