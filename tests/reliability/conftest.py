@@ -64,6 +64,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         write(f"  {kind:<40} {n:>8}")
     rules = {k.removeprefix("action:"): v for k, v in STATS.items() if k.startswith("action:")}
     write("actions: " + ", ".join(f"{k} {v}" for k, v in sorted(rules.items())))
+    traffic = {k: v for k, v in STATS.items() if k.startswith(("messages", "executions"))}
+    write("traffic: " + ", ".join(f"{k} {v}" for k, v in sorted(traffic.items())))
     report = os.environ.get("RELIABILITY_REPORT")
     if report:
         Path(report).parent.mkdir(parents=True, exist_ok=True)
@@ -74,7 +76,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                     "examples": STATS["examples"],
                     "steps": STATS["steps"],
                     "faults": dict(sorted(FAULTS.items())),
-                    "rules": dict(sorted(rules.items())),
+                    "actions": dict(sorted(rules.items())),
+                    "traffic": dict(sorted(traffic.items())),
                     "exit_status": int(exitstatus),
                 },
                 indent=2,

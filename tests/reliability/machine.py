@@ -30,9 +30,11 @@ from tests.support.faults import (
     STATS,
     THROTTLE_TARGETS,
     CrashAt,
+    CrashOnCall,
     Fault,
     StaleList,
     Throttle,
+    ThrottleCall,
     count,
 )
 from tests.support.model import canonical_key
@@ -150,8 +152,10 @@ def weighted(*choices: tuple[int, st.SearchStrategy[Any]]) -> st.SearchStrategy[
 
 FAULTS = weighted(
     (2, st.none()),
-    (4, st.tuples(st.just("crash"), st.sampled_from(sorted(CRASH_POINTS)), st.integers(1, 2))),
-    (2, st.tuples(st.just("throttle"), st.sampled_from(THROTTLE_TARGETS), st.sampled_from((1, 2, ALWAYS)))),
+    (2, st.tuples(st.just("crash"), st.sampled_from(sorted(CRASH_POINTS)), st.integers(1, 2))),
+    (2, st.tuples(st.just("crash_on_call"), st.sampled_from(("before", "after")), st.integers(1, 8))),
+    (1, st.tuples(st.just("throttle"), st.sampled_from(THROTTLE_TARGETS), st.sampled_from((1, 2, ALWAYS)))),
+    (1, st.tuples(st.just("throttle_call"), st.just(""), st.integers(1, 14))),
     (1, st.tuples(st.just("stale"), st.sampled_from(STALE_MODES), st.just(0))),
     (
         2,
@@ -187,7 +191,7 @@ ACTIONS = weighted(
     (3, st.builds(Enqueue, MESSAGES)),
     (1, st.builds(EnqueueAgain, INDEX, st.booleans())),
     (6, TICK),
-    (3, END),
+    (4, END),
     (2, st.builds(Deliver, INDEX, COMPLETION_FAULTS)),
     (1, st.builds(Lose, INDEX)),
     (1, st.builds(Redeliver, INDEX)),
@@ -201,8 +205,12 @@ def make_faults(spec: tuple[str, str, Any] | None) -> list[Fault]:
     kind, what, n = spec
     if kind == "crash":
         return [CrashAt(what, nth=n)]
+    if kind == "crash_on_call":
+        return [CrashOnCall(n, when=what)]
     if kind == "throttle":
         return [Throttle(what, times=n)]
+    if kind == "throttle_call":
+        return [ThrottleCall(n)]
     return [StaleList(what)]
 
 
@@ -221,13 +229,18 @@ class SluiceMachine(RuleBasedStateMachine):
         max_concurrency=st.sampled_from((1, 2, 3, 5)),
         skew=st.sampled_from(SKEWS),
         policy=st.sampled_from(("suppress", "suppress", "defer")),
+        backlog=st.lists(MESSAGE, min_size=2, max_size=8).map(tuple),
     )
-    def build(self, max_concurrency: int, skew: float, policy: str) -> None:
+    def build(
+        self, max_concurrency: int, skew: float, policy: str, backlog: tuple[tuple[str, str, bool, bool], ...]
+    ) -> None:
+        """A fresh world, with a backlog queued already, so that the first tick has work."""
         mock_random.seed(0)  # moto's message ids and receipts: the same program replays the same
         self.world = World(max_concurrency=max_concurrency, skew=skew, duplicate_policy=policy)
         count("examples", counter=STATS)
         if skew:
             count("clock_skew")
+        self._Enqueue(Enqueue(backlog))
 
     def teardown(self) -> None:
         world, self.world = self.world, None
@@ -237,6 +250,11 @@ class SluiceMachine(RuleBasedStateMachine):
             if not self.failed:
                 world.settle()
         finally:
+            model = world.model
+            count("messages sent", len(model.sent), counter=STATS)
+            count("executions started", len(model.starts), counter=STATS)
+            count("messages deleted", len(model.deleted), counter=STATS)
+            count("messages dead-lettered", len(model.dead_lettered), counter=STATS)
             world.close()
 
     @invariant()

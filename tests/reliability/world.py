@@ -34,7 +34,17 @@ from sluice.model import TERMINAL_STATUSES
 from sluice.runtime import Runtime
 from sluice.settings import DuplicatePolicy
 from tests.support.aws import NO_RETRY, REGION, build_stack, status_change_event
-from tests.support.faults import Crash, CrashAt, Fault, Injector, Interleave, Throttle, count
+from tests.support.faults import (
+    Crash,
+    CrashAt,
+    CrashOnCall,
+    Fault,
+    Injector,
+    Interleave,
+    Throttle,
+    ThrottleCall,
+    count,
+)
 from tests.support.model import Model, Sent, canonical_key
 from tests.support.moto_patches import atomic_fast_moto
 
@@ -250,7 +260,7 @@ class World:
         """
         container = self.containers[name]
         container.injector.faults[:] = list(faults)
-        may_fail = any(isinstance(f, CrashAt | Throttle) for f in faults)
+        may_fail = any(isinstance(f, CrashAt | CrashOnCall | Throttle | ThrottleCall) for f in faults)
         outcome = "ok"
         try:
             work(container)

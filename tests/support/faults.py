@@ -113,6 +113,9 @@ CRASH_POINTS: dict[str, tuple[str, str]] = {
     "after_describe": ("after", "describe"),
 }
 
+# The steps of launcher.py's timeline, and of reconciliation and completion, where a crash matters.
+PROTOCOL_STEPS = frozenset(step for _, step in CRASH_POINTS.values())
+
 # Calls that can be throttled: TransactWriteItems by protocol step, the rest by operation.
 THROTTLE_TARGETS = (
     "ReceiveMessage",
@@ -194,6 +197,48 @@ class Throttle(Fault):
             return None
         self.fired += 1
         count(f"throttle:{self.target}")
+        return throttled(call.service)
+
+
+@dataclass
+class CrashOnCall(Fault):
+    """Kill the container before or after the ``nth`` protocol step it reaches in this invocation,
+    whichever step that is: the steps are then hit as often as the protocol reaches them
+    (``CrashAt`` aims at one step, which a given tick may never reach)."""
+
+    nth: int
+    when: str = "after"
+    seen: int = 0
+
+    def _reached(self, injector: Injector, when: str, call: Call) -> None:
+        if when != self.when or call.step not in PROTOCOL_STEPS:
+            return
+        self.seen += 1
+        if self.seen == self.nth:
+            count(f"crash:{when}_{call.step}")
+            injector.dead = True
+            raise Crash(f"{injector.name} died {when} {call.step} (call {self.nth})")
+
+    def before(self, injector: Injector, call: Call) -> None:
+        self._reached(injector, "before", call)
+
+    def after(self, injector: Injector, call: Call, status: int, parsed: dict[str, Any]) -> None:
+        if status < 300:
+            self._reached(injector, "after", call)
+
+
+@dataclass
+class ThrottleCall(Fault):
+    """Refuse the ``nth`` call of this invocation, whatever it is."""
+
+    nth: int
+    seen: int = 0
+
+    def before(self, injector: Injector, call: Call) -> tuple[Any, dict[str, Any]] | None:
+        self.seen += 1
+        if self.seen != self.nth:
+            return None
+        count(f"throttle:{call.step if call.operation == 'TransactWriteItems' else call.operation}")
         return throttled(call.service)
 
 
