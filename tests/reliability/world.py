@@ -339,7 +339,7 @@ class World:
 
     def _complete(self, event: Event) -> Callable[[Container], None]:
         def work(c: Container) -> None:
-            # What handlers/completion.py does: release, then fill the freed slot at once.
+            # What handlers/completion.py does: release, then fill the one freed slot at once.
             launcher = c.launcher
             released = handle_status_change(
                 StatusChange.from_event(event.body),
@@ -348,7 +348,7 @@ class World:
                 now=c.clock.now(),
             )
             if released:
-                launcher.admit()
+                launcher.admit(max_new=1)
 
         return work
 

@@ -100,18 +100,20 @@ class Stack:
         return int(attrs["ApproximateNumberOfMessages"]), int(attrs["ApproximateNumberOfMessagesNotVisible"])
 
     def dlq_messages(self) -> list[dict[str, Any]]:
+        """Drain the DLQ. Reading deletes: an unread in-flight message would hide the rest of its group."""
         sqs = self.client("sqs")
         out: list[dict[str, Any]] = []
         while True:
             got = sqs.receive_message(
-                QueueUrl=self.settings.dlq_url,
-                MaxNumberOfMessages=10,
-                MessageAttributeNames=["All"],
-                VisibilityTimeout=600,
+                QueueUrl=self.settings.dlq_url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]
             ).get("Messages", [])
             if not got:
                 return out
             out.extend(got)
+            sqs.delete_message_batch(
+                QueueUrl=self.settings.dlq_url,
+                Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)],
+            )
 
     # -- playing Step Functions and EventBridge --------------------------------------------------
 
