@@ -9,24 +9,7 @@ from sluice.model import Outcome
 
 
 def all_messages(stack) -> list[dict]:
-    """Drain the queue (deleting: in-flight messages would block their FIFO group)."""
-    sqs = stack.client("sqs")
-    out = []
-    while True:
-        got = sqs.receive_message(
-            QueueUrl=stack.settings.queue_url,
-            MaxNumberOfMessages=10,
-            MessageAttributeNames=["All"],
-            MessageSystemAttributeNames=["All"],
-            VisibilityTimeout=600,
-        ).get("Messages", [])
-        if not got:
-            return out
-        out.extend(got)
-        sqs.delete_message_batch(
-            QueueUrl=stack.settings.queue_url,
-            Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)],
-        )
+    return stack.drain(stack.settings.queue_url)
 
 
 def test_json_lines_with_bad_lines_sends_the_good_ones_and_names_the_bad(stack):

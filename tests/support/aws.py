@@ -99,21 +99,28 @@ class Stack:
         )["Attributes"]
         return int(attrs["ApproximateNumberOfMessages"]), int(attrs["ApproximateNumberOfMessagesNotVisible"])
 
-    def dlq_messages(self) -> list[dict[str, Any]]:
-        """Drain the DLQ. Reading deletes: an unread in-flight message would hide the rest of its group."""
+    def drain(self, url: str) -> list[dict[str, Any]]:
+        """Read and delete every message of a FIFO queue (an unread in-flight message would hide the
+        rest of its group)."""
         sqs = self.client("sqs")
         out: list[dict[str, Any]] = []
         while True:
             got = sqs.receive_message(
-                QueueUrl=self.settings.dlq_url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]
+                QueueUrl=url,
+                MaxNumberOfMessages=10,
+                MessageAttributeNames=["All"],
+                MessageSystemAttributeNames=["All"],
             ).get("Messages", [])
             if not got:
                 return out
             out.extend(got)
             sqs.delete_message_batch(
-                QueueUrl=self.settings.dlq_url,
+                QueueUrl=url,
                 Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)],
             )
+
+    def dlq_messages(self) -> list[dict[str, Any]]:
+        return self.drain(self.settings.dlq_url)
 
     # -- playing Step Functions and EventBridge --------------------------------------------------
 
