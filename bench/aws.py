@@ -32,7 +32,7 @@ import logging
 import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from bench.sim import Sim
@@ -423,19 +423,10 @@ class HeapQueue(MemoryQueue):
                 del self.in_flight[handle]
                 back.append(queued)
         self.messages.extendleft(reversed(back))
-        out: list[Message] = []
-        while self.messages and len(out) < max_messages:
-            queued = self.messages.popleft()
-            queued.receives += 1
-            if queued.receives > self.max_receive_count:
-                self.dead.append((queued.message, "maxReceiveCount exceeded"))
-                continue
-            handle = f"{queued.message.message_id}/{queued.receives}"
-            queued.visible_at = now + self.visibility_timeout
-            self.in_flight[handle] = queued
-            self._due(handle, queued)
-            out.append(replace(queued.message, receipt_handle=handle, receive_count=queued.receives))
-        return out
+        return self._take(max_messages, now)
+
+    def _in_flight(self, handle: str, queued: _Queued) -> None:
+        self._due(handle, queued)
 
     def release(self, messages: Sequence[Message], delay_seconds: int = 0) -> None:
         now = self.clock.now()  # type: ignore[attr-defined]

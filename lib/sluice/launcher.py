@@ -71,7 +71,6 @@ class Launcher:
         self.settings = settings
         self.log = logger or log
         self._checked_at: float | None = None
-        self._limit = 0
 
     # -- entry points -------------------------------------------------------------------------
 
@@ -118,7 +117,6 @@ class Launcher:
         running = len(ledger.holders)
         summary.max_concurrency, summary.limit = max_concurrency, limit
         summary.running_before = summary.running_after = running
-        self._limit = limit
         if max_concurrency == 0:
             summary.stopped = "paused"
             return summary
@@ -145,12 +143,11 @@ class Launcher:
                     ledger = self.store.ledger()
                     limit, running = ledger.limit(max_concurrency), len(ledger.holders)
                     summary.max_concurrency, summary.limit = max_concurrency, limit
-                    self._limit = limit
                     continue
                 summary.stopped = "empty"
                 break
             summary.received += len(messages)
-            filled, stop = self._process_batch(messages, limit - running, summary)
+            filled, stop = self._process_batch(messages, limit, limit - running, summary)
             running += filled
             started += filled
             summary.running_after = running
@@ -162,7 +159,9 @@ class Launcher:
 
     # -- one batch ----------------------------------------------------------------------------
 
-    def _process_batch(self, messages: list[Message], free: int, summary: TickSummary) -> tuple[int, str]:
+    def _process_batch(
+        self, messages: list[Message], limit: int, free: int, summary: TickSummary
+    ) -> tuple[int, str]:
         """Process one received batch. Returns (slots filled, why to stop or "").
 
         The executions it started are marked RUNNING in one write, then the messages it handled are
@@ -172,7 +171,7 @@ class Launcher:
         done: list[Message] = []
         started: list[StartedExecution] = []
         try:
-            filled, stop = self._run_batch(messages, free, summary, done, started)
+            filled, stop = self._run_batch(messages, limit, free, summary, done, started)
         except Exception:
             self._settle(done, started)
             raise
@@ -182,6 +181,7 @@ class Launcher:
     def _run_batch(
         self,
         messages: list[Message],
+        limit: int,
         free: int,
         summary: TickSummary,
         done: list[Message],
@@ -191,7 +191,7 @@ class Launcher:
         for i, message in enumerate(messages):
             rest = messages[i:]
             try:
-                outcome = self._process(message, done, started)
+                outcome = self._process(message, limit, done, started)
             except SlotsFull:
                 # Another launcher took the slot between our ledger read and this claim.
                 self.queue.release(rest)
@@ -219,7 +219,9 @@ class Launcher:
         if done:
             self.queue.delete(done)
 
-    def _process(self, message: Message, done: list[Message], started: list[StartedExecution]) -> Outcome:
+    def _process(
+        self, message: Message, limit: int, done: list[Message], started: list[StartedExecution]
+    ) -> Outcome:
         now = self.clock.now()
         try:
             payload = validate_message(message)
@@ -233,7 +235,7 @@ class Launcher:
                 key=payload.key,
                 name=name,
                 message_id=message.message_id,
-                limit=self._limit,
+                limit=limit,
                 now=now,
                 claim_expires_at=now + self.settings.claim_timeout_seconds,
                 expires_at=int(now) + self.settings.retention_seconds,

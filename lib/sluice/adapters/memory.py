@@ -203,6 +203,10 @@ class MemoryQueue:
             if queued.visible_at <= now:
                 del self.in_flight[handle]
                 self.messages.appendleft(queued)
+        return self._take(max_messages, now)
+
+    def _take(self, max_messages: int, now: float) -> list[Message]:
+        """Hand out visible messages in order; a message past ``max_receive_count`` goes to the DLQ."""
         out: list[Message] = []
         while self.messages and len(out) < max_messages:
             queued = self.messages.popleft()
@@ -213,8 +217,12 @@ class MemoryQueue:
             handle = f"{queued.message.message_id}/{queued.receives}"
             queued.visible_at = now + self.visibility_timeout
             self.in_flight[handle] = queued
+            self._in_flight(handle, queued)
             out.append(replace(queued.message, receipt_handle=handle, receive_count=queued.receives))
         return out
+
+    def _in_flight(self, handle: str, queued: _Queued) -> None:
+        """Called for each message handed out (subclasses index in-flight messages)."""
 
     def delete(self, messages: Sequence[Message]) -> None:
         for i in range(0, len(messages), 10):
