@@ -19,6 +19,23 @@ const path = require('path');
 // received at the very end of a tick must stay invisible until that tick is certainly over.
 const VISIBILITY_MARGIN_SECONDS = 60;
 
+// The launcher stops receiving when less than this much of its Lambda time is left
+// (SLUICE_TIME_RESERVE_SECONDS, lib/sluice/settings.py), so it can hand back what it holds.
+const TIME_RESERVE_SECONDS = 15;
+// Time the launcher needs besides that reserve to do any work: reconcile, then admit a batch.
+const MIN_WORKING_SECONDS = 15;
+const MIN_LAUNCHER_TIMEOUT = TIME_RESERVE_SECONDS + MIN_WORKING_SECONDS;
+
+// SQS keeps a message invisible for at most 12 hours (ChangeMessageVisibility).
+const MAX_DEFER_SECONDS = 43200;
+
+// The LedgerDrift alarm fires when drift stays above 0 for this many ticks in a row.
+const DRIFT_TICKS = 3;
+// CloudWatch evaluates an alarm over at most one day (periods x evaluation periods).
+const MAX_ALARM_RANGE_SECONDS = 86400;
+// Alarm period for a cron() schedule, whose interval is not read from the expression.
+const CRON_ALARM_PERIOD_SECONDS = 300;
+
 const DUPLICATE_POLICIES = ['suppress', 'defer'];
 const STATE_MACHINE_ARN = /^arn:aws[a-z-]*:states:[a-z0-9-]+:\d{12}:stateMachine:[^:\s]{1,80}$/;
 
@@ -26,12 +43,26 @@ function fail(message) {
   throw new Error(`Sluice stack parameters: ${message}`);
 }
 
-function integer(name, raw, min, max) {
+// `why`, when given, explains the bounds in the message.
+function integer(name, raw, min, max, why) {
   const text = String(raw).trim();
   if (!/^\d+$/.test(text)) fail(`${name} must be a whole number, got "${raw}"`);
   const value = Number(text);
-  if (value < min || value > max) fail(`${name} must be between ${min} and ${max}, got ${value}`);
+  if (value < min || value > max) {
+    fail(`${name} must be between ${min} and ${max}, got ${value}` + (why ? `: ${why}` : ''));
+  }
   return value;
+}
+
+// The LedgerDrift alarm's period: one launcher tick, so that DRIFT_TICKS periods in a row are
+// DRIFT_TICKS ticks. CloudWatch wants a multiple of 60 s, and the whole range within a day.
+function alarmPeriod(scheduleRate) {
+  const rate = /^rate\((\d+) (minute|minutes|hour|hours|day|days)\)$/.exec(scheduleRate);
+  if (!rate) return CRON_ALARM_PERIOD_SECONDS;
+  const unit = { minute: 60, hour: 3600, day: 86400 }[rate[2].replace(/s$/, '')];
+  const seconds = Number(rate[1]) * unit;
+  const longest = Math.floor(MAX_ALARM_RANGE_SECONDS / DRIFT_TICKS / 60) * 60;
+  return Math.min(Math.max(60, Math.ceil(seconds / 60) * 60), longest);
 }
 
 let memo;
@@ -49,8 +80,14 @@ async function derive({ resolveVariable }) {
   };
 
   const maxConcurrency = integer('maxConcurrency', await param('maxConcurrency'), 1, 10000);
-  // Lambda allows at most 900 s.
-  const launcherTimeout = integer('launcherTimeout', await param('launcherTimeout'), 10, 900);
+  const launcherTimeout = integer(
+    'launcherTimeout',
+    await param('launcherTimeout'),
+    MIN_LAUNCHER_TIMEOUT,
+    900,
+    `the launcher stops receiving ${TIME_RESERVE_SECONDS} s before its timeout (SLUICE_TIME_RESERVE_SECONDS) ` +
+      `and needs at least ${MIN_WORKING_SECONDS} s more to reconcile and start anything; Lambda allows at most 900 s`
+  );
   const visibilityTimeout = launcherTimeout + VISIBILITY_MARGIN_SECONDS;
   const claimTimeout = integer('claimTimeout', await param('claimTimeout'), 1, 86400 * 7);
   if (claimTimeout <= visibilityTimeout) {
@@ -60,8 +97,25 @@ async function derive({ resolveVariable }) {
     );
   }
   const retentionDays = integer('retentionDays', await param('retentionDays'), 1, 3650);
-  // The launcher stops receiving 15 s before its timeout (SLUICE_TIME_RESERVE_SECONDS).
-  const lingerSeconds = integer('lingerSeconds', await param('lingerSeconds'), 0, launcherTimeout - 15);
+  // The launcher stops receiving TIME_RESERVE_SECONDS before its timeout: lingering longer is cut short.
+  const lingerSeconds = integer(
+    'lingerSeconds',
+    await param('lingerSeconds'),
+    0,
+    launcherTimeout - TIME_RESERVE_SECONDS,
+    `at most launcherTimeout ${launcherTimeout} s less the launcher's ${TIME_RESERVE_SECONDS} s time reserve ` +
+      `(SLUICE_TIME_RESERVE_SECONDS); raise launcherTimeout to linger longer`
+  );
+  // SLUICE_DEFER_SECONDS: under the defer policy, how long a deferred duplicate waits before it is
+  // looked at again. 0 would hand it straight back.
+  const deferSeconds = integer(
+    'deferSeconds',
+    await param('deferSeconds'),
+    1,
+    MAX_DEFER_SECONDS,
+    `a deferred duplicate must wait at least 1 s before it is looked at again, and SQS hides a message ` +
+      `for at most ${MAX_DEFER_SECONDS} s`
+  );
   const maxReceiveCount = integer('maxReceiveCount', await param('maxReceiveCount'), 1, 1000);
   const oldestMessageAlarmSeconds = integer(
     'oldestMessageAlarmSeconds',
@@ -79,6 +133,7 @@ async function derive({ resolveVariable }) {
   if (!/^(rate|cron)\(.+\)$/.test(scheduleRate)) {
     fail(`scheduleRate must be an EventBridge expression such as "rate(1 minute)", got "${scheduleRate}"`);
   }
+  const driftAlarmPeriod = alarmPeriod(scheduleRate);
 
   // Empty: Sluice creates and drives its sample workflow. Otherwise: an existing state machine, which
   // must be in the stack's region (Step Functions status events only reach the rules of that region).
@@ -106,10 +161,13 @@ async function derive({ resolveVariable }) {
     claimTimeout,
     retentionDays,
     lingerSeconds,
+    deferSeconds,
     maxReceiveCount,
     oldestMessageAlarmSeconds,
     duplicatePolicy,
     scheduleRate,
+    driftAlarmPeriod,
+    driftAlarmTicks: DRIFT_TICKS,
     stateMachineArn,
     alarmTopicArn,
     workflowDefinition,
@@ -120,6 +178,7 @@ async function derive({ resolveVariable }) {
       claimTimeout: String(claimTimeout),
       retentionDays: String(retentionDays),
       lingerSeconds: String(lingerSeconds),
+      deferSeconds: String(deferSeconds),
     },
   };
 }

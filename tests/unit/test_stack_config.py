@@ -1,0 +1,167 @@
+"""The stack's parameter checks (stack/config.js), run with node as osls
+runs them, without packaging: each case is one `node` process fed the parameters osls would resolve."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+NODE = shutil.which("node")
+
+pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed (osls needs it too)")
+
+# Calls the exported function as osls' file source does, with a resolveVariable that answers
+# sls:stage, self:provider.region and param:NAME from the JSON on standard input.
+DERIVE = """
+const input = JSON.parse(require('fs').readFileSync(0, 'utf8'));
+const derive = require(process.argv[1]);
+const resolveVariable = async (name) => {
+  if (name === 'sls:stage') return input.stage;
+  if (name === 'self:provider.region') return input.region;
+  if (name.startsWith('param:')) return input.params[name.slice(6)];
+  throw new Error(`unexpected variable ${name}`);
+};
+derive({ resolveVariable }).then(
+  (cfg) => process.stdout.write(JSON.stringify({ cfg })),
+  (error) => process.stdout.write(JSON.stringify({ error: error.message })),
+);
+"""
+
+
+def _node(script: str, module: str, payload: dict[str, Any]) -> Any:
+    assert NODE is not None
+    done = subprocess.run(
+        [NODE, "-e", script, str(ROOT / "stack" / module)],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return json.loads(done.stdout)
+
+
+class _IgnoreTags(yaml.SafeLoader):
+    """serverless.yml's CloudFormation tags (!Ref, !Sub ...) are not needed to read its params."""
+
+
+_IgnoreTags.add_multi_constructor("!", lambda loader, suffix, node: None)
+
+
+@cache
+def _defaults() -> dict[str, str]:
+    doc = yaml.load((ROOT / "serverless.yml").read_text(encoding="utf-8"), Loader=_IgnoreTags)
+    return {k: "" if v is None else str(v) for k, v in doc["params"]["default"].items()}
+
+
+def derive(**params: Any) -> dict[str, Any]:
+    """stack/config.js with serverless.yml's defaults, overridden as --param="name=value" would."""
+    merged = {**_defaults(), **{k: str(v) for k, v in params.items()}}
+    return _node(DERIVE, "config.js", {"stage": "dev", "region": "us-east-1", "params": merged})
+
+
+def config(**params: Any) -> dict[str, Any]:
+    result = derive(**params)
+    assert "error" not in result, result["error"]
+    return result["cfg"]
+
+
+def refusal(**params: Any) -> str:
+    result = derive(**params)
+    assert "cfg" not in result, f"accepted {params}"
+    return result["error"]
+
+
+def test_the_defaults_package():
+    cfg = config()
+    assert cfg["launcherTimeout"] == 120 and cfg["visibilityTimeout"] == 180
+    assert cfg["lingerSeconds"] == 0
+    assert cfg["deferSeconds"] == 60 and cfg["text"]["deferSeconds"] == "60"
+
+
+# -- deferSeconds -----------------------------------------------------------------------------------
+
+
+def test_defer_seconds_is_a_parameter_passed_to_both_functions():
+    assert config(deferSeconds=3600)["text"]["deferSeconds"] == "3600"
+    # Both functions share the provider's environment.
+    doc = yaml.load((ROOT / "serverless.yml").read_text(encoding="utf-8"), Loader=_IgnoreTags)
+    assert doc["provider"]["environment"]["SLUICE_DEFER_SECONDS"] == "${self:custom.cfg.text.deferSeconds}"
+    assert not any("environment" in f for f in doc["functions"].values())
+
+
+def test_defer_seconds_of_zero_is_refused_with_the_rule():
+    message = refusal(deferSeconds=0)
+    assert "deferSeconds must be between 1 and 43200, got 0" in message
+    assert "at least 1 s" in message
+
+
+@pytest.mark.parametrize("value", ["43201", "-5", "1.5", "soon"])
+def test_defer_seconds_out_of_range_is_refused(value):
+    assert "deferSeconds must be" in refusal(deferSeconds=value)
+
+
+@pytest.mark.parametrize("value", [1, 43200])
+def test_defer_seconds_bounds_are_accepted(value):
+    assert config(deferSeconds=value)["deferSeconds"] == value
+
+
+# -- launcherTimeout and lingerSeconds ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [0, 10, 12, 14, 15, 29])
+def test_a_launcher_timeout_too_short_to_work_is_refused_with_the_real_rule(value):
+    message = refusal(launcherTimeout=value)
+    assert f"launcherTimeout must be between 30 and 900, got {value}" in message
+    assert "stops receiving 15 s before its timeout (SLUICE_TIME_RESERVE_SECONDS)" in message
+    assert "lingerSeconds" not in message
+
+
+def test_the_shortest_launcher_timeout_packages():
+    cfg = config(launcherTimeout=30)
+    assert cfg["launcherTimeout"] == 30 and cfg["visibilityTimeout"] == 90
+
+
+def test_a_launcher_timeout_over_lambdas_limit_is_refused():
+    assert "launcherTimeout must be between 30 and 900, got 901" in refusal(launcherTimeout=901)
+
+
+def test_linger_seconds_is_bounded_by_the_launcher_timeout_less_the_reserve():
+    assert config(launcherTimeout=120, lingerSeconds=105)["lingerSeconds"] == 105
+    message = refusal(launcherTimeout=120, lingerSeconds=106)
+    assert "lingerSeconds must be between 0 and 105, got 106" in message
+    assert "launcherTimeout 120 s less the launcher's 15 s time reserve" in message
+    assert "lingerSeconds must be between 0 and 15, got 16" in refusal(launcherTimeout=30, lingerSeconds=16)
+
+
+def test_the_timeout_order_is_still_checked():
+    assert "claimTimeout (900 s) must exceed the queue visibility timeout (960 s" in refusal(
+        launcherTimeout=900
+    )
+
+
+# -- the LedgerDrift alarm follows the schedule ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("rate", "period"),
+    [
+        ("rate(1 minute)", 60),
+        ("rate(5 minutes)", 300),
+        ("rate(2 hours)", 7200),
+        ("rate(1 day)", 28800),  # three periods must fit in CloudWatch's one-day evaluation range
+        ("cron(0/10 * * * ? *)", 300),
+    ],
+)
+def test_the_drift_alarm_period_is_one_tick(rate, period):
+    cfg = config(scheduleRate=rate)
+    assert cfg["driftAlarmPeriod"] == period
+    assert cfg["driftAlarmTicks"] == 3
