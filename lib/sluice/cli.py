@@ -65,6 +65,7 @@ LAUNCHER_OUTPUT = "LauncherLambdaFunctionQualifiedArn"
 LAUNCHER_RESOURCE = "LauncherLambdaFunction"
 ENQUEUE_CHUNK = 100  # items per enqueue call: a failure names the first item not sent
 DEFAULT_TICK_SECONDS = 120  # the stack's default launcherTimeout
+DEFAULT_REGION = "us-east-1"  # the stack's region when nothing names one (stack/region.js)
 PROGRESS_FROM = 50  # items; fewer are sent without a progress bar
 DEDUP_ID = re.compile(r"^[!-~]{1,128}$")
 CREDENTIAL_CODES = frozenset(
@@ -232,14 +233,21 @@ def resolve_settings(args: argparse.Namespace, session: Any) -> Settings:
     return _resolve(args, session)[0]
 
 
+def _region(args: argparse.Namespace) -> str | None:
+    """``--region``, else ``AWS_REGION`` (read first by the AWS SDKs, but not by boto3), else None: boto3
+    then reads ``AWS_DEFAULT_REGION`` and the profile's region. The stack resolves its region in the
+    same order (stack/region.js), so both look in the same place."""
+    return args.region or os.environ.get("AWS_REGION", "").strip() or None
+
+
 def make_context(args: argparse.Namespace, session: Any = None) -> Context:
     """Resolve settings and build the runtime; ``session`` is a boto3 Session (a new one when None)."""
     import boto3
 
     if session is None:
-        session = boto3.session.Session(region_name=args.region) if args.region else boto3.session.Session()
-    if not session.region_name:
-        raise ConfigurationError("no AWS region: pass --region or set AWS_REGION")
+        session = boto3.session.Session(region_name=_region(args))
+        if not session.region_name:  # nothing in the environment or the profile: the stack's default
+            session = boto3.session.Session(region_name=DEFAULT_REGION)
     settings, stack, outputs = _resolve(args, session)
     return Context(args, Runtime(settings, session=session), stack, outputs)
 
@@ -733,7 +741,14 @@ def _common(defaults: bool) -> argparse.ArgumentParser:
 
     p.add_argument("--stage", default=d("dev"), help="stack stage: the stack is sluice-<stage> (default dev)")
     p.add_argument("--stack", default=d(None), help="CloudFormation stack name (overrides --stage)")
-    p.add_argument("--region", default=d(None), help="AWS region (default: AWS_REGION / the profile's)")
+    p.add_argument(
+        "--region",
+        default=d(None),
+        help=(
+            "AWS region (default: AWS_REGION, else AWS_DEFAULT_REGION, else the profile's, "
+            f"else {DEFAULT_REGION}, as for the stack)"
+        ),
+    )
     p.add_argument("--json", action="store_true", default=d(False), help="machine-readable output")
     return p
 

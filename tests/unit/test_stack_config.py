@@ -1,4 +1,4 @@
-"""The stack's parameter checks (stack/config.js), run with node as osls
+"""The stack's parameter checks (stack/config.js) and region (stack/region.js), run with node as osls
 runs them, without packaging: each case is one `node` process fed the parameters osls would resolve."""
 
 from __future__ import annotations
@@ -33,6 +33,12 @@ derive({ resolveVariable }).then(
   (cfg) => process.stdout.write(JSON.stringify({ cfg })),
   (error) => process.stdout.write(JSON.stringify({ error: error.message })),
 );
+"""
+
+REGION = """
+const input = JSON.parse(require('fs').readFileSync(0, 'utf8'));
+const { resolveRegion } = require(process.argv[1]);
+process.stdout.write(JSON.stringify(resolveRegion(input.env, input.options, input.stage)));
 """
 
 
@@ -165,3 +171,46 @@ def test_the_drift_alarm_period_is_one_tick(rate, period):
     cfg = config(scheduleRate=rate)
     assert cfg["driftAlarmPeriod"] == period
     assert cfg["driftAlarmTicks"] == 3
+
+
+# -- region ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def aws_config(tmp_path):
+    path = tmp_path / "config"
+    path.write_text(
+        "[default]\nregion = ap-south-1\n\n"
+        "# a comment\n[profile ops]\noutput = json\nregion=eu-central-1\n\n"
+        "[profile noregion]\noutput = json\n"
+    )
+    return str(path)
+
+
+def region(env: dict[str, str], options: dict[str, str] | None = None, stage: str = "dev") -> str:
+    return _node(REGION, "region.js", {"env": env, "options": options or {}, "stage": stage})
+
+
+def test_region_prefers_aws_region_then_aws_default_region(aws_config):
+    both = {"AWS_REGION": "eu-west-1", "AWS_DEFAULT_REGION": "us-west-2", "AWS_CONFIG_FILE": aws_config}
+    assert region(both) == "eu-west-1"
+    assert region({"AWS_DEFAULT_REGION": "us-west-2", "AWS_CONFIG_FILE": aws_config}) == "us-west-2"
+
+
+def test_region_falls_back_to_the_profiles_region(aws_config):
+    assert region({"AWS_CONFIG_FILE": aws_config}) == "ap-south-1"
+    assert region({"AWS_CONFIG_FILE": aws_config, "AWS_PROFILE": "ops"}) == "eu-central-1"
+    assert region({"AWS_CONFIG_FILE": aws_config, "AWS_DEFAULT_PROFILE": "ops"}) == "eu-central-1"
+    assert region({"AWS_CONFIG_FILE": aws_config}, {"aws-profile": "ops"}) == "eu-central-1"
+    assert region({"AWS_CONFIG_FILE": aws_config, "AWS_PROD_PROFILE": "ops"}, stage="prod") == "eu-central-1"
+
+
+def test_region_defaults_to_us_east_1(aws_config, tmp_path):
+    assert region({"AWS_CONFIG_FILE": aws_config, "AWS_PROFILE": "noregion"}) == "us-east-1"
+    assert region({"AWS_CONFIG_FILE": str(tmp_path / "missing")}) == "us-east-1"
+    assert region({"AWS_CONFIG_FILE": "/dev/null"}) == "us-east-1"
+
+
+def test_serverless_yml_takes_the_region_from_region_js():
+    text = (ROOT / "serverless.yml").read_text(encoding="utf-8")
+    assert "  region: ${opt:region, file(stack/region.js)}\n" in text
