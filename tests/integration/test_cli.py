@@ -120,6 +120,28 @@ def test_enqueue_stopped_by_aws_names_the_first_item_not_sent(env, cli, tmp_path
     assert env.queue_counts() == (100, 0)
 
 
+@pytest.mark.parametrize("rich", [True, False], ids=["with-rich", "without-rich"])
+def test_enqueue_on_a_terminal_works_with_or_without_the_progress_extra(
+    env, cli, tmp_path, monkeypatch, rich
+):
+    """rich is the optional ``progress`` extra: without it a long enqueue on a terminal shows no bar."""
+    import sys
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    if not rich:
+        monkeypatch.setitem(sys.modules, "rich.console", None)  # import fails as if not installed
+        monkeypatch.setitem(sys.modules, "rich.progress", None)
+    path = tmp_path / "in.jsonl"
+    path.write_text(payloads(60))
+
+    run = cli("enqueue", path)
+
+    assert run.code == 0, run.err
+    assert run.out.strip() == "sent 60 of 60 payloads"
+    assert "Traceback" not in run.err
+    assert env.queue_counts() == (60, 0)
+
+
 def test_enqueue_of_a_missing_file_is_a_usage_error(env, cli, tmp_path):
     run = cli("enqueue", tmp_path / "nope.jsonl")
     assert run.code == 2
