@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 import pytest
 
 from sluice.adapters.dynamodb import DynamoStore
-from sluice.local.embedded import EmbeddedAws, package_stack
+from sluice.local.embedded import UPDATE_TEMPLATE, EmbeddedAws, package_stack
 from sluice.model import PayloadState
 from sluice.names import execution_name
 from tests.support.aws import status_change_event
@@ -65,6 +65,7 @@ def test_deploy_creates_what_the_code_needs(deployed):
     assert env["SLUICE_TABLE_NAME"] == out["TableName"]
     assert env["SLUICE_STATE_MACHINE_ARN"] == out["StateMachineArn"]
     assert env["SLUICE_MAX_PARAMETER"] == out["MaxConcurrencyParameter"]
+    assert env["SLUICE_DEFER_SECONDS"] == "60"  # the deferSeconds parameter's default
     assert deployed.functions["completion"].environment == env
 
     attrs = aws.client("sqs").get_queue_attributes(QueueUrl=out["QueueUrl"], AttributeNames=["All"])[
@@ -85,6 +86,18 @@ def test_deploy_creates_what_the_code_needs(deployed):
     assert skipped <= {"AWS::S3::BucketPolicy", "AWS::SQS::QueuePolicy", "AWS::CloudWatch::Alarm"}
     # One schedule rule for the launcher, one status-change rule for the completion function.
     assert [deployed.function_for(r.target_arns[0]) for r in deployed.schedule_rules()] == ["launcher"]
+
+
+def test_the_drift_alarm_waits_for_three_ticks_of_drift(package):
+    """moto does not create alarms: read the packaged template. With the 1-minute schedule, one
+    period is one tick, and drift must stay above 0 for 3 periods in a row."""
+    template = json.loads((package / UPDATE_TEMPLATE).read_text())
+    alarm = template["Resources"]["LedgerDriftAlarm"]["Properties"]
+    assert (alarm["Namespace"], alarm["MetricName"]) == ("Sluice", "LedgerDrift")
+    assert alarm["Statistic"] == "Minimum" and alarm["Period"] == 60
+    assert alarm["EvaluationPeriods"] == alarm["DatapointsToAlarm"] == 3
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+    assert alarm["TreatMissingData"] == "notBreaching"
 
 
 def test_one_payload_through_the_deployed_stack(deployed):
