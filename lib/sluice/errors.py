@@ -3,9 +3,11 @@ domain code never sees botocore.
 
     SluiceError
     ├── ConfigurationError        wrong setup: fail loudly, touch nothing
+    │   └── NotFound              the thing asked about does not exist (parameter, execution)
     ├── TransientError            throttling or an AWS fault: end the tick cleanly, retry later
     │   └── AmbiguousStartError   StartExecution may or may not have happened
     ├── InvalidPayload            bad input: dead-lettered with ``reason``
+    ├── ConditionFailed           a conditional write found the item otherwise: nothing written
     └── ClaimRejected             the ledger said no
         ├── SlotsFull             no free slot under the current limit
         └── LeaseHeld             the payload's lease is live; carries the existing record
@@ -25,6 +27,14 @@ class SluiceError(Exception):
 
 class ConfigurationError(SluiceError):
     """Sluice is not set up right (missing state machine, access denied, bad MAX value)."""
+
+
+class NotFound(ConfigurationError):
+    """The resource or record asked for does not exist (adapters say when that is not an error)."""
+
+
+class ConditionFailed(SluiceError):
+    """A conditional write was refused because the item was not as expected. Nothing was written."""
 
 
 class TransientError(SluiceError):

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, HTTPClientError, ReadTimeoutError
 
-from sluice.errors import ConfigurationError, TransientError
+from sluice.errors import ConditionFailed, ConfigurationError, NotFound, TransientError
 
 THROTTLING = frozenset(
     {
@@ -47,6 +47,8 @@ CONFIGURATION = frozenset(
     }
 )
 
+NOT_FOUND = frozenset({"ParameterNotFound", "ExecutionDoesNotExist"})
+
 
 def error_code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
@@ -61,6 +63,10 @@ def translate_client_error(exc: ClientError, operation: str) -> Exception:
     message = f"{operation}: {code}: {exc.response.get('Error', {}).get('Message', '')}".rstrip(": ")
     if code in THROTTLING or http_status(exc) >= 500:
         return TransientError(message, operation=operation, code=code)
+    if code == "ConditionalCheckFailedException":
+        return ConditionFailed(message)
+    if code in NOT_FOUND:
+        return NotFound(message)
     if code in CONFIGURATION:
         return ConfigurationError(message)
     # Any other 4xx is a request Sluice should never have made: say so loudly.

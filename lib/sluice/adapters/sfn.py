@@ -8,7 +8,7 @@ from typing import Any
 from botocore.exceptions import ClientError, ConnectionError, HTTPClientError, ReadTimeoutError
 
 from sluice.adapters.errors import THROTTLING, error_code, translate_client_error, translated
-from sluice.errors import AmbiguousStartError, InvalidPayload, TransientError
+from sluice.errors import AmbiguousStartError, InvalidPayload, NotFound, TransientError
 from sluice.model import ExecutionInfo, StartResult
 from sluice.names import execution_arn
 
@@ -35,8 +35,9 @@ class StepFunctionsExecutions:
             if code in ("InvalidExecutionInput", "InvalidName"):
                 raise InvalidPayload(f"Step Functions refused the input: {exc}") from exc
             error = translate_client_error(exc, "StartExecution")
-            if isinstance(error, TransientError) and code not in THROTTLING:
-                # A 5xx: the request may have reached Step Functions and started the execution.
+            if isinstance(error, TransientError) and (code not in THROTTLING or _retried(exc)):
+                # A 5xx may have started the execution. So may an earlier attempt of a retried call
+                # (a read timeout, say), whatever the last attempt's answer: never take it as "no".
                 raise AmbiguousStartError(str(error), operation="StartExecution", code=code) from exc
             raise error from exc
         except (ConnectionError, HTTPClientError, ReadTimeoutError) as exc:
@@ -45,15 +46,12 @@ class StepFunctionsExecutions:
             ) from exc
         return StartResult(arn=response["executionArn"])
 
-    def describe(self, name: str) -> ExecutionInfo | None:
+    def describe(self, name: str, arn: str | None = None) -> ExecutionInfo | None:
         try:
             with translated("DescribeExecution"):
-                raw = self.client.describe_execution(executionArn=self.arn_for(name))
-        except Exception as exc:
-            cause = exc.__cause__
-            if isinstance(cause, ClientError) and error_code(cause) == "ExecutionDoesNotExist":
-                return None
-            raise
+                raw = self.client.describe_execution(executionArn=arn or self.arn_for(name))
+        except NotFound:
+            return None
         return ExecutionInfo(
             name=raw.get("name", name),
             arn=raw["executionArn"],
@@ -93,3 +91,7 @@ def _ts(value: Any) -> float | None:
     if isinstance(value, datetime):
         return value.timestamp()
     return float(value)
+
+
+def _retried(exc: ClientError) -> bool:
+    return int(exc.response.get("ResponseMetadata", {}).get("RetryAttempts", 0) or 0) > 0

@@ -5,10 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from sluice.adapters.errors import error_code, translated
-from sluice.errors import ConfigurationError, TransientError
+from sluice.adapters.errors import translated
+from sluice.errors import ConfigurationError, NotFound, TransientError
 from sluice.ports import Clock
 
 log = logging.getLogger("sluice.max")
@@ -59,10 +57,7 @@ class SsmMax:
             with translated("GetParameter"):
                 raw = self.client.get_parameter(Name=self.name)["Parameter"]["Value"]
             value = parse_max(raw, source=self.name)
-        except ConfigurationError as exc:
-            cause = exc.__cause__
-            if not (isinstance(cause, ClientError) and error_code(cause) == "ParameterNotFound"):
-                raise
+        except NotFound:
             log.warning(
                 "MAX parameter missing; using the deployed default",
                 extra={"parameter": self.name, "max": self.default},
@@ -74,9 +69,3 @@ class SsmMax:
             raise
         self._cached = (now, value)
         return value
-
-    def set(self, value: int) -> None:
-        parse_max(str(value), source=self.name)
-        with translated("PutParameter"):
-            self.client.put_parameter(Name=self.name, Value=str(value), Type="String", Overwrite=True)
-        self._cached = None
