@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.sim import Sim
-from sluice.adapters.memory import MemoryExecutions, MemoryQueue, MemoryStore, _Queued
+from sluice.adapters.memory import MemoryStore
+from sluice.adapters.memory_aws import MemoryExecutions, MemoryQueue, _Queued
 from sluice.errors import SlotsFull
 from sluice.model import (
     ExecutionInfo,

@@ -44,7 +44,8 @@ from bench.model import (
     System,
 )
 from bench.sim import LambdaFunction
-from sluice.adapters.memory import MemoryExecutions, MemoryStore
+from sluice.adapters.memory import MemoryStore
+from sluice.adapters.memory_aws import MemoryExecutions
 from sluice.adapters.ssm import SsmMax
 from sluice.completion import StatusChange, handle_status_change
 from sluice.launcher import Launcher
@@ -147,6 +148,7 @@ class SluiceSystem(System):
             released = handle_status_change(
                 change,
                 store=launcher.store,
+                queue=launcher.queue,
                 state_machine_arn=self.settings.state_machine_arn,
                 now=self.sim.now,
             )

@@ -22,7 +22,7 @@ from bench.sluice_system import PARAMETER, sluice_settings
 from sluice.adapters.memory import MemoryStore
 from sluice.adapters.ssm import SsmMax
 from sluice.clock import FakeClock, SystemClock
-from sluice.completion import StatusChange, handle_status_change
+from sluice.completion import StatusChange
 from sluice.launcher import Launcher
 from sluice.settings import Settings
 
@@ -57,8 +57,7 @@ def _scenario(
             state_machine_arn=arn,
             execution_arn=launcher.executions.arn_for(names[0]),
         )
-        if handle_status_change(change, store=launcher.store, state_machine_arn=arn, now=now()):
-            launcher.admit(max_new=1)
+        launcher.on_status_change(change)
     launcher.tick()
 
 

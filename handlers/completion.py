@@ -11,29 +11,21 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 
 from handlers._shared import emit, logger, metrics, runtime
-from sluice.completion import StatusChange, handle_status_change
-from sluice.errors import TransientError
+from sluice.completion import StatusChange
 
 
 @metrics.log_metrics
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: Any) -> dict[str, object]:
-    rt = runtime()
-    launcher = rt.launcher(logger)
     change = StatusChange.from_event(event)
     logger.set_correlation_id(change.name)
-    released = handle_status_change(
-        change, store=launcher.store, state_machine_arn=rt.settings.state_machine_arn, now=rt.clock.now()
+    released, summary, skipped = runtime().launcher(logger).on_status_change(
+        change, remaining_ms=context.get_remaining_time_in_millis
     )
     metrics.add_metric("Released", MetricUnit.Count, int(released))
     result: dict[str, object] = {"execution": change.name, "status": change.status, "released": released}
-    if released:
-        try:
-            summary = launcher.admit(remaining_ms=context.get_remaining_time_in_millis, max_new=1)
-        except TransientError as exc:
-            # The release is done; the next tick fills the slot. Retrying the event would not help.
-            logger.warning("refill skipped: AWS is throttling or unavailable", extra={"error": str(exc)})
-            result["admission"] = {"skipped": str(exc)}
-        else:
-            result["admission"] = emit(summary)
+    if skipped:
+        result["admission"] = {"skipped": skipped}
+    elif summary is not None:
+        result["admission"] = emit(summary)
     return result

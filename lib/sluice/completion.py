@@ -8,6 +8,7 @@ on the execution name and conditional on that name still holding the lease:
     event lost          ──► reconciliation finds A ended (DescribeExecution) ──► same release
 
 A set ``DELETE`` on the ledger removes A at most once, so the slot count never goes negative.
+Messages parked behind A (deferred duplicates) go back to the queue once A is released.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sluice.model import TERMINAL_STATUSES, ExecutionRecord, PayloadState
-from sluice.ports import Store
+from sluice.model import TERMINAL_STATUSES, ClaimFence, ExecutionRecord, PayloadState
+from sluice.parking import wake
+from sluice.ports import Queue, Store
 
 log = logging.getLogger("sluice.completion")
 
@@ -60,15 +62,21 @@ class StatusChange:
 def complete(
     *,
     store: Store,
+    queue: Queue,
     name: str,
     state: PayloadState,
     now: float,
     error: str | None = None,
     cause: str | None = None,
     ended_at: float | None = None,
+    fence: ClaimFence | None = None,
 ) -> ExecutionRecord | None:
-    """Release ``name`` and record ``state``. The one path every release takes."""
-    released = store.release(name=name, state=state, now=now, error=error, cause=cause, ended_at=ended_at)
+    """Release ``name``, record ``state`` and wake what waits for it. The one path every release takes."""
+    released = store.release(
+        name=name, state=state, now=now, error=error, cause=cause, ended_at=ended_at, fence=fence
+    )
+    if released is not None and released.parked:
+        wake(store=store, queue=queue, record=released, now=now)
     if released is None:
         log.info("nothing to release", extra={"execution_name": name, "state": state.value})
     else:
@@ -84,7 +92,9 @@ def complete(
     return released
 
 
-def handle_status_change(change: StatusChange, *, store: Store, state_machine_arn: str, now: float) -> bool:
+def handle_status_change(
+    change: StatusChange, *, store: Store, queue: Queue, state_machine_arn: str, now: float
+) -> bool:
     """Apply one status-change event. True when it freed a slot."""
     if change.state_machine_arn != state_machine_arn:
         log.info(
@@ -95,6 +105,7 @@ def handle_status_change(change: StatusChange, *, store: Store, state_machine_ar
         return False
     released = complete(
         store=store,
+        queue=queue,
         name=change.name,
         state=PayloadState(change.status),
         now=now,

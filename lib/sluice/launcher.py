@@ -8,12 +8,15 @@ Per message the order is fixed; each step is safe to die after:
               invalid: DLQ    LeaseHeld by us:         already exists:        │              │
               with reason     resume (same name)       describe, record       │              │
                               LeaseHeld by other:      refused for sure:      │              │
-                              duplicate / defer        roll the claim back    │              │
+                              holder ended? settle,    roll the claim back    │              │
+                              claim again; else        (a retried call is     │              │
+                              duplicate / park         never "for sure")      │              │
                               SlotsFull: return msg    unsure: keep claim     │              │
 
     dies after claim    message returns with the same id, so the same name: the claim is
-                        ours, start it. If it never returns, the claim expires and
-                        reconciliation asks DescribeExecution before releasing.
+                        ours; renew it (fenced by its version), then start it. If it never
+                        returns, reconciliation asks DescribeExecution, marks the claim, and
+                        releases it a claim timeout later only if nobody renewed it since.
     dies after start    the retry's StartExecution returns the same ARN (same name, same
                         input, still running) or ExecutionAlreadyExists (ended): no second run.
     dies after mark     the lease names this very message: delete it, start nothing.
@@ -26,9 +29,10 @@ on one ledger item (``size(holders) < limit``), in the same transaction as the p
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable
 
-from sluice.completion import complete
+from sluice.completion import StatusChange, complete, handle_status_change
 from sluice.errors import (
     AmbiguousStartError,
     ConfigurationError,
@@ -38,7 +42,8 @@ from sluice.errors import (
     TransientError,
 )
 from sluice.model import Message, Outcome, Payload, PayloadState, StartedExecution, TickSummary
-from sluice.names import execution_name
+from sluice.names import execution_name, origin_id
+from sluice.parking import park
 from sluice.ports import Clock, Executions, MaxSource, Queue, Store
 from sluice.reconcile import reconcile
 from sluice.settings import DuplicatePolicy, Settings
@@ -47,6 +52,7 @@ from sluice.validation import validate_message
 RECEIVE_BATCH = 10  # SQS ReceiveMessage returns at most 10
 LONG_POLL = 20  # SQS WaitTimeSeconds maximum
 CHECK_INTERVAL = 300.0  # how often a warm launcher re-checks that the state machine exists
+ATTEMPTS = 3  # claims per message when the lease changes hands under us
 
 log = logging.getLogger("sluice.launcher")
 
@@ -70,6 +76,7 @@ class Launcher:
         self.clock = clock
         self.settings = settings
         self.log = logger or log
+        self.identity = uuid.uuid4().hex[:16]  # this container, as a reconciler marking claims
         self._checked_at: float | None = None
 
     # -- entry points -------------------------------------------------------------------------
@@ -84,14 +91,37 @@ class Launcher:
             report = reconcile(
                 store=self.store,
                 executions=self.executions,
+                queue=self.queue,
                 clock=self.clock,
-                consistency_window=self.settings.consistency_window_seconds,
+                settings=self.settings,
+                reconciler=self.identity,
                 logger=self.log,
             )
             summary.reconciled = True
             summary.released_by_reconcile = report.released
             summary.drift = report.drift
         return self.admit(summary=summary, remaining_ms=remaining_ms, linger=True)
+
+    def on_status_change(
+        self, change: StatusChange, *, remaining_ms: Callable[[], int] | None = None
+    ) -> tuple[bool, TickSummary | None, str]:
+        """What the completion function does with one status event: release the execution's slot,
+        then fill the one slot it freed. Returns (released, the refill's summary, why it was skipped)."""
+        released = handle_status_change(
+            change,
+            store=self.store,
+            queue=self.queue,
+            state_machine_arn=self.executions.state_machine_arn,
+            now=self.clock.now(),
+        )
+        if not released:
+            return False, None, ""
+        try:
+            return True, self.admit(remaining_ms=remaining_ms, max_new=1), ""
+        except TransientError as exc:
+            # The release is done; the next tick fills the slot. Retrying the event would not help.
+            self.log.warning("refill skipped: AWS is throttling or unavailable", extra={"error": str(exc)})
+            return True, None, str(exc)
 
     def admit(
         self,
@@ -103,27 +133,29 @@ class Launcher:
     ) -> TickSummary:
         """Receive and start payloads while slots are free, the queue has messages and time remains.
 
-        ``max_new`` caps how many this call starts: a completion refills the one slot it freed. If
-        every completion of a burst took all the free slots it saw, all but one would lose their
-        claims and return their messages, and each return spends a receive of the message's
-        ``maxReceiveCount``: healthy messages would walk to the DLQ. ``linger`` keeps long-polling
-        while slots are free (``SLUICE_LINGER_SECONDS``); only the scheduled tick lingers.
+        MAX and the ledger are read again before every receive, so each batch is admitted under the
+        MAX in force when it was received. ``max_new`` caps how many this call starts: a completion
+        refills the one slot it freed. If every completion of a burst took all the free slots it
+        saw, all but one would lose their claims and return their messages, and each return spends
+        a receive of the message's ``maxReceiveCount``: healthy messages would walk to the DLQ.
+        ``linger`` keeps long-polling while slots are free (``SLUICE_LINGER_SECONDS``); only the
+        scheduled tick lingers.
         """
         summary = summary or TickSummary()
         self._check_state_machine()
-        max_concurrency = self.max_source.current()
-        ledger = self.store.ledger()
-        limit = ledger.limit(max_concurrency)
-        running = len(ledger.holders)
-        summary.max_concurrency, summary.limit = max_concurrency, limit
-        summary.running_before = summary.running_after = running
-        if max_concurrency == 0:
-            summary.stopped = "paused"
-            return summary
-
         linger_until = self.clock.now() + (self.settings.linger_seconds if linger else 0)
         started = 0
+        first = True
         while True:
+            max_concurrency = self.max_source.current()
+            ledger = self.store.ledger()
+            limit, running = ledger.limit(max_concurrency), len(ledger.holders)
+            summary.max_concurrency, summary.limit, summary.running_after = max_concurrency, limit, running
+            if first:
+                summary.running_before, first = running, False
+            if max_concurrency == 0:
+                summary.stopped = "paused"
+                break
             free = limit - running
             if max_new is not None:
                 free = min(free, max_new - started)
@@ -134,34 +166,29 @@ class Launcher:
                 summary.stopped = "time"
                 break
             lingering = self.clock.now() < linger_until
-            wait = self._wait_seconds(lingering, remaining_ms, linger_until)
-            messages = self.queue.receive(min(free, RECEIVE_BATCH), wait)
+            messages = self.queue.receive(
+                min(free, RECEIVE_BATCH), self._wait_seconds(lingering, remaining_ms, linger_until)
+            )
             if not messages:
                 if lingering and self._time_left(remaining_ms):
-                    # Completions may have freed slots and MAX may have moved while we waited.
-                    max_concurrency = self.max_source.current()
-                    ledger = self.store.ledger()
-                    limit, running = ledger.limit(max_concurrency), len(ledger.holders)
-                    summary.max_concurrency, summary.limit = max_concurrency, limit
-                    continue
+                    continue  # completions may have freed slots and MAX may have moved meanwhile
                 summary.stopped = "empty"
                 break
             summary.received += len(messages)
-            filled, stop = self._process_batch(messages, limit, limit - running, summary)
-            running += filled
+            filled, stop = self._process_batch(messages, limit, summary)
             started += filled
-            summary.running_after = running
+            summary.running_after = running + filled
             if stop:
                 summary.stopped = stop
                 break
-        summary.running_after = running
+            if filled >= free:
+                summary.stopped = "full"  # as far as this call knows: no read needed to stop
+                break
         return summary
 
     # -- one batch ----------------------------------------------------------------------------
 
-    def _process_batch(
-        self, messages: list[Message], limit: int, free: int, summary: TickSummary
-    ) -> tuple[int, str]:
+    def _process_batch(self, messages: list[Message], limit: int, summary: TickSummary) -> tuple[int, str]:
         """Process one received batch. Returns (slots filled, why to stop or "").
 
         The executions it started are marked RUNNING in one write, then the messages it handled are
@@ -171,7 +198,7 @@ class Launcher:
         done: list[Message] = []
         started: list[StartedExecution] = []
         try:
-            filled, stop = self._run_batch(messages, limit, free, summary, done, started)
+            filled, stop = self._run_batch(messages, limit, summary, done, started)
         except Exception:
             self._settle(done, started)
             raise
@@ -182,7 +209,6 @@ class Launcher:
         self,
         messages: list[Message],
         limit: int,
-        free: int,
         summary: TickSummary,
         done: list[Message],
         started: list[StartedExecution],
@@ -196,7 +222,7 @@ class Launcher:
                 # Another launcher took the slot between our ledger read and this claim.
                 self.queue.release(rest)
                 summary.outcomes[Outcome.RETURNED.value] = summary.n(Outcome.RETURNED) + len(rest)
-                return free, "full"
+                return filled, "full"
             except TransientError as exc:
                 self.queue.release(rest)
                 summary.outcomes[Outcome.INTERRUPTED.value] = summary.n(Outcome.INTERRUPTED) + len(rest)
@@ -222,34 +248,49 @@ class Launcher:
     def _process(
         self, message: Message, limit: int, done: list[Message], started: list[StartedExecution]
     ) -> Outcome:
-        now = self.clock.now()
         try:
             payload = validate_message(message)
         except InvalidPayload as exc:
             return self._dead_letter(message, exc, done)
+        name = execution_name(payload.key, origin_id(message.message_id, message.attributes))
+        for _ in range(ATTEMPTS):
+            outcome = self._attempt(payload, name, limit, done, started)
+            if outcome is not None:
+                return outcome
+        # The lease kept changing hands under us: try again later, as if the slot had been taken.
+        raise SlotsFull(limit)
 
-        name = execution_name(payload.key, message.message_id)
+    def _attempt(
+        self, payload: Payload, name: str, limit: int, done: list[Message], started: list[StartedExecution]
+    ) -> Outcome | None:
+        """One claim-and-start of ``payload``. None when the lease changed meanwhile: look again."""
+        now = self.clock.now()
+        claim_expires_at = now + self.settings.claim_timeout_seconds
         fresh = True
         try:
             self.store.claim(
                 key=payload.key,
                 name=name,
-                message_id=message.message_id,
+                message_id=origin_id(payload.message.message_id, payload.message.attributes),
+                arn=self.executions.arn_for(name),
                 limit=limit,
                 now=now,
-                claim_expires_at=now + self.settings.claim_timeout_seconds,
-                expires_at=int(now) + self.settings.retention_seconds,
+                claim_expires_at=claim_expires_at,
             )
         except LeaseHeld as held:
             if held.existing.holder != name:
                 return self._duplicate(payload, held, done)
             # Our own earlier claim: this message was received before and the launcher stopped
             # somewhere after claiming. Same message id, same name: carry on from where it stopped.
-            fresh = False
             if held.existing.state is PayloadState.RUNNING:
                 self._log("redelivered message already running", payload, name, Outcome.RESUMED)
-                done.append(message)
+                done.append(payload.message)
                 return Outcome.RESUMED
+            # Re-take the claim first: reconciliation may be judging it abandoned right now, and
+            # a renewal is what makes its release fail. Released or started meanwhile: look again.
+            if not self.store.renew(name=name, now=now, claim_expires_at=claim_expires_at):
+                return None
+            fresh = False
 
         try:
             result = self.executions.start(name, payload.body)
@@ -260,7 +301,7 @@ class Launcher:
         except InvalidPayload as exc:
             if fresh:
                 self._rollback(name, exc.reason)
-            return self._dead_letter(message, exc, done)
+            return self._dead_letter(payload.message, exc, done)
         except (TransientError, ConfigurationError) as exc:
             # Refused for certain: nothing started, so the claim goes back (a resumed claim stays:
             # an earlier attempt may have started it).
@@ -271,18 +312,35 @@ class Launcher:
         if result.already_existed:
             return self._already_exists(payload, name, done, started)
         started.append(StartedExecution(payload.key, name, result.arn, now))
-        done.append(message)
+        done.append(payload.message)
         outcome = Outcome.STARTED if fresh else Outcome.RESUMED
         self._log("execution started", payload, name, outcome, arn=result.arn)
         return outcome
 
     # -- the branches -------------------------------------------------------------------------
 
-    def _duplicate(self, payload: Payload, held: LeaseHeld, done: list[Message]) -> Outcome:
-        holder = held.existing.holder
+    def _duplicate(self, payload: Payload, held: LeaseHeld, done: list[Message]) -> Outcome | None:
+        holder = held.existing.holder or ""
+        # The holder may have ended with its status event still on the way: ask Step Functions
+        # before turning a re-submission away. Ended: settle it and claim again.
+        info = self.executions.describe(holder)
+        if info is not None and info.ended:
+            complete(
+                store=self.store,
+                queue=self.queue,
+                name=holder,
+                state=PayloadState(info.status),
+                now=self.clock.now(),
+                error=info.error,
+                cause=info.cause,
+                ended_at=info.stop_date,
+            )
+            return None
         if self.settings.duplicate_policy is DuplicatePolicy.DEFER:
-            self.queue.release([payload.message], self.settings.defer_seconds)
-            self._log("payload already running; deferred", payload, holder, Outcome.DEFERRED)
+            if not park(store=self.store, payload=payload, holder=holder, now=self.clock.now()):
+                return None  # the holder was released meanwhile: the lease is free
+            done.append(payload.message)
+            self._log("payload already running; parked until it ends", payload, holder, Outcome.DEFERRED)
             return Outcome.DEFERRED
         self.store.record_duplicate(
             key=payload.key, message_id=payload.message.message_id, now=self.clock.now()
@@ -308,6 +366,7 @@ class Launcher:
             return Outcome.RESUMED
         complete(
             store=self.store,
+            queue=self.queue,
             name=name,
             state=PayloadState(info.status),
             now=self.clock.now(),
@@ -322,10 +381,7 @@ class Launcher:
     def _dead_letter(self, message: Message, exc: InvalidPayload, done: list[Message]) -> Outcome:
         self.queue.send_to_dlq(message, exc.reason)
         if exc.key:
-            now = self.clock.now()
-            self.store.record_invalid(
-                key=exc.key, reason=exc.reason, now=now, expires_at=int(now) + self.settings.retention_seconds
-            )
+            self.store.record_invalid(key=exc.key, reason=exc.reason, now=self.clock.now())
         done.append(message)
         self.log.warning(
             "invalid payload dead-lettered",
@@ -339,7 +395,14 @@ class Launcher:
         return Outcome.INVALID
 
     def _rollback(self, name: str, reason: str) -> None:
-        complete(store=self.store, name=name, state=PayloadState.RELEASED, now=self.clock.now(), error=reason)
+        complete(
+            store=self.store,
+            queue=self.queue,
+            name=name,
+            state=PayloadState.RELEASED,
+            now=self.clock.now(),
+            error=reason,
+        )
 
     # -- helpers ------------------------------------------------------------------------------
 

@@ -22,6 +22,11 @@ class PayloadState(StrEnum):
     def holds_lease(self) -> bool:
         return self in (PayloadState.CLAIMED, PayloadState.RUNNING)
 
+    @property
+    def ended(self) -> bool:
+        """An execution ran and ended (a Step Functions terminal status)."""
+        return self.value in TERMINAL_STATUSES
+
 
 TERMINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})
 
@@ -33,7 +38,7 @@ class Outcome(StrEnum):
     RESUMED = "resumed"  # redelivered message whose execution already runs: recorded, deleted
     ALREADY_RAN = "already_ran"  # redelivered message whose execution already ended: deleted
     DUPLICATE = "duplicate"  # another message of a payload whose lease is live: deleted, recorded
-    DEFERRED = "deferred"  # same, under the defer policy: left on the queue until the lease ends
+    DEFERRED = "deferred"  # same, under the defer policy: parked in the table, re-sent when the lease ends
     INVALID = "invalid"  # dead-lettered with a reason
     RETURNED = "returned"  # no slot after all (lost a race): made visible again, untouched
     INTERRUPTED = "interrupted"  # a transient AWS error stopped the tick; retried later
@@ -85,12 +90,46 @@ class ExecutionRecord:
     state: PayloadState
     claimed_at: float
     claim_expires_at: float
-    arn: str | None = None
+    arn: str | None = (
+        None  # recorded at the claim: the state machine it runs on, whatever the stack says later
+    )
     started_at: float | None = None
     ended_at: float | None = None
     error: str | None = None
     cause: str | None = None
-    expires_at: int = 0
+    expires_at: int = 0  # TTL; 0 while the claim or execution is live: live records never expire
+    claim_version: int = 0  # bumped by every renewal of the claim: fences reconciliation's release
+    suspect_since: float | None = None  # when a reconciler first saw the claim unstarted (its own clock)
+    suspect_by: str | None = None  # which reconciler: only the one that marked it judges its age
+    parked: frozenset[str] = frozenset()  # message ids of deferred duplicates waiting for this run
+
+    @property
+    def fence(self) -> ClaimFence | None:
+        """What a release of this unstarted claim must still find, or None if it is not suspect."""
+        if self.suspect_since is None:
+            return None
+        return ClaimFence(self.claim_version, self.suspect_since)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimFence:
+    """A CLAIMED record as reconciliation judged it: released only if unchanged since."""
+
+    claim_version: int
+    suspect_since: float
+
+
+@dataclass(frozen=True, slots=True)
+class ParkedMessage:
+    """Item ``PARK#<message id>``: a deferred duplicate, out of the queue until its key is free."""
+
+    message_id: str  # the original SQS message id: the re-sent copy keeps its execution name
+    key: str
+    holder: str  # the execution it waits for
+    body: str
+    group_id: str
+    attributes: dict[str, str]
+    parked_at: float
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,10 @@ A name is derived from the payload key and the SQS message id, so:
 * a new message for the same payload (a re-submission) gets a new name and can run again once the
   earlier run has ended;
 * keys that look alike once sanitised (``a/b`` and ``a:b``, or two unicode keys) still get different
-  names, because the hash covers the raw key.
+  names, because the hash covers the raw key;
+* a parked message that Sluice re-sends to the queue carries its original message id in the
+  ``sluice-origin-message-id`` attribute, and the name comes from that id: however often it is
+  re-sent, it names one execution.
 
 Shape: ``<readable prefix>-<32 hex digits>``, at most 80 characters of ``[A-Za-z0-9_-]``.
 """
@@ -16,12 +19,21 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 
 MAX_NAME_LENGTH = 80
 PREFIX_LENGTH = 40
 DIGEST_LENGTH = 32  # 128 bits of SHA-256
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+ORIGIN_ATTRIBUTE = "sluice-origin-message-id"
+MAX_ORIGIN_LENGTH = 128
+
+
+def origin_id(message_id: str, attributes: Mapping[str, str]) -> str:
+    """The id a message's execution name derives from: its original id when Sluice re-sent it."""
+    origin = attributes.get(ORIGIN_ATTRIBUTE, "")
+    return origin if 0 < len(origin) <= MAX_ORIGIN_LENGTH else message_id
 
 
 def execution_name(key: str, message_id: str) -> str:

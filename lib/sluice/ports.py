@@ -10,10 +10,12 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from sluice.model import (
+    ClaimFence,
     ExecutionInfo,
     ExecutionRecord,
     Ledger,
     Message,
+    ParkedMessage,
     PayloadRecord,
     PayloadState,
     StartedExecution,
@@ -48,6 +50,14 @@ class Queue(Protocol):
         """
         ...
 
+    def requeue(self, parked: ParkedMessage) -> None:
+        """Send a parked message back to the main queue, in its group, carrying its original id.
+
+        A second send for the same holder within SQS's deduplication window is dropped; a later one
+        arrives as a copy with the same original id, so the same execution name: it cannot run twice.
+        """
+        ...
+
 
 class Executions(Protocol):
     """One Step Functions state machine."""
@@ -60,8 +70,12 @@ class Executions(Protocol):
         """Start ``name``. A name that exists already gives ``StartResult(already_existed=True)``."""
         ...
 
-    def describe(self, name: str) -> ExecutionInfo | None:
-        """The execution, or ``None`` when Step Functions has never heard of it."""
+    def describe(self, name: str, arn: str | None = None) -> ExecutionInfo | None:
+        """The execution, or ``None`` when Step Functions has never heard of it.
+
+        ``arn``, when given, names it on the state machine it was claimed on (which may differ from
+        the one the stack uses now).
+        """
         ...
 
     def list_running(self) -> set[str]:
@@ -80,10 +94,11 @@ class MaxSource(Protocol):
 
 
 class Store(Protocol):
-    """Ledger, payload leases and execution records (DynamoDB in production).
+    """Ledger, payload leases, execution records and parked messages (DynamoDB in production).
 
     The claim and every release are atomic over the ledger and the records they touch: there is
-    never a slot without a lease or a lease without a slot.
+    never a slot without a lease or a lease without a slot. Live records never expire; a record
+    gets its ``expires_at`` (the table's TTL) when its run ends.
     """
 
     def ledger(self) -> Ledger: ...
@@ -97,12 +112,29 @@ class Store(Protocol):
         limit: int,
         now: float,
         claim_expires_at: float,
-        expires_at: int,
+        arn: str | None = None,
     ) -> None:
         """Take a slot and the payload's lease for ``name``.
 
         Raises ``LeaseHeld`` (with the existing record) when the payload's lease is live, including
         when ``name`` itself holds it, and ``SlotsFull`` when ``|holders| >= limit``.
+        """
+        ...
+
+    def renew(self, *, name: str, now: float, claim_expires_at: float) -> bool:
+        """Re-take ``name``'s claim before resuming it: only while it is still ``CLAIMED``.
+
+        Moves its expiry, bumps its version and clears a reconciler's suspicion, so a release
+        judged on the claim as it was fails. False when it was released or has started meanwhile.
+        """
+        ...
+
+    def suspect(
+        self, *, name: str, claim_version: int, reconciler: str, now: float, replacing: float | None = None
+    ) -> bool:
+        """Note that ``reconciler`` saw ``name`` CLAIMED and unstarted at ``now`` (its own clock).
+
+        Only if the claim is still at ``claim_version`` and unmarked (or marked at ``replacing``).
         """
         ...
 
@@ -126,17 +158,26 @@ class Store(Protocol):
         error: str | None = None,
         cause: str | None = None,
         ended_at: float | None = None,
+        fence: ClaimFence | None = None,
     ) -> ExecutionRecord | None:
         """Free ``name``'s slot and lease and record ``state``; only if ``name`` holds them.
 
-        Returns the record as it was before, or ``None`` when ``name`` held nothing (a redelivered
-        event, an execution Sluice did not start): a second release never frees a second slot.
+        With ``fence``, only if the claim is still CLAIMED, unrenewed and marked as the fence says.
+        Returns the record as it was before, or ``None`` when nothing was released (a redelivered
+        event, an execution Sluice did not start, a renewed claim): never a second slot.
+        """
+        ...
+
+    def adopt(self, *, name: str, now: float) -> bool:
+        """Take a slot and the lease back for an ended execution that runs again (a redrive).
+
+        No limit applies: it runs already. False when the key's lease is held by another run.
         """
         ...
 
     def record_duplicate(self, *, key: str, message_id: str, now: float) -> None: ...
 
-    def record_invalid(self, *, key: str, reason: str, now: float, expires_at: int) -> None: ...
+    def record_invalid(self, *, key: str, reason: str, now: float) -> None: ...
 
     def payload(self, key: str) -> PayloadRecord | None: ...
 
@@ -145,3 +186,19 @@ class Store(Protocol):
     def executions(self, names: Iterable[str]) -> dict[str, ExecutionRecord]: ...
 
     def save_reconciliation(self, *, external: int, drift: int, now: float) -> None: ...
+
+    # -- the waiting room (deferred duplicates) --
+
+    def park(self, parked: ParkedMessage) -> bool:
+        """Park a message behind its holder. False when the holder is no longer live."""
+        ...
+
+    def parked_messages(self, holder: str, message_ids: Iterable[str]) -> list[ParkedMessage]:
+        """Those of ``message_ids`` still waiting for ``holder``, oldest first."""
+        ...
+
+    def unpark(self, holder: str, message_ids: Iterable[str], *, now: float) -> None: ...
+
+    def parked_holders(self) -> frozenset[str]:
+        """Executions that have messages parked behind them (reconciliation's sweep)."""
+        ...

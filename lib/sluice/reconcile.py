@@ -1,8 +1,9 @@
 """Reconciliation: make the ledger agree with Step Functions without ever starting a duplicate.
 
 Status events can be lost and ListExecutions is eventually consistent, so neither alone may free
-a slot. A holder is only released on the word of DescribeExecution (consistent), and only once it
-is older than the consistency window:
+a slot. A holder is only released on the word of DescribeExecution (consistent, asked by the ARN
+recorded at its claim, so executions of a state machine the stack no longer uses are found too),
+and only once it is older than the consistency window:
 
     t0  read ledger H1          (holders)
     t1  ListExecutions → R      (RUNNING, may miss starts younger than the window)
@@ -10,14 +11,27 @@ is older than the consistency window:
 
     h in H1 − R, older than the window:
         DescribeExecution(h) ended        → release through the completion path
-        DescribeExecution(h) absent       → release once its claim has expired
-                                            (the launcher that claimed it is gone: its timeout
-                                            is shorter than the visibility timeout, which is
-                                            shorter than the claim)
         DescribeExecution(h) RUNNING      → mark RUNNING if still CLAIMED
-    r in R − H2 not known to have ended   → external: occupies the state machine, so admission
+        DescribeExecution(h) absent       → an unstarted claim: see below
+    r in R − H2:
+        its record ended or released      → DescribeExecution(r): RUNNING again (a redrive) →
+                                            adopt: it takes its slot and lease back; if another run
+                                            of its key holds the lease, it counts as external
+        no record                         → external: occupies the state machine, so admission
                                             uses limit = MAX − external
-    drift = |H1 − R| + |R − H2|           → logged and returned for the LedgerDrift metric
+    drift = judged holders missing from R + R − H2 (not the listing's lag) → LedgerDrift metric
+
+An unstarted claim is released in two sightings, each by this reconciler's own clock, so no clock
+has to agree with the claimer's:
+
+    sighting 1   DescribeExecution: absent → suspect(h, version v): suspect_since = t, by me
+    sighting 2   t + claim timeout later, still absent, still version v, marked by me →
+                 release(h) IF CLAIMED AND version v AND suspect_since t
+
+A launcher that still holds the claim either started it within its own timeout (shorter than the
+claim timeout: sighting 2 then sees it) or, resuming it, renewed it first: the version moved and the
+release fails. A mark left by another reconciler is taken over only once it is a whole claim
+timeout old by this reconciler's clock.
 """
 
 from __future__ import annotations
@@ -26,8 +40,10 @@ import logging
 from dataclasses import asdict, dataclass
 
 from sluice.completion import complete
-from sluice.model import PayloadState
-from sluice.ports import Clock, Executions, Store
+from sluice.model import ExecutionRecord, PayloadState
+from sluice.parking import sweep
+from sluice.ports import Clock, Executions, Queue, Store
+from sluice.settings import Settings
 
 log = logging.getLogger("sluice.reconcile")
 
@@ -40,14 +56,18 @@ class ReconcileReport:
     drift: int
     released: int
     confirmed_running: int
+    adopted: int = 0
+    woken: int = 0
 
 
 def reconcile(
     *,
     store: Store,
     executions: Executions,
+    queue: Queue,
     clock: Clock,
-    consistency_window: float,
+    settings: Settings,
+    reconciler: str,
     logger: logging.Logger | logging.LoggerAdapter | None = None,
 ) -> ReconcileReport:
     logger = logger or log
@@ -60,29 +80,26 @@ def reconcile(
     unknown_running = running - h2
     records = store.executions(missing | unknown_running)
 
-    released = confirmed = 0
+    released = confirmed = judged = 0
     for name in sorted(missing):
         record = records.get(name)
         if record is None:
             logger.error("ledger holder without an execution record", extra={"execution_name": name})
             continue
         seen_at = record.started_at or record.claimed_at
-        if now - seen_at < consistency_window:
+        if now - seen_at < settings.consistency_window_seconds:
             continue  # too young: ListExecutions may not show it yet
-        info = executions.describe(name)
+        judged += 1
+        info = executions.describe(name, record.arn)
         if info is None:
-            if record.state is PayloadState.CLAIMED and now >= record.claim_expires_at:
-                complete(
-                    store=store,
-                    name=name,
-                    state=PayloadState.RELEASED,
-                    now=now,
-                    error="claim expired and no execution was ever started",
+            if record.state is PayloadState.CLAIMED:
+                released += _settle_unstarted(
+                    store, queue, record, now, reconciler, settings.claim_timeout_seconds
                 )
-                released += 1
         elif info.ended:
             complete(
                 store=store,
+                queue=queue,
                 name=name,
                 state=PayloadState(info.status),
                 now=now,
@@ -97,19 +114,25 @@ def reconcile(
             )
             confirmed += 1
 
-    external = 0
-    for name in unknown_running:
+    external = adopted = 0
+    for name in sorted(unknown_running):
         record = records.get(name)
-        if record is not None and record.state in (
-            PayloadState.SUCCEEDED,
-            PayloadState.FAILED,
-            PayloadState.TIMED_OUT,
-            PayloadState.ABORTED,
-        ):
-            continue  # ended and released; the listing is behind
+        if record is not None and not record.state.holds_lease:
+            info = executions.describe(name, record.arn)
+            if info is None or info.ended:
+                continue  # ended and released; the listing is behind
+            # Running again although it ended (an operator's RedriveExecution): it holds a slot
+            # and its key again, so nothing new starts beside it.
+            if store.adopt(name=name, now=now):
+                adopted += 1
+                logger.warning(
+                    "execution running again; slot and lease taken back", extra={"execution_name": name}
+                )
+                continue
         external += 1
 
-    drift = len(missing) + len(unknown_running)
+    woken = sweep(store=store, queue=queue, now=now)
+    drift = judged + external + adopted
     store.save_reconciliation(external=external, drift=drift, now=now)
     report = ReconcileReport(
         holders=len(h2),
@@ -118,6 +141,41 @@ def reconcile(
         drift=drift,
         released=released,
         confirmed_running=confirmed,
+        adopted=adopted,
+        woken=woken,
     )
     logger.info("reconciled", extra={"reconcile": asdict(report)})
     return report
+
+
+def _settle_unstarted(
+    store: Store, queue: Queue, record: ExecutionRecord, now: float, reconciler: str, claim_timeout: float
+) -> int:
+    """Sighting 1 marks the claim; sighting 2, a claim timeout later by the same clock, releases it."""
+    fence = record.fence
+    if fence is None:
+        store.suspect(name=record.name, claim_version=record.claim_version, reconciler=reconciler, now=now)
+        return 0
+    age = now - fence.suspect_since
+    if record.suspect_by != reconciler:
+        if age >= claim_timeout:  # its marker is gone (a new container): mark it as ours
+            store.suspect(
+                name=record.name,
+                claim_version=record.claim_version,
+                reconciler=reconciler,
+                now=now,
+                replacing=fence.suspect_since,
+            )
+        return 0
+    if age < claim_timeout:
+        return 0
+    done = complete(
+        store=store,
+        queue=queue,
+        name=record.name,
+        state=PayloadState.RELEASED,
+        now=now,
+        error="claim abandoned: no execution was ever started",
+        fence=fence,
+    )
+    return int(done is not None)

@@ -45,7 +45,11 @@ class Runtime:
         return self._clients[service]
 
     def store(self) -> DynamoStore:
-        return DynamoStore(self.client("dynamodb"), self.settings.table_name)
+        return DynamoStore(
+            self.client("dynamodb"),
+            self.settings.table_name,
+            retention_seconds=self.settings.retention_seconds,
+        )
 
     def queue(self) -> SqsQueue:
         return SqsQueue(self.client("sqs"), self.settings.queue_url, self.settings.dlq_url)

@@ -12,7 +12,7 @@ from sluice.errors import ConfigurationError
 
 class DuplicatePolicy(StrEnum):
     SUPPRESS = "suppress"  # delete the duplicate message and count it on the payload record
-    DEFER = "defer"  # leave it on the queue; it runs once the live lease has ended
+    DEFER = "defer"  # park it in the table (message deleted); re-sent to the queue once the lease ends
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,6 @@ class Settings:
     claim_timeout_seconds: int = 900
     retention_days: int = 30
     duplicate_policy: DuplicatePolicy = DuplicatePolicy.SUPPRESS
-    defer_seconds: int = 60
     receive_wait_seconds: int = 1
     linger_seconds: int = 0
     consistency_window_seconds: int = 60
@@ -74,7 +73,6 @@ class Settings:
             claim_timeout_seconds=integer("SLUICE_CLAIM_TIMEOUT_SECONDS", 900, minimum=1),
             retention_days=integer("SLUICE_RETENTION_DAYS", 30, minimum=1),
             duplicate_policy=duplicate_policy,
-            defer_seconds=integer("SLUICE_DEFER_SECONDS", 60),
             receive_wait_seconds=min(20, integer("SLUICE_RECEIVE_WAIT_SECONDS", 1)),
             linger_seconds=integer("SLUICE_LINGER_SECONDS", 0),
             consistency_window_seconds=integer("SLUICE_CONSISTENCY_WINDOW_SECONDS", 60),

@@ -33,7 +33,7 @@ def claim(store, key: str, name: str, *, limit: int = 5, message_id: str = "m", 
         limit=limit,
         now=now,
         claim_expires_at=now + 900,
-        expires_at=int(now) + 86_400,
+        arn=f"arn:aws:states:us-east-1:123456789012:execution:sm:{name}",
     )
 
 
@@ -155,10 +155,10 @@ def test_a_released_payload_can_be_claimed_again(store):
 def test_duplicates_and_invalid_are_recorded(store):
     claim(store, "k", "n1")
     store.record_duplicate(key="k", message_id="m2", now=NOW)
-    store.record_invalid(key="k", reason="too big", now=NOW, expires_at=int(NOW))
+    store.record_invalid(key="k", reason="too big", now=NOW)
     payload = store.payload("k")
     assert (payload.duplicates, payload.state) == (1, PayloadState.CLAIMED)  # a live lease keeps its state
-    store.record_invalid(key="bad", reason="too big", now=NOW, expires_at=int(NOW) + 10)
+    store.record_invalid(key="bad", reason="too big", now=NOW)
     assert (store.payload("bad").state, store.payload("bad").reason) == (PayloadState.INVALID, "too big")
 
 

@@ -13,7 +13,7 @@ from sluice.clock import FakeClock
 from sluice.completion import StatusChange, handle_status_change
 from sluice.errors import ConfigurationError
 from sluice.model import Outcome, PayloadState
-from tests.support.aws import build_stack
+from tests.support.aws import build_stack, status_change_event
 from tests.support.hooks import Crash, count_calls, crash_after, crash_before, error_answer, throttle
 
 
@@ -22,6 +22,7 @@ def deliver(stack, event) -> bool:
     return handle_status_change(
         StatusChange.from_event(event),
         store=rt.store(),
+        queue=rt.queue(),
         state_machine_arn=stack.settings.state_machine_arn,
         now=stack.clock.now(),
     )
@@ -260,16 +261,27 @@ def test_the_workflow_receives_the_payload_exactly_as_sent(stack):
     assert stack.client("stepfunctions").describe_execution(executionArn=arn)["input"] == body
 
 
-def test_record_expires_after_the_retention(session):
+def test_records_never_expire_while_live_and_expire_the_retention_after_the_end(session):
     clock = FakeClock(1_800_000_000)
     stack = build_stack(session, clock=clock, retention_days=7)
     stack.send({"id": "p"})
     stack.launcher().tick()
-    assert stack.runtime().store().payload("p").expires_at == 1_800_000_000 + 7 * 86_400
+    store = stack.runtime().store()
+    (name,) = stack.running()
+    table = stack.client("dynamodb")
+    for pk in ("PAYLOAD#p", f"EXEC#{name}"):
+        item = table.get_item(TableName=stack.settings.table_name, Key={"pk": {"S": pk}})["Item"]
+        assert "expires_at" not in item  # TTL can never delete a live lease or execution
+    clock.advance(400 * 86_400)  # runs for more than a year
+    stack.finish(name, "SUCCEEDED")
+    deliver(stack, status_change_event(stack.settings.state_machine_arn, name, "SUCCEEDED"))
+    ended = 1_800_000_000 + 400 * 86_400
+    assert store.payload("p").expires_at == ended + 7 * 86_400
+    assert store.execution(name).expires_at == ended + 7 * 86_400
 
 
 def test_api_calls_per_start_and_tick_cost_independent_of_backlog(session):
-    """Two calls per start (claim, StartExecution) in a tick that fills 10 slots, plus a fixed ten."""
+    """Two calls per start (claim, StartExecution) in a tick that fills 10 slots, plus a fixed eleven."""
 
     def measure(backlog: int) -> tuple[float, int]:
         stack = build_stack(session, name=f"cost-{backlog}", max_concurrency=10)
@@ -286,5 +298,6 @@ def test_api_calls_per_start_and_tick_cost_independent_of_backlog(session):
     _, large_total = measure(60)
     assert small_total == large_total  # same work for 12 or 60 queued
     # Per start: claim, StartExecution. Per tick: DescribeStateMachine, reconciliation (2 ledger
-    # reads, ListExecutions, save), GetParameter, ledger read, receive, one mark for the batch, delete.
-    assert small_total == 2 * 10 + 10 and small_per_start == 3.0
+    # reads, ListExecutions, the waiting room's index, save), GetParameter, ledger read, receive,
+    # one mark for the batch, delete.
+    assert small_total == 2 * 10 + 11 and small_per_start == 3.1

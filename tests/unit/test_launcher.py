@@ -4,12 +4,13 @@ import json
 
 import pytest
 
-from sluice.adapters.memory import MemoryExecutions, MemoryQueue, MemoryStore, _Queued
+from sluice.adapters.memory import MemoryStore
+from sluice.adapters.memory_aws import MemoryExecutions, MemoryQueue, _Queued
 from sluice.clock import FakeClock
 from sluice.completion import complete
 from sluice.errors import ConfigurationError, TransientError
 from sluice.launcher import Launcher
-from sluice.model import Message, Outcome, PayloadState
+from sluice.model import ClaimFence, Message, Outcome, PayloadState
 from sluice.names import execution_name
 from sluice.settings import DuplicatePolicy, Settings
 
@@ -49,6 +50,7 @@ class World:
         info = self.sfn.finish(name, status)
         complete(
             store=self.store,
+            queue=self.queue,
             name=name,
             state=PayloadState(status),
             now=self.clock.now(),
@@ -88,16 +90,19 @@ def test_duplicate_of_a_running_payload_is_suppressed_and_counted():
     assert w.store.payload("same").duplicates == 1
 
 
-def test_defer_policy_leaves_the_duplicate_until_the_lease_ends():
-    w = World(duplicate_policy=DuplicatePolicy.DEFER, defer_seconds=60)
+def test_defer_policy_parks_the_duplicate_until_the_lease_ends():
+    w = World(duplicate_policy=DuplicatePolicy.DEFER)
     w.send({"id": "same", "v": 1})
     w.launcher.tick()
     w.send({"id": "same", "v": 2})
     assert w.launcher.tick().n(Outcome.DEFERRED) == 1
-    assert len(w.queue) == 1
+    assert len(w.queue) == 0  # parked in the store: no receive is spent while it waits
+    receives = w.queue.calls["ReceiveMessage"]
+    w.launcher.tick()
+    assert w.queue.calls["ReceiveMessage"] == receives + 1  # one empty receive, nothing redelivered
     (running,) = w.sfn.running
-    w.finish(running)
-    w.clock.advance(61)
+    w.finish(running)  # the release sends the parked message back
+    assert len(w.queue) == 1
     s = w.launcher.tick()
     assert s.n(Outcome.STARTED) == 1
     (second,) = w.sfn.running
@@ -170,7 +175,6 @@ def test_redelivery_after_a_crash_between_claim_and_start_resumes_with_the_same_
         limit=3,
         now=now,
         claim_expires_at=now + 900,
-        expires_at=int(now) + 3600,
     )
     w.clock.advance(181)  # visibility timeout: the message comes back
     s = w.launcher.tick()
@@ -235,7 +239,7 @@ def test_reconcile_releases_a_slot_whose_event_was_lost():
     assert w.store.payload("a").state is PayloadState.FAILED
 
 
-def test_reconcile_releases_an_expired_claim_that_never_started():
+def test_reconcile_releases_an_abandoned_claim_a_claim_timeout_after_it_first_saw_it():
     w = World(max_concurrency=1, claim_timeout_seconds=900)
     w.send({"id": "a"})
     (message,) = w.queue.receive(1, 0)
@@ -248,14 +252,35 @@ def test_reconcile_releases_an_expired_claim_that_never_started():
         limit=1,
         now=now,
         claim_expires_at=now + 900,
-        expires_at=int(now) + 3600,
     )
     w.queue.in_flight.clear()  # the message went elsewhere (DLQ); only the claim is left
     w.clock.advance(600)
-    assert w.launcher.tick().released_by_reconcile == 0  # claim still live
-    w.clock.advance(301)
+    assert w.launcher.tick().released_by_reconcile == 0  # first sighting: marked, by this clock
+    assert w.store.execution(name).suspect_since == w.clock.now()
+    w.clock.advance(899)
+    assert w.launcher.tick().released_by_reconcile == 0
+    w.clock.advance(1)
     assert w.launcher.tick().released_by_reconcile == 1
     assert w.store.payload("a").state is PayloadState.RELEASED and not w.store.ledger().holders
+
+
+def test_a_resumed_claim_fences_off_the_release_reconciliation_had_judged():
+    w = World(max_concurrency=2, claim_timeout_seconds=900)
+    w.send({"id": "a"})
+    (message,) = w.queue.receive(1, 0)  # a launcher received it, claimed, and died
+    now = w.clock.now()
+    name = execution_name("a", message.message_id)
+    w.store.claim(
+        key="a", name=name, message_id=message.message_id, limit=2, now=now, claim_expires_at=now + 900
+    )
+    w.clock.advance(600)  # the message is visible again
+    s = w.launcher.tick()  # reconciliation marks the claim, then admission receives the message
+    assert s.n(Outcome.RESUMED) == 1 and set(w.sfn.running) == {name}
+    record = w.store.execution(name)
+    assert (record.claim_version, record.suspect_since) == (1, None)  # renewed: the mark is gone
+    stale = ClaimFence(claim_version=0, suspect_since=now + 600)
+    assert w.store.release(name=name, state=PayloadState.RELEASED, now=w.clock.now(), fence=stale) is None
+    assert w.store.ledger().holders == {name}
 
 
 def test_executions_started_by_others_count_against_max():

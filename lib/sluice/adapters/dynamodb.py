@@ -1,103 +1,98 @@
 """The ledger, payload leases and execution records in one DynamoDB table (partition key ``pk``).
 
     LEDGER            holders (string set of execution names holding a slot), external, drift
-    PAYLOAD#<key>     the lease (holder), latest state, execution names, attempts, duplicates
-    EXEC#<name>       one claim / execution: key, message id, state, times, ARN, error
+    PAYLOAD#<key>     the lease (holder), latest state, the last executions, attempts, duplicates
+    EXEC#<name>       one claim / execution: key, message id, ARN, state, times, claim version
+    PARK#<message>    a deferred duplicate waiting for its key (sluice.adapters.dynamo_parking)
 
 A claim is one TransactWriteItems over LEDGER, PAYLOAD#<key> and EXEC#<name>:
 
     LEDGER          ADD holders {name}   IF holders absent OR (size(holders) < limit AND NOT contains)
-    PAYLOAD#<key>   SET holder = name    IF holder absent          (ALL_OLD returned on failure)
-    EXEC#<name>     PUT CLAIMED, claim_expires_at
+    PAYLOAD#<key>   SET holder = name    IF holder absent AND history not full   (ALL_OLD on failure)
+    EXEC#<name>     PUT CLAIMED, arn, claim_expires_at
 
 and a release is the mirror image, conditional on ``name`` still holding both. Two launchers
 claiming the last slot at once: DynamoDB serialises the transactions, one condition fails.
+
+Live records carry no ``expires_at``: TTL can only delete a record once its run has ended.
+
+A resumed claim and reconciliation race on an unstarted claim; the claim's version fences them:
+
+    launcher (resume)                         reconciler
+    ─────────────────                         ──────────
+                                              DescribeExecution(N): no such execution
+                                              suspect(N, v1): suspect_since = t, by me
+    renew(N): IF CLAIMED                      …
+      claim_version = v2, REMOVE suspect
+    StartExecution(N)                         (a claim timeout later, by its own clock)
+                                              release(N) IF CLAIMED AND version v1 AND suspect t
+                                                → fails: the resume owns N
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from decimal import Decimal
 from typing import Any
 
-from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
-from botocore.exceptions import ClientError
-
-from sluice.adapters.errors import error_code, translate_client_error, translated
+from sluice.adapters.dynamo_codec import (
+    TTL_ATTRIBUTE,
+    create_table,
+    execution_pk,
+    item,
+    payload_pk,
+    plain,
+    to_execution,
+    to_payload,
+    values,
+)
+from sluice.adapters.dynamo_parking import PARKED_PK, ParkingTable
+from sluice.adapters.errors import translated
 from sluice.errors import LeaseHeld, SlotsFull, TransientError
-from sluice.model import ExecutionRecord, Ledger, PayloadRecord, PayloadState, StartedExecution
+from sluice.model import ClaimFence, ExecutionRecord, Ledger, PayloadRecord, PayloadState, StartedExecution
+
+__all__ = [
+    "LEDGER_PK",
+    "PARKED_PK",
+    "TTL_ATTRIBUTE",
+    "DynamoStore",
+    "create_table",
+    "execution_pk",
+    "payload_pk",
+]
 
 LEDGER_PK = "LEDGER"
 LIVE = (PayloadState.CLAIMED.value, PayloadState.RUNNING.value)
-CONFLICT_RETRIES = 5
+ENDED = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED", PayloadState.RELEASED.value)
 MARKS_PER_TRANSACTION = 50  # two items each; TransactWriteItems takes 100
-TTL_ATTRIBUTE = "expires_at"
-
-_ser = TypeSerializer()
-_de = TypeDeserializer()
+HISTORY_LIMIT = 20  # execution names kept on a payload record; trimmed to the newest HISTORY_KEEP
+HISTORY_KEEP = 10
 
 
-def payload_pk(key: str) -> str:
-    return f"PAYLOAD#{key}"
-
-
-def execution_pk(name: str) -> str:
-    return f"EXEC#{name}"
-
-
-def create_table(client: Any, table_name: str) -> None:
-    """The table as the stack defines it; for local runs and tests."""
-    client.create_table(
-        TableName=table_name,
-        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    client.update_time_to_live(
-        TableName=table_name, TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE}
-    )
-
-
-class DynamoStore:
-    def __init__(self, client: Any, table_name: str) -> None:
-        self.client = client
-        self.table = table_name
-
+class DynamoStore(ParkingTable):
     # -- reads ---------------------------------------------------------------------------------
 
     def ledger(self) -> Ledger:
-        item = self._get(LEDGER_PK)
-        if item is None:
+        raw = self._get(LEDGER_PK)
+        if raw is None:
             return Ledger()
         return Ledger(
-            holders=frozenset(item.get("holders", ())),
-            external=int(item.get("external", 0)),
-            reconciled_at=_float(item.get("reconciled_at")),
-            drift=int(item.get("drift", 0)),
+            holders=frozenset(raw.get("holders", ())),
+            external=int(raw.get("external", 0)),
+            reconciled_at=None if raw.get("reconciled_at") is None else float(raw["reconciled_at"]),
+            drift=int(raw.get("drift", 0)),
         )
 
     def payload(self, key: str) -> PayloadRecord | None:
-        item = self._get(payload_pk(key))
-        return _payload(item) if item else None
+        raw = self._get(payload_pk(key))
+        return to_payload(raw) if raw else None
 
     def execution(self, name: str) -> ExecutionRecord | None:
-        item = self._get(execution_pk(name))
-        return _execution(item) if item else None
+        raw = self._get(execution_pk(name))
+        return to_execution(raw) if raw else None
 
     def executions(self, names: Iterable[str]) -> dict[str, ExecutionRecord]:
-        pending = [{"pk": {"S": execution_pk(n)}} for n in sorted(set(names))]
-        found: dict[str, ExecutionRecord] = {}
-        while pending:
-            chunk, pending = pending[:100], pending[100:]
-            request: dict[str, Any] = {self.table: {"Keys": chunk, "ConsistentRead": True}}
-            while request:
-                with translated("BatchGetItem"):
-                    response = self.client.batch_get_item(RequestItems=request)
-                for raw in response.get("Responses", {}).get(self.table, []):
-                    record = _execution(_plain(raw))
-                    found[record.name] = record
-                request = response.get("UnprocessedKeys") or {}
-        return found
+        found = self._batch_get([execution_pk(n) for n in sorted(set(names))])
+        return {r.name: r for r in map(to_execution, found)}
 
     # -- the claim ------------------------------------------------------------------------------
 
@@ -110,12 +105,41 @@ class DynamoStore:
         limit: int,
         now: float,
         claim_expires_at: float,
-        expires_at: int,
+        arn: str | None = None,
     ) -> None:
         if limit <= 0:
             # "holders absent" would admit into an empty ledger: never ask with no slot to give.
             raise SlotsFull(limit)
-        items = [
+        for _ in range(2):
+            reasons = self._transact(
+                self._claim_items(key, name, message_id, limit, now, claim_expires_at, arn)
+            )
+            if reasons is None:
+                return
+            ledger_reason, lease_reason = reasons[0], reasons[1]
+            if lease_reason.get("Code") == "ConditionalCheckFailed":
+                existing = plain(lease_reason.get("Item", {}))
+                if existing.get("holder") is None and self._trim_history(key, existing):
+                    continue  # the history was full, not the lease: trimmed, claim again
+                raise LeaseHeld(to_payload(existing, default_key=key))
+            if ledger_reason.get("Code") == "ConditionalCheckFailed":
+                raise SlotsFull(limit)
+            raise TransientError(
+                f"claim cancelled: {reasons}", operation="TransactWriteItems", code="Cancelled"
+            )
+        raise TransientError("claim: payload history kept filling", operation="TransactWriteItems")
+
+    def _claim_items(
+        self,
+        key: str,
+        name: str,
+        message_id: str,
+        limit: int,
+        now: float,
+        claim_expires_at: float,
+        arn: str | None,
+    ) -> list[dict[str, Any]]:
+        return [
             {
                 "Update": {
                     "TableName": self.table,
@@ -137,20 +161,23 @@ class DynamoStore:
                     "Key": {"pk": {"S": payload_pk(key)}},
                     "UpdateExpression": (
                         "SET #key = :key, #state = :claimed, holder = :name, updated_at = :now, "
-                        "expires_at = :expires, executions = list_append(if_not_exists(executions, :empty), :list) "
-                        "ADD attempts :one REMOVE reason"
+                        "executions = list_append(if_not_exists(executions, :empty), :list) "
+                        "ADD attempts :one REMOVE reason, expires_at"
                     ),
-                    "ConditionExpression": "attribute_not_exists(holder)",
+                    "ConditionExpression": (
+                        "attribute_not_exists(holder) AND "
+                        "(attribute_not_exists(executions) OR size(executions) < :history)"
+                    ),
                     "ExpressionAttributeNames": {"#key": "key", "#state": "state"},
-                    "ExpressionAttributeValues": _values(
+                    "ExpressionAttributeValues": values(
                         key=key,
                         claimed=PayloadState.CLAIMED.value,
                         name=name,
                         now=now,
-                        expires=expires_at,
                         empty=[],
                         list=[name],
                         one=1,
+                        history=HISTORY_LIMIT,
                     ),
                     "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                 }
@@ -158,32 +185,64 @@ class DynamoStore:
             {
                 "Put": {
                     "TableName": self.table,
-                    "Item": _item(
+                    "Item": item(
                         pk=execution_pk(name),
                         name=name,
                         key=key,
                         message_id=message_id,
+                        arn=arn,
                         state=PayloadState.CLAIMED.value,
                         claimed_at=now,
                         claim_expires_at=claim_expires_at,
-                        expires_at=expires_at,
+                        claim_version=0,
                     ),
                 }
             },
         ]
-        reasons = self._transact(items, "TransactWriteItems(claim)")
-        if reasons is None:
-            return
-        ledger_reason, lease_reason = reasons[0], reasons[1]
-        if lease_reason.get("Code") == "ConditionalCheckFailed":
-            raise LeaseHeld(_payload(_plain(lease_reason.get("Item", {})), default_key=key))
-        if ledger_reason.get("Code") == "ConditionalCheckFailed":
-            raise SlotsFull(limit)
-        raise TransientError(f"claim cancelled: {reasons}", operation="TransactWriteItems", code="Cancelled")
+
+    def _trim_history(self, key: str, existing: dict[str, Any]) -> bool:
+        history = list(existing.get("executions", ()))
+        if len(history) < HISTORY_LIMIT:
+            return False
+        # Lost to another trim or a claim: either way the caller looks again.
+        self._update_if(
+            payload_pk(key),
+            "SET executions = :kept",
+            "attribute_not_exists(holder) AND size(executions) = :n",
+            values(kept=history[-HISTORY_KEEP:], n=len(history)),
+            names={},
+        )
+        return True
+
+    def renew(self, *, name: str, now: float, claim_expires_at: float) -> bool:
+        return self._update_if(
+            execution_pk(name),
+            "SET claim_expires_at = :exp, renewed_at = :now, "
+            "claim_version = if_not_exists(claim_version, :zero) + :one REMOVE suspect_since, suspect_by",
+            "#state = :claimed",
+            values(exp=claim_expires_at, now=now, zero=0, one=1, claimed=PayloadState.CLAIMED.value),
+        )
+
+    def suspect(
+        self, *, name: str, claim_version: int, reconciler: str, now: float, replacing: float | None = None
+    ) -> bool:
+        condition = "#state = :claimed AND (claim_version = :v OR (attribute_not_exists(claim_version) AND :v = :zero))"
+        named = values(now=now, by=reconciler, claimed=PayloadState.CLAIMED.value, v=claim_version, zero=0)
+        if replacing is None:
+            condition += " AND attribute_not_exists(suspect_since)"
+        else:
+            condition += " AND suspect_since = :old"
+            named.update(values(old=replacing))
+        return self._update_if(
+            execution_pk(name),
+            "SET suspect_since = :now, suspect_by = :by, claim_version = :v",
+            condition,
+            named,
+        )
 
     def mark_running(self, *, key: str, name: str, arn: str, started_at: float, now: float) -> bool:
         items = self._mark_items(StartedExecution(key, name, arn, started_at), now)
-        return self._transact(items, "TransactWriteItems(mark)") is None
+        return self._transact(items) is None
 
     def mark_running_many(self, started: Sequence[StartedExecution], *, now: float) -> int:
         if len(started) == 1:
@@ -192,8 +251,8 @@ class DynamoStore:
         marked = 0
         for i in range(0, len(started), MARKS_PER_TRANSACTION):
             chunk = started[i : i + MARKS_PER_TRANSACTION]
-            items = [item for s in chunk for item in self._mark_items(s, now)]
-            if self._transact(items, "TransactWriteItems(mark)") is None:
+            items = [entry for s in chunk for entry in self._mark_items(s, now)]
+            if self._transact(items) is None:
                 marked += len(chunk)
                 continue
             # One of them ended (and was released) before we marked it: mark the others one by one.
@@ -209,10 +268,10 @@ class DynamoStore:
                 "Update": {
                     "TableName": self.table,
                     "Key": {"pk": {"S": payload_pk(s.key)}},
-                    "UpdateExpression": "SET #state = :running, updated_at = :now",
+                    "UpdateExpression": "SET #state = :running, updated_at = :now REMOVE expires_at",
                     "ConditionExpression": "holder = :name",
                     "ExpressionAttributeNames": {"#state": "state"},
-                    "ExpressionAttributeValues": _values(
+                    "ExpressionAttributeValues": values(
                         running=PayloadState.RUNNING.value, now=now, name=s.name
                     ),
                 }
@@ -221,10 +280,13 @@ class DynamoStore:
                 "Update": {
                     "TableName": self.table,
                     "Key": {"pk": {"S": execution_pk(s.name)}},
-                    "UpdateExpression": "SET #state = :running, arn = :arn, started_at = :started",
+                    "UpdateExpression": (
+                        "SET #state = :running, arn = :arn, started_at = :started "
+                        "REMOVE expires_at, suspect_since, suspect_by"
+                    ),
                     "ConditionExpression": "#state = :claimed",
                     "ExpressionAttributeNames": {"#state": "state"},
-                    "ExpressionAttributeValues": _values(
+                    "ExpressionAttributeValues": values(
                         running=PayloadState.RUNNING.value,
                         arn=s.arn,
                         started=s.started_at,
@@ -245,24 +307,38 @@ class DynamoStore:
         error: str | None = None,
         cause: str | None = None,
         ended_at: float | None = None,
+        fence: ClaimFence | None = None,
     ) -> ExecutionRecord | None:
         record = self.execution(name)
         if record is None or not record.state.holds_lease:
             return None
-        payload_set = "SET #state = :state, updated_at = :now"
-        exec_set = "SET #state = :state, ended_at = :ended"
-        payload_values = _values(state=state.value, now=now, name=name)
-        exec_values = _values(
-            state=state.value, ended=ended_at if ended_at is not None else now, live0=LIVE[0], live1=LIVE[1]
+        expires = int(now) + self.retention_seconds
+        payload_set = "SET #state = :state, updated_at = :now, expires_at = :expires"
+        exec_set = "SET #state = :state, ended_at = :ended, expires_at = :expires"
+        payload_values = values(state=state.value, now=now, name=name, expires=expires)
+        exec_values = values(
+            state=state.value,
+            ended=ended_at if ended_at is not None else now,
+            expires=expires,
+            live0=LIVE[0],
+            live1=LIVE[1],
         )
+        exec_condition = "#state IN (:live0, :live1)"
+        names = {"#state": "state"}
         if error:
             payload_set += ", reason = :reason"
             payload_values[":reason"] = {"S": error}
             exec_set += ", #error = :error"
             exec_values[":error"] = {"S": error}
+            names["#error"] = "error"
         if cause:
             exec_set += ", #cause = :cause"
             exec_values[":cause"] = {"S": cause[:4_000]}
+            names["#cause"] = "cause"
+        if fence is not None:
+            # Reconciliation releasing a claim it judged unstarted: only if nobody renewed it since.
+            exec_condition = "#state = :live0 AND claim_version = :version AND suspect_since = :suspect"
+            exec_values.update(values(version=fence.claim_version, suspect=fence.suspect_since))
         items = [
             {
                 "Update": {
@@ -288,19 +364,63 @@ class DynamoStore:
                     "TableName": self.table,
                     "Key": {"pk": {"S": execution_pk(name)}},
                     "UpdateExpression": exec_set,
-                    "ConditionExpression": "#state IN (:live0, :live1)",
-                    "ExpressionAttributeNames": {
-                        "#state": "state",
-                        **({"#error": "error"} if error else {}),
-                        **({"#cause": "cause"} if cause else {}),
-                    },
+                    "ConditionExpression": exec_condition,
+                    "ExpressionAttributeNames": names,
                     "ExpressionAttributeValues": exec_values,
                 }
             },
         ]
-        if self._transact(items, "TransactWriteItems(release)") is not None:
-            return None  # someone released it first
+        if self._transact(items) is not None:
+            return None  # someone released it first, or renewed the claim
         return record
+
+    def adopt(self, *, name: str, now: float) -> bool:
+        """Take a slot and the lease back for ``name``, an ended execution RUNNING again (a redrive).
+
+        No limit condition: it runs already, so it counts against MAX whatever MAX is. Refused when
+        the key's lease is held by another execution (then it counts as external).
+        """
+        record = self.execution(name)
+        if record is None or record.state.holds_lease:
+            return False
+        items = [
+            {
+                "Update": {
+                    "TableName": self.table,
+                    "Key": {"pk": {"S": LEDGER_PK}},
+                    "UpdateExpression": "ADD holders :names",
+                    "ConditionExpression": "attribute_not_exists(holders) OR NOT contains(holders, :name)",
+                    "ExpressionAttributeValues": {":names": {"SS": [name]}, ":name": {"S": name}},
+                }
+            },
+            {
+                "Update": {
+                    "TableName": self.table,
+                    "Key": {"pk": {"S": payload_pk(record.key)}},
+                    "UpdateExpression": (
+                        "SET #key = :key, #state = :running, holder = :name, updated_at = :now REMOVE expires_at"
+                    ),
+                    "ConditionExpression": "attribute_not_exists(holder)",
+                    "ExpressionAttributeNames": {"#key": "key", "#state": "state"},
+                    "ExpressionAttributeValues": values(
+                        key=record.key, running=PayloadState.RUNNING.value, name=name, now=now
+                    ),
+                }
+            },
+            {
+                "Update": {
+                    "TableName": self.table,
+                    "Key": {"pk": {"S": execution_pk(name)}},
+                    "UpdateExpression": "SET #state = :running, adopted_at = :now REMOVE expires_at, ended_at",
+                    "ConditionExpression": "#state = :was",
+                    "ExpressionAttributeNames": {"#state": "state"},
+                    "ExpressionAttributeValues": values(
+                        running=PayloadState.RUNNING.value, now=now, was=record.state.value
+                    ),
+                }
+            },
+        ]
+        return self._transact(items) is None
 
     # -- small records ----------------------------------------------------------------------------
 
@@ -310,28 +430,24 @@ class DynamoStore:
                 TableName=self.table,
                 Key={"pk": {"S": payload_pk(key)}},
                 UpdateExpression="SET updated_at = :now, last_duplicate = :mid ADD duplicates :one",
-                ExpressionAttributeValues=_values(now=now, mid=message_id, one=1),
+                ExpressionAttributeValues=values(now=now, mid=message_id, one=1),
             )
 
-    def record_invalid(self, *, key: str, reason: str, now: float, expires_at: int) -> None:
-        try:
-            with translated("UpdateItem"):
-                self.client.update_item(
-                    TableName=self.table,
-                    Key={"pk": {"S": payload_pk(key)}},
-                    UpdateExpression=(
-                        "SET #key = :key, #state = :invalid, reason = :reason, updated_at = :now, expires_at = :exp"
-                    ),
-                    # A live lease keeps its state: the running payload is not the invalid message.
-                    ConditionExpression="attribute_not_exists(holder)",
-                    ExpressionAttributeNames={"#key": "key", "#state": "state"},
-                    ExpressionAttributeValues=_values(
-                        key=key, invalid=PayloadState.INVALID.value, reason=reason, now=now, exp=expires_at
-                    ),
-                )
-        except Exception as exc:
-            if not _is_condition_failure(exc.__cause__):
-                raise
+    def record_invalid(self, *, key: str, reason: str, now: float) -> None:
+        # A live lease keeps its state: the running payload is not the invalid message.
+        self._update_if(
+            payload_pk(key),
+            "SET #key = :key, #state = :invalid, reason = :reason, updated_at = :now, expires_at = :exp",
+            "attribute_not_exists(holder)",
+            values(
+                key=key,
+                invalid=PayloadState.INVALID.value,
+                reason=reason,
+                now=now,
+                exp=int(now) + self.retention_seconds,
+            ),
+            names={"#key": "key", "#state": "state"},
+        )
 
     def save_reconciliation(self, *, external: int, drift: int, now: float) -> None:
         with translated("UpdateItem"):
@@ -340,109 +456,5 @@ class DynamoStore:
                 Key={"pk": {"S": LEDGER_PK}},
                 UpdateExpression="SET #external = :external, drift = :drift, reconciled_at = :now",
                 ExpressionAttributeNames={"#external": "external"},
-                ExpressionAttributeValues=_values(external=external, drift=drift, now=now),
+                ExpressionAttributeValues=values(external=external, drift=drift, now=now),
             )
-
-    # -- plumbing ---------------------------------------------------------------------------------
-
-    def _get(self, pk: str) -> dict[str, Any] | None:
-        with translated("GetItem"):
-            item = self.client.get_item(TableName=self.table, Key={"pk": {"S": pk}}, ConsistentRead=True).get(
-                "Item"
-            )
-        return _plain(item) if item else None
-
-    def _transact(self, items: list[dict[str, Any]], operation: str) -> list[dict[str, Any]] | None:
-        """Run a transaction. None when it committed; the cancellation reasons when a condition failed."""
-        for attempt in range(CONFLICT_RETRIES):
-            try:
-                self.client.transact_write_items(TransactItems=items)
-                return None
-            except ClientError as exc:
-                if error_code(exc) != "TransactionCanceledException":
-                    raise translate_client_error(exc, operation) from exc
-                reasons = exc.response.get("CancellationReasons") or _reasons_from_message(exc, len(items))
-                codes = {r.get("Code") for r in reasons}
-                if "ConditionalCheckFailed" in codes:
-                    return reasons
-                retryable = codes & {
-                    "TransactionConflict",
-                    "ThrottlingError",
-                    "ProvisionedThroughputExceeded",
-                }
-                if retryable and attempt + 1 < CONFLICT_RETRIES:
-                    continue  # another writer held an item for a moment: ask again
-                raise TransientError(
-                    f"{operation} cancelled: {sorted(c for c in codes if c)}",
-                    operation=operation,
-                    code="TransactionCanceledException",
-                ) from exc
-        raise AssertionError("unreachable")
-
-
-def _reasons_from_message(exc: ClientError, count: int) -> list[dict[str, Any]]:
-    """Older servers put the reasons only in the message: "... [ConditionalCheckFailed, None]"."""
-    message = str(exc.response.get("Error", {}).get("Message", ""))
-    if "[" in message:
-        codes = [c.strip() for c in message[message.rfind("[") + 1 : message.rfind("]")].split(",")]
-        return [{"Code": c} for c in codes]
-    return [{"Code": "Unknown"}] * count
-
-
-def _is_condition_failure(exc: BaseException | None) -> bool:
-    return isinstance(exc, ClientError) and error_code(exc) == "ConditionalCheckFailedException"
-
-
-def _values(**values: Any) -> dict[str, Any]:
-    return {f":{k}": _ser.serialize(_dynamo(v)) for k, v in values.items()}
-
-
-def _item(**values: Any) -> dict[str, Any]:
-    return {k: _ser.serialize(_dynamo(v)) for k, v in values.items() if v is not None}
-
-
-def _dynamo(value: Any) -> Any:
-    if isinstance(value, float):
-        return Decimal(repr(value))
-    if isinstance(value, list):
-        return [_dynamo(v) for v in value]
-    return value
-
-
-def _plain(item: dict[str, Any]) -> dict[str, Any]:
-    return {k: _de.deserialize(v) for k, v in item.items()}
-
-
-def _float(value: Any) -> float | None:
-    return None if value is None else float(value)
-
-
-def _payload(item: dict[str, Any], default_key: str = "") -> PayloadRecord:
-    return PayloadRecord(
-        key=str(item.get("key", default_key)),
-        state=PayloadState(item.get("state", PayloadState.RELEASED.value)),
-        holder=item.get("holder"),
-        executions=tuple(item.get("executions", ())),
-        attempts=int(item.get("attempts", 0)),
-        duplicates=int(item.get("duplicates", 0)),
-        updated_at=float(item.get("updated_at", 0)),
-        expires_at=int(item.get("expires_at", 0)),
-        reason=item.get("reason"),
-    )
-
-
-def _execution(item: dict[str, Any]) -> ExecutionRecord:
-    return ExecutionRecord(
-        name=str(item["name"]),
-        key=str(item["key"]),
-        message_id=str(item.get("message_id", "")),
-        state=PayloadState(item["state"]),
-        claimed_at=float(item.get("claimed_at", 0)),
-        claim_expires_at=float(item.get("claim_expires_at", 0)),
-        arn=item.get("arn"),
-        started_at=_float(item.get("started_at")),
-        ended_at=_float(item.get("ended_at")),
-        error=item.get("error"),
-        cause=item.get("cause"),
-        expires_at=int(item.get("expires_at", 0)),
-    )

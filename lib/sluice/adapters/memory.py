@@ -1,31 +1,31 @@
-"""In-memory implementations of the ports: the store for unit tests and large benchmarks, a queue
-and a state machine for the benchmark harness. The store passes the same contract suite as
-``DynamoStore`` (tests/contract)."""
+"""The store in memory, for unit tests and large benchmarks. It passes the same contract suite as
+``DynamoStore`` (tests/contract). Not part of the Lambda package."""
 
 from __future__ import annotations
 
-import itertools
 import threading
-from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from sluice.errors import LeaseHeld, SlotsFull
 from sluice.model import (
-    ExecutionInfo,
+    ClaimFence,
     ExecutionRecord,
     Ledger,
-    Message,
+    ParkedMessage,
     PayloadRecord,
     PayloadState,
     StartedExecution,
-    StartResult,
 )
-from sluice.names import execution_arn
+
+HISTORY_LIMIT = 20
+HISTORY_KEEP = 10
+DEFAULT_RETENTION = 30 * 86_400
 
 
 class MemoryStore:
-    def __init__(self) -> None:
+    def __init__(self, *, retention_seconds: int = DEFAULT_RETENTION) -> None:
+        self.retention_seconds = retention_seconds
         self._lock = threading.Lock()
         self._holders: set[str] = set()
         self._external = 0
@@ -33,7 +33,8 @@ class MemoryStore:
         self._reconciled_at: float | None = None
         self._payloads: dict[str, PayloadRecord] = {}
         self._executions: dict[str, ExecutionRecord] = {}
-        self._extra: dict[str, dict[str, object]] = {}
+        self._parked: dict[str, tuple[ParkedMessage, bool]] = {}  # message id -> (message, woken)
+        self._parked_holders: set[str] = set()
 
     def ledger(self) -> Ledger:
         with self._lock:
@@ -60,7 +61,7 @@ class MemoryStore:
         limit: int,
         now: float,
         claim_expires_at: float,
-        expires_at: int,
+        arn: str | None = None,
     ) -> None:
         if limit <= 0:
             raise SlotsFull(limit)
@@ -72,14 +73,17 @@ class MemoryStore:
                 raise SlotsFull(limit)
             self._holders.add(name)
             base = current or PayloadRecord(key=key, state=PayloadState.CLAIMED)
+            history = (
+                base.executions if len(base.executions) < HISTORY_LIMIT else base.executions[-HISTORY_KEEP:]
+            )
             self._payloads[key] = replace(
                 base,
                 state=PayloadState.CLAIMED,
                 holder=name,
-                executions=(*base.executions, name),
+                executions=(*history, name),
                 attempts=base.attempts + 1,
                 updated_at=now,
-                expires_at=expires_at,
+                expires_at=0,
                 reason=None,
             )
             self._executions[name] = ExecutionRecord(
@@ -89,8 +93,37 @@ class MemoryStore:
                 state=PayloadState.CLAIMED,
                 claimed_at=now,
                 claim_expires_at=claim_expires_at,
-                expires_at=expires_at,
+                arn=arn,
             )
+
+    def renew(self, *, name: str, now: float, claim_expires_at: float) -> bool:
+        with self._lock:
+            record = self._executions.get(name)
+            if record is None or record.state is not PayloadState.CLAIMED:
+                return False
+            self._executions[name] = replace(
+                record,
+                claim_expires_at=claim_expires_at,
+                claim_version=record.claim_version + 1,
+                suspect_since=None,
+                suspect_by=None,
+            )
+            return True
+
+    def suspect(
+        self, *, name: str, claim_version: int, reconciler: str, now: float, replacing: float | None = None
+    ) -> bool:
+        with self._lock:
+            record = self._executions.get(name)
+            if (
+                record is None
+                or record.state is not PayloadState.CLAIMED
+                or record.claim_version != claim_version
+                or record.suspect_since != replacing
+            ):
+                return False
+            self._executions[name] = replace(record, suspect_since=now, suspect_by=reconciler)
+            return True
 
     def mark_running(self, *, key: str, name: str, arn: str, started_at: float, now: float) -> bool:
         with self._lock:
@@ -102,9 +135,15 @@ class MemoryStore:
                 or record.state is not PayloadState.CLAIMED
             ):
                 return False
-            self._payloads[key] = replace(payload, state=PayloadState.RUNNING, updated_at=now)
+            self._payloads[key] = replace(payload, state=PayloadState.RUNNING, updated_at=now, expires_at=0)
             self._executions[name] = replace(
-                record, state=PayloadState.RUNNING, arn=arn, started_at=started_at
+                record,
+                state=PayloadState.RUNNING,
+                arn=arn,
+                started_at=started_at,
+                expires_at=0,
+                suspect_since=None,
+                suspect_by=None,
             )
             return True
 
@@ -123,17 +162,26 @@ class MemoryStore:
         error: str | None = None,
         cause: str | None = None,
         ended_at: float | None = None,
+        fence: ClaimFence | None = None,
     ) -> ExecutionRecord | None:
         with self._lock:
             record = self._executions.get(name)
             if record is None or not record.state.holds_lease or name not in self._holders:
                 return None
+            if fence is not None and (record.state is not PayloadState.CLAIMED or record.fence != fence):
+                return None
             payload = self._payloads.get(record.key)
             if payload is None or payload.holder != name:
                 return None
+            expires = int(now) + self.retention_seconds
             self._holders.discard(name)
             self._payloads[record.key] = replace(
-                payload, state=state, holder=None, updated_at=now, reason=error or payload.reason
+                payload,
+                state=state,
+                holder=None,
+                updated_at=now,
+                reason=error or payload.reason,
+                expires_at=expires,
             )
             self._executions[name] = replace(
                 record,
@@ -141,160 +189,85 @@ class MemoryStore:
                 ended_at=ended_at if ended_at is not None else now,
                 error=error or record.error,
                 cause=cause[:4_000] if cause else record.cause,
+                expires_at=expires,
             )
             return record
+
+    def adopt(self, *, name: str, now: float) -> bool:
+        with self._lock:
+            record = self._executions.get(name)
+            if record is None or record.state.holds_lease or name in self._holders:
+                return False
+            payload = self._payloads.get(record.key) or PayloadRecord(
+                key=record.key, state=PayloadState.RUNNING
+            )
+            if payload.holder is not None:
+                return False
+            self._holders.add(name)
+            self._payloads[record.key] = replace(
+                payload, state=PayloadState.RUNNING, holder=name, updated_at=now, expires_at=0
+            )
+            self._executions[name] = replace(record, state=PayloadState.RUNNING, ended_at=None, expires_at=0)
+            return True
 
     def record_duplicate(self, *, key: str, message_id: str, now: float) -> None:
         with self._lock:
             payload = self._payloads.get(key) or PayloadRecord(key=key, state=PayloadState.RELEASED)
             self._payloads[key] = replace(payload, duplicates=payload.duplicates + 1, updated_at=now)
 
-    def record_invalid(self, *, key: str, reason: str, now: float, expires_at: int) -> None:
+    def record_invalid(self, *, key: str, reason: str, now: float) -> None:
         with self._lock:
             payload = self._payloads.get(key)
             if payload is not None and payload.holder is not None:
                 return
             base = payload or PayloadRecord(key=key, state=PayloadState.INVALID)
             self._payloads[key] = replace(
-                base, state=PayloadState.INVALID, reason=reason, updated_at=now, expires_at=expires_at
+                base,
+                state=PayloadState.INVALID,
+                reason=reason,
+                updated_at=now,
+                expires_at=int(now) + self.retention_seconds,
             )
 
     def save_reconciliation(self, *, external: int, drift: int, now: float) -> None:
         with self._lock:
             self._external, self._drift, self._reconciled_at = external, drift, now
 
+    # -- the waiting room ---------------------------------------------------------------------
 
-# -- a queue and a state machine for the benchmark harness -------------------------------------
+    def park(self, parked: ParkedMessage) -> bool:
+        with self._lock:
+            existing = self._parked.get(parked.message_id)
+            if existing is not None and existing[0].holder == parked.holder and not existing[1]:
+                return True  # parked already, by an earlier delivery
+            holder = self._executions.get(parked.holder)
+            if holder is None or not holder.state.holds_lease:
+                return False
+            self._executions[parked.holder] = replace(holder, parked=holder.parked | {parked.message_id})
+            self._parked[parked.message_id] = (parked, False)
+            self._parked_holders.add(parked.holder)
+            return True
 
+    def parked_messages(self, holder: str, message_ids: Iterable[str]) -> list[ParkedMessage]:
+        with self._lock:
+            waiting = [
+                p
+                for p, woken in (self._parked[m] for m in set(message_ids) if m in self._parked)
+                if p.holder == holder and not woken
+            ]
+        return sorted(waiting, key=lambda p: (p.parked_at, p.message_id))
 
-@dataclass
-class _Queued:
-    message: Message
-    visible_at: float = 0.0
-    receives: int = 0
+    def unpark(self, holder: str, message_ids: Iterable[str], *, now: float) -> None:
+        with self._lock:
+            for m in message_ids:
+                entry = self._parked.get(m)
+                if entry is not None and entry[0].holder == holder:
+                    self._parked[m] = (entry[0], True)
+            self._parked_holders.discard(holder)
+            record = self._executions.get(holder)
+            if record is not None:
+                self._executions[holder] = replace(record, parked=frozenset())
 
-
-@dataclass
-class MemoryQueue:
-    """A FIFO queue with visibility timeouts and a DLQ, on an injected clock. One group per message
-    is assumed (Sluice's default: group = payload key), so group blocking is not modelled."""
-
-    clock: object
-    visibility_timeout: float = 180.0
-    max_receive_count: int = 10
-    messages: deque[_Queued] = field(default_factory=deque)
-    in_flight: dict[str, _Queued] = field(default_factory=dict)
-    dead: list[tuple[Message, str]] = field(default_factory=list)
-    calls: dict[str, int] = field(default_factory=dict)
-    _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
-
-    def _count(self, op: str) -> None:
-        self.calls[op] = self.calls.get(op, 0) + 1
-
-    def send(self, body: str, group_id: str = "", attributes: dict[str, str] | None = None) -> str:
-        message_id = f"m-{next(self._ids):08d}"
-        self.messages.append(_Queued(Message(message_id, "", body, group_id, 0, dict(attributes or {}))))
-        return message_id
-
-    def receive(self, max_messages: int, wait_seconds: int) -> list[Message]:
-        self._count("ReceiveMessage")
-        now = self.clock.now()  # type: ignore[attr-defined]
-        for handle, queued in list(self.in_flight.items()):
-            if queued.visible_at <= now:
-                del self.in_flight[handle]
-                self.messages.appendleft(queued)
-        return self._take(max_messages, now)
-
-    def _take(self, max_messages: int, now: float) -> list[Message]:
-        """Hand out visible messages in order; a message past ``max_receive_count`` goes to the DLQ."""
-        out: list[Message] = []
-        while self.messages and len(out) < max_messages:
-            queued = self.messages.popleft()
-            queued.receives += 1
-            if queued.receives > self.max_receive_count:
-                self.dead.append((queued.message, "maxReceiveCount exceeded"))
-                continue
-            handle = f"{queued.message.message_id}/{queued.receives}"
-            queued.visible_at = now + self.visibility_timeout
-            self.in_flight[handle] = queued
-            self._in_flight(handle, queued)
-            out.append(replace(queued.message, receipt_handle=handle, receive_count=queued.receives))
-        return out
-
-    def _in_flight(self, handle: str, queued: _Queued) -> None:
-        """Called for each message handed out (subclasses index in-flight messages)."""
-
-    def delete(self, messages: Sequence[Message]) -> None:
-        for i in range(0, len(messages), 10):
-            self._count("DeleteMessageBatch")
-            for m in messages[i : i + 10]:
-                self.in_flight.pop(m.receipt_handle, None)
-
-    def release(self, messages: Sequence[Message], delay_seconds: int = 0) -> None:
-        now = self.clock.now()  # type: ignore[attr-defined]
-        for i in range(0, len(messages), 10):
-            self._count("ChangeMessageVisibilityBatch")
-            for m in messages[i : i + 10]:
-                queued = self.in_flight.get(m.receipt_handle)
-                if queued is not None:
-                    queued.visible_at = now + delay_seconds
-
-    def send_to_dlq(self, message: Message, reason: str) -> None:
-        self._count("SendMessage")
-        self.dead.append((message, reason))
-
-    def __len__(self) -> int:
-        return len(self.messages) + len(self.in_flight)
-
-
-@dataclass
-class MemoryExecutions:
-    """A Standard state machine whose executions end when the harness says so."""
-
-    state_machine_arn: str = "arn:aws:states:us-east-1:123456789012:stateMachine:sluice-bench"
-    running: dict[str, float] = field(default_factory=dict)
-    ended: dict[str, ExecutionInfo] = field(default_factory=dict)
-    inputs: dict[str, str] = field(default_factory=dict)
-    calls: dict[str, int] = field(default_factory=dict)
-    clock: object | None = None
-
-    def _count(self, op: str) -> None:
-        self.calls[op] = self.calls.get(op, 0) + 1
-
-    def _now(self) -> float:
-        return self.clock.now() if self.clock is not None else 0.0  # type: ignore[attr-defined]
-
-    def arn_for(self, name: str) -> str:
-        return execution_arn(self.state_machine_arn, name)
-
-    def start(self, name: str, input_json: str) -> StartResult:
-        self._count("StartExecution")
-        if name in self.running:
-            if self.inputs[name] == input_json:
-                return StartResult(self.arn_for(name))
-            return StartResult(self.arn_for(name), already_existed=True)
-        if name in self.ended:
-            return StartResult(self.arn_for(name), already_existed=True)
-        self.running[name] = self._now()
-        self.inputs[name] = input_json
-        return StartResult(self.arn_for(name))
-
-    def finish(self, name: str, status: str = "SUCCEEDED") -> ExecutionInfo:
-        started = self.running.pop(name)
-        info = ExecutionInfo(name, self.arn_for(name), status, started, self._now())
-        self.ended[name] = info
-        return info
-
-    def describe(self, name: str) -> ExecutionInfo | None:
-        self._count("DescribeExecution")
-        if name in self.running:
-            return ExecutionInfo(name, self.arn_for(name), "RUNNING", self.running[name])
-        return self.ended.get(name)
-
-    def list_running(self) -> set[str]:
-        self._count("ListExecutions")
-        self.calls["ListExecutions"] += max(0, (len(self.running) - 1) // 1000)
-        return set(self.running)
-
-    def check(self) -> None:
-        self._count("DescribeStateMachine")
+    def parked_holders(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._parked_holders)

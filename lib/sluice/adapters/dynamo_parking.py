@@ -1,0 +1,102 @@
+"""The waiting room: deferred duplicates parked in the table instead of held on the queue.
+
+    PARK#<message id>   the message (body, group, attributes), its key and the holder it waits for
+    PARKED              holders: string set of the executions that have messages waiting
+    EXEC#<holder>       parked: string set of the message ids waiting for it
+
+Parking is one transaction, conditional on the holder's claim still being live, so a message is
+never parked behind an execution that has already been released:
+
+    launcher                                   completion / reconciliation
+    ────────                                   ───────────────────────────
+    park(M behind H): IF EXEC#H live            release(H): EXEC#H ended
+      PARK#M, EXEC#H.parked += M, PARKED += H   wake(H): re-send PARK#M to the queue,
+    delete M from the queue                       mark PARK#M woken, PARKED −= H
+
+A park that commits between the release's read of EXEC#H and its write is not in the set the
+release saw: reconciliation finds H in PARKED with its execution ended and wakes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sluice.adapters.dynamo_codec import execution_pk, park_pk, parked_item, to_parked, values
+from sluice.adapters.dynamo_table import Table
+from sluice.model import ParkedMessage, PayloadState
+
+PARKED_PK = "PARKED"
+
+
+class ParkingTable(Table):
+    def park(self, parked: ParkedMessage) -> bool:
+        """Park ``parked`` behind its holder. True when it is parked (now, or by an earlier delivery
+        of the same message); False when the holder is no longer live: run the message instead."""
+        put = parked_item(parked)
+        items: list[dict[str, Any]] = [
+            {
+                "Update": {
+                    "TableName": self.table,
+                    "Key": {"pk": {"S": execution_pk(parked.holder)}},
+                    "UpdateExpression": "ADD parked :ids",
+                    "ConditionExpression": "#state IN (:claimed, :running)",
+                    "ExpressionAttributeNames": {"#state": "state"},
+                    "ExpressionAttributeValues": {
+                        ":ids": {"SS": [parked.message_id]},
+                        **values(claimed=PayloadState.CLAIMED.value, running=PayloadState.RUNNING.value),
+                    },
+                }
+            },
+            {
+                "Put": {
+                    "TableName": self.table,
+                    "Item": put,
+                    # A copy woken from an earlier holder may be parked again behind a new one.
+                    "ConditionExpression": "attribute_not_exists(pk) OR holder <> :holder OR attribute_exists(woken_at)",
+                    "ExpressionAttributeValues": {":holder": put["holder"]},
+                }
+            },
+            {
+                "Update": {
+                    "TableName": self.table,
+                    "Key": {"pk": {"S": PARKED_PK}},
+                    "UpdateExpression": "ADD holders :holders",
+                    "ExpressionAttributeValues": {":holders": {"SS": [parked.holder]}},
+                }
+            },
+        ]
+        reasons = self._transact(items)
+        if reasons is None:
+            return True
+        return reasons[1].get("Code") == "ConditionalCheckFailed"  # parked already, by a redelivery
+
+    def parked_messages(self, holder: str, message_ids: Iterable[str]) -> list[ParkedMessage]:
+        """The messages still waiting for ``holder`` (not woken, not re-parked behind another)."""
+        found = self._batch_get([park_pk(m) for m in sorted(set(message_ids))])
+        waiting = [to_parked(raw) for raw in found if raw.get("holder") == holder and "woken_at" not in raw]
+        return sorted(waiting, key=lambda p: (p.parked_at, p.message_id))
+
+    def unpark(self, holder: str, message_ids: Iterable[str], *, now: float) -> None:
+        """Mark the re-sent messages woken (TTL removes them later) and take ``holder`` off the index."""
+        expires = int(now) + self.retention_seconds
+        for message_id in message_ids:
+            self._update_if(
+                park_pk(message_id),
+                "SET woken_at = :now, expires_at = :expires",
+                "holder = :holder AND attribute_not_exists(woken_at)",
+                values(now=now, expires=expires, holder=holder),
+                names={},
+            )
+        self._update_if(
+            PARKED_PK,
+            "DELETE holders :holders",
+            "attribute_exists(pk)",
+            {":holders": {"SS": [holder]}},
+            names={},
+        )
+        self._update_if(execution_pk(holder), "REMOVE parked", "attribute_exists(pk)", {}, names={})
+
+    def parked_holders(self) -> frozenset[str]:
+        raw = self._get(PARKED_PK)
+        return frozenset(raw.get("holders", ())) if raw else frozenset()

@@ -1,0 +1,64 @@
+"""The waiting room for deferred duplicates (``SLUICE_DUPLICATE_POLICY=defer``).
+
+A message whose key is held by a live execution is parked in the table behind that execution and
+deleted from the queue: it spends no receives and does not hold its FIFO group while it waits.
+When the execution's lease is released (its end, a rolled-back claim, reconciliation), every
+message parked behind it goes back to the queue, in its group, carrying its original message id
+(``sluice-origin-message-id``), from which its execution name is derived as before. A wake-up lost
+to a crash is found by reconciliation, which looks at every execution with messages parked behind
+it and wakes those whose lease has ended.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sluice.model import ExecutionRecord, ParkedMessage, Payload
+from sluice.names import ORIGIN_ATTRIBUTE, origin_id
+from sluice.ports import Queue, Store
+
+log = logging.getLogger("sluice.parking")
+
+
+def park(*, store: Store, payload: Payload, holder: str, now: float) -> bool:
+    """Park ``payload``'s message behind ``holder``. False when ``holder`` is no longer live."""
+    message = payload.message
+    parked = ParkedMessage(
+        message_id=origin_id(message.message_id, message.attributes),
+        key=payload.key,
+        holder=holder,
+        body=message.body,
+        group_id=message.group_id,
+        attributes={k: v for k, v in message.attributes.items() if k != ORIGIN_ATTRIBUTE},
+        parked_at=now,
+    )
+    return store.park(parked)
+
+
+def wake(*, store: Store, queue: Queue, record: ExecutionRecord, now: float) -> int:
+    """Send every message parked behind ``record`` back to the queue. Returns how many."""
+    waiting = store.parked_messages(record.name, record.parked) if record.parked else []
+    for parked in waiting:
+        queue.requeue(parked)
+        log.info(
+            "parked message woken",
+            extra={"correlation_id": parked.key, "message_id": parked.message_id, "holder": record.name},
+        )
+    store.unpark(record.name, [p.message_id for p in waiting], now=now)
+    return len(waiting)
+
+
+def sweep(*, store: Store, queue: Queue, now: float) -> int:
+    """Wake messages parked behind executions whose lease has ended (a wake-up lost to a crash)."""
+    holders = store.parked_holders()
+    if not holders:
+        return 0
+    records = store.executions(holders)
+    woken = 0
+    for name in sorted(holders):
+        record = records.get(name)
+        if record is None:
+            store.unpark(name, (), now=now)
+        elif not record.state.holds_lease:
+            woken += wake(store=store, queue=queue, record=record, now=now)
+    return woken
