@@ -9,22 +9,31 @@ Rules (the same for ``sluice enqueue`` and for the launcher):
   ``sluice enqueue`` sends the key it chose as the ``sluice-key`` message attribute; the launcher
   uses that attribute when present and derives the key the same way when it is missing (a message
   sent with the AWS CLI, say);
-* a key is at most ``MAX_KEY_LENGTH`` characters with no control character.
+* a key is at most ``MAX_KEY_BYTES`` bytes of UTF-8 with no control character: the table's item
+  keys are ``PAYLOAD#<key>``, and DynamoDB refuses a partition key over 2,048 bytes;
+* every number is one Python and Step Functions can take: an integer has at most
+  ``MAX_INT_DIGITS`` digits (Python's limit on reading integers), a float is finite (``1e999``
+  would become ``Infinity``), and ``NaN`` and ``Infinity``, which Python reads, are not JSON;
+* a message carrying ``TRUNCATED_ATTRIBUTE`` is a dead-letter note standing in for a body too big to
+  keep (redriven by mistake), not a payload.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+import math
+from typing import Any, NoReturn
 
 from sluice.errors import InvalidPayload
 from sluice.model import Message, Payload
 
 MAX_INPUT_BYTES = 262_144
 MAX_DEPTH = 64
-MAX_KEY_LENGTH = 512
+MAX_KEY_BYTES = 1_024  # with the longest prefix (PAYLOAD#), well under DynamoDB's 2,048
+MAX_INT_DIGITS = 4_300  # Python's default int_max_str_digits
 KEY_ATTRIBUTE = "sluice-key"
+TRUNCATED_ATTRIBUTE = "sluice-body-truncated"
 
 
 def canonical_json(value: Any) -> str:
@@ -46,11 +55,15 @@ def parse_object(text: str) -> dict[str, Any]:
             f"payload is {size:,} bytes; Step Functions accepts at most {MAX_INPUT_BYTES:,} bytes of input"
         )
     try:
-        value = json.loads(text)
+        value = json.loads(
+            text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_refuse_constant
+        )
     except RecursionError:
         raise InvalidPayload(f"JSON is nested deeper than {MAX_DEPTH} levels") from None
     except json.JSONDecodeError as exc:
         raise InvalidPayload(f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except ValueError as exc:  # a number Python will not read (a lower int_max_str_digits, say)
+        raise InvalidPayload(f"JSON cannot be read: {exc}") from None
     if not isinstance(value, dict):
         raise InvalidPayload(f"payload must be a JSON object, got {_json_type(value)}")
     if not value:
@@ -69,14 +82,14 @@ def payload_key(obj: dict[str, Any], *, key_field: str | None = None) -> str:
 
 
 def check_key(key: str, *, source: str = "key") -> str:
-    if len(key) > MAX_KEY_LENGTH:
-        raise InvalidPayload(f"{source} is {len(key):,} characters; keys are at most {MAX_KEY_LENGTH}")
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in key):
-        raise InvalidPayload(f"{source} contains a control character")
     try:
-        key.encode("utf-8")
+        size = len(key.encode("utf-8"))
     except UnicodeEncodeError:
         raise InvalidPayload(f"{source} holds a lone surrogate") from None
+    if size > MAX_KEY_BYTES:
+        raise InvalidPayload(f"{source} is {size:,} bytes in UTF-8; keys are at most {MAX_KEY_BYTES:,} bytes")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in key):
+        raise InvalidPayload(f"{source} contains a control character")
     return key
 
 
@@ -85,12 +98,36 @@ def validate_message(message: Message) -> Payload:
     if attribute_key:
         attribute_key = check_key(attribute_key, source=f"message attribute {KEY_ATTRIBUTE!r}")
     try:
+        if TRUNCATED_ATTRIBUTE in message.attributes:
+            raise InvalidPayload(
+                f"a dead-letter note (message attribute {TRUNCATED_ATTRIBUTE!r}) stands in for a body "
+                "too big to keep; it cannot run: send the original payload again"
+            )
         obj = parse_object(message.body)
     except InvalidPayload as exc:
         exc.key = attribute_key  # known from the attribute: the refusal is recorded on the payload
         raise
     key = attribute_key or payload_key(obj)
     return Payload(key=key, body=message.body, message=message)
+
+
+def _parse_int(digits: str) -> int:
+    n = len(digits) - digits.startswith("-")
+    if n > MAX_INT_DIGITS:
+        raise InvalidPayload(f"a number has more than {MAX_INT_DIGITS:,} digits ({n:,})")
+    return int(digits)
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        shown = text if len(text) <= 40 else f"{text[:37]}..."
+        raise InvalidPayload(f"number {shown} is out of range for a 64-bit float")
+    return value
+
+
+def _refuse_constant(name: str) -> NoReturn:
+    raise InvalidPayload(f"{name} is not JSON")
 
 
 def _json_type(value: Any) -> str:

@@ -2,8 +2,10 @@
 
 Each unusable message is sent first in its group, with a valid payload behind it in the same
 group. One tick must survive it, dead-letter it (body untouched, the reason in the ``sluice-error``
-attribute) and start the payload behind it. The catalogue, with the reason each entry gets, is in
-docs/reliability.md.
+attribute) and start the payload behind it. A body too big to dead-letter beside the reason (a copy
+is at most 262,144 bytes as SQS counts them) is replaced in the copy by a note that points at it.
+The catalogue, with the reason each entry gets, is in docs/reliability.md; the entries at SQS's,
+DynamoDB's and Python's limits are in ``tests/support/bad_input.py``.
 
 Three entries are not bad input, and the tests say so: an id with characters an execution name
 may not hold, ids that look alike once sanitised, and a message without the ``sluice-key``
@@ -24,6 +26,7 @@ from sluice.model import Outcome
 from sluice.names import NAME_PATTERN
 from tests.reliability.world import pool
 from tests.support.aws import build_stack
+from tests.support.bad_input import EXTREME_PAYLOADS, HOSTILE, sqs_size_limit
 
 BIG = json.dumps({"id": "big", "pad": "x" * 300_000})
 
@@ -45,7 +48,7 @@ UNUSABLE: list[tuple[str, str, dict[str, str] | None, str]] = [
         "10,000-character id",
         json.dumps({"id": "k" * 10_000}),
         None,
-        r"'id' is 10,000 characters; keys are at most 512",
+        r"'id' is 10,000 bytes in UTF-8; keys are at most 1,024 bytes",
     ),
     (
         "control character in the id",
@@ -57,16 +60,29 @@ UNUSABLE: list[tuple[str, str, dict[str, str] | None, str]] = [
         "10,000-character sluice-key attribute",
         json.dumps({"id": "fine"}),
         {"sluice-key": "k" * 10_000},
-        r"attribute 'sluice-key' is 10,000 characters",
+        r"attribute 'sluice-key' is 10,000 bytes in UTF-8",
     ),
+    (
+        "sluice-key attribute of 300 four-byte characters",
+        json.dumps({"id": "fine"}),
+        {"sluice-key": "\U0001f600" * 300},
+        r"attribute 'sluice-key' is 1,200 bytes in UTF-8; keys are at most 1,024 bytes",
+    ),
+    *((name.replace("_", " "), h.body, None, h.reason) for name, h in HOSTILE.items()),
 ]
+# Too big for a dead-letter copy (262,144 bytes as SQS counts, with the reason attributes): the
+# copy is a note that points at the original.
+NOTED = {"over 256 KiB", *(name.replace("_", " ") for name, h in HOSTILE.items() if not h.body_kept)}
 
 
 @pytest.fixture
 def stack():
     """The shared ``stack`` fixture, on boto3 clients made once per process (they are slow to build)."""
     with mock_aws():
-        yield build_stack(pool(), name="sluice-bad-input")
+        built = build_stack(pool(), name="sluice-bad-input")
+        # SQS's size rule, which moto does not apply to attributes, on the launcher's client.
+        with sqs_size_limit(built.runtime().client("sqs")):
+            yield built
 
 
 def send(stack: Any, body: str, group: str, attributes: dict[str, str] | None = None) -> str:
@@ -75,7 +91,7 @@ def send(stack: Any, body: str, group: str, attributes: dict[str, str] | None = 
         "MessageBody": body,
         "MessageGroupId": group,
         "MessageDeduplicationId": hashlib.sha256(
-            f"{group}/{body}".encode("utf-8", "surrogatepass")
+            f"{group}/{body}/{attributes}".encode("utf-8", "surrogatepass")
         ).hexdigest(),
     }
     if attributes:
@@ -126,7 +142,18 @@ def test_unusable_input_is_dead_lettered_and_its_group_runs_on(stack, case, body
     attrs = dead["MessageAttributes"]
     assert re.search(reason, attrs["sluice-error"]["StringValue"]), attrs["sluice-error"]["StringValue"]
     assert attrs["sluice-source-message-id"]["StringValue"] == bad
-    assert dead["Body"] == body  # untouched, to fix and redrive
+    if case in NOTED:
+        raw = body.encode()
+        note = json.loads(dead["Body"])
+        assert "too large" in note.pop("sluice-dead-letter-note")
+        assert note == {
+            "source_message_id": bad,
+            "bytes": len(raw),
+            "sha256": hashlib.sha256(raw).hexdigest(),
+        }
+        assert attrs["sluice-body-truncated"]["StringValue"] == str(len(raw))
+    else:
+        assert dead["Body"] == body  # untouched, to fix and redrive
     assert stack.queue_counts() == (0, 0)
 
 
@@ -145,6 +172,20 @@ def test_every_unusable_input_at_once_in_one_group(stack):
     assert started_inputs(stack) == [{"id": "behind"}]
     reasons = [m["MessageAttributes"]["sluice-error"]["StringValue"] for m in drain_dlq(stack)]
     assert len(reasons) == len(UNUSABLE) and all(reasons)
+
+
+@pytest.mark.parametrize("case", sorted(EXTREME_PAYLOADS))
+def test_payloads_at_the_limits_run(stack, case):
+    """A key of 1,024 UTF-8 bytes fits DynamoDB's 2,048-byte partition key once prefixed (moto
+    enforces that limit); a 4,300-digit integer is as long as Python reads."""
+    payload = EXTREME_PAYLOADS[case]
+    send(stack, json.dumps(payload, ensure_ascii=False), "g")
+
+    summary = stack.launcher().tick()
+
+    assert summary.n(Outcome.STARTED) == 1
+    assert started_inputs(stack) == [payload]
+    assert payload_record(stack, payload["id"])["state"]["S"] == "RUNNING"
 
 
 def test_an_id_an_execution_name_may_not_hold_runs(stack):

@@ -1,25 +1,65 @@
-"""SQS FIFO queue and DLQ."""
+"""SQS FIFO queue and DLQ.
+
+A dead-letter copy must always be accepted, or the tick fails on the same message every time. SQS
+counts a message's size as its body plus each attribute's name, data type and value, in bytes, and
+the copy adds Sluice's reason attributes to a message that may already be at the limit. So the copy
+is fitted to ``dlq_max_bytes`` (by default 262,144: the limit of queues made before SQS allowed
+1 MiB, so no more than any DLQ the stack creates accepts) by, in this order: leaving out the copied
+message attributes, the largest first; shortening the reason (to no less than ``MIN_REASON_BYTES``);
+and replacing the body with a JSON note that points at the original (its size, SHA-256 and message
+id), marked with the ``sluice-body-truncated`` attribute.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sluice.adapters.errors import translated
 from sluice.errors import TransientError
 from sluice.model import Message
+from sluice.validation import TRUNCATED_ATTRIBUTE
 
 BATCH = 10
 MAX_ATTRIBUTES = 10
 REASON_ATTRIBUTE = "sluice-error"
+SOURCE_ATTRIBUTE = "sluice-source-message-id"
+RECEIVES_ATTRIBUTE = "sluice-receive-count"
 MAX_REASON = 1_000
+MIN_REASON_BYTES = 128
+SQS_MAX_MESSAGE_BYTES = 262_144
+NOTE_FIELD = "sluice-dead-letter-note"
+NOTE = "the body was too large to dead-letter beside its reason and is not kept; this points at it"
+# What SQS accepts in a body or string attribute (the XML character range); the rest becomes U+FFFD.
+_NOT_SQS_TEXT = re.compile(r"[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+Attributes = dict[str, dict[str, str]]
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """The body and message attributes a dead-lettered message is sent to the DLQ with."""
+
+    body: str
+    attributes: Attributes
+
+    @property
+    def size(self) -> int:
+        return message_size(self.body, self.attributes)
 
 
 class SqsQueue:
-    def __init__(self, client: Any, queue_url: str, dlq_url: str = "") -> None:
+    def __init__(
+        self, client: Any, queue_url: str, dlq_url: str = "", dlq_max_bytes: int = SQS_MAX_MESSAGE_BYTES
+    ) -> None:
         self.client = client
         self.queue_url = queue_url
         self.dlq_url = dlq_url
+        self.dlq_max_bytes = dlq_max_bytes
 
     def receive(self, max_messages: int, wait_seconds: int) -> list[Message]:
         with translated("ReceiveMessage"):
@@ -61,20 +101,11 @@ class SqsQueue:
                 pass  # best effort: the visibility timeout returns them anyway
 
     def send_to_dlq(self, message: Message, reason: str) -> None:
-        attributes: dict[str, dict[str, str]] = {
-            REASON_ATTRIBUTE: {"DataType": "String", "StringValue": reason[:MAX_REASON]},
-            "sluice-source-message-id": {"DataType": "String", "StringValue": message.message_id},
-            "sluice-receive-count": {"DataType": "Number", "StringValue": str(message.receive_count)},
-        }
-        for name, value in message.attributes.items():
-            if len(attributes) >= MAX_ATTRIBUTES:
-                break
-            if value and name not in attributes:
-                attributes[name] = {"DataType": "String", "StringValue": value}
+        copy = dead_letter_copy(message, reason, limit=self.dlq_max_bytes)
         request: dict[str, Any] = {
             "QueueUrl": self.dlq_url,
-            "MessageBody": message.body if message.body else "(empty body)",
-            "MessageAttributes": attributes,
+            "MessageBody": copy.body,
+            "MessageAttributes": copy.attributes,
         }
         if self.dlq_url.endswith(".fifo"):
             request["MessageGroupId"] = message.group_id or "sluice-invalid"
@@ -94,6 +125,76 @@ class SqsQueue:
                 ],
             )["Attributes"]
         return {k: int(v) for k, v in attrs.items()}
+
+
+def message_size(body: str, attributes: Attributes) -> int:
+    """Bytes as SQS counts them against its size limit: the body, and each attribute's name, data
+    type and value."""
+    return _bytes(body) + sum(
+        _bytes(name) + _bytes(value["DataType"]) + _bytes(value["StringValue"])
+        for name, value in attributes.items()
+    )
+
+
+def dead_letter_copy(message: Message, reason: str, *, limit: int = SQS_MAX_MESSAGE_BYTES) -> DeadLetter:
+    """What to send to the DLQ: at most ``limit`` bytes as SQS counts them (see the module docstring)."""
+    reason = _NOT_SQS_TEXT.sub("\ufffd", reason[:MAX_REASON]) or "invalid"
+    body = message.body or "(empty body)"
+    copy = _fit(message, body, {}, reason, limit, min_reason=MIN_REASON_BYTES)
+    if copy is None:
+        raw = body.encode("utf-8", "surrogatepass")
+        note = {
+            NOTE_FIELD: NOTE,
+            "source_message_id": message.message_id,
+            "bytes": len(raw),
+            "sha256": hashlib.sha256(raw).hexdigest(),
+        }
+        marker = {TRUNCATED_ATTRIBUTE: {"DataType": "Number", "StringValue": str(len(raw))}}
+        copy = _fit(message, json.dumps(note), marker, reason, limit, min_reason=16)
+    if copy is None:
+        raise ValueError(f"a dead-letter note does not fit in {limit:,} bytes")
+    return copy
+
+
+def _fit(
+    message: Message, body: str, extra: Attributes, reason: str, limit: int, *, min_reason: int
+) -> DeadLetter | None:
+    annotations: Attributes = {
+        REASON_ATTRIBUTE: _string(reason),
+        SOURCE_ATTRIBUTE: _string(message.message_id),
+        RECEIVES_ATTRIBUTE: {"DataType": "Number", "StringValue": str(message.receive_count)},
+        **extra,
+    }
+    copied = sorted(
+        (
+            (name, _string(value))
+            for name, value in message.attributes.items()
+            if value and name not in annotations
+        ),
+        key=lambda item: message_size("", dict([item])),
+    )[: MAX_ATTRIBUTES - len(annotations)]
+    while copied and message_size(body, {**annotations, **dict(copied)}) > limit:
+        copied.pop()  # the largest
+    over = message_size(body, {**annotations, **dict(copied)}) - limit
+    if over > 0:
+        room = _bytes(reason) - over
+        if room < min(min_reason, _bytes(reason)):
+            return None
+        annotations[REASON_ATTRIBUTE] = _string(_shorten(reason, room))
+    return DeadLetter(body, {**annotations, **dict(copied)})
+
+
+def _shorten(text: str, max_bytes: int) -> str:
+    """At most ``max_bytes`` (at least 4) of UTF-8, cut at a character boundary, ending in an ellipsis."""
+    return text.encode("utf-8")[: max_bytes - 3].decode("utf-8", "ignore") + "…"
+
+
+def _string(value: str) -> dict[str, str]:
+    return {"DataType": "String", "StringValue": value}
+
+
+def _bytes(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def _message(raw: dict[str, Any]) -> Message:
