@@ -6,35 +6,9 @@ import threading
 
 import pytest
 
-from sluice.adapters.dynamodb import DynamoStore, create_table
-from sluice.adapters.memory import MemoryStore
 from sluice.errors import LeaseHeld, SlotsFull
 from sluice.model import PayloadState, StartedExecution
-
-NOW = 1_800_000_000.0
-
-
-@pytest.fixture(params=["memory", "dynamodb"])
-def store(request):
-    if request.param == "memory":
-        yield MemoryStore()
-        return
-    session = request.getfixturevalue("session")
-    client = session.client("dynamodb")
-    create_table(client, "contract")
-    yield DynamoStore(client, "contract")
-
-
-def claim(store, key: str, name: str, *, limit: int = 5, message_id: str = "m", now: float = NOW) -> None:
-    store.claim(
-        key=key,
-        name=name,
-        message_id=message_id,
-        limit=limit,
-        now=now,
-        claim_expires_at=now + 900,
-        arn=f"arn:aws:states:us-east-1:123456789012:execution:sm:{name}",
-    )
+from tests.contract.stores import NOW, claim
 
 
 def test_claim_takes_a_slot_and_the_lease(store):

@@ -1,0 +1,18 @@
+"""Helpers of the store contract."""
+
+from __future__ import annotations
+
+NOW = 1_800_000_000.0
+RETENTION = 7 * 86_400
+
+
+def claim(store, key: str, name: str, *, limit: int = 5, message_id: str = "m", now: float = NOW) -> None:
+    store.claim(
+        key=key,
+        name=name,
+        message_id=message_id,
+        limit=limit,
+        now=now,
+        claim_expires_at=now + 900,
+        arn=f"arn:aws:states:us-east-1:123456789012:execution:sm:{name}",
+    )

@@ -1,0 +1,148 @@
+"""The store contract, continued: renewals and fences, adoption, expiry, history, the waiting room.
+Run against MemoryStore and DynamoStore (moto) like the rest of the contract."""
+
+from __future__ import annotations
+
+from sluice.model import ClaimFence, ParkedMessage, PayloadState
+from tests.contract.stores import NOW, RETENTION, claim
+
+
+def test_live_records_never_expire_and_expire_the_retention_after_the_end(store):
+    claim(store, "k", "n1")
+    store.mark_running(key="k", name="n1", arn="arn:x", started_at=NOW, now=NOW)
+    assert store.payload("k").expires_at == 0 and store.execution("n1").expires_at == 0
+    ended = NOW + 400 * 86_400
+    store.release(name="n1", state=PayloadState.SUCCEEDED, now=ended)
+    assert store.payload("k").expires_at == int(ended) + RETENTION
+    assert store.execution("n1").expires_at == int(ended) + RETENTION
+    claim(store, "k", "n2", now=ended + 1)
+    assert store.payload("k").expires_at == 0  # claimed again: live again
+
+
+def test_the_claim_records_the_arn_it_runs_under(store):
+    claim(store, "k", "n1")
+    assert store.execution("n1").arn == "arn:aws:states:us-east-1:123456789012:execution:sm:n1"
+
+
+def test_renew_only_while_claimed_and_it_bumps_the_version(store):
+    claim(store, "k", "n1")
+    assert store.renew(name="n1", now=NOW + 10, claim_expires_at=NOW + 910)
+    record = store.execution("n1")
+    assert (record.claim_version, record.claim_expires_at) == (1, NOW + 910)
+    store.mark_running(key="k", name="n1", arn="arn:x", started_at=NOW, now=NOW)
+    assert not store.renew(name="n1", now=NOW + 20, claim_expires_at=NOW + 920)  # started: nothing to renew
+    assert not store.renew(name="missing", now=NOW, claim_expires_at=NOW)
+
+
+def test_a_fenced_release_fails_once_the_claim_was_renewed(store):
+    claim(store, "k", "n1")
+    assert store.suspect(name="n1", claim_version=0, reconciler="r1", now=NOW + 60)
+    judged = store.execution("n1")
+    assert (judged.suspect_since, judged.suspect_by, judged.fence) == (
+        NOW + 60,
+        "r1",
+        ClaimFence(0, NOW + 60),
+    )
+    assert store.renew(name="n1", now=NOW + 61, claim_expires_at=NOW + 961)
+    assert store.execution("n1").fence is None  # renewed: the suspicion is gone
+    assert store.release(name="n1", state=PayloadState.RELEASED, now=NOW + 2000, fence=judged.fence) is None
+    assert store.ledger().holders == {"n1"} and store.payload("k").holder == "n1"
+
+
+def test_a_fenced_release_frees_an_unchanged_claim(store):
+    claim(store, "k", "n1")
+    store.suspect(name="n1", claim_version=0, reconciler="r1", now=NOW + 60)
+    judged = store.execution("n1")
+    assert (
+        store.release(name="n1", state=PayloadState.RELEASED, now=NOW + 960, fence=judged.fence) is not None
+    )
+    assert store.ledger().holders == frozenset() and store.payload("k").state is PayloadState.RELEASED
+
+
+def test_suspicion_is_marked_once_and_replaced_only_knowingly(store):
+    claim(store, "k", "n1")
+    assert store.suspect(name="n1", claim_version=0, reconciler="r1", now=NOW + 60)
+    assert not store.suspect(name="n1", claim_version=0, reconciler="r2", now=NOW + 70)
+    assert not store.suspect(name="n1", claim_version=0, reconciler="r2", now=NOW + 70, replacing=NOW + 1)
+    assert store.suspect(name="n1", claim_version=0, reconciler="r2", now=NOW + 80, replacing=NOW + 60)
+    assert store.execution("n1").suspect_by == "r2"
+    assert not store.suspect(name="n1", claim_version=1, reconciler="r3", now=NOW + 90, replacing=NOW + 80)
+
+
+def test_a_started_claim_cannot_be_released_by_a_fence(store):
+    claim(store, "k", "n1")
+    store.suspect(name="n1", claim_version=0, reconciler="r1", now=NOW + 60)
+    judged = store.execution("n1")
+    store.mark_running(key="k", name="n1", arn="arn:x", started_at=NOW, now=NOW + 61)
+    assert store.release(name="n1", state=PayloadState.RELEASED, now=NOW + 960, fence=judged.fence) is None
+    assert store.ledger().holders == {"n1"}
+
+
+def test_adopt_takes_back_a_slot_and_the_lease_past_the_limit(store):
+    for i in range(2):
+        claim(store, f"k{i}", f"n{i}", limit=2)
+    store.release(name="n0", state=PayloadState.FAILED, now=NOW)
+    claim(store, "k2", "n2", limit=2)  # the ledger is full again
+    assert store.adopt(name="n0", now=NOW + 5)  # n0 was redriven: it runs, so it holds a slot
+    assert store.ledger().holders == {"n0", "n1", "n2"}
+    assert (store.payload("k0").holder, store.payload("k0").state) == ("n0", PayloadState.RUNNING)
+    assert store.execution("n0").state is PayloadState.RUNNING and store.execution("n0").expires_at == 0
+    assert not store.adopt(name="n0", now=NOW + 6)  # holds it already
+
+
+def test_adopt_is_refused_while_another_run_holds_the_key(store):
+    claim(store, "k", "n1")
+    store.release(name="n1", state=PayloadState.FAILED, now=NOW)
+    claim(store, "k", "n2")
+    assert not store.adopt(name="n1", now=NOW + 5)
+    assert store.ledger().holders == {"n2"} and store.payload("k").holder == "n2"
+
+
+def test_the_payload_history_is_bounded(store):
+    for i in range(45):
+        claim(store, "k", f"n{i}", now=NOW + i)
+        store.release(name=f"n{i}", state=PayloadState.SUCCEEDED, now=NOW + i)
+    payload = store.payload("k")
+    assert payload.attempts == 45 and payload.executions[-1] == "n44"
+    assert 10 < len(payload.executions) <= 20
+    assert list(payload.executions) == [f"n{i}" for i in range(45 - len(payload.executions), 45)]
+
+
+def parked(message_id: str, holder: str, at: float = NOW) -> ParkedMessage:
+    return ParkedMessage(message_id, "k", holder, '{"id": "k"}', "g1", {"sluice-key": "k"}, at)
+
+
+def test_parking_behind_a_live_holder_and_waking(store):
+    claim(store, "k", "n1")
+    assert store.park(parked("m2", "n1", NOW + 1))
+    assert store.park(parked("m3", "n1", NOW + 2))
+    assert store.park(parked("m2", "n1", NOW + 1))  # a redelivered message: parked already
+    assert store.parked_holders() == {"n1"}
+    released = store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW + 5)
+    assert released.parked == {"m2", "m3"}
+    waiting = store.parked_messages("n1", released.parked)
+    assert [p.message_id for p in waiting] == ["m2", "m3"]
+    assert waiting[0] == parked("m2", "n1", NOW + 1)
+    store.unpark("n1", ["m2", "m3"], now=NOW + 6)
+    assert store.parked_messages("n1", released.parked) == [] and store.parked_holders() == frozenset()
+
+
+def test_parking_behind_an_ended_holder_is_refused(store):
+    claim(store, "k", "n1")
+    store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW)
+    assert not store.park(parked("m2", "n1"))
+    assert not store.park(parked("m2", "nobody"))
+    assert store.parked_holders() == frozenset()
+
+
+def test_a_woken_message_can_be_parked_again_behind_a_new_holder(store):
+    claim(store, "k", "n1")
+    store.park(parked("m2", "n1"))
+    store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW)
+    claim(store, "k", "n3")  # another message took the key before the woken copy came back
+    assert store.park(parked("m2", "n3", NOW + 9))
+    assert store.parked_messages("n1", ["m2"]) == []  # no longer waiting for n1
+    assert [p.holder for p in store.parked_messages("n3", ["m2"])] == ["n3"]
+    store.unpark("n1", ["m2"], now=NOW + 10)  # a late wake-up of n1 leaves n3's entry alone
+    assert [p.holder for p in store.parked_messages("n3", ["m2"])] == ["n3"]
+    assert store.parked_holders() == {"n3"}
