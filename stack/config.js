@@ -145,6 +145,18 @@ async function derive({ resolveVariable }) {
     fail(`stateMachineArn must be in the stack's region ${region}, got "${stateMachineArn}"`);
   }
 
+  // Optional: the state machine this stack drove before a switch of stateMachineArn, so that
+  // reconciliation may still DescribeExecution its executions and free their slots.
+  const previousStateMachineArn = await param('previousStateMachineArn');
+  if (previousStateMachineArn !== '' && !STATE_MACHINE_ARN.test(previousStateMachineArn)) {
+    fail(
+      `previousStateMachineArn must be empty or a Standard state machine ARN, got "${previousStateMachineArn}"`
+    );
+  }
+  if (previousStateMachineArn !== '' && previousStateMachineArn.split(':')[3] !== region) {
+    fail(`previousStateMachineArn must be in the stack's region ${region}, got "${previousStateMachineArn}"`);
+  }
+
   const alarmTopicArn = await param('alarmTopicArn');
   if (alarmTopicArn !== '' && !/^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[^:\s]{1,256}$/.test(alarmTopicArn)) {
     fail(`alarmTopicArn must be empty or an SNS topic ARN, got "${alarmTopicArn}"`);
@@ -169,6 +181,7 @@ async function derive({ resolveVariable }) {
     driftAlarmPeriod,
     driftAlarmTicks: DRIFT_TICKS,
     stateMachineArn,
+    previousStateMachineArn,
     alarmTopicArn,
     workflowDefinition,
     // The same numbers as strings, for Lambda environment variables and the SSM parameter value

@@ -18,6 +18,7 @@ moto gaps worked around (details in sluice.local.embedded):
 
 from __future__ import annotations
 
+import ast
 import json
 import uuid
 from datetime import UTC, datetime
@@ -25,7 +26,7 @@ from datetime import UTC, datetime
 import pytest
 
 from sluice.adapters.dynamodb import DynamoStore
-from sluice.local.embedded import UPDATE_TEMPLATE, EmbeddedAws, package_stack
+from sluice.local.embedded import ACCOUNT, UPDATE_TEMPLATE, EmbeddedAws, package_stack
 from sluice.model import PayloadState
 from sluice.names import execution_name
 from tests.support.aws import status_change_event
@@ -86,6 +87,10 @@ def test_deploy_creates_what_the_code_needs(deployed):
     assert skipped <= {"AWS::S3::BucketPolicy", "AWS::SQS::QueuePolicy", "AWS::CloudWatch::Alarm"}
     # One schedule rule for the launcher, one status-change rule for the completion function.
     assert [deployed.function_for(r.target_arns[0]) for r in deployed.schedule_rules()] == ["launcher"]
+    # Reconciliation may describe the executions of the state machine it drives, and no other.
+    assert _may_describe(deployed, "launcher") == [
+        f"arn:aws:states:us-east-1:{ACCOUNT}:execution:sluice-{STAGE}-workflow:*"
+    ]
 
 
 def test_the_drift_alarm_waits_for_three_ticks_of_drift(package):
@@ -98,6 +103,39 @@ def test_the_drift_alarm_waits_for_three_ticks_of_drift(package):
     assert alarm["EvaluationPeriods"] == alarm["DatapointsToAlarm"] == 3
     assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
     assert alarm["TreatMissingData"] == "notBreaching"
+
+
+def test_after_a_switch_reconciliation_may_describe_the_previous_machines_executions(tmp_path_factory):
+    """Reconciliation describes each holder by the ARN recorded with it: after stateMachineArn changes,
+    the old machine's executions. previousStateMachineArn adds them to both roles; by default nothing."""
+    previous = f"arn:aws:states:us-east-1:{ACCOUNT}:stateMachine:old-flow"
+    package = package_stack(
+        tmp_path_factory.mktemp("switch"), stage=STAGE, params={"previousStateMachineArn": previous}
+    )
+    with EmbeddedAws() as aws:
+        deployed = aws.deploy(package, STACK)
+        for function in ("launcher", "completion"):
+            assert _may_describe(deployed, function) == [
+                f"arn:aws:states:us-east-1:{ACCOUNT}:execution:sluice-{STAGE}-workflow:*",
+                f"arn:aws:states:us-east-1:{ACCOUNT}:execution:old-flow:*",
+            ]
+
+
+def _may_describe(deployed, function: str) -> list[str]:
+    """The resources of the function role's ReconcileExecutions statement, as deployed."""
+    aws = deployed.aws
+    config = aws.client("lambda").get_function_configuration(FunctionName=deployed.functions[function].name)
+    role = config["Role"].rsplit("/", 1)[1]
+    iam = aws.client("iam")
+    [name] = iam.list_role_policies(RoleName=role)["PolicyNames"]
+    document = iam.get_role_policy(RoleName=role, PolicyName=name)["PolicyDocument"]
+    if isinstance(document, str):  # moto hands back a CloudFormation-made inline policy as a repr
+        document = ast.literal_eval(document)
+    [statement] = [s for s in document["Statement"] if s.get("Sid") == "ReconcileExecutions"]
+    resources = statement["Resource"]
+    resources = [resources] if isinstance(resources, str) else resources
+    # moto leaves an AWS::NoValue list item as None; CloudFormation drops it.
+    return [r for r in resources if r is not None]
 
 
 def test_one_payload_through_the_deployed_stack(deployed):

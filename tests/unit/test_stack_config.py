@@ -154,6 +154,22 @@ def test_the_timeout_order_is_still_checked():
     )
 
 
+# -- previousStateMachineArn ---------------------------------------------------------------------------
+
+
+def test_previous_state_machine_arn_is_empty_by_default_or_a_machine_in_the_stacks_region():
+    assert config()["previousStateMachineArn"] == ""
+    arn = "arn:aws:states:us-east-1:123456789012:stateMachine:old-flow"
+    assert config(previousStateMachineArn=arn)["previousStateMachineArn"] == arn
+    elsewhere = arn.replace("us-east-1", "eu-west-1")
+    assert "previousStateMachineArn must be in the stack's region us-east-1" in refusal(
+        previousStateMachineArn=elsewhere
+    )
+    assert "previousStateMachineArn must be empty or a Standard state machine ARN" in refusal(
+        previousStateMachineArn="old-flow"
+    )
+
+
 # -- the LedgerDrift alarm follows the schedule ---------------------------------------------------------
 
 
