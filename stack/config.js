@@ -26,9 +26,6 @@ const TIME_RESERVE_SECONDS = 15;
 const MIN_WORKING_SECONDS = 15;
 const MIN_LAUNCHER_TIMEOUT = TIME_RESERVE_SECONDS + MIN_WORKING_SECONDS;
 
-// SQS keeps a message invisible for at most 12 hours (ChangeMessageVisibility).
-const MAX_DEFER_SECONDS = 43200;
-
 // The LedgerDrift alarm fires when drift stays above 0 for this many ticks in a row.
 const DRIFT_TICKS = 3;
 // CloudWatch evaluates an alarm over at most one day (periods x evaluation periods).
@@ -106,16 +103,6 @@ async function derive({ resolveVariable }) {
     `at most launcherTimeout ${launcherTimeout} s less the launcher's ${TIME_RESERVE_SECONDS} s time reserve ` +
       `(SLUICE_TIME_RESERVE_SECONDS); raise launcherTimeout to linger longer`
   );
-  // SLUICE_DEFER_SECONDS: under the defer policy, how long a deferred duplicate waits before it is
-  // looked at again. 0 would hand it straight back.
-  const deferSeconds = integer(
-    'deferSeconds',
-    await param('deferSeconds'),
-    1,
-    MAX_DEFER_SECONDS,
-    `a deferred duplicate must wait at least 1 s before it is looked at again, and SQS hides a message ` +
-      `for at most ${MAX_DEFER_SECONDS} s`
-  );
   const maxReceiveCount = integer('maxReceiveCount', await param('maxReceiveCount'), 1, 1000);
   const oldestMessageAlarmSeconds = integer(
     'oldestMessageAlarmSeconds',
@@ -173,7 +160,6 @@ async function derive({ resolveVariable }) {
     claimTimeout,
     retentionDays,
     lingerSeconds,
-    deferSeconds,
     maxReceiveCount,
     oldestMessageAlarmSeconds,
     duplicatePolicy,
@@ -191,7 +177,6 @@ async function derive({ resolveVariable }) {
       claimTimeout: String(claimTimeout),
       retentionDays: String(retentionDays),
       lingerSeconds: String(lingerSeconds),
-      deferSeconds: String(deferSeconds),
     },
   };
 }

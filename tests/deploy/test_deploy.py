@@ -66,7 +66,6 @@ def test_deploy_creates_what_the_code_needs(deployed):
     assert env["SLUICE_TABLE_NAME"] == out["TableName"]
     assert env["SLUICE_STATE_MACHINE_ARN"] == out["StateMachineArn"]
     assert env["SLUICE_MAX_PARAMETER"] == out["MaxConcurrencyParameter"]
-    assert env["SLUICE_DEFER_SECONDS"] == "60"  # the deferSeconds parameter's default
     assert deployed.functions["completion"].environment == env
 
     attrs = aws.client("sqs").get_queue_attributes(QueueUrl=out["QueueUrl"], AttributeNames=["All"])[
@@ -87,6 +86,11 @@ def test_deploy_creates_what_the_code_needs(deployed):
     assert skipped <= {"AWS::S3::BucketPolicy", "AWS::SQS::QueuePolicy", "AWS::CloudWatch::Alarm"}
     # One schedule rule for the launcher, one status-change rule for the completion function.
     assert [deployed.function_for(r.target_arns[0]) for r in deployed.schedule_rules()] == ["launcher"]
+    # A parked duplicate is sent back to the payload queue when its key's execution ends.
+    for function in ("launcher", "completion"):
+        requeue = _statement(deployed, function, "RequeueParked")
+        assert requeue["Action"] == ["sqs:SendMessage"]
+        assert _resources(requeue) == [f"arn:aws:sqs:us-east-1:{ACCOUNT}:{out['QueueUrl'].rsplit('/', 1)[1]}"]
     # Reconciliation may describe the executions of the state machine it drives, and no other.
     assert _may_describe(deployed, "launcher") == [
         f"arn:aws:states:us-east-1:{ACCOUNT}:execution:sluice-{STAGE}-workflow:*"
@@ -123,6 +127,11 @@ def test_after_a_switch_reconciliation_may_describe_the_previous_machines_execut
 
 def _may_describe(deployed, function: str) -> list[str]:
     """The resources of the function role's ReconcileExecutions statement, as deployed."""
+    return _resources(_statement(deployed, function, "ReconcileExecutions"))
+
+
+def _statement(deployed, function: str, sid: str) -> dict:
+    """One statement of the function role's policy, as deployed."""
     aws = deployed.aws
     config = aws.client("lambda").get_function_configuration(FunctionName=deployed.functions[function].name)
     role = config["Role"].rsplit("/", 1)[1]
@@ -131,7 +140,11 @@ def _may_describe(deployed, function: str) -> list[str]:
     document = iam.get_role_policy(RoleName=role, PolicyName=name)["PolicyDocument"]
     if isinstance(document, str):  # moto hands back a CloudFormation-made inline policy as a repr
         document = ast.literal_eval(document)
-    [statement] = [s for s in document["Statement"] if s.get("Sid") == "ReconcileExecutions"]
+    [statement] = [s for s in document["Statement"] if s.get("Sid") == sid]
+    return statement
+
+
+def _resources(statement: dict) -> list[str]:
     resources = statement["Resource"]
     resources = [resources] if isinstance(resources, str) else resources
     # moto leaves an AWS::NoValue list item as None; CloudFormation drops it.

@@ -90,34 +90,6 @@ def test_the_defaults_package():
     cfg = config()
     assert cfg["launcherTimeout"] == 120 and cfg["visibilityTimeout"] == 180
     assert cfg["lingerSeconds"] == 0
-    assert cfg["deferSeconds"] == 60 and cfg["text"]["deferSeconds"] == "60"
-
-
-# -- deferSeconds -----------------------------------------------------------------------------------
-
-
-def test_defer_seconds_is_a_parameter_passed_to_both_functions():
-    assert config(deferSeconds=3600)["text"]["deferSeconds"] == "3600"
-    # Both functions share the provider's environment.
-    doc = yaml.load((ROOT / "serverless.yml").read_text(encoding="utf-8"), Loader=_IgnoreTags)
-    assert doc["provider"]["environment"]["SLUICE_DEFER_SECONDS"] == "${self:custom.cfg.text.deferSeconds}"
-    assert not any("environment" in f for f in doc["functions"].values())
-
-
-def test_defer_seconds_of_zero_is_refused_with_the_rule():
-    message = refusal(deferSeconds=0)
-    assert "deferSeconds must be between 1 and 43200, got 0" in message
-    assert "at least 1 s" in message
-
-
-@pytest.mark.parametrize("value", ["43201", "-5", "1.5", "soon"])
-def test_defer_seconds_out_of_range_is_refused(value):
-    assert "deferSeconds must be" in refusal(deferSeconds=value)
-
-
-@pytest.mark.parametrize("value", [1, 43200])
-def test_defer_seconds_bounds_are_accepted(value):
-    assert config(deferSeconds=value)["deferSeconds"] == value
 
 
 # -- launcherTimeout and lingerSeconds ----------------------------------------------------------------
