@@ -40,6 +40,7 @@ import logging
 from dataclasses import asdict, dataclass
 
 from sluice.completion import complete
+from sluice.errors import ConfigurationError
 from sluice.model import ExecutionRecord, PayloadState
 from sluice.parking import sweep
 from sluice.ports import Clock, Executions, Queue, Store
@@ -90,7 +91,18 @@ def reconcile(
         if now - seen_at < settings.consistency_window_seconds:
             continue  # too young: ListExecutions may not show it yet
         judged += 1
-        info = executions.describe(name, record.arn)
+        try:
+            info = executions.describe(name, record.arn)
+        except ConfigurationError as exc:
+            if _on(record.arn, executions.state_machine_arn):
+                raise
+            # A holder of a state machine the stack no longer uses, which this role may not ask
+            # about (previousStateMachineArn unset): it stays drift; the tick goes on.
+            logger.error(
+                "cannot describe a holder of another state machine",
+                extra={"execution_name": name, "arn": record.arn, "error": str(exc)},
+            )
+            continue
         if info is None:
             if record.state is PayloadState.CLAIMED:
                 released += _settle_unstarted(
@@ -179,3 +191,11 @@ def _settle_unstarted(
         fence=fence,
     )
     return int(done is not None)
+
+
+def _on(execution_arn: str | None, state_machine_arn: str) -> bool:
+    """Whether an execution ARN belongs to ``state_machine_arn`` (unknown: assume it does)."""
+    if not execution_arn:
+        return True
+    machine = state_machine_arn.split(":")[6:7]
+    return execution_arn.split(":")[6:7] == machine

@@ -21,7 +21,8 @@ from typing import Any
 
 from sluice.adapters.errors import translated
 from sluice.errors import TransientError
-from sluice.model import Message
+from sluice.model import Message, ParkedMessage
+from sluice.names import ORIGIN_ATTRIBUTE
 from sluice.validation import TRUNCATED_ATTRIBUTE
 
 BATCH = 10
@@ -112,6 +113,22 @@ class SqsQueue:
             request["MessageDeduplicationId"] = message.message_id
         with translated("SendMessage"):
             self.client.send_message(**request)
+
+    def requeue(self, parked: ParkedMessage) -> None:
+        attributes = {k: v for k, v in parked.attributes.items() if v}
+        kept = dict(sorted(attributes.items())[: MAX_ATTRIBUTES - 1])
+        kept[ORIGIN_ATTRIBUTE] = parked.message_id
+        # One holder's wake-up sent twice within 5 minutes is one message; a wake-up behind a later
+        # holder is another send. A copy that does get through twice names the same execution.
+        holder = hashlib.sha256(parked.holder.encode()).hexdigest()[:32]
+        with translated("SendMessage"):
+            self.client.send_message(
+                QueueUrl=self.queue_url,
+                MessageBody=parked.body,
+                MessageGroupId=parked.group_id or "sluice-parked",
+                MessageDeduplicationId=f"{parked.message_id[:90]}-{holder}",
+                MessageAttributes={k: _string(v) for k, v in kept.items()},
+            )
 
     def depth(self) -> dict[str, int]:
         """Visible, in-flight and delayed message counts of the main queue."""
