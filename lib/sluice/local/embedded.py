@@ -127,7 +127,9 @@ def ensure_node_modules(root: Path) -> None:
         return
     npm = shutil.which("npm")
     if npm is None:
-        raise PackagingError("npm is not installed: install Node.js 20 or later with npm, then retry")
+        raise PackagingError(
+            "npm is not installed: install Node.js 20.19+, 22.13+ or 24+ with npm, then retry"
+        )
     log.info("installing the npm packages (npm ci)")
     done = subprocess.run(
         [npm, "ci", "--no-audit", "--no-fund"], cwd=root, capture_output=True, text=True, check=False
@@ -151,7 +153,7 @@ def package_stack(
     """
     root = root or project_root()
     if shutil.which("npx") is None or shutil.which("node") is None:
-        raise PackagingError("node and npx are not installed: install Node.js 20 or later with npm")
+        raise PackagingError("node and npx are not installed: install Node.js 20.19+, 22.13+ or 24+ with npm")
     ensure_node_modules(root)
     source = workdir / "project"
     if source.exists():
