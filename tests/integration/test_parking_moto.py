@@ -1,0 +1,99 @@
+"""The waiting room on moto: deferred duplicates leave the queue, wait in the table, come back
+when their key is free, and never run twice however often a wake-up is repeated."""
+
+from __future__ import annotations
+
+import pytest
+
+from sluice.clock import FakeClock
+from sluice.completion import StatusChange
+from sluice.model import Outcome, PayloadState
+from sluice.names import ORIGIN_ATTRIBUTE, execution_name
+from sluice.parking import sweep
+from sluice.settings import DuplicatePolicy
+from tests.support.aws import build_stack
+from tests.support.hooks import Crash, count_calls, crash_after
+
+
+@pytest.fixture
+def deferring(session):
+    return build_stack(session, clock=FakeClock(), duplicate_policy=DuplicatePolicy.DEFER)
+
+
+def test_a_deferred_duplicate_waits_in_the_table_and_runs_once_its_key_is_free(deferring):
+    stack = deferring
+    stack.send({"id": "same", "v": 1}, group="g")
+    launcher = stack.launcher()
+    launcher.tick()
+    (first,) = stack.running()
+    waiting_id = stack.send({"id": "same", "v": 2}, group="g")
+    behind = stack.send({"id": "other"}, group="g")  # behind it in the same FIFO group
+    summary = launcher.tick()
+    assert (summary.n(Outcome.DEFERRED), summary.n(Outcome.STARTED)) == (1, 1)
+    assert stack.queue_counts() == (0, 0)  # nothing held on the queue while it waits
+    assert len(stack.running()) == 2 and behind  # the group went on
+
+    calls = count_calls(launcher.queue.client)
+    launcher.tick()
+    assert calls["ReceiveMessage"] == 1  # one empty receive: the parked message spends none
+
+    released, _, _ = launcher.on_status_change(StatusChange.from_event(stack.finish(first, "SUCCEEDED")))
+    assert released
+    name = execution_name("same", waiting_id)  # the original message id names the execution
+    assert name in stack.running()
+    assert {"id": "same", "v": 2} in stack.inputs()
+    assert stack.runtime().store().parked_holders() == frozenset()
+
+
+def test_a_wake_up_lost_to_a_crash_is_swept_and_a_second_copy_does_not_run_twice(deferring):
+    stack = deferring
+    stack.send({"id": "same", "v": 1}, group="g")
+    launcher = stack.launcher()
+    launcher.tick()
+    (first,) = stack.running()
+    waiting_id = stack.send({"id": "same", "v": 2}, group="g")
+    launcher.tick()
+
+    completion = stack.runtime()
+    fired = crash_after(completion.client("sqs"), "SendMessage")  # re-sent, then the process dies
+    event = stack.finish(first, "SUCCEEDED")
+    with pytest.raises(Crash):
+        completion.launcher().on_status_change(StatusChange.from_event(event))
+    assert fired["calls"] == 1
+    store = stack.runtime().store()
+    assert store.parked_holders() == {first}  # the index still names it: the sweep will look
+
+    # The re-sent copy runs; then the sweep wakes the same holder again (moto, unlike SQS, forgets
+    # a deduplication id once its message is deleted, so the second copy really arrives).
+    stack.launcher().admit()
+    name = execution_name("same", waiting_id)
+    assert stack.running() == [name]
+    woken = sweep(store=store, queue=stack.runtime().queue(), now=stack.clock.now())
+    assert woken == 1 and store.parked_holders() == frozenset()
+    summary = stack.launcher().admit()
+    assert summary.n(Outcome.STARTED) == 0 and summary.received == 1
+    assert stack.running() == [name] and len(stack.executions()) == 2
+    assert stack.queue_counts() == (0, 0)
+
+
+def test_a_parked_message_goes_back_in_its_group_with_its_attributes_and_original_id(deferring):
+    stack = deferring
+    stack.send({"id": "k"}, group="tenant-1")
+    launcher = stack.launcher()
+    launcher.tick()
+    (first,) = stack.running()
+    original = stack.send({"id": "k", "v": 2}, group="tenant-1", sluice_key="k")
+    launcher.tick()
+    sent: list[dict] = []
+    launcher.queue.client.meta.events.register(
+        "before-parameter-build.sqs.SendMessage", lambda params, **_: sent.append(dict(params))
+    )
+    launcher.on_status_change(StatusChange.from_event(stack.finish(first, "FAILED")))
+    (resent,) = sent
+    assert resent["MessageGroupId"] == "tenant-1"
+    assert {k: v["StringValue"] for k, v in resent["MessageAttributes"].items()} == {
+        "sluice-key": "k",
+        ORIGIN_ATTRIBUTE: original,
+    }
+    assert stack.running() == [execution_name("k", original)]  # the completion's refill ran it
+    assert stack.runtime().store().payload("k").state is PayloadState.RUNNING
