@@ -323,7 +323,10 @@ class Launcher:
         holder = held.existing.holder or ""
         # The holder may have ended with its status event still on the way: ask Step Functions
         # before turning a re-submission away. Ended: settle it and claim again.
-        info = self.executions.describe(holder)
+        try:
+            info = self.executions.describe(holder)
+        except ConfigurationError:
+            info = None  # a holder on a state machine this role may not ask about: assume it runs
         if info is not None and info.ended:
             complete(
                 store=self.store,
