@@ -20,6 +20,7 @@ THROTTLING = frozenset(
         "RequestThrottledException",
         "ProvisionedThroughputExceededException",
         "TransactionInProgressException",
+        "TransactionConflictException",  # an item held by another writer's transaction for a moment
         "LimitExceededException",
         "SlowDown",
         "KMS.ThrottlingException",
