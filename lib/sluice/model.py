@@ -145,9 +145,6 @@ class Ledger:
         """Slots Sluice may fill: MAX less what others run on the same state machine."""
         return max(0, max_concurrency - self.external)
 
-    def free(self, max_concurrency: int) -> int:
-        return max(0, self.limit(max_concurrency) - len(self.holders))
-
 
 @dataclass(frozen=True, slots=True)
 class ExecutionInfo:
