@@ -7,39 +7,46 @@ carry an ``Injector``; every call they make is reported to one ``Model``, which 
 promises as they could break. The world plays the parts moto does not: EventBridge (status
 events, delivered when the test says: late, twice, out of order or never), the passing of time
 (a ``FakeClock``; SQS visibility runs on real time in moto, so a message whose visibility timeout
-has run out by the fake clock is made visible through ChangeMessageVisibility), and the operator
-(MAX in SSM).
+has run out by the fake clock is made visible through ChangeMessageVisibility), the operator
+(MAX in SSM), and whatever changes AWS behind Sluice's back (``actors.BehindTheBack``: redrives,
+executions stopped or started by hand, DynamoDB's TTL). A container may be added whose clients
+retry as deployed (``add_container``).
 
-Nothing here sleeps. Nothing here edits Sluice: it runs ``Launcher.tick``, ``Launcher.admit`` and
-``handle_status_change`` exactly as the handlers do.
+Nothing here sleeps. Nothing here edits Sluice: it runs ``Launcher.tick`` and
+``Launcher.on_status_change`` exactly as the handlers do.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
 from typing import Any
 
-import boto3
 from moto import mock_aws
 
 from sluice.clock import FakeClock
-from sluice.completion import StatusChange, handle_status_change
+from sluice.completion import StatusChange
 from sluice.errors import TransientError
-from sluice.model import TERMINAL_STATUSES
-from sluice.runtime import Runtime
 from sluice.settings import DuplicatePolicy
-from tests.support.aws import NO_RETRY, REGION, build_stack, status_change_event
+from tests.reliability.actors import (
+    SERVICES,
+    BehindTheBack,
+    ClientPool,
+    Container,
+    Event,
+    SkewedClock,
+    pool,
+)
+from tests.reliability.promises import CLAIM_TIMEOUT, VISIBILITY, WINDOW, PromiseBroken, Promises
+from tests.support.aws import NO_RETRY, build_stack, status_change_event
 from tests.support.faults import (
+    AttemptFaults,
     Crash,
     CrashAt,
     CrashOnCall,
     Fault,
-    Injector,
     Interleave,
     Throttle,
     ThrottleCall,
@@ -48,116 +55,24 @@ from tests.support.faults import (
 from tests.support.model import Model, Sent, canonical_key
 from tests.support.moto_patches import atomic_fast_moto
 
-VISIBILITY = 180  # the queue's visibility timeout: launcher timeout (120 s) + 60 s, as deployed
-CLAIM_TIMEOUT = 900
-WINDOW = 60  # reconciliation's consistency window
-SERVICES = ("sqs", "dynamodb", "stepfunctions", "ssm")
-SETTLE_ROUNDS = 40
+__all__ = [
+    "CLAIM_TIMEOUT",
+    "SERVICES",
+    "VISIBILITY",
+    "WINDOW",
+    "ClientPool",
+    "Container",
+    "Event",
+    "PromiseBroken",
+    "SkewedClock",
+    "World",
+    "pool",
+]
+
 END_ERRORS = {"FAILED": "States.TaskFailed", "TIMED_OUT": "States.Timeout"}
 
 
-class PromiseBroken(AssertionError):
-    """A promise of Sluice does not hold."""
-
-
-@dataclass
-class SkewedClock:
-    """Another machine's clock: the shared fake time plus a fixed skew."""
-
-    base: FakeClock
-    skew: float
-
-    def now(self) -> float:
-        return self.base.now() + self.skew
-
-
-@dataclass
-class Event:
-    seq: int
-    name: str
-    status: str
-    body: dict[str, Any]
-    born_after_tick: int
-
-
-class ClientPool:
-    """boto3 clients made once per process (a client costs about 0.1 s to build; an example needs
-    twenty). Clients made after moto is imported carry moto's handler, which serves them while a
-    mock is active, so they survive from one example's moto to the next. Containers' clients
-    carry an Injector whose observer each new world replaces."""
-
-    def __init__(self) -> None:
-        self.session = boto3.session.Session(region_name=REGION)
-        self._plain: dict[tuple[str, int], Any] = {}
-        self._containers: dict[str, tuple[Injector, dict[str, Any]]] = {}
-        self._lock = threading.Lock()
-
-    def client(self, service: str, region_name: str | None = None, config: Any = None, **_: Any) -> Any:
-        """``boto3.Session.client`` with a cache: a session to hand to ``build_stack``."""
-        with self._lock:
-            key = (service, id(config))
-            if key not in self._plain:
-                self._plain[key] = self.session.client(service, region_name=REGION, config=config)
-            return self._plain[key]
-
-    def container(self, name: str) -> tuple[Injector, dict[str, Any]]:
-        with self._lock:
-            if name not in self._containers:
-                injector = Injector(name)
-                clients = {
-                    s: injector.attach(self.session.client(s, region_name=REGION, config=NO_RETRY))
-                    for s in SERVICES
-                }
-                self._containers[name] = (injector, clients)
-            return self._containers[name]
-
-
-POOL: ClientPool | None = None
-
-
-def pool() -> ClientPool:
-    global POOL
-    if POOL is None:
-        POOL = ClientPool()
-    return POOL
-
-
-class Container:
-    """One warm Lambda container: a Runtime whose clients carry an Injector."""
-
-    def __init__(self, name: str, world: World, clock: Any) -> None:
-        self.name = name
-        self.clock = clock
-        self.injector, self._clients = pool().container(name)
-        self.injector.observer = world.model
-        self.injector.revive()
-        self.injector.last_listing = None
-        self.runtime = Runtime(
-            world.stack.settings,
-            session=world.session,
-            clock=clock,
-            client_config=NO_RETRY,
-            _clients=dict(self._clients),
-        )
-
-    @property
-    def launcher(self) -> Any:
-        return self.runtime.launcher()
-
-    def restart(self) -> None:
-        """The process died; Lambda starts a new one: fresh launcher and caches. The boto3 clients
-        (and their hooks) are reused: they keep no state a crash could have left behind."""
-        self.injector.revive()
-        self.runtime = Runtime(
-            self.runtime.settings,
-            session=self.runtime.session,
-            clock=self.clock,
-            client_config=NO_RETRY,
-            _clients=dict(self._clients),
-        )
-
-
-class World:
+class World(BehindTheBack, Promises):
     def __init__(
         self,
         *,
@@ -165,7 +80,9 @@ class World:
         skew: float = 0.0,
         duplicate_policy: str = "suppress",
         name: str = "sluice-rel",
+        **settings: Any,
     ) -> None:
+        """``settings`` override the stack's settings (e.g. ``retention_days``)."""
         self._exit = ExitStack()
         self._lock = threading.RLock()
         try:
@@ -183,6 +100,7 @@ class World:
                 claim_timeout_seconds=CLAIM_TIMEOUT,
                 consistency_window_seconds=WINDOW,
                 duplicate_policy=DuplicatePolicy(duplicate_policy),
+                **settings,
             )
             self.settings = self.stack.settings
             self.sqs = self.session.client("sqs")
@@ -208,10 +126,17 @@ class World:
         self.delivered: list[Event] = []
         self.ticks = 0
         self.settling = False
+        self.expired: set[str] = set()  # items DynamoDB's TTL deleted (``expire_ttl``)
         self._seq = 0
 
     def close(self) -> None:
         self._exit.close()
+
+    def add_container(self, name: str, config: Any = NO_RETRY, *, skew: float = 0.0) -> Container:
+        """Another Lambda container, e.g. a launcher whose clients retry as deployed."""
+        clock = SkewedClock(self.clock, skew) if skew else self.clock
+        self.containers[name] = Container(name, self, clock, config)
+        return self.containers[name]
 
     def count(self, kind: str, n: int = 1) -> None:
         if not self.settling:
@@ -260,7 +185,9 @@ class World:
         """
         container = self.containers[name]
         container.injector.faults[:] = list(faults)
-        may_fail = any(isinstance(f, CrashAt | CrashOnCall | Throttle | ThrottleCall) for f in faults)
+        may_fail = any(
+            isinstance(f, CrashAt | CrashOnCall | Throttle | ThrottleCall | AttemptFaults) for f in faults
+        )
         outcome = "ok"
         try:
             work(container)
@@ -304,7 +231,9 @@ class World:
             raise errors[0]
 
     def tick_interleaved(self, outer: str, point: str, inner: str, nth: int = 1) -> str:
-        """Run launcher ``outer``; at ``point`` (the ``nth`` time), another actor takes its turn."""
+        """Run launcher ``outer``; at ``point`` (the ``nth`` time), another actor takes its turn:
+        ``tick`` (the other launcher), ``deliver`` (the oldest pending event), ``finish_newest``, or
+        ``set_max`` (the operator lowers MAX by one, between two steps of the tick)."""
         other = "B" if outer == "A" else "A"
 
         def action() -> None:
@@ -314,8 +243,17 @@ class World:
                 self.deliver(0)
             elif inner == "finish_newest":
                 self.finish_newest()
+            elif inner == "set_max":
+                self.lower_max_mid_tick()
 
         return self.tick(outer, [Interleave(point, action, nth)])
+
+    def lower_max_mid_tick(self, value: int | None = None) -> None:
+        """The operator lowers MAX (by one, or to ``value``) while a tick runs. Time passes beyond
+        the launcher's cache of MAX, so a launcher that read MAX again would see the new value."""
+        self.set_max(max(0, self.model.max - 1) if value is None else value)
+        if self.settings.max_cache_seconds:
+            self.clock.advance(self.settings.max_cache_seconds + 1)
 
     # -- Step Functions and EventBridge -------------------------------------------------------------
 
@@ -324,6 +262,9 @@ class World:
         body = self.stack.finish(name, status, error=END_ERRORS.get(status))
         self.model.ended(name)
         self.count(f"ended:{status}")
+        return self.owe_event(name, status, body)
+
+    def owe_event(self, name: str, status: str, body: dict[str, Any]) -> Event:
         with self._lock:
             self._seq += 1
             event = Event(self._seq, name, status, body, self.ticks)
@@ -340,15 +281,7 @@ class World:
     def _complete(self, event: Event) -> Callable[[Container], None]:
         def work(c: Container) -> None:
             # What handlers/completion.py does: release, then fill the one freed slot at once.
-            launcher = c.launcher
-            released = handle_status_change(
-                StatusChange.from_event(event.body),
-                store=launcher.store,
-                state_machine_arn=self.settings.state_machine_arn,
-                now=c.clock.now(),
-            )
-            if released:
-                launcher.admit(max_new=1)
+            c.launcher.on_status_change(StatusChange.from_event(event.body))
 
         return work
 
@@ -460,150 +393,3 @@ class World:
         for page in pages:
             names.update(e["name"] for e in page["executions"])
         return names
-
-    # -- the promises -------------------------------------------------------------------------------
-
-    # The ledger-against-leases check finds a broken release one step after it happens; switched
-    # off, the promises alone must still catch it (tests/reliability/test_broken_variants.py).
-    check_ledger = True
-
-    def check(self) -> None:
-        """After every step: no promise broken so far, and the ledger agrees with the leases."""
-        if self.model.violations:
-            raise PromiseBroken("\n".join(self.model.violations))
-        if not self.check_ledger:
-            return
-        items = self.table()
-        slots = self.holders(items)
-        leases = {
-            item["holder"]["S"]
-            for pk, item in items.items()
-            if pk.startswith("PAYLOAD#") and "holder" in item
-        }
-        problems = []
-        if slots != leases:
-            problems.append(
-                f"slot without lease or lease without slot: slots {sorted(slots)}, leases {sorted(leases)}"
-            )
-        if slots != self.model.holders:
-            problems.append(
-                f"the ledger changed outside a claim or release: ledger {sorted(slots)}, "
-                f"claimed and not released {sorted(self.model.holders)}"
-            )
-        for name in slots:
-            state = items.get(f"EXEC#{name}", {}).get("state", {}).get("S")
-            if state not in ("CLAIMED", "RUNNING"):
-                problems.append(f"slot held by {name}, whose record is {state}")
-        if problems:
-            raise PromiseBroken("\n".join(problems))
-
-    def settle(self) -> None:
-        """Quiescence, then the promises that hold at rest: nothing leaks (4), nothing lost (3)."""
-        self.settling = True
-        for container in self.containers.values():
-            container.restart()
-        if self.model.max < 2:
-            self.set_max(2)
-        while self.pending:
-            self.deliver(0)
-
-        # Drain: the queue empties once executions end and their slots come back.
-        for round_ in range(SETTLE_ROUNDS):
-            self.advance(CLAIM_TIMEOUT + VISIBILITY + WINDOW)
-            self.tick("A")
-            self.check()
-            if self.queue_depth() == 0:
-                break
-            for name in sorted(self.model.running):
-                self.end(name, "SUCCEEDED")
-            if round_ % 2:
-                self.pending.clear()  # lost: reconciliation frees those slots
-            while self.pending:
-                self.deliver(0)
-        else:
-            raise PromiseBroken(
-                f"promise 4 (nothing leaks): the queue did not drain in {SETTLE_ROUNDS} ticks: {self.queue_depth()} left"
-            )
-
-        # Once reconciliation has had its window, the ledger counts exactly the RUNNING executions.
-        self.advance(WINDOW + 1)
-        self.tick("A")
-        self.check()
-        running = self.running_in_step_functions()
-        if running != set(self.model.running):
-            raise PromiseBroken(
-                f"Step Functions runs {sorted(running)}, the suite saw {sorted(self.model.running)} start and not end"
-            )
-        holders = self.holders(self.table())
-        if holders != running:
-            raise PromiseBroken(
-                f"promise 4 (nothing leaks): ledger holds {len(holders)} slots for {len(running)} RUNNING executions: "
-                f"{sorted(holders ^ running)}"
-            )
-
-        # Everything ends and every event is lost: reconciliation alone must free every slot.
-        statuses = sorted(TERMINAL_STATUSES)
-        for i, name in enumerate(sorted(running)):
-            self.end(name, statuses[i % len(statuses)])
-        self.pending.clear()
-        self.advance(WINDOW + 1)
-        self.tick("A")
-        self.check()
-        items = self.table()
-        if self.holders(items):
-            raise PromiseBroken(
-                f"promise 4 (nothing leaks): slots held after every execution ended: {sorted(self.holders(items))}"
-            )
-        for key in sorted({s.key for s in self.model.sent.values() if s.key is not None}):
-            item = items.get(f"PAYLOAD#{key}")
-            state = item.get("state", {}).get("S") if item else None
-            if state not in TERMINAL_STATUSES:
-                raise PromiseBroken(
-                    f"promise 4 (nothing leaks): payload {key!r} has no final record: state {state}"
-                )
-
-        # Every one of the MAX slots can be used again.
-        fresh = [
-            self.send(json.dumps({"id": f"settle-{self._seq}-{i}"}), group=f"settle-{i}")
-            for i in range(self.model.max)
-        ]
-        self.tick("A")
-        self.check()
-        idle = [m for m in fresh if m not in self.model.started_by_message]
-        if idle:
-            raise PromiseBroken(
-                f"promise 4 (nothing leaks): only {len(fresh) - len(idle)} of MAX={self.model.max} slots could be used"
-            )
-        for name in sorted(self.model.running):
-            self.end(name)
-        while self.pending:
-            self.deliver(0)
-        self.check()
-
-        # Nothing lost: every message that left the queue started, was a duplicate, or has a reason.
-        if self.queue_depth():
-            raise PromiseBroken(f"promise 3 (nothing lost): {self.queue_depth()} messages left in the queue")
-        dlq: dict[str, str] = {}
-        for message in self.drain_dlq():
-            attributes = message.get("MessageAttributes", {})
-            reason = attributes.get("sluice-error", {}).get("StringValue", "")
-            source = attributes.get("sluice-source-message-id", {}).get("StringValue", message["MessageId"])
-            if not reason:
-                raise PromiseBroken(
-                    f"promise 3 (nothing lost): message {source} reached the DLQ without a reason"
-                )
-            dlq[source] = reason
-        for sent in self.model.sent.values():
-            if sent.valid:
-                accounted = sent.message_id in self.model.started_by_message or sent.message_id in (
-                    self.model.duplicates
-                )
-                if not accounted:
-                    raise PromiseBroken(
-                        f"promise 3 (nothing lost): message {sent.message_id} (key {sent.key!r}) never started and is no duplicate"
-                    )
-            elif sent.message_id not in dlq:
-                raise PromiseBroken(
-                    f"promise 5 (bad input): unusable message {sent.message_id} is not in the DLQ with a reason"
-                )
-        self.check()

@@ -9,7 +9,10 @@ function). It hooks three client events:
   ``before-send`` response would not do: moto's own ``before-send`` handler runs all the same and
   applies the request, so the "throttled" call would have happened);
 * ``after-call``: reports the call and its result to an observer, kills the container after the
-  side effect, rewrites a ListExecutions page, or runs another actor.
+  side effect, rewrites a ListExecutions page, or runs another actor;
+* ``before-send``, once per attempt (botocore's retries make several attempts of one call), twice:
+  first, ahead of moto's handler, to refuse an attempt before it reaches AWS (``AttemptFaults``);
+  last, after moto's handler has carried the attempt out, to lose its response (a read timeout).
 
 A crash is ``Crash``, a ``BaseException``: it escapes ``except Exception`` as a Lambda timeout or
 kill would, and from then on every call of that container raises it too, so no ``finally`` block
@@ -17,7 +20,9 @@ can reach AWS after the process died. The harness revives the container (a new o
 
 A throttle injected here is the ``ThrottlingException`` that reaches Sluice once botocore's own
 retries have given up: before-call responses bypass the retry loop, so one injected throttle is one
-refusal that Sluice sees. Throttles absorbed by botocore's retries change nothing Sluice can see.
+refusal that Sluice sees. Throttles absorbed by botocore's retries change nothing Sluice can see,
+except after an earlier attempt of the same call reached AWS: ``AttemptFaults`` plays that, on a
+container whose clients retry as deployed.
 
 Every fault that fires is counted in ``FAULTS`` (by kind), which the soak prints at the end.
 """
@@ -25,6 +30,7 @@ Every fault that fires is counted in ``FAULTS`` (by kind), which the soak prints
 from __future__ import annotations
 
 import copy
+import json
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -32,7 +38,45 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
-from tests.support.hooks import Crash, error_answer
+from botocore.awsrequest import AWSResponse
+from botocore.exceptions import ReadTimeoutError
+
+from tests.support.hooks import Crash, RawBody, error_answer
+from tests.support.steps import (
+    ALL_POINTS,
+    CRASH_POINTS,
+    PROTOCOL_STEPS,
+    SITUATIONAL_POINTS,
+    STALE_MODES,
+    THROTTLE_TARGETS,
+    Call,
+    protocol_step,
+)
+
+__all__ = [
+    "ALL_POINTS",
+    "ALWAYS",
+    "CRASH_POINTS",
+    "FAULTS",
+    "PROTOCOL_STEPS",
+    "SITUATIONAL_POINTS",
+    "STALE_MODES",
+    "STATS",
+    "THROTTLE_TARGETS",
+    "AttemptFaults",
+    "Call",
+    "Crash",
+    "CrashAt",
+    "CrashOnCall",
+    "Fault",
+    "Injector",
+    "Interleave",
+    "StaleList",
+    "Throttle",
+    "ThrottleCall",
+    "count",
+    "protocol_step",
+]
 
 FAULTS: Counter[str] = Counter()  # faults injected, by kind, over the whole process
 STATS: Counter[str] = Counter()  # examples, steps and rules run by the property suite
@@ -45,97 +89,6 @@ def count(kind: str, n: int = 1, counter: Counter[str] = FAULTS) -> None:
     with _counter_lock:
         counter[kind] += n
 
-
-# -- what a call is, in protocol terms -------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Call:
-    container: str
-    service: str  # sqs, dynamodb, stepfunctions, ssm
-    operation: str  # the API operation, e.g. TransactWriteItems
-    step: str  # the protocol step, e.g. claim, start, mark, delete, release
-    params: dict[str, Any]
-
-    def matches(self, target: str) -> bool:
-        return target in (self.step, self.operation)
-
-
-def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
-    """Name a call by the protocol step it performs (launcher.py's timeline)."""
-    if operation == "TransactWriteItems":
-        items = params.get("TransactItems", [])
-        if any("Put" in item for item in items):
-            return "claim"
-        expressions = " ".join(item.get("Update", {}).get("UpdateExpression", "") for item in items)
-        if "DELETE holders" in expressions:
-            return "release"
-        return "mark"
-    if operation == "UpdateItem":
-        expression = params.get("UpdateExpression", "")
-        if "ADD duplicates" in expression:
-            return "duplicate"
-        if ":invalid" in expression:
-            return "invalid"
-        if "reconciled_at" in expression:
-            return "save_reconciliation"
-        return "update"
-    return {
-        "ReceiveMessage": "receive",
-        "DeleteMessageBatch": "delete",
-        "ChangeMessageVisibilityBatch": "return",
-        "SendMessage": "dead_letter",
-        "StartExecution": "start",
-        "DescribeExecution": "describe",
-        "ListExecutions": "list",
-        "DescribeStateMachine": "check",
-        "GetParameter": "max",
-        "GetItem": "read",
-        "BatchGetItem": "read",
-    }.get(operation, operation)
-
-
-# Where a process can die: (before or after the call, protocol step). "after" counts successful
-# calls only: dying after a refused call is dying before it.
-CRASH_POINTS: dict[str, tuple[str, str]] = {
-    "after_receive": ("after", "receive"),
-    "after_claim": ("after", "claim"),
-    "after_start": ("after", "start"),
-    "after_mark": ("after", "mark"),
-    "before_delete": ("before", "delete"),
-    "after_delete": ("after", "delete"),
-    "after_duplicate": ("after", "duplicate"),
-    "after_dead_letter": ("after", "dead_letter"),
-    "after_return": ("after", "return"),
-    "before_release": ("before", "release"),
-    "after_release": ("after", "release"),
-    "after_list": ("after", "list"),
-    "after_describe": ("after", "describe"),
-}
-
-# The steps of launcher.py's timeline, and of reconciliation and completion, where a crash matters.
-PROTOCOL_STEPS = frozenset(step for _, step in CRASH_POINTS.values())
-
-# Calls that can be throttled: TransactWriteItems by protocol step, the rest by operation.
-THROTTLE_TARGETS = (
-    "ReceiveMessage",
-    "DeleteMessageBatch",
-    "ChangeMessageVisibilityBatch",
-    "SendMessage",
-    "claim",
-    "mark",
-    "release",
-    "GetItem",
-    "BatchGetItem",
-    "UpdateItem",
-    "StartExecution",
-    "DescribeExecution",
-    "ListExecutions",
-    "DescribeStateMachine",
-    "GetParameter",
-)
-
-STALE_MODES = ("empty", "drop_newest", "previous")
 
 _THROTTLE_CODES = {"sqs": "RequestThrottled", "dynamodb": "ThrottlingException"}
 
@@ -157,17 +110,25 @@ class Fault:
     def after(self, injector: Injector, call: Call, status: int, parsed: dict[str, Any]) -> None:
         return None
 
+    def before_send(self, injector: Injector, call: Call, attempt: int, request: Any) -> AWSResponse | None:
+        """Per attempt, ahead of moto. A response returned here refuses the attempt."""
+        return None
+
+    def after_send(self, injector: Injector, call: Call, attempt: int, request: Any) -> None:
+        """Per attempt, after moto carried it out. May raise an HTTP client error (a lost response)."""
+        return None
+
 
 @dataclass
 class CrashAt(Fault):
-    """Kill the container at the ``nth`` time it reaches ``point`` (a key of ``CRASH_POINTS``)."""
+    """Kill the container at the ``nth`` time it reaches ``point`` (a key of ``ALL_POINTS``)."""
 
     point: str
     nth: int = 1
     seen: int = 0
 
     def _reached(self, injector: Injector, when: str, call: Call) -> None:
-        expected_when, step = CRASH_POINTS[self.point]
+        expected_when, step = ALL_POINTS[self.point]
         if when != expected_when or call.step != step:
             return
         self.seen += 1
@@ -276,7 +237,7 @@ class Interleave(Fault):
     seen: int = 0
 
     def _reached(self, when: str, call: Call) -> None:
-        expected_when, step = CRASH_POINTS[self.point]
+        expected_when, step = ALL_POINTS[self.point]
         if when != expected_when or call.step != step:
             return
         self.seen += 1
@@ -290,6 +251,66 @@ class Interleave(Fault):
     def after(self, injector: Injector, call: Call, status: int, parsed: dict[str, Any]) -> None:
         if status < 300:
             self._reached("after", call)
+
+
+# Where a refused attempt is sent instead of AWS: moto's before-send handler runs for every attempt,
+# whatever an earlier handler answered, and carries out anything addressed to an AWS endpoint. A
+# request addressed here is one moto does not recognise, so it reaches no backend.
+NOWHERE = "https://refused-before-aws.invalid/"
+
+
+def throttled_attempt(service: str, request: Any) -> AWSResponse:
+    """The HTTP answer of a throttled attempt, for a JSON-protocol service."""
+    code = _THROTTLE_CODES.get(service, "ThrottlingException")
+    body = json.dumps({"__type": code, "message": f"{code} (injected)"}).encode()
+    headers = {"Content-Type": "application/x-amz-json-1.0", "x-amzn-RequestId": "injected"}
+    return AWSResponse(request.url, 400, headers, RawBody(body))
+
+
+@dataclass
+class AttemptFaults(Fault):
+    """What happens to each attempt of the first call to ``target`` in this invocation, for a
+    container whose clients retry (botocore's standard mode): ``plan[i]`` for attempt ``i + 1``.
+
+    * ``lost``: the attempt reaches AWS, which carries it out (moto's handler runs), and its response
+      is lost: ``ReadTimeoutError``, raised after moto's handler. The observer hears of the call as
+      it reached AWS (no response body: the client never saw one);
+    * ``throttled``: refused before it reaches AWS (``ThrottlingException``, readdressed to
+      ``NOWHERE`` so that moto does not carry it out);
+    * ``ok`` (or past the end of the plan): untouched.
+
+    ``fired`` counts what was injected, by kind."""
+
+    target: str
+    plan: tuple[str, ...]
+    fired: Counter[str] = field(default_factory=Counter)
+    call: Call | None = None
+
+    def before(self, injector: Injector, call: Call) -> None:
+        if self.call is None and call.matches(self.target):
+            self.call = call
+
+    def _what(self, call: Call, attempt: int) -> str:
+        if call is not self.call or attempt > len(self.plan):
+            return "ok"
+        return self.plan[attempt - 1]
+
+    def before_send(self, injector: Injector, call: Call, attempt: int, request: Any) -> AWSResponse | None:
+        if self._what(call, attempt) != "throttled":
+            return None
+        self.fired["throttled"] += 1
+        count(f"attempt:throttled:{self.target}")
+        request.url = NOWHERE
+        return throttled_attempt(call.service, request)
+
+    def after_send(self, injector: Injector, call: Call, attempt: int, request: Any) -> None:
+        if self._what(call, attempt) != "lost":
+            return
+        self.fired["lost"] += 1
+        count(f"attempt:lost_response:{self.target}")
+        if injector.observer is not None:
+            injector.observer.saw(call, 200, {})
+        raise ReadTimeoutError(endpoint_url=request.url)
 
 
 # -- the injector --------------------------------------------------------------------------------------
@@ -308,6 +329,7 @@ class Injector:
     faults: list[Fault] = field(default_factory=list)
     dead: bool = False
     last_listing: list[dict[str, Any]] | None = None
+    _local: threading.local = field(default_factory=threading.local, repr=False)
 
     def attach(self, client: Any) -> Any:
         service = client.meta.service_model.service_name
@@ -315,6 +337,9 @@ class Injector:
         events.register("before-parameter-build", self._keep_params)
         events.register_first("before-call", partial(self._before_call, service))
         events.register("after-call", partial(self._after_call, service))
+        # moto's handler is registered on "before-send" as a builtin: first runs before it, last after.
+        events.register_first("before-send", self._before_send)
+        events.register_last("before-send", self._after_send)
         return client
 
     def revive(self) -> None:
@@ -334,11 +359,41 @@ class Injector:
         params = context.get("sluice.params") or {}
         call = Call(self.name, service, model.name, protocol_step(service, model.name, params), params)
         context["sluice.call"] = call
+        self._local.call = call
         for fault in list(self.faults):
             response = fault.before(self, call)
             if response is not None:
                 return response
         return None
+
+    @staticmethod
+    def _attempt(request: Any) -> int:
+        """The attempt number botocore puts in the ``amz-sdk-request`` header (``attempt=2; max=3``)."""
+        header = request.headers.get("amz-sdk-request") or b""
+        if isinstance(header, bytes):
+            header = header.decode("ascii", "replace")
+        for part in header.split(";"):
+            name, _, value = part.strip().partition("=")
+            if name == "attempt" and value.isdigit():
+                return int(value)
+        return 1
+
+    def _before_send(self, request: Any, **_: Any) -> AWSResponse | None:
+        call = getattr(self._local, "call", None)
+        if call is None:
+            return None
+        for fault in list(self.faults):
+            response = fault.before_send(self, call, self._attempt(request), request)
+            if response is not None:
+                return response
+        return None
+
+    def _after_send(self, request: Any, **_: Any) -> None:
+        call = getattr(self._local, "call", None)
+        if call is None or request.url == NOWHERE:
+            return
+        for fault in list(self.faults):
+            fault.after_send(self, call, self._attempt(request), request)
 
     def _after_call(
         self, service: str, http_response: Any, parsed: dict[str, Any], context: dict[str, Any], **_: Any

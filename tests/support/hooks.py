@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import io
+import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
+
+import botocore.endpoint
 
 
 class Crash(BaseException):
@@ -29,6 +34,42 @@ def error_answer(code: str, status: int) -> tuple[_Http, dict[str, Any]]:
         "ResponseMetadata": {"HTTPStatusCode": status, "HTTPHeaders": {}},
     }
     return _Http(status), parsed
+
+
+class RawBody(io.BytesIO):
+    """The raw body of an ``AWSResponse`` made up by a hook (botocore reads it through ``stream``)."""
+
+    def stream(self, **_: Any) -> Iterator[bytes]:
+        contents = self.read()
+        while contents:
+            yield contents
+            contents = self.read()
+
+
+class _TimeWithoutSleep:
+    """``time`` as ``botocore.endpoint`` sees it: ``sleep`` records the delay and returns at once."""
+
+    def __init__(self, delays: list[float]) -> None:
+        self.delays = delays
+
+    def sleep(self, seconds: float) -> None:
+        self.delays.append(seconds)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+@contextmanager
+def retry_sleeps() -> Iterator[list[float]]:
+    """botocore's retry backoff recorded instead of slept, for clients that retry as deployed
+    (``botocore.endpoint`` sleeps between attempts). Yields the delays asked for."""
+    delays: list[float] = []
+    original = botocore.endpoint.time
+    botocore.endpoint.time = _TimeWithoutSleep(delays)  # type: ignore[assignment]
+    try:
+        yield delays
+    finally:
+        botocore.endpoint.time = original  # type: ignore[assignment]
 
 
 def throttle(client: Any, operation: str, *, times: int | None = None) -> Counter:

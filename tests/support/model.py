@@ -8,8 +8,16 @@ so the invariants that run after every step stay cheap (they only read ``violati
   fewer RUNNING executions than the MAX in force (promise 1), find no RUNNING execution of the
   same payload key (promise 2), and be the first execution of its message;
 * a deleted message must have started an execution, been recorded as a duplicate of *another*
-  message's live lease, or been sent to the DLQ with a reason (promise 3);
+  message's live lease, been parked (a deferred duplicate stored in the table), or been sent to
+  the DLQ with a reason (promise 3);
+* a message recorded as a duplicate must not be suppressed behind an execution that had already
+  ended in Step Functions when its claim was refused (promise 3: it would never run);
 * a message sent to the DLQ must be one the test made unusable, and carry a reason.
+
+RUNNING executions Sluice does not hold count against MAX too: executions the test started by hand
+and executions an operator redrove are in ``running`` (and in ``outside`` until Sluice adopts them).
+A parked message re-sent to the queue gets a new SQS message id but is the same message: ids are
+mapped back to the original (``origin``) before anything is counted.
 
 Payload keys are computed here from what the test sent, independently of ``sluice.validation``, and
 messages are tied to executions through the claim transaction (``EXEC#<name>`` carries the message
@@ -24,7 +32,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.support.faults import Call
+from tests.support.steps import ORIGIN_ATTRIBUTE, Call, ledger_updates
 
 
 def canonical_key(body: str, attributes: dict[str, str] | None = None) -> str:
@@ -69,6 +77,9 @@ class Start:
 class Model:
     """Everything the suite knows about one run, kept from the hooks. Thread safe."""
 
+    # A duplicate suppressed behind a holder that had already ended is a lost re-submission.
+    check_ended_holders = True
+
     def __init__(self, *, dlq_url: str, clock: Any, max_concurrency: int, visibility_timeout: int) -> None:
         self.lock = threading.RLock()
         self.dlq_url = dlq_url
@@ -89,7 +100,13 @@ class Model:
         self.deleted: set[str] = set()
         self.duplicates: set[str] = set()
         self.dead_lettered: dict[str, str] = {}  # message id -> reason
-        self.refused_by: dict[str, str] = {}  # message id -> holder named by its refused claim
+        # message id -> (holder named by its refused claim, whether that holder had ended by then)
+        self.refused_by: dict[str, tuple[str, bool]] = {}
+        self.finished: set[str] = set()  # ended in Step Functions, and not running again
+        self.outside: set[str] = set()  # RUNNING, not held by Sluice: started by hand, or redriven
+        self.parked: set[str] = set()  # message ids parked in the table (deferred duplicates)
+        self.origin: dict[str, str] = {}  # message id of a re-sent parked message -> the original
+        self.adopted: set[str] = set()
         self.max_receive_count = 0
 
     # -- the test's own actions ------------------------------------------------------------------
@@ -101,6 +118,27 @@ class Model:
     def ended(self, name: str) -> None:
         with self.lock:
             self.running.pop(name, None)
+            self.finished.add(name)
+            self.outside.discard(name)
+
+    def running_again(self, name: str) -> None:
+        """An ended execution RUNNING again (an operator's redrive): it counts against MAX and its key."""
+        with self.lock:
+            message_id = self.claims.get(name)
+            sent = self.sent.get(message_id or "")
+            self.running[name] = sent.key if sent else None
+            self.finished.discard(name)
+            self.outside.add(name)
+
+    def started_outside(self, name: str, key: str | None = None) -> None:
+        """An execution Sluice did not start (ListExecutions shows it; MAX counts it)."""
+        with self.lock:
+            self.running[name] = key
+            self.outside.add(name)
+
+    def logical(self, message_id: str) -> str:
+        """The message a (re-sent) message id stands for."""
+        return self.origin.get(message_id, message_id)
 
     def made_visible(self, message_id: str) -> None:
         with self.lock:
@@ -136,26 +174,72 @@ class Model:
             count = int(message.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
             self.max_receive_count = max(self.max_receive_count, count)
 
+    @staticmethod
+    def _claimed_item(call: Call) -> dict[str, Any]:
+        """The ``EXEC#<name>`` item a claim puts."""
+        puts = [i["Put"]["Item"] for i in call.params["TransactItems"] if "Put" in i]
+        return next((p for p in puts if p.get("pk", {}).get("S", "").startswith("EXEC#")), puts[0])
+
     def _on_claim(self, call: Call, parsed: dict[str, Any]) -> None:
-        item = next(i["Put"]["Item"] for i in call.params["TransactItems"] if "Put" in i)
-        name, message_id = item["name"]["S"], item["message_id"]["S"]
+        item = self._claimed_item(call)
+        name, message_id = item["name"]["S"], self.logical(item["message_id"]["S"])
         self.holders.add(name)
         self.claims[name] = message_id
 
     def _refused_claim(self, call: Call, parsed: dict[str, Any]) -> None:
         reasons = parsed.get("CancellationReasons") or []
-        if len(reasons) < 2 or reasons[1].get("Code") != "ConditionalCheckFailed":
+        entries = call.params["TransactItems"]
+        lease = next(
+            (
+                i
+                for i, e in enumerate(entries)
+                if e.get("Update", {}).get("Key", {}).get("pk", {}).get("S", "").startswith("PAYLOAD#")
+            ),
+            1,
+        )
+        if len(reasons) <= lease or reasons[lease].get("Code") != "ConditionalCheckFailed":
             return
-        item = next(i["Put"]["Item"] for i in call.params["TransactItems"] if "Put" in i)
-        holder = reasons[1].get("Item", {}).get("holder", {}).get("S")
+        holder = reasons[lease].get("Item", {}).get("holder", {}).get("S")
         if holder:
-            self.refused_by[item["message_id"]["S"]] = holder
+            message_id = self.logical(self._claimed_item(call)["message_id"]["S"])
+            self.refused_by[message_id] = (holder, holder in self.finished)
 
     def _on_release(self, call: Call, parsed: dict[str, Any]) -> None:
+        for update in ledger_updates(call.params, "DELETE"):
+            values = update["ExpressionAttributeValues"]
+            names = values.get(":names", {}).get("SS") or [values[":name"]["S"]]
+            self.holders.difference_update(names)
+
+    def _on_adopt(self, call: Call, parsed: dict[str, Any]) -> None:
+        """Reconciliation took a slot and the lease back for an execution RUNNING again."""
+        key = None
         for entry in call.params["TransactItems"]:
-            update = entry.get("Update", {})
-            if "DELETE holders" in update.get("UpdateExpression", ""):
-                self.holders.discard(update["ExpressionAttributeValues"][":name"]["S"])
+            value = entry.get("Update", {}).get("ExpressionAttributeValues", {}).get(":key")
+            if value is not None:
+                key = value["S"]
+        for update in ledger_updates(call.params, "ADD"):
+            values = update["ExpressionAttributeValues"]
+            for name in values.get(":names", {}).get("SS") or [values[":name"]["S"]]:
+                self.holders.add(name)
+                self.adopted.add(name)
+                self.outside.discard(name)
+                if name in self.running and key is not None:
+                    self.running[name] = key
+
+    def _on_park(self, call: Call, parsed: dict[str, Any]) -> None:
+        for entry in call.params["TransactItems"]:
+            item = entry.get("Put", {}).get("Item", {})
+            if item.get("pk", {}).get("S", "").startswith("PARK#"):
+                self.parked.add(self.logical(item["message_id"]["S"]))
+
+    def _on_unpark(self, call: Call, parsed: dict[str, Any]) -> None:
+        """A parked message re-sent to the queue: a new SQS id for the same message."""
+        origin = call.params["MessageAttributes"][ORIGIN_ATTRIBUTE]["StringValue"]
+        origin = self.logical(origin)
+        if origin not in self.parked:
+            self.violations.append(f"message {origin} was re-sent to the queue, but it was never parked")
+        if parsed.get("MessageId"):
+            self.origin[parsed["MessageId"]] = origin
 
     def _on_start(self, call: Call, parsed: dict[str, Any]) -> None:
         name = call.params["name"]
@@ -192,20 +276,22 @@ class Model:
     def _on_delete(self, call: Call, parsed: dict[str, Any]) -> None:
         handles = {e["Id"]: e["ReceiptHandle"] for e in call.params.get("Entries", [])}
         for ok in parsed.get("Successful", []):
-            message_id = self.receipts.get(handles.get(ok["Id"], ""))
-            if message_id is None:
+            physical = self.receipts.get(handles.get(ok["Id"], ""))
+            if physical is None:
                 continue
+            message_id = self.logical(physical)
             if not (
                 message_id in self.started_by_message
                 or message_id in self.dead_lettered
                 or message_id in self.duplicates
+                or message_id in self.parked
             ):
                 self.violations.append(
                     f"promise 3 (nothing lost): message {message_id} was deleted, but it never started an "
-                    "execution, was not recorded as a duplicate and was not dead-lettered"
+                    "execution, was not recorded as a duplicate, not parked and not dead-lettered"
                 )
             self.deleted.add(message_id)
-            self.in_flight.pop(message_id, None)
+            self.in_flight.pop(physical, None)
 
     def _on_return(self, call: Call, parsed: dict[str, Any]) -> None:
         entries = {e["Id"]: e for e in call.params.get("Entries", [])}
@@ -222,8 +308,8 @@ class Model:
                 self.in_flight[message_id] = (entry["ReceiptHandle"], now + delay)
 
     def _on_duplicate(self, call: Call, parsed: dict[str, Any]) -> None:
-        message_id = call.params["ExpressionAttributeValues"][":mid"]["S"]
-        holder = self.refused_by.get(message_id)
+        message_id = self.logical(call.params["ExpressionAttributeValues"][":mid"]["S"])
+        holder, holder_had_ended = self.refused_by.get(message_id, (None, False))
         holder_message = self.claims.get(holder or "")
         if holder_message is None:
             self.violations.append(
@@ -234,6 +320,12 @@ class Model:
                 f"promise 3 (nothing lost): message {message_id} was suppressed as a duplicate of its own "
                 f"earlier claim {holder}: a redelivered message must resume, never be dropped"
             )
+        elif holder_had_ended and self.check_ended_holders:
+            self.violations.append(
+                f"promise 3: a re-submission was suppressed as a duplicate of an execution that had already "
+                f"ended: message {message_id} behind {holder}, which had ended before its claim was refused"
+            )
+            self.duplicates.add(message_id)  # reported once, here, not again at its delete
         else:
             self.duplicates.add(message_id)
 
@@ -241,7 +333,7 @@ class Model:
         if call.params.get("QueueUrl") != self.dlq_url:
             return
         attributes = call.params.get("MessageAttributes", {})
-        message_id = attributes.get("sluice-source-message-id", {}).get("StringValue", "")
+        message_id = self.logical(attributes.get("sluice-source-message-id", {}).get("StringValue", ""))
         reason = attributes.get("sluice-error", {}).get("StringValue", "")
         if not reason:
             self.violations.append(f"message {message_id} dead-lettered without a reason")

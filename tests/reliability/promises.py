@@ -1,0 +1,188 @@
+"""The promises the reliability world checks: after every step (``check``) and at rest (``settle``).
+
+Mixed into ``World`` (tests/reliability/world.py): uses its clients, model, containers and clock.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from sluice.model import TERMINAL_STATUSES
+
+if TYPE_CHECKING:
+    from tests.reliability.world import World
+
+VISIBILITY = 180  # the queue's visibility timeout: launcher timeout (120 s) + 60 s, as deployed
+CLAIM_TIMEOUT = 900
+WINDOW = 60  # reconciliation's consistency window
+SETTLE_ROUNDS = 40
+
+
+class PromiseBroken(AssertionError):
+    """A promise of Sluice does not hold."""
+
+
+class Promises:
+    def parked_in_table(self: World) -> list[str]:
+        """Messages parked (deferred duplicates in the table) and not yet sent back to the queue."""
+        return sorted(
+            item["message_id"]["S"]
+            for pk, item in self.table().items()
+            if pk.startswith("PARK#") and "woken_at" not in item
+        )
+
+    def backlog(self: World) -> int:
+        """Messages still to handle: in the queue, or parked in the table."""
+        return self.queue_depth() + len(self.parked_in_table())
+
+    # The ledger-against-leases check finds a broken release one step after it happens; switched
+    # off, the promises alone must still catch it (tests/reliability/test_broken_variants.py).
+    check_ledger = True
+
+    def check(self: World) -> None:
+        """After every step: no promise broken so far, and the ledger agrees with the leases."""
+        if self.model.violations:
+            raise PromiseBroken("\n".join(self.model.violations))
+        if not self.check_ledger:
+            return
+        items = self.table()
+        slots = self.holders(items)
+        leases = {
+            item["holder"]["S"]
+            for pk, item in items.items()
+            if pk.startswith("PAYLOAD#") and "holder" in item
+        }
+        problems = []
+        if slots != leases:
+            problems.append(
+                f"slot without lease or lease without slot: slots {sorted(slots)}, leases {sorted(leases)}"
+            )
+        if slots != self.model.holders:
+            problems.append(
+                f"the ledger changed outside a claim or release: ledger {sorted(slots)}, "
+                f"claimed and not released {sorted(self.model.holders)}"
+            )
+        for name in slots:
+            state = items.get(f"EXEC#{name}", {}).get("state", {}).get("S")
+            if state not in ("CLAIMED", "RUNNING"):
+                problems.append(f"slot held by {name}, whose record is {state}")
+        if problems:
+            raise PromiseBroken("\n".join(problems))
+
+    def settle(self: World) -> None:
+        """Quiescence, then the promises that hold at rest: nothing leaks (4), nothing lost (3)."""
+        self.settling = True
+        for container in self.containers.values():
+            container.restart()
+        if self.model.max < 2:
+            self.set_max(2)
+        while self.pending:
+            self.deliver(0)
+
+        # Drain: the queue empties once executions end and their slots come back.
+        for round_ in range(SETTLE_ROUNDS):
+            self.advance(CLAIM_TIMEOUT + VISIBILITY + WINDOW)
+            self.tick("A")
+            self.check()
+            if self.backlog() == 0:
+                break
+            for name in sorted(self.model.running):
+                self.end(name, "SUCCEEDED")
+            if round_ % 2:
+                self.pending.clear()  # lost: reconciliation frees those slots
+            while self.pending:
+                self.deliver(0)
+        else:
+            raise PromiseBroken(
+                f"promise 4 (nothing leaks): the queue did not drain in {SETTLE_ROUNDS} ticks: {self.queue_depth()} left, "
+                f"{len(self.parked_in_table())} parked"
+            )
+
+        # Once reconciliation has had its window, the ledger counts exactly the RUNNING executions.
+        self.advance(WINDOW + 1)
+        self.tick("A")
+        self.check()
+        running = self.running_in_step_functions()
+        if running != set(self.model.running):
+            raise PromiseBroken(
+                f"Step Functions runs {sorted(running)}, the suite saw {sorted(self.model.running)} start and not end"
+            )
+        holders = self.holders(self.table())
+        ours = running - self.model.outside  # what Sluice holds: not started by hand, not redriven
+        if holders != ours:
+            raise PromiseBroken(
+                f"promise 4 (nothing leaks): ledger holds {len(holders)} slots for {len(ours)} RUNNING executions: "
+                f"{sorted(holders ^ ours)}"
+            )
+
+        # Everything ends and every event is lost: reconciliation alone must free every slot.
+        statuses = sorted(TERMINAL_STATUSES)
+        for i, name in enumerate(sorted(running)):
+            self.end(name, statuses[i % len(statuses)])
+        self.pending.clear()
+        self.advance(WINDOW + 1)
+        self.tick("A")
+        self.check()
+        items = self.table()
+        if self.holders(items):
+            raise PromiseBroken(
+                f"promise 4 (nothing leaks): slots held after every execution ended: {sorted(self.holders(items))}"
+            )
+        for key in sorted({s.key for s in self.model.sent.values() if s.key is not None}):
+            item = items.get(f"PAYLOAD#{key}")
+            if item is None and f"PAYLOAD#{key}" in self.expired:
+                continue  # settled, kept for the retention period, and deleted by TTL since
+            state = item.get("state", {}).get("S") if item else None
+            if state not in TERMINAL_STATUSES:
+                raise PromiseBroken(
+                    f"promise 4 (nothing leaks): payload {key!r} has no final record: state {state}"
+                )
+
+        # Every one of the MAX slots can be used again.
+        fresh = [
+            self.send(json.dumps({"id": f"settle-{self._seq}-{i}"}), group=f"settle-{i}")
+            for i in range(self.model.max)
+        ]
+        self.tick("A")
+        self.check()
+        idle = [m for m in fresh if m not in self.model.started_by_message]
+        if idle:
+            raise PromiseBroken(
+                f"promise 4 (nothing leaks): only {len(fresh) - len(idle)} of MAX={self.model.max} slots could be used"
+            )
+        for name in sorted(self.model.running):
+            self.end(name)
+        while self.pending:
+            self.deliver(0)
+        self.check()
+
+        # Nothing lost: every message that left the queue started, was a duplicate, or has a reason.
+        if self.queue_depth():
+            raise PromiseBroken(f"promise 3 (nothing lost): {self.queue_depth()} messages left in the queue")
+        if self.parked_in_table():
+            raise PromiseBroken(f"promise 3 (nothing lost): parked and never woken: {self.parked_in_table()}")
+        dlq: dict[str, str] = {}
+        for message in self.drain_dlq():
+            attributes = message.get("MessageAttributes", {})
+            reason = attributes.get("sluice-error", {}).get("StringValue", "")
+            source = attributes.get("sluice-source-message-id", {}).get("StringValue", message["MessageId"])
+            if not reason:
+                raise PromiseBroken(
+                    f"promise 3 (nothing lost): message {source} reached the DLQ without a reason"
+                )
+            dlq[source] = reason
+        for sent in self.model.sent.values():
+            if sent.valid:
+                accounted = sent.message_id in self.model.started_by_message or sent.message_id in (
+                    self.model.duplicates
+                )
+                if not accounted:
+                    raise PromiseBroken(
+                        f"promise 3 (nothing lost): message {sent.message_id} (key {sent.key!r}) never started and is no duplicate"
+                    )
+            elif sent.message_id not in dlq:
+                raise PromiseBroken(
+                    f"promise 5 (bad input): unusable message {sent.message_id} is not in the DLQ with a reason"
+                )
+        self.check()

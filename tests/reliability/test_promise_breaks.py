@@ -1,0 +1,347 @@
+"""Issue 9: the sequences that broke a promise, each reproduced in the reliability world exactly as
+the issue tells it (moto in-process, a fake clock, faults through botocore hooks).
+
+Every test asserts on what can be observed: the model's checks at every call (``World.check``), the
+executions Step Functions runs, the table, and at the end ``World.settle``. Each one failed on the
+code the issue was filed against (6b0e5c8); the docstring under each test's name says how.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from sluice.runtime import CLIENT_CONFIG
+from tests.reliability.actors import ITEM_LIMIT, item_size
+from tests.reliability.world import CLAIM_TIMEOUT, VISIBILITY, WINDOW, World
+from tests.support.faults import (
+    FAULTS,
+    SITUATIONAL_POINTS,
+    AttemptFaults,
+    CrashAt,
+    Fault,
+    Interleave,
+    Throttle,
+)
+from tests.support.hooks import retry_sleeps
+
+
+@pytest.fixture
+def make_world() -> Iterator[Callable[..., World]]:
+    worlds: list[World] = []
+
+    def make(**kwargs: Any) -> World:
+        worlds.append(World(**kwargs))
+        return worlds[-1]
+
+    try:
+        yield make
+    finally:
+        for world in worlds:
+            world.close()
+
+
+def body(key: str) -> str:
+    return json.dumps({"id": key})
+
+
+def runs_of(world: World, key: str) -> list[str]:
+    return [s.name for s in world.model.starts if s.key == key]
+
+
+def name_for(world: World, message_id: str) -> str:
+    (name,) = [n for n, m in world.model.claims.items() if m == message_id]
+    return name
+
+
+def test_a_resumed_claim_never_starts_after_reconciliation_released_it(make_world):
+    """Issue 9 item 1. Failed before the fix: "<N> started without holding a slot", promise 1 (2
+    running under MAX 2) and promise 2 (p0 twice): the resume neither renews nor checks the
+    claim."""
+    world = make_world(max_concurrency=2)
+    world.send(body("e"), group="ge")
+    world.tick("A")
+    (e,) = world.model.running
+    m = world.send(body("p0"), group="g0")
+    assert world.tick("A", [CrashAt("after_claim")]) == "crashed"  # N claimed for M, never started
+    n = name_for(world, m)
+    world.advance(CLAIM_TIMEOUT + 1)  # both slots stay full past N's claim expiry; M returns
+    world.send(body("p0"), group="g1")  # a re-submission of the same key
+    world.send(body("q"), group="g2")  # and another payload
+
+    world.end(e)
+    # The completion's refill receives M, finds the lease its own and resumes; as it is about to
+    # start N, the scheduled tick reconciles (N expired, never started) and admits.
+    reconciling = Interleave("before_start", lambda: world.tick("B"))
+    assert world.deliver(0, [reconciling]) == "ok"
+    assert reconciling.seen >= 1, "the refill never resumed N"
+    world.check()
+    assert runs_of(world, "p0").count(n) == 1
+    assert len(runs_of(world, "p0")) == 1, "p0 ran twice"
+    world.settle()
+
+
+def test_a_start_whose_first_attempt_arrived_is_never_rolled_back(make_world):
+    """Issue 9 item 2. Failed before the fix: promise 2 (p0 started while N still runs): the final
+    ThrottlingException was taken for a refusal and the claim rolled back while N ran."""
+    world = make_world(max_concurrency=2)
+    world.add_container("A-retrying", CLIENT_CONFIG)  # the deployed client: standard mode, 3 attempts
+    m = world.send(body("p0"), group="g0")
+    attempts = AttemptFaults("StartExecution", ("lost", "throttled", "throttled"))
+
+    def meanwhile() -> None:
+        world.send(body("p0"), group="g1")  # a re-submission arrives; the other launcher ticks
+        world.tick("B")
+
+    other = Interleave("before_return", meanwhile)
+    with retry_sleeps() as slept:
+        world.tick("A-retrying", [attempts, other])
+    assert attempts.fired == {"lost": 1, "throttled": 2}
+    assert len(slept) == 2, "botocore made three attempts"
+    n = name_for(world, m)
+    assert n in world.running_in_step_functions(), "the first attempt reached Step Functions"
+    assert other.seen == 1
+    world.check()
+    assert n in world.holders(world.table()), "the claim of a start that may have happened is kept"
+    assert runs_of(world, "p0") == [n]
+    world.tick("A")  # M returns: the resume finds N running
+    world.check()
+    assert runs_of(world, "p0") == [n]
+    world.settle()
+
+
+def test_max_lowered_between_batches_of_one_tick_is_obeyed(make_world):
+    """Issue 9 item 3. Failed before the fix: promise 1 ("late" started while 1 ran under MAX 1):
+    MAX is read once per tick. The launcher caches MAX for 5 s as deployed; the clock passes that
+    before the second batch."""
+    world = make_world(max_concurrency=2, max_cache_seconds=5)
+    world.send(body("early"), group="g9")
+    world.tick("A")
+    assert len(world.model.running) == 1
+    world.send("not JSON", group="g0", valid=False)  # the first batch starts nothing
+    world.send(body("late"), group="g1")
+    lowered = Interleave("after_delete", lambda: world.lower_max_mid_tick(1))
+    world.tick("A", [lowered])
+    assert lowered.seen >= 1 and world.model.max == 1
+    world.check()
+    assert not runs_of(world, "late")
+    world.settle()
+
+
+def test_a_redriven_execution_counts_against_max_and_its_key(make_world):
+    """Issue 9 item 4. Failed before the fix: promise 1 and promise 2: reconciliation takes the
+    redriven p0 (its record says FAILED) for a stale listing, counts no external execution, and
+    admits p0 again."""
+    world = make_world(max_concurrency=1)
+    world.send(body("p0"), group="g0")
+    world.tick("A")
+    (p0,) = world.model.running
+    world.end(p0, "FAILED")
+    world.deliver(0)
+    assert not world.holders(world.table())
+    world.redrive(p0)  # the operator's RedriveExecution: RUNNING again
+    assert p0 in world.running_in_step_functions()
+    world.send(body("p0"), group="g1")  # a re-submission
+    world.send(body("p1"), group="g2")
+    world.advance(WINDOW + 1)
+    world.tick("A")
+    world.check()
+    assert runs_of(world, "p0") == [p0]
+    assert not runs_of(world, "p1")
+    world.settle()
+
+
+def test_records_of_a_running_execution_never_expire(make_world):
+    """Issue 9 item 5. Failed before the fix: promise 2 (p0 started again while it runs): after the
+    retention period TTL deletes the lease and the claim of the running p0; and its end then
+    releases nothing."""
+    world = make_world(max_concurrency=2, retention_days=1)
+    world.send(body("old"), group="g9")
+    world.tick("A")
+    (old,) = world.model.running
+    world.end(old)
+    world.deliver(0)  # settled: its records may expire
+    world.send(body("p0"), group="g0")
+    world.tick("A")
+    (p0,) = world.model.running
+    for _ in range(4):  # two days, longer than the retention period; the scheduler keeps ticking
+        world.advance(12 * 3600)
+        world.tick("A")
+    deleted = world.expire_ttl()
+    assert deleted["EXEC"] >= 1, "the TTL process deleted the settled records"
+    world.send(body("p0"), group="g1")  # a re-submission while p0 runs
+    world.tick("A")
+    world.check()
+    assert runs_of(world, "p0") == [p0]
+    world.end(p0)
+    world.deliver(0)
+    world.check()
+    assert not world.holders(world.table()), "p0's end released its slot"
+    world.settle()
+
+
+@pytest.mark.parametrize("skew", [900.0, 3600.0, -3600.0])
+def test_a_fresh_claim_survives_a_reconciler_with_a_skewed_clock(make_world, skew):
+    """Issue 9 item 6. Failed before the fix: "<p0's name> started without holding a slot" and
+    promise 1: the reconciler compares the claimer's expiry with its own clock and releases a
+    claim made a moment ago. (With B's clock behind, B claims and A reconciles: B's expiry is
+    already past by A's clock.)"""
+    world = make_world(max_concurrency=1, skew=skew)
+    claimer = "A" if skew > 0 else "B"
+    world.send(body("p0"), group="g0")
+    world.send(body("p1"), group="g1")
+    before = FAULTS["interleave:after_claim"]
+    world.tick_interleaved(claimer, "after_claim", "tick")  # the other launcher's tick cuts in
+    assert FAULTS["interleave:after_claim"] == before + 1
+    world.check()
+    assert len(world.model.starts) == 1
+    world.settle()
+
+
+def test_a_resubmission_after_the_end_and_before_the_release_runs(make_world):
+    """Issue 9 item 7. Failed before the fix: "promise 3: a re-submission was suppressed as a
+    duplicate of an execution that had already ended": the re-submission is dropped behind p0,
+    whose event is still on its way."""
+    world = make_world(max_concurrency=2)
+    world.send(body("p0"), group="g0")
+    world.tick("A")
+    (p0,) = world.model.running
+    world.end(p0)  # its status event is still pending
+    again = world.send(body("p0"), group="g1")
+    world.tick("A")
+    world.check()
+    world.deliver(0)  # the event arrives late
+    world.check()
+    assert again in world.model.started_by_message
+    assert len(runs_of(world, "p0")) == 2
+    world.settle()
+
+
+def test_a_key_with_a_long_history_keeps_running(make_world):
+    """Issue 9 item 11. Failed before the fix: the claim is refused (ValidationException: the item
+    would pass DynamoDB's 400 KB) and every tick fails with a ConfigurationError: the history
+    list grows without bound."""
+    world = make_world(max_concurrency=2)
+    key = "scene-04217"  # names of 44 characters: about 9,000 runs fill an item
+    runs = world.seed_history(key, up_to=ITEM_LIMIT - 64)
+    assert runs > 8_000
+    m = world.send(body(key), group="g0")
+    world.tick("A")
+    world.check()
+    assert m in world.model.started_by_message, "the next claim of the key works"
+    assert item_size(world.table()[f"PAYLOAD#{key}"]) < ITEM_LIMIT // 4, "the record stays well under 400 KB"
+    world.settle()
+
+
+# -- executions changed behind Sluice's back: the primitives, on the paths that hold today ----------
+
+
+def test_an_execution_stopped_by_hand_frees_its_slot(make_world):
+    world = make_world(max_concurrency=1)
+    world.send(body("p0"), group="g0")
+    world.send(body("p1"), group="g1")
+    world.tick("A")
+    (p0,) = world.model.running
+    world.stop_by_hand(p0)
+    assert p0 not in world.running_in_step_functions()
+    world.deliver(0)  # the ABORTED event: the completion releases and refills
+    world.check()
+    assert runs_of(world, "p1")
+    assert world.table()["PAYLOAD#p0"]["state"]["S"] == "ABORTED"
+    world.settle()
+
+
+def test_an_execution_started_by_hand_with_a_sluice_like_name_counts_against_max(make_world):
+    world = make_world(max_concurrency=2)
+    outsider = world.start_by_hand("p0")
+    assert outsider in world.running_in_step_functions()
+    world.send(body("p0"), group="g0")
+    world.send(body("p1"), group="g1")
+    world.tick("A")  # reconciliation counts the outsider: one slot left
+    world.check()
+    assert len(world.model.starts) == 1
+    world.settle()
+
+
+# -- a process dying at each step the fixes added (and the other steps few ticks reach) -------------
+
+
+def resumed(world: World, faults: list[Fault]) -> str:
+    """A claim whose launcher died comes back with its message: the resume renews it and starts."""
+    world.send(body("p0"), group="g0")
+    assert world.tick("A", [CrashAt("after_claim")]) == "crashed"
+    world.advance(VISIBILITY + 1)
+    return world.tick("B", faults)
+
+
+def sighted(world: World, faults: list[Fault]) -> str:
+    """Reconciliation's first sighting of a claim that was never started."""
+    world.send(body("p0"), group="g0")
+    assert world.tick("A", [CrashAt("after_claim")]) == "crashed"
+    world.advance(WINDOW + 1)
+    return world.tick("B", faults)
+
+
+def redriven(world: World, faults: list[Fault]) -> str:
+    """An execution Sluice released is redriven: reconciliation adopts it."""
+    world.send(body("p0"), group="g0")
+    world.tick("A")
+    (p0,) = world.model.running
+    world.end(p0, "FAILED")
+    world.deliver(0)
+    world.redrive(p0)
+    world.advance(WINDOW + 1)
+    return world.tick("A", faults)
+
+
+def parked(world: World, faults: list[Fault]) -> str:
+    """A duplicate under the defer policy is parked in the table."""
+    world.send(body("p0"), group="g0")
+    world.tick("A")
+    world.send(body("p0"), group="g1")
+    return world.tick("A", faults)
+
+
+def woken(world: World, faults: list[Fault]) -> str:
+    """The parked duplicate's holder ends: the completion sends it back to the queue."""
+    world.send(body("p0"), group="g0")
+    world.tick("A")
+    (p0,) = world.model.running
+    world.send(body("p0"), group="g1")
+    world.tick("A")
+    world.end(p0)
+    return world.deliver(0, faults)
+
+
+def given_back(world: World, faults: list[Fault]) -> str:
+    """A throttled claim ends the batch: the rest of it goes back to the queue."""
+    world.send(body("p0"), group="g0")
+    world.send(body("p1"), group="g1")
+    return world.tick("A", [Throttle("claim"), *faults])
+
+
+REACHED_BY = {
+    "before_start": resumed,
+    "after_renew": resumed,
+    "after_suspect": sighted,
+    "after_adopt": redriven,
+    "after_park": parked,
+    "before_unpark": woken,
+    "after_unpark": woken,
+    "before_return": given_back,
+    "after_return": given_back,
+}
+
+
+@pytest.mark.parametrize("point", sorted(SITUATIONAL_POINTS))
+def test_dying_at_a_step_few_ticks_reach_loses_and_repeats_nothing(make_world, point):
+    world = make_world(max_concurrency=2, duplicate_policy="defer")
+    assert REACHED_BY[point](world, [CrashAt(point)]) == "crashed", f"never reached {point}"
+    world.check()
+    world.advance(VISIBILITY + 1)
+    world.tick("B")
+    world.check()
+    world.settle()

@@ -1,0 +1,158 @@
+"""What a call is, in protocol terms: the step a boto3 call performs, and where a process can die.
+
+Shared by the fault injectors (tests/support/faults.py), which aim at steps, and the reference model
+(tests/support/model.py), which checks the promises at each step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+ORIGIN_ATTRIBUTE = "sluice-origin-message-id"  # on a parked message re-sent to the queue
+
+
+@dataclass(frozen=True)
+class Call:
+    container: str
+    service: str  # sqs, dynamodb, stepfunctions, ssm
+    operation: str  # the API operation, e.g. TransactWriteItems
+    step: str  # the protocol step, e.g. claim, start, mark, delete, release
+    params: dict[str, Any]
+
+    def matches(self, target: str) -> bool:
+        return target in (self.step, self.operation)
+
+
+def _updates(params: dict[str, Any]) -> list[dict[str, Any]]:
+    return [item["Update"] for item in params.get("TransactItems", []) if "Update" in item]
+
+
+def _puts(params: dict[str, Any]) -> list[dict[str, Any]]:
+    return [item["Put"] for item in params.get("TransactItems", []) if "Put" in item]
+
+
+def _pk(update_or_put: dict[str, Any]) -> str:
+    where = update_or_put.get("Key") or update_or_put.get("Item") or {}
+    return str(where.get("pk", {}).get("S", ""))
+
+
+def ledger_updates(params: dict[str, Any], verb: str) -> list[dict[str, Any]]:
+    """The updates of a transaction that ``verb`` (ADD or DELETE) names in the LEDGER's holders."""
+    return [
+        u
+        for u in _updates(params)
+        if _pk(u) == "LEDGER" and f"{verb} holders" in u.get("UpdateExpression", "")
+    ]
+
+
+def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
+    """Name a call by the protocol step it performs (launcher.py's timeline, reconciliation's).
+
+    Transactions: a Put of ``PARK#`` parks a deferred duplicate; a Put of ``EXEC#`` is a claim;
+    ``DELETE holders`` on the ledger releases; ``ADD holders`` on the ledger without a Put adopts an
+    execution running again (a redrive); the rest marks RUNNING. Single updates: ``renewed_at`` renews
+    a resumed claim; ``suspect_since`` is reconciliation's first sighting of an unstarted claim.
+    """
+    if operation == "TransactWriteItems":
+        puts = [_pk(p) for p in _puts(params)]
+        if any(pk.startswith("PARK#") for pk in puts):
+            return "park"
+        if puts:
+            return "claim"
+        if ledger_updates(params, "DELETE"):
+            return "release"
+        if ledger_updates(params, "ADD"):
+            return "adopt"
+        if any("renewed_at" in u.get("UpdateExpression", "") for u in _updates(params)):
+            return "renew"
+        return "mark"
+    if operation == "UpdateItem":
+        expression = params.get("UpdateExpression", "")
+        if "renewed_at" in expression:
+            return "renew"
+        if "suspect_since" in expression and "REMOVE suspect_since" not in expression:
+            return "suspect"
+        if "ADD duplicates" in expression:
+            return "duplicate"
+        if ":invalid" in expression:
+            return "invalid"
+        if "reconciled_at" in expression:
+            return "save_reconciliation"
+        return "update"
+    if operation == "SendMessage" and ORIGIN_ATTRIBUTE in params.get("MessageAttributes", {}):
+        return "unpark"
+    return {
+        "ReceiveMessage": "receive",
+        "DeleteMessageBatch": "delete",
+        "ChangeMessageVisibilityBatch": "return",
+        "SendMessage": "dead_letter",
+        "StartExecution": "start",
+        "DescribeExecution": "describe",
+        "ListExecutions": "list",
+        "DescribeStateMachine": "check",
+        "GetParameter": "max",
+        "GetItem": "read",
+        "BatchGetItem": "read",
+    }.get(operation, operation)
+
+
+# Where a process can die: (before or after the call, protocol step). "after" counts successful
+# calls only: dying after a refused call is dying before it. These are the points one busy tick
+# reaches (tests/reliability/test_scenarios.py crashes each).
+CRASH_POINTS: dict[str, tuple[str, str]] = {
+    "after_receive": ("after", "receive"),
+    "after_claim": ("after", "claim"),
+    "after_start": ("after", "start"),
+    "after_mark": ("after", "mark"),
+    "before_delete": ("before", "delete"),
+    "after_delete": ("after", "delete"),
+    "after_duplicate": ("after", "duplicate"),
+    "after_dead_letter": ("after", "dead_letter"),
+    "before_release": ("before", "release"),
+    "after_release": ("after", "release"),
+    "after_list": ("after", "list"),
+    "after_describe": ("after", "describe"),
+}
+
+# Points reached only in particular situations, so not by every busy tick: a resumed claim (before
+# StartExecution, its renewal), reconciliation's first sighting of an unstarted claim, the adoption of
+# an execution running again, a deferred duplicate parked and re-sent, a batch given back (a lost
+# race for a slot, or a transient error: deferred duplicates are parked, not returned). Each is
+# crashed by its own scenario (tests/reliability/test_promise_breaks.py).
+SITUATIONAL_POINTS: dict[str, tuple[str, str]] = {
+    "before_start": ("before", "start"),
+    "before_return": ("before", "return"),
+    "after_return": ("after", "return"),
+    "after_renew": ("after", "renew"),
+    "after_suspect": ("after", "suspect"),
+    "after_adopt": ("after", "adopt"),
+    "after_park": ("after", "park"),
+    "before_unpark": ("before", "unpark"),
+    "after_unpark": ("after", "unpark"),
+}
+ALL_POINTS = {**CRASH_POINTS, **SITUATIONAL_POINTS}
+
+# The steps of launcher.py's timeline, and of reconciliation and completion, where a crash matters.
+PROTOCOL_STEPS = frozenset(step for _, step in ALL_POINTS.values())
+
+# Calls that can be throttled: TransactWriteItems by protocol step, the rest by operation.
+THROTTLE_TARGETS = (
+    "ReceiveMessage",
+    "DeleteMessageBatch",
+    "ChangeMessageVisibilityBatch",
+    "SendMessage",
+    "claim",
+    "mark",
+    "release",
+    "GetItem",
+    "BatchGetItem",
+    "UpdateItem",
+    "StartExecution",
+    "DescribeExecution",
+    "ListExecutions",
+    "DescribeStateMachine",
+    "GetParameter",
+)
+
+STALE_MODES = ("empty", "drop_newest", "previous")
