@@ -1,0 +1,181 @@
+"""The ``sluice`` parser and ``main``: one command, its exit code, and what went wrong in words."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from sluice.adapters.errors import THROTTLING, error_code, translate_client_error
+from sluice.cli.context import DEFAULT_REGION, make_context
+from sluice.cli.dlq import cmd_dlq_delete, cmd_dlq_list, cmd_dlq_redrive
+from sluice.cli.enqueue import cmd_enqueue
+from sluice.cli.local_tick import DEFAULT_TICK_SECONDS, cmd_tick
+from sluice.cli.maximum import cmd_pause, cmd_resume, cmd_set_max
+from sluice.cli.render import EXIT_AWS, EXIT_CONFIG, EXIT_INTERRUPTED
+from sluice.cli.status import cmd_status
+from sluice.errors import SluiceError, TransientError
+
+CREDENTIAL_CODES = frozenset(
+    {"ExpiredToken", "ExpiredTokenException", "InvalidClientTokenId", "UnrecognizedClientException"}
+)
+CREDENTIALS_HELP = (
+    "no usable AWS credentials. Set AWS_PROFILE (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), or log in "
+    "with `aws sso login`; for the embedded AWS of `make demo`, any dummy keys with AWS_ENDPOINT_URL set to it"
+)
+
+
+def _max_value(raw: str) -> int:
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r}: MAX must be a whole number >= 0 (0 pauses)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value}: MAX must be >= 0 (0 pauses)")
+    return value
+
+
+def _common(defaults: bool) -> argparse.ArgumentParser:
+    """Options accepted before and after the command. The subcommands' copies default to SUPPRESS,
+    so ``sluice --json status`` and ``sluice status --json`` both work."""
+    p = argparse.ArgumentParser(add_help=False)
+
+    def d(value: Any) -> Any:
+        return value if defaults else argparse.SUPPRESS
+
+    p.add_argument("--stage", default=d("dev"), help="stack stage: the stack is sluice-<stage> (default dev)")
+    p.add_argument("--stack", default=d(None), help="CloudFormation stack name (overrides --stage)")
+    p.add_argument(
+        "--region",
+        default=d(None),
+        help=(
+            "AWS region (default: AWS_REGION, else AWS_DEFAULT_REGION, else the profile's, "
+            f"else {DEFAULT_REGION}, as for the stack)"
+        ),
+    )
+    p.add_argument("--json", action="store_true", default=d(False), help="machine-readable output")
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = [_common(defaults=False)]
+    parser = argparse.ArgumentParser(
+        prog="sluice",
+        description="Operate Sluice: enqueue payloads, watch and tune concurrency, handle the DLQ.",
+        epilog="Exit codes: 0 ok, 1 partly done or not found, 2 usage or configuration, 3 AWS unavailable.",
+        parents=[_common(defaults=True)],
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("enqueue", parents=common, help="send payloads (JSON object, array or JSON Lines)")
+    p.add_argument("file", help="file to read, or - for standard input")
+    p.add_argument("--key-field", help="field that identifies a payload when it has no string 'id'")
+    p.add_argument(
+        "--group-by", help="field whose value is the FIFO message group (default: the payload key)"
+    )
+    p.add_argument("--dedup-id", help="deduplication id for a single payload (default: hash of the payload)")
+    p.set_defaults(func=cmd_enqueue)
+
+    p = sub.add_parser("status", parents=common, help="overview, or one payload's record and history")
+    p.add_argument("payload_id", nargs="?", help="payload key (its 'id')")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("set-max", parents=common, help="set MAX at run time (a whole number >= 0; 0 pauses)")
+    p.add_argument("value", type=_max_value, metavar="N")
+    p.set_defaults(func=cmd_set_max)
+
+    p = sub.add_parser("pause", parents=common, help="set MAX to 0, remembering the current value")
+    p.set_defaults(func=cmd_pause)
+    p = sub.add_parser("resume", parents=common, help="restore the MAX that pause remembered")
+    p.set_defaults(func=cmd_resume)
+
+    dlq = sub.add_parser("dlq", parents=common, help="list, redrive or delete dead-lettered messages")
+    dsub = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
+    p = dsub.add_parser("list", parents=common, help="show DLQ messages without consuming them")
+    p.add_argument("--limit", type=int, default=100, help="list at most this many (default 100)")
+    p.add_argument("--width", type=int, default=100, help="characters of reason and body shown (default 100)")
+    p.set_defaults(func=cmd_dlq_list)
+    p = dsub.add_parser("redrive", parents=common, help="send DLQ messages back to the main queue")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--id", dest="ids", action="append", metavar="ID", help="DLQ message id (repeatable)")
+    which.add_argument("--all", action="store_true", help="every message in the DLQ")
+    p.set_defaults(func=cmd_dlq_redrive)
+    p = dsub.add_parser("delete", parents=common, help="delete DLQ messages for good")
+    p.add_argument(
+        "--id", dest="ids", action="append", metavar="ID", required=True, help="DLQ message id (repeatable)"
+    )
+    p.set_defaults(func=cmd_dlq_delete)
+
+    p = sub.add_parser("tick", parents=common, help="run one launcher tick here, with the deployed settings")
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        help=f"seconds the tick may run (default: the launcher function's timeout, else {DEFAULT_TICK_SECONDS})",
+    )
+    p.add_argument(
+        "-v", "--verbose", action="store_true", help="log what the launcher does to standard error"
+    )
+    p.set_defaults(func=cmd_tick)
+    return parser
+
+
+def main(argv: list[str] | None = None, *, session: Any = None) -> int:
+    """Run one command; returns the exit code. ``session`` (a boto3 Session) is for embedding and tests."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # usage errors (2) and --help (0); returned so main() can run in-process
+        return int(exc.code or 0) if not isinstance(exc.code, str) else EXIT_CONFIG
+    try:
+        return int(args.func(make_context(args, session)))
+    except TransientError as exc:
+        print(
+            f"sluice: AWS is unavailable or throttling, try again: {exc}{_endpoint_hint()}", file=sys.stderr
+        )
+        return EXIT_AWS
+    except SluiceError as exc:
+        print(f"sluice: {_credentials_problem(exc) or exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except ClientError as exc:  # a call not wrapped in an adapter
+        code = error_code(exc)
+        error = translate_client_error(exc, exc.operation_name)
+        if code in THROTTLING or isinstance(error, TransientError):
+            print(f"sluice: AWS is unavailable or throttling, try again: {error}", file=sys.stderr)
+            return EXIT_AWS
+        print(f"sluice: {_credentials_problem(exc) or error}", file=sys.stderr)
+        return EXIT_CONFIG
+    except BotoCoreError as exc:
+        print(f"sluice: {_credentials_problem(exc) or exc}{_endpoint_hint()}", file=sys.stderr)
+        return EXIT_AWS if "Could not connect" in str(exc) else EXIT_CONFIG
+    except OSError as exc:
+        print(f"sluice: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        print("sluice: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _causes(exc: BaseException | None) -> Iterator[BaseException]:
+    while exc is not None:
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def _credentials_problem(exc: BaseException) -> str | None:
+    from botocore.exceptions import NoCredentialsError, PartialCredentialsError
+
+    for e in _causes(exc):
+        if isinstance(e, NoCredentialsError | PartialCredentialsError):
+            return CREDENTIALS_HELP
+        if isinstance(e, ClientError) and error_code(e) in CREDENTIAL_CODES:
+            return f"{CREDENTIALS_HELP} (AWS said {error_code(e)})"
+    return None
+
+
+def _endpoint_hint() -> str:
+    endpoint = os.environ.get("AWS_ENDPOINT_URL")
+    return f" (AWS_ENDPOINT_URL is {endpoint}: is it running?)" if endpoint else ""

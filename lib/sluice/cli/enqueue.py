@@ -1,0 +1,99 @@
+"""``sluice enqueue``: send payloads in chunks, say exactly where sending stopped."""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Any
+
+from sluice.cli.context import Context
+from sluice.cli.render import EXIT_AWS, EXIT_CONFIG, EXIT_OK, EXIT_PARTIAL, progress_bar, usage
+from sluice.enqueue import EnqueueReport, enqueue, read_items
+from sluice.errors import SluiceError, TransientError
+from sluice.validation import content_hash, parse_object
+
+ENQUEUE_CHUNK = 100  # items per enqueue call: a failure names the first item not sent
+PROGRESS_FROM = 50  # items; fewer are sent without a progress bar
+DEDUP_ID = re.compile(r"^[!-~]{1,128}$")
+
+
+def cmd_enqueue(ctx: Context) -> int:
+    args = ctx.args
+    ctx.settings.require("queue_url")
+    if args.file == "-":
+        text = sys.stdin.read()
+    else:
+        with open(args.file, encoding="utf-8") as handle:
+            text = handle.read()
+    items = list(read_items(text))
+    if args.dedup_id is not None:
+        if not DEDUP_ID.match(args.dedup_id):
+            return usage("--dedup-id must be 1 to 128 printable ASCII characters without spaces")
+        if len(items) > 1:
+            return usage(
+                f"--dedup-id gives every payload the same deduplication id, so SQS would keep only the first "
+                f"of these {len(items)}; use it with a single payload"
+            )
+    report = EnqueueReport()
+    unsent = ""
+    error: SluiceError | None = None
+    with progress_bar(len(items), quiet=args.json or len(items) < PROGRESS_FROM) as advance:
+        for start in range(0, len(items), ENQUEUE_CHUNK):
+            chunk = items[start : start + ENQUEUE_CHUNK]
+            try:
+                part = enqueue(
+                    ctx.runtime.client("sqs"),
+                    ctx.settings.queue_url,
+                    chunk,
+                    key_field=args.key_field,
+                    group_by=args.group_by,
+                    dedup_id=args.dedup_id,
+                    progress=advance,
+                )
+            except SluiceError as exc:
+                # Earlier chunks went; say exactly where sending stopped. Re-sending the whole input
+                # within 5 minutes is safe: SQS drops what it already has (same deduplication ids).
+                unsent = f"{chunk[0].where} and after were not sent: {exc}"
+                error = exc
+                break
+            report.sent.extend(part.sent)
+            report.failed.extend(part.failed)
+    for where, reason in report.failed:
+        print(f"sluice enqueue: {where}: {reason}", file=sys.stderr)
+    if unsent:
+        print(f"sluice enqueue: {unsent}", file=sys.stderr)
+    repeats = _repeats(items, {w for w, _, _ in report.sent}) if args.dedup_id is None else 0
+    human = f"sent {len(report.sent)} of {len(items)} payloads"
+    if report.failed:
+        human += f"; {len(report.failed)} refused (see above)"
+    if repeats:
+        human += (
+            f"; {repeats} repeated an earlier payload of this input, so SQS accepted and dropped them "
+            "(same deduplication id within 5 minutes)"
+        )
+    ctx.out(
+        human,
+        {
+            "total": len(items),
+            "sent": [{"where": w, "key": k, "message_id": m} for w, k, m in report.sent],
+            "failed": [{"where": w, "reason": r} for w, r in report.failed],
+            "unsent": unsent or None,
+            "repeats": repeats,
+        },
+    )
+    if unsent:
+        return EXIT_AWS if isinstance(error, TransientError) else EXIT_CONFIG
+    return EXIT_OK if report.ok else EXIT_PARTIAL
+
+
+def _repeats(items: list[Any], sent: set[str]) -> int:
+    """How many sent items have the content of an earlier one: same deduplication id, one message."""
+    seen: set[str] = set()
+    repeats = 0
+    for item in items:
+        if item.where not in sent:
+            continue
+        digest = content_hash(parse_object(item.body))
+        repeats += digest in seen
+        seen.add(digest)
+    return repeats

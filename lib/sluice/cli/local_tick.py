@@ -1,0 +1,61 @@
+"""``sluice tick``: one launcher tick here, with the deployed launcher's settings."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from sluice.cli.context import ENV_NAMES, OUTPUTS, Context, local_env
+from sluice.cli.render import EXIT_AWS, EXIT_OK, table
+from sluice.ops.local_tick import tick
+from sluice.runtime import Runtime
+from sluice.settings import Settings
+
+DEFAULT_TICK_SECONDS = 120  # the stack's default launcherTimeout
+
+
+def cmd_tick(ctx: Context) -> int:
+    if ctx.args.verbose:
+        logging.basicConfig(
+            level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
+        )
+    launcher = ctx.launcher()
+    deployed, source = launcher.environment, launcher.source
+    outputs = {ENV_NAMES[f]: ctx.outputs[name] for name, f in OUTPUTS.items() if ctx.outputs.get(name)}
+    settings = Settings.from_env({**deployed, **outputs, **local_env()})
+    overrides = sorted(k for k in local_env() if deployed.get(k) != os.environ[k])
+    rt = Runtime(settings, session=ctx.runtime.session)
+    # As long as the deployed launcher may run: longer, and a message could reappear while in hand.
+    time_limit = ctx.args.time_limit or launcher.timeout or DEFAULT_TICK_SECONDS
+    summary = tick(rt, time_limit=time_limit)
+    data = summary.as_dict()
+    data["settings_source"] = source
+    data["time_limit"] = time_limit
+    data["overrides"] = overrides
+    outcomes = ", ".join(f"{k} {v}" for k, v in summary.outcomes.items() if v) or "nothing received"
+    stopped = {
+        "full": "every slot is taken",
+        "empty": "the queue is empty",
+        "paused": "MAX is 0",
+        "time": "the time limit was reached",
+        "transient": "AWS throttled or failed; the rest returns to the queue",
+    }.get(summary.stopped, summary.stopped)
+    rows = [
+        ("outcomes", outcomes),
+        (
+            "slots",
+            f"MAX {summary.max_concurrency} (limit {summary.limit}): running {summary.running_before} → "
+            f"{summary.running_after}, {summary.free_after} free",
+        ),
+        ("stopped", stopped),
+        (
+            "reconciled",
+            f"released {summary.released_by_reconcile}, drift {summary.drift}"
+            if summary.reconciled
+            else "no",
+        ),
+        ("settings", source + (f"; overridden here: {', '.join(overrides)}" if overrides else "")),
+    ]
+    ctx.out(table(rows), data)
+    return EXIT_AWS if summary.stopped == "transient" else EXIT_OK

@@ -1,0 +1,85 @@
+"""``sluice set-max``, ``pause`` and ``resume``."""
+
+from __future__ import annotations
+
+from sluice.cli.context import Context
+from sluice.cli.render import EXIT_OK, takes_effect
+from sluice.ops.maximum import pause, resume, set_max
+
+
+def cmd_set_max(ctx: Context) -> int:
+    result = set_max(ctx.runtime, ctx.args.value)
+    before = result["before"] if result["before"] is not None else (result["before_raw"] or "unset")
+    lines = [
+        f"MAX {before} → {result['max']} on {result['parameter']}.",
+        takes_effect(result["cache_seconds"]) + " Nothing running is stopped.",
+    ]
+    if result["max"] == 0:
+        lines.append("MAX 0 pauses. `sluice pause` does the same and lets `sluice resume` restore the value.")
+    elif result["running"] > result["max"]:
+        lines.append(
+            f"{result['running']} are running, more than {result['max']}: "
+            f"no new start until fewer than {result['max']} run."
+        )
+    if result["cleared_resume_max"] is not None:
+        lines.append(
+            f"This ends the pause: the value it remembered ({result['cleared_resume_max']}) is dropped."
+        )
+    ctx.out("\n".join(lines), result)
+    return EXIT_OK
+
+
+def cmd_pause(ctx: Context) -> int:
+    result = pause(ctx.runtime, ctx.deployed_default)
+    if not result["changed"]:
+        back = result["remembered"]
+        human = "already paused (MAX is 0)" + (
+            f"; `sluice resume` restores {back}"
+            if back is not None
+            else "; `sluice resume` restores the deployed default"
+        )
+    else:
+        remembered = (
+            f"{result['remembered']} remembered for `sluice resume`"
+            if result["remembered"] is not None
+            else "the old value was not a valid MAX, so `sluice resume` will use the deployed default"
+        )
+        human = "\n".join(
+            [
+                f"paused: MAX {result['before'] if result['before'] is not None else result['before_raw']} → 0 "
+                f"on {result['parameter']} ({remembered}).",
+                f"{result['running']} running executions finish normally; their slots are not refilled.",
+                "New starts stop from the next launcher tick (a warm launcher may use the old MAX for up to "
+                f"{result['cache_seconds']:g} s). Watch `sluice status` until running reaches 0.",
+            ]
+        )
+    ctx.out(human, result)
+    return EXIT_OK
+
+
+def cmd_resume(ctx: Context) -> int:
+    result = resume(ctx.runtime, ctx.deployed_default)
+    if not result["changed"]:
+        if result["max"] is None:
+            human = (
+                f"not paused: {result['parameter']} does not exist, so the launcher uses the deployed default"
+            )
+        else:
+            human = f"not paused: MAX is {result['max']}; nothing changed"
+        if result["dropped_resume_max"] is not None:
+            human += f" (dropped the stale remembered value {result['dropped_resume_max']})"
+    else:
+        if result["source"] == "remembered":
+            source = "the value remembered by `sluice pause`" + (
+                f" at {result['paused_at']}" if result["paused_at"] else ""
+            )
+        else:
+            source = (
+                "the deployed default: nothing was remembered (paused by other means than `sluice pause`)"
+            )
+        human = (
+            f"resumed: MAX {result['before'] if result['before'] is not None else result['before_raw']} → "
+            f"{result['max']} on {result['parameter']} ({source}).\n" + takes_effect(result["cache_seconds"])
+        )
+    ctx.out(human, result)
+    return EXIT_OK

@@ -1,0 +1,78 @@
+"""Exit codes and what the commands print: tables for people, a progress bar for long enqueues."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+EXIT_OK, EXIT_PARTIAL, EXIT_CONFIG, EXIT_AWS = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
+
+
+def usage(message: str) -> int:
+    print(f"sluice: {message}", file=sys.stderr)
+    return EXIT_CONFIG
+
+
+def takes_effect(cache_seconds: float) -> str:
+    return (
+        "It takes effect on the next launcher tick or completion "
+        f"(a warm launcher re-reads MAX within {cache_seconds:g} s)."
+    )
+
+
+def plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def table(rows: list[tuple[str, str]]) -> str:
+    width = max(len(k) for k, _ in rows) + 2
+    return "\n".join(f"{k:<{width}}{v}" for k, v in rows)
+
+
+def when(ts: float | int | None) -> str:
+    if not ts:
+        return "-"
+    return datetime.fromtimestamp(float(ts), UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def preview(text: str, width: int) -> str:
+    flat = text.replace("\n", "\\n")
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+class progress_bar:
+    """A progress bar on standard error for long enqueues; nothing when quiet or not a terminal."""
+
+    def __init__(self, total: int, *, quiet: bool) -> None:
+        self.total = total
+        self.quiet = quiet or not sys.stderr.isatty()
+        self.bar: Any = None
+
+    def __enter__(self) -> Callable[[int], None] | None:
+        if self.quiet:
+            return None
+        try:
+            from rich.console import Console
+            from rich.progress import Progress
+        except ImportError:
+            return None
+        self.bar = Progress(console=Console(stderr=True), transient=True)
+        task = self.bar.add_task("enqueue", total=self.total)
+        self.bar.start()
+        return lambda n: self.bar.advance(task, n)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()

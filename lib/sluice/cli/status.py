@@ -1,0 +1,103 @@
+"""``sluice status``: the overview, or one payload's record and execution history."""
+
+from __future__ import annotations
+
+import sys
+
+from sluice.cli.context import Context
+from sluice.cli.render import EXIT_OK, EXIT_PARTIAL, duration, plural, table, when
+from sluice.ops.status import overview, payload_history
+
+
+def cmd_status(ctx: Context) -> int:
+    if ctx.args.payload_id is None:
+        return _overview(ctx)
+    data = payload_history(ctx.runtime, ctx.args.payload_id)
+    if data is None:
+        print(f"sluice status: no record for payload {ctx.args.payload_id!r}", file=sys.stderr)
+        return EXIT_PARTIAL
+    p = data["payload"]
+    lines = [
+        f"payload     {p['key']}",
+        f"state       {p['state']}" + (f"  (lease held by {p['holder']})" if p["holder"] else ""),
+        f"attempts    {p['attempts']}    duplicates suppressed {p['duplicates']}",
+        f"updated     {when(p['updated_at'])}    record expires {when(p['expires_at'])}",
+    ]
+    if p["reason"]:
+        lines.append(f"reason      {p['reason']}")
+    lines.append(f"executions  {len(data['executions'])}, oldest first")
+    for run in data["executions"]:
+        lines.append(f"  {run['state']:<10} {run['name']}")
+        lines.append(f"             message {run['message_id']}, claimed {when(run['claimed_at'])}")
+        if run["started_at"] or run["ended_at"]:
+            lines.append(f"             started {when(run['started_at'])}, ended {when(run['ended_at'])}")
+        if run["arn"]:
+            lines.append(f"             {run['arn']}")
+        if run["error"]:
+            lines.append(
+                f"             error: {run['error']}" + (f": {run['cause']}" if run["cause"] else "")
+            )
+    ctx.out("\n".join(lines), data)
+    return EXIT_OK
+
+
+def _overview(ctx: Context) -> int:
+    data = overview(ctx.runtime, deployed_default=ctx.deployed_default)
+    data["stack"] = ctx.stack
+    mx = data["max"]
+    if data["max_error"]:
+        max_line = (
+            f"INVALID: {data['max_error']}. The launcher starts nothing until it is fixed: sluice set-max N"
+        )
+    elif mx == 0:
+        back = data["resume_max"]
+        max_line = "0, PAUSED" + (f" (sluice resume restores {back})" if back is not None else "")
+    else:
+        max_line = f"{mx if mx is not None else 'unknown'}"
+    max_line += f"  ({data['max_source']}" + (f" {data['max_parameter']})" if data["max_parameter"] else ")")
+    running = f"{data['running']} holding slots"
+    if mx == 0:
+        running += " (paused: a freed slot is not refilled)"
+    elif data["limit"] is not None and data["running"] > data["limit"]:
+        running += f" of {data['limit']} (over the limit: no new start until fewer than {data['limit']} run)"
+    elif data["limit"] is not None:
+        running += f" of {data['limit']} ({data['free']} free)"
+    running += f"; Step Functions lists {data['sfn_running']} RUNNING"
+    if data["running_not_in_ledger"] or data["ledger_not_running"]:
+        running += (
+            f" ({data['running_not_in_ledger']} not in the ledger, "
+            f"{data['ledger_not_running']} in the ledger but not listed)"
+        )
+    age = data["oldest_message_age"]
+    rows = [
+        ("stack", ctx.stack or "(from SLUICE_* environment variables)"),
+        ("MAX", max_line),
+        ("running", running),
+        ("external", f"{data['external']} RUNNING executions not started by Sluice (they count against MAX)"),
+        (
+            "queue",
+            f"{data['queue_visible']} waiting, {data['queue_in_flight']} in flight, "
+            f"{data['queue_delayed']} delayed",
+        ),
+        (
+            "oldest",
+            (duration(age) if age is not None else "unknown") + f"  ({data['oldest_message_age_source']})",
+        ),
+        (
+            "DLQ",
+            plural(data["dlq"], "message")
+            + (f", {data['dlq_in_flight']} in flight" if data["dlq_in_flight"] else "")
+            + ("  → sluice dlq list" if data["dlq"] else ""),
+        ),
+        (
+            "drift",
+            f"{data['drift']} at the last reconciliation"
+            + (
+                f", {duration(data['reconciled_ago'])} ago"
+                if data["reconciled_ago"] is not None
+                else " (never ran)"
+            ),
+        ),
+    ]
+    ctx.out(table(rows), data)
+    return EXIT_OK

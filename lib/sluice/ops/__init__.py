@@ -1,0 +1,48 @@
+"""Operator operations behind the ``sluice`` command, as plain functions over a ``Runtime``.
+
+Each function does one thing an operator asks for and returns plain data (dicts and dataclasses)
+that the CLI prints as a table or as JSON. AWS failures arrive as ``sluice.errors`` exceptions.
+
+    maximum.py     read MAX, set-max, pause, resume (the SSM parameter and its tags)
+    status.py      the overview and one payload's history
+    dlq.py         list, redrive and delete dead-lettered messages
+    local_tick.py  one launcher tick, run here
+
+Nothing here runs in Lambda; the package is left out of the Lambda zip (serverless.yml).
+"""
+
+from sluice.ops.dlq import (
+    MOVED_BY_SQS,
+    DlqListing,
+    DlqMessage,
+    DlqReport,
+    dlq_delete,
+    dlq_list,
+    dlq_redrive,
+    redrive_dedup_id,
+)
+from sluice.ops.local_tick import tick
+from sluice.ops.maximum import PAUSED_AT_TAG, RESUME_TAG, MaxState, pause, read_max, resume, set_max
+from sluice.ops.status import oldest_age, overview, payload_history
+
+__all__ = [
+    "MOVED_BY_SQS",
+    "PAUSED_AT_TAG",
+    "RESUME_TAG",
+    "DlqListing",
+    "DlqMessage",
+    "DlqReport",
+    "MaxState",
+    "dlq_delete",
+    "dlq_list",
+    "dlq_redrive",
+    "oldest_age",
+    "overview",
+    "pause",
+    "payload_history",
+    "read_max",
+    "redrive_dedup_id",
+    "resume",
+    "set_max",
+    "tick",
+]

@@ -1,0 +1,191 @@
+"""MAX, pause and resume.
+
+MAX is the SSM parameter the launcher reads every tick (cached ``SLUICE_MAX_CACHE_SECONDS``).
+``pause`` first tags the parameter with the value in force (``sluice:resume-max``) and then writes 0,
+so a failure in between loses nothing; ``resume`` writes the remembered value back and removes the
+tag. Nothing remembered: the deployed default (``SLUICE_MAX_CONCURRENCY``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sluice.adapters.errors import translated
+from sluice.adapters.ssm import parse_max
+from sluice.errors import ConfigurationError, NotFound
+from sluice.runtime import Runtime
+
+RESUME_TAG = "sluice:resume-max"
+PAUSED_AT_TAG = "sluice:paused-at"
+
+
+@dataclass(frozen=True, slots=True)
+class MaxState:
+    """The MAX parameter as it stands: its raw value, and what ``pause`` remembered on it."""
+
+    parameter: str
+    exists: bool
+    raw: str | None = None
+    value: int | None = None  # None when missing or not a whole number >= 0
+    error: str | None = None  # why ``raw`` is not a usable MAX
+    remembered: int | None = None  # the value ``pause`` saved, if any
+    paused_at: str | None = None
+
+    @property
+    def paused(self) -> bool:
+        return self.value == 0
+
+
+def _parameter(rt: Runtime) -> str:
+    name = rt.settings.max_parameter
+    if not name:
+        raise ConfigurationError(
+            "no MAX parameter: the stack output MaxConcurrencyParameter is missing and SLUICE_MAX_PARAMETER "
+            "is not set, so MAX is the fixed deployed default and cannot change at run time"
+        )
+    return name
+
+
+def read_max(rt: Runtime) -> MaxState:
+    name = _parameter(rt)
+    try:
+        with translated("GetParameter"):
+            raw = rt.client("ssm").get_parameter(Name=name)["Parameter"]["Value"]
+    except NotFound:
+        return MaxState(parameter=name, exists=False)
+    value: int | None = None
+    error: str | None = None
+    try:
+        value = parse_max(raw, source=name)
+    except ConfigurationError as exc:
+        error = str(exc)
+    tags = _tags(rt, name)
+    remembered: int | None = None
+    if RESUME_TAG in tags:
+        try:
+            remembered = parse_max(tags[RESUME_TAG], source=RESUME_TAG)
+        except ConfigurationError:
+            remembered = None
+    return MaxState(name, True, raw, value, error, remembered, tags.get(PAUSED_AT_TAG))
+
+
+def set_max(rt: Runtime, value: int) -> dict[str, Any]:
+    """Write MAX. A value above 0 also ends a pause: the remembered value is dropped."""
+    parse_max(str(value), source="MAX")
+    before = read_max(rt)
+    _put(rt, before.parameter, value)
+    cleared = None
+    if value > 0 and before.remembered is not None:
+        _untag(rt, before.parameter)
+        cleared = before.remembered
+    return {
+        "parameter": before.parameter,
+        "before": before.value if before.exists else None,
+        "before_raw": before.raw,
+        "max": value,
+        "cleared_resume_max": cleared,
+        "running": len(rt.store().ledger().holders),
+        "cache_seconds": rt.settings.max_cache_seconds,
+    }
+
+
+def pause(rt: Runtime, deployed_default: Callable[[], int | None] = lambda: None) -> dict[str, Any]:
+    """MAX → 0, remembering the value in force on the parameter's tag first."""
+    state = read_max(rt)
+    running = len(rt.store().ledger().holders)
+    result: dict[str, Any] = {"parameter": state.parameter, "running": running, "max": 0}
+    if state.paused:
+        result.update(changed=False, before=0, remembered=state.remembered, paused_at=state.paused_at)
+        return result
+    # The value the launcher uses now: the parameter, or the deployed default when it is missing.
+    in_force = state.value if state.exists else deployed_default()
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if state.exists:
+        if in_force is not None:
+            _tag(rt, state.parameter, {RESUME_TAG: str(in_force), PAUSED_AT_TAG: now})
+        _put(rt, state.parameter, 0)
+    else:
+        tags = {PAUSED_AT_TAG: now}
+        if in_force is not None:
+            tags[RESUME_TAG] = str(in_force)
+        with translated("PutParameter"):
+            rt.client("ssm").put_parameter(
+                Name=state.parameter,
+                Value="0",
+                Type="String",
+                Tags=[{"Key": k, "Value": v} for k, v in tags.items()],
+            )
+    result.update(
+        changed=True,
+        before=in_force,
+        before_raw=state.raw,
+        before_error=state.error,
+        remembered=in_force,
+        paused_at=now,
+        cache_seconds=rt.settings.max_cache_seconds,
+    )
+    return result
+
+
+def resume(rt: Runtime, deployed_default: Callable[[], int | None] = lambda: None) -> dict[str, Any]:
+    """Restore the value ``pause`` remembered, or the deployed default when nothing was remembered."""
+    state = read_max(rt)
+    result: dict[str, Any] = {"parameter": state.parameter, "before": state.value, "before_raw": state.raw}
+    if not state.exists:
+        # The launcher uses the deployed default: nothing is paused.
+        result.update(changed=False, max=None, dropped_resume_max=None)
+        return result
+    if not state.paused and state.error is None:
+        if state.remembered is not None:
+            _untag(rt, state.parameter)  # MAX was changed by other means since the pause
+        result.update(changed=False, max=state.value, dropped_resume_max=state.remembered)
+        return result
+    default = None if state.remembered is not None else deployed_default()
+    if state.remembered is not None:
+        target, source = state.remembered, "remembered"
+    elif default is not None:
+        target, source = default, "deployed default"
+    else:
+        raise ConfigurationError(
+            f"nothing to resume to: {state.parameter} has no {RESUME_TAG} tag and the deployed default is "
+            "unknown (set SLUICE_MAX_CONCURRENCY, or use `sluice set-max N`)"
+        )
+    _put(rt, state.parameter, target)
+    if state.remembered is not None or state.paused_at is not None:
+        _untag(rt, state.parameter)
+    result.update(
+        changed=True,
+        max=target,
+        source=source,
+        paused_at=state.paused_at,
+        cache_seconds=rt.settings.max_cache_seconds,
+    )
+    return result
+
+
+def _put(rt: Runtime, name: str, value: int) -> None:
+    with translated("PutParameter"):
+        rt.client("ssm").put_parameter(Name=name, Value=str(value), Type="String", Overwrite=True)
+
+
+def _tags(rt: Runtime, name: str) -> dict[str, str]:
+    with translated("ListTagsForResource"):
+        tags = rt.client("ssm").list_tags_for_resource(ResourceType="Parameter", ResourceId=name)
+    return {t["Key"]: t["Value"] for t in tags.get("TagList", [])}
+
+
+def _tag(rt: Runtime, name: str, tags: dict[str, str]) -> None:
+    with translated("AddTagsToResource"):
+        rt.client("ssm").add_tags_to_resource(
+            ResourceType="Parameter", ResourceId=name, Tags=[{"Key": k, "Value": v} for k, v in tags.items()]
+        )
+
+
+def _untag(rt: Runtime, name: str) -> None:
+    with translated("RemoveTagsFromResource"):
+        rt.client("ssm").remove_tags_from_resource(
+            ResourceType="Parameter", ResourceId=name, TagKeys=[RESUME_TAG, PAUSED_AT_TAG]
+        )

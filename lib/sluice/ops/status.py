@@ -1,0 +1,103 @@
+"""``sluice status``: the overview (MAX, slots, queue, DLQ, oldest message, drift) and one payload's
+record with its execution history."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sluice.adapters.errors import translated
+from sluice.errors import SluiceError
+from sluice.ops.dlq import dlq_counts
+from sluice.ops.maximum import read_max
+from sluice.runtime import Runtime
+
+AGE_METRIC = "ApproximateAgeOfOldestMessage"
+AGE_LOOKBACK = timedelta(minutes=15)
+
+
+def overview(rt: Runtime, *, deployed_default: Callable[[], int | None] = lambda: None) -> dict[str, Any]:
+    """MAX, slots, Step Functions' own RUNNING count, queue and DLQ depth, oldest age, drift."""
+    s = rt.settings
+    s.require("queue_url", "dlq_url", "table_name", "state_machine_arn")
+    data: dict[str, Any] = {}
+    if s.max_parameter:
+        state = read_max(rt)
+        data.update(max_parameter=state.parameter, max_error=state.error, resume_max=state.remembered)
+        if state.exists:
+            data.update(max=state.value, max_source="parameter")
+        else:
+            data.update(max=deployed_default(), max_source="deployed default (parameter missing)")
+    else:
+        data.update(max=s.max_concurrency, max_source="deployed default (no parameter)", max_parameter=None)
+    ledger = rt.store().ledger()
+    sfn_running = rt.executions().list_running()
+    holders = ledger.holders
+    limit = ledger.limit(data["max"]) if data["max"] is not None else None
+    data.update(
+        paused=data["max"] == 0,
+        running=len(holders),
+        limit=limit,
+        free=max(0, limit - len(holders)) if limit is not None else None,
+        external=ledger.external,
+        sfn_running=len(sfn_running),
+        running_not_in_ledger=len(sfn_running - holders),
+        ledger_not_running=len(holders - sfn_running),
+        drift=ledger.drift,
+        reconciled_at=ledger.reconciled_at,
+        reconciled_ago=round(time.time() - ledger.reconciled_at, 1) if ledger.reconciled_at else None,
+    )
+    depth = rt.queue().depth()
+    data.update(
+        queue_visible=depth.get("ApproximateNumberOfMessages", 0),
+        queue_in_flight=depth.get("ApproximateNumberOfMessagesNotVisible", 0),
+        queue_delayed=depth.get("ApproximateNumberOfMessagesDelayed", 0),
+    )
+    visible, in_flight = dlq_counts(rt)
+    data.update(dlq=visible, dlq_in_flight=in_flight)
+    if data["queue_visible"] + data["queue_in_flight"] + data["queue_delayed"] == 0:
+        age, source = 0.0, "queue empty"
+    else:
+        age, source = oldest_age(rt)
+    data.update(oldest_message_age=age, oldest_message_age_source=source)
+    return data
+
+
+def oldest_age(rt: Runtime) -> tuple[float | None, str]:
+    """The queue's ``ApproximateAgeOfOldestMessage`` from CloudWatch: the newest datapoint of the last
+    15 minutes. SQS has no queue attribute for it, and peeking at a FIFO queue would raise the receive
+    count of healthy messages (walking them towards the DLQ), so CloudWatch is the only honest source."""
+    queue_name = rt.settings.queue_url.rstrip("/").rsplit("/", 1)[-1]
+    end = datetime.now(UTC)
+    try:
+        with translated("GetMetricStatistics"):
+            points = rt.client("cloudwatch").get_metric_statistics(
+                Namespace="AWS/SQS",
+                MetricName=AGE_METRIC,
+                Dimensions=[{"Name": "QueueName", "Value": queue_name}],
+                StartTime=end - AGE_LOOKBACK,
+                EndTime=end + timedelta(minutes=1),
+                Period=60,
+                Statistics=["Maximum"],
+            )["Datapoints"]
+    except SluiceError as exc:
+        return None, f"CloudWatch refused: {exc}"
+    if not points:
+        return None, f"no CloudWatch {AGE_METRIC} datapoint in the last 15 minutes"
+    latest = max(points, key=lambda p: p["Timestamp"])
+    at = latest["Timestamp"].astimezone(UTC).strftime("%H:%M:%SZ")
+    return float(latest["Maximum"]), f"CloudWatch {AGE_METRIC} at {at}"
+
+
+def payload_history(rt: Runtime, key: str) -> dict[str, Any] | None:
+    rt.settings.require("table_name")
+    store = rt.store()
+    record = store.payload(key)
+    if record is None:
+        return None
+    history = store.executions(record.executions)
+    runs = [history[n] for n in dict.fromkeys(record.executions) if n in history]
+    return {"payload": asdict(record), "executions": [asdict(r) for r in runs]}
