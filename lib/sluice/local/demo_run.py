@@ -1,0 +1,207 @@
+"""The demo's run loop: it plays EventBridge (the launcher's schedule, a status-change event for each
+execution that ended, one of them twice) around the deployed functions' containers, samples what runs,
+and feeds the dashboard."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+from sluice.adapters.dynamodb import DynamoStore
+from sluice.local.dashboard import Dashboard, Snapshot
+from sluice.local.deployment import Deployment
+from sluice.local.events import status_change_event
+from sluice.local.lambdas import Containers, InvocationError
+from sluice.model import TERMINAL_STATUSES
+
+if TYPE_CHECKING:
+    from sluice.local.demo import Options
+    from sluice.local.demo_batch import Producer
+
+
+class Run:
+    """What the run saw: executions, samples, events delivered, invocations that failed."""
+
+    def __init__(self, options: Options, console: Any, stack: str) -> None:
+        self.o = options
+        self.console = console
+        self.snapshot = Snapshot(stack=stack, maximum=options.maximum)
+        self.counts: Counter[str] = Counter()
+        self.delivered: set[str] = set()
+        self.executions: dict[str, dict[str, Any]] = {}  # name → last ListExecutions entry
+        self.running: set[str] = set()  # RUNNING in the last ListExecutions
+        self.samples: list[tuple[float, int]] = []  # (seconds since enqueue, RUNNING listed)
+        self.waiting: list[tuple[float, int]] = []  # (seconds since enqueue, visible messages)
+        self.errors: list[str] = []  # handler invocations that raised
+        self.repeat: dict[str, Any] | None = None  # the event delivered twice on purpose
+        self.repeated = 0
+        self.repeated_released = 0
+
+    def loop(
+        self, deployment: Deployment, containers: dict[str, Containers], started: float, producer: Producer
+    ) -> bool:
+        """Play EventBridge until every message is dealt with and every execution has ended and been
+        reported. True when it gave up (``--timeout``)."""
+        o = self.o
+        sfn, sqs = deployment.aws.client("stepfunctions"), deployment.aws.client("sqs")
+        out = deployment.outputs
+        live = self.console.is_terminal if o.live is None else o.live
+        deadline = time.monotonic() + o.timeout
+        next_tick = next_dlq = next_depth = next_full = 0.0
+        dlq = 0
+        depth: dict[str, int] = {}
+        ticking: list[Future[Any]] = []
+        pending: dict[Future[Any], tuple[str, str]] = {}  # future → (what, execution status)
+        with Dashboard(self.console, live=live) as board:
+            while True:
+                # The schedule rule fires; a tick still running is not doubled.
+                if time.monotonic() >= next_tick and all(f.done() for f in ticking):
+                    ticking = []
+                    for key, event in deployment.scheduled():
+                        future = containers[key].submit(event)
+                        ticking.append(future)
+                        pending[future] = ("tick", "")
+                    next_tick = time.monotonic() + o.tick
+                for future in [f for f in pending if f.done()]:
+                    self._harvest(future, *pending.pop(future), deployment, containers, pending)
+                # ListExecutions: RUNNING every round (the sample), everything every 2 s (the net
+                # for an execution that started and ended between two rounds).
+                full = time.monotonic() >= next_full
+                if full:
+                    next_full = time.monotonic() + 2.0
+                ended = self.poll(sfn, out["StateMachineArn"], full=full)
+                running = len(self.running)
+                self.samples.append((time.time() - started, running))
+                for name in ended:
+                    # EventBridge: the status-change event, to every target of the rules it matches.
+                    described = sfn.describe_execution(executionArn=self.executions[name]["executionArn"])
+                    if described["status"] not in TERMINAL_STATUSES:
+                        continue
+                    self.executions[name] = {**self.executions[name], **described}
+                    event = status_change_event(described)
+                    self.delivered.add(name)
+                    for key in deployment.route(event):
+                        pending[containers[key].submit(event)] = ("event", described["status"])
+                        if self.repeat is None:
+                            self.repeat = event
+                if time.monotonic() >= next_depth:
+                    depth = queue_depth(sqs, out["QueueUrl"])
+                    self.waiting.append((time.time() - started, depth["ApproximateNumberOfMessages"]))
+                    next_depth = time.monotonic() + 0.5
+                if time.monotonic() >= next_dlq:
+                    dlq = queue_depth(sqs, out["DlqUrl"])["ApproximateNumberOfMessages"]
+                    next_dlq = time.monotonic() + 2.0
+                self._show(board, started, running, depth, dlq)
+                # A tick is always on its way; with the queue empty and nothing held it can do nothing.
+                if (
+                    not producer.is_alive()
+                    and all(what == "tick" for what, _ in pending.values())
+                    and sum(queue_depth(sqs, out["QueueUrl"]).values()) == 0
+                    and running == 0
+                    and self._all_delivered()
+                    and not ledger_store(deployment).ledger().holders
+                ):
+                    board.update(self.snapshot, force=True)
+                    return False
+                if time.monotonic() > deadline:
+                    board.update(self.snapshot, force=True)
+                    return True
+                time.sleep(o.poll)
+
+    def _harvest(
+        self,
+        future: Future[Any],
+        what: str,
+        status: str,
+        deployment: Deployment,
+        containers: dict[str, Containers],
+        pending: dict[Future[Any], tuple[str, str]],
+    ) -> None:
+        try:
+            result = future.result()
+        except InvocationError as exc:  # the function failed: Lambda would report and retry it
+            self.errors.append(f"{what}: {exc}")
+            self.counts["errors"] += 1
+            return
+        except Exception as exc:
+            self.errors.append(f"{what}: {type(exc).__name__}: {exc}")
+            self.counts["errors"] += 1
+            return
+        if what == "tick":
+            self._absorb(result)
+            return
+        if what == "repeat":
+            self.repeated += 1
+            self.repeated_released += bool(result.get("released"))
+            return
+        self.counts["events"] += 1
+        if result.get("released"):
+            self.counts[status.lower()] += 1
+        if isinstance(result.get("admission"), dict):
+            self._absorb(result["admission"])
+        if (
+            self.repeat is not None
+            and self.repeated == 0
+            and not any(w == "repeat" for w, _ in pending.values())
+        ):
+            # EventBridge delivers at least once: send the first event again, once its first delivery
+            # is done, and show that it frees nothing.
+            for key in deployment.route(self.repeat):
+                pending[containers[key].submit(self.repeat)] = ("repeat", "")
+
+    def poll(self, sfn: Any, arn: str, *, full: bool) -> list[str]:
+        """Names of executions that have ended and were not reported yet."""
+        before = set(self.running)
+        request: dict[str, Any] = {"stateMachineArn": arn, "PaginationConfig": {"PageSize": 1000}}
+        if not full:
+            request["statusFilter"] = "RUNNING"
+        now: set[str] = set()
+        for page in sfn.get_paginator("list_executions").paginate(**request):
+            for entry in page["executions"]:
+                self.executions[entry["name"]] = entry
+                if entry["status"] == "RUNNING":
+                    now.add(entry["name"])
+        self.running = now
+        left = before - now  # no longer RUNNING: ended (DescribeExecution will say how)
+        if full:
+            left |= {n for n, e in self.executions.items() if e["status"] in TERMINAL_STATUSES}
+        return sorted(n for n in left if n not in self.delivered)
+
+    def _absorb(self, summary: dict[str, Any]) -> None:
+        for outcome in ("started", "duplicate", "invalid", "resumed", "already_ran", "deferred", "returned"):
+            self.counts[outcome] += int(summary.get(outcome, 0) or 0)
+
+    def _all_delivered(self) -> bool:
+        return all(e["status"] == "RUNNING" or n in self.delivered for n, e in self.executions.items())
+
+    def _show(self, board: Dashboard, started: float, running: int, depth: dict[str, int], dlq: int) -> None:
+        s = self.snapshot
+        s.elapsed = time.time() - started
+        s.running = running
+        s.peak = max(s.peak, running)
+        s.waiting = depth["ApproximateNumberOfMessages"]
+        s.in_flight = depth["ApproximateNumberOfMessagesNotVisible"]
+        s.dlq = dlq
+        s.counts = dict(self.counts)
+        s.events = self.counts["events"]
+        s.repeated, s.repeated_released = self.repeated, self.repeated_released
+        s.history.append(running)
+        board.update(s)
+
+
+def ledger_store(deployment: Deployment) -> DynamoStore:
+    return DynamoStore(deployment.aws.client("dynamodb"), deployment.outputs["TableName"])
+
+
+def queue_depth(sqs: Any, url: str) -> dict[str, int]:
+    attrs = sqs.get_queue_attributes(
+        QueueUrl=url,
+        AttributeNames=[
+            "ApproximateNumberOfMessages",
+            "ApproximateNumberOfMessagesNotVisible",
+            "ApproximateNumberOfMessagesDelayed",
+        ],
+    )["Attributes"]
+    return {k: int(v) for k, v in attrs.items()}
