@@ -7,8 +7,9 @@ producer, EventBridge and Step Functions around the deployed launcher and comple
 moto gaps worked around (details in sluice.local.embedded):
   * no EventBridge rule fires: the test builds the scheduled event and the status-change event and
     ``Deployment.tick``/``deliver`` invoke the targets of the deployed rules (patterns matched by moto);
-  * Lambda code does not run without Docker: the deployed handlers run in this process with the
-    environment GetFunctionConfiguration returns, plus AWS_ENDPOINT_URL for the server;
+  * Lambda code does not run without Docker: the deployed functions run from the zip in the deployment
+    bucket, in processes of their own (sluice.local.lambdas), with the environment
+    GetFunctionConfiguration returns, plus AWS_ENDPOINT_URL for the server;
   * the table's TimeToLiveSpecification and PointInTimeRecoverySpecification are ignored: applied by
     API after the deploy;
   * the state machine CloudFormation creates never runs its states: the test ends the execution in
@@ -20,8 +21,12 @@ from __future__ import annotations
 
 import ast
 import json
+import subprocess
+import sys
 import uuid
+import zipfile
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -39,6 +44,63 @@ pytestmark = [
 
 STAGE = "test"
 STACK = f"sluice-{STAGE}"
+ROOT = Path(__file__).resolve().parents[2]
+# What the handlers import at run time (the zip must hold them) and what only local tools use (it must not).
+RUNTIME_FILES = {
+    "handlers/__init__.py",
+    "handlers/_shared.py",
+    "handlers/launcher.py",
+    "handlers/completion.py",
+    *(
+        f"lib/sluice/{name}.py"
+        for name in (
+            "__init__",
+            "runtime",
+            "settings",
+            "launcher",
+            "completion",
+            "reconcile",
+            "parking",
+            "validation",
+            "names",
+            "model",
+            "errors",
+            "ports",
+            "clock",
+            "adapters/__init__",
+            "adapters/dynamodb",
+            "adapters/sqs",
+            "adapters/sfn",
+            "adapters/ssm",
+            "adapters/errors",
+        )
+    ),
+}
+TOOLS_ONLY = (
+    "lib/sluice/cli",
+    "lib/sluice/ops",
+    "lib/sluice/enqueue.py",
+    "lib/sluice/local/",
+    "lib/sluice/adapters/memory",
+)
+# Imports both handlers with nothing on sys.path but the extracted zip (its lib/ first, as the function's
+# PYTHONPATH says) and this interpreter's standard library and site-packages: not the repository's lib/,
+# which an editable install puts on the path through a .pth file.
+IMPORT_FROM_ZIP = """
+import json, os, sys, sysconfig
+code = sys.argv[1]
+roots = {sysconfig.get_path(n) for n in ("stdlib", "platstdlib", "purelib", "platlib")}
+kept = [p for p in sys.path if any(p == r or p.startswith(r + os.sep) for r in roots) or p.endswith(".zip")]
+sys.path[:] = [os.path.join(code, "lib"), code, *kept]
+import handlers.launcher, handlers.completion
+try:
+    import sluice.cli
+    cli = "importable"
+except ModuleNotFoundError:
+    cli = "missing"
+ours = {n: m.__file__ for n, m in sys.modules.items() if n.partition(".")[0] in ("sluice", "handlers")}
+print(json.dumps({"modules": ours, "path": sys.path, "cli": cli}))
+"""
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +157,40 @@ def test_deploy_creates_what_the_code_needs(deployed):
     assert _may_describe(deployed, "launcher") == [
         f"arn:aws:states:us-east-1:{ACCOUNT}:execution:sluice-{STAGE}-workflow:*"
     ]
+
+
+def test_the_zip_holds_the_handlers_and_what_they_import_and_no_tools(package):
+    with zipfile.ZipFile(package / "sluice.zip") as z:
+        names = set(z.namelist())
+    ours = {n for n in names if n.startswith(("handlers/", "lib/"))}
+    assert ours >= RUNTIME_FILES, sorted(RUNTIME_FILES - ours)
+    assert [n for n in ours if n.startswith(TOOLS_ONLY)] == []
+    assert [n for n in ours if n.endswith(".pyc") or "__pycache__" in n] == []
+    # The Lambda runtime dependencies (requirements.txt) are at the zip's root.
+    assert "aws_lambda_powertools/__init__.py" in names
+
+
+def test_the_handlers_import_from_the_zip_alone(package, tmp_path):
+    """A module the handlers need and the zip lacks fails here, as it would in Lambda."""
+    with zipfile.ZipFile(package / "sluice.zip") as z:
+        z.extractall(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", IMPORT_FROM_ZIP, str(tmp_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout)
+    assert str(ROOT / "lib") not in seen["path"] and str(ROOT) not in seen["path"]
+    modules = seen["modules"]
+    assert {"handlers.launcher", "handlers.completion", "sluice.runtime", "sluice.launcher"} <= set(modules)
+    outside = {n: f for n, f in modules.items() if f is None or not f.startswith(str(tmp_path))}
+    assert outside == {}
+    # A tool left out of the zip is not importable there at all: the repository's copy is out of reach.
+    assert seen["cli"] == "missing"
 
 
 def test_the_drift_alarm_waits_for_three_ticks_of_drift(package):
