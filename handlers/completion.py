@@ -19,8 +19,8 @@ from sluice.completion import StatusChange
 def handler(event: dict[str, Any], context: Any) -> dict[str, object]:
     change = StatusChange.from_event(event)
     logger.set_correlation_id(change.name)
-    released, summary, skipped = runtime().launcher(logger).on_status_change(
-        change, remaining_ms=context.get_remaining_time_in_millis
+    released, summary, skipped = (
+        runtime().launcher(logger).on_status_change(change, remaining_ms=context.get_remaining_time_in_millis)
     )
     metrics.add_metric("Released", MetricUnit.Count, int(released))
     result: dict[str, object] = {"execution": change.name, "status": change.status, "released": released}
