@@ -3,9 +3,12 @@
 The package is split in two:
 
 * pure domain logic (``validation``, ``names``, ``launcher``, ``completion``, ``reconcile``,
-  ``enqueue``), which talks to AWS only through the small ports in ``sluice.ports``;
+  ``parking``, ``slots``), which talks to AWS only through the small ports in ``sluice.ports`` and
+  ``sluice.slots``;
 * adapters (``sluice.adapters``) that implement those ports with boto3 clients passed in by the
-  caller, plus an in-memory store used by unit tests and large benchmarks.
+  caller, and in-memory ones (``memory*``) for unit tests and large benchmarks.
+
+The tools around it (``cli``, ``ops``, ``enqueue``, ``local``) are not part of the Lambda package.
 """
 
 __version__ = "0.1.0"
