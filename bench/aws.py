@@ -13,6 +13,10 @@ method, as ``lib/sluice/adapters/dynamodb.py``, ``sqs.py``, ``sfn.py`` and ``ssm
     Store.record_invalid()      dynamodb:UpdateItem
     Store.executions(names)     dynamodb:BatchGetItem per 100 names
     Store.save_reconciliation() dynamodb:UpdateItem on LEDGER
+    Store.renew()/suspect()     dynamodb:UpdateItem
+    Store.adopt()               dynamodb:GetItem + TransactWriteItems
+    Store.park()                dynamodb:TransactWriteItems (EXEC + PARK + PARKED)
+    Store.parked_holders()      dynamodb:GetItem (PARKED, once per reconciliation)
     Store.payload()/execution() dynamodb:GetItem
     Queue.receive()             sqs:ReceiveMessage (a long poll waits in virtual time)
     Queue.delete()/release()    sqs:DeleteMessageBatch / ChangeMessageVisibilityBatch per 10
@@ -339,11 +343,69 @@ class CountingStore:
         self.inner.record_duplicate(key=key, message_id=message_id, now=now)
         self.meter.wait("dynamodb:UpdateItem")
 
-    def record_invalid(self, *, key: str, reason: str, now: float, expires_at: int) -> None:
+    def record_invalid(self, *, key: str, reason: str, now: float) -> None:
         self.meter.call("dynamodb:UpdateItem")
         self.meter.wru += SMALL_ITEM_KB
-        self.inner.record_invalid(key=key, reason=reason, now=now, expires_at=expires_at)
+        self.inner.record_invalid(key=key, reason=reason, now=now)
         self.meter.wait("dynamodb:UpdateItem")
+
+    def _update(self, result: Any) -> Any:
+        """One conditional UpdateItem on a small item (renew, suspect, unpark's marks)."""
+        self.meter.call("dynamodb:UpdateItem")
+        self.meter.wru += SMALL_ITEM_KB
+        self.meter.wait("dynamodb:UpdateItem")
+        return result
+
+    def renew(self, **kwargs: Any) -> bool:
+        return self._update(self.inner.renew(**kwargs))
+
+    def suspect(self, **kwargs: Any) -> bool:
+        return self._update(self.inner.suspect(**kwargs))
+
+    def adopt(self, *, name: str, now: float) -> bool:
+        self.meter.call("dynamodb:GetItem")
+        self.meter.rru += 1
+        self.meter.wait("dynamodb:GetItem")
+        record = self.inner._executions.get(name)
+        if record is None or record.state.holds_lease:
+            return False
+        before = self.ledger_bytes
+        self.meter.call("dynamodb:TransactWriteItems")
+        result = self.inner.adopt(name=name, now=now)
+        if result:
+            self._names_bytes += len(name)
+        self.meter.wru += 2 * (self._ledger_write(before) + 2 * SMALL_ITEM_KB)
+        self.meter.wait("dynamodb:TransactWriteItems")
+        return result
+
+    def park(self, parked: Any) -> bool:
+        self.meter.call("dynamodb:TransactWriteItems")
+        self.meter.wru += 2 * (2 * SMALL_ITEM_KB + _kb(len(parked.body)))
+        result = self.inner.park(parked)
+        self.meter.wait("dynamodb:TransactWriteItems")
+        return result
+
+    def parked_messages(self, holder: str, message_ids: Iterable[str]) -> list[Any]:
+        ids = set(message_ids)
+        batches = math.ceil(len(ids) / 100)
+        if batches:
+            self.meter.call("dynamodb:BatchGetItem", batches)
+            self.meter.rru += len(ids)
+            self.meter.wait("dynamodb:BatchGetItem", batches)
+        return self.inner.parked_messages(holder, ids)
+
+    def unpark(self, holder: str, message_ids: Iterable[str], *, now: float) -> None:
+        ids = list(message_ids)
+        for _ in range(len(ids) + 2):  # each message marked woken, the index, the holder's record
+            self._update(None)
+        self.inner.unpark(holder, ids, now=now)
+
+    def parked_holders(self) -> frozenset[str]:
+        self.meter.call("dynamodb:GetItem")
+        self.meter.rru += 1
+        result = self.inner.parked_holders()
+        self.meter.wait("dynamodb:GetItem")
+        return result
 
     def save_reconciliation(self, *, external: int, drift: int, now: float) -> None:
         self.meter.call("dynamodb:UpdateItem")
@@ -534,6 +596,12 @@ class SimQueue:
         self.inner.send_to_dlq(message, reason)
         self.meter.wait("sqs:SendMessage")
 
+    def requeue(self, parked: Any) -> None:
+        self.meter.call("sqs:SendMessage")
+        self.inner.requeue(parked)
+        self._wake()
+        self.meter.wait("sqs:SendMessage")
+
     @property
     def dead(self) -> int:
         return len(self.inner.dead)
@@ -587,7 +655,7 @@ class SimExecutions:
             self._recent_ends.append((self.clock.now(), name))
         return info
 
-    def describe(self, name: str) -> ExecutionInfo | None:
+    def describe(self, name: str, arn: str | None = None) -> ExecutionInfo | None:
         self.meter.call("states:DescribeExecution")
         result = self.inner.describe(name)
         self.meter.wait("states:DescribeExecution")
