@@ -178,6 +178,7 @@ class BehindTheBack:
         execution.status = "RUNNING"
         execution.stop_date = None
         execution.error = execution.cause = None
+        self.ended_as.pop(name, None)
         self.model.running_again(name)
         self.count("outside:redrive")
 
@@ -185,6 +186,7 @@ class BehindTheBack:
         """An operator's StopExecution of one of Sluice's executions; EventBridge owes its event."""
         self.sfn.stop_execution(executionArn=self._execution(name).execution_arn)
         self.model.ended(name)
+        self.ended_as[name] = "ABORTED"
         self.count("outside:stop")
         return self.owe_event(
             name, "ABORTED", status_change_event(self.settings.state_machine_arn, name, "ABORTED")
@@ -203,7 +205,7 @@ class BehindTheBack:
         clock, which is true time here). Returns the items deleted, by kind (``PAYLOAD``, ``EXEC``...)."""
         now = self.clock.now()
         deleted: Counter[str] = Counter()
-        for pk, item in self.table().items():
+        for pk, item in self.table("expires_at").items():
             expires = item.get("expires_at", {}).get("N")
             if expires is not None and float(expires) <= now:
                 self.ddb.delete_item(TableName=self.settings.table_name, Key={"pk": {"S": pk}})
@@ -235,5 +237,5 @@ class BehindTheBack:
             base, one = item_size(item(0)), item_size(item(1)) - item_size(item(0))
             runs = (up_to - base) // one
         self.ddb.put_item(TableName=self.settings.table_name, Item=item(runs))
-        self.count("history:seeded", runs)
+        self.count("history:seeded")
         return runs

@@ -1,11 +1,19 @@
 """The stateful property suite: Hypothesis drives Sluice through faults and checks every promise.
 
 Each example builds a fresh world (tests/reliability/world.py) and runs a random program of
-actions: enqueue, tick (one launcher, the other with its skewed clock, or both at once), with a
-fault armed or another actor cutting in at a protocol step, change MAX, end executions, and play
-EventBridge. After every action the invariants run (the model's record of broken promises, and the
-ledger against the leases); ``teardown`` then brings the world to rest and checks what only holds
-at rest. A failing program shrinks to a short one and prints as Python that replays it.
+actions: enqueue, tick (one launcher, the other with its skewed clock, both at once, or one whose
+clients retry as deployed), with a fault armed or another actor cutting in at a protocol step
+(another tick, an event, the operator lowering MAX), change MAX, end executions, play EventBridge,
+and change AWS behind Sluice's back (redrive, StopExecution or StartExecution by hand, DynamoDB's
+TTL). After every action the invariants run (the model's record of broken promises, and the ledger
+against the leases); ``teardown`` then brings the world to rest and checks what only holds at rest.
+A failing program shrinks to a short one and prints as Python that replays it.
+
+Each sequence of issue 9 is a class of program it draws on its own: a resume racing reconciliation
+(a crash after the claim, time passing, a tick or a refill that the scheduled tick cuts into before
+StartExecution), an ambiguous start then throttles (``attempts``), MAX lowered between batches
+(``set_max``), ``Outside`` (redrive, stop or start by hand), ``ExpireTTL``, clocks an hour apart
+(``SKEWS``), ``ResubmitBeforeRelease``, and a key with thousands of runs behind it (``history``).
 
 There is one rule, ``act``, whose argument is the action. Hypothesis switches separate rules on
 and off per example ("swarm testing"), which here mostly produced programs that only enqueue or
@@ -22,21 +30,25 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from moto.moto_api._internal import mock_random
 
+from sluice.runtime import CLIENT_CONFIG
 from tests.reliability.world import World
 from tests.support.faults import (
+    ALL_POINTS,
     ALWAYS,
-    CRASH_POINTS,
     STALE_MODES,
     STATS,
     THROTTLE_TARGETS,
+    AttemptFaults,
     CrashAt,
     CrashOnCall,
     Fault,
+    Interleave,
     StaleList,
     Throttle,
     ThrottleCall,
     count,
 )
+from tests.support.hooks import retry_sleeps
 from tests.support.model import canonical_key
 
 # A small pool, so that payloads collide: duplicates, re-submissions and live leases are common.
@@ -57,19 +69,52 @@ UNUSABLE = {
     "too_deep": '{"a":' * 70 + "1" + "}" * 70,
     "long_id": json.dumps({"id": "x" * 10_000}),
 }
-SKEWS = (0.0, 0.0, -240.0, -45.0, 45.0, 240.0, 600.0)  # within the claim timeout less the launcher timeout
+# Launcher B's clock against A's: up to an hour either way, the bound docs/protocol.md states.
+SKEWS = (0.0, 0.0, 0.0, -3600.0, -900.0, -240.0, -45.0, 45.0, 240.0, 600.0, 900.0, 3600.0)
 STATUSES = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
 INTERLEAVE_POINTS = (
     "after_receive",
     "after_claim",
+    "before_start",
     "after_start",
+    "after_renew",
     "after_mark",
+    "after_dead_letter",
     "before_delete",
+    "after_delete",
     "after_list",
     "after_describe",
+    "after_suspect",
 )
-COMPLETION_CRASH_POINTS = ("before_release", "after_release", "after_claim", "after_start", "before_delete")
+INTERLEAVE_ACTORS = ("tick", "tick", "deliver", "finish_newest", "set_max")
+COMPLETION_CRASH_POINTS = (
+    "before_release",
+    "after_release",
+    "after_claim",
+    "after_renew",
+    "after_start",
+    "before_delete",
+    "after_unpark",
+)
 COMPLETION_THROTTLES = ("GetItem", "release", "ReceiveMessage", "claim", "StartExecution")
+# Where the scheduled tick cuts into a completion: its release, and its refill resuming a claim.
+COMPLETION_INTERLEAVE_POINTS = (
+    "before_release",
+    "after_release",
+    "before_start",
+    "after_renew",
+    "after_claim",
+)
+# StartExecution with botocore's retries on, per attempt: lost (it reached Step Functions, its
+# response did not come back), throttled (refused before it got there) or ok.
+ATTEMPT_PLANS = {
+    "lost_then_throttled": ("lost", "throttled", "throttled"),
+    "lost_then_ok": ("lost", "ok"),
+    "lost_every_time": ("lost", "lost", "lost"),
+    "throttled_every_time": ("throttled", "throttled", "throttled"),
+}
+RETENTION_DAYS = 1  # the shortest retention: TTL can delete within one program
+HISTORY_RUNS = 9_000  # a key claimed this often before the program starts
 
 # -- the actions ---------------------------------------------------------------------------------------
 
@@ -135,6 +180,33 @@ class RunningEventLate:
     execution: int
 
 
+@dataclass(frozen=True)
+class Outside:
+    """Behind Sluice's back: ``redrive`` an ended execution (FAILED, TIMED_OUT or ABORTED), ``stop``
+    a running one by hand (its event then comes as ``delivery`` says), or ``start`` one by hand with
+    a name of Sluice's shape."""
+
+    kind: str
+    execution: int
+    delivery: str = "now"
+
+
+@dataclass(frozen=True)
+class ExpireTTL:
+    """A retention period passes (executions keep running); DynamoDB's TTL deletes what expired."""
+
+    days: int = RETENTION_DAYS
+
+
+@dataclass(frozen=True)
+class ResubmitBeforeRelease:
+    """An execution ends and its payload is sent again while the status event is still on its way;
+    then a tick, the event, or nothing comes first."""
+
+    execution: int
+    then: str
+
+
 MESSAGE = st.tuples(
     st.sampled_from(sorted(PAYLOADS) * 3 + sorted(UNUSABLE)),
     st.sampled_from(GROUPS),
@@ -152,7 +224,7 @@ def weighted(*choices: tuple[int, st.SearchStrategy[Any]]) -> st.SearchStrategy[
 
 FAULTS = weighted(
     (2, st.none()),
-    (2, st.tuples(st.just("crash"), st.sampled_from(sorted(CRASH_POINTS)), st.integers(1, 2))),
+    (2, st.tuples(st.just("crash"), st.sampled_from(sorted(ALL_POINTS)), st.integers(1, 2))),
     (2, st.tuples(st.just("crash_on_call"), st.sampled_from(("before", "after")), st.integers(1, 8))),
     (1, st.tuples(st.just("throttle"), st.sampled_from(THROTTLE_TARGETS), st.sampled_from((1, 2, ALWAYS)))),
     (1, st.tuples(st.just("throttle_call"), st.just(""), st.integers(1, 14))),
@@ -162,14 +234,16 @@ FAULTS = weighted(
         st.tuples(
             st.just("interleave"),
             st.sampled_from(INTERLEAVE_POINTS),
-            st.sampled_from(("tick", "deliver", "finish_newest")),
+            st.sampled_from(INTERLEAVE_ACTORS),
         ),
     ),
+    (1, st.tuples(st.just("attempts"), st.sampled_from(sorted(ATTEMPT_PLANS)), st.just(0))),
 )
 COMPLETION_FAULTS = weighted(
     (2, st.none()),
     (1, st.tuples(st.just("crash"), st.sampled_from(COMPLETION_CRASH_POINTS), st.just(1))),
     (1, st.tuples(st.just("throttle"), st.sampled_from(COMPLETION_THROTTLES), st.sampled_from((1, ALWAYS)))),
+    (1, st.tuples(st.just("interleave"), st.sampled_from(COMPLETION_INTERLEAVE_POINTS), st.just("tick"))),
 )
 INDEX = st.integers(0, 7)  # taken modulo the length of the list it picks from
 
@@ -187,6 +261,12 @@ END = st.builds(
     status=st.sampled_from(STATUSES),
     delivery=st.sampled_from(("now", "now", "later", "lost", "twice")),
 )
+OUTSIDE = st.builds(
+    Outside,
+    kind=st.sampled_from(("redrive", "redrive", "stop", "start")),
+    execution=INDEX,
+    delivery=st.sampled_from(("now", "later", "lost")),
+)
 ACTIONS = weighted(
     (3, st.builds(Enqueue, MESSAGES)),
     (1, st.builds(EnqueueAgain, INDEX, st.booleans())),
@@ -196,10 +276,13 @@ ACTIONS = weighted(
     (1, st.builds(Lose, INDEX)),
     (1, st.builds(Redeliver, INDEX)),
     (1, st.builds(RunningEventLate, INDEX)),
+    (1, OUTSIDE),
+    (1, st.builds(ExpireTTL)),
+    (1, st.builds(ResubmitBeforeRelease, INDEX, st.sampled_from(("tick", "deliver", "nothing")))),
 )
 
 
-def make_faults(spec: tuple[str, str, Any] | None) -> list[Fault]:
+def make_faults(spec: tuple[str, str, Any] | None, world: World | None = None) -> list[Fault]:
     if spec is None:
         return []
     kind, what, n = spec
@@ -211,6 +294,9 @@ def make_faults(spec: tuple[str, str, Any] | None) -> list[Fault]:
         return [Throttle(what, times=n)]
     if kind == "throttle_call":
         return [ThrottleCall(n)]
+    if kind == "interleave":  # into a completion: the scheduled tick of launcher B
+        assert world is not None
+        return [Interleave(what, lambda: world.tick("B"))]
     return [StaleList(what)]
 
 
@@ -230,16 +316,29 @@ class SluiceMachine(RuleBasedStateMachine):
         skew=st.sampled_from(SKEWS),
         policy=st.sampled_from(("suppress", "suppress", "defer")),
         backlog=st.lists(MESSAGE, min_size=2, max_size=8).map(tuple),
+        history=st.sampled_from((0, 0, 0, HISTORY_RUNS)),
     )
     def build(
-        self, max_concurrency: int, skew: float, policy: str, backlog: tuple[tuple[str, str, bool, bool], ...]
+        self,
+        max_concurrency: int,
+        skew: float,
+        policy: str,
+        backlog: tuple[tuple[str, str, bool, bool], ...],
+        history: int = 0,
     ) -> None:
-        """A fresh world, with a backlog queued already, so that the first tick has work."""
+        """A fresh world, with a backlog queued already, so that the first tick has work, and maybe
+        a payload with thousands of earlier runs. Launcher ``R`` is A's twin whose clients retry as
+        deployed (botocore's standard mode)."""
         mock_random.seed(0)  # moto's message ids and receipts: the same program replays the same
-        self.world = World(max_concurrency=max_concurrency, skew=skew, duplicate_policy=policy)
+        self.world = World(
+            max_concurrency=max_concurrency, skew=skew, duplicate_policy=policy, retention_days=RETENTION_DAYS
+        )
+        self.world.add_container("R", CLIENT_CONFIG)
         count("examples", counter=STATS)
         if skew:
             count("clock_skew")
+        if history:
+            self.world.seed_history(canonical_key(json.dumps(PAYLOADS["p0"])), runs=history)
         self._Enqueue(Enqueue(backlog))
 
     def teardown(self) -> None:
@@ -317,30 +416,40 @@ class SluiceMachine(RuleBasedStateMachine):
             self.world.ticks_at_once(("A", "B"))
         elif action.fault is not None and action.fault[0] == "interleave":
             self.world.tick_interleaved(action.launcher, action.fault[1], action.fault[2])
+        elif action.fault is not None and action.fault[0] == "attempts":
+            # Launcher R, whose clients retry: botocore's backoff is recorded, not slept.
+            attempts = AttemptFaults("StartExecution", ATTEMPT_PLANS[action.fault[1]])
+            with retry_sleeps():
+                self.world.tick("R", [attempts])
         else:
             self.world.tick(action.launcher, make_faults(action.fault))
 
     # -- Step Functions and EventBridge -----------------------------------------------------------------
 
+    def _running(self) -> list[str]:
+        """RUNNING executions, Sluice's in the order they started, then those started by hand."""
+        model = self.world.model
+        ours = [s.name for s in model.starts if s.name in model.running]
+        return ours + sorted(set(model.running) - set(ours))
+
     def _End(self, action: End) -> None:
         world = self.world
-        name = pick([s.name for s in world.model.starts if s.name in world.model.running], action.execution)
+        name = pick(self._running(), action.execution)
         if name is None:
             return
-        event = world.end(name, action.status)
+        self._deliver(world.end(name, action.status), action.delivery)
+
+    def _deliver(self, event: Any, delivery: str) -> None:
+        world = self.world
         index = world.pending.index(event)
-        if action.delivery == "lost":
+        if delivery == "lost":
             world.lose(index)
-        elif (
-            action.delivery in ("now", "twice")
-            and world.deliver(index) == "ok"
-            and action.delivery == "twice"
-        ):
+        elif delivery in ("now", "twice") and world.deliver(index) == "ok" and delivery == "twice":
             world.redeliver(len(world.delivered) - 1)
 
     def _Deliver(self, action: Deliver) -> None:
         if self.world.pending:
-            self.world.deliver(action.event % len(self.world.pending), make_faults(action.fault))
+            self.world.deliver(action.event % len(self.world.pending), make_faults(action.fault, self.world))
 
     def _Lose(self, action: Lose) -> None:
         if self.world.pending:
@@ -354,3 +463,37 @@ class SluiceMachine(RuleBasedStateMachine):
         name = pick([s.name for s in self.world.model.starts], action.execution)
         if name is not None:
             self.world.deliver_running_event(name)
+
+    # -- behind Sluice's back -------------------------------------------------------------------------
+
+    def _Outside(self, action: Outside) -> None:
+        world = self.world
+        if action.kind == "start":
+            world.start_by_hand(pick(sorted(PAYLOADS), action.execution))
+        elif action.kind == "stop":
+            name = pick([n for n in self._running() if n not in world.model.outside], action.execution)
+            if name is not None:
+                self._deliver(world.stop_by_hand(name), action.delivery)
+        else:
+            ended = [n for n, status in world.ended_as.items() if status != "SUCCEEDED"]
+            name = pick([n for n in ended if n not in world.model.running], action.execution)
+            if name is not None:
+                world.redrive(name)
+
+    def _ExpireTTL(self, action: ExpireTTL) -> None:
+        self.world.advance(action.days * 86_400 + 1)
+        self.world.expire_ttl()
+
+    def _ResubmitBeforeRelease(self, action: ResubmitBeforeRelease) -> None:
+        world = self.world
+        start = pick([s for s in world.model.starts if s.name in world.model.running], action.execution)
+        earlier = world.model.sent.get(start.message_id or "") if start else None
+        if earlier is None:
+            return
+        count("resubmit:before_release")
+        event = world.end(start.name, "SUCCEEDED")
+        world.send(earlier.body, group=earlier.group, attributes=earlier.attributes or None)
+        if action.then == "tick":
+            world.tick("A")
+        elif action.then == "deliver":
+            world.deliver(world.pending.index(event))

@@ -28,7 +28,7 @@ class Promises:
         """Messages parked (deferred duplicates in the table) and not yet sent back to the queue."""
         return sorted(
             item["message_id"]["S"]
-            for pk, item in self.table().items()
+            for pk, item in self.table("message_id", "woken_at").items()
             if pk.startswith("PARK#") and "woken_at" not in item
         )
 
@@ -46,7 +46,7 @@ class Promises:
             raise PromiseBroken("\n".join(self.model.violations))
         if not self.check_ledger:
             return
-        items = self.table()
+        items = self.table("holders", "holder", "state")
         slots = self.holders(items)
         leases = {
             item["holder"]["S"]
@@ -108,7 +108,7 @@ class Promises:
             raise PromiseBroken(
                 f"Step Functions runs {sorted(running)}, the suite saw {sorted(self.model.running)} start and not end"
             )
-        holders = self.holders(self.table())
+        holders = self.holders(self.table("holders"))
         ours = running - self.model.outside  # what Sluice holds: not started by hand, not redriven
         if holders != ours:
             raise PromiseBroken(
@@ -124,7 +124,7 @@ class Promises:
         self.advance(WINDOW + 1)
         self.tick("A")
         self.check()
-        items = self.table()
+        items = self.table("holders", "state")
         if self.holders(items):
             raise PromiseBroken(
                 f"promise 4 (nothing leaks): slots held after every execution ended: {sorted(self.holders(items))}"

@@ -127,6 +127,7 @@ class World(BehindTheBack, Promises):
         self.ticks = 0
         self.settling = False
         self.expired: set[str] = set()  # items DynamoDB's TTL deleted (``expire_ttl``)
+        self.ended_as: dict[str, str] = {}  # executions that ended (and are not running again): status
         self._seq = 0
 
     def close(self) -> None:
@@ -252,6 +253,7 @@ class World(BehindTheBack, Promises):
         """The operator lowers MAX (by one, or to ``value``) while a tick runs. Time passes beyond
         the launcher's cache of MAX, so a launcher that read MAX again would see the new value."""
         self.set_max(max(0, self.model.max - 1) if value is None else value)
+        self.count("max:lowered_mid_tick")
         if self.settings.max_cache_seconds:
             self.clock.advance(self.settings.max_cache_seconds + 1)
 
@@ -261,6 +263,7 @@ class World(BehindTheBack, Promises):
         """End a RUNNING execution; EventBridge now owes its status event."""
         body = self.stack.finish(name, status, error=END_ERRORS.get(status))
         self.model.ended(name)
+        self.ended_as[name] = status
         self.count(f"ended:{status}")
         return self.owe_event(name, status, body)
 
@@ -354,9 +357,14 @@ class World(BehindTheBack, Promises):
         )["Attributes"]
         return sum(int(v) for v in attrs.values())
 
-    def table(self) -> dict[str, dict[str, Any]]:
+    def table(self, *attributes: str) -> dict[str, dict[str, Any]]:
+        """Every item by ``pk``; with ``attributes``, only those (a payload's history can be long)."""
         items: dict[str, dict[str, Any]] = {}
         request: dict[str, Any] = {"TableName": self.settings.table_name, "ConsistentRead": True}
+        if attributes:
+            names = {f"#a{i}": a for i, a in enumerate(("pk", *attributes))}
+            request["ProjectionExpression"] = ", ".join(names)
+            request["ExpressionAttributeNames"] = names
         while True:
             page = self.ddb.scan(**request)
             for item in page.get("Items", []):

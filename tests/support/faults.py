@@ -402,9 +402,14 @@ class Injector:
         if call is None:
             return
         status = int(getattr(http_response, "status_code", 200))
+        # A stale listing is what the caller got: rewrite it before the observer sees it. The other
+        # faults come after the observer: a crash after a call must not hide the call's effect.
+        stale = [f for f in self.faults if isinstance(f, StaleList)]
+        for fault in stale:
+            fault.after(self, call, status, parsed)
         if self.observer is not None:
             self.observer.saw(call, status, parsed)
-        for fault in list(self.faults):
+        for fault in [f for f in self.faults if not isinstance(f, StaleList)]:
             fault.after(self, call, status, parsed)
         if (
             call.operation == "ListExecutions"

@@ -5,8 +5,9 @@ every container is reported to it, and it checks the promises at the moment they
 so the invariants that run after every step stay cheap (they only read ``violations``):
 
 * a new StartExecution (a name Step Functions had not seen) must hold a claim and a slot, find
-  fewer RUNNING executions than the MAX in force (promise 1), find no RUNNING execution of the
-  same payload key (promise 2), and be the first execution of its message;
+  fewer RUNNING executions than the MAX in force when its slot was taken (promise 1: the claim is
+  the admission; MAX lowered between a claim and its start does not take the slot back), find no
+  RUNNING execution of the same payload key (promise 2), and be the first execution of its message;
 * a deleted message must have started an execution, been recorded as a duplicate of *another*
   message's live lease, been parked (a deferred duplicate stored in the table), or been sent to
   the DLQ with a reason (promise 3);
@@ -16,6 +17,10 @@ so the invariants that run after every step stay cheap (they only read ``violati
 
 RUNNING executions Sluice does not hold count against MAX too: executions the test started by hand
 and executions an operator redrove are in ``running`` (and in ``outside`` until Sluice adopts them).
+As docs/protocol.md says, Sluice learns of them at its next reconciliation: one counts against MAX
+at a start once a reconciliation whose listing showed it, made after it went outside, has completed
+(a stale listing that hid it does not count). Promise 2 likewise: a redriven execution is one of its
+key's runs again once a reconciliation has seen it.
 A parked message re-sent to the queue gets a new SQS message id but is the same message: ids are
 mapped back to the original (``origin``) before anything is counted.
 
@@ -91,6 +96,7 @@ class Model:
         self.sent: dict[str, Sent] = {}
         self.holders: set[str] = set()  # names holding a slot, from claim and release transactions
         self.claims: dict[str, str] = {}  # execution name -> message id of its claim
+        self.claimed_under: dict[str, int] = {}  # execution name -> MAX in force at its claim
         self.started: dict[str, str | None] = {}  # execution name -> message id, every start Sluice made
         self.started_by_message: dict[str, set[str]] = {}
         self.running: dict[str, str | None] = {}  # RUNNING in Step Functions: name -> payload key
@@ -107,6 +113,10 @@ class Model:
         self.parked: set[str] = set()  # message ids parked in the table (deferred duplicates)
         self.origin: dict[str, str] = {}  # message id of a re-sent parked message -> the original
         self.adopted: set[str] = set()
+        self.outside_since: dict[str, int] = {}  # outside name -> the event count when it went outside
+        self.listing: dict[str, tuple[int, set[str]]] = {}  # container -> (event count, names listed)
+        self.known_outside: set[str] = set()  # outside names the last completed reconciliation listed
+        self.events = 0
         self.max_receive_count = 0
 
     # -- the test's own actions ------------------------------------------------------------------
@@ -128,13 +138,19 @@ class Model:
             sent = self.sent.get(message_id or "")
             self.running[name] = sent.key if sent else None
             self.finished.discard(name)
-            self.outside.add(name)
+            self._went_outside(name)
 
     def started_outside(self, name: str, key: str | None = None) -> None:
         """An execution Sluice did not start (ListExecutions shows it; MAX counts it)."""
         with self.lock:
             self.running[name] = key
-            self.outside.add(name)
+            self._went_outside(name)
+
+    def _went_outside(self, name: str) -> None:
+        self.events += 1
+        self.outside.add(name)
+        self.outside_since[name] = self.events
+        self.known_outside.discard(name)
 
     def logical(self, message_id: str) -> str:
         """The message a (re-sent) message id stands for."""
@@ -185,6 +201,7 @@ class Model:
         name, message_id = item["name"]["S"], self.logical(item["message_id"]["S"])
         self.holders.add(name)
         self.claims[name] = message_id
+        self.claimed_under[name] = self.max
 
     def _refused_claim(self, call: Call, parsed: dict[str, Any]) -> None:
         reasons = parsed.get("CancellationReasons") or []
@@ -248,7 +265,8 @@ class Model:
         message_id = self.claims.get(name)
         sent = self.sent.get(message_id or "")
         key = sent.key if sent else None
-        start = Start(name, key, message_id, len(self.running), self.max)
+        counted = [n for n in self.running if n not in self.outside or n in self.known_outside]
+        start = Start(name, key, message_id, len(counted), self.claimed_under.get(name, self.max))
         if message_id is None:
             self.violations.append(f"{name} started without a claim")
         if name not in self.holders:
@@ -257,7 +275,11 @@ class Model:
             self.violations.append(
                 f"promise 1 (MAX): {name} started while {start.running_before} executions ran under MAX {start.max_in_force}"
             )
-        twins = sorted(n for n, k in self.running.items() if key is not None and k == key)
+        twins = sorted(
+            n
+            for n, k in self.running.items()
+            if key is not None and k == key and (n not in self.outside or n in self.known_outside)
+        )
         if twins:
             self.violations.append(
                 f"promise 2 (one per key): {name} started for key {key!r} while {twins[0]} still runs"
@@ -272,6 +294,23 @@ class Model:
             self.started_by_message.setdefault(message_id, set()).add(name)
         self.running[name] = key
         self.starts.append(start)
+
+    def _on_list(self, call: Call, parsed: dict[str, Any]) -> None:
+        """A page of RUNNING executions, as the reconciler saw it (after any stale rewriting)."""
+        names = {e["name"] for e in parsed.get("executions", [])}
+        if "nextToken" in call.params:
+            self.listing.setdefault(call.container, (self.events, set()))[1].update(names)
+        else:
+            self.events += 1
+            self.listing[call.container] = (self.events, names)
+
+    def _on_save_reconciliation(self, call: Call, parsed: dict[str, Any]) -> None:
+        """A reconciliation completed: what its listing showed of the executions outside Sluice is
+        what admission now counts against MAX (the last one saved wins, as in the ledger)."""
+        at, names = self.listing.pop(call.container, (0, set()))
+        self.known_outside = {
+            n for n in names if n in self.outside and self.outside_since.get(n, self.events + 1) < at
+        }
 
     def _on_delete(self, call: Call, parsed: dict[str, Any]) -> None:
         handles = {e["Id"]: e["ReceiptHandle"] for e in call.params.get("Entries", [])}
