@@ -1,27 +1,44 @@
-"""The suite catches what it exists to catch: two launchers that others have shipped, run against
-the same state machine, break a promise within a fixed, derandomised budget.
+"""The suite catches what it exists to catch: broken variants of Sluice, each patched in for the
+length of one test, must make the suite fail.
 
-Each variant is a test double of a *broken* Sluice, patched in for the length of one test:
+Two are launchers others have shipped, caught by the property suite within a fixed, derandomised
+budget: random execution names, and a slot count decremented per status event.
 
-* random execution names: a redelivered message gets a new name, so the name no longer ties a
-  message to its one execution;
-* a slot count decremented per status event: a second delivery of one event frees a second slot,
-  here by dropping another holder from the ledger.
+The rest are the shapes of the bugs fixed since (issue 9) and the shortcuts a refactoring could
+take (issue 10), each caught by the scenario that pins it down: the scenario passes on Sluice as it
+is (it runs in ``test_promise_breaks.py`` or below) and fails with the variant patched in. A variant
+is caught only by a broken promise (``PromiseBroken``) or a failed assertion about what AWS holds;
+any other error fails the test, so a variant cannot pass by crashing the scenario.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
+import sluice.adapters.dynamodb
+import sluice.adapters.sfn
 import sluice.launcher
+import sluice.reconcile
 import sluice.runtime
 from sluice.adapters.dynamodb import LEDGER_PK, DynamoStore
+from sluice.adapters.ssm import SsmMax
+from sluice.completion import complete
+from sluice.errors import AmbiguousStartError, SluiceError, TransientError
+from sluice.launcher import Launcher
+from sluice.model import PayloadState
+from sluice.runtime import CLIENT_CONFIG
+from tests.reliability import test_promise_breaks as breaks
 from tests.reliability.machine import SluiceMachine
-from tests.reliability.world import PromiseBroken, World
+from tests.reliability.world import CLAIM_TIMEOUT, VISIBILITY, WINDOW, PromiseBroken, World
+from tests.support.faults import AttemptFaults, CrashAt, Interleave, Throttle
+from tests.support.hooks import retry_sleeps
 
 BUDGET = settings(
     max_examples=40,
@@ -34,6 +51,39 @@ BUDGET = settings(
     suppress_health_check=list(HealthCheck),
 )
 
+Scenario = Callable[..., None]
+
+
+def run(scenario: Scenario, **params: Any) -> None:
+    """Run one scenario with its own worlds, closed afterwards."""
+    worlds: list[World] = []
+
+    def make(**kwargs: Any) -> World:
+        worlds.append(World(**kwargs))
+        return worlds[-1]
+
+    try:
+        scenario(make, **params)
+    finally:
+        for world in worlds:
+            world.close()
+
+
+def caught(scenario: Scenario, **params: Any) -> BaseException:
+    """The scenario fails on a broken promise, a failed assertion, or an error Sluice itself
+    reports from AWS (a tick that fails on every run)."""
+    with pytest.raises((AssertionError, SluiceError)) as failure:
+        run(scenario, **params)
+    print(failure.value)
+    return failure.value
+
+
+def body(key: str) -> str:
+    return json.dumps({"id": key})
+
+
+# -- launchers others have shipped: the property suite ------------------------------------------------
+
 
 def random_name(key: str, message_id: str) -> str:
     return f"run-{uuid.uuid4().hex}"
@@ -42,9 +92,9 @@ def random_name(key: str, message_id: str) -> str:
 class CountingStore(DynamoStore):
     """Frees a slot for every status event, whether or not this execution still held one."""
 
-    def release(self, *, name, state, now, error=None, cause=None, ended_at=None):
+    def release(self, *, name, state, now, error=None, cause=None, ended_at=None, fence=None):
         released = super().release(
-            name=name, state=state, now=now, error=error, cause=cause, ended_at=ended_at
+            name=name, state=state, now=now, error=error, cause=cause, ended_at=ended_at, fence=fence
         )
         if released is None:
             holders = sorted(self.ledger().holders)
@@ -60,22 +110,331 @@ class CountingStore(DynamoStore):
 
 def test_random_execution_names_are_caught(monkeypatch):
     monkeypatch.setattr(sluice.launcher, "execution_name", random_name)
-    with pytest.raises(PromiseBroken) as caught:
+    with pytest.raises(PromiseBroken) as failure:
         run_state_machine_as_test(SluiceMachine, settings=BUDGET)
-    print(caught.value)
+    print(failure.value)
 
 
 def test_a_counter_decremented_per_event_is_caught(monkeypatch):
     monkeypatch.setattr(sluice.runtime, "DynamoStore", CountingStore)
-    with pytest.raises(PromiseBroken) as caught:
+    with pytest.raises(PromiseBroken) as failure:
         run_state_machine_as_test(SluiceMachine, settings=BUDGET)
-    print(caught.value)
+    print(failure.value)
 
 
 def test_the_promises_alone_catch_the_counter(monkeypatch):
     """Without the ledger-against-leases check, promise 1 (MAX) or 4 (no leak) still fails."""
     monkeypatch.setattr(sluice.runtime, "DynamoStore", CountingStore)
     monkeypatch.setattr(World, "check_ledger", False)
-    with pytest.raises(PromiseBroken, match=r"promise [14]") as caught:
+    with pytest.raises(PromiseBroken, match=r"promise [14]") as failure:
         run_state_machine_as_test(SluiceMachine, settings=BUDGET)
-    print(caught.value)
+    print(failure.value)
+
+
+# -- issue 9: the bugs fixed, put back ----------------------------------------------------------------
+
+
+def resume_after_a_mark(make_world: Callable[..., World]) -> None:
+    """A claim whose launcher died is marked by reconciliation (first sighting). A claim timeout
+    later its message comes back to a completion's refill, which resumes it; as the refill is about
+    to start it, the same reconciler sees it a second time. The renewal must fence that release off."""
+    world = make_world(max_concurrency=2)
+    world.send(body("e"), group="ge")
+    world.tick("A")
+    (e,) = world.model.running
+    world.send(body("p0"), group="g0")
+    assert world.tick("A", [CrashAt("after_claim")]) == "crashed"
+    world.advance(WINDOW + 1)
+    world.tick("B")  # first sighting: marked by B
+    world.advance(CLAIM_TIMEOUT + 1)
+    world.send(body("p0"), group="g1")
+    world.send(body("q"), group="g2")
+    world.end(e)
+    second = Interleave("before_start", lambda: world.tick("B"))
+    assert world.deliver(0, [second]) == "ok"
+    assert second.seen >= 1, "the refill never resumed the claim"
+    world.check()
+    world.settle()
+
+
+def test_the_resume_after_a_mark_scenario_holds():
+    run(resume_after_a_mark)
+
+
+def test_a_resume_that_does_not_renew_its_claim_is_caught(monkeypatch):
+    monkeypatch.setattr(DynamoStore, "renew", lambda self, **_: True)
+    caught(resume_after_a_mark)
+
+
+def one_sighting_on_the_claimers_clock(store, queue, record, now, reconciler, claim_timeout):
+    """The release before the fix: once the claim's own expiry has passed, by whoever's clock."""
+    if now < record.claim_expires_at:
+        return 0
+    done = complete(store=store, queue=queue, name=record.name, state=PayloadState.RELEASED, now=now)
+    return int(done is not None)
+
+
+def test_releasing_an_unstarted_claim_on_the_claimers_expiry_is_caught(monkeypatch):
+    monkeypatch.setattr(sluice.reconcile, "_settle_unstarted", one_sighting_on_the_claimers_clock)
+    caught(breaks.test_a_fresh_claim_survives_a_reconciler_with_a_skewed_clock, skew=900.0)
+
+
+def at_first_sight(store, queue, record, now, reconciler, claim_timeout):
+    """Reconciliation releasing a CLAIMED holder before its claim has expired."""
+    done = complete(store=store, queue=queue, name=record.name, state=PayloadState.RELEASED, now=now)
+    return int(done is not None)
+
+
+def test_releasing_a_claim_before_it_expires_is_caught(monkeypatch):
+    monkeypatch.setattr(sluice.reconcile, "_settle_unstarted", at_first_sight)
+    caught(breaks.test_a_resumed_claim_never_starts_after_reconciliation_released_it)
+
+
+def retried_start_then_refill(make_world: Callable[..., World]) -> None:
+    """StartExecution's first attempt reaches Step Functions and its answer is lost; botocore's
+    retries are throttled. Before any reconciliation, a completion's refill receives a re-submission
+    of the same key: the claim must still stand, so it is a duplicate, not a second run."""
+    world = make_world(max_concurrency=2)
+    world.add_container("A-retrying", CLIENT_CONFIG)
+    world.send(body("e"), group="ge")
+    world.tick("A")
+    (e,) = world.model.running
+    world.send(body("p0"), group="g0")
+    attempts = AttemptFaults("StartExecution", ("lost", "throttled", "throttled"))
+
+    def meanwhile() -> None:
+        world.send(body("p0"), group="g1")
+        world.end(e)
+        world.deliver(0)
+
+    refill = Interleave("before_return", meanwhile)
+    with retry_sleeps():
+        world.tick("A-retrying", [attempts, refill])
+    assert attempts.fired == {"lost": 1, "throttled": 2} and refill.seen == 1
+    world.check()
+    world.settle()
+
+
+def test_the_retried_start_scenario_holds():
+    run(retried_start_then_refill)
+
+
+def test_a_retried_start_taken_for_a_refusal_is_caught(monkeypatch):
+    monkeypatch.setattr(sluice.adapters.sfn, "_retried", lambda exc: False)
+    caught(retried_start_then_refill)
+
+
+def test_a_launcher_that_stops_rereading_max_is_caught(monkeypatch):
+    read_once = SsmMax.current
+
+    def first_value_forever(self: SsmMax) -> int:
+        if not hasattr(self, "_forever"):
+            self._forever = read_once(self)
+        return self._forever
+
+    monkeypatch.setattr(SsmMax, "current", first_value_forever)
+    caught(breaks.test_max_lowered_between_batches_of_one_tick_is_obeyed)
+
+
+def redriven_with_room(make_world: Callable[..., World]) -> None:
+    """A released execution is redriven while a slot is free; a re-submission of its key arrives.
+    Counting the redriven run as external keeps MAX, but only taking its lease back keeps the key."""
+    world = make_world(max_concurrency=2)
+    world.send(body("p0"), group="g0")
+    world.tick("A")
+    (p0,) = world.model.running
+    world.end(p0, "FAILED")
+    world.deliver(0)
+    world.redrive(p0)
+    world.send(body("p0"), group="g1")
+    world.advance(WINDOW + 1)
+    world.tick("A")
+    world.check()
+    world.settle()
+
+
+def test_the_redriven_with_room_scenario_holds():
+    run(redriven_with_room)
+
+
+def test_a_redriven_execution_left_out_of_the_ledger_is_caught(monkeypatch):
+    monkeypatch.setattr(DynamoStore, "adopt", lambda self, **_: False)
+    caught(redriven_with_room)
+
+
+def test_live_records_with_a_ttl_are_caught(monkeypatch):
+    claim_items = DynamoStore._claim_items
+
+    def expiring(self, key, name, message_id, limit, now, claim_expires_at, arn):
+        items = claim_items(self, key, name, message_id, limit, now, claim_expires_at, arn)
+        lease = items[1]["Update"]
+        lease["UpdateExpression"] = (
+            lease["UpdateExpression"]
+            .replace("updated_at = :now,", "updated_at = :now, expires_at = :ttl,")
+            .replace("REMOVE reason, expires_at", "REMOVE reason")
+        )
+        ttl = {"N": str(int(now) + self.retention_seconds)}
+        lease["ExpressionAttributeValues"][":ttl"] = ttl
+        items[2]["Put"]["Item"]["expires_at"] = ttl
+        return items
+
+    mark_items = DynamoStore._mark_items
+
+    def keeping_the_ttl(self, started, now):
+        items = mark_items(self, started, now)
+        for entry in items:
+            update = entry["Update"]
+            update["UpdateExpression"] = update["UpdateExpression"].replace(" REMOVE expires_at,", " REMOVE")
+            update["UpdateExpression"] = update["UpdateExpression"].replace(" REMOVE expires_at", "")
+        return items
+
+    monkeypatch.setattr(DynamoStore, "_claim_items", expiring)
+    monkeypatch.setattr(DynamoStore, "_mark_items", keeping_the_ttl)
+    caught(breaks.test_records_of_a_running_execution_never_expire)
+
+
+def test_suppressing_a_duplicate_without_asking_whether_its_holder_ended_is_caught(monkeypatch):
+    duplicate = Launcher._duplicate
+
+    def without_asking(self, payload, held, done):
+        ask = self.executions.describe
+        self.executions.describe = lambda *args, **kwargs: None
+        try:
+            return duplicate(self, payload, held, done)
+        finally:
+            self.executions.describe = ask
+
+    monkeypatch.setattr(Launcher, "_duplicate", without_asking)
+    caught(breaks.test_a_resubmission_after_the_end_and_before_the_release_runs)
+
+
+def test_an_unbounded_payload_history_is_caught(monkeypatch):
+    monkeypatch.setattr(sluice.adapters.dynamodb, "HISTORY_LIMIT", 10**9)
+    caught(breaks.test_a_key_with_a_long_history_keeps_running)
+
+
+# -- issue 10: shortcuts a refactoring could take ------------------------------------------------------
+
+
+def completion_refills_one_slot(make_world: Callable[..., World]) -> None:
+    """MAX is raised while every slot is busy; an execution ends. Its completion fills the slot it
+    freed and no other: slots freed otherwise are the scheduled tick's, or a burst of completions
+    would receive more than they can claim and walk healthy messages to the DLQ."""
+    world = make_world(max_concurrency=1)
+    for i in range(4):
+        world.send(body(f"p{i}"), group=f"g{i}")
+    world.tick("A")
+    (first,) = world.model.running
+    world.set_max(3)
+    world.end(first)
+    before = len(world.model.starts)
+    assert world.deliver(0) == "ok"
+    world.check()
+    assert len(world.model.starts) - before == 1, "a completion started more than the slot it freed"
+    world.tick("A")
+    assert len(world.model.running) == 3
+    world.settle()
+
+
+def test_the_completion_refill_scenario_holds():
+    run(completion_refills_one_slot)
+
+
+def test_a_completion_that_refills_every_free_slot_is_caught(monkeypatch):
+    def every_free_slot(self, change, *, remaining_ms=None):
+        released = sluice.launcher.handle_status_change(
+            change,
+            store=self.store,
+            queue=self.queue,
+            state_machine_arn=self.executions.state_machine_arn,
+            now=self.clock.now(),
+        )
+        return released, (self.admit(remaining_ms=remaining_ms) if released else None), ""
+
+    monkeypatch.setattr(Launcher, "on_status_change", every_free_slot)
+    caught(completion_refills_one_slot)
+
+
+def resume_throttled(make_world: Callable[..., World]) -> None:
+    """A launcher dies after StartExecution; the message returns to a completion's refill, whose
+    StartExecution of the resumed claim is throttled. The claim must stay: the execution runs, and
+    the next refill (no reconciliation in between) must not start its key again."""
+    world = make_world(max_concurrency=3)
+    for key in ("e1", "e2"):
+        world.send(body(key), group=f"g{key}")
+    world.tick("A")
+    e1, e2 = sorted(world.model.running)
+    world.send(body("p0"), group="g0")
+    assert world.tick("A", [CrashAt("after_start")]) == "crashed"
+    world.advance(VISIBILITY + 1)
+    world.end(e1)
+    # The refill's resume is throttled, and the function dies before it gives the message back,
+    # so the message stays in flight: the next refill can only receive the re-submission.
+    throttled = Throttle("StartExecution", times=1)
+    assert world.deliver(0, [throttled, CrashAt("before_return")]) == "crashed"
+    assert throttled.fired == 1
+    world.check()
+    world.send(body("p0"), group="g1")  # a re-submission
+    world.end(e2)
+    world.deliver(1)  # a refill, with no reconciliation first
+    world.check()
+    world.settle()
+
+
+def test_the_throttled_resume_scenario_holds():
+    run(resume_throttled)
+
+
+def test_a_resumed_claim_rolled_back_when_its_start_is_throttled_is_caught(monkeypatch):
+    attempt = Launcher._attempt
+
+    def rolls_back_resumes(self, payload, name, limit, done, started):
+        try:
+            return attempt(self, payload, name, limit, done, started)
+        except AmbiguousStartError:
+            raise
+        except TransientError as exc:
+            if exc.operation == "StartExecution":
+                self._rollback(name, f"StartExecution refused: {exc}")
+            raise
+
+    monkeypatch.setattr(Launcher, "_attempt", rolls_back_resumes)
+    caught(resume_throttled)
+
+
+def lost_wake_up(make_world: Callable[..., World]) -> None:
+    """The completion releases a holder with a message parked behind it, then dies before sending
+    it back: reconciliation must find it, or the message is lost in the table."""
+    world = make_world(max_concurrency=2, duplicate_policy="defer")
+    breaks.woken(world, [CrashAt("before_unpark")])
+    world.check()
+    world.advance(WINDOW + 1)
+    world.tick("B")
+    world.check()
+    world.settle()
+
+
+def test_the_lost_wake_up_scenario_holds():
+    run(lost_wake_up)
+
+
+def test_a_reconciliation_that_never_sweeps_the_waiting_room_is_caught(monkeypatch):
+    monkeypatch.setattr(sluice.reconcile, "sweep", lambda **_: 0)
+    caught(lost_wake_up)
+
+
+def test_every_variant_is_restored_after_its_test():
+    """The patches above are undone by monkeypatch: Sluice as it is passes the scenarios."""
+    run(breaks.test_a_resumed_claim_never_starts_after_reconciliation_released_it)
+    assert Launcher.on_status_change.__qualname__ == "Launcher.on_status_change"
+    assert sluice.reconcile._settle_unstarted.__name__ == "_settle_unstarted"
+    assert isinstance(run, Callable)
+
+
+def test_a_variant_that_crashes_the_scenario_is_not_counted_as_caught(monkeypatch):
+    def broken(self, **_: Any) -> bool:
+        raise RuntimeError("not a promise")
+
+    monkeypatch.setattr(DynamoStore, "renew", broken)
+    with pytest.raises(RuntimeError):
+        caught(breaks.test_a_resumed_claim_never_starts_after_reconciliation_released_it)
