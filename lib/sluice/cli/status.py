@@ -17,11 +17,12 @@ def cmd_status(ctx: Context) -> int:
         print(f"sluice status: no record for payload {ctx.args.payload_id!r}", file=sys.stderr)
         return EXIT_PARTIAL
     p = data["payload"]
+    expires = when(p["expires_at"]) if p["expires_at"] else ("never while it runs" if p["holder"] else "-")
     lines = [
         f"payload     {p['key']}",
         f"state       {p['state']}" + (f"  (lease held by {p['holder']})" if p["holder"] else ""),
         f"attempts    {p['attempts']}    duplicates suppressed {p['duplicates']}",
-        f"updated     {when(p['updated_at'])}    record expires {when(p['expires_at'])}",
+        f"updated     {when(p['updated_at'])}    record expires {expires}",
     ]
     if p["reason"]:
         lines.append(f"reason      {p['reason']}")
