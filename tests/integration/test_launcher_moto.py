@@ -301,3 +301,29 @@ def test_api_calls_per_start_and_tick_cost_independent_of_backlog(session):
     # reads, ListExecutions, the waiting room's index, save), GetParameter, ledger read, receive,
     # one mark for the batch, delete.
     assert small_total == 2 * 10 + 11 and small_per_start == 3.1
+
+
+def test_switching_the_state_machine_with_executions_running_leaks_no_slot(session):
+    """The stack is pointed at another state machine while one of the old one's executions runs:
+    reconciliation asks about it by the ARN recorded at its claim, and frees its slot when it ends."""
+    clock = FakeClock()
+    stack = build_stack(session, clock=clock, max_concurrency=1)
+    stack.send({"id": "old"})
+    stack.launcher().tick()
+    (old,) = stack.running()
+    new_arn = stack.client("stepfunctions").create_state_machine(
+        name="sluice-test-workflow-v2",
+        definition=json.dumps({"StartAt": "W", "States": {"W": {"Type": "Pass", "End": True}}}),
+        roleArn="arn:aws:iam::123456789012:role/sluice-test-sfn",
+    )["stateMachineArn"]
+    switched = stack.runtime(state_machine_arn=new_arn)
+    stack.send({"id": "new"})
+    clock.advance(61)
+    assert switched.launcher().tick().n(Outcome.STARTED) == 0  # the old execution still holds MAX 1
+    stack.finish(old, "SUCCEEDED")  # its status event matches the old rule only: never delivered
+    clock.advance(61)
+    summary = switched.launcher().tick()
+    assert (summary.released_by_reconcile, summary.n(Outcome.STARTED)) == (1, 1)
+    assert switched.store().payload("old").state is PayloadState.SUCCEEDED
+    new_runs = stack.client("stepfunctions").list_executions(stateMachineArn=new_arn)["executions"]
+    assert [e["name"].split("-")[0] for e in new_runs] == ["new"]
