@@ -10,7 +10,8 @@ domain code never sees botocore.
     ├── ConditionFailed           a conditional write found the item otherwise: nothing written
     └── ClaimRejected             the ledger said no
         ├── SlotsFull             no free slot under the current limit
-        └── LeaseHeld             the payload's lease is live; carries the existing record
+        ├── LeaseHeld             the payload's lease is live; carries the existing record
+        └── lease.Busy            a key's lease (``@exclusive``) is held; carries its holders
 """
 
 from __future__ import annotations

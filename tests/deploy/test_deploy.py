@@ -82,6 +82,9 @@ TOOLS_ONLY = (
     "lib/sluice/enqueue.py",
     "lib/sluice/local/",
     "lib/sluice/adapters/memory",
+    "lib/sluice/concurrency.py",
+    "lib/sluice/lease.py",
+    "lib/sluice/adapters/dynamo_lease.py",
 )
 # Imports both handlers with nothing on sys.path but the extracted zip (its lib/ first, as the function's
 # PYTHONPATH says) and this interpreter's standard library and site-packages: not the repository's lib/,
