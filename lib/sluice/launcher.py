@@ -41,7 +41,7 @@ from sluice.errors import (
     SlotsFull,
     TransientError,
 )
-from sluice.model import Message, Outcome, Payload, PayloadState, StartedExecution, TickSummary
+from sluice.model import Ledger, Message, Outcome, Payload, PayloadState, StartedExecution, TickSummary
 from sluice.names import execution_name, origin_id
 from sluice.parking import park
 from sluice.ports import Clock, Executions, MaxSource, Queue, Store
@@ -133,8 +133,8 @@ class Launcher:
     ) -> TickSummary:
         """Receive and start payloads while slots are free, the queue has messages and time remains.
 
-        MAX and the ledger are read again before every receive, so each batch is admitted under the
-        MAX in force when it was received. ``max_new`` caps how many this call starts: a completion
+        MAX and the ledger are read again before every receive, and MAX again before every claim, so
+        each payload is admitted under the MAX in force when it is claimed. ``max_new`` caps how many this call starts: a completion
         refills the one slot it freed. If every completion of a burst took all the free slots it
         saw, all but one would lose their claims and return their messages, and each return spends
         a receive of the message's ``maxReceiveCount``: healthy messages would walk to the DLQ.
@@ -175,7 +175,7 @@ class Launcher:
                 summary.stopped = "empty"
                 break
             summary.received += len(messages)
-            filled, stop = self._process_batch(messages, limit, summary)
+            filled, stop = self._process_batch(messages, ledger, summary)
             started += filled
             summary.running_after = running + filled
             if stop:
@@ -188,7 +188,9 @@ class Launcher:
 
     # -- one batch ----------------------------------------------------------------------------
 
-    def _process_batch(self, messages: list[Message], limit: int, summary: TickSummary) -> tuple[int, str]:
+    def _process_batch(
+        self, messages: list[Message], ledger: Ledger, summary: TickSummary
+    ) -> tuple[int, str]:
         """Process one received batch. Returns (slots filled, why to stop or "").
 
         The executions it started are marked RUNNING in one write, then the messages it handled are
@@ -198,7 +200,7 @@ class Launcher:
         done: list[Message] = []
         started: list[StartedExecution] = []
         try:
-            filled, stop = self._run_batch(messages, limit, summary, done, started)
+            filled, stop = self._run_batch(messages, ledger, summary, done, started)
         except Exception:
             self._settle(done, started)
             raise
@@ -208,7 +210,7 @@ class Launcher:
     def _run_batch(
         self,
         messages: list[Message],
-        limit: int,
+        ledger: Ledger,
         summary: TickSummary,
         done: list[Message],
         started: list[StartedExecution],
@@ -217,7 +219,7 @@ class Launcher:
         for i, message in enumerate(messages):
             rest = messages[i:]
             try:
-                outcome = self._process(message, limit, done, started)
+                outcome = self._process(message, ledger, done, started)
             except SlotsFull:
                 # Another launcher took the slot between our ledger read and this claim.
                 self.queue.release(rest)
@@ -246,7 +248,7 @@ class Launcher:
             self.queue.delete(done)
 
     def _process(
-        self, message: Message, limit: int, done: list[Message], started: list[StartedExecution]
+        self, message: Message, ledger: Ledger, done: list[Message], started: list[StartedExecution]
     ) -> Outcome:
         try:
             payload = validate_message(message)
@@ -254,6 +256,8 @@ class Launcher:
             return self._dead_letter(message, exc, done)
         name = execution_name(payload.key, origin_id(message.message_id, message.attributes))
         for _ in range(ATTEMPTS):
+            # The MAX in force at this claim (SSM, cached SLUICE_MAX_CACHE_SECONDS), not at the receive.
+            limit = ledger.limit(self.max_source.current())
             outcome = self._attempt(payload, name, limit, done, started)
             if outcome is not None:
                 return outcome

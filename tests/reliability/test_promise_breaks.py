@@ -131,6 +131,22 @@ def test_max_lowered_between_batches_of_one_tick_is_obeyed(make_world):
     world.settle()
 
 
+def test_max_lowered_between_the_receive_and_the_claim_is_obeyed(make_world):
+    """Found by the soak after issue 9's fix of item 3 (MAX read per batch): the operator lowers MAX
+    after a batch was received and before its claims; each claim must use the MAX in force then.
+    Failed with MAX read per batch: promise 1 (p1 started while 1 ran under MAX 1)."""
+    world = make_world(max_concurrency=2, max_cache_seconds=5)
+    world.send(body("p0"), group="g0")
+    world.tick("A")
+    world.send(body("p1"), group="g1")
+    lowered = Interleave("after_receive", lambda: world.lower_max_mid_tick(1))
+    world.tick("A", [lowered])
+    assert lowered.seen == 1 and world.model.max == 1
+    world.check()
+    assert not runs_of(world, "p1")
+    world.settle()
+
+
 def test_a_redriven_execution_counts_against_max_and_its_key(make_world):
     """Issue 9 item 4. Failed before the fix: promise 1 and promise 2: reconciliation takes the
     redriven p0 (its record says FAILED) for a stale listing, counts no external execution, and
