@@ -4,9 +4,12 @@
 every container is reported to it, and it checks the promises at the moment they could break,
 so the invariants that run after every step stay cheap (they only read ``violations``):
 
-* a new StartExecution (a name Step Functions had not seen) must hold a claim and a slot, find
-  fewer RUNNING executions than the MAX in force when its slot was taken (promise 1: the claim is
-  the admission; MAX lowered between a claim and its start does not take the slot back), find no
+* a claim (the admission) must find fewer slots taken than the MAX in force at that moment, where a
+  slot is taken by every holder in the ledger and by every RUNNING execution (one that runs without
+  a slot, a leak, still counts; one started or redriven behind Sluice's back counts once a
+  reconciliation has listed it) (promise 1). MAX lowered, or an execution redriven, between a claim
+  and its start does not take the slot back: the start is judged by its claim;
+* a new StartExecution (a name Step Functions had not seen) must hold a claim and a slot, find no
   RUNNING execution of the same payload key (promise 2), and be the first execution of its message;
 * a deleted message must have started an execution, been recorded as a duplicate of *another*
   message's live lease, been parked (a deferred duplicate stored in the table), or been sent to
@@ -97,6 +100,7 @@ class Model:
         self.holders: set[str] = set()  # names holding a slot, from claim and release transactions
         self.claims: dict[str, str] = {}  # execution name -> message id of its claim
         self.claimed_under: dict[str, int] = {}  # execution name -> MAX in force at its claim
+        self.taken_at_claim: dict[str, int] = {}  # execution name -> slots taken by others at its claim
         self.started: dict[str, str | None] = {}  # execution name -> message id, every start Sluice made
         self.started_by_message: dict[str, set[str]] = {}
         self.running: dict[str, str | None] = {}  # RUNNING in Step Functions: name -> payload key
@@ -199,9 +203,16 @@ class Model:
     def _on_claim(self, call: Call, parsed: dict[str, Any]) -> None:
         item = self._claimed_item(call)
         name, message_id = item["name"]["S"], self.logical(item["message_id"]["S"])
+        taken = (self.holders | set(self._counted_running())) - {name}
+        if len(taken) >= self.max:
+            self.violations.append(
+                f"promise 1 (MAX): {name} claimed a slot while {len(taken)} were taken under MAX {self.max}: "
+                f"{sorted(taken)}"
+            )
         self.holders.add(name)
         self.claims[name] = message_id
         self.claimed_under[name] = self.max
+        self.taken_at_claim[name] = len(taken)
 
     def _refused_claim(self, call: Call, parsed: dict[str, Any]) -> None:
         reasons = parsed.get("CancellationReasons") or []
@@ -258,6 +269,10 @@ class Model:
         if parsed.get("MessageId"):
             self.origin[parsed["MessageId"]] = origin
 
+    def _counted_running(self) -> list[str]:
+        """RUNNING executions that count against MAX: Sluice's, and outside ones once listed."""
+        return [n for n in self.running if n not in self.outside or n in self.known_outside]
+
     def _on_start(self, call: Call, parsed: dict[str, Any]) -> None:
         name = call.params["name"]
         if name in self.started:
@@ -265,16 +280,17 @@ class Model:
         message_id = self.claims.get(name)
         sent = self.sent.get(message_id or "")
         key = sent.key if sent else None
-        counted = [n for n in self.running if n not in self.outside or n in self.known_outside]
-        start = Start(name, key, message_id, len(counted), self.claimed_under.get(name, self.max))
+        start = Start(
+            name,
+            key,
+            message_id,
+            self.taken_at_claim.get(name, len(self._counted_running())),
+            self.claimed_under.get(name, self.max),
+        )
         if message_id is None:
             self.violations.append(f"{name} started without a claim")
         if name not in self.holders:
             self.violations.append(f"{name} started without holding a slot")
-        if start.running_before >= start.max_in_force:
-            self.violations.append(
-                f"promise 1 (MAX): {name} started while {start.running_before} executions ran under MAX {start.max_in_force}"
-            )
         twins = sorted(
             n
             for n, k in self.running.items()
