@@ -133,9 +133,9 @@ class Launcher:
     ) -> TickSummary:
         """Receive and start payloads while slots are free, the queue has messages and time remains.
 
-        MAX and the ledger are read again before every receive, and MAX again before every claim, so
-        each payload is admitted under the MAX in force when it is claimed. ``max_new`` caps how many this call starts: a completion
-        refills the one slot it freed. If every completion of a burst took all the free slots it
+        MAX and the ledger are read again before every receive, and MAX again before every claim,
+        so each payload is admitted under the MAX in force when it is claimed. ``max_new`` caps how
+        many this call starts: a completion refills the one slot it freed. If every completion of a burst took all the free slots it
         saw, all but one would lose their claims and return their messages, and each return spends
         a receive of the message's ``maxReceiveCount``: healthy messages would walk to the DLQ.
         ``linger`` keeps long-polling while slots are free (``SLUICE_LINGER_SECONDS``); only the
