@@ -14,14 +14,14 @@ Messages parked behind A (deferred duplicates) go back to the queue once A is re
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sluice.model import TERMINAL_STATUSES, ClaimFence, ExecutionRecord, PayloadState
 from sluice.parking import wake
-from sluice.ports import Queue, Store
+from sluice.ports import Executions, Queue, Store
 
 log = logging.getLogger("sluice.completion")
 
@@ -70,10 +70,18 @@ def complete(
     cause: str | None = None,
     ended_at: float | None = None,
     fence: ClaimFence | None = None,
+    confirm: Callable[[ExecutionRecord], bool] | None = None,
 ) -> ExecutionRecord | None:
     """Release ``name``, record ``state`` and wake what waits for it. The one path every release takes."""
     released = store.release(
-        name=name, state=state, now=now, error=error, cause=cause, ended_at=ended_at, fence=fence
+        name=name,
+        state=state,
+        now=now,
+        error=error,
+        cause=cause,
+        ended_at=ended_at,
+        fence=fence,
+        confirm=confirm,
     )
     if released is not None and released.parked:
         wake(store=store, queue=queue, record=released, now=now)
@@ -93,7 +101,13 @@ def complete(
 
 
 def handle_status_change(
-    change: StatusChange, *, store: Store, queue: Queue, state_machine_arn: str, now: float
+    change: StatusChange,
+    *,
+    store: Store,
+    queue: Queue,
+    state_machine_arn: str,
+    now: float,
+    executions: Executions | None = None,
 ) -> bool:
     """Apply one status-change event. True when it freed a slot."""
     if change.state_machine_arn != state_machine_arn:
@@ -106,6 +120,7 @@ def handle_status_change(
     released = complete(
         store=store,
         queue=queue,
+        confirm=_ended_by_its_own_word(executions) if executions is not None else None,
         name=change.name,
         state=PayloadState(change.status),
         now=now,
@@ -114,6 +129,24 @@ def handle_status_change(
         ended_at=change.stop_date,
     )
     return released is not None
+
+
+def _ended_by_its_own_word(executions: Executions) -> Callable[[ExecutionRecord], bool]:
+    """An execution taken back after a redrive runs again under the same name: an event of its
+    earlier run (late, or repeated) must not release it. Asked of adopted executions only, with the
+    record the release reads anyway."""
+
+    def confirm(record: ExecutionRecord) -> bool:
+        info = executions.describe(record.name, record.arn)
+        if info is not None and not info.ended:
+            log.info(
+                "event of an earlier run of a redriven execution ignored",
+                extra={"execution_name": record.name},
+            )
+            return False
+        return True
+
+    return confirm
 
 
 def _epoch(value: Any) -> float | None:

@@ -113,6 +113,7 @@ class Launcher:
             queue=self.queue,
             state_machine_arn=self.executions.state_machine_arn,
             now=self.clock.now(),
+            executions=self.executions,
         )
         if not released:
             return False, None, ""

@@ -102,6 +102,7 @@ class ExecutionRecord:
     suspect_since: float | None = None  # when a reconciler first saw the claim unstarted (its own clock)
     suspect_by: str | None = None  # which reconciler: only the one that marked it judges its age
     parked: frozenset[str] = frozenset()  # message ids of deferred duplicates waiting for this run
+    adopted_at: float | None = None  # ran again after its release (a redrive) and was taken back
 
     @property
     def fence(self) -> ClaimFence | None:

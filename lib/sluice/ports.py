@@ -6,7 +6,7 @@ service faults, ``ConfigurationError`` for setup problems. Nothing here ever rai
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from sluice.model import (
@@ -159,10 +159,13 @@ class Store(Protocol):
         cause: str | None = None,
         ended_at: float | None = None,
         fence: ClaimFence | None = None,
+        confirm: Callable[[ExecutionRecord], bool] | None = None,
     ) -> ExecutionRecord | None:
         """Free ``name``'s slot and lease and record ``state``; only if ``name`` holds them.
 
         With ``fence``, only if the claim is still CLAIMED, unrenewed and marked as the fence says.
+        With ``confirm``, an execution adopted after a redrive is released only if ``confirm``
+        (asked with the record the release reads) says it has really ended.
         Returns the record as it was before, or ``None`` when nothing was released (a redelivered
         event, an execution Sluice did not start, a renewed claim): never a second slot.
         """

@@ -24,6 +24,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 import sluice.adapters.dynamodb
 import sluice.adapters.sfn
+import sluice.completion
 import sluice.launcher
 import sluice.reconcile
 import sluice.runtime
@@ -92,9 +93,16 @@ def random_name(key: str, message_id: str) -> str:
 class CountingStore(DynamoStore):
     """Frees a slot for every status event, whether or not this execution still held one."""
 
-    def release(self, *, name, state, now, error=None, cause=None, ended_at=None, fence=None):
+    def release(self, *, name, state, now, error=None, cause=None, ended_at=None, fence=None, confirm=None):
         released = super().release(
-            name=name, state=state, now=now, error=error, cause=cause, ended_at=ended_at, fence=fence
+            name=name,
+            state=state,
+            now=now,
+            error=error,
+            cause=cause,
+            ended_at=ended_at,
+            fence=fence,
+            confirm=confirm,
         )
         if released is None:
             holders = sorted(self.ledger().holders)
@@ -260,6 +268,11 @@ def test_the_redriven_with_room_scenario_holds():
 def test_a_redriven_execution_left_out_of_the_ledger_is_caught(monkeypatch):
     monkeypatch.setattr(DynamoStore, "adopt", lambda self, **_: False)
     caught(redriven_with_room)
+
+
+def test_an_earlier_runs_event_releasing_an_adopted_execution_is_caught(monkeypatch):
+    monkeypatch.setattr(sluice.completion, "_ended_by_its_own_word", lambda executions: lambda record: True)
+    caught(breaks.test_a_repeated_event_of_a_redriven_executions_earlier_run_releases_nothing)
 
 
 def test_live_records_with_a_ttl_are_caught(monkeypatch):

@@ -170,6 +170,29 @@ def test_a_redriven_execution_counts_against_max_and_its_key(make_world):
     world.settle()
 
 
+def test_a_repeated_event_of_a_redriven_executions_earlier_run_releases_nothing(make_world):
+    """Found by the soak (seed 20261130): p0 failed and was released, an operator redrove it, and
+    reconciliation took it back; then EventBridge delivered p0's FAILED event a second time, which
+    released the running p0, and the refill admitted another payload: two ran under MAX 1. An event
+    for an adopted execution now releases it only if DescribeExecution says it has ended."""
+    world = make_world(max_concurrency=1)
+    world.send(body("p0"), group="g0")
+    world.tick("A")
+    (p0,) = world.model.running
+    world.end(p0, "FAILED")
+    assert world.deliver(0) == "ok"
+    world.redrive(p0)
+    world.advance(WINDOW + 1)
+    world.tick("A")  # reconciliation adopts p0: its slot and lease are back
+    assert world.holders(world.table()) == {p0}
+    world.send(body("p1"), group="g1")
+    world.redeliver(0)  # the FAILED event of p0's earlier run, once more
+    world.check()
+    assert world.holders(world.table()) == {p0}
+    assert not runs_of(world, "p1")
+    world.settle()
+
+
 def test_records_of_a_running_execution_never_expire(make_world):
     """Issue 9 item 5. Failed before the fix: promise 2 (p0 started again while it runs): after the
     retention period TTL deletes the lease and the claim of the running p0; and its end then

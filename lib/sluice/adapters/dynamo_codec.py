@@ -107,6 +107,7 @@ def to_execution(raw: dict[str, Any]) -> ExecutionRecord:
         suspect_since=opt_float(raw.get("suspect_since")),
         suspect_by=raw.get("suspect_by"),
         parked=frozenset(raw.get("parked", ())),
+        adopted_at=opt_float(raw.get("adopted_at")),
     )
 
 

@@ -31,7 +31,7 @@ A resumed claim and reconciliation race on an unstarted claim; the claim's versi
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from sluice.adapters.dynamo_codec import (
@@ -308,9 +308,12 @@ class DynamoStore(ParkingTable):
         cause: str | None = None,
         ended_at: float | None = None,
         fence: ClaimFence | None = None,
+        confirm: Callable[[ExecutionRecord], bool] | None = None,
     ) -> ExecutionRecord | None:
         record = self.execution(name)
         if record is None or not record.state.holds_lease:
+            return None
+        if confirm is not None and record.adopted_at is not None and not confirm(record):
             return None
         expires = int(now) + self.retention_seconds
         payload_set = "SET #state = :state, updated_at = :now, expires_at = :expires"

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from sluice.errors import LeaseHeld, SlotsFull
@@ -163,7 +163,12 @@ class MemoryStore:
         cause: str | None = None,
         ended_at: float | None = None,
         fence: ClaimFence | None = None,
+        confirm: Callable[[ExecutionRecord], bool] | None = None,
     ) -> ExecutionRecord | None:
+        if confirm is not None:
+            seen = self.execution(name)
+            if seen is not None and seen.adopted_at is not None and not confirm(seen):
+                return None
         with self._lock:
             record = self._executions.get(name)
             if record is None or not record.state.holds_lease or name not in self._holders:
@@ -207,7 +212,9 @@ class MemoryStore:
             self._payloads[record.key] = replace(
                 payload, state=PayloadState.RUNNING, holder=name, updated_at=now, expires_at=0
             )
-            self._executions[name] = replace(record, state=PayloadState.RUNNING, ended_at=None, expires_at=0)
+            self._executions[name] = replace(
+                record, state=PayloadState.RUNNING, ended_at=None, expires_at=0, adopted_at=now
+            )
             return True
 
     def record_duplicate(self, *, key: str, message_id: str, now: float) -> None:
