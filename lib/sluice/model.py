@@ -27,8 +27,31 @@ class PayloadState(StrEnum):
         """An execution ran and ended (a Step Functions terminal status)."""
         return self.value in TERMINAL_STATUSES
 
+    @property
+    def redrivable(self) -> bool:
+        """An operator may redrive it (RedriveExecution), for ``REDRIVE_WINDOW_SECONDS`` after it ended."""
+        return self in (PayloadState.FAILED, PayloadState.TIMED_OUT, PayloadState.ABORTED)
+
 
 TERMINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})
+
+# RedriveExecution accepts executions that ended unsuccessfully in the last 14 days. A redriven
+# execution runs again under its old name, and only its execution record says which key it holds;
+# so that record outlives the window, whatever the retention, with a day's margin.
+REDRIVE_WINDOW_SECONDS = 14 * 86_400
+REDRIVE_MARGIN_SECONDS = 86_400
+
+
+def record_expiry(state: PayloadState, *, now: float, retention_seconds: int) -> int:
+    """When DynamoDB's TTL may delete an execution record released at ``now`` (``expires_at``).
+
+    Counted from the release, which comes after the end: a stop date from another clock never
+    shortens it.
+    """
+    keep = retention_seconds
+    if state.redrivable:
+        keep = max(keep, REDRIVE_WINDOW_SECONDS + REDRIVE_MARGIN_SECONDS)
+    return int(now) + keep
 
 
 class Outcome(StrEnum):

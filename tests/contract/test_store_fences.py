@@ -3,7 +3,7 @@ Run against MemoryStore and DynamoStore (moto) like the rest of the contract."""
 
 from __future__ import annotations
 
-from sluice.model import ClaimFence, ParkedMessage, PayloadState
+from sluice.model import REDRIVE_WINDOW_SECONDS, ClaimFence, ParkedMessage, PayloadState
 from tests.contract.stores import NOW, RETENTION, claim
 
 
@@ -17,6 +17,24 @@ def test_live_records_never_expire_and_expire_the_retention_after_the_end(store)
     assert store.execution("n1").expires_at == int(ended) + RETENTION
     claim(store, "k", "n2", now=ended + 1)
     assert store.payload("k").expires_at == 0  # claimed again: live again
+
+
+def test_a_redrivable_record_outlives_the_redrive_window_whatever_the_retention(store):
+    """RetentionDays may be shorter than RedriveExecution's 14 days; a redriven execution's record is
+    the only place its key is written, so a FAILED, TIMED_OUT or ABORTED one is kept 15 days."""
+    assert RETENTION < REDRIVE_WINDOW_SECONDS
+    for i, state in enumerate(PayloadState):
+        if not state.ended:
+            continue
+        key, name = f"k{i}", f"n{i}"
+        claim(store, key, name)
+        store.release(name=name, state=state, now=NOW)
+        kept = store.execution(name).expires_at - int(NOW)
+        if state.redrivable:
+            assert kept == REDRIVE_WINDOW_SECONDS + 86_400, state
+        else:
+            assert kept == RETENTION, state
+        assert store.payload(key).expires_at == int(NOW) + RETENTION  # the lease record: retention
 
 
 def test_the_claim_records_the_arn_it_runs_under(store):

@@ -21,6 +21,7 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.stepfunctions.models import stepfunctions_backends
 
 from sluice.clock import FakeClock
+from sluice.model import REDRIVE_WINDOW_SECONDS
 from sluice.runtime import Runtime
 from tests.support.aws import NO_RETRY, REGION, status_change_event
 from tests.support.faults import Injector
@@ -170,15 +171,27 @@ class BehindTheBack:
         arn = self.settings.state_machine_arn.replace(":stateMachine:", ":execution:") + f":{name}"
         return backend.describe_execution(arn)
 
+    def redrivable(self: World) -> list[str]:
+        """What RedriveExecution accepts: executions that did not succeed and ended in the last 14
+        days (``REDRIVE_WINDOW_SECONDS``); older ones it refuses."""
+        now = self.clock.now()
+        return [
+            n
+            for n, status in self.ended_as.items()
+            if status != "SUCCEEDED" and now - self.ended_when.get(n, now) <= REDRIVE_WINDOW_SECONDS
+        ]
+
     def redrive(self: World, name: str) -> None:
         """An operator's RedriveExecution of an ended execution: RUNNING again, same name and ARN.
         (moto has no RedriveExecution; this is the reverse of ``Stack.finish`` on moto's record.)"""
+        assert name in self.redrivable(), f"RedriveExecution refuses {name}: not within its window"
         execution = self._execution(name)
         assert execution.status in ("FAILED", "TIMED_OUT", "ABORTED"), f"{name} is {execution.status}"
         execution.status = "RUNNING"
         execution.stop_date = None
         execution.error = execution.cause = None
         self.ended_as.pop(name, None)
+        self.ended_when.pop(name, None)
         self.model.running_again(name)
         self.count("outside:redrive")
 
@@ -187,6 +200,7 @@ class BehindTheBack:
         self.sfn.stop_execution(executionArn=self._execution(name).execution_arn)
         self.model.ended(name)
         self.ended_as[name] = "ABORTED"
+        self.ended_when[name] = self.clock.now()
         self.count("outside:stop")
         return self.owe_event(
             name, "ABORTED", status_change_event(self.settings.state_machine_arn, name, "ABORTED")

@@ -475,7 +475,7 @@ class SluiceMachine(RuleBasedStateMachine):
             if name is not None:
                 self._deliver(world.stop_by_hand(name), action.delivery)
         else:
-            ended = [n for n, status in world.ended_as.items() if status != "SUCCEEDED"]
+            ended = world.redrivable()
             name = pick([n for n in ended if n not in world.model.running], action.execution)
             if name is not None:
                 world.redrive(name)

@@ -283,6 +283,14 @@ def test_an_earlier_runs_event_releasing_an_adopted_execution_is_caught(monkeypa
     caught(breaks.test_a_repeated_event_of_a_redriven_executions_earlier_run_releases_nothing)
 
 
+def test_records_of_redrivable_executions_kept_only_for_the_retention_is_caught(monkeypatch):
+    def retention_only(state, *, now, retention_seconds):
+        return int(now) + retention_seconds
+
+    monkeypatch.setattr(sluice.adapters.dynamodb, "record_expiry", retention_only)
+    caught(breaks.test_an_execution_redriven_after_the_retention_period_still_holds_its_key)
+
+
 def test_live_records_with_a_ttl_are_caught(monkeypatch):
     claim_items = DynamoStore._claim_items
 

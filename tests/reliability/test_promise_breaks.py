@@ -193,6 +193,33 @@ def test_a_repeated_event_of_a_redriven_executions_earlier_run_releases_nothing(
     world.settle()
 
 
+def test_an_execution_redriven_after_the_retention_period_still_holds_its_key(make_world):
+    """Found by the soak (seed 20261130): p1 failed and was released; the retention period passed
+    and TTL deleted its execution record; an operator redrove it (within RedriveExecution's 14
+    days). Reconciliation found no record, so it could not tell p1's key and counted it external,
+    and a re-submission of p1 started beside it. A record that may still be redriven now outlives
+    the redrive window, whatever the retention."""
+    world = make_world(max_concurrency=3, retention_days=1)
+    world.send(body("p1"), group="g0")
+    world.tick("A")
+    (p1,) = world.model.running
+    world.end(p1, "FAILED")
+    assert world.deliver(0) == "ok"
+    world.advance(2 * 86_400)  # past the retention period, well within the redrive window
+    deleted = world.expire_ttl()
+    assert deleted["PAYLOAD"] >= 1, "the TTL process ran and deleted the expired lease record"
+    assert f"EXEC#{p1}" in world.table(), "the record of a redrivable execution outlives retention"
+    world.redrive(p1)
+    world.advance(WINDOW + 1)
+    world.tick("A")  # reconciliation adopts p1
+    assert world.holders(world.table()) == {p1}
+    world.send(body("p1"), group="g1")  # a re-submission while the redriven p1 runs
+    world.tick("A")
+    world.check()
+    assert runs_of(world, "p1") == [p1]
+    world.settle()
+
+
 def test_records_of_a_running_execution_never_expire(make_world):
     """Issue 9 item 5. Failed before the fix: promise 2 (p0 started again while it runs): after the
     retention period TTL deletes the lease and the claim of the running p0; and its end then

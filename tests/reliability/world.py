@@ -128,6 +128,7 @@ class World(BehindTheBack, Promises):
         self.settling = False
         self.expired: set[str] = set()  # items DynamoDB's TTL deleted (``expire_ttl``)
         self.ended_as: dict[str, str] = {}  # executions that ended (and are not running again): status
+        self.ended_when: dict[str, float] = {}  # ... and when, by the world's clock (redrive's window)
         self._seq = 0
 
     def close(self) -> None:
@@ -264,6 +265,7 @@ class World(BehindTheBack, Promises):
         body = self.stack.finish(name, status, error=END_ERRORS.get(status))
         self.model.ended(name)
         self.ended_as[name] = status
+        self.ended_when[name] = self.clock.now()
         self.count(f"ended:{status}")
         return self.owe_event(name, status, body)
 

@@ -48,7 +48,15 @@ from sluice.adapters.dynamo_codec import (
 from sluice.adapters.dynamo_parking import PARKED_PK, ParkingTable
 from sluice.adapters.errors import translated
 from sluice.errors import LeaseHeld, SlotsFull, TransientError
-from sluice.model import ClaimFence, ExecutionRecord, Ledger, PayloadRecord, PayloadState, StartedExecution
+from sluice.model import (
+    ClaimFence,
+    ExecutionRecord,
+    Ledger,
+    PayloadRecord,
+    PayloadState,
+    StartedExecution,
+    record_expiry,
+)
 
 __all__ = [
     "LEDGER_PK",
@@ -316,13 +324,14 @@ class DynamoStore(ParkingTable):
         if confirm is not None and record.adopted_at is not None and not confirm(record):
             return None
         expires = int(now) + self.retention_seconds
+        ended = ended_at if ended_at is not None else now
         payload_set = "SET #state = :state, updated_at = :now, expires_at = :expires"
         exec_set = "SET #state = :state, ended_at = :ended, expires_at = :expires"
         payload_values = values(state=state.value, now=now, name=name, expires=expires)
         exec_values = values(
             state=state.value,
-            ended=ended_at if ended_at is not None else now,
-            expires=expires,
+            ended=ended,
+            expires=record_expiry(state, now=now, retention_seconds=self.retention_seconds),
             live0=LIVE[0],
             live1=LIVE[1],
         )

@@ -16,6 +16,7 @@ from sluice.model import (
     PayloadRecord,
     PayloadState,
     StartedExecution,
+    record_expiry,
 )
 
 HISTORY_LIMIT = 20
@@ -188,13 +189,14 @@ class MemoryStore:
                 reason=error or payload.reason,
                 expires_at=expires,
             )
+            ended = ended_at if ended_at is not None else now
             self._executions[name] = replace(
                 record,
                 state=state,
-                ended_at=ended_at if ended_at is not None else now,
+                ended_at=ended,
                 error=error or record.error,
                 cause=cause[:4_000] if cause else record.cause,
-                expires_at=expires,
+                expires_at=record_expiry(state, now=now, retention_seconds=self.retention_seconds),
             )
             return record
 
