@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sluice.model import TERMINAL_STATUSES, ClaimFence, ExecutionRecord, PayloadState
+from sluice.model import ClaimFence, ExecutionRecord, ExecutionStatus, PayloadState
 from sluice.parking import wake
 from sluice.ports import Executions, Queue, Store
 
@@ -56,7 +56,7 @@ class StatusChange:
 
     @property
     def terminal(self) -> bool:
-        return self.status in TERMINAL_STATUSES
+        return ExecutionStatus.terminal(self.status)
 
 
 def complete(
@@ -122,7 +122,7 @@ def handle_status_change(
         queue=queue,
         confirm=_ended_by_its_own_word(executions) if executions is not None else None,
         name=change.name,
-        state=PayloadState(change.status),
+        state=PayloadState.after(change.status),
         now=now,
         error=change.error,
         cause=change.cause,

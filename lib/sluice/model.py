@@ -6,6 +6,28 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 
+class ExecutionStatus(StrEnum):
+    """A Step Functions execution's status, as DescribeExecution, ListExecutions and the status
+    events report it. Not a payload state: ``PayloadState.after`` turns an end into one."""
+
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    TIMED_OUT = "TIMED_OUT"
+    ABORTED = "ABORTED"
+    PENDING_REDRIVE = "PENDING_REDRIVE"  # a redrive was accepted and has not started yet
+
+    @classmethod
+    def terminal(cls, status: str) -> bool:
+        """The one definition of "ended": any text, so an unknown future status is not an end."""
+        return status in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset(
+    {ExecutionStatus.SUCCEEDED, ExecutionStatus.FAILED, ExecutionStatus.TIMED_OUT, ExecutionStatus.ABORTED}
+)
+
+
 class PayloadState(StrEnum):
     """Latest state of a payload (the ``state`` of its payload record)."""
 
@@ -24,16 +46,21 @@ class PayloadState(StrEnum):
 
     @property
     def ended(self) -> bool:
-        """An execution ran and ended (a Step Functions terminal status)."""
-        return self.value in TERMINAL_STATUSES
+        """An execution ran and ended."""
+        return ExecutionStatus.terminal(self.value)
+
+    @classmethod
+    def after(cls, status: str) -> PayloadState:
+        """The state a payload ends in when its execution ended with ``status`` (a terminal one)."""
+        if not ExecutionStatus.terminal(status):
+            raise ValueError(f"{status!r} is not a status an execution ends with")
+        return cls(status)
 
     @property
     def redrivable(self) -> bool:
         """An operator may redrive it (RedriveExecution), for ``REDRIVE_WINDOW_SECONDS`` after it ended."""
         return self in (PayloadState.FAILED, PayloadState.TIMED_OUT, PayloadState.ABORTED)
 
-
-TERMINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})
 
 # RedriveExecution accepts executions that ended unsuccessfully in the last 14 days. A redriven
 # execution runs again under its old name, and only its execution record says which key it holds;
@@ -184,7 +211,7 @@ class ExecutionInfo:
 
     @property
     def ended(self) -> bool:
-        return self.status in TERMINAL_STATUSES
+        return ExecutionStatus.terminal(self.status)
 
 
 @dataclass(frozen=True, slots=True)

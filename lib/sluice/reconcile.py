@@ -113,7 +113,7 @@ def reconcile(
                 store=store,
                 queue=queue,
                 name=name,
-                state=PayloadState(info.status),
+                state=PayloadState.after(info.status),
                 now=now,
                 error=info.error,
                 cause=info.cause,

@@ -14,7 +14,7 @@ from sluice.local.dashboard import Dashboard, Snapshot
 from sluice.local.deployment import Deployment
 from sluice.local.events import status_change_event
 from sluice.local.lambdas import Containers, InvocationError
-from sluice.model import TERMINAL_STATUSES
+from sluice.model import ExecutionStatus
 
 if TYPE_CHECKING:
     from sluice.local.demo import Options
@@ -77,7 +77,7 @@ class Run:
                 for name in ended:
                     # EventBridge: the status-change event, to every target of the rules it matches.
                     described = sfn.describe_execution(executionArn=self.executions[name]["executionArn"])
-                    if described["status"] not in TERMINAL_STATUSES:
+                    if not ExecutionStatus.terminal(described["status"]):
                         continue
                     self.executions[name] = {**self.executions[name], **described}
                     event = status_change_event(described)
@@ -166,7 +166,7 @@ class Run:
         self.running = now
         left = before - now  # no longer RUNNING: ended (DescribeExecution will say how)
         if full:
-            left |= {n for n, e in self.executions.items() if e["status"] in TERMINAL_STATUSES}
+            left |= {n for n, e in self.executions.items() if ExecutionStatus.terminal(e["status"])}
         return sorted(n for n in left if n not in self.delivered)
 
     def _absorb(self, summary: dict[str, Any]) -> None:
