@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+import sluice.adapters.dynamo_slots
 from sluice.adapters.dynamo_slots import DynamoSlots, claim_item, release_item, shard_pk, swap_item
 from sluice.adapters.dynamodb import create_table
 from sluice.errors import SlotsFull, TransientError
@@ -466,3 +467,40 @@ def test_a_claim_landing_between_the_planners_read_and_write_makes_it_plan_again
     assert view.version == 2 and view.running == 2 + late  # one change committed, nobody evicted
     if not frozen:
         assert_at_rest(view)
+
+
+class PlannerDied(Exception):
+    """The planner's Lambda timed out between two of its transactions."""
+
+
+def test_a_change_in_several_transactions_writes_decreases_first(table, session, monkeypatch):
+    """Completing a half-written freeze moves caps both ways; between its transactions the caps never
+    add up to more than they did when it read them or than the new limit (decreases first)."""
+    # Transactions of 4 shards instead of 99: a pool of 8 shards changes in two steps.
+    monkeypatch.setattr(sluice.adapters.dynamo_slots, "SHARDS_PER_TRANSACTION", 4)
+    slots = DynamoSlots(table, TABLE, per_shard=1)
+    slots.set_limit(Capacity(P, 8))
+    for i in range(4):
+        slots.claim(P, i, f"h{i}", NOW)
+
+    def die() -> None:
+        raise PlannerDied
+
+    # 8 → 2 with 4 running freezes, 8 caps to 0 in two steps; the planner dies after the first.
+    run_once_before(table, "TransactWriteItems", die, skip=1)
+    with pytest.raises(PlannerDied):
+        slots.set_limit(Capacity(P, 2))
+    view = slots.occupancy(P)
+    assert view.frozen and [s.cap for s in view.shards] == [0, 0, 0, 0, 1, 1, 1, 1]
+    found = view.caps
+    # Another planner puts 4 in force: caps 1 on the four held shards, 0 on the four others.
+    other = DynamoSlots(session.client("dynamodb"), TABLE, per_shard=1)
+    sums: list[int] = []
+    other.client.meta.events.register(
+        "after-call.dynamodb.TransactWriteItems",
+        lambda **_: sums.append(sum(s.cap for s in slots.occupancy(P).shards)),
+    )
+    plan = other.set_limit(Capacity(P, 4))
+    assert plan.caps == (1, 1, 1, 1, 0, 0, 0, 0) and len(plan.moves) == 8
+    assert len(sums) == 2 and all(total <= max(found, 4) for total in sums), (found, sums)
+    assert_at_rest(slots.occupancy(P))

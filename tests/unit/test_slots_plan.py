@@ -53,6 +53,18 @@ def test_caps_cover_holders_and_add_up_to_the_limit_unless_frozen(limit, per_sha
         assert all(c >= h for c, h in zip(plan.caps, held, strict=False))  # no shard over its cap
 
 
+@given(loads, per_shards, st.integers(-2, 2))
+def test_the_freeze_starts_exactly_when_the_holders_pass_the_limit(shards, per_shard, delta):
+    """At the boundary, where a random limit seldom lands: one holder above the limit freezes, the
+    holders fitting exactly do not."""
+    held = sum(h for _, h in shards)
+    limit = max(0, held + delta)
+    plan = plan_caps(limit, per_shard, shards)
+    assert plan.frozen == (held > limit)
+    if not plan.frozen:
+        assert sum(plan.caps) == limit
+
+
 @given(limits, per_shards, loads)
 def test_moves_are_the_changed_shards_decreases_first(limit, per_shard, shards):
     plan = plan_caps(limit, per_shard, shards)
