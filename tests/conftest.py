@@ -17,7 +17,7 @@ os.environ.update(
     POWERTOOLS_TRACE_DISABLED="1",
 )
 
-from tests.support.moto_fixes import serialise_dynamodb  # noqa: E402
+from tests.support.moto_patches import serialise_dynamodb  # noqa: E402
 
 serialise_dynamodb()
 

@@ -2,7 +2,7 @@
 
 ``snapshot`` reads a pool at one instant, to check invariants while threads race: under the memory
 adapter's lock, and on moto with a Scan, which the test emulator runs as one operation
-(tests/support/moto_fixes.py serialises it with every write).
+(``serialise_dynamodb`` in tests/support/moto_patches.py serialises it with every write).
 """
 
 from __future__ import annotations

@@ -1,21 +1,36 @@
-"""Two adjustments to in-process moto for the reliability suite: atomic requests and cheap rollbacks.
+"""Every adjustment the tests make to in-process moto, and why. Each one changes the emulator only, to
+behave as AWS documents; Sluice's code is never patched here.
 
-* **Atomic requests.** moto runs each request without a lock, and ``TransactWriteItems`` rolls a
-  cancelled transaction back by putting a copy of the whole table back in place. Two launchers in
-  two threads could then undo each other's committed claims, a fault DynamoDB never has. Every
-  request to moto runs under one lock, so each AWS call is atomic, as it is in AWS. Threads still
-  interleave between calls, which is where the races a launcher must survive live.
-* **Cheap rollbacks.** moto deep-copies the whole table once per item of every transaction, so a
-  claim costs O(table size) three times over. Instead, the items a transaction touches are copied
-  before it runs and put back if it is cancelled. The outcome is the same: a cancelled transaction
-  leaves every item as it was (checked in ``tests/reliability/test_harness.py``).
+* **Serialised DynamoDB items** (``serialise_dynamodb``: for the whole test session, from
+  tests/conftest.py). moto runs item operations without a lock, and ``TransactWriteItems`` deep-copies
+  the table to roll a cancelled transaction back: a second thread writing meanwhile breaks the copy
+  ("dictionary changed size during iteration"), and the restored copy would undo that thread's write.
+  DynamoDB serialises conflicting writes, so every item operation (put, get, update, delete, query,
+  scan, transaction) runs under one lock. A Scan is then one instant, which the contract suites' racing
+  tests read as a snapshot (tests/contract/slots_fixtures.py).
+* **Atomic requests** (``atomic_fast_moto``: around one moto session, for the reliability suite).
+  Whole requests run under the same lock, SQS and Step Functions included, so each AWS call is atomic,
+  as it is in AWS. Threads still interleave between calls, which is where the races a launcher must
+  survive live.
+* **Cheap rollbacks** (``atomic_fast_moto`` too). moto deep-copies the whole table once per item of
+  every transaction, so a claim costs O(table size) three times over. Instead, the items a transaction
+  touches are copied before it runs and put back if it is cancelled. The outcome is the same: a
+  cancelled transaction leaves every item as it was (checked in tests/reliability/test_harness.py).
 
-Used as a context manager around one moto session; nothing outside it changes.
+Not here, and why:
+
+* ``sluice.local.moto_server`` makes its moto server atomic (DynamoDB and SQS under locks, the same
+  cheap rollbacks) and its SQS clock cheap, for the demo's server in a process of its own. It stays in
+  the package: the demo runs without the tests, and ``lib`` never imports ``tests``.
+* moto raises ``ValueError`` on ``size()`` of a missing attribute where DynamoDB fails the condition.
+  ``sluice.adapters.dynamo_slots`` tests ``attribute_exists(holders)`` first, a condition that reads
+  the same on DynamoDB; it stays in Sluice's code because the demo's moto needs it too.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,7 +41,31 @@ from moto.core.botocore_stubber import BotocoreStubber
 from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.models.table import Table
 
-_LOCK = threading.RLock()
+_LOCK = threading.RLock()  # one lock for every adjustment: re-entered, never nested in another
+
+# -- serialised DynamoDB items ------------------------------------------------------------------------
+
+_OPERATIONS = ("put_item", "get_item", "update_item", "delete_item", "transact_write_items", "query", "scan")
+
+
+def serialise_dynamodb() -> None:
+    """Run moto's DynamoDB item operations under one lock, from now on (idempotent)."""
+    for name in _OPERATIONS:
+        original = getattr(ddb_models.DynamoDBBackend, name)
+        if getattr(original, "_sluice_serialised", False):
+            continue
+
+        @functools.wraps(original)
+        def locked(self: Any, *args: Any, __original: Any = original, **kwargs: Any) -> Any:
+            with _LOCK:
+                return __original(self, *args, **kwargs)
+
+        locked._sluice_serialised = True  # type: ignore[attr-defined]
+        setattr(ddb_models.DynamoDBBackend, name, locked)
+
+
+# -- atomic requests and cheap rollbacks --------------------------------------------------------------
+
 _depth = 0
 _original: dict[str, Any] = {}  # what was in place when the first block was entered
 
