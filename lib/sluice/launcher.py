@@ -294,7 +294,7 @@ class Launcher:
             # Re-take the claim first: reconciliation may be judging it abandoned right now, and
             # a renewal is what makes its release fail. Released or started meanwhile: look again.
             if not self.store.renew(name=name, now=now, claim_expires_at=claim_expires_at):
-                return None
+                return self._renewal_refused(payload, name, done, started)
             fresh = False
 
         try:
@@ -356,6 +356,24 @@ class Launcher:
         done.append(payload.message)
         self._log("payload already running; duplicate suppressed", payload, holder, Outcome.DUPLICATE)
         return Outcome.DUPLICATE
+
+    def _renewal_refused(
+        self, payload: Payload, name: str, done: list[Message], started: list[StartedExecution]
+    ) -> Outcome | None:
+        """Our claim could not be renewed. Released or started meanwhile: look again. Blocked
+        (reconciliation saw a redriven run of its key, ``Store.block``) and never started: hand the
+        key to that run, which is then adopted, and look again: this message is its duplicate."""
+        record = self.store.execution(name)
+        if record is None or record.state is not PayloadState.CLAIMED or not record.blocked_by:
+            return None
+        if self.executions.describe(name) is not None:
+            # An earlier attempt did start it: it runs beside the redriven one; carry on.
+            return self._already_exists(payload, name, done, started)
+        self._rollback(name, f"yielded to {record.blocked_by}, a redriven run of the same key")
+        redriven = self.executions.describe(record.blocked_by)
+        if redriven is not None and not redriven.ended:
+            self.store.adopt(name=record.blocked_by, now=self.clock.now())
+        return None
 
     def _already_exists(
         self, payload: Payload, name: str, done: list[Message], started: list[StartedExecution]

@@ -153,6 +153,7 @@ class ExecutionRecord:
     suspect_by: str | None = None  # which reconciler: only the one that marked it judges its age
     parked: frozenset[str] = frozenset()  # message ids of deferred duplicates waiting for this run
     adopted_at: float | None = None  # ran again after its release (a redrive) and was taken back
+    blocked_by: str | None = None  # an unstarted claim that must yield to a redriven run of its key
 
     @property
     def fence(self) -> ClaimFence | None:

@@ -125,8 +125,14 @@ class Store(Protocol):
         """Re-take ``name``'s claim before resuming it: only while it is still ``CLAIMED``.
 
         Moves its expiry, bumps its version and clears a reconciler's suspicion, so a release
-        judged on the claim as it was fails. False when it was released or has started meanwhile.
+        judged on the claim as it was fails. False when it was released or has started meanwhile,
+        or when it was blocked (``block``).
         """
+        ...
+
+    def block(self, *, name: str, by: str, now: float) -> bool:
+        """Stop ``name``'s unstarted claim from being resumed: ``by``, a redriven execution of the
+        same key, runs. Only while ``name`` is ``CLAIMED``; its renewals fail from now on."""
         ...
 
     def suspect(

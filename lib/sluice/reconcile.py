@@ -141,6 +141,7 @@ def reconcile(
                     "execution running again; slot and lease taken back", extra={"execution_name": name}
                 )
                 continue
+            _block_unstarted_holder(store, record.key, name, running, now, logger)
         external += 1
 
     woken = sweep(store=store, queue=queue, now=now)
@@ -158,6 +159,27 @@ def reconcile(
     )
     logger.info("reconciled", extra={"reconcile": asdict(report)})
     return report
+
+
+def _block_unstarted_holder(
+    store: Store,
+    key: str,
+    redriven: str,
+    running: set[str],
+    now: float,
+    logger: logging.Logger | logging.LoggerAdapter,
+) -> None:
+    """``redriven`` runs again but another run's claim holds its key. If that claim has not started
+    (not listed), it must not start now: its launcher, resuming, finds it blocked and yields."""
+    payload = store.payload(key)
+    holder = payload.holder if payload is not None else None
+    if holder is None or holder == redriven or holder in running:
+        return
+    if store.block(name=holder, by=redriven, now=now):
+        logger.warning(
+            "unstarted claim blocked: a redriven run of its key runs",
+            extra={"execution_name": holder, "redriven": redriven},
+        )
 
 
 def _settle_unstarted(

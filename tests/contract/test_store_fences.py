@@ -164,3 +164,15 @@ def test_a_woken_message_can_be_parked_again_behind_a_new_holder(store):
     store.unpark("n1", ["m2"], now=NOW + 10)  # a late wake-up of n1 leaves n3's entry alone
     assert [p.holder for p in store.parked_messages("n3", ["m2"])] == ["n3"]
     assert store.parked_holders() == {"n3"}
+
+
+def test_a_blocked_claim_is_never_renewed(store):
+    claim(store, "k", "n1")
+    assert store.block(name="n1", by="redriven", now=NOW + 5)
+    assert store.execution("n1").blocked_by == "redriven"
+    assert not store.renew(name="n1", now=NOW + 10, claim_expires_at=NOW + 910)
+    assert store.execution("n1").claim_version == 0
+    claim(store, "j", "n2")
+    store.mark_running(key="j", name="n2", arn="arn:x", started_at=NOW, now=NOW)
+    assert not store.block(name="n2", by="redriven", now=NOW)  # started: nothing to block
+    assert not store.block(name="missing", by="redriven", now=NOW)

@@ -291,6 +291,28 @@ def test_records_of_redrivable_executions_kept_only_for_the_retention_is_caught(
     caught(breaks.test_an_execution_redriven_after_the_retention_period_still_holds_its_key)
 
 
+def test_a_reconciliation_that_never_blocks_a_claim_of_a_redriven_key_is_caught(monkeypatch):
+    monkeypatch.setattr(sluice.reconcile, "_block_unstarted_holder", lambda *args: None)
+    caught(breaks.test_a_claim_of_a_key_whose_earlier_run_was_redriven_never_starts)
+
+
+def test_a_resume_that_ignores_the_block_is_caught(monkeypatch):
+    renew = DynamoStore.renew
+
+    def ignoring_the_block(self, *, name, now, claim_expires_at):
+        record = self.execution(name)
+        if record is not None and record.blocked_by:
+            self.client.update_item(
+                TableName=self.table,
+                Key={"pk": {"S": f"EXEC#{name}"}},
+                UpdateExpression="REMOVE blocked_by",
+            )
+        return renew(self, name=name, now=now, claim_expires_at=claim_expires_at)
+
+    monkeypatch.setattr(DynamoStore, "renew", ignoring_the_block)
+    caught(breaks.test_a_claim_of_a_key_whose_earlier_run_was_redriven_never_starts)
+
+
 def test_live_records_with_a_ttl_are_caught(monkeypatch):
     claim_items = DynamoStore._claim_items
 

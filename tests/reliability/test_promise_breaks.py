@@ -220,6 +220,35 @@ def test_an_execution_redriven_after_the_retention_period_still_holds_its_key(ma
     world.settle()
 
 
+def test_a_claim_of_a_key_whose_earlier_run_was_redriven_never_starts(make_world):
+    """Found by the soak (seed 20261130): p2's first run failed and was released; a re-submission
+    claimed p2 and its launcher died before the start; an operator redrove the first run.
+    Reconciliation could not adopt it (the claim held p2's lease) and counted it external; then the
+    claim's message came back, the resume started it, and p2 ran twice. Reconciliation now blocks
+    an unstarted claim of a key whose earlier run runs again; the resume yields: the claim is
+    released, the redriven run adopted, and the message is a duplicate of it."""
+    world = make_world(max_concurrency=3)
+    world.send(body("p2"), group="g0")
+    world.tick("A")
+    (first,) = world.model.running
+    world.end(first, "FAILED")
+    assert world.deliver(0) == "ok"
+    m = world.send(body("p2"), group="g1")  # a re-submission
+    assert world.tick("A", [CrashAt("after_claim")]) == "crashed"
+    claim = name_for(world, m)
+    world.redrive(first)
+    world.advance(WINDOW + 1)
+    world.tick("B")  # reconciliation: the redriven run is listed; the claim holds its key
+    assert world.table()[f"EXEC#{claim}"].get("blocked_by", {}).get("S") == first, "the claim is blocked"
+    world.advance(VISIBILITY + 1)  # the claim's message comes back
+    world.tick("A")
+    world.check()
+    assert runs_of(world, "p2") == [first], "p2 ran twice"
+    assert world.holders(world.table()) == {first}, "the redriven run holds p2's slot"
+    assert world.queue_depth() == 0, "the re-submission was settled as a duplicate"
+    world.settle()
+
+
 def test_records_of_a_running_execution_never_expire(make_world):
     """Issue 9 item 5. Failed before the fix: promise 2 (p0 started again while it runs): after the
     retention period TTL deletes the lease and the claim of the running p0; and its end then

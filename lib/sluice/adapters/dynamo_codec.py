@@ -108,6 +108,7 @@ def to_execution(raw: dict[str, Any]) -> ExecutionRecord:
         suspect_by=raw.get("suspect_by"),
         parked=frozenset(raw.get("parked", ())),
         adopted_at=opt_float(raw.get("adopted_at")),
+        blocked_by=raw.get("blocked_by"),
     )
 
 

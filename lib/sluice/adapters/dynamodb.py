@@ -227,8 +227,16 @@ class DynamoStore(ParkingTable):
             execution_pk(name),
             "SET claim_expires_at = :exp, renewed_at = :now, "
             "claim_version = if_not_exists(claim_version, :zero) + :one REMOVE suspect_since, suspect_by",
-            "#state = :claimed",
+            "#state = :claimed AND attribute_not_exists(blocked_by)",
             values(exp=claim_expires_at, now=now, zero=0, one=1, claimed=PayloadState.CLAIMED.value),
+        )
+
+    def block(self, *, name: str, by: str, now: float) -> bool:
+        return self._update_if(
+            execution_pk(name),
+            "SET blocked_by = :by, blocked_at = :now",
+            "#state = :claimed",
+            values(by=by, now=now, claimed=PayloadState.CLAIMED.value),
         )
 
     def suspect(

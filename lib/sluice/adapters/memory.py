@@ -100,7 +100,7 @@ class MemoryStore:
     def renew(self, *, name: str, now: float, claim_expires_at: float) -> bool:
         with self._lock:
             record = self._executions.get(name)
-            if record is None or record.state is not PayloadState.CLAIMED:
+            if record is None or record.state is not PayloadState.CLAIMED or record.blocked_by:
                 return False
             self._executions[name] = replace(
                 record,
@@ -109,6 +109,14 @@ class MemoryStore:
                 suspect_since=None,
                 suspect_by=None,
             )
+            return True
+
+    def block(self, *, name: str, by: str, now: float) -> bool:
+        with self._lock:
+            record = self._executions.get(name)
+            if record is None or record.state is not PayloadState.CLAIMED:
+                return False
+            self._executions[name] = replace(record, blocked_by=by)
             return True
 
     def suspect(
