@@ -33,6 +33,10 @@ const MAX_ALARM_RANGE_SECONDS = 86400;
 // Alarm period for a cron() schedule, whose interval is not read from the expression.
 const CRON_ALARM_PERIOD_SECONDS = 300;
 
+// Lambda function memory, MB (any whole number in between).
+const MIN_LAMBDA_MEMORY_MB = 128;
+const MAX_LAMBDA_MEMORY_MB = 10240;
+
 const DUPLICATE_POLICIES = ['suppress', 'defer'];
 const STATE_MACHINE_ARN = /^arn:aws[a-z-]*:states:[a-z0-9-]+:\d{12}:stateMachine:[^:\s]{1,80}$/;
 
@@ -86,6 +90,15 @@ async function derive({ resolveVariable }) {
       `and needs at least ${MIN_WORKING_SECONDS} s more to reconcile and start anything; Lambda allows at most 900 s`
   );
   const visibilityTimeout = launcherTimeout + VISIBILITY_MARGIN_SECONDS;
+  // Lambda's own bounds. CPU comes with memory (one vCPU at 1,769 MB): at 128 MB, about 1/14 of one, a
+  // tick that fills hundreds of slots at once is slower, hence the parameter (docs/deploy.md).
+  const launcherMemory = integer(
+    'launcherMemory',
+    await param('launcherMemory'),
+    MIN_LAMBDA_MEMORY_MB,
+    MAX_LAMBDA_MEMORY_MB,
+    `Lambda's limits, in MB`
+  );
   const claimTimeout = integer('claimTimeout', await param('claimTimeout'), 1, 86400 * 7);
   if (claimTimeout <= visibilityTimeout) {
     fail(
@@ -101,7 +114,7 @@ async function derive({ resolveVariable }) {
     0,
     launcherTimeout - TIME_RESERVE_SECONDS,
     `at most launcherTimeout ${launcherTimeout} s less the launcher's ${TIME_RESERVE_SECONDS} s time reserve ` +
-      `(SLUICE_TIME_RESERVE_SECONDS); raise launcherTimeout to linger longer`
+      `(SLUICE_TIME_RESERVE_SECONDS): lower lingerSeconds (55 by default) or raise launcherTimeout`
   );
   const maxReceiveCount = integer('maxReceiveCount', await param('maxReceiveCount'), 1, 1000);
   const oldestMessageAlarmSeconds = integer(
@@ -156,6 +169,7 @@ async function derive({ resolveVariable }) {
   return {
     maxConcurrency,
     launcherTimeout,
+    launcherMemory,
     visibilityTimeout,
     claimTimeout,
     retentionDays,

@@ -23,8 +23,10 @@ import ast
 import json
 import subprocess
 import sys
+import time
 import uuid
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -208,6 +210,27 @@ def test_the_drift_alarm_waits_for_three_ticks_of_drift(package):
     assert alarm["TreatMissingData"] == "notBreaching"
 
 
+def test_the_functions_run_on_arm64_and_the_launcher_lingers_at_128_mb_by_default(package):
+    """The defaults docs/deploy.md prices: both functions on arm64 (the zip holds no compiled code,
+    so nothing in it is built for one architecture), the launcher at 128 MB lingering 55 s, the
+    completion function at 256 MB."""
+    template = json.loads((package / UPDATE_TEMPLATE).read_text())
+    functions = {
+        logical: r["Properties"]
+        for logical, r in template["Resources"].items()
+        if r["Type"] == "AWS::Lambda::Function"
+    }
+    launcher, completion = functions["LauncherLambdaFunction"], functions["CompletionLambdaFunction"]
+    assert launcher["Architectures"] == completion["Architectures"] == ["arm64"]
+    # The launcher's size is launcherMemory's, not the provider's (which the completion function has).
+    assert (launcher["MemorySize"], completion["MemorySize"]) == (128, 256)
+    assert launcher["Environment"]["Variables"]["SLUICE_LINGER_SECONDS"] == "55"
+    # The linger ends before the launcher's 15 s time reserve does.
+    assert launcher["Timeout"] - 15 >= 55
+    with zipfile.ZipFile(package / "sluice.zip") as z:
+        assert [n for n in z.namelist() if n.endswith((".so", ".pyd")) or ".so." in n] == []
+
+
 def test_after_a_switch_reconciliation_may_describe_the_previous_machines_executions(tmp_path_factory):
     """Reconciliation describes each holder by the ARN recorded with it: after stateMachineArn changes,
     the old machine's executions. previousStateMachineArn adds them to both roles; by default nothing."""
@@ -264,6 +287,9 @@ def test_one_payload_through_the_deployed_stack(deployed):
         MessageDeduplicationId=uuid.uuid4().hex,
     )["MessageId"]
     name = execution_name("order-1001", message_id)
+    # MAX 1 at run time, as `sluice set-max 1` does: the one start fills the slots, so the tick ends
+    # at once instead of lingering its 55 s (the next test lingers).
+    _set_max(deployed, 1)
 
     # EventBridge's schedule fires: the deployed launcher runs with its deployed environment.
     [(function, summary)] = deployed.tick()
@@ -299,6 +325,54 @@ def test_one_payload_through_the_deployed_stack(deployed):
     # An event for another state machine matches no deployed rule.
     other = out["StateMachineArn"].rsplit(":", 1)[0] + ":someone-else"
     assert deployed.deliver(status_change_event(other, name, "SUCCEEDED")) == []
+
+
+def test_the_deployed_launcher_lingers_and_starts_a_payload_sent_between_ticks_at_once(deployed):
+    """As deployed (lingerSeconds 55), a tick that finds the queue empty keeps long-polling while slots
+    are free: payloads sent seconds later start at once, in that same invocation. Without the linger
+    the tick would have returned, and they would wait for the next one (up to a minute)."""
+    aws, out = deployed.aws, deployed.outputs
+    sqs, sfn = aws.client("sqs"), aws.client("stepfunctions")
+    _set_max(deployed, 2)  # the second start fills the slots and ends the tick
+
+    def send(key: str) -> tuple[str, float]:
+        sent = time.time()
+        message_id = sqs.send_message(
+            QueueUrl=out["QueueUrl"],
+            MessageBody=json.dumps({"id": key}),
+            MessageGroupId=key,
+            MessageDeduplicationId=uuid.uuid4().hex,
+        )["MessageId"]
+        return execution_name(key, message_id), sent
+
+    def started_at(name: str, within: float) -> float:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            for e in sfn.list_executions(stateMachineArn=out["StateMachineArn"])["executions"]:
+                if e["name"] == name:
+                    return e["startDate"].timestamp()
+            time.sleep(0.1)
+        raise AssertionError(f"{name} did not start within {within} s")
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        tick = pool.submit(deployed.tick)
+        # Longer than a tick that does not linger takes to find the queue empty and return.
+        time.sleep(6)
+        assert not tick.done(), tick.result()
+        first, first_sent = send("between-ticks-1")
+        assert started_at(first, 10) - first_sent < 5
+        time.sleep(3)
+        second, second_sent = send("between-ticks-2")
+        assert started_at(second, 10) - second_sent < 5
+        [(function, summary)] = tick.result(timeout=60)
+    # One invocation started both: it was still polling after the first.
+    assert function == "launcher"
+    assert summary["started"] == 2 and summary["running"] == 2
+
+
+def _set_max(deployed, value: int) -> None:
+    ssm = deployed.aws.client("ssm")
+    ssm.put_parameter(Name=deployed.outputs["MaxConcurrencyParameter"], Value=str(value), Overwrite=True)
 
 
 def _depth(sqs, url: str) -> int:

@@ -89,7 +89,26 @@ def refusal(**params: Any) -> str:
 def test_the_defaults_package():
     cfg = config()
     assert cfg["launcherTimeout"] == 120 and cfg["visibilityTimeout"] == 180
-    assert cfg["lingerSeconds"] == 0
+    # The scheduled launcher lingers by default, at the smallest memory size (docs/deploy.md).
+    assert cfg["lingerSeconds"] == 55 and cfg["text"]["lingerSeconds"] == "55"
+    assert cfg["launcherMemory"] == 128
+    # The default linger fits the default launcher timeout less the launcher's 15 s time reserve.
+    assert cfg["lingerSeconds"] <= cfg["launcherTimeout"] - 15
+
+
+@pytest.mark.parametrize("value", [128, 1769, 10240])
+def test_the_launcher_memory_takes_lambdas_sizes(value):
+    assert config(launcherMemory=value)["launcherMemory"] == value
+
+
+@pytest.mark.parametrize("value", [0, 127, 10241])
+def test_a_launcher_memory_outside_lambdas_sizes_is_refused(value):
+    message = refusal(launcherMemory=value)
+    assert f"launcherMemory must be between 128 and 10240, got {value}: Lambda's limits, in MB" in message
+
+
+def test_a_launcher_memory_must_be_a_whole_number():
+    assert 'launcherMemory must be a whole number, got "256MB"' in refusal(launcherMemory="256MB")
 
 
 # -- launcherTimeout and lingerSeconds ----------------------------------------------------------------
@@ -104,8 +123,15 @@ def test_a_launcher_timeout_too_short_to_work_is_refused_with_the_real_rule(valu
 
 
 def test_the_shortest_launcher_timeout_packages():
-    cfg = config(launcherTimeout=30)
+    cfg = config(launcherTimeout=30, lingerSeconds=15)
     assert cfg["launcherTimeout"] == 30 and cfg["visibilityTimeout"] == 90
+
+
+def test_a_short_launcher_timeout_with_the_default_linger_says_which_to_change():
+    message = refusal(launcherTimeout=69)
+    assert "lingerSeconds must be between 0 and 54, got 55" in message
+    assert "lower lingerSeconds (55 by default) or raise launcherTimeout" in message
+    assert config(launcherTimeout=70)["lingerSeconds"] == 55
 
 
 def test_a_launcher_timeout_over_lambdas_limit_is_refused():
