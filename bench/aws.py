@@ -362,6 +362,9 @@ class CountingStore:
     def suspect(self, **kwargs: Any) -> bool:
         return self._update(self.inner.suspect(**kwargs))
 
+    def block(self, **kwargs: Any) -> bool:  # a conditional UpdateItem of EXEC#<name>
+        return self._update(self.inner.block(**kwargs))
+
     def adopt(self, *, name: str, now: float) -> bool:
         self.meter.call("dynamodb:GetItem")
         self.meter.rru += 1

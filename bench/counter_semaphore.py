@@ -32,7 +32,7 @@ import contextlib
 from typing import Any
 
 from bench.aws import ConditionFailed, CounterTable, SimExecutions, SimQueue
-from bench.model import COLD_START, LAMBDA_MEMORY_MB, LIST_LAG, Context, System
+from bench.model import BASELINE_ARCHITECTURE, BASELINE_MEMORY_MB, COLD_START, LIST_LAG, Context, System
 from bench.sim import LambdaFunction, Parallel
 from sluice.errors import TransientError
 from sluice.model import ExecutionInfo, Message
@@ -60,10 +60,9 @@ class CounterSemaphoreSystem(System):
         self.table = CounterTable(ctx.meter)
         self.key = "backgroundJobQueue"
         self.message_limit = max(MESSAGE_LIMIT, ctx.max)
-        self.consumer = LambdaFunction(
-            ctx.sim, "sqs2sfThrottle", LAMBDA_MEMORY_MB, 120, COLD_START, lambda: None
-        )
-        self.down = LambdaFunction(ctx.sim, "sfSemaphoreDown", LAMBDA_MEMORY_MB, 30, COLD_START, lambda: None)
+        size, arch = BASELINE_MEMORY_MB, BASELINE_ARCHITECTURE
+        self.consumer = LambdaFunction(ctx.sim, "sqs2sfThrottle", size, 120, COLD_START, lambda: None, arch)
+        self.down = LambdaFunction(ctx.sim, "sfSemaphoreDown", size, 30, COLD_START, lambda: None, arch)
         self.functions = [self.consumer, self.down]
 
     # Semaphore.add: create the item if missing, then a conditional update

@@ -235,7 +235,9 @@ def run(
     makespan = recorder.last_end - T0
     functions = system.functions
     lambda_requests = sum(f.invocations for f in functions)
-    gb_s = sum(f.gb_seconds for f in functions)
+    gb_s: dict[str, float] = {}
+    for f in functions:
+        gb_s[f.architecture] = gb_s.get(f.architecture, 0.0) + f.gb_seconds
     log_bytes = meter.log_bytes + sum(f.log_bytes for f in functions)
     costs = cost_usd(
         calls=meter.calls,
@@ -287,6 +289,8 @@ def run(
         },
         "lambda": {
             f.name: {
+                "memory_mb": f.memory_mb,
+                "architecture": f.architecture,
                 "invocations": f.invocations,
                 "gb_seconds": round(f.gb_seconds, 2),
                 "cold_starts": f.cold_starts,

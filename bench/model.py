@@ -15,7 +15,16 @@ TICK_PHASE = 30.0  # the first tick comes 30 s after the backlog is enqueued (th
 EVENT_DELAY = 0.5  # Step Functions status change → EventBridge → Lambda
 LIST_LAG = 3.0  # ListExecutions shows the state machine as it was this long ago
 COLD_START = 0.6  # Python Lambda init with boto3 (and Powertools for Sluice), billed
-LAMBDA_MEMORY_MB = 256  # serverless.yml's memorySize, used for every system's functions
+# Lambda sizes and architectures, each function priced at its own (bench/pricing.py). Sluice's are
+# serverless.yml's defaults (tests/bench checks them against it): the launcher at launcherMemory, the
+# completion function at provider.memorySize, both arm64.
+SLUICE_ARCHITECTURE = "arm64"
+SLUICE_LAUNCHER_MEMORY_MB = 128
+SLUICE_COMPLETION_MEMORY_MB = 256
+# The baselines' functions: their sources name no size or architecture. 256 MB, as before, on x86_64,
+# Lambda's default architecture.
+BASELINE_ARCHITECTURE = "x86_64"
+BASELINE_MEMORY_MB = 256
 
 # Bytes a Sluice invocation logs besides its per-message lines (handlers/_shared.emit).
 EMF_BYTES = 700  # one EMF blob with the six metrics

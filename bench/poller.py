@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.aws import SimExecutions, SimQueue
-from bench.model import COLD_START, LAMBDA_MEMORY_MB, LIST_LAG, Context, System
+from bench.model import BASELINE_ARCHITECTURE, BASELINE_MEMORY_MB, COLD_START, LIST_LAG, Context, System
 from bench.sim import LambdaFunction
 from sluice.model import ExecutionInfo
 
@@ -41,7 +41,9 @@ class PollerSystem(System):
         super().__init__(ctx)
         self.queue = SimQueue(ctx.meter, ctx.sim.clock, visibility_timeout=30, max_receive_count=None)
         self.sfn = SimExecutions(ctx.meter, ctx.sim.clock, lag=LIST_LAG, on_start=ctx.on_start)
-        self.fn = LambdaFunction(ctx.sim, "poller", LAMBDA_MEMORY_MB, 300, COLD_START, lambda: None)
+        self.fn = LambdaFunction(
+            ctx.sim, "poller", BASELINE_MEMORY_MB, 300, COLD_START, lambda: None, BASELINE_ARCHITECTURE
+        )
         self.functions = [self.fn]
 
     def on_tick(self) -> None:

@@ -14,13 +14,17 @@ Left out, because they are the same for every system compared or free:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 PRICES_AS_OF = "AWS list prices for us-east-1 as published in 2025; not re-checked live"
 
 PRICES: dict[str, float] = {
     "lambda_request": 0.20 / 1e6,  # per invocation
-    "lambda_gb_second": 0.0000166667,  # x86, first tier
+    # Per GB-second in the first tier (the first 6 billion GB-seconds a month on x86_64, 7.5 billion on
+    # arm64), by architecture.
+    "lambda_gb_second_x86_64": 0.0000166667,
+    "lambda_gb_second_arm64": 0.0000133334,
     "sqs_fifo_request": 0.50 / 1e6,  # per API request (up to 64 KB)
     "sqs_standard_request": 0.40 / 1e6,
     "dynamodb_wru": 0.625 / 1e6,  # on-demand write request unit (1 KB; transactions 2 per KB)
@@ -39,15 +43,16 @@ def cost_usd(
     rru: float,
     wru: float,
     lambda_requests: int,
-    gb_seconds: float,
+    gb_seconds: Mapping[str, float],
     log_bytes: int,
     fifo: bool,
 ) -> dict[str, float]:
-    """Dollars by service for the usage of one run."""
+    """Dollars by service for the usage of one run. ``gb_seconds``: Lambda GB-seconds by architecture."""
     sqs_requests = sum(n for api, n in calls.items() if api.startswith("sqs:"))
     sqs_price = PRICES["sqs_fifo_request"] if fifo else PRICES["sqs_standard_request"]
     out = {
-        "lambda": lambda_requests * PRICES["lambda_request"] + gb_seconds * PRICES["lambda_gb_second"],
+        "lambda": lambda_requests * PRICES["lambda_request"]
+        + sum(gb_s * PRICES[f"lambda_gb_second_{arch}"] for arch, gb_s in gb_seconds.items()),
         "sqs": sqs_requests * sqs_price,
         "dynamodb": wru * PRICES["dynamodb_wru"] + rru * PRICES["dynamodb_rru"],
         "logs": log_bytes / 1024**3 * PRICES["logs_ingested_gb"],

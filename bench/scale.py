@@ -80,9 +80,7 @@ def sluice_tick(running: int, backlog: int) -> dict[str, Any]:
     max_ = running + FREE
     for name in _fill(sfn, queue, running, backlog):
         key = name.rsplit("-", 1)[0]
-        store.inner.claim(
-            key=key, name=name, message_id=name, limit=max_, now=T0, claim_expires_at=T0 + 900, expires_at=0
-        )
+        store.inner.claim(key=key, name=name, message_id=name, limit=max_, now=T0, claim_expires_at=T0 + 900)
         store.inner.mark_running(key=key, name=name, arn=sfn.arn_for(name), started_at=T0, now=T0)
     store.resync()
     clock.t = T0 + 600

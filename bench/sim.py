@@ -200,6 +200,7 @@ class LambdaFunction:
     timeout_s: float
     cold_start_s: float
     make_state: Callable[[], Any]
+    architecture: str = "x86_64"  # Lambda's default; its price per GB-second (bench/pricing.py)
     platform_log_bytes: int = 350  # START, END and REPORT lines
     idle: list[tuple[Container, Any]] = field(default_factory=list)
     containers: int = 0

@@ -1,8 +1,8 @@
 """Sluice as built: the real ``Launcher`` and ``handle_status_change`` on the counting adapters.
 
-Two Lambda functions, configured as ``serverless.yml`` deploys them (256 MB; launcher timeout 120 s,
-completion 60 s; MAX from SSM cached 5 s; receive wait 1 s; consistency window 60 s; queue visibility
-180 s; maxReceiveCount 10):
+Two Lambda functions, configured as ``serverless.yml`` deploys them (arm64; launcher 128 MB, timeout
+120 s; completion 256 MB, 60 s; MAX from SSM cached 5 s; receive wait 1 s; consistency window 60 s;
+queue visibility 180 s; maxReceiveCount 10; the launcher lingers 55 s):
 
     schedule ──► launcher:   launcher.tick(reconcile_first=True, remaining_ms=...)
     status event ──► completion: handle_status_change(...) ──► if released: launcher.admit(max_new=1)
@@ -14,16 +14,19 @@ Only the scheduled tick lingers (``tick()`` calls ``admit(linger=True)``); a com
 never does, whatever ``SLUICE_LINGER_SECONDS`` says. A completion refills at most the one slot it
 freed, and reads the ledger first.
 
-Variants (they change no core code):
+Systems (the ids predate the change of default; they change no core code):
 
-- ``sluice-linger``: ``SLUICE_LINGER_SECONDS=55``: the scheduled launcher long-polls while slots are
-  free. The completion function shares the setting and ignores it.
-- ``sluice-refill-one``: the default, but a completion's admission skips its ledger read and assumes
+- ``sluice-linger``: Sluice as deployed, ``SLUICE_LINGER_SECONDS=55`` (``lingerSeconds``' default): the
+  scheduled launcher long-polls while slots are free. The completion function shares the setting and
+  ignores it.
+- ``sluice``: the same with ``lingerSeconds=0``: a payload enqueued between ticks waits for the next.
+  The variants below are built on it, so that they differ from it by one thing only.
+- ``sluice-refill-one``: ``sluice``, but a completion's admission skips its ledger read and assumes
   the one slot it freed is free (``CountingStore.hint_one_free``). It prices the read that stays in the
   core: without it, a completion after MAX was lowered would receive the head of the queue, fail the
   claim (``SlotsFull``) and return the message, spending one of its ``maxReceiveCount`` receives per
   completion; the ledger read sees there is no slot and receives nothing.
-- ``sluice-lean``: the default without the mark step and without the read before a release, the
+- ``sluice-lean``: ``sluice`` without the mark step and without the read before a release, the
   ledger read kept: the floor of this design (ledger read, receive, claim, start, delete, release).
 """
 
@@ -37,8 +40,10 @@ from bench.aws import CountingSsmClient, CountingStore, SimExecutions, SimQueue,
 from bench.model import (
     COLD_START,
     EMF_BYTES,
-    LAMBDA_MEMORY_MB,
     LIST_LAG,
+    SLUICE_ARCHITECTURE,
+    SLUICE_COMPLETION_MEMORY_MB,
+    SLUICE_LAUNCHER_MEMORY_MB,
     SUMMARY_BYTES,
     Context,
     System,
@@ -92,10 +97,22 @@ class SluiceSystem(System):
         self.log = counting_logger(meter, f"bench.{self.name}")
         settings = sluice_settings(ctx.max, linger_seconds=self.linger)
         self.launcher_fn = LambdaFunction(
-            sim, "launcher", LAMBDA_MEMORY_MB, 120, COLD_START, lambda: self._launcher(settings)
+            sim,
+            "launcher",
+            SLUICE_LAUNCHER_MEMORY_MB,
+            120,
+            COLD_START,
+            lambda: self._launcher(settings),
+            SLUICE_ARCHITECTURE,
         )
         self.completion_fn = LambdaFunction(
-            sim, "completion", LAMBDA_MEMORY_MB, 60, COLD_START, lambda: self._launcher(settings)
+            sim,
+            "completion",
+            SLUICE_COMPLETION_MEMORY_MB,
+            60,
+            COLD_START,
+            lambda: self._launcher(settings),
+            SLUICE_ARCHITECTURE,
         )
         self.functions = [self.launcher_fn, self.completion_fn]
         self.settings = settings

@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import inspect
 import random
+from pathlib import Path
 
 import pytest
+import yaml
 
 from bench.aws import CountingStore, Meter, SimExecutions, SimQueue
-from bench.harness import backlog, run, trickle
+from bench.harness import SYSTEMS, backlog, run, trickle
+from bench.model import SLUICE_ARCHITECTURE, SLUICE_COMPLETION_MEMORY_MB, SLUICE_LAUNCHER_MEMORY_MB
+from bench.pricing import cost_usd
+from bench.report import DEPLOYED, LABEL, NO_LINGER
 from bench.sim import LambdaFunction, Sim
+from bench.sluice_system import LINGER_SECONDS
 from bench.validate import agreement
 from sluice.ports import Store
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _jobs(kind: str, n: int, seed: int = 7, max_: int = 5) -> list:
@@ -147,3 +155,56 @@ def test_counts_agree_with_the_real_adapters_on_moto():
 
     assert result["agree"], (result["memory"], result["moto"])
     assert result["moto"]["states:StartExecution"] == 5
+
+
+class _IgnoreTags(yaml.SafeLoader):
+    """serverless.yml's CloudFormation tags (!Ref, !Sub ...) are not needed to read its sizes."""
+
+
+_IgnoreTags.add_multi_constructor("!", lambda loader, suffix, node: None)
+
+
+def test_sluice_is_simulated_at_the_sizes_serverless_yml_deploys():
+    doc = yaml.load((ROOT / "serverless.yml").read_text(encoding="utf-8"), Loader=_IgnoreTags)
+    defaults = doc["params"]["default"]
+    assert doc["provider"]["architecture"] == SLUICE_ARCHITECTURE == "arm64"
+    assert doc["functions"]["launcher"]["memorySize"] == "${self:custom.cfg.launcherMemory}"
+    assert defaults["launcherMemory"] == SLUICE_LAUNCHER_MEMORY_MB == 128
+    assert "memorySize" not in doc["functions"]["completion"]
+    assert doc["provider"]["memorySize"] == SLUICE_COMPLETION_MEMORY_MB == 256
+    # "Sluice" in the report is the lingering system: lingerSeconds' default.
+    assert defaults["lingerSeconds"] == LINGER_SECONDS == 55
+    assert LABEL[DEPLOYED] == "Sluice" and SYSTEMS[DEPLOYED].linger == LINGER_SECONDS
+    assert SYSTEMS[NO_LINGER].linger == 0
+
+
+def test_each_function_is_priced_at_its_own_size_and_architecture():
+    r = run("sluice-linger", "fixed30", 5, 7, jobs=_jobs("fixed30", 20))
+    launcher, completion = r["lambda"]["launcher"], r["lambda"]["completion"]
+    assert (launcher["memory_mb"], launcher["architecture"]) == (128, "arm64")
+    assert (completion["memory_mb"], completion["architecture"]) == (256, "arm64")
+    poller = run("poller", "fixed30", 5, 7, jobs=_jobs("fixed30", 20))["lambda"]["poller"]
+    assert (poller["memory_mb"], poller["architecture"]) == (256, "x86_64")
+
+    # 1 GB-second on each architecture, and a million requests.
+    costs = cost_usd(
+        calls={},
+        rru=0,
+        wru=0,
+        lambda_requests=1_000_000,
+        gb_seconds={"arm64": 1.0, "x86_64": 1.0},
+        log_bytes=0,
+        fifo=True,
+    )
+    assert costs["lambda"] == pytest.approx(0.20 + 0.0000133334 + 0.0000166667)
+
+
+def test_a_lambda_function_is_billed_by_its_memory():
+    sim = Sim()
+    small = LambdaFunction(sim, "launcher", 128, 60, 0.0, lambda: None, "arm64")
+    large = LambdaFunction(sim, "launcher", 256, 60, 0.0, lambda: None, "arm64")
+    for fn in (small, large):
+        fn.invoke(lambda _state, _ms: sim.sleep(2.0))
+    sim.run()
+    assert small.gb_seconds == pytest.approx(2.0 * 128 / 1024)
+    assert large.gb_seconds == pytest.approx(2 * small.gb_seconds)
