@@ -4,15 +4,20 @@ Sluice's own adapters are replaced by these wrappers around the in-memory adapte
 (``sluice.adapters.memory``). Each wrapper counts the calls the real adapter would make for the same
 method, as ``lib/sluice/adapters/dynamodb.py``, ``sqs.py``, ``sfn.py`` and ``ssm.py`` make them:
 
-    Store.ledger()              dynamodb:GetItem                 (consistent: 1 RRU per 4 KB of LEDGER)
-    Store.claim()               dynamodb:TransactWriteItems      (LEDGER + PAYLOAD + EXEC, 2 WRU per KB each)
+    Store.ledger()              dynamodb:BatchGetItem per 100 keys (LEDGER, the pool, every shard;
+                                consistent: 1 RRU per item)
+    Store.claim()               dynamodb:TransactWriteItems      (one shard + PAYLOAD + EXEC, 2 WRU per KB
+                                each); the first claim of a stack, and any claim whose limit differs
+                                from the caps in force, first moves the caps (DynamoSlots.set_limit:
+                                GetItem, BatchGetItem of the shards, TransactWriteItems) and reads again
     Store.mark_running()        dynamodb:TransactWriteItems      (PAYLOAD + EXEC)
     Store.mark_running_many()   dynamodb:TransactWriteItems per 50 (one by one if one of them fails)
-    Store.release()             dynamodb:GetItem (+ TransactWriteItems when the name holds a lease)
+    Store.release()             dynamodb:GetItem (+ TransactWriteItems when the name holds a lease:
+                                its shard + PAYLOAD + EXEC)
     Store.record_duplicate()    dynamodb:UpdateItem
     Store.record_invalid()      dynamodb:UpdateItem
     Store.executions(names)     dynamodb:BatchGetItem per 100 names
-    Store.save_reconciliation() dynamodb:UpdateItem on LEDGER
+    Store.save_reconciliation() dynamodb:UpdateItem on LEDGER (no holders there any more: small)
     Store.renew()/suspect()     dynamodb:UpdateItem
     Store.adopt()               dynamodb:GetItem + TransactWriteItems
     Store.park()                dynamodb:TransactWriteItems (EXEC + PARK + PARKED)
@@ -34,12 +39,14 @@ import heapq
 import json
 import logging
 import math
+import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from bench.sim import Sim
+from sluice.adapters.dynamo_launch_slots import FIRST_READ
 from sluice.adapters.memory import MemoryStore
 from sluice.adapters.memory_aws import MemoryExecutions, MemoryQueue, _Queued
 from sluice.errors import SlotsFull
@@ -52,6 +59,7 @@ from sluice.model import (
     PayloadState,
     StartResult,
 )
+from sluice.slots import DEFAULT_PER_SHARD, shards_needed
 
 # Median in-region latency of one call from Lambda, in seconds (assumed; see docs/benchmarks.md).
 LATENCY = {
@@ -87,6 +95,8 @@ ITEM_LIMIT_BYTES = 400 * 1024
 
 LEDGER_FIXED_BYTES = 60  # pk, external, drift, reconciled_at and the attribute names
 SMALL_ITEM_KB = 1  # PAYLOAD#, EXEC# and counter items stay under 1 KB here
+SHARD_FIXED_BYTES = 30  # a shard item's pk, cap and the holders map's own bytes
+SHARD_ENTRY_BYTES = 10  # per holder: the map entry and its claimed_at number
 MARKS_PER_TRANSACTION = 50  # DynamoStore.mark_running_many: two items each, 100 per transaction
 
 
@@ -189,6 +199,7 @@ class CountingStore:
         *,
         skip_mark: bool = False,
         release_without_read: bool = False,
+        per_shard: int = DEFAULT_PER_SHARD,
     ) -> None:
         self.inner = inner
         self.meter = meter
@@ -197,20 +208,60 @@ class CountingStore:
         self._hinted: dict[int, int] = {}  # invocation -> MAX, for one ledger read
         self._placeholders: dict[int, frozenset[str]] = {}
         self._names_bytes = 0
+        self.per_shard = per_shard
+        self._pool_limit: int | None = None  # the caps in force (None: no pool yet)
+        self._shards = 0
+        self._read_count = FIRST_READ
         self.resync()
 
     def resync(self) -> None:
-        """Recompute the LEDGER size after the inner store was filled directly (scale setups)."""
+        """Recompute the shards after the inner store was filled directly (scale setups)."""
         self._names_bytes = sum(len(n) for n in self.inner._holders)
+        if self.inner._holders:
+            self._pool_limit = self._pool_limit or len(self.inner._holders)
+            self._shards = max(self._shards, shards_needed(self._pool_limit, self.per_shard))
 
     @property
     def ledger_bytes(self) -> int:
-        return LEDGER_FIXED_BYTES + self._names_bytes
+        """The LEDGER item: reconciliation's figures only (the holders live in the shards)."""
+        return LEDGER_FIXED_BYTES
 
-    def _ledger_write(self, before: int) -> int:
-        kb = _kb(max(before, self.ledger_bytes))
-        self.meter.hot("LEDGER", 2 * kb, max(before, self.ledger_bytes))
+    def _shard_write(self, name: str) -> int:
+        """One holder written to or removed from its shard (about 1 KB at most): write units, hot item."""
+        shard = zlib.crc32(name.encode("utf-8", "surrogatepass")) % max(1, self._shards)
+        nbytes = SHARD_FIXED_BYTES + self.per_shard * (SHARD_ENTRY_BYTES + len(name))
+        kb = _kb(nbytes)
+        self.meter.hot(f"SLOTS#launcher#{shard}", 2 * kb, nbytes)
         return kb
+
+    def _read_pool(self) -> None:
+        """LEDGER, the pool item and the shards in one consistent read (per 100 keys), as
+        ``LaunchSlots.ledger``: the first read of a process covers 8 shards, then the rest."""
+        first = 2 + self._read_count
+        calls = math.ceil(first / 100)
+        if self._shards > self._read_count:
+            calls += math.ceil((self._shards - self._read_count) / 100)
+            self._read_count = self._shards
+        self.meter.call("dynamodb:BatchGetItem", calls)
+        self.meter.rru += 2 + max(self._read_count, self._shards)
+        self.meter.wait("dynamodb:BatchGetItem", calls)
+
+    def _move_caps(self, limit: int) -> None:
+        """``DynamoSlots.set_limit``: read the pool and its shards, write the moved caps, read again."""
+        self.meter.call("dynamodb:GetItem")
+        self.meter.rru += 1
+        self.meter.wait("dynamodb:GetItem")
+        if self._shards:
+            batches = math.ceil(self._shards / 100)
+            self.meter.call("dynamodb:BatchGetItem", batches)
+            self.meter.rru += self._shards
+            self.meter.wait("dynamodb:BatchGetItem", batches)
+        shards = max(self._shards, shards_needed(limit, self.per_shard))
+        self.meter.call("dynamodb:TransactWriteItems")
+        self.meter.wru += 2 * (1 + shards)  # the pool item and (at most) every shard's cap
+        self.meter.wait("dynamodb:TransactWriteItems")
+        self._shards, self._pool_limit = shards, limit
+        self._read_pool()
 
     # reads
 
@@ -231,11 +282,8 @@ class CountingStore:
             if size not in self._placeholders:
                 self._placeholders[size] = frozenset(f"~{i}" for i in range(size))
             return Ledger(self._placeholders[size], external)
-        self.meter.call("dynamodb:GetItem")
-        self.meter.rru += _rru(self.ledger_bytes)
-        result = self.inner.ledger()
-        self.meter.wait("dynamodb:GetItem")
-        return result
+        self._read_pool()
+        return self.inner.ledger()
 
     def payload(self, key: str) -> PayloadRecord | None:
         self.meter.call("dynamodb:GetItem")
@@ -266,13 +314,17 @@ class CountingStore:
     def claim(self, *, key: str, name: str, limit: int, **kwargs: Any) -> None:
         if limit <= 0:
             raise SlotsFull(limit)  # DynamoStore asks nothing then
-        before = self.ledger_bytes
+        if self._pool_limit != limit:
+            self._move_caps(limit)
+        if len(self.inner._holders) >= limit:
+            self._read_pool()  # no shard had room as read: DynamoStore reads once more, then gives up
+            raise SlotsFull(limit)
         self.meter.call("dynamodb:TransactWriteItems")
         try:
             self.inner.claim(key=key, name=name, limit=limit, **kwargs)
             self._names_bytes += len(name)
         finally:
-            self.meter.wru += 2 * (self._ledger_write(before) + 2 * SMALL_ITEM_KB)
+            self.meter.wru += 2 * (self._shard_write(name) + 2 * SMALL_ITEM_KB)
             self.meter.wait("dynamodb:TransactWriteItems")
 
     def mark_running(self, *, key: str, name: str, arn: str, started_at: float, now: float) -> bool:
@@ -328,12 +380,11 @@ class CountingStore:
         record = self.inner._executions.get(name)
         if record is None or not record.state.holds_lease:
             return None
-        before = self.ledger_bytes
         self.meter.call("dynamodb:TransactWriteItems")
         result = self.inner.release(name=name, state=state, now=now, **kwargs)
         if result is not None:
             self._names_bytes -= len(name)
-        self.meter.wru += 2 * (self._ledger_write(before) + 2 * SMALL_ITEM_KB)
+        self.meter.wru += 2 * (self._shard_write(name) + 2 * SMALL_ITEM_KB)
         self.meter.wait("dynamodb:TransactWriteItems")
         return result
 
@@ -372,12 +423,11 @@ class CountingStore:
         record = self.inner._executions.get(name)
         if record is None or record.state.holds_lease:
             return False
-        before = self.ledger_bytes
         self.meter.call("dynamodb:TransactWriteItems")
         result = self.inner.adopt(name=name, now=now)
         if result:
             self._names_bytes += len(name)
-        self.meter.wru += 2 * (self._ledger_write(before) + 2 * SMALL_ITEM_KB)
+        self.meter.wru += 2 * (self._shard_write(name) + 2 * SMALL_ITEM_KB)
         self.meter.wait("dynamodb:TransactWriteItems")
         return result
 

@@ -154,6 +154,7 @@ class ExecutionRecord:
     parked: frozenset[str] = frozenset()  # message ids of deferred duplicates waiting for this run
     adopted_at: float | None = None  # ran again after its release (a redrive) and was taken back
     blocked_by: str | None = None  # an unstarted claim that must yield to a redriven run of its key
+    shard: int | None = None  # the slot shard it holds (None: claimed before the shards, in LEDGER)
 
     @property
     def fence(self) -> ClaimFence | None:

@@ -49,6 +49,7 @@ class Runtime:
             self.client("dynamodb"),
             self.settings.table_name,
             retention_seconds=self.settings.retention_seconds,
+            slots_per_shard=self.settings.slots_per_shard,
         )
 
     def queue(self) -> SqsQueue:

@@ -31,6 +31,7 @@ class Settings:
     linger_seconds: int = 0
     consistency_window_seconds: int = 60
     time_reserve_seconds: int = 15
+    slots_per_shard: int = 8  # holders per slot shard item: about 1 KB each (sluice.adapters.dynamo_slots)
 
     @property
     def retention_seconds(self) -> int:
@@ -77,6 +78,7 @@ class Settings:
             linger_seconds=integer("SLUICE_LINGER_SECONDS", 0),
             consistency_window_seconds=integer("SLUICE_CONSISTENCY_WINDOW_SECONDS", 60),
             time_reserve_seconds=integer("SLUICE_TIME_RESERVE_SECONDS", 15),
+            slots_per_shard=integer("SLUICE_SLOTS_PER_SHARD", 8, minimum=1),
         )
 
     def require(self, *names: str) -> Settings:

@@ -67,8 +67,9 @@ def test_the_variants_drop_exactly_the_calls_they_model():
     lean = run("sluice-lean", "fixed30", 10, 7, jobs=jobs)["calls_by_api"]
     refills = 60 - 10  # every completion but the last ten found a message
 
-    # refill one: a completion's admission skips its ledger read (one GetItem per completion)
-    assert default["dynamodb:GetItem"] - refill_one["dynamodb:GetItem"] == 60
+    # refill one: a completion's admission skips its ledger read (one BatchGetItem per completion)
+    assert default["dynamodb:BatchGetItem"] - refill_one["dynamodb:BatchGetItem"] == 60
+    assert default["dynamodb:GetItem"] == refill_one["dynamodb:GetItem"]
     assert default["dynamodb:TransactWriteItems"] == refill_one["dynamodb:TransactWriteItems"]
     # lean: no read before a release (one GetItem per completion), no mark (one per refill, one per
     # tick batch); the ledger read stays

@@ -9,10 +9,13 @@ import threading
 import pytest
 from freezegun import freeze_time
 
+from sluice.adapters.dynamo_launch_slots import POOL
+from sluice.adapters.dynamo_slots import DynamoSlots
 from sluice.clock import FakeClock
 from sluice.completion import StatusChange, handle_status_change
 from sluice.errors import ConfigurationError
 from sluice.model import Outcome, PayloadState
+from sluice.slots import Capacity
 from tests.support.aws import build_stack, status_change_event
 from tests.support.hooks import Crash, count_calls, crash_after, crash_before, error_answer, throttle
 
@@ -145,7 +148,8 @@ def test_killed_mid_message_then_retried_after_the_visibility_timeout_starts_not
         if where == "before":
             crash_before(client, operation)
         else:
-            crash_after(client, operation, after={"after": 1, "after-claim": 1, "after-mark": 2}[where])
+            # The stack's first claim creates the slot pool first (one TransactWriteItems of its own).
+            crash_after(client, operation, after={"after": 1, "after-claim": 2, "after-mark": 3}[where])
         with pytest.raises(Crash):
             rt.launcher().tick(reconcile_first=False)
         assert stack.queue_counts() == (0, 1)  # in flight, not deleted
@@ -289,6 +293,10 @@ def test_api_calls_per_start_and_tick_cost_independent_of_backlog(session):
         for i in range(backlog):
             stack.send({"id": f"p{i}"}, group=f"p{i}")
         rt = stack.runtime()
+        # The slot pool exists (the first claim of a stack's life makes it: 3 calls, once).
+        DynamoSlots(rt.client("dynamodb"), stack.settings.table_name, per_shard=2).set_limit(
+            Capacity(POOL, 10)
+        )
         calls = count_calls(
             rt.client("sqs"), rt.client("dynamodb"), rt.client("stepfunctions"), rt.client("ssm")
         )

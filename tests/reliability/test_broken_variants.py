@@ -30,7 +30,9 @@ import sluice.completion
 import sluice.launcher
 import sluice.reconcile
 import sluice.runtime
-from sluice.adapters.dynamodb import LEDGER_PK, DynamoStore
+from sluice.adapters.dynamo_launch_slots import POOL
+from sluice.adapters.dynamo_slots import release_item
+from sluice.adapters.dynamodb import DynamoStore
 from sluice.adapters.ssm import SsmMax
 from sluice.completion import complete
 from sluice.errors import AmbiguousStartError, SluiceError, TransientError
@@ -108,13 +110,9 @@ class CountingStore(DynamoStore):
         )
         if released is None:
             holders = sorted(self.ledger().holders)
-            if holders:
-                self.client.update_item(
-                    TableName=self.table,
-                    Key={"pk": {"S": LEDGER_PK}},
-                    UpdateExpression="DELETE holders :victim",
-                    ExpressionAttributeValues={":victim": {"SS": [holders[0]]}},
-                )
+            victim = self.execution(holders[0]) if holders else None
+            if victim is not None and victim.shard is not None:
+                self.client.update_item(**release_item(self.table, POOL, victim.shard, victim.name)["Update"])
         return released
 
 

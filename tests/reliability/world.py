@@ -393,7 +393,12 @@ class World(BehindTheBack, Promises):
 
     @staticmethod
     def holders(items: dict[str, dict[str, Any]]) -> set[str]:
-        return set(items.get("LEDGER", {}).get("holders", {}).get("SS", []))
+        """Every slot holder: in the launcher pool's shards, and any legacy ones in LEDGER."""
+        names = set(items.get("LEDGER", {}).get("holders", {}).get("SS", []))
+        for pk, item in items.items():
+            if pk.startswith("SLOTS#launcher#"):
+                names.update(item.get("holders", {}).get("M", {}))
+        return names
 
     def running_in_step_functions(self) -> set[str]:
         names: set[str] = set()

@@ -246,6 +246,7 @@ def build_stack(
         max_cache_seconds=0,
         receive_wait_seconds=0,
         consistency_window_seconds=60,
+        slots_per_shard=2,  # several shards even at a small MAX: cross-shard choices and races happen
     )
     return Stack(session=session, settings=replace(base, **settings), clock=clock or SystemClock())
 

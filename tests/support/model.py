@@ -40,7 +40,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.support.steps import ORIGIN_ATTRIBUTE, Call, ledger_updates
+from tests.support.steps import ORIGIN_ATTRIBUTE, Call, slot_names
 
 
 def canonical_key(body: str, attributes: dict[str, str] | None = None) -> str:
@@ -233,10 +233,7 @@ class Model:
             self.refused_by[message_id] = (holder, holder in self.finished)
 
     def _on_release(self, call: Call, parsed: dict[str, Any]) -> None:
-        for update in ledger_updates(call.params, "DELETE"):
-            values = update["ExpressionAttributeValues"]
-            names = values.get(":names", {}).get("SS") or [values[":name"]["S"]]
-            self.holders.difference_update(names)
+        self.holders.difference_update(slot_names(call.params, "give"))
 
     def _on_adopt(self, call: Call, parsed: dict[str, Any]) -> None:
         """Reconciliation took a slot and the lease back for an execution RUNNING again."""
@@ -245,14 +242,12 @@ class Model:
             value = entry.get("Update", {}).get("ExpressionAttributeValues", {}).get(":key")
             if value is not None:
                 key = value["S"]
-        for update in ledger_updates(call.params, "ADD"):
-            values = update["ExpressionAttributeValues"]
-            for name in values.get(":names", {}).get("SS") or [values[":name"]["S"]]:
-                self.holders.add(name)
-                self.adopted.add(name)
-                self.outside.discard(name)
-                if name in self.running and key is not None:
-                    self.running[name] = key
+        for name in slot_names(call.params, "take"):
+            self.holders.add(name)
+            self.adopted.add(name)
+            self.outside.discard(name)
+            if name in self.running and key is not None:
+                self.running[name] = key
 
     def _on_park(self, call: Call, parsed: dict[str, Any]) -> None:
         for entry in call.params["TransactItems"]:

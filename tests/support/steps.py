@@ -37,21 +37,35 @@ def _pk(update_or_put: dict[str, Any]) -> str:
     return str(where.get("pk", {}).get("S", ""))
 
 
-def ledger_updates(params: dict[str, Any], verb: str) -> list[dict[str, Any]]:
-    """The updates of a transaction that ``verb`` (ADD or DELETE) names in the LEDGER's holders."""
-    return [
-        u
-        for u in _updates(params)
-        if _pk(u) == "LEDGER" and f"{verb} holders" in u.get("UpdateExpression", "")
-    ]
+def slot_names(params: dict[str, Any], verb: str) -> list[str]:
+    """The execution names a transaction gives a slot (``take``) or takes one from (``give``): on a
+    shard of the launcher's pool (``SET holders.#n`` / ``REMOVE holders.#n``), or in the LEDGER's
+    legacy holder set (``ADD holders`` / ``DELETE holders``)."""
+    out: list[str] = []
+    for u in _updates(params):
+        pk, expression = _pk(u), u.get("UpdateExpression", "")
+        if pk == "LEDGER" and f"{'ADD' if verb == 'take' else 'DELETE'} holders" in expression:
+            values = u["ExpressionAttributeValues"]
+            out.extend(values.get(":names", {}).get("SS") or [values[":name"]["S"]])
+        elif pk.startswith("SLOTS#launcher#"):
+            prefix = "SET holders.#n" if verb == "take" else "REMOVE holders.#n"
+            if expression.startswith(prefix):
+                out.append(u["ExpressionAttributeNames"]["#n"])
+    return out
+
+
+def limit_change(params: dict[str, Any]) -> bool:
+    """A transaction that moves the caps of the launcher's pool (``set_limit``, ``rebalance``)."""
+    items = params.get("TransactItems", [])
+    return any(_pk(i.get("Update") or i.get("ConditionCheck") or {}) == "SLOTS#launcher" for i in items)
 
 
 def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
     """Name a call by the protocol step it performs (launcher.py's timeline, reconciliation's).
 
     Transactions: a Put of ``PARK#`` parks a deferred duplicate; a Put of ``EXEC#`` is a claim;
-    ``DELETE holders`` on the ledger releases; ``ADD holders`` on the ledger without a Put adopts an
-    execution running again (a redrive); the rest marks RUNNING. Single updates: ``renewed_at`` renews
+    a write to the pool item moves the caps (``limit``); a slot given back releases; a slot taken
+    without a Put adopts an execution running again (a redrive); the rest marks RUNNING. Single updates: ``renewed_at`` renews
     a resumed claim; ``suspect_since`` is reconciliation's first sighting of an unstarted claim.
     """
     if operation == "TransactWriteItems":
@@ -60,9 +74,11 @@ def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
             return "park"
         if puts:
             return "claim"
-        if ledger_updates(params, "DELETE"):
+        if limit_change(params):
+            return "limit"
+        if slot_names(params, "give"):
             return "release"
-        if ledger_updates(params, "ADD"):
+        if slot_names(params, "take"):
             return "adopt"
         if any("renewed_at" in u.get("UpdateExpression", "") for u in _updates(params)):
             return "renew"
@@ -79,6 +95,8 @@ def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
             return "invalid"
         if "reconciled_at" in expression:
             return "save_reconciliation"
+        if params.get("Key", {}).get("pk", {}).get("S", "").startswith("SLOTS#launcher"):
+            return "limit"
         return "update"
     if operation == "SendMessage" and ORIGIN_ATTRIBUTE in params.get("MessageAttributes", {}):
         return "unpark"

@@ -109,6 +109,7 @@ def to_execution(raw: dict[str, Any]) -> ExecutionRecord:
         parked=frozenset(raw.get("parked", ())),
         adopted_at=opt_float(raw.get("adopted_at")),
         blocked_by=raw.get("blocked_by"),
+        shard=None if raw.get("shard") is None else int(raw["shard"]),
     )
 
 

@@ -31,6 +31,8 @@ A resumed claim and reconciliation race on an unstarted claim; the claim's versi
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -45,7 +47,10 @@ from sluice.adapters.dynamo_codec import (
     to_payload,
     values,
 )
+from sluice.adapters.dynamo_launch_slots import LEDGER_PK, LaunchSlots
 from sluice.adapters.dynamo_parking import PARKED_PK, ParkingTable
+from sluice.adapters.dynamo_slots import DynamoSlots
+from sluice.adapters.dynamo_table import DEFAULT_RETENTION
 from sluice.adapters.errors import translated
 from sluice.errors import LeaseHeld, SlotsFull, TransientError
 from sluice.model import (
@@ -57,6 +62,7 @@ from sluice.model import (
     StartedExecution,
     record_expiry,
 )
+from sluice.slots import DEFAULT_PER_SHARD
 
 __all__ = [
     "LEDGER_PK",
@@ -68,7 +74,6 @@ __all__ = [
     "payload_pk",
 ]
 
-LEDGER_PK = "LEDGER"
 LIVE = (PayloadState.CLAIMED.value, PayloadState.RUNNING.value)
 ENDED = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED", PayloadState.RELEASED.value)
 MARKS_PER_TRANSACTION = 50  # two items each; TransactWriteItems takes 100
@@ -77,18 +82,24 @@ HISTORY_KEEP = 10
 
 
 class DynamoStore(ParkingTable):
+    def __init__(
+        self,
+        client: Any,
+        table_name: str,
+        *,
+        retention_seconds: int = DEFAULT_RETENTION,
+        sleep: Callable[[float], None] = time.sleep,
+        slots_per_shard: int = DEFAULT_PER_SHARD,
+        rng: random.Random | None = None,
+    ) -> None:
+        super().__init__(client, table_name, retention_seconds=retention_seconds, sleep=sleep)
+        slots = DynamoSlots(client, table_name, per_shard=slots_per_shard, rng=rng, sleep=sleep)
+        self.launch_slots = LaunchSlots(slots, rng=rng)
+
     # -- reads ---------------------------------------------------------------------------------
 
     def ledger(self) -> Ledger:
-        raw = self._get(LEDGER_PK)
-        if raw is None:
-            return Ledger()
-        return Ledger(
-            holders=frozenset(raw.get("holders", ())),
-            external=int(raw.get("external", 0)),
-            reconciled_at=None if raw.get("reconciled_at") is None else float(raw["reconciled_at"]),
-            drift=int(raw.get("drift", 0)),
-        )
+        return self.launch_slots.ledger()
 
     def payload(self, key: str) -> PayloadRecord | None:
         raw = self._get(payload_pk(key))
@@ -116,22 +127,43 @@ class DynamoStore(ParkingTable):
         arn: str | None = None,
     ) -> None:
         if limit <= 0:
-            # "holders absent" would admit into an empty ledger: never ask with no slot to give.
             raise SlotsFull(limit)
+        self.launch_slots.prepare(limit)
+        for round_ in range(2):
+            if round_:
+                self.launch_slots.ledger()  # no shard had room as last read: read the pool again, once
+            for shard in self.launch_slots.choices():
+                if self._claim_on(shard, key, name, message_id, now, claim_expires_at, arn):
+                    return
+        raise SlotsFull(limit)
+
+    def _claim_on(
+        self,
+        shard: int,
+        key: str,
+        name: str,
+        message_id: str,
+        now: float,
+        claim_expires_at: float,
+        arn: str | None,
+    ) -> bool:
+        """Claim on ``shard``: True when taken, False when the shard had no room."""
         for _ in range(2):
             reasons = self._transact(
-                self._claim_items(key, name, message_id, limit, now, claim_expires_at, arn)
+                self._claim_items(key, name, message_id, shard, now, claim_expires_at, arn)
             )
             if reasons is None:
-                return
-            ledger_reason, lease_reason = reasons[0], reasons[1]
+                self.launch_slots.took(shard, name, now)
+                return True
+            slot_reason, lease_reason = reasons[0], reasons[1]
             if lease_reason.get("Code") == "ConditionalCheckFailed":
                 existing = plain(lease_reason.get("Item", {}))
                 if existing.get("holder") is None and self._trim_history(key, existing):
                     continue  # the history was full, not the lease: trimmed, claim again
                 raise LeaseHeld(to_payload(existing, default_key=key))
-            if ledger_reason.get("Code") == "ConditionalCheckFailed":
-                raise SlotsFull(limit)
+            if slot_reason.get("Code") == "ConditionalCheckFailed":
+                self.launch_slots.full(shard, slot_reason.get("Item"))
+                return False
             raise TransientError(
                 f"claim cancelled: {reasons}", operation="TransactWriteItems", code="Cancelled"
             )
@@ -142,27 +174,13 @@ class DynamoStore(ParkingTable):
         key: str,
         name: str,
         message_id: str,
-        limit: int,
+        shard: int,
         now: float,
         claim_expires_at: float,
         arn: str | None,
     ) -> list[dict[str, Any]]:
         return [
-            {
-                "Update": {
-                    "TableName": self.table,
-                    "Key": {"pk": {"S": LEDGER_PK}},
-                    "UpdateExpression": "ADD holders :names",
-                    "ConditionExpression": (
-                        "attribute_not_exists(holders) OR (size(holders) < :limit AND NOT contains(holders, :name))"
-                    ),
-                    "ExpressionAttributeValues": {
-                        ":names": {"SS": [name]},
-                        ":limit": {"N": str(limit)},
-                        ":name": {"S": name},
-                    },
-                }
-            },
+            self.launch_slots.claim_item(shard, name, now),
             {
                 "Update": {
                     "TableName": self.table,
@@ -203,6 +221,7 @@ class DynamoStore(ParkingTable):
                         claimed_at=now,
                         claim_expires_at=claim_expires_at,
                         claim_version=0,
+                        shard=shard,
                     ),
                 }
             },
@@ -360,15 +379,7 @@ class DynamoStore(ParkingTable):
             exec_condition = "#state = :live0 AND claim_version = :version AND suspect_since = :suspect"
             exec_values.update(values(version=fence.claim_version, suspect=fence.suspect_since))
         items = [
-            {
-                "Update": {
-                    "TableName": self.table,
-                    "Key": {"pk": {"S": LEDGER_PK}},
-                    "UpdateExpression": "DELETE holders :names",
-                    "ConditionExpression": "contains(holders, :name)",
-                    "ExpressionAttributeValues": {":names": {"SS": [name]}, ":name": {"S": name}},
-                }
-            },
+            self.launch_slots.release_item(name, record.shard),
             {
                 "Update": {
                     "TableName": self.table,
@@ -403,16 +414,9 @@ class DynamoStore(ParkingTable):
         record = self.execution(name)
         if record is None or record.state.holds_lease:
             return False
+        shard, take = self.launch_slots.adopt_item(name, now)
         items = [
-            {
-                "Update": {
-                    "TableName": self.table,
-                    "Key": {"pk": {"S": LEDGER_PK}},
-                    "UpdateExpression": "ADD holders :names",
-                    "ConditionExpression": "attribute_not_exists(holders) OR NOT contains(holders, :name)",
-                    "ExpressionAttributeValues": {":names": {"SS": [name]}, ":name": {"S": name}},
-                }
-            },
+            take,
             {
                 "Update": {
                     "TableName": self.table,
@@ -431,11 +435,13 @@ class DynamoStore(ParkingTable):
                 "Update": {
                     "TableName": self.table,
                     "Key": {"pk": {"S": execution_pk(name)}},
-                    "UpdateExpression": "SET #state = :running, adopted_at = :now REMOVE expires_at, ended_at",
+                    "UpdateExpression": (
+                        "SET #state = :running, adopted_at = :now, #shard = :shard REMOVE expires_at, ended_at"
+                    ),
                     "ConditionExpression": "#state = :was",
-                    "ExpressionAttributeNames": {"#state": "state"},
+                    "ExpressionAttributeNames": {"#state": "state", "#shard": "shard"},
                     "ExpressionAttributeValues": values(
-                        running=PayloadState.RUNNING.value, now=now, was=record.state.value
+                        running=PayloadState.RUNNING.value, now=now, was=record.state.value, shard=shard
                     ),
                 }
             },

@@ -1,0 +1,159 @@
+"""The launcher's slots: the sharded pool ``launcher`` (``sluice.slots``) in the Sluice table.
+
+    LEDGER                 external, drift, reconciled_at; ``holders`` only on a table written by a
+                           version before the shards (legacy holders, released as they end)
+    SLOTS#launcher         limit, shards, per_shard, frozen, version       (sluice.adapters.dynamo_slots)
+    SLOTS#launcher#<i>     holders (map name -> claimed_at), cap
+
+Each holder sits in one shard, recorded on its ``EXEC#<name>`` (``shard``). A claim writes that
+shard only, conditioned on the shard alone (``size(holders) < cap``): no item is rewritten by every
+start, and an item holds at most ``per_shard`` names whatever MAX is.
+
+The caps carry the limit. Before claiming, the store brings the caps to the limit the launcher
+asks for (MAX − external − legacy holders) when the pool says otherwise; the caps always add up to
+the limit in force, so the sum of all shards' holders never passes it (see ``sluice.slots`` for
+why, and for the freeze when the limit drops below the holders).
+
+Choosing a shard uses the last read of the pool (``Ledger`` reads it whole): a claim tries up to
+``TRIES`` shards with room, and reads the pool again once before it reports the slots full.
+
+    launcher A                          launcher B                     shard 3 (cap 2, 1 held)
+    ──────────                          ──────────
+    read: shard 3 has room              read: shard 3 has room
+    claim a IF size < cap  ✓                                           2 held
+                                        claim b IF size < cap  ✗       (B tries another shard)
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from dataclasses import replace
+from typing import Any
+
+from sluice.adapters.dynamo_codec import plain, values
+from sluice.adapters.dynamo_slots import (
+    HAS_HOLDERS,
+    DynamoSlots,
+    claim_item,
+    pool_pk,
+    release_item,
+    shard_pk,
+    to_occupancy,
+)
+from sluice.model import Ledger
+from sluice.slots import Capacity, Occupancy, Shard, candidates
+
+LEDGER_PK = "LEDGER"
+POOL = "launcher"
+TRIES = 3  # shards a claim tries from one read of the pool
+FIRST_READ = 8  # shards read with the ledger before the pool's size is known
+
+
+class LaunchSlots:
+    """Where the launcher's holders live; builds the slot half of claims, releases and adoptions."""
+
+    def __init__(self, slots: DynamoSlots, *, rng: random.Random | None = None) -> None:
+        self.slots = slots
+        self.table = slots.table
+        self.rng = rng or random.Random()
+        self.view: Occupancy | None = None  # the pool as last read, with this store's own claims
+        self.legacy: frozenset[str] = frozenset()  # LEDGER.holders as last read
+        self._count = FIRST_READ
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    def ledger(self) -> Ledger:
+        """LEDGER, the pool item and every shard, consistently: one BatchGetItem up to 98 shards."""
+        keys = [LEDGER_PK, pool_pk(POOL), *(shard_pk(POOL, i) for i in range(self._count))]
+        found = {r["pk"]: r for r in self.slots._batch_get(keys)}
+        meta = found.get(pool_pk(POOL))
+        count = int(meta.get("shards", 0)) if meta else 0
+        if count > self._count:
+            rest = [shard_pk(POOL, i) for i in range(self._count, count)]
+            found.update((r["pk"], r) for r in self.slots._batch_get(rest))
+            self._count = count
+        shards = [r for pk, r in found.items() if pk.startswith(pool_pk(POOL) + "#")]
+        self.view = to_occupancy(POOL, meta, shards, max(count, self._count))
+        raw = found.get(LEDGER_PK) or {}
+        self.legacy = frozenset(raw.get("holders", ()))
+        holders = self.legacy.union(*(s.holders for s in self.view.shards))
+        return Ledger(
+            holders=frozenset(holders),
+            external=int(raw.get("external", 0)),
+            reconciled_at=None if raw.get("reconciled_at") is None else float(raw["reconciled_at"]),
+            drift=int(raw.get("drift", 0)),
+        )
+
+    # -- the claim --------------------------------------------------------------------------------
+
+    def prepare(self, limit: int) -> None:
+        """Bring the caps to ``limit`` less the legacy holders, if the pool says otherwise."""
+        if self.view is None:
+            self.ledger()
+        target = max(0, limit - len(self.legacy))
+        view = self.view
+        assert view is not None
+        if view.version == 0 or view.limit != target or view.frozen:
+            self.slots.set_limit(Capacity(POOL, target))
+            self.ledger()
+
+    def choices(self) -> list[int]:
+        return candidates(self.view, self.rng)[:TRIES] if self.view else []
+
+    def claim_item(self, shard: int, name: str, now: float) -> dict[str, Any]:
+        return claim_item(self.table, POOL, shard, name, now)
+
+    def took(self, shard: int, name: str, now: float) -> None:
+        self._change(shard, lambda s: {**s.holders, name: now})
+
+    def full(self, shard: int, seen: dict[str, Any] | None) -> None:
+        """A claim on ``shard`` found no room: remember the shard as it was (or as full)."""
+        if seen:
+            current = plain(seen)
+            holders = {str(k): float(v) for k, v in (current.get("holders") or {}).items()}
+            self._change(shard, lambda s: holders, cap=int(current.get("cap", 0)))
+        else:
+            self._change(shard, lambda s: s.holders, cap=0)
+
+    def _change(self, index: int, holders: Any, cap: int | None = None) -> None:
+        if self.view is None:
+            return
+        shards = tuple(
+            Shard(s.index, s.cap if cap is None else cap, holders(s)) if s.index == index else s
+            for s in self.view.shards
+        )
+        self.view = replace(self.view, shards=shards)
+
+    # -- release and adoption ---------------------------------------------------------------------
+
+    def release_item(self, name: str, shard: int | None) -> dict[str, Any]:
+        if shard is None:  # claimed before the shards: held in LEDGER.holders
+            return {
+                "Update": {
+                    "TableName": self.table,
+                    "Key": {"pk": {"S": LEDGER_PK}},
+                    "UpdateExpression": "DELETE holders :names",
+                    "ConditionExpression": "contains(holders, :name)",
+                    "ExpressionAttributeValues": {":names": {"SS": [name]}, ":name": {"S": name}},
+                }
+            }
+        return release_item(self.table, POOL, shard, name)
+
+    def adopt_item(self, name: str, now: float) -> tuple[int, dict[str, Any]]:
+        """A slot for an execution that runs already: no cap condition, on a shard picked by name."""
+        if self.view is None or self.view.version == 0:
+            self.prepare(0)
+        assert self.view is not None
+        shard = zlib.crc32(name.encode("utf-8", "surrogatepass")) % max(1, self.view.shard_count)
+        return shard, {
+            "Update": {
+                "TableName": self.table,
+                "Key": {"pk": {"S": shard_pk(POOL, shard)}},
+                "UpdateExpression": "SET holders.#n = :now",
+                "ConditionExpression": HAS_HOLDERS.removesuffix(" AND ")
+                + " AND attribute_not_exists(holders.#n)",
+                "ExpressionAttributeNames": {"#n": name},
+                "ExpressionAttributeValues": values(now=now),
+            }
+        }
