@@ -17,4 +17,4 @@ def store(request):
     session = request.getfixturevalue("session")
     client = session.client("dynamodb")
     create_table(client, "contract")
-    yield DynamoStore(client, "contract", retention_seconds=RETENTION)
+    yield DynamoStore(client, "contract", retention_seconds=RETENTION, slots_per_shard=2)
