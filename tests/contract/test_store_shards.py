@@ -136,3 +136,18 @@ def test_holders_left_in_the_ledger_by_the_previous_version_count_and_release(ta
     with pytest.raises(SlotsFull):
         claim(store, "k3", "n3", limit=3)
     assert store.ledger().holders == {"old2", "n1", "n2"}
+
+
+def test_a_store_that_forgets_the_legacy_holders_is_caught(table, monkeypatch):
+    """Broken on purpose: caps set to the whole limit, as if LEDGER.holders were empty."""
+    from sluice.adapters.dynamo_launch_slots import LaunchSlots
+
+    prepare = LaunchSlots.prepare
+
+    def forgetting(self, limit):
+        self.legacy = frozenset()
+        return prepare(self, limit)
+
+    monkeypatch.setattr(LaunchSlots, "prepare", forgetting)
+    with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
+        test_holders_left_in_the_ledger_by_the_previous_version_count_and_release(table)

@@ -71,6 +71,9 @@ RUNTIME_FILES = {
             "clock",
             "adapters/__init__",
             "adapters/dynamodb",
+            "adapters/dynamo_launch_slots",
+            "adapters/dynamo_slots",
+            "slots",
             "adapters/sqs",
             "adapters/sfn",
             "adapters/ssm",
@@ -373,6 +376,75 @@ def test_the_deployed_launcher_lingers_and_starts_a_payload_sent_between_ticks_a
 def _set_max(deployed, value: int) -> None:
     ssm = deployed.aws.client("ssm")
     ssm.put_parameter(Name=deployed.outputs["MaxConcurrencyParameter"], Value=str(value), Overwrite=True)
+
+
+def test_an_update_in_place_keeps_the_slots_the_previous_version_held(deployed):
+    """The previous version kept every slot in LEDGER.holders. Its table, with two of its executions
+    running, is taken over by this version (same table, new code): the old holders count against
+    MAX, their ends release them, and MAX is never passed."""
+    aws, out = deployed.aws, deployed.outputs
+    sqs, sfn, ddb, ssm = (aws.client(s) for s in ("sqs", "stepfunctions", "dynamodb", "ssm"))
+    ssm.put_parameter(Name=out["MaxConcurrencyParameter"], Value="3", Overwrite=True)
+    old = []
+    for key in ("old-1", "old-2"):  # what the previous version wrote for a running execution
+        name = execution_name(key, f"message-{key}")
+        sfn.start_execution(stateMachineArn=out["StateMachineArn"], name=name, input=json.dumps({"id": key}))
+        ddb.update_item(
+            TableName=out["TableName"],
+            Key={"pk": {"S": "LEDGER"}},
+            UpdateExpression="ADD holders :n",
+            ExpressionAttributeValues={":n": {"SS": [name]}},
+        )
+        ddb.put_item(
+            TableName=out["TableName"],
+            Item={
+                "pk": {"S": f"PAYLOAD#{key}"},
+                "key": {"S": key},
+                "state": {"S": "RUNNING"},
+                "holder": {"S": name},
+                "executions": {"L": [{"S": name}]},
+            },
+        )
+        ddb.put_item(
+            TableName=out["TableName"],
+            Item={
+                "pk": {"S": f"EXEC#{name}"},
+                "name": {"S": name},
+                "key": {"S": key},
+                "message_id": {"S": f"message-{key}"},
+                "state": {"S": "RUNNING"},
+                "claimed_at": {"N": "1"},
+                "claim_expires_at": {"N": "901"},
+                "started_at": {"N": "2"},
+            },
+        )
+        old.append(name)
+    for i in range(3):
+        sqs.send_message(
+            QueueUrl=out["QueueUrl"],
+            MessageBody=json.dumps({"id": f"new-{i}"}),
+            MessageGroupId=f"g{i}",
+            MessageDeduplicationId=uuid.uuid4().hex,
+        )
+
+    def running() -> list[str]:
+        pages = sfn.list_executions(stateMachineArn=out["StateMachineArn"], statusFilter="RUNNING")
+        return [e["name"] for e in pages["executions"]]
+
+    [(_, summary)] = deployed.tick()
+    assert summary["started"] == 1 and len(running()) == 3  # 2 old + 1 new = MAX 3
+    store = DynamoStore(ddb, out["TableName"])
+    assert set(old) <= store.ledger().holders and len(store.ledger().holders) == 3
+
+    _finish(out["StateMachineArn"], old[0])
+    [(function, result)] = deployed.deliver(status_change_event(out["StateMachineArn"], old[0], "SUCCEEDED"))
+    assert function == "completion" and result["released"] is True
+    assert len(running()) == 3  # its refill took the slot it freed, and no more
+    ledger = store.ledger()
+    assert old[0] not in ledger.holders and old[1] in ledger.holders and len(ledger.holders) == 3
+    legacy = ddb.get_item(TableName=out["TableName"], Key={"pk": {"S": "LEDGER"}})["Item"]
+    assert legacy["holders"]["SS"] == [old[1]]  # released from where the previous version put it
+    assert _depth(sqs, out["QueueUrl"]) == 1
 
 
 def _depth(sqs, url: str) -> int:
