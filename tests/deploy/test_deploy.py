@@ -213,6 +213,28 @@ def test_the_drift_alarm_waits_for_three_ticks_of_drift(package):
     assert alarm["TreatMissingData"] == "notBreaching"
 
 
+def test_the_functions_may_make_every_dynamodb_request_the_adapters_make(package):
+    """Every request kind the functions' DynamoDB adapters send, in a transaction or not, is allowed."""
+    used = ("dynamodb", "dynamo_table", "dynamo_parking", "dynamo_slots", "dynamo_launch_slots")
+    sources = "\n".join((ROOT / f"lib/sluice/adapters/{m}.py").read_text() for m in used)
+    needed = {"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:PutItem", "dynamodb:BatchGetItem"}
+    if '"ConditionCheck"' in sources:
+        needed.add("dynamodb:ConditionCheckItem")
+    if "delete_item" in sources or '"Delete"' in sources:
+        needed.add("dynamodb:DeleteItem")
+    template = json.loads((package / UPDATE_TEMPLATE).read_text())
+    for function in ("launcher", "completion"):
+        roles = [
+            r
+            for r in template["Resources"].values()
+            if r["Type"] == "AWS::IAM::Role" and function in json.dumps(r["Properties"].get("RoleName", ""))
+        ]
+        assert len(roles) == 1, function
+        statements = [s for p in roles[0]["Properties"]["Policies"] for s in p["PolicyDocument"]["Statement"]]
+        [ledger] = [s for s in statements if s.get("Sid") == "Ledger"]
+        assert needed <= set(ledger["Action"]), (function, needed - set(ledger["Action"]))
+
+
 def test_the_functions_run_on_arm64_and_the_launcher_lingers_at_128_mb_by_default(package):
     """The defaults docs/deploy.md prices: both functions on arm64 (the zip holds no compiled code,
     so nothing in it is built for one architecture), the launcher at 128 MB lingering 55 s, the
