@@ -236,14 +236,15 @@ class CountingStore:
 
     def _read_pool(self) -> None:
         """LEDGER, the pool item and the shards in one consistent read (per 100 keys), as
-        ``LaunchSlots.ledger``: the first read of a process covers 8 shards, then the rest."""
+        ``LaunchSlots.ledger``: before the pool's size is known it covers 8 shards, then exactly the
+        pool's shards."""
         first = 2 + self._read_count
         calls = math.ceil(first / 100)
         if self._shards > self._read_count:
             calls += math.ceil((self._shards - self._read_count) / 100)
-            self._read_count = self._shards
         self.meter.call("dynamodb:BatchGetItem", calls)
         self.meter.rru += 2 + max(self._read_count, self._shards)
+        self._read_count = self._shards or FIRST_READ  # next time, exactly the pool's shards
         self.meter.wait("dynamodb:BatchGetItem", calls)
 
     def _move_caps(self, limit: int) -> None:

@@ -47,7 +47,7 @@ from sluice.slots import Capacity, Occupancy, Shard, candidates
 LEDGER_PK = "LEDGER"
 POOL = "launcher"
 TRIES = 3  # shards a claim tries from one read of the pool
-FIRST_READ = 8  # shards read with the ledger before the pool's size is known
+FIRST_READ = 8  # shards read with the ledger before the pool's size is known; then exactly its shards
 
 
 class LaunchSlots:
@@ -69,12 +69,13 @@ class LaunchSlots:
         found = {r["pk"]: r for r in self.slots._batch_get(keys)}
         meta = found.get(pool_pk(POOL))
         count = int(meta.get("shards", 0)) if meta else 0
-        if count > self._count:
-            rest = [shard_pk(POOL, i) for i in range(self._count, count)]
+        read = self._count
+        if count > read:
+            rest = [shard_pk(POOL, i) for i in range(read, count)]
             found.update((r["pk"], r) for r in self.slots._batch_get(rest))
-            self._count = count
+        self._count = count if meta else FIRST_READ  # next time, exactly the pool's shards
         shards = [r for pk, r in found.items() if pk.startswith(pool_pk(POOL) + "#")]
-        self.view = to_occupancy(POOL, meta, shards, max(count, self._count))
+        self.view = to_occupancy(POOL, meta, shards, max(count, read))
         raw = found.get(LEDGER_PK) or {}
         self.legacy = frozenset(raw.get("holders", ()))
         holders = self.legacy.union(*(s.holders for s in self.view.shards))
