@@ -244,7 +244,7 @@ class CountingStore:
             calls += math.ceil((self._shards - self._read_count) / 100)
         self.meter.call("dynamodb:BatchGetItem", calls)
         self.meter.rru += 2 + max(self._read_count, self._shards)
-        self._read_count = self._shards or FIRST_READ  # next time, exactly the pool's shards
+        self._read_count = self._shards  # next time, exactly the pool's shards (none before the pool)
         self.meter.wait("dynamodb:BatchGetItem", calls)
 
     def _move_caps(self, limit: int) -> None:

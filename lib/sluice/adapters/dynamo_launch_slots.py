@@ -73,7 +73,7 @@ class LaunchSlots:
         if count > read:
             rest = [shard_pk(POOL, i) for i in range(read, count)]
             found.update((r["pk"], r) for r in self.slots._batch_get(rest))
-        self._count = count if meta else FIRST_READ  # next time, exactly the pool's shards
+        self._count = count  # next time, exactly the pool's shards (none before its first claim)
         shards = [r for pk, r in found.items() if pk.startswith(pool_pk(POOL) + "#")]
         self.view = to_occupancy(POOL, meta, shards, max(count, read))
         raw = found.get(LEDGER_PK) or {}
