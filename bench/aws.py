@@ -207,7 +207,6 @@ class CountingStore:
         self.release_without_read = release_without_read
         self._hinted: dict[int, int] = {}  # invocation -> MAX, for one ledger read
         self._placeholders: dict[int, frozenset[str]] = {}
-        self._names_bytes = 0
         self.per_shard = per_shard
         self._pool_limit: int | None = None  # the caps in force (None: no pool yet)
         self._shards = 0
@@ -216,7 +215,6 @@ class CountingStore:
 
     def resync(self) -> None:
         """Recompute the shards after the inner store was filled directly (scale setups)."""
-        self._names_bytes = sum(len(n) for n in self.inner._holders)
         if self.inner._holders:
             self._pool_limit = self._pool_limit or len(self.inner._holders)
             self._shards = max(self._shards, shards_needed(self._pool_limit, self.per_shard))
@@ -323,7 +321,6 @@ class CountingStore:
         self.meter.call("dynamodb:TransactWriteItems")
         try:
             self.inner.claim(key=key, name=name, limit=limit, **kwargs)
-            self._names_bytes += len(name)
         finally:
             self.meter.wru += 2 * (self._shard_write(name) + 2 * SMALL_ITEM_KB)
             self.meter.wait("dynamodb:TransactWriteItems")
@@ -383,8 +380,6 @@ class CountingStore:
             return None
         self.meter.call("dynamodb:TransactWriteItems")
         result = self.inner.release(name=name, state=state, now=now, **kwargs)
-        if result is not None:
-            self._names_bytes -= len(name)
         self.meter.wru += 2 * (self._shard_write(name) + 2 * SMALL_ITEM_KB)
         self.meter.wait("dynamodb:TransactWriteItems")
         return result
@@ -426,8 +421,6 @@ class CountingStore:
             return False
         self.meter.call("dynamodb:TransactWriteItems")
         result = self.inner.adopt(name=name, now=now)
-        if result:
-            self._names_bytes += len(name)
         self.meter.wru += 2 * (self._shard_write(name) + 2 * SMALL_ITEM_KB)
         self.meter.wait("dynamodb:TransactWriteItems")
         return result
