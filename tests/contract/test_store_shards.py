@@ -151,3 +151,16 @@ def test_a_store_that_forgets_the_legacy_holders_is_caught(table, monkeypatch):
     monkeypatch.setattr(LaunchSlots, "prepare", forgetting)
     with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
         test_holders_left_in_the_ledger_by_the_previous_version_count_and_release(table)
+
+
+def test_an_adoption_by_a_store_that_has_read_nothing_keeps_the_caps(table):
+    a = make(table)
+    for i in range(3):
+        claim(a, f"k{i}", f"n{i}", limit=4)
+    a.release(name="n0", state=PayloadState.FAILED, now=NOW)
+    fresh = make(table)  # a new container: no view of the pool yet
+    assert fresh.adopt(name="n0", now=NOW + 1)  # n0 was redriven
+    pool = DynamoSlots(table, "shards").occupancy(POOL)
+    assert (pool.limit, pool.caps, pool.frozen) == (4, 4, False)
+    assert fresh.ledger().holders == {"n0", "n1", "n2"}
+    assert "n0" in shard_items(table)[fresh.execution("n0").shard]["holders"]["M"]

@@ -31,14 +31,14 @@ import zlib
 from dataclasses import replace
 from typing import Any
 
-from sluice.adapters.dynamo_codec import plain, values
+from sluice.adapters.dynamo_codec import plain
 from sluice.adapters.dynamo_slots import (
-    HAS_HOLDERS,
     DynamoSlots,
     claim_item,
     pool_pk,
     release_item,
     shard_pk,
+    take_item,
     to_occupancy,
 )
 from sluice.model import Ledger
@@ -143,18 +143,11 @@ class LaunchSlots:
 
     def adopt_item(self, name: str, now: float) -> tuple[int, dict[str, Any]]:
         """A slot for an execution that runs already: no cap condition, on a shard picked by name."""
-        if self.view is None or self.view.version == 0:
-            self.prepare(0)
+        if self.view is None:
+            self.ledger()
         assert self.view is not None
+        if self.view.version == 0:
+            self.prepare(0)  # no pool yet: create it, so that the shard exists; claims set its caps
+            assert self.view is not None
         shard = zlib.crc32(name.encode("utf-8", "surrogatepass")) % max(1, self.view.shard_count)
-        return shard, {
-            "Update": {
-                "TableName": self.table,
-                "Key": {"pk": {"S": shard_pk(POOL, shard)}},
-                "UpdateExpression": "SET holders.#n = :now",
-                "ConditionExpression": HAS_HOLDERS.removesuffix(" AND ")
-                + " AND attribute_not_exists(holders.#n)",
-                "ExpressionAttributeNames": {"#n": name},
-                "ExpressionAttributeValues": values(now=now),
-            }
-        }
+        return shard, take_item(self.table, POOL, shard, name, now)

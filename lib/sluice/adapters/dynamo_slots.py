@@ -9,6 +9,7 @@ alone; the same writes are offered as TransactWriteItems items (``claim_item``, 
 ``swap_item``) for a caller that moves a slot together with its own records:
 
     claim    SET holders.#n = :now                     IF size(holders) < cap AND no holders.#n
+    take     SET holders.#n = :now                     IF no holders.#n  (no cap: already running)
     release  REMOVE holders.#n                         IF holders.#n exists
     swap     REMOVE holders.#old SET holders.#new      IF holders.#old exists AND no holders.#new
                                                           AND size(holders) <= cap
@@ -81,6 +82,7 @@ __all__ = [
     "release_item",
     "shard_pk",
     "swap_item",
+    "take_item",
     "to_occupancy",
 ]
 
@@ -117,6 +119,21 @@ def claim_item(table: str, pool: str, shard: int, name: str, now: float) -> dict
             "ExpressionAttributeNames": {"#n": _name(name)},
             "ExpressionAttributeValues": values(now=now),
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+    }
+
+
+def take_item(table: str, pool: str, shard: int, name: str, now: float) -> dict[str, Any]:
+    """A TransactWriteItems item: ``name`` takes a slot on ``shard`` whatever its cap. Only for a
+    holder that runs already (an adoption): it counts against the limit, past it if need be."""
+    return {
+        "Update": {
+            "TableName": table,
+            "Key": _key(shard_pk(pool, shard)),
+            "UpdateExpression": "SET holders.#n = :now",
+            "ConditionExpression": "attribute_exists(holders) AND attribute_not_exists(holders.#n)",
+            "ExpressionAttributeNames": {"#n": _name(name)},
+            "ExpressionAttributeValues": values(now=now),
         }
     }
 
