@@ -311,6 +311,19 @@ def test_a_resume_that_ignores_the_block_is_caught(monkeypatch):
     caught(breaks.test_a_claim_of_a_key_whose_earlier_run_was_redriven_never_starts)
 
 
+def test_a_claim_recording_another_shard_than_the_one_it_took_is_caught(monkeypatch):
+    """Issue 10: the release finds the holder by the shard on its record; a wrong one leaks the slot."""
+    claim_items = DynamoStore._claim_items
+
+    def recording_the_neighbour(self, key, name, message_id, shard, now, claim_expires_at, arn):
+        items = claim_items(self, key, name, message_id, shard, now, claim_expires_at, arn)
+        items[2]["Put"]["Item"]["shard"] = {"N": str(shard + 1)}
+        return items
+
+    monkeypatch.setattr(DynamoStore, "_claim_items", recording_the_neighbour)
+    caught(breaks.test_an_execution_stopped_by_hand_frees_its_slot)
+
+
 def test_live_records_with_a_ttl_are_caught(monkeypatch):
     claim_items = DynamoStore._claim_items
 
