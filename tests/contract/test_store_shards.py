@@ -8,7 +8,7 @@ import pytest
 from sluice.adapters.dynamo_launch_slots import LEDGER_PK, POOL
 from sluice.adapters.dynamo_slots import DynamoSlots
 from sluice.adapters.dynamodb import DynamoStore, create_table, execution_pk, payload_pk
-from sluice.errors import SlotsFull
+from sluice.errors import LeaseHeld, SlotsFull
 from sluice.model import PayloadState
 from tests.contract.stores import NOW, claim
 
@@ -164,3 +164,108 @@ def test_an_adoption_by_a_store_that_has_read_nothing_keeps_the_caps(table):
     assert (pool.limit, pool.caps, pool.frozen) == (4, 4, False)
     assert fresh.ledger().holders == {"n0", "n1", "n2"}
     assert "n0" in shard_items(table)[fresh.execution("n0").shard]["holders"]["M"]
+
+
+def adopt_candidate(store, limit: int, shard: int, count: int, prefix: str = "z") -> str:
+    """A released execution whose name hashes to ``shard`` of ``count`` (adoption's fallback pick)."""
+    import zlib
+
+    name = next(f"{prefix}{i}" for i in range(1000) if zlib.crc32(f"{prefix}{i}".encode()) % count == shard)
+    claim(store, f"key-{name}", name, limit=limit)
+    store.release(name=name, state=PayloadState.FAILED, now=NOW)
+    return name
+
+
+def test_an_adoption_into_a_full_shard_keeps_the_total_under_the_limit(table):
+    """Found by breaking the shards on purpose: an adopted holder past its shard's cap left the other
+    shards' caps as they were, so they admitted up to the limit beside it (5 under 4)."""
+    store = make(table)
+    for i in range(4):
+        claim(store, f"k{i}", f"n{i}", limit=4)  # 2 shards of 2, both full
+    on_0 = [f"n{i}" for i in range(4) if store.execution(f"n{i}").shard == 0]
+    for name in {f"n{i}" for i in range(4)} - set(on_0):
+        store.release(name=name, state=PayloadState.SUCCEEDED, now=NOW)
+    z = adopt_candidate(store, 4, 0, 2)
+    assert store.adopt(name=z, now=NOW + 1)  # redriven: 3 run under 4
+    admitted = 0
+    for i in range(5):
+        try:
+            claim(store, f"new{i}", f"new{i}", limit=4)
+            admitted += 1
+        except SlotsFull:
+            pass
+    assert admitted == 1 and len(store.ledger().holders) == 4
+
+
+def test_an_adoption_by_a_store_whose_view_predates_the_pool_keeps_the_caps(table):
+    a, b = make(table), make(table)
+    a.ledger()  # before the pool exists
+    for i in range(3):
+        claim(b, f"k{i}", f"b{i}", limit=5)
+    b.release(name="b2", state=PayloadState.FAILED, now=NOW)
+    assert a.adopt(name="b2", now=NOW + 1)
+    pool = DynamoSlots(table, "shards").occupancy(POOL)
+    assert (pool.limit, pool.frozen) == (5, False)
+    claim(b, "k3", "b3", limit=5)  # 3 of 5 held: admitted
+
+
+def test_an_adoption_before_any_claim_holds_the_key(table):
+    """No pool yet, no shard item: the adoption creates them, and the key is held."""
+    store = make(table)
+    table.put_item(
+        TableName="shards",
+        Item={
+            "pk": {"S": execution_pk("r1")},
+            "name": {"S": "r1"},
+            "key": {"S": "k1"},
+            "message_id": {"S": "m"},
+            "state": {"S": "FAILED"},
+            "claimed_at": {"N": str(NOW)},
+            "claim_expires_at": {"N": str(NOW + 900)},
+        },
+    )
+    assert store.adopt(name="r1", now=NOW)
+    assert store.ledger().holders == {"r1"} and store.payload("k1").holder == "r1"
+    with pytest.raises(LeaseHeld):
+        claim(store, "k1", "second", limit=3)
+
+
+def test_an_adoption_into_a_shard_added_while_frozen(table):
+    """A pool that grows while frozen writes no cap to its new shard: no item until adopted into."""
+    store = make(table)
+    first = adopt_candidate(store, 2, 0, 1)
+    second = adopt_candidate(store, 2, 0, 1, prefix="y")
+    later = adopt_candidate(store, 2, 1, 2, prefix="x")  # hashes to shard 1 once there are 2
+    claim(store, "k0", "n0", limit=2)
+    claim(store, "k1", "n1", limit=2)
+    assert store.adopt(name=first, now=NOW) and store.adopt(name=second, now=NOW)  # 4 run under 2
+    with pytest.raises(SlotsFull):
+        claim(store, "k9", "n9", limit=3)  # 4 > 3: frozen, and now 2 shards
+    assert 1 not in shard_items(table)
+    assert store.adopt(name=later, now=NOW + 1)
+    assert {first, second, later} <= store.ledger().holders
+    assert store.execution(later).shard in shard_items(table)
+
+
+def test_an_adoption_past_the_limit_admits_nothing_until_below_it(table):
+    """Every shard full: the adopted holder goes past its shard's cap, and the caps are planned
+    again (frozen: 5 run under 4), so a slot freed meanwhile is not handed out."""
+    store = make(table)
+    z = adopt_candidate(store, 4, 0, 2)
+    for i in range(4):
+        claim(store, f"k{i}", f"n{i}", limit=4)
+    assert store.adopt(name=z, now=NOW + 1)  # 5 run under 4
+    elsewhere = [f"n{i}" for i in range(4) if store.execution(f"n{i}").shard != store.execution(z).shard]
+    store.release(name=elsewhere[0], state=PayloadState.SUCCEEDED, now=NOW + 2)  # 4 run; that shard has room
+    with pytest.raises(SlotsFull):
+        claim(store, "k9", "n9", limit=4)
+    store.release(name=elsewhere[1], state=PayloadState.SUCCEEDED, now=NOW + 3)  # 3 run
+    claim(store, "k9", "n9", limit=4)
+    assert len(store.ledger().holders) == 4
+
+
+def test_an_adoption_that_does_not_plan_the_caps_again_is_caught(table, monkeypatch):
+    """Broken on purpose: the adopted holder past its shard's cap, the other caps left as they were."""
+    monkeypatch.setattr(DynamoSlots, "rebalance", lambda self, pool: None)
+    with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
+        test_an_adoption_past_the_limit_admits_nothing_until_below_it(table)

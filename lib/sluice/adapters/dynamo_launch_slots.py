@@ -142,12 +142,20 @@ class LaunchSlots:
         return release_item(self.table, POOL, shard, name)
 
     def adopt_item(self, name: str, now: float) -> tuple[int, dict[str, Any]]:
-        """A slot for an execution that runs already: no cap condition, on a shard picked by name."""
-        if self.view is None:
-            self.ledger()
-        assert self.view is not None
-        if self.view.version == 0:
-            self.prepare(0)  # no pool yet: create it, so that the shard exists; claims set its caps
-            assert self.view is not None
-        shard = zlib.crc32(name.encode("utf-8", "surrogatepass")) % max(1, self.view.shard_count)
+        """A slot for an execution that runs already: no cap condition (the caller rebalances after).
+
+        Adoptions are rare: the pool is read again first, so a view cached before the pool existed
+        never stands in for it. A shard with room is preferred, so that the caps still bound the
+        holders; the shard's item is created (cap 0) if no cap was ever written to it."""
+        self.ledger()
+        view = self.view
+        assert view is not None
+        if view.version == 0:
+            self.prepare(0)  # no pool yet: create it; claims set its caps
+            view = self.view
+            assert view is not None
+        roomy = candidates(view, self.rng)
+        shard = roomy[0] if roomy else zlib.crc32(name.encode("utf-8", "surrogatepass")) % view.shard_count
+        if shard not in {s.index for s in view.shards}:
+            self.slots.ensure_shard(POOL, shard)
         return shard, take_item(self.table, POOL, shard, name, now)

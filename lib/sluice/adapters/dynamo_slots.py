@@ -260,6 +260,16 @@ class DynamoSlots(Table):
             return  # taken now, or by an earlier attempt whose answer was lost
         raise SlotsFull(int(was.get("cap", 0)))
 
+    def ensure_shard(self, pool: str, shard: int) -> None:
+        """Create ``shard``'s item (cap 0, no holders) if it was never written; never changes one."""
+        with translated("UpdateItem"):
+            self.client.update_item(
+                TableName=self.table,
+                Key=_key(shard_pk(pool, shard)),
+                UpdateExpression="SET cap = if_not_exists(cap, :zero), holders = if_not_exists(holders, :empty)",
+                ExpressionAttributeValues=values(zero=0, empty={}),
+            )
+
     def release(self, pool: str, shard: int, name: str) -> bool:
         return self._update(release_item(self.table, pool, shard, name)["Update"]) is None
 

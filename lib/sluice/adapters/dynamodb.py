@@ -47,7 +47,7 @@ from sluice.adapters.dynamo_codec import (
     to_payload,
     values,
 )
-from sluice.adapters.dynamo_launch_slots import LEDGER_PK, LaunchSlots
+from sluice.adapters.dynamo_launch_slots import LEDGER_PK, POOL, LaunchSlots
 from sluice.adapters.dynamo_parking import PARKED_PK, ParkingTable
 from sluice.adapters.dynamo_slots import DynamoSlots
 from sluice.adapters.dynamo_table import DEFAULT_RETENTION
@@ -446,7 +446,12 @@ class DynamoStore(ParkingTable):
                 }
             },
         ]
-        return self._transact(items) is None
+        if self._transact(items) is not None:
+            return False
+        # Taken past its shard's cap if that shard had no room: the caps must again add up to what
+        # may run beside it. Plan again (lowering other caps, or freezing if more run than the limit).
+        self.launch_slots.slots.rebalance(POOL)
+        return True
 
     # -- small records ----------------------------------------------------------------------------
 
