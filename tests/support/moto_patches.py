@@ -45,7 +45,16 @@ _LOCK = threading.RLock()  # one lock for every adjustment: re-entered, never ne
 
 # -- serialised DynamoDB items ------------------------------------------------------------------------
 
-_OPERATIONS = ("put_item", "get_item", "update_item", "delete_item", "transact_write_items", "query", "scan")
+_OPERATIONS = (
+    "put_item",
+    "get_item",
+    "batch_get_item",
+    "update_item",
+    "delete_item",
+    "transact_write_items",
+    "query",
+    "scan",
+)
 
 
 def serialise_dynamodb() -> None:
