@@ -44,6 +44,23 @@ A holder is never evicted: a frozen shard simply waits for its holders to end.
 
 Two planners (``set_limit``, ``rebalance``) racing are ordered by the pool's ``version``: a change
 commits only if the version it read is still in force (the adapters say how).
+
+Stamped limits
+--------------
+
+Several writers may work a limit out from readings of different ages: an operator who just wrote
+MAX, and a launcher holding a MAX it read a few seconds ago. ``Capacity.stamp`` says what a limit
+was worked out from, ordered (for the launcher: the MAX parameter's version, then when the running
+count was taken). The pool keeps the stamp of the limit in force, and ``set_limit`` never replaces
+it with a limit of an older stamp: it returns None and the caller obeys the pool instead. The
+comparison is made on the pool as read and committed under the same ``version`` condition, so a
+stale writer can never undo a newer limit, however the two interleave:
+
+    operator (MAX 5 → 2, version 8)         launcher (MAX 5 cached, version 7)
+    ───────────────────────────────         ──────────────────────────────────
+    set_limit(2, stamp (8, t))  ✓ v → v+1
+                                            read pool: limit 2, stamp (8, t)
+                                            set_limit(5, stamp (7, t)): older → None, obeys 2
 """
 
 from __future__ import annotations
@@ -70,10 +87,14 @@ def check_pool(pool: str) -> str:
 
 @dataclass(frozen=True)
 class Capacity:
-    """A named limit: at most ``limit`` holders in ``pool`` at once."""
+    """A named limit: at most ``limit`` holders in ``pool`` at once.
+
+    ``stamp`` orders limits worked out from readings of different ages (see "Stamped limits"); an
+    empty stamp is unfenced: it always applies, and the pool then has no stamp."""
 
     pool: str
     limit: int
+    stamp: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         check_pool(self.pool)
@@ -107,6 +128,7 @@ class Occupancy:
     frozen: bool = False
     version: int = 0  # 0: the pool does not exist yet
     shards: tuple[Shard, ...] = ()
+    stamp: tuple[float, ...] = ()  # of the limit in force
     read: int = 0  # how many shard indexes were read (missing items count as read, empty)
 
     @property
@@ -115,7 +137,11 @@ class Occupancy:
 
     @property
     def capacity(self) -> Capacity:
-        return Capacity(self.pool, self.limit)
+        return Capacity(self.pool, self.limit, self.stamp)
+
+    def newer_than(self, capacity: Capacity) -> bool:
+        """The limit in force was worked out from a newer reading than ``capacity``'s: keep it."""
+        return bool(capacity.stamp) and self.version > 0 and self.stamp > capacity.stamp
 
     @property
     def running(self) -> int:
@@ -284,7 +310,8 @@ class Slots(Protocol):
         ...
 
     def set_limit(self, capacity: Capacity) -> Plan | None:
-        """Put ``capacity.limit`` in force; the plan written, or None when a later change overtook it."""
+        """Put ``capacity.limit`` in force; the plan written, or None when a later change overtook it
+        or the limit in force has a newer stamp."""
         ...
 
     def rebalance(self, pool: str) -> Plan | None:

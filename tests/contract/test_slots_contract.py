@@ -205,6 +205,33 @@ def test_setting_the_same_limit_again_changes_nothing(harness):
     assert slots.occupancy(P).version == version
 
 
+def test_a_limit_from_an_older_reading_never_replaces_a_newer_one(harness):
+    slots = harness.open(per_shard=2)
+    assert slots.set_limit(Capacity(P, 5, stamp=(7, 100.0))).limit == 5
+    assert slots.set_limit(Capacity(P, 2, stamp=(8, 100.0))).limit == 2
+    version = slots.occupancy(P).version
+    # A launcher still holding MAX version 7 (and a later running count) must not undo version 8.
+    assert slots.set_limit(Capacity(P, 5, stamp=(7, 900.0))) is None
+    view = slots.occupancy(P)
+    assert (view.limit, view.caps, view.version, view.stamp) == (2, 2, version, (8, 100.0))
+    # The same MAX with a newer running count applies, and so does an unfenced change.
+    assert slots.set_limit(Capacity(P, 3, stamp=(8, 200.0))).limit == 3
+    assert slots.occupancy(P).stamp == (8, 200.0)
+    assert slots.set_limit(Capacity(P, 4)).limit == 4
+    view = slots.occupancy(P)
+    assert (view.limit, view.caps, view.stamp) == (4, 4, ())
+    assert slots.rebalance(P).limit == 4
+
+
+def test_a_newer_stamp_alone_is_written_even_when_the_caps_stay(harness):
+    slots = harness.open(per_shard=2)
+    slots.set_limit(Capacity(P, 3, stamp=(1, 0.0)))
+    assert slots.set_limit(Capacity(P, 3, stamp=(2, 0.0))).limit == 3
+    assert slots.occupancy(P).stamp == (2, 0.0)
+    assert slots.set_limit(Capacity(P, 6, stamp=(1, 5.0))) is None  # older than (2, 0)
+    assert slots.occupancy(P).limit == 3
+
+
 @pytest.mark.parametrize(("old", "new"), [(6, 3), (6, 1), (6, 9), (3, 6)])
 def test_claims_racing_a_change_stay_under_the_larger_limit(harness, old, new):
     slots = harness.open(per_shard=2)

@@ -33,13 +33,14 @@ consistently, plans with ``sluice.slots.plan_caps`` and writes only the shards w
     existing shard   SET cap = :new                   IF cap = :old AND size(holders) <= :new
                                                       (a freeze: IF cap = :old)
     new shard        SET cap = :new, holders = {}     IF the item does not exist
-    pool item        SET limit, shards, frozen, version = v + 1      IF version = v
+    pool item        SET limit, shards, frozen, stamp, version = v + 1      IF version = v
 
 With at most 99 shards moving, all in one transaction. Otherwise the pool item is written first
 (taking version v + 1), then the shards in transactions of 99, decreases first, each with a
 ConditionCheck ``version = v + 1``: a planner that took the version since makes the rest fail.
 Any failed condition (a claim filled a shard past its new cap, a cap moved, the version moved)
-means: read again and plan again.
+means: read again and plan again. A stamped limit older than the pool's (``Occupancy.newer_than``)
+is not written at all: the comparison is made on the read that the version condition commits.
 
     planner                                    claimer on shard 2
     ───────                                    ──────────────────
@@ -199,6 +200,7 @@ def to_occupancy(
         version=int(meta.get("version", 0)),
         shards=tuple(found),
         read=read,
+        stamp=tuple(float(x) for x in meta.get("stamp") or ()),
     )
 
 
@@ -309,27 +311,30 @@ class DynamoSlots(Table):
     # -- the limit --------------------------------------------------------------------------------
 
     def set_limit(self, capacity: Capacity) -> Plan | None:
-        return self._plan(capacity.pool, capacity.limit)
+        return self._plan(capacity.pool, capacity)
 
     def rebalance(self, pool: str) -> Plan | None:
         return self._plan(check_pool(pool), None)
 
-    def _plan(self, pool: str, target: int | None) -> Plan | None:
+    def _plan(self, pool: str, target: Capacity | None) -> Plan | None:
         took_version = False
         for _ in range(PLAN_ROUNDS):
             current = self.occupancy(pool)
             if current.version == 0 and target is None:
                 return None
-            if took_version and current.limit != target:
+            if took_version and (target is None or current.limit != target.limit):
                 return None  # a later set_limit is in force
-            limit = current.limit if target is None else target
+            if target is not None and current.newer_than(target):
+                return None  # a limit from a newer reading is in force
+            limit = current.limit if target is None else target.limit
+            stamp = current.stamp if target is None else target.stamp
             per_shard = current.per_shard if current.version else self.per_shard
             plan = plan_caps(limit, per_shard, current.loads())
-            if current.version and not plan.moves and _same(current, plan):
+            if current.version and not plan.moves and _same(current, plan) and stamp == current.stamp:
                 return plan
             existing = {s.index for s in current.shards}
             updates = [self._cap_item(pool, m, m.shard in existing, plan.frozen) for m in plan.moves]
-            meta = self._pool_item(pool, current.version, plan, per_shard)
+            meta = self._pool_item(pool, current.version, plan, per_shard, stamp)
             if len(updates) <= SHARDS_PER_TRANSACTION:
                 if self._transact([meta, *updates]) is None:
                     return self._done(pool, plan)
@@ -352,18 +357,23 @@ class DynamoSlots(Table):
         self._counts[pool] = max(self._counts.get(pool, 0), plan.shard_count)
         return plan
 
-    def _pool_item(self, pool: str, version: int, plan: Plan, per_shard: int) -> dict[str, Any]:
+    def _pool_item(
+        self, pool: str, version: int, plan: Plan, per_shard: int, stamp: tuple[float, ...]
+    ) -> dict[str, Any]:
         update: dict[str, Any] = {
             "TableName": self.table,
             "Key": _key(pool_pk(pool)),
             "UpdateExpression": (
                 "SET #limit = :limit, shards = :shards, per_shard = :per, frozen = :frozen, version = :next"
+                + (", stamp = :stamp" if stamp else " REMOVE stamp")
             ),
             "ExpressionAttributeNames": {"#limit": "limit"},
             "ExpressionAttributeValues": values(
                 limit=plan.limit, shards=plan.shard_count, per=per_shard, frozen=plan.frozen, next=version + 1
             ),
         }
+        if stamp:
+            update["ExpressionAttributeValues"].update(values(stamp=list(stamp)))
         if version:
             update["ConditionExpression"] = "version = :version"
             update["ExpressionAttributeValues"].update(values(version=version))

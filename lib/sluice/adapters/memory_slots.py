@@ -35,6 +35,7 @@ class _Pool:
     frozen: bool = False
     version: int = 0
     shards: dict[int, _Shard] = field(default_factory=dict)
+    stamp: tuple[float, ...] = ()
 
 
 class MemorySlots:
@@ -75,6 +76,7 @@ class MemorySlots:
             version=found.version,
             shards=shards,
             read=len(indexes),
+            stamp=found.stamp,
         )
 
     def _shard(self, pool: str, shard: int) -> _Shard | None:
@@ -123,19 +125,21 @@ class MemorySlots:
     # -- the limit --------------------------------------------------------------------------------
 
     def set_limit(self, capacity: Capacity) -> Plan | None:
-        return self._plan(capacity.pool, capacity.limit)
+        return self._plan(capacity.pool, capacity)
 
     def rebalance(self, pool: str) -> Plan | None:
         return self._plan(check_pool(pool), None)
 
-    def _plan(self, pool: str, target: int | None) -> Plan | None:
+    def _plan(self, pool: str, target: Capacity | None) -> Plan | None:
         with self._lock:
             found = self._pools.get(pool)
             if found is None:
                 if target is None:
                     return None
-                found = _Pool(limit=target, per_shard=self.per_shard)
-            limit = found.limit if target is None else target
+                found = _Pool(limit=target.limit, per_shard=self.per_shard)
+            elif target is not None and bool(target.stamp) and found.stamp > target.stamp:
+                return None  # a limit from a newer reading is in force
+            limit = found.limit if target is None else target.limit
             loads = [
                 (found.shards[i].cap, len(found.shards[i].holders)) if i in found.shards else (0, 0)
                 for i in range(found.shard_count)
@@ -146,11 +150,13 @@ class MemorySlots:
                 plan.frozen,
                 plan.shard_count,
             )
-            if found.version and not plan.moves and unchanged:
+            stamp = found.stamp if target is None else target.stamp
+            if found.version and not plan.moves and unchanged and stamp == found.stamp:
                 return plan
             for move in plan.moves:
                 found.shards.setdefault(move.shard, _Shard()).cap = move.new
             found.limit, found.frozen, found.shard_count = limit, plan.frozen, plan.shard_count
+            found.stamp = stamp
             found.version += 1
             self._pools[pool] = found
             return plan
