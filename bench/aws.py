@@ -26,7 +26,7 @@ method, as ``lib/sluice/adapters/dynamodb.py``, ``sqs.py``, ``sfn.py`` and ``ssm
     Queue.receive()             sqs:ReceiveMessage (a long poll waits in virtual time)
     Queue.delete()/release()    sqs:DeleteMessageBatch / ChangeMessageVisibilityBatch per 10
     Executions.list_running()   states:ListExecutions per page of 1,000 (eventually consistent: a lag)
-    SsmMax.current()            ssm:GetParameter per cache miss (the real SsmMax, on a counting client)
+    SsmMax.reading()            ssm:GetParameter per cache miss (the real SsmMax, on a counting client)
 
 A call takes effect when it is issued and then costs its latency in virtual time. No call ever fails:
 throttling and transaction conflicts are not simulated; the peak request rates are reported instead and
@@ -216,7 +216,7 @@ class CountingStore:
     def resync(self) -> None:
         """Recompute the shards after the inner store was filled directly (scale setups)."""
         if self.inner._holders:
-            self._pool_limit = self._pool_limit or len(self.inner._holders)
+            self._pool_limit = self._pool_limit or self.inner.ledger().in_force or len(self.inner._holders)
             self._shards = max(self._shards, shards_needed(self._pool_limit, self.per_shard))
 
     @property
@@ -280,7 +280,7 @@ class CountingStore:
             size = max(0, hinted - external - 1)
             if size not in self._placeholders:
                 self._placeholders[size] = frozenset(f"~{i}" for i in range(size))
-            return Ledger(self._placeholders[size], external)
+            return Ledger(self._placeholders[size], external, in_force=self._pool_limit)
         self._read_pool()
         return self.inner.ledger()
 
@@ -310,17 +310,19 @@ class CountingStore:
 
     # writes
 
-    def claim(self, *, key: str, name: str, limit: int, **kwargs: Any) -> None:
-        if limit <= 0:
-            raise SlotsFull(limit)  # DynamoStore asks nothing then
+    def set_limit(self, limit: int, *, stamp: tuple[float, ...] = ()) -> int | None:
         if self._pool_limit != limit:
             self._move_caps(limit)
+        return self.inner.set_limit(limit, stamp=stamp)
+
+    def claim(self, *, key: str, name: str, **kwargs: Any) -> None:
+        limit = self._pool_limit or 0
         if len(self.inner._holders) >= limit:
             self._read_pool()  # no shard had room as read: DynamoStore reads once more, then gives up
             raise SlotsFull(limit)
         self.meter.call("dynamodb:TransactWriteItems")
         try:
-            self.inner.claim(key=key, name=name, limit=limit, **kwargs)
+            self.inner.claim(key=key, name=name, **kwargs)
         finally:
             self.meter.wru += 2 * (self._shard_write(name) + 2 * SMALL_ITEM_KB)
             self.meter.wait("dynamodb:TransactWriteItems")
@@ -745,7 +747,7 @@ class CountingSsmClient:
     def get_parameter(self, Name: str) -> dict[str, Any]:
         self.meter.call("ssm:GetParameter")
         self.meter.wait("ssm:GetParameter")
-        return {"Parameter": {"Name": Name, "Value": str(self.value)}}
+        return {"Parameter": {"Name": Name, "Value": str(self.value), "LastModifiedDate": 0.0}}
 
 
 # -- CloudWatch Logs ----------------------------------------------------------------------------------------

@@ -78,9 +78,10 @@ def sluice_tick(running: int, backlog: int) -> dict[str, Any]:
     queue = SimQueue(meter, clock, visibility_timeout=180, max_receive_count=10)
     sfn = SimExecutions(meter, clock, lag=0)
     max_ = running + FREE
+    store.inner.set_limit(max_)
     for name in _fill(sfn, queue, running, backlog):
         key = name.rsplit("-", 1)[0]
-        store.inner.claim(key=key, name=name, message_id=name, limit=max_, now=T0, claim_expires_at=T0 + 900)
+        store.inner.claim(key=key, name=name, message_id=name, now=T0, claim_expires_at=T0 + 900)
         store.inner.mark_running(key=key, name=name, arn=sfn.arn_for(name), started_at=T0, now=T0)
     store.resync()
     clock.t = T0 + 600

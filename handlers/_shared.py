@@ -42,7 +42,8 @@ def emit(summary: TickSummary) -> dict[str, object]:
     )
     metrics.add_metric("Invalid", MetricUnit.Count, summary.n(Outcome.INVALID))
     metrics.add_metric("Running", MetricUnit.Count, summary.running_after)
-    metrics.add_metric("Max", MetricUnit.Count, summary.max_concurrency)
+    if summary.max_concurrency is not None:
+        metrics.add_metric("Max", MetricUnit.Count, summary.max_concurrency)
     metrics.add_metric("FreeSlots", MetricUnit.Count, summary.free_after)
     if summary.drift is not None:
         metrics.add_metric("LedgerDrift", MetricUnit.Count, summary.drift)

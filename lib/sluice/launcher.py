@@ -23,7 +23,10 @@ Per message the order is fixed; each step is safe to die after:
     dies after delete   nothing left to do.
 
 Admission is exact across concurrent launchers because the slot is taken by a conditional write
-on one ledger item (``size(holders) < limit``), in the same transaction as the payload's lease.
+on one shard of the slots (``size(holders) < cap``), in the same transaction as the payload's
+lease, and the caps add up to the limit in force. The claim passes no limit: the caps are the
+limit. Only the scheduled tick (from MAX and reconciliation's external count) and the operator's
+``sluice set-max``/``pause``/``resume`` move them; a completion's refill reads no MAX at all.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from sluice.errors import (
     SlotsFull,
     TransientError,
 )
-from sluice.model import Ledger, Message, Outcome, Payload, PayloadState, StartedExecution, TickSummary
+from sluice.model import Message, Outcome, Payload, PayloadState, StartedExecution, TickSummary
 from sluice.names import execution_name, origin_id
 from sluice.parking import park
 from sluice.ports import Clock, Executions, MaxSource, Queue, Store
@@ -100,7 +103,7 @@ class Launcher:
             summary.reconciled = True
             summary.released_by_reconcile = report.released
             summary.drift = report.drift
-        return self.admit(summary=summary, remaining_ms=remaining_ms, linger=True)
+        return self.admit(summary=summary, remaining_ms=remaining_ms, linger=True, sync_limit=True)
 
     def on_status_change(
         self, change: StatusChange, *, remaining_ms: Callable[[], int] | None = None
@@ -131,11 +134,14 @@ class Launcher:
         remaining_ms: Callable[[], int] | None = None,
         max_new: int | None = None,
         linger: bool = False,
+        sync_limit: bool = False,
     ) -> TickSummary:
         """Receive and start payloads while slots are free, the queue has messages and time remains.
 
-        MAX and the ledger are read again before every receive, and MAX again before every claim,
-        so each payload is admitted under the MAX in force when it is claimed. ``max_new`` caps how
+        The ledger is read again before every receive; each claim is admitted by the caps in force
+        at its write. With ``sync_limit`` (the scheduled tick) MAX is read before every receive too
+        and the caps are brought to MAX − external (``Store.set_limit``), so a MAX changed in SSM by
+        any means reaches the caps within one tick, also while the tick lingers. ``max_new`` caps how
         many this call starts: a completion refills the one slot it freed. If every completion of a burst took all the free slots it
         saw, all but one would lose their claims and return their messages, and each return spends
         a receive of the message's ``maxReceiveCount``: healthy messages would walk to the DLQ.
@@ -148,14 +154,21 @@ class Launcher:
         started = 0
         first = True
         while True:
-            max_concurrency = self.max_source.current()
             ledger = self.store.ledger()
-            limit, running = ledger.limit(max_concurrency), len(ledger.holders)
-            summary.max_concurrency, summary.limit, summary.running_after = max_concurrency, limit, running
+            limit = ledger.in_force
+            if sync_limit:
+                reading = self.max_source.reading()
+                summary.max_concurrency = reading.value
+                limit = self.store.set_limit(ledger.limit(reading.value), stamp=ledger.stamp(reading))
+                if limit != ledger.in_force:
+                    ledger = self.store.ledger()
+            limit = limit or 0
+            running = len(ledger.holders)
+            summary.limit, summary.running_after = limit, running
             if first:
                 summary.running_before, first = running, False
-            if max_concurrency == 0:
-                summary.stopped = "paused"
+            if limit == 0 and (not sync_limit or summary.max_concurrency == 0):
+                summary.stopped = "paused" if sync_limit else "full"
                 break
             free = limit - running
             if max_new is not None:
@@ -176,7 +189,7 @@ class Launcher:
                 summary.stopped = "empty"
                 break
             summary.received += len(messages)
-            filled, stop = self._process_batch(messages, ledger, summary)
+            filled, stop = self._process_batch(messages, summary)
             started += filled
             summary.running_after = running + filled
             if stop:
@@ -189,9 +202,7 @@ class Launcher:
 
     # -- one batch ----------------------------------------------------------------------------
 
-    def _process_batch(
-        self, messages: list[Message], ledger: Ledger, summary: TickSummary
-    ) -> tuple[int, str]:
+    def _process_batch(self, messages: list[Message], summary: TickSummary) -> tuple[int, str]:
         """Process one received batch. Returns (slots filled, why to stop or "").
 
         The executions it started are marked RUNNING in one write, then the messages it handled are
@@ -201,7 +212,7 @@ class Launcher:
         done: list[Message] = []
         started: list[StartedExecution] = []
         try:
-            filled, stop = self._run_batch(messages, ledger, summary, done, started)
+            filled, stop = self._run_batch(messages, summary, done, started)
         except Exception:
             self._settle(done, started)
             raise
@@ -211,7 +222,6 @@ class Launcher:
     def _run_batch(
         self,
         messages: list[Message],
-        ledger: Ledger,
         summary: TickSummary,
         done: list[Message],
         started: list[StartedExecution],
@@ -220,9 +230,9 @@ class Launcher:
         for i, message in enumerate(messages):
             rest = messages[i:]
             try:
-                outcome = self._process(message, ledger, done, started)
+                outcome = self._process(message, done, started)
             except SlotsFull:
-                # Another launcher took the slot between our ledger read and this claim.
+                # Another launcher took the slot since our ledger read, or the caps came down.
                 self.queue.release(rest)
                 summary.outcomes[Outcome.RETURNED.value] = summary.n(Outcome.RETURNED) + len(rest)
                 return filled, "full"
@@ -248,25 +258,21 @@ class Launcher:
         if done:
             self.queue.delete(done)
 
-    def _process(
-        self, message: Message, ledger: Ledger, done: list[Message], started: list[StartedExecution]
-    ) -> Outcome:
+    def _process(self, message: Message, done: list[Message], started: list[StartedExecution]) -> Outcome:
         try:
             payload = validate_message(message)
         except InvalidPayload as exc:
             return self._dead_letter(message, exc, done)
         name = execution_name(payload.key, origin_id(message.message_id, message.attributes))
         for _ in range(ATTEMPTS):
-            # The MAX in force at this claim (SSM, cached SLUICE_MAX_CACHE_SECONDS), not at the receive.
-            limit = ledger.limit(self.max_source.current())
-            outcome = self._attempt(payload, name, limit, done, started)
+            outcome = self._attempt(payload, name, done, started)
             if outcome is not None:
                 return outcome
         # The lease kept changing hands under us: try again later, as if the slot had been taken.
-        raise SlotsFull(limit)
+        raise SlotsFull(0)
 
     def _attempt(
-        self, payload: Payload, name: str, limit: int, done: list[Message], started: list[StartedExecution]
+        self, payload: Payload, name: str, done: list[Message], started: list[StartedExecution]
     ) -> Outcome | None:
         """One claim-and-start of ``payload``. None when the lease changed meanwhile: look again."""
         now = self.clock.now()
@@ -278,7 +284,6 @@ class Launcher:
                 name=name,
                 message_id=origin_id(payload.message.message_id, payload.message.attributes),
                 arn=self.executions.arn_for(name),
-                limit=limit,
                 now=now,
                 claim_expires_at=claim_expires_at,
             )

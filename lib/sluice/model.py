@@ -186,17 +186,38 @@ class ParkedMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class MaxReading:
+    """MAX as configured, and when it last changed (``changed_at``, epoch seconds; None when that
+    is unknown: the parameter is missing and the deployed default applies)."""
+
+    value: int
+    changed_at: float | None = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class Ledger:
-    """Item ``LEDGER``: which executions hold a slot, and what reconciliation last saw."""
+    """Who holds a slot, the limit in force in the slots' caps, and what reconciliation last saw."""
 
     holders: frozenset[str] = frozenset()
     external: int = 0  # RUNNING executions of the state machine that Sluice did not start
     reconciled_at: float | None = None
     drift: int = 0
+    in_force: int | None = None  # the slots Sluice may fill now (the caps); None before the first tick
 
     def limit(self, max_concurrency: int) -> int:
         """Slots Sluice may fill: MAX less what others run on the same state machine."""
         return max(0, max_concurrency - self.external)
+
+    def stamp(self, reading: MaxReading) -> tuple[float, ...]:
+        """Orders limits worked out from readings of different ages (``sluice.slots``, "Stamped
+        limits"): when MAX changed, then when the external count was taken. Unknown: unfenced."""
+        if reading.changed_at is None:
+            return ()
+        return (reading.changed_at, self.reconciled_at or 0.0)
+
+    @property
+    def free(self) -> int:
+        return max(0, (self.in_force or 0) - len(self.holders))
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,8 +257,8 @@ class StartResult:
 class TickSummary:
     """What one tick did. Returned by the handlers and logged."""
 
-    max_concurrency: int = 0
-    limit: int = 0
+    max_concurrency: int | None = None  # MAX as read by a tick; None for a completion's refill (reads none)
+    limit: int = 0  # the slots in force (the caps)
     running_before: int = 0
     running_after: int = 0
     received: int = 0

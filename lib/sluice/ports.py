@@ -14,6 +14,7 @@ from sluice.model import (
     ExecutionInfo,
     ExecutionRecord,
     Ledger,
+    MaxReading,
     Message,
     ParkedMessage,
     PayloadRecord,
@@ -88,8 +89,8 @@ class Executions(Protocol):
 
 
 class MaxSource(Protocol):
-    def current(self) -> int:
-        """MAX in force now. 0 pauses admission."""
+    def reading(self) -> MaxReading:
+        """MAX as configured now (0 pauses admission), with when it was last changed."""
         ...
 
 
@@ -103,21 +104,27 @@ class Store(Protocol):
 
     def ledger(self) -> Ledger: ...
 
+    def set_limit(self, limit: int, *, stamp: tuple[float, ...] = ()) -> int | None:
+        """Put ``limit`` (MAX − external) in force in the slots, unless a limit worked out from
+        newer readings (``stamp``, see ``Ledger.stamp``) is in force already. Never evicts a
+        holder. Returns the limit in force after (``Ledger.in_force``)."""
+        ...
+
     def claim(
         self,
         *,
         key: str,
         name: str,
         message_id: str,
-        limit: int,
         now: float,
         claim_expires_at: float,
         arn: str | None = None,
     ) -> None:
-        """Take a slot and the payload's lease for ``name``.
+        """Take a slot and the payload's lease for ``name``, under the limit in force at the write.
 
         Raises ``LeaseHeld`` (with the existing record) when the payload's lease is live, including
-        when ``name`` itself holds it, and ``SlotsFull`` when ``|holders| >= limit``.
+        when ``name`` itself holds it, and ``SlotsFull`` when no slot is free (or no limit was ever
+        put in force).
         """
         ...
 

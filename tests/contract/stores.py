@@ -7,11 +7,12 @@ RETENTION = 7 * 86_400
 
 
 def claim(store, key: str, name: str, *, limit: int = 5, message_id: str = "m", now: float = NOW) -> None:
+    """Put ``limit`` in force (unfenced, as a tick of one launcher would), then claim under it."""
+    store.set_limit(limit)
     store.claim(
         key=key,
         name=name,
         message_id=message_id,
-        limit=limit,
         now=now,
         claim_expires_at=now + 900,
         arn=f"arn:aws:states:us-east-1:123456789012:execution:sm:{name}",

@@ -57,6 +57,29 @@ def test_limit_zero_on_an_empty_ledger_admits_nothing(store):
     assert store.ledger().holders == frozenset()
 
 
+def test_no_claim_is_admitted_before_a_limit_was_put_in_force(store):
+    assert store.ledger().in_force is None
+    with pytest.raises(SlotsFull):
+        store.claim(key="k", name="n", message_id="m", now=NOW, claim_expires_at=NOW + 900)
+    assert store.payload("k") is None and store.ledger().holders == frozenset()
+
+
+def test_the_limit_in_force_is_the_last_of_the_newest_readings(store):
+    """A launcher holding an older MAX (stamp) never undoes a newer limit; claims obey the newest."""
+    assert store.set_limit(5, stamp=(100.0, 1.0)) == 5
+    assert store.set_limit(2, stamp=(200.0, 1.0)) == 2  # an operator lowered MAX
+    assert store.set_limit(5, stamp=(100.0, 9.0)) == 2  # a launcher's stale MAX: refused
+    assert store.ledger().in_force == 2
+    claim_in_force = [f"n{i}" for i in range(3)]
+    for i, name in enumerate(claim_in_force[:2]):
+        store.claim(key=f"k{i}", name=name, message_id="m", now=NOW, claim_expires_at=NOW + 900)
+    with pytest.raises(SlotsFull):
+        store.claim(key="k2", name="n2", message_id="m", now=NOW, claim_expires_at=NOW + 900)
+    assert store.set_limit(3, stamp=(200.0, 5.0)) == 3  # the same MAX, a newer external count
+    store.claim(key="k2", name="n2", message_id="m", now=NOW, claim_expires_at=NOW + 900)
+    assert store.ledger().holders == set(claim_in_force) and store.ledger().free == 0
+
+
 def test_mark_running_only_while_claimed_by_that_name(store):
     claim(store, "k", "n1")
     assert store.mark_running(key="k", name="n1", arn="arn:x", started_at=NOW + 1, now=NOW + 1)

@@ -142,13 +142,13 @@ def test_a_store_that_forgets_the_legacy_holders_is_caught(table, monkeypatch):
     """Broken on purpose: caps set to the whole limit, as if LEDGER.holders were empty."""
     from sluice.adapters.dynamo_launch_slots import LaunchSlots
 
-    prepare = LaunchSlots.prepare
+    set_limit = LaunchSlots.set_limit
 
-    def forgetting(self, limit):
+    def forgetting(self, limit, stamp):
         self.legacy = frozenset()
-        return prepare(self, limit)
+        return set_limit(self, limit, stamp)
 
-    monkeypatch.setattr(LaunchSlots, "prepare", forgetting)
+    monkeypatch.setattr(LaunchSlots, "set_limit", forgetting)
     with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
         test_holders_left_in_the_ledger_by_the_previous_version_count_and_release(table)
 

@@ -274,13 +274,33 @@ def test_set_max_changes_the_parameter_and_the_next_tick_obeys(env, cli, tmp_pat
     assert run.code == 0
     assert parameter(env) == "2"
     assert run.out.splitlines()[0] == "MAX 5 → 2 on /sluice-test/max-concurrency."
-    assert "takes effect on the next launcher tick" in run.out
+    assert "In force now: the next start obeys it (2 slots for Sluice)." in run.out
     assert cli("tick", "--json").json["started"] == 2
     assert len(env.running()) == 2
 
     lowered = cli("set-max", 1)
     assert "2 are running, more than 1: no new start until fewer than 1 run." in lowered.out
     assert cli("tick", "--json").json["started"] == 0
+
+
+def test_set_max_is_in_force_for_a_completions_refill_before_any_tick(env, cli, tmp_path, monkeypatch):
+    """The caps carry MAX: a lowered MAX binds the very next claim, also one made by a completion
+    whose container would cache the old value for ten minutes."""
+    monkeypatch.setenv("SLUICE_MAX_CACHE_SECONDS", "600")
+    path = tmp_path / "in.jsonl"
+    path.write_text(payloads(6))
+    cli("enqueue", path)
+    cli("set-max", 3)
+    cli("tick")
+    completion_handler.handler(env.finish(env.running()[0]), LambdaContext())  # warm, refills one
+    assert len(env.running()) == 3
+
+    run = cli("set-max", 2, "--json")
+    assert (run.json["limit"], run.json["running"]) == (2, 3)
+    for name in env.running()[:2]:
+        completion_handler.handler(env.finish(name), LambdaContext())
+    assert len(env.running()) == 2  # 3 → 1 running, refilled only up to 2
+    assert cli("status", "--json").json["limit"] == 2
 
 
 @pytest.mark.parametrize("bad", ["-1", "two", "1.5"])

@@ -10,6 +10,7 @@ from handlers import _shared
 from handlers import completion as completion_handler
 from handlers import launcher as launcher_handler
 from tests.support.aws import LambdaContext, scheduled_event, status_change_event
+from tests.support.hooks import count_calls
 
 
 @pytest.fixture
@@ -64,10 +65,12 @@ def test_completion_releases_and_refills_at_once(deployed, capsys):
     for i in range(6):
         deployed.send({"id": f"p{i}"}, group=f"p{i}")
     launcher_handler.handler(scheduled_event(), LambdaContext())
+    ssm = count_calls(_shared.runtime().client("ssm"))
     name = deployed.running()[0]
     event = deployed.finish(name, "FAILED", error="States.TaskFailed")
     result = completion_handler.handler(event, LambdaContext(function_name="sluice-dev-completion"))
     assert result["released"] is True and result["admission"]["started"] == 1
+    assert sum(ssm.values()) == 0  # the refill obeys the caps: no MAX read on the completion path
     assert emf_metrics(capsys.readouterr().out)["Released"] == 1
     assert len(deployed.running()) == 5 and deployed.queue_counts() == (0, 0)
     store = deployed.runtime().store()

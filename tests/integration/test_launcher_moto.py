@@ -9,13 +9,10 @@ import threading
 import pytest
 from freezegun import freeze_time
 
-from sluice.adapters.dynamo_launch_slots import POOL
-from sluice.adapters.dynamo_slots import DynamoSlots
 from sluice.clock import FakeClock
 from sluice.completion import StatusChange, handle_status_change
 from sluice.errors import ConfigurationError
 from sluice.model import Outcome, PayloadState
-from sluice.slots import Capacity
 from tests.support.aws import build_stack, status_change_event
 from tests.support.hooks import Crash, count_calls, crash_after, crash_before, error_answer, throttle
 
@@ -179,6 +176,30 @@ def test_max_change_in_ssm_takes_effect_on_the_next_tick(stack):
     assert stack.running() == [] and stack.queue_counts() == (6, 0)
 
 
+def test_a_max_written_to_the_parameter_alone_reaches_the_caps_at_the_next_tick(stack):
+    """The console or a deploy writes only the parameter: until a tick reads it, completions
+    refill under the caps in force. `sluice set-max` writes both (tests/integration/test_cli.py)."""
+    for i in range(6):
+        stack.send({"id": f"p{i}"}, group=f"p{i}")
+    ssm = stack.client("ssm")
+    ssm.put_parameter(Name=stack.settings.max_parameter, Value="2", Overwrite=True)
+    stack.launcher().tick()
+    ssm.put_parameter(Name=stack.settings.max_parameter, Value="1", Overwrite=True)
+    completion = stack.launcher()
+
+    def complete(name: str) -> None:
+        assert completion.on_status_change(StatusChange.from_event(stack.finish(name)))[0]
+
+    complete(stack.running()[0])
+    assert len(stack.running()) == 2  # refilled under the caps in force (2)
+    assert stack.runtime().store().ledger().in_force == 2
+    stack.launcher().tick()
+    assert stack.runtime().store().ledger().in_force == 1  # the tick moved the caps
+    for name in stack.running():
+        complete(name)
+    assert len(stack.running()) == 1  # 2 ended: 1 refilled, under 1
+
+
 def test_a_bad_max_value_fails_loudly_and_touches_nothing(stack):
     stack.send({"id": "p"})
     stack.client("ssm").put_parameter(Name=stack.settings.max_parameter, Value="lots", Overwrite=True)
@@ -293,10 +314,10 @@ def test_api_calls_per_start_and_tick_cost_independent_of_backlog(session):
         for i in range(backlog):
             stack.send({"id": f"p{i}"}, group=f"p{i}")
         rt = stack.runtime()
-        # The slot pool exists (the first claim of a stack's life makes it: 3 calls, once).
-        DynamoSlots(rt.client("dynamodb"), stack.settings.table_name, per_shard=2).set_limit(
-            Capacity(POOL, 10)
-        )
+        # The slot pool exists with MAX in force (the first tick of a stack's life, or of a MAX
+        # change, moves the caps: 4 calls, once).
+        store = rt.store()
+        store.set_limit(10, stamp=store.ledger().stamp(rt.max_source().reading()))
         calls = count_calls(
             rt.client("sqs"), rt.client("dynamodb"), rt.client("stepfunctions"), rt.client("ssm")
         )

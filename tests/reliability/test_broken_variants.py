@@ -28,6 +28,7 @@ import sluice.adapters.dynamodb
 import sluice.adapters.sfn
 import sluice.completion
 import sluice.launcher
+import sluice.ops.maximum
 import sluice.reconcile
 import sluice.runtime
 from sluice.adapters.dynamo_launch_slots import POOL
@@ -37,8 +38,9 @@ from sluice.adapters.ssm import SsmMax
 from sluice.completion import complete
 from sluice.errors import AmbiguousStartError, SluiceError, TransientError
 from sluice.launcher import Launcher
-from sluice.model import PayloadState
+from sluice.model import MaxReading, PayloadState
 from sluice.runtime import CLIENT_CONFIG
+from sluice.slots import Occupancy
 from tests.reliability import test_promise_breaks as breaks
 from tests.reliability.machine import SluiceMachine
 from tests.reliability.world import CLAIM_TIMEOUT, VISIBILITY, WINDOW, PromiseBroken, World
@@ -239,14 +241,14 @@ def test_a_retried_start_taken_for_a_refusal_is_caught(monkeypatch):
 
 
 def test_a_launcher_that_stops_rereading_max_is_caught(monkeypatch):
-    read_once = SsmMax.current
+    read_once = SsmMax.reading
 
-    def first_value_forever(self: SsmMax) -> int:
+    def first_value_forever(self: SsmMax) -> MaxReading:
         if not hasattr(self, "_forever"):
             self._forever = read_once(self)
         return self._forever
 
-    monkeypatch.setattr(SsmMax, "current", first_value_forever)
+    monkeypatch.setattr(SsmMax, "reading", first_value_forever)
     caught(breaks.test_max_lowered_between_batches_of_one_tick_is_obeyed)
 
 
@@ -327,8 +329,8 @@ def test_a_claim_recording_another_shard_than_the_one_it_took_is_caught(monkeypa
 def test_live_records_with_a_ttl_are_caught(monkeypatch):
     claim_items = DynamoStore._claim_items
 
-    def expiring(self, key, name, message_id, limit, now, claim_expires_at, arn):
-        items = claim_items(self, key, name, message_id, limit, now, claim_expires_at, arn)
+    def expiring(self, key, name, message_id, shard, now, claim_expires_at, arn):
+        items = claim_items(self, key, name, message_id, shard, now, claim_expires_at, arn)
         lease = items[1]["Update"]
         lease["UpdateExpression"] = (
             lease["UpdateExpression"]
@@ -417,6 +419,36 @@ def test_a_completion_that_refills_every_free_slot_is_caught(monkeypatch):
     caught(completion_refills_one_slot)
 
 
+def stale_max_after_set_max(make_world: Callable[..., World]) -> None:
+    """A warm launcher read MAX 3 and caches it for a minute; the operator runs `sluice set-max 1`;
+    the launcher ticks again within the minute, still holding 3. The caps are stamped with when
+    MAX changed: the launcher's older reading must not put 3 back, and nothing more starts."""
+    world = make_world(max_concurrency=3, max_cache_seconds=60)
+    world.send(body("p0"), group="g0")
+    world.tick("A")
+    world.set_max(1)
+    for i in range(1, 3):
+        world.send(body(f"p{i}"), group=f"g{i}")
+    world.tick("A")
+    world.check()
+    assert len(world.model.running) == 1
+    world.settle()
+
+
+def test_the_stale_max_scenario_holds():
+    run(stale_max_after_set_max)
+
+
+def test_limits_without_stamps_are_caught(monkeypatch):
+    monkeypatch.setattr(Occupancy, "newer_than", lambda self, capacity: False)
+    caught(stale_max_after_set_max)
+
+
+def test_a_set_max_that_writes_only_the_parameter_is_caught(monkeypatch):
+    monkeypatch.setattr(sluice.ops.maximum, "apply_max", lambda rt: {"limit": None, "running": 0})
+    caught(breaks.test_max_lowered_between_the_receive_and_the_claim_is_obeyed)
+
+
 def resume_throttled(make_world: Callable[..., World]) -> None:
     """A launcher dies after StartExecution; the message returns to a completion's refill, whose
     StartExecution of the resumed claim is throttled. The claim must stay: the execution runs, and
@@ -450,9 +482,9 @@ def test_the_throttled_resume_scenario_holds():
 def test_a_resumed_claim_rolled_back_when_its_start_is_throttled_is_caught(monkeypatch):
     attempt = Launcher._attempt
 
-    def rolls_back_resumes(self, payload, name, limit, done, started):
+    def rolls_back_resumes(self, payload, name, done, started):
         try:
-            return attempt(self, payload, name, limit, done, started)
+            return attempt(self, payload, name, done, started)
         except AmbiguousStartError:
             raise
         except TransientError as exc:

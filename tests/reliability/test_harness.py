@@ -78,7 +78,7 @@ def test_a_throttle_surfaces_as_a_transient_error():
         injector.attach(ssm)
         injector.faults.append(Throttle("GetParameter", times=1))
         with pytest.raises(TransientError, match="Throttl"):
-            SsmMax(ssm, "/nothing", default=1, clock=FakeClock(), cache_seconds=0).current()
+            SsmMax(ssm, "/nothing", default=1, clock=FakeClock(), cache_seconds=0).reading()
 
 
 def test_a_crash_after_a_call_keeps_its_effect_and_kills_the_container(world):

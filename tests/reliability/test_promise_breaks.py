@@ -116,14 +116,15 @@ def test_a_start_whose_first_attempt_arrived_is_never_rolled_back(make_world):
 def test_max_lowered_between_batches_of_one_tick_is_obeyed(make_world):
     """Issue 9 item 3. Failed before the fix: promise 1 ("late" started while 1 ran under MAX 1):
     MAX is read once per tick. The launcher caches MAX for 5 s as deployed; the clock passes that
-    before the second batch."""
+    before the second batch. MAX is written to the parameter alone (the console, a deploy): the
+    tick itself must read it again and move the caps before its next receive."""
     world = make_world(max_concurrency=2, max_cache_seconds=5)
     world.send(body("early"), group="g9")
     world.tick("A")
     assert len(world.model.running) == 1
     world.send("not JSON", group="g0", valid=False)  # the first batch starts nothing
     world.send(body("late"), group="g1")
-    lowered = Interleave("after_delete", lambda: world.lower_max_mid_tick(1))
+    lowered = Interleave("after_delete", lambda: world.lower_max_mid_tick(1, by="parameter"))
     world.tick("A", [lowered])
     assert lowered.seen >= 1 and world.model.max == 1
     world.check()
@@ -134,7 +135,8 @@ def test_max_lowered_between_batches_of_one_tick_is_obeyed(make_world):
 def test_max_lowered_between_the_receive_and_the_claim_is_obeyed(make_world):
     """Found by the soak after issue 9's fix of item 3 (MAX read per batch): the operator lowers MAX
     after a batch was received and before its claims; each claim must use the MAX in force then.
-    Failed with MAX read per batch: promise 1 (p1 started while 1 ran under MAX 1)."""
+    Failed with MAX read per batch: promise 1 (p1 started while 1 ran under MAX 1). Now
+    `sluice set-max` writes the caps, which the very next claim obeys."""
     world = make_world(max_concurrency=2, max_cache_seconds=5)
     world.send(body("p0"), group="g0")
     world.tick("A")

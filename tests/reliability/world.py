@@ -29,6 +29,8 @@ from moto import mock_aws
 from sluice.clock import FakeClock
 from sluice.completion import StatusChange
 from sluice.errors import TransientError
+from sluice.ops.maximum import set_max
+from sluice.runtime import Runtime
 from sluice.settings import DuplicatePolicy
 from tests.reliability.actors import (
     SERVICES,
@@ -113,6 +115,8 @@ class World(BehindTheBack, Promises):
                 max_concurrency=max_concurrency,
                 visibility_timeout=VISIBILITY,
             )
+            # The operator's own machine: the real `sluice set-max`, on clients without faults.
+            self.operator = Runtime(self.stack.settings, session=self.session, clock=self.clock)
             self.containers = {
                 "A": Container("A", self, self.clock),
                 "B": Container("B", self, SkewedClock(self.clock, skew) if skew else self.clock),
@@ -250,10 +254,10 @@ class World(BehindTheBack, Promises):
 
         return self.tick(outer, [Interleave(point, action, nth)])
 
-    def lower_max_mid_tick(self, value: int | None = None) -> None:
+    def lower_max_mid_tick(self, value: int | None = None, *, by: str = "cli") -> None:
         """The operator lowers MAX (by one, or to ``value``) while a tick runs. Time passes beyond
         the launcher's cache of MAX, so a launcher that read MAX again would see the new value."""
-        self.set_max(max(0, self.model.max - 1) if value is None else value)
+        self.set_max(max(0, self.model.max - 1) if value is None else value, by=by)
         self.count("max:lowered_mid_tick")
         if self.settings.max_cache_seconds:
             self.clock.advance(self.settings.max_cache_seconds + 1)
@@ -321,12 +325,22 @@ class World(BehindTheBack, Promises):
 
     # -- the operator and time ----------------------------------------------------------------------
 
-    def set_max(self, value: int) -> None:
+    def set_max(self, value: int, *, by: str = "cli") -> None:
+        """The operator changes MAX: ``by="cli"`` runs ``sluice set-max`` (the parameter, then the
+        caps: in force for the very next claim); ``by="parameter"`` writes only the parameter (the
+        console, a deploy), which reaches the caps at the next launcher tick's next receive: only
+        for scenarios where no claim comes before that."""
         old = self.model.max
-        self.ssm.put_parameter(
-            Name=self.settings.max_parameter, Value=str(value), Type="String", Overwrite=True
-        )
-        with self.model.lock:
+        if value > old:
+            with self.model.lock:  # a raise is allowed from its first write on
+                self.model.max = value
+        if by == "cli":
+            set_max(self.operator, value)
+        else:
+            self.ssm.put_parameter(
+                Name=self.settings.max_parameter, Value=str(value), Type="String", Overwrite=True
+            )
+        with self.model.lock:  # a lowering binds once the caps carry it
             self.model.max = value
         self.count("max:zero" if value == 0 else "max:raised" if value > old else "max:lowered")
 

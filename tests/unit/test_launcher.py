@@ -10,17 +10,27 @@ from sluice.clock import FakeClock
 from sluice.completion import complete
 from sluice.errors import ConfigurationError, TransientError
 from sluice.launcher import Launcher
-from sluice.model import ClaimFence, Message, Outcome, PayloadState
+from sluice.model import ClaimFence, MaxReading, Message, Outcome, PayloadState
 from sluice.names import execution_name
 from sluice.settings import DuplicatePolicy, Settings
 
 
 class Max:
-    def __init__(self, value: int) -> None:
-        self.value = value
+    """MAX as an operator sets it: each change is a newer reading."""
 
-    def current(self) -> int:
-        return self.value
+    def __init__(self, value: int) -> None:
+        self._value, self.changed_at = value, 1.0
+
+    @property
+    def value(self) -> int:
+        return self._value
+
+    @value.setter
+    def value(self, value: int) -> None:
+        self._value, self.changed_at = value, self.changed_at + 1
+
+    def reading(self) -> MaxReading:
+        return MaxReading(self._value, self.changed_at)
 
 
 class World:
@@ -168,11 +178,11 @@ def test_redelivery_after_a_crash_between_claim_and_start_resumes_with_the_same_
     (message,) = w.queue.receive(1, 0)
     name = execution_name("p", message.message_id)
     now = w.clock.now()
+    w.store.set_limit(3)
     w.store.claim(
         key="p",
         name=name,
         message_id=message.message_id,
-        limit=3,
         now=now,
         claim_expires_at=now + 900,
     )
@@ -245,11 +255,11 @@ def test_reconcile_releases_an_abandoned_claim_a_claim_timeout_after_it_first_sa
     (message,) = w.queue.receive(1, 0)
     now = w.clock.now()
     name = execution_name("a", message.message_id)
+    w.store.set_limit(1)
     w.store.claim(
         key="a",
         name=name,
         message_id=message.message_id,
-        limit=1,
         now=now,
         claim_expires_at=now + 900,
     )
@@ -270,9 +280,8 @@ def test_a_resumed_claim_fences_off_the_release_reconciliation_had_judged():
     (message,) = w.queue.receive(1, 0)  # a launcher received it, claimed, and died
     now = w.clock.now()
     name = execution_name("a", message.message_id)
-    w.store.claim(
-        key="a", name=name, message_id=message.message_id, limit=2, now=now, claim_expires_at=now + 900
-    )
+    w.store.set_limit(2)
+    w.store.claim(key="a", name=name, message_id=message.message_id, now=now, claim_expires_at=now + 900)
     w.clock.advance(600)  # the message is visible again
     s = w.launcher.tick()  # reconciliation marks the claim, then admission receives the message
     assert s.n(Outcome.RESUMED) == 1 and set(w.sfn.running) == {name}
@@ -329,6 +338,30 @@ def test_a_burst_of_completions_never_walks_healthy_messages_towards_the_dlq(max
 
 def test_only_the_scheduled_tick_lingers():
     w = World(linger_seconds=30)
+    w.store.set_limit(3)
     calls = w.queue.calls
     w.launcher.admit(max_new=1)
     assert calls["ReceiveMessage"] == 1  # a completion's admission does not wait for more work
+
+
+def test_a_completion_obeys_the_caps_and_reads_no_max():
+    w = World(max_concurrency=2)
+    for i in range(4):
+        w.send({"id": f"p{i}"})
+    w.launcher.tick()
+    w.max = Max(5)  # MAX raised where only a tick reads it
+    w.launcher.max_source = w.max
+    w.finish(sorted(w.sfn.running)[0])
+    s = w.launcher.admit(max_new=1)
+    assert (s.n(Outcome.STARTED), s.max_concurrency, s.limit) == (1, None, 2)
+    assert len(w.sfn.running) == 2  # the caps said 2: the refill took the one freed slot
+    s = w.launcher.tick()
+    assert (s.n(Outcome.STARTED), s.max_concurrency, s.limit) == (1, 5, 5)  # the tick moved them
+
+
+def test_a_completion_before_any_tick_starts_nothing():
+    w = World(max_concurrency=2)
+    w.send({"id": "p"})
+    s = w.launcher.admit(max_new=1)
+    assert (s.n(Outcome.STARTED), s.stopped, len(w.queue)) == (0, "full", 1)
+    assert w.queue.calls.get("ReceiveMessage", 0) == 0  # nothing received without a slot

@@ -9,10 +9,13 @@ Each holder sits in one shard, recorded on its ``EXEC#<name>`` (``shard``). A cl
 shard only, conditioned on the shard alone (``size(holders) < cap``): no item is rewritten by every
 start, and an item holds at most ``per_shard`` names whatever MAX is.
 
-The caps carry the limit. Before claiming, the store brings the caps to the limit the launcher
-asks for (MAX − external − legacy holders) when the pool says otherwise; the caps always add up to
-the limit in force, so the sum of all shards' holders never passes it (see ``sluice.slots`` for
-why, and for the freeze when the limit drops below the holders).
+The caps carry the limit, and nothing else does: a claim obeys them and passes no limit of its
+own. Only the scheduled tick and the operator's commands (``sluice set-max``, ``pause``,
+``resume``) move them (``set_limit``: MAX − external − legacy holders), each with the stamp of
+the readings it worked the limit out from, so that a launcher holding an older MAX never undoes
+a newer one (``sluice.slots``, "Stamped limits"). The caps always add up to the limit in force,
+so the sum of all shards' holders never passes it (see ``sluice.slots`` for why, and for the
+freeze when the limit drops below the holders).
 
 Choosing a shard uses the last read of the pool (``Ledger`` reads it whole): a claim tries up to
 ``TRIES`` shards with room, and reads the pool again once before it reports the slots full.
@@ -84,19 +87,43 @@ class LaunchSlots:
             external=int(raw.get("external", 0)),
             reconciled_at=None if raw.get("reconciled_at") is None else float(raw["reconciled_at"]),
             drift=int(raw.get("drift", 0)),
+            in_force=self.in_force,
         )
 
     # -- the claim --------------------------------------------------------------------------------
 
-    def prepare(self, limit: int) -> None:
-        """Bring the caps to ``limit`` less the legacy holders, if the pool says otherwise."""
+    def set_limit(self, limit: int, stamp: tuple[float, ...]) -> int | None:
+        """Bring the caps to ``limit`` less the legacy holders, unless the pool says so already or
+        holds a limit of a newer ``stamp``. No call when nothing moves; else the planner's calls and
+        one more read."""
         if self.view is None:
             self.ledger()
         target = max(0, limit - len(self.legacy))
         view = self.view
         assert view is not None
-        if view.version == 0 or view.limit != target or view.frozen:
-            self.slots.set_limit(Capacity(POOL, target))
+        wanted = Capacity(POOL, target, stamp)
+        # A newer external count alone, with the limit unchanged, is not worth a write per tick;
+        # a newer MAX is written even when the limit stays, so no older MAX can overwrite it.
+        if not view.newer_than(wanted) and (
+            view.version == 0 or view.limit != target or view.frozen or view.stamp[:1] != stamp[:1]
+        ):
+            self.slots.set_limit(wanted)
+            self.ledger()
+        return self.in_force
+
+    @property
+    def in_force(self) -> int | None:
+        """The slots the launcher may fill as last read: the pool's limit and the legacy holders."""
+        if self.view is None or not self.view.version:
+            return None
+        return self.view.limit + len(self.legacy)
+
+    def thaw(self) -> None:
+        """A pool frozen by a lowered limit whose holders fit under it again is planned anew
+        (``rebalance``, the limit unchanged): a claim need not wait for the next tick to unfreeze."""
+        view = self.view
+        if view is not None and view.frozen and view.complete and view.running < view.limit:
+            self.slots.rebalance(POOL)
             self.ledger()
 
     def choices(self) -> list[int]:
@@ -151,7 +178,7 @@ class LaunchSlots:
         view = self.view
         assert view is not None
         if view.version == 0:
-            self.prepare(0)  # no pool yet: create it; claims set its caps
+            self.set_limit(0, ())  # no pool yet: create it; the next tick sets its caps
             view = self.view
             assert view is not None
         roomy = candidates(view, self.rng)

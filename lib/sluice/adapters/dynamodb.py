@@ -115,27 +115,29 @@ class DynamoStore(ParkingTable):
 
     # -- the claim ------------------------------------------------------------------------------
 
+    def set_limit(self, limit: int, *, stamp: tuple[float, ...] = ()) -> int | None:
+        return self.launch_slots.set_limit(limit, stamp)
+
     def claim(
         self,
         *,
         key: str,
         name: str,
         message_id: str,
-        limit: int,
         now: float,
         claim_expires_at: float,
         arn: str | None = None,
     ) -> None:
-        if limit <= 0:
-            raise SlotsFull(limit)
-        self.launch_slots.prepare(limit)
+        if self.launch_slots.view is None:
+            self.launch_slots.ledger()
         for round_ in range(2):
             if round_:
                 self.launch_slots.ledger()  # no shard had room as last read: read the pool again, once
+            self.launch_slots.thaw()
             for shard in self.launch_slots.choices():
                 if self._claim_on(shard, key, name, message_id, now, claim_expires_at, arn):
                     return
-        raise SlotsFull(limit)
+        raise SlotsFull(self.launch_slots.view.limit if self.launch_slots.view else 0)
 
     def _claim_on(
         self,

@@ -29,6 +29,8 @@ class MemoryStore:
         self.retention_seconds = retention_seconds
         self._lock = threading.Lock()
         self._holders: set[str] = set()
+        self._limit: int | None = None
+        self._stamp: tuple[float, ...] = ()
         self._external = 0
         self._drift = 0
         self._reconciled_at: float | None = None
@@ -39,7 +41,15 @@ class MemoryStore:
 
     def ledger(self) -> Ledger:
         with self._lock:
-            return Ledger(frozenset(self._holders), self._external, self._reconciled_at, self._drift)
+            return Ledger(
+                frozenset(self._holders), self._external, self._reconciled_at, self._drift, self._limit
+            )
+
+    def set_limit(self, limit: int, *, stamp: tuple[float, ...] = ()) -> int | None:
+        with self._lock:
+            if not (stamp and self._limit is not None and self._stamp > stamp):
+                self._limit, self._stamp = max(0, limit), stamp
+            return self._limit
 
     def payload(self, key: str) -> PayloadRecord | None:
         with self._lock:
@@ -59,14 +69,12 @@ class MemoryStore:
         key: str,
         name: str,
         message_id: str,
-        limit: int,
         now: float,
         claim_expires_at: float,
         arn: str | None = None,
     ) -> None:
-        if limit <= 0:
-            raise SlotsFull(limit)
         with self._lock:
+            limit = self._limit or 0
             current = self._payloads.get(key)
             if current is not None and current.holder is not None:
                 raise LeaseHeld(current)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Any
 
 from sluice.adapters.errors import translated
 from sluice.errors import ConfigurationError, NotFound, TransientError
+from sluice.model import MaxReading
 from sluice.ports import Clock
 
 log = logging.getLogger("sluice.max")
@@ -22,14 +24,23 @@ def parse_max(raw: str, *, source: str) -> int:
     return value
 
 
+def changed_at(parameter: dict[str, Any]) -> float:
+    """When the parameter last changed: orders the limits launchers work out from their readings.
+    Its ``Version`` would restart at 1 if the parameter were deleted and created again."""
+    modified = parameter.get("LastModifiedDate")
+    if isinstance(modified, datetime):
+        return modified.timestamp()
+    return float(modified or 0.0)
+
+
 class FixedMax:
     """MAX from the deployed default only."""
 
     def __init__(self, value: int) -> None:
         self.value = value
 
-    def current(self) -> int:
-        return self.value
+    def reading(self) -> MaxReading:
+        return MaxReading(self.value, 0.0)  # never changes: only the external count orders limits
 
 
 class SsmMax:
@@ -47,22 +58,22 @@ class SsmMax:
         self.default = default
         self.clock = clock
         self.cache_seconds = cache_seconds
-        self._cached: tuple[float, int] | None = None
+        self._cached: tuple[float, MaxReading] | None = None
 
-    def current(self) -> int:
+    def reading(self) -> MaxReading:
         now = self.clock.now()
         if self._cached and now - self._cached[0] < self.cache_seconds:
             return self._cached[1]
         try:
             with translated("GetParameter"):
-                raw = self.client.get_parameter(Name=self.name)["Parameter"]["Value"]
-            value = parse_max(raw, source=self.name)
+                parameter = self.client.get_parameter(Name=self.name)["Parameter"]
+            value = MaxReading(parse_max(parameter["Value"], source=self.name), changed_at(parameter))
         except NotFound:
             log.warning(
                 "MAX parameter missing; using the deployed default",
                 extra={"parameter": self.name, "max": self.default},
             )
-            value = self.default
+            value = MaxReading(self.default, None)
         except TransientError:
             # No fallback to the value read before, however recent: it could exceed a MAX the
             # operator has lowered since. End the tick instead; the next one reads MAX again.

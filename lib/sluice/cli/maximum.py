@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sluice.cli.context import Context
-from sluice.cli.render import EXIT_OK, takes_effect
+from sluice.cli.render import EXIT_OK, in_force
 from sluice.ops.maximum import pause, resume, set_max
 
 
@@ -12,7 +12,7 @@ def cmd_set_max(ctx: Context) -> int:
     before = result["before"] if result["before"] is not None else (result["before_raw"] or "unset")
     lines = [
         f"MAX {before} → {result['max']} on {result['parameter']}.",
-        takes_effect(result["cache_seconds"]) + " Nothing running is stopped.",
+        in_force(result) + " Nothing running is stopped.",
     ]
     if result["max"] == 0:
         lines.append("MAX 0 pauses. `sluice pause` does the same and lets `sluice resume` restore the value.")
@@ -49,8 +49,7 @@ def cmd_pause(ctx: Context) -> int:
                 f"paused: MAX {result['before'] if result['before'] is not None else result['before_raw']} → 0 "
                 f"on {result['parameter']} ({remembered}).",
                 f"{result['running']} running executions finish normally; their slots are not refilled.",
-                "New starts stop from the next launcher tick (a warm launcher may use the old MAX for up to "
-                f"{result['cache_seconds']:g} s). Watch `sluice status` until running reaches 0.",
+                "New starts stop now. Watch `sluice status` until running reaches 0.",
             ]
         )
     ctx.out(human, result)
@@ -79,7 +78,7 @@ def cmd_resume(ctx: Context) -> int:
             )
         human = (
             f"resumed: MAX {result['before'] if result['before'] is not None else result['before_raw']} → "
-            f"{result['max']} on {result['parameter']} ({source}).\n" + takes_effect(result["cache_seconds"])
+            f"{result['max']} on {result['parameter']} ({source}).\n" + in_force(result)
         )
     ctx.out(human, result)
     return EXIT_OK

@@ -16,11 +16,10 @@ def usage(message: str) -> int:
     return EXIT_CONFIG
 
 
-def takes_effect(cache_seconds: float) -> str:
-    return (
-        "It takes effect on the next launcher tick or completion "
-        f"(a warm launcher re-reads MAX within {cache_seconds:g} s)."
-    )
+def in_force(result: dict[str, object]) -> str:
+    """What ``apply_max`` put in force, for set-max, pause and resume."""
+    outside = f", MAX less {result['external']} running outside Sluice" if result.get("external") else ""
+    return f"In force now: the next start obeys it ({result['limit']} slots for Sluice{outside})."
 
 
 def plural(n: int, noun: str) -> str:

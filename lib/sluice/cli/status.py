@@ -63,6 +63,8 @@ def _overview(ctx: Context) -> int:
         running += f" of {data['limit']} (over the limit: no new start until fewer than {data['limit']} run)"
     elif data["limit"] is not None:
         running += f" of {data['limit']} ({data['free']} free)"
+    if data["limit_next_tick"] is not None:
+        running += f" (the next tick moves the limit to {data['limit_next_tick']})"
     running += f"; Step Functions lists {data['sfn_running']} RUNNING"
     if data["running_not_in_ledger"] or data["ledger_not_running"]:
         running += (

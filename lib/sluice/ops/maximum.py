@@ -1,6 +1,12 @@
 """MAX, pause and resume.
 
-MAX is the SSM parameter the launcher reads every tick (cached ``SLUICE_MAX_CACHE_SECONDS``).
+MAX is the SSM parameter the launcher reads every tick (cached ``SLUICE_MAX_CACHE_SECONDS``) and
+puts in force in the slots' caps. ``set-max``, ``pause`` and ``resume`` write the parameter and then
+the caps themselves (``apply_max``), so the new MAX admits or stops the very next claim, from a
+completion's refill as from a tick; the caps are stamped with the parameter's change time, and a
+launcher still holding the value from before never puts it back. A failure between the two writes
+loses nothing: the next tick reads the parameter and moves the caps.
+
 ``pause`` first tags the parameter with the value in force (``sluice:resume-max``) and then writes 0,
 so a failure in between loses nothing; ``resume`` writes the remembered value back and removes the
 tag. Nothing remembered: the deployed default (``SLUICE_MAX_CONCURRENCY``).
@@ -14,8 +20,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sluice.adapters.errors import translated
-from sluice.adapters.ssm import parse_max
+from sluice.adapters.ssm import changed_at, parse_max
 from sluice.errors import ConfigurationError, NotFound
+from sluice.model import MaxReading
 from sluice.runtime import Runtime
 
 RESUME_TAG = "sluice:resume-max"
@@ -72,8 +79,22 @@ def read_max(rt: Runtime) -> MaxState:
     return MaxState(name, True, raw, value, error, remembered, tags.get(PAUSED_AT_TAG))
 
 
+def apply_max(rt: Runtime) -> dict[str, Any]:
+    """Put the parameter's MAX in force in the slots' caps now: MAX − external, stamped with when
+    the parameter changed and when the external count was taken (``Ledger.stamp``). A newer limit
+    in force already (another operator, a tick that read a later MAX) is kept."""
+    name = _parameter(rt)
+    with translated("GetParameter"):
+        parameter = rt.client("ssm").get_parameter(Name=name)["Parameter"]
+    reading = MaxReading(parse_max(parameter["Value"], source=name), changed_at(parameter))
+    store = rt.store()
+    ledger = store.ledger()
+    in_force = store.set_limit(ledger.limit(reading.value), stamp=ledger.stamp(reading))
+    return {"limit": in_force, "running": len(ledger.holders), "external": ledger.external}
+
+
 def set_max(rt: Runtime, value: int) -> dict[str, Any]:
-    """Write MAX. A value above 0 also ends a pause: the remembered value is dropped."""
+    """Write MAX, and put it in force. A value above 0 also ends a pause: the remembered value is dropped."""
     parse_max(str(value), source="MAX")
     before = read_max(rt)
     _put(rt, before.parameter, value)
@@ -87,8 +108,7 @@ def set_max(rt: Runtime, value: int) -> dict[str, Any]:
         "before_raw": before.raw,
         "max": value,
         "cleared_resume_max": cleared,
-        "running": len(rt.store().ledger().holders),
-        "cache_seconds": rt.settings.max_cache_seconds,
+        **apply_max(rt),
     }
 
 
@@ -125,7 +145,7 @@ def pause(rt: Runtime, deployed_default: Callable[[], int | None] = lambda: None
         before_error=state.error,
         remembered=in_force,
         paused_at=now,
-        cache_seconds=rt.settings.max_cache_seconds,
+        **apply_max(rt),
     )
     return result
 
@@ -161,7 +181,7 @@ def resume(rt: Runtime, deployed_default: Callable[[], int | None] = lambda: Non
         max=target,
         source=source,
         paused_at=state.paused_at,
-        cache_seconds=rt.settings.max_cache_seconds,
+        **apply_max(rt),
     )
     return result
 

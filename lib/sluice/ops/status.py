@@ -36,11 +36,14 @@ def overview(rt: Runtime, *, deployed_default: Callable[[], int | None] = lambda
     ledger = rt.store().ledger()
     sfn_running = rt.executions().list_running()
     holders = ledger.holders
-    limit = ledger.limit(data["max"]) if data["max"] is not None else None
+    wanted = ledger.limit(data["max"]) if data["max"] is not None else None
+    # The caps are the limit; before the first tick has set them, MAX − external is what it sets.
+    limit = ledger.in_force if ledger.in_force is not None else wanted
     data.update(
         paused=data["max"] == 0,
         running=len(holders),
         limit=limit,
+        limit_next_tick=wanted if wanted != limit else None,
         free=max(0, limit - len(holders)) if limit is not None else None,
         external=ledger.external,
         sfn_running=len(sfn_running),
