@@ -6,10 +6,12 @@ method, as ``lib/sluice/adapters/dynamodb.py``, ``sqs.py``, ``sfn.py`` and ``ssm
 
     Store.ledger()              dynamodb:BatchGetItem per 100 keys (LEDGER, the pool, every shard;
                                 consistent: 1 RRU per item)
+    Store.look()                dynamodb:BatchGetItem: as ledger() up to 98 shards, else LEDGER, the pool
+                                and 98 sampled shards; with the freed shard: the pool and that shard
+    Store.set_limit()           when the limit moves: GetItem, BatchGetItem of the shards,
+                                TransactWriteItems (DynamoSlots.set_limit), then the ledger read again
     Store.claim()               dynamodb:TransactWriteItems      (one shard + PAYLOAD + EXEC, 2 WRU per KB
-                                each); the first claim of a stack, and any claim whose limit differs
-                                from the caps in force, first moves the caps (DynamoSlots.set_limit:
-                                GetItem, BatchGetItem of the shards, TransactWriteItems) and reads again
+                                each)
     Store.mark_running()        dynamodb:TransactWriteItems      (PAYLOAD + EXEC)
     Store.mark_running_many()   dynamodb:TransactWriteItems per 50 (one by one if one of them fails)
     Store.release()             dynamodb:GetItem (+ TransactWriteItems when the name holds a lease:
@@ -42,11 +44,11 @@ import math
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bench.sim import Sim
-from sluice.adapters.dynamo_launch_slots import FIRST_READ
+from sluice.adapters.dynamo_launch_slots import FIRST_READ, SAMPLE
 from sluice.adapters.memory import MemoryStore
 from sluice.adapters.memory_aws import MemoryExecutions, MemoryQueue, _Queued
 from sluice.errors import SlotsFull
@@ -54,6 +56,7 @@ from sluice.model import (
     ExecutionInfo,
     ExecutionRecord,
     Ledger,
+    LimitSource,
     Message,
     PayloadRecord,
     PayloadState,
@@ -188,8 +191,8 @@ class CountingStore:
 
     ``skip_mark`` and ``release_without_read`` model possible core changes (the ``sluice-lean``
     variant): no mark step, and no read before a release. ``hint_one_free`` models a completion's
-    admission that skips its ledger read (the ``sluice-refill-one`` variant): the read is not made and
-    shows exactly one free slot.
+    admission that skips its read of the freed shard (the ``sluice-refill-one`` variant): the read is
+    not made and shows exactly one free slot.
     """
 
     def __init__(
@@ -226,11 +229,14 @@ class CountingStore:
 
     def _shard_write(self, name: str) -> int:
         """One holder written to or removed from its shard (about 1 KB at most): write units, hot item."""
-        shard = zlib.crc32(name.encode("utf-8", "surrogatepass")) % max(1, self._shards)
+        shard = self._shard_of(name)
         nbytes = SHARD_FIXED_BYTES + self.per_shard * (SHARD_ENTRY_BYTES + len(name))
         kb = _kb(nbytes)
         self.meter.hot(f"SLOTS#launcher#{shard}", 2 * kb, nbytes)
         return kb
+
+    def _shard_of(self, name: str) -> int:
+        return zlib.crc32(name.encode("utf-8", "surrogatepass")) % max(1, self._shards)
 
     def _read_pool(self) -> None:
         """LEDGER, the pool item and the shards in one consistent read (per 100 keys), as
@@ -273,6 +279,13 @@ class CountingStore:
             self._hinted.pop(id(self.meter.sim.current), None)
 
     def ledger(self) -> Ledger:
+        self._read_pool()
+        return self.inner.ledger()
+
+    def look(self, shards: Sequence[int] | None = None) -> Ledger:
+        """``LaunchSlots.look``: the pool item and the freed shard (a completion's refill); else the
+        whole ledger up to ``SAMPLE`` shards, or LEDGER, the pool item and a sample of ``SAMPLE``
+        shards, whose room is taken as the pool's share of the free slots."""
         sim = self.meter.sim
         hinted = self._hinted.pop(id(sim.current), None) if sim is not None and self._hinted else None
         if hinted is not None:
@@ -281,8 +294,16 @@ class CountingStore:
             if size not in self._placeholders:
                 self._placeholders[size] = frozenset(f"~{i}" for i in range(size))
             return Ledger(self._placeholders[size], external, in_force=self._pool_limit)
-        self._read_pool()
-        return self.inner.ledger()
+        if shards is None and self._shards <= SAMPLE:
+            return self.ledger()
+        keys = 1 + len(shards) if shards is not None else 2 + SAMPLE
+        self.meter.call("dynamodb:BatchGetItem")
+        self.meter.rru += keys
+        self.meter.wait("dynamodb:BatchGetItem")
+        ledger = self.inner.ledger()
+        if shards is not None:
+            return ledger
+        return replace(ledger, room=ledger.free * SAMPLE // self._shards, complete=False)
 
     def payload(self, key: str) -> PayloadRecord | None:
         self.meter.call("dynamodb:GetItem")
@@ -310,10 +331,11 @@ class CountingStore:
 
     # writes
 
-    def set_limit(self, limit: int, *, stamp: tuple[float, ...] = ()) -> int | None:
+    def set_limit(self, source: LimitSource) -> int | None:
+        limit = source.merged(self.inner._source).limit
         if self._pool_limit != limit:
             self._move_caps(limit)
-        return self.inner.set_limit(limit, stamp=stamp)
+        return self.inner.set_limit(source)
 
     def claim(self, *, key: str, name: str, **kwargs: Any) -> None:
         limit = self._pool_limit or 0
@@ -384,7 +406,7 @@ class CountingStore:
         result = self.inner.release(name=name, state=state, now=now, **kwargs)
         self.meter.wru += 2 * (self._shard_write(name) + 2 * SMALL_ITEM_KB)
         self.meter.wait("dynamodb:TransactWriteItems")
-        return result
+        return result if result is None else replace(result, shard=self._shard_of(name))
 
     def record_duplicate(self, *, key: str, message_id: str, now: float) -> None:
         self.meter.call("dynamodb:UpdateItem")

@@ -29,7 +29,7 @@ from bench.sluice_system import PARAMETER, sluice_settings
 from sluice.adapters.memory import MemoryStore
 from sluice.adapters.ssm import SsmMax
 from sluice.launcher import Launcher
-from sluice.model import Outcome, PayloadState
+from sluice.model import LimitSource, Outcome, PayloadState
 from sluice.names import execution_name
 
 FREE = 10
@@ -78,7 +78,7 @@ def sluice_tick(running: int, backlog: int) -> dict[str, Any]:
     queue = SimQueue(meter, clock, visibility_timeout=180, max_receive_count=10)
     sfn = SimExecutions(meter, clock, lag=0)
     max_ = running + FREE
-    store.inner.set_limit(max_)
+    store.inner.set_limit(LimitSource(max_, None))
     for name in _fill(sfn, queue, running, backlog):
         key = name.rsplit("-", 1)[0]
         store.inner.claim(key=key, name=name, message_id=name, now=T0, claim_expires_at=T0 + 900)

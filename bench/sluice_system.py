@@ -1,18 +1,19 @@
-"""Sluice as built: the real ``Launcher`` and ``handle_status_change`` on the counting adapters.
+"""Sluice as built: the real ``Launcher`` and ``settle_status_change`` on the counting adapters.
 
 Two Lambda functions, configured as ``serverless.yml`` deploys them (arm64; launcher 128 MB, timeout
 120 s; completion 256 MB, 60 s; MAX from SSM cached 5 s; receive wait 1 s; consistency window 60 s;
 queue visibility 180 s; maxReceiveCount 10; the launcher lingers 55 s):
 
     schedule ──► launcher:   launcher.tick(reconcile_first=True, remaining_ms=...)
-    status event ──► completion: handle_status_change(...) ──► if released: launcher.admit(max_new=1)
+    status event ──► completion: settle_status_change(...) ──► if released: launcher.admit(max_new=1,
+                                                                                  freed=its shard)
 
 exactly as ``handlers/launcher.py`` and ``handlers/completion.py`` do. Each warm container keeps its own
 ``Launcher`` (and so its own SSM cache and state machine check), like the handlers' warm runtime.
 
 Only the scheduled tick lingers (``tick()`` calls ``admit(linger=True)``); a completion's admission
 never does, whatever ``SLUICE_LINGER_SECONDS`` says. A completion refills at most the one slot it
-freed, and reads the ledger first.
+freed, and reads that slot's shard (and the pool item) first.
 
 Systems (the ids predate the change of default; they change no core code):
 
@@ -21,11 +22,11 @@ Systems (the ids predate the change of default; they change no core code):
   ignores it.
 - ``sluice``: the same with ``lingerSeconds=0``: a payload enqueued between ticks waits for the next.
   The variants below are built on it, so that they differ from it by one thing only.
-- ``sluice-refill-one``: ``sluice``, but a completion's admission skips its ledger read and assumes
-  the one slot it freed is free (``CountingStore.hint_one_free``). It prices the read that stays in the
-  core: without it, a completion after MAX was lowered would receive the head of the queue, fail the
-  claim (``SlotsFull``) and return the message, spending one of its ``maxReceiveCount`` receives per
-  completion; the ledger read sees there is no slot and receives nothing.
+- ``sluice-refill-one``: ``sluice``, but a completion's admission skips its read of the freed shard and
+  assumes the one slot it freed is free (``CountingStore.hint_one_free``). It prices the read that
+  stays in the core: without it, a completion after MAX was lowered would receive the head of the
+  queue, fail the claim (``SlotsFull``) and return the message, spending one of its
+  ``maxReceiveCount`` receives per completion; the read sees there is no slot and receives nothing.
 - ``sluice-lean``: ``sluice`` without the mark step and without the read before a release, the
   ledger read kept: the floor of this design (ledger read, receive, claim, start, delete, release).
 """
@@ -52,7 +53,7 @@ from bench.sim import LambdaFunction
 from sluice.adapters.memory import MemoryStore
 from sluice.adapters.memory_aws import MemoryExecutions
 from sluice.adapters.ssm import SsmMax
-from sluice.completion import StatusChange, handle_status_change
+from sluice.completion import StatusChange, settle_status_change
 from sluice.launcher import Launcher
 from sluice.model import ExecutionInfo, TickSummary
 from sluice.settings import Settings
@@ -162,17 +163,18 @@ class SluiceSystem(System):
 
         def handler(launcher: Launcher, remaining_ms: Any) -> None:
             change = StatusChange.from_event(event)
-            released = handle_status_change(
+            released = settle_status_change(
                 change,
                 store=launcher.store,
                 queue=launcher.queue,
                 state_machine_arn=self.settings.state_machine_arn,
                 now=self.sim.now,
             )
-            if released:
+            if released is not None:
                 if self.refill_one:
                     self.store.hint_one_free(self.max)
-                self._emit(launcher.admit(remaining_ms=remaining_ms, max_new=1))
+                freed = None if released.shard is None else (released.shard,)
+                self._emit(launcher.admit(remaining_ms=remaining_ms, max_new=1, freed=freed))
                 self.store.forget_hint()
 
         self.completion_fn.invoke(handler)

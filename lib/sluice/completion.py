@@ -110,14 +110,36 @@ def handle_status_change(
     executions: Executions | None = None,
 ) -> bool:
     """Apply one status-change event. True when it freed a slot."""
+    released = settle_status_change(
+        change,
+        store=store,
+        queue=queue,
+        state_machine_arn=state_machine_arn,
+        now=now,
+        executions=executions,
+    )
+    return released is not None
+
+
+def settle_status_change(
+    change: StatusChange,
+    *,
+    store: Store,
+    queue: Queue,
+    state_machine_arn: str,
+    now: float,
+    executions: Executions | None = None,
+) -> ExecutionRecord | None:
+    """Apply one status-change event. The released execution's record as it was (its ``shard`` is
+    the slot freed), or None when the event freed nothing."""
     if change.state_machine_arn != state_machine_arn:
         log.info(
             "event for another state machine ignored", extra={"state_machine_arn": change.state_machine_arn}
         )
-        return False
+        return None
     if not change.terminal:
-        return False
-    released = complete(
+        return None
+    return complete(
         store=store,
         queue=queue,
         confirm=_ended_by_its_own_word(executions) if executions is not None else None,
@@ -128,7 +150,6 @@ def handle_status_change(
         cause=change.cause,
         ended_at=change.stop_date,
     )
-    return released is not None
 
 
 def _ended_by_its_own_word(executions: Executions) -> Callable[[ExecutionRecord], bool]:

@@ -35,7 +35,7 @@ import logging
 import uuid
 from collections.abc import Callable
 
-from sluice.completion import StatusChange, complete, handle_status_change
+from sluice.completion import StatusChange, complete, settle_status_change
 from sluice.errors import (
     AmbiguousStartError,
     ConfigurationError,
@@ -99,6 +99,7 @@ class Launcher:
                 settings=self.settings,
                 reconciler=self.identity,
                 logger=self.log,
+                max_source=self.max_source,
             )
             summary.reconciled = True
             summary.released_by_reconcile = report.released
@@ -110,7 +111,7 @@ class Launcher:
     ) -> tuple[bool, TickSummary | None, str]:
         """What the completion function does with one status event: release the execution's slot,
         then fill the one slot it freed. Returns (released, the refill's summary, why it was skipped)."""
-        released = handle_status_change(
+        released = settle_status_change(
             change,
             store=self.store,
             queue=self.queue,
@@ -118,10 +119,11 @@ class Launcher:
             now=self.clock.now(),
             executions=self.executions,
         )
-        if not released:
+        if released is None:
             return False, None, ""
+        freed = None if released.shard is None else (released.shard,)
         try:
-            return True, self.admit(remaining_ms=remaining_ms, max_new=1), ""
+            return True, self.admit(remaining_ms=remaining_ms, max_new=1, freed=freed), ""
         except TransientError as exc:
             # The release is done; the next tick fills the slot. Retrying the event would not help.
             self.log.warning("refill skipped: AWS is throttling or unavailable", extra={"error": str(exc)})
@@ -135,13 +137,16 @@ class Launcher:
         max_new: int | None = None,
         linger: bool = False,
         sync_limit: bool = False,
+        freed: tuple[int, ...] | None = None,
     ) -> TickSummary:
         """Receive and start payloads while slots are free, the queue has messages and time remains.
 
         The ledger is read again before every receive; each claim is admitted by the caps in force
         at its write. With ``sync_limit`` (the scheduled tick) MAX is read before every receive too
         and the caps are brought to MAX − external (``Store.set_limit``), so a MAX changed in SSM by
-        any means reaches the caps within one tick, also while the tick lingers. ``max_new`` caps how
+        any means reaches the caps within one tick, also while the tick lingers. The read before a
+        receive is ``Store.look``: one call whatever MAX is; ``freed`` (a completion's refill) reads
+        only the shard the completion freed. ``max_new`` caps how
         many this call starts: a completion refills the one slot it freed. If every completion of a burst took all the free slots it
         saw, all but one would lose their claims and return their messages, and each return spends
         a receive of the message's ``maxReceiveCount``: healthy messages would walk to the DLQ.
@@ -154,23 +159,21 @@ class Launcher:
         started = 0
         first = True
         while True:
-            ledger = self.store.ledger()
-            limit = ledger.in_force
+            ledger = self.store.look(freed if first else None)
             if sync_limit:
                 reading = self.max_source.reading()
                 summary.max_concurrency = reading.value
-                limit = self.store.set_limit(ledger.limit(reading.value), stamp=ledger.stamp(reading))
+                limit = self.store.set_limit(ledger.source(reading))
                 if limit != ledger.in_force:
-                    ledger = self.store.ledger()
-            limit = limit or 0
-            running = len(ledger.holders)
-            summary.limit, summary.running_after = limit, running
+                    ledger = self.store.look()
+            running = ledger.running
+            summary.limit, summary.running_after = ledger.in_force or 0, running
             if first:
                 summary.running_before, first = running, False
-            if limit == 0 and (not sync_limit or summary.max_concurrency == 0):
-                summary.stopped = "paused" if sync_limit else "full"
+            if sync_limit and summary.max_concurrency == 0:
+                summary.stopped = "paused"
                 break
-            free = limit - running
+            free = ledger.free
             if max_new is not None:
                 free = min(free, max_new - started)
             if free <= 0:
@@ -195,9 +198,12 @@ class Launcher:
             if stop:
                 summary.stopped = stop
                 break
-            if filled >= free:
-                summary.stopped = "full"  # as far as this call knows: no read needed to stop
+            if max_new is not None and started >= max_new:
+                summary.stopped = "full"  # the one slot a completion freed is filled
                 break
+            if filled >= free and ledger.complete:
+                summary.stopped = "full"  # as far as this call knows: no read needed to stop
+                break  # (after a sample of the shards, the next read samples others)
         return summary
 
     # -- one batch ----------------------------------------------------------------------------

@@ -195,6 +195,54 @@ class MaxReading:
 
 
 @dataclass(frozen=True, slots=True)
+class LimitSource:
+    """What the launcher's limit (MAX − external) is worked out from, with when each part was read:
+    MAX as the parameter last changed, and the external count as reconciliation last took it.
+
+    Writers hold readings of different ages (a launcher's cached MAX, an operator's fresh one, a
+    newer external count), so the limit in force keeps its source (the slot pool's stamp) and a
+    writer merges: the newer MAX and the newer external count of the two. Neither part ever goes
+    back, whoever writes last. A MAX whose change time is unknown (the parameter is missing and
+    the deployed default applies) is unfenced: written as it is.
+    """
+
+    max_value: int
+    max_changed_at: float | None
+    external: int = 0
+    counted_at: float = 0.0
+
+    @property
+    def limit(self) -> int:
+        return max(0, self.max_value - self.external)
+
+    @property
+    def fenced(self) -> bool:
+        return self.max_changed_at is not None
+
+    def stamp(self) -> tuple[float, ...]:
+        if self.max_changed_at is None:
+            return ()
+        return (self.max_changed_at, float(self.max_value), self.counted_at, float(self.external))
+
+    @classmethod
+    def from_stamp(cls, stamp: tuple[float, ...]) -> LimitSource | None:
+        if len(stamp) != 4:
+            return None
+        return cls(int(stamp[1]), stamp[0], int(stamp[3]), stamp[2])
+
+    def merged(self, other: LimitSource | None) -> LimitSource:
+        """The newer MAX and the newer external count of ``self`` and ``other`` (ties: ``self``)."""
+        if other is None or not self.fenced or not other.fenced:
+            return self
+        assert self.max_changed_at is not None and other.max_changed_at is not None
+        newest_max = other if other.max_changed_at > self.max_changed_at else self
+        newest_count = other if other.counted_at > self.counted_at else self
+        return LimitSource(
+            newest_max.max_value, newest_max.max_changed_at, newest_count.external, newest_count.counted_at
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Ledger:
     """Who holds a slot, the limit in force in the slots' caps, and what reconciliation last saw."""
 
@@ -203,21 +251,38 @@ class Ledger:
     reconciled_at: float | None = None
     drift: int = 0
     in_force: int | None = None  # the slots Sluice may fill now (the caps); None before the first tick
+    room: int | None = None  # free slots on the shards read (``Store.look``); None: in_force − holders
+    complete: bool = True  # every holder was read (False: ``Store.look`` read a sample of the shards)
+    estimated: int | None = None  # holders, scaled up from the shards last read, when not complete
 
     def limit(self, max_concurrency: int) -> int:
         """Slots Sluice may fill: MAX less what others run on the same state machine."""
         return max(0, max_concurrency - self.external)
 
-    def stamp(self, reading: MaxReading) -> tuple[float, ...]:
-        """Orders limits worked out from readings of different ages (``sluice.slots``, "Stamped
-        limits"): when MAX changed, then when the external count was taken. Unknown: unfenced."""
-        if reading.changed_at is None:
-            return ()
-        return (reading.changed_at, self.reconciled_at or 0.0)
+    def source(
+        self, reading: MaxReading, *, external: int | None = None, counted_at: float | None = None
+    ) -> LimitSource:
+        """The limit's source from ``reading`` and this ledger's external count (or a newer one)."""
+        return LimitSource(
+            reading.value,
+            reading.changed_at,
+            self.external if external is None else external,
+            (self.reconciled_at or 0.0) if counted_at is None else counted_at,
+        )
 
     @property
     def free(self) -> int:
+        """Slots a receive may be sized for: the room seen, or the limit less the holders."""
+        if self.room is not None:
+            return self.room
         return max(0, (self.in_force or 0) - len(self.holders))
+
+    @property
+    def running(self) -> int:
+        """Holders: counted when every one was read, else estimated from the shards last read."""
+        if self.complete or self.estimated is None:
+            return len(self.holders)
+        return self.estimated
 
 
 @dataclass(frozen=True, slots=True)

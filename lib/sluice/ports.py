@@ -14,6 +14,7 @@ from sluice.model import (
     ExecutionInfo,
     ExecutionRecord,
     Ledger,
+    LimitSource,
     MaxReading,
     Message,
     ParkedMessage,
@@ -102,12 +103,21 @@ class Store(Protocol):
     gets its ``expires_at`` (the table's TTL) when its run ends.
     """
 
-    def ledger(self) -> Ledger: ...
+    def ledger(self) -> Ledger:
+        """Every holder, the limit in force and reconciliation's figures, read consistently."""
+        ...
 
-    def set_limit(self, limit: int, *, stamp: tuple[float, ...] = ()) -> int | None:
-        """Put ``limit`` (MAX − external) in force in the slots, unless a limit worked out from
-        newer readings (``stamp``, see ``Ledger.stamp``) is in force already. Never evicts a
-        holder. Returns the limit in force after (``Ledger.in_force``)."""
+    def look(self, shards: Sequence[int] | None = None) -> Ledger:
+        """The cheap read admission makes before each receive, whatever MAX is: ``Ledger.free`` is
+        exact for what was read, so a receive sized by it never outruns the slots. ``shards``: only
+        those (the one a completion freed, ``ExecutionRecord.shard``). ``Ledger.complete`` says
+        whether every holder was read."""
+        ...
+
+    def set_limit(self, source: LimitSource) -> int | None:
+        """Put MAX − external in force in the slots, from ``source`` merged with the source of the
+        limit in force (the newer MAX and the newer external count win: ``LimitSource.merged``).
+        Never evicts a holder. Returns the limit in force after (``Ledger.in_force``)."""
         ...
 
     def claim(

@@ -18,7 +18,9 @@ and only once it is older than the consistency window:
                                             adopt: it takes its slot and lease back; if another run
                                             of its key holds the lease, it counts as external
         no record                         → external: occupies the state machine, so admission
-                                            uses limit = MAX − external
+                                            uses limit = MAX − external: the caps move to it
+                                            before the count is saved, so by the time anyone can
+                                            read the new count, the caps already obey it
     drift = judged holders missing from R + R − H2 (not the listing's lag) → LedgerDrift metric
 
 An unstarted claim is released in two sightings, each by this reconciler's own clock, so no clock
@@ -40,10 +42,10 @@ import logging
 from dataclasses import asdict, dataclass
 
 from sluice.completion import complete
-from sluice.errors import ConfigurationError
-from sluice.model import ExecutionRecord, PayloadState
+from sluice.errors import ConfigurationError, TransientError
+from sluice.model import ExecutionRecord, LimitSource, PayloadState
 from sluice.parking import sweep
-from sluice.ports import Clock, Executions, Queue, Store
+from sluice.ports import Clock, Executions, MaxSource, Queue, Store
 from sluice.settings import Settings
 
 log = logging.getLogger("sluice.reconcile")
@@ -70,6 +72,7 @@ def reconcile(
     settings: Settings,
     reconciler: str,
     logger: logging.Logger | logging.LoggerAdapter | None = None,
+    max_source: MaxSource | None = None,
 ) -> ReconcileReport:
     logger = logger or log
     h1 = store.ledger().holders
@@ -146,6 +149,8 @@ def reconcile(
 
     woken = sweep(store=store, queue=queue, now=now)
     drift = judged + external + adopted
+    if max_source is not None:
+        _caps_for(store, max_source, external, now, logger)
     store.save_reconciliation(external=external, drift=drift, now=now)
     report = ReconcileReport(
         holders=len(h2),
@@ -221,3 +226,20 @@ def _on(execution_arn: str | None, state_machine_arn: str) -> bool:
         return True
     machine = state_machine_arn.split(":")[6:7]
     return execution_arn.split(":")[6:7] == machine
+
+
+def _caps_for(
+    store: Store,
+    max_source: MaxSource,
+    external: int,
+    now: float,
+    logger: logging.Logger | logging.LoggerAdapter,
+) -> None:
+    """Move the caps to MAX − the external count just taken, before the count is saved."""
+    try:
+        reading = max_source.reading()
+    except TransientError as exc:
+        # Admission reads MAX again before its first receive, and ends the tick if it still cannot.
+        logger.warning("caps not moved: MAX could not be read", extra={"error": str(exc)})
+        return
+    store.set_limit(LimitSource(reading.value, reading.changed_at, external, now))

@@ -54,7 +54,10 @@ was worked out from, ordered (for the launcher: the MAX parameter's version, the
 count was taken). The pool keeps the stamp of the limit in force, and ``set_limit`` never replaces
 it with a limit of an older stamp: it returns None and the caller obeys the pool instead. The
 comparison is made on the pool as read and committed under the same ``version`` condition, so a
-stale writer can never undo a newer limit, however the two interleave:
+stale writer can never undo a newer limit, however the two interleave. A writer that merges its
+reading with the pool's (the launcher: the newer MAX and the newer external count of the two) also
+sets ``replaces``, the stamp it merged with: the change is written only while that stamp is still
+in force (compare-and-set), else it reads again and merges again.
 
     operator (MAX 5 → 2, version 8)         launcher (MAX 5 cached, version 7)
     ───────────────────────────────         ──────────────────────────────────
@@ -95,6 +98,13 @@ class Capacity:
     pool: str
     limit: int
     stamp: tuple[float, ...] = ()
+    replaces: tuple[float, ...] | None = None  # written only while the pool's stamp is still this
+
+    def refused_by(self, occupancy: Occupancy) -> bool:
+        """The pool as read keeps its limit: its stamp is newer, or not the one this change replaces."""
+        if self.replaces is not None and occupancy.version and occupancy.stamp != self.replaces:
+            return True
+        return occupancy.newer_than(self)
 
     def __post_init__(self) -> None:
         check_pool(self.pool)

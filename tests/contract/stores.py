@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from sluice.model import LimitSource
+
 NOW = 1_800_000_000.0
 RETENTION = 7 * 86_400
 
 
 def claim(store, key: str, name: str, *, limit: int = 5, message_id: str = "m", now: float = NOW) -> None:
     """Put ``limit`` in force (unfenced, as a tick of one launcher would), then claim under it."""
-    store.set_limit(limit)
+    store.set_limit(LimitSource(limit, None))
     store.claim(
         key=key,
         name=name,

@@ -223,6 +223,16 @@ def test_a_limit_from_an_older_reading_never_replaces_a_newer_one(harness):
     assert slots.rebalance(P).limit == 4
 
 
+def test_a_change_that_replaces_a_stamp_is_written_only_while_that_stamp_is_in_force(harness):
+    """Compare-and-set: a writer that merged its reading with the pool's source writes only if
+    nobody changed the pool since; else it reads and merges again."""
+    slots = harness.open(per_shard=2)
+    slots.set_limit(Capacity(P, 3, stamp=(1.0,)))
+    assert slots.set_limit(Capacity(P, 4, stamp=(3.0,), replaces=(1.0,))).limit == 4
+    assert slots.set_limit(Capacity(P, 5, stamp=(4.0,), replaces=(1.0,))) is None  # moved on since
+    assert (slots.occupancy(P).limit, slots.occupancy(P).stamp) == (4, (3.0,))
+
+
 def test_a_newer_stamp_alone_is_written_even_when_the_caps_stay(harness):
     slots = harness.open(per_shard=2)
     slots.set_limit(Capacity(P, 3, stamp=(1, 0.0)))

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from sluice.errors import LeaseHeld, SlotsFull
-from sluice.model import PayloadState, StartedExecution
+from sluice.model import LimitSource, PayloadState, StartedExecution
 from tests.contract.stores import NOW, claim
 
 
@@ -64,20 +64,31 @@ def test_no_claim_is_admitted_before_a_limit_was_put_in_force(store):
     assert store.payload("k") is None and store.ledger().holders == frozenset()
 
 
-def test_the_limit_in_force_is_the_last_of_the_newest_readings(store):
-    """A launcher holding an older MAX (stamp) never undoes a newer limit; claims obey the newest."""
-    assert store.set_limit(5, stamp=(100.0, 1.0)) == 5
-    assert store.set_limit(2, stamp=(200.0, 1.0)) == 2  # an operator lowered MAX
-    assert store.set_limit(5, stamp=(100.0, 9.0)) == 2  # a launcher's stale MAX: refused
+def test_the_limit_in_force_takes_the_newest_max_and_the_newest_external_count(store):
+    """Writers hold readings of different ages: neither MAX nor the external count ever goes back."""
+
+    def put(max_value, changed_at, external, counted_at):
+        return store.set_limit(LimitSource(max_value, changed_at, external, counted_at))
+
+    def start(i):
+        store.claim(key=f"k{i}", name=f"n{i}", message_id="m", now=NOW, claim_expires_at=NOW + 900)
+
+    assert put(5, 100.0, 0, 1.0) == 5
+    assert put(2, 200.0, 0, 1.0) == 2  # an operator lowered MAX
+    assert put(5, 100.0, 0, 9.0) == 2  # a launcher's cached MAX: only its newer count (0) is taken
+    # A reconciliation counted one execution outside Sluice; an operator then wrote MAX 3 with the
+    # count it had read before that: 3 − 1, not 3 − 0.
+    assert put(2, 200.0, 1, 20.0) == 1
+    assert put(3, 300.0, 0, 9.0) == 2
     assert store.ledger().in_force == 2
-    claim_in_force = [f"n{i}" for i in range(3)]
-    for i, name in enumerate(claim_in_force[:2]):
-        store.claim(key=f"k{i}", name=name, message_id="m", now=NOW, claim_expires_at=NOW + 900)
+    start(0)
+    start(1)
     with pytest.raises(SlotsFull):
-        store.claim(key="k2", name="n2", message_id="m", now=NOW, claim_expires_at=NOW + 900)
-    assert store.set_limit(3, stamp=(200.0, 5.0)) == 3  # the same MAX, a newer external count
-    store.claim(key="k2", name="n2", message_id="m", now=NOW, claim_expires_at=NOW + 900)
-    assert store.ledger().holders == set(claim_in_force) and store.ledger().free == 0
+        start(2)
+    assert put(3, 150.0, 0, 30.0) == 3  # the newer count (0) with the newest MAX (3)
+    start(2)
+    assert store.ledger().holders == {"n0", "n1", "n2"} and store.ledger().free == 0
+    assert put(7, None, 0, 0.0) == 7  # the deployed default (parameter missing): unfenced
 
 
 def test_mark_running_only_while_claimed_by_that_name(store):

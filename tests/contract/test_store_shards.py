@@ -9,7 +9,7 @@ from sluice.adapters.dynamo_launch_slots import LEDGER_PK, POOL
 from sluice.adapters.dynamo_slots import DynamoSlots
 from sluice.adapters.dynamodb import DynamoStore, create_table, execution_pk, payload_pk
 from sluice.errors import LeaseHeld, SlotsFull
-from sluice.model import PayloadState
+from sluice.model import LimitSource, PayloadState
 from tests.contract.stores import NOW, claim
 
 
@@ -144,9 +144,9 @@ def test_a_store_that_forgets_the_legacy_holders_is_caught(table, monkeypatch):
 
     set_limit = LaunchSlots.set_limit
 
-    def forgetting(self, limit, stamp):
+    def forgetting(self, source):
         self.legacy = frozenset()
-        return set_limit(self, limit, stamp)
+        return set_limit(self, source)
 
     monkeypatch.setattr(LaunchSlots, "set_limit", forgetting)
     with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
@@ -269,3 +269,61 @@ def test_an_adoption_that_does_not_plan_the_caps_again_is_caught(table, monkeypa
     monkeypatch.setattr(DynamoSlots, "rebalance", lambda self, pool: None)
     with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
         test_an_adoption_past_the_limit_admits_nothing_until_below_it(table)
+
+
+# -- the read before a receive (Store.look) -------------------------------------------------------------
+
+
+def batch_keys(client) -> list[int]:
+    """How many keys each BatchGetItem the client makes asks for."""
+    sizes: list[int] = []
+
+    def hook(params, **_):
+        sizes.append(sum(len(t["Keys"]) for t in params["RequestItems"].values()))
+
+    client.meta.events.register("provide-client-params.dynamodb.BatchGetItem", hook)
+    return sizes
+
+
+def test_a_completion_reads_only_the_shard_it_freed_and_refills_it(table):
+    store = make(table)
+    for i in range(6):
+        claim(store, f"k{i}", f"n{i}", limit=6)  # 3 shards of 2, full
+    record = store.release(name="n4", state=PayloadState.SUCCEEDED, now=NOW)
+    sizes = batch_keys(table)
+    seen = store.look((record.shard,))
+    assert sizes == [2]  # the pool item and that shard: the same at any MAX
+    assert (seen.free, seen.complete) == (1, False)
+    store.claim(key="k9", name="n9", message_id="m", now=NOW, claim_expires_at=NOW + 900)
+    assert store.execution("n9").shard == record.shard  # the shard just read, tried first
+
+
+def test_a_large_pool_is_looked_at_by_one_sample_whose_room_is_exact(table):
+    store = make(table, per_shard=1)
+    store.set_limit(LimitSource(150, None))  # 150 shards of 1
+    for i in range(40):
+        claim(store, f"k{i}", f"n{i}", limit=150)
+    sizes = batch_keys(table)
+    seen = store.look()
+    assert sizes == [100]  # LEDGER, the pool item and 98 shards, not 152 keys
+    held = {s: n for s, n in ((store.execution(f"n{i}").shard, f"n{i}") for i in range(40))}
+    sampled = len(seen.holders)
+    assert not seen.complete and seen.free == 98 - sampled  # every shard read without a holder
+    assert seen.holders <= set(held.values()) and seen.in_force == 150
+    # For the metrics, the holders are estimated from every shard this store has read (all of them
+    # here: its claims' reads), scaled up when it has read fewer.
+    assert seen.running == 40
+
+
+def test_a_refill_after_a_lowering_unfreezes_once_the_holders_fit(table):
+    store = make(table)
+    for i in range(4):
+        claim(store, f"k{i}", f"n{i}", limit=4)
+    store.set_limit(LimitSource(2, None))  # 4 held > 2: frozen
+    for name in ("n0", "n1", "n2"):
+        record = store.release(name=name, state=PayloadState.SUCCEEDED, now=NOW)
+    seen = store.look((record.shard,))  # frozen: the whole pool is read, and re-planned
+    assert (seen.complete, seen.free, seen.in_force) == (True, 1, 2)
+    store.claim(key="k9", name="n9", message_id="m", now=NOW, claim_expires_at=NOW + 900)
+    with pytest.raises(SlotsFull):
+        store.claim(key="k8", name="n8", message_id="m", now=NOW, claim_expires_at=NOW + 900)

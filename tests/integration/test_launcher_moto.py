@@ -317,7 +317,7 @@ def test_api_calls_per_start_and_tick_cost_independent_of_backlog(session):
         # The slot pool exists with MAX in force (the first tick of a stack's life, or of a MAX
         # change, moves the caps: 4 calls, once).
         store = rt.store()
-        store.set_limit(10, stamp=store.ledger().stamp(rt.max_source().reading()))
+        store.set_limit(store.ledger().source(rt.max_source().reading()))
         calls = count_calls(
             rt.client("sqs"), rt.client("dynamodb"), rt.client("stepfunctions"), rt.client("ssm")
         )

@@ -38,9 +38,9 @@ from sluice.adapters.ssm import SsmMax
 from sluice.completion import complete
 from sluice.errors import AmbiguousStartError, SluiceError, TransientError
 from sluice.launcher import Launcher
-from sluice.model import MaxReading, PayloadState
+from sluice.model import LimitSource, MaxReading, PayloadState
 from sluice.runtime import CLIENT_CONFIG
-from sluice.slots import Occupancy
+from sluice.slots import Capacity
 from tests.reliability import test_promise_breaks as breaks
 from tests.reliability.machine import SluiceMachine
 from tests.reliability.world import CLAIM_TIMEOUT, VISIBILITY, WINDOW, PromiseBroken, World
@@ -439,14 +439,43 @@ def test_the_stale_max_scenario_holds():
     run(stale_max_after_set_max)
 
 
-def test_limits_without_stamps_are_caught(monkeypatch):
-    monkeypatch.setattr(Occupancy, "newer_than", lambda self, capacity: False)
+def test_limits_written_without_regard_to_the_one_in_force_are_caught(monkeypatch):
+    monkeypatch.setattr(LimitSource, "merged", lambda self, other: self)
+    monkeypatch.setattr(Capacity, "refused_by", lambda self, occupancy: False)
     caught(stale_max_after_set_max)
 
 
 def test_a_set_max_that_writes_only_the_parameter_is_caught(monkeypatch):
     monkeypatch.setattr(sluice.ops.maximum, "apply_max", lambda rt: {"limit": None, "running": 0})
     caught(breaks.test_max_lowered_between_the_receive_and_the_claim_is_obeyed)
+
+
+def set_max_with_an_older_external_count(make_world: Callable[..., World]) -> None:
+    """Found by the soak (issue 10, stamped limits): `sluice set-max` put MAX − the external count
+    it read in force; the next tick of a launcher still holding the earlier MAX counted an execution
+    started by hand. Ordered as one stamp, the operator's newer MAX made the launcher's newer count
+    lose, and the caps kept MAX − 0 while one ran outside Sluice. The limit's source now merges: the
+    newer MAX and the newer external count each win on their own."""
+    world = make_world(max_concurrency=2, max_cache_seconds=60)
+    world.send(body("p0"), group="g0")
+    world.tick("A")  # A reads MAX 2 and keeps it for a minute
+    world.start_by_hand("outside")
+    world.set_max(2)  # written again: a newer MAX of the same value
+    for i in range(1, 3):
+        world.send(body(f"p{i}"), group=f"g{i}")
+    world.tick("A")  # counts the outside execution: 2 − 1 = 1 slot, and p0 holds it
+    world.check()
+    assert len(world.model.running) == 2
+    world.settle()
+
+
+def test_the_older_external_count_scenario_holds():
+    run(set_max_with_an_older_external_count)
+
+
+def test_limits_ordered_as_one_stamp_are_caught(monkeypatch):
+    monkeypatch.setattr(LimitSource, "merged", lambda self, other: self)
+    caught(set_max_with_an_older_external_count)
 
 
 def resume_throttled(make_world: Callable[..., World]) -> None:

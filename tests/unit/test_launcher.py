@@ -10,7 +10,7 @@ from sluice.clock import FakeClock
 from sluice.completion import complete
 from sluice.errors import ConfigurationError, TransientError
 from sluice.launcher import Launcher
-from sluice.model import ClaimFence, MaxReading, Message, Outcome, PayloadState
+from sluice.model import ClaimFence, LimitSource, MaxReading, Message, Outcome, PayloadState
 from sluice.names import execution_name
 from sluice.settings import DuplicatePolicy, Settings
 
@@ -178,7 +178,7 @@ def test_redelivery_after_a_crash_between_claim_and_start_resumes_with_the_same_
     (message,) = w.queue.receive(1, 0)
     name = execution_name("p", message.message_id)
     now = w.clock.now()
-    w.store.set_limit(3)
+    w.store.set_limit(LimitSource(3, None))
     w.store.claim(
         key="p",
         name=name,
@@ -255,7 +255,7 @@ def test_reconcile_releases_an_abandoned_claim_a_claim_timeout_after_it_first_sa
     (message,) = w.queue.receive(1, 0)
     now = w.clock.now()
     name = execution_name("a", message.message_id)
-    w.store.set_limit(1)
+    w.store.set_limit(LimitSource(1, None))
     w.store.claim(
         key="a",
         name=name,
@@ -280,7 +280,7 @@ def test_a_resumed_claim_fences_off_the_release_reconciliation_had_judged():
     (message,) = w.queue.receive(1, 0)  # a launcher received it, claimed, and died
     now = w.clock.now()
     name = execution_name("a", message.message_id)
-    w.store.set_limit(2)
+    w.store.set_limit(LimitSource(2, None))
     w.store.claim(key="a", name=name, message_id=message.message_id, now=now, claim_expires_at=now + 900)
     w.clock.advance(600)  # the message is visible again
     s = w.launcher.tick()  # reconciliation marks the claim, then admission receives the message
@@ -338,7 +338,7 @@ def test_a_burst_of_completions_never_walks_healthy_messages_towards_the_dlq(max
 
 def test_only_the_scheduled_tick_lingers():
     w = World(linger_seconds=30)
-    w.store.set_limit(3)
+    w.store.set_limit(LimitSource(3, None))
     calls = w.queue.calls
     w.launcher.admit(max_new=1)
     assert calls["ReceiveMessage"] == 1  # a completion's admission does not wait for more work

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import random
 import zlib
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -44,13 +45,15 @@ from sluice.adapters.dynamo_slots import (
     take_item,
     to_occupancy,
 )
-from sluice.model import Ledger
-from sluice.slots import Capacity, Occupancy, Shard, candidates
+from sluice.model import Ledger, LimitSource
+from sluice.slots import Capacity, Occupancy, Shard, candidates, sample_shards
 
 LEDGER_PK = "LEDGER"
 POOL = "launcher"
 TRIES = 3  # shards a claim tries from one read of the pool
 FIRST_READ = 8  # shards read with the ledger before the pool's size is known; then exactly its shards
+MERGE_ROUNDS = 5  # set_limit's read-merge-write rounds when other writers keep moving the pool
+SAMPLE = 98  # shards one admission read covers: with LEDGER and the pool item, 100 keys
 
 
 class LaunchSlots:
@@ -62,6 +65,8 @@ class LaunchSlots:
         self.rng = rng or random.Random()
         self.view: Occupancy | None = None  # the pool as last read, with this store's own claims
         self.legacy: frozenset[str] = frozenset()  # LEDGER.holders as last read
+        self.figures: tuple[int, float | None, int] = (0, None, 0)  # external, reconciled_at, drift
+        self.fresh: frozenset[int] = frozenset()  # the shards the last read covered
         self._count = FIRST_READ
 
     # -- reads ------------------------------------------------------------------------------------
@@ -79,36 +84,93 @@ class LaunchSlots:
         self._count = count  # next time, exactly the pool's shards (none before its first claim)
         shards = [r for pk, r in found.items() if pk.startswith(pool_pk(POOL) + "#")]
         self.view = to_occupancy(POOL, meta, shards, max(count, read))
-        raw = found.get(LEDGER_PK) or {}
-        self.legacy = frozenset(raw.get("holders", ()))
-        holders = self.legacy.union(*(s.holders for s in self.view.shards))
-        return Ledger(
-            holders=frozenset(holders),
-            external=int(raw.get("external", 0)),
-            reconciled_at=None if raw.get("reconciled_at") is None else float(raw["reconciled_at"]),
-            drift=int(raw.get("drift", 0)),
-            in_force=self.in_force,
+        self.fresh = frozenset(s.index for s in self.view.shards)
+        return self._ledger(found.get(LEDGER_PK) or {})
+
+    def look(self, shards: Sequence[int] | None = None) -> Ledger:
+        """What admission needs before a receive, in one BatchGetItem whatever the pool's size.
+
+        Without ``shards``: LEDGER, the pool item and every shard up to ``SAMPLE`` of them (the
+        whole ledger), else a random ``SAMPLE`` (``Ledger.complete`` False). With ``shards`` (the
+        one a completion just freed): the pool item and those shards only. ``Ledger.room`` is the
+        room the shards read have, a count of free slots that is exact for them at the read, so a
+        receive sized by it never takes more messages than there are slots to claim."""
+        if shards is None and self._count <= SAMPLE:
+            return self._whole()
+        indexes = list(shards) if shards is not None else sample_shards(self._count, self.rng, SAMPLE)
+        keys = [pool_pk(POOL), *(shard_pk(POOL, i) for i in indexes)]
+        if shards is None:
+            keys.insert(0, LEDGER_PK)
+        found = {r["pk"]: r for r in self.slots._batch_get(keys)}
+        meta = found.get(pool_pk(POOL))
+        self._count = max(self._count, int(meta.get("shards", 0)) if meta else 0)
+        read = to_occupancy(
+            POOL, meta, (r for pk, r in found.items() if pk.startswith(pool_pk(POOL) + "#")), 0
         )
+        known = {s.index: s for s in self.view.shards} if self.view is not None else {}
+        known.update((s.index, s) for s in read.shards)
+        self.view = replace(read, shards=tuple(known[i] for i in sorted(known)), read=len(known))
+        self.fresh = frozenset(s.index for s in read.shards)
+        if read.frozen:
+            return self._whole()  # rare (MAX lowered below the holders): read all, unfreeze if they fit
+        return self._ledger(found.get(LEDGER_PK) if shards is None else None, sampled=read)
+
+    def _whole(self) -> Ledger:
+        ledger = self.ledger()
+        return self._ledger(None) if self.thaw() else ledger
+
+    def _ledger(self, raw: dict[str, Any] | None, sampled: Occupancy | None = None) -> Ledger:
+        """The ledger as read: LEDGER's figures (or the last ones read, when ``raw`` is None)."""
+        if raw is not None:
+            self.legacy = frozenset(raw.get("holders", ()))
+            self.figures = (
+                int(raw.get("external", 0)),
+                None if raw.get("reconciled_at") is None else float(raw["reconciled_at"]),
+                int(raw.get("drift", 0)),
+            )
+        view = self.view
+        assert view is not None
+        seen = sampled or view
+        external, reconciled_at, drift = self.figures
+        return Ledger(
+            holders=frozenset(self.legacy.union(*(s.holders for s in seen.shards))),
+            external=external,
+            reconciled_at=reconciled_at,
+            drift=drift,
+            in_force=self.in_force,
+            room=seen.free if view.version else 0,
+            complete=sampled is None,
+            estimated=None if sampled is None else self._estimate(view),
+        )
+
+    def _estimate(self, view: Occupancy) -> int:
+        """Holders of the whole pool, scaled up from every shard this store has read (some stale)."""
+        known = len(view.shards)
+        return round(view.running * max(known, self._count) / max(1, known)) + len(self.legacy)
 
     # -- the claim --------------------------------------------------------------------------------
 
-    def set_limit(self, limit: int, stamp: tuple[float, ...]) -> int | None:
-        """Bring the caps to ``limit`` less the legacy holders, unless the pool says so already or
-        holds a limit of a newer ``stamp``. No call when nothing moves; else the planner's calls and
-        one more read."""
-        if self.view is None:
+    def set_limit(self, source: LimitSource) -> int | None:
+        """Bring the caps to MAX − external − legacy holders, from ``source`` merged with the pool's
+        own source (its stamp): the newer MAX and the newer external count of the two. Written only
+        while the pool's stamp is still the one merged with (compare-and-set), else read and merged
+        again. No call when nothing moves; else the planner's calls and one more read."""
+        for _ in range(MERGE_ROUNDS):
+            if self.view is None:
+                self.ledger()
+            view = self.view
+            assert view is not None
+            merged = source.merged(LimitSource.from_stamp(view.stamp) if view.version else None)
+            target, stamp = max(0, merged.limit - len(self.legacy)), merged.stamp()
+            # A newer external count alone, with the limit unchanged, is not worth a write per tick;
+            # a newer MAX is written even when the limit stays.
+            if view.version and not view.frozen and view.limit == target and view.stamp[:2] == stamp[:2]:
+                break
+            replaces = view.stamp if view.version and merged.fenced else None
+            plan = self.slots.set_limit(Capacity(POOL, target, stamp, replaces))
             self.ledger()
-        target = max(0, limit - len(self.legacy))
-        view = self.view
-        assert view is not None
-        wanted = Capacity(POOL, target, stamp)
-        # A newer external count alone, with the limit unchanged, is not worth a write per tick;
-        # a newer MAX is written even when the limit stays, so no older MAX can overwrite it.
-        if not view.newer_than(wanted) and (
-            view.version == 0 or view.limit != target or view.frozen or view.stamp[:1] != stamp[:1]
-        ):
-            self.slots.set_limit(wanted)
-            self.ledger()
+            if plan is not None:
+                break
         return self.in_force
 
     @property
@@ -118,16 +180,23 @@ class LaunchSlots:
             return None
         return self.view.limit + len(self.legacy)
 
-    def thaw(self) -> None:
+    def thaw(self) -> bool:
         """A pool frozen by a lowered limit whose holders fit under it again is planned anew
-        (``rebalance``, the limit unchanged): a claim need not wait for the next tick to unfreeze."""
+        (``rebalance``, the limit unchanged) and read again: admission need not wait for the next
+        tick to unfreeze. True when it did."""
         view = self.view
-        if view is not None and view.frozen and view.complete and view.running < view.limit:
-            self.slots.rebalance(POOL)
-            self.ledger()
+        if view is None or not (view.frozen and view.complete and view.running < view.limit):
+            return False
+        self.slots.rebalance(POOL)
+        self.ledger()
+        return True
 
     def choices(self) -> list[int]:
-        return candidates(self.view, self.rng)[:TRIES] if self.view else []
+        """Shards to try, those of the last read first (what a completion just freed)."""
+        if not self.view:
+            return []
+        order = candidates(self.view, self.rng)
+        return ([i for i in order if i in self.fresh] + [i for i in order if i not in self.fresh])[:TRIES]
 
     def claim_item(self, shard: int, name: str, now: float) -> dict[str, Any]:
         return claim_item(self.table, POOL, shard, name, now)
@@ -178,7 +247,7 @@ class LaunchSlots:
         view = self.view
         assert view is not None
         if view.version == 0:
-            self.set_limit(0, ())  # no pool yet: create it; the next tick sets its caps
+            self.set_limit(LimitSource(0, None))  # no pool yet: create it; the next tick sets its caps
             view = self.view
             assert view is not None
         roomy = candidates(view, self.rng)

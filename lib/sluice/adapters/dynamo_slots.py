@@ -324,7 +324,7 @@ class DynamoSlots(Table):
                 return None
             if took_version and (target is None or current.limit != target.limit):
                 return None  # a later set_limit is in force
-            if target is not None and current.newer_than(target):
+            if target is not None and target.refused_by(current):
                 return None  # a limit from a newer reading is in force
             limit = current.limit if target is None else target.limit
             stamp = current.stamp if target is None else target.stamp

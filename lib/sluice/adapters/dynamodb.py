@@ -57,6 +57,7 @@ from sluice.model import (
     ClaimFence,
     ExecutionRecord,
     Ledger,
+    LimitSource,
     PayloadRecord,
     PayloadState,
     StartedExecution,
@@ -101,6 +102,9 @@ class DynamoStore(ParkingTable):
     def ledger(self) -> Ledger:
         return self.launch_slots.ledger()
 
+    def look(self, shards: Sequence[int] | None = None) -> Ledger:
+        return self.launch_slots.look(shards)
+
     def payload(self, key: str) -> PayloadRecord | None:
         raw = self._get(payload_pk(key))
         return to_payload(raw) if raw else None
@@ -115,8 +119,8 @@ class DynamoStore(ParkingTable):
 
     # -- the claim ------------------------------------------------------------------------------
 
-    def set_limit(self, limit: int, *, stamp: tuple[float, ...] = ()) -> int | None:
-        return self.launch_slots.set_limit(limit, stamp)
+    def set_limit(self, source: LimitSource) -> int | None:
+        return self.launch_slots.set_limit(source)
 
     def claim(
         self,

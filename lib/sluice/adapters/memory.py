@@ -12,6 +12,7 @@ from sluice.model import (
     ClaimFence,
     ExecutionRecord,
     Ledger,
+    LimitSource,
     ParkedMessage,
     PayloadRecord,
     PayloadState,
@@ -30,7 +31,7 @@ class MemoryStore:
         self._lock = threading.Lock()
         self._holders: set[str] = set()
         self._limit: int | None = None
-        self._stamp: tuple[float, ...] = ()
+        self._source: LimitSource | None = None
         self._external = 0
         self._drift = 0
         self._reconciled_at: float | None = None
@@ -45,10 +46,13 @@ class MemoryStore:
                 frozenset(self._holders), self._external, self._reconciled_at, self._drift, self._limit
             )
 
-    def set_limit(self, limit: int, *, stamp: tuple[float, ...] = ()) -> int | None:
+    def look(self, shards: Sequence[int] | None = None) -> Ledger:
+        return self.ledger()  # one lock holds every slot: reading all of them costs nothing
+
+    def set_limit(self, source: LimitSource) -> int | None:
         with self._lock:
-            if not (stamp and self._limit is not None and self._stamp > stamp):
-                self._limit, self._stamp = max(0, limit), stamp
+            self._source = source.merged(self._source)
+            self._limit = self._source.limit
             return self._limit
 
     def payload(self, key: str) -> PayloadRecord | None:

@@ -137,7 +137,7 @@ class MemorySlots:
                 if target is None:
                     return None
                 found = _Pool(limit=target.limit, per_shard=self.per_shard)
-            elif target is not None and bool(target.stamp) and found.stamp > target.stamp:
+            elif target is not None and target.refused_by(self._occupancy(pool, [])):
                 return None  # a limit from a newer reading is in force
             limit = found.limit if target is None else target.limit
             loads = [

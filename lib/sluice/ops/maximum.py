@@ -80,16 +80,16 @@ def read_max(rt: Runtime) -> MaxState:
 
 
 def apply_max(rt: Runtime) -> dict[str, Any]:
-    """Put the parameter's MAX in force in the slots' caps now: MAX − external, stamped with when
-    the parameter changed and when the external count was taken (``Ledger.stamp``). A newer limit
-    in force already (another operator, a tick that read a later MAX) is kept."""
+    """Put the parameter's MAX in force in the slots' caps now: MAX − external, merged with the
+    source of the limit in force (``LimitSource``): a newer MAX or a newer external count that a
+    tick put there is kept."""
     name = _parameter(rt)
     with translated("GetParameter"):
         parameter = rt.client("ssm").get_parameter(Name=name)["Parameter"]
     reading = MaxReading(parse_max(parameter["Value"], source=name), changed_at(parameter))
     store = rt.store()
     ledger = store.ledger()
-    in_force = store.set_limit(ledger.limit(reading.value), stamp=ledger.stamp(reading))
+    in_force = store.set_limit(ledger.source(reading))
     return {"limit": in_force, "running": len(ledger.holders), "external": ledger.external}
 
 
