@@ -406,7 +406,7 @@ def test_the_completion_refill_scenario_holds():
 
 def test_a_completion_that_refills_every_free_slot_is_caught(monkeypatch):
     def every_free_slot(self, change, *, remaining_ms=None):
-        released = sluice.launcher.handle_status_change(
+        released = sluice.completion.handle_status_change(
             change,
             store=self.store,
             queue=self.queue,
