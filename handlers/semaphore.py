@@ -20,8 +20,10 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, object]:
         metrics.add_metric("SemaphoreBadRequests", MetricUnit.Count, 1)
         logger.warning("bad semaphore request", extra={"error": str(exc)})
         raise
-    if "swept" in result:
-        metrics.add_metric("SemaphoreSweeps", MetricUnit.Count, 1)
+    if "swept" in result:  # the permits of ended executions whose status event was lost
+        swept = result["swept"]
+        freed = sum(len(r.get("freed", [])) for r in swept.values()) if isinstance(swept, dict) else 0
+        metrics.add_metric("SemaphorePermitsReleased", MetricUnit.Count, freed)
     elif "outcome" in result:
         metrics.add_metric("SemaphoreAcquires", MetricUnit.Count, 1)
     else:
