@@ -38,6 +38,12 @@ const MIN_LAMBDA_MEMORY_MB = 128;
 const MAX_LAMBDA_MEMORY_MB = 10240;
 
 const DUPLICATE_POLICIES = ['suppress', 'defer'];
+// Semaphore names and limits (lib/sluice/semaphore_model.py, lib/sluice/semaphore_service.py).
+const MAX_SEMAPHORE_NAME = 60;
+const MAX_SEMAPHORE_LIMIT = 10000;
+// The example workflow's ASL names the semaphore function by this placeholder.
+const SEMAPHORE_FUNCTION_PLACEHOLDER = 'SEMAPHORE_FUNCTION_ARN';
+const SEMAPHORE_FUNCTION_LOGICAL_ID = 'SemaphoreLambdaFunction';
 const STATE_MACHINE_ARN = /^arn:aws[a-z-]*:states:[a-z0-9-]+:\d{12}:stateMachine:[^:\s]{1,80}$/;
 
 function fail(message) {
@@ -64,6 +70,36 @@ function alarmPeriod(scheduleRate) {
   const seconds = Number(rate[1]) * unit;
   const longest = Math.floor(MAX_ALARM_RANGE_SECONDS / DRIFT_TICKS / 60) * 60;
   return Math.min(Math.max(60, Math.ceil(seconds / 60) * 60), longest);
+}
+
+// "db=5,api=2" → [['db', 5], ['api', 2]], with the rules SLUICE_SEMAPHORES is read by.
+function semaphoreLimits(text) {
+  const out = new Map();
+  for (const part of text.split(',').map((p) => p.trim()).filter(Boolean)) {
+    const at = part.lastIndexOf('=');
+    const name = at < 0 ? '' : part.slice(0, at).trim();
+    const number = at < 0 ? '' : part.slice(at + 1).trim();
+    if (!name) fail(`semaphores: "${part}" is not name=limit`);
+    if (name.length > MAX_SEMAPHORE_NAME || !/^[!-~]+$/.test(name) || /[#|]/.test(name)) {
+      fail(`semaphores: bad name "${name}": 1 to ${MAX_SEMAPHORE_NAME} ASCII characters, no '#' '|' ',' or space`);
+    }
+    if (!/^\d+$/.test(number) || Number(number) > MAX_SEMAPHORE_LIMIT) {
+      fail(`semaphores: the limit of "${name}" must be 0 to ${MAX_SEMAPHORE_LIMIT}, got "${number}"`);
+    }
+    if (out.has(name)) fail(`semaphores: "${name}" is given twice`);
+    out.set(name, Number(number));
+  }
+  return [...out.entries()];
+}
+
+// An ARN in the stack's own partition, region and account (no Fn::Sub: nothing here looks like a variable).
+function ownArn(service, type, ...rest) {
+  return {
+    'Fn::Join': [
+      ':',
+      ['arn', { Ref: 'AWS::Partition' }, service, { Ref: 'AWS::Region' }, { Ref: 'AWS::AccountId' }, type, ...rest],
+    ],
+  };
 }
 
 let memo;
@@ -162,6 +198,43 @@ async function derive({ resolveVariable }) {
     fail(`alarmTopicArn must be empty or an SNS topic ARN, got "${alarmTopicArn}"`);
   }
 
+  // Semaphores created when absent, with their first limit; the run-time limit is the CLI's to change.
+  const semaphores = semaphoreLimits(await param('semaphores'));
+  const semaphoreSweepRate = await param('semaphoreSweepRate');
+  if (!/^(rate|cron)\(.+\)$/.test(semaphoreSweepRate)) {
+    fail(`semaphoreSweepRate must be an EventBridge expression such as "rate(1 minute)", got "${semaphoreSweepRate}"`);
+  }
+  // The state machines whose workflows acquire semaphores: the example workflow, and these. Their
+  // ends are routed to the semaphore function, which may answer their task tokens and describe them.
+  const users = (await param('semaphoreStateMachineArns'))
+    .split(',')
+    .map((a) => a.trim())
+    .filter(Boolean);
+  for (const arn of users) {
+    if (!STATE_MACHINE_ARN.test(arn)) fail(`semaphoreStateMachineArns: "${arn}" is not a state machine ARN`);
+    if (arn.split(':')[3] !== region) {
+      fail(`semaphoreStateMachineArns: "${arn}" is not in the stack's region ${region} (its status events would not arrive)`);
+    }
+  }
+  const service = String(await resolveVariable('self:service'));
+  const semaphoreExampleName = `${service}-${stage}-semaphore-example`;
+  const semaphoreStateMachineArns = [ownArn('states', 'stateMachine', semaphoreExampleName), ...new Set(users)];
+  const semaphoreExecutionArns = [
+    ownArn('states', 'execution', semaphoreExampleName, '*'),
+    ...[...new Set(users)].map((arn) => {
+      const [, partition, , arnRegion, account, , name] = arn.split(':');
+      return `arn:${partition}:states:${arnRegion}:${account}:execution:${name}:*`;
+    }),
+  ];
+  // The example workflow's ASL, the semaphore function's ARN put in by CloudFormation.
+  const example = JSON.stringify(
+    JSON.parse(fs.readFileSync(path.join(__dirname, 'semaphore-example.asl.json'), 'utf8'))
+  ).split(JSON.stringify(SEMAPHORE_FUNCTION_PLACEHOLDER));
+  const functionArn = { 'Fn::GetAtt': [SEMAPHORE_FUNCTION_LOGICAL_ID, 'Arn'] };
+  const semaphoreExampleDefinition = {
+    'Fn::Join': ['', example.flatMap((piece, i) => (i === 0 ? [piece] : ['"', functionArn, '"', piece]))],
+  };
+
   // The sample workflow, as the JSON string that AWS::StepFunctions::StateMachine's DefinitionString takes.
   const definitionPath = path.join(__dirname, 'workflow.asl.json');
   const workflowDefinition = JSON.stringify(JSON.parse(fs.readFileSync(definitionPath, 'utf8')));
@@ -184,6 +257,12 @@ async function derive({ resolveVariable }) {
     previousStateMachineArn,
     alarmTopicArn,
     workflowDefinition,
+    semaphores: semaphores.map(([name, limit]) => `${name}=${limit}`).join(','),
+    semaphoreSweepRate,
+    semaphoreStateMachineArns,
+    semaphoreExecutionArns,
+    semaphoreExampleName,
+    semaphoreExampleDefinition,
     // The same numbers as strings, for Lambda environment variables and the SSM parameter value
     // (a whole-value variable keeps its type, and those properties take strings).
     text: {

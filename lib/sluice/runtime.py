@@ -1,4 +1,4 @@
-"""Wiring: build the launcher and its adapters from ``Settings`` and boto3 clients.
+"""Wiring: build the launcher, the semaphore step and their adapters from ``Settings`` and boto3 clients.
 
 Clients are created on first use, never at import time (a client made before a test's moto
 starts would talk to real AWS), and reused while the Lambda container stays warm.
@@ -11,13 +11,17 @@ from typing import Any
 
 from botocore.config import Config
 
+from sluice.adapters.dynamo_semaphore import DynamoSemaphoreStore
 from sluice.adapters.dynamodb import DynamoStore
 from sluice.adapters.sfn import StepFunctionsExecutions
+from sluice.adapters.sfn_tokens import SfnTokens
 from sluice.adapters.sqs import SqsQueue
 from sluice.adapters.ssm import FixedMax, SsmMax
 from sluice.clock import SystemClock
 from sluice.launcher import Launcher
 from sluice.ports import Clock, MaxSource
+from sluice.semaphore import Semaphores
+from sluice.semaphore_service import SemaphoreService
 from sluice.settings import Settings
 
 # Standard retry mode: throttling and 5xx are retried with backoff before Sluice sees them.
@@ -34,6 +38,7 @@ class Runtime:
     client_config: Config = CLIENT_CONFIG
     _clients: dict[str, Any] = field(default_factory=dict)
     _launcher: Launcher | None = None
+    _semaphore_service: SemaphoreService | None = None
 
     def client(self, service: str) -> Any:
         if service not in self._clients:
@@ -82,3 +87,21 @@ class Runtime:
                 logger=logger,
             )
         return self._launcher
+
+    def semaphores(self) -> Semaphores:
+        """The semaphore step (``sluice.semaphore``) on the table and Step Functions' task tokens."""
+        self.settings.require("table_name")
+        store = DynamoSemaphoreStore(
+            self.client("dynamodb"),
+            self.settings.table_name,
+            retention_seconds=self.settings.retention_seconds,
+            per_shard=self.settings.slots_per_shard,
+        )
+        return Semaphores(store, SfnTokens(self.client("stepfunctions")), self.clock)
+
+    def semaphore_service(self, logger: Any = None) -> SemaphoreService:
+        if self._semaphore_service is None:
+            self._semaphore_service = SemaphoreService(
+                self.semaphores(), dict(self.settings.semaphore_limits), logger=logger
+            )
+        return self._semaphore_service

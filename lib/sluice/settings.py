@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from sluice.errors import ConfigurationError
+from sluice.semaphore_service import parse_limits
 
 
 class DuplicatePolicy(StrEnum):
@@ -32,6 +33,8 @@ class Settings:
     consistency_window_seconds: int = 60
     time_reserve_seconds: int = 15
     slots_per_shard: int = 8  # holders per slot shard item: about 1 KB each (sluice.adapters.dynamo_slots)
+    # Semaphores the stack creates when absent, with their first limit (sluice.semaphore_service).
+    semaphore_limits: tuple[tuple[str, int], ...] = ()
 
     @property
     def retention_seconds(self) -> int:
@@ -79,6 +82,7 @@ class Settings:
             consistency_window_seconds=integer("SLUICE_CONSISTENCY_WINDOW_SECONDS", 60),
             time_reserve_seconds=integer("SLUICE_TIME_RESERVE_SECONDS", 15),
             slots_per_shard=integer("SLUICE_SLOTS_PER_SHARD", 8, minimum=1),
+            semaphore_limits=parse_limits(text("SLUICE_SEMAPHORES")),
         )
 
     def require(self, *names: str) -> Settings:

@@ -53,6 +53,7 @@ RUNTIME_FILES = {
     "handlers/_shared.py",
     "handlers/launcher.py",
     "handlers/completion.py",
+    "handlers/semaphore.py",
     *(
         f"lib/sluice/{name}.py"
         for name in (
@@ -78,6 +79,11 @@ RUNTIME_FILES = {
             "adapters/sfn",
             "adapters/ssm",
             "adapters/errors",
+            "semaphore",
+            "semaphore_model",
+            "semaphore_service",
+            "adapters/dynamo_semaphore",
+            "adapters/sfn_tokens",
         )
     ),
 }
@@ -100,7 +106,7 @@ code = sys.argv[1]
 roots = {sysconfig.get_path(n) for n in ("stdlib", "platstdlib", "purelib", "platlib")}
 kept = [p for p in sys.path if any(p == r or p.startswith(r + os.sep) for r in roots) or p.endswith(".zip")]
 sys.path[:] = [os.path.join(code, "lib"), code, *kept]
-import handlers.launcher, handlers.completion
+import handlers.launcher, handlers.completion, handlers.semaphore
 try:
     import sluice.cli
     cli = "importable"
@@ -126,7 +132,7 @@ def test_deploy_creates_what_the_code_needs(deployed):
     out = deployed.outputs
     assert {"QueueUrl", "DlqUrl", "TableName", "StateMachineArn", "MaxConcurrencyParameter"} <= set(out)
     aws = deployed.aws
-    assert set(deployed.functions) == {"launcher", "completion"}
+    assert set(deployed.functions) == {"launcher", "completion", "semaphore"}
     launcher = deployed.functions["launcher"]
     assert launcher.handler == "handlers/launcher.handler"
     # The environment names the deployed resources, not placeholders.
@@ -154,8 +160,11 @@ def test_deploy_creates_what_the_code_needs(deployed):
     # moto skips only the resource types it cannot create; everything else in the template exists.
     skipped = {entry.split("(")[1].rstrip(")") for entry in deployed.unsupported}
     assert skipped <= {"AWS::S3::BucketPolicy", "AWS::SQS::QueuePolicy", "AWS::CloudWatch::Alarm"}
-    # One schedule rule for the launcher, one status-change rule for the completion function.
-    assert [deployed.function_for(r.target_arns[0]) for r in deployed.schedule_rules()] == ["launcher"]
+    # One schedule rule for the launcher and one for the semaphore sweep.
+    assert sorted(deployed.function_for(r.target_arns[0]) for r in deployed.schedule_rules()) == [
+        "launcher",
+        "semaphore",
+    ]
     # A parked duplicate is sent back to the payload queue when its key's execution ends.
     for function in ("launcher", "completion"):
         requeue = _statement(deployed, function, "RequeueParked")
@@ -194,7 +203,13 @@ def test_the_handlers_import_from_the_zip_alone(package, tmp_path):
     seen = json.loads(done.stdout)
     assert str(ROOT / "lib") not in seen["path"] and str(ROOT) not in seen["path"]
     modules = seen["modules"]
-    assert {"handlers.launcher", "handlers.completion", "sluice.runtime", "sluice.launcher"} <= set(modules)
+    assert {
+        "handlers.launcher",
+        "handlers.completion",
+        "handlers.semaphore",
+        "sluice.runtime",
+        "sluice.launcher",
+    } <= set(modules)
     outside = {n: f for n, f in modules.items() if f is None or not f.startswith(str(tmp_path))}
     assert outside == {}
     # A tool left out of the zip is not importable there at all: the repository's copy is out of reach.
@@ -317,7 +332,7 @@ def test_one_payload_through_the_deployed_stack(deployed):
     _set_max(deployed, 1)
 
     # EventBridge's schedule fires: the deployed launcher runs with its deployed environment.
-    [(function, summary)] = deployed.tick()
+    [(function, summary)] = deployed.tick("launcher")
     assert function == "launcher"
     assert summary["started"] == 1 and summary["running"] == 1
 
@@ -380,7 +395,7 @@ def test_the_deployed_launcher_lingers_and_starts_a_payload_sent_between_ticks_a
         raise AssertionError(f"{name} did not start within {within} s")
 
     with ThreadPoolExecutor(max_workers=1) as pool:
-        tick = pool.submit(deployed.tick)
+        tick = pool.submit(deployed.tick, "launcher")
         # Longer than a tick that does not linger takes to find the queue empty and return.
         time.sleep(6)
         assert not tick.done(), tick.result()
@@ -453,7 +468,7 @@ def test_an_update_in_place_keeps_the_slots_the_previous_version_held(deployed):
         pages = sfn.list_executions(stateMachineArn=out["StateMachineArn"], statusFilter="RUNNING")
         return [e["name"] for e in pages["executions"]]
 
-    [(_, summary)] = deployed.tick()
+    [(_, summary)] = deployed.tick("launcher")
     assert summary["started"] == 1 and len(running()) == 3  # 2 old + 1 new = MAX 3
     store = DynamoStore(ddb, out["TableName"])
     assert set(old) <= store.ledger().holders and len(store.ledger().holders) == 3
@@ -465,7 +480,7 @@ def test_an_update_in_place_keeps_the_slots_the_previous_version_held(deployed):
     assert legacy["holders"]["SS"] == [old[1]]  # released from where the previous version put it
     # A legacy slot comes back to the caps at the next tick (a completion moves no caps).
     assert len(running()) == 2 and store.ledger().in_force == 2
-    [(_, summary)] = deployed.tick()
+    [(_, summary)] = deployed.tick("launcher")
     assert summary["started"] == 1 and len(running()) == 3  # and no more
     ledger = store.ledger()
     assert old[0] not in ledger.holders and old[1] in ledger.holders and len(ledger.holders) == 3

@@ -20,11 +20,25 @@ def test_defaults_and_overrides():
         ({"SLUICE_MAX_CONCURRENCY": "-1"}, "SLUICE_MAX_CONCURRENCY=-1 must be at least 0"),
         ({"SLUICE_DUPLICATE_POLICY": "drop"}, "use one of suppress, defer"),
         ({"SLUICE_CLAIM_TIMEOUT_SECONDS": "0"}, "must be at least 1"),
+        ({"SLUICE_SEMAPHORES": "db"}, "SLUICE_SEMAPHORES: 'db' is not name=limit"),
+        ({"SLUICE_SEMAPHORES": "=3"}, "'=3' is not name=limit"),
+        ({"SLUICE_SEMAPHORES": "db=five"}, "limit of 'db' must be 0 to 10000, got 'five'"),
+        ({"SLUICE_SEMAPHORES": "db=-1"}, "limit of 'db' must be 0 to 10000"),
+        ({"SLUICE_SEMAPHORES": "db=10001"}, "limit of 'db' must be 0 to 10000"),
+        ({"SLUICE_SEMAPHORES": "db=1,db=2"}, "'db' is given twice"),
+        ({"SLUICE_SEMAPHORES": "a b=1"}, "bad semaphore name 'a b'"),
+        ({"SLUICE_SEMAPHORES": "a#b=1"}, "bad semaphore name"),
     ],
 )
 def test_bad_settings_are_named(env, message):
     with pytest.raises(ConfigurationError, match=message):
         Settings.from_env(env)
+
+
+def test_semaphore_limits_are_read_in_order():
+    s = Settings.from_env({"SLUICE_SEMAPHORES": " db = 5 ,api=0, , reports=10000"})
+    assert s.semaphore_limits == (("db", 5), ("api", 0), ("reports", 10000))
+    assert Settings.from_env({}).semaphore_limits == ()
 
 
 def test_require_names_every_missing_setting():

@@ -26,6 +26,7 @@ const derive = require(process.argv[1]);
 const resolveVariable = async (name) => {
   if (name === 'sls:stage') return input.stage;
   if (name === 'self:provider.region') return input.region;
+  if (name === 'self:service') return 'sluice';
   if (name.startsWith('param:')) return input.params[name.slice(6)];
   throw new Error(`unexpected variable ${name}`);
 };
@@ -228,3 +229,53 @@ def test_region_defaults_to_us_east_1(aws_config, tmp_path):
 def test_serverless_yml_takes_the_region_from_region_js():
     text = (ROOT / "serverless.yml").read_text(encoding="utf-8")
     assert "  region: ${opt:region, file(stack/region.js)}\n" in text
+
+
+# -- the semaphore step ---------------------------------------------------------------------------------
+
+
+def _arn(part: Any) -> str:
+    """An ARN config.js builds with Fn::Join over the stack's own partition, region and account."""
+    if isinstance(part, str):
+        return part
+    sep, pieces = part["Fn::Join"]
+    return sep.join(p if isinstance(p, str) else "${" + p["Ref"] + "}" for p in pieces)
+
+
+def test_the_semaphore_defaults_serve_the_example_workflow():
+    cfg = config()
+    assert cfg["semaphores"] == "example=2" and cfg["semaphoreSweepRate"] == "rate(1 minute)"
+    assert cfg["semaphoreExampleName"] == "sluice-dev-semaphore-example"
+    assert [_arn(a) for a in cfg["semaphoreStateMachineArns"]] == [
+        "arn:${AWS::Partition}:states:${AWS::Region}:${AWS::AccountId}:stateMachine:sluice-dev-semaphore-example"
+    ]
+
+
+def test_semaphore_users_add_their_machines_and_executions():
+    orders = "arn:aws:states:us-east-1:111122223333:stateMachine:orders"
+    cfg = config(semaphores=" db = 5 , api=0", semaphoreStateMachineArns=f"{orders}, {orders}")
+    assert cfg["semaphores"] == "db=5,api=0"
+    assert [_arn(a) for a in cfg["semaphoreStateMachineArns"]][1:] == [orders]
+    assert [_arn(a) for a in cfg["semaphoreExecutionArns"]][1:] == [
+        "arn:aws:states:us-east-1:111122223333:execution:orders:*"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"semaphores": "db"}, 'semaphores: "db" is not name=limit'),
+        ({"semaphores": "db=ten"}, 'the limit of "db" must be 0 to 10000, got "ten"'),
+        ({"semaphores": "db=10001"}, 'the limit of "db" must be 0 to 10000'),
+        ({"semaphores": "db=1,db=2"}, '"db" is given twice'),
+        ({"semaphores": "a#b=1"}, 'bad name "a#b"'),
+        ({"semaphoreSweepRate": "every minute"}, "semaphoreSweepRate must be an EventBridge expression"),
+        ({"semaphoreStateMachineArns": "orders"}, '"orders" is not a state machine ARN'),
+        (
+            {"semaphoreStateMachineArns": "arn:aws:states:eu-west-1:111122223333:stateMachine:orders"},
+            "is not in the stack's region us-east-1",
+        ),
+    ],
+)
+def test_bad_semaphore_parameters_are_refused(params, message):
+    assert message in refusal(**params)

@@ -138,21 +138,23 @@ class Deployment:
     def schedule_rules(self) -> list[Rule]:
         return [r for r in self.rules if r.enabled and r.schedule]
 
-    def scheduled(self) -> list[tuple[str, dict[str, Any]]]:
-        """(function, "Scheduled Event") for every target of every schedule rule, as if all fired now."""
+    def scheduled(self, *functions: str) -> list[tuple[str, dict[str, Any]]]:
+        """(function, "Scheduled Event") for every target of every schedule rule, as if all fired now;
+        only the targets among ``functions`` when any are named."""
         return [
             (key, scheduled_event(rule.arn, self.aws.region))
             for rule in self.schedule_rules()
             for key in self._targets(rule)
+            if not functions or key in functions
         ]
 
     def route(self, event: Mapping[str, Any]) -> list[str]:
         """The functions EventBridge would invoke with ``event``: targets of the rules it matches."""
         return [key for rule in self.rules if rule.matches(event) for key in self._targets(rule)]
 
-    def tick(self) -> list[tuple[str, Any]]:
-        """Fire every schedule rule once and run its targets."""
-        return [(key, self.invoke(key, event)) for key, event in self.scheduled()]
+    def tick(self, *functions: str) -> list[tuple[str, Any]]:
+        """Fire every schedule rule once and run its targets (only ``functions``, when named)."""
+        return [(key, self.invoke(key, event)) for key, event in self.scheduled(*functions)]
 
     def deliver(self, event: Mapping[str, Any]) -> list[tuple[str, Any]]:
         """Deliver ``event`` as EventBridge would, running the targets."""
