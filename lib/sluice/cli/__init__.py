@@ -8,6 +8,9 @@
     sluice dlq redrive --id ID|--all send them back to the main queue
     sluice dlq delete --id ID        drop them (after re-enqueueing a fixed payload, say)
     sluice tick                      one launcher tick, run here
+    sluice semaphore set NAME N      put a semaphore's limit in force (creates it; 0 pauses the section)
+    sluice semaphore status [NAME]   one semaphore's holders and waiters, or every semaphore
+    sluice semaphore asl NAME --function ARN   the Acquire/Release states to copy (no AWS call)
 
 Resources are found from the CloudFormation stack's outputs (``--stage`` → stack ``sluice-<stage>``,
 or ``--stack``; ``--region``); any ``SLUICE_*`` environment variable set overrides its output, and
@@ -18,7 +21,7 @@ Tables for people by default, ``--json`` for scripts (``render.py``).
     app.py         the parser, ``main`` and what an error means for the exit code
     context.py     finding the stack and the deployed launcher's settings
     render.py      exit codes, tables, times, the progress bar
-    enqueue.py, status.py, maximum.py, dlq.py, local_tick.py: one command group each
+    enqueue.py, status.py, maximum.py, dlq.py, local_tick.py, semaphore.py: one command group each
 
 Nothing here runs in Lambda; the package is left out of the Lambda zip (serverless.yml).
 

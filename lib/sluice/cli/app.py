@@ -17,6 +17,13 @@ from sluice.cli.enqueue import cmd_enqueue
 from sluice.cli.local_tick import DEFAULT_TICK_SECONDS, cmd_tick
 from sluice.cli.maximum import cmd_pause, cmd_resume, cmd_set_max
 from sluice.cli.render import EXIT_AWS, EXIT_CONFIG, EXIT_INTERRUPTED
+from sluice.cli.semaphore import (
+    cmd_semaphore_asl,
+    cmd_semaphore_set,
+    cmd_semaphore_status,
+    semaphore_limit,
+    semaphore_name,
+)
 from sluice.cli.status import cmd_status
 from sluice.errors import SluiceError, TransientError
 
@@ -110,6 +117,47 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_dlq_delete)
 
+    sem = sub.add_parser(
+        "semaphore", parents=common, help="semaphore steps: set a limit, show, print the ASL"
+    )
+    ssub = sem.add_subparsers(dest="semaphore_command", required=True, metavar="ACTION")
+    p = ssub.add_parser(
+        "set",
+        parents=common,
+        help="put a limit in force (a whole number >= 0; 0 pauses); creates the semaphore",
+    )
+    p.add_argument("name", type=semaphore_name, metavar="NAME")
+    p.add_argument("limit", type=semaphore_limit, metavar="N")
+    p.set_defaults(func=cmd_semaphore_set)
+    p = ssub.add_parser(
+        "status", parents=common, help="one semaphore's holders and waiters, or every semaphore"
+    )
+    p.add_argument("name", nargs="?", type=semaphore_name, metavar="NAME")
+    p.set_defaults(func=cmd_semaphore_status)
+    p = ssub.add_parser(
+        "asl", parents=common, help="print the Acquire/Release states to copy into a workflow (no AWS call)"
+    )
+    p.add_argument("name", type=semaphore_name, metavar="NAME")
+    p.add_argument("--function", required=True, metavar="ARN", help="ARN of Sluice's semaphore function")
+    p.add_argument(
+        "--section", default="CriticalSection", help="first state of your section (default %(default)s)"
+    )
+    p.add_argument("--next", help="state after the section (default: the execution ends after Release)")
+    p.add_argument(
+        "--acquisition-id", help="names this acquisition in the execution (default: from --section)"
+    )
+    p.add_argument(
+        "--timeout", type=int, metavar="SECONDS", help="TimeoutSeconds of Acquire: the longest wait"
+    )
+    p.add_argument("--heartbeat", type=int, metavar="SECONDS", help="HeartbeatSeconds of Acquire")
+    p.add_argument("--label", help="names the added states (default: the semaphore's name)")
+    p.add_argument(
+        "--wrap",
+        metavar="FILE",
+        help="print this state machine definition (- for standard input) held under NAME",
+    )
+    p.set_defaults(func=cmd_semaphore_asl, offline=True)
+
     p = sub.add_parser("tick", parents=common, help="run one launcher tick here, with the deployed settings")
     p.add_argument(
         "--time-limit",
@@ -131,6 +179,8 @@ def main(argv: list[str] | None = None, *, session: Any = None) -> int:
     except SystemExit as exc:  # usage errors (2) and --help (0); returned so main() can run in-process
         return int(exc.code or 0) if not isinstance(exc.code, str) else EXIT_CONFIG
     try:
+        if getattr(args, "offline", False):
+            return int(args.func(args))
         return int(args.func(make_context(args, session)))
     except TransientError as exc:
         print(

@@ -168,6 +168,8 @@ def _needs(args: argparse.Namespace) -> tuple[str, ...]:
     command = getattr(args, "command", None)
     if command == "dlq":
         command = f"dlq {args.dlq_command}"
+    if command == "semaphore":
+        return ("table_name",)
     if command == "status" and getattr(args, "payload_id", None) is not None:
         return ("table_name",)
     return {

@@ -7,6 +7,7 @@ that the CLI prints as a table or as JSON. AWS failures arrive as ``sluice.error
     status.py      the overview and one payload's history
     dlq.py         list, redrive and delete dead-lettered messages
     local_tick.py  one launcher tick, run here
+    semaphore.py   a semaphore's limit, one semaphore's holders and waiters, every semaphore
 
 Nothing here runs in Lambda; the package is left out of the Lambda zip (serverless.yml).
 """

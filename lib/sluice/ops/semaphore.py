@@ -1,0 +1,201 @@
+"""Semaphores at run time: put a limit in force, show one semaphore, list them all.
+
+A semaphore exists once a limit was set for it (``sluice semaphore set NAME N``): its pool item
+``SLOTS#sem:<name>`` is written then; an acquire of a semaphore without one is refused.
+
+Listing. The table has a partition key only and no index, so there is no cheap way to list
+semaphores: ``semaphore_list`` runs a Scan filtered on the pool items (``begins_with(pk,
+"SLOTS#sem:")`` and a ``version``, which only the pool item has). A Scan reads, and is billed for,
+every item of the table whatever the filter keeps (half a read unit per 4 KB, eventually
+consistent), so it is bounded: it stops after ``max_pages`` pages of up to 1 MB, or once ``limit``
+semaphores are found, and says so (``truncated``). The permits and lines of the semaphores found are
+then read with BatchGetItem, 100 keys a call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sluice.adapters.dynamo_codec import plain
+from sluice.adapters.dynamo_semaphore import DynamoSemaphoreStore, line_pk
+from sluice.adapters.dynamo_slots import shard_pk, to_occupancy
+from sluice.adapters.errors import translated
+from sluice.adapters.sfn_tokens import SfnTokens
+from sluice.errors import ConfigurationError
+from sluice.runtime import Runtime
+from sluice.semaphore import Semaphores
+from sluice.semaphore_model import POOL_PREFIX, SemaphoreStatus, check_name, pool_of
+from sluice.slots import Occupancy
+
+MAX_LIMIT = 10_000  # permits of one semaphore: 1,250 shard items of 8
+MAX_WAITERS = 100
+LIST_LIMIT = 100  # semaphores listed at most
+SCAN_PAGES = 10  # pages of up to 1 MB read at most by one listing
+SCAN_COST = (
+    "found by a Scan of the whole table, filtered on the semaphores' pool items: it reads and is billed "
+    "for every item (half a read unit per 4 KB)"
+)
+
+
+def _semaphores(rt: Runtime) -> Semaphores:
+    """The semaphore core on this runtime's clients (``Runtime.semaphores()`` may replace it)."""
+    rt.settings.require("table_name")
+    store = DynamoSemaphoreStore(
+        rt.client("dynamodb"),
+        rt.settings.table_name,
+        retention_seconds=rt.settings.retention_seconds,
+        per_shard=rt.settings.slots_per_shard,
+    )
+    return Semaphores(store, SfnTokens(rt.client("stepfunctions")), rt.clock)
+
+
+def check_limit(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= MAX_LIMIT:
+        raise ConfigurationError(
+            f"{limit!r}: a semaphore's limit is a whole number 0 to {MAX_LIMIT} (0 pauses)"
+        )
+    return limit
+
+
+def semaphore_set(rt: Runtime, name: str, limit: int) -> dict[str, Any]:
+    """Put ``limit`` in force and hand freed permits to waiters at once. Nobody is evicted: below the
+    holders, the semaphore admits nothing until fewer than ``limit`` hold (the pool freezes)."""
+    check_name(name)
+    check_limit(limit)
+    sems = _semaphores(rt)
+    pool = pool_of(name)
+    existed = sems.slots.occupancy(pool).version > 0
+    before = sems.status(name, max_waiters=MAX_WAITERS)
+    plan = sems.set_limit(name, limit)
+    after = sems.status(name, max_waiters=MAX_WAITERS)
+    had = {(h.execution_arn, h.acquisition_id) for h in before.holders}
+    line = {(w.execution_arn, w.acquisition_id): w.ticket for w in before.waiters}
+    granted = sorted(
+        (h for h in after.holders if (h.execution_arn, h.acquisition_id) not in had),
+        key=lambda h: line.get((h.execution_arn, h.acquisition_id), 1 << 62),
+    )
+    return {
+        "semaphore": name,
+        "created": not existed,
+        "before": before.limit if existed else None,
+        "limit": after.limit,
+        "requested": limit,
+        "overtaken": plan is None,  # another change came in meanwhile: ``limit`` is the one in force
+        "frozen": after.frozen,
+        "holding": len(after.holders),
+        "granted": [_holder(h) for h in granted],
+        "waiting": len(after.waiters),
+        "line": after.line,
+    }
+
+
+def semaphore_status(rt: Runtime, name: str, *, max_waiters: int = MAX_WAITERS) -> dict[str, Any] | None:
+    """One semaphore: limit, holders (oldest first), up to ``max_waiters`` waiters in line order.
+    None when no limit was ever set for it."""
+    check_name(name)
+    sems = _semaphores(rt)
+    if sems.slots.occupancy(pool_of(name)).version == 0:
+        return None
+    return _status(sems.status(name, max_waiters=max_waiters), max_waiters)
+
+
+def semaphore_list(rt: Runtime, *, limit: int = LIST_LIMIT, max_pages: int = SCAN_PAGES) -> dict[str, Any]:
+    """Every semaphore of the table, one summary each, sorted by name (bounded: see the module)."""
+    rt.settings.require("table_name")
+    client, table = rt.client("dynamodb"), rt.settings.table_name
+    metas: dict[str, dict[str, Any]] = {}
+    request: dict[str, Any] = {
+        "TableName": table,
+        "FilterExpression": "begins_with(pk, :prefix) AND attribute_exists(version)",
+        "ExpressionAttributeValues": {":prefix": {"S": f"SLOTS#{POOL_PREFIX}"}},
+    }
+    scanned = pages = 0
+    truncated = False
+    while True:
+        with translated("Scan"):
+            page = client.scan(**request)
+        pages += 1
+        scanned += int(page.get("ScannedCount", 0))
+        for raw in page.get("Items", []):
+            meta = plain(raw)
+            metas[str(meta["pk"]).removeprefix("SLOTS#").removeprefix(POOL_PREFIX)] = meta
+        more = page.get("LastEvaluatedKey")
+        if not more:
+            break
+        if len(metas) >= limit or pages >= max_pages:
+            truncated = True
+            break
+        request["ExclusiveStartKey"] = more
+    names = sorted(metas)
+    truncated = truncated or len(names) > limit
+    names = names[:limit]
+    keys = [line_pk(n) for n in names]
+    for n in names:
+        keys += [shard_pk(pool_of(n), i) for i in range(int(metas[n].get("shards", 0)))]
+    found = {str(r["pk"]): r for r in _batch_get(client, table, keys)}
+    out = []
+    for n in names:
+        pool = pool_of(n)
+        count = int(metas[n].get("shards", 0))
+        shards = [found[shard_pk(pool, i)] for i in range(count) if shard_pk(pool, i) in found]
+        occupancy = to_occupancy(pool, metas[n], shards, count)
+        line = found.get(line_pk(n)) or {}
+        out.append(_summary(n, occupancy, int(line.get("tail", 0)) - int(line.get("head", 0))))
+    return {
+        "semaphores": out,
+        "scanned_items": scanned,
+        "scan_pages": pages,
+        "truncated": truncated,
+        "cost": SCAN_COST,
+    }
+
+
+def _batch_get(client: Any, table: str, pks: list[str]) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for start in range(0, len(pks), 100):
+        request: dict[str, Any] = {
+            table: {"Keys": [{"pk": {"S": pk}} for pk in pks[start : start + 100]], "ConsistentRead": True}
+        }
+        while request:
+            with translated("BatchGetItem"):
+                response = client.batch_get_item(RequestItems=request)
+            found.extend(plain(raw) for raw in response.get("Responses", {}).get(table, []))
+            request = response.get("UnprocessedKeys") or {}
+    return found
+
+
+def _summary(name: str, occupancy: Occupancy, line: int) -> dict[str, Any]:
+    return {
+        "semaphore": name,
+        "limit": occupancy.limit,
+        "frozen": occupancy.frozen,
+        "holding": occupancy.running,
+        "free": 0 if occupancy.frozen else max(0, occupancy.limit - occupancy.running),
+        "line": max(0, line),
+    }
+
+
+def _holder(h: Any) -> dict[str, Any]:
+    return {"execution_arn": h.execution_arn, "acquisition_id": h.acquisition_id, "since": h.since}
+
+
+def _status(s: SemaphoreStatus, max_waiters: int) -> dict[str, Any]:
+    return {
+        "semaphore": s.name,
+        "limit": s.limit,
+        "frozen": s.frozen,
+        "holding": len(s.holders),
+        "free": 0 if s.frozen else max(0, s.limit - len(s.holders)),
+        "holders": [_holder(h) for h in s.holders],
+        "waiters": [
+            {
+                "ticket": w.ticket,
+                "execution_arn": w.execution_arn,
+                "acquisition_id": w.acquisition_id,
+                "enqueued_at": w.enqueued_at,
+            }
+            for w in s.waiters
+        ],
+        "max_waiters": max_waiters,
+        "line": s.line,
+    }
