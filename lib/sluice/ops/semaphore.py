@@ -17,10 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 from sluice.adapters.dynamo_codec import plain
-from sluice.adapters.dynamo_semaphore import DynamoSemaphoreStore, line_pk
+from sluice.adapters.dynamo_semaphore import line_pk
 from sluice.adapters.dynamo_slots import shard_pk, to_occupancy
 from sluice.adapters.errors import translated
-from sluice.adapters.sfn_tokens import SfnTokens
 from sluice.errors import ConfigurationError
 from sluice.runtime import Runtime
 from sluice.semaphore import Semaphores
@@ -38,15 +37,7 @@ SCAN_COST = (
 
 
 def _semaphores(rt: Runtime) -> Semaphores:
-    """The semaphore core on this runtime's clients (``Runtime.semaphores()`` may replace it)."""
-    rt.settings.require("table_name")
-    store = DynamoSemaphoreStore(
-        rt.client("dynamodb"),
-        rt.settings.table_name,
-        retention_seconds=rt.settings.retention_seconds,
-        per_shard=rt.settings.slots_per_shard,
-    )
-    return Semaphores(store, SfnTokens(rt.client("stepfunctions")), rt.clock)
+    return rt.semaphores()
 
 
 def check_limit(limit: int) -> int:
