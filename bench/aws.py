@@ -19,6 +19,7 @@ method, as ``lib/sluice/adapters/dynamodb.py``, ``sqs.py``, ``sfn.py`` and ``ssm
     Store.record_duplicate()    dynamodb:UpdateItem
     Store.record_invalid()      dynamodb:UpdateItem
     Store.executions(names)     dynamodb:BatchGetItem per 100 names
+    Store.next_count()          dynamodb:UpdateItem on LEDGER (ADD counts, once per reconciliation)
     Store.save_reconciliation() dynamodb:UpdateItem on LEDGER (no holders there any more: small)
     Store.renew()/suspect()     dynamodb:UpdateItem
     Store.adopt()               dynamodb:GetItem + TransactWriteItems
@@ -332,9 +333,14 @@ class CountingStore:
     # writes
 
     def set_limit(self, source: LimitSource) -> int | None:
-        limit = source.merged(self.inner._source).limit
-        if self._pool_limit != limit:
-            self._move_caps(limit)
+        before = self.inner._source
+        merged = source.merged(before)
+        if self._pool_limit != merged.limit:
+            self._move_caps(merged.limit)
+        elif before is not None and merged.fenced and merged.stamp() != before.stamp():
+            self.meter.call("dynamodb:UpdateItem")  # DynamoSlots.restamp: the caps stay
+            self.meter.wru += 1
+            self.meter.wait("dynamodb:UpdateItem")
         return self.inner.set_limit(source)
 
     def claim(self, *, key: str, name: str, **kwargs: Any) -> None:
@@ -478,13 +484,23 @@ class CountingStore:
         self.meter.wait("dynamodb:GetItem")
         return result
 
-    def save_reconciliation(self, *, external: int, drift: int, now: float) -> None:
+    def next_count(self) -> int:
         self.meter.call("dynamodb:UpdateItem")
         kb = _kb(self.ledger_bytes)
         self.meter.wru += kb
         self.meter.hot("LEDGER", kb, self.ledger_bytes)
-        self.inner.save_reconciliation(external=external, drift=drift, now=now)
+        result = self.inner.next_count()
         self.meter.wait("dynamodb:UpdateItem")
+        return result
+
+    def save_reconciliation(self, *, external: int, drift: int, now: float, count: int = 0) -> bool:
+        self.meter.call("dynamodb:UpdateItem")
+        kb = _kb(self.ledger_bytes)
+        self.meter.wru += kb
+        self.meter.hot("LEDGER", kb, self.ledger_bytes)
+        saved = self.inner.save_reconciliation(external=external, drift=drift, now=now, count=count)
+        self.meter.wait("dynamodb:UpdateItem")
+        return saved
 
 
 # -- DynamoDB: the counter semaphore's table -----------------------------------------------------------

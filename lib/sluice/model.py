@@ -192,12 +192,14 @@ class MaxReading:
 
     value: int
     changed_at: float | None = 0.0
+    version: int = 0  # the parameter's version: orders two changes within the same millisecond
 
 
 @dataclass(frozen=True, slots=True)
 class LimitSource:
-    """What the launcher's limit (MAX − external) is worked out from, with when each part was read:
-    MAX as the parameter last changed, and the external count as reconciliation last took it.
+    """What the launcher's limit (MAX − external) is worked out from, with the order of each part:
+    MAX by when the parameter last changed (then its version), and the external count by its number
+    (reconciliations number their counts in LEDGER, one atomic counter: no clock is compared).
 
     Writers hold readings of different ages (a launcher's cached MAX, an operator's fresh one, a
     newer external count), so the limit in force keeps its source (the slot pool's stamp) and a
@@ -209,7 +211,8 @@ class LimitSource:
     max_value: int
     max_changed_at: float | None
     external: int = 0
-    counted_at: float = 0.0
+    count: int = 0
+    max_version: int = 0
 
     @property
     def limit(self) -> int:
@@ -222,23 +225,33 @@ class LimitSource:
     def stamp(self) -> tuple[float, ...]:
         if self.max_changed_at is None:
             return ()
-        return (self.max_changed_at, float(self.max_value), self.counted_at, float(self.external))
+        return (
+            self.max_changed_at,
+            float(self.max_version),
+            float(self.max_value),
+            float(self.count),
+            float(self.external),
+        )
 
     @classmethod
     def from_stamp(cls, stamp: tuple[float, ...]) -> LimitSource | None:
-        if len(stamp) != 4:
+        if len(stamp) != 5:
             return None
-        return cls(int(stamp[1]), stamp[0], int(stamp[3]), stamp[2])
+        return cls(int(stamp[2]), stamp[0], int(stamp[4]), int(stamp[3]), int(stamp[1]))
 
     def merged(self, other: LimitSource | None) -> LimitSource:
         """The newer MAX and the newer external count of ``self`` and ``other`` (ties: ``self``)."""
         if other is None or not self.fenced or not other.fenced:
             return self
-        assert self.max_changed_at is not None and other.max_changed_at is not None
-        newest_max = other if other.max_changed_at > self.max_changed_at else self
-        newest_count = other if other.counted_at > self.counted_at else self
+        mine, theirs = (self.max_changed_at, self.max_version), (other.max_changed_at, other.max_version)
+        newer_max = other if theirs > mine else self  # type: ignore[operator]
+        newer_count = other if other.count > self.count else self
         return LimitSource(
-            newest_max.max_value, newest_max.max_changed_at, newest_count.external, newest_count.counted_at
+            newer_max.max_value,
+            newer_max.max_changed_at,
+            newer_count.external,
+            newer_count.count,
+            newer_max.max_version,
         )
 
 
@@ -254,21 +267,15 @@ class Ledger:
     room: int | None = None  # free slots on the shards read (``Store.look``); None: in_force − holders
     complete: bool = True  # every holder was read (False: ``Store.look`` read a sample of the shards)
     estimated: int | None = None  # holders, scaled up from the shards last read, when not complete
+    count: int = 0  # the number of the external count saved (reconciliations number theirs)
 
     def limit(self, max_concurrency: int) -> int:
         """Slots Sluice may fill: MAX less what others run on the same state machine."""
         return max(0, max_concurrency - self.external)
 
-    def source(
-        self, reading: MaxReading, *, external: int | None = None, counted_at: float | None = None
-    ) -> LimitSource:
-        """The limit's source from ``reading`` and this ledger's external count (or a newer one)."""
-        return LimitSource(
-            reading.value,
-            reading.changed_at,
-            self.external if external is None else external,
-            (self.reconciled_at or 0.0) if counted_at is None else counted_at,
-        )
+    def source(self, reading: MaxReading) -> LimitSource:
+        """The limit's source from ``reading`` and this ledger's external count."""
+        return LimitSource(reading.value, reading.changed_at, self.external, self.count, reading.version)
 
     @property
     def free(self) -> int:

@@ -211,7 +211,14 @@ class Store(Protocol):
 
     def executions(self, names: Iterable[str]) -> dict[str, ExecutionRecord]: ...
 
-    def save_reconciliation(self, *, external: int, drift: int, now: float) -> None: ...
+    def next_count(self) -> int:
+        """Number an external count about to be taken: one more than any before (atomic)."""
+        ...
+
+    def save_reconciliation(self, *, external: int, drift: int, now: float, count: int = 0) -> bool:
+        """Save a reconciliation's figures, unless one with a higher ``count`` number was saved
+        since (then False: the ledger keeps the newer count)."""
+        ...
 
     # -- the waiting room (deferred duplicates) --
 

@@ -149,9 +149,10 @@ def reconcile(
 
     woken = sweep(store=store, queue=queue, now=now)
     drift = judged + external + adopted
+    count = store.next_count()
     if max_source is not None:
-        _caps_for(store, max_source, external, now, logger)
-    store.save_reconciliation(external=external, drift=drift, now=now)
+        _caps_for(store, max_source, external, count, logger)
+    store.save_reconciliation(external=external, drift=drift, now=now, count=count)
     report = ReconcileReport(
         holders=len(h2),
         running=len(running),
@@ -232,14 +233,14 @@ def _caps_for(
     store: Store,
     max_source: MaxSource,
     external: int,
-    now: float,
+    count: int,
     logger: logging.Logger | logging.LoggerAdapter,
 ) -> None:
-    """Move the caps to MAX − the external count just taken, before the count is saved."""
+    """Move the caps to MAX − the external count just taken (numbered ``count``), before it is saved."""
     try:
         reading = max_source.reading()
     except TransientError as exc:
         # Admission reads MAX again before its first receive, and ends the tick if it still cannot.
         logger.warning("caps not moved: MAX could not be read", extra={"error": str(exc)})
         return
-    store.set_limit(LimitSource(reading.value, reading.changed_at, external, now))
+    store.set_limit(LimitSource(reading.value, reading.changed_at, external, count, reading.version))

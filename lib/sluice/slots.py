@@ -328,6 +328,12 @@ class Slots(Protocol):
         """Bring the caps in line with the limit in force (unfreeze); None when the pool is absent."""
         ...
 
+    def restamp(self, pool: str, stamp: tuple[float, ...], replaces: tuple[float, ...]) -> bool:
+        """Record a newer source for the limit in force, the caps unchanged: one write, only while the
+        pool's stamp is ``replaces`` (and it moves the pool's version, fencing planners that read
+        before it). False when the pool moved meanwhile or does not exist."""
+        ...
+
 
 def claim_any(
     slots: Slots, pool: str, name: str, now: float, rng: random.Random, *, attempts: int = 3

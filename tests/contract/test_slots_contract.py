@@ -233,6 +233,19 @@ def test_a_change_that_replaces_a_stamp_is_written_only_while_that_stamp_is_in_f
     assert (slots.occupancy(P).limit, slots.occupancy(P).stamp) == (4, (3.0,))
 
 
+def test_restamp_records_a_newer_source_while_the_stamp_is_the_one_replaced(harness):
+    slots = harness.open(per_shard=2)
+    assert not slots.restamp(P, (1.0,), ())  # no pool yet
+    slots.set_limit(Capacity(P, 3, stamp=(1.0,)))
+    version = slots.occupancy(P).version
+    assert slots.restamp(P, (2.0,), (1.0,))
+    assert not slots.restamp(P, (3.0,), (1.0,))  # moved on since
+    view = slots.occupancy(P)
+    assert (view.limit, view.caps, view.stamp, view.version) == (3, 3, (2.0,), version + 1)
+    # A planner that read before the restamp is fenced by the version it moved.
+    assert slots.set_limit(Capacity(P, 5, stamp=(4.0,), replaces=(1.0,))) is None
+
+
 def test_a_newer_stamp_alone_is_written_even_when_the_caps_stay(harness):
     slots = harness.open(per_shard=2)
     slots.set_limit(Capacity(P, 3, stamp=(1, 0.0)))

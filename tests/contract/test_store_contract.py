@@ -64,11 +64,20 @@ def test_no_claim_is_admitted_before_a_limit_was_put_in_force(store):
     assert store.payload("k") is None and store.ledger().holders == frozenset()
 
 
+def test_external_counts_are_numbered_and_an_older_one_never_overwrites_a_newer(store):
+    first, second = store.next_count(), store.next_count()
+    assert second == first + 1
+    assert store.save_reconciliation(external=2, drift=0, now=NOW, count=second)
+    assert not store.save_reconciliation(external=0, drift=0, now=NOW + 1, count=first)  # finished later
+    ledger = store.ledger()
+    assert (ledger.external, ledger.count, ledger.reconciled_at) == (2, second, NOW)
+
+
 def test_the_limit_in_force_takes_the_newest_max_and_the_newest_external_count(store):
     """Writers hold readings of different ages: neither MAX nor the external count ever goes back."""
 
-    def put(max_value, changed_at, external, counted_at):
-        return store.set_limit(LimitSource(max_value, changed_at, external, counted_at))
+    def put(max_value, changed_at, external, count):
+        return store.set_limit(LimitSource(max_value, changed_at, external, int(count)))
 
     def start(i):
         store.claim(key=f"k{i}", name=f"n{i}", message_id="m", now=NOW, claim_expires_at=NOW + 900)

@@ -32,3 +32,20 @@ def test_a_redrivable_end_is_kept_past_the_redrive_window():
     for state in (PayloadState.FAILED, PayloadState.TIMED_OUT, PayloadState.ABORTED):
         assert record_expiry(state, now=1_000, retention_seconds=day) == 1_000 + REDRIVE_WINDOW_SECONDS + day
         assert record_expiry(state, now=1_000, retention_seconds=90 * day) == 1_000 + 90 * day
+
+
+def test_a_limit_source_merges_the_newer_max_and_the_newer_count_each_on_its_own():
+    from sluice.model import LimitSource
+
+    operator = LimitSource(2, 200.0, external=0, count=4, max_version=8)
+    launcher = LimitSource(5, 100.0, external=1, count=5, max_version=7)  # cached MAX, newer count
+    merged = launcher.merged(operator)
+    assert (merged.max_value, merged.external, merged.count, merged.limit) == (2, 1, 5, 1)
+    assert operator.merged(launcher) == merged
+    assert LimitSource.from_stamp(merged.stamp()) == merged
+    # Two changes of the parameter within one millisecond: its version orders them.
+    same_ms = LimitSource(3, 200.0, max_version=9)
+    assert operator.merged(same_ms).max_value == 3 and same_ms.merged(operator).max_value == 3
+    # The deployed default (no parameter): unfenced, taken as it is.
+    default = LimitSource(7, None)
+    assert default.merged(operator) == default and default.stamp() == ()

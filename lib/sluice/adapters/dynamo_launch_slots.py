@@ -65,7 +65,8 @@ class LaunchSlots:
         self.rng = rng or random.Random()
         self.view: Occupancy | None = None  # the pool as last read, with this store's own claims
         self.legacy: frozenset[str] = frozenset()  # LEDGER.holders as last read
-        self.figures: tuple[int, float | None, int] = (0, None, 0)  # external, reconciled_at, drift
+        # LEDGER as last read: external, reconciled_at, drift, the external count's number
+        self.figures: tuple[int, float | None, int, int] = (0, None, 0, 0)
         self.fresh: frozenset[int] = frozenset()  # the shards the last read covered
         self._count = FIRST_READ
 
@@ -127,11 +128,12 @@ class LaunchSlots:
                 int(raw.get("external", 0)),
                 None if raw.get("reconciled_at") is None else float(raw["reconciled_at"]),
                 int(raw.get("drift", 0)),
+                int(raw.get("external_count", 0)),
             )
         view = self.view
         assert view is not None
         seen = sampled or view
-        external, reconciled_at, drift = self.figures
+        external, reconciled_at, drift, count = self.figures
         return Ledger(
             holders=frozenset(self.legacy.union(*(s.holders for s in seen.shards))),
             external=external,
@@ -141,6 +143,7 @@ class LaunchSlots:
             room=seen.free if view.version else 0,
             complete=sampled is None,
             estimated=None if sampled is None else self._estimate(view),
+            count=count,
         )
 
     def _estimate(self, view: Occupancy) -> int:
@@ -162,10 +165,16 @@ class LaunchSlots:
             assert view is not None
             merged = source.merged(LimitSource.from_stamp(view.stamp) if view.version else None)
             target, stamp = max(0, merged.limit - len(self.legacy)), merged.stamp()
-            # A newer external count alone, with the limit unchanged, is not worth a write per tick;
-            # a newer MAX is written even when the limit stays.
-            if view.version and not view.frozen and view.limit == target and view.stamp[:2] == stamp[:2]:
-                break
+            if view.version and not view.frozen and view.limit == target:
+                # The caps stay; a newer source is still recorded (one write), or a writer holding
+                # a count older than ours but newer than the pool's could put its own limit back.
+                if view.stamp == stamp or not merged.fenced:
+                    break
+                if self.slots.restamp(POOL, stamp, view.stamp):
+                    self.view = replace(view, stamp=stamp, version=view.version + 1)
+                    break
+                self.ledger()
+                continue
             replaces = view.stamp if view.version and merged.fenced else None
             plan = self.slots.set_limit(Capacity(POOL, target, stamp, replaces))
             self.ledger()

@@ -34,6 +34,7 @@ consistently, plans with ``sluice.slots.plan_caps`` and writes only the shards w
                                                       (a freeze: IF cap = :old)
     new shard        SET cap = :new, holders = {}     IF the item does not exist
     pool item        SET limit, shards, frozen, stamp, version = v + 1      IF version = v
+    restamp          SET stamp = :new, version = version + 1        IF stamp = :old
 
 With at most 99 shards moving, all in one transaction. Otherwise the pool item is written first
 (taking version v + 1), then the shards in transactions of 99, decreases first, each with a
@@ -315,6 +316,22 @@ class DynamoSlots(Table):
 
     def rebalance(self, pool: str) -> Plan | None:
         return self._plan(check_pool(pool), None)
+
+    def restamp(self, pool: str, stamp: tuple[float, ...], replaces: tuple[float, ...]) -> bool:
+        """``SET stamp = :new, version = version + 1 IF stamp = :old`` on the pool item (or IF no
+        stamp, when it had none): one write unit."""
+        update: dict[str, Any] = {
+            "TableName": self.table,
+            "Key": _key(pool_pk(check_pool(pool))),
+            "UpdateExpression": "SET stamp = :stamp ADD version :one",
+            "ExpressionAttributeValues": values(stamp=list(stamp), one=1),
+        }
+        if replaces:
+            update["ConditionExpression"] = "stamp = :old"
+            update["ExpressionAttributeValues"].update(values(old=list(replaces)))
+        else:
+            update["ConditionExpression"] = "attribute_exists(version) AND attribute_not_exists(stamp)"
+        return self._update(update) is None
 
     def _plan(self, pool: str, target: Capacity | None) -> Plan | None:
         took_version = False

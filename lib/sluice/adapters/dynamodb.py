@@ -52,7 +52,7 @@ from sluice.adapters.dynamo_parking import PARKED_PK, ParkingTable
 from sluice.adapters.dynamo_slots import DynamoSlots
 from sluice.adapters.dynamo_table import DEFAULT_RETENTION
 from sluice.adapters.errors import translated
-from sluice.errors import LeaseHeld, SlotsFull, TransientError
+from sluice.errors import ConditionFailed, LeaseHeld, SlotsFull, TransientError
 from sluice.model import (
     ClaimFence,
     ExecutionRecord,
@@ -486,12 +486,30 @@ class DynamoStore(ParkingTable):
             names={"#key": "key", "#state": "state"},
         )
 
-    def save_reconciliation(self, *, external: int, drift: int, now: float) -> None:
+    def next_count(self) -> int:
         with translated("UpdateItem"):
-            self.client.update_item(
+            answer = self.client.update_item(
                 TableName=self.table,
                 Key={"pk": {"S": LEDGER_PK}},
-                UpdateExpression="SET #external = :external, drift = :drift, reconciled_at = :now",
-                ExpressionAttributeNames={"#external": "external"},
-                ExpressionAttributeValues=values(external=external, drift=drift, now=now),
+                UpdateExpression="ADD counts :one",
+                ExpressionAttributeValues=values(one=1),
+                ReturnValues="UPDATED_NEW",
             )
+        return int(answer["Attributes"]["counts"]["N"])
+
+    def save_reconciliation(self, *, external: int, drift: int, now: float, count: int = 0) -> bool:
+        try:
+            with translated("UpdateItem"):
+                self.client.update_item(
+                    TableName=self.table,
+                    Key={"pk": {"S": LEDGER_PK}},
+                    UpdateExpression=(
+                        "SET #external = :external, drift = :drift, reconciled_at = :now, external_count = :count"
+                    ),
+                    ConditionExpression="attribute_not_exists(external_count) OR external_count <= :count",
+                    ExpressionAttributeNames={"#external": "external"},
+                    ExpressionAttributeValues=values(external=external, drift=drift, now=now, count=count),
+                )
+        except ConditionFailed:
+            return False  # a reconciliation that counted later saved first: its figures stay
+        return True

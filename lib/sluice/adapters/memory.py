@@ -33,6 +33,8 @@ class MemoryStore:
         self._limit: int | None = None
         self._source: LimitSource | None = None
         self._external = 0
+        self._count = 0  # the number of the external count saved
+        self._counts = 0  # the numbering counter
         self._drift = 0
         self._reconciled_at: float | None = None
         self._payloads: dict[str, PayloadRecord] = {}
@@ -43,7 +45,12 @@ class MemoryStore:
     def ledger(self) -> Ledger:
         with self._lock:
             return Ledger(
-                frozenset(self._holders), self._external, self._reconciled_at, self._drift, self._limit
+                frozenset(self._holders),
+                self._external,
+                self._reconciled_at,
+                self._drift,
+                self._limit,
+                count=self._count,
             )
 
     def look(self, shards: Sequence[int] | None = None) -> Ledger:
@@ -258,9 +265,17 @@ class MemoryStore:
                 expires_at=int(now) + self.retention_seconds,
             )
 
-    def save_reconciliation(self, *, external: int, drift: int, now: float) -> None:
+    def next_count(self) -> int:
         with self._lock:
-            self._external, self._drift, self._reconciled_at = external, drift, now
+            self._counts += 1
+            return self._counts
+
+    def save_reconciliation(self, *, external: int, drift: int, now: float, count: int = 0) -> bool:
+        with self._lock:
+            if count < self._count:
+                return False
+            self._external, self._drift, self._reconciled_at, self._count = external, drift, now, count
+            return True
 
     # -- the waiting room ---------------------------------------------------------------------
 

@@ -130,6 +130,14 @@ class MemorySlots:
     def rebalance(self, pool: str) -> Plan | None:
         return self._plan(check_pool(pool), None)
 
+    def restamp(self, pool: str, stamp: tuple[float, ...], replaces: tuple[float, ...]) -> bool:
+        with self._lock:
+            found = self._pools.get(check_pool(pool))
+            if found is None or found.stamp != replaces:
+                return False
+            found.stamp, found.version = stamp, found.version + 1
+            return True
+
     def _plan(self, pool: str, target: Capacity | None) -> Plan | None:
         with self._lock:
             found = self._pools.get(pool)

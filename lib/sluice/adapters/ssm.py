@@ -33,6 +33,13 @@ def changed_at(parameter: dict[str, Any]) -> float:
     return float(modified or 0.0)
 
 
+def reading_of(parameter: dict[str, Any], name: str) -> MaxReading:
+    """MAX from a GetParameter answer, with when it changed and its version."""
+    return MaxReading(
+        parse_max(parameter["Value"], source=name), changed_at(parameter), int(parameter.get("Version", 0))
+    )
+
+
 class FixedMax:
     """MAX from the deployed default only."""
 
@@ -67,7 +74,7 @@ class SsmMax:
         try:
             with translated("GetParameter"):
                 parameter = self.client.get_parameter(Name=self.name)["Parameter"]
-            value = MaxReading(parse_max(parameter["Value"], source=self.name), changed_at(parameter))
+            value = reading_of(parameter, self.name)
         except NotFound:
             log.warning(
                 "MAX parameter missing; using the deployed default",

@@ -20,9 +20,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sluice.adapters.errors import translated
-from sluice.adapters.ssm import changed_at, parse_max
+from sluice.adapters.ssm import parse_max, reading_of
 from sluice.errors import ConfigurationError, NotFound
-from sluice.model import MaxReading
 from sluice.runtime import Runtime
 
 RESUME_TAG = "sluice:resume-max"
@@ -86,7 +85,7 @@ def apply_max(rt: Runtime) -> dict[str, Any]:
     name = _parameter(rt)
     with translated("GetParameter"):
         parameter = rt.client("ssm").get_parameter(Name=name)["Parameter"]
-    reading = MaxReading(parse_max(parameter["Value"], source=name), changed_at(parameter))
+    reading = reading_of(parameter, name)
     store = rt.store()
     ledger = store.ledger()
     in_force = store.set_limit(ledger.source(reading))
