@@ -69,7 +69,7 @@ class Run:
             stateMachineArn=self.machine, name=name, input=json.dumps({"n": name})
         )["executionArn"]
 
-    def take(self, queue: str, timeout: float = 30.0) -> dict[str, Any]:
+    def take(self, queue: str, timeout: float = 120.0) -> dict[str, Any]:
         """The next message, long-polling while moto's execution gets there."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -93,7 +93,7 @@ class Run:
             self.sfn.send_task_success(taskToken=body["token"], output="{}")
         return body
 
-    def ended(self, arn: str, timeout: float = 30.0) -> dict[str, Any]:
+    def ended(self, arn: str, timeout: float = 120.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             described = self.sfn.describe_execution(executionArn=arn)

@@ -106,7 +106,7 @@ class World:
             for n in names
         ]
 
-    def messages(self, queue: str, count: int, timeout: float = 30.0) -> list[dict[str, Any]]:
+    def messages(self, queue: str, count: int, timeout: float = 120.0) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         deadline = time.monotonic() + timeout
         while len(out) < count and time.monotonic() < deadline:
@@ -138,7 +138,7 @@ class World:
     def held_by(self) -> set[str]:
         return {h.execution_arn for s in self.machines for h in self.status(s).holders}
 
-    def wait_status(self, arn: str, status: str, timeout: float = 30.0) -> dict[str, Any]:
+    def wait_status(self, arn: str, status: str, timeout: float = 120.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             described = self.sfn.describe_execution(executionArn=arn)

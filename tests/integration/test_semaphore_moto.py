@@ -108,7 +108,7 @@ class Flow:
             for n in names
         ]
 
-    def messages(self, queue: str, count: int, timeout: float = 30.0) -> list[dict[str, Any]]:
+    def messages(self, queue: str, count: int, timeout: float = 120.0) -> list[dict[str, Any]]:
         """``count`` messages from the queue, long-polling while moto's executions get there."""
         out: list[dict[str, Any]] = []
         deadline = time.monotonic() + timeout
