@@ -49,7 +49,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bench.sim import Sim
-from sluice.adapters.dynamo_launch_slots import FIRST_READ, SAMPLE
+from sluice.adapters.dynamo_launch_slots import FIRST_READ, NEARLY_FULL, SAMPLE
 from sluice.adapters.memory import MemoryStore
 from sluice.adapters.memory_aws import MemoryExecutions, MemoryQueue, _Queued
 from sluice.errors import SlotsFull
@@ -304,7 +304,10 @@ class CountingStore:
         ledger = self.inner.ledger()
         if shards is not None:
             return ledger
-        return replace(ledger, room=ledger.free * SAMPLE // self._shards, complete=False)
+        room = ledger.free * SAMPLE // self._shards
+        if room < NEARLY_FULL:
+            return self.ledger()  # near full: every shard, as LaunchSlots.look does
+        return replace(ledger, room=room, complete=False)
 
     def payload(self, key: str) -> PayloadRecord | None:
         self.meter.call("dynamodb:GetItem")

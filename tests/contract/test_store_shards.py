@@ -327,3 +327,14 @@ def test_a_refill_after_a_lowering_unfreezes_once_the_holders_fit(table):
     store.claim(key="k9", name="n9", message_id="m", now=NOW, claim_expires_at=NOW + 900)
     with pytest.raises(SlotsFull):
         store.claim(key="k8", name="n8", message_id="m", now=NOW, claim_expires_at=NOW + 900)
+
+
+def test_a_nearly_full_large_pool_is_read_whole_so_no_free_slot_is_missed(table):
+    store = make(table, per_shard=1)
+    store.set_limit(LimitSource(150, None))
+    for i in range(145):
+        claim(store, f"k{i}", f"n{i}", limit=150)
+    sizes = batch_keys(table)
+    seen = store.look()
+    assert sizes[0] == 100 and sum(sizes) == 100 + 152  # the sample, then every key after all
+    assert (seen.complete, seen.free, seen.running) == (True, 5, 145)

@@ -54,6 +54,7 @@ TRIES = 3  # shards a claim tries from one read of the pool
 FIRST_READ = 8  # shards read with the ledger before the pool's size is known; then exactly its shards
 MERGE_ROUNDS = 5  # set_limit's read-merge-write rounds when other writers keep moving the pool
 SAMPLE = 98  # shards one admission read covers: with LEDGER and the pool item, 100 keys
+NEARLY_FULL = 10  # a sample with less room than one receive's worth: read every shard instead
 
 
 class LaunchSlots:
@@ -92,7 +93,9 @@ class LaunchSlots:
         """What admission needs before a receive, in one BatchGetItem whatever the pool's size.
 
         Without ``shards``: LEDGER, the pool item and every shard up to ``SAMPLE`` of them (the
-        whole ledger), else a random ``SAMPLE`` (``Ledger.complete`` False). With ``shards`` (the
+        whole ledger), else a random ``SAMPLE`` (``Ledger.complete`` False), or, when the sample
+        shows less room than one receive takes, every shard after all (near full, where a sample
+        would miss the last free slots: once per tick, not per start). With ``shards`` (the
         one a completion just freed): the pool item and those shards only. ``Ledger.room`` is the
         room the shards read have, a count of free slots that is exact for them at the read, so a
         receive sized by it never takes more messages than there are slots to claim."""
@@ -114,6 +117,8 @@ class LaunchSlots:
         self.fresh = frozenset(s.index for s in read.shards)
         if read.frozen:
             return self._whole()  # rare (MAX lowered below the holders): read all, unfreeze if they fit
+        if shards is None and read.free < NEARLY_FULL:
+            return self._whole()  # the sample may miss the last free slots: count them all, once
         return self._ledger(found.get(LEDGER_PK) if shards is None else None, sampled=read)
 
     def _whole(self) -> Ledger:
