@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from bench import plan as plan_mod
-from bench import report
+from bench import report, semaphore_bench
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SEED = 20261129
@@ -26,6 +26,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--workers", type=int, default=None, help="processes (default: up to 2)")
     parser.add_argument("--no-moto", action="store_true", help="skip the call-count check against moto")
+    parser.add_argument(
+        "--semaphore-only",
+        action="store_true",
+        help="run only the semaphore step's benchmark and update its section of the results file",
+    )
     parser.add_argument(
         "--report-only",
         action="store_true",
@@ -44,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         f"sluice bench: seed {plan.seed}, backlog {plan.backlog:,}{' (quick)' if plan.quick else ''}",
         flush=True,
     )
+    if args.semaphore_only:
+        return _semaphore_only(plan, results_path, out)
     raw = out / ("raw-quick.pickle" if plan.quick else "raw.pickle")
     if args.report_only:
         results = pickle.loads(raw.read_bytes())
@@ -52,18 +59,45 @@ def main(argv: list[str] | None = None) -> int:
         raw.write_bytes(pickle.dumps(results))
     results = dict(results)
     scaled, moto = results.pop("scale"), results.pop("moto")
+    semaphore_runs = results.pop("semaphore", [])
     command = (
         "make bench"
         + (" QUICK=1" if plan.quick else "")
         + (f" SEED={plan.seed}" if plan.seed != DEFAULT_SEED else "")
     )
     data, cpu = report.assemble(plan, results, scaled, moto, command)
+    if semaphore_runs:
+        data["semaphore"] = report.semaphore_section(plan, semaphore_runs)
     results_path.write_text(json.dumps({**data, "cpu": cpu}, indent=1) + "\n")
-    (out / "summary.md").write_text(report.markdown(data, cpu))
+    summary = report.markdown(data, cpu)
+    if "semaphore" in data:
+        summary += report.semaphore_markdown(data["semaphore"])
+    (out / "summary.md").write_text(summary)
     written = report.plots(data, results, cpu, img)
     print(report.table(data))
+    if "semaphore" in data:
+        print(report.semaphore_table(data["semaphore"]))
     print(
         f"\nwrote {results_path.relative_to(ROOT)}, bench/out/summary.md and {len(written)} plots in {img.relative_to(ROOT)}/"
+    )
+    print(f"took {time.monotonic() - began:.0f} s")
+    return 0
+
+
+def _semaphore_only(plan: plan_mod.Plan, results_path: Path, out: Path) -> int:
+    """The semaphore runs alone; the other sections of the results file are kept as they are."""
+    began = time.monotonic()
+    runs = [
+        semaphore_bench.run_task(a) for a in semaphore_bench.plan_runs(plan.semaphore_executions, plan.seed)
+    ]
+    section = report.semaphore_section(plan, runs)
+    data = json.loads(results_path.read_text()) if results_path.exists() else {}
+    data["semaphore"] = section
+    results_path.write_text(json.dumps(data, indent=1) + "\n")
+    (out / "summary-semaphore.md").write_text(report.semaphore_markdown(section))
+    print(report.semaphore_table(section))
+    print(
+        f"\nwrote the semaphore section of {results_path.relative_to(ROOT)} and bench/out/summary-semaphore.md"
     )
     print(f"took {time.monotonic() - began:.0f} s")
     return 0

@@ -8,6 +8,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from bench import semaphore_bench
 from bench.harness import MAIN_SYSTEMS, backlog, idle, run, trickle
 
 WORKLOADS = ("fixed30", "exp30", "lognormal", "fixed5")
@@ -31,11 +32,24 @@ class Plan:
     idle_hours: float
     scale_running: tuple[int, ...]
     scale_backlog: tuple[int, ...]
+    semaphore_executions: int = semaphore_bench.EXECUTIONS
 
     @classmethod
     def make(cls, *, quick: bool, seed: int) -> Plan:
         if quick:
-            return cls(quick, seed, 300, 30, 15.0, 1_200.0, 100, 1 / 3, (10, 1_000), (1_000, 10_000))
+            return cls(
+                quick,
+                seed,
+                300,
+                30,
+                15.0,
+                1_200.0,
+                100,
+                1 / 3,
+                (10, 1_000),
+                (1_000, 10_000),
+                semaphore_bench.QUICK_EXECUTIONS,
+            )
         return cls(quick, seed, 10_000, 240, 15.0, 7_200.0, 250, 1.0, (10, 1_000, 10_000), (1_000, 100_000))
 
 
@@ -63,6 +77,8 @@ def _cost(task: tuple[str, Any]) -> float:
     kind, args = task
     if kind in ("scale", "moto"):
         return 5_000.0
+    if kind == "semaphore":
+        return 50.0
     if kind != "backlog":
         return 1.0
     system, _, max_, n, _ = args
@@ -81,6 +97,8 @@ def _dispatch(task: tuple[str, Any]) -> tuple[str, Any]:
         return kind, _trickle_task(args)
     if kind == "idle":
         return kind, _idle_task(args)
+    if kind == "semaphore":
+        return kind, semaphore_bench.run_task(args)
     if kind == "scale":
         from bench.scale import scale
 
@@ -100,6 +118,7 @@ def execute(plan: Plan, workers: int | None = None, *, moto: bool = True) -> dic
                 tasks.append(("backlog", (REFILL_ONE[0], workload, max_, plan.backlog, plan.seed)))
     tasks += [("trickle", (s, plan)) for s in TRICKLE_SYSTEMS]
     tasks += [("idle", (s, plan)) for s in IDLE_SYSTEMS]
+    tasks += [("semaphore", a) for a in semaphore_bench.plan_runs(plan.semaphore_executions, plan.seed)]
     tasks.append(("scale", plan))
     if moto:
         tasks.append(("moto", None))
@@ -114,7 +133,14 @@ def execute(plan: Plan, workers: int | None = None, *, moto: bool = True) -> dic
             futures = {i: pool.submit(_dispatch, tasks[i]) for i in order}
             for i, f in futures.items():
                 results[i] = f.result()
-    out: dict[str, Any] = {"backlog": [], "trickle": [], "idle": [], "scale": None, "moto": None}
+    out: dict[str, Any] = {
+        "backlog": [],
+        "trickle": [],
+        "idle": [],
+        "semaphore": [],
+        "scale": None,
+        "moto": None,
+    }
     for item in results:
         assert item is not None
         if item[0] in ("scale", "moto"):

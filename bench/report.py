@@ -555,3 +555,116 @@ def plots(
     fig.suptitle("Cost per million launches (Step Functions transitions excluded: equal for all)")
     save(fig, "bench-cost.png")
     return written
+
+
+# -- the semaphore step (bench/semaphore_bench.py) -------------------------------------------------------
+
+
+def semaphore_section(plan: Plan, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``semaphore`` section of results.json: the model, the runs and the issue's goals."""
+    from bench import semaphore_bench as sb
+
+    order = {(a, w): i for i, (a, w) in enumerate(sb.RUNS)}
+    runs = sorted(runs, key=lambda r: (order[(r["arrivals"], r["workload"])], sb.SYSTEMS.index(r["system"])))
+    sluice = [r for r in runs if r["system"] == "sluice-semaphore"]
+    goals = []
+    for r in sluice:
+        where = f"{r['arrivals']}, {r['workload']}"
+        goals += [
+            {
+                "goal": f"state transitions spent waiting per execution = 0 ({where})",
+                "value": r["waiting_transitions_per_execution"],
+                "met": r["waiting_transitions_per_execution"] == 0,
+            },
+            {
+                "goal": f"hand-off latency p50 after a release <= 0.5 s ({where})",
+                "value": r["handoff_latency_p50_s"],
+                "p99": r["handoff_latency_p99_s"],
+                "met": r["handoff_latency_p50_s"] is not None and r["handoff_latency_p50_s"] <= 0.5,
+            },
+            {
+                "goal": f"section utilisation >= 0.95 ({where})",
+                "value": r["utilisation"],
+                "met": r["utilisation"] is not None and r["utilisation"] >= 0.95,
+            },
+            {
+                "goal": f"never more than {r['limit']} inside ({where})",
+                "value": r["peak_inside"],
+                "met": r["peak_inside"] <= r["limit"],
+            },
+        ]
+    return {
+        "meta": {
+            "executions": plan.semaphore_executions,
+            "limit": sb.LIMIT,
+            "arrivals": sb.ARRIVALS,
+            "workloads": sb.WORKLOADS,
+            "pre_work_s": list(sb.PRE_WORK),
+            "post_work_s": sb.POST_WORK,
+            "model": {
+                "state_latency_s": sb.STATE_LATENCY,
+                "invoke_latency_s": sb.INVOKE_LATENCY,
+                "token_resume_s": sb.TOKEN_RESUME,
+                "status_event_delay_s": EVENT_DELAY,
+                "list_executions_lag_s": LIST_LAG,
+                "cold_start_s": COLD_START,
+                "sweep_s": sb.SWEEP_SECONDS,
+                "retry_intervals_s": list(sb.RETRY_INTERVALS),
+                "lock_wait_s": sb.LOCK_WAIT,
+                "poll_wait_s": sb.POLL_WAIT,
+                "extra_call_latency_s": {k: v for k, v in sb.LATENCY.items() if k not in LATENCY},
+            },
+            "stepfunctions_transition_usd": PRICES["stepfunctions_transition"],
+        },
+        "goals": goals,
+        "runs": runs,
+    }
+
+
+def semaphore_table(section: dict[str, Any]) -> str:
+    head = (
+        f"{'system':<18} {'arrivals':<8} {'workload':<8} {'wait tr':>8} {'hand-off p50/p99 s':>18} "
+        f"{'util':>6} {'peak':>5} {'makespan':>9} {'calls/ex':>9} {'$/1000':>8}"
+    )
+    lines = ["", "semaphore step:", head, "-" * len(head)]
+    for r in section["runs"]:
+        handoff = f"{_fmt(r['handoff_latency_p50_s'], '.2f')} / {_fmt(r['handoff_latency_p99_s'], '.2f')}"
+        lines.append(
+            f"{r['system']:<18} {r['arrivals']:<8} {r['workload']:<8} "
+            f"{r['waiting_transitions_per_execution']:>8.2f} {handoff:>18} {_fmt(r['utilisation'], '.3f'):>6} "
+            f"{r['peak_inside']:>5} {r['makespan_s']:>9.1f} {r['calls_per_execution']:>9.2f} "
+            f"{r['cost_per_1000_usd']:>8.4f}"
+        )
+    lines.append("semaphore goals (Sluice):")
+    for g in section["goals"]:
+        lines.append(f"  [{'met' if g['met'] else 'MISSED'}] {g['goal']}: {g['value']}")
+    return "\n".join(lines)
+
+
+def semaphore_markdown(section: dict[str, Any]) -> str:
+    from bench import semaphore_bench as sb
+
+    meta = section["meta"]
+    out = [
+        f"\n#### Semaphore step: {meta['executions']} executions, section limited to {meta['limit']}\n",
+        "| arrivals | section | system | waiting transitions / execution | hand-off p50 / p99 (s) "
+        "| wait p50 / p99 (s) | utilisation | peak inside | makespan (s) | calls / execution "
+        "| DynamoDB / execution | Lambda invocations | $ per 1,000 executions |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in section["runs"]:
+        invocations = sum(f["invocations"] for f in r["lambda"].values())
+        out.append(
+            f"| {r['arrivals']} | {r['workload']} | {sb.LABEL[r['system']]} "
+            f"| {r['waiting_transitions_per_execution']:.2f} "
+            f"| {_fmt(r['handoff_latency_p50_s'], '.2f')} / {_fmt(r['handoff_latency_p99_s'], '.2f')} "
+            f"| {_fmt(r['wait_p50_s'], '.1f')} / {_fmt(r['wait_p99_s'], '.1f')} "
+            f"| {_fmt(r['utilisation'], '.3f')} | {r['peak_inside']} | {r['makespan_s']:.1f} "
+            f"| {r['calls_per_execution']:.2f} | {r['dynamodb_calls_per_execution']:.2f} | {invocations} "
+            f"| {r['cost_per_1000_usd']:.4f} |"
+        )
+    out.append("\n| goal (Sluice semaphore) | measured | |")
+    out.append("| --- | --- | --- |")
+    for g in section["goals"]:
+        out.append(f"| {g['goal']} | {g['value']} | {'met' if g['met'] else '**missed**'} |")
+    return "\n".join(out) + "\n"
