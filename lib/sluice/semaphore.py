@@ -260,6 +260,10 @@ class Semaphores:
             number = head + 1
             ticket = self.store.ticket(name, number)
             if ticket is None:  # its acquirer is between ADD tail and the item, or died there
+                if self._occupancy(name).free == 0:
+                    # Nothing to hand off: leave it its place. It hands off itself once enqueued,
+                    # and if it died there, the hand-off of the next free permit passes it.
+                    break
                 if self.store.tombstone(name, number, now):
                     self.store.advance(name, number, drop=False)
                 continue

@@ -387,3 +387,18 @@ def test_a_crash_between_the_grant_record_and_the_claim_then_a_retry_grants_once
     world.clock.advance(GRACE + 1)
     sems.hand_off(S)
     assert world.delivered() == ["a", "b"] and world.holders(S) == {"b"} and world.running(S) == 1
+
+
+def test_an_acquirer_between_its_ticket_and_its_record_keeps_its_place_while_no_permit_is_free(world):
+    """A hand-off that finds the next ticket taken but not yet written passes over it only when it
+    has a permit to give: with none free it stops, and the acquirer keeps its place in line."""
+    world.semaphores().set_limit(S, 1)
+    ask(world, "a")  # holds the permit
+    number = world.store.take_ticket(S)  # "b" is between taking its ticket and writing it
+    result, _ = ask(world, "c")  # c's acquire runs a hand-off: the head is b's missing ticket
+    assert result.outcome is Outcome.WAITING and result.ticket == number + 1
+    assert world.store.line(S) == (1, number + 1)  # nothing passed over
+    assert world.store.ticket(S, number) is None  # no tombstone: b's place is still b's
+    # If b died there, the hand-off of the next free permit passes over it, and c comes in.
+    release(world, "a")
+    assert world.holders(S) == {"c"}
