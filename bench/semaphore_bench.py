@@ -60,6 +60,7 @@ from typing import Any
 
 from bench.aws import LATENCY as AWS_LATENCY
 from bench.aws import Meter, counting_logger
+from bench.harness import _r, percentile
 from bench.model import (
     BASELINE_ARCHITECTURE,
     BASELINE_MEMORY_MB,
@@ -233,17 +234,6 @@ class SectionRecorder:
 
     def done(self) -> bool:
         return self.ended == len(self.runs)
-
-
-def percentile(values: list[float], p: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
-
-
-def _r(x: float | None, digits: int = 3) -> float | None:
-    return None if x is None else round(x, digits)
 
 
 # -- counting adapters for the Sluice semaphore -------------------------------------------------------------
