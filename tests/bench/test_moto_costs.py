@@ -67,7 +67,9 @@ def test_the_steady_state_never_writes_ledger_and_spreads_over_the_shards(costs,
     assert steady["hottest_item_writes"] <= 2 * PER_SHARD
 
 
-@pytest.mark.xfail(strict=False, reason="issue #10: refill measured at 8.05 (MAX 20), 8.02 (MAX 60) calls per start")
+@pytest.mark.xfail(
+    strict=False, reason="issue #10: refill measured at 8.05 (MAX 20), 8.02 (MAX 60) calls per start"
+)
 @pytest.mark.parametrize("max_", [20, 60])
 def test_target_refill_within_four_calls_per_start(costs, max_):
     assert costs[max_]["steady"]["calls_per_start"] <= TARGETS["refill_calls_per_start"]
