@@ -230,7 +230,14 @@ def test_the_drift_alarm_waits_for_three_ticks_of_drift(package):
 
 def test_the_functions_may_make_every_dynamodb_request_the_adapters_make(package):
     """Every request kind the functions' DynamoDB adapters send, in a transaction or not, is allowed."""
-    used = ("dynamodb", "dynamo_table", "dynamo_parking", "dynamo_slots", "dynamo_launch_slots")
+    used = (
+        "dynamodb",
+        "dynamo_table",
+        "dynamo_parking",
+        "dynamo_records",
+        "dynamo_slots",
+        "dynamo_launch_slots",
+    )
     sources = "\n".join((ROOT / f"lib/sluice/adapters/{m}.py").read_text() for m in used)
     needed = {"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:PutItem", "dynamodb:BatchGetItem"}
     if '"ConditionCheck"' in sources:

@@ -1,18 +1,20 @@
-"""The ledger, payload leases and execution records in one DynamoDB table (partition key ``pk``).
+"""The launcher's store in one DynamoDB table (partition key ``pk``): the slots it claims, the
+payload leases and the execution records, composed into one transaction per claim and per release.
 
-    LEDGER            holders (string set of execution names holding a slot), external, drift
+    SLOTS#launcher[#i] the slot pool and its shards (sluice.adapters.dynamo_launch_slots)
     PAYLOAD#<key>     the lease (holder), latest state, the last executions, attempts, duplicates
-    EXEC#<name>       one claim / execution: key, message id, ARN, state, times, claim version
-    PARK#<message>    a deferred duplicate waiting for its key (sluice.adapters.dynamo_parking)
+    EXEC#<name>       one claim / execution: key, message id, ARN, state, times, claim version, shard
+    LEDGER, PARK#...  reconciliation's figures, the waiting room (sluice.adapters.dynamo_records,
+                      sluice.adapters.dynamo_parking)
 
-A claim is one TransactWriteItems over LEDGER, PAYLOAD#<key> and EXEC#<name>:
+A claim is one TransactWriteItems over one slot shard, PAYLOAD#<key> and EXEC#<name>:
 
-    LEDGER          ADD holders {name}   IF holders absent OR (size(holders) < limit AND NOT contains)
-    PAYLOAD#<key>   SET holder = name    IF holder absent AND history not full   (ALL_OLD on failure)
-    EXEC#<name>     PUT CLAIMED, arn, claim_expires_at
+    SLOTS#launcher#i  SET holders.name   IF size(holders) < cap AND name not among them
+    PAYLOAD#<key>     SET holder = name  IF holder absent AND history not full   (ALL_OLD on failure)
+    EXEC#<name>       PUT CLAIMED, arn, claim_expires_at, shard
 
 and a release is the mirror image, conditional on ``name`` still holding both. Two launchers
-claiming the last slot at once: DynamoDB serialises the transactions, one condition fails.
+claiming the last slot of a shard at once: DynamoDB serialises the transactions, one condition fails.
 
 Live records carry no ``expires_at``: TTL can only delete a record once its run has ended.
 
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sluice.adapters.dynamo_codec import (
@@ -43,22 +45,20 @@ from sluice.adapters.dynamo_codec import (
     item,
     payload_pk,
     plain,
-    to_execution,
     to_payload,
     values,
 )
 from sluice.adapters.dynamo_launch_slots import LEDGER_PK, POOL, LaunchSlots
-from sluice.adapters.dynamo_parking import PARKED_PK, ParkingTable
+from sluice.adapters.dynamo_parking import PARKED_PK
+from sluice.adapters.dynamo_records import RecordsTable
 from sluice.adapters.dynamo_slots import DynamoSlots
 from sluice.adapters.dynamo_table import DEFAULT_RETENTION
-from sluice.adapters.errors import translated
-from sluice.errors import ConditionFailed, LeaseHeld, SlotsFull, TransientError
+from sluice.errors import LeaseHeld, SlotsFull, TransientError
 from sluice.model import (
     ClaimFence,
     ExecutionRecord,
     Ledger,
     LimitSource,
-    PayloadRecord,
     PayloadState,
     StartedExecution,
     record_expiry,
@@ -82,7 +82,7 @@ HISTORY_LIMIT = 20  # execution names kept on a payload record; trimmed to the n
 HISTORY_KEEP = 10
 
 
-class DynamoStore(ParkingTable):
+class DynamoStore(RecordsTable):
     def __init__(
         self,
         client: Any,
@@ -104,18 +104,6 @@ class DynamoStore(ParkingTable):
 
     def look(self, shards: Sequence[int] | None = None) -> Ledger:
         return self.launch_slots.look(shards)
-
-    def payload(self, key: str) -> PayloadRecord | None:
-        raw = self._get(payload_pk(key))
-        return to_payload(raw) if raw else None
-
-    def execution(self, name: str) -> ExecutionRecord | None:
-        raw = self._get(execution_pk(name))
-        return to_execution(raw) if raw else None
-
-    def executions(self, names: Iterable[str]) -> dict[str, ExecutionRecord]:
-        found = self._batch_get([execution_pk(n) for n in sorted(set(names))])
-        return {r.name: r for r in map(to_execution, found)}
 
     # -- the claim ------------------------------------------------------------------------------
 
@@ -457,59 +445,4 @@ class DynamoStore(ParkingTable):
         # Taken past its shard's cap if that shard had no room: the caps must again add up to what
         # may run beside it. Plan again (lowering other caps, or freezing if more run than the limit).
         self.launch_slots.slots.rebalance(POOL)
-        return True
-
-    # -- small records ----------------------------------------------------------------------------
-
-    def record_duplicate(self, *, key: str, message_id: str, now: float) -> None:
-        with translated("UpdateItem"):
-            self.client.update_item(
-                TableName=self.table,
-                Key={"pk": {"S": payload_pk(key)}},
-                UpdateExpression="SET updated_at = :now, last_duplicate = :mid ADD duplicates :one",
-                ExpressionAttributeValues=values(now=now, mid=message_id, one=1),
-            )
-
-    def record_invalid(self, *, key: str, reason: str, now: float) -> None:
-        # A live lease keeps its state: the running payload is not the invalid message.
-        self._update_if(
-            payload_pk(key),
-            "SET #key = :key, #state = :invalid, reason = :reason, updated_at = :now, expires_at = :exp",
-            "attribute_not_exists(holder)",
-            values(
-                key=key,
-                invalid=PayloadState.INVALID.value,
-                reason=reason,
-                now=now,
-                exp=int(now) + self.retention_seconds,
-            ),
-            names={"#key": "key", "#state": "state"},
-        )
-
-    def next_count(self) -> int:
-        with translated("UpdateItem"):
-            answer = self.client.update_item(
-                TableName=self.table,
-                Key={"pk": {"S": LEDGER_PK}},
-                UpdateExpression="ADD counts :one",
-                ExpressionAttributeValues=values(one=1),
-                ReturnValues="UPDATED_NEW",
-            )
-        return int(answer["Attributes"]["counts"]["N"])
-
-    def save_reconciliation(self, *, external: int, drift: int, now: float, count: int = 0) -> bool:
-        try:
-            with translated("UpdateItem"):
-                self.client.update_item(
-                    TableName=self.table,
-                    Key={"pk": {"S": LEDGER_PK}},
-                    UpdateExpression=(
-                        "SET #external = :external, drift = :drift, reconciled_at = :now, external_count = :count"
-                    ),
-                    ConditionExpression="attribute_not_exists(external_count) OR external_count <= :count",
-                    ExpressionAttributeNames={"#external": "external"},
-                    ExpressionAttributeValues=values(external=external, drift=drift, now=now, count=count),
-                )
-        except ConditionFailed:
-            return False  # a reconciliation that counted later saved first: its figures stay
         return True

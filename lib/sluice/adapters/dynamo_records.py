@@ -1,0 +1,92 @@
+"""Records in the Sluice table that are neither slots nor leases: reads of payload and execution
+records, a payload's duplicate and invalid marks, and reconciliation's figures in LEDGER.
+
+    PAYLOAD#<key>   duplicates, last_duplicate; state INVALID with a reason (only while unleased)
+    EXEC#<name>     read here, written with the slots and leases (sluice.adapters.dynamodb)
+    LEDGER          external (with external_count, its number), counts (the numbering counter),
+                    drift, reconciled_at
+
+Reconciliations number their external counts with ``counts`` (ADD, atomic), and a count is saved
+only if no higher-numbered one was: the limit's source (``sluice.model.LimitSource``) orders counts
+by that number, never by a launcher's clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sluice.adapters.dynamo_codec import execution_pk, payload_pk, to_execution, to_payload, values
+from sluice.adapters.dynamo_launch_slots import LEDGER_PK
+from sluice.adapters.dynamo_parking import ParkingTable
+from sluice.adapters.errors import translated
+from sluice.errors import ConditionFailed
+from sluice.model import ExecutionRecord, PayloadRecord, PayloadState
+
+
+class RecordsTable(ParkingTable):
+    def payload(self, key: str) -> PayloadRecord | None:
+        raw = self._get(payload_pk(key))
+        return to_payload(raw) if raw else None
+
+    def execution(self, name: str) -> ExecutionRecord | None:
+        raw = self._get(execution_pk(name))
+        return to_execution(raw) if raw else None
+
+    def executions(self, names: Iterable[str]) -> dict[str, ExecutionRecord]:
+        found = self._batch_get([execution_pk(n) for n in sorted(set(names))])
+        return {r.name: r for r in map(to_execution, found)}
+
+    # -- small records ----------------------------------------------------------------------------
+
+    def record_duplicate(self, *, key: str, message_id: str, now: float) -> None:
+        with translated("UpdateItem"):
+            self.client.update_item(
+                TableName=self.table,
+                Key={"pk": {"S": payload_pk(key)}},
+                UpdateExpression="SET updated_at = :now, last_duplicate = :mid ADD duplicates :one",
+                ExpressionAttributeValues=values(now=now, mid=message_id, one=1),
+            )
+
+    def record_invalid(self, *, key: str, reason: str, now: float) -> None:
+        # A live lease keeps its state: the running payload is not the invalid message.
+        self._update_if(
+            payload_pk(key),
+            "SET #key = :key, #state = :invalid, reason = :reason, updated_at = :now, expires_at = :exp",
+            "attribute_not_exists(holder)",
+            values(
+                key=key,
+                invalid=PayloadState.INVALID.value,
+                reason=reason,
+                now=now,
+                exp=int(now) + self.retention_seconds,
+            ),
+            names={"#key": "key", "#state": "state"},
+        )
+
+    def next_count(self) -> int:
+        with translated("UpdateItem"):
+            answer = self.client.update_item(
+                TableName=self.table,
+                Key={"pk": {"S": LEDGER_PK}},
+                UpdateExpression="ADD counts :one",
+                ExpressionAttributeValues=values(one=1),
+                ReturnValues="UPDATED_NEW",
+            )
+        return int(answer["Attributes"]["counts"]["N"])
+
+    def save_reconciliation(self, *, external: int, drift: int, now: float, count: int = 0) -> bool:
+        try:
+            with translated("UpdateItem"):
+                self.client.update_item(
+                    TableName=self.table,
+                    Key={"pk": {"S": LEDGER_PK}},
+                    UpdateExpression=(
+                        "SET #external = :external, drift = :drift, reconciled_at = :now, external_count = :count"
+                    ),
+                    ConditionExpression="attribute_not_exists(external_count) OR external_count <= :count",
+                    ExpressionAttributeNames={"#external": "external"},
+                    ExpressionAttributeValues=values(external=external, drift=drift, now=now, count=count),
+                )
+        except ConditionFailed:
+            return False  # a reconciliation that counted later saved first: its figures stay
+        return True
