@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -177,6 +178,24 @@ class Recorder:
 # -- a run -----------------------------------------------------------------------------------------------
 
 
+def run_costs(meter: Meter, functions: Sequence[Any], *, fifo: bool) -> tuple[int, dict[str, float]]:
+    """What a run cost: its log bytes, and its price by service (Lambda by architecture)."""
+    gb_s: dict[str, float] = {}
+    for f in functions:
+        gb_s[f.architecture] = gb_s.get(f.architecture, 0.0) + f.gb_seconds
+    log_bytes = meter.log_bytes + sum(f.log_bytes for f in functions)
+    costs = cost_usd(
+        calls=meter.calls,
+        rru=meter.rru,
+        wru=meter.wru,
+        lambda_requests=sum(f.invocations for f in functions),
+        gb_seconds=gb_s,
+        log_bytes=log_bytes,
+        fifo=fifo,
+    )
+    return log_bytes, costs
+
+
 def percentile(values: list[float], p: float) -> float | None:
     if not values:
         return None
@@ -234,20 +253,7 @@ def run(
 
     makespan = recorder.last_end - T0
     functions = system.functions
-    lambda_requests = sum(f.invocations for f in functions)
-    gb_s: dict[str, float] = {}
-    for f in functions:
-        gb_s[f.architecture] = gb_s.get(f.architecture, 0.0) + f.gb_seconds
-    log_bytes = meter.log_bytes + sum(f.log_bytes for f in functions)
-    costs = cost_usd(
-        calls=meter.calls,
-        rru=meter.rru,
-        wru=meter.wru,
-        lambda_requests=lambda_requests,
-        gb_seconds=gb_s,
-        log_bytes=log_bytes,
-        fifo=system.fifo,
-    )
+    log_bytes, costs = run_costs(meter, functions, fifo=system.fifo)
     started = recorder.started
     total_calls = sum(meter.calls.values())
     ddb_calls = sum(n for api, n in meter.calls.items() if api.startswith("dynamodb:"))

@@ -60,7 +60,7 @@ from typing import Any
 
 from bench.aws import LATENCY as AWS_LATENCY
 from bench.aws import Meter, counting_logger
-from bench.harness import _r, percentile
+from bench.harness import _r, percentile, run_costs
 from bench.model import (
     BASELINE_ARCHITECTURE,
     BASELINE_MEMORY_MB,
@@ -70,7 +70,7 @@ from bench.model import (
     SLUICE_ARCHITECTURE,
     SLUICE_COMPLETION_MEMORY_MB,
 )
-from bench.pricing import PRICES, cost_usd
+from bench.pricing import PRICES
 from bench.sim import T0, LambdaFunction, Sim
 from sluice.adapters.memory_semaphore import MemorySemaphoreStore, MemoryTokens
 from sluice.completion import DETAIL_TYPE
@@ -784,20 +784,7 @@ def run(
 
     makespan = recorder.last_end - T0
     waiting = [t - system.uncontended for t in recorder.acquire_transitions]
-    lambda_requests = sum(f.invocations for f in system.functions)
-    gb_s: dict[str, float] = {}
-    for f in system.functions:
-        gb_s[f.architecture] = gb_s.get(f.architecture, 0.0) + f.gb_seconds
-    log_bytes = meter.log_bytes + sum(f.log_bytes for f in system.functions)
-    costs = cost_usd(
-        calls=meter.calls,
-        rru=meter.rru,
-        wru=meter.wru,
-        lambda_requests=lambda_requests,
-        gb_seconds=gb_s,
-        log_bytes=log_bytes,
-        fifo=False,
-    )
+    _, costs = run_costs(meter, system.functions, fifo=False)
     del costs["sqs"], costs["total"]
     costs["stepfunctions"] = recorder.transitions * PRICES["stepfunctions_transition"]
     costs["total"] = sum(costs.values())
