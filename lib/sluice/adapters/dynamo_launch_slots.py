@@ -69,6 +69,7 @@ class LaunchSlots:
         # LEDGER as last read: external, reconciled_at, drift, the external count's number
         self.figures: tuple[int, float | None, int, int] = (0, None, 0, 0)
         self.fresh: frozenset[int] = frozenset()  # the shards the last read covered
+        self.ledger_read = False  # LEDGER read at least once (a shard's look does not read it)
         self._count = FIRST_READ
 
     # -- reads ------------------------------------------------------------------------------------
@@ -128,6 +129,7 @@ class LaunchSlots:
     def _ledger(self, raw: dict[str, Any] | None, sampled: Occupancy | None = None) -> Ledger:
         """The ledger as read: LEDGER's figures (or the last ones read, when ``raw`` is None)."""
         if raw is not None:
+            self.ledger_read = True
             self.legacy = frozenset(raw.get("holders", ()))
             self.figures = (
                 int(raw.get("external", 0)),
@@ -164,13 +166,16 @@ class LaunchSlots:
         while the pool's stamp is still the one merged with (compare-and-set), else read and merged
         again. No call when nothing moves; else the planner's calls and one more read."""
         for _ in range(MERGE_ROUNDS):
-            if self.view is None:
-                self.ledger()
+            if self.view is None or not self.ledger_read:
+                self.ledger()  # the legacy holders and LEDGER's figures, not read by a shard's look
             view = self.view
             assert view is not None
             merged = source.merged(LimitSource.from_stamp(view.stamp) if view.version else None)
             target, stamp = max(0, merged.limit - len(self.legacy)), merged.stamp()
-            if view.version and not view.frozen and view.limit == target:
+            # A view of every shard whose caps do not add up to the limit (a planner that stopped
+            # between its transactions) is planned again even when the limit and source agree.
+            settled = not view.complete or view.caps == view.limit
+            if view.version and not view.frozen and view.limit == target and settled:
                 # The caps stay; a newer source is still recorded (one write), or a writer holding
                 # a count older than ours but newer than the pool's could put its own limit back.
                 if view.stamp == stamp or not merged.fenced:

@@ -341,7 +341,8 @@ class DynamoSlots(Table):
                 return None
             if took_version and (target is None or current.limit != target.limit):
                 return None  # a later set_limit is in force
-            if target is not None and target.refused_by(current):
+            # Once this planner has taken the version, the pool's stamp is its own: finish the caps.
+            if target is not None and not took_version and target.refused_by(current):
                 return None  # a limit from a newer reading is in force
             limit = current.limit if target is None else target.limit
             stamp = current.stamp if target is None else target.stamp
