@@ -39,12 +39,14 @@ class ConditionFailed(SluiceError):
 
 
 class TransientError(SluiceError):
-    """AWS refused for now (throttling, service fault). Nothing was changed by the failed call."""
+    """AWS refused for now (throttling, service fault). Nothing was changed by the failed call.
+    ``throttled``: AWS said slow down (a rate or a token bucket), rather than failed."""
 
-    def __init__(self, message: str, *, operation: str = "", code: str = "") -> None:
+    def __init__(self, message: str, *, operation: str = "", code: str = "", throttled: bool = False) -> None:
         super().__init__(message)
         self.operation = operation
         self.code = code
+        self.throttled = throttled
 
 
 class AmbiguousStartError(TransientError):

@@ -32,8 +32,11 @@ limit. Only the scheduled tick (from MAX and reconciliation's external count) an
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from itertools import groupby
 
 from sluice.completion import StatusChange, complete, settle_status_change
 from sluice.errors import (
@@ -44,10 +47,11 @@ from sluice.errors import (
     SlotsFull,
     TransientError,
 )
-from sluice.model import Message, Outcome, Payload, PayloadState, StartedExecution, TickSummary
+from sluice.fanout import Pacer, fanout
+from sluice.model import Message, Outcome, Payload, PayloadState, StartedExecution, StartResult, TickSummary
 from sluice.names import execution_name, origin_id
 from sluice.parking import park
-from sluice.ports import Clock, Executions, MaxSource, Queue, Store
+from sluice.ports import Clock, Executions, Fanout, MaxSource, Queue, Store
 from sluice.reconcile import reconcile
 from sluice.settings import DuplicatePolicy, Settings
 from sluice.validation import validate_message
@@ -56,6 +60,7 @@ RECEIVE_BATCH = 10  # SQS ReceiveMessage returns at most 10
 LONG_POLL = 20  # SQS WaitTimeSeconds maximum
 CHECK_INTERVAL = 300.0  # how often a warm launcher re-checks that the state machine exists
 ATTEMPTS = 3  # claims per message when the lease changes hands under us
+THROTTLED_STARTS = 5  # StartExecution calls per payload while Step Functions throttles (backing off)
 
 log = logging.getLogger("sluice.launcher")
 
@@ -71,6 +76,8 @@ class Launcher:
         clock: Clock,
         settings: Settings,
         logger: logging.Logger | logging.LoggerAdapter | None = None,
+        fan: Fanout | None = None,
+        sleep: Callable[[float], None] | None = None,
     ) -> None:
         self.queue = queue
         self.executions = executions
@@ -79,6 +86,9 @@ class Launcher:
         self.clock = clock
         self.settings = settings
         self.log = logger or log
+        self.fan = fan or fanout(settings.start_concurrency)
+        self.sleep = sleep if sleep is not None else getattr(clock, "sleep", time.sleep)
+        self.pacer = Pacer(settings.start_rate, settings.start_burst, clock=clock, sleep=self.sleep)
         self.identity = uuid.uuid4().hex[:16]  # this container, as a reconciler marking claims
         self._checked_at: float | None = None
 
@@ -183,9 +193,7 @@ class Launcher:
                 summary.stopped = "time"
                 break
             lingering = self.clock.now() < linger_until
-            messages = self.queue.receive(
-                min(free, RECEIVE_BATCH), self._wait_seconds(lingering, remaining_ms, linger_until)
-            )
+            messages = self._receive(free, self._wait_seconds(lingering, remaining_ms, linger_until))
             if not messages:
                 if lingering and self._time_left(remaining_ms):
                     continue  # completions may have freed slots and MAX may have moved meanwhile
@@ -208,55 +216,88 @@ class Launcher:
 
     # -- one batch ----------------------------------------------------------------------------
 
-    def _process_batch(self, messages: list[Message], summary: TickSummary) -> tuple[int, str]:
-        """Process one received batch. Returns (slots filled, why to stop or "").
+    def _receive(self, free: int, wait_seconds: int) -> list[Message]:
+        """Up to ``free`` messages, and no more than the starts this launcher keeps in flight at
+        once: one receive (long-polling when lingering); when it comes back full and there is room
+        for more, further receives side by side, without waiting."""
+        messages = self.queue.receive(min(free, RECEIVE_BATCH), wait_seconds)
+        more = min(free, self.fan.workers) - len(messages)
+        if len(messages) < RECEIVE_BATCH or more <= 0:
+            return messages
+        sizes = [min(RECEIVE_BATCH, more - i) for i in range(0, more, RECEIVE_BATCH)]
+        for extra in self.fan.each([lambda n=n: self.queue.receive(n, 0) for n in sizes]):
+            if extra.error is not None:
+                # The messages in hand are started; a receive that failed is tried at the next round.
+                self.log.warning("an extra receive failed", extra={"error": str(extra.error)})
+                continue
+            messages.extend(extra.value or ())
+        return messages
 
-        The executions it started are marked RUNNING in one write, then the messages it handled are
-        deleted in one call, also when an error ends the batch early. A crash (``BaseException``:
-        timeout, kill) does neither, like the real thing.
+    def _process_batch(self, messages: list[Message], summary: TickSummary) -> tuple[int, str]:
+        """Process the messages received. Returns (slots filled, why to stop or "").
+
+        Message groups run side by side (``fan``); the messages of one group run one after another,
+        in the group's order, as SQS FIFO hands them out. The executions started are then marked
+        RUNNING in one write, and the messages handled deleted in one call per 10, also when an
+        error ends a group early. A crash (``BaseException``: timeout, kill) does neither, like the
+        real thing.
         """
-        done: list[Message] = []
-        started: list[StartedExecution] = []
-        try:
-            filled, stop = self._run_batch(messages, summary, done, started)
-        except Exception:
-            self._settle(done, started)
-            raise
-        self._settle(done, started)
+        groups = [list(g) for _, g in groupby(sorted(messages, key=_group_order(messages)), key=_group)]
+        runs = [_Run() for _ in groups]
+        halt = _Halt()
+        results = self.fan.each(
+            [lambda g=g, r=r: self._run_group(g, r, halt) for g, r in zip(groups, runs, strict=True)]
+        )
+        self._settle(
+            [m for r in runs for m in r.done],
+            [e for r in runs for e in r.started],
+        )
+        filled, stops = 0, set()
+        for run in runs:
+            filled += run.filled
+            for outcome, n in run.outcomes.items():
+                summary.outcomes[outcome.value] = summary.n(outcome) + n
+            stops.add(run.stop)
+        errors = [r.error for r in results if r.error is not None]
+        if errors:
+            raise errors[0]
+        stop = next((s for s in ("transient", "full") if s in stops), "")
         return filled, stop
 
-    def _run_batch(
-        self,
-        messages: list[Message],
-        summary: TickSummary,
-        done: list[Message],
-        started: list[StartedExecution],
-    ) -> tuple[int, str]:
-        filled = 0
+    def _run_group(self, messages: list[Message], run: _Run, halt: _Halt) -> None:
+        """One group's messages in order. Once any group of the batch finds the slots full or AWS
+        failing, the others hand back what they have not begun instead of trying."""
         for i, message in enumerate(messages):
             rest = messages[i:]
+            if halt.reason:
+                self.queue.release(rest)
+                run.add(Outcome.RETURNED if halt.reason == "full" else Outcome.INTERRUPTED, len(rest))
+                run.stop = halt.reason
+                return
             try:
-                outcome = self._process(message, done, started)
+                outcome = self._process(message, run.done, run.started)
             except SlotsFull:
                 # Another launcher took the slot since our ledger read, or the caps came down.
                 self.queue.release(rest)
-                summary.outcomes[Outcome.RETURNED.value] = summary.n(Outcome.RETURNED) + len(rest)
-                return filled, "full"
+                run.add(Outcome.RETURNED, len(rest))
+                run.stop = halt.reason = "full"
+                return
             except TransientError as exc:
                 self.queue.release(rest)
-                summary.outcomes[Outcome.INTERRUPTED.value] = summary.n(Outcome.INTERRUPTED) + len(rest)
+                run.add(Outcome.INTERRUPTED, len(rest))
+                run.stop = halt.reason = "transient"
                 self.log.warning(
                     "tick interrupted by a transient AWS error; the rest of the batch returns to the queue",
                     extra={"operation": exc.operation, "code": exc.code, "error": str(exc)},
                 )
-                return filled, "transient"
+                return
             except ConfigurationError:
                 self.queue.release(rest)
+                halt.reason = "error"
                 raise
-            summary.count(outcome)
+            run.add(outcome)
             if outcome is Outcome.STARTED:
-                filled += 1
-        return filled, ""
+                run.filled += 1
 
     def _settle(self, done: list[Message], started: list[StartedExecution]) -> None:
         if started:
@@ -309,7 +350,7 @@ class Launcher:
             fresh = False
 
         try:
-            result = self.executions.start(name, payload.body)
+            result = self._start(name, payload.body)
         except AmbiguousStartError:
             # It may have started: keep the claim. The message returns with the same name, and
             # StartExecution then answers with the same ARN or ExecutionAlreadyExists.
@@ -332,6 +373,39 @@ class Launcher:
         outcome = Outcome.STARTED if fresh else Outcome.RESUMED
         self._log("execution started", payload, name, outcome, arn=result.arn)
         return outcome
+
+    def _start(self, name: str, body: str) -> StartResult:
+        """StartExecution at the pace of the token bucket. Throttled all the same (the bucket is the
+        account's, shared with every completion): back off and call again with the same name,
+        which cannot start it twice, instead of returning the message to the queue.
+
+        Once one call was ambiguous (it may have started the execution), a later refusal does not
+        say it did not: the error stays ambiguous, so the claim is kept."""
+        unsure: AmbiguousStartError | None = None
+        for attempt in range(THROTTLED_STARTS):
+            self.pacer.take()
+            try:
+                result = self.executions.start(name, body)
+            except AmbiguousStartError as exc:
+                unsure = exc
+                if not exc.throttled or attempt + 1 == THROTTLED_STARTS:
+                    raise
+            except Exception as exc:
+                throttled = isinstance(exc, TransientError) and exc.throttled
+                if unsure is not None and (not throttled or attempt + 1 == THROTTLED_STARTS):
+                    raise AmbiguousStartError(
+                        f"{exc}, after an attempt that may have started it ({unsure})",
+                        operation="StartExecution",
+                        code=getattr(exc, "code", ""),
+                    ) from exc
+                if not throttled or attempt + 1 == THROTTLED_STARTS:
+                    raise
+            else:
+                self.pacer.passed()
+                return result
+            self.log.info("StartExecution throttled; backing off", extra={"execution_name": name})
+            self.pacer.throttled()
+        raise AssertionError("unreachable")
 
     # -- the branches -------------------------------------------------------------------------
 
@@ -474,3 +548,36 @@ class Launcher:
                 **more,
             },
         )
+
+
+@dataclass
+class _Run:
+    """What one message group's run did, merged into the tick's summary by the caller's thread."""
+
+    done: list[Message] = field(default_factory=list)
+    started: list[StartedExecution] = field(default_factory=list)
+    outcomes: dict[Outcome, int] = field(default_factory=dict)
+    filled: int = 0
+    stop: str = ""
+
+    def add(self, outcome: Outcome, n: int = 1) -> None:
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + n
+
+
+@dataclass
+class _Halt:
+    """Why the groups of a batch should stop beginning messages: "full", "transient", "error"."""
+
+    reason: str = ""
+
+
+def _group(message: Message) -> str:
+    return message.group_id
+
+
+def _group_order(messages: list[Message]) -> Callable[[Message], tuple[int, str]]:
+    """Groups in the order their first message came, messages in their order within a group."""
+    first: dict[str, int] = {}
+    for i, m in enumerate(messages):
+        first.setdefault(m.group_id, i)
+    return lambda m: (first[m.group_id], m.group_id)

@@ -7,8 +7,9 @@ service faults, ``ConfigurationError`` for setup problems. Nothing here ever rai
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
+from sluice.fanout import Done
 from sluice.model import (
     ClaimFence,
     ExecutionInfo,
@@ -29,6 +30,18 @@ class Clock(Protocol):
     def now(self) -> float:
         """Seconds since the epoch."""
         ...
+
+
+T = TypeVar("T")
+
+
+class Fanout(Protocol):
+    """Runs calls side by side (``sluice.fanout``): each call's value or ``Exception`` comes back in
+    order; a ``BaseException`` propagates once every call has ended."""
+
+    workers: int
+
+    def each(self, calls: Sequence[Callable[[], T]]) -> list[Done[T]]: ...
 
 
 class Queue(Protocol):

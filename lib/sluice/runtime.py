@@ -6,6 +6,7 @@ starts would talk to real AWS), and reused while the Lambda container stays warm
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,8 @@ class Runtime:
     session: Any = None  # a boto3 Session; the default session when None
     clock: Clock = field(default_factory=SystemClock)
     client_config: Config = CLIENT_CONFIG
+    # How the launcher waits (pacing its starts, backing off): the clock's own sleep, else time.sleep.
+    sleep: Callable[[float], None] | None = None
     _clients: dict[str, Any] = field(default_factory=dict)
     _launcher: Launcher | None = None
     _semaphore_service: SemaphoreService | None = None
@@ -85,6 +88,7 @@ class Runtime:
                 clock=self.clock,
                 settings=self.settings,
                 logger=logger,
+                sleep=self.sleep,
             )
         return self._launcher
 

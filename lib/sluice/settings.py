@@ -16,6 +16,18 @@ class DuplicatePolicy(StrEnum):
     DEFER = "defer"  # park it in the table (message deleted); re-sent to the queue once the lease ends
 
 
+# StartExecution's token bucket per account and region (Step Functions quotas, standard workflows):
+# a refill per second and a burst. Regions not named here have the smaller one.
+LARGE_BUCKET_REGIONS = frozenset({"us-east-1", "us-west-2", "eu-west-1"})
+LARGE_BUCKET = (300, 1300)
+SMALL_BUCKET = (150, 800)
+
+
+def start_bucket(region: str) -> tuple[int, int]:
+    """StartExecution's (refill per second, burst) in ``region``."""
+    return LARGE_BUCKET if region in LARGE_BUCKET_REGIONS else SMALL_BUCKET
+
+
 @dataclass(frozen=True)
 class Settings:
     queue_url: str = ""
@@ -35,6 +47,11 @@ class Settings:
     slots_per_shard: int = 8  # holders per slot shard item: about 1 KB each (sluice.adapters.dynamo_slots)
     # Semaphores the stack creates when absent, with their first limit (sluice.semaphore_service).
     semaphore_limits: tuple[tuple[str, int], ...] = ()
+    # Claims and starts a tick keeps in flight at once (sluice.fanout); 1 makes them one by one.
+    start_concurrency: int = 1
+    # The StartExecution token bucket the launcher paces its starts to (per second, and burst).
+    start_rate: int = 300
+    start_burst: int = 1300
 
     @property
     def retention_seconds(self) -> int:
@@ -59,6 +76,7 @@ class Settings:
                 raise ConfigurationError(f"{name}={value} must be at least {minimum}")
             return value
 
+        rate, burst = start_bucket(text("AWS_REGION") or text("AWS_DEFAULT_REGION"))
         policy = text("SLUICE_DUPLICATE_POLICY", DuplicatePolicy.SUPPRESS.value).lower()
         try:
             duplicate_policy = DuplicatePolicy(policy)
@@ -83,6 +101,9 @@ class Settings:
             time_reserve_seconds=integer("SLUICE_TIME_RESERVE_SECONDS", 15),
             slots_per_shard=integer("SLUICE_SLOTS_PER_SHARD", 8, minimum=1),
             semaphore_limits=parse_limits(text("SLUICE_SEMAPHORES")),
+            start_concurrency=integer("SLUICE_START_CONCURRENCY", 10, minimum=1),
+            start_rate=integer("SLUICE_START_RATE", 0) or rate,
+            start_burst=integer("SLUICE_START_BURST", 0) or burst,
         )
 
     def require(self, *names: str) -> Settings:

@@ -12,6 +12,7 @@ from freezegun import freeze_time
 from sluice.clock import FakeClock
 from sluice.completion import StatusChange, handle_status_change
 from sluice.errors import ConfigurationError
+from sluice.launcher import THROTTLED_STARTS
 from sluice.model import Outcome, PayloadState
 from tests.support.aws import build_stack, status_change_event
 from tests.support.hooks import Crash, count_calls, crash_after, crash_before, error_answer, throttle
@@ -215,18 +216,38 @@ def test_missing_max_parameter_falls_back_to_the_deployed_default(stack):
     assert stack.launcher(max_concurrency=3).tick().n(Outcome.STARTED) == 3
 
 
-def test_throttled_start_ends_the_tick_cleanly(stack):
+def test_throttled_start_ends_the_tick_cleanly(session):
+    stack = build_stack(session, clock=FakeClock())
     for i in range(4):
         stack.send({"id": f"p{i}"}, group=f"p{i}")
     rt = stack.runtime()
     seen = throttle(rt.client("stepfunctions"), "StartExecution")
     summary = rt.launcher().tick()
-    assert summary.stopped == "transient" and seen["throttled"] == 1
+    # It backed off between its calls (through the injected sleep: nothing really waits) ...
+    assert seen["throttled"] == THROTTLED_STARTS and stack.naps == [0.25, 0.5, 1.0, 2.0]
+    # ... then gave up for this tick: nothing started, so the claim went back with the messages.
+    assert summary.stopped == "transient"
     assert stack.running() == []
-    assert rt.store().ledger().holders == frozenset()  # the claim was rolled back
+    assert rt.store().ledger().holders == frozenset()
     assert stack.queue_counts() == (4, 0)  # all returned at once
     after = stack.launcher().tick()
     assert after.n(Outcome.STARTED) == 4 and len(stack.running()) == 4
+
+
+def test_a_throttled_start_backs_off_and_keeps_its_claim_and_message(session):
+    """Throttling slows the fill down; no message goes back to the queue, where each return would
+    spend one of its maxReceiveCount receives."""
+    stack = build_stack(session, clock=FakeClock())
+    for i in range(4):
+        stack.send({"id": f"p{i}"}, group=f"p{i}")
+    rt = stack.runtime()
+    seen = throttle(rt.client("stepfunctions"), "StartExecution", times=3)
+    calls = count_calls(rt.client("sqs"))
+    summary = rt.launcher().tick()
+    assert seen["throttled"] == 3 and stack.naps == [0.25, 0.5, 1.0]
+    assert summary.n(Outcome.STARTED) == 4 and summary.n(Outcome.INTERRUPTED) == 0
+    assert calls["ChangeMessageVisibilityBatch"] == 0
+    assert len(stack.running()) == 4 and stack.queue_counts() == (0, 0)
 
 
 def test_an_unsure_start_keeps_the_claim_and_the_retry_resolves_it(stack):

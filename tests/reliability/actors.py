@@ -43,6 +43,10 @@ class SkewedClock:
     def now(self) -> float:
         return self.base.now() + self.skew
 
+    def sleep(self, seconds: float) -> None:
+        """A launcher backing off: the shared time passes, nothing waits."""
+        self.base.advance(seconds)
+
 
 @dataclass
 class Event:

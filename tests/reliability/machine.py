@@ -317,6 +317,7 @@ class SluiceMachine(RuleBasedStateMachine):
         policy=st.sampled_from(("suppress", "suppress", "defer")),
         backlog=st.lists(MESSAGE, min_size=2, max_size=8).map(tuple),
         history=st.sampled_from((0, 0, 0, HISTORY_RUNS)),
+        fill=st.sampled_from((1, 1, 1, 4)),
     )
     def build(
         self,
@@ -325,18 +326,26 @@ class SluiceMachine(RuleBasedStateMachine):
         policy: str,
         backlog: tuple[tuple[str, str, bool, bool], ...],
         history: int = 0,
+        fill: int = 1,
     ) -> None:
         """A fresh world, with a backlog queued already, so that the first tick has work, and maybe
         a payload with thousands of earlier runs. Launcher ``R`` is A's twin whose clients retry as
-        deployed (botocore's standard mode)."""
+        deployed (botocore's standard mode). ``fill``: the claims and starts a tick keeps in flight
+        at once (``SLUICE_START_CONCURRENCY``; 4: on threads)."""
         mock_random.seed(0)  # moto's message ids and receipts: the same program replays the same
         self.world = World(
-            max_concurrency=max_concurrency, skew=skew, duplicate_policy=policy, retention_days=RETENTION_DAYS
+            max_concurrency=max_concurrency,
+            skew=skew,
+            duplicate_policy=policy,
+            retention_days=RETENTION_DAYS,
+            start_concurrency=fill,
         )
         self.world.add_container("R", CLIENT_CONFIG)
         count("examples", counter=STATS)
         if skew:
             count("clock_skew")
+        if fill > 1:
+            count("parallel_fill")
         if history:
             self.world.seed_history(canonical_key(json.dumps(PAYLOADS["p0"])), runs=history)
         self._Enqueue(Enqueue(backlog))

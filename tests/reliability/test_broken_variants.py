@@ -13,6 +13,7 @@ any other error fails the test, so a variant cannot pass by crashing the scenari
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 import uuid
@@ -27,6 +28,7 @@ from hypothesis.stateful import run_state_machine_as_test
 import sluice.adapters.dynamodb
 import sluice.adapters.sfn
 import sluice.completion
+import sluice.fanout
 import sluice.launcher
 import sluice.ops.maximum
 import sluice.reconcile
@@ -37,15 +39,19 @@ from sluice.adapters.dynamodb import DynamoStore
 from sluice.adapters.ssm import SsmMax
 from sluice.completion import complete
 from sluice.errors import AmbiguousStartError, SluiceError, TransientError
-from sluice.launcher import Launcher
+from sluice.launcher import THROTTLED_STARTS, Launcher
 from sluice.model import LimitSource, MaxReading, PayloadState
 from sluice.runtime import CLIENT_CONFIG
 from sluice.slots import Capacity
+from tests.integration import test_launcher_moto as launching
+from tests.integration import test_parallel_fill as fill
 from tests.reliability import test_promise_breaks as breaks
 from tests.reliability.machine import SluiceMachine
 from tests.reliability.world import CLAIM_TIMEOUT, VISIBILITY, WINDOW, PromiseBroken, World
+from tests.support.aws import moto_session
 from tests.support.faults import AttemptFaults, CrashAt, Interleave, Throttle
 from tests.support.hooks import retry_sleeps
+from tests.support.moto_patches import atomic_fast_moto
 
 BUDGET = settings(
     max_examples=40,
@@ -217,6 +223,8 @@ def retried_start_then_refill(make_world: Callable[..., World]) -> None:
     (e,) = world.model.running
     world.send(body("p0"), group="g0")
     attempts = AttemptFaults("StartExecution", ("lost", "throttled", "throttled"))
+    # The launcher's own calls again, backing off (THROTTLED_STARTS in all): still throttled.
+    again = Throttle("StartExecution", times=THROTTLED_STARTS - 1, skip=1)
 
     def meanwhile() -> None:
         world.send(body("p0"), group="g1")
@@ -225,8 +233,9 @@ def retried_start_then_refill(make_world: Callable[..., World]) -> None:
 
     refill = Interleave("before_return", meanwhile)
     with retry_sleeps():
-        world.tick("A-retrying", [attempts, refill])
-    assert attempts.fired == {"lost": 1, "throttled": 2} and refill.seen == 1
+        world.tick("A-retrying", [attempts, again, refill])
+    assert attempts.fired == {"lost": 1, "throttled": 2} and again.fired == THROTTLED_STARTS - 1
+    assert refill.seen == 1
     world.check()
     world.settle()
 
@@ -491,11 +500,12 @@ def resume_throttled(make_world: Callable[..., World]) -> None:
     assert world.tick("A", [CrashAt("after_start")]) == "crashed"
     world.advance(VISIBILITY + 1)
     world.end(e1)
-    # The refill's resume is throttled, and the function dies before it gives the message back,
-    # so the message stays in flight: the next refill can only receive the re-submission.
-    throttled = Throttle("StartExecution", times=1)
+    # The refill's resume is throttled (every call, backing off), and the function dies before it
+    # gives the message back, so the message stays in flight: the next refill can only receive the
+    # re-submission.
+    throttled = Throttle("StartExecution", times=THROTTLED_STARTS)
     assert world.deliver(0, [throttled, CrashAt("before_return")]) == "crashed"
-    assert throttled.fired == 1
+    assert throttled.fired == THROTTLED_STARTS
     world.check()
     world.send(body("p0"), group="g1")  # a re-submission
     world.end(e2)
@@ -544,6 +554,33 @@ def test_the_lost_wake_up_scenario_holds():
 def test_a_reconciliation_that_never_sweeps_the_waiting_room_is_caught(monkeypatch):
     monkeypatch.setattr(sluice.reconcile, "sweep", lambda **_: 0)
     caught(lost_wake_up)
+
+
+# -- parallel fill: the tick's claims and starts side by side (issue 10, item 4) ---------------------
+
+
+def on_moto(test: Callable[..., None]) -> None:
+    """Run one of the moto integration tests on a fresh moto of its own (requests atomic)."""
+    with moto_session() as session, atomic_fast_moto():
+        test(session, **({"atomic": None} if "atomic" in inspect.signature(test).parameters else {}))
+
+
+def test_a_fill_that_runs_one_groups_messages_side_by_side_is_caught(monkeypatch):
+    monkeypatch.setattr(sluice.launcher, "_group", lambda message: message.message_id)
+    with pytest.raises(AssertionError):
+        on_moto(fill.test_the_messages_of_one_group_start_in_their_order)
+
+
+def test_a_fill_that_returns_a_throttled_start_at_once_is_caught(monkeypatch):
+    monkeypatch.setattr(Launcher, "_start", lambda self, name, body: self.executions.start(name, body))
+    with pytest.raises(AssertionError):
+        on_moto(launching.test_a_throttled_start_backs_off_and_keeps_its_claim_and_message)
+
+
+def test_starts_not_paced_to_the_token_bucket_are_caught(monkeypatch):
+    monkeypatch.setattr(sluice.fanout.Pacer, "take", lambda self: 0.0)
+    with pytest.raises(AssertionError):
+        on_moto(fill.test_a_tick_paces_its_starts_to_the_token_bucket)
 
 
 def test_every_variant_is_restored_after_its_test():

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from sluice.launcher import THROTTLED_STARTS
 from sluice.runtime import CLIENT_CONFIG
 from tests.reliability.actors import ITEM_LIMIT, item_size
 from tests.reliability.world import CLAIM_TIMEOUT, VISIBILITY, WINDOW, World
@@ -91,6 +92,8 @@ def test_a_start_whose_first_attempt_arrived_is_never_rolled_back(make_world):
     world.add_container("A-retrying", CLIENT_CONFIG)  # the deployed client: standard mode, 3 attempts
     m = world.send(body("p0"), group="g0")
     attempts = AttemptFaults("StartExecution", ("lost", "throttled", "throttled"))
+    # The launcher backs off and calls again (THROTTLED_STARTS calls in all): throttled each time.
+    again = Throttle("StartExecution", times=THROTTLED_STARTS - 1, skip=1)
 
     def meanwhile() -> None:
         world.send(body("p0"), group="g1")  # a re-submission arrives; the other launcher ticks
@@ -98,8 +101,8 @@ def test_a_start_whose_first_attempt_arrived_is_never_rolled_back(make_world):
 
     other = Interleave("before_return", meanwhile)
     with retry_sleeps() as slept:
-        world.tick("A-retrying", [attempts, other])
-    assert attempts.fired == {"lost": 1, "throttled": 2}
+        world.tick("A-retrying", [attempts, again, other])
+    assert attempts.fired == {"lost": 1, "throttled": 2} and again.fired == THROTTLED_STARTS - 1
     assert len(slept) == 2, "botocore made three attempts"
     n = name_for(world, m)
     assert n in world.running_in_step_functions(), "the first attempt reached Step Functions"

@@ -32,11 +32,29 @@ NO_RETRY = Config(retries={"mode": "standard", "total_max_attempts": 1})
 WORKFLOW = {"StartAt": "Work", "States": {"Work": {"Type": "Pass", "End": True}}}
 
 
+class Naps(list[float]):
+    """An injected ``sleep`` that records each wait instead of waiting (and moves a fake clock)."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__()
+        self.clock = clock
+
+    def __call__(self, seconds: float) -> None:
+        self.append(seconds)
+        advance = getattr(self.clock, "advance", None)
+        if advance is not None:
+            advance(seconds)
+
+
 @dataclass
 class Stack:
     session: Any
     settings: Settings
     clock: Clock = field(default_factory=SystemClock)
+    naps: Naps = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.naps = Naps(self.clock)
 
     def client(self, service: str) -> Any:
         return self.session.client(service, region_name=REGION)
@@ -47,6 +65,7 @@ class Stack:
             session=self.session,
             clock=self.clock,
             client_config=NO_RETRY,
+            sleep=self.naps,
         )
 
     def launcher(self, **overrides: Any) -> Launcher:

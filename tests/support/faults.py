@@ -147,14 +147,19 @@ class CrashAt(Fault):
 
 @dataclass
 class Throttle(Fault):
-    """Refuse the next ``times`` calls to ``target`` (an operation or a protocol step)."""
+    """Refuse the next ``times`` calls to ``target`` (an operation or a protocol step), after
+    letting the first ``skip`` of them through."""
 
     target: str
     times: int = 1
     fired: int = 0
+    skip: int = 0
 
     def before(self, injector: Injector, call: Call) -> tuple[Any, dict[str, Any]] | None:
         if self.fired >= self.times or not call.matches(self.target):
+            return None
+        if self.skip > 0:
+            self.skip -= 1
             return None
         self.fired += 1
         count(f"throttle:{self.target}")

@@ -30,6 +30,7 @@ Choosing a shard uses the last read of the pool (``Ledger`` reads it whole): a c
 from __future__ import annotations
 
 import random
+import threading
 import zlib
 from collections.abc import Sequence
 from dataclasses import replace
@@ -71,6 +72,7 @@ class LaunchSlots:
         self.fresh: frozenset[int] = frozenset()  # the shards the last read covered
         self.ledger_read = False  # LEDGER read at least once (a shard's look does not read it)
         self._count = FIRST_READ
+        self._lock = threading.Lock()  # claims of one tick run on several threads (sluice.fanout)
 
     # -- reads ------------------------------------------------------------------------------------
 
@@ -233,13 +235,14 @@ class LaunchSlots:
             self._change(shard, lambda s: s.holders, cap=0)
 
     def _change(self, index: int, holders: Any, cap: int | None = None) -> None:
-        if self.view is None:
-            return
-        shards = tuple(
-            Shard(s.index, s.cap if cap is None else cap, holders(s)) if s.index == index else s
-            for s in self.view.shards
-        )
-        self.view = replace(self.view, shards=shards)
+        with self._lock:
+            if self.view is None:
+                return
+            shards = tuple(
+                Shard(s.index, s.cap if cap is None else cap, holders(s)) if s.index == index else s
+                for s in self.view.shards
+            )
+            self.view = replace(self.view, shards=shards)
 
     # -- release and adoption ---------------------------------------------------------------------
 

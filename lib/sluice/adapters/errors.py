@@ -63,7 +63,7 @@ def translate_client_error(exc: ClientError, operation: str) -> Exception:
     code = error_code(exc)
     message = f"{operation}: {code}: {exc.response.get('Error', {}).get('Message', '')}".rstrip(": ")
     if code in THROTTLING or http_status(exc) >= 500:
-        return TransientError(message, operation=operation, code=code)
+        return TransientError(message, operation=operation, code=code, throttled=code in THROTTLING)
     if code == "ConditionalCheckFailedException":
         return ConditionFailed(message)
     if code in NOT_FOUND:

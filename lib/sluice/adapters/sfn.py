@@ -38,7 +38,9 @@ class StepFunctionsExecutions:
             if isinstance(error, TransientError) and (code not in THROTTLING or _retried(exc)):
                 # A 5xx may have started the execution. So may an earlier attempt of a retried call
                 # (a read timeout, say), whatever the last attempt's answer: never take it as "no".
-                raise AmbiguousStartError(str(error), operation="StartExecution", code=code) from exc
+                raise AmbiguousStartError(
+                    str(error), operation="StartExecution", code=code, throttled=error.throttled
+                ) from exc
             raise error from exc
         except (ConnectionError, HTTPClientError, ReadTimeoutError) as exc:
             raise AmbiguousStartError(
