@@ -153,6 +153,11 @@ async function derive({ resolveVariable }) {
       `(SLUICE_TIME_RESERVE_SECONDS): lower lingerSeconds (55 by default) or raise launcherTimeout`
   );
   const maxReceiveCount = integer('maxReceiveCount', await param('maxReceiveCount'), 1, 1000);
+  // Claims and starts a tick keeps in flight at once, and the StartExecution token bucket it paces
+  // them to (0: Step Functions' quota in the stack's region, sluice.settings.start_bucket).
+  const startConcurrency = integer('startConcurrency', await param('startConcurrency'), 1, 100);
+  const startRate = integer('startRate', await param('startRate'), 0, 100000);
+  const startBurst = integer('startBurst', await param('startBurst'), 0, 100000);
   const oldestMessageAlarmSeconds = integer(
     'oldestMessageAlarmSeconds',
     await param('oldestMessageAlarmSeconds'),
@@ -248,6 +253,9 @@ async function derive({ resolveVariable }) {
     retentionDays,
     lingerSeconds,
     maxReceiveCount,
+    startConcurrency,
+    startRate,
+    startBurst,
     oldestMessageAlarmSeconds,
     duplicatePolicy,
     scheduleRate,
@@ -270,6 +278,9 @@ async function derive({ resolveVariable }) {
       claimTimeout: String(claimTimeout),
       retentionDays: String(retentionDays),
       lingerSeconds: String(lingerSeconds),
+      startConcurrency: String(startConcurrency),
+      startRate: String(startRate),
+      startBurst: String(startBurst),
     },
   };
 }

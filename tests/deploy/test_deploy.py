@@ -271,7 +271,14 @@ def test_the_functions_run_on_arm64_and_the_launcher_lingers_at_128_mb_by_defaul
     assert launcher["Architectures"] == completion["Architectures"] == ["arm64"]
     # The launcher's size is launcherMemory's, not the provider's (which the completion function has).
     assert (launcher["MemorySize"], completion["MemorySize"]) == (128, 256)
-    assert launcher["Environment"]["Variables"]["SLUICE_LINGER_SECONDS"] == "55"
+    env = launcher["Environment"]["Variables"]
+    assert env["SLUICE_LINGER_SECONDS"] == "55"
+    # A tick keeps 10 claims and starts in flight, paced to the region's StartExecution quota (0).
+    assert (env["SLUICE_START_CONCURRENCY"], env["SLUICE_START_RATE"], env["SLUICE_START_BURST"]) == (
+        "10",
+        "0",
+        "0",
+    )
     # The linger ends before the launcher's 15 s time reserve does.
     assert launcher["Timeout"] - 15 >= 55
     with zipfile.ZipFile(package / "sluice.zip") as z:
