@@ -47,6 +47,7 @@ from sluice.errors import (
 from sluice.model import Message, Outcome, Payload, PayloadState, StartedExecution, TickSummary
 from sluice.names import execution_name, origin_id
 from sluice.parking import park
+from sluice.pointers import PayloadObjects, check_pointer
 from sluice.ports import Clock, Executions, MaxSource, Queue, Store
 from sluice.reconcile import reconcile
 from sluice.settings import DuplicatePolicy, Settings
@@ -71,6 +72,7 @@ class Launcher:
         clock: Clock,
         settings: Settings,
         logger: logging.Logger | logging.LoggerAdapter | None = None,
+        payloads: PayloadObjects | None = None,
     ) -> None:
         self.queue = queue
         self.executions = executions
@@ -79,6 +81,7 @@ class Launcher:
         self.clock = clock
         self.settings = settings
         self.log = logger or log
+        self.payloads = payloads  # the bucket of stored payloads that pointers name (sluice.pointers)
         self.identity = uuid.uuid4().hex[:16]  # this container, as a reconciler marking claims
         self._checked_at: float | None = None
 
@@ -267,6 +270,7 @@ class Launcher:
     def _process(self, message: Message, done: list[Message], started: list[StartedExecution]) -> Outcome:
         try:
             payload = validate_message(message)
+            check_pointer(payload, self.payloads)  # before any claim; S3 throttled: TransientError
         except InvalidPayload as exc:
             return self._dead_letter(message, exc, done)
         name = execution_name(payload.key, origin_id(message.message_id, message.attributes))

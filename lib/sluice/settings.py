@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from sluice.errors import ConfigurationError
+from sluice.pointers import DEFAULT_THRESHOLD
 from sluice.semaphore_service import parse_limits
 
 
@@ -35,6 +36,10 @@ class Settings:
     slots_per_shard: int = 8  # holders per slot shard item: about 1 KB each (sluice.adapters.dynamo_slots)
     # Semaphores the stack creates when absent, with their first limit (sluice.semaphore_service).
     semaphore_limits: tuple[tuple[str, int], ...] = ()
+    # Stored payloads (sluice.pointers): the stack's bucket, and the body size over which
+    # `sluice enqueue` stores a payload there and sends a pointer.
+    payload_bucket: str = ""
+    pointer_threshold: int = DEFAULT_THRESHOLD
 
     @property
     def retention_seconds(self) -> int:
@@ -83,6 +88,10 @@ class Settings:
             time_reserve_seconds=integer("SLUICE_TIME_RESERVE_SECONDS", 15),
             slots_per_shard=integer("SLUICE_SLOTS_PER_SHARD", 8, minimum=1),
             semaphore_limits=parse_limits(text("SLUICE_SEMAPHORES")),
+            payload_bucket=text("SLUICE_PAYLOAD_BUCKET"),
+            pointer_threshold=pointer_threshold(
+                text("SLUICE_POINTER_THRESHOLD"), source="SLUICE_POINTER_THRESHOLD"
+            ),
         )
 
     def require(self, *names: str) -> Settings:
@@ -97,3 +106,20 @@ class Settings:
         if missing:
             raise ConfigurationError(f"missing setting(s): {', '.join(missing)}")
         return self
+
+
+def pointer_threshold(raw: str, *, source: str) -> int:
+    """Bytes of body over which a payload is stored in the bucket: 0 (every payload) to the default,
+    the largest body a message carries with room for its attributes."""
+    if not raw:
+        return DEFAULT_THRESHOLD
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigurationError(f"{source}={raw!r} is not a whole number") from None
+    if not 0 <= value <= DEFAULT_THRESHOLD:
+        raise ConfigurationError(
+            f"{source}={value} must be from 0 to {DEFAULT_THRESHOLD:,} (a larger body does not fit a message "
+            "beside its attributes)"
+        )
+    return value
