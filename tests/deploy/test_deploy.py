@@ -531,7 +531,10 @@ def test_a_large_payload_is_stored_in_the_private_bucket_and_runs_from_its_point
     tls = statements["DenyInsecureTransport"]
     assert (tls["Effect"], tls["Principal"], tls["Action"]) == ("Deny", "*", "s3:*")
     assert tls["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
-    assert tls["Resource"] == [{"Fn::GetAtt": ["PayloadBucket", "Arn"]}, {"Fn::Sub": "${PayloadBucket.Arn}/*"}]
+    assert tls["Resource"] == [
+        {"Fn::GetAtt": ["PayloadBucket", "Arn"]},
+        {"Fn::Sub": "${PayloadBucket.Arn}/*"},
+    ]
     sse = statements["DenyOtherEncryption"]
     assert (sse["Effect"], sse["Action"]) == ("Deny", "s3:PutObject")
     assert sse["Condition"] == {"StringNotEqualsIfExists": {"s3:x-amz-server-side-encryption": "AES256"}}
