@@ -549,9 +549,8 @@ def test_a_large_payload_is_stored_in_the_private_bucket_and_runs_from_its_point
         }
     ]
     producer = template["ProducerPolicy"]["Properties"]["PolicyDocument"]["Statement"]
-    assert {"Sid": "StorePayloads", "Effect": "Allow", "Action": ["s3:PutObject"]}.items() <= [
-        s for s in producer if s["Sid"] == "StorePayloads"
-    ][0].items()
+    [store] = [s for s in producer if s["Sid"] == "StorePayloads"]
+    assert (store["Action"], store["Resource"]) == (["s3:PutObject"], {"Fn::Sub": "${PayloadBucket.Arn}/*"})
 
     big = {"id": "scene-600k", "manifest": "m" * 600 * 1024}
     report = enqueue(
