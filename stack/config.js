@@ -38,6 +38,8 @@ const MIN_LAMBDA_MEMORY_MB = 128;
 const MAX_LAMBDA_MEMORY_MB = 10240;
 
 const DUPLICATE_POLICIES = ['suppress', 'defer'];
+// The payload queue's MessageRetentionPeriod (serverless.yml), in days.
+const QUEUE_RETENTION_DAYS = 14;
 // Semaphore names and limits (lib/sluice/semaphore_model.py, lib/sluice/semaphore_service.py).
 const MAX_SEMAPHORE_NAME = 60;
 const MAX_SEMAPHORE_LIMIT = 10000;
@@ -143,6 +145,14 @@ async function derive({ resolveVariable }) {
     );
   }
   const retentionDays = integer('retentionDays', await param('retentionDays'), 1, 3650);
+  // A stored payload must outlive every message that points at it: the queue keeps one 14 days.
+  const payloadExpiryDays = integer(
+    'payloadExpiryDays',
+    await param('payloadExpiryDays'),
+    QUEUE_RETENTION_DAYS + 1,
+    3650,
+    `a stored payload must outlive the ${QUEUE_RETENTION_DAYS} days a message pointing at it may wait in the queue`
+  );
   // The launcher stops receiving TIME_RESERVE_SECONDS before its timeout: lingering longer is cut short.
   const lingerSeconds = integer(
     'lingerSeconds',
@@ -251,6 +261,7 @@ async function derive({ resolveVariable }) {
     visibilityTimeout,
     claimTimeout,
     retentionDays,
+    payloadExpiryDays,
     lingerSeconds,
     maxReceiveCount,
     startConcurrency,

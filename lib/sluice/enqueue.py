@@ -4,6 +4,10 @@ send the valid ones to the FIFO queue in batches of 10.
 Every item is checked with the launcher's own rules first, so an item the launcher would
 dead-letter is refused here with the line it came from. Valid items are sent even when others
 fail; the report says which failed and why.
+
+A payload whose body is over the threshold (``sluice.pointers.DEFAULT_THRESHOLD`` unless given) is
+stored in the stack's payload bucket first, and the message carries its pointer instead, with the
+key, group and deduplication id the payload itself would have had.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any
 
 from sluice.adapters.errors import translated
 from sluice.errors import InvalidPayload
+from sluice.pointers import DEFAULT_THRESHOLD, MAX_STORED_BYTES, PayloadObjects, store
 from sluice.validation import KEY_ATTRIBUTE, MAX_INPUT_BYTES, content_hash, parse_object, payload_key
 
 BATCH = 10
@@ -39,12 +44,14 @@ class Prepared:
     key: str
     group_id: str
     dedup_id: str
+    size: int = 0  # of the body, in bytes of UTF-8
 
 
 @dataclass
 class EnqueueReport:
     sent: list[tuple[str, str, str]] = field(default_factory=list)  # (where, key, message id)
     failed: list[tuple[str, str]] = field(default_factory=list)  # (where, reason)
+    stored: dict[str, str] = field(default_factory=dict)  # where → s3:// URI, for payloads sent as pointers
 
     @property
     def ok(self) -> bool:
@@ -77,12 +84,25 @@ def read_items(text: str) -> Iterator[Item]:
 
 
 def prepare(
-    item: Item, *, key_field: str | None = None, group_by: str | None = None, dedup_id: str | None = None
+    item: Item,
+    *,
+    key_field: str | None = None,
+    group_by: str | None = None,
+    dedup_id: str | None = None,
+    max_bytes: int = MAX_INPUT_BYTES,
 ) -> Prepared:
-    obj = parse_object(item.body)
+    try:
+        obj = parse_object(item.body, max_bytes=max_bytes)
+    except InvalidPayload as exc:
+        if max_bytes == MAX_INPUT_BYTES and exc.reason.startswith("payload is "):
+            exc.reason += (
+                " (with the stack's payload bucket, SLUICE_PAYLOAD_BUCKET, it would be stored there)"
+            )
+        raise
     key = payload_key(obj, key_field=key_field)
     group = _group_id(obj, key, group_by)
-    return Prepared(item.where, item.body, key, group, dedup_id or content_hash(obj))
+    size = len(item.body.encode("utf-8"))
+    return Prepared(item.where, item.body, key, group, dedup_id or content_hash(obj), size)
 
 
 def enqueue(
@@ -94,14 +114,23 @@ def enqueue(
     group_by: str | None = None,
     dedup_id: str | None = None,
     progress: Callable[[int], None] | None = None,
+    payloads: PayloadObjects | None = None,
+    threshold: int = DEFAULT_THRESHOLD,
 ) -> EnqueueReport:
+    """Send ``items``. With ``payloads`` (the stack's bucket), a body over ``threshold`` bytes is stored
+    there and sent as a pointer; without it, such a body is sent as it is, up to 262,144 bytes."""
     report = EnqueueReport()
     ready: list[Prepared] = []
+    max_bytes = MAX_STORED_BYTES if payloads is not None else MAX_INPUT_BYTES
     for item in items:
         try:
-            ready.append(prepare(item, key_field=key_field, group_by=group_by, dedup_id=dedup_id))
+            ready.append(
+                prepare(item, key_field=key_field, group_by=group_by, dedup_id=dedup_id, max_bytes=max_bytes)
+            )
         except InvalidPayload as exc:
             report.failed.append((item.where, exc.reason))
+    if payloads is not None:
+        ready = [_stored(p, payloads, report) if p.size > threshold else p for p in ready]
     for batch in _batches(ready):
         entries = [
             {
@@ -126,6 +155,15 @@ def enqueue(
     return report
 
 
+def _stored(p: Prepared, payloads: PayloadObjects, report: EnqueueReport) -> Prepared:
+    """Store the payload in the bucket (under its SHA-256: a repeat writes the same object) and
+    send its pointer, with the payload's key, group and deduplication id."""
+    pointer = store(payloads, p.body.encode("utf-8"))
+    report.stored[p.where] = pointer.uri
+    body = pointer.body(p.key)
+    return Prepared(p.where, body, p.key, p.group_id, p.dedup_id, len(body.encode("utf-8")))
+
+
 def _group_id(obj: dict[str, Any], key: str, group_by: str | None) -> str:
     if group_by is not None:
         value = obj.get(group_by)
@@ -142,7 +180,7 @@ def _batches(items: list[Prepared]) -> Iterator[list[Prepared]]:
     batch: list[Prepared] = []
     size = 0
     for p in items:
-        n = len(p.body.encode("utf-8"))
+        n = p.size or len(p.body.encode("utf-8"))
         if batch and (len(batch) == BATCH or size + n > BATCH_BYTES):
             yield batch
             batch, size = [], 0

@@ -51,6 +51,7 @@ from sluice.fanout import Pacer, fanout
 from sluice.model import Message, Outcome, Payload, PayloadState, StartedExecution, StartResult, TickSummary
 from sluice.names import execution_name, origin_id
 from sluice.parking import park
+from sluice.pointers import PayloadObjects, check_pointer
 from sluice.ports import Clock, Executions, Fanout, MaxSource, Queue, Store
 from sluice.reconcile import reconcile
 from sluice.settings import DuplicatePolicy, Settings
@@ -78,6 +79,7 @@ class Launcher:
         logger: logging.Logger | logging.LoggerAdapter | None = None,
         fan: Fanout | None = None,
         sleep: Callable[[float], None] | None = None,
+        payloads: PayloadObjects | None = None,
     ) -> None:
         self.queue = queue
         self.executions = executions
@@ -89,6 +91,7 @@ class Launcher:
         self.fan = fan or fanout(settings.start_concurrency)
         self.sleep = sleep if sleep is not None else getattr(clock, "sleep", time.sleep)
         self.pacer = Pacer(settings.start_rate, settings.start_burst, clock=clock, sleep=self.sleep)
+        self.payloads = payloads  # the bucket of stored payloads that pointers name (sluice.pointers)
         self.identity = uuid.uuid4().hex[:16]  # this container, as a reconciler marking claims
         self._checked_at: float | None = None
 
@@ -308,6 +311,7 @@ class Launcher:
     def _process(self, message: Message, done: list[Message], started: list[StartedExecution]) -> Outcome:
         try:
             payload = validate_message(message)
+            check_pointer(payload, self.payloads)  # before any claim; S3 throttled: TransientError
         except InvalidPayload as exc:
             return self._dead_letter(message, exc, done)
         name = execution_name(payload.key, origin_id(message.message_id, message.attributes))

@@ -14,6 +14,7 @@ from botocore.config import Config
 
 from sluice.adapters.dynamo_semaphore import DynamoSemaphoreStore
 from sluice.adapters.dynamodb import DynamoStore
+from sluice.adapters.s3 import S3PayloadObjects
 from sluice.adapters.sfn import StepFunctionsExecutions
 from sluice.adapters.sfn_tokens import SfnTokens
 from sluice.adapters.sqs import SqsQueue
@@ -77,6 +78,12 @@ class Runtime:
             )
         return FixedMax(self.settings.max_concurrency)
 
+    def payload_objects(self) -> S3PayloadObjects | None:
+        """The bucket of stored payloads (``sluice.pointers``); None when the stack names none."""
+        if not self.settings.payload_bucket:
+            return None
+        return S3PayloadObjects(self.client("s3"), self.settings.payload_bucket)
+
     def launcher(self, logger: Any = None) -> Launcher:
         if self._launcher is None:
             self.settings.require("queue_url", "dlq_url", "table_name", "state_machine_arn")
@@ -89,6 +96,7 @@ class Runtime:
                 settings=self.settings,
                 logger=logger,
                 sleep=self.sleep,
+                payloads=self.payload_objects(),
             )
         return self._launcher
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from sluice.errors import ConfigurationError
+from sluice.pointers import DEFAULT_THRESHOLD
 from sluice.semaphore_service import parse_limits
 
 
@@ -52,6 +53,10 @@ class Settings:
     # The StartExecution token bucket the launcher paces its starts to (per second, and burst).
     start_rate: int = 300
     start_burst: int = 1300
+    # Stored payloads (sluice.pointers): the stack's bucket, and the body size over which
+    # `sluice enqueue` stores a payload there and sends a pointer.
+    payload_bucket: str = ""
+    pointer_threshold: int = DEFAULT_THRESHOLD
 
     @property
     def retention_seconds(self) -> int:
@@ -104,6 +109,10 @@ class Settings:
             start_concurrency=integer("SLUICE_START_CONCURRENCY", 10, minimum=1),
             start_rate=integer("SLUICE_START_RATE", 0) or rate,
             start_burst=integer("SLUICE_START_BURST", 0) or burst,
+            payload_bucket=text("SLUICE_PAYLOAD_BUCKET"),
+            pointer_threshold=pointer_threshold(
+                text("SLUICE_POINTER_THRESHOLD"), source="SLUICE_POINTER_THRESHOLD"
+            ),
         )
 
     def require(self, *names: str) -> Settings:
@@ -118,3 +127,20 @@ class Settings:
         if missing:
             raise ConfigurationError(f"missing setting(s): {', '.join(missing)}")
         return self
+
+
+def pointer_threshold(raw: str, *, source: str) -> int:
+    """Bytes of body over which a payload is stored in the bucket: 0 (every payload) to the default,
+    the largest body a message carries with room for its attributes."""
+    if not raw:
+        return DEFAULT_THRESHOLD
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigurationError(f"{source}={raw!r} is not a whole number") from None
+    if not 0 <= value <= DEFAULT_THRESHOLD:
+        raise ConfigurationError(
+            f"{source}={value} must be from 0 to {DEFAULT_THRESHOLD:,} (a larger body does not fit a message "
+            "beside its attributes)"
+        )
+    return value

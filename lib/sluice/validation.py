@@ -44,16 +44,19 @@ def content_hash(value: Any) -> str:
     return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
 
 
-def parse_object(text: str) -> dict[str, Any]:
-    """Parse and check one JSON object; raise ``InvalidPayload`` with a reason a person can act on."""
+def parse_object(text: str, *, max_bytes: int = MAX_INPUT_BYTES) -> dict[str, Any]:
+    """Parse and check one JSON object; raise ``InvalidPayload`` with a reason a person can act on.
+    ``max_bytes``: larger for a payload ``sluice enqueue`` stores in the bucket (``sluice.pointers``)."""
     try:
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError:
         raise InvalidPayload("body is not valid UTF-8 (it holds a lone surrogate)") from None
-    if size > MAX_INPUT_BYTES:
-        raise InvalidPayload(
-            f"payload is {size:,} bytes; Step Functions accepts at most {MAX_INPUT_BYTES:,} bytes of input"
-        )
+    if size > max_bytes:
+        if max_bytes == MAX_INPUT_BYTES:
+            raise InvalidPayload(
+                f"payload is {size:,} bytes; Step Functions accepts at most {MAX_INPUT_BYTES:,} bytes of input"
+            )
+        raise InvalidPayload(f"payload is {size:,} bytes; at most {max_bytes:,} bytes can be stored")
     try:
         value = json.loads(
             text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_refuse_constant

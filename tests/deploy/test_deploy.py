@@ -14,7 +14,9 @@ moto gaps worked around (details in sluice.local.embedded):
     API after the deploy;
   * the state machine CloudFormation creates never runs its states: the test ends the execution in
     moto's Step Functions backend, as tests/support/aws.Stack.finish does;
-  * queue policies, the bucket policy and the CloudWatch alarms are not created at all.
+  * queue policies, the bucket policies and the CloudWatch alarms are not created at all;
+  * of the payload bucket's settings only the encryption is applied (not the public access block or
+    the lifecycle rule): the test reads the others from the packaged template.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from pathlib import Path
 import pytest
 
 from sluice.adapters.dynamodb import DynamoStore
+from sluice.adapters.s3 import S3PayloadObjects
+from sluice.enqueue import Item, enqueue
 from sluice.local.embedded import ACCOUNT, UPDATE_TEMPLATE, EmbeddedAws, package_stack
 from sluice.model import PayloadState
 from sluice.names import execution_name
@@ -84,6 +88,8 @@ RUNTIME_FILES = {
             "semaphore_service",
             "adapters/dynamo_semaphore",
             "adapters/sfn_tokens",
+            "pointers",
+            "adapters/s3",
         )
     ),
 }
@@ -499,6 +505,78 @@ def test_an_update_in_place_keeps_the_slots_the_previous_version_held(deployed):
     ledger = store.ledger()
     assert old[0] not in ledger.holders and old[1] in ledger.holders and len(ledger.holders) == 3
     assert _depth(sqs, out["QueueUrl"]) == 1
+
+
+def test_a_large_payload_is_stored_in_the_private_bucket_and_runs_from_its_pointer(package, deployed):
+    """The payload bucket: SSE-S3, no public access, objects expire (payloadExpiryDays, 30); its
+    policy denies plain HTTP and other encryption. moto's CloudFormation applies the encryption but
+    not the public access block, the lifecycle rule or the bucket policy: those are read from the
+    packaged template. The functions may read it, producers write it, and the sample workflow
+    read it. A 600 KiB payload enqueued with `sluice enqueue`'s code runs from its pointer."""
+    aws, out = deployed.aws, deployed.outputs
+    s3, sfn = aws.client("s3"), aws.client("stepfunctions")
+    bucket = out["PayloadBucketName"]
+    assert deployed.functions["launcher"].environment["SLUICE_PAYLOAD_BUCKET"] == bucket
+    [rule] = s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"]["Rules"]
+    assert rule["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] == "AES256"
+    arn = f"arn:aws:s3:::{bucket}"
+    for function in ("launcher", "completion"):
+        assert _statement(deployed, function, "ReadStoredPayloads")["Action"] == ["s3:GetObject"]
+        assert _resources(_statement(deployed, function, "ReadStoredPayloads")) == [f"{arn}/*"]
+        assert _resources(_statement(deployed, function, "ListStoredPayloads")) == [arn]
+
+    template = json.loads((package / UPDATE_TEMPLATE).read_text())["Resources"]
+    properties = template["PayloadBucket"]["Properties"]
+    assert properties["PublicAccessBlockConfiguration"] == dict.fromkeys(
+        ("BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets"), True
+    )
+    [expiry] = properties["LifecycleConfiguration"]["Rules"]
+    assert (expiry["Status"], expiry["ExpirationInDays"]) == ("Enabled", 30)
+    policy = template["PayloadBucketPolicy"]["Properties"]
+    assert policy["Bucket"] == {"Ref": "PayloadBucket"}
+    statements = {s["Sid"]: s for s in policy["PolicyDocument"]["Statement"]}
+    tls = statements["DenyInsecureTransport"]
+    assert (tls["Effect"], tls["Principal"], tls["Action"]) == ("Deny", "*", "s3:*")
+    assert tls["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    assert tls["Resource"] == [
+        {"Fn::GetAtt": ["PayloadBucket", "Arn"]},
+        {"Fn::Sub": "${PayloadBucket.Arn}/*"},
+    ]
+    sse = statements["DenyOtherEncryption"]
+    assert (sse["Effect"], sse["Action"]) == ("Deny", "s3:PutObject")
+    assert sse["Condition"] == {"StringNotEqualsIfExists": {"s3:x-amz-server-side-encryption": "AES256"}}
+    assert template["PayloadBucket"]["DeletionPolicy"] == "Retain"
+    workflow = template["WorkflowStateMachineRole"]["Properties"]["Policies"][0]["PolicyDocument"]
+    assert workflow["Statement"] == [
+        {
+            "Sid": "ReadStoredPayloads",
+            "Effect": "Allow",
+            "Action": ["s3:GetObject"],
+            "Resource": {"Fn::Sub": "${PayloadBucket.Arn}/*"},
+        }
+    ]
+    producer = template["ProducerPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    [store] = [s for s in producer if s["Sid"] == "StorePayloads"]
+    assert (store["Action"], store["Resource"]) == (["s3:PutObject"], {"Fn::Sub": "${PayloadBucket.Arn}/*"})
+
+    big = {"id": "scene-600k", "manifest": "m" * 600 * 1024}
+    report = enqueue(
+        aws.client("sqs"),
+        out["QueueUrl"],
+        [Item("line 1", json.dumps(big))],
+        payloads=S3PayloadObjects(s3, bucket),
+    )
+    [(_, key, message_id)] = report.sent
+    uri = report.stored["line 1"]
+    stored = s3.head_object(Bucket=bucket, Key=uri.split("/", 3)[3], ChecksumMode="ENABLED")
+    assert stored["ServerSideEncryption"] == "AES256" and stored["ContentLength"] == len(json.dumps(big))
+    _set_max(deployed, 1)
+    [(_, summary)] = deployed.tick("launcher")
+    assert summary["started"] == 1 and summary["invalid"] == 0
+    [execution] = sfn.list_executions(stateMachineArn=out["StateMachineArn"])["executions"]
+    assert execution["name"] == execution_name("scene-600k", message_id)
+    pointer = json.loads(sfn.describe_execution(executionArn=execution["executionArn"])["input"])
+    assert pointer["sluicePayload"]["uri"] == uri and pointer["id"] == key == "scene-600k"
 
 
 def _depth(sqs, url: str) -> int:

@@ -23,7 +23,11 @@ def test_json_lines_with_bad_lines_sends_the_good_ones_and_names_the_bad(stack):
     assert [(w, r.split(":")[0]) for w, r in report.failed] == [
         ("line 24", "not JSON"),
         ("line 25", "payload must be a JSON object, got an array"),
-        ("line 26", "payload is 270,022 bytes; Step Functions accepts at most 262,144 bytes of input"),
+        (
+            "line 26",
+            "payload is 270,022 bytes; Step Functions accepts at most 262,144 bytes of input (with the "
+            "stack's payload bucket, SLUICE_PAYLOAD_BUCKET, it would be stored there)",
+        ),
     ]
     messages = all_messages(stack)
     assert len(messages) == 23

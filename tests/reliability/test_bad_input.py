@@ -68,6 +68,18 @@ UNUSABLE: list[tuple[str, str, dict[str, str] | None, str]] = [
         {"sluice-key": "\U0001f600" * 300},
         r"attribute 'sluice-key' is 1,200 bytes in UTF-8; keys are at most 1,024 bytes",
     ),
+    (
+        "malformed pointer",
+        json.dumps({"sluicePayload": {"uri": "s3://bucket/k", "sha256": "00", "size": 5}}),
+        None,
+        r"^malformed pointer \(sluicePayload\): sha256 must be 64 lowercase hexadecimal digits$",
+    ),
+    (
+        "pointer on a stack without a payload bucket",
+        json.dumps({"sluicePayload": {"uri": "s3://bucket/k", "sha256": "0" * 64, "size": 5}}),
+        None,
+        r"a pointer to a stored payload \(s3://bucket/k\), but this stack has no payload bucket",
+    ),
     *((name.replace("_", " "), h.body, None, h.reason) for name, h in HOSTILE.items()),
 ]
 # Too big for a dead-letter copy (262,144 bytes as SQS counts, with the reason attributes): the

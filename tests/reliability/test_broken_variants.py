@@ -13,6 +13,7 @@ any other error fails the test, so a variant cannot pass by crashing the scenari
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 import re
@@ -31,6 +32,7 @@ import sluice.completion
 import sluice.fanout
 import sluice.launcher
 import sluice.ops.maximum
+import sluice.pointers
 import sluice.reconcile
 import sluice.runtime
 from sluice.adapters.dynamo_launch_slots import POOL
@@ -38,9 +40,10 @@ from sluice.adapters.dynamo_slots import release_item
 from sluice.adapters.dynamodb import DynamoStore
 from sluice.adapters.ssm import SsmMax
 from sluice.completion import complete
-from sluice.errors import AmbiguousStartError, SluiceError, TransientError
+from sluice.errors import AmbiguousStartError, InvalidPayload, NotFound, SluiceError, TransientError
 from sluice.launcher import THROTTLED_STARTS, Launcher
 from sluice.model import LimitSource, MaxReading, PayloadState
+from sluice.pointers import Pointer
 from sluice.runtime import CLIENT_CONFIG
 from sluice.slots import Capacity
 from tests.integration import test_launcher_moto as launching
@@ -598,3 +601,53 @@ def test_a_variant_that_crashes_the_scenario_is_not_counted_as_caught(monkeypatc
     monkeypatch.setattr(DynamoStore, "renew", broken)
     with pytest.raises(RuntimeError):
         caught(breaks.test_a_resumed_claim_never_starts_after_reconciliation_released_it)
+
+
+# -- stored payloads: a pointer's object is checked before its payload is claimed ----------------------
+
+
+def altered_object(make_world: Callable[..., World]) -> None:
+    """A pointer whose object was overwritten with other bytes of the same size: the payload must be
+    dead-lettered with the reason, and nothing started. (Stored payloads live in S3, which the
+    reliability world does not model: the scenario runs on a moto stack with a payload bucket.)"""
+    from sluice.model import Outcome
+    from sluice.pointers import POINTER_FIELD, object_key
+    from tests.support.aws import REGION, build_stack, moto_session
+
+    payload = json.dumps({"id": "scene-1", "manifest": "m" * 300_000}).encode()
+    digest = hashlib.sha256(payload).hexdigest()
+    with moto_session() as session:
+        session.client("s3", region_name=REGION).create_bucket(Bucket="sluice-variant-payloads")
+        stack = build_stack(session, name="sluice-variant", payload_bucket="sluice-variant-payloads")
+        stack.client("s3").put_object(
+            Bucket="sluice-variant-payloads",
+            Key=object_key(digest),
+            Body=payload.replace(b"mmm", b"MMM", 1),
+            ChecksumAlgorithm="SHA256",
+        )
+        uri = f"s3://sluice-variant-payloads/{object_key(digest)}"
+        stack.send(
+            {POINTER_FIELD: {"uri": uri, "sha256": digest, "size": len(payload)}}, sluice_key="scene-1"
+        )
+        summary = stack.launcher().tick()
+        assert stack.executions() == [], "a payload whose object was altered started"
+        assert summary.n(Outcome.INVALID) == 1
+        [dead] = stack.dlq_messages()
+        assert "the object was changed" in dead["MessageAttributes"]["sluice-error"]["StringValue"]
+
+
+def test_the_altered_object_scenario_holds():
+    run(altered_object)
+
+
+def test_a_launcher_that_checks_a_pointers_size_but_not_its_checksum_is_caught(monkeypatch):
+    def size_only(pointer: Pointer, objects: Any) -> None:
+        try:
+            stored = objects.head(pointer.key)
+        except NotFound:
+            raise InvalidPayload(f"stored payload {pointer.uri} does not exist") from None
+        if stored.size != pointer.size:
+            raise InvalidPayload(f"stored payload {pointer.uri} is {stored.size} bytes")
+
+    monkeypatch.setattr(sluice.pointers, "_check_object", size_only)
+    caught(altered_object)

@@ -279,3 +279,12 @@ def test_semaphore_users_add_their_machines_and_executions():
 )
 def test_bad_semaphore_parameters_are_refused(params, message):
     assert message in refusal(**params)
+
+
+def test_stored_payloads_expire_after_30_days_by_default_and_never_before_the_queue_lets_go():
+    assert config()["payloadExpiryDays"] == 30
+    assert config(payloadExpiryDays=15)["payloadExpiryDays"] == 15
+    assert "must be between 15 and 3650, got 14: a stored payload must outlive the 14 days" in refusal(
+        payloadExpiryDays=14
+    )
+    assert "payloadExpiryDays must be a whole number" in refusal(payloadExpiryDays="a week")

@@ -25,7 +25,9 @@ from sluice.cli.semaphore import (
     semaphore_name,
 )
 from sluice.cli.status import cmd_status
-from sluice.errors import SluiceError, TransientError
+from sluice.errors import ConfigurationError, SluiceError, TransientError
+from sluice.pointers import DEFAULT_THRESHOLD
+from sluice.settings import pointer_threshold
 
 CREDENTIAL_CODES = frozenset(
     {"ExpiredToken", "ExpiredTokenException", "InvalidClientTokenId", "UnrecognizedClientException"}
@@ -44,6 +46,13 @@ def _max_value(raw: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{value}: MAX must be >= 0 (0 pauses)")
     return value
+
+
+def _pointer_threshold(raw: str) -> int:
+    try:
+        return pointer_threshold(raw.strip(), source="--pointer-threshold")
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _common(defaults: bool) -> argparse.ArgumentParser:
@@ -85,6 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--group-by", help="field whose value is the FIFO message group (default: the payload key)"
     )
     p.add_argument("--dedup-id", help="deduplication id for a single payload (default: hash of the payload)")
+    p.add_argument(
+        "--pointer-threshold",
+        type=_pointer_threshold,
+        metavar="BYTES",
+        help="store a body over this many bytes in the stack's payload bucket and send a pointer "
+        f"(0 to {DEFAULT_THRESHOLD:,}; default SLUICE_POINTER_THRESHOLD, else {DEFAULT_THRESHOLD:,})",
+    )
     p.set_defaults(func=cmd_enqueue)
 
     p = sub.add_parser("status", parents=common, help="overview, or one payload's record and history")

@@ -28,6 +28,7 @@ OUTPUTS = {
     "TableName": "table_name",
     "StateMachineArn": "state_machine_arn",
     "MaxConcurrencyParameter": "max_parameter",
+    "PayloadBucketName": "payload_bucket",
 }
 ENV_NAMES = {
     "queue_url": "SLUICE_QUEUE_URL",
@@ -35,7 +36,11 @@ ENV_NAMES = {
     "table_name": "SLUICE_TABLE_NAME",
     "state_machine_arn": "SLUICE_STATE_MACHINE_ARN",
     "max_parameter": "SLUICE_MAX_PARAMETER",
+    "payload_bucket": "SLUICE_PAYLOAD_BUCKET",
 }
+# What a command uses unless ``_needs`` says otherwise (the payload bucket only ``enqueue`` uses, and
+# only for a large payload: it is read from the stack when the stack is read anyway).
+DEFAULT_NEEDS = ("queue_url", "dlq_url", "table_name", "state_machine_arn", "max_parameter")
 LAUNCHER_OUTPUT = "LauncherLambdaFunctionQualifiedArn"
 LAUNCHER_RESOURCE = "LauncherLambdaFunction"
 DEFAULT_REGION = "us-east-1"  # the stack's region when nothing names one (stack/region.js)
@@ -180,7 +185,7 @@ def _needs(args: argparse.Namespace) -> tuple[str, ...]:
         "dlq list": ("dlq_url",),
         "dlq delete": ("dlq_url",),
         "dlq redrive": ("queue_url", "dlq_url"),
-    }.get(command, tuple(ENV_NAMES))
+    }.get(command, DEFAULT_NEEDS)
 
 
 def _resolve(args: argparse.Namespace, session: Any) -> tuple[Settings, str | None, dict[str, str]]:

@@ -10,6 +10,7 @@ from sluice.cli.context import Context
 from sluice.cli.render import EXIT_AWS, EXIT_CONFIG, EXIT_OK, EXIT_PARTIAL, progress_bar, usage
 from sluice.enqueue import EnqueueReport, enqueue, read_items
 from sluice.errors import SluiceError, TransientError
+from sluice.pointers import MAX_STORED_BYTES
 from sluice.validation import content_hash, parse_object
 
 ENQUEUE_CHUNK = 100  # items per enqueue call: a failure names the first item not sent
@@ -34,6 +35,9 @@ def cmd_enqueue(ctx: Context) -> int:
                 f"--dedup-id gives every payload the same deduplication id, so SQS would keep only the first "
                 f"of these {len(items)}; use it with a single payload"
             )
+    # A body over the threshold goes to the stack's payload bucket, and its pointer to the queue.
+    payloads = ctx.runtime.payload_objects()
+    threshold = ctx.settings.pointer_threshold if args.pointer_threshold is None else args.pointer_threshold
     report = EnqueueReport()
     unsent = ""
     error: SluiceError | None = None
@@ -49,6 +53,8 @@ def cmd_enqueue(ctx: Context) -> int:
                     group_by=args.group_by,
                     dedup_id=args.dedup_id,
                     progress=advance,
+                    payloads=payloads,
+                    threshold=threshold,
                 )
             except SluiceError as exc:
                 # Earlier chunks went; say exactly where sending stopped. Re-sending the whole input
@@ -58,12 +64,16 @@ def cmd_enqueue(ctx: Context) -> int:
                 break
             report.sent.extend(part.sent)
             report.failed.extend(part.failed)
+            report.stored.update(part.stored)
     for where, reason in report.failed:
         print(f"sluice enqueue: {where}: {reason}", file=sys.stderr)
     if unsent:
         print(f"sluice enqueue: {unsent}", file=sys.stderr)
     repeats = _repeats(items, {w for w, _, _ in report.sent}) if args.dedup_id is None else 0
     human = f"sent {len(report.sent)} of {len(items)} payloads"
+    stored = [(w, report.stored[w]) for w, _, _ in report.sent if w in report.stored]
+    if stored:
+        human += f"; {len(stored)} stored in s3://{ctx.settings.payload_bucket} and sent as pointers"
     if report.failed:
         human += f"; {len(report.failed)} refused (see above)"
     if repeats:
@@ -75,7 +85,15 @@ def cmd_enqueue(ctx: Context) -> int:
         human,
         {
             "total": len(items),
-            "sent": [{"where": w, "key": k, "message_id": m} for w, k, m in report.sent],
+            "sent": [
+                {
+                    "where": w,
+                    "key": k,
+                    "message_id": m,
+                    **({"stored": report.stored[w]} if w in report.stored else {}),
+                }
+                for w, k, m in report.sent
+            ],
             "failed": [{"where": w, "reason": r} for w, r in report.failed],
             "unsent": unsent or None,
             "repeats": repeats,
@@ -93,7 +111,7 @@ def _repeats(items: list[Any], sent: set[str]) -> int:
     for item in items:
         if item.where not in sent:
             continue
-        digest = content_hash(parse_object(item.body))
+        digest = content_hash(parse_object(item.body, max_bytes=MAX_STORED_BYTES))
         repeats += digest in seen
         seen.add(digest)
     return repeats
