@@ -49,17 +49,19 @@ from bench.model import (
     Context,
     System,
 )
-from bench.sim import LambdaFunction
+from bench.sim import LambdaFunction, Parallel, Sim
 from sluice.adapters.memory import MemoryStore
 from sluice.adapters.memory_aws import MemoryExecutions
 from sluice.adapters.ssm import SsmMax
 from sluice.completion import StatusChange, settle_status_change
+from sluice.fanout import Done, Serial
 from sluice.launcher import Launcher
 from sluice.model import ExecutionInfo, TickSummary
 from sluice.settings import Settings
 
 PARAMETER = "/sluice/bench/max-concurrency"
 LINGER_SECONDS = 55
+START_CONCURRENCY = 10  # startConcurrency's default
 
 logging.getLogger("sluice").setLevel(logging.WARNING)  # module loggers Powertools does not ship
 
@@ -78,8 +80,29 @@ def sluice_settings(max_concurrency: int, **overrides: Any) -> Settings:
         linger_seconds=0,
         consistency_window_seconds=60,
         time_reserve_seconds=15,
+        start_concurrency=START_CONCURRENCY,
     )
     return replace(base, **overrides)
+
+
+class SimFanout:
+    """``sluice.fanout.Threads`` in simulated time: up to ``workers`` calls at once, each round
+    taking as long as its slowest call (``bench.sim.Parallel``); their effects happen in order."""
+
+    def __init__(self, sim: Sim, workers: int) -> None:
+        self.sim = sim
+        self.workers = workers
+
+    def each(self, calls: Any) -> list[Done[Any]]:
+        if self.workers <= 1 or len(calls) <= 1:
+            return Serial().each(calls)
+        results: list[Done[Any]] = []
+        for i in range(0, len(calls), self.workers):
+            together = Parallel(self.sim)
+            for call in calls[i : i + self.workers]:
+                results.extend(together.branch(lambda call=call: Serial().each([call])))
+            together.join()
+        return results
 
 
 class SluiceSystem(System):
@@ -134,6 +157,8 @@ class SluiceSystem(System):
             clock=self.sim.clock,
             settings=settings,
             logger=self.log,
+            fan=SimFanout(self.sim, settings.start_concurrency),
+            sleep=self.sim.sleep,
         )
 
     def _emit(self, summary: TickSummary) -> None:

@@ -32,7 +32,10 @@ SERVICE = {"sfn": "states", "stepfunctions": "states"}
 
 def _settings(max_: int, **overrides: Any) -> Settings:
     # No SSM cache and no receive wait: the count must not depend on how fast moto answers.
-    return sluice_settings(max_, max_cache_seconds=0, receive_wait_seconds=0, **overrides)
+    # One start after another: the same calls as side by side, in an order both runs share.
+    return sluice_settings(
+        max_, max_cache_seconds=0, receive_wait_seconds=0, start_concurrency=1, **overrides
+    )
 
 
 def _scenario(
