@@ -1,4 +1,5 @@
-# make soak: the long run of the reliability suite's property test (docs/reliability.md).
+# make soak: the long run of the reliability suite's property tests (docs/reliability.md): the launcher's,
+# the semaphore step's and @exclusive's (the moto-backed ones run a quarter of SOAK_EXAMPLES).
 #   SOAK_EXAMPLES  programs to run (default 100)    SOAK_STEPS  actions per program, at most (default 50)
 #   SOAK_SEED      Hypothesis seed (random unless given; printed, so a run can be repeated)
 # A failure shrinks to a short program, printed as Python with its @reproduce_failure blob, and is
@@ -16,5 +17,6 @@ soak: $(STAMP)
 	@echo "repeat with: make soak SOAK_SEED=$(SOAK_SEED) SOAK_EXAMPLES=$(SOAK_EXAMPLES) SOAK_STEPS=$(SOAK_STEPS)"
 	HYPOTHESIS_PROFILE=soak SOAK_EXAMPLES=$(SOAK_EXAMPLES) SOAK_STEPS=$(SOAK_STEPS) RELIABILITY_REPORT=$(SOAK_REPORT) \
 		$(VENV)/bin/pytest -q --timeout=0 tests/reliability/test_stateful.py \
+		tests/reliability/test_semaphore_stateful.py tests/reliability/test_exclusive_stateful.py \
 		--hypothesis-seed=$(SOAK_SEED) --hypothesis-show-statistics
 	@echo "soak: seed $(SOAK_SEED); figures in $(SOAK_REPORT)"

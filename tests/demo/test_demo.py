@@ -77,3 +77,14 @@ def test_demo_small_batch_never_exceeds_max_and_accounts_for_every_message(tmp_p
     chart = out / "demo-chart.png"
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert chart.stat().st_size > 10_000
+
+    # The semaphore example workflow: every execution passed the section, never more inside at once
+    # than the semaphore's limit, by Step Functions' own history and by the table's holders.
+    section = result["semaphore"]
+    assert section["limit"] == 2 and section["statuses"] == {"SUCCEEDED": section["executions"]}
+    inside = [tuple(i) for i in section["intervals"]]
+    assert len(inside) == section["executions"] and peak(inside) == section["peak_inside"]
+    assert 1 <= peak(inside) <= section["limit"]
+    assert section["peak_holders"] <= section["limit"] and section["holders_left"] == 0
+    assert section["end_events"] == section["executions"]  # the stack's rule routes their ends to it
+    assert "peak inside the section, Step Functions history" in done.stdout

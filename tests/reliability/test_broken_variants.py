@@ -19,6 +19,7 @@ import json
 import re
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -29,6 +30,7 @@ from hypothesis.stateful import run_state_machine_as_test
 import sluice.adapters.dynamodb
 import sluice.adapters.sfn
 import sluice.completion
+import sluice.concurrency
 import sluice.fanout
 import sluice.launcher
 import sluice.ops.maximum
@@ -38,18 +40,25 @@ import sluice.runtime
 from sluice.adapters.dynamo_launch_slots import POOL
 from sluice.adapters.dynamo_slots import release_item
 from sluice.adapters.dynamodb import DynamoStore
+from sluice.adapters.memory_lease import MemoryLeases
 from sluice.adapters.ssm import SsmMax
 from sluice.completion import complete
 from sluice.errors import AmbiguousStartError, InvalidPayload, NotFound, SluiceError, TransientError
 from sluice.launcher import THROTTLED_STARTS, Launcher
+from sluice.lease import LeaseSlot
 from sluice.model import LimitSource, MaxReading, PayloadState
 from sluice.pointers import Pointer
 from sluice.runtime import CLIENT_CONFIG
+from sluice.semaphore import Semaphores
+from sluice.semaphore_model import HandOff, Released, pool_of
+from sluice.semaphore_model import State as SemaphoreState
 from sluice.slots import Capacity
 from tests.integration import test_launcher_moto as launching
 from tests.integration import test_parallel_fill as fill
 from tests.reliability import test_promise_breaks as breaks
+from tests.reliability.exclusive_machine import MemoryExclusiveMachine
 from tests.reliability.machine import SluiceMachine
+from tests.reliability.semaphore_machine import MemorySemaphoreMachine
 from tests.reliability.world import CLAIM_TIMEOUT, VISIBILITY, WINDOW, PromiseBroken, World
 from tests.support.aws import moto_session
 from tests.support.faults import AttemptFaults, CrashAt, Interleave, Throttle
@@ -651,3 +660,145 @@ def test_a_launcher_that_checks_a_pointers_size_but_not_its_checksum_is_caught(m
 
     monkeypatch.setattr(sluice.pointers, "_check_object", size_only)
     caught(altered_object)
+
+
+# -- issue 12: the semaphore step and @exclusive, caught by their property suites --------------------
+#
+# Each variant is patched into Sluice for one test, and the property suite of the semaphore
+# (tests/reliability/semaphore_machine.py, on the memory store) or of @exclusive
+# (tests/reliability/exclusive_machine.py, on MemoryLeases) must break a promise within the budget.
+
+
+def semaphore_suite_fails() -> PromiseBroken:
+    with pytest.raises(PromiseBroken) as failure:
+        run_state_machine_as_test(MemorySemaphoreMachine, settings=BUDGET)
+    print(failure.value)
+    return failure.value
+
+
+# Its boundaries (a clock a few seconds ahead at an expiry, a late release after a takeover) take
+# longer programs to meet; an example costs a few milliseconds.
+EXCLUSIVE_BUDGET = settings(BUDGET, max_examples=150)
+
+
+def exclusive_suite_fails() -> PromiseBroken:
+    with pytest.raises(PromiseBroken) as failure:
+        run_state_machine_as_test(MemoryExclusiveMachine, settings=EXCLUSIVE_BUDGET)
+    print(failure.value)
+    return failure.value
+
+
+def test_the_semaphore_and_exclusive_suites_pass_within_the_budget():
+    run_state_machine_as_test(MemorySemaphoreMachine, settings=BUDGET)
+    run_state_machine_as_test(MemoryExclusiveMachine, settings=EXCLUSIVE_BUDGET)
+
+
+def _take_whatever_the_cap(slots: Any, pool: str, holder: str, now: float) -> int:
+    """A permit written straight into the first shard, as an adoption takes a slot (no cap)."""
+    memory = getattr(slots, "_target", slots)
+    shard = min(s.index for s in memory.occupancy(pool).shards)
+    memory._shard(pool, shard).holders[holder] = now
+    return shard
+
+
+def granting_past_the_limit(self, name, record, now, done):
+    granted = self.store.grant(name, record.holder, record.gen, record.ticket, now)
+    if granted is None:
+        return True
+    shard = self._claim(name, record.holder, now, self._occupancy(name))
+    if shard is None:
+        shard = _take_whatever_the_cap(self.slots, pool_of(name), record.holder, now)
+    if self._still(name, granted, shard):
+        self._deliver(name, granted, shard, now, done, fresh=True)
+    return True
+
+
+def test_a_semaphore_grant_that_ignores_the_limit_is_caught(monkeypatch):
+    monkeypatch.setattr(Semaphores, "_grant", granting_past_the_limit)
+    assert "hold permits after granting" in str(semaphore_suite_fails())
+
+
+def newest_waiter_first(self, semaphore, now=None):
+    """The hand-off serves the line from its tail: the newest live waiter first."""
+    name, now = semaphore, self._now(now)
+    done = HandOff([], [])
+    for _ in range(50):
+        head, tail = self.store.line(name)
+        tickets = [t for t in self.store.tickets(name, head + 1, tail) if t.holder]
+        records = self.store.acquisitions(name, [t.holder for t in tickets])
+        waiting = [
+            records[t.holder]
+            for t in reversed(tickets)
+            if t.holder in records
+            and records[t.holder].state is SemaphoreState.WAITING
+            and (records[t.holder].gen, records[t.holder].ticket) == (t.gen, t.number)
+        ]
+        if not waiting or not self._grant(name, waiting[0], now, done):
+            break
+    return done
+
+
+def test_a_hand_off_to_the_newest_waiter_is_caught(monkeypatch):
+    monkeypatch.setattr(Semaphores, "hand_off", newest_waiter_first)
+    assert "a live waiter ahead of it" in str(semaphore_suite_fails())
+
+
+def test_a_release_not_fenced_by_execution_and_acquisition_is_caught(monkeypatch):
+    """A release that finds nothing of its own frees the oldest permit, as a bare counter would."""
+    release = Semaphores.release
+
+    def freeing_the_oldest_permit(self, semaphore, execution_arn, acquisition_id, now=None):
+        result = release(self, semaphore, execution_arn, acquisition_id, now)
+        if result is Released.NOTHING:
+            occupancy = self.slots.occupancy(pool_of(semaphore))
+            held = sorted((since, h, s.index) for s in occupancy.shards for h, since in s.holders.items())
+            if held:
+                self.slots.release(pool_of(semaphore), held[0][2], held[0][1])
+                self.hand_off(semaphore, now)
+        return result
+
+    monkeypatch.setattr(Semaphores, "release", freeing_the_oldest_permit)
+    assert "without its permit" in str(semaphore_suite_fails())
+
+
+def test_a_sweep_that_never_frees_ended_holders_is_caught(monkeypatch):
+    def hand_off_only(self, semaphore, now=None):
+        self.hand_off(semaphore, now)
+        return []
+
+    monkeypatch.setattr(Semaphores, "reconcile", hand_off_only)
+    assert "still holds a permit" in str(semaphore_suite_fails())
+
+
+def test_an_exclusive_release_not_fenced_by_holder_is_caught(monkeypatch):
+    """The release frees the key whoever holds it: a late release frees the next holder's lock."""
+
+    def unfenced(self, lease, *, state=None, error=None):
+        with self._lock:
+            found = self._items.get((lease.scope, lease.key, lease.slot))
+            if found is None:
+                return False
+            item, kept = found
+            freed = replace(item, holder=None, expires_at=lease.expires_at + self.retention_seconds)
+            self._items[(lease.scope, lease.key, lease.slot)] = (freed, kept)
+            return True
+
+    monkeypatch.setattr(MemoryLeases, "release", unfenced)
+    assert "the table says" in str(exclusive_suite_fails())
+
+
+def test_an_exclusive_lock_that_never_expires_is_caught(monkeypatch):
+    monkeypatch.setattr(LeaseSlot, "admits", lambda self, holder, now: self.holder in (None, holder))
+    exclusive_suite_fails()
+
+
+def test_an_exclusive_lock_that_expires_at_the_deadline_without_the_margin_is_caught(monkeypatch):
+    """A taker whose clock is ahead (within the margin) then takes over while the holder still runs."""
+    timing = sluice.concurrency._timing
+
+    def no_margin(guard, context, ttl, wait_seconds):
+        holder, ttl_at, wait_until = timing(guard, context, ttl, wait_seconds)
+        return holder, lambda t: max(ttl_at(t) - guard.margin, 0.001), wait_until
+
+    monkeypatch.setattr(sluice.concurrency, "_timing", no_margin)
+    assert re.search("inside at once|the table says", str(exclusive_suite_fails()))

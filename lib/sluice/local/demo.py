@@ -13,6 +13,9 @@
           sample running / queue / DLQ                          → dashboard
           │
     account for every message, chart running vs MAX, exit 1 if MAX was exceeded or one is missing
+          │
+    the stack's semaphore example workflow, 6 executions at once, through the deployed semaphore
+    function: never more inside its section than the semaphore's limit (demo_semaphore.py)
 
 The launcher and completion functions run as deployed: the code of the zip fetched back from the
 deployment bucket, in warm worker processes (Lambda's containers, ``sluice.local.lambdas``), with the
@@ -23,6 +26,7 @@ environment GetFunctionConfiguration returns for them. Their logs and metrics go
     demo_batch.py    the workflow, the batch and the producer that sends it
     demo_run.py      the run loop: playing EventBridge, sampling, the dashboard
     demo_report.py   the reckoning: every message's fate, the peak, the summary and the chart
+    demo_semaphore.py  the semaphore example workflow through the deployed semaphore function
 """
 
 from __future__ import annotations
@@ -42,9 +46,11 @@ from typing import Any
 from sluice.local.demo_batch import DEMO_WORKFLOW, Producer, generate_batch, load_batch
 from sluice.local.demo_report import Result, account, summary_lines
 from sluice.local.demo_run import Run
+from sluice.local.demo_semaphore import SectionResult, SemaphoreSection
 from sluice.local.embedded import (
     ACCOUNT,
     REGION,
+    UPDATE_TEMPLATE,
     DeployError,
     EmbeddedAws,
     PackagingError,
@@ -107,6 +113,7 @@ class Demo:
                     raise RuntimeError(f"the stack drives {deployment.outputs['StateMachineArn']}")
                 scheduled = {key for key, _ in deployment.scheduled()}
                 sizes = {key: 1 if key in scheduled else o.workers for key in deployment.functions}
+                section: SectionResult | None = None
                 containers = {
                     key: deployment.containers(key, size=size, log=log) for key, size in sizes.items()
                 }
@@ -128,16 +135,34 @@ class Demo:
                     if producer.error is not None:
                         raise producer.error
                     sent = producer.sent
+                    section = self._semaphore_section(package, deployment, containers)
                 finally:
                     for pool in containers.values():
                         pool.close()
                 result = account(run, o, deployment, sent, started, timed_out)
                 result.log = str(log)
+                if section is not None:
+                    result.semaphore = section.to_dict()
+                    result.problems += section.problems()
+                    result.ok = result.ok and section.ok
                 (o.out / "summary.json").write_text(json.dumps(asdict(result), indent=2, default=str))
                 self._report(result)
                 if o.keep:
                     self._hold(aws)
         return result
+
+    def _semaphore_section(
+        self, package: Path, deployment: Any, containers: dict[str, Any]
+    ) -> SectionResult | None:
+        """The stack's semaphore example workflow, a few executions at once, through the deployed
+        semaphore function (``sluice.local.demo_semaphore``)."""
+        if "semaphore" not in containers or "SemaphoreExampleStateMachineArn" not in deployment.outputs:
+            return None
+        template = json.loads((package / UPDATE_TEMPLATE).read_text())
+        with self._step("Running the semaphore example workflow (6 executions, semaphore 'example')"):
+            return SemaphoreSection(
+                deployment.aws, deployment.outputs, template, containers["semaphore"], deployment.route
+            ).run()
 
     def _report(self, result: Result) -> None:
         for line in summary_lines(result):

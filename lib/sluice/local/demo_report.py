@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 from sluice.local import chart
 from sluice.local.demo_batch import Sent
 from sluice.local.demo_run import Run, ledger_store, queue_depth
+from sluice.local.demo_semaphore import SectionResult
+from sluice.local.demo_semaphore import summary_lines as semaphore_lines
 from sluice.local.deployment import Deployment
 from sluice.names import execution_name
 
@@ -48,6 +50,7 @@ class Result:
     chart: str = ""
     log: str = ""
     timeline: dict[str, Any] = field(default_factory=dict)
+    semaphore: dict[str, Any] = field(default_factory=dict)  # the semaphore part (demo_semaphore.py)
 
 
 def account(
@@ -249,5 +252,7 @@ def summary_lines(r: Result) -> list[str]:
     ]
     for reason in list(dict.fromkeys(r.dlq_reasons.values()))[:6]:
         lines.append(f"    DLQ reason: {reason}")
+    if r.semaphore:
+        lines += semaphore_lines(SectionResult(**r.semaphore))
     lines.append("RESULT: " + ("OK" if r.ok else "FAILED: " + "; ".join(r.problems)))
     return lines

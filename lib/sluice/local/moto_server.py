@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import sys
 import time
 from datetime import datetime
@@ -179,6 +180,9 @@ def serve() -> None:
 
     warnings.filterwarnings("ignore", message="Tried to parse AWS::", category=UserWarning)
     endpoint = start_server()
+    # Step Functions' service integrations (an sqs:sendMessage task) call back into the server at
+    # localhost:MOTO_PORT: this server's port, not moto's default 5000.
+    os.environ["MOTO_PORT"] = endpoint.rsplit(":", 1)[1]
     print(endpoint, flush=True)
     try:
         sys.stdin.read()
