@@ -9,6 +9,18 @@ on the execution name and conditional on that name still holding the lease:
 
 A set ``DELETE`` on the ledger removes A at most once, so the slot count never goes negative.
 Messages parked behind A (deferred duplicates) go back to the queue once A is released.
+
+The release writes the key's receipt (``sluice.receipts``) in the same transaction, with the output
+from the event (``detail.output``), else from DescribeExecution. An execution redriven and adopted
+back may have ended a second time before an event of its first end arrives late:
+
+    A FAILED at t1 ──► released, receipt A FAILED
+    A redriven, adopted (RUNNING again) ──► A SUCCEEDED at t2 (its event lost)
+    late repeat of A(FAILED, stopDate t1) ──► DescribeExecution(A): SUCCEEDED, stopped t2 ≠ t1
+                                          ──► nothing (reconciliation releases A as SUCCEEDED)
+
+So an adopted execution is released by an event only when Step Functions reports it ended, and
+ended at that event's stop date.
 """
 
 from __future__ import annotations
@@ -19,9 +31,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sluice.model import ClaimFence, ExecutionRecord, ExecutionStatus, PayloadState
+from sluice.model import ClaimFence, ExecutionInfo, ExecutionRecord, ExecutionStatus, PayloadState
 from sluice.parking import wake
 from sluice.ports import Executions, Queue, Store
+from sluice.receipts import Outputs, ReceiptOutput
 
 log = logging.getLogger("sluice.completion")
 
@@ -39,12 +52,19 @@ class StatusChange:
     stop_date: float | None = None
     error: str | None = None
     cause: str | None = None
+    output: str | None = None  # ``detail.output``: the output as JSON text, when the event carries it
+    output_known: bool = False  # the event says what the output is (so no DescribeExecution for it)
 
     @classmethod
     def from_event(cls, event: Mapping[str, Any]) -> StatusChange:
         detail = event.get("detail") or {}
         stop = detail.get("stopDate")
+        output = detail.get("output")
+        included = (detail.get("outputDetails") or {}).get("included")
         return cls(
+            output=output if isinstance(output, str) else None,
+            # EventBridge leaves the output out (``included`` false) when it is too big for an event.
+            output_known=isinstance(output, str) or included is True,
             name=str(detail.get("name", "")),
             status=str(detail.get("status", "")),
             state_machine_arn=str(detail.get("stateMachineArn", "")),
@@ -71,8 +91,11 @@ def complete(
     ended_at: float | None = None,
     fence: ClaimFence | None = None,
     confirm: Callable[[ExecutionRecord], bool] | None = None,
+    output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
 ) -> ExecutionRecord | None:
-    """Release ``name``, record ``state`` and wake what waits for it. The one path every release takes."""
+    """Release ``name``, record ``state`` (with the receipt: ``output`` is asked for what to keep of
+    the output, only when the release happens) and wake what waits for it. The one path every
+    release takes."""
     released = store.release(
         name=name,
         state=state,
@@ -82,6 +105,7 @@ def complete(
         ended_at=ended_at,
         fence=fence,
         confirm=confirm,
+        output=output,
     )
     if released is not None and released.parked:
         wake(store=store, queue=queue, record=released, now=now)
@@ -108,6 +132,7 @@ def handle_status_change(
     state_machine_arn: str,
     now: float,
     executions: Executions | None = None,
+    outputs: Outputs | None = None,
 ) -> bool:
     """Apply one status-change event. True when it freed a slot."""
     released = settle_status_change(
@@ -117,6 +142,7 @@ def handle_status_change(
         state_machine_arn=state_machine_arn,
         now=now,
         executions=executions,
+        outputs=outputs,
     )
     return released is not None
 
@@ -129,6 +155,7 @@ def settle_status_change(
     state_machine_arn: str,
     now: float,
     executions: Executions | None = None,
+    outputs: Outputs | None = None,
 ) -> ExecutionRecord | None:
     """Apply one status-change event. The released execution's record as it was (its ``shard`` is
     the slot freed), or None when the event freed nothing."""
@@ -139,17 +166,89 @@ def settle_status_change(
         return None
     if not change.terminal:
         return None
+    confirm = None
+    if executions is not None:
+        executions = _Described(executions)  # one DescribeExecution at most, whoever asks
+        confirm = _both(_ended_by_its_own_word(executions), _ended_at_this_events_stop(executions, change))
     return complete(
         store=store,
         queue=queue,
-        confirm=_ended_by_its_own_word(executions) if executions is not None else None,
+        confirm=confirm,
         name=change.name,
         state=PayloadState.after(change.status),
         now=now,
         error=change.error,
         cause=change.cause,
         ended_at=change.stop_date,
+        output=_event_output(change, executions, outputs or Outputs()),
     )
+
+
+def output_from(
+    text: str | None, outputs: Outputs | None
+) -> Callable[[ExecutionRecord], ReceiptOutput | None]:
+    """What a release keeps of an output already in hand (DescribeExecution's)."""
+    return lambda record: (outputs or Outputs()).keep(text)
+
+
+def _event_output(
+    change: StatusChange, executions: Executions | None, outputs: Outputs
+) -> Callable[[ExecutionRecord], ReceiptOutput | None]:
+    """The event's output; when the event left it out, DescribeExecution's (asked only for a
+    SUCCEEDED run that is really released: a repeated event asks nothing)."""
+
+    def keep(record: ExecutionRecord) -> ReceiptOutput | None:
+        if change.output_known or executions is None or change.status != ExecutionStatus.SUCCEEDED:
+            return outputs.keep(change.output)
+        info = executions.describe(record.name, record.arn)
+        return outputs.keep(info.output if info is not None else None)
+
+    return keep
+
+
+class _Described:
+    """An ``Executions`` that asks DescribeExecution once per execution for one event."""
+
+    def __init__(self, executions: Executions) -> None:
+        self._executions = executions
+        self._seen: dict[str, ExecutionInfo | None] = {}
+        self.state_machine_arn = executions.state_machine_arn
+
+    def describe(self, name: str, arn: str | None = None) -> ExecutionInfo | None:
+        if name not in self._seen:
+            self._seen[name] = self._executions.describe(name, arn)
+        return self._seen[name]
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._executions, attr)
+
+
+def _both(
+    first: Callable[[ExecutionRecord], bool], second: Callable[[ExecutionRecord], bool]
+) -> Callable[[ExecutionRecord], bool]:
+    return lambda record: first(record) and second(record)
+
+
+def _ended_at_this_events_stop(
+    executions: Executions, change: StatusChange
+) -> Callable[[ExecutionRecord], bool]:
+    """An adopted execution that has ended again: the event must be of that end, not of its earlier
+    run (its stop date is Step Functions' own, to the millisecond), or its receipt would be the
+    earlier run's. Asked of adopted executions only."""
+
+    def confirm(record: ExecutionRecord) -> bool:
+        if change.stop_date is None:
+            return True
+        info = executions.describe(record.name, record.arn)
+        if info is None or info.stop_date is None or abs(info.stop_date - change.stop_date) < 0.002:
+            return True
+        log.info(
+            "event of an earlier end of a redriven execution ignored",
+            extra={"execution_name": record.name},
+        )
+        return False
+
+    return confirm
 
 
 def _ended_by_its_own_word(executions: Executions) -> Callable[[ExecutionRecord], bool]:

@@ -22,6 +22,7 @@ from typing import Any
 from sluice.adapters.errors import translated
 from sluice.errors import InvalidPayload
 from sluice.pointers import DEFAULT_THRESHOLD, MAX_STORED_BYTES, PayloadObjects, store
+from sluice.receipts import ONCE_ATTRIBUTE
 from sluice.validation import KEY_ATTRIBUTE, MAX_INPUT_BYTES, content_hash, parse_object, payload_key
 
 BATCH = 10
@@ -116,6 +117,7 @@ def enqueue(
     progress: Callable[[int], None] | None = None,
     payloads: PayloadObjects | None = None,
     threshold: int = DEFAULT_THRESHOLD,
+    once: bool = False,
 ) -> EnqueueReport:
     """Send ``items``. With ``payloads`` (the stack's bucket), a body over ``threshold`` bytes is stored
     there and sent as a pointer; without it, such a body is sent as it is, up to 262,144 bytes."""
@@ -138,7 +140,11 @@ def enqueue(
                 "MessageBody": p.body,
                 "MessageGroupId": p.group_id,
                 "MessageDeduplicationId": p.dedup_id,
-                "MessageAttributes": {KEY_ATTRIBUTE: {"DataType": "String", "StringValue": p.key}},
+                "MessageAttributes": {
+                    KEY_ATTRIBUTE: {"DataType": "String", "StringValue": p.key},
+                    # run the key successfully at most once (sluice.receipts)
+                    **({ONCE_ATTRIBUTE: {"DataType": "String", "StringValue": "true"}} if once else {}),
+                },
             }
             for i, p in enumerate(batch)
         ]

@@ -78,3 +78,12 @@ class LeaseHeld(ClaimRejected):
     def __init__(self, existing: PayloadRecord) -> None:
         super().__init__(f"payload {existing.key!r} is held by execution {existing.holder!r}")
         self.existing = existing
+
+
+class AlreadyDone(ClaimRejected):
+    """A run-once claim (``sluice-once``) of a key that has SUCCEEDED already: nothing to run.
+    ``existing`` is the payload record as the failed claim saw it (``succeeded_by`` set)."""
+
+    def __init__(self, existing: PayloadRecord) -> None:
+        super().__init__(f"payload {existing.key!r} succeeded already ({existing.succeeded_by})")
+        self.existing = existing

@@ -22,6 +22,10 @@ Per message the order is fixed; each step is safe to die after:
     dies after mark     the lease names this very message: delete it, start nothing.
     dies after delete   nothing left to do.
 
+A run-once message (``sluice-once: true``) whose key has SUCCEEDED already fails its claim with
+``AlreadyDone`` (the check is in the claim's own condition): it is deleted and recorded, nothing
+starts. Why the check cannot be a read before the claim: ``sluice.receipts``.
+
 Admission is exact across concurrent launchers because the slot is taken by a conditional write
 on one shard of the slots (``size(holders) < cap``), in the same transaction as the payload's
 lease, and the caps add up to the limit in force. The claim passes no limit: the caps are the
@@ -38,8 +42,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import groupby
 
-from sluice.completion import StatusChange, complete, settle_status_change
+from sluice.completion import StatusChange, complete, output_from, settle_status_change
 from sluice.errors import (
+    AlreadyDone,
     AmbiguousStartError,
     ConfigurationError,
     InvalidPayload,
@@ -53,6 +58,7 @@ from sluice.names import execution_name, origin_id
 from sluice.parking import park
 from sluice.pointers import PayloadObjects, check_pointer
 from sluice.ports import Clock, Executions, Fanout, MaxSource, Queue, Store
+from sluice.receipts import Outputs, is_once
 from sluice.reconcile import reconcile
 from sluice.settings import DuplicatePolicy, Settings
 from sluice.validation import validate_message
@@ -92,6 +98,7 @@ class Launcher:
         self.sleep = sleep if sleep is not None else getattr(clock, "sleep", time.sleep)
         self.pacer = Pacer(settings.start_rate, settings.start_burst, clock=clock, sleep=self.sleep)
         self.payloads = payloads  # the bucket of stored payloads that pointers name (sluice.pointers)
+        self.outputs = Outputs(payloads, settings.receipt_inline_bytes)  # receipts' outputs
         self.identity = uuid.uuid4().hex[:16]  # this container, as a reconciler marking claims
         self._checked_at: float | None = None
 
@@ -113,6 +120,7 @@ class Launcher:
                 reconciler=self.identity,
                 logger=self.log,
                 max_source=self.max_source,
+                outputs=self.outputs,
             )
             summary.reconciled = True
             summary.released_by_reconcile = report.released
@@ -131,6 +139,7 @@ class Launcher:
             state_machine_arn=self.executions.state_machine_arn,
             now=self.clock.now(),
             executions=self.executions,
+            outputs=self.outputs,
         )
         if released is None:
             return False, None, ""
@@ -337,7 +346,21 @@ class Launcher:
                 arn=self.executions.arn_for(name),
                 now=now,
                 claim_expires_at=claim_expires_at,
+                once=is_once(payload.message),
             )
+        except AlreadyDone as done_before:
+            # A run-once message of a key that has SUCCEEDED: acknowledged, recorded, not started.
+            self.store.record_already_done(
+                key=payload.key, message_id=payload.message.message_id, now=self.clock.now()
+            )
+            done.append(payload.message)
+            self._log(
+                "run-once payload succeeded already; not started",
+                payload,
+                done_before.existing.succeeded_by,
+                Outcome.ALREADY_DONE,
+            )
+            return Outcome.ALREADY_DONE
         except LeaseHeld as held:
             if held.existing.holder != name:
                 return self._duplicate(payload, held, done)
@@ -431,6 +454,7 @@ class Launcher:
                 error=info.error,
                 cause=info.cause,
                 ended_at=info.stop_date,
+                output=output_from(info.output, self.outputs),
             )
             return None
         if self.settings.duplicate_policy is DuplicatePolicy.DEFER:
@@ -488,6 +512,7 @@ class Launcher:
             error=info.error,
             cause=info.cause,
             ended_at=info.stop_date,
+            output=output_from(info.output, self.outputs),
         )
         done.append(payload.message)
         self._log("redelivered message already ran", payload, name, Outcome.ALREADY_RAN)

@@ -92,6 +92,7 @@ class Outcome(StrEnum):
     INVALID = "invalid"  # dead-lettered with a reason
     RETURNED = "returned"  # no slot after all (lost a race): made visible again, untouched
     INTERRUPTED = "interrupted"  # a transient AWS error stopped the tick; retried later
+    ALREADY_DONE = "already_done"  # a run-once message whose key has SUCCEEDED already: deleted, recorded
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +129,9 @@ class PayloadRecord:
     updated_at: float = 0.0
     expires_at: int = 0
     reason: str | None = None
+    receipt: str | None = None  # the execution whose end is the key's receipt (the latest ended run)
+    succeeded_by: str | None = None  # the first execution of this key that SUCCEEDED; never removed
+    already_done: int = 0  # run-once messages acknowledged as already done (sluice.receipts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +159,10 @@ class ExecutionRecord:
     adopted_at: float | None = None  # ran again after its release (a redrive) and was taken back
     blocked_by: str | None = None  # an unstarted claim that must yield to a redriven run of its key
     shard: int | None = None  # the slot shard it holds (None: claimed before the shards, in LEDGER)
+    once: bool = False  # claimed by a run-once message (``sluice-once: true``)
+    output: str | None = None  # its output as JSON text, when at most the inline size (sluice.receipts)
+    output_ref: str | None = None  # else the pointer to it in the payload bucket, as JSON text
+    output_size: int | None = None  # the output's size in bytes (None: it had none, or not ended)
 
     @property
     def fence(self) -> ClaimFence | None:
@@ -303,6 +311,7 @@ class ExecutionInfo:
     stop_date: float | None = None
     error: str | None = None
     cause: str | None = None
+    output: str | None = None  # DescribeExecution's output (JSON text), when it ended with one
 
     @property
     def ended(self) -> bool:

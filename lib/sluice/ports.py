@@ -24,6 +24,7 @@ from sluice.model import (
     StartedExecution,
     StartResult,
 )
+from sluice.receipts import ReceiptOutput
 
 
 class Clock(Protocol):
@@ -142,12 +143,14 @@ class Store(Protocol):
         now: float,
         claim_expires_at: float,
         arn: str | None = None,
+        once: bool = False,
     ) -> None:
         """Take a slot and the payload's lease for ``name``, under the limit in force at the write.
 
         Raises ``LeaseHeld`` (with the existing record) when the payload's lease is live, including
         when ``name`` itself holds it, and ``SlotsFull`` when no slot is free (or no limit was ever
-        put in force).
+        put in force). With ``once`` (a run-once message), raises ``AlreadyDone`` when the key has
+        SUCCEEDED already (``PayloadRecord.succeeded_by``), checked in the claim's own write.
         """
         ...
 
@@ -196,8 +199,14 @@ class Store(Protocol):
         ended_at: float | None = None,
         fence: ClaimFence | None = None,
         confirm: Callable[[ExecutionRecord], bool] | None = None,
+        output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
     ) -> ExecutionRecord | None:
         """Free ``name``'s slot and lease and record ``state``; only if ``name`` holds them.
+
+        An ended ``state`` is the key's receipt (``sluice.receipts``): the payload record names
+        ``name`` as its receipt (and as ``succeeded_by`` on the key's first SUCCEEDED), and the
+        execution record keeps what ``output`` (asked with the record, only when it is released)
+        returns, all in the release's own write.
 
         With ``fence``, only if the claim is still CLAIMED, unrenewed and marked as the fence says.
         With ``confirm``, an execution adopted after a redrive is released only if ``confirm``
@@ -215,6 +224,10 @@ class Store(Protocol):
         ...
 
     def record_duplicate(self, *, key: str, message_id: str, now: float) -> None: ...
+
+    def record_already_done(self, *, key: str, message_id: str, now: float) -> None:
+        """Count a run-once message of a key that had SUCCEEDED already (``already_done``)."""
+        ...
 
     def record_invalid(self, *, key: str, reason: str, now: float) -> None: ...
 

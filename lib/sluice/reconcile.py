@@ -41,11 +41,12 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, dataclass
 
-from sluice.completion import complete
+from sluice.completion import complete, output_from
 from sluice.errors import ConfigurationError, TransientError
 from sluice.model import ExecutionRecord, LimitSource, PayloadState
 from sluice.parking import sweep
 from sluice.ports import Clock, Executions, MaxSource, Queue, Store
+from sluice.receipts import Outputs
 from sluice.settings import Settings
 
 log = logging.getLogger("sluice.reconcile")
@@ -73,6 +74,7 @@ def reconcile(
     reconciler: str,
     logger: logging.Logger | logging.LoggerAdapter | None = None,
     max_source: MaxSource | None = None,
+    outputs: Outputs | None = None,
 ) -> ReconcileReport:
     logger = logger or log
     h1 = store.ledger().holders
@@ -121,6 +123,7 @@ def reconcile(
                 error=info.error,
                 cause=info.cause,
                 ended_at=info.stop_date,
+                output=output_from(info.output, outputs),
             )
             released += 1
         elif record.state is PayloadState.CLAIMED:

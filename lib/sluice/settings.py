@@ -9,6 +9,7 @@ from enum import StrEnum
 
 from sluice.errors import ConfigurationError
 from sluice.pointers import DEFAULT_THRESHOLD
+from sluice.receipts import DEFAULT_INLINE_BYTES, MAX_INLINE_BYTES
 from sluice.semaphore_service import parse_limits
 
 
@@ -57,6 +58,9 @@ class Settings:
     # `sluice enqueue` stores a payload there and sends a pointer.
     payload_bucket: str = ""
     pointer_threshold: int = DEFAULT_THRESHOLD
+    # Receipts (sluice.receipts): an output up to this many bytes is kept on the execution record,
+    # a larger one in the payload bucket.
+    receipt_inline_bytes: int = DEFAULT_INLINE_BYTES
 
     @property
     def retention_seconds(self) -> int:
@@ -113,6 +117,7 @@ class Settings:
             pointer_threshold=pointer_threshold(
                 text("SLUICE_POINTER_THRESHOLD"), source="SLUICE_POINTER_THRESHOLD"
             ),
+            receipt_inline_bytes=inline_bytes(integer("SLUICE_RECEIPT_INLINE_BYTES", DEFAULT_INLINE_BYTES)),
         )
 
     def require(self, *names: str) -> Settings:
@@ -127,6 +132,16 @@ class Settings:
         if missing:
             raise ConfigurationError(f"missing setting(s): {', '.join(missing)}")
         return self
+
+
+def inline_bytes(value: int) -> int:
+    """The largest output a receipt keeps inline (``SLUICE_RECEIPT_INLINE_BYTES``): 0 to 100,000."""
+    if value > MAX_INLINE_BYTES:
+        raise ConfigurationError(
+            f"SLUICE_RECEIPT_INLINE_BYTES={value} must be at most {MAX_INLINE_BYTES:,} (a larger output "
+            "goes to the payload bucket; the execution record must stay under DynamoDB's 400 KB)"
+        )
+    return value
 
 
 def pointer_threshold(raw: str, *, source: str) -> int:

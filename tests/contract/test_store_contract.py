@@ -212,3 +212,98 @@ def test_concurrent_claims_never_exceed_the_limit(store):
         t.join()
     assert not errors
     assert len(won) == 4 and store.ledger().holders == set(won)
+
+
+# -- receipts and run-once keys (sluice.receipts) ------------------------------------------------
+
+
+def once_claim(store, key: str, name: str, *, now: float = NOW) -> None:
+    store.set_limit(LimitSource(5, None))
+    store.claim(key=key, name=name, message_id=f"m-{name}", now=now, claim_expires_at=now + 900, once=True)
+
+
+def test_an_ended_release_writes_the_receipt_with_its_output(store):
+    from sluice.receipts import ReceiptOutput, read_receipt
+
+    claim(store, "k", "n1")
+    store.mark_running(key="k", name="n1", arn="arn:n1", started_at=NOW + 1, now=NOW + 1)
+    asked = []
+
+    def output(record):
+        asked.append(record.name)
+        return ReceiptOutput(inline='{"ok":1}', size=8)
+
+    store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW + 9, ended_at=NOW + 8, output=output)
+    receipt = read_receipt(store, "k")
+    assert (receipt.name, receipt.outcome, receipt.arn) == ("n1", PayloadState.SUCCEEDED, "arn:n1")
+    assert (receipt.started_at, receipt.stopped_at, receipt.output, receipt.output_size) == (
+        NOW + 1,
+        NOW + 8,
+        '{"ok":1}',
+        8,
+    )
+    assert receipt.succeeded_by == "n1" and asked == ["n1"]
+    # A repeated release writes nothing and asks for no output.
+    assert store.release(name="n1", state=PayloadState.FAILED, now=NOW + 20, output=output) is None
+    assert read_receipt(store, "k").outcome is PayloadState.SUCCEEDED and asked == ["n1"]
+
+
+def test_a_later_run_replaces_the_receipt_but_not_the_first_success(store):
+    from sluice.receipts import ReceiptOutput, read_receipt
+
+    claim(store, "k", "n1")
+    store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW + 1)
+    claim(store, "k", "n2", now=NOW + 2)
+    store.release(
+        name="n2",
+        state=PayloadState.FAILED,
+        now=NOW + 3,
+        error="E",
+        cause="C",
+        output=lambda r: ReceiptOutput(pointer='{"uri":"s3://b/outputs/x"}', size=9),
+    )
+    receipt = read_receipt(store, "k")
+    assert (receipt.name, receipt.outcome, receipt.error, receipt.cause) == (
+        "n2",
+        PayloadState.FAILED,
+        "E",
+        "C",
+    )
+    assert receipt.output is None and receipt.output_pointer == {"uri": "s3://b/outputs/x"}
+    assert receipt.succeeded_by == "n1"
+
+
+def test_a_release_without_a_run_writes_no_receipt(store):
+    from sluice.receipts import read_receipt
+
+    claim(store, "k", "n1")
+    store.release(name="n1", state=PayloadState.RELEASED, now=NOW + 1, error="refused")
+    assert read_receipt(store, "k") is None and store.payload("k").succeeded_by is None
+
+
+def test_a_once_claim_of_a_key_that_succeeded_is_already_done(store):
+    from sluice.errors import AlreadyDone
+
+    once_claim(store, "k", "n1")
+    assert store.execution("n1").once
+    store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW + 1)
+    assert store.payload("k").expires_at == 0  # a once-key's success is kept
+    with pytest.raises(AlreadyDone) as done:
+        once_claim(store, "k", "n2")
+    assert done.value.existing.succeeded_by == "n1"
+    assert store.ledger().holders == frozenset() and store.execution("n2") is None
+    claim(store, "k", "n3")  # a message without the attribute runs as before
+    assert store.payload("k").holder == "n3"
+
+
+def test_a_once_claim_after_a_failure_runs(store):
+    once_claim(store, "k", "n1")
+    store.release(name="n1", state=PayloadState.FAILED, now=NOW + 1)
+    once_claim(store, "k", "n2")
+    assert store.payload("k").holder == "n2"
+
+
+def test_already_done_is_counted(store):
+    store.record_already_done(key="k", message_id="m1", now=NOW)
+    store.record_already_done(key="k", message_id="m2", now=NOW)
+    assert store.payload("k").already_done == 2

@@ -802,3 +802,68 @@ def test_an_exclusive_lock_that_expires_at_the_deadline_without_the_margin_is_ca
 
     monkeypatch.setattr(sluice.concurrency, "_timing", no_margin)
     assert re.search("inside at once|the table says", str(exclusive_suite_fails()))
+
+
+# -- receipts and run-once keys (sluice.receipts) ------------------------------------------------------
+
+
+def once_twice(make_world: Callable[..., World]) -> None:
+    """A run-once key SUCCEEDED; a second once-message of its key arrives, first after the event,
+    then racing it (the holder ended, its event still on the way). Nothing may start again.
+    (Message attributes and receipts: on a moto stack, as the integration tests run it.)"""
+    from tests.integration import test_receipts_moto as receipts
+    from tests.support.aws import build_stack, moto_session
+
+    with moto_session() as session:
+        receipts.once_race(build_stack(session, name="sluice-once-race"))
+        receipts.test_a_once_key_that_succeeded_is_acknowledged_not_started(
+            build_stack(session, name="sluice-once-after")
+        )
+
+
+def test_the_once_scenario_holds():
+    run(once_twice)
+
+
+def test_a_launcher_that_ignores_sluice_once_is_caught(monkeypatch):
+    monkeypatch.setattr(sluice.launcher, "is_once", lambda message: False)
+    caught(once_twice)
+
+
+def test_a_claim_without_the_once_condition_is_caught(monkeypatch):
+    monkeypatch.setattr(sluice.adapters.dynamodb, "_only_once", lambda items: None)
+    caught(once_twice)
+
+
+def earlier_end_after_a_redrive(make_world: Callable[..., World]) -> None:
+    """p0 FAILED and was released; redriven and adopted, it SUCCEEDED, and EventBridge then delivered
+    p0's first FAILED event again. The receipt must say how p0 really ended last: SUCCEEDED."""
+    from sluice.receipts import read_receipt
+
+    world = make_world(max_concurrency=1)
+    world.send(body("p0"), group="g0")
+    world.tick("A")
+    (p0,) = world.model.running
+    world.end(p0, "FAILED")
+    assert world.deliver(0) == "ok"
+    world.redrive(p0)
+    world.advance(WINDOW + 1)
+    world.tick("A")  # adopted
+    world.end(p0, "SUCCEEDED")  # its event still owed
+    world.redeliver(0)  # the FAILED event of the earlier end, once more
+    world.settle()
+    receipt = read_receipt(world.stack.runtime().store(), "p0")
+    assert receipt is not None and receipt.outcome is PayloadState.SUCCEEDED, (
+        f"the receipt of p0 says {receipt}: an earlier end's event overwrote its later end"
+    )
+
+
+def test_the_earlier_end_after_a_redrive_scenario_holds():
+    run(earlier_end_after_a_redrive)
+
+
+def test_a_receipt_overwritten_by_an_earlier_ends_event_is_caught(monkeypatch):
+    monkeypatch.setattr(
+        sluice.completion, "_ended_at_this_events_stop", lambda executions, change: lambda record: True
+    )
+    caught(earlier_end_after_a_redrive)

@@ -143,16 +143,35 @@ class Stack:
 
     # -- playing Step Functions and EventBridge --------------------------------------------------
 
-    def finish(self, name: str, status: str = "SUCCEEDED", *, error: str | None = None) -> dict[str, Any]:
-        """End a RUNNING execution in moto and return the status-change event AWS would send."""
+    def finish(
+        self,
+        name: str,
+        status: str = "SUCCEEDED",
+        *,
+        error: str | None = None,
+        output: str | None = None,
+        output_in_event: bool = True,
+    ) -> dict[str, Any]:
+        """End a RUNNING execution in moto and return the status-change event AWS would send: with
+        the same stop date, and ``output`` in it unless ``output_in_event`` is False (EventBridge
+        leaves out an output too big for an event: ``outputDetails.included`` false)."""
         backend = stepfunctions_backends[DEFAULT_ACCOUNT_ID][REGION]
         arn = self.runtime().executions().arn_for(name)
         execution = backend.describe_execution(arn)
         execution.status = status
         execution.stop_date = datetime.now(UTC)
+        execution.output = output
         if error:
             execution.error, execution.cause = error, f"{error} cause"
-        return status_change_event(self.settings.state_machine_arn, name, status, error=error)
+        return status_change_event(
+            self.settings.state_machine_arn,
+            name,
+            status,
+            error=error,
+            stop=execution.stop_date,
+            output=output if output_in_event else None,
+            output_included=output_in_event,
+        )
 
 
 def scheduled_event() -> dict[str, Any]:
@@ -171,11 +190,20 @@ def scheduled_event() -> dict[str, Any]:
 
 
 def status_change_event(
-    state_machine_arn: str, name: str, status: str, *, error: str | None = None, input_json: str = "{}"
+    state_machine_arn: str,
+    name: str,
+    status: str,
+    *,
+    error: str | None = None,
+    input_json: str = "{}",
+    stop: datetime | None = None,
+    output: str | None = None,
+    output_included: bool = True,
 ) -> dict[str, Any]:
     """EventBridge "Step Functions Execution Status Change", as documented."""
     execution_arn = state_machine_arn.replace(":stateMachine:", ":execution:") + f":{name}"
-    now_ms = int(datetime.now(UTC).timestamp() * 1000)
+    now_ms = int((stop or datetime.now(UTC)).timestamp() * 1000)
+    ended = status != "RUNNING"
     return {
         "version": "0",
         "id": str(uuid.uuid4()),
@@ -193,9 +221,9 @@ def status_change_event(
             "startDate": now_ms - 1000,
             "stopDate": now_ms if status != "RUNNING" else None,
             "input": input_json,
-            "output": None,
+            "output": output,
             "inputDetails": {"included": True},
-            "outputDetails": None,
+            "outputDetails": {"included": output_included} if ended else None,
             "error": error,
             "cause": f"{error} cause" if error else None,
         },

@@ -22,10 +22,10 @@ class Run:
         return json.loads(self.out)
 
 
-def sluice(capsys: Any, *argv: Any, session: Any = None) -> Run:
-    """``sluice ARGV...`` with stdout and stderr captured."""
+def sluice(capsys: Any, *argv: Any, session: Any = None, clock: Any = None) -> Run:
+    """``sluice ARGV...`` with stdout and stderr captured (``clock``: a ``FakeClock`` for ``wait``)."""
     capsys.readouterr()
-    code = main([str(a) for a in argv], session=session)
+    code = main([str(a) for a in argv], session=session, clock=clock)
     out, err = capsys.readouterr()
     return Run(code, out, err)
 

@@ -86,6 +86,9 @@ def to_payload(raw: dict[str, Any], default_key: str = "") -> PayloadRecord:
         updated_at=float(raw.get("updated_at", 0)),
         expires_at=int(raw.get("expires_at", 0)),
         reason=raw.get("reason"),
+        receipt=raw.get("receipt"),
+        succeeded_by=raw.get("succeeded_by"),
+        already_done=int(raw.get("already_done", 0)),
     )
 
 
@@ -110,6 +113,10 @@ def to_execution(raw: dict[str, Any]) -> ExecutionRecord:
         adopted_at=opt_float(raw.get("adopted_at")),
         blocked_by=raw.get("blocked_by"),
         shard=None if raw.get("shard") is None else int(raw["shard"]),
+        once=bool(raw.get("once", False)),
+        output=raw.get("output"),
+        output_ref=raw.get("output_ref"),
+        output_size=None if raw.get("output_size") is None else int(raw["output_size"]),
     )
 
 

@@ -1,7 +1,8 @@
 """Records in the Sluice table that are neither slots nor leases: reads of payload and execution
 records, a payload's duplicate and invalid marks, and reconciliation's figures in LEDGER.
 
-    PAYLOAD#<key>   duplicates, last_duplicate; state INVALID with a reason (only while unleased)
+    PAYLOAD#<key>   duplicates, last_duplicate; already_done, last_already_done (run-once
+                    messages of a key that had SUCCEEDED); state INVALID with a reason (only while unleased)
     EXEC#<name>     read here, written with the slots and leases (sluice.adapters.dynamodb)
     LEDGER          external (with external_count, its number), counts (the numbering counter),
                     drift, reconciled_at
@@ -44,6 +45,15 @@ class RecordsTable(ParkingTable):
                 TableName=self.table,
                 Key={"pk": {"S": payload_pk(key)}},
                 UpdateExpression="SET updated_at = :now, last_duplicate = :mid ADD duplicates :one",
+                ExpressionAttributeValues=values(now=now, mid=message_id, one=1),
+            )
+
+    def record_already_done(self, *, key: str, message_id: str, now: float) -> None:
+        with translated("UpdateItem"):
+            self.client.update_item(
+                TableName=self.table,
+                Key={"pk": {"S": payload_pk(key)}},
+                UpdateExpression="SET updated_at = :now, last_already_done = :mid ADD already_done :one",
                 ExpressionAttributeValues=values(now=now, mid=message_id, one=1),
             )
 

@@ -53,7 +53,7 @@ from sluice.adapters.dynamo_parking import PARKED_PK
 from sluice.adapters.dynamo_records import RecordsTable
 from sluice.adapters.dynamo_slots import DynamoSlots
 from sluice.adapters.dynamo_table import DEFAULT_RETENTION
-from sluice.errors import LeaseHeld, SlotsFull, TransientError
+from sluice.errors import AlreadyDone, LeaseHeld, SlotsFull, TransientError
 from sluice.model import (
     ClaimFence,
     ExecutionRecord,
@@ -63,6 +63,7 @@ from sluice.model import (
     StartedExecution,
     record_expiry,
 )
+from sluice.receipts import ReceiptOutput
 from sluice.slots import DEFAULT_PER_SHARD
 
 __all__ = [
@@ -119,6 +120,7 @@ class DynamoStore(RecordsTable):
         now: float,
         claim_expires_at: float,
         arn: str | None = None,
+        once: bool = False,
     ) -> None:
         if self.launch_slots.view is None:
             self.launch_slots.ledger()
@@ -127,7 +129,7 @@ class DynamoStore(RecordsTable):
                 self.launch_slots.ledger()  # no shard had room as last read: read the pool again, once
             self.launch_slots.thaw()
             for shard in self.launch_slots.choices():
-                if self._claim_on(shard, key, name, message_id, now, claim_expires_at, arn):
+                if self._claim_on(shard, key, name, message_id, now, claim_expires_at, arn, once):
                     return
         raise SlotsFull(self.launch_slots.view.limit if self.launch_slots.view else 0)
 
@@ -140,18 +142,22 @@ class DynamoStore(RecordsTable):
         now: float,
         claim_expires_at: float,
         arn: str | None,
+        once: bool = False,
     ) -> bool:
         """Claim on ``shard``: True when taken, False when the shard had no room."""
         for _ in range(2):
-            reasons = self._transact(
-                self._claim_items(key, name, message_id, shard, now, claim_expires_at, arn)
-            )
+            items = self._claim_items(key, name, message_id, shard, now, claim_expires_at, arn)
+            if once:
+                _only_once(items)
+            reasons = self._transact(items)
             if reasons is None:
                 self.launch_slots.took(shard, name, now)
                 return True
             slot_reason, lease_reason = reasons[0], reasons[1]
             if lease_reason.get("Code") == "ConditionalCheckFailed":
                 existing = plain(lease_reason.get("Item", {}))
+                if once and existing.get("succeeded_by") is not None:
+                    raise AlreadyDone(to_payload(existing, default_key=key))
                 if existing.get("holder") is None and self._trim_history(key, existing):
                     continue  # the history was full, not the lease: trimmed, claim again
                 raise LeaseHeld(to_payload(existing, default_key=key))
@@ -338,6 +344,7 @@ class DynamoStore(RecordsTable):
         ended_at: float | None = None,
         fence: ClaimFence | None = None,
         confirm: Callable[[ExecutionRecord], bool] | None = None,
+        output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
     ) -> ExecutionRecord | None:
         record = self.execution(name)
         if record is None or not record.state.holds_lease:
@@ -346,9 +353,25 @@ class DynamoStore(RecordsTable):
             return None
         expires = int(now) + self.retention_seconds
         ended = ended_at if ended_at is not None else now
-        payload_set = "SET #state = :state, updated_at = :now, expires_at = :expires"
+        payload_set = "SET #state = :state, updated_at = :now"
+        payload_remove = " REMOVE holder"
+        if record.once and state is PayloadState.SUCCEEDED:
+            payload_remove += ", expires_at"  # a once-key's success is kept: it must never run again
+        else:
+            payload_set += ", expires_at = :expires"
         exec_set = "SET #state = :state, ended_at = :ended, expires_at = :expires"
         payload_values = values(state=state.value, now=now, name=name, expires=expires)
+        if ":expires" not in payload_set:
+            del payload_values[":expires"]
+        payload_names = {"#state": "state"}
+        exec_names = {"#state": "state"}
+        kept: ReceiptOutput | None = None
+        if state.ended:
+            # The receipt (sluice.receipts): in the items this transaction writes anyway.
+            payload_set += ", receipt = :name"
+            if state is PayloadState.SUCCEEDED:
+                payload_set += ", succeeded_by = if_not_exists(succeeded_by, :name)"
+            kept = output(record) if output is not None else None
         exec_values = values(
             state=state.value,
             ended=ended,
@@ -357,7 +380,17 @@ class DynamoStore(RecordsTable):
             live1=LIVE[1],
         )
         exec_condition = "#state IN (:live0, :live1)"
-        names = {"#state": "state"}
+        names = exec_names
+        if kept is not None:
+            exec_set += ", output_size = :osize"
+            exec_values[":osize"] = {"N": str(kept.size or 0)}
+            if kept.inline is not None:
+                exec_set += ", #output = :output"
+                exec_values[":output"] = {"S": kept.inline}
+                names["#output"] = "output"
+            if kept.pointer is not None:
+                exec_set += ", output_ref = :oref"
+                exec_values[":oref"] = {"S": kept.pointer}
         if error:
             payload_set += ", reason = :reason"
             payload_values[":reason"] = {"S": error}
@@ -378,9 +411,9 @@ class DynamoStore(RecordsTable):
                 "Update": {
                     "TableName": self.table,
                     "Key": {"pk": {"S": payload_pk(record.key)}},
-                    "UpdateExpression": payload_set + " REMOVE holder",
+                    "UpdateExpression": payload_set + payload_remove,
                     "ConditionExpression": "holder = :name",
-                    "ExpressionAttributeNames": {"#state": "state"},
+                    "ExpressionAttributeNames": payload_names,
                     "ExpressionAttributeValues": payload_values,
                 }
             },
@@ -430,10 +463,11 @@ class DynamoStore(RecordsTable):
                     "TableName": self.table,
                     "Key": {"pk": {"S": execution_pk(name)}},
                     "UpdateExpression": (
-                        "SET #state = :running, adopted_at = :now, #shard = :shard REMOVE expires_at, ended_at"
+                        "SET #state = :running, adopted_at = :now, #shard = :shard "
+                        "REMOVE expires_at, ended_at, #output, output_ref, output_size"
                     ),
                     "ConditionExpression": "#state = :was",
-                    "ExpressionAttributeNames": {"#state": "state", "#shard": "shard"},
+                    "ExpressionAttributeNames": {"#state": "state", "#shard": "shard", "#output": "output"},
                     "ExpressionAttributeValues": values(
                         running=PayloadState.RUNNING.value, now=now, was=record.state.value, shard=shard
                     ),
@@ -446,3 +480,14 @@ class DynamoStore(RecordsTable):
         # may run beside it. Plan again (lowering other caps, or freezing if more run than the limit).
         self.launch_slots.slots.rebalance(POOL)
         return True
+
+
+def _only_once(items: list[dict[str, Any]]) -> None:
+    """Make a claim's items (``_claim_items``) those of a run-once message: the payload's update is
+    refused when the key has SUCCEEDED already, in the claim's own transaction (``sluice.receipts``),
+    and the execution record remembers it."""
+    update = items[1]["Update"]
+    update["ConditionExpression"] = (
+        f"({update['ConditionExpression']}) AND attribute_not_exists(succeeded_by)"
+    )
+    items[2]["Put"]["Item"]["once"] = {"BOOL": True}

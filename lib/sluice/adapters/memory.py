@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
-from sluice.errors import LeaseHeld, SlotsFull
+from sluice.errors import AlreadyDone, LeaseHeld, SlotsFull
 from sluice.model import (
     ClaimFence,
     ExecutionRecord,
@@ -19,6 +19,7 @@ from sluice.model import (
     StartedExecution,
     record_expiry,
 )
+from sluice.receipts import ReceiptOutput
 
 HISTORY_LIMIT = 20
 HISTORY_KEEP = 10
@@ -83,10 +84,13 @@ class MemoryStore:
         now: float,
         claim_expires_at: float,
         arn: str | None = None,
+        once: bool = False,
     ) -> None:
         with self._lock:
             limit = self._limit or 0
             current = self._payloads.get(key)
+            if once and current is not None and current.succeeded_by is not None:
+                raise AlreadyDone(current)
             if current is not None and current.holder is not None:
                 raise LeaseHeld(current)
             if len(self._holders) >= limit or name in self._holders:
@@ -114,6 +118,7 @@ class MemoryStore:
                 claimed_at=now,
                 claim_expires_at=claim_expires_at,
                 arn=arn,
+                once=once,
             )
 
     def renew(self, *, name: str, now: float, claim_expires_at: float) -> bool:
@@ -192,11 +197,14 @@ class MemoryStore:
         ended_at: float | None = None,
         fence: ClaimFence | None = None,
         confirm: Callable[[ExecutionRecord], bool] | None = None,
+        output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
     ) -> ExecutionRecord | None:
-        if confirm is not None:
-            seen = self.execution(name)
-            if seen is not None and seen.adopted_at is not None and not confirm(seen):
-                return None
+        seen = self.execution(name)
+        if confirm is not None and seen is not None and seen.adopted_at is not None and not confirm(seen):
+            return None
+        kept = None
+        if output is not None and state.ended and seen is not None and seen.state.holds_lease:
+            kept = output(seen)  # outside the lock, as DynamoStore does it before its transaction
         with self._lock:
             record = self._executions.get(name)
             if record is None or not record.state.holds_lease or name not in self._holders:
@@ -207,6 +215,8 @@ class MemoryStore:
             if payload is None or payload.holder != name:
                 return None
             expires = int(now) + self.retention_seconds
+            if record.once and state is PayloadState.SUCCEEDED:
+                expires = 0  # a once-key's success is kept: it must never run again
             self._holders.discard(name)
             self._payloads[record.key] = replace(
                 payload,
@@ -215,8 +225,13 @@ class MemoryStore:
                 updated_at=now,
                 reason=error or payload.reason,
                 expires_at=expires,
+                receipt=name if state.ended else payload.receipt,
+                succeeded_by=payload.succeeded_by or (name if state is PayloadState.SUCCEEDED else None),
             )
             ended = ended_at if ended_at is not None else now
+            outputs = {}
+            if kept is not None:
+                outputs = {"output": kept.inline, "output_ref": kept.pointer, "output_size": kept.size}
             self._executions[name] = replace(
                 record,
                 state=state,
@@ -224,6 +239,7 @@ class MemoryStore:
                 error=error or record.error,
                 cause=cause[:4_000] if cause else record.cause,
                 expires_at=record_expiry(state, now=now, retention_seconds=self.retention_seconds),
+                **outputs,
             )
             return record
 
@@ -242,7 +258,14 @@ class MemoryStore:
                 payload, state=PayloadState.RUNNING, holder=name, updated_at=now, expires_at=0
             )
             self._executions[name] = replace(
-                record, state=PayloadState.RUNNING, ended_at=None, expires_at=0, adopted_at=now
+                record,
+                state=PayloadState.RUNNING,
+                ended_at=None,
+                expires_at=0,
+                adopted_at=now,
+                output=None,
+                output_ref=None,
+                output_size=None,
             )
             return True
 
@@ -250,6 +273,11 @@ class MemoryStore:
         with self._lock:
             payload = self._payloads.get(key) or PayloadRecord(key=key, state=PayloadState.RELEASED)
             self._payloads[key] = replace(payload, duplicates=payload.duplicates + 1, updated_at=now)
+
+    def record_already_done(self, *, key: str, message_id: str, now: float) -> None:
+        with self._lock:
+            payload = self._payloads.get(key) or PayloadRecord(key=key, state=PayloadState.RELEASED)
+            self._payloads[key] = replace(payload, already_done=payload.already_done + 1, updated_at=now)
 
     def record_invalid(self, *, key: str, reason: str, now: float) -> None:
         with self._lock:

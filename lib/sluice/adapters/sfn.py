@@ -62,6 +62,7 @@ class StepFunctionsExecutions:
             stop_date=_ts(raw.get("stopDate")),
             error=raw.get("error"),
             cause=raw.get("cause"),
+            output=raw.get("output"),
         )
 
     def list_running(self) -> set[str]:

@@ -24,7 +24,7 @@ from sluice.cli.semaphore import (
     semaphore_limit,
     semaphore_name,
 )
-from sluice.cli.status import cmd_status
+from sluice.cli.status import cmd_status, cmd_wait
 from sluice.errors import ConfigurationError, SluiceError, TransientError
 from sluice.pointers import DEFAULT_THRESHOLD
 from sluice.settings import pointer_threshold
@@ -101,11 +101,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="store a body over this many bytes in the stack's payload bucket and send a pointer "
         f"(0 to {DEFAULT_THRESHOLD:,}; default SLUICE_POINTER_THRESHOLD, else {DEFAULT_THRESHOLD:,})",
     )
+    p.add_argument(
+        "--once",
+        action="store_true",
+        help="run each key successfully at most once: a key that has SUCCEEDED is not started again "
+        "(message attribute sluice-once)",
+    )
     p.set_defaults(func=cmd_enqueue)
 
     p = sub.add_parser("status", parents=common, help="overview, or one payload's record and history")
     p.add_argument("payload_id", nargs="?", help="payload key (its 'id')")
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser(
+        "wait",
+        parents=common,
+        help="wait for a payload's receipt: exit 0 if it SUCCEEDED, 1 if it ended otherwise, 2 on timeout",
+    )
+    p.add_argument("payload_id", help="payload key (its 'id')")
+    p.add_argument(
+        "--timeout", type=float, default=None, metavar="S", help="give up after S seconds (exit 2)"
+    )
+    p.set_defaults(func=cmd_wait)
 
     p = sub.add_parser("set-max", parents=common, help="set MAX at run time (a whole number >= 0; 0 pauses)")
     p.add_argument("value", type=_max_value, metavar="N")
@@ -187,8 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None, *, session: Any = None) -> int:
-    """Run one command; returns the exit code. ``session`` (a boto3 Session) is for embedding and tests."""
+def main(argv: list[str] | None = None, *, session: Any = None, clock: Any = None) -> int:
+    """Run one command; returns the exit code. ``session`` (a boto3 Session) and ``clock`` (a
+    ``Clock``, with ``sleep`` for ``sluice wait``) are for embedding and tests."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -197,7 +215,7 @@ def main(argv: list[str] | None = None, *, session: Any = None) -> int:
     try:
         if getattr(args, "offline", False):
             return int(args.func(args))
-        return int(args.func(make_context(args, session)))
+        return int(args.func(make_context(args, session, clock)))
     except TransientError as exc:
         print(
             f"sluice: AWS is unavailable or throttling, try again: {exc}{_endpoint_hint()}", file=sys.stderr

@@ -205,7 +205,7 @@ def _region(args: argparse.Namespace) -> str | None:
     return args.region or os.environ.get("AWS_REGION", "").strip() or None
 
 
-def make_context(args: argparse.Namespace, session: Any = None) -> Context:
+def make_context(args: argparse.Namespace, session: Any = None, clock: Any = None) -> Context:
     """Resolve settings and build the runtime; ``session`` is a boto3 Session (a new one when None)."""
     import boto3
 
@@ -214,4 +214,9 @@ def make_context(args: argparse.Namespace, session: Any = None) -> Context:
         if not session.region_name:  # nothing in the environment or the profile: the stack's default
             session = boto3.session.Session(region_name=DEFAULT_REGION)
     settings, stack, outputs = _resolve(args, session)
-    return Context(args, Runtime(settings, session=session), stack, outputs)
+    runtime = (
+        Runtime(settings, session=session)
+        if clock is None
+        else Runtime(settings, session=session, clock=clock)
+    )
+    return Context(args, runtime, stack, outputs)

@@ -55,6 +55,7 @@ def cmd_enqueue(ctx: Context) -> int:
                     progress=advance,
                     payloads=payloads,
                     threshold=threshold,
+                    once=args.once,
                 )
             except SluiceError as exc:
                 # Earlier chunks went; say exactly where sending stopped. Re-sending the whole input

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import sys
+import time
+from typing import Any
 
 from sluice.cli.context import Context
 from sluice.cli.render import EXIT_OK, EXIT_PARTIAL, duration, plural, table, when
 from sluice.ops.status import overview, payload_history
+from sluice.receipts import Receipt, read_receipt, wait_for
+
+EXIT_TIMEOUT = 2  # sluice wait: no receipt within --timeout
 
 
 def cmd_status(ctx: Context) -> int:
@@ -26,6 +31,13 @@ def cmd_status(ctx: Context) -> int:
     ]
     if p["reason"]:
         lines.append(f"reason      {p['reason']}")
+    if p["already_done"]:
+        lines.append(f"once        {p['already_done']} run-once message(s) acknowledged as already done")
+    receipt = data["receipt"]
+    if receipt is None:
+        lines.append("receipt     none yet")
+    else:
+        lines.extend(_receipt_lines(receipt))
     lines.append(f"executions  {len(data['executions'])}, oldest first")
     for run in data["executions"]:
         lines.append(f"  {run['state']:<10} {run['name']}")
@@ -104,3 +116,42 @@ def _overview(ctx: Context) -> int:
     ]
     ctx.out(table(rows), data)
     return EXIT_OK
+
+
+def _receipt_lines(r: dict[str, Any]) -> list[str]:
+    lines = [
+        f"receipt     {r['outcome']}  {r['execution']}",
+        f"            started {when(r['started_at'])}, stopped {when(r['stopped_at'])}",
+    ]
+    if r["arn"]:
+        lines.append(f"            {r['arn']}")
+    if r["error"]:
+        lines.append(f"            error: {r['error']}" + (f": {r['cause']}" if r["cause"] else ""))
+    if r["output"] is not None:
+        lines.append(f"            output: {r['output']}")
+    elif r["output_pointer"]:
+        lines.append(f"            output: {r['output_size']} bytes at {r['output_pointer']['uri']}")
+    elif r["output_size"]:
+        lines.append(f"            output: {r['output_size']} bytes, not kept (no payload bucket)")
+    if r["succeeded_by"] and r["succeeded_by"] != r["execution"]:
+        lines.append(f"            succeeded before: {r['succeeded_by']}")
+    return lines
+
+
+def cmd_wait(ctx: Context) -> int:
+    """Block until the key has a receipt: 0 SUCCEEDED, 1 FAILED/TIMED_OUT/ABORTED, 2 timeout."""
+    ctx.settings.require("table_name")
+    store = ctx.runtime.store()
+    key = ctx.args.payload_id
+    clock = ctx.runtime.clock
+    sleep = ctx.runtime.sleep or getattr(clock, "sleep", time.sleep)
+    found: Receipt | None = wait_for(
+        lambda: read_receipt(store, key), timeout=ctx.args.timeout, now=clock.now, sleep=sleep
+    )
+    if found is None:
+        print(f"sluice wait: no receipt for {key!r} within {ctx.args.timeout:g} s", file=sys.stderr)
+        if ctx.args.json:
+            ctx.out("", {"key": key, "receipt": None, "timed_out": True})
+        return EXIT_TIMEOUT
+    ctx.out("\n".join(_receipt_lines(found.as_dict())), found.as_dict())
+    return EXIT_OK if found.succeeded else EXIT_PARTIAL

@@ -13,6 +13,7 @@ from sluice.adapters.errors import translated
 from sluice.errors import SluiceError
 from sluice.ops.dlq import dlq_counts
 from sluice.ops.maximum import read_max
+from sluice.receipts import receipt_of
 from sluice.runtime import Runtime
 
 AGE_METRIC = "ApproximateAgeOfOldestMessage"
@@ -103,4 +104,13 @@ def payload_history(rt: Runtime, key: str) -> dict[str, Any] | None:
         return None
     history = store.executions(record.executions)
     runs = [history[n] for n in dict.fromkeys(record.executions) if n in history]
-    return {"payload": asdict(record), "executions": [asdict(r) for r in runs]}
+    if record.receipt is not None and record.receipt not in history:
+        found = store.execution(record.receipt)  # cut from the history, still the receipt
+        if found is not None:
+            history[found.name] = found
+    receipt = receipt_of(record, history.get(record.receipt)) if record.receipt else None
+    return {
+        "payload": asdict(record),
+        "executions": [asdict(r) for r in runs],
+        "receipt": receipt.as_dict() if receipt is not None else None,
+    }
