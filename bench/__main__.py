@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     results = dict(results)
     scaled, moto = results.pop("scale"), results.pop("moto")
     semaphore_runs = results.pop("semaphore", [])
+    large_runs = results.pop("large", [])
     command = (
         "make bench"
         + (" QUICK=1" if plan.quick else "")
@@ -68,13 +69,19 @@ def main(argv: list[str] | None = None) -> int:
     data, cpu = report.assemble(plan, results, scaled, moto, command)
     if semaphore_runs:
         data["semaphore"] = report.semaphore_section(plan, semaphore_runs)
+    if large_runs:
+        data["large"] = report.large_section(plan, large_runs)
     results_path.write_text(json.dumps({**data, "cpu": cpu}, indent=1) + "\n")
     summary = report.markdown(data, cpu)
+    if "large" in data:
+        summary += report.large_markdown(data["large"])
     if "semaphore" in data:
         summary += report.semaphore_markdown(data["semaphore"])
     (out / "summary.md").write_text(summary)
     written = report.plots(data, results, cpu, img)
     print(report.table(data))
+    if "large" in data:
+        print(report.large_table(data["large"]))
     if "semaphore" in data:
         print(report.semaphore_table(data["semaphore"]))
     print(

@@ -24,7 +24,7 @@ from bench.model import EVENT_DELAY, TICK_PHASE, TICK_SECONDS, Context, System
 from bench.poller import PollerSystem
 from bench.pricing import cost_usd, per_million
 from bench.sim import T0, Sim
-from bench.sluice_system import SluiceLean, SluiceLinger, SluiceRefillOne, SluiceSystem
+from bench.sluice_system import SluiceLean, SluiceLinger, SluiceRefillOne, SluiceSystem, SluiceWide
 
 SYSTEMS: dict[str, type[System]] = {
     cls.name: cls
@@ -35,6 +35,7 @@ SYSTEMS: dict[str, type[System]] = {
         CounterSemaphoreSystem,
         SluiceRefillOne,
         SluiceLean,
+        SluiceWide,
     )
 }
 MAIN_SYSTEMS = ("sluice", "sluice-linger", "poller", "counter-semaphore")
@@ -56,6 +57,7 @@ DURATIONS = {
     "exp30": "exponential, mean 30 s",
     "lognormal": "lognormal, mean 30 s, sigma 1.2 (median 14.6 s, heavy tail)",
     "fixed5": "every job runs 5 s",
+    "fixed60": "every job runs 60 s",
 }
 LOGNORMAL_SIGMA = 1.2
 
@@ -65,6 +67,8 @@ def durations(kind: str, n: int, rng: random.Random) -> list[float]:
         return [30.0] * n
     if kind == "fixed5":
         return [5.0] * n
+    if kind == "fixed60":
+        return [60.0] * n
     if kind == "exp30":
         return [round(max(0.1, rng.expovariate(1 / 30)), 3) for _ in range(n)]
     if kind == "lognormal":
@@ -255,6 +259,8 @@ def run(
     functions = system.functions
     log_bytes, costs = run_costs(meter, functions, fifo=system.fifo)
     started = recorder.started
+    firsts = sorted(recorder.first_start.values())
+    first_round = min(max_, len(jobs))  # the jobs that fit in the empty slots
     total_calls = sum(meter.calls.values())
     ddb_calls = sum(n for api, n in meter.calls.items() if api.startswith("dynamodb:"))
     result: dict[str, Any] = {
@@ -282,6 +288,10 @@ def run(
         "refill_latency_p50_s": _r(percentile(recorder.refill_latencies, 50)),
         "refill_latency_p99_s": _r(percentile(recorder.refill_latencies, 99)),
         "peak_concurrency": recorder.peak,
+        # From the first tick to the start that fills the last empty slot.
+        "fill_s": _r(firsts[first_round - 1] - (T0 + TICK_PHASE), 1)
+        if first_round and len(firsts) >= first_round
+        else None,
         "over_max_seconds": _r(recorder.over_max_seconds, 1),
         "cost_per_million_usd": per_million(costs, started)["total"],
         "cost_per_million_by_service_usd": per_million(costs, started),

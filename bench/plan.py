@@ -18,6 +18,7 @@ REFILL_ONE = ("sluice-refill-one", ("fixed30", "fixed5"))  # prices a completion
 TRICKLE_SYSTEMS = MAIN_SYSTEMS
 IDLE_SYSTEMS = MAIN_SYSTEMS
 TIMELINE = ("fixed30", 100)  # the run whose concurrency over time is plotted
+LARGE = ("fixed60", ("sluice-linger", "sluice-wide"))  # MAX 10,000 (issue 10, item 9)
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,8 @@ class Plan:
     scale_running: tuple[int, ...]
     scale_backlog: tuple[int, ...]
     semaphore_executions: int = semaphore_bench.EXECUTIONS
+    large_max: int = 10_000
+    large_backlog: int = 30_000
 
     @classmethod
     def make(cls, *, quick: bool, seed: int) -> Plan:
@@ -49,6 +52,8 @@ class Plan:
                 (10, 1_000),
                 (1_000, 10_000),
                 semaphore_bench.QUICK_EXECUTIONS,
+                1_000,
+                3_000,
             )
         return cls(quick, seed, 10_000, 240, 15.0, 7_200.0, 250, 1.0, (10, 1_000, 10_000), (1_000, 100_000))
 
@@ -57,6 +62,12 @@ def _backlog_task(args: tuple[str, str, int, int, int]) -> dict[str, Any]:
     system, workload, max_, n, seed = args
     jobs = backlog(workload, n, random.Random(f"{seed}/{workload}/{max_}"))
     return run(system, workload, max_, seed, jobs=jobs, timeline=(workload, max_) == TIMELINE)
+
+
+def _large_task(args: tuple[str, int, int, int]) -> dict[str, Any]:
+    system, max_, n, seed = args
+    jobs = backlog(LARGE[0], n, random.Random(f"{seed}/{LARGE[0]}/{max_}"))
+    return run(system, LARGE[0], max_, seed, jobs=jobs)
 
 
 def _trickle_task(args: tuple[str, Plan]) -> dict[str, Any]:
@@ -79,6 +90,8 @@ def _cost(task: tuple[str, Any]) -> float:
         return 5_000.0
     if kind == "semaphore":
         return 50.0
+    if kind == "large":
+        return args[2] * 1.0
     if kind != "backlog":
         return 1.0
     system, _, max_, n, _ = args
@@ -95,6 +108,8 @@ def _dispatch(task: tuple[str, Any]) -> tuple[str, Any]:
         return kind, _backlog_task(args)
     if kind == "trickle":
         return kind, _trickle_task(args)
+    if kind == "large":
+        return kind, _large_task(args)
     if kind == "idle":
         return kind, _idle_task(args)
     if kind == "semaphore":
@@ -116,6 +131,7 @@ def execute(plan: Plan, workers: int | None = None, *, moto: bool = True) -> dic
                 tasks.append(("backlog", (system, workload, max_, plan.backlog, plan.seed)))
             if workload in REFILL_ONE[1]:
                 tasks.append(("backlog", (REFILL_ONE[0], workload, max_, plan.backlog, plan.seed)))
+    tasks += [("large", (s, plan.large_max, plan.large_backlog, plan.seed)) for s in LARGE[1]]
     tasks += [("trickle", (s, plan)) for s in TRICKLE_SYSTEMS]
     tasks += [("idle", (s, plan)) for s in IDLE_SYSTEMS]
     tasks += [("semaphore", a) for a in semaphore_bench.plan_runs(plan.semaphore_executions, plan.seed)]
@@ -138,6 +154,7 @@ def execute(plan: Plan, workers: int | None = None, *, moto: bool = True) -> dic
         "trickle": [],
         "idle": [],
         "semaphore": [],
+        "large": [],
         "scale": None,
         "moto": None,
     }

@@ -32,6 +32,7 @@ SYSTEM_ORDER = [
     "sluice",
     "sluice-refill-one",
     "sluice-lean",
+    "sluice-wide",
     "poller",
     "counter-semaphore",
 ]
@@ -40,6 +41,7 @@ LABEL = {
     "sluice": "Sluice, no linger (lingerSeconds=0)",
     "sluice-refill-one": "Sluice, refill one*",
     "sluice-lean": "Sluice, lean*",
+    "sluice-wide": "Sluice, startConcurrency=100, launcherMemory=1024",
     "poller": "SQS poller (Cui 2018)",
     "counter-semaphore": "Counter semaphore (Cumulus)",
 }
@@ -48,6 +50,7 @@ COLOR = {
     "sluice": "#17becf",
     "sluice-refill-one": "#c7c7c7",
     "sluice-lean": "#aec7e8",
+    "sluice-wide": "#9467bd",
     "poller": "#ff7f0e",
     "counter-semaphore": "#2ca02c",
 }
@@ -558,6 +561,98 @@ def plots(
 
 
 # -- the semaphore step (bench/semaphore_bench.py) -------------------------------------------------------
+
+
+def large_section(plan: Plan, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """MAX 10,000 (``plan.large_max``), 60 s jobs: the fill and the cost at scale, with the targets of
+    issue 10, item 9 that concern it."""
+    runs = sorted(runs, key=lambda r: SYSTEM_ORDER.index(r["system"]))
+    rows = [
+        {
+            **{
+                k: r[k]
+                for k in (
+                    "system",
+                    "max",
+                    "jobs",
+                    "dead_lettered",
+                    "utilisation",
+                    "makespan_ratio",
+                    "fill_s",
+                    "api_calls_per_start",
+                    "dynamodb_wru_per_start",
+                    "peak_concurrency",
+                    "over_max_seconds",
+                    "cost_per_million_usd",
+                )
+            },
+            "hottest_item_wcu_per_s": max(r["peak_item_wcu_per_s"].values(), default=0),
+            "start_execution_peak_per_s": r["peak_rate_per_s"].get("states:StartExecution", 0),
+        }
+        for r in runs
+    ]
+    n = plan.large_max
+    targets = []
+    for row in rows:
+        who = LABEL[row["system"]]
+        targets += [
+            {
+                "target": f"{n:,} queued at MAX {n:,} all started within 45 s of the first tick ({who})",
+                "value": f"{_fmt(row['fill_s'])} s",
+                "met": row["fill_s"] is not None and row["fill_s"] <= 45,
+            },
+            {
+                "target": f"utilisation ≥ 0.95, 60 s jobs, MAX {n:,} ({who})",
+                "value": _fmt(row["utilisation"], ".3f"),
+                "met": (row["utilisation"] or 0) >= 0.95,
+            },
+            {
+                "target": f"hottest item ≤ 500 write units/s at MAX {n:,} ({who})",
+                "value": f"{row['hottest_item_wcu_per_s']:.0f}",
+                "met": row["hottest_item_wcu_per_s"] <= 500,
+            },
+            {
+                "target": f"≤ $5 per million launches at MAX {n:,} ({who})",
+                "value": f"${_fmt(row['cost_per_million_usd'], '.2f')}",
+                "met": (row["cost_per_million_usd"] or 99) <= 5,
+            },
+        ]
+    return {"max": n, "backlog": plan.large_backlog, "workload": "fixed60", "rows": rows, "targets": targets}
+
+
+def large_table(section: dict[str, Any]) -> str:
+    lines = [f"MAX {section['max']:,}, backlog {section['backlog']:,}, 60 s jobs:"]
+    for r in section["rows"]:
+        lines.append(
+            f"  {r['system']:<14} util {_fmt(r['utilisation'], '.3f')} fill {_fmt(r['fill_s'])} s "
+            f"calls/start {_fmt(r['api_calls_per_start'], '.2f')} WCU/start {_fmt(r['dynamodb_wru_per_start'])} "
+            f"hottest {r['hottest_item_wcu_per_s']:.0f} WCU/s peak {r['peak_concurrency']} "
+            f"DLQ {r['dead_lettered']} ${_fmt(r['cost_per_million_usd'], '.2f')}/M"
+        )
+    for t in section["targets"]:
+        lines.append(f"  [{'met' if t['met'] else 'MISSED'}] {t['target']}: {t['value']}")
+    return "\n".join(lines)
+
+
+def large_markdown(section: dict[str, Any]) -> str:
+    out = [f"\n#### MAX {section['max']:,}, backlog {section['backlog']:,}, 60 s jobs\n"]
+    out.append(
+        "| system | utilisation | makespan / ideal | fill (s) | calls / start | write units / start "
+        "| hottest item (write units / s) | StartExecution peak (/ s) | peak | dead-lettered | $ per M launches |"
+    )
+    out.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in section["rows"]:
+        out.append(
+            f"| {LABEL[r['system']]} | {_fmt(r['utilisation'], '.3f')} | {_fmt(r['makespan_ratio'], '.3f')} "
+            f"| {_fmt(r['fill_s'])} | {_fmt(r['api_calls_per_start'], '.2f')} | {_fmt(r['dynamodb_wru_per_start'])} "
+            f"| {r['hottest_item_wcu_per_s']:.0f} | {r['start_execution_peak_per_s']:.0f} | {r['peak_concurrency']:,} "
+            f"| {r['dead_lettered']} | {_fmt(r['cost_per_million_usd'], '.2f')} |"
+        )
+    out.append("\n| target | measured | |")
+    out.append("| --- | --- | --- |")
+    for t in section["targets"]:
+        out.append(f"| {t['target']} | {t['value']} | {'met' if t['met'] else '**missed**'} |")
+    return "\n".join(out) + "\n"
 
 
 def semaphore_section(plan: Plan, runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -27,6 +27,8 @@ Systems (the ids predate the change of default; they change no core code):
   stays in the core: without it, a completion after MAX was lowered would receive the head of the
   queue, fail the claim (``SlotsFull``) and return the message, spending one of its
   ``maxReceiveCount`` receives per completion; the read sees there is no slot and receives nothing.
+- ``sluice-wide``: ``sluice-linger`` with ``startConcurrency=100`` and ``launcherMemory=1024``, the
+  settings docs/deploy.md gives for a MAX in the thousands (MAX 10,000 runs only).
 - ``sluice-lean``: ``sluice`` without the mark step and without the read before a release, the
   ledger read kept: the floor of this design (ledger read, receive, claim, start, delete, release).
 """
@@ -109,6 +111,8 @@ class SluiceSystem(System):
     name = "sluice"
     status_events = True
     linger = 0
+    start_concurrency = START_CONCURRENCY
+    launcher_memory_mb = SLUICE_LAUNCHER_MEMORY_MB
     lean = False  # no mark step, no read before a release
     refill_one = False  # a completion's admission skips the ledger read
 
@@ -119,11 +123,13 @@ class SluiceSystem(System):
         self.queue = SimQueue(meter, sim.clock, visibility_timeout=180, max_receive_count=10)
         self.sfn = SimExecutions(meter, sim.clock, lag=LIST_LAG, on_start=ctx.on_start)
         self.log = counting_logger(meter, f"bench.{self.name}")
-        settings = sluice_settings(ctx.max, linger_seconds=self.linger)
+        settings = sluice_settings(
+            ctx.max, linger_seconds=self.linger, start_concurrency=self.start_concurrency
+        )
         self.launcher_fn = LambdaFunction(
             sim,
             "launcher",
-            SLUICE_LAUNCHER_MEMORY_MB,
+            self.launcher_memory_mb,
             120,
             COLD_START,
             lambda: self._launcher(settings),
@@ -208,6 +214,16 @@ class SluiceSystem(System):
 class SluiceLinger(SluiceSystem):
     name = "sluice-linger"
     linger = LINGER_SECONDS
+
+
+class SluiceWide(SluiceLinger):
+    """Sluice as deployed for a MAX in the thousands: ``startConcurrency=100`` and
+    ``launcherMemory=1024`` (the threads share the launcher's CPU, which this model does not
+    simulate; the memory is priced)."""
+
+    name = "sluice-wide"
+    start_concurrency = 100
+    launcher_memory_mb = 1024
 
 
 class SluiceLean(SluiceSystem):
