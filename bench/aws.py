@@ -423,6 +423,12 @@ class CountingStore:
         self.inner.record_duplicate(key=key, message_id=message_id, now=now)
         self.meter.wait("dynamodb:UpdateItem")
 
+    def record_already_done(self, *, key: str, message_id: str, now: float) -> None:
+        self.meter.call("dynamodb:UpdateItem")
+        self.meter.wru += SMALL_ITEM_KB
+        self.inner.record_already_done(key=key, message_id=message_id, now=now)
+        self.meter.wait("dynamodb:UpdateItem")
+
     def record_invalid(self, *, key: str, reason: str, now: float) -> None:
         self.meter.call("dynamodb:UpdateItem")
         self.meter.wru += SMALL_ITEM_KB
