@@ -77,7 +77,10 @@ def test_a_failed_awaited_key_dead_letters_the_waiter_with_the_reason(stack):
     stack.send({"id": "c"}, group="c", sluice_awaits=awaiting("a"))
     stack.launcher().tick()
     end(stack, "a", "FAILED")
-    (dead,) = stack.dlq_messages()
+    assert runs_of(stack, "c") == [], "c started though the key it awaits FAILED"
+    dead_letters = stack.dlq_messages()
+    assert len(dead_letters) == 1
+    dead = dead_letters[0]
     assert dead["MessageAttributes"]["sluice-error"]["StringValue"] == "awaited a ended FAILED"
     assert json.loads(dead["Body"]) == {"id": "c"}
     assert runs_of(stack, "c") == [] and stack.queue_counts() == (0, 0)
