@@ -145,6 +145,7 @@ async function derive({ resolveVariable }) {
     );
   }
   const retentionDays = integer('retentionDays', await param('retentionDays'), 1, 3650);
+  const awaitHorizon = integer('awaitHorizon', await param('awaitHorizon'), 60, 86400 * 3650);
   // A stored payload must outlive every message that points at it: the queue keeps one 14 days.
   const payloadExpiryDays = integer(
     'payloadExpiryDays',
@@ -261,6 +262,7 @@ async function derive({ resolveVariable }) {
     visibilityTimeout,
     claimTimeout,
     retentionDays,
+    awaitHorizon,
     payloadExpiryDays,
     lingerSeconds,
     maxReceiveCount,
@@ -288,6 +290,7 @@ async function derive({ resolveVariable }) {
       maxConcurrency: String(maxConcurrency),
       claimTimeout: String(claimTimeout),
       retentionDays: String(retentionDays),
+      awaitHorizon: String(awaitHorizon),
       lingerSeconds: String(lingerSeconds),
       startConcurrency: String(startConcurrency),
       startRate: String(startRate),

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from sluice.awaits import on_receipt
 from sluice.model import ClaimFence, ExecutionInfo, ExecutionRecord, ExecutionStatus, PayloadState
 from sluice.parking import wake
 from sluice.ports import Executions, Queue, Store
@@ -109,6 +110,8 @@ def complete(
     )
     if released is not None and released.parked:
         wake(store=store, queue=queue, record=released, now=now)
+    if released is not None and state.ended:
+        on_receipt(store=store, queue=queue, key=released.key, now=now)  # waiters on this key
     if released is None:
         log.info("nothing to release", extra={"execution_name": name, "state": state.value})
     else:

@@ -15,11 +15,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from sluice.adapters.errors import translated
+from sluice.awaits import AWAITS_ATTRIBUTE, ON_FAILURE_ATTRIBUTE, RUN_ANYWAY, check_awaits, find_cycle
 from sluice.errors import InvalidPayload
 from sluice.pointers import DEFAULT_THRESHOLD, MAX_STORED_BYTES, PayloadObjects, store
 from sluice.receipts import ONCE_ATTRIBUTE
@@ -118,6 +119,9 @@ def enqueue(
     payloads: PayloadObjects | None = None,
     threshold: int = DEFAULT_THRESHOLD,
     once: bool = False,
+    after: tuple[str, ...] = (),
+    run_anyway: bool = False,
+    known: Mapping[str, Iterable[str]] | None = None,
 ) -> EnqueueReport:
     """Send ``items``. With ``payloads`` (the stack's bucket), a body over ``threshold`` bytes is stored
     there and sent as a pointer; without it, such a body is sent as it is, up to 262,144 bytes."""
@@ -131,6 +135,15 @@ def enqueue(
             )
         except InvalidPayload as exc:
             report.failed.append((item.where, exc.reason))
+    extra: dict[str, dict[str, str]] = {}
+    if after:
+        ready = _acyclic(ready, after, known or {}, report)
+        extra[AWAITS_ATTRIBUTE] = {
+            "DataType": "String",
+            "StringValue": json.dumps(list(dict.fromkeys(after))),
+        }
+        if run_anyway:
+            extra[ON_FAILURE_ATTRIBUTE] = {"DataType": "String", "StringValue": RUN_ANYWAY}
     if payloads is not None:
         ready = [_stored(p, payloads, report) if p.size > threshold else p for p in ready]
     for batch in _batches(ready):
@@ -144,6 +157,7 @@ def enqueue(
                     KEY_ATTRIBUTE: {"DataType": "String", "StringValue": p.key},
                     # run the key successfully at most once (sluice.receipts)
                     **({ONCE_ATTRIBUTE: {"DataType": "String", "StringValue": "true"}} if once else {}),
+                    **extra,  # the keys it awaits (sluice.awaits)
                 },
             }
             for i, p in enumerate(batch)
@@ -159,6 +173,29 @@ def enqueue(
         if progress:
             progress(len(batch))
     return report
+
+
+def _acyclic(
+    ready: list[Prepared], after: tuple[str, ...], known: Mapping[str, Iterable[str]], report: EnqueueReport
+) -> list[Prepared]:
+    """Refuse each payload whose awaits would close a cycle, among the keys enqueued here and the
+    waiters already parked (``known``): it could never start."""
+    edges: dict[str, list[str]] = {k: list(v) for k, v in known.items()}
+    for p in ready:
+        edges.setdefault(p.key, []).extend(after)
+    kept = []
+    for p in ready:
+        try:
+            check_awaits(list(after), key=p.key)
+        except InvalidPayload as exc:
+            report.failed.append((p.where, exc.reason))
+            continue
+        cycle = find_cycle(edges, p.key)
+        if cycle is not None:
+            report.failed.append((p.where, "awaits cycle: " + " → ".join(cycle) + "; it could never start"))
+            continue
+        kept.append(p)
+    return kept
 
 
 def _stored(p: Prepared, payloads: PayloadObjects, report: EnqueueReport) -> Prepared:

@@ -26,6 +26,10 @@ A run-once message (``sluice-once: true``) whose key has SUCCEEDED already fails
 ``AlreadyDone`` (the check is in the claim's own condition): it is deleted and recorded, nothing
 starts. Why the check cannot be a read before the claim: ``sluice.receipts``.
 
+A message that awaits keys (``sluice-awaits``) is checked before its claim (``sluice.awaits.gate``):
+all SUCCEEDED, it goes on to the claim; otherwise it is parked in the table and deleted, or, when an
+awaited key ended badly, dead-lettered with the reason. A woken waiter is checked again on arrival.
+
 Admission is exact across concurrent launchers because the slot is taken by a conditional write
 on one shard of the slots (``size(holders) < cap``), in the same transaction as the payload's
 lease, and the caps add up to the limit in force. The claim passes no limit: the caps are the
@@ -42,6 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import groupby
 
+from sluice.awaits import gate
 from sluice.completion import StatusChange, complete, output_from, settle_status_change
 from sluice.errors import (
     AlreadyDone,
@@ -321,6 +326,10 @@ class Launcher:
         try:
             payload = validate_message(message)
             check_pointer(payload, self.payloads)  # before any claim; S3 throttled: TransientError
+            if gate(store=self.store, queue=self.queue, payload=payload, now=self.clock.now()):  # type: ignore[arg-type]
+                done.append(message)  # parked until its awaits have SUCCEEDED (sluice.awaits)
+                self._log("payload awaits keys not yet SUCCEEDED; parked", payload, None, Outcome.WAITING)
+                return Outcome.WAITING
         except InvalidPayload as exc:
             return self._dead_letter(message, exc, done)
         name = execution_name(payload.key, origin_id(message.message_id, message.attributes))

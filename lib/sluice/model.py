@@ -93,6 +93,9 @@ class Outcome(StrEnum):
     RETURNED = "returned"  # no slot after all (lost a race): made visible again, untouched
     INTERRUPTED = "interrupted"  # a transient AWS error stopped the tick; retried later
     ALREADY_DONE = "already_done"  # a run-once message whose key has SUCCEEDED already: deleted, recorded
+    WAITING = (
+        "waiting"  # awaits keys that have not all SUCCEEDED: parked in the table, deleted (sluice.awaits)
+    )
 
 
 @dataclass(frozen=True, slots=True)

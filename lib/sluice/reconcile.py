@@ -41,6 +41,7 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, dataclass
 
+from sluice.awaits import sweep as sweep_awaits
 from sluice.completion import complete, output_from
 from sluice.errors import ConfigurationError, TransientError
 from sluice.model import ExecutionRecord, LimitSource, PayloadState
@@ -151,6 +152,7 @@ def reconcile(
         external += 1
 
     woken = sweep(store=store, queue=queue, now=now)
+    sweep_awaits(store=store, queue=queue, now=now, horizon=settings.await_horizon_seconds)  # type: ignore[arg-type]
     drift = judged + external + adopted
     count = store.next_count()
     if max_source is not None:

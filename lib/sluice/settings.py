@@ -61,6 +61,8 @@ class Settings:
     # Receipts (sluice.receipts): an output up to this many bytes is kept on the execution record,
     # a larger one in the payload bucket.
     receipt_inline_bytes: int = DEFAULT_INLINE_BYTES
+    # Awaits (sluice.awaits): how long a waiter waits for an awaited key that is not running.
+    await_horizon_seconds: int = 7 * 86_400
 
     @property
     def retention_seconds(self) -> int:
@@ -117,6 +119,7 @@ class Settings:
             pointer_threshold=pointer_threshold(
                 text("SLUICE_POINTER_THRESHOLD"), source="SLUICE_POINTER_THRESHOLD"
             ),
+            await_horizon_seconds=integer("SLUICE_AWAIT_HORIZON_SECONDS", 7 * 86_400, minimum=1),
             receipt_inline_bytes=inline_bytes(integer("SLUICE_RECEIPT_INLINE_BYTES", DEFAULT_INLINE_BYTES)),
         )
 

@@ -867,3 +867,52 @@ def test_a_receipt_overwritten_by_an_earlier_ends_event_is_caught(monkeypatch):
         sluice.completion, "_ended_at_this_events_stop", lambda executions, change: lambda record: True
     )
     caught(earlier_end_after_a_redrive)
+
+
+# -- awaits (issue 13, item 1) ------------------------------------------------------------------------
+
+
+def awaits_kept(make_world: Callable[..., World], *, test: str) -> None:
+    """A waiter starts only once every key it awaits has SUCCEEDED; a FAILED awaited key sends it to
+    the DLQ with the reason; a wake-up lost to a crash is found by reconciliation. (Message
+    attributes, the table and the DLQ: on a moto stack, as the integration tests run them.)"""
+    from sluice.clock import FakeClock
+    from tests.integration import test_awaits_moto as awaits
+    from tests.support.aws import build_stack, moto_session
+
+    with moto_session() as session:
+        getattr(awaits, test)(build_stack(session, name="sluice-awaits", clock=FakeClock()))
+
+
+AWAIT_SCENARIOS = {
+    "early": "test_a_waiter_is_parked_and_its_message_deleted_then_starts_on_the_last_receipt",
+    "failed": "test_a_failed_awaited_key_dead_letters_the_waiter_with_the_reason",
+    "lost": "test_a_wake_up_lost_before_the_send_is_found_by_reconciliation",
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(AWAIT_SCENARIOS))
+def test_the_awaits_scenarios_hold(scenario):
+    run(awaits_kept, test=AWAIT_SCENARIOS[scenario])
+
+
+def test_a_waiter_started_before_its_awaits_succeeded_is_caught(monkeypatch):
+    monkeypatch.setattr(sluice.launcher, "gate", lambda **kw: False)  # no check before the claim
+    caught(awaits_kept, test=AWAIT_SCENARIOS["early"])
+
+
+def test_a_reconciliation_that_never_wakes_waiters_is_caught(monkeypatch):
+    monkeypatch.setattr(sluice.reconcile, "sweep_awaits", lambda **kw: {})
+    caught(awaits_kept, test=AWAIT_SCENARIOS["lost"])
+
+
+def test_a_waiter_released_when_an_awaited_key_failed_is_caught(monkeypatch):
+    import sluice.awaits
+
+    judge = sluice.awaits.judge
+    monkeypatch.setattr(
+        sluice.awaits,
+        "judge",
+        lambda awaits, records, **kw: judge(awaits, records, **{**kw, "run_anyway": True}),
+    )
+    caught(awaits_kept, test=AWAIT_SCENARIOS["failed"])

@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from sluice.adapters.dynamo_awaits import AwaitsTable
 from sluice.adapters.dynamo_codec import (
     TTL_ATTRIBUTE,
     create_table,
@@ -83,7 +84,7 @@ HISTORY_LIMIT = 20  # execution names kept on a payload record; trimmed to the n
 HISTORY_KEEP = 10
 
 
-class DynamoStore(RecordsTable):
+class DynamoStore(RecordsTable, AwaitsTable):
     def __init__(
         self,
         client: Any,

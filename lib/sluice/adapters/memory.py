@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
+from sluice.adapters.memory_awaits import MemoryAwaits
 from sluice.errors import AlreadyDone, LeaseHeld, SlotsFull
 from sluice.model import (
     ClaimFence,
@@ -26,7 +27,7 @@ HISTORY_KEEP = 10
 DEFAULT_RETENTION = 30 * 86_400
 
 
-class MemoryStore:
+class MemoryStore(MemoryAwaits):
     def __init__(self, *, retention_seconds: int = DEFAULT_RETENTION) -> None:
         self.retention_seconds = retention_seconds
         self._lock = threading.Lock()

@@ -107,10 +107,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="run each key successfully at most once: a key that has SUCCEEDED is not started again "
         "(message attribute sluice-once)",
     )
+    p.add_argument(
+        "--after",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="start each payload only once KEY has SUCCEEDED (repeatable; message attribute sluice-awaits); "
+        "a cycle among the keys enqueued and the parked waiters is refused",
+    )
+    p.add_argument(
+        "--on-await-failure",
+        choices=("dead-letter", "run"),
+        default=None,
+        help="when an awaited key ends FAILED, TIMED_OUT or ABORTED: dead-letter the payload (default) or run it",
+    )
     p.set_defaults(func=cmd_enqueue)
 
     p = sub.add_parser("status", parents=common, help="overview, or one payload's record and history")
     p.add_argument("payload_id", nargs="?", help="payload key (its 'id')")
+    p.add_argument(
+        "--tree", action="store_true", help="with a key: what it awaits and what awaits it, with states"
+    )
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser(

@@ -10,6 +10,7 @@ from sluice.cli.context import Context
 from sluice.cli.render import EXIT_AWS, EXIT_CONFIG, EXIT_OK, EXIT_PARTIAL, progress_bar, usage
 from sluice.enqueue import EnqueueReport, enqueue, read_items
 from sluice.errors import SluiceError, TransientError
+from sluice.ops.awaits import known_waiters
 from sluice.pointers import MAX_STORED_BYTES
 from sluice.validation import content_hash, parse_object
 
@@ -39,6 +40,7 @@ def cmd_enqueue(ctx: Context) -> int:
     payloads = ctx.runtime.payload_objects()
     threshold = ctx.settings.pointer_threshold if args.pointer_threshold is None else args.pointer_threshold
     report = EnqueueReport()
+    known = _known_awaits(ctx) if args.after else {}
     unsent = ""
     error: SluiceError | None = None
     with progress_bar(len(items), quiet=args.json or len(items) < PROGRESS_FROM) as advance:
@@ -56,6 +58,9 @@ def cmd_enqueue(ctx: Context) -> int:
                     payloads=payloads,
                     threshold=threshold,
                     once=args.once,
+                    after=tuple(args.after),
+                    run_anyway=args.on_await_failure == "run",
+                    known=known,
                 )
             except SluiceError as exc:
                 # Earlier chunks went; say exactly where sending stopped. Re-sending the whole input
@@ -103,6 +108,16 @@ def cmd_enqueue(ctx: Context) -> int:
     if unsent:
         return EXIT_AWS if isinstance(error, TransientError) else EXIT_CONFIG
     return EXIT_OK if report.ok else EXIT_PARTIAL
+
+
+def _known_awaits(ctx: Context) -> dict[str, list[str]]:
+    """What the parked waiters await, by key: ``sluice enqueue --after`` refuses a cycle through them."""
+    if not ctx.settings.table_name:
+        return {}
+    edges: dict[str, list[str]] = {}
+    for w in known_waiters(ctx.runtime):
+        edges.setdefault(w.key, []).extend(w.awaits)
+    return edges
 
 
 def _repeats(items: list[Any], sent: set[str]) -> int:

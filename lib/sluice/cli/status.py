@@ -8,6 +8,7 @@ from typing import Any
 
 from sluice.cli.context import Context
 from sluice.cli.render import EXIT_OK, EXIT_PARTIAL, duration, plural, table, when
+from sluice.ops.awaits import awaits_status, tree_lines
 from sluice.ops.status import overview, payload_history
 from sluice.receipts import Receipt, read_receipt, wait_for
 
@@ -17,10 +18,16 @@ EXIT_TIMEOUT = 2  # sluice wait: no receipt within --timeout
 def cmd_status(ctx: Context) -> int:
     if ctx.args.payload_id is None:
         return _overview(ctx)
-    data = payload_history(ctx.runtime, ctx.args.payload_id)
+    key = ctx.args.payload_id
+    data = payload_history(ctx.runtime, key)
+    waits = awaits_status(ctx.runtime, key, tree=getattr(ctx.args, "tree", False))
+    if data is None and (waits["waiting"] or waits.get("awaited_by")):
+        ctx.out("\n".join([f"payload     {key}", *_await_lines(waits)]), {"payload": None, "awaits": waits})
+        return EXIT_OK
     if data is None:
-        print(f"sluice status: no record for payload {ctx.args.payload_id!r}", file=sys.stderr)
+        print(f"sluice status: no record for payload {key!r}", file=sys.stderr)
         return EXIT_PARTIAL
+    data["awaits"] = waits
     p = data["payload"]
     expires = when(p["expires_at"]) if p["expires_at"] else ("never while it runs" if p["holder"] else "-")
     lines = [
@@ -50,8 +57,27 @@ def cmd_status(ctx: Context) -> int:
             lines.append(
                 f"             error: {run['error']}" + (f": {run['cause']}" if run["cause"] else "")
             )
+    lines.extend(_await_lines(waits))
     ctx.out("\n".join(lines), data)
     return EXIT_OK
+
+
+def _await_lines(waits: dict[str, Any]) -> list[str]:
+    lines = []
+    for w in waits["waiting"]:
+        lines.append(
+            f"waiting     parked since {when(w['parked_at'])} (message {w['message_id']}), on failure: {w['on_failure']}"
+        )
+        for a in w["awaits"]:
+            lines.append(
+                f"  awaits    {a['key']}  {a['state']}" + ("  (missing)" if a["key"] in w["missing"] else "")
+            )
+    if "tree" in waits:
+        lines.append("tree")
+        lines.extend("  " + line for line in tree_lines(waits["tree"]))
+        if waits["awaited_by"]:
+            lines.append("awaited by  " + ", ".join(f"{k} (WAITING)" for k in waits["awaited_by"]))
+    return lines
 
 
 def _overview(ctx: Context) -> int:

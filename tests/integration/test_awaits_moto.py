@@ -1,0 +1,184 @@
+"""Awaits on moto with the real adapters: a waiter leaves the queue, waits in the table, starts on
+the last awaited receipt, is dead-lettered with its reason, and runs once however often it is woken."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sluice.awaits import sweep
+from sluice.clock import FakeClock
+from sluice.completion import StatusChange
+from sluice.model import Outcome
+from sluice.names import execution_name
+from tests.support.aws import build_stack
+from tests.support.hooks import Crash, crash_after, crash_before
+
+HORIZON = 7 * 86_400
+
+
+@pytest.fixture
+def stack(session):
+    return build_stack(session, clock=FakeClock())
+
+
+def awaiting(*keys: str) -> str:
+    return json.dumps(list(keys))
+
+
+def runs_of(stack, key: str) -> list[str]:
+    store = stack.runtime().store()
+    return [e["name"] for e in stack.executions() if store.execution(e["name"]).key == key]
+
+
+def running_key(stack, key: str) -> str:
+    store = stack.runtime().store()
+    (name,) = [n for n in stack.running() if store.execution(n).key == key]
+    return name
+
+
+def end(stack, key: str, status: str = "SUCCEEDED"):
+    launcher = stack.launcher()
+    return launcher.on_status_change(StatusChange.from_event(stack.finish(running_key(stack, key), status)))
+
+
+def test_a_waiter_is_parked_and_its_message_deleted_then_starts_on_the_last_receipt(stack):
+    stack.send({"id": "a"}, group="a")
+    stack.send({"id": "b"}, group="b")
+    waiter_id = stack.send({"id": "c"}, group="c", sluice_awaits=awaiting("a", "b"))
+    summary = stack.launcher().tick()
+    assert (summary.n(Outcome.STARTED), summary.n(Outcome.WAITING)) == (2, 1)
+    assert stack.queue_counts() == (0, 0)  # nothing held on the queue while it waits
+    assert runs_of(stack, "c") == []
+    store = stack.runtime().store()
+    assert store.waiters_on("a") == store.waiters_on("b") == {waiter_id}
+
+    end(stack, "a")
+    assert runs_of(stack, "c") == [] and stack.queue_counts() == (0, 0)
+    released, refill, _ = end(stack, "b")  # the last receipt: sent back, and the refill starts it
+    assert released and refill.n(Outcome.STARTED) == 1
+    assert stack.running() == [execution_name("c", waiter_id)]  # its original id names it
+    assert store.waiting() == frozenset()
+
+
+def test_a_payload_satisfied_at_arrival_starts_at_once(stack):
+    stack.send({"id": "a"}, group="a")
+    stack.launcher().tick()
+    end(stack, "a")
+    stack.send({"id": "c"}, group="c", sluice_awaits=awaiting("a"))
+    summary = stack.launcher().tick()
+    assert summary.n(Outcome.STARTED) == 1 and summary.n(Outcome.WAITING) == 0
+    assert stack.runtime().store().waiting() == frozenset()
+
+
+def test_a_failed_awaited_key_dead_letters_the_waiter_with_the_reason(stack):
+    stack.send({"id": "a"}, group="a")
+    stack.send({"id": "c"}, group="c", sluice_awaits=awaiting("a"))
+    stack.launcher().tick()
+    end(stack, "a", "FAILED")
+    assert runs_of(stack, "c") == [], "c started though the key it awaits FAILED"
+    dead_letters = stack.dlq_messages()
+    assert len(dead_letters) == 1
+    dead = dead_letters[0]
+    assert dead["MessageAttributes"]["sluice-error"]["StringValue"] == "awaited a ended FAILED"
+    assert json.loads(dead["Body"]) == {"id": "c"}
+    assert runs_of(stack, "c") == [] and stack.queue_counts() == (0, 0)
+    assert stack.runtime().store().payload("c").reason == "awaited a ended FAILED"
+
+
+def test_run_anyway_starts_the_waiter_after_a_failure(stack):
+    stack.send({"id": "a"}, group="a")
+    stack.send({"id": "c"}, group="c", sluice_awaits=awaiting("a"), sluice_on_await_failure="run")
+    stack.launcher().tick()
+    end(stack, "a", "TIMED_OUT")
+    assert stack.dlq_messages() == []
+    assert len(runs_of(stack, "c")) == 1
+
+
+def test_the_horizon_dead_letters_a_waiter_on_a_key_never_seen(stack):
+    stack.send({"id": "c"}, group="c", sluice_awaits=awaiting("ghost"))
+    stack.launcher().tick()
+    stack.clock.advance(HORIZON - 1)
+    stack.launcher().tick()
+    assert stack.dlq_messages() == []
+    stack.clock.advance(1)
+    stack.launcher().tick()
+    (dead,) = stack.dlq_messages()
+    reason = dead["MessageAttributes"]["sluice-error"]["StringValue"]
+    assert reason == f"awaited ghost not seen within the await horizon ({HORIZON} s)"
+    assert stack.runtime().store().waiting() == frozenset()
+
+
+def test_a_wake_up_lost_before_the_send_is_found_by_reconciliation(stack):
+    stack.send({"id": "a"}, group="a")
+    stack.send({"id": "c"}, group="c", sluice_awaits=awaiting("a"))
+    stack.launcher().tick()
+    completion = stack.runtime()
+    crash_before(completion.client("sqs"), "SendMessage")  # the receipt is written, then it dies
+    with pytest.raises(Crash):
+        completion.launcher().on_status_change(StatusChange.from_event(stack.finish(running_key(stack, "a"))))
+    store = stack.runtime().store()
+    assert store.payload("a").succeeded_by and store.waiting() != frozenset()
+    assert stack.queue_counts() == (0, 0)
+    stack.launcher().tick()  # reconciliation's sweep sends it; admission starts it
+    assert len(runs_of(stack, "c")) == 1 and store.waiting() == frozenset()
+
+
+def test_a_waiter_woken_twice_runs_once(stack):
+    stack.send({"id": "a"}, group="a")
+    waiter_id = stack.send({"id": "c"}, group="c", sluice_awaits=awaiting("a"))
+    stack.launcher().tick()
+    completion = stack.runtime()
+    fired = crash_after(completion.client("sqs"), "SendMessage")  # sent, then dies before the mark
+    with pytest.raises(Crash):
+        completion.launcher().on_status_change(StatusChange.from_event(stack.finish(running_key(stack, "a"))))
+    assert fired["calls"] == 1
+    store = stack.runtime().store()
+    assert store.waiting() == {waiter_id}  # still parked: the sweep will send it again
+
+    stack.launcher().admit()
+    name = execution_name("c", waiter_id)
+    assert stack.running() == [name]
+    # moto, unlike SQS, forgets a deduplication id once its message is deleted: the second copy arrives.
+    assert sweep(store=store, queue=stack.runtime().queue(), now=stack.clock.now(), horizon=HORIZON) == {
+        "sent": 1
+    }
+    summary = stack.launcher().admit()
+    assert summary.received == 1 and summary.n(Outcome.STARTED) == 0
+    assert runs_of(stack, "c") == [name]
+
+    stack.launcher().on_status_change(StatusChange.from_event(stack.finish(name)))
+    # A third copy after the run ended: its name already ran.
+    (waiter,) = store.waiters([waiter_id])
+    from sluice.awaits import _parked
+
+    stack.runtime().queue().requeue(_parked(waiter))
+    summary = stack.launcher().admit()
+    assert summary.n(Outcome.ALREADY_RAN) == 1 and runs_of(stack, "c") == [name]
+    assert stack.queue_counts() == (0, 0)
+
+
+def test_a_crash_after_the_mark_and_before_the_sets_are_cleared_is_mended(stack):
+    stack.send({"id": "a"}, group="a")
+    waiter_id = stack.send({"id": "c"}, group="c", sluice_awaits=awaiting("a"))
+    stack.launcher().tick()
+    completion = stack.runtime()
+    # The release is one TransactWriteItems and the mark an UpdateItem; the sets' removal the next
+    # TransactWriteItems: die right after the mark.
+    crash_after(completion.client("dynamodb"), "UpdateItem")
+    with pytest.raises(Crash):
+        completion.launcher().on_status_change(StatusChange.from_event(stack.finish(running_key(stack, "a"))))
+    store = stack.runtime().store()
+    assert store.waiting() == {waiter_id} and not store.waiters([waiter_id])[0].parked
+    stack.launcher().tick()  # the sweep takes the released waiter off the sets; it sends nothing more
+    assert store.waiting() == frozenset() and store.waiters_on("a") == frozenset()
+    assert len(runs_of(stack, "c")) == 1
+
+
+def test_a_malformed_awaits_attribute_is_dead_lettered_not_a_crash(stack):
+    stack.send({"id": "c"}, group="c", sluice_awaits="[1, 2]")
+    summary = stack.launcher().tick()
+    assert summary.n(Outcome.INVALID) == 1
+    (dead,) = stack.dlq_messages()
+    assert "non-empty string" in dead["MessageAttributes"]["sluice-error"]["StringValue"]
