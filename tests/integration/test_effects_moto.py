@@ -20,7 +20,7 @@ from sluice.effects import EFFECTS_FIELD, MAX_EFFECTS, effect_id
 from sluice.model import Outcome
 from sluice.names import ORIGIN_ATTRIBUTE
 from tests.support.aws import REGION, build_stack
-from tests.support.hooks import Crash, crash_after
+from tests.support.hooks import Crash, count_calls, crash_after
 
 BUCKET = "sluice-test-payloads"
 
@@ -202,7 +202,8 @@ def test_reconciliation_after_a_lost_event_sends_them_once(stack):
     name = run_one(stack)
     event = stack.finish(name, output=output(*TWO))  # its event is lost
     stack.launcher(consistency_window_seconds=0).tick()  # reconciles, then admits what it sent
-    assert stack.runtime().store().effects(name).sent == ("child-a", "child-b")
+    log = stack.runtime().store().effects(name)
+    assert log is not None and log.sent == ("child-a", "child-b")
     stack.launcher(consistency_window_seconds=0).tick()
     assert not deliver(stack, event)  # the event after all, late
     assert ids(stack) == ["child-a", "child-b"]
@@ -213,7 +214,7 @@ def test_a_redelivered_message_that_already_ran_sends_nothing_again(session):
     claims the same name again (a fresh EXEC record), finds it ended and releases it once more. The
     mark is an item of its own, so that second release sends nothing."""
     with freeze_time("2027-01-01 00:00:00") as frozen:
-        stack = build_stack(session, visibility_timeout=180)
+        stack = build_stack(session, visibility_timeout=400)  # returns past SQS's 5-minute window
         stack.send({"id": "parent"}, group="parent")
         rt = stack.runtime()
         crash_after(rt.client("stepfunctions"), "StartExecution")  # started, message not deleted
@@ -221,10 +222,15 @@ def test_a_redelivered_message_that_already_ran_sends_nothing_again(session):
             rt.launcher().tick(reconcile_first=False)
         [name] = started(stack)
         deliver(stack, stack.finish(name, output=output(*TWO)))
-        frozen.tick(181)  # the message returns after its visibility timeout
-        summary = stack.launcher().tick(reconcile_first=False)
+        frozen.tick(401)  # the message returns after its visibility timeout
+        again = stack.runtime()
+        calls = count_calls(again.client("sqs"))
+        summary = again.launcher().tick(reconcile_first=False)
         assert summary.n(Outcome.ALREADY_RAN) == 1
-        assert ids(stack) == ["child-a", "child-b"]  # only the first release sent them
+        # Nothing sent: a copy sent now would be past SQS's window (the launcher would resume its
+        # execution by name and run nothing twice, but the effect would be enqueued twice).
+        assert calls["SendMessage"] == 0, f"effects sent again: {calls}"
+        assert ids(stack) == ["child-a", "child-b"]
 
 
 def test_invalid_effects_are_recorded_and_dead_lettered_and_the_rest_sent(stack):
