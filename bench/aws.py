@@ -323,6 +323,13 @@ class CountingStore:
         self.meter.wait("dynamodb:GetItem")
         return result
 
+    def effects(self, name: str) -> Any:
+        self.meter.call("dynamodb:GetItem")
+        self.meter.rru += 1
+        result = self.inner.effects(name)
+        self.meter.wait("dynamodb:GetItem")
+        return result
+
     def executions(self, names: Iterable[str]) -> dict[str, ExecutionRecord]:
         unique = set(names)
         batches = math.ceil(len(unique) / 100)

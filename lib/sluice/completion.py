@@ -32,6 +32,7 @@ from datetime import datetime
 from typing import Any
 
 from sluice.awaits import on_receipt
+from sluice.effects import Effects, around
 from sluice.model import ClaimFence, ExecutionInfo, ExecutionRecord, ExecutionStatus, PayloadState
 from sluice.parking import wake
 from sluice.ports import Executions, Queue, Store
@@ -93,10 +94,13 @@ def complete(
     fence: ClaimFence | None = None,
     confirm: Callable[[ExecutionRecord], bool] | None = None,
     output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
+    effects: Effects | None = None,
 ) -> ExecutionRecord | None:
     """Release ``name``, record ``state`` (with the receipt: ``output`` is asked for what to keep of
     the output, only when the release happens) and wake what waits for it. The one path every
-    release takes."""
+    release takes. A SUCCEEDED output's effects are sent before the release and marked in it
+    (``sluice.effects``; ``effects``: how, by default without a payload bucket)."""
+    output = around(output, effects, store=store, queue=queue, name=name, state=state, now=now)
     released = store.release(
         name=name,
         state=state,
@@ -159,6 +163,7 @@ def settle_status_change(
     now: float,
     executions: Executions | None = None,
     outputs: Outputs | None = None,
+    effects: Effects | None = None,
 ) -> ExecutionRecord | None:
     """Apply one status-change event. The released execution's record as it was (its ``shard`` is
     the slot freed), or None when the event freed nothing."""
@@ -184,6 +189,7 @@ def settle_status_change(
         cause=change.cause,
         ended_at=change.stop_date,
         output=_event_output(change, executions, outputs or Outputs()),
+        effects=effects,
     )
 
 

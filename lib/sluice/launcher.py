@@ -48,6 +48,7 @@ from itertools import groupby
 
 from sluice.awaits import gate
 from sluice.completion import StatusChange, complete, output_from, settle_status_change
+from sluice.effects import Effects
 from sluice.errors import (
     AlreadyDone,
     AmbiguousStartError,
@@ -104,6 +105,7 @@ class Launcher:
         self.pacer = Pacer(settings.start_rate, settings.start_burst, clock=clock, sleep=self.sleep)
         self.payloads = payloads  # the bucket of stored payloads that pointers name (sluice.pointers)
         self.outputs = Outputs(payloads, settings.receipt_inline_bytes)  # receipts' outputs
+        self.effects = Effects(payloads, settings.pointer_threshold)  # what outputs send (sluice.effects)
         self.identity = uuid.uuid4().hex[:16]  # this container, as a reconciler marking claims
         self._checked_at: float | None = None
 
@@ -126,6 +128,7 @@ class Launcher:
                 logger=self.log,
                 max_source=self.max_source,
                 outputs=self.outputs,
+                effects=self.effects,
             )
             summary.reconciled = True
             summary.released_by_reconcile = report.released
@@ -145,6 +148,7 @@ class Launcher:
             now=self.clock.now(),
             executions=self.executions,
             outputs=self.outputs,
+            effects=self.effects,
         )
         if released is None:
             return False, None, ""
@@ -464,6 +468,7 @@ class Launcher:
                 cause=info.cause,
                 ended_at=info.stop_date,
                 output=output_from(info.output, self.outputs),
+                effects=self.effects,
             )
             return None
         if self.settings.duplicate_policy is DuplicatePolicy.DEFER:
@@ -522,6 +527,7 @@ class Launcher:
             cause=info.cause,
             ended_at=info.stop_date,
             output=output_from(info.output, self.outputs),
+            effects=self.effects,
         )
         done.append(payload.message)
         self._log("redelivered message already ran", payload, name, Outcome.ALREADY_RAN)

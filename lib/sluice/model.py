@@ -175,6 +175,25 @@ class ExecutionRecord:
         return ClaimFence(self.claim_version, self.suspect_since)
 
 
+# How long ``EFFECTS#<name>`` is kept: as long as Step Functions keeps a name from running again, so
+# as long as any copy of a message that names that execution can come back (SQS keeps 14 days at most).
+EFFECTS_RETENTION_SECONDS = 90 * 86_400
+
+
+@dataclass(frozen=True, slots=True)
+class EffectsLog:
+    """Item ``EFFECTS#<name>``: the follow-up payloads (``sluice.effects``) an execution's output
+    named, written once in the release that sent them. Its existence means "sent": nothing sends
+    that execution's effects again."""
+
+    name: str  # the execution whose output named them
+    key: str  # its payload key
+    count: int  # effects the output named (sent + rejected; the whole list when it was refused)
+    sent: tuple[str, ...] = ()  # the keys of the effects sent, in the output's order
+    rejected: tuple[tuple[int, str], ...] = ()  # (index, reason); index -1: the list as a whole
+    sent_at: float = 0.0
+
+
 @dataclass(frozen=True, slots=True)
 class ClaimFence:
     """A CLAIMED record as reconciliation judged it: released only if unchanged since."""

@@ -12,6 +12,7 @@ from typing import Protocol, TypeVar
 from sluice.fanout import Done
 from sluice.model import (
     ClaimFence,
+    EffectsLog,
     ExecutionInfo,
     ExecutionRecord,
     Ledger,
@@ -206,7 +207,8 @@ class Store(Protocol):
         An ended ``state`` is the key's receipt (``sluice.receipts``): the payload record names
         ``name`` as its receipt (and as ``succeeded_by`` on the key's first SUCCEEDED), and the
         execution record keeps what ``output`` (asked with the record, only when it is released)
-        returns, all in the release's own write.
+        returns, all in the release's own write; with the effects it sent (``ReceiptOutput.effects``),
+        the release writes ``EFFECTS#<name>`` in the same transaction.
 
         With ``fence``, only if the claim is still CLAIMED, unrenewed and marked as the fence says.
         With ``confirm``, an execution adopted after a redrive is released only if ``confirm``
@@ -234,6 +236,12 @@ class Store(Protocol):
     def payload(self, key: str) -> PayloadRecord | None: ...
 
     def execution(self, name: str) -> ExecutionRecord | None: ...
+
+    def effects(self, name: str) -> EffectsLog | None:
+        """The effects ``name``'s release sent (``EFFECTS#<name>``, ``sluice.effects``), or None
+        when none were sent: written by the release whose ``output`` returned them, never removed
+        by a later claim of the same name."""
+        ...
 
     def executions(self, names: Iterable[str]) -> dict[str, ExecutionRecord]: ...
 

@@ -56,10 +56,10 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from sluice.model import ExecutionRecord, Message, PayloadRecord, PayloadState
+from sluice.model import EffectsLog, ExecutionRecord, Message, PayloadRecord, PayloadState
 from sluice.pointers import PayloadObjects, Pointer
 
 ONCE_ATTRIBUTE = "sluice-once"
@@ -80,6 +80,10 @@ class ReceiptOutput:
     inline: str | None = None
     pointer: str | None = None
     size: int | None = None
+    # The output's text as it was in hand at the release (not stored here; ``sluice.effects`` reads
+    # the effects it names), and the effects sent from it, written by the release (``EFFECTS#<name>``).
+    text: str | None = field(default=None, compare=False, repr=False)
+    effects: EffectsLog | None = None
 
 
 class Outputs:
@@ -96,15 +100,17 @@ class Outputs:
             return None
         raw = text.encode("utf-8")
         if len(raw) <= self.inline_bytes:
-            return ReceiptOutput(inline=text, size=len(raw))
+            return ReceiptOutput(inline=text, size=len(raw), text=text)
         if self.objects is None:
-            return ReceiptOutput(size=len(raw))  # too big to keep inline, and no bucket: its size only
+            return ReceiptOutput(
+                size=len(raw), text=text
+            )  # too big to keep inline, and no bucket: its size only
         digest = hashlib.sha256(raw).hexdigest()
         key = f"{OUTPUT_PREFIX}{digest}"
         self.objects.put(key, raw, sha256=digest)  # content-addressed: a retry writes the same object
         pointer = Pointer(self.objects.bucket, key, digest, len(raw))
         spec = {"uri": pointer.uri, "sha256": pointer.sha256, "size": pointer.size}
-        return ReceiptOutput(pointer=json.dumps(spec, separators=(",", ":")), size=len(raw))
+        return ReceiptOutput(pointer=json.dumps(spec, separators=(",", ":")), size=len(raw), text=text)
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass
 
 from sluice.awaits import sweep as sweep_awaits
 from sluice.completion import complete, output_from
+from sluice.effects import Effects
 from sluice.errors import ConfigurationError, TransientError
 from sluice.model import ExecutionRecord, LimitSource, PayloadState
 from sluice.parking import sweep
@@ -76,6 +77,7 @@ def reconcile(
     logger: logging.Logger | logging.LoggerAdapter | None = None,
     max_source: MaxSource | None = None,
     outputs: Outputs | None = None,
+    effects: Effects | None = None,
 ) -> ReconcileReport:
     logger = logger or log
     h1 = store.ledger().holders
@@ -125,6 +127,7 @@ def reconcile(
                 cause=info.cause,
                 ended_at=info.stop_date,
                 output=output_from(info.output, outputs),
+                effects=effects,  # an end whose event was lost: its effects go now (sluice.effects)
             )
             released += 1
         elif record.state is PayloadState.CLAIMED:

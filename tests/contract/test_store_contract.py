@@ -307,3 +307,46 @@ def test_already_done_is_counted(store):
     store.record_already_done(key="k", message_id="m1", now=NOW)
     store.record_already_done(key="k", message_id="m2", now=NOW)
     assert store.payload("k").already_done == 2
+
+
+# -- effects (sluice.effects) ---------------------------------------------------------------------
+
+
+def test_a_release_writes_the_effects_it_sent_and_a_later_claim_of_the_name_keeps_them(store):
+    from sluice.model import EffectsLog
+    from sluice.receipts import ReceiptOutput
+
+    sent = EffectsLog("n1", "k", 3, ("a", "b"), ((2, "effect 2: no key"),), NOW + 9)
+    claim(store, "k", "n1")
+    assert store.effects("n1") is None
+    released = store.release(
+        name="n1",
+        state=PayloadState.SUCCEEDED,
+        now=NOW + 9,
+        output=lambda record: ReceiptOutput(inline="{}", size=2, effects=sent),
+    )
+    assert released is not None and store.effects("n1") == sent
+    # A redelivered message claims the same name again (a fresh execution record): the mark stays.
+    claim(store, "k", "n1", now=NOW + 20)
+    assert store.effects("n1") == sent
+    assert store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW + 21) is not None
+    assert store.effects("n1") == sent
+
+
+def test_a_release_that_does_not_happen_writes_no_effects(store):
+    from sluice.model import EffectsLog
+    from sluice.receipts import ReceiptOutput
+
+    claim(store, "k", "n1")
+    store.release(name="n1", state=PayloadState.FAILED, now=NOW + 1)
+    late = EffectsLog("n1", "k", 1, ("a",), (), NOW + 2)
+    out = lambda record: ReceiptOutput(effects=late)  # noqa: E731
+    assert store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW + 2, output=out) is None
+    assert store.effects("n1") is None
+
+
+def test_mark_running_many_takes_two_copies_of_one_start(store):
+    claim(store, "k", "n1")
+    s = StartedExecution("k", "n1", "arn:n1", NOW + 1)
+    assert store.mark_running_many([s, s], now=NOW + 1) >= 1
+    assert store.payload("k").state is PayloadState.RUNNING

@@ -58,6 +58,16 @@ def test_status_shows_the_receipt(env, capsys):
     assert data["receipt"]["outcome"] == "SUCCEEDED" and data["receipt"]["output"] == '{"rows": 3}'
 
 
+def test_status_shows_the_effects_sent(env, capsys):
+    name = run_one(env)
+    effects = [{"payload": {"id": "c1"}}, {"payload": {"id": "c2"}}, {"payload": {"id": "c3"}, "lane": "gpu"}]
+    end(env, name, output=json.dumps({"sluiceEffects": effects}))
+    run = sluice(capsys, "status", "k1", session=env.session)
+    assert "effects     2 sent of 3: c1, c2" in run.out and "refused: effect 2: lane" in run.out
+    data = sluice(capsys, "status", "k1", "--json", session=env.session).json
+    assert data["effects"]["sent"] == ["c1", "c2"] and data["effects"]["count"] == 3
+
+
 def test_wait_exits_0_once_the_run_succeeds_polling_with_backoff(env, capsys):
     name = run_one(env)
     clock = Polled(then=lambda: end(env, name), after=3)

@@ -916,3 +916,67 @@ def test_a_waiter_released_when_an_awaited_key_failed_is_caught(monkeypatch):
         lambda awaits, records, **kw: judge(awaits, records, **{**kw, "run_anyway": True}),
     )
     caught(awaits_kept, test=AWAIT_SCENARIOS["failed"])
+
+
+# -- effects (sluice.effects) -------------------------------------------------------------------------
+
+
+def effects_once(make_world: Callable[..., World]) -> None:
+    """A SUCCEEDED output names effects; its event is repeated, comes late, and its message comes back
+    after the execution ended (a second release of the same name). Each effect is enqueued once.
+    (On moto stacks, as the integration tests run them.)"""
+    from tests.integration import test_effects_moto as effects
+    from tests.support.aws import build_stack, moto_session
+
+    with moto_session() as session:
+        effects.test_a_repeated_or_late_event_sends_nothing_more(
+            build_stack(session, name="sluice-fx-repeat")
+        )
+        effects.test_reconciliation_after_a_lost_event_sends_them_once(
+            build_stack(session, name="sluice-fx-lost")
+        )
+    with moto_session() as session:
+        effects.test_a_redelivered_message_that_already_ran_sends_nothing_again(session)
+
+
+def test_the_effects_scenario_holds():
+    run(effects_once)
+
+
+def test_effects_sent_on_every_event_are_caught(monkeypatch):
+    """Sent from the event itself, not from the release that happens: every repeat sends again."""
+    import sluice.effects
+
+    def send_now(output, effects, *, store, queue, name, state, now):
+        record = store.execution(name)
+        if output is not None and state is PayloadState.SUCCEEDED and record is not None:
+            kept = output(record)
+            if kept is not None and kept.text:
+                (effects or sluice.effects.Effects()).send(kept.text, record=record, queue=queue, now=now)
+        return output
+
+    monkeypatch.setattr(sluice.completion, "around", send_now)
+    caught(effects_once)
+
+
+def test_effects_sent_again_when_their_execution_is_released_again_are_caught(monkeypatch):
+    """The mark not consulted (or kept on EXEC#<name>, which a later claim of the name writes afresh):
+    the second release of a name, by a redelivered message that already ran, sends them again."""
+    import sluice.effects
+
+    class Forgetful:
+        def __init__(self, store: Any) -> None:
+            self.store = store
+
+        def effects(self, name: str) -> None:
+            return None
+
+        def __getattr__(self, attr: str) -> Any:
+            return getattr(self.store, attr)
+
+    def without_the_mark(output, effects, *, store, **rest):
+        return sluice.effects.around(output, effects, store=Forgetful(store), **rest)
+
+    monkeypatch.setattr(sluice.completion, "around", without_the_mark)
+    failure = caught(effects_once)
+    assert "effects sent again" in str(failure)  # by the sends, not by the mark's own assertion

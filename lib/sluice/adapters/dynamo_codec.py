@@ -9,7 +9,7 @@ from typing import Any
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
-from sluice.model import ExecutionRecord, ParkedMessage, PayloadRecord, PayloadState
+from sluice.model import EffectsLog, ExecutionRecord, ParkedMessage, PayloadRecord, PayloadState
 
 TTL_ATTRIBUTE = "expires_at"
 
@@ -23,6 +23,34 @@ def payload_pk(key: str) -> str:
 
 def execution_pk(name: str) -> str:
     return f"EXEC#{name}"
+
+
+def effects_pk(name: str) -> str:
+    return f"EFFECTS#{name}"
+
+
+def effects_item(log: EffectsLog, *, expires_at: int) -> dict[str, Any]:
+    return item(
+        pk=effects_pk(log.name),
+        name=log.name,
+        key=log.key,
+        count=log.count,
+        sent=json.dumps(list(log.sent), ensure_ascii=False),
+        rejected=json.dumps([list(r) for r in log.rejected], ensure_ascii=False),
+        sent_at=log.sent_at,
+        expires_at=expires_at,
+    )
+
+
+def to_effects(raw: dict[str, Any]) -> EffectsLog:
+    return EffectsLog(
+        name=str(raw["name"]),
+        key=str(raw.get("key", "")),
+        count=int(raw.get("count", 0)),
+        sent=tuple(json.loads(raw.get("sent") or "[]")),
+        rejected=tuple((int(i), str(r)) for i, r in json.loads(raw.get("rejected") or "[]")),
+        sent_at=float(raw.get("sent_at", 0)),
+    )
 
 
 def park_pk(message_id: str) -> str:

@@ -4,6 +4,8 @@ records, a payload's duplicate and invalid marks, and reconciliation's figures i
     PAYLOAD#<key>   duplicates, last_duplicate; already_done, last_already_done (run-once
                     messages of a key that had SUCCEEDED); state INVALID with a reason (only while unleased)
     EXEC#<name>     read here, written with the slots and leases (sluice.adapters.dynamodb)
+    EFFECTS#<name>  read here (the effects an execution's release sent, sluice.effects), written by
+                    that release (sluice.adapters.dynamodb)
     LEDGER          external (with external_count, its number), counts (the numbering counter),
                     drift, reconciled_at
 
@@ -16,12 +18,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sluice.adapters.dynamo_codec import execution_pk, payload_pk, to_execution, to_payload, values
+from sluice.adapters.dynamo_codec import (
+    effects_pk,
+    execution_pk,
+    payload_pk,
+    to_effects,
+    to_execution,
+    to_payload,
+    values,
+)
 from sluice.adapters.dynamo_launch_slots import LEDGER_PK
 from sluice.adapters.dynamo_parking import ParkingTable
 from sluice.adapters.errors import translated
 from sluice.errors import ConditionFailed
-from sluice.model import ExecutionRecord, PayloadRecord, PayloadState
+from sluice.model import EffectsLog, ExecutionRecord, PayloadRecord, PayloadState
 
 
 class RecordsTable(ParkingTable):
@@ -32,6 +42,10 @@ class RecordsTable(ParkingTable):
     def execution(self, name: str) -> ExecutionRecord | None:
         raw = self._get(execution_pk(name))
         return to_execution(raw) if raw else None
+
+    def effects(self, name: str) -> EffectsLog | None:
+        raw = self._get(effects_pk(name))
+        return to_effects(raw) if raw else None
 
     def executions(self, names: Iterable[str]) -> dict[str, ExecutionRecord]:
         found = self._batch_get([execution_pk(n) for n in sorted(set(names))])

@@ -42,6 +42,7 @@ from sluice.adapters.dynamo_awaits import AwaitsTable
 from sluice.adapters.dynamo_codec import (
     TTL_ATTRIBUTE,
     create_table,
+    effects_item,
     execution_pk,
     item,
     payload_pk,
@@ -56,6 +57,7 @@ from sluice.adapters.dynamo_slots import DynamoSlots
 from sluice.adapters.dynamo_table import DEFAULT_RETENTION
 from sluice.errors import AlreadyDone, LeaseHeld, SlotsFull, TransientError
 from sluice.model import (
+    EFFECTS_RETENTION_SECONDS,
     ClaimFence,
     ExecutionRecord,
     Ledger,
@@ -281,6 +283,10 @@ class DynamoStore(RecordsTable, AwaitsTable):
         return self._transact(items) is None
 
     def mark_running_many(self, started: Sequence[StartedExecution], *, now: float) -> int:
+        # Two copies of one message (same origin id, so same name: a re-sent effect or parked message
+        # past SQS's deduplication window) can both resume it in one batch; one transaction may not
+        # name an item twice.
+        started = list({s.name: s for s in started}.values())
         if len(started) == 1:
             s = started[0]
             return int(self.mark_running(key=s.key, name=s.name, arn=s.arn, started_at=s.started_at, now=now))
@@ -429,6 +435,18 @@ class DynamoStore(RecordsTable, AwaitsTable):
                 }
             },
         ]
+        if kept is not None and kept.effects is not None:
+            # The effects sent before this release (sluice.effects): their durable mark, in its
+            # transaction. A separate item, so that a later claim of the same name (a redelivered
+            # message, which Puts EXEC#<name> afresh) cannot erase it.
+            items.append(
+                {
+                    "Put": {
+                        "TableName": self.table,
+                        "Item": effects_item(kept.effects, expires_at=int(now) + EFFECTS_RETENTION_SECONDS),
+                    }
+                }
+            )
         if self._transact(items) is not None:
             return None  # someone released it first, or renewed the claim
         return record

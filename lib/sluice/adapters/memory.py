@@ -11,6 +11,7 @@ from sluice.adapters.memory_awaits import MemoryAwaits
 from sluice.errors import AlreadyDone, LeaseHeld, SlotsFull
 from sluice.model import (
     ClaimFence,
+    EffectsLog,
     ExecutionRecord,
     Ledger,
     LimitSource,
@@ -41,6 +42,7 @@ class MemoryStore(MemoryAwaits):
         self._reconciled_at: float | None = None
         self._payloads: dict[str, PayloadRecord] = {}
         self._executions: dict[str, ExecutionRecord] = {}
+        self._effects: dict[str, EffectsLog] = {}
         self._parked: dict[str, tuple[ParkedMessage, bool]] = {}  # message id -> (message, woken)
         self._parked_holders: set[str] = set()
 
@@ -71,6 +73,10 @@ class MemoryStore(MemoryAwaits):
     def execution(self, name: str) -> ExecutionRecord | None:
         with self._lock:
             return self._executions.get(name)
+
+    def effects(self, name: str) -> EffectsLog | None:
+        with self._lock:
+            return self._effects.get(name)
 
     def executions(self, names: Iterable[str]) -> dict[str, ExecutionRecord]:
         with self._lock:
@@ -242,6 +248,8 @@ class MemoryStore(MemoryAwaits):
                 expires_at=record_expiry(state, now=now, retention_seconds=self.retention_seconds),
                 **outputs,
             )
+            if kept is not None and kept.effects is not None:
+                self._effects[name] = kept.effects  # in the release's own write (sluice.effects)
             return record
 
     def adopt(self, *, name: str, now: float) -> bool:

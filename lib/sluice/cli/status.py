@@ -45,6 +45,7 @@ def cmd_status(ctx: Context) -> int:
         lines.append("receipt     none yet")
     else:
         lines.extend(_receipt_lines(receipt))
+        lines.extend(_effects_lines(data.get("effects")))
     lines.append(f"executions  {len(data['executions'])}, oldest first")
     for run in data["executions"]:
         lines.append(f"  {run['state']:<10} {run['name']}")
@@ -142,6 +143,14 @@ def _overview(ctx: Context) -> int:
     ]
     ctx.out(table(rows), data)
     return EXIT_OK
+
+
+def _effects_lines(e: dict[str, Any] | None) -> list[str]:
+    if not e:
+        return []
+    lines = [f"effects     {len(e['sent'])} sent of {e['count']}: {', '.join(e['sent']) or '-'}"]
+    lines.extend(f"            refused: {reason}" for _, reason in e["rejected"])
+    return lines
 
 
 def _receipt_lines(r: dict[str, Any]) -> list[str]:

@@ -113,4 +113,18 @@ def payload_history(rt: Runtime, key: str) -> dict[str, Any] | None:
         "payload": asdict(record),
         "executions": [asdict(r) for r in runs],
         "receipt": receipt.as_dict() if receipt is not None else None,
+        "effects": _effects(store, receipt.name) if receipt is not None and receipt.succeeded else None,
+    }
+
+
+def _effects(store: Any, name: str) -> dict[str, Any] | None:
+    """What the receipt's run sent (``sluice.effects``): a read only for a SUCCEEDED receipt."""
+    log = store.effects(name)
+    if log is None:
+        return None
+    return {
+        "count": log.count,
+        "sent": list(log.sent),
+        "rejected": [list(r) for r in log.rejected],
+        "sent_at": log.sent_at,
     }
