@@ -500,6 +500,51 @@ class CountingStore:
         self.meter.wait("dynamodb:GetItem")
         return result
 
+    # -- awaits (sluice.awaits): the benchmark's payloads await nothing, but every end reads its key's
+    # AWAITED# item and every reconciliation the AWAITING index -------------------------------------
+
+    def _get(self, result: Any) -> Any:
+        self.meter.call("dynamodb:GetItem")
+        self.meter.rru += 1
+        self.meter.wait("dynamodb:GetItem")
+        return result
+
+    def waiters_on(self, key: str) -> frozenset[str]:
+        return self._get(self.inner.waiters_on(key))
+
+    def waiting(self) -> frozenset[str]:
+        return self._get(self.inner.waiting())
+
+    def _batch_get(self, n: int) -> None:
+        batches = math.ceil(n / 100)
+        if batches:
+            self.meter.call("dynamodb:BatchGetItem", batches)
+            self.meter.rru += n
+            self.meter.wait("dynamodb:BatchGetItem", batches)
+
+    def payloads(self, keys: Iterable[str]) -> dict[str, PayloadRecord]:
+        keys = list(keys)
+        self._batch_get(len(keys))
+        return self.inner.payloads(keys)
+
+    def waiters(self, message_ids: Iterable[str]) -> list[Any]:
+        ids = list(message_ids)
+        self._batch_get(len(ids))
+        return self.inner.waiters(ids)
+
+    def park_waiter(self, waiter: Any, missing: Sequence[str]) -> None:
+        self.meter.call("dynamodb:TransactWriteItems")
+        self.meter.wru += 2 * (SMALL_ITEM_KB * (len(missing) + 1) + _kb(len(waiter.body)))
+        self.inner.park_waiter(waiter, missing)
+        self.meter.wait("dynamodb:TransactWriteItems")
+
+    def release_waiter(self, waiter: Any, *, how: str, reason: str | None, now: float) -> bool:
+        self.meter.call("dynamodb:TransactWriteItems")
+        self.meter.wru += 2 * SMALL_ITEM_KB * 3
+        result = self.inner.release_waiter(waiter, how=how, reason=reason, now=now)
+        self.meter.wait("dynamodb:TransactWriteItems")
+        return result
+
     def next_count(self) -> int:
         self.meter.call("dynamodb:UpdateItem")
         kb = _kb(self.ledger_bytes)
