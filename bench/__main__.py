@@ -32,6 +32,11 @@ def main(argv: list[str] | None = None) -> int:
         help="run only the semaphore step's benchmark and update its section of the results file",
     )
     parser.add_argument(
+        "--dag-only",
+        action="store_true",
+        help="run only the DAG workload and write bench/out/results-dag.json (the results file is kept)",
+    )
+    parser.add_argument(
         "--report-only",
         action="store_true",
         help="redo the report and plots from the last run's bench/out/raw.pickle",
@@ -51,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.semaphore_only:
         return _semaphore_only(plan, results_path, out)
+    if args.dag_only:
+        return _dag_only(plan, out)
     raw = out / ("raw-quick.pickle" if plan.quick else "raw.pickle")
     if args.report_only:
         results = pickle.loads(raw.read_bytes())
@@ -61,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     scaled, moto = results.pop("scale"), results.pop("moto")
     semaphore_runs = results.pop("semaphore", [])
     large_runs = results.pop("large", [])
+    dag_runs = results.pop("dag", [])
     command = (
         "make bench"
         + (" QUICK=1" if plan.quick else "")
@@ -71,10 +79,14 @@ def main(argv: list[str] | None = None) -> int:
         data["semaphore"] = report.semaphore_section(plan, semaphore_runs)
     if large_runs:
         data["large"] = report.large_section(plan, large_runs)
+    if dag_runs:
+        data["dag"] = report.dag_section(plan, dag_runs)
     results_path.write_text(json.dumps({**data, "cpu": cpu}, indent=1) + "\n")
     summary = report.markdown(data, cpu)
     if "large" in data:
         summary += report.large_markdown(data["large"])
+    if "dag" in data:
+        summary += report.dag_markdown(data["dag"])
     if "semaphore" in data:
         summary += report.semaphore_markdown(data["semaphore"])
     (out / "summary.md").write_text(summary)
@@ -82,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     print(report.table(data))
     if "large" in data:
         print(report.large_table(data["large"]))
+    if "dag" in data:
+        print(report.dag_table(data["dag"]))
     if "semaphore" in data:
         print(report.semaphore_table(data["semaphore"]))
     print(
@@ -106,6 +120,20 @@ def _semaphore_only(plan: plan_mod.Plan, results_path: Path, out: Path) -> int:
     print(
         f"\nwrote the semaphore section of {results_path.relative_to(ROOT)} and bench/out/summary-semaphore.md"
     )
+    print(f"took {time.monotonic() - began:.0f} s")
+    return 0
+
+
+def _dag_only(plan: plan_mod.Plan, out: Path) -> int:
+    """The DAG workload alone (two runs, a few seconds): bench/out/results-dag.json and
+    bench/out/summary-dag.md; the results file is left as it is."""
+    began = time.monotonic()
+    runs = [plan_mod._dag_task(args) for _, args in plan_mod.dag_tasks(plan)]
+    section = report.dag_section(plan, runs)
+    (out / "results-dag.json").write_text(json.dumps({"dag": section}, indent=1) + "\n")
+    (out / "summary-dag.md").write_text(report.dag_markdown(section))
+    print(report.dag_table(section))
+    print("\nwrote bench/out/results-dag.json and bench/out/summary-dag.md")
     print(f"took {time.monotonic() - began:.0f} s")
     return 0
 

@@ -684,11 +684,13 @@ class SimQueue:
             max_receive_count=max_receive_count if max_receive_count is not None else 1 << 30,
         )
         self.waiters: list[Any] = []
+        self.requeued: dict[str, float] = {}  # payload key -> when it was first sent back (awaits)
 
     # the producer (not counted: the same for every system)
 
-    def send(self, body: str, group_id: str = "") -> str:
-        message_id = self.inner.send(body, group_id)
+    def send(self, body: str, group_id: str = "", attributes: dict[str, str] | None = None) -> str:
+        """A producer's SendMessage; ``attributes`` reach the launcher as ``Message.attributes``."""
+        message_id = self.inner.send(body, group_id, attributes)
         self._wake()
         return message_id
 
@@ -745,7 +747,9 @@ class SimQueue:
         self.meter.wait("sqs:SendMessage")
 
     def requeue(self, parked: Any) -> None:
+        """A parked message sent back (a deferred duplicate, or a waiter whose awaits are met)."""
         self.meter.call("sqs:SendMessage")
+        self.requeued.setdefault(parked.key, self.sim.now if self.sim is not None else 0.0)
         self.inner.requeue(parked)
         self._wake()
         self.meter.wait("sqs:SendMessage")

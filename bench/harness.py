@@ -11,6 +11,7 @@ every system, and the same numbers on every run.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from collections import deque
@@ -25,6 +26,7 @@ from bench.poller import PollerSystem
 from bench.pricing import cost_usd, per_million
 from bench.sim import T0, Sim
 from bench.sluice_system import SluiceLean, SluiceLinger, SluiceRefillOne, SluiceSystem, SluiceWide
+from sluice.awaits import AWAITS_ATTRIBUTE
 
 SYSTEMS: dict[str, type[System]] = {
     cls.name: cls
@@ -50,6 +52,7 @@ class Job:
     enqueue_at: float  # seconds after t0
     duration: float
     body: str
+    awaits: tuple[str, ...] = ()  # keys this job awaits (the ``sluice-awaits`` attribute)
 
 
 DURATIONS = {
@@ -87,6 +90,39 @@ def backlog(kind: str, n: int, rng: random.Random) -> list[Job]:
     ]
 
 
+# The DAG workload: fan-ins of DAG_FAN_IN nodes into one, and chains of DAG_CHAIN nodes.
+DAG_FAN_IN = 50
+DAG_CHAIN = 10
+DAG_DURATIONS = "exp30"
+
+
+def dag(fan_ins: int, chains: int, rng: random.Random) -> list[Job]:
+    """``fan_ins`` fan-ins (``fanFF-inII``, 50 of them, each awaited by ``fanFF-out``) and ``chains``
+    chains (``chainCC-0`` … ``chainCC-9``, each link awaiting the one before), every node enqueued at
+    t0 in an order shuffled by ``rng`` (a dependent may arrive before what it awaits), with
+    ``DAG_DURATIONS`` durations drawn from ``rng``. 10 fan-ins and 49 chains: 1,000 nodes, 451 of them
+    dependents (10 awaiting 50 keys each, 441 awaiting one)."""
+    nodes: list[tuple[str, tuple[str, ...]]] = []
+    for f in range(fan_ins):
+        leaves = tuple(f"fan{f:02d}-in{i:02d}" for i in range(DAG_FAN_IN))
+        nodes += [(k, ()) for k in leaves]
+        nodes.append((f"fan{f:02d}-out", leaves))
+    for c in range(chains):
+        links = [f"chain{c:02d}-{i}" for i in range(DAG_CHAIN)]
+        nodes += [(k, (links[i - 1],) if i else ()) for i, k in enumerate(links)]
+    rng.shuffle(nodes)
+    lengths = durations(DAG_DURATIONS, len(nodes), rng)
+    return [
+        Job(k, 0.0, d, body(k, i), awaits)
+        for i, ((k, awaits), d) in enumerate(zip(nodes, lengths, strict=True))
+    ]
+
+
+def without_awaits(jobs: list[Job]) -> list[Job]:
+    """The same jobs as a plain backlog: what the DAG's calls per start are compared with."""
+    return [Job(j.id, j.enqueue_at, j.duration, j.body) for j in jobs]
+
+
 def trickle(n: int, mean_gap: float, duration: float, rng: random.Random) -> list[Job]:
     """Payloads arriving one by one (Poisson) while slots are free and nothing finishes."""
     t, jobs = 5.0, []
@@ -121,6 +157,7 @@ class Recorder:
         self.busy = 0.0
         self.last_end = sim.t0
         self.first_start: dict[str, float] = {}
+        self.ends: dict[str, tuple[float, str]] = {}  # job id -> (first end, status)
         self.duplicates = 0
         self.latencies: list[float] = []
         self.refill_latencies: list[float] = []
@@ -163,6 +200,7 @@ class Recorder:
         assert self.system is not None
         info = self.system.sfn.finish(name)
         now = self.sim.now
+        self.ends.setdefault(job.id, (now, info.status))
         self.ended += 1
         self.busy += job.duration
         self.last_end = now
@@ -232,7 +270,8 @@ def run(
     recorder.system = system
 
     for job in jobs:
-        sim.at(T0 + job.enqueue_at, system.queue.send, job.body, job.id)
+        attributes = {AWAITS_ATTRIBUTE: json.dumps(list(job.awaits))} if job.awaits else None
+        sim.at(T0 + job.enqueue_at, system.queue.send, job.body, job.id, attributes)
     ticking = [True]
 
     def tick() -> None:
@@ -322,11 +361,51 @@ def run(
         "quota_warnings": meter.quota_warnings(),
         "_costs_usd": costs,
     }
+    if any(j.awaits for j in jobs):
+        result["dag"] = dag_metrics(jobs, recorder, system.queue.requeued)
     if timeline:
         result["_timeline"] = recorder.timeline
     if keep_latencies:
         result["_latencies"] = [round(x, 3) for x in recorder.latencies]
     return result
+
+
+def dag_metrics(jobs: list[Job], recorder: Recorder, requeued: dict[str, float]) -> dict[str, Any]:
+    """For each dependent that started: the wait from its last awaited receipt (the end of the last
+    awaited execution, plus the status event's delay) to its start; for those parked, the part of it
+    until Sluice sent it back to the queue (the wake-up). A start before every awaited execution ended
+    SUCCEEDED is a violation."""
+    waits, wakes, violations, starts = [], [], [], {}
+    for job in jobs:
+        start = recorder.first_start.get(job.id)
+        if start is not None:
+            starts[job.id] = round(start - T0, 3)
+        if not job.awaits or start is None:
+            continue
+        ends = [recorder.ends.get(k) for k in job.awaits]
+        if any(e is None or e[0] > start or e[1] != "SUCCEEDED" for e in ends):
+            violations.append(job.id)
+            continue
+        receipt = max(e[0] for e in ends if e is not None) + EVENT_DELAY
+        waits.append(start - receipt)
+        if job.id in requeued:
+            wakes.append(requeued[job.id] - receipt)
+    dependents = sum(1 for j in jobs if j.awaits)
+    return {
+        "nodes": len(jobs),
+        "dependents": dependents,
+        "dependents_started": len(waits) + len(violations),
+        "parked": sum(1 for j in jobs if j.awaits and j.id in requeued),
+        "violations": violations,
+        "wait_p50_s": _r(percentile(waits, 50)),
+        "wait_p99_s": _r(percentile(waits, 99)),
+        "wait_max_s": _r(max(waits) if waits else None),
+        "waits_within_1s": sum(1 for w in waits if w <= 1.0),
+        "wake_p50_s": _r(percentile(wakes, 50)),
+        "wake_p99_s": _r(percentile(wakes, 99)),
+        "_starts": starts,
+        "_ends": {k: [round(t - T0, 3), status] for k, (t, status) in recorder.ends.items()},
+    }
 
 
 def idle(system_name: str, hours: float = 1.0, seed: int = 0) -> dict[str, Any]:

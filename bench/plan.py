@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench import semaphore_bench
-from bench.harness import MAIN_SYSTEMS, backlog, idle, run, trickle
+from bench.harness import MAIN_SYSTEMS, backlog, dag, idle, run, trickle, without_awaits
 
 WORKLOADS = ("fixed30", "exp30", "lognormal", "fixed5")
 MAXES = (5, 100, 1000)
@@ -19,6 +19,7 @@ TRICKLE_SYSTEMS = MAIN_SYSTEMS
 IDLE_SYSTEMS = MAIN_SYSTEMS
 TIMELINE = ("fixed30", 100)  # the run whose concurrency over time is plotted
 LARGE = ("fixed60", ("sluice-linger", "sluice-wide"))  # MAX 10,000 (issue 10, item 9)
+DAG_SYSTEM = "sluice-linger"  # the DAG workload (issue 13): as deployed, awaits through the real code
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,9 @@ class Plan:
     semaphore_executions: int = semaphore_bench.EXECUTIONS
     large_max: int = 10_000
     large_backlog: int = 30_000
+    dag_max: int = 50
+    dag_fan_ins: int = 10  # 10 × (50 + 1) nodes
+    dag_chains: int = 49  # 49 × 10 nodes: 1,000 in all
 
     @classmethod
     def make(cls, *, quick: bool, seed: int) -> Plan:
@@ -70,6 +74,28 @@ def _large_task(args: tuple[str, int, int, int]) -> dict[str, Any]:
     return run(system, LARGE[0], max_, seed, jobs=jobs)
 
 
+def dag_jobs(plan: Plan) -> list[Any]:
+    return dag(plan.dag_fan_ins, plan.dag_chains, random.Random(f"{plan.seed}/dag"))
+
+
+def dag_tasks(plan: Plan) -> list[tuple[str, Any]]:
+    """The DAG with its awaits, and the same jobs as a plain backlog (the calls per start compared)."""
+    return [("dag", (DAG_SYSTEM, plan, awaits)) for awaits in (True, False)]
+
+
+def _dag_task(args: tuple[str, Plan, bool]) -> dict[str, Any]:
+    system, plan, awaits = args
+    jobs = dag_jobs(plan)
+    result = run(
+        system,
+        "dag" if awaits else "dag-plain",
+        plan.dag_max,
+        plan.seed,
+        jobs=jobs if awaits else without_awaits(jobs),
+    )
+    return result
+
+
 def _trickle_task(args: tuple[str, Plan]) -> dict[str, Any]:
     system, plan = args
     jobs = trickle(
@@ -92,6 +118,8 @@ def _cost(task: tuple[str, Any]) -> float:
         return 50.0
     if kind == "large":
         return args[2] * 1.0
+    if kind == "dag":
+        return 2_000.0
     if kind != "backlog":
         return 1.0
     system, _, max_, n, _ = args
@@ -110,6 +138,8 @@ def _dispatch(task: tuple[str, Any]) -> tuple[str, Any]:
         return kind, _trickle_task(args)
     if kind == "large":
         return kind, _large_task(args)
+    if kind == "dag":
+        return kind, _dag_task(args)
     if kind == "idle":
         return kind, _idle_task(args)
     if kind == "semaphore":
@@ -132,6 +162,7 @@ def execute(plan: Plan, workers: int | None = None, *, moto: bool = True) -> dic
             if workload in REFILL_ONE[1]:
                 tasks.append(("backlog", (REFILL_ONE[0], workload, max_, plan.backlog, plan.seed)))
     tasks += [("large", (s, plan.large_max, plan.large_backlog, plan.seed)) for s in LARGE[1]]
+    tasks += dag_tasks(plan)
     tasks += [("trickle", (s, plan)) for s in TRICKLE_SYSTEMS]
     tasks += [("idle", (s, plan)) for s in IDLE_SYSTEMS]
     tasks += [("semaphore", a) for a in semaphore_bench.plan_runs(plan.semaphore_executions, plan.seed)]
@@ -155,6 +186,7 @@ def execute(plan: Plan, workers: int | None = None, *, moto: bool = True) -> dic
         "idle": [],
         "semaphore": [],
         "large": [],
+        "dag": [],
         "scale": None,
         "moto": None,
     }

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.aws import LATENCY, QUOTAS
-from bench.harness import DURATIONS, LOGNORMAL_SIGMA
+from bench.harness import DAG_CHAIN, DAG_DURATIONS, DAG_FAN_IN, DURATIONS, LOGNORMAL_SIGMA
 from bench.model import (
     BASELINE_ARCHITECTURE,
     BASELINE_MEMORY_MB,
@@ -646,6 +646,127 @@ def large_markdown(section: dict[str, Any]) -> str:
             f"| {LABEL[r['system']]} | {_fmt(r['utilisation'], '.3f')} | {_fmt(r['makespan_ratio'], '.3f')} "
             f"| {_fmt(r['fill_s'])} | {_fmt(r['api_calls_per_start'], '.2f')} | {_fmt(r['dynamodb_wru_per_start'])} "
             f"| {r['hottest_item_wcu_per_s']:.0f} | {r['start_execution_peak_per_s']:.0f} | {r['peak_concurrency']:,} "
+            f"| {r['dead_lettered']} | {_fmt(r['cost_per_million_usd'], '.2f')} |"
+        )
+    out.append("\n| target | measured | |")
+    out.append("| --- | --- | --- |")
+    for t in section["targets"]:
+        out.append(f"| {t['target']} | {t['value']} | {'met' if t['met'] else '**missed**'} |")
+    return "\n".join(out) + "\n"
+
+
+def dag_section(plan: Plan, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The DAG workload (issue 13): fan-ins of 50 into 1 and chains of 10, enqueued at once with their
+    awaits, through the real launcher and completion code; and the same jobs as a plain backlog, whose
+    calls per start the DAG's are compared with."""
+
+    by = {r["workload"]: r for r in runs}
+    d, plain = by["dag"], by["dag-plain"]
+    m = d["dag"]
+    keys = (
+        "system",
+        "max",
+        "jobs",
+        "finished",
+        "started",
+        "dead_lettered",
+        "duplicate_starts",
+        "api_calls_per_start",
+        "dynamodb_calls_per_start",
+        "calls_by_api_per_start",
+        "makespan_s",
+        "ideal_s",
+        "peak_concurrency",
+        "over_max_seconds",
+        "cost_per_million_usd",
+    )
+    rows = {"dag": {k: d[k] for k in keys}, "plain": {k: plain[k] for k in keys}}
+    ratio = (
+        round(d["api_calls_per_start"] / plain["api_calls_per_start"], 2)
+        if d["api_calls_per_start"] and plain["api_calls_per_start"]
+        else None
+    )
+    graph = {
+        "fan_ins": plan.dag_fan_ins,
+        "fan_in": DAG_FAN_IN,
+        "chains": plan.dag_chains,
+        "chain": DAG_CHAIN,
+        "nodes": m["nodes"],
+        "dependents": m["dependents"],
+        "durations": DURATIONS[DAG_DURATIONS],
+        "order": "every node enqueued at t0, in an order shuffled by the seed",
+    }
+    metrics = {k: v for k, v in m.items() if not k.startswith("_")}
+    targets = [
+        {
+            "target": "time from the last awaited receipt to the dependent's start, p50 ≤ 1 s",
+            "value": f"{_fmt(m['wait_p50_s'])} s (p99 {_fmt(m['wait_p99_s'])} s)",
+            "met": m["wait_p50_s"] is not None and m["wait_p50_s"] <= 1.0,
+        },
+        {
+            "target": "calls per start within 1.5 × the plain workload's",
+            "value": f"{_fmt(d['api_calls_per_start'], '.2f')} / {_fmt(plain['api_calls_per_start'], '.2f')}"
+            f" = {_fmt(ratio, '.2f')} ×",
+            "met": ratio is not None and ratio <= 1.5,
+        },
+        {
+            "target": "dead-lettered: 0",
+            "value": str(d["dead_lettered"]),
+            "met": d["dead_lettered"] == 0,
+        },
+        {
+            "target": "no node starts before every node it awaits ended SUCCEEDED",
+            "value": f"{len(m['violations'])} violation(s), {m['dependents_started']} of {m['dependents']} dependents started",
+            "met": not m["violations"] and m["dependents_started"] == m["dependents"],
+        },
+    ]
+    return {
+        "max": plan.dag_max,
+        "graph": graph,
+        "dag": metrics,
+        "calls_ratio": ratio,
+        "rows": rows,
+        "targets": targets,
+    }
+
+
+def dag_table(section: dict[str, Any]) -> str:
+    g, m = section["graph"], section["dag"]
+    lines = [
+        f"DAG, MAX {section['max']}: {g['fan_ins']} fan-ins of {g['fan_in']} into 1, {g['chains']} chains of "
+        f"{g['chain']} ({g['nodes']:,} nodes, {g['dependents']} dependents, {m['parked']} parked):",
+        f"  receipt → start p50 {_fmt(m['wait_p50_s'])} s p99 {_fmt(m['wait_p99_s'])} s, "
+        f"{m['waits_within_1s']} within 1 s (wake-up p50 {_fmt(m['wake_p50_s'])} s p99 {_fmt(m['wake_p99_s'])} s)",
+    ]
+    for name, r in section["rows"].items():
+        lines.append(
+            f"  {name:<6} calls/start {_fmt(r['api_calls_per_start'], '.2f')} makespan {_fmt(r['makespan_s'])} s "
+            f"(ideal {_fmt(r['ideal_s'])} s) peak {r['peak_concurrency']} DLQ {r['dead_lettered']} "
+            f"${_fmt(r['cost_per_million_usd'], '.2f')}/M"
+        )
+    for t in section["targets"]:
+        lines.append(f"  [{'met' if t['met'] else 'MISSED'}] {t['target']}: {t['value']}")
+    return "\n".join(lines)
+
+
+def dag_markdown(section: dict[str, Any]) -> str:
+    g, m = section["graph"], section["dag"]
+    out = [
+        f"\n#### DAG: {g['fan_ins']} fan-ins of {g['fan_in']} into 1 and {g['chains']} chains of {g['chain']}, "
+        f"{g['nodes']:,} nodes at MAX {section['max']}\n"
+    ]
+    out.append(
+        "| workload | calls / start | DynamoDB / start | makespan (s) | ideal (s) | receipt → start p50 / p99 (s) "
+        "| wake-up p50 / p99 (s) | peak | dead-lettered | $ per M launches |"
+    )
+    out.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name, r in section["rows"].items():
+        waits = f"{_fmt(m['wait_p50_s'])} / {_fmt(m['wait_p99_s'])}" if name == "dag" else "—"
+        wakes = f"{_fmt(m['wake_p50_s'])} / {_fmt(m['wake_p99_s'])}" if name == "dag" else "—"
+        label = "DAG (awaits)" if name == "dag" else "the same jobs, no awaits"
+        out.append(
+            f"| {label} | {_fmt(r['api_calls_per_start'], '.2f')} | {_fmt(r['dynamodb_calls_per_start'], '.2f')} "
+            f"| {_fmt(r['makespan_s'])} | {_fmt(r['ideal_s'])} | {waits} | {wakes} | {r['peak_concurrency']} "
             f"| {r['dead_lettered']} | {_fmt(r['cost_per_million_usd'], '.2f')} |"
         )
     out.append("\n| target | measured | |")
