@@ -7,6 +7,7 @@ stop times, the ListExecutions samples, each message's fate, the ledger, the que
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from sluice.local.chart import peak
+from sluice.local.demo_dag import DAG, SCENE, SCENE_BYTES, scene_payload
 
 pytestmark = [pytest.mark.deploy, pytest.mark.slow]
 
@@ -27,6 +29,8 @@ COUNT = 20
 def test_demo_small_batch_never_exceeds_max_and_accounts_for_every_message(tmp_path):
     out = tmp_path / "demo-out"
     env = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"}
+    # The demo's `sluice enqueue` processes import this checkout's package, as the demo does.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "lib"), env.get("PYTHONPATH")]))
     command = [
         sys.executable,
         "-m",
@@ -64,7 +68,8 @@ def test_demo_small_batch_never_exceeds_max_and_accounts_for_every_message(tmp_p
     assert result["messages"] == COUNT
     assert fates.get("lost", 0) == 0
     assert sum(fates.values()) == COUNT
-    assert fates["started"] == len(intervals) == sum(result["statuses"].values())
+    extra = len(DAG) + 1  # the DAG's nodes and the stored payload, accounted for in result["dag"]
+    assert fates["started"] + extra == len(intervals) == sum(result["statuses"].values())
     assert fates.get("invalid", 0) == result["raw_messages"] == result["dlq"] >= 1
     assert all(result["dlq_reasons"].values())
     assert set(result["statuses"]) <= {"SUCCEEDED", "FAILED"}
@@ -73,6 +78,36 @@ def test_demo_small_batch_never_exceeds_max_and_accounts_for_every_message(tmp_p
     assert result["handler_errors"] == [] and result["order_violations"] == []
     # The repeated status event released nothing.
     assert result["repeated_events"] == 1 and result["repeated_released"] == 0
+
+    # The DAG, sent with `sluice enqueue --after`: each dependent was parked (its WAIT# record) and
+    # started, by Step Functions' own times, only after everything it awaits had ended SUCCEEDED.
+    dag = result["dag"]
+    nodes = {n["key"]: n for n in dag["nodes"]}
+    assert dag["problems"] == [] and dag["violations"] == []
+    assert len(dag["commands"]) == 3 and all(c.startswith("sluice enqueue ") for c in dag["commands"])
+    assert sum("--after" in c for c in dag["commands"]) == 2
+    assert set(nodes) == {k for k, _ in DAG} and set(dag["order"]) == set(nodes)
+    for key, awaits in DAG:
+        node = nodes[key]
+        assert node["status"] == "SUCCEEDED" and node["awaits"] == list(awaits)
+        for a in awaits:
+            assert nodes[a]["stop"] <= node["start"], (key, a)
+        assert node["parked"] == bool(awaits)
+    order = dag["order"]
+    assert order.index("dag-merge") > max(order.index(f"dag-extract-{i}") for i in (1, 2, 3))
+    assert order.index("dag-publish") > order.index("dag-merge")
+    assert "every dependent started after all it awaits SUCCEEDED  ok" in done.stdout
+
+    # The 600 KiB payload: stored in the stack's bucket, its execution started with the pointer as
+    # input, and the object holds exactly the payload (read back from S3 and hashed by the demo).
+    pointer = dag["pointer"]
+    payload = scene_payload().encode()
+    digest = hashlib.sha256(payload).hexdigest()
+    assert len(payload) == SCENE_BYTES == pointer["size"] == pointer["object_bytes"]
+    assert pointer["sha256"] == pointer["object_sha256"] == digest
+    assert pointer["uri"].startswith("s3://") and pointer["uri"].endswith(f"/payloads/{digest}")
+    assert pointer["status"] == "SUCCEEDED" and pointer["input_bytes"] < 1_000
+    assert pointer["key"] == SCENE and f"{SCENE_BYTES:,} bytes stored at {pointer['uri']}" in done.stdout
 
     chart = out / "demo-chart.png"
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from sluice.local import demo_dag
 from sluice.local.demo_batch import DEMO_WORKFLOW, Producer, generate_batch, load_batch
 from sluice.local.demo_report import Result, account, summary_lines
 from sluice.local.demo_run import Run
@@ -125,9 +126,21 @@ class Demo:
                         for pool in containers.values():
                             pool.warm()
                     # A producer sends the batch while Sluice already runs, as producers do.
-                    producer = Producer(aws, deployment.outputs["QueueUrl"], planned, o.payloads is None)
+                    # Then the small DAG and the 600 KiB payload, with the `sluice enqueue` command.
+                    producer = Producer(
+                        aws,
+                        deployment.outputs["QueueUrl"],
+                        planned,
+                        o.payloads is None,
+                        then=lambda: demo_dag.send(aws.environ(), STAGE),
+                    )
                     run.snapshot.messages = len(planned)
-                    print(f"Enqueueing {len(planned)} messages while Sluice runs …", flush=True)
+                    print(
+                        f"Enqueueing {len(planned)} messages while Sluice runs, then a DAG of "
+                        f"{len(demo_dag.DAG)} and a {demo_dag.SCENE_BYTES // 1024} KiB payload with "
+                        "`sluice enqueue` …",
+                        flush=True,
+                    )
                     started = time.time()
                     producer.start()
                     timed_out = run.loop(deployment, containers, started, producer)
@@ -135,12 +148,17 @@ class Demo:
                     if producer.error is not None:
                         raise producer.error
                     sent = producer.sent
+                    extras: demo_dag.Extras = producer.then_result or demo_dag.Extras()
+                    dag = demo_dag.check(aws, deployment.outputs, extras, started)
                     section = self._semaphore_section(package, deployment, containers)
                 finally:
                     for pool in containers.values():
                         pool.close()
-                result = account(run, o, deployment, sent, started, timed_out)
+                result = account(run, o, deployment, sent, started, timed_out, also=extras.sent)
                 result.log = str(log)
+                result.dag = dag.to_dict()
+                result.problems += dag.problems
+                result.ok = result.ok and dag.ok
                 if section is not None:
                     result.semaphore = section.to_dict()
                     result.problems += section.problems()

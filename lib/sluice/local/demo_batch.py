@@ -7,6 +7,7 @@ import json
 import random
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -172,18 +173,29 @@ def send_batch(sqs: Any, queue_url: str, planned: list[Planned], *, group_by: st
 class Producer(threading.Thread):
     """Sends the batch in the background with a client of its own."""
 
-    def __init__(self, aws: EmbeddedAws, queue_url: str, planned: list[Planned], by_customer: bool) -> None:
+    def __init__(
+        self,
+        aws: EmbeddedAws,
+        queue_url: str,
+        planned: list[Planned],
+        by_customer: bool,
+        then: Callable[[], Any] | None = None,
+    ) -> None:
         super().__init__(name="producer", daemon=True)
         self.sqs = aws.session().client("sqs", endpoint_url=aws.endpoint)
         self.queue_url = queue_url
         self.planned = planned
         self.group_by = "customer" if by_customer else None
         self.sent: list[Sent] = []
+        self.then = then  # sent after the batch (the DAG and the stored payload: demo_dag.py)
+        self.then_result: Any = None
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
             self.sent = send_batch(self.sqs, self.queue_url, self.planned, group_by=self.group_by)
+            if self.then is not None:
+                self.then_result = self.then()
         except BaseException as exc:  # reported by the main thread
             self.error = exc
 

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.local import chart
 from sluice.local.demo_batch import Sent
+from sluice.local.demo_dag import DagResult
+from sluice.local.demo_dag import summary_lines as dag_lines
 from sluice.local.demo_run import Run, ledger_store, queue_depth
 from sluice.local.demo_semaphore import SectionResult
 from sluice.local.demo_semaphore import summary_lines as semaphore_lines
@@ -51,12 +53,20 @@ class Result:
     log: str = ""
     timeline: dict[str, Any] = field(default_factory=dict)
     semaphore: dict[str, Any] = field(default_factory=dict)  # the semaphore part (demo_semaphore.py)
+    dag: dict[str, Any] = field(default_factory=dict)  # the DAG and the stored payload (demo_dag.py)
 
 
 def account(
-    run: Run, options: Options, deployment: Deployment, sent: list[Sent], started: float, timed_out: bool
+    run: Run,
+    options: Options,
+    deployment: Deployment,
+    sent: list[Sent],
+    started: float,
+    timed_out: bool,
+    also: list[Sent] = (),  # type: ignore[assignment]
 ) -> Result:
-    """Every message's fate, the peak running count two ways, and what is left over; the chart."""
+    """Every message's fate, the peak running count two ways, and what is left over; the chart.
+    ``also``: messages accounted for elsewhere (demo_dag.py) whose executions are expected."""
     o, aws, out = options, deployment.aws, deployment.outputs
     sfn, sqs = aws.client("stepfunctions"), aws.client("sqs")
     store = ledger_store(deployment)
@@ -110,6 +120,7 @@ def account(
             r.order_violations.append(key)
     r.resubmission_fates = dict(resub)
     r.groups = len({s.group for s in sent})
+    expected |= {execution_name(s.key, s.message_id) for s in also if s.key is not None}
     r.unexpected_executions = sorted(set(ran) - expected)
     r.statuses = dict(Counter(e["status"] for e in ran.values()))
 
@@ -252,6 +263,8 @@ def summary_lines(r: Result) -> list[str]:
     ]
     for reason in list(dict.fromkeys(r.dlq_reasons.values()))[:6]:
         lines.append(f"    DLQ reason: {reason}")
+    if r.dag:
+        lines += dag_lines(DagResult.from_dict(r.dag))
     if r.semaphore:
         lines += semaphore_lines(SectionResult(**r.semaphore))
     lines.append("RESULT: " + ("OK" if r.ok else "FAILED: " + "; ".join(r.problems)))

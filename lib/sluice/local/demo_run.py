@@ -102,6 +102,7 @@ class Run:
                     and running == 0
                     and self._all_delivered()
                     and not ledger_store(deployment).ledger().holders
+                    and not ledger_store(deployment).waiting()  # no payload parked on its awaits
                 ):
                     board.update(self.snapshot, force=True)
                     return False

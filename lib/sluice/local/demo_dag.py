@@ -1,0 +1,275 @@
+"""The demo's awaits and stored payload: a small DAG and one 600 KiB payload, through ``sluice enqueue``.
+
+    dag-extract-1 ─┐
+    dag-extract-2 ─┼─► dag-merge ──► dag-publish        (sluice enqueue --after KEY, repeatable)
+    dag-extract-3 ─┘
+    scene-0001: 614,400 bytes ──► the stack's payload bucket, a pointer on the queue
+
+The producer sends them with the real command, as a user would (``python -m sluice.cli enqueue
+--stage demo --json``, one process per command, against the embedded AWS), after the batch: the
+extracts and the scene in one command, then ``dag-merge --after`` each extract, then ``dag-publish
+--after dag-merge``. The launcher parks each dependent until what it awaits has SUCCEEDED, and the
+completion of its last awaited run sends it back; the scene's pointer is checked (size and SHA-256)
+by the launcher before its claim, and its execution gets the pointer as input.
+
+``check`` then reads what happened from AWS's side: each node's execution (named from its key and
+message id), its start and stop times and status from Step Functions, the WAIT# records of the
+parked dependents in the table, and the stored object (HeadObject, its bytes hashed again).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sluice.adapters.dynamodb import DynamoStore
+from sluice.local.demo_batch import Sent
+from sluice.names import execution_arn, execution_name
+
+# (key, the keys it awaits), in the order the commands send them.
+DAG: list[tuple[str, tuple[str, ...]]] = [
+    ("dag-extract-1", ()),
+    ("dag-extract-2", ()),
+    ("dag-extract-3", ()),
+    ("dag-merge", ("dag-extract-1", "dag-extract-2", "dag-extract-3")),
+    ("dag-publish", ("dag-merge",)),
+]
+SCENE = "scene-0001"
+SCENE_BYTES = 600 * 1024  # over the pointer threshold (260,096 bytes) and over Step Functions' 256 KiB
+
+
+def scene_payload(size: int = SCENE_BYTES) -> str:
+    """A scene manifest of exactly ``size`` bytes of JSON, the same on every run."""
+    frames = [f"frame-{i:05d}:{hashlib.sha256(str(i).encode()).hexdigest()[:24]}" for i in range(14_000)]
+    obj: dict[str, Any] = {"id": SCENE, "kind": "scene-manifest", "frames": frames, "pad": ""}
+    base = len(json.dumps(obj, separators=(",", ":")).encode())
+    if base > size:
+        raise ValueError(f"the manifest is {base} bytes before padding; {size} asked")
+    obj["pad"] = "." * (size - base)
+    return json.dumps(obj, separators=(",", ":"))
+
+
+def _body(key: str) -> str:
+    return json.dumps({"id": key, "seconds": 1, "fail": False, "step": key.removeprefix("dag-")})
+
+
+@dataclass
+class Extras:
+    """What the commands sent: the DAG's messages, the scene's, and the pointer it was sent as."""
+
+    dag: list[Sent] = field(default_factory=list)
+    scene: Sent | None = None
+    stored: str = ""  # the s3:// URI the command reported
+    commands: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def sent(self) -> list[Sent]:
+        return [*self.dag, *([self.scene] if self.scene else [])]
+
+
+def send(environ: dict[str, str], stage: str) -> Extras:
+    """Send the DAG and the scene with ``sluice enqueue`` (three commands)."""
+    extras = Extras()
+    env = {**os.environ, **environ}
+    with tempfile.TemporaryDirectory(prefix="sluice-demo-dag-") as work:
+        steps: list[tuple[list[str], tuple[str, ...], bool]] = [
+            ([k for k, a in DAG if not a], (), True),
+            *[([k], a, False) for k, a in DAG if a],
+        ]
+        for n, (keys, after, with_scene) in enumerate(steps):
+            lines = [_body(k) for k in keys] + ([scene_payload()] if with_scene else [])
+            path = Path(work) / f"step-{n}.jsonl"
+            path.write_text("\n".join(lines) + "\n")
+            command = [
+                "sluice",
+                "enqueue",
+                path.name,
+                "--stage",
+                stage,
+                *[f for a in after for f in ("--after", a)],
+            ]
+            extras.commands.append(" ".join(command))
+            done = subprocess.run(
+                [sys.executable, "-m", "sluice.cli", *command[1:], "--json"],
+                cwd=work,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            if done.returncode != 0:
+                extras.errors.append(
+                    f"{' '.join(command)}: exit {done.returncode}: {done.stderr.strip()[-500:]}"
+                )
+                continue
+            for row in json.loads(done.stdout)["sent"]:
+                sent = Sent(
+                    f"sluice enqueue {row['where']}", row["message_id"], row["key"], row["key"], False, False
+                )
+                if row["key"] == SCENE:
+                    extras.scene, extras.stored = sent, row.get("stored", "")
+                else:
+                    extras.dag.append(sent)
+    return extras
+
+
+@dataclass
+class Node:
+    key: str
+    awaits: list[str]
+    execution: str
+    status: str = ""
+    start: float | None = None  # seconds since the batch was enqueued (Step Functions' startDate)
+    stop: float | None = None
+    parked: bool = False  # a WAIT# record says it was parked and sent back
+    after_last_await_s: float | None = None  # its start minus the last stop of what it awaits
+
+
+@dataclass
+class DagResult:
+    nodes: list[Node] = field(default_factory=list)
+    order: list[str] = field(default_factory=list)  # keys by start time
+    violations: list[str] = field(default_factory=list)
+    pointer: dict[str, Any] = field(default_factory=dict)
+    commands: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DagResult:
+        return cls(**{**d, "nodes": [Node(**n) for n in d.get("nodes", [])]})
+
+
+def check(aws: Any, outputs: dict[str, str], extras: Extras, started: float) -> DagResult:
+    """What happened, from Step Functions, the table and the bucket."""
+    sfn, s3 = aws.client("stepfunctions"), aws.client("s3")
+    store = DynamoStore(aws.client("dynamodb"), outputs["TableName"])
+    arn = outputs["StateMachineArn"]
+    r = DagResult(commands=list(extras.commands), problems=list(extras.errors))
+    awaits = dict(DAG)
+    sent = {s.key: s for s in extras.dag}
+    waiters = {w.message_id: w for w in store.waiters([s.message_id for s in extras.dag])}
+    for key, after in DAG:
+        s = sent.get(key)
+        if s is None:
+            r.problems.append(f"{key} was not sent")
+            continue
+        name = execution_name(key, s.message_id)
+        node = Node(key, list(after), name, parked=s.message_id in waiters)
+        described = _describe(sfn, execution_arn(arn, name))
+        if described is not None:
+            node.status = described["status"]
+            node.start = described["startDate"].timestamp() - started
+            if described.get("stopDate") is not None:
+                node.stop = described["stopDate"].timestamp() - started
+        r.nodes.append(node)
+    by_key = {n.key: n for n in r.nodes}
+    for n in r.nodes:
+        if n.start is None:
+            r.problems.append(f"{n.key} never started")
+            continue
+        if n.status != "SUCCEEDED":
+            r.problems.append(f"{n.key} ended {n.status}")
+        ends = [by_key[a] for a in awaits[n.key] if a in by_key]
+        if not ends:
+            continue
+        if any(e.status != "SUCCEEDED" or e.stop is None or e.stop > n.start for e in ends):
+            r.violations.append(n.key)
+        else:
+            n.after_last_await_s = round(n.start - max(e.stop for e in ends if e.stop is not None), 2)
+        if not n.parked:
+            r.problems.append(f"{n.key} has no WAIT# record: it was never parked")
+    r.order = [n.key for n in sorted((n for n in r.nodes if n.start is not None), key=lambda n: n.start)]
+    if r.violations:
+        r.problems.append("started before what it awaits SUCCEEDED: " + ", ".join(r.violations))
+    r.pointer = _pointer(sfn, s3, arn, extras)
+    r.problems += r.pointer.get("problems", [])
+    return r
+
+
+def _pointer(sfn: Any, s3: Any, arn: str, extras: Extras) -> dict[str, Any]:
+    """The scene: its execution's input is its pointer, and the object it names has its size and SHA-256."""
+    scene = extras.scene
+    if scene is None:
+        return {"problems": [f"{SCENE} was not sent"]}
+    expected = scene_payload().encode()
+    name = execution_name(SCENE, scene.message_id)
+    described = _describe(sfn, execution_arn(arn, name))
+    out: dict[str, Any] = {
+        "key": SCENE,
+        "execution": name,
+        "status": described["status"] if described else "",
+        "uri": extras.stored,
+        "problems": [],
+    }
+    problems = out["problems"]
+    if described is None:
+        problems.append(f"{SCENE}: no execution")
+        return out
+    pointer = json.loads(described["input"]).get("sluicePayload") or {}
+    out.update(
+        size=pointer.get("size"), sha256=pointer.get("sha256"), input_bytes=len(described["input"].encode())
+    )
+    if pointer.get("uri") != extras.stored:
+        problems.append(f"{SCENE}: the execution's input is not the pointer the command stored ({pointer})")
+    bucket, _, key = str(pointer.get("uri", "")).removeprefix("s3://").partition("/")
+    body = s3.get_object(Bucket=bucket, Key=key)["Body"].read() if bucket else b""
+    out.update(object_bytes=len(body), object_sha256=hashlib.sha256(body).hexdigest())
+    if body != expected or pointer.get("size") != len(expected):
+        problems.append(f"{SCENE}: the stored object is not the {len(expected):,}-byte payload")
+    if out["object_sha256"] != pointer.get("sha256"):
+        problems.append(f"{SCENE}: the object's SHA-256 is not the pointer's")
+    if out["status"] != "SUCCEEDED":
+        problems.append(f"{SCENE}: its execution ended {out['status'] or 'nowhere'}")
+    return out
+
+
+def _describe(sfn: Any, arn: str) -> dict[str, Any] | None:
+    try:
+        return sfn.describe_execution(executionArn=arn)
+    except sfn.exceptions.ExecutionDoesNotExist:
+        return None
+
+
+def summary_lines(r: DagResult) -> list[str]:
+    by_key = {n.key: n for n in r.nodes}
+    parked = sum(n.parked for n in r.nodes if n.awaits)
+    lines = [
+        f"  dag         : {len(r.nodes)} payloads by `sluice enqueue --after`: dag-extract-1..3 → dag-merge → "
+        f"dag-publish; {parked} dependents parked until their awaits SUCCEEDED",
+    ]
+    steps = []
+    for key in r.order:
+        n = by_key[key]
+        note = (
+            f" ({n.after_last_await_s:.1f} s after its last await ended)"
+            if n.after_last_await_s is not None
+            else ""
+        )
+        steps.append(f"{key} {n.start:.1f} s{note}")
+    lines.append("    started in order: " + ", ".join(steps))
+    mark = "ok" if not r.violations and len(r.order) == len(DAG) else "VIOLATED"
+    lines.append(f"    every dependent started after all it awaits SUCCEEDED  {mark}")
+    p = r.pointer
+    if p.get("uri"):
+        lines.append(f"  pointer     : {p['key']}, {p.get('object_bytes', 0):,} bytes stored at {p['uri']}")
+        lines.append(
+            f"    SHA-256 {p.get('sha256')} (object: {'same' if p.get('object_sha256') == p.get('sha256') else 'DIFFERENT'}); "
+            f"execution {p['status']} with the {p.get('input_bytes', 0)}-byte pointer as input"
+        )
+    return lines
