@@ -134,7 +134,7 @@ class Demo:
                         o.payloads is None,
                         then=lambda: demo_dag.send(aws.environ(), STAGE),
                     )
-                    run.snapshot.messages = len(planned)
+                    run.snapshot.messages = len(planned) + len(demo_dag.DAG) + 1
                     print(
                         f"Enqueueing {len(planned)} messages while Sluice runs, then a DAG of "
                         f"{len(demo_dag.DAG)} and a {demo_dag.SCENE_BYTES // 1024} KiB payload with "

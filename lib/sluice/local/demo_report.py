@@ -237,7 +237,13 @@ def summary_lines(r: Result) -> list[str]:
         f"{r.seconds:.1f} s",
         f"  peak running, ListExecutions samples : {r.peak_sampled:>3} / MAX {r.maximum}  ({r.samples} samples)",
         f"  peak running, start/stop times       : {r.peak_timed:>3} / MAX {r.maximum}  {mark}",
-        f"  executions  : {f.get('started', 0)} started: "
+        f"  executions  : {f.get('started', 0)} started"
+        + (
+            f" (+{sum(r.statuses.values()) - f.get('started', 0)} of the DAG and the stored payload)"
+            if r.dag and sum(r.statuses.values()) > f.get("started", 0)
+            else ""
+        )
+        + ": "
         + ", ".join(f"{n} {s.lower()}" for s, n in sorted(r.statuses.items())),
         f"  duplicates  : {f.get('duplicate', 0)} suppressed while their payload ran"
         + (
