@@ -500,8 +500,8 @@ class CountingStore:
         self.meter.wait("dynamodb:GetItem")
         return result
 
-    # -- awaits (sluice.awaits): the benchmark's payloads await nothing, but every end reads its key's
-    # AWAITED# item and every reconciliation the AWAITING index -------------------------------------
+    # -- awaits (sluice.awaits): every end reads its key's AWAITED# item and every reconciliation the
+    # AWAITING index; the DAG workload's payloads (sluice-awaits) also read, park and release waiters --
 
     def _get(self, result: Any) -> Any:
         self.meter.call("dynamodb:GetItem")
