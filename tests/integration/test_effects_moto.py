@@ -87,6 +87,9 @@ TWO = (
     },
 )
 
+# The same effects with nothing to await: each runs as soon as a slot is free.
+RUNNABLE = (TWO[0], {k: v for k, v in TWO[1].items() if k != "awaits"})
+
 
 def test_effects_are_enqueued_on_succeeded_with_their_keys_groups_and_attributes(stack):
     name = run_one(stack)
@@ -111,8 +114,23 @@ def test_effects_are_enqueued_on_succeeded_with_their_keys_groups_and_attributes
 def test_the_effects_run_as_payloads_of_their_own(stack):
     name = run_one(stack)
     launcher = stack.launcher()
-    launcher.on_status_change(StatusChange.from_event(stack.finish(name, output=output(*TWO))))
+    launcher.on_status_change(StatusChange.from_event(stack.finish(name, output=output(*RUNNABLE))))
     assert sorted(i["id"] for i in stack.inputs()) == ["child-a", "parent"]  # the refill started it
+    launcher.tick(reconcile_first=False)
+    assert sorted(i["id"] for i in stack.inputs()) == ["child-a", "child-b", "parent"]
+
+
+def test_an_effect_that_awaits_a_sibling_waits_for_its_success(stack):
+    """Fan-out with a join: child-b awaits child-a (sluice-awaits, honoured as from any producer)."""
+    name = run_one(stack)
+    joined = ({"payload": {"id": "child-a"}}, {"payload": {"id": "child-b"}, "awaits": ["child-a"]})
+    launcher = stack.launcher()
+    launcher.on_status_change(StatusChange.from_event(stack.finish(name, output=output(*joined))))
+    summary = launcher.tick(reconcile_first=False)
+    assert sorted(i["id"] for i in stack.inputs()) == ["child-a", "parent"]
+    assert summary.n(Outcome.WAITING) == 1  # child-b parked, its message deleted
+    [child_a] = [n for n in started(stack) if n.startswith("child-a")]
+    launcher.on_status_change(StatusChange.from_event(stack.finish(child_a)))
     launcher.tick(reconcile_first=False)
     assert sorted(i["id"] for i in stack.inputs()) == ["child-a", "child-b", "parent"]
 
@@ -161,7 +179,7 @@ def test_a_crash_between_sending_and_releasing_then_a_retry_sends_each_effect_on
 
 def test_a_crash_after_the_release_sends_nothing_again(stack):
     name = run_one(stack)
-    event = stack.finish(name, output=output(*TWO))
+    event = stack.finish(name, output=output(*RUNNABLE))
     rt = stack.runtime()
     crash_after(rt.client("dynamodb"), "TransactWriteItems", after=1)  # the release, then dies
     with pytest.raises(Crash):
@@ -179,7 +197,7 @@ def test_a_crash_mid_send_and_a_retry_past_the_dedup_window_runs_each_effect_onc
     with freeze_time("2027-01-01 00:00:00") as frozen:
         stack = build_stack(session, consistency_window_seconds=0)
         name = run_one(stack)
-        event = stack.finish(name, output=output(*TWO))
+        event = stack.finish(name, output=output(*RUNNABLE))
         rt = stack.runtime()
         crash_after(rt.client("sqs"), "SendMessage", after=1)
         with pytest.raises(Crash):
@@ -200,7 +218,7 @@ def test_a_crash_mid_send_and_a_retry_past_the_dedup_window_runs_each_effect_onc
 
 def test_reconciliation_after_a_lost_event_sends_them_once(stack):
     name = run_one(stack)
-    event = stack.finish(name, output=output(*TWO))  # its event is lost
+    event = stack.finish(name, output=output(*RUNNABLE))  # its event is lost
     stack.launcher(consistency_window_seconds=0).tick()  # reconciles, then admits what it sent
     log = stack.runtime().store().effects(name)
     assert log is not None and log.sent == ("child-a", "child-b")
@@ -221,7 +239,7 @@ def test_a_redelivered_message_that_already_ran_sends_nothing_again(session):
         with pytest.raises(Crash):
             rt.launcher().tick(reconcile_first=False)
         [name] = started(stack)
-        deliver(stack, stack.finish(name, output=output(*TWO)))
+        deliver(stack, stack.finish(name, output=output(*RUNNABLE)))
         frozen.tick(401)  # the message returns after its visibility timeout
         again = stack.runtime()
         calls = count_calls(again.client("sqs"))

@@ -117,17 +117,8 @@ def random_name(key: str, message_id: str) -> str:
 class CountingStore(DynamoStore):
     """Frees a slot for every status event, whether or not this execution still held one."""
 
-    def release(self, *, name, state, now, error=None, cause=None, ended_at=None, fence=None, confirm=None):
-        released = super().release(
-            name=name,
-            state=state,
-            now=now,
-            error=error,
-            cause=cause,
-            ended_at=ended_at,
-            fence=fence,
-            confirm=confirm,
-        )
+    def release(self, *, name, state, now, **more):
+        released = super().release(name=name, state=state, now=now, **more)
         if released is None:
             holders = sorted(self.ledger().holders)
             victim = self.execution(holders[0]) if holders else None

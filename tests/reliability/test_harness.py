@@ -11,6 +11,7 @@ from moto import mock_aws
 from sluice.adapters.ssm import SsmMax
 from sluice.clock import FakeClock
 from sluice.errors import TransientError
+from sluice.launcher import THROTTLED_STARTS
 from tests.reliability.world import World, pool
 from tests.support.faults import Crash, CrashAt, Injector, StaleList, Throttle
 from tests.support.moto_patches import atomic_fast_moto
@@ -64,11 +65,22 @@ def test_a_cancelled_transaction_leaves_every_item_as_it_was():
 
 def test_a_throttle_reaches_sluice_and_nothing_reaches_aws(world):
     world.send(json.dumps({"id": "p0"}))
-    assert world.tick("A", [Throttle("StartExecution", times=1)]) == "ok"  # the batch ends, the tick returns
+    # Throttled at every call the launcher makes while backing off: the batch ends, the tick returns.
+    throttled = Throttle("StartExecution", times=THROTTLED_STARTS)
+    assert world.tick("A", [throttled]) == "ok"
+    assert throttled.fired == THROTTLED_STARTS
     assert world.running_in_step_functions() == set()
     assert world.queue_depth() == 1  # returned to the queue, not lost
     world.tick("A")
     assert len(world.running_in_step_functions()) == 1
+
+
+def test_a_throttle_that_passes_while_the_launcher_backs_off_starts_it_in_the_same_tick(world):
+    world.send(json.dumps({"id": "p0"}))
+    throttled = Throttle("StartExecution", times=2)
+    assert world.tick("A", [throttled]) == "ok"
+    assert throttled.fired == 2
+    assert len(world.running_in_step_functions()) == 1 and world.queue_depth() == 0
 
 
 def test_a_throttle_surfaces_as_a_transient_error():
