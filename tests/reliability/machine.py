@@ -493,7 +493,9 @@ class SluiceMachine(RuleBasedStateMachine):
     def _EnqueueOnce(self, action: EnqueueOnce) -> None:
         count("enqueue:once")
         body = json.dumps(PAYLOADS[action.name])
-        self.world.send(body, group=action.group, attributes={"sluice-key": canonical_key(body), "sluice-once": "true"})
+        self.world.send(
+            body, group=action.group, attributes={"sluice-key": canonical_key(body), "sluice-once": "true"}
+        )
 
     def _EndWithEffects(self, action: EndWithEffects) -> None:
         name = pick(self._running(), action.execution)

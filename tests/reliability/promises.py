@@ -157,9 +157,7 @@ class Promises:
             if m in self.model.sent and reason.startswith(AWAIT_REASON)
         }
         for key in sorted({s.key for s in self.model.sent.values() if s.key is not None}):
-            if key not in started and all(
-                awaited_keys(s) for s in self.model.sent.values() if s.key == key
-            ):
+            if key not in started and all(awaited_keys(s) for s in self.model.sent.values() if s.key == key):
                 continue  # only waiters: still parked, or dead-lettered (checked below)
             item = items.get(f"PAYLOAD#{key}")
             if item is None and f"PAYLOAD#{key}" in self.expired:

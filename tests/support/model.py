@@ -336,11 +336,21 @@ class Model:
     def _on_effect(self, call: Call, parsed: dict[str, Any]) -> None:
         """An effect's message sent: it must be named by a SUCCEEDED output, and its execution not
         released yet (the release marks the effects sent; nothing sends them after it)."""
-        attributes = {k: v.get("StringValue", "") for k, v in call.params.get("MessageAttributes", {}).items()}
+        attributes = {
+            k: v.get("StringValue", "") for k, v in call.params.get("MessageAttributes", {}).items()
+        }
         origin = attributes.pop(ORIGIN_ATTRIBUTE)
         named = self.effects.get(origin)
+        dedup = str(call.params.get("MessageDeduplicationId", ""))
+        if named is not None and not dedup.endswith("-" + hashlib.sha256(named[0].encode()).hexdigest()[:32]):
+            # An effect's message parked as a deferred duplicate and sent back behind another
+            # holder (its deduplication id names that holder, not the execution that named it).
+            self._on_unpark(call, parsed)
+            return
         if named is None:
-            self.violations.append(f"effects: message {origin} sent as an effect that no SUCCEEDED output named")
+            self.violations.append(
+                f"effects: message {origin} sent as an effect that no SUCCEEDED output named"
+            )
         elif named[0] in self.effects_marked:
             self.violations.append(
                 f"effects once: effect {named[1]} of {named[0]} ({origin}) enqueued again after "

@@ -104,7 +104,10 @@ def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
             return "renew"
         if "suspect_since" in expression and "REMOVE suspect_since" not in expression:
             return "suspect"
-        if params.get("Key", {}).get("pk", {}).get("S", "").startswith("WAIT#") and "released_at =" in expression:
+        if (
+            params.get("Key", {}).get("pk", {}).get("S", "").startswith("WAIT#")
+            and "released_at =" in expression
+        ):
             return "waiter_released"
         if "ADD already_done" in expression:
             return "already_done"
@@ -119,10 +122,10 @@ def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
         return "update"
     if operation == "SendMessage" and ORIGIN_ATTRIBUTE in params.get("MessageAttributes", {}):
         origin = params["MessageAttributes"][ORIGIN_ATTRIBUTE].get("StringValue", "")
+        if str(params.get("MessageDeduplicationId", "")).endswith(WAKE_DEDUP_SUFFIX):
+            return "wake"  # a waiter whose awaits have SUCCEEDED (an effect's, too) sent back to the queue
         if origin.startswith(EFFECT_ORIGIN_PREFIX):
             return "effect"  # an effect a SUCCEEDED output named, sent before its release
-        if str(params.get("MessageDeduplicationId", "")).endswith(WAKE_DEDUP_SUFFIX):
-            return "wake"  # a waiter whose awaits have SUCCEEDED, sent back to the queue
         return "unpark"
     return {
         "ReceiveMessage": "receive",
