@@ -202,7 +202,7 @@ class BehindTheBack:
     def stop_by_hand(self: World, name: str) -> Any:
         """An operator's StopExecution of one of Sluice's executions; EventBridge owes its event."""
         self.sfn.stop_execution(executionArn=self._execution(name).execution_arn)
-        self.model.ended(name)
+        self.model.ended(name, "ABORTED")
         self.ended_as[name] = "ABORTED"
         self.ended_when[name] = self.clock.now()
         self.count("outside:stop")
@@ -229,6 +229,8 @@ class BehindTheBack:
                 self.ddb.delete_item(TableName=self.settings.table_name, Key={"pk": {"S": pk}})
                 self.expired.add(pk)
                 deleted[pk.split("#", 1)[0]] += 1
+                if pk.startswith("PAYLOAD#"):
+                    self.model.forget_key(pk[len("PAYLOAD#") :])
         for kind, n in deleted.items():
             self.count(f"ttl:deleted:{kind}", n)
         return deleted

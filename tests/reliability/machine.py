@@ -61,6 +61,11 @@ PAYLOADS: dict[str, dict[str, Any]] = {
     "hash": {"job": "resize", "width": 640},  # no id: the key is the content hash
 }
 GROUPS = ("g0", "g1", "g2")
+# Awaits, run-once keys and effects (issue 13): waiters await keys of the pool, other waiters,
+# effects' keys, and a key never enqueued; effects name keys of their own and of the pool.
+WAITERS = ("w0", "w1", "w2")
+EFFECT_KEYS = ("fx0", "fx1", "p1", "w0")
+AWAITABLE = ("p0", "p1", "p2", "w0", "w1", "fx0", "never-enqueued")
 UNUSABLE = {
     "not_json": "this is not JSON",
     "array": "[1, 2, 3]",
@@ -85,6 +90,7 @@ INTERLEAVE_POINTS = (
     "after_list",
     "after_describe",
     "after_suspect",
+    "after_wait",  # a waiter parked, before the launcher reads its awaited keys again
 )
 INTERLEAVE_ACTORS = ("tick", "tick", "deliver", "finish_newest", "set_max")
 COMPLETION_CRASH_POINTS = (
@@ -95,8 +101,24 @@ COMPLETION_CRASH_POINTS = (
     "after_start",
     "before_delete",
     "after_unpark",
+    # awaits and effects: the effects sent before the release, the waiters it wakes
+    "before_effect",
+    "after_effect",
+    "before_wake",
+    "after_wake",
+    "after_waiter_released",
+    "after_unwait",
 )
-COMPLETION_THROTTLES = ("GetItem", "release", "ReceiveMessage", "claim", "StartExecution")
+COMPLETION_THROTTLES = (
+    "GetItem",
+    "release",
+    "ReceiveMessage",
+    "claim",
+    "StartExecution",
+    "SendMessage",
+    "BatchGetItem",
+    "UpdateItem",
+)
 # Where the scheduled tick cuts into a completion: its release, and its refill resuming a claim.
 COMPLETION_INTERLEAVE_POINTS = (
     "before_release",
@@ -207,6 +229,35 @@ class ResubmitBeforeRelease:
     then: str
 
 
+@dataclass(frozen=True)
+class EnqueueAwaiting:
+    """A message that awaits keys (``sluice-awaits``): a waiter's own payload or one of the pool,
+    maybe run-once too. Its own key is left out of what it awaits."""
+
+    name: str
+    group: str
+    awaits: tuple[str, ...]
+    once: bool = False
+
+
+@dataclass(frozen=True)
+class EnqueueOnce:
+    """A payload of the pool sent with ``sluice-once: true``."""
+
+    name: str
+    group: str
+
+
+@dataclass(frozen=True)
+class EndWithEffects:
+    """An execution ends SUCCEEDED with an output naming effects: (key, once, awaits) each; its event
+    arrives now, later, never, or twice."""
+
+    execution: int
+    effects: tuple[tuple[str, bool, tuple[str, ...]], ...]
+    delivery: str
+
+
 MESSAGE = st.tuples(
     st.sampled_from(sorted(PAYLOADS) * 3 + sorted(UNUSABLE)),
     st.sampled_from(GROUPS),
@@ -267,6 +318,25 @@ OUTSIDE = st.builds(
     execution=INDEX,
     delivery=st.sampled_from(("now", "later", "lost")),
 )
+AWAITING = st.builds(
+    EnqueueAwaiting,
+    name=st.sampled_from(WAITERS * 2 + ("p2", "hash")),
+    group=st.sampled_from(GROUPS),
+    awaits=st.lists(st.sampled_from(AWAITABLE), min_size=1, max_size=3, unique=True).map(tuple),
+    once=st.sampled_from((False, False, True)),
+)
+ONCE = st.builds(EnqueueOnce, name=st.sampled_from(sorted(PAYLOADS)), group=st.sampled_from(GROUPS))
+EFFECT = st.tuples(
+    st.sampled_from(EFFECT_KEYS),
+    st.sampled_from((False, False, True)),
+    weighted((3, st.just(())), (1, st.lists(st.sampled_from(AWAITABLE), max_size=2, unique=True).map(tuple))),
+)
+WITH_EFFECTS = st.builds(
+    EndWithEffects,
+    execution=INDEX,
+    effects=st.lists(EFFECT, min_size=1, max_size=3).map(tuple),
+    delivery=st.sampled_from(("now", "now", "later", "lost", "twice")),
+)
 ACTIONS = weighted(
     (3, st.builds(Enqueue, MESSAGES)),
     (1, st.builds(EnqueueAgain, INDEX, st.booleans())),
@@ -279,6 +349,10 @@ ACTIONS = weighted(
     (1, OUTSIDE),
     (1, st.builds(ExpireTTL)),
     (1, st.builds(ResubmitBeforeRelease, INDEX, st.sampled_from(("tick", "deliver", "nothing")))),
+    # awaits, run-once keys and effects (issue 13)
+    (1, AWAITING),
+    (1, ONCE),
+    (1, WITH_EFFECTS),
 )
 
 
@@ -400,6 +474,42 @@ class SluiceMachine(RuleBasedStateMachine):
             # With sluice-key, as `sluice enqueue` sends it; without, as the AWS CLI would.
             attributes = {"sluice-key": canonical_key(body)} if with_key else None
             self.world.send(body, group=group, attributes=attributes)
+
+    def _EnqueueAwaiting(self, action: EnqueueAwaiting) -> None:
+        obj = dict(PAYLOADS.get(action.name) or {"id": action.name})
+        key = canonical_key(json.dumps(obj))
+        awaits = [k for k in action.awaits if k != key]
+        if not awaits:
+            return
+        count("enqueue:awaiting")
+        count(f"enqueue:awaiting:{len(awaits)}_keys")
+        if "never-enqueued" in awaits:
+            count("enqueue:awaiting_a_key_never_enqueued")
+        attributes = {"sluice-key": key, "sluice-awaits": json.dumps(awaits)}
+        if action.once:
+            attributes["sluice-once"] = "true"
+        self.world.send(json.dumps(obj), group=action.group, attributes=attributes)
+
+    def _EnqueueOnce(self, action: EnqueueOnce) -> None:
+        count("enqueue:once")
+        body = json.dumps(PAYLOADS[action.name])
+        self.world.send(
+            body, group=action.group, attributes={"sluice-key": canonical_key(body), "sluice-once": "true"}
+        )
+
+    def _EndWithEffects(self, action: EndWithEffects) -> None:
+        name = pick(self._running(), action.execution)
+        if name is None:
+            return
+        effects: list[dict[str, Any]] = []
+        for key, once, awaits in action.effects:
+            effect: dict[str, Any] = {"payload": {"id": key, "effect": len(effects)}}
+            if once:
+                effect["once"] = True
+            if [k for k in awaits if k != key]:
+                effect["awaits"] = [k for k in awaits if k != key]
+            effects.append(effect)
+        self._deliver(self.world.end(name, "SUCCEEDED", effects=effects), action.delivery)
 
     def _EnqueueAgain(self, action: EnqueueAgain) -> None:
         earlier = pick(list(self.world.model.sent.values()), action.earlier)

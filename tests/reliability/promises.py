@@ -9,6 +9,7 @@ import json
 from typing import TYPE_CHECKING
 
 from sluice.model import TERMINAL_STATUSES
+from tests.support.model import AWAIT_REASON, awaited_keys
 
 if TYPE_CHECKING:
     from tests.reliability.world import World
@@ -31,6 +32,25 @@ class Promises:
             for pk, item in self.table("message_id", "woken_at").items()
             if pk.startswith("PARK#") and "woken_at" not in item
         )
+
+    def waiters_in_table(self: World) -> dict[str, list[str]]:
+        """Waiters still parked (``WAIT#`` items not released): message id -> the keys it awaits."""
+        return {
+            item["message_id"]["S"]: [k["S"] for k in item.get("awaits", {}).get("L", [])]
+            for pk, item in self.table("message_id", "released_at", "awaits").items()
+            if pk.startswith("WAIT#") and "released_at" not in item and "message_id" in item
+        }
+
+    def check_waiters_settled(self: World) -> None:
+        """At rest, every event delivered or lost and reconciliation run: no waiter is still parked
+        whose awaited keys have all ended (judged from the ends the test made, not from the table's
+        records), unless DynamoDB's TTL deleted one of their records since (then it is unseen)."""
+        for message_id, awaits in sorted(self.waiters_in_table().items()):
+            if awaits and all(k in self.model.ended_keys for k in awaits):
+                raise PromiseBroken(
+                    f"awaits (no waiter left behind): message {message_id} is still parked, though every key "
+                    f"it awaits has ended: {awaits}"
+                )
 
     def backlog(self: World) -> int:
         """Messages still to handle: in the queue, or parked in the table."""
@@ -85,7 +105,8 @@ class Promises:
             self.advance(CLAIM_TIMEOUT + VISIBILITY + WINDOW)
             self.tick("A")
             self.check()
-            if self.backlog() == 0:
+            # Done once nothing is queued or parked, and nothing runs that a waiter awaits.
+            if self.backlog() == 0 and not (self.model.running and self.waiters_in_table()):
                 break
             for name in sorted(self.model.running):
                 self.end(name, "SUCCEEDED")
@@ -129,11 +150,21 @@ class Promises:
             raise PromiseBroken(
                 f"promise 4 (nothing leaks): slots held after every execution ended: {sorted(self.holders(items))}"
             )
+        started = {s.key for s in self.model.starts if s.key is not None}
+        dead_waiters = {
+            self.model.sent[m].key
+            for m, reason in self.model.dead_lettered.items()
+            if m in self.model.sent and reason.startswith(AWAIT_REASON)
+        }
         for key in sorted({s.key for s in self.model.sent.values() if s.key is not None}):
+            if key not in started and all(awaited_keys(s) for s in self.model.sent.values() if s.key == key):
+                continue  # only waiters: still parked, or dead-lettered (checked below)
             item = items.get(f"PAYLOAD#{key}")
             if item is None and f"PAYLOAD#{key}" in self.expired:
                 continue  # settled, kept for the retention period, and deleted by TTL since
             state = item.get("state", {}).get("S") if item else None
+            if state == "INVALID" and key in dead_waiters:
+                continue  # a waiter of this key was dead-lettered after its last run
             if state not in TERMINAL_STATUSES:
                 raise PromiseBroken(
                     f"promise 4 (nothing leaks): payload {key!r} has no final record: state {state}"
@@ -172,14 +203,21 @@ class Promises:
                     f"promise 3 (nothing lost): message {source} reached the DLQ without a reason"
                 )
             dlq[source] = reason
+        self.check_waiters_settled()
+        waiting = self.waiters_in_table()
         for sent in self.model.sent.values():
             if sent.valid:
-                accounted = sent.message_id in self.model.started_by_message or sent.message_id in (
-                    self.model.duplicates
+                accounted = (
+                    sent.message_id in self.model.started_by_message
+                    or sent.message_id in self.model.duplicates
+                    or sent.message_id in self.model.already_done
+                    or (bool(awaited_keys(sent)) and sent.message_id in waiting)
+                    or (bool(awaited_keys(sent)) and dlq.get(sent.message_id, "").startswith(AWAIT_REASON))
                 )
                 if not accounted:
                     raise PromiseBroken(
-                        f"promise 3 (nothing lost): message {sent.message_id} (key {sent.key!r}) never started and is no duplicate"
+                        f"promise 3 (nothing lost): message {sent.message_id} (key {sent.key!r}) never started, is no "
+                        "duplicate, not already done, not a waiter still parked nor one dead-lettered with its reason"
                     )
             elif sent.message_id not in dlq:
                 raise PromiseBroken(

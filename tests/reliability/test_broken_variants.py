@@ -24,8 +24,9 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
 from hypothesis.errors import Flaky
-from hypothesis.stateful import run_state_machine_as_test
+from hypothesis.stateful import rule, run_state_machine_as_test
 
 import sluice.adapters.dynamodb
 import sluice.adapters.sfn
@@ -55,6 +56,7 @@ from sluice.semaphore_model import State as SemaphoreState
 from sluice.slots import Capacity
 from tests.integration import test_launcher_moto as launching
 from tests.integration import test_parallel_fill as fill
+from tests.reliability import machine as programs
 from tests.reliability import test_promise_breaks as breaks
 from tests.reliability.exclusive_machine import MemoryExclusiveMachine
 from tests.reliability.machine import SluiceMachine
@@ -971,3 +973,74 @@ def test_effects_sent_again_when_their_execution_is_released_again_are_caught(mo
     monkeypatch.setattr(sluice.completion, "around", without_the_mark)
     failure = caught(effects_once)
     assert "effects sent again" in str(failure)  # by the sends, not by the mark's own assertion
+
+
+# -- awaits, run-once keys and effects in the property suite (issue 13) ----------------------------------
+#
+# The property suite's own promises catch these, with a program mix that draws the issue's actions
+# more often (waiters, run-once messages, outputs naming effects, with the faults of the completion)
+# and a small, derandomised budget.
+
+FOCUSED = programs.weighted(
+    (3, programs.AWAITING),
+    (2, programs.ONCE),
+    (3, programs.WITH_EFFECTS),
+    (2, st.builds(programs.Enqueue, programs.MESSAGES)),
+    (6, programs.TICK),
+    (3, programs.END),
+    (3, st.builds(programs.Deliver, programs.INDEX, programs.COMPLETION_FAULTS)),
+    (1, st.builds(programs.Lose, programs.INDEX)),
+    (1, st.builds(programs.Redeliver, programs.INDEX)),
+)
+FOCUSED_BUDGET = settings(BUDGET, max_examples=20, stateful_step_count=25)
+
+
+class AwaitsOnceEffectsMachine(SluiceMachine):
+    """The property suite, drawing awaits, run-once messages and effects more often."""
+
+    @rule(action=FOCUSED)
+    def act(self, action: Any) -> None:
+        super().act(action)
+
+
+def focused_suite_fails() -> BaseException:
+    with pytest.raises((PromiseBroken, Flaky)) as failure:
+        run_state_machine_as_test(AwaitsOnceEffectsMachine, settings=FOCUSED_BUDGET)
+    print(failure.value)
+    return failure.value
+
+
+def effects_sent_from_every_event(output, effects, *, store, queue, name, state, now):
+    """Effects sent from the event itself, not from the release that happens: every repeat sends."""
+    import sluice.effects
+
+    record = store.execution(name)
+    if output is not None and state is PayloadState.SUCCEEDED and record is not None:
+        kept = output(record)
+        if kept is not None and kept.text:
+            (effects or sluice.effects.Effects()).send(kept.text, record=record, queue=queue, now=now)
+    return output
+
+
+def test_the_focused_suite_passes_within_its_budget():
+    run_state_machine_as_test(AwaitsOnceEffectsMachine, settings=FOCUSED_BUDGET)
+
+
+def test_a_launcher_that_skips_the_awaits_gate_is_caught_by_the_suite(monkeypatch):
+    monkeypatch.setattr(sluice.launcher, "gate", lambda **kw: False)
+    assert "awaits:" in str(focused_suite_fails())
+
+
+def test_effects_sent_on_every_event_are_caught_by_the_suite(monkeypatch):
+    monkeypatch.setattr(sluice.completion, "around", effects_sent_from_every_event)
+    assert "effects once:" in str(focused_suite_fails())
+
+
+def test_a_claim_that_ignores_sluice_once_is_caught_by_the_suite(monkeypatch):
+    monkeypatch.setattr(sluice.launcher, "is_once", lambda message: False)
+    assert "run once:" in str(focused_suite_fails())
+
+
+def test_a_reconciliation_that_never_sweeps_waiters_is_caught_by_the_suite(monkeypatch):
+    monkeypatch.setattr(sluice.reconcile, "sweep_awaits", lambda **kw: {})
+    assert "no waiter left behind" in str(focused_suite_fails())

@@ -18,6 +18,7 @@ Nothing here sleeps. Nothing here edits Sluice: it runs ``Launcher.tick`` and
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -264,10 +265,17 @@ class World(BehindTheBack, Promises):
 
     # -- Step Functions and EventBridge -------------------------------------------------------------
 
-    def end(self, name: str, status: str = "SUCCEEDED") -> Event:
-        """End a RUNNING execution; EventBridge now owes its status event."""
-        body = self.stack.finish(name, status, error=END_ERRORS.get(status))
-        self.model.ended(name)
+    def end(self, name: str, status: str = "SUCCEEDED", effects: list[dict[str, Any]] | None = None) -> Event:
+        """End a RUNNING execution; EventBridge now owes its status event. ``effects``: a SUCCEEDED
+        execution's output names these follow-up payloads (``sluiceEffects``)."""
+        output = None
+        if effects is not None and status == "SUCCEEDED":
+            output = json.dumps({"sluiceEffects": effects})
+            self.model.expect_effects(name, len(effects))
+            self.count("ended:with_effects")
+            self.count("effects:named", len(effects))
+        body = self.stack.finish(name, status, error=END_ERRORS.get(status), output=output)
+        self.model.ended(name, status)
         self.ended_as[name] = status
         self.ended_when[name] = self.clock.now()
         self.count(f"ended:{status}")

@@ -44,6 +44,7 @@ from botocore.exceptions import ReadTimeoutError
 from tests.support.hooks import Crash, RawBody, error_answer
 from tests.support.steps import (
     ALL_POINTS,
+    AWAIT_POINTS,
     CRASH_POINTS,
     PROTOCOL_STEPS,
     SITUATIONAL_POINTS,
@@ -56,6 +57,7 @@ from tests.support.steps import (
 __all__ = [
     "ALL_POINTS",
     "ALWAYS",
+    "AWAIT_POINTS",
     "CRASH_POINTS",
     "FAULTS",
     "PROTOCOL_STEPS",

@@ -16,7 +16,17 @@ so the invariants that run after every step stay cheap (they only read ``violati
   the DLQ with a reason (promise 3);
 * a message recorded as a duplicate must not be suppressed behind an execution that had already
   ended in Step Functions when its claim was refused (promise 3: it would never run);
-* a message sent to the DLQ must be one the test made unusable, and carry a reason.
+* a message sent to the DLQ must be one the test made unusable, and carry a reason; or a waiter
+  (``sluice-awaits``) dead-lettered with an ``awaited …`` reason;
+* awaits: a new StartExecution of a message that awaits keys must find every one of them with a
+  SUCCEEDED end seen (the test ends executions, so it knows);
+* run once: a claim of a ``sluice-once`` message must not commit after another run of its key
+  was seen to end SUCCEEDED (unless DynamoDB's TTL deleted the key's record since: its success is
+  forgotten, as docs/protocol.md says of a success not claimed by a once-message);
+* effects: each effect's message (origin id ``fx-…`` of its execution and index) must be named by
+  a SUCCEEDED output the test ended an execution with, and must not be sent again once that
+  execution's release has committed (the release marks the effects sent); and no effect may have
+  two SUCCEEDED runs (the exactly-once check above covers two starts).
 
 RUNNING executions Sluice does not hold count against MAX too: executions the test started by hand
 and executions an operator redrove are in ``running`` (and in ``outside`` until Sluice adopts them).
@@ -40,7 +50,28 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.support.steps import ORIGIN_ATTRIBUTE, Call, slot_names
+from tests.support.steps import (
+    AWAITS_ATTRIBUTE,
+    EFFECT_ORIGIN_PREFIX,
+    ONCE_ATTRIBUTE,
+    ORIGIN_ATTRIBUTE,
+    Call,
+    slot_names,
+)
+
+AWAIT_REASON = "awaited "  # the start of every reason a waiter is dead-lettered with
+
+
+def effect_origin(name: str, index: int) -> str:
+    """The origin id of effect ``index`` of execution ``name``, as docs/protocol.md ("Effects")
+    documents it: ``fx-`` and the first 40 hex digits of SHA-256(name NUL index)."""
+    return EFFECT_ORIGIN_PREFIX + hashlib.sha256(f"{name}\x00{index}".encode()).hexdigest()[:40]
+
+
+def awaited_keys(sent: Sent | None) -> list[str]:
+    """The keys a sent message awaits (its ``sluice-awaits`` attribute)."""
+    raw = sent.attributes.get(AWAITS_ATTRIBUTE) if sent is not None else None
+    return [str(k) for k in json.loads(raw)] if raw else []
 
 
 def canonical_key(body: str, attributes: dict[str, str] | None = None) -> str:
@@ -67,6 +98,10 @@ class Sent:
     @property
     def valid(self) -> bool:
         return self.key is not None
+
+    @property
+    def once(self) -> bool:
+        return self.attributes.get(ONCE_ATTRIBUTE) == "true"
 
     def __repr__(self) -> str:
         body = self.body if len(self.body) <= 60 else f"{self.body[:40]}...({len(self.body):,} chars)"
@@ -122,6 +157,15 @@ class Model:
         self.known_outside: set[str] = set()  # outside names the last completed reconciliation listed
         self.events = 0
         self.max_receive_count = 0
+        # Awaits, run-once keys and effects (issue 13).
+        self.ever_succeeded: set[str] = set()  # keys with a SUCCEEDED end seen, ever
+        self.succeeded_runs: dict[str, set[str]] = {}  # key -> SUCCEEDED runs its record remembers
+        self.ended_keys: set[str] = set()  # keys with an end seen that their record remembers
+        self.already_done: set[str] = set()  # once-messages acknowledged as already done
+        self.effects: dict[str, tuple[str, int]] = {}  # effect origin id -> (execution, index)
+        self.effect_sends: dict[str, int] = {}  # effect origin id -> sends seen
+        self.effects_marked: set[str] = set()  # executions named with effects whose release committed
+        self.effect_succeeded: dict[str, str] = {}  # effect origin id -> its SUCCEEDED run
 
     # -- the test's own actions ------------------------------------------------------------------
 
@@ -129,11 +173,40 @@ class Model:
         with self.lock:
             self.sent[sent.message_id] = sent
 
-    def ended(self, name: str) -> None:
+    def ended(self, name: str, status: str | None = None) -> None:
         with self.lock:
-            self.running.pop(name, None)
+            key = self.running.pop(name, None)
             self.finished.add(name)
             self.outside.discard(name)
+            if key is None or status is None:
+                return
+            self.ended_keys.add(key)
+            if status != "SUCCEEDED":
+                return
+            self.ever_succeeded.add(key)
+            self.succeeded_runs.setdefault(key, set()).add(name)
+            origin = self.claims.get(name)
+            if origin in self.effects:
+                first = self.effect_succeeded.setdefault(origin, name)
+                if first != name:
+                    execution, index = self.effects[origin]
+                    self.violations.append(
+                        f"effects once: effect {index} of {execution} ({origin}) has two SUCCEEDED runs: "
+                        f"{first} and {name}"
+                    )
+
+    def expect_effects(self, name: str, count: int) -> None:
+        """Execution ``name`` ended SUCCEEDED with an output naming ``count`` effects."""
+        with self.lock:
+            for index in range(count):
+                self.effects[effect_origin(name, index)] = (name, index)
+
+    def forget_key(self, key: str) -> None:
+        """DynamoDB's TTL deleted the key's record: its ends are forgotten (a run-once key's success
+        never expires, so it is never forgotten this way)."""
+        with self.lock:
+            self.succeeded_runs.pop(key, None)
+            self.ended_keys.discard(key)
 
     def running_again(self, name: str) -> None:
         """An ended execution RUNNING again (an operator's redrive): it counts against MAX and its key."""
@@ -209,6 +282,14 @@ class Model:
                 f"promise 1 (MAX): {name} claimed a slot while {len(taken)} were taken under MAX {self.max}: "
                 f"{sorted(taken)}"
             )
+        sent = self.sent.get(message_id)
+        if sent is not None and sent.once and sent.key is not None:
+            others = sorted(self.succeeded_runs.get(sent.key, set()) - {name})
+            if others:
+                self.violations.append(
+                    f"run once: {name} claimed for run-once message {message_id} of key {sent.key!r}, "
+                    f"which had SUCCEEDED already ({others[0]})"
+                )
         self.holders.add(name)
         self.claims[name] = message_id
         self.claimed_under[name] = self.max
@@ -233,7 +314,61 @@ class Model:
             self.refused_by[message_id] = (holder, holder in self.finished)
 
     def _on_release(self, call: Call, parsed: dict[str, Any]) -> None:
-        self.holders.difference_update(slot_names(call.params, "give"))
+        given = slot_names(call.params, "give")
+        self.holders.difference_update(given)
+        marked = {execution for execution, _ in self.effects.values()}
+        self.effects_marked.update(n for n in given if n in marked)
+
+    def _on_wait(self, call: Call, parsed: dict[str, Any]) -> None:
+        """A waiter parked (its WAIT# item and the awaits sets): its message may be deleted."""
+        for entry in call.params["TransactItems"]:
+            values = entry.get("Update", {}).get("ExpressionAttributeValues", {})
+            ids = values.get(":ids", {}).get("SS") or ([values[":m"]["S"]] if ":m" in values else [])
+            self.parked.update(self.logical(i) for i in ids)
+
+    def _on_wake(self, call: Call, parsed: dict[str, Any]) -> None:
+        """A waiter sent back to the queue: a new SQS id for the same message."""
+        self._on_unpark(call, parsed)
+
+    def _on_already_done(self, call: Call, parsed: dict[str, Any]) -> None:
+        self.already_done.add(self.logical(call.params["ExpressionAttributeValues"][":mid"]["S"]))
+
+    def _on_effect(self, call: Call, parsed: dict[str, Any]) -> None:
+        """An effect's message sent: it must be named by a SUCCEEDED output, and its execution not
+        released yet (the release marks the effects sent; nothing sends them after it)."""
+        attributes = {
+            k: v.get("StringValue", "") for k, v in call.params.get("MessageAttributes", {}).items()
+        }
+        origin = attributes.pop(ORIGIN_ATTRIBUTE)
+        named = self.effects.get(origin)
+        dedup = str(call.params.get("MessageDeduplicationId", ""))
+        if named is not None and not dedup.endswith("-" + hashlib.sha256(named[0].encode()).hexdigest()[:32]):
+            # An effect's message parked as a deferred duplicate and sent back behind another
+            # holder (its deduplication id names that holder, not the execution that named it).
+            self._on_unpark(call, parsed)
+            return
+        if named is None:
+            self.violations.append(
+                f"effects: message {origin} sent as an effect that no SUCCEEDED output named"
+            )
+        elif named[0] in self.effects_marked:
+            self.violations.append(
+                f"effects once: effect {named[1]} of {named[0]} ({origin}) enqueued again after "
+                f"{named[0]}'s release had committed (send {self.effect_sends.get(origin, 0) + 1})"
+            )
+        self.effect_sends[origin] = self.effect_sends.get(origin, 0) + 1
+        if origin not in self.sent:
+            key = attributes.get("sluice-key") or canonical_key(call.params["MessageBody"], attributes)
+            self.sent[origin] = Sent(
+                origin,
+                call.params["MessageBody"],
+                call.params.get("MessageGroupId", ""),
+                call.params.get("MessageDeduplicationId", ""),
+                key,
+                attributes,
+            )
+        if parsed.get("MessageId"):
+            self.origin[parsed["MessageId"]] = origin
 
     def _on_adopt(self, call: Call, parsed: dict[str, Any]) -> None:
         """Reconciliation took a slot and the lease back for an execution RUNNING again."""
@@ -295,6 +430,12 @@ class Model:
             self.violations.append(
                 f"promise 2 (one per key): {name} started for key {key!r} while {twins[0]} still runs"
             )
+        missing = [k for k in awaited_keys(sent) if k not in self.ever_succeeded]
+        if missing:
+            self.violations.append(
+                f"awaits: {name} started for message {message_id} (key {key!r}), which awaits {missing[0]!r}, "
+                "a key with no SUCCEEDED end"
+            )
         earlier = self.started_by_message.get(message_id or "", set())
         if message_id and earlier:
             self.violations.append(
@@ -335,10 +476,11 @@ class Model:
                 or message_id in self.dead_lettered
                 or message_id in self.duplicates
                 or message_id in self.parked
+                or message_id in self.already_done
             ):
                 self.violations.append(
                     f"promise 3 (nothing lost): message {message_id} was deleted, but it never started an "
-                    "execution, was not recorded as a duplicate, not parked and not dead-lettered"
+                    "execution, was not recorded as a duplicate or as already done, not parked and not dead-lettered"
                 )
             self.deleted.add(message_id)
             self.in_flight.pop(physical, None)
@@ -388,7 +530,8 @@ class Model:
         if not reason:
             self.violations.append(f"message {message_id} dead-lettered without a reason")
         sent = self.sent.get(message_id)
-        if sent is not None and sent.valid:
+        waiter = awaited_keys(sent) and reason.startswith(AWAIT_REASON)
+        if sent is not None and sent.valid and not waiter:
             self.violations.append(
                 f"valid payload {sent.key!r} (message {message_id}) dead-lettered: {reason}"
             )

@@ -6,10 +6,16 @@ Shared by the fault injectors (tests/support/faults.py), which aim at steps, and
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
 ORIGIN_ATTRIBUTE = "sluice-origin-message-id"  # on a parked message re-sent to the queue
+AWAITS_ATTRIBUTE = "sluice-awaits"  # the keys a message awaits (a JSON array)
+ONCE_ATTRIBUTE = "sluice-once"  # "true": the key runs successfully at most once
+EFFECT_ORIGIN_PREFIX = "fx-"  # the origin id of an effect's message (docs/protocol.md, "Effects")
+# A woken waiter's deduplication id ends with the digest of the awaits feature's wake-up "holder".
+WAKE_DEDUP_SUFFIX = "-" + hashlib.sha256(b"sluice-awaits").hexdigest()[:32]
 
 
 @dataclass(frozen=True)
@@ -63,7 +69,10 @@ def limit_change(params: dict[str, Any]) -> bool:
 def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
     """Name a call by the protocol step it performs (launcher.py's timeline, reconciliation's).
 
-    Transactions: a Put of ``PARK#`` parks a deferred duplicate; a Put of ``EXEC#`` is a claim;
+    Transactions: a Put of ``PARK#`` parks a deferred duplicate; a slot given back (with or without
+    the Put of ``EFFECTS#<name>``, the mark of the effects sent) releases; a write to ``WAIT#`` or
+    adding to the awaits sets (``AWAITING``, ``AWAITED#``) parks a waiter (``wait``), deleting from
+    them clears a released waiter off them (``unwait``); a Put of ``EXEC#`` is a claim;
     a write to the pool item moves the caps (``limit``); a slot given back releases; a slot taken
     without a Put adopts an execution running again (a redrive); the rest marks RUNNING. Single updates: ``renewed_at`` renews
     a resumed claim; ``suspect_since`` is reconciliation's first sighting of an unstarted claim.
@@ -72,6 +81,12 @@ def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
         puts = [_pk(p) for p in _puts(params)]
         if any(pk.startswith("PARK#") for pk in puts):
             return "park"
+        if puts and slot_names(params, "give"):
+            return "release"  # with the Put of EFFECTS#<name>
+        touched = [_pk(u) for u in _updates(params)]
+        if touched and all(pk.startswith(("WAIT#", "AWAITED#")) or pk == "AWAITING" for pk in touched):
+            deleting = all("DELETE waiters" in u.get("UpdateExpression", "") for u in _updates(params))
+            return "unwait" if deleting else "wait"
         if puts:
             return "claim"
         if limit_change(params):
@@ -89,6 +104,13 @@ def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
             return "renew"
         if "suspect_since" in expression and "REMOVE suspect_since" not in expression:
             return "suspect"
+        if (
+            params.get("Key", {}).get("pk", {}).get("S", "").startswith("WAIT#")
+            and "released_at =" in expression
+        ):
+            return "waiter_released"
+        if "ADD already_done" in expression:
+            return "already_done"
         if "ADD duplicates" in expression:
             return "duplicate"
         if ":invalid" in expression:
@@ -99,6 +121,11 @@ def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
             return "limit"
         return "update"
     if operation == "SendMessage" and ORIGIN_ATTRIBUTE in params.get("MessageAttributes", {}):
+        origin = params["MessageAttributes"][ORIGIN_ATTRIBUTE].get("StringValue", "")
+        if str(params.get("MessageDeduplicationId", "")).endswith(WAKE_DEDUP_SUFFIX):
+            return "wake"  # a waiter whose awaits have SUCCEEDED (an effect's, too) sent back to the queue
+        if origin.startswith(EFFECT_ORIGIN_PREFIX):
+            return "effect"  # an effect a SUCCEEDED output named, sent before its release
         return "unpark"
     return {
         "ReceiveMessage": "receive",
@@ -149,7 +176,22 @@ SITUATIONAL_POINTS: dict[str, tuple[str, str]] = {
     "before_unpark": ("before", "unpark"),
     "after_unpark": ("after", "unpark"),
 }
-ALL_POINTS = {**CRASH_POINTS, **SITUATIONAL_POINTS}
+# Points of awaits, run-once keys and effects (issue 13): the release writing a key's receipt (then
+# the wake-up of its waiters), a waiter parked, sent back (before the mark), marked released (before
+# the sets are cleared), a run-once message recorded as already done, an effect sent before its
+# execution's release. Reached by the property suite's awaits, once and effects actions, and each by
+# its own scenario (tests/reliability/test_promise_breaks.py).
+AWAIT_POINTS: dict[str, tuple[str, str]] = {
+    "after_wait": ("after", "wait"),
+    "before_wake": ("before", "wake"),
+    "after_wake": ("after", "wake"),
+    "after_waiter_released": ("after", "waiter_released"),
+    "after_unwait": ("after", "unwait"),
+    "after_already_done": ("after", "already_done"),
+    "before_effect": ("before", "effect"),
+    "after_effect": ("after", "effect"),
+}
+ALL_POINTS = {**CRASH_POINTS, **SITUATIONAL_POINTS, **AWAIT_POINTS}
 
 # The steps of launcher.py's timeline, and of reconciliation and completion, where a crash matters.
 PROTOCOL_STEPS = frozenset(step for _, step in ALL_POINTS.values())
@@ -161,6 +203,7 @@ THROTTLE_TARGETS = (
     "ChangeMessageVisibilityBatch",
     "SendMessage",
     "claim",
+    "wait",
     "mark",
     "release",
     "GetItem",
