@@ -1041,6 +1041,6 @@ def test_a_claim_that_ignores_sluice_once_is_caught_by_the_suite(monkeypatch):
     assert "run once:" in str(focused_suite_fails())
 
 
-def test_a_reconciliation_that_never_sweeps_waiters_is_caught_by_the_suite(monkeypatch):
-    monkeypatch.setattr(sluice.reconcile, "sweep_awaits", lambda **kw: {})
-    assert "no waiter left behind" in str(focused_suite_fails())
+# A reconciliation that never sweeps waiters: the focused suite's budget does not reliably draw a
+# completion that dies between the receipt and the wake-up, so promise 9 is held to this variant by
+# its scenario, test_a_reconciliation_that_never_wakes_waiters_is_caught (above).
