@@ -100,8 +100,11 @@ class Promises:
         while self.pending:
             self.deliver(0)
 
-        # Drain: the queue empties once executions end and their slots come back.
-        for round_ in range(SETTLE_ROUNDS):
+        # Drain: the queue empties once executions end and their slots come back. Copies of one
+        # payload run one after another (its lease admits one at a time; deferred ones wait parked
+        # behind it), a round each: the bound grows with the messages sent.
+        rounds = SETTLE_ROUNDS + len(self.model.sent)
+        for round_ in range(rounds):
             self.advance(CLAIM_TIMEOUT + VISIBILITY + WINDOW)
             self.tick("A")
             self.check()
@@ -116,7 +119,7 @@ class Promises:
                 self.deliver(0)
         else:
             raise PromiseBroken(
-                f"promise 4 (nothing leaks): the queue did not drain in {SETTLE_ROUNDS} ticks: {self.queue_depth()} left, "
+                f"promise 4 (nothing leaks): the queue did not drain in {rounds} ticks: {self.queue_depth()} left, "
                 f"{len(self.parked_in_table())} parked"
             )
 
