@@ -281,12 +281,20 @@ def gate(*, store: AwaitStore, queue: Queue, payload: Payload, now: float) -> bo
 
 
 def settle(
-    *, store: AwaitStore, queue: Queue, waiter: Waiter, now: float, horizon: float | None = None
+    *,
+    store: AwaitStore,
+    queue: Queue,
+    waiter: Waiter,
+    now: float,
+    horizon: float | None = None,
+    records: Mapping[str, PayloadRecord] | None = None,
 ) -> str:
-    """Release ``waiter`` if its awaits say so: "sent", "dead-lettered" or "waiting"."""
+    """Release ``waiter`` if its awaits say so: "sent", "dead-lettered" or "waiting". ``records``:
+    the awaited keys' records, read (after the write that may have satisfied them) for several
+    waiters at once; read here when not given."""
     verdict = judge(
         waiter.awaits,
-        store.payloads(waiter.awaits),
+        records if records is not None else store.payloads(waiter.awaits),
         run_anyway=waiter.run_anyway,
         parked_at=waiter.parked_at,
         now=now,
@@ -320,8 +328,10 @@ def on_receipt(*, store: AwaitStore, queue: Queue, key: str, now: float) -> int:
         if not ids:
             return 0
         released = 0
-        for waiter in store.waiters(ids):
-            if waiter.parked and settle(store=store, queue=queue, waiter=waiter, now=now) != "waiting":
+        waiters = [w for w in store.waiters(ids) if w.parked]
+        records = _records(store, waiters)
+        for waiter in waiters:
+            if settle(store=store, queue=queue, waiter=waiter, now=now, records=records) != "waiting":
                 released += 1
         return released
     except TransientError as exc:
@@ -337,15 +347,23 @@ def sweep(*, store: AwaitStore, queue: Queue, now: float, horizon: float) -> dic
     if not ids:
         return counts
     found = store.waiters(ids)
+    records = _records(store, [w for w in found if w.parked])
     for waiter in found:
         if not waiter.parked:
             store.release_waiter(waiter, how=waiter.how or "sent", reason=waiter.reason, now=now)
             continue
-        how = settle(store=store, queue=queue, waiter=waiter, now=now, horizon=horizon)
+        how = settle(store=store, queue=queue, waiter=waiter, now=now, horizon=horizon, records=records)
         counts[how] = counts.get(how, 0) + 1
     if counts:
         log.info("awaits swept", extra={"awaits": counts})
     return counts
+
+
+def _records(store: AwaitStore, waiters: Sequence[Waiter]) -> dict[str, PayloadRecord]:
+    """Every key these waiters await, read at once (BatchGetItem, 100 keys a call) rather than
+    once per waiter: a fan-in's sink awaits 50 keys, and reconciliation settles every waiter."""
+    keys = {k for w in waiters for k in w.awaits}
+    return store.payloads(sorted(keys)) if keys else {}
 
 
 def _parked(waiter: Waiter) -> ParkedMessage:
