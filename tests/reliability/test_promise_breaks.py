@@ -445,3 +445,25 @@ def test_dying_at_a_step_few_ticks_reach_loses_and_repeats_nothing(make_world, p
     world.tick("B")
     world.check()
     world.settle()
+
+
+def test_two_releases_of_one_end_at_once_enqueue_its_effects_once(make_world):
+    """The same SUCCEEDED event reaches two functions at once (EventBridge delivers at least once).
+    Both read the execution holding its lease; one sends the effect and commits its release while
+    the other is about to send: the late send carries the same deduplication id within SQS's five
+    minutes, so SQS drops it, and its release finds nothing to release."""
+    world = make_world(max_concurrency=2)
+    world.send(body("p0"), group="g0")
+    world.tick("A")
+    (n,) = world.model.running
+    event = world.end(n, "SUCCEEDED", effects=[{"payload": {"id": "fx1"}}])
+
+    def twin() -> None:
+        assert world.run("A", world._complete(event)) == "ok"
+
+    meanwhile = Interleave("before_effect", twin)
+    assert world.deliver(0, [meanwhile]) == "ok"
+    assert meanwhile.seen == 1, "the effect was never about to be sent"
+    world.check()
+    world.settle()
+    assert len(runs_of(world, "fx1")) == 1

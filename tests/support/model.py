@@ -60,6 +60,7 @@ from tests.support.steps import (
 )
 
 AWAIT_REASON = "awaited "  # the start of every reason a waiter is dead-lettered with
+SQS_DEDUPLICATION_SECONDS = 300  # the FIFO queue's deduplication interval
 
 
 def effect_origin(name: str, index: int) -> str:
@@ -164,6 +165,7 @@ class Model:
         self.already_done: set[str] = set()  # once-messages acknowledged as already done
         self.effects: dict[str, tuple[str, int]] = {}  # effect origin id -> (execution, index)
         self.effect_sends: dict[str, int] = {}  # effect origin id -> sends seen
+        self.effect_first_sent: dict[str, float] = {}  # deduplication id -> when SQS first took it
         self.effects_marked: set[str] = set()  # executions named with effects whose release committed
         self.effect_succeeded: dict[str, str] = {}  # effect origin id -> its SUCCEEDED run
 
@@ -330,6 +332,12 @@ class Model:
         """A waiter sent back to the queue: a new SQS id for the same message."""
         self._on_unpark(call, parsed)
 
+    def _deduplicated(self, dedup: str) -> bool:
+        """SQS drops a FIFO message whose deduplication id it accepted in the last five minutes
+        (whether or not that message was deleted since): such a send enqueues nothing."""
+        first = self.effect_first_sent.get(dedup)
+        return first is not None and self.clock.now() - first < SQS_DEDUPLICATION_SECONDS
+
     def _on_already_done(self, call: Call, parsed: dict[str, Any]) -> None:
         self.already_done.add(self.logical(call.params["ExpressionAttributeValues"][":mid"]["S"]))
 
@@ -351,12 +359,13 @@ class Model:
             self.violations.append(
                 f"effects: message {origin} sent as an effect that no SUCCEEDED output named"
             )
-        elif named[0] in self.effects_marked:
+        elif named[0] in self.effects_marked and not self._deduplicated(dedup):
             self.violations.append(
                 f"effects once: effect {named[1]} of {named[0]} ({origin}) enqueued again after "
                 f"{named[0]}'s release had committed (send {self.effect_sends.get(origin, 0) + 1})"
             )
         self.effect_sends[origin] = self.effect_sends.get(origin, 0) + 1
+        self.effect_first_sent.setdefault(dedup, self.clock.now())
         if origin not in self.sent:
             key = attributes.get("sluice-key") or canonical_key(call.params["MessageBody"], attributes)
             self.sent[origin] = Sent(
