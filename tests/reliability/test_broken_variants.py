@@ -662,9 +662,15 @@ def test_a_launcher_that_checks_a_pointers_size_but_not_its_checksum_is_caught(m
 # (tests/reliability/exclusive_machine.py, on MemoryLeases) must break a promise within the budget.
 
 
+# The same programs run differently from one process to the next (string hashing orders the sets
+# the store iterates), so a variant met within 40 programs in one run may slip past them in
+# another; 150 cost a second or two on the memory store.
+SEMAPHORE_BUDGET = settings(BUDGET, max_examples=150)
+
+
 def semaphore_suite_fails() -> PromiseBroken:
     with pytest.raises(PromiseBroken) as failure:
-        run_state_machine_as_test(MemorySemaphoreMachine, settings=BUDGET)
+        run_state_machine_as_test(MemorySemaphoreMachine, settings=SEMAPHORE_BUDGET)
     print(failure.value)
     return failure.value
 
