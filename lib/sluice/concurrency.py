@@ -27,6 +27,7 @@ client is made then too (never at import); ``client=``, ``leases=``, ``clock=``,
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
 import os
@@ -34,6 +35,7 @@ import random
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
@@ -72,6 +74,10 @@ _client_lock = threading.Lock()
 _client: Any = None
 _inside_lock = threading.Lock()
 _inside: set[tuple[str, str, str, str]] = set()  # (store, scope, key, holder) of runs in this process
+# A lease store without a table (in memory) is named by a number of its own, never reused: an id()
+# can be, once the store is gone, and a mark left by a run that never ended would then match it.
+_store_numbers: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+_numbers = itertools.count()
 
 
 class MissingKey(SluiceError, ValueError):
@@ -182,7 +188,13 @@ class _Guard:
             return self._leases
 
     def store(self) -> str:
-        return f"{type(self._leases).__name__}:{getattr(self._leases, 'table', id(self._leases))}"
+        table = getattr(self._leases, "table", None)
+        if table is None:
+            with _inside_lock:
+                table = _store_numbers.get(self._leases)
+                if table is None:
+                    table = _store_numbers[self._leases] = next(_numbers)
+        return f"{type(self._leases).__name__}:{table}"
 
     def acquire(self, key: str, holder: str, ttl_at: Callable[[float], float], wait_until: float) -> Lease:
         """Take a lease; when busy, raise or wait with backoff and jitter until ``wait_until``."""
