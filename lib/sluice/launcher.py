@@ -1,34 +1,14 @@
 """The launcher: admit queued payloads into free slots and start one execution per payload.
 
-Per message the order is fixed; each step is safe to die after:
+    tick ──► reconcile ──► admit ──► look ──► receive ≤ free ──► groups side by side ──► settle
+                             ▲          (one read)                  (one message each:     (mark RUNNING,
+                             │                                       sluice.per_message)    delete)
+                             └── again while slots are free, messages come and time is left
 
-    receive ──► validate ──► claim(lease + slot) ──► StartExecution ──► mark RUNNING ──► delete
-                                                                      (per batch)     (per batch)
-                   │               │                       │                  │              │
-              invalid: DLQ    LeaseHeld by us:         already exists:        │              │
-              with reason     resume (same name)       describe, record       │              │
-                              LeaseHeld by other:      refused for sure:      │              │
-                              holder ended? settle,    roll the claim back    │              │
-                              claim again; else        (a retried call is     │              │
-                              duplicate / park         never "for sure")      │              │
-                              SlotsFull: return msg    unsure: keep claim     │              │
-
-    dies after claim    message returns with the same id, so the same name: the claim is
-                        ours; renew it (fenced by its version), then start it. If it never
-                        returns, reconciliation asks DescribeExecution, marks the claim, and
-                        releases it a claim timeout later only if nobody renewed it since.
-    dies after start    the retry's StartExecution returns the same ARN (same name, same
-                        input, still running) or ExecutionAlreadyExists (ended): no second run.
-    dies after mark     the lease names this very message: delete it, start nothing.
-    dies after delete   nothing left to do.
-
-A run-once message (``sluice-once: true``) whose key has SUCCEEDED already fails its claim with
-``AlreadyDone`` (the check is in the claim's own condition): it is deleted and recorded, nothing
-starts. Why the check cannot be a read before the claim: ``sluice.receipts``.
-
-A message that awaits keys (``sluice-awaits``) is checked before its claim (``sluice.awaits.gate``):
-all SUCCEEDED, it goes on to the claim; otherwise it is parked in the table and deleted, or, when an
-awaited key ended badly, dead-lettered with the reason. A woken waiter is checked again on arrival.
+This module is the admission loop: how many messages to take and when to stop (``admit``), the
+receives, the message groups run side by side (``startConcurrency``, ``sluice.fanout``) and the one
+mark and delete per batch. What happens to each message, and why each step is safe to die after, is
+``sluice.per_message``.
 
 Admission is exact across concurrent launchers because the slot is taken by a conditional write
 on one shard of the slots (``size(holders) < cap``), in the same transaction as the payload's
@@ -46,39 +26,26 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import groupby
 
-from sluice.awaits import gate
-from sluice.completion import StatusChange, complete, output_from, settle_status_change
+from sluice.completion import StatusChange, settle_status_change
 from sluice.effects import Effects
-from sluice.errors import (
-    AlreadyDone,
-    AmbiguousStartError,
-    ConfigurationError,
-    InvalidPayload,
-    LeaseHeld,
-    SlotsFull,
-    TransientError,
-)
+from sluice.errors import ConfigurationError, SlotsFull, TransientError
 from sluice.fanout import Pacer, fanout
-from sluice.model import Message, Outcome, Payload, PayloadState, StartedExecution, StartResult, TickSummary
-from sluice.names import execution_name, origin_id
-from sluice.parking import park
-from sluice.pointers import PayloadObjects, check_pointer
+from sluice.model import Message, Outcome, StartedExecution, TickSummary
+from sluice.per_message import MessageProtocol
+from sluice.pointers import PayloadObjects
 from sluice.ports import Clock, Executions, Fanout, MaxSource, Queue, Store
-from sluice.receipts import Outputs, is_once
+from sluice.receipts import Outputs
 from sluice.reconcile import reconcile
-from sluice.settings import DuplicatePolicy, Settings
-from sluice.validation import validate_message
+from sluice.settings import Settings
 
 RECEIVE_BATCH = 10  # SQS ReceiveMessage returns at most 10
 LONG_POLL = 20  # SQS WaitTimeSeconds maximum
 CHECK_INTERVAL = 300.0  # how often a warm launcher re-checks that the state machine exists
-ATTEMPTS = 3  # claims per message when the lease changes hands under us
-THROTTLED_STARTS = 5  # StartExecution calls per payload while Step Functions throttles (backing off)
 
 log = logging.getLogger("sluice.launcher")
 
 
-class Launcher:
+class Launcher(MessageProtocol):
     def __init__(
         self,
         *,
@@ -326,239 +293,6 @@ class Launcher:
         if done:
             self.queue.delete(done)
 
-    def _process(self, message: Message, done: list[Message], started: list[StartedExecution]) -> Outcome:
-        try:
-            payload = validate_message(message)
-            check_pointer(payload, self.payloads)  # before any claim; S3 throttled: TransientError
-            if gate(store=self.store, queue=self.queue, payload=payload, now=self.clock.now()):  # type: ignore[arg-type]
-                done.append(message)  # parked until its awaits have SUCCEEDED (sluice.awaits)
-                self._log("payload awaits keys not yet SUCCEEDED; parked", payload, None, Outcome.WAITING)
-                return Outcome.WAITING
-        except InvalidPayload as exc:
-            return self._dead_letter(message, exc, done)
-        name = execution_name(payload.key, origin_id(message.message_id, message.attributes))
-        for _ in range(ATTEMPTS):
-            outcome = self._attempt(payload, name, done, started)
-            if outcome is not None:
-                return outcome
-        # The lease kept changing hands under us: try again later, as if the slot had been taken.
-        raise SlotsFull(0)
-
-    def _attempt(
-        self, payload: Payload, name: str, done: list[Message], started: list[StartedExecution]
-    ) -> Outcome | None:
-        """One claim-and-start of ``payload``. None when the lease changed meanwhile: look again."""
-        now = self.clock.now()
-        claim_expires_at = now + self.settings.claim_timeout_seconds
-        fresh = True
-        try:
-            self.store.claim(
-                key=payload.key,
-                name=name,
-                message_id=origin_id(payload.message.message_id, payload.message.attributes),
-                arn=self.executions.arn_for(name),
-                now=now,
-                claim_expires_at=claim_expires_at,
-                once=is_once(payload.message),
-            )
-        except AlreadyDone as done_before:
-            # A run-once message of a key that has SUCCEEDED: acknowledged, recorded, not started.
-            self.store.record_already_done(
-                key=payload.key, message_id=payload.message.message_id, now=self.clock.now()
-            )
-            done.append(payload.message)
-            self._log(
-                "run-once payload succeeded already; not started",
-                payload,
-                done_before.existing.succeeded_by,
-                Outcome.ALREADY_DONE,
-            )
-            return Outcome.ALREADY_DONE
-        except LeaseHeld as held:
-            if held.existing.holder != name:
-                return self._duplicate(payload, held, done)
-            # Our own earlier claim: this message was received before and the launcher stopped
-            # somewhere after claiming. Same message id, same name: carry on from where it stopped.
-            if held.existing.state is PayloadState.RUNNING:
-                self._log("redelivered message already running", payload, name, Outcome.RESUMED)
-                done.append(payload.message)
-                return Outcome.RESUMED
-            # Re-take the claim first: reconciliation may be judging it abandoned right now, and
-            # a renewal is what makes its release fail. Released or started meanwhile: look again.
-            if not self.store.renew(name=name, now=now, claim_expires_at=claim_expires_at):
-                return self._renewal_refused(payload, name, done, started)
-            fresh = False
-
-        try:
-            result = self._start(name, payload.body)
-        except AmbiguousStartError:
-            # It may have started: keep the claim. The message returns with the same name, and
-            # StartExecution then answers with the same ARN or ExecutionAlreadyExists.
-            raise
-        except InvalidPayload as exc:
-            if fresh:
-                self._rollback(name, exc.reason)
-            return self._dead_letter(payload.message, exc, done)
-        except (TransientError, ConfigurationError) as exc:
-            # Refused for certain: nothing started, so the claim goes back (a resumed claim stays:
-            # an earlier attempt may have started it).
-            if fresh:
-                self._rollback(name, f"StartExecution refused: {exc}")
-            raise
-
-        if result.already_existed:
-            return self._already_exists(payload, name, done, started)
-        started.append(StartedExecution(payload.key, name, result.arn, now))
-        done.append(payload.message)
-        outcome = Outcome.STARTED if fresh else Outcome.RESUMED
-        self._log("execution started", payload, name, outcome, arn=result.arn)
-        return outcome
-
-    def _start(self, name: str, body: str) -> StartResult:
-        """StartExecution at the pace of the token bucket. Throttled all the same (the bucket is the
-        account's, shared with every completion): back off and call again with the same name,
-        which cannot start it twice, instead of returning the message to the queue.
-
-        Once one call was ambiguous (it may have started the execution), a later refusal does not
-        say it did not: the error stays ambiguous, so the claim is kept."""
-        unsure: AmbiguousStartError | None = None
-        for attempt in range(THROTTLED_STARTS):
-            self.pacer.take()
-            try:
-                result = self.executions.start(name, body)
-            except AmbiguousStartError as exc:
-                unsure = exc
-                if not exc.throttled or attempt + 1 == THROTTLED_STARTS:
-                    raise
-            except Exception as exc:
-                throttled = isinstance(exc, TransientError) and exc.throttled
-                if unsure is not None and (not throttled or attempt + 1 == THROTTLED_STARTS):
-                    raise AmbiguousStartError(
-                        f"{exc}, after an attempt that may have started it ({unsure})",
-                        operation="StartExecution",
-                        code=getattr(exc, "code", ""),
-                    ) from exc
-                if not throttled or attempt + 1 == THROTTLED_STARTS:
-                    raise
-            else:
-                self.pacer.passed()
-                return result
-            self.log.info("StartExecution throttled; backing off", extra={"execution_name": name})
-            self.pacer.throttled()
-        raise AssertionError("unreachable")
-
-    # -- the branches -------------------------------------------------------------------------
-
-    def _duplicate(self, payload: Payload, held: LeaseHeld, done: list[Message]) -> Outcome | None:
-        holder = held.existing.holder or ""
-        # The holder may have ended with its status event still on the way: ask Step Functions
-        # before turning a re-submission away. Ended: settle it and claim again.
-        try:
-            info = self.executions.describe(holder)
-        except ConfigurationError:
-            info = None  # a holder on a state machine this role may not ask about: assume it runs
-        if info is not None and info.ended:
-            complete(
-                store=self.store,
-                queue=self.queue,
-                name=holder,
-                state=PayloadState.after(info.status),
-                now=self.clock.now(),
-                error=info.error,
-                cause=info.cause,
-                ended_at=info.stop_date,
-                output=output_from(info.output, self.outputs),
-                effects=self.effects,
-            )
-            return None
-        if self.settings.duplicate_policy is DuplicatePolicy.DEFER:
-            if not park(store=self.store, payload=payload, holder=holder, now=self.clock.now()):
-                return None  # the holder was released meanwhile: the lease is free
-            done.append(payload.message)
-            self._log("payload already running; parked until it ends", payload, holder, Outcome.DEFERRED)
-            return Outcome.DEFERRED
-        self.store.record_duplicate(
-            key=payload.key, message_id=payload.message.message_id, now=self.clock.now()
-        )
-        done.append(payload.message)
-        self._log("payload already running; duplicate suppressed", payload, holder, Outcome.DUPLICATE)
-        return Outcome.DUPLICATE
-
-    def _renewal_refused(
-        self, payload: Payload, name: str, done: list[Message], started: list[StartedExecution]
-    ) -> Outcome | None:
-        """Our claim could not be renewed. Released or started meanwhile: look again. Blocked
-        (reconciliation saw a redriven run of its key, ``Store.block``) and never started: hand the
-        key to that run, which is then adopted, and look again: this message is its duplicate."""
-        record = self.store.execution(name)
-        if record is None or record.state is not PayloadState.CLAIMED or not record.blocked_by:
-            return None
-        if self.executions.describe(name) is not None:
-            # An earlier attempt did start it: it runs beside the redriven one; carry on.
-            return self._already_exists(payload, name, done, started)
-        self._rollback(name, f"yielded to {record.blocked_by}, a redriven run of the same key")
-        redriven = self.executions.describe(record.blocked_by)
-        if redriven is not None and not redriven.ended:
-            self.store.adopt(name=record.blocked_by, now=self.clock.now())
-        return None
-
-    def _already_exists(
-        self, payload: Payload, name: str, done: list[Message], started: list[StartedExecution]
-    ) -> Outcome:
-        """StartExecution says this name exists with other input or has ended: this message ran."""
-        info = self.executions.describe(name)
-        if info is None:
-            # Contradicts StartExecution; Step Functions has not caught up. Keep the claim and retry.
-            raise AmbiguousStartError(
-                f"execution {name} exists but cannot be described yet", operation="DescribeExecution"
-            )
-        if not info.ended:
-            started.append(StartedExecution(payload.key, name, info.arn, info.start_date or self.clock.now()))
-            done.append(payload.message)
-            self._log("redelivered message already running", payload, name, Outcome.RESUMED)
-            return Outcome.RESUMED
-        complete(
-            store=self.store,
-            queue=self.queue,
-            name=name,
-            state=PayloadState.after(info.status),
-            now=self.clock.now(),
-            error=info.error,
-            cause=info.cause,
-            ended_at=info.stop_date,
-            output=output_from(info.output, self.outputs),
-            effects=self.effects,
-        )
-        done.append(payload.message)
-        self._log("redelivered message already ran", payload, name, Outcome.ALREADY_RAN)
-        return Outcome.ALREADY_RAN
-
-    def _dead_letter(self, message: Message, exc: InvalidPayload, done: list[Message]) -> Outcome:
-        self.queue.send_to_dlq(message, exc.reason)
-        if exc.key:
-            self.store.record_invalid(key=exc.key, reason=exc.reason, now=self.clock.now())
-        done.append(message)
-        self.log.warning(
-            "invalid payload dead-lettered",
-            extra={
-                "message_id": message.message_id,
-                "reason": exc.reason,
-                "outcome": Outcome.INVALID.value,
-                "correlation_id": exc.key or message.message_id,
-            },
-        )
-        return Outcome.INVALID
-
-    def _rollback(self, name: str, reason: str) -> None:
-        complete(
-            store=self.store,
-            queue=self.queue,
-            name=name,
-            state=PayloadState.RELEASED,
-            now=self.clock.now(),
-            error=reason,
-        )
-
     # -- helpers ------------------------------------------------------------------------------
 
     def _check_state_machine(self) -> None:
@@ -579,19 +313,6 @@ class Launcher:
         if remaining_ms is not None:
             budget = min(budget, remaining_ms() / 1000 - self.settings.time_reserve_seconds)
         return max(self.settings.receive_wait_seconds, min(LONG_POLL, int(budget)))
-
-    def _log(self, text: str, payload: Payload, name: str | None, outcome: Outcome, **more: object) -> None:
-        self.log.info(
-            text,
-            extra={
-                "correlation_id": payload.key,
-                "payload_key": payload.key,
-                "message_id": payload.message.message_id,
-                "execution_name": name,
-                "outcome": outcome.value,
-                **more,
-            },
-        )
 
 
 @dataclass

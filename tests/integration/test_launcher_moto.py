@@ -12,8 +12,8 @@ from freezegun import freeze_time
 from sluice.clock import FakeClock
 from sluice.completion import StatusChange, handle_status_change
 from sluice.errors import ConfigurationError
-from sluice.launcher import THROTTLED_STARTS
 from sluice.model import Outcome, PayloadState
+from sluice.per_message import THROTTLED_STARTS
 from tests.support.aws import build_stack, status_change_event
 from tests.support.hooks import Crash, count_calls, crash_after, crash_before, error_answer, throttle
 

@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import Flaky
 from hypothesis.stateful import rule, run_state_machine_as_test
 
+import sluice.adapters.dynamo_release
 import sluice.adapters.dynamodb
 import sluice.adapters.sfn
 import sluice.completion
@@ -35,6 +36,7 @@ import sluice.concurrency
 import sluice.fanout
 import sluice.launcher
 import sluice.ops.maximum
+import sluice.per_message
 import sluice.pointers
 import sluice.reconcile
 import sluice.runtime
@@ -45,9 +47,10 @@ from sluice.adapters.memory_lease import MemoryLeases
 from sluice.adapters.ssm import SsmMax
 from sluice.completion import complete
 from sluice.errors import AmbiguousStartError, InvalidPayload, NotFound, SluiceError, TransientError
-from sluice.launcher import THROTTLED_STARTS, Launcher
+from sluice.launcher import Launcher
 from sluice.lease import LeaseSlot
 from sluice.model import LimitSource, MaxReading, PayloadState
+from sluice.per_message import THROTTLED_STARTS
 from sluice.pointers import Pointer
 from sluice.runtime import CLIENT_CONFIG
 from sluice.semaphore import Semaphores
@@ -140,7 +143,7 @@ def property_suite_fails() -> BaseException:
 
 
 def test_random_execution_names_are_caught(monkeypatch):
-    monkeypatch.setattr(sluice.launcher, "execution_name", random_name)
+    monkeypatch.setattr(sluice.per_message, "execution_name", random_name)
     property_suite_fails()
 
 
@@ -301,7 +304,7 @@ def test_records_of_redrivable_executions_kept_only_for_the_retention_is_caught(
     def retention_only(state, *, now, retention_seconds):
         return int(now) + retention_seconds
 
-    monkeypatch.setattr(sluice.adapters.dynamodb, "record_expiry", retention_only)
+    monkeypatch.setattr(sluice.adapters.dynamo_release, "record_expiry", retention_only)
     caught(breaks.test_an_execution_redriven_after_the_retention_period_still_holds_its_key)
 
 
@@ -825,7 +828,7 @@ def test_the_once_scenario_holds():
 
 
 def test_a_launcher_that_ignores_sluice_once_is_caught(monkeypatch):
-    monkeypatch.setattr(sluice.launcher, "is_once", lambda message: False)
+    monkeypatch.setattr(sluice.per_message, "is_once", lambda message: False)
     caught(once_twice)
 
 
@@ -896,7 +899,7 @@ def test_the_awaits_scenarios_hold(scenario):
 
 
 def test_a_waiter_started_before_its_awaits_succeeded_is_caught(monkeypatch):
-    monkeypatch.setattr(sluice.launcher, "gate", lambda **kw: False)  # no check before the claim
+    monkeypatch.setattr(sluice.per_message, "gate", lambda **kw: False)  # no check before the claim
     caught(awaits_kept, test=AWAIT_SCENARIOS["early"])
 
 
@@ -1033,7 +1036,7 @@ def test_the_focused_suite_passes_within_its_budget():
 
 
 def test_a_launcher_that_skips_the_awaits_gate_is_caught_by_the_suite(monkeypatch):
-    monkeypatch.setattr(sluice.launcher, "gate", lambda **kw: False)
+    monkeypatch.setattr(sluice.per_message, "gate", lambda **kw: False)
     assert "awaits:" in str(focused_suite_fails())
 
 
@@ -1043,7 +1046,7 @@ def test_effects_sent_on_every_event_are_caught_by_the_suite(monkeypatch):
 
 
 def test_a_claim_that_ignores_sluice_once_is_caught_by_the_suite(monkeypatch):
-    monkeypatch.setattr(sluice.launcher, "is_once", lambda message: False)
+    monkeypatch.setattr(sluice.per_message, "is_once", lambda message: False)
     assert "run once:" in str(focused_suite_fails())
 
 

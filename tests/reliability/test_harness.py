@@ -11,7 +11,7 @@ from moto import mock_aws
 from sluice.adapters.ssm import SsmMax
 from sluice.clock import FakeClock
 from sluice.errors import TransientError
-from sluice.launcher import THROTTLED_STARTS
+from sluice.per_message import THROTTLED_STARTS
 from tests.reliability.world import World, pool
 from tests.support.faults import Crash, CrashAt, Injector, StaleList, Throttle
 from tests.support.moto_patches import atomic_fast_moto

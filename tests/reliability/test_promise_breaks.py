@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from sluice.launcher import THROTTLED_STARTS
+from sluice.per_message import THROTTLED_STARTS
 from sluice.runtime import CLIENT_CONFIG
 from tests.reliability.actors import ITEM_LIMIT, item_size
 from tests.reliability.world import CLAIM_TIMEOUT, VISIBILITY, WINDOW, World

@@ -1,0 +1,194 @@
+"""The end of a holding, in the launcher's table: the release (slot, lease, execution record,
+receipt and effects mark in one transaction) and the adoption of an execution running again.
+
+    release(N):  SLOTS#launcher#i  REMOVE holders.N          IF N holds a slot there
+                 PAYLOAD#<key>     REMOVE holder, receipt = N IF holder = N
+                 EXEC#N            SET state, ended_at       IF CLAIMED or RUNNING (a fence: and
+                                                              the claim version and mark judged)
+                 EFFECTS#N         PUT (when effects were sent before it)
+
+A repeated or late event finds N no longer holding: the transaction fails and nothing is freed
+twice. Mixed into ``sluice.adapters.dynamodb.DynamoStore``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sluice.adapters.dynamo_codec import effects_item, execution_pk, payload_pk, values
+from sluice.adapters.dynamo_launch_slots import POOL, LaunchSlots
+from sluice.model import EFFECTS_RETENTION_SECONDS, ClaimFence, ExecutionRecord, PayloadState, record_expiry
+from sluice.receipts import ReceiptOutput
+
+LIVE = (PayloadState.CLAIMED.value, PayloadState.RUNNING.value)
+
+
+class ReleasesTable:
+    """Release and adoption; the store provides the table, its reads and its transactions."""
+
+    table: str
+    retention_seconds: int
+    launch_slots: LaunchSlots
+    execution: Callable[[str], ExecutionRecord | None]
+    _transact: Callable[[list[dict[str, Any]]], list[dict[str, Any]] | None]
+
+    def release(
+        self,
+        *,
+        name: str,
+        state: PayloadState,
+        now: float,
+        error: str | None = None,
+        cause: str | None = None,
+        ended_at: float | None = None,
+        fence: ClaimFence | None = None,
+        confirm: Callable[[ExecutionRecord], bool] | None = None,
+        output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
+    ) -> ExecutionRecord | None:
+        record = self.execution(name)
+        if record is None or not record.state.holds_lease:
+            return None
+        if confirm is not None and record.adopted_at is not None and not confirm(record):
+            return None
+        expires = int(now) + self.retention_seconds
+        ended = ended_at if ended_at is not None else now
+        payload_set = "SET #state = :state, updated_at = :now"
+        payload_remove = " REMOVE holder"
+        if record.once and state is PayloadState.SUCCEEDED:
+            payload_remove += ", expires_at"  # a once-key's success is kept: it must never run again
+        else:
+            payload_set += ", expires_at = :expires"
+        exec_set = "SET #state = :state, ended_at = :ended, expires_at = :expires"
+        payload_values = values(state=state.value, now=now, name=name, expires=expires)
+        if ":expires" not in payload_set:
+            del payload_values[":expires"]
+        payload_names = {"#state": "state"}
+        exec_names = {"#state": "state"}
+        kept: ReceiptOutput | None = None
+        if state.ended:
+            # The receipt (sluice.receipts): in the items this transaction writes anyway.
+            payload_set += ", receipt = :name"
+            if state is PayloadState.SUCCEEDED:
+                payload_set += ", succeeded_by = if_not_exists(succeeded_by, :name)"
+            kept = output(record) if output is not None else None
+        exec_values = values(
+            state=state.value,
+            ended=ended,
+            expires=record_expiry(state, now=now, retention_seconds=self.retention_seconds),
+            live0=LIVE[0],
+            live1=LIVE[1],
+        )
+        exec_condition = "#state IN (:live0, :live1)"
+        names = exec_names
+        if kept is not None:
+            exec_set += ", output_size = :osize"
+            exec_values[":osize"] = {"N": str(kept.size or 0)}
+            if kept.inline is not None:
+                exec_set += ", #output = :output"
+                exec_values[":output"] = {"S": kept.inline}
+                names["#output"] = "output"
+            if kept.pointer is not None:
+                exec_set += ", output_ref = :oref"
+                exec_values[":oref"] = {"S": kept.pointer}
+        if error:
+            payload_set += ", reason = :reason"
+            payload_values[":reason"] = {"S": error}
+            exec_set += ", #error = :error"
+            exec_values[":error"] = {"S": error}
+            names["#error"] = "error"
+        if cause:
+            exec_set += ", #cause = :cause"
+            exec_values[":cause"] = {"S": cause[:4_000]}
+            names["#cause"] = "cause"
+        if fence is not None:
+            # Reconciliation releasing a claim it judged unstarted: only if nobody renewed it since.
+            exec_condition = "#state = :live0 AND claim_version = :version AND suspect_since = :suspect"
+            exec_values.update(values(version=fence.claim_version, suspect=fence.suspect_since))
+        items = [
+            self.launch_slots.release_item(name, record.shard),
+            {
+                "Update": {
+                    "TableName": self.table,
+                    "Key": {"pk": {"S": payload_pk(record.key)}},
+                    "UpdateExpression": payload_set + payload_remove,
+                    "ConditionExpression": "holder = :name",
+                    "ExpressionAttributeNames": payload_names,
+                    "ExpressionAttributeValues": payload_values,
+                }
+            },
+            {
+                "Update": {
+                    "TableName": self.table,
+                    "Key": {"pk": {"S": execution_pk(name)}},
+                    "UpdateExpression": exec_set,
+                    "ConditionExpression": exec_condition,
+                    "ExpressionAttributeNames": names,
+                    "ExpressionAttributeValues": exec_values,
+                }
+            },
+        ]
+        if kept is not None and kept.effects is not None:
+            # The effects sent before this release (sluice.effects): their durable mark, in its
+            # transaction. A separate item, so that a later claim of the same name (a redelivered
+            # message, which Puts EXEC#<name> afresh) cannot erase it.
+            items.append(
+                {
+                    "Put": {
+                        "TableName": self.table,
+                        "Item": effects_item(kept.effects, expires_at=int(now) + EFFECTS_RETENTION_SECONDS),
+                    }
+                }
+            )
+        if self._transact(items) is not None:
+            return None  # someone released it first, or renewed the claim
+        return record
+
+    def adopt(self, *, name: str, now: float) -> bool:
+        """Take a slot and the lease back for ``name``, an ended execution RUNNING again (a redrive).
+
+        No limit condition: it runs already, so it counts against MAX whatever MAX is. Refused when
+        the key's lease is held by another execution (then it counts as external).
+        """
+        record = self.execution(name)
+        if record is None or record.state.holds_lease:
+            return False
+        shard, take = self.launch_slots.adopt_item(name, now)
+        items = [
+            take,
+            {
+                "Update": {
+                    "TableName": self.table,
+                    "Key": {"pk": {"S": payload_pk(record.key)}},
+                    "UpdateExpression": (
+                        "SET #key = :key, #state = :running, holder = :name, updated_at = :now REMOVE expires_at"
+                    ),
+                    "ConditionExpression": "attribute_not_exists(holder)",
+                    "ExpressionAttributeNames": {"#key": "key", "#state": "state"},
+                    "ExpressionAttributeValues": values(
+                        key=record.key, running=PayloadState.RUNNING.value, name=name, now=now
+                    ),
+                }
+            },
+            {
+                "Update": {
+                    "TableName": self.table,
+                    "Key": {"pk": {"S": execution_pk(name)}},
+                    "UpdateExpression": (
+                        "SET #state = :running, adopted_at = :now, #shard = :shard "
+                        "REMOVE expires_at, ended_at, #output, output_ref, output_size"
+                    ),
+                    "ConditionExpression": "#state = :was",
+                    "ExpressionAttributeNames": {"#state": "state", "#shard": "shard", "#output": "output"},
+                    "ExpressionAttributeValues": values(
+                        running=PayloadState.RUNNING.value, now=now, was=record.state.value, shard=shard
+                    ),
+                }
+            },
+        ]
+        if self._transact(items) is not None:
+            return False
+        # Taken past its shard's cap if that shard had no room: the caps must again add up to what
+        # may run beside it. Plan again (lowering other caps, or freezing if more run than the limit).
+        self.launch_slots.slots.rebalance(POOL)
+        return True
