@@ -196,10 +196,20 @@ class EffectsLog:
 
 @dataclass(frozen=True, slots=True)
 class ClaimFence:
-    """A CLAIMED record as reconciliation judged it: released only if unchanged since."""
+    """A CLAIMED record as its releaser last knew it: released only if unchanged since. Reconciliation
+    gives the mark it judged (``suspect_since``); a launcher rolling back a claim of its own gives
+    its version alone, so that a renewal by anyone else (a resume of the same name) fences it off."""
 
     claim_version: int
-    suspect_since: float
+    suspect_since: float | None = None
+
+    def holds(self, record: ExecutionRecord) -> bool:
+        """``record`` is still the claim this fence was taken from."""
+        return (
+            record.state is PayloadState.CLAIMED
+            and record.claim_version == self.claim_version
+            and (self.suspect_since is None or record.suspect_since == self.suspect_since)
+        )
 
 
 @dataclass(frozen=True, slots=True)

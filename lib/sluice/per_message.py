@@ -48,7 +48,7 @@ from sluice.errors import (
     TransientError,
 )
 from sluice.fanout import Pacer
-from sluice.model import Message, Outcome, Payload, PayloadState, StartedExecution, StartResult
+from sluice.model import ClaimFence, Message, Outcome, Payload, PayloadState, StartedExecution, StartResult
 from sluice.names import execution_name, origin_id
 from sluice.parking import park
 from sluice.pointers import PayloadObjects, check_pointer
@@ -147,13 +147,13 @@ class MessageProtocol:
             raise
         except InvalidPayload as exc:
             if fresh:
-                self._rollback(name, exc.reason)
+                self._rollback(name, exc.reason, version=0)
             return self._dead_letter(payload.message, exc, done)
         except (TransientError, ConfigurationError) as exc:
             # Refused for certain: nothing started, so the claim goes back (a resumed claim stays:
             # an earlier attempt may have started it).
             if fresh:
-                self._rollback(name, f"StartExecution refused: {exc}")
+                self._rollback(name, f"StartExecution refused: {exc}", version=0)
             raise
 
         if result.already_existed:
@@ -246,7 +246,11 @@ class MessageProtocol:
         if self.executions.describe(name) is not None:
             # An earlier attempt did start it: it runs beside the redriven one; carry on.
             return self._already_exists(payload, name, done, started)
-        self._rollback(name, f"yielded to {record.blocked_by}, a redriven run of the same key")
+        self._rollback(
+            name,
+            f"yielded to {record.blocked_by}, a redriven run of the same key",
+            version=record.claim_version,
+        )
         redriven = self.executions.describe(record.blocked_by)
         if redriven is not None and not redriven.ended:
             self.store.adopt(name=record.blocked_by, now=self.clock.now())
@@ -299,7 +303,18 @@ class MessageProtocol:
         )
         return Outcome.INVALID
 
-    def _rollback(self, name: str, reason: str) -> None:
+    def _rollback(self, name: str, reason: str, *, version: int) -> None:
+        """Give back a claim of ours that never started, only while it is still the claim at
+        ``version``: two copies of one message (one name) may run side by side, and the other copy
+        may have renewed the claim as its own resume and started it meanwhile.
+
+            copy A                               copy B
+            claim N (version 0)
+                                                 claim N: LeaseHeld by N → resume: renew (v1)
+            StartExecution(N): refused for sure
+                                                 StartExecution(N): started
+            roll back N IF version 0  ✗          (N keeps its slot and lease)
+        """
         complete(
             store=self.store,
             queue=self.queue,

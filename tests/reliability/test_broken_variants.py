@@ -50,7 +50,7 @@ from sluice.errors import AmbiguousStartError, InvalidPayload, NotFound, SluiceE
 from sluice.launcher import Launcher
 from sluice.lease import LeaseSlot
 from sluice.model import LimitSource, MaxReading, PayloadState
-from sluice.per_message import THROTTLED_STARTS
+from sluice.per_message import THROTTLED_STARTS, MessageProtocol
 from sluice.pointers import Pointer
 from sluice.runtime import CLIENT_CONFIG
 from sluice.semaphore import Semaphores
@@ -59,6 +59,7 @@ from sluice.semaphore_model import State as SemaphoreState
 from sluice.slots import Capacity
 from tests.integration import test_launcher_moto as launching
 from tests.integration import test_parallel_fill as fill
+from tests.integration import test_parallel_fill_breaks as breaks_moto
 from tests.reliability import machine as programs
 from tests.reliability import test_promise_breaks as breaks
 from tests.reliability.exclusive_machine import MemoryExclusiveMachine
@@ -571,6 +572,26 @@ def on_moto(test: Callable[..., None]) -> None:
     """Run one of the moto integration tests on a fresh moto of its own (requests atomic)."""
     with moto_session() as session, atomic_fast_moto():
         test(session, **({"atomic": None} if "atomic" in inspect.signature(test).parameters else {}))
+
+
+def test_a_rollback_not_fenced_by_its_claims_version_is_caught(monkeypatch):
+    """Two copies of one message side by side: one rolls back a claim the other renewed and started."""
+
+    def unfenced(self, name, reason, *, version):
+        complete(
+            store=self.store,
+            queue=self.queue,
+            name=name,
+            state=PayloadState.RELEASED,
+            now=self.clock.now(),
+            error=reason,
+        )
+
+    monkeypatch.setattr(MessageProtocol, "_rollback", unfenced)
+    with pytest.raises(AssertionError, match="orphans"), moto_session() as session, atomic_fast_moto():
+        breaks_moto.test_copies_of_one_message_in_two_groups(
+            session, None, breaks_moto.install_monitor(monkeypatch)
+        )
 
 
 def test_a_fill_that_runs_one_groups_messages_side_by_side_is_caught(monkeypatch):

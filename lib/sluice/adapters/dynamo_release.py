@@ -102,9 +102,13 @@ class ReleasesTable:
             exec_values[":cause"] = {"S": cause[:4_000]}
             names["#cause"] = "cause"
         if fence is not None:
-            # Reconciliation releasing a claim it judged unstarted: only if nobody renewed it since.
-            exec_condition = "#state = :live0 AND claim_version = :version AND suspect_since = :suspect"
-            exec_values.update(values(version=fence.claim_version, suspect=fence.suspect_since))
+            # A claim judged unstarted (by reconciliation, or by its own launcher rolling it back):
+            # released only if nobody renewed it since (the same mark, the same version).
+            exec_condition = "#state = :live0 AND claim_version = :version"
+            exec_values.update(values(version=fence.claim_version))
+            if fence.suspect_since is not None:
+                exec_condition += " AND suspect_since = :suspect"
+                exec_values.update(values(suspect=fence.suspect_since))
         items = [
             self.launch_slots.release_item(name, record.shard),
             {

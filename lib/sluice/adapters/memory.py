@@ -216,7 +216,7 @@ class MemoryStore(MemoryAwaits):
             record = self._executions.get(name)
             if record is None or not record.state.holds_lease or name not in self._holders:
                 return None
-            if fence is not None and (record.state is not PayloadState.CLAIMED or record.fence != fence):
+            if fence is not None and not fence.holds(record):
                 return None
             payload = self._payloads.get(record.key)
             if payload is None or payload.holder != name:
