@@ -103,7 +103,6 @@ class Pacer:
         self._at = clock.now()
         self._throttles = 0  # throttled starts in a row
         self._lock = threading.Lock()
-        self.waited = 0.0  # seconds spent waiting for tokens and backing off, for the tick's summary
 
     def take(self) -> float:
         """Wait for one start's token. Returns the seconds waited."""
@@ -111,7 +110,6 @@ class Pacer:
             self._refill()
             self._tokens -= 1.0
             delay = 0.0 if self._tokens >= 0 else -self._tokens / self.rate
-            self.waited += delay
         if delay > 0:
             self.sleep(delay)
         return delay
@@ -124,7 +122,6 @@ class Pacer:
             self._tokens = min(self._tokens, 0.0)
             delay = min(MAX_BACKOFF, BACKOFF * 2**self._throttles)
             self._throttles += 1
-            self.waited += delay
         self.sleep(delay)
         return delay
 

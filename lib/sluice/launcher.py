@@ -24,7 +24,6 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import groupby
 
 from sluice.completion import StatusChange, settle_status_change
 from sluice.effects import Effects
@@ -230,7 +229,10 @@ class Launcher(MessageProtocol):
         error ends a group early. A crash (``BaseException``: timeout, kill) does neither, like the
         real thing.
         """
-        groups = [list(g) for _, g in groupby(sorted(messages, key=_group_order(messages)), key=_group)]
+        by_group: dict[str, list[Message]] = {}
+        for message in messages:  # groups in the order of their first message, each in its order
+            by_group.setdefault(_group(message), []).append(message)
+        groups = list(by_group.values())
         runs = [_Run() for _ in groups]
         halt = _Halt()
         results = self.fan.each(
@@ -338,11 +340,3 @@ class _Halt:
 
 def _group(message: Message) -> str:
     return message.group_id
-
-
-def _group_order(messages: list[Message]) -> Callable[[Message], tuple[int, str]]:
-    """Groups in the order their first message came, messages in their order within a group."""
-    first: dict[str, int] = {}
-    for i, m in enumerate(messages):
-        first.setdefault(m.group_id, i)
-    return lambda m: (first[m.group_id], m.group_id)

@@ -176,25 +176,23 @@ class MessageProtocol:
             self.pacer.take()
             try:
                 result = self.executions.start(name, body)
-            except AmbiguousStartError as exc:
-                unsure = exc
-                if not exc.throttled or attempt + 1 == THROTTLED_STARTS:
-                    raise
             except Exception as exc:
-                throttled = isinstance(exc, TransientError) and exc.throttled
-                if unsure is not None and (not throttled or attempt + 1 == THROTTLED_STARTS):
+                if isinstance(exc, AmbiguousStartError):
+                    unsure = exc
+                last = attempt + 1 == THROTTLED_STARTS
+                if isinstance(exc, TransientError) and exc.throttled and not last:
+                    self.log.info("StartExecution throttled; backing off", extra={"execution_name": name})
+                    self.pacer.throttled()
+                    continue
+                if unsure is not None and exc is not unsure:
                     raise AmbiguousStartError(
                         f"{exc}, after an attempt that may have started it ({unsure})",
                         operation="StartExecution",
                         code=getattr(exc, "code", ""),
                     ) from exc
-                if not throttled or attempt + 1 == THROTTLED_STARTS:
-                    raise
-            else:
-                self.pacer.passed()
-                return result
-            self.log.info("StartExecution throttled; backing off", extra={"execution_name": name})
-            self.pacer.throttled()
+                raise
+            self.pacer.passed()
+            return result
         raise AssertionError("unreachable")
 
     # -- the branches -------------------------------------------------------------------------
@@ -322,6 +320,7 @@ class MessageProtocol:
             state=PayloadState.RELEASED,
             now=self.clock.now(),
             error=reason,
+            fence=ClaimFence(version),
         )
 
     def _log(self, text: str, payload: Payload, name: str | None, outcome: Outcome, **more: object) -> None:
