@@ -82,7 +82,7 @@ class Runtime:
         """The bucket of stored payloads (``sluice.pointers``); None when the stack names none."""
         if not self.settings.payload_bucket:
             return None
-        return S3PayloadObjects(self.client("s3"), self.settings.payload_bucket)
+        return S3PayloadObjects(lambda: self.client("s3"), self.settings.payload_bucket)
 
     def launcher(self, logger: Any = None) -> Launcher:
         if self._launcher is None:

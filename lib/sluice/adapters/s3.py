@@ -32,8 +32,16 @@ CHUNK = 1024 * 1024
 
 class S3PayloadObjects:
     def __init__(self, client: Any, bucket: str) -> None:
-        self.client = client
+        """``client``: a boto3 S3 client, or a function that makes one at the first call, so that a
+        launcher that never meets a pointer or a large output never pays for it at a cold start."""
+        self._client = client
         self._bucket = bucket
+
+    @property
+    def client(self) -> Any:
+        if callable(self._client):
+            self._client = self._client()
+        return self._client
 
     @property
     def bucket(self) -> str:
