@@ -288,6 +288,17 @@ def _targets(
 # -- the terminal ---------------------------------------------------------------------------------------
 
 
+def _target_lines(targets: list[dict[str, Any]]) -> list[str]:
+    """Targets for the console: one line each, met or MISSED."""
+    return [f"  [{'met' if t['met'] else 'MISSED'}] {t['target']}: {t['value']}" for t in targets]
+
+
+def _target_table(targets: list[dict[str, Any]]) -> list[str]:
+    """Targets as a Markdown table for docs/benchmarks.md."""
+    rows = [f"| {t['target']} | {t['value']} | {'met' if t['met'] else '**missed**'} |" for t in targets]
+    return ["| target | measured | |", "| --- | --- | --- |", *rows]
+
+
 def _fmt(x: Any, spec: str = "") -> str:
     if x is None:
         return "-"
@@ -307,8 +318,7 @@ def table(data: dict[str, Any]) -> str:
         )
     lines.append("")
     lines.append("targets:")
-    for t in data["targets"]:
-        lines.append(f"  [{'met' if t['met'] else 'MISSED'}] {t['target']}: {t['value']}")
+    lines += _target_lines(data["targets"])
     lines.append("")
     lines.append(f"idle, USD per month: { {s: v['total'] for s, v in data['idle_month_usd'].items()} }")
     lines.append(f"linger: {json.dumps(data['linger'])}")
@@ -381,10 +391,7 @@ def markdown(data: dict[str, Any], cpu: dict[str, Any]) -> str:
                 f"| {c['sluice']} | {row['poller']['calls_per_tick']} | {row['counter-semaphore']['calls_per_tick']} |"
             )
     out.append("\n#### Targets\n")
-    out.append("| target | measured | |")
-    out.append("| --- | --- | --- |")
-    for t in data["targets"]:
-        out.append(f"| {t['target']} | {t['value']} | {'met' if t['met'] else '**missed**'} |")
+    out += _target_table(data["targets"])
     return "\n".join(out) + "\n"
 
 
@@ -629,8 +636,7 @@ def large_table(section: dict[str, Any]) -> str:
             f"hottest {r['hottest_item_wcu_per_s']:.0f} WCU/s peak {r['peak_concurrency']} "
             f"DLQ {r['dead_lettered']} ${_fmt(r['cost_per_million_usd'], '.2f')}/M"
         )
-    for t in section["targets"]:
-        lines.append(f"  [{'met' if t['met'] else 'MISSED'}] {t['target']}: {t['value']}")
+    lines += _target_lines(section["targets"])
     return "\n".join(lines)
 
 
@@ -648,10 +654,7 @@ def large_markdown(section: dict[str, Any]) -> str:
             f"| {r['hottest_item_wcu_per_s']:.0f} | {r['start_execution_peak_per_s']:.0f} | {r['peak_concurrency']:,} "
             f"| {r['dead_lettered']} | {_fmt(r['cost_per_million_usd'], '.2f')} |"
         )
-    out.append("\n| target | measured | |")
-    out.append("| --- | --- | --- |")
-    for t in section["targets"]:
-        out.append(f"| {t['target']} | {t['value']} | {'met' if t['met'] else '**missed**'} |")
+    out += ["", *_target_table(section["targets"])]
     return "\n".join(out) + "\n"
 
 
@@ -744,8 +747,7 @@ def dag_table(section: dict[str, Any]) -> str:
             f"(ideal {_fmt(r['ideal_s'])} s) peak {r['peak_concurrency']} DLQ {r['dead_lettered']} "
             f"${_fmt(r['cost_per_million_usd'], '.2f')}/M"
         )
-    for t in section["targets"]:
-        lines.append(f"  [{'met' if t['met'] else 'MISSED'}] {t['target']}: {t['value']}")
+    lines += _target_lines(section["targets"])
     return "\n".join(lines)
 
 
@@ -769,10 +771,7 @@ def dag_markdown(section: dict[str, Any]) -> str:
             f"| {_fmt(r['makespan_s'])} | {_fmt(r['ideal_s'])} | {waits} | {wakes} | {r['peak_concurrency']} "
             f"| {r['dead_lettered']} | {_fmt(r['cost_per_million_usd'], '.2f')} |"
         )
-    out.append("\n| target | measured | |")
-    out.append("| --- | --- | --- |")
-    for t in section["targets"]:
-        out.append(f"| {t['target']} | {t['value']} | {'met' if t['met'] else '**missed**'} |")
+    out += ["", *_target_table(section["targets"])]
     return "\n".join(out) + "\n"
 
 

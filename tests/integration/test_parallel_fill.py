@@ -25,6 +25,11 @@ def atomic():
         yield
 
 
+def payload_id(params: dict[str, Any]) -> str:
+    """The id of the payload a StartExecution request (as botocore's before-call sees it) starts."""
+    return json.loads(json.loads(params["body"])["input"])["id"]
+
+
 class InFlight:
     """The most StartExecution calls a client had in flight at once, and the payload ids in call order."""
 
@@ -40,7 +45,7 @@ class InFlight:
         with self._lock:
             self.now += 1
             self.most = max(self.most, self.now)
-            self.order.append(json.loads(json.loads(params["body"])["input"])["id"])
+            self.order.append(payload_id(params))
 
     def after(self, **_: Any) -> None:
         with self._lock:
@@ -73,7 +78,7 @@ def test_the_messages_of_one_group_start_in_their_order(session, atomic):
     def hold_the_first(params: dict[str, Any], **_: Any) -> None:
         # The group's first start waits until the other groups' five have begun: a fill that ran
         # the group's messages side by side would start ordered1..4 meanwhile.
-        key = json.loads(json.loads(params["body"])["input"])["id"]
+        key = payload_id(params)
         if key.startswith("other"):
             others.release()
         elif key == "ordered0":
