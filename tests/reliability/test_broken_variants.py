@@ -537,7 +537,8 @@ def test_a_resumed_claim_rolled_back_when_its_start_is_throttled_is_caught(monke
             raise
         except TransientError as exc:
             if exc.operation == "StartExecution":
-                self._rollback(name, f"StartExecution refused: {exc}")
+                record = self.store.execution(name)  # the renewed claim, as it stands
+                self._rollback(name, f"StartExecution refused: {exc}", version=record.claim_version)
             raise
 
     monkeypatch.setattr(Launcher, "_attempt", rolls_back_resumes)
