@@ -205,7 +205,7 @@ class Promises:
                 raise PromiseBroken(
                     f"promise 3 (nothing lost): message {source} reached the DLQ without a reason"
                 )
-            dlq[source] = reason
+            dlq[self.model.logical(source)] = reason  # a re-sent copy's id: the message it stands for
         self.check_waiters_settled()
         waiting = self.waiters_in_table()
         for sent in self.model.sent.values():

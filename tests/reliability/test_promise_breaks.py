@@ -467,3 +467,30 @@ def test_two_releases_of_one_end_at_once_enqueue_its_effects_once(make_world):
     world.check()
     world.settle()
     assert len(runs_of(world, "fx1")) == 1
+
+
+def test_an_effect_awaiting_a_key_that_ended_badly_is_dead_lettered_with_its_reason(make_world):
+    """Found by the soak (an effect awaiting ``p1``, whose only run had been stopped by hand): the
+    launcher dead-letters the effect's message, ``awaited p1 ended ABORTED``, and deletes it. The copy
+    in the DLQ keeps the message's attributes, its ``sluice-origin-message-id`` too, and the suite
+    took that send for an effect's message sent back to the queue: "re-sent to the queue, but it was
+    never parked", then "deleted, but ... not dead-lettered", and at rest it looked the DLQ copy up
+    under its SQS id rather than the effect's origin id."""
+    world = make_world(max_concurrency=2)
+    world.send(body("p1"), group="g1")
+    world.tick("A")
+    (p1,) = world.model.running
+    world.end(p1, "ABORTED")
+    assert world.deliver(0) == "ok"
+    world.send(body("p0"), group="g0")
+    world.tick("A")
+    (p0,) = world.model.running
+    world.end(p0, "SUCCEEDED", effects=[{"payload": {"id": "fx0"}, "awaits": ["p1"]}])
+    assert world.deliver(0) == "ok"
+    world.tick("A")
+    world.check()
+    (fx,) = [m for m, sent in world.model.sent.items() if sent.key == "fx0"]
+    assert world.model.dead_lettered == {fx: "awaited p1 ended ABORTED"}
+    assert fx in world.model.deleted
+    assert runs_of(world, "fx0") == []
+    world.settle()

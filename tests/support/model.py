@@ -55,6 +55,7 @@ from tests.support.steps import (
     EFFECT_ORIGIN_PREFIX,
     ONCE_ATTRIBUTE,
     ORIGIN_ATTRIBUTE,
+    REASON_ATTRIBUTE,
     Call,
     slot_names,
 )
@@ -535,7 +536,7 @@ class Model:
             return
         attributes = call.params.get("MessageAttributes", {})
         message_id = self.logical(attributes.get("sluice-source-message-id", {}).get("StringValue", ""))
-        reason = attributes.get("sluice-error", {}).get("StringValue", "")
+        reason = attributes.get(REASON_ATTRIBUTE, {}).get("StringValue", "")
         if not reason:
             self.violations.append(f"message {message_id} dead-lettered without a reason")
         sent = self.sent.get(message_id)

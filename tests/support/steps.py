@@ -14,6 +14,7 @@ ORIGIN_ATTRIBUTE = "sluice-origin-message-id"  # on a parked message re-sent to 
 AWAITS_ATTRIBUTE = "sluice-awaits"  # the keys a message awaits (a JSON array)
 ONCE_ATTRIBUTE = "sluice-once"  # "true": the key runs successfully at most once
 EFFECT_ORIGIN_PREFIX = "fx-"  # the origin id of an effect's message (docs/protocol.md, "Effects")
+REASON_ATTRIBUTE = "sluice-error"  # on every dead-letter copy: the reason
 # A woken waiter's deduplication id ends with the digest of the awaits feature's wake-up "holder".
 WAKE_DEDUP_SUFFIX = "-" + hashlib.sha256(b"sluice-awaits").hexdigest()[:32]
 
@@ -120,8 +121,11 @@ def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
         if params.get("Key", {}).get("pk", {}).get("S", "").startswith("SLOTS#launcher"):
             return "limit"
         return "update"
-    if operation == "SendMessage" and ORIGIN_ATTRIBUTE in params.get("MessageAttributes", {}):
-        origin = params["MessageAttributes"][ORIGIN_ATTRIBUTE].get("StringValue", "")
+    attributes = params.get("MessageAttributes", {})
+    if operation == "SendMessage" and ORIGIN_ATTRIBUTE in attributes and REASON_ATTRIBUTE not in attributes:
+        # A dead-letter copy keeps the message's attributes, its origin id too (a re-sent parked
+        # message, a woken waiter, an effect dead-lettered by the launcher): it is a dead letter.
+        origin = attributes[ORIGIN_ATTRIBUTE].get("StringValue", "")
         if str(params.get("MessageDeduplicationId", "")).endswith(WAKE_DEDUP_SUFFIX):
             return "wake"  # a waiter whose awaits have SUCCEEDED (an effect's, too) sent back to the queue
         if origin.startswith(EFFECT_ORIGIN_PREFIX):
