@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from sluice import keys
 from sluice.awaits import on_receipt
 from sluice.effects import Effects, around
 from sluice.model import ClaimFence, ExecutionInfo, ExecutionRecord, ExecutionStatus, PayloadState
@@ -114,6 +115,8 @@ def complete(
     )
     if released is not None and released.parked:
         wake(store=store, queue=queue, record=released, now=now)
+    if released is not None and released.ckey is not None:
+        keys.wake(store=store, queue=queue, ckey=released.ckey, now=now)  # type: ignore[arg-type]
     if released is not None and state.ended:
         on_receipt(store=store, queue=queue, key=released.key, now=now)  # waiters on this key
     if released is None:

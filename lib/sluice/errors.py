@@ -10,6 +10,7 @@ domain code never sees botocore.
     ├── ConditionFailed           a conditional write found the item otherwise: nothing written
     └── ClaimRejected             the ledger said no
         ├── SlotsFull             no free slot under the current limit
+        ├── KeyFull               the payload's concurrency key is at its cap; carries its state
         ├── LeaseHeld             the payload's lease is live; carries the existing record
         └── lease.Busy            a key's lease (``@exclusive``) is held; carries its holders
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from sluice.keys import KeyState
     from sluice.model import PayloadRecord
 
 
@@ -70,6 +72,18 @@ class SlotsFull(ClaimRejected):
     def __init__(self, limit: int) -> None:
         super().__init__(f"no free slot under limit {limit}")
         self.limit = limit
+
+
+class KeyFull(ClaimRejected):
+    """The payload's concurrency key is at its cap, or has waiters the claim may not overtake
+    (``sluice.keys``). ``state`` is the key as the failed claim saw it."""
+
+    def __init__(self, state: KeyState) -> None:
+        super().__init__(
+            f"concurrency key {state.key!r} is at its cap or has waiters "
+            f"({len(state.holders)} running, {state.waiting} waiting)"
+        )
+        self.state = state
 
 
 class LeaseHeld(ClaimRejected):

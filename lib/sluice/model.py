@@ -96,6 +96,9 @@ class Outcome(StrEnum):
     WAITING = (
         "waiting"  # awaits keys that have not all SUCCEEDED: parked in the table, deleted (sluice.awaits)
     )
+    KEY_WAITING = (
+        "key_waiting"  # its concurrency key is at its cap: parked in its line, deleted (sluice.keys)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +169,7 @@ class ExecutionRecord:
     output: str | None = None  # its output as JSON text, when at most the inline size (sluice.receipts)
     output_ref: str | None = None  # else the pointer to it in the payload bucket, as JSON text
     output_size: int | None = None  # the output's size in bytes (None: it had none, or not ended)
+    ckey: str | None = None  # its concurrency key (sluice.keys): the release frees a slot there too
 
     @property
     def fence(self) -> ClaimFence | None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 
+from sluice import keys
 from sluice.awaits import gate
 from sluice.completion import complete, output_from
 from sluice.effects import Effects
@@ -43,11 +44,13 @@ from sluice.errors import (
     AmbiguousStartError,
     ConfigurationError,
     InvalidPayload,
+    KeyFull,
     LeaseHeld,
     SlotsFull,
     TransientError,
 )
 from sluice.fanout import Pacer
+from sluice.keys import concurrency_key, ticket_of
 from sluice.model import ClaimFence, Message, Outcome, Payload, PayloadState, StartedExecution, StartResult
 from sluice.names import execution_name, origin_id
 from sluice.parking import park
@@ -77,9 +80,20 @@ class MessageProtocol:
     effects: Effects
 
     def _process(self, message: Message, done: list[Message], started: list[StartedExecution]) -> Outcome:
+        outcome = self._one(message, done, started)
+        if outcome not in (Outcome.STARTED, Outcome.KEY_WAITING, Outcome.INVALID):
+            # A waiter woken from its key's line that did not claim (a duplicate, already run, ...):
+            # the slot kept for it is given back now rather than after INFLIGHT_SECONDS.
+            ckey, ticket = concurrency_key(message), ticket_of(message)
+            if ckey is not None and ticket is not None:
+                keys.forgo(store=self.store, ckey=ckey, ticket=ticket)  # type: ignore[arg-type]
+        return outcome
+
+    def _one(self, message: Message, done: list[Message], started: list[StartedExecution]) -> Outcome:
         try:
             payload = validate_message(message)
             check_pointer(payload, self.payloads)  # before any claim; S3 throttled: TransientError
+            concurrency_key(message), ticket_of(message)  # a bad one is dead-lettered, not claimed
             if gate(store=self.store, queue=self.queue, payload=payload, now=self.clock.now()):  # type: ignore[arg-type]
                 done.append(message)  # parked until its awaits have SUCCEEDED (sluice.awaits)
                 self._log("payload awaits keys not yet SUCCEEDED; parked", payload, None, Outcome.WAITING)
@@ -101,6 +115,7 @@ class MessageProtocol:
         now = self.clock.now()
         claim_expires_at = now + self.settings.claim_timeout_seconds
         fresh = True
+        ckey = concurrency_key(payload.message)
         try:
             self.store.claim(
                 key=payload.key,
@@ -110,7 +125,23 @@ class MessageProtocol:
                 now=now,
                 claim_expires_at=claim_expires_at,
                 once=is_once(payload.message),
+                **({"ckey": ckey, "ticket": ticket_of(payload.message)} if ckey is not None else {}),
             )
+        except KeyFull:
+            # Its concurrency key is at its cap: it waits in the key's line, out of the queue.
+            assert ckey is not None
+            ticket = keys.wait(
+                store=self.store, queue=self.queue, payload=payload, ckey=ckey, now=self.clock.now()
+            )  # type: ignore[arg-type]
+            done.append(payload.message)
+            self._log(
+                "concurrency key at its cap; parked in its line",
+                payload,
+                None,
+                Outcome.KEY_WAITING,
+                ticket=ticket,
+            )
+            return Outcome.KEY_WAITING
         except AlreadyDone as done_before:
             # A run-once message of a key that has SUCCEEDED: acknowledged, recorded, not started.
             self.store.record_already_done(

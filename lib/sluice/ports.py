@@ -145,8 +145,12 @@ class Store(Protocol):
         claim_expires_at: float,
         arn: str | None = None,
         once: bool = False,
+        ckey: str | None = None,
+        ticket: str | None = None,
     ) -> None:
-        """Take a slot and the payload's lease for ``name``, under the limit in force at the write.
+        """Take a slot and the payload's lease for ``name``, under the limit in force at the write,
+        and with ``ckey`` a slot of that concurrency key under its cap (``KeyFull`` when it has no
+        room, or has waiters and ``ticket`` is None: ``sluice.keys``).
 
         Raises ``LeaseHeld`` (with the existing record) when the payload's lease is live, including
         when ``name`` itself holds it, and ``SlotsFull`` when no slot is free (or no limit was ever

@@ -45,6 +45,7 @@ from sluice.awaits import sweep as sweep_awaits
 from sluice.completion import complete, output_from
 from sluice.effects import Effects
 from sluice.errors import ConfigurationError, TransientError
+from sluice.keys import sweep as sweep_keys
 from sluice.model import ExecutionRecord, LimitSource, PayloadState
 from sluice.parking import sweep
 from sluice.ports import Clock, Executions, MaxSource, Queue, Store
@@ -156,6 +157,7 @@ def reconcile(
 
     woken = sweep(store=store, queue=queue, now=now)
     sweep_awaits(store=store, queue=queue, now=now, horizon=settings.await_horizon_seconds)  # type: ignore[arg-type]
+    sweep_keys(store=store, queue=queue, now=now)  # type: ignore[arg-type]
     drift = judged + external + adopted
     count = store.next_count()
     if max_source is not None:

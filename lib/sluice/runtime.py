@@ -59,6 +59,7 @@ class Runtime:
             self.settings.table_name,
             retention_seconds=self.settings.retention_seconds,
             slots_per_shard=self.settings.slots_per_shard,
+            key_concurrency=self.settings.key_concurrency,
         )
 
     def queue(self) -> SqsQueue:

@@ -63,6 +63,8 @@ class Settings:
     receipt_inline_bytes: int = DEFAULT_INLINE_BYTES
     # Awaits (sluice.awaits): how long a waiter waits for an awaited key that is not running.
     await_horizon_seconds: int = 7 * 86_400
+    # Concurrency keys (sluice.keys): how many payloads of one key run at once, unless it has its own cap.
+    key_concurrency: int = 1
 
     @property
     def retention_seconds(self) -> int:
@@ -120,6 +122,7 @@ class Settings:
                 text("SLUICE_POINTER_THRESHOLD"), source="SLUICE_POINTER_THRESHOLD"
             ),
             await_horizon_seconds=integer("SLUICE_AWAIT_HORIZON_SECONDS", 7 * 86_400, minimum=1),
+            key_concurrency=integer("SLUICE_KEY_CONCURRENCY", 1, minimum=1),
             receipt_inline_bytes=inline_bytes(integer("SLUICE_RECEIPT_INLINE_BYTES", DEFAULT_INLINE_BYTES)),
         )
 

@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import Flaky
 from hypothesis.stateful import rule, run_state_machine_as_test
 
+import sluice.adapters.dynamo_keys
 import sluice.adapters.dynamo_release
 import sluice.adapters.dynamodb
 import sluice.adapters.sfn
@@ -40,6 +41,7 @@ import sluice.per_message
 import sluice.pointers
 import sluice.reconcile
 import sluice.runtime
+from sluice.adapters.dynamo_keys import KeysTable
 from sluice.adapters.dynamo_launch_slots import POOL
 from sluice.adapters.dynamo_slots import release_item
 from sluice.adapters.dynamodb import DynamoStore
@@ -57,6 +59,7 @@ from sluice.semaphore import Semaphores
 from sluice.semaphore_model import HandOff, Released, pool_of
 from sluice.semaphore_model import State as SemaphoreState
 from sluice.slots import Capacity
+from tests.integration import test_keys_moto as keys_moto
 from tests.integration import test_launcher_moto as launching
 from tests.integration import test_parallel_fill as fill
 from tests.integration import test_parallel_fill_breaks as breaks_moto
@@ -593,6 +596,46 @@ def test_a_rollback_not_fenced_by_its_claims_version_is_caught(monkeypatch):
         breaks_moto.test_copies_of_one_message_in_two_groups(
             session, None, breaks_moto.install_monitor(monkeypatch)
         )
+
+
+# -- concurrency keys (issue 11, item 4) ------------------------------------------------------------
+
+
+def on_keyed_stack(test: Callable[..., None]) -> None:
+    with moto_session() as session:
+        test(keys_moto.keyed_stack(session))
+
+
+def test_a_keyed_claim_that_ignores_the_keys_cap_is_caught(monkeypatch):
+    monkeypatch.setattr(
+        KeysTable, "key_claim_item", lambda self, ckey, name, *, ticket: self.key_adopt_item(ckey, name)
+    )
+    with pytest.raises(AssertionError):
+        on_keyed_stack(
+            keys_moto.test_a_key_runs_at_most_its_cap_the_rest_wait_out_of_the_queue_and_others_go_on
+        )
+
+
+def test_a_newcomer_that_overtakes_the_keys_waiters_is_caught(monkeypatch):
+    monkeypatch.setattr(
+        sluice.adapters.dynamo_keys, "NOBODY_WAITING", "attribute_not_exists(#ckey) OR #ckey = #ckey"
+    )
+    with pytest.raises(AssertionError):
+        on_keyed_stack(keys_moto.test_a_freed_slot_goes_to_the_oldest_waiter_within_the_completion)
+
+
+def test_a_release_that_keeps_the_keys_slot_is_caught(monkeypatch):
+    monkeypatch.setattr(
+        KeysTable, "key_release_item", lambda self, ckey, name: self.key_adopt_item(ckey, "nobody")
+    )
+    with pytest.raises(AssertionError):
+        on_keyed_stack(keys_moto.test_a_freed_slot_goes_to_the_oldest_waiter_within_the_completion)
+
+
+def test_a_reconciliation_that_never_sweeps_the_keys_lines_is_caught(monkeypatch):
+    monkeypatch.setattr(sluice.reconcile, "sweep_keys", lambda **_: 0)
+    with pytest.raises(AssertionError):
+        on_keyed_stack(keys_moto.test_a_wake_up_lost_to_a_crash_is_found_by_reconciliation)
 
 
 def test_a_fill_that_runs_one_groups_messages_side_by_side_is_caught(monkeypatch):

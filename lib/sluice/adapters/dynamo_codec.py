@@ -145,6 +145,7 @@ def to_execution(raw: dict[str, Any]) -> ExecutionRecord:
         output=raw.get("output"),
         output_ref=raw.get("output_ref"),
         output_size=None if raw.get("output_size") is None else int(raw["output_size"]),
+        ckey=raw.get("ckey"),
     )
 
 

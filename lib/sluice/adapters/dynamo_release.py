@@ -6,6 +6,7 @@ receipt and effects mark in one transaction) and the adoption of an execution ru
                  EXEC#N            SET state, ended_at       IF CLAIMED or RUNNING (a fence: and
                                                               the claim version and mark judged)
                  EFFECTS#N         PUT (when effects were sent before it)
+                 CKEY#<ckey>       DELETE holders N          (a keyed run: sluice.keys)
 
 A repeated or late event finds N no longer holding: the transaction fails and nothing is freed
 twice. Mixed into ``sluice.adapters.dynamodb.DynamoStore``.
@@ -32,6 +33,8 @@ class ReleasesTable:
     launch_slots: LaunchSlots
     execution: Callable[[str], ExecutionRecord | None]
     _transact: Callable[[list[dict[str, Any]]], list[dict[str, Any]] | None]
+    key_release_item: Callable[[str, str], dict[str, Any]]
+    key_adopt_item: Callable[[str, str], dict[str, Any]]
 
     def release(
         self,
@@ -132,6 +135,8 @@ class ReleasesTable:
                 }
             },
         ]
+        if record.ckey is not None:
+            items.append(self.key_release_item(record.ckey, name))
         if kept is not None and kept.effects is not None:
             # The effects sent before this release (sluice.effects): their durable mark, in its
             # transaction. A separate item, so that a later claim of the same name (a redelivered
@@ -190,6 +195,8 @@ class ReleasesTable:
                 }
             },
         ]
+        if record.ckey is not None:
+            items.append(self.key_adopt_item(record.ckey, name))
         if self._transact(items) is not None:
             return False
         # Taken past its shard's cap if that shard had no room: the caps must again add up to what

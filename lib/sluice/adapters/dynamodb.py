@@ -50,13 +50,15 @@ from sluice.adapters.dynamo_codec import (
     to_payload,
     values,
 )
+from sluice.adapters.dynamo_keys import KeysTable, to_key_state
 from sluice.adapters.dynamo_launch_slots import LEDGER_PK, LaunchSlots
 from sluice.adapters.dynamo_parking import PARKED_PK
 from sluice.adapters.dynamo_records import RecordsTable
 from sluice.adapters.dynamo_release import ReleasesTable
 from sluice.adapters.dynamo_slots import DynamoSlots
 from sluice.adapters.dynamo_table import DEFAULT_RETENTION
-from sluice.errors import AlreadyDone, LeaseHeld, SlotsFull, TransientError
+from sluice.errors import AlreadyDone, KeyFull, LeaseHeld, SlotsFull, TransientError
+from sluice.keys import DEFAULT_KEY_CONCURRENCY
 from sluice.model import (
     Ledger,
     LimitSource,
@@ -80,7 +82,7 @@ HISTORY_LIMIT = 20  # execution names kept on a payload record; trimmed to the n
 HISTORY_KEEP = 10
 
 
-class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable):
+class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
     def __init__(
         self,
         client: Any,
@@ -90,8 +92,10 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable):
         sleep: Callable[[float], None] = time.sleep,
         slots_per_shard: int = DEFAULT_PER_SHARD,
         rng: random.Random | None = None,
+        key_concurrency: int = DEFAULT_KEY_CONCURRENCY,
     ) -> None:
         super().__init__(client, table_name, retention_seconds=retention_seconds, sleep=sleep)
+        self.key_concurrency = key_concurrency
         slots = DynamoSlots(client, table_name, per_shard=slots_per_shard, rng=rng, sleep=sleep)
         self.launch_slots = LaunchSlots(slots, rng=rng)
 
@@ -118,6 +122,8 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable):
         claim_expires_at: float,
         arn: str | None = None,
         once: bool = False,
+        ckey: str | None = None,
+        ticket: str | None = None,
     ) -> None:
         if self.launch_slots.view is None:
             self.launch_slots.ledger()
@@ -126,7 +132,9 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable):
                 self.launch_slots.ledger()  # no shard had room as last read: read the pool again, once
             self.launch_slots.thaw()
             for shard in self.launch_slots.choices():
-                if self._claim_on(shard, key, name, message_id, now, claim_expires_at, arn, once):
+                if self._claim_on(
+                    shard, key, name, message_id, now, claim_expires_at, arn, once, ckey, ticket
+                ):
                     return
         raise SlotsFull(self.launch_slots.view.limit if self.launch_slots.view else 0)
 
@@ -140,12 +148,17 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable):
         claim_expires_at: float,
         arn: str | None,
         once: bool = False,
+        ckey: str | None = None,
+        ticket: str | None = None,
     ) -> bool:
         """Claim on ``shard``: True when taken, False when the shard had no room."""
         for _ in range(2):
             items = self._claim_items(key, name, message_id, shard, now, claim_expires_at, arn)
             if once:
                 _only_once(items)
+            if ckey is not None:
+                items[2]["Put"]["Item"]["ckey"] = {"S": ckey}
+                items.append(self.key_claim_item(ckey, name, ticket=ticket))
             reasons = self._transact(items)
             if reasons is None:
                 self.launch_slots.took(shard, name, now)
@@ -158,6 +171,8 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable):
                 if existing.get("holder") is None and self._trim_history(key, existing):
                     continue  # the history was full, not the lease: trimmed, claim again
                 raise LeaseHeld(to_payload(existing, default_key=key))
+            if ckey is not None and reasons[3].get("Code") == "ConditionalCheckFailed":
+                raise KeyFull(to_key_state(ckey, plain(reasons[3].get("Item", {})) or None))
             if slot_reason.get("Code") == "ConditionalCheckFailed":
                 self.launch_slots.full(shard, slot_reason.get("Item"))
                 return False

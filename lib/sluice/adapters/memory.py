@@ -8,7 +8,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from sluice.adapters.memory_awaits import MemoryAwaits
+from sluice.adapters.memory_keys import MemoryKeys
 from sluice.errors import AlreadyDone, LeaseHeld, SlotsFull
+from sluice.keys import DEFAULT_KEY_CONCURRENCY
 from sluice.model import (
     ClaimFence,
     EffectsLog,
@@ -28,9 +30,12 @@ HISTORY_KEEP = 10
 DEFAULT_RETENTION = 30 * 86_400
 
 
-class MemoryStore(MemoryAwaits):
-    def __init__(self, *, retention_seconds: int = DEFAULT_RETENTION) -> None:
+class MemoryStore(MemoryAwaits, MemoryKeys):
+    def __init__(
+        self, *, retention_seconds: int = DEFAULT_RETENTION, key_concurrency: int = DEFAULT_KEY_CONCURRENCY
+    ) -> None:
         self.retention_seconds = retention_seconds
+        self.key_concurrency = key_concurrency
         self._lock = threading.Lock()
         self._holders: set[str] = set()
         self._limit: int | None = None
@@ -92,6 +97,8 @@ class MemoryStore(MemoryAwaits):
         claim_expires_at: float,
         arn: str | None = None,
         once: bool = False,
+        ckey: str | None = None,
+        ticket: str | None = None,
     ) -> None:
         with self._lock:
             limit = self._limit or 0
@@ -100,9 +107,13 @@ class MemoryStore(MemoryAwaits):
                 raise AlreadyDone(current)
             if current is not None and current.holder is not None:
                 raise LeaseHeld(current)
+            if ckey is not None:
+                self._key_admits(ckey, ticket=ticket)
             if len(self._holders) >= limit or name in self._holders:
                 raise SlotsFull(limit)
             self._holders.add(name)
+            if ckey is not None:
+                self._key_hold(ckey, name, ticket)
             base = current or PayloadRecord(key=key, state=PayloadState.CLAIMED)
             history = (
                 base.executions if len(base.executions) < HISTORY_LIMIT else base.executions[-HISTORY_KEEP:]
@@ -126,6 +137,7 @@ class MemoryStore(MemoryAwaits):
                 claim_expires_at=claim_expires_at,
                 arn=arn,
                 once=once,
+                ckey=ckey,
             )
 
     def renew(self, *, name: str, now: float, claim_expires_at: float) -> bool:
@@ -225,6 +237,8 @@ class MemoryStore(MemoryAwaits):
             if record.once and state is PayloadState.SUCCEEDED:
                 expires = 0  # a once-key's success is kept: it must never run again
             self._holders.discard(name)
+            if record.ckey is not None:
+                self._key_free(record.ckey, name)
             self._payloads[record.key] = replace(
                 payload,
                 state=state,
@@ -263,6 +277,8 @@ class MemoryStore(MemoryAwaits):
             if payload.holder is not None:
                 return False
             self._holders.add(name)
+            if record.ckey is not None:
+                self._key_hold(record.ckey, name)  # it runs already: counted whatever the key's cap
             self._payloads[record.key] = replace(
                 payload, state=PayloadState.RUNNING, holder=name, updated_at=now, expires_at=0
             )

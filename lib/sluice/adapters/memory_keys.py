@@ -1,0 +1,98 @@
+"""``MemoryStore``'s side of concurrency keys (``sluice.keys.KeyStore``), for tests and the benchmark."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import replace
+
+from sluice.errors import KeyFull
+from sluice.keys import DEFAULT_KEY_CONCURRENCY, KeyState, KeyWaiter, check_cap, entry
+
+
+class MemoryKeys:
+    _lock: threading.Lock
+    key_concurrency: int = DEFAULT_KEY_CONCURRENCY
+
+    def _key_rooms(self) -> tuple[dict[str, KeyState], dict[tuple[str, int], KeyWaiter]]:
+        if not hasattr(self, "_keys"):
+            self._keys: dict[str, KeyState] = {}
+            self._key_waiters: dict[tuple[str, int], KeyWaiter] = {}
+            self._wait_of: dict[str, KeyWaiter] = {}
+        return self._keys, self._key_waiters
+
+    # -- called under the store's lock by claim, release and adopt ---------------------------------
+
+    def _key_admits(self, ckey: str, *, ticket: str | None) -> None:
+        state = self._key_rooms()[0].get(ckey, KeyState(ckey))
+        room = len(state.holders) < state.limit(self.key_concurrency)
+        if not room or (ticket is None and (state.waiting > 0 or state.inflight)):
+            raise KeyFull(state)
+
+    def _key_hold(self, ckey: str, name: str, ticket: str | None = None) -> None:
+        keys = self._key_rooms()[0]
+        state = keys.get(ckey, KeyState(ckey))
+        keys[ckey] = replace(state, holders=state.holders | {name}, inflight=state.inflight - {ticket})
+
+    def _key_free(self, ckey: str, name: str) -> None:
+        keys = self._key_rooms()[0]
+        state = keys.get(ckey, KeyState(ckey))
+        keys[ckey] = replace(state, holders=state.holders - {name})
+
+    # -- KeyStore ----------------------------------------------------------------------------------
+
+    def key_state(self, ckey: str) -> KeyState:
+        with self._lock:
+            return self._key_rooms()[0].get(ckey, KeyState(ckey))
+
+    def park_for_key(self, waiter: KeyWaiter, *, tickets: int, replaces: str | None = None) -> bool:
+        with self._lock:
+            keys, waiters = self._key_rooms()
+            state = keys.get(waiter.ckey, KeyState(waiter.ckey))
+            if state.tickets != tickets:
+                return False
+            waiters[(waiter.ckey, tickets)] = replace(waiter, ticket=tickets)
+            self._wait_of[waiter.key] = replace(waiter, ticket=tickets)
+            keys[waiter.ckey] = replace(state, tickets=tickets + 1, inflight=state.inflight - {replaces})
+            return True
+
+    def key_waiters(self, ckey: str, tickets: Sequence[int]) -> list[KeyWaiter]:
+        with self._lock:
+            waiters = self._key_rooms()[1]
+            return [waiters[(ckey, t)] for t in sorted(tickets) if (ckey, t) in waiters]
+
+    def advance_key(self, ckey: str, *, woken: int, to: int, now: float, drop: Sequence[str] = ()) -> bool:
+        with self._lock:
+            keys, waiters = self._key_rooms()
+            state = keys.get(ckey, KeyState(ckey))
+            if state.woken != woken:
+                return False
+            for ticket in range(woken, to):
+                waiters.pop((ckey, ticket), None)
+            added = {entry(t, now) for t in range(woken, to)}
+            keys[ckey] = replace(state, woken=to, inflight=(state.inflight - set(drop)) | added)
+            return True
+
+    def keys_waiting(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(k for k, s in self._key_rooms()[0].items() if s.waiting > 0 or s.inflight)
+
+    def key_wait_of(self, key: str) -> KeyWaiter | None:
+        with self._lock:
+            self._key_rooms()
+            return self._wait_of.get(key)
+
+    def drop_inflight(self, ckey: str, entries: Sequence[str]) -> None:
+        with self._lock:
+            keys = self._key_rooms()[0]
+            if ckey in keys:
+                keys[ckey] = replace(keys[ckey], inflight=keys[ckey].inflight - set(entries))
+
+    def forget_key(self, ckey: str) -> None:
+        pass  # keys_waiting is worked out from the lines themselves
+
+    def set_key_cap(self, ckey: str, cap: int | None) -> None:
+        with self._lock:
+            keys = self._key_rooms()[0]
+            state = keys.get(ckey, KeyState(ckey))
+            keys[ckey] = replace(state, cap=None if cap is None else check_cap(cap))

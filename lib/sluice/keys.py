@@ -1,0 +1,283 @@
+"""Concurrency keys: at most ``cap`` payloads of one key run at once, the rest wait their turn.
+
+A message names its key in the attribute ``sluice-concurrency-key`` (``sluice enqueue
+--concurrency-key KEY`` or ``--concurrency-key-field FIELD``). The cap is the stack parameter
+``keyConcurrency`` (``SLUICE_KEY_CONCURRENCY``, default 1) unless the key has its own
+(``sluice set-max N --key KEY``; 0 pauses the key). A message without the attribute has no key cap.
+
+One item per key holds its runs and its waiting line:
+
+    CKEY#<key>   holders   string set of the executions of the key holding a slot
+                 cap       the key's own cap (absent: the default)
+                 tickets   how many waiters were ever parked (the next ticket)
+                 woken     how many of them were sent back (the head of the line)
+                 inflight  string set "<ticket>@<ms sent back>": woken waiters whose claim has not landed
+    KWAIT#<key>#<ticket>   a waiter: the message (body, group, attributes, original id), parked_at
+    KEYS_WAITING           keys: string set of the keys with waiters (reconciliation's sweep)
+    KWAITOF#<payload key>  the payload's latest place in a line (ckey, ticket), for ``sluice status``
+
+**Claim.** A keyed claim adds ``CKEY#<key>`` to the claim's transaction, conditioned on the key
+having room (``size(holders) < cap``) and, for a message that was not woken from the line, on
+nobody waiting and nobody woken on the way (``woken = tickets``, ``inflight`` empty): a newcomer
+never overtakes a waiter. A woken waiter's claim takes its ticket out of ``inflight``. The release removes the
+execution from ``holders`` in its own transaction, and an adoption (a redriven run) adds it
+unconditionally: it runs already. So the key's runs never exceed its cap, whatever interleaves.
+
+**Wait.** A claim refused for the key (``KeyFull``) parks the message: one transaction writes
+``KWAIT#<key>#<t>`` and moves ``tickets`` from t to t + 1 (conditioned on t, so two parkers get
+two tickets), and adds the key to ``KEYS_WAITING``; then the message is deleted. It spends no
+receives and holds nothing in its FIFO group while it waits.
+
+**Wake** (``wake``). Read ``CKEY#<key>``; room = cap − holders − the waiters sent back in the
+last ``INFLIGHT_SECONDS`` whose claim has not landed (their slot is kept for them); send the next
+``min(room, tickets − woken)`` waiters back to the queue in their groups, with their original
+message id (``sluice-origin-message-id``: the same execution name) and their ticket
+(``sluice-key-ticket``, which lets their claim pass the line), then move ``woken`` forward and
+note them in ``inflight`` (conditioned on the ``woken`` read). An in-flight ticket older than
+``INFLIGHT_SECONDS`` (its message was dead-lettered, or waits for a global slot) stops holding a
+slot and is dropped at the next wake, so a lost message cannot keep a key's slot for good.
+Every release of a keyed run wakes its key, and the parker wakes the key itself after its park
+commits. Both reads are consistent, so at least one sees the other's write:
+
+    launcher (message M of key k)              completion of a run of k
+    ─────────────────────────────              ────────────────────────
+    claim: k full  ✗
+                                               release: holders −= run
+    park M (ticket t, tickets t+1)
+    wake k: reads the room and M → sends M     wake k: reads the room, and M if parked by then
+
+    a waiter sent twice (two wakers read the same woken) has one deduplication id per ticket:
+    SQS drops the second within 5 minutes; a later copy names the same execution, and the lease
+    refuses it while the first copy's run is live (ExecutionAlreadyExists after it ended).
+
+A woken waiter can still find its key full (the cap was lowered, or its slot stopped being kept
+for it after ``INFLIGHT_SECONDS``): it parks again, at the back. A crash between a release and its wake, or
+between a send and the move of ``woken``, leaves the waiter parked; reconciliation's sweep
+(``sweep``, each scheduled tick) wakes every key in ``KEYS_WAITING`` that has room.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from sluice.errors import InvalidPayload, TransientError
+from sluice.model import Message, ParkedMessage, Payload
+from sluice.names import ORIGIN_ATTRIBUTE, origin_id
+from sluice.ports import Queue
+from sluice.validation import check_key
+
+log = logging.getLogger("sluice.keys")
+
+CONCURRENCY_KEY_ATTRIBUTE = "sluice-concurrency-key"
+TICKET_ATTRIBUTE = "sluice-key-ticket"
+DEFAULT_KEY_CONCURRENCY = 1
+WAKE_BATCH = 50  # waiters one wake sends at most (their items and CKEY# in one transaction)
+PARK_ATTEMPTS = 20  # parkers of one key racing for the next ticket
+INFLIGHT_SECONDS = 300.0  # how long a woken waiter's slot is kept for its claim
+
+
+@dataclass(frozen=True, slots=True)
+class KeyState:
+    """Item ``CKEY#<key>`` as read: the runs holding a slot of the key and its waiting line."""
+
+    key: str
+    holders: frozenset[str] = frozenset()
+    cap: int | None = None  # the key's own cap; None: the default applies
+    tickets: int = 0
+    woken: int = 0
+    inflight: frozenset[str] = frozenset()  # entries "<ticket>@<ms>" (``entry``)
+
+    def limit(self, default: int) -> int:
+        return default if self.cap is None else self.cap
+
+    def kept(self, now: float) -> int:
+        """Slots kept for woken waiters whose claim has not landed yet."""
+        return sum(1 for e in self.inflight if sent_at(e) > now - INFLIGHT_SECONDS)
+
+    def stale(self, now: float) -> tuple[str, ...]:
+        return tuple(sorted(e for e in self.inflight if sent_at(e) <= now - INFLIGHT_SECONDS))
+
+    def room(self, default: int, now: float) -> int:
+        return max(0, self.limit(default) - len(self.holders) - self.kept(now))
+
+    @property
+    def waiting(self) -> int:
+        return self.tickets - self.woken
+
+
+@dataclass(frozen=True, slots=True)
+class KeyWaiter:
+    """Item ``KWAIT#<key>#<ticket>``: a message waiting for a slot of its concurrency key."""
+
+    ckey: str
+    ticket: int
+    message_id: str  # the original SQS message id: the re-sent copy keeps its execution name
+    key: str  # the payload key
+    body: str
+    group_id: str
+    attributes: dict[str, str]
+    parked_at: float
+
+
+class KeyStore(Protocol):
+    """The store's side of concurrency keys (``MemoryStore``, ``DynamoStore``)."""
+
+    key_concurrency: int  # the default cap
+
+    def key_state(self, ckey: str) -> KeyState:
+        """``CKEY#<ckey>`` read consistently (an empty state when it does not exist)."""
+        ...
+
+    def park_for_key(self, waiter: KeyWaiter, *, tickets: int, replaces: str | None = None) -> bool:
+        """Park ``waiter`` as ticket ``tickets`` (its ``ticket`` is ignored); a woken waiter parking
+        again gives up its in-flight entry ``replaces``. False when another parker took that
+        ticket first (read the state again)."""
+        ...
+
+    def key_waiters(self, ckey: str, tickets: Sequence[int]) -> list[KeyWaiter]:
+        """The waiters of ``ckey`` with these tickets that are still parked, in ticket order."""
+        ...
+
+    def advance_key(self, ckey: str, *, woken: int, to: int, now: float, drop: Sequence[str] = ()) -> bool:
+        """Move ``woken`` from ``woken`` to ``to``, drop those waiters and note them in flight at
+        ``now`` (``entry``); forget the in-flight entries ``drop``. False when ``woken`` had moved."""
+        ...
+
+    def key_wait_of(self, key: str) -> KeyWaiter | None:
+        """The latest place payload ``key`` took in a key's line (it may have left it since)."""
+        ...
+
+    def keys_waiting(self) -> frozenset[str]:
+        """Keys that may have waiters, or waiters on the way (reconciliation's sweep)."""
+        ...
+
+    def drop_inflight(self, ckey: str, entries: Sequence[str]) -> None:
+        """Stop keeping slots for these woken waiters (entries not there are ignored)."""
+        ...
+
+    def forget_key(self, ckey: str) -> None:
+        """Take ``ckey`` off ``keys_waiting`` if its line is empty and nobody is on the way."""
+        ...
+
+    def set_key_cap(self, ckey: str, cap: int | None) -> None:
+        """Give ``ckey`` its own cap, or (None) put it back on the default."""
+        ...
+
+
+def concurrency_key(message: Message) -> str | None:
+    """The message's concurrency key, or None. A bad one is an ``InvalidPayload`` (to the DLQ)."""
+    raw = message.attributes.get(CONCURRENCY_KEY_ATTRIBUTE)
+    if raw is None:
+        return None
+    return check_key(raw, source=f"message attribute {CONCURRENCY_KEY_ATTRIBUTE!r}")
+
+
+def entry(ticket: int, at: float) -> str:
+    """A woken waiter's in-flight entry, and the ticket attribute it is sent back with."""
+    return f"{ticket}@{int(at * 1000)}"
+
+
+def sent_at(entry: str) -> float:
+    return int(entry.partition("@")[2]) / 1000
+
+
+def ticket_of(message: Message) -> str | None:
+    """The in-flight entry a woken waiter carries (its claim passes the line), or None."""
+    raw = message.attributes.get(TICKET_ATTRIBUTE)
+    if raw is None:
+        return None
+    ticket, at, ms = raw.partition("@")
+    if not (ticket.isdigit() and at and ms.isdigit() and len(raw) <= 40):
+        raise InvalidPayload(f"message attribute {TICKET_ATTRIBUTE!r} is {raw[:40]!r}, not <ticket>@<ms>")
+    return raw
+
+
+def check_cap(cap: int) -> int:
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
+        raise ValueError(f"a key's cap is a whole number ≥ 0 (0 pauses the key), not {cap!r}")
+    return cap
+
+
+def wait(*, store: KeyStore, queue: Queue, payload: Payload, ckey: str, now: float) -> int:
+    """Park ``payload`` in ``ckey``'s line, then wake the key (its room may have come back while
+    we parked). Returns the ticket. The caller deletes the message."""
+    message = payload.message
+    attributes = {
+        k: v for k, v in message.attributes.items() if k not in (ORIGIN_ATTRIBUTE, TICKET_ATTRIBUTE)
+    }
+    for _ in range(PARK_ATTEMPTS):
+        state = store.key_state(ckey)
+        waiter = KeyWaiter(
+            ckey=ckey,
+            ticket=state.tickets,
+            message_id=origin_id(message.message_id, message.attributes),
+            key=payload.key,
+            body=message.body,
+            group_id=message.group_id,
+            attributes=attributes,
+            parked_at=now,
+        )
+        if store.park_for_key(waiter, tickets=state.tickets, replaces=ticket_of(message)):
+            break
+    else:
+        raise TransientError(f"parking on key {ckey!r}: the line kept moving", operation="TransactWriteItems")
+    wake(store=store, queue=queue, ckey=ckey, now=now)
+    return waiter.ticket
+
+
+def wake(*, store: KeyStore, queue: Queue, ckey: str, now: float, tidy: bool = False) -> int:
+    """Send as many of ``ckey``'s waiters back to the queue as it has room for, oldest first.
+    ``tidy`` (the sweep): take a key whose line is empty off the sweep's list."""
+    sent = 0
+    for _ in range(3):  # another waker moved the line meanwhile: read it again
+        state = store.key_state(ckey)
+        count = min(state.room(store.key_concurrency, now), state.waiting, WAKE_BATCH)
+        stale = state.stale(now)
+        if count <= 0 and not stale:
+            if tidy and state.waiting == 0 and not state.inflight:
+                store.forget_key(ckey)
+            return sent
+        tickets = range(state.woken, state.woken + max(0, count))
+        for waiter in store.key_waiters(ckey, tickets):
+            queue.requeue(as_parked(waiter, entry(waiter.ticket, now)))
+            sent += 1
+            log.info(
+                "key waiter woken",
+                extra={
+                    "correlation_id": waiter.key,
+                    "message_id": waiter.message_id,
+                    "concurrency_key": ckey,
+                },
+            )
+        if store.advance_key(ckey, woken=state.woken, to=state.woken + max(0, count), now=now, drop=stale):
+            return sent
+    return sent
+
+
+def forgo(*, store: KeyStore, ckey: str, ticket: str) -> None:
+    """A woken waiter that will not claim (a duplicate, already run) gives its kept slot back."""
+    store.drop_inflight(ckey, [ticket])
+
+
+def as_parked(waiter: KeyWaiter, sent: str) -> ParkedMessage:
+    """The waiter as the queue re-sends it: its ticket rides along, and the holder it is named by
+    (which the deduplication id derives from) is its place in the line."""
+    return ParkedMessage(
+        message_id=waiter.message_id,
+        key=waiter.key,
+        holder=f"sluice-key:{waiter.ckey}#{waiter.ticket}",
+        body=waiter.body,
+        group_id=waiter.group_id,
+        attributes={**waiter.attributes, TICKET_ATTRIBUTE: sent},
+        parked_at=waiter.parked_at,
+    )
+
+
+def sweep(*, store: KeyStore, queue: Queue, now: float) -> int:
+    """Wake every key with waiters and room (a wake-up lost to a crash). Returns how many were sent."""
+    return sum(
+        wake(store=store, queue=queue, ckey=ckey, now=now, tidy=True) for ckey in sorted(store.keys_waiting())
+    )

@@ -1,0 +1,170 @@
+"""The store's side of concurrency keys (``sluice.keys.KeyStore``), on MemoryStore and DynamoStore
+(moto): a keyed claim is refused at the key's cap or behind its waiters, the release and the
+adoption move the key's holders, the line hands out tickets in order."""
+
+from __future__ import annotations
+
+import pytest
+
+from sluice.errors import KeyFull, LeaseHeld
+from sluice.keys import KeyState, KeyWaiter, entry
+from sluice.model import LimitSource, PayloadState
+from tests.contract.stores import NOW
+
+
+def keyed(
+    store, key: str, name: str, ckey: str = "tenant", *, ticket: int | None = None, limit: int = 50
+) -> None:
+    store.set_limit(LimitSource(limit, None))
+    store.claim(
+        key=key,
+        name=name,
+        message_id=f"m-{name}",
+        now=NOW,
+        claim_expires_at=NOW + 900,
+        arn=f"arn:aws:states:us-east-1:123456789012:execution:sm:{name}",
+        ckey=ckey,
+        ticket=ticket,
+    )
+
+
+def waiter(n: int, ckey: str = "tenant") -> KeyWaiter:
+    return KeyWaiter(
+        ckey=ckey,
+        ticket=-1,
+        message_id=f"msg-{n}",
+        key=f"p{n}",
+        body=f'{{"id": "p{n}"}}',
+        group_id="g",
+        attributes={"sluice-concurrency-key": ckey},
+        parked_at=NOW + n,
+    )
+
+
+def test_a_key_admits_up_to_the_default_cap_and_says_why_it_refuses(store):
+    store.key_concurrency = 2
+    keyed(store, "a", "na")
+    keyed(store, "b", "nb")
+    with pytest.raises(KeyFull) as refused:
+        keyed(store, "c", "nc")
+    assert refused.value.state.holders == {"na", "nb"}
+    assert store.key_state("tenant").holders == {"na", "nb"}
+    assert store.execution("nc") is None and store.payload("c") is None  # nothing of the claim written
+    assert "nc" not in store.ledger().holders
+    keyed(store, "c", "nc", ckey="other")  # another key is not held up
+    assert store.execution("nc").ckey == "other"
+
+
+def test_the_release_frees_the_key_and_a_late_release_frees_nothing(store):
+    store.key_concurrency = 1
+    keyed(store, "a", "na")
+    assert store.release(name="na", state=PayloadState.SUCCEEDED, now=NOW) is not None
+    assert store.key_state("tenant").holders == frozenset()
+    keyed(store, "b", "nb")
+    assert store.release(name="na", state=PayloadState.SUCCEEDED, now=NOW) is None  # repeated event
+    assert store.key_state("tenant").holders == {"nb"}
+    with pytest.raises(KeyFull):
+        keyed(store, "c", "nc")
+
+
+def test_a_lease_refusal_comes_before_the_key(store):
+    store.key_concurrency = 1
+    keyed(store, "a", "na")
+    with pytest.raises(LeaseHeld):
+        keyed(store, "a", "na2")
+
+
+def test_a_keys_own_cap_overrides_the_default_and_zero_pauses_it(store):
+    store.key_concurrency = 1
+    store.set_key_cap("tenant", 3)
+    for n in range(3):
+        keyed(store, f"p{n}", f"n{n}")
+    with pytest.raises(KeyFull):
+        keyed(store, "p3", "n3")
+    store.set_key_cap("paused", 0)
+    with pytest.raises(KeyFull):
+        keyed(store, "q", "nq", ckey="paused")
+    store.set_key_cap("paused", None)
+    keyed(store, "q", "nq", ckey="paused")
+    assert store.key_state("tenant").cap == 3 and store.key_state("paused").cap is None
+
+
+def test_a_newcomer_waits_behind_the_line_and_a_woken_ticket_passes_it(store):
+    store.key_concurrency = 1
+    assert store.park_for_key(waiter(0), tickets=0)
+    assert store.key_state("tenant").waiting == 1
+    with pytest.raises(KeyFull):
+        keyed(store, "new", "n-new")  # room, but somebody waits
+    keyed(store, "p0", "n0", ticket=entry(0, NOW))  # a forged or stale entry passes too: no error
+    assert store.key_state("tenant").holders == {"n0"}
+
+
+def test_the_line_hands_out_tickets_in_order_and_a_stale_parker_is_refused(store):
+    assert store.park_for_key(waiter(0), tickets=0)
+    assert not store.park_for_key(waiter(1), tickets=0)  # ticket 0 is taken: read again
+    assert store.park_for_key(waiter(1), tickets=1)
+    assert store.park_for_key(waiter(2), tickets=2)
+    assert store.keys_waiting() == {"tenant"}
+    found = store.key_waiters("tenant", [2, 0, 1, 7])
+    assert [(w.ticket, w.message_id) for w in found] == [(0, "msg-0"), (1, "msg-1"), (2, "msg-2")]
+    assert found[0].attributes == {"sluice-concurrency-key": "tenant"} and found[0].parked_at == NOW
+
+    assert store.advance_key("tenant", woken=0, to=2, now=NOW + 10)
+    assert not store.advance_key("tenant", woken=0, to=1, now=NOW + 10)  # moved already
+    assert [w.ticket for w in store.key_waiters("tenant", range(3))] == [2]
+    sent = frozenset({entry(0, NOW + 10), entry(1, NOW + 10)})
+    assert store.key_state("tenant") == KeyState("tenant", tickets=3, woken=2, inflight=sent)
+    assert store.advance_key("tenant", woken=2, to=3, now=NOW + 20, drop=[entry(0, NOW + 10)])
+    assert store.key_state("tenant").inflight == {entry(1, NOW + 10), entry(2, NOW + 20)}
+    store.forget_key("tenant")
+    assert store.keys_waiting() == {"tenant"}  # two are on the way
+
+
+def test_a_woken_claim_takes_its_kept_slot_and_a_newcomer_waits_until_it_lands(store):
+    store.key_concurrency = 2
+    assert store.park_for_key(waiter(0), tickets=0)
+    assert store.park_for_key(waiter(1), tickets=1)
+    assert store.advance_key("tenant", woken=0, to=2, now=NOW)
+    state = store.key_state("tenant")
+    assert (state.waiting, state.room(2, NOW), state.room(2, NOW + 301)) == (0, 0, 2)
+    with pytest.raises(KeyFull):
+        keyed(store, "new", "n-new")  # nobody waits, but two are on the way
+    keyed(store, "p0", "n0", ticket=entry(0, NOW))
+    keyed(store, "p1", "n1", ticket=entry(1, NOW))
+    state = store.key_state("tenant")
+    assert (state.holders, state.inflight) == ({"n0", "n1"}, frozenset())
+    store.release(name="n0", state=PayloadState.SUCCEEDED, now=NOW)
+    keyed(store, "new", "n-new")
+    store.forget_key("tenant")
+    assert store.keys_waiting() == frozenset()
+
+
+def test_a_woken_waiter_parking_again_gives_up_its_kept_slot(store):
+    assert store.park_for_key(waiter(0), tickets=0)
+    assert store.advance_key("tenant", woken=0, to=1, now=NOW)
+    assert store.park_for_key(waiter(0), tickets=1, replaces=entry(0, NOW))
+    state = store.key_state("tenant")
+    assert (state.inflight, state.waiting, state.tickets) == (frozenset(), 1, 2)
+
+
+def test_an_adopted_run_takes_a_slot_of_its_key_past_the_cap(store):
+    store.key_concurrency = 1
+    keyed(store, "a", "na")
+    store.release(name="na", state=PayloadState.FAILED, now=NOW)
+    keyed(store, "b", "nb")
+    assert store.adopt(name="na", now=NOW + 5)  # redriven: it runs, so it counts
+    assert store.key_state("tenant").holders == {"na", "nb"}
+    store.release(name="nb", state=PayloadState.SUCCEEDED, now=NOW + 6)
+    with pytest.raises(KeyFull):
+        keyed(store, "c", "nc")  # still one running: na
+
+
+def test_a_woken_waiter_that_will_not_claim_gives_its_kept_slot_back(store):
+    store.key_concurrency = 1
+    assert store.park_for_key(waiter(0), tickets=0)
+    assert store.advance_key("tenant", woken=0, to=1, now=NOW)
+    with pytest.raises(KeyFull):
+        keyed(store, "new", "n-new")
+    store.drop_inflight("tenant", [entry(0, NOW), entry(9, NOW)])  # one not there: ignored
+    assert store.key_state("tenant").inflight == frozenset()
+    keyed(store, "new", "n-new")

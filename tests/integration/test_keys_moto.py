@@ -1,0 +1,111 @@
+"""Concurrency keys on moto, through the launcher, the completion and reconciliation: a key's
+runs never pass its cap, the rest wait out of the queue and start oldest-first as its slots free,
+and other keys are never held up."""
+
+from __future__ import annotations
+
+import pytest
+
+from sluice.clock import FakeClock
+from sluice.completion import StatusChange
+from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE
+from sluice.model import Outcome
+from sluice.names import execution_name
+from tests.support.aws import build_stack
+from tests.support.hooks import Crash, count_calls, crash_after
+
+
+def keyed_stack(session):
+    return build_stack(session, clock=FakeClock(), max_concurrency=10, key_concurrency=2)
+
+
+@pytest.fixture
+def stack(session):
+    return keyed_stack(session)
+
+
+def send(stack, n: int, key: str = "tenant-a", group: str = "g") -> str:
+    return stack.send({"id": f"{key}-{n}"}, group=group, **{CONCURRENCY_KEY_ATTRIBUTE.replace("-", "_"): key})
+
+
+def running_of(stack, key: str) -> list[str]:
+    return [name for name in stack.running() if key in name]
+
+
+def test_a_key_runs_at_most_its_cap_the_rest_wait_out_of_the_queue_and_others_go_on(stack):
+    ids = [send(stack, n) for n in range(5)]
+    other = send(stack, 0, key="tenant-b")
+    plain = stack.send({"id": "no-key"})
+    launcher = stack.launcher()
+    summary = launcher.tick()
+    assert (summary.n(Outcome.STARTED), summary.n(Outcome.KEY_WAITING)) == (4, 3)
+    assert len(running_of(stack, "tenant-a")) == 2
+    assert execution_name("tenant-b-0", other) in stack.running()
+    assert execution_name("no-key", plain) in stack.running()
+    assert stack.queue_counts() == (0, 0)  # the three waiters hold nothing on the queue
+    state = stack.runtime().store().key_state("tenant-a")
+    assert (len(state.holders), state.waiting) == (2, 3)
+
+    calls = count_calls(launcher.queue.client)
+    launcher.tick()
+    assert calls["ReceiveMessage"] == 1  # one empty receive: the waiters spend none
+    assert set(running_of(stack, "tenant-a")) == {execution_name(f"tenant-a-{n}", ids[n]) for n in range(2)}
+
+
+def test_a_freed_slot_goes_to_the_oldest_waiter_within_the_completion(stack):
+    ids = [send(stack, n) for n in range(5)]
+    launcher = stack.launcher()
+    launcher.tick()
+    first = execution_name("tenant-a-0", ids[0])
+    # Arrives while three wait, just before a slot frees: the woken waiter is sent back behind it
+    # in their group, so the refill meets the newcomer first, with room. It must queue behind them.
+    newcomer = send(stack, 9)
+    released, _, _ = launcher.on_status_change(StatusChange.from_event(stack.finish(first, "SUCCEEDED")))
+    assert released
+    assert execution_name("tenant-a-2", ids[2]) in stack.running()  # woken and refilled at once
+    assert len(running_of(stack, "tenant-a")) == 2
+
+    order = []
+    for _ in range(4):
+        (ended, *_) = sorted(running_of(stack, "tenant-a"), key=stack.running().index)
+        launcher.on_status_change(StatusChange.from_event(stack.finish(ended, "SUCCEEDED")))
+        launcher.tick()
+        order.append(ended)
+    started = [e["name"] for e in sorted(stack.executions(), key=lambda e: e["startDate"])]
+    expected = [execution_name(f"tenant-a-{n}", i) for n, i in [*enumerate(ids), (9, newcomer)]]
+    assert started == expected  # oldest first, the newcomer last
+    assert stack.queue_counts() == (0, 0)
+
+
+def test_a_wake_up_lost_to_a_crash_is_found_by_reconciliation(stack):
+    ids = [send(stack, n) for n in range(3)]
+    stack.launcher().tick()
+    first = execution_name("tenant-a-0", ids[0])
+    completion = stack.runtime()
+    fired = crash_after(
+        completion.client("dynamodb"), "TransactWriteItems"
+    )  # the release commits, then it dies
+    with pytest.raises(Crash):
+        completion.launcher().on_status_change(StatusChange.from_event(stack.finish(first, "SUCCEEDED")))
+    assert fired["calls"] == 1
+    store = stack.runtime().store()
+    assert store.key_state("tenant-a").waiting == 1 and store.keys_waiting() == {"tenant-a"}
+    assert stack.queue_counts() == (0, 0)
+
+    stack.launcher().tick()  # the scheduled tick: reconciliation sweeps the key, then the fill
+    assert execution_name("tenant-a-2", ids[2]) in stack.running()
+    assert store.key_state("tenant-a").inflight == frozenset()  # its claim landed
+    stack.launcher().tick()
+    assert store.keys_waiting() == frozenset()  # the next sweep finds the line empty
+
+
+def test_a_bad_concurrency_key_is_dead_lettered_with_its_reason(stack):
+    stack.send({"id": "bad"}, sluice_concurrency_key="x" * 2_000)
+    summary = stack.launcher().tick()
+    assert summary.n(Outcome.INVALID) == 1 and stack.running() == []
+    (dead,) = stack.dlq_messages()
+    reason = dead["MessageAttributes"]["sluice-error"]["StringValue"]
+    assert (
+        reason
+        == "message attribute 'sluice-concurrency-key' is 2,000 bytes in UTF-8; keys are at most 1,024 bytes"
+    )

@@ -1,0 +1,105 @@
+"""The concurrency keys' domain (``sluice.keys``) on the in-memory store and queue: tickets, room,
+the slots kept for woken waiters, and the waiting line's order."""
+
+from __future__ import annotations
+
+import pytest
+
+from sluice import keys
+from sluice.adapters.memory import MemoryStore
+from sluice.adapters.memory_aws import MemoryQueue
+from sluice.clock import FakeClock
+from sluice.errors import InvalidPayload
+from sluice.keys import (
+    CONCURRENCY_KEY_ATTRIBUTE,
+    INFLIGHT_SECONDS,
+    TICKET_ATTRIBUTE,
+    KeyState,
+    concurrency_key,
+    entry,
+    sent_at,
+    ticket_of,
+)
+from sluice.model import LimitSource, Message, Payload, PayloadState
+
+NOW = 1_800_000_000.0
+
+
+def message(n: int, ckey: str = "acme", **attributes: str) -> Message:
+    return Message(
+        message_id=f"m{n}",
+        receipt_handle=f"r{n}",
+        body=f'{{"id": "p{n}"}}',
+        group_id="g",
+        attributes={CONCURRENCY_KEY_ATTRIBUTE: ckey, **attributes},
+    )
+
+
+def claim(store: MemoryStore, n: int, ticket: str | None = None) -> None:
+    store.set_limit(LimitSource(100, None))
+    store.claim(
+        key=f"p{n}",
+        name=f"n{n}",
+        message_id=f"m{n}",
+        now=NOW,
+        claim_expires_at=NOW + 900,
+        ckey="acme",
+        ticket=ticket,
+    )
+
+
+def test_the_attributes_are_read_and_bad_ones_refused():
+    assert concurrency_key(message(1)) == "acme"
+    assert concurrency_key(Message("m", "r", "{}", "g", {})) is None
+    with pytest.raises(InvalidPayload, match="control character"):
+        concurrency_key(message(1, ckey="a\nb"))
+    assert ticket_of(message(1)) is None
+    assert ticket_of(message(1, **{TICKET_ATTRIBUTE: entry(3, NOW)})) == "3@1800000000000"
+    for bad in ("3", "x@1", "3@", "@5", "3@1.5"):
+        with pytest.raises(InvalidPayload, match="sluice-key-ticket"):
+            ticket_of(message(1, **{TICKET_ATTRIBUTE: bad}))
+    assert sent_at(entry(7, NOW + 0.25)) == NOW + 0.25
+
+
+def test_room_counts_the_runs_and_the_slots_kept_for_woken_waiters_until_they_go_stale():
+    state = KeyState(
+        "acme", holders=frozenset({"a"}), inflight=frozenset({entry(0, NOW), entry(1, NOW - 400)})
+    )
+    assert state.limit(3) == 3 and state.room(3, NOW) == 1  # one run, one kept, one stale
+    assert state.stale(NOW) == (entry(1, NOW - 400),)
+    assert state.room(3, NOW + INFLIGHT_SECONDS) == 2
+    assert KeyState("acme", cap=0).room(5, NOW) == 0
+
+
+def test_waiters_are_woken_oldest_first_as_far_as_the_room_goes():
+    store, queue = MemoryStore(key_concurrency=1), MemoryQueue(clock=FakeClock(NOW))
+    claim(store, 0)
+    tickets = [
+        keys.wait(store=store, queue=queue, payload=Payload(f"p{n}", "{}", message(n)), ckey="acme", now=NOW)
+        for n in (1, 2, 3)
+    ]
+    assert tickets == [0, 1, 2] and len(queue) == 0  # no room: nothing sent back
+    store.release(name="n0", state=PayloadState.SUCCEEDED, now=NOW)
+    assert keys.wake(store=store, queue=queue, ckey="acme", now=NOW) == 1
+    assert keys.wake(store=store, queue=queue, ckey="acme", now=NOW) == 0  # its slot is kept for it
+    (sent,) = queue.receive(10, 0)
+    assert (
+        sent.attributes[TICKET_ATTRIBUTE] == entry(0, NOW)
+        and sent.attributes["sluice-origin-message-id"] == "m1"
+    )
+    assert CONCURRENCY_KEY_ATTRIBUTE in sent.attributes
+    claim(store, 1, ticket=sent.attributes[TICKET_ATTRIBUTE])
+    assert store.key_state("acme").inflight == frozenset()
+
+
+def test_a_woken_waiter_whose_claim_never_lands_stops_holding_the_slot():
+    store, queue = MemoryStore(key_concurrency=1), MemoryQueue(clock=FakeClock(NOW))
+    for n in (1, 2):
+        keys.wait(store=store, queue=queue, payload=Payload(f"p{n}", "{}", message(n)), ckey="acme", now=NOW)
+    # Nothing ran, so the first park's own wake sent p1 back at once; p2 waits behind its kept slot.
+    assert len(queue) == 1 and store.key_state("acme").waiting == 1
+    queue.receive(10, 0)  # ... and p1's message is lost (dead-lettered, say)
+    assert keys.sweep(store=store, queue=queue, now=NOW + 60) == 0
+    assert keys.sweep(store=store, queue=queue, now=NOW + INFLIGHT_SECONDS + 1) == 1
+    state = store.key_state("acme")
+    assert state.waiting == 0 and len(state.inflight) == 1  # p2 on the way; p1's stale entry dropped
