@@ -49,8 +49,8 @@ between them is closed by names, not by time:
 
 **Limits.** At most ``MAX_EFFECTS`` (100) per execution, else the whole list is refused (one DLQ copy,
 the reason recorded). Lanes other than ``"default"`` are refused per effect until lanes exist;
-``awaits`` (at most ``MAX_AWAITS`` keys) is passed on as ``sluice-awaits`` for the awaits feature to
-honour. A body over the pointer threshold is stored in the payload bucket and sent as a pointer
+``awaits`` (at most ``sluice.awaits.MAX_AWAITS`` keys, the launcher's own limit) is passed on as
+``sluice-awaits``, ``concurrency_key`` as ``sluice-concurrency-key`` (``sluice.keys``). A body over the pointer threshold is stored in the payload bucket and sent as a pointer
 (``sluice.pointers``), as ``sluice enqueue`` does.
 """
 
@@ -64,7 +64,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from sluice.awaits import MAX_AWAITS
 from sluice.errors import InvalidPayload
+from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE
 from sluice.model import EffectsLog, ExecutionRecord, Message, ParkedMessage, PayloadState
 from sluice.names import ORIGIN_ATTRIBUTE
 from sluice.pointers import DEFAULT_THRESHOLD, MAX_STORED_BYTES, SQS_MAX_BYTES, PayloadObjects, store
@@ -79,9 +81,8 @@ AWAITS_ATTRIBUTE = "sluice-awaits"
 EFFECT_OF_ATTRIBUTE = "sluice-effect-of"  # on a dead-lettered effect: the execution that named it
 EFFECT_INDEX_ATTRIBUTE = "sluice-effect-index"
 MAX_EFFECTS = 100
-MAX_AWAITS = 100
 DEFAULT_LANE = "default"
-FIELDS = frozenset({"payload", "key", "group", "lane", "awaits", "once"})
+FIELDS = frozenset({"payload", "key", "group", "lane", "awaits", "once", "concurrency_key"})
 WHOLE_LIST = -1  # the index a refusal of the whole list is recorded under
 _GROUP_ID = re.compile(r"^[!-~]{1,128}$")  # SQS: 1-128 printable ASCII characters
 
@@ -171,6 +172,11 @@ class Effects:
             attributes[ONCE_ATTRIBUTE] = "true"
         if "awaits" in spec:
             attributes[AWAITS_ATTRIBUTE] = _json(_awaits(spec["awaits"]))
+        if "concurrency_key" in spec:
+            ckey = spec["concurrency_key"]
+            if not isinstance(ckey, str) or not ckey:
+                raise InvalidPayload(f"'concurrency_key' must be a non-empty string, got {_type(ckey)}")
+            attributes[CONCURRENCY_KEY_ATTRIBUTE] = check_key(ckey, source="the effect's concurrency_key")
         mid = effect_id(record.name, index)
         size = len(body.encode()) + sum(
             len(k.encode()) + len("String") + len(v.encode())

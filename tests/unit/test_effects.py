@@ -102,3 +102,23 @@ def test_bad_effects_are_dead_lettered_with_their_reason():
     ]
     assert [m.message_id for m, _ in queue.dead] == [effect_id("p1", 0), effect_id("p1", 1)]
     assert store.effects("p1").sent == () and len(store.effects("p1").rejected) == 2
+
+
+def test_an_effect_runs_under_its_concurrency_key_and_a_bad_one_is_refused():
+    store, queue = setup()
+    many = [f"k{i}" for i in range(99)]
+    end(
+        store,
+        queue,
+        text=fx(
+            {"payload": {"id": "a"}, "concurrency_key": "acme"},
+            {"payload": {"id": "b"}, "concurrency_key": 7},
+            {"payload": {"id": "c"}, "awaits": many},  # over the launcher's own limit of 98
+        ),
+    )
+    [queued] = queue.messages
+    assert queued.message.attributes["sluice-concurrency-key"] == "acme"
+    assert [reason for _, reason in queue.dead] == [
+        "effect 1: 'concurrency_key' must be a non-empty string, got a number",
+        "effect 2: 'awaits' names 99 keys; at most 98",
+    ]
