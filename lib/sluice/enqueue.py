@@ -16,15 +16,23 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sluice.adapters.errors import translated
 from sluice.awaits import AWAITS_ATTRIBUTE, ON_FAILURE_ATTRIBUTE, RUN_ANYWAY, check_awaits, find_cycle
 from sluice.errors import InvalidPayload
+from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE
 from sluice.pointers import DEFAULT_THRESHOLD, MAX_STORED_BYTES, PayloadObjects, store
 from sluice.receipts import ONCE_ATTRIBUTE
-from sluice.validation import KEY_ATTRIBUTE, MAX_INPUT_BYTES, content_hash, parse_object, payload_key
+from sluice.validation import (
+    KEY_ATTRIBUTE,
+    MAX_INPUT_BYTES,
+    check_key,
+    content_hash,
+    parse_object,
+    payload_key,
+)
 
 BATCH = 10
 BATCH_BYTES = MAX_INPUT_BYTES  # SendMessageBatch: the sum of the bodies
@@ -47,6 +55,7 @@ class Prepared:
     group_id: str
     dedup_id: str
     size: int = 0  # of the body, in bytes of UTF-8
+    ckey: str | None = None  # its concurrency key (sluice.keys)
 
 
 @dataclass
@@ -92,6 +101,8 @@ def prepare(
     group_by: str | None = None,
     dedup_id: str | None = None,
     max_bytes: int = MAX_INPUT_BYTES,
+    concurrency_key: str | None = None,
+    concurrency_key_field: str | None = None,
 ) -> Prepared:
     try:
         obj = parse_object(item.body, max_bytes=max_bytes)
@@ -104,7 +115,22 @@ def prepare(
     key = payload_key(obj, key_field=key_field)
     group = _group_id(obj, key, group_by)
     size = len(item.body.encode("utf-8"))
-    return Prepared(item.where, item.body, key, group, dedup_id or content_hash(obj), size)
+    ckey = _concurrency_key(obj, concurrency_key, concurrency_key_field)
+    return Prepared(item.where, item.body, key, group, dedup_id or content_hash(obj), size, ckey)
+
+
+def _concurrency_key(obj: dict[str, Any], given: str | None, field_name: str | None) -> str | None:
+    if given is not None:
+        return check_key(given, source="--concurrency-key")
+    if field_name is None:
+        return None
+    value = obj.get(field_name)
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)) or value == "":
+        raise InvalidPayload(
+            f"field {field_name!r} (--concurrency-key-field) is {'missing' if value is None else repr(value)[:60]}; "
+            "it needs a non-empty string or a number"
+        )
+    return check_key(value if isinstance(value, str) else json.dumps(value), source=f"field {field_name!r}")
 
 
 def enqueue(
@@ -122,6 +148,8 @@ def enqueue(
     after: tuple[str, ...] = (),
     run_anyway: bool = False,
     known: Mapping[str, Iterable[str]] | None = None,
+    concurrency_key: str | None = None,
+    concurrency_key_field: str | None = None,
 ) -> EnqueueReport:
     """Send ``items``. With ``payloads`` (the stack's bucket), a body over ``threshold`` bytes is stored
     there and sent as a pointer; without it, such a body is sent as it is, up to 262,144 bytes."""
@@ -131,7 +159,15 @@ def enqueue(
     for item in items:
         try:
             ready.append(
-                prepare(item, key_field=key_field, group_by=group_by, dedup_id=dedup_id, max_bytes=max_bytes)
+                prepare(
+                    item,
+                    key_field=key_field,
+                    group_by=group_by,
+                    dedup_id=dedup_id,
+                    max_bytes=max_bytes,
+                    concurrency_key=concurrency_key,
+                    concurrency_key_field=concurrency_key_field,
+                )
             )
         except InvalidPayload as exc:
             report.failed.append((item.where, exc.reason))
@@ -158,6 +194,12 @@ def enqueue(
                     # run the key successfully at most once (sluice.receipts)
                     **({ONCE_ATTRIBUTE: {"DataType": "String", "StringValue": "true"}} if once else {}),
                     **extra,  # the keys it awaits (sluice.awaits)
+                    # how many of its concurrency key run at once (sluice.keys)
+                    **(
+                        {CONCURRENCY_KEY_ATTRIBUTE: {"DataType": "String", "StringValue": p.ckey}}
+                        if p.ckey is not None
+                        else {}
+                    ),
                 },
             }
             for i, p in enumerate(batch)
@@ -204,7 +246,7 @@ def _stored(p: Prepared, payloads: PayloadObjects, report: EnqueueReport) -> Pre
     pointer = store(payloads, p.body.encode("utf-8"))
     report.stored[p.where] = pointer.uri
     body = pointer.body(p.key)
-    return Prepared(p.where, body, p.key, p.group_id, p.dedup_id, len(body.encode("utf-8")))
+    return replace(p, body=body, size=len(body.encode("utf-8")))
 
 
 def _group_id(obj: dict[str, Any], key: str, group_by: str | None) -> str:

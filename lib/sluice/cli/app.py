@@ -48,6 +48,11 @@ def _max_value(raw: str) -> int:
     return value
 
 
+def _max_or_default(raw: str) -> int | None:
+    """MAX, or (with ``--key``) ``default``: the key back on the stack's cap."""
+    return None if raw.strip().lower() == "default" else _max_value(raw)
+
+
 def _pointer_threshold(raw: str) -> int:
     try:
         return pointer_threshold(raw.strip(), source="--pointer-threshold")
@@ -121,6 +126,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="when an awaited key ends FAILED, TIMED_OUT or ABORTED: dead-letter the payload (default) or run it",
     )
+    keyed = p.add_mutually_exclusive_group()
+    keyed.add_argument(
+        "--concurrency-key",
+        metavar="KEY",
+        help="run at most the key's cap of these payloads at once (stack parameter keyConcurrency, or "
+        "set-max --key); the others wait in the key's line (message attribute sluice-concurrency-key)",
+    )
+    keyed.add_argument(
+        "--concurrency-key-field",
+        metavar="FIELD",
+        help="the same, with each payload's concurrency key taken from its field FIELD (a string or number)",
+    )
     p.set_defaults(func=cmd_enqueue)
 
     p = sub.add_parser("status", parents=common, help="overview, or one payload's record and history")
@@ -142,7 +159,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_wait)
 
     p = sub.add_parser("set-max", parents=common, help="set MAX at run time (a whole number >= 0; 0 pauses)")
-    p.add_argument("value", type=_max_value, metavar="N")
+    p.add_argument("value", type=_max_or_default, metavar="N")
+    p.add_argument(
+        "--key",
+        metavar="KEY",
+        help="set concurrency key KEY's own cap instead (0 pauses the key; N 'default' puts it back on the "
+        "stack's keyConcurrency)",
+    )
     p.set_defaults(func=cmd_set_max)
 
     p = sub.add_parser("pause", parents=common, help="set MAX to 0, remembering the current value")

@@ -61,6 +61,8 @@ def cmd_enqueue(ctx: Context) -> int:
                     after=tuple(args.after),
                     run_anyway=args.on_await_failure == "run",
                     known=known,
+                    concurrency_key=args.concurrency_key,
+                    concurrency_key_field=args.concurrency_key_field,
                 )
             except SluiceError as exc:
                 # Earlier chunks went; say exactly where sending stopped. Re-sending the whole input

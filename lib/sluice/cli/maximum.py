@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 from sluice.cli.context import Context
-from sluice.cli.render import EXIT_OK, in_force
+from sluice.cli.render import EXIT_OK, in_force, usage
+from sluice.errors import InvalidPayload
+from sluice.ops.keys import set_key_max
 from sluice.ops.maximum import pause, resume, set_max
+from sluice.validation import check_key
 
 
 def cmd_set_max(ctx: Context) -> int:
+    if ctx.args.key is not None:
+        return _set_key_max(ctx)
+    if ctx.args.value is None:
+        return usage("N 'default' is for a concurrency key (--key KEY); MAX itself is a whole number >= 0")
     result = set_max(ctx.runtime, ctx.args.value)
     before = result["before"] if result["before"] is not None else (result["before_raw"] or "unset")
     lines = [
@@ -26,6 +33,29 @@ def cmd_set_max(ctx: Context) -> int:
             f"This ends the pause: the value it remembered ({result['cleared_resume_max']}) is dropped."
         )
     ctx.out("\n".join(lines), result)
+    return EXIT_OK
+
+
+def _set_key_max(ctx: Context) -> int:
+    try:
+        key = check_key(ctx.args.key, source="--key")
+    except InvalidPayload as exc:
+        return usage(exc.reason)
+    ctx.settings.require("table_name", "queue_url")
+    result = set_key_max(ctx.runtime, key, ctx.args.value)
+    before, after = result["before"], result["after"]
+    own = (
+        "its own cap" if after["own_cap"] is not None else f"the stack's keyConcurrency ({result['default']})"
+    )
+    lines = [f"concurrency key {key!r}: cap {before['cap']} → {after['cap']} ({own})."]
+    lines.append(
+        f"{after['running']} running, {after['waiting']} waiting, {after['on_the_way']} woken on the way."
+    )
+    if result["woken"]:
+        lines.append(f"{result['woken']} waiting payloads were sent back to the queue, oldest first.")
+    if after["cap"] == 0:
+        lines.append("Cap 0 pauses the key: its payloads wait; other keys are not held up.")
+    ctx.out("\n".join(lines), {"key": key, **result})
     return EXIT_OK
 
 

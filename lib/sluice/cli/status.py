@@ -9,6 +9,7 @@ from typing import Any
 from sluice.cli.context import Context
 from sluice.cli.render import EXIT_OK, EXIT_PARTIAL, duration, plural, table, when
 from sluice.ops.awaits import awaits_status, tree_lines
+from sluice.ops.keys import payload_place
 from sluice.ops.status import overview, payload_history
 from sluice.receipts import Receipt, read_receipt, wait_for
 
@@ -21,13 +22,18 @@ def cmd_status(ctx: Context) -> int:
     key = ctx.args.payload_id
     data = payload_history(ctx.runtime, key)
     waits = awaits_status(ctx.runtime, key, tree=getattr(ctx.args, "tree", False))
-    if data is None and (waits["waiting"] or waits.get("awaited_by")):
-        ctx.out("\n".join([f"payload     {key}", *_await_lines(waits)]), {"payload": None, "awaits": waits})
+    place = payload_place(ctx.runtime, key)
+    if data is None and (waits["waiting"] or waits.get("awaited_by") or place):
+        ctx.out(
+            "\n".join([f"payload     {key}", *_await_lines(waits), *_place_lines(place)]),
+            {"payload": None, "awaits": waits, "line": place},
+        )
         return EXIT_OK
     if data is None:
         print(f"sluice status: no record for payload {key!r}", file=sys.stderr)
         return EXIT_PARTIAL
     data["awaits"] = waits
+    data["line"] = place
     p = data["payload"]
     expires = when(p["expires_at"]) if p["expires_at"] else ("never while it runs" if p["holder"] else "-")
     lines = [
@@ -59,8 +65,23 @@ def cmd_status(ctx: Context) -> int:
                 f"             error: {run['error']}" + (f": {run['cause']}" if run["cause"] else "")
             )
     lines.extend(_await_lines(waits))
+    lines.extend(_place_lines(place))
     ctx.out("\n".join(lines), data)
     return EXIT_OK
+
+
+def _place_lines(place: dict[str, Any] | None) -> list[str]:
+    """Its place in a concurrency key's line (``sluice.keys``)."""
+    if place is None:
+        return []
+    k = place["key"]
+    key = f"concurrency key {place['concurrency_key']!r} ({k['running']} of {k['cap']} running)"
+    if place["waiting"]:
+        return [
+            f"line        waiting for {key} since {when(place['parked_at'])}: "
+            f"{plural(place['ahead'], 'payload')} ahead of it (message {place['message_id']})"
+        ]
+    return [f"line        parked for {key} at {when(place['parked_at'])}; sent back to the queue since"]
 
 
 def _await_lines(waits: dict[str, Any]) -> list[str]:
@@ -141,6 +162,14 @@ def _overview(ctx: Context) -> int:
             ),
         ),
     ]
+    for k in data["keys"]:
+        rows.append(
+            (
+                "key",
+                f"{k['key']}: {k['running']} of {k['cap']} running, {k['waiting']} waiting"
+                + (f", {k['on_the_way']} on the way" if k["on_the_way"] else ""),
+            )
+        )
     ctx.out(table(rows), data)
     return EXIT_OK
 

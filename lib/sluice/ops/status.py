@@ -12,6 +12,7 @@ from typing import Any
 from sluice.adapters.errors import translated
 from sluice.errors import SluiceError
 from sluice.ops.dlq import dlq_counts
+from sluice.ops.keys import describe
 from sluice.ops.maximum import read_max
 from sluice.receipts import receipt_of
 from sluice.runtime import Runtime
@@ -67,7 +68,17 @@ def overview(rt: Runtime, *, deployed_default: Callable[[], int | None] = lambda
     else:
         age, source = oldest_age(rt)
     data.update(oldest_message_age=age, oldest_message_age_source=source)
+    data.update(keys=busiest_keys(rt))
     return data
+
+
+def busiest_keys(rt: Runtime, *, top: int = 10) -> list[dict[str, Any]]:
+    """The concurrency keys with a line (``sluice.keys``), most waiting first."""
+    store = rt.store()
+    now = rt.clock.now()
+    states = [store.key_state(k) for k in sorted(store.keys_waiting())[:100]]
+    states.sort(key=lambda s: (-s.waiting, -len(s.holders), s.key))
+    return [describe(s, store.key_concurrency, now) for s in states[:top]]
 
 
 def oldest_age(rt: Runtime) -> tuple[float | None, str]:
