@@ -167,6 +167,8 @@ async function derive({ resolveVariable }) {
   // Claims and starts a tick keeps in flight at once, and the StartExecution token bucket it paces
   // them to (0: Step Functions' quota in the stack's region, sluice.settings.start_bucket).
   const startConcurrency = integer('startConcurrency', await param('startConcurrency'), 1, 100);
+  // Runs of one concurrency key at once, unless the key has its own cap (sluice.keys).
+  const keyConcurrency = integer('keyConcurrency', await param('keyConcurrency'), 1, 100000);
   const startRate = integer('startRate', await param('startRate'), 0, 100000);
   const startBurst = integer('startBurst', await param('startBurst'), 0, 100000);
   const oldestMessageAlarmSeconds = integer(
@@ -267,6 +269,7 @@ async function derive({ resolveVariable }) {
     lingerSeconds,
     maxReceiveCount,
     startConcurrency,
+    keyConcurrency,
     startRate,
     startBurst,
     oldestMessageAlarmSeconds,
@@ -293,6 +296,7 @@ async function derive({ resolveVariable }) {
       awaitHorizon: String(awaitHorizon),
       lingerSeconds: String(lingerSeconds),
       startConcurrency: String(startConcurrency),
+      keyConcurrency: String(keyConcurrency),
       startRate: String(startRate),
       startBurst: String(startBurst),
     },
