@@ -201,15 +201,19 @@ def check_cap(cap: int) -> int:
     return cap
 
 
-def wait(*, store: KeyStore, queue: Queue, payload: Payload, ckey: str, now: float) -> int:
+def wait(
+    *, store: KeyStore, queue: Queue, payload: Payload, ckey: str, now: float, seen: KeyState | None = None
+) -> int:
     """Park ``payload`` in ``ckey``'s line, then wake the key (its room may have come back while
-    we parked). Returns the ticket. The caller deletes the message."""
+    we parked). ``seen``: the key as the refused claim read it (saves a read). Returns the ticket.
+    The caller deletes the message."""
     message = payload.message
     attributes = {
         k: v for k, v in message.attributes.items() if k not in (ORIGIN_ATTRIBUTE, TICKET_ATTRIBUTE)
     }
     for _ in range(PARK_ATTEMPTS):
-        state = store.key_state(ckey)
+        state = seen if seen is not None else store.key_state(ckey)
+        seen = None
         waiter = KeyWaiter(
             ckey=ckey,
             ticket=state.tickets,

@@ -127,12 +127,17 @@ class MessageProtocol:
                 once=is_once(payload.message),
                 **({"ckey": ckey, "ticket": ticket_of(payload.message)} if ckey is not None else {}),
             )
-        except KeyFull:
+        except KeyFull as full:
             # Its concurrency key is at its cap: it waits in the key's line, out of the queue.
             assert ckey is not None
             ticket = keys.wait(
-                store=self.store, queue=self.queue, payload=payload, ckey=ckey, now=self.clock.now()
-            )  # type: ignore[arg-type]
+                store=self.store,  # type: ignore[arg-type]
+                queue=self.queue,
+                payload=payload,
+                ckey=ckey,
+                now=self.clock.now(),
+                seen=full.state,
+            )
             done.append(payload.message)
             self._log(
                 "concurrency key at its cap; parked in its line",

@@ -19,6 +19,7 @@ class MemoryKeys:
             self._keys: dict[str, KeyState] = {}
             self._key_waiters: dict[tuple[str, int], KeyWaiter] = {}
             self._wait_of: dict[str, KeyWaiter] = {}
+            self._keys_waiting: set[str] = set()  # as KEYS_WAITING: left only by forget_key
         return self._keys, self._key_waiters
 
     # -- called under the store's lock by claim, release and adopt ---------------------------------
@@ -53,6 +54,7 @@ class MemoryKeys:
                 return False
             waiters[(waiter.ckey, tickets)] = replace(waiter, ticket=tickets)
             self._wait_of[waiter.key] = replace(waiter, ticket=tickets)
+            self._keys_waiting.add(waiter.ckey)
             keys[waiter.ckey] = replace(state, tickets=tickets + 1, inflight=state.inflight - {replaces})
             return True
 
@@ -75,7 +77,8 @@ class MemoryKeys:
 
     def keys_waiting(self) -> frozenset[str]:
         with self._lock:
-            return frozenset(k for k, s in self._key_rooms()[0].items() if s.waiting > 0 or s.inflight)
+            self._key_rooms()
+            return frozenset(self._keys_waiting)
 
     def key_wait_of(self, key: str) -> KeyWaiter | None:
         with self._lock:
@@ -89,7 +92,10 @@ class MemoryKeys:
                 keys[ckey] = replace(keys[ckey], inflight=keys[ckey].inflight - set(entries))
 
     def forget_key(self, ckey: str) -> None:
-        pass  # keys_waiting is worked out from the lines themselves
+        with self._lock:
+            state = self._key_rooms()[0].get(ckey, KeyState(ckey))
+            if state.waiting == 0 and not state.inflight:
+                self._keys_waiting.discard(ckey)
 
     def set_key_cap(self, ckey: str, cap: int | None) -> None:
         with self._lock:
