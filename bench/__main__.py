@@ -37,6 +37,11 @@ def main(argv: list[str] | None = None) -> int:
         help="run only the DAG workload and write bench/out/results-dag.json (the results file is kept)",
     )
     parser.add_argument(
+        "--tenants-only",
+        action="store_true",
+        help="run only the tenants workload and write bench/out/results-tenants.json (the results file is kept)",
+    )
+    parser.add_argument(
         "--report-only",
         action="store_true",
         help="redo the report and plots from the last run's bench/out/raw.pickle",
@@ -58,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         return _semaphore_only(plan, results_path, out)
     if args.dag_only:
         return _dag_only(plan, out)
+    if args.tenants_only:
+        return _tenants_only(plan, out)
     raw = out / ("raw-quick.pickle" if plan.quick else "raw.pickle")
     if args.report_only:
         results = pickle.loads(raw.read_bytes())
@@ -69,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     semaphore_runs = results.pop("semaphore", [])
     large_runs = results.pop("large", [])
     dag_runs = results.pop("dag", [])
+    tenant_runs = results.pop("tenants", [])
     command = (
         "make bench"
         + (" QUICK=1" if plan.quick else "")
@@ -81,12 +89,16 @@ def main(argv: list[str] | None = None) -> int:
         data["large"] = report.large_section(plan, large_runs)
     if dag_runs:
         data["dag"] = report.dag_section(plan, dag_runs)
+    if tenant_runs:
+        data["tenants"] = report.tenants_section(plan, tenant_runs)
     results_path.write_text(json.dumps({**data, "cpu": cpu}, indent=1) + "\n")
     summary = report.markdown(data, cpu)
     if "large" in data:
         summary += report.large_markdown(data["large"])
     if "dag" in data:
         summary += report.dag_markdown(data["dag"])
+    if "tenants" in data:
+        summary += report.tenants_markdown(data["tenants"])
     if "semaphore" in data:
         summary += report.semaphore_markdown(data["semaphore"])
     (out / "summary.md").write_text(summary)
@@ -96,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         print(report.large_table(data["large"]))
     if "dag" in data:
         print(report.dag_table(data["dag"]))
+    if "tenants" in data:
+        print(report.tenants_table(data["tenants"]))
     if "semaphore" in data:
         print(report.semaphore_table(data["semaphore"]))
     print(
@@ -134,6 +148,20 @@ def _dag_only(plan: plan_mod.Plan, out: Path) -> int:
     (out / "summary-dag.md").write_text(report.dag_markdown(section))
     print(report.dag_table(section))
     print("\nwrote bench/out/results-dag.json and bench/out/summary-dag.md")
+    print(f"took {time.monotonic() - began:.0f} s")
+    return 0
+
+
+def _tenants_only(plan: plan_mod.Plan, out: Path) -> int:
+    """The tenants workload alone (two runs): bench/out/results-tenants.json and
+    bench/out/summary-tenants.md; the results file is left as it is."""
+    began = time.monotonic()
+    runs = [plan_mod._tenants_task(args) for _, args in plan_mod.tenant_tasks(plan)]
+    section = report.tenants_section(plan, runs)
+    (out / "results-tenants.json").write_text(json.dumps({"tenants": section}, indent=1) + "\n")
+    (out / "summary-tenants.md").write_text(report.tenants_markdown(section))
+    print(report.tenants_table(section))
+    print("\nwrote bench/out/results-tenants.json and bench/out/summary-tenants.md")
     print(f"took {time.monotonic() - began:.0f} s")
     return 0
 

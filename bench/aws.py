@@ -359,10 +359,11 @@ class CountingStore:
             self._read_pool()  # no shard had room as read: DynamoStore reads once more, then gives up
             raise SlotsFull(limit)
         self.meter.call("dynamodb:TransactWriteItems")
+        keyed = SMALL_ITEM_KB if kwargs.get("ckey") is not None else 0  # CKEY#<key>
         try:
             self.inner.claim(key=key, name=name, **kwargs)
         finally:
-            self.meter.wru += 2 * (self._shard_write(name) + 2 * SMALL_ITEM_KB)
+            self.meter.wru += 2 * (self._shard_write(name) + 2 * SMALL_ITEM_KB + keyed)
             self.meter.wait("dynamodb:TransactWriteItems")
 
     def mark_running(self, *, key: str, name: str, arn: str, started_at: float, now: float) -> bool:
@@ -420,7 +421,8 @@ class CountingStore:
             return None
         self.meter.call("dynamodb:TransactWriteItems")
         result = self.inner.release(name=name, state=state, now=now, **kwargs)
-        self.meter.wru += 2 * (self._shard_write(name) + 2 * SMALL_ITEM_KB)
+        keyed = SMALL_ITEM_KB if record.ckey is not None else 0  # CKEY#<key>
+        self.meter.wru += 2 * (self._shard_write(name) + 2 * SMALL_ITEM_KB + keyed)
         self.meter.wait("dynamodb:TransactWriteItems")
         return result if result is None else replace(result, shard=self._shard_of(name))
 
@@ -544,6 +546,56 @@ class CountingStore:
         result = self.inner.release_waiter(waiter, how=how, reason=reason, now=now)
         self.meter.wait("dynamodb:TransactWriteItems")
         return result
+
+    # -- concurrency keys (sluice.keys): every reconciliation reads KEYS_WAITING; a keyed workload also
+    # reads, parks and wakes its keys' lines (the claim's and the release's CKEY# writes are in
+    # ``claim`` and ``release``) --
+
+    @property
+    def key_concurrency(self) -> int:
+        return self.inner.key_concurrency
+
+    def keys_waiting(self) -> frozenset[str]:
+        return self._get(self.inner.keys_waiting())
+
+    def key_state(self, ckey: str) -> Any:
+        return self._get(self.inner.key_state(ckey))
+
+    def key_wait_of(self, key: str) -> Any:
+        return self._get(self.inner.key_wait_of(key))
+
+    def _transact(self, items_kb: int, result: Any) -> Any:
+        self.meter.call("dynamodb:TransactWriteItems")
+        self.meter.wru += 2 * items_kb
+        self.meter.wait("dynamodb:TransactWriteItems")
+        return result
+
+    def park_for_key(self, waiter: Any, *, tickets: int, replaces: str | None = None) -> bool:
+        kb = SMALL_ITEM_KB * 3 + _kb(len(waiter.body))  # CKEY#, KWAITOF#, KEYS_WAITING and KWAIT#
+        return self._transact(kb, self.inner.park_for_key(waiter, tickets=tickets, replaces=replaces))
+
+    def key_waiters(self, ckey: str, tickets: Sequence[int]) -> list[Any]:
+        tickets = list(tickets)
+        self._batch_get(len(tickets))
+        return self.inner.key_waiters(ckey, tickets)
+
+    def advance_key(self, ckey: str, *, woken: int, to: int, now: float, drop: Sequence[str] = ()) -> bool:
+        result = self._transact(
+            SMALL_ITEM_KB * (1 + to - woken),
+            self.inner.advance_key(ckey, woken=woken, to=to, now=now, drop=drop),
+        )
+        if result and drop:
+            self._update(None)
+        return result
+
+    def drop_inflight(self, ckey: str, entries: Sequence[str]) -> None:
+        self._update(self.inner.drop_inflight(ckey, entries))
+
+    def forget_key(self, ckey: str) -> None:
+        self._transact(SMALL_ITEM_KB * 2, self.inner.forget_key(ckey))
+
+    def set_key_cap(self, ckey: str, cap: int | None) -> None:
+        self._update(self.inner.set_key_cap(ckey, cap))
 
     def next_count(self) -> int:
         self.meter.call("dynamodb:UpdateItem")

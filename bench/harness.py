@@ -25,8 +25,16 @@ from bench.model import EVENT_DELAY, TICK_PHASE, TICK_SECONDS, Context, System
 from bench.poller import PollerSystem
 from bench.pricing import cost_usd, per_million
 from bench.sim import T0, Sim
-from bench.sluice_system import SluiceLean, SluiceLinger, SluiceRefillOne, SluiceSystem, SluiceWide
+from bench.sluice_system import (
+    SluiceKeyed,
+    SluiceLean,
+    SluiceLinger,
+    SluiceRefillOne,
+    SluiceSystem,
+    SluiceWide,
+)
 from sluice.awaits import AWAITS_ATTRIBUTE
+from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE
 
 SYSTEMS: dict[str, type[System]] = {
     cls.name: cls
@@ -38,6 +46,7 @@ SYSTEMS: dict[str, type[System]] = {
         SluiceRefillOne,
         SluiceLean,
         SluiceWide,
+        SluiceKeyed,
     )
 }
 MAIN_SYSTEMS = ("sluice", "sluice-linger", "poller", "counter-semaphore")
@@ -53,6 +62,7 @@ class Job:
     duration: float
     body: str
     awaits: tuple[str, ...] = ()  # keys this job awaits (the ``sluice-awaits`` attribute)
+    ckey: str | None = None  # its concurrency key (the ``sluice-concurrency-key`` attribute)
 
 
 DURATIONS = {
@@ -121,6 +131,91 @@ def dag(fan_ins: int, chains: int, rng: random.Random) -> list[Job]:
 def without_awaits(jobs: list[Job]) -> list[Job]:
     """The same jobs as a plain backlog: what the DAG's calls per start are compared with."""
     return [Job(j.id, j.enqueue_at, j.duration, j.body) for j in jobs]
+
+
+# The tenants workload: one heavy tenant's backlog at t0, then light tenants arriving while it waits.
+TENANT_HEAVY = 1_000
+TENANT_LIGHT = 4
+TENANT_LIGHT_JOBS = 10
+TENANT_LIGHT_AT = 120.0  # seconds after t0: the heavy tenant is backlogged by then
+TENANT_DURATIONS = "exp30"
+
+
+def tenants(rng: random.Random) -> list[Job]:
+    """``heavy`` (1,000 jobs at t0) and ``light0`` … ``light3`` (10 jobs each at 120 s), every job
+    under its tenant's concurrency key; ``exp30`` durations."""
+    plan = [("heavy", TENANT_HEAVY, 0.0)] + [
+        (f"light{t}", TENANT_LIGHT_JOBS, TENANT_LIGHT_AT) for t in range(TENANT_LIGHT)
+    ]
+    specs = [(tenant, i, at) for tenant, n, at in plan for i in range(n)]
+    lengths = durations(TENANT_DURATIONS, len(specs), rng)
+    return [
+        Job(f"{tenant}-{i:04d}", at, d, body(f"{tenant}-{i:04d}", i), ckey=tenant)
+        for (tenant, i, at), d in zip(specs, lengths, strict=True)
+    ]
+
+
+def without_keys(jobs: list[Job]) -> list[Job]:
+    """The same jobs without concurrency keys: arrival order alone."""
+    return [Job(j.id, j.enqueue_at, j.duration, j.body) for j in jobs]
+
+
+def tenant_metrics(
+    jobs: list[Job], recorder: Recorder, tenant_of: dict[str, str], cap: int | None
+) -> dict[str, Any]:
+    """Per tenant: start latency (start − enqueue) p50/p99 and the most of its jobs running at once
+    (from Step Functions' starts and ends); the light tenants' latencies together; and Jain's
+    fairness index of running jobs among the tenants with jobs not yet started, sampled each second
+    while two or more are backlogged."""
+    starts = recorder.first_start
+    ends = {k: t for k, (t, _) in recorder.ends.items()}
+    by_tenant: dict[str, list[Job]] = {}
+    for j in jobs:
+        by_tenant.setdefault(tenant_of[j.id], []).append(j)
+    out: dict[str, Any] = {"cap": cap, "tenants": {}}
+    light: list[float] = []
+    for tenant, tj in sorted(by_tenant.items()):
+        lat = [starts[j.id] - (T0 + j.enqueue_at) for j in tj if j.id in starts]
+        events = sorted(
+            [(starts[j.id], 1) for j in tj if j.id in starts] + [(ends[j.id], -1) for j in tj if j.id in ends]
+        )
+        running = peak = 0
+        for _, d in events:
+            running += d
+            peak = max(peak, running)
+        out["tenants"][tenant] = {
+            "jobs": len(tj),
+            "latency_p50_s": _r(percentile(lat, 50)),
+            "latency_p99_s": _r(percentile(lat, 99)),
+            "peak_running": peak,
+        }
+        if tenant != "heavy":
+            light += lat
+    out["light_latency_p50_s"] = _r(percentile(light, 50))
+    out["light_latency_p99_s"] = _r(percentile(light, 99))
+    out["cap_exceeded"] = cap is not None and any(t["peak_running"] > cap for t in out["tenants"].values())
+    samples = []
+    first = T0 + min(j.enqueue_at for j in jobs)
+    last = max(starts.values(), default=first)
+    t = first
+    while t <= last:
+        counts = []
+        for tj in by_tenant.values():
+            arrived = [j for j in tj if T0 + j.enqueue_at <= t]
+            if any(starts.get(j.id, float("inf")) > t for j in arrived):
+                counts.append(
+                    sum(
+                        1
+                        for j in arrived
+                        if starts.get(j.id, float("inf")) <= t < ends.get(j.id, float("inf"))
+                    )
+                )
+        if len(counts) >= 2 and sum(counts):
+            samples.append(sum(counts) ** 2 / (len(counts) * sum(c * c for c in counts)))
+        t += 1.0
+    out["jain_backlogged"] = _r(sum(samples) / len(samples)) if samples else None
+    out["jain_samples"] = len(samples)
+    return out
 
 
 def trickle(n: int, mean_gap: float, duration: float, rng: random.Random) -> list[Job]:
@@ -260,6 +355,7 @@ def run(
     timeline: bool = False,
     keep_latencies: bool = False,
     latency_scale: float = 1.0,
+    tenant_of: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Simulate ``system_name`` on ``jobs`` under ``max_`` and return its metrics."""
     sim = Sim()
@@ -270,8 +366,10 @@ def run(
     recorder.system = system
 
     for job in jobs:
-        attributes = {AWAITS_ATTRIBUTE: json.dumps(list(job.awaits))} if job.awaits else None
-        sim.at(T0 + job.enqueue_at, system.queue.send, job.body, job.id, attributes)
+        attributes = {AWAITS_ATTRIBUTE: json.dumps(list(job.awaits))} if job.awaits else {}
+        if job.ckey is not None:
+            attributes[CONCURRENCY_KEY_ATTRIBUTE] = job.ckey
+        sim.at(T0 + job.enqueue_at, system.queue.send, job.body, job.id, attributes or None)
     ticking = [True]
 
     def tick() -> None:
@@ -363,6 +461,11 @@ def run(
     }
     if any(j.awaits for j in jobs):
         result["dag"] = dag_metrics(jobs, recorder, system.queue.requeued)
+    if tenant_of is not None:
+        keyed = any(j.ckey for j in jobs)
+        result["tenants"] = tenant_metrics(
+            jobs, recorder, tenant_of, getattr(system, "key_concurrency", None) if keyed else None
+        )
     if timeline:
         result["_timeline"] = recorder.timeline
     if keep_latencies:

@@ -9,7 +9,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench import semaphore_bench
-from bench.harness import MAIN_SYSTEMS, backlog, dag, idle, run, trickle, without_awaits
+from bench.harness import (
+    MAIN_SYSTEMS,
+    backlog,
+    dag,
+    idle,
+    run,
+    tenants,
+    trickle,
+    without_awaits,
+    without_keys,
+)
 
 WORKLOADS = ("fixed30", "exp30", "lognormal", "fixed5")
 MAXES = (5, 100, 1000)
@@ -20,6 +30,7 @@ IDLE_SYSTEMS = MAIN_SYSTEMS
 TIMELINE = ("fixed30", 100)  # the run whose concurrency over time is plotted
 LARGE = ("fixed60", ("sluice-linger", "sluice-wide"))  # MAX 10,000 (issue 10, item 9)
 DAG_SYSTEM = "sluice-linger"  # the DAG workload (issue 13): as deployed, awaits through the real code
+TENANT_SYSTEMS = ("sluice-keyed", "sluice-linger")  # the tenants workload (issue 11): keyed, and plain
 
 
 @dataclass(frozen=True)
@@ -40,6 +51,7 @@ class Plan:
     dag_max: int = 50
     dag_fan_ins: int = 10  # 10 × (50 + 1) nodes
     dag_chains: int = 49  # 49 × 10 nodes: 1,000 in all
+    tenants_max: int = 50
 
     @classmethod
     def make(cls, *, quick: bool, seed: int) -> Plan:
@@ -96,6 +108,25 @@ def _dag_task(args: tuple[str, Plan, bool]) -> dict[str, Any]:
     return result
 
 
+def tenant_tasks(plan: Plan) -> list[tuple[str, Any]]:
+    """One heavy tenant and four light ones, each tenant a concurrency key; the same jobs without keys."""
+    return [("tenants", (system, plan, system == TENANT_SYSTEMS[0])) for system in TENANT_SYSTEMS]
+
+
+def _tenants_task(args: tuple[str, Plan, bool]) -> dict[str, Any]:
+    system, plan, keyed = args
+    jobs = tenants(random.Random(f"{plan.seed}/tenants"))
+    tenant_of = {j.id: j.ckey or "" for j in jobs}
+    return run(
+        system,
+        "tenants" if keyed else "tenants-plain",
+        plan.tenants_max,
+        plan.seed,
+        jobs=jobs if keyed else without_keys(jobs),
+        tenant_of=tenant_of,
+    )
+
+
 def _trickle_task(args: tuple[str, Plan]) -> dict[str, Any]:
     system, plan = args
     jobs = trickle(
@@ -120,6 +151,8 @@ def _cost(task: tuple[str, Any]) -> float:
         return args[2] * 1.0
     if kind == "dag":
         return 2_000.0
+    if kind == "tenants":
+        return 1_000.0
     if kind != "backlog":
         return 1.0
     system, _, max_, n, _ = args
@@ -140,6 +173,8 @@ def _dispatch(task: tuple[str, Any]) -> tuple[str, Any]:
         return kind, _large_task(args)
     if kind == "dag":
         return kind, _dag_task(args)
+    if kind == "tenants":
+        return kind, _tenants_task(args)
     if kind == "idle":
         return kind, _idle_task(args)
     if kind == "semaphore":
@@ -163,6 +198,7 @@ def execute(plan: Plan, workers: int | None = None, *, moto: bool = True) -> dic
                 tasks.append(("backlog", (REFILL_ONE[0], workload, max_, plan.backlog, plan.seed)))
     tasks += [("large", (s, plan.large_max, plan.large_backlog, plan.seed)) for s in LARGE[1]]
     tasks += dag_tasks(plan)
+    tasks += tenant_tasks(plan)
     tasks += [("trickle", (s, plan)) for s in TRICKLE_SYSTEMS]
     tasks += [("idle", (s, plan)) for s in IDLE_SYSTEMS]
     tasks += [("semaphore", a) for a in semaphore_bench.plan_runs(plan.semaphore_executions, plan.seed)]
@@ -187,6 +223,7 @@ def execute(plan: Plan, workers: int | None = None, *, moto: bool = True) -> dic
         "semaphore": [],
         "large": [],
         "dag": [],
+        "tenants": [],
         "scale": None,
         "moto": None,
     }

@@ -775,6 +775,106 @@ def dag_markdown(section: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def tenants_section(plan: Plan, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The tenants workload (issue 11): one heavy tenant's backlog, then four light tenants arriving
+    while it waits, each tenant a concurrency key under ``keyConcurrency``; and the same jobs without
+    keys (arrival order alone)."""
+    from bench.harness import TENANT_HEAVY, TENANT_LIGHT, TENANT_LIGHT_AT, TENANT_LIGHT_JOBS
+
+    by = {r["workload"]: r for r in runs}
+    keyed, plain = by["tenants"], by["tenants-plain"]
+    keys = (
+        "system",
+        "max",
+        "jobs",
+        "started",
+        "dead_lettered",
+        "duplicate_starts",
+        "api_calls_per_start",
+        "utilisation",
+        "makespan_s",
+        "peak_concurrency",
+        "over_max_seconds",
+        "cost_per_million_usd",
+    )
+    rows = {
+        "keyed": {**{k: keyed[k] for k in keys}, "tenants": keyed["tenants"]},
+        "plain": {**{k: plain[k] for k in keys}, "tenants": plain["tenants"]},
+    }
+    t = keyed["tenants"]
+    targets = [
+        {
+            "target": "light tenants' start latency p50 ≤ 2 s while the heavy tenant is backlogged",
+            "value": f"{_fmt(t['light_latency_p50_s'])} s (p99 {_fmt(t['light_latency_p99_s'])} s; "
+            f"without keys {_fmt(plain['tenants']['light_latency_p50_s'])} s)",
+            "met": t["light_latency_p50_s"] is not None and t["light_latency_p50_s"] <= 2.0,
+        },
+        {
+            "target": "no tenant over its key's cap",
+            "value": ", ".join(f"{n} peak {v['peak_running']}" for n, v in t["tenants"].items())
+            + f" (cap {t['cap']})",
+            "met": not t["cap_exceeded"],
+        },
+        {
+            "target": "dead-lettered: 0, duplicate starts: 0",
+            "value": f"{keyed['dead_lettered']}, {keyed['duplicate_starts']}",
+            "met": keyed["dead_lettered"] == 0 and keyed["duplicate_starts"] == 0,
+        },
+    ]
+    return {
+        "max": plan.tenants_max,
+        "workload": {
+            "heavy": TENANT_HEAVY,
+            "light_tenants": TENANT_LIGHT,
+            "light_jobs": TENANT_LIGHT_JOBS,
+            "light_at_s": TENANT_LIGHT_AT,
+            "durations": DURATIONS["exp30"],
+        },
+        "rows": rows,
+        "targets": targets,
+    }
+
+
+def tenants_table(section: dict[str, Any]) -> str:
+    w = section["workload"]
+    lines = [
+        f"Tenants, MAX {section['max']}: {w['heavy']:,} jobs of one tenant at t0, then {w['light_tenants']} tenants "
+        f"of {w['light_jobs']} at {w['light_at_s']:.0f} s:"
+    ]
+    for name, r in section["rows"].items():
+        t = r["tenants"]
+        lines.append(
+            f"  {name:<6} light p50 {_fmt(t['light_latency_p50_s'])} s p99 {_fmt(t['light_latency_p99_s'])} s, "
+            f"heavy peak {t['tenants']['heavy']['peak_running']}, Jain {_fmt(t['jain_backlogged'])}, "
+            f"util {_fmt(r['utilisation'])}, makespan {_fmt(r['makespan_s'])} s, "
+            f"calls/start {_fmt(r['api_calls_per_start'], '.2f')}, ${_fmt(r['cost_per_million_usd'], '.2f')}/M"
+        )
+    lines += _target_lines(section["targets"])
+    return "\n".join(lines)
+
+
+def tenants_markdown(section: dict[str, Any]) -> str:
+    w = section["workload"]
+    out = [
+        f"\n#### Tenants: {w['heavy']:,} jobs of one tenant at t0, then {w['light_tenants']} tenants of "
+        f"{w['light_jobs']} at {w['light_at_s']:.0f} s, MAX {section['max']}\n",
+        "| run | light p50 / p99 (s) | heavy p50 (s) | heavy peak running | Jain (backlogged) | utilisation "
+        "| makespan (s) | calls / start | $ per M launches |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, r in section["rows"].items():
+        t = r["tenants"]
+        label = f"concurrency keys, cap {t['cap']}" if name == "keyed" else "the same jobs, no keys"
+        out.append(
+            f"| {label} | {_fmt(t['light_latency_p50_s'])} / {_fmt(t['light_latency_p99_s'])} "
+            f"| {_fmt(t['tenants']['heavy']['latency_p50_s'])} | {t['tenants']['heavy']['peak_running']} "
+            f"| {_fmt(t['jain_backlogged'])} | {_fmt(r['utilisation'])} | {_fmt(r['makespan_s'])} "
+            f"| {_fmt(r['api_calls_per_start'], '.2f')} | {_fmt(r['cost_per_million_usd'], '.2f')} |"
+        )
+    out += ["", *_target_table(section["targets"])]
+    return "\n".join(out) + "\n"
+
+
 def semaphore_section(plan: Plan, runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The ``semaphore`` section of results.json: the model, the runs and the issue's goals."""
     from bench import semaphore_bench as sb

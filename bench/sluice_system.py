@@ -114,12 +114,18 @@ class SluiceSystem(System):
     start_concurrency = START_CONCURRENCY
     launcher_memory_mb = SLUICE_LAUNCHER_MEMORY_MB
     lean = False  # no mark step, no read before a release
+    key_concurrency = 1  # the cap of a concurrency key (only the tenants workload's jobs carry one)
     refill_one = False  # a completion's admission skips the ledger read
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
         sim, meter = ctx.sim, ctx.meter
-        self.store = CountingStore(MemoryStore(), meter, skip_mark=self.lean, release_without_read=self.lean)
+        self.store = CountingStore(
+            MemoryStore(key_concurrency=self.key_concurrency),
+            meter,
+            skip_mark=self.lean,
+            release_without_read=self.lean,
+        )
         self.queue = SimQueue(meter, sim.clock, visibility_timeout=180, max_receive_count=10)
         self.sfn = SimExecutions(meter, sim.clock, lag=LIST_LAG, on_start=ctx.on_start)
         self.log = counting_logger(meter, f"bench.{self.name}")
@@ -224,6 +230,13 @@ class SluiceWide(SluiceLinger):
     name = "sluice-wide"
     start_concurrency = 100
     launcher_memory_mb = 1024
+
+
+class SluiceKeyed(SluiceLinger):
+    """Sluice as deployed with ``keyConcurrency=10``: the tenants workload, each tenant a concurrency key."""
+
+    name = "sluice-keyed"
+    key_concurrency = 10
 
 
 class SluiceLean(SluiceSystem):

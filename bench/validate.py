@@ -23,6 +23,7 @@ from sluice.adapters.memory import MemoryStore
 from sluice.adapters.ssm import SsmMax
 from sluice.clock import FakeClock, SystemClock
 from sluice.completion import StatusChange
+from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE
 from sluice.launcher import Launcher
 from sluice.settings import Settings
 
@@ -64,7 +65,7 @@ def _scenario(
     launcher.tick()
 
 
-def memory_counts(payloads: int = 8, max_: int = 3) -> dict[str, int]:
+def memory_counts(payloads: int = 8, max_: int = 3, ckey: str | None = None) -> dict[str, int]:
     clock = FakeClock()
     meter = Meter(clock)
     store = CountingStore(MemoryStore(), meter)
@@ -84,7 +85,7 @@ def memory_counts(payloads: int = 8, max_: int = 3) -> dict[str, int]:
     )
     _scenario(
         launcher,
-        send=lambda b, key: queue.send(b, key),
+        send=lambda b, key: queue.send(b, key, {CONCURRENCY_KEY_ATTRIBUTE: ckey} if ckey else None),
         running=lambda: list(sfn.inner.running),
         finish=lambda name: (clock.advance(1.0), sfn.finish(name)),  # time passes, as on moto
         reset=meter.calls.clear,
@@ -94,7 +95,7 @@ def memory_counts(payloads: int = 8, max_: int = 3) -> dict[str, int]:
     return dict(sorted(meter.calls.items()))
 
 
-def moto_counts(payloads: int = 8, max_: int = 3) -> dict[str, int]:
+def moto_counts(payloads: int = 8, max_: int = 3, ckey: str | None = None) -> dict[str, int]:
     import boto3
     from moto import mock_aws
     from moto.core import DEFAULT_ACCOUNT_ID
@@ -161,8 +162,15 @@ def moto_counts(payloads: int = 8, max_: int = 3) -> dict[str, int]:
             backend = stepfunctions_backends[DEFAULT_ACCOUNT_ID][REGION]
 
             def send(text: str, key: str) -> None:
+                keyed = (
+                    {CONCURRENCY_KEY_ATTRIBUTE: {"DataType": "String", "StringValue": ckey}} if ckey else {}
+                )
                 producer.send_message(
-                    QueueUrl=url, MessageBody=text, MessageGroupId=key, MessageDeduplicationId=key
+                    QueueUrl=url,
+                    MessageBody=text,
+                    MessageGroupId=key,
+                    MessageDeduplicationId=key,
+                    MessageAttributes=keyed,
                 )
 
             def running() -> list[str]:
@@ -188,7 +196,8 @@ def moto_counts(payloads: int = 8, max_: int = 3) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def agreement(payloads: int = 8, max_: int = 3) -> dict[str, Any]:
-    memory = memory_counts(payloads, max_)
-    moto = moto_counts(payloads, max_)
+def agreement(payloads: int = 8, max_: int = 3, ckey: str | None = None) -> dict[str, Any]:
+    """``ckey``: every payload under that concurrency key (cap 1): the line's parks and wakes counted too."""
+    memory = memory_counts(payloads, max_, ckey)
+    moto = moto_counts(payloads, max_, ckey)
     return {"payloads": payloads, "max": max_, "memory": memory, "moto": moto, "agree": memory == moto}

@@ -17,6 +17,7 @@ from bench.report import DEPLOYED, LABEL, NO_LINGER
 from bench.sim import LambdaFunction, Sim
 from bench.sluice_system import LINGER_SECONDS
 from bench.validate import agreement
+from sluice.keys import KeyStore
 from sluice.ports import Store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,7 +147,12 @@ def test_a_long_poll_waits_in_virtual_time_until_a_message_arrives():
 
 
 def test_counting_store_implements_every_store_method():
-    wanted = {n for n, _ in inspect.getmembers(Store, inspect.isfunction) if not n.startswith("_")}
+    wanted = {
+        n
+        for port in (Store, KeyStore)
+        for n, _ in inspect.getmembers(port, inspect.isfunction)
+        if not n.startswith("_")
+    }
     missing = {n for n in wanted if not callable(getattr(CountingStore, n, None))}
     assert not missing, f"CountingStore does not count {sorted(missing)}"
 
@@ -156,6 +162,18 @@ def test_counts_agree_with_the_real_adapters_on_moto():
 
     assert result["agree"], (result["memory"], result["moto"])
     assert result["moto"]["states:StartExecution"] == 5
+
+
+def test_keyed_counts_agree_with_the_real_adapters_on_moto():
+    """Every payload under one concurrency key of cap 1: all but one park, and each end wakes one."""
+    result = agreement(payloads=4, max_=3, ckey="tenant")
+
+    assert result["agree"], (result["memory"], result["moto"])
+    assert result["moto"]["states:StartExecution"] == 4
+    assert (
+        result["moto"]["dynamodb:TransactWriteItems"]
+        > agreement(payloads=4, max_=3)["moto"]["dynamodb:TransactWriteItems"]
+    )
 
 
 class _IgnoreTags(yaml.SafeLoader):
