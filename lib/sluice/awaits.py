@@ -339,11 +339,13 @@ def on_receipt(*, store: AwaitStore, queue: Queue, key: str, now: float) -> int:
         return 0
 
 
-def sweep(*, store: AwaitStore, queue: Queue, now: float, horizon: float) -> dict[str, int]:
+def sweep(
+    *, store: AwaitStore, queue: Queue, now: float, horizon: float, ids: frozenset[str] | None = None
+) -> dict[str, int]:
     """Reconciliation: settle every parked waiter (a wake-up lost to a crash, a key past the
-    horizon). Returns counts by outcome."""
+    horizon). Returns counts by outcome. ``ids``: the AWAITING index as already read."""
     counts: dict[str, int] = {}
-    ids = store.waiting()
+    ids = store.waiting() if ids is None else ids
     if not ids:
         return counts
     found = store.waiters(ids)

@@ -280,8 +280,8 @@ def as_parked(waiter: KeyWaiter, sent: str) -> ParkedMessage:
     )
 
 
-def sweep(*, store: KeyStore, queue: Queue, now: float) -> int:
-    """Wake every key with waiters and room (a wake-up lost to a crash). Returns how many were sent."""
-    return sum(
-        wake(store=store, queue=queue, ckey=ckey, now=now, tidy=True) for ckey in sorted(store.keys_waiting())
-    )
+def sweep(*, store: KeyStore, queue: Queue, now: float, ckeys: frozenset[str] | None = None) -> int:
+    """Wake every key with waiters and room (a wake-up lost to a crash). Returns how many were sent.
+    ``ckeys``: the KEYS_WAITING index as already read."""
+    ckeys = store.keys_waiting() if ckeys is None else ckeys
+    return sum(wake(store=store, queue=queue, ckey=ckey, now=now, tidy=True) for ckey in sorted(ckeys))

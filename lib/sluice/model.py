@@ -230,6 +230,16 @@ class ParkedMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class Rooms:
+    """The waiting rooms' indexes, as reconciliation reads them at once: the executions with deferred
+    duplicates parked behind them, the parked awaits waiters, and the concurrency keys with a line."""
+
+    parked_holders: frozenset[str] = frozenset()
+    awaiting: frozenset[str] = frozenset()
+    keys_waiting: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
 class MaxReading:
     """MAX as configured, and when it last changed (``changed_at``, epoch seconds; None when that
     is unknown: the parameter is missing and the deployed default applies)."""

@@ -48,9 +48,10 @@ def wake(*, store: Store, queue: Queue, record: ExecutionRecord, now: float) -> 
     return len(waiting)
 
 
-def sweep(*, store: Store, queue: Queue, now: float) -> int:
-    """Wake messages parked behind executions whose lease has ended (a wake-up lost to a crash)."""
-    holders = store.parked_holders()
+def sweep(*, store: Store, queue: Queue, now: float, holders: frozenset[str] | None = None) -> int:
+    """Wake messages parked behind executions whose lease has ended (a wake-up lost to a crash).
+    ``holders``: the index as already read (``Store.rooms``)."""
+    holders = store.parked_holders() if holders is None else holders
     if not holders:
         return 0
     records = store.executions(holders)

@@ -22,6 +22,7 @@ from sluice.model import (
     ParkedMessage,
     PayloadRecord,
     PayloadState,
+    Rooms,
     StartedExecution,
     StartResult,
 )
@@ -272,4 +273,8 @@ class Store(Protocol):
 
     def parked_holders(self) -> frozenset[str]:
         """Executions that have messages parked behind them (reconciliation's sweep)."""
+        ...
+
+    def rooms(self) -> Rooms:
+        """The waiting rooms' indexes in one read (reconciliation's sweeps)."""
         ...

@@ -155,9 +155,16 @@ def reconcile(
             _block_unstarted_holder(store, record.key, name, running, now, logger)
         external += 1
 
-    woken = sweep(store=store, queue=queue, now=now)
-    sweep_awaits(store=store, queue=queue, now=now, horizon=settings.await_horizon_seconds)  # type: ignore[arg-type]
-    sweep_keys(store=store, queue=queue, now=now)  # type: ignore[arg-type]
+    rooms = store.rooms()  # the three waiting rooms' indexes, in one read
+    woken = sweep(store=store, queue=queue, now=now, holders=rooms.parked_holders)
+    sweep_awaits(
+        store=store,  # type: ignore[arg-type]
+        queue=queue,
+        now=now,
+        horizon=settings.await_horizon_seconds,
+        ids=rooms.awaiting,
+    )
+    sweep_keys(store=store, queue=queue, now=now, ckeys=rooms.keys_waiting)  # type: ignore[arg-type]
     drift = judged + external + adopted
     count = store.next_count()
     if max_source is not None:

@@ -327,7 +327,7 @@ def test_records_never_expire_while_live_and_expire_the_retention_after_the_end(
 
 
 def test_api_calls_per_start_and_tick_cost_independent_of_backlog(session):
-    """Two calls per start (claim, StartExecution) in a tick that fills 10 slots, plus a fixed 14."""
+    """Two calls per start (claim, StartExecution) in a tick that fills 10 slots, plus a fixed 13."""
 
     def measure(backlog: int) -> tuple[float, int]:
         # MAX cached for 5 s, as deployed: the read before each claim costs no call within a tick.
@@ -349,10 +349,10 @@ def test_api_calls_per_start_and_tick_cost_independent_of_backlog(session):
     _, large_total = measure(60)
     assert small_total == large_total  # same work for 12 or 60 queued
     # Per start: claim, StartExecution. Per tick: DescribeStateMachine, reconciliation (2 ledger
-    # reads, ListExecutions, the waiting room's index, the awaits index, numbering its count,
+    # reads, ListExecutions, the waiting rooms' three indexes in one read, numbering its count,
     # GetParameter and the count recorded on the caps, save), the read before the receive, receive,
     # one mark for the batch, delete.
-    assert small_total == 2 * 10 + 14 and small_per_start == 3.4
+    assert small_total == 2 * 10 + 13 and small_per_start == 3.3
 
 
 def test_switching_the_state_machine_with_executions_running_leaks_no_slot(session):

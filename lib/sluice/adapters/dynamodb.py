@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sluice.adapters.dynamo_awaits import AwaitsTable
+from sluice.adapters.dynamo_awaits import AWAITING_PK, AwaitsTable
 from sluice.adapters.dynamo_codec import (
     TTL_ATTRIBUTE,
     create_table,
@@ -50,7 +50,7 @@ from sluice.adapters.dynamo_codec import (
     to_payload,
     values,
 )
-from sluice.adapters.dynamo_keys import KeysTable, to_key_state
+from sluice.adapters.dynamo_keys import KEYS_WAITING_PK, KeysTable, to_key_state
 from sluice.adapters.dynamo_launch_slots import LEDGER_PK, LaunchSlots
 from sluice.adapters.dynamo_parking import PARKED_PK
 from sluice.adapters.dynamo_records import RecordsTable
@@ -63,6 +63,7 @@ from sluice.model import (
     Ledger,
     LimitSource,
     PayloadState,
+    Rooms,
     StartedExecution,
 )
 from sluice.slots import DEFAULT_PER_SHARD
@@ -100,6 +101,14 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
         self.launch_slots = LaunchSlots(slots, rng=rng)
 
     # -- reads ---------------------------------------------------------------------------------
+
+    def rooms(self) -> Rooms:
+        found = {raw["pk"]: raw for raw in self._batch_get([PARKED_PK, AWAITING_PK, KEYS_WAITING_PK])}
+        return Rooms(
+            parked_holders=frozenset(found.get(PARKED_PK, {}).get("holders", ())),
+            awaiting=frozenset(found.get(AWAITING_PK, {}).get("waiters", ())),
+            keys_waiting=frozenset(found.get(KEYS_WAITING_PK, {}).get("keys", ())),
+        )
 
     def ledger(self) -> Ledger:
         return self.launch_slots.ledger()

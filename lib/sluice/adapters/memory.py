@@ -20,6 +20,7 @@ from sluice.model import (
     ParkedMessage,
     PayloadRecord,
     PayloadState,
+    Rooms,
     StartedExecution,
     record_expiry,
 )
@@ -368,3 +369,6 @@ class MemoryStore(MemoryAwaits, MemoryKeys):
     def parked_holders(self) -> frozenset[str]:
         with self._lock:
             return frozenset(self._parked_holders)
+
+    def rooms(self) -> Rooms:
+        return Rooms(self.parked_holders(), self.waiting(), self.keys_waiting())
