@@ -27,6 +27,7 @@ from sluice.validation import TRUNCATED_ATTRIBUTE
 
 BATCH = 10
 MAX_ATTRIBUTES = 10
+SLUICE_PREFIX = "sluice-"  # attributes Sluice reads (sluice-key, sluice-once, ...)
 REASON_ATTRIBUTE = "sluice-error"
 SOURCE_ATTRIBUTE = "sluice-source-message-id"
 RECEIVES_ATTRIBUTE = "sluice-receive-count"
@@ -116,7 +117,11 @@ class SqsQueue:
 
     def requeue(self, parked: ParkedMessage) -> None:
         attributes = {k: v for k, v in parked.attributes.items() if v}
-        kept = dict(sorted(attributes.items())[: MAX_ATTRIBUTES - 1])
+        # At most 10 attributes, the origin among them. Sluice's own go first: they say how it runs
+        # (its key, its concurrency key and place in the line, run-once, awaits). A woken key waiter
+        # carries one more than it came with (its ticket): the producer's, last by name, make room.
+        ranked = sorted(attributes.items(), key=lambda kv: (not kv[0].startswith(SLUICE_PREFIX), kv[0]))
+        kept = dict(ranked[: MAX_ATTRIBUTES - 1])
         kept[ORIGIN_ATTRIBUTE] = parked.message_id
         # One holder's wake-up sent twice within 5 minutes is one message; a wake-up behind a later
         # holder is another send. A copy that does get through twice names the same execution.
