@@ -58,6 +58,7 @@ between a send and the move of ``woken``, leaves the waiter parked; reconciliati
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -77,6 +78,9 @@ DEFAULT_KEY_CONCURRENCY = 1
 WAKE_BATCH = 50  # waiters one wake sends at most (their items and CKEY# in one transaction)
 PARK_ATTEMPTS = 20  # parkers of one key racing for the next ticket
 INFLIGHT_SECONDS = 300.0  # how long a woken waiter's slot is kept for its claim
+# A waiter is one DynamoDB item (400 KB): its body and attributes, beside its keys and ids. SQS takes
+# messages of up to 1 MiB, body and attributes.
+WAITER_MAX_BYTES = 400_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +179,25 @@ def concurrency_key(message: Message) -> str | None:
     return check_key(raw, source=f"message attribute {CONCURRENCY_KEY_ATTRIBUTE!r}")
 
 
+def waiter_attributes(message: Message) -> dict[str, str]:
+    """The attributes a waiter keeps (its origin and ticket are given again when it is sent back)."""
+    return {k: v for k, v in message.attributes.items() if k not in (ORIGIN_ATTRIBUTE, TICKET_ATTRIBUTE)}
+
+
+def check_fits_line(message: Message, *, key: str) -> None:
+    """A keyed message may have to wait in its key's line: one item. One too big for it is an
+    ``InvalidPayload`` (to the DLQ with the reason), whether or not its key has room just now."""
+    size = len(message.body.encode("utf-8", "surrogatepass")) + len(
+        json.dumps(waiter_attributes(message), sort_keys=True).encode()
+    )
+    if size > WAITER_MAX_BYTES:
+        raise InvalidPayload(
+            f"body and attributes are {size:,} bytes; a message with a concurrency key waits in its "
+            f"key's line, which keeps at most {WAITER_MAX_BYTES:,}",
+            key=key,
+        )
+
+
 def entry(ticket: int, at: float) -> str:
     """A woken waiter's in-flight entry, and the ticket attribute it is sent back with."""
     return f"{ticket}@{int(at * 1000)}"
@@ -208,9 +231,7 @@ def wait(
     we parked). ``seen``: the key as the refused claim read it (saves a read). Returns the ticket.
     The caller deletes the message."""
     message = payload.message
-    attributes = {
-        k: v for k, v in message.attributes.items() if k not in (ORIGIN_ATTRIBUTE, TICKET_ATTRIBUTE)
-    }
+    attributes = waiter_attributes(message)
     for _ in range(PARK_ATTEMPTS):
         state = seen if seen is not None else store.key_state(ckey)
         seen = None

@@ -93,7 +93,9 @@ class MessageProtocol:
         try:
             payload = validate_message(message)
             check_pointer(payload, self.payloads)  # before any claim; S3 throttled: TransientError
-            concurrency_key(message), ticket_of(message)  # a bad one is dead-lettered, not claimed
+            if concurrency_key(message) is not None:  # a bad one is dead-lettered, not claimed
+                keys.check_fits_line(message, key=payload.key)
+            ticket_of(message)
             if gate(store=self.store, queue=self.queue, payload=payload, now=self.clock.now()):  # type: ignore[arg-type]
                 done.append(message)  # parked until its awaits have SUCCEEDED (sluice.awaits)
                 self._log("payload awaits keys not yet SUCCEEDED; parked", payload, None, Outcome.WAITING)

@@ -229,3 +229,28 @@ def test_a_woken_run_once_waiter_stays_run_once(session: Any, watch: Watch) -> N
     drain_all(stack)
     runs_of_p = [e for e in stack.executions() if e["name"].startswith("p-")]
     assert [e["name"] for e in runs_of_p] == [elsewhere.name], "a run-once payload ran again after it SUCCEEDED"
+
+
+def test_a_waiter_too_big_for_its_line_neither_crashes_the_tick_nor_holds_up_others(
+    session: Any, watch: Watch
+) -> None:
+    """Attacks the park with bad input (promise 5): SQS takes a message of up to 1 MiB, body and
+    attributes, but a waiter is one DynamoDB item (400 KB). A keyed message with a 450 KB attribute
+    that finds its key full must not crash the tick, nor hold up the other keys' messages."""
+    stack = make(session, watch, cap=1)
+    first = send(stack, "a")
+    big = send(stack, "b", Note="x" * 450_000)
+    others = [send(stack, f"o{i}", ckey=f"other{i}", group=f"h{i}") for i in range(3)]
+    launcher = stack.launcher()
+    launcher.tick()  # must not raise
+    names = {e["name"] for e in stack.executions()}
+    assert {o.name for o in others} <= names
+    drain_all(stack)
+    (dead,) = stack.dlq_messages()
+    assert dead["MessageAttributes"]["sluice-source-message-id"]["StringValue"] == big.message_id
+    assert "waits in its key's line, which keeps at most 400,000" in (
+        dead["MessageAttributes"]["sluice-error"]["StringValue"]
+    )
+    assert big.name not in {e["name"] for e in stack.executions()}
+    assert watch.violations == []
+    assert stack.queue_counts() == (0, 0)
