@@ -46,9 +46,12 @@ commits. Both reads are consistent, so at least one sees the other's write:
     park M (ticket t, tickets t+1)
     wake k: reads the room and M → sends M     wake k: reads the room, and M if parked by then
 
-    a waiter sent twice (two wakers read the same woken) has one deduplication id per ticket:
-    SQS drops the second within 5 minutes; a later copy names the same execution, and the lease
-    refuses it while the first copy's run is live (ExecutionAlreadyExists after it ended).
+    a waiter sent twice (two wakers read the same woken, or a wake after a crash between a send
+    and the move of ``woken``) arrives twice: each send's deduplication id is its in-flight entry,
+    so every entry noted belongs to a copy that reaches the queue. The copies name one execution:
+    the lease refuses the second while the first copy's run is live (ExecutionAlreadyExists after
+    it ended), and the copy that did not claim gives its entry back (``forgo``). A copy SQS dropped
+    as a repeat would leave its entry keeping a slot, and newcomers in the line, for nobody.
 
 A woken waiter can still find its key full (the cap was lowered, or its slot stopped being kept
 for it after ``INFLIGHT_SECONDS``): it parks again, at the back. A crash between a release and its wake, or
@@ -289,11 +292,12 @@ def forgo(*, store: KeyStore, ckey: str, ticket: str) -> None:
 
 def as_parked(waiter: KeyWaiter, sent: str) -> ParkedMessage:
     """The waiter as the queue re-sends it: its ticket rides along, and the holder it is named by
-    (which the deduplication id derives from) is its place in the line."""
+    (which the deduplication id derives from) is its in-flight entry: its place in the line and
+    this send's time."""
     return ParkedMessage(
         message_id=waiter.message_id,
         key=waiter.key,
-        holder=f"sluice-key:{waiter.ckey}#{waiter.ticket}",
+        holder=f"sluice-key:{waiter.ckey}#{sent}",
         body=waiter.body,
         group_id=waiter.group_id,
         attributes={**waiter.attributes, TICKET_ATTRIBUTE: sent},

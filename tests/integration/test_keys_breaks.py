@@ -254,3 +254,216 @@ def test_a_waiter_too_big_for_its_line_neither_crashes_the_tick_nor_holds_up_oth
     assert big.name not in {e["name"] for e in stack.executions()}
     assert watch.violations == []
     assert stack.queue_counts() == (0, 0)
+
+
+# -- the wake-up race ---------------------------------------------------------------------------------
+
+
+def side_by_side(*calls: Any) -> list[BaseException | None]:
+    barrier = threading.Barrier(len(calls))
+    errors: list[BaseException | None] = [None] * len(calls)
+
+    def run(i: int, call: Any) -> None:
+        barrier.wait()
+        try:
+            call()
+        except BaseException as exc:
+            errors[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(calls)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return errors
+
+
+def on_park(client: Any, when: str, action: Any) -> Counter:
+    """Run ``action`` once, ``before`` or ``after`` the first park (a transaction writing KWAIT#)."""
+    seen: Counter = Counter()
+
+    def before(params: dict[str, Any], **_: Any) -> None:
+        if "KWAIT#" in text_of(params) and not seen["fired"]:
+            seen["fired"] += 1
+            action()
+
+    def after(http_response: Any, model: Any, context: dict[str, Any], **_: Any) -> None:
+        if context.get("park") and not seen["fired"] and http_response.status_code < 300:
+            seen["fired"] += 1
+            action()
+
+    def mark(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        context["park"] = "KWAIT#" in text_of(params)
+
+    if when == "before":
+        client.meta.events.register(f"before-call.{service(client)}.TransactWriteItems", before)
+    else:
+        client.meta.events.register(f"before-call.{service(client)}.TransactWriteItems", mark)
+        client.meta.events.register(f"after-call.{service(client)}.TransactWriteItems", after)
+    return seen
+
+
+def sends(client: Any) -> list[str]:
+    """The SendMessage requests a client makes (their bodies)."""
+    out: list[str] = []
+
+    def hook(params: dict[str, Any], **_: Any) -> None:
+        out.append(text_of(params))
+
+    client.meta.events.register(f"before-call.{service(client)}.SendMessage", hook)
+    return out
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_release_between_the_refused_claim_and_the_park_loses_no_wake_up(
+    session: Any, watch: Watch, when: str
+) -> None:
+    """Attacks the lost wake-up argument: the only run of key k ends (release and the completion's
+    wake) just before the launcher parks the message its claim refused (``before``: the completion's
+    wake cannot see the waiter) or just after the park committed (``after``: both wakes see it).
+    Either way the waiter starts within the launcher's own fill, once, with no reconciliation."""
+    stack = make(session, watch, cap=1)
+    first = send(stack, "a")
+    stack.launcher().tick()
+    waiter = send(stack, "b")
+    launcher, completion = stack.launcher(), stack.launcher()
+    completion_sends = sends(completion.queue.client)
+    parker_sends = sends(launcher.queue.client)
+    fired = on_park(
+        launcher.store.client,
+        when,
+        lambda: completion.on_status_change(StatusChange.from_event(stack.finish(first.name))),
+    )
+    summary = launcher.tick(reconcile_first=False)
+    assert fired["fired"] == 1
+    assert summary.n(Outcome.KEY_WAITING) == 1
+    if when == "before":
+        assert completion_sends == []  # the completion's wake ran before the waiter was parked
+    woken = [p for p in completion_sends + parker_sends if TICKET_ATTRIBUTE in p]
+    assert woken, "nobody woke the waiter"
+    assert stack.running() == [waiter.name]
+    drain_all(stack)
+    check_all_ran(stack, watch, [first, waiter])
+    assert watch.starts == [first.name, waiter.name]
+
+
+def test_two_launchers_and_completions_race_on_two_keys(session: Any, atomic: None, watch: Watch) -> None:
+    """Two launchers with 10 start threads each and completions from both, all at once: messages of
+    two keys (cap 2) and unkeyed ones in 12 groups. They claim, park and wake the same keys side by
+    side; no key ever runs more than 2, nothing is lost, every line ends empty."""
+    stack = make(session, watch, cap=2, max_concurrency=6, start_concurrency=10)
+    sent = [send(stack, f"p{i}", ckey=("k1", "k2", None)[i % 3], group=f"g{i % 12}") for i in range(36)]
+    a, b = stack.launcher(), stack.launcher()
+    parks = Counter()
+
+    def count_parks(params: dict[str, Any], **_: Any) -> None:
+        if "KWAIT#" in text_of(params):
+            parks["n"] += 1
+
+    for launcher in (a, b):
+        launcher.store.client.meta.events.register(
+            f"before-call.{service(launcher.store.client)}.TransactWriteItems", count_parks
+        )
+    for _ in range(15):
+        assert side_by_side(a.tick, b.tick) == [None, None]
+        events = [StatusChange.from_event(stack.finish(n)) for n in stack.running()]
+        calls = [lambda e=e, who=(a if i % 2 else b): who.on_status_change(e) for i, e in enumerate(events)]
+        if calls:
+            assert set(side_by_side(*calls)) == {None}
+    assert parks["n"] >= 4, "no key line formed"
+    assert watch.peak["k1"] == 2 and watch.peak["k2"] == 2
+    drain_all(stack)
+    check_all_ran(stack, watch, sent)
+
+
+# -- crashes --------------------------------------------------------------------------------------------
+
+
+def crash_after_park(client: Any) -> Counter:
+    """The Lambda dies right after its first park committed: no wake by the parker, no delete."""
+    seen: Counter = Counter()
+
+    def mark(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        context["park"] = "KWAIT#" in text_of(params)
+
+    def after(http_response: Any, context: dict[str, Any], **_: Any) -> None:
+        if context.get("park") and http_response.status_code < 300 and not seen["crashed"]:
+            seen["crashed"] += 1
+            raise Crash("stopped after the park")
+
+    client.meta.events.register(f"before-call.{service(client)}.TransactWriteItems", mark)
+    client.meta.events.register(f"after-call.{service(client)}.TransactWriteItems", after)
+    return seen
+
+
+def test_a_crash_between_the_park_and_the_delete_runs_the_message_once(session: Any, watch: Watch) -> None:
+    """Attacks the crash table's first row: the launcher dies after parking M (ticket 0) and before
+    deleting it. The key's run ends meanwhile and its wake sends ticket 0 back behind M's original,
+    which returns and, finding a waiter on the way, parks again (ticket 1): two tickets for one
+    message. M must run once, the second ticket must not keep the key, and a later message of the
+    key must still run."""
+    stack = make(session, watch, cap=1, visibility_timeout=1)
+    first = send(stack, "a")
+    stack.launcher().tick()
+    m = send(stack, "m")
+    launcher = stack.launcher()
+    crashed = crash_after_park(launcher.store.client)
+    with pytest.raises(Crash):
+        launcher.tick()
+    assert crashed["crashed"] == 1
+    store = stack.runtime().store()
+    assert store.key_state("k").waiting == 1
+    other = stack.launcher()
+    end(stack, other, first.name)  # wakes ticket 0; M's original is still in flight
+    time.sleep(1.2)
+    summary = other.tick()  # the original parks again (ticket 1), the woken copy runs
+    assert store.key_state("k").tickets == 2, "the original did not park a second time"
+    assert stack.running() == [m.name], summary.as_dict()
+    later = send(stack, "n")
+    drain_all(stack)
+    check_all_ran(stack, watch, [first, m, later])
+    assert [n for n in watch.starts if n == m.name] == [m.name]
+    assert watch.starts.index(m.name) < watch.starts.index(later.name)
+
+
+def crash_after_wake_send(client: Any) -> Counter:
+    """The Lambda dies right after its first send of a woken waiter (before ``woken`` moves)."""
+    seen: Counter = Counter()
+
+    def mark(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        context["wake"] = TICKET_ATTRIBUTE in text_of(params)
+
+    def after(http_response: Any, context: dict[str, Any], **_: Any) -> None:
+        if context.get("wake") and http_response.status_code < 300 and not seen["crashed"]:
+            seen["crashed"] += 1
+            raise Crash("stopped after the wake's send")
+
+    client.meta.events.register(f"before-call.{service(client)}.SendMessage", mark)
+    client.meta.events.register(f"after-call.{service(client)}.SendMessage", after)
+    return seen
+
+
+def test_a_crash_after_a_wake_send_before_the_advance(session: Any, watch: Watch) -> None:
+    """Attacks the crash table's third row: the completion dies after sending waiter b back and
+    before moving ``woken``. The sent copy passes the line with its ticket; reconciliation's sweep
+    sends b again a little later and moves the line, keeping a slot for that second send. b runs
+    once, and its key must not then sit idle with a waiter: once a slot was kept for a copy SQS
+    dropped as a repeat of the first (one deduplication id per ticket), for INFLIGHT_SECONDS."""
+    stack = make(session, watch, cap=1)
+    sent = [send(stack, "a"), send(stack, "b"), send(stack, "c")]
+    stack.launcher().tick()
+    completion = stack.launcher()
+    crashed = crash_after_wake_send(completion.queue.client)
+    with pytest.raises(Crash):
+        end(stack, completion, sent[0].name)
+    assert crashed["crashed"] == 1
+    store = stack.runtime().store()
+    assert store.key_state("k").woken == 0
+    stack.clock.advance(2)  # the next tick, a moment later
+    launcher = stack.launcher()
+    launcher.tick()  # the sweep sends b again, then b's first copy claims, the second resumes it
+    assert stack.running() == [sent[1].name]
+    end(stack, launcher, sent[1].name)  # wakes c: the key has no run and one waiter
+    assert stack.running() == [sent[2].name], f"key idle with a waiter: {store.key_state('k')}"
+    drain_all(stack)
+    check_all_ran(stack, watch, sent)
