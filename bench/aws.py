@@ -593,6 +593,9 @@ class CountingStore:
             self._update(None)
         return result
 
+    def keep_inflight(self, ckey: str, entries: Sequence[str]) -> None:
+        self._update(self.inner.keep_inflight(ckey, entries))
+
     def drop_inflight(self, ckey: str, entries: Sequence[str]) -> None:
         self._update(self.inner.drop_inflight(ckey, entries))
 

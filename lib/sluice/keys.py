@@ -165,6 +165,10 @@ class KeyStore(Protocol):
         """Stop keeping slots for these woken waiters (entries not there are ignored)."""
         ...
 
+    def keep_inflight(self, ckey: str, entries: Sequence[str]) -> None:
+        """Keep slots for these woken waiters again (a claim rolled back: its message returns)."""
+        ...
+
     def forget_key(self, ckey: str) -> None:
         """Take ``ckey`` off ``keys_waiting`` if its line is empty and nobody is on the way."""
         ...

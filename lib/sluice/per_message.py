@@ -191,6 +191,11 @@ class MessageProtocol:
             # Refused for certain: nothing started, so the claim goes back (a resumed claim stays:
             # an earlier attempt may have started it).
             if fresh:
+                ticket = ticket_of(payload.message)
+                if ckey is not None and ticket is not None:
+                    # A woken waiter going back to the queue keeps its slot in the key: else the
+                    # release below wakes the next waiter into it, and this one loses its place.
+                    self.store.keep_inflight(ckey, [ticket])  # type: ignore[attr-defined]
                 self._rollback(name, f"StartExecution refused: {exc}", version=0)
             raise
 

@@ -168,3 +168,14 @@ def test_a_woken_waiter_that_will_not_claim_gives_its_kept_slot_back(store):
     store.drop_inflight("tenant", [entry(0, NOW), entry(9, NOW)])  # one not there: ignored
     assert store.key_state("tenant").inflight == frozenset()
     keyed(store, "new", "n-new")
+
+
+def test_a_rolled_back_woken_claim_keeps_its_slot_again(store):
+    store.key_concurrency = 1
+    assert store.park_for_key(waiter(0), tickets=0)
+    assert store.advance_key("tenant", woken=0, to=1, now=NOW)
+    keyed(store, "p0", "n0", ticket=entry(0, NOW))
+    store.keep_inflight("tenant", [entry(0, NOW)])  # its start was refused: the message returns
+    store.release(name="n0", state=PayloadState.RELEASED, now=NOW)
+    state = store.key_state("tenant")
+    assert (state.holders, state.inflight, state.room(1, NOW)) == (frozenset(), {entry(0, NOW)}, 0)

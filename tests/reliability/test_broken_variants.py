@@ -32,6 +32,7 @@ import sluice.adapters.dynamo_keys
 import sluice.adapters.dynamo_release
 import sluice.adapters.dynamodb
 import sluice.adapters.sfn
+import sluice.adapters.sqs
 import sluice.completion
 import sluice.concurrency
 import sluice.fanout
@@ -59,6 +60,7 @@ from sluice.semaphore import Semaphores
 from sluice.semaphore_model import HandOff, Released, pool_of
 from sluice.semaphore_model import State as SemaphoreState
 from sluice.slots import Capacity
+from tests.integration import test_keys_breaks as keys_breaks
 from tests.integration import test_keys_moto as keys_moto
 from tests.integration import test_launcher_moto as launching
 from tests.integration import test_parallel_fill as fill
@@ -636,6 +638,36 @@ def test_a_reconciliation_that_never_sweeps_the_keys_lines_is_caught(monkeypatch
     monkeypatch.setattr(sluice.reconcile, "sweep_keys", lambda **_: 0)
     with pytest.raises(AssertionError):
         on_keyed_stack(keys_moto.test_a_wake_up_lost_to_a_crash_is_found_by_reconciliation)
+
+
+def test_a_rolled_back_woken_claim_that_gives_up_its_kept_slot_is_caught(monkeypatch):
+    monkeypatch.setattr(KeysTable, "keep_inflight", lambda self, ckey, entries: None)
+    with pytest.raises(AssertionError), moto_session() as session:
+        keys_breaks.test_a_woken_waiter_refused_by_step_functions_keeps_the_line_in_order(
+            session, keys_breaks.install_watch(monkeypatch)
+        )
+
+
+def test_a_requeue_that_drops_sluices_own_attributes_first_is_caught(monkeypatch):
+    def first_by_name(self, parked):
+        from sluice.adapters.sqs import MAX_ATTRIBUTES, _string
+        from sluice.names import ORIGIN_ATTRIBUTE
+
+        kept = dict(sorted(parked.attributes.items())[: MAX_ATTRIBUTES - 1])
+        kept[ORIGIN_ATTRIBUTE] = parked.message_id
+        self.client.send_message(
+            QueueUrl=self.queue_url,
+            MessageBody=parked.body,
+            MessageGroupId=parked.group_id or "sluice-parked",
+            MessageDeduplicationId=f"{parked.message_id[:90]}-{uuid.uuid4().hex[:20]}",
+            MessageAttributes={k: _string(v) for k, v in kept.items()},
+        )
+
+    monkeypatch.setattr(sluice.adapters.sqs.SqsQueue, "requeue", first_by_name)
+    with pytest.raises(AssertionError), moto_session() as session:
+        keys_breaks.test_a_woken_waiter_with_nine_attributes_keeps_its_ticket(
+            session, keys_breaks.install_watch(monkeypatch)
+        )
 
 
 def test_a_fill_that_runs_one_groups_messages_side_by_side_is_caught(monkeypatch):

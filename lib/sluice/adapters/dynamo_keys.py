@@ -232,6 +232,16 @@ class KeysTable(Table):
             self.drop_inflight(ckey, drop)
         return True
 
+    def keep_inflight(self, ckey: str, entries: Sequence[str]) -> None:
+        with translated("UpdateItem"):
+            self.client.update_item(
+                TableName=self.table,
+                Key={"pk": {"S": key_pk(ckey)}},
+                UpdateExpression="ADD #inflight :keep",
+                ExpressionAttributeNames={"#inflight": "inflight"},
+                ExpressionAttributeValues={":keep": {"SS": list(entries)}},
+            )
+
     def drop_inflight(self, ckey: str, entries: Sequence[str]) -> None:
         with translated("UpdateItem"):
             self.client.update_item(

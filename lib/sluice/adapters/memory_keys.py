@@ -91,6 +91,12 @@ class MemoryKeys:
             if ckey in keys:
                 keys[ckey] = replace(keys[ckey], inflight=keys[ckey].inflight - set(entries))
 
+    def keep_inflight(self, ckey: str, entries: Sequence[str]) -> None:
+        with self._lock:
+            keys = self._key_rooms()[0]
+            state = keys.get(ckey, KeyState(ckey))
+            keys[ckey] = replace(state, inflight=state.inflight | set(entries))
+
     def forget_key(self, ckey: str) -> None:
         with self._lock:
             state = self._key_rooms()[0].get(ckey, KeyState(ckey))
