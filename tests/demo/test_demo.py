@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from sluice.local.chart import peak
-from sluice.local.demo_dag import DAG, SCENE, SCENE_BYTES, scene_payload
+from sluice.local.demo_dag import DAG, SCENE, SCENE_BYTES, TENANT_CAP, TENANT_JOBS, scene_payload
 
 pytestmark = [pytest.mark.deploy, pytest.mark.slow]
 
@@ -68,7 +68,8 @@ def test_demo_small_batch_never_exceeds_max_and_accounts_for_every_message(tmp_p
     assert result["messages"] == COUNT
     assert fates.get("lost", 0) == 0
     assert sum(fates.values()) == COUNT
-    extra = len(DAG) + 1  # the DAG's nodes and the stored payload, accounted for in result["dag"]
+    # The DAG's nodes, the stored payload and the tenant's burst, accounted for in result["dag"].
+    extra = len(DAG) + 1 + len(TENANT_JOBS)
     assert fates["started"] + extra == len(intervals) == sum(result["statuses"].values())
     assert fates.get("invalid", 0) == result["raw_messages"] == result["dlq"] >= 1
     assert all(result["dlq_reasons"].values())
@@ -84,8 +85,10 @@ def test_demo_small_batch_never_exceeds_max_and_accounts_for_every_message(tmp_p
     dag = result["dag"]
     nodes = {n["key"]: n for n in dag["nodes"]}
     assert dag["problems"] == [] and dag["violations"] == []
-    assert len(dag["commands"]) == 3 and all(c.startswith("sluice enqueue ") for c in dag["commands"])
-    assert sum("--after" in c for c in dag["commands"]) == 2
+    commands = dag["commands"]
+    assert len(commands) == 5 and commands[3].startswith("sluice set-max 2 --key heavy")
+    assert all(c.startswith("sluice enqueue ") for c in commands[:3] + commands[4:])
+    assert sum("--after" in c for c in commands) == 2 and "--concurrency-key heavy" in commands[-1]
     assert set(nodes) == {k for k, _ in DAG} and set(dag["order"]) == set(nodes)
     for key, awaits in DAG:
         node = nodes[key]
@@ -108,6 +111,13 @@ def test_demo_small_batch_never_exceeds_max_and_accounts_for_every_message(tmp_p
     assert pointer["uri"].startswith("s3://") and pointer["uri"].endswith(f"/payloads/{digest}")
     assert pointer["status"] == "SUCCEEDED" and pointer["input_bytes"] < 1_000
     assert pointer["key"] == SCENE and f"{SCENE_BYTES:,} bytes stored at {pointer['uri']}" in done.stdout
+
+    # The tenant's burst under its concurrency key: all ran, never more than the key's cap at once
+    # (by Step Functions' own start and stop times).
+    tenant = dag["tenant"]
+    assert tenant["problems"] == [] and tenant["started"] == len(TENANT_JOBS)
+    assert 1 <= tenant["peak"] <= TENANT_CAP
+    assert f"at most {tenant['peak']} at once  ok" in done.stdout
 
     chart = out / "demo-chart.png"
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -134,11 +134,12 @@ class Demo:
                         o.payloads is None,
                         then=lambda: demo_dag.send(aws.environ(), STAGE),
                     )
-                    run.snapshot.messages = len(planned) + len(demo_dag.DAG) + 1
+                    run.snapshot.messages = len(planned) + len(demo_dag.DAG) + 1 + len(demo_dag.TENANT_JOBS)
                     print(
                         f"Enqueueing {len(planned)} messages while Sluice runs, then a DAG of "
-                        f"{len(demo_dag.DAG)} and a {demo_dag.SCENE_BYTES // 1024} KiB payload with "
-                        "`sluice enqueue` …",
+                        f"{len(demo_dag.DAG)}, a {demo_dag.SCENE_BYTES // 1024} KiB payload and a tenant's "
+                        f"{len(demo_dag.TENANT_JOBS)} under a concurrency key of cap {demo_dag.TENANT_CAP} "
+                        "with `sluice enqueue` …",
                         flush=True,
                     )
                     started = time.time()

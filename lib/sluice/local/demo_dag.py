@@ -1,9 +1,12 @@
-"""The demo's awaits and stored payload: a small DAG and one 600 KiB payload, through ``sluice enqueue``.
+"""The demo's awaits, stored payload and tenant: a small DAG, one 600 KiB payload and a tenant's
+burst under a concurrency key, through ``sluice enqueue`` and ``sluice set-max --key``.
 
     dag-extract-1 ─┐
     dag-extract-2 ─┼─► dag-merge ──► dag-publish        (sluice enqueue --after KEY, repeatable)
     dag-extract-3 ─┘
     scene-0001: 614,400 bytes ──► the stack's payload bucket, a pointer on the queue
+    tenant-heavy-1 … 6 ──► concurrency key "heavy", cap 2  (sluice set-max 2 --key heavy, then
+                           sluice enqueue --concurrency-key heavy): at most 2 at once, the rest wait
 
 The producer sends them with the real command, as a user would (``python -m sluice.cli enqueue
 --stage demo --json``, one process per command, against the embedded AWS), after the batch: the
@@ -42,6 +45,9 @@ DAG: list[tuple[str, tuple[str, ...]]] = [
     ("dag-publish", ("dag-merge",)),
 ]
 SCENE = "scene-0001"
+TENANT = "heavy"  # a concurrency key
+TENANT_CAP = 2
+TENANT_JOBS = [f"tenant-heavy-{i}" for i in range(1, 7)]
 SCENE_BYTES = 600 * 1024  # over the pointer threshold (260,096 bytes) and over Step Functions' 256 KiB
 
 
@@ -56,8 +62,8 @@ def scene_payload(size: int = SCENE_BYTES) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
-def _body(key: str) -> str:
-    return json.dumps({"id": key, "seconds": 1, "fail": False, "step": key.removeprefix("dag-")})
+def _body(key: str, seconds: int = 1) -> str:
+    return json.dumps({"id": key, "seconds": seconds, "fail": False, "step": key.removeprefix("dag-")})
 
 
 @dataclass
@@ -66,36 +72,24 @@ class Extras:
 
     dag: list[Sent] = field(default_factory=list)
     scene: Sent | None = None
+    tenant: list[Sent] = field(default_factory=list)
     stored: str = ""  # the s3:// URI the command reported
     commands: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
     @property
     def sent(self) -> list[Sent]:
-        return [*self.dag, *([self.scene] if self.scene else [])]
+        return [*self.dag, *([self.scene] if self.scene else []), *self.tenant]
 
 
 def send(environ: dict[str, str], stage: str) -> Extras:
-    """Send the DAG and the scene with ``sluice enqueue`` (three commands)."""
+    """Send the DAG and the scene with ``sluice enqueue`` (three commands), then give the tenant's
+    key its cap and send its burst under it."""
     extras = Extras()
     env = {**os.environ, **environ}
     with tempfile.TemporaryDirectory(prefix="sluice-demo-dag-") as work:
-        steps: list[tuple[list[str], tuple[str, ...], bool]] = [
-            ([k for k, a in DAG if not a], (), True),
-            *[([k], a, False) for k, a in DAG if a],
-        ]
-        for n, (keys, after, with_scene) in enumerate(steps):
-            lines = [_body(k) for k in keys] + ([scene_payload()] if with_scene else [])
-            path = Path(work) / f"step-{n}.jsonl"
-            path.write_text("\n".join(lines) + "\n")
-            command = [
-                "sluice",
-                "enqueue",
-                path.name,
-                "--stage",
-                stage,
-                *[f for a in after for f in ("--after", a)],
-            ]
+
+        def sluice(command: list[str]) -> dict[str, Any] | None:
             extras.commands.append(" ".join(command))
             done = subprocess.run(
                 [sys.executable, "-m", "sluice.cli", *command[1:], "--json"],
@@ -110,15 +104,35 @@ def send(environ: dict[str, str], stage: str) -> Extras:
                 extras.errors.append(
                     f"{' '.join(command)}: exit {done.returncode}: {done.stderr.strip()[-500:]}"
                 )
-                continue
-            for row in json.loads(done.stdout)["sent"]:
+                return None
+            return json.loads(done.stdout)
+
+        steps: list[tuple[list[str], list[str], bool]] = [
+            ([k for k, a in DAG if not a], [], True),
+            *[([k], [f for x in a for f in ("--after", x)], False) for k, a in DAG if a],
+        ]
+
+        def enqueue(n: int, keys: list[str], flags: list[str], with_scene: bool, seconds: int = 1) -> None:
+            lines = [_body(k, seconds) for k in keys] + ([scene_payload()] if with_scene else [])
+            path = Path(work) / f"step-{n}.jsonl"
+            path.write_text("\n".join(lines) + "\n")
+            answer = sluice(["sluice", "enqueue", path.name, "--stage", stage, *flags])
+            for row in (answer or {}).get("sent", []):
                 sent = Sent(
                     f"sluice enqueue {row['where']}", row["message_id"], row["key"], row["key"], False, False
                 )
                 if row["key"] == SCENE:
                     extras.scene, extras.stored = sent, row.get("stored", "")
+                elif row["key"] in TENANT_JOBS:
+                    extras.tenant.append(sent)
                 else:
                     extras.dag.append(sent)
+
+        for n, (keys, flags, with_scene) in enumerate(steps):
+            enqueue(n, keys, flags, with_scene)
+        # After the DAG, whose timing it must not disturb: the tenant's cap, then its burst.
+        if sluice(["sluice", "set-max", str(TENANT_CAP), "--key", TENANT, "--stage", stage]) is not None:
+            enqueue(len(steps), TENANT_JOBS, ["--concurrency-key", TENANT], False, seconds=3)
     return extras
 
 
@@ -140,6 +154,7 @@ class DagResult:
     order: list[str] = field(default_factory=list)  # keys by start time
     violations: list[str] = field(default_factory=list)
     pointer: dict[str, Any] = field(default_factory=dict)
+    tenant: dict[str, Any] = field(default_factory=dict)
     commands: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
@@ -199,7 +214,34 @@ def check(aws: Any, outputs: dict[str, str], extras: Extras, started: float) -> 
         r.problems.append("started before what it awaits SUCCEEDED: " + ", ".join(r.violations))
     r.pointer = _pointer(sfn, s3, arn, extras)
     r.problems += r.pointer.get("problems", [])
+    r.tenant = _tenant(sfn, arn, extras)
+    r.problems += r.tenant.get("problems", [])
     return r
+
+
+def _tenant(sfn: Any, arn: str, extras: Extras) -> dict[str, Any]:
+    """The tenant's burst: every payload ran and SUCCEEDED, never more than the key's cap at once
+    (from Step Functions' start and stop times), and some waited in the key's line."""
+    out: dict[str, Any] = {"key": TENANT, "cap": TENANT_CAP, "jobs": len(TENANT_JOBS), "problems": []}
+    problems = out["problems"]
+    if len(extras.tenant) != len(TENANT_JOBS):
+        problems.append(f"{len(extras.tenant)} of the tenant's {len(TENANT_JOBS)} payloads were sent")
+    spans: list[tuple[float, float]] = []
+    for s in extras.tenant:
+        described = _describe(sfn, execution_arn(arn, execution_name(s.key, s.message_id)))
+        if described is None or described["status"] != "SUCCEEDED" or described.get("stopDate") is None:
+            problems.append(f"{s.key}: {described['status'] if described else 'never started'}")
+            continue
+        spans.append((described["startDate"].timestamp(), described["stopDate"].timestamp()))
+    events = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
+    running = peak = 0
+    for _, d in events:
+        running += d
+        peak = max(peak, running)
+    out.update(started=len(spans), peak=peak)
+    if peak > TENANT_CAP:
+        problems.append(f"the tenant's key ran {peak} at once; its cap is {TENANT_CAP}")
+    return out
 
 
 def _pointer(sfn: Any, s3: Any, arn: str, extras: Extras) -> dict[str, Any]:
@@ -266,6 +308,13 @@ def summary_lines(r: DagResult) -> list[str]:
     mark = "ok" if not r.violations and len(r.order) == len(DAG) else "VIOLATED"
     lines.append(f"    every dependent started after all it awaits SUCCEEDED  {mark}")
     p = r.pointer
+    t = r.tenant
+    if t:
+        mark = "ok" if not t.get("problems") else "VIOLATED"
+        lines.append(
+            f"  tenant      : {t.get('started', 0)} of {t['jobs']} payloads under concurrency key {t['key']!r} "
+            f"(`sluice set-max {t['cap']} --key {t['key']}`): at most {t.get('peak', 0)} at once  {mark}"
+        )
     if p.get("uri"):
         lines.append(f"  pointer     : {p['key']}, {p.get('object_bytes', 0):,} bytes stored at {p['uri']}")
         lines.append(

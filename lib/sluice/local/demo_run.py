@@ -103,6 +103,7 @@ class Run:
                     and self._all_delivered()
                     and not ledger_store(deployment).ledger().holders
                     and not ledger_store(deployment).waiting()  # no payload parked on its awaits
+                    and not self._key_waiters(deployment)  # nor in a concurrency key's line
                 ):
                     board.update(self.snapshot, force=True)
                     return False
@@ -110,6 +111,11 @@ class Run:
                     board.update(self.snapshot, force=True)
                     return True
                 time.sleep(o.poll)
+
+    @staticmethod
+    def _key_waiters(deployment: Any) -> int:
+        store = ledger_store(deployment)
+        return sum(store.key_state(k).waiting for k in store.keys_waiting())
 
     def _harvest(
         self,
