@@ -239,7 +239,7 @@ def summary_lines(r: Result) -> list[str]:
         f"  peak running, start/stop times       : {r.peak_timed:>3} / MAX {r.maximum}  {mark}",
         f"  executions  : {f.get('started', 0)} started"
         + (
-            f" (+{sum(r.statuses.values()) - f.get('started', 0)} of the DAG and the stored payload)"
+            f" (+{sum(r.statuses.values()) - f.get('started', 0)} of the DAG, the stored payload and the tenant)"
             if r.dag and sum(r.statuses.values()) > f.get("started", 0)
             else ""
         )
