@@ -239,7 +239,12 @@ def test_the_functions_may_make_every_dynamodb_request_the_adapters_make(package
     # Every DynamoDB adapter but the semaphore function's and @exclusive's (user code) ones.
     others = {"dynamo_semaphore.py", "dynamo_lease.py"}
     used = sorted(p for p in (ROOT / "lib/sluice/adapters").glob("dynamo*.py") if p.name not in others)
-    assert {p.name for p in used} >= {"dynamodb.py", "dynamo_keys.py", "dynamo_release.py", "dynamo_awaits.py"}
+    assert {p.name for p in used} >= {
+        "dynamodb.py",
+        "dynamo_keys.py",
+        "dynamo_release.py",
+        "dynamo_awaits.py",
+    }
     sources = "\n".join(p.read_text() for p in used)
     needed = {"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:PutItem", "dynamodb:BatchGetItem"}
     if '"ConditionCheck"' in sources:
@@ -281,7 +286,11 @@ def test_the_functions_run_on_arm64_and_the_launcher_lingers_at_128_mb_by_defaul
         "0",
         "0",
     )
-    assert env["SLUICE_KEY_CONCURRENCY"] == completion["Environment"]["Variables"]["SLUICE_KEY_CONCURRENCY"] == "1"
+    assert (
+        env["SLUICE_KEY_CONCURRENCY"]
+        == completion["Environment"]["Variables"]["SLUICE_KEY_CONCURRENCY"]
+        == "1"
+    )
     # The linger ends before the launcher's 15 s time reserve does.
     assert launcher["Timeout"] - 15 >= 55
     with zipfile.ZipFile(package / "sluice.zip") as z:
