@@ -33,8 +33,8 @@ two sees the other's write and the waiter cannot be left behind:
 
 **Release** (``settle``): all satisfied → the message is sent back to the queue in its group with
 its original id (``sluice-origin-message-id``, so the same execution name) and a deduplication id
-that is a function of that id; it is admitted like any message, and the launcher checks its awaits
-again before claiming. An awaited key ended badly → the waiter is dead-lettered with the reason
+that is a function of that id, and without ``sluice-awaits`` (met, and satisfied only goes one way,
+so its admission does not read them again); it is admitted like any message. An awaited key ended badly → the waiter is dead-lettered with the reason
 ``awaited KEY ended FAILED``, unless it says ``sluice-on-await-failure: run`` (then it is released
 once every awaited key has ended, whichever way). Then, and only then, the waiter is marked
 released and taken off the sets. A crash at any point leaves it parked, and reconciliation's sweep
@@ -320,16 +320,23 @@ def settle(
     return "dead-lettered"
 
 
-def on_receipt(*, store: AwaitStore, queue: Queue, key: str, now: float) -> int:
+def on_receipt(
+    *, store: AwaitStore, queue: Queue, key: str, now: float, succeeded_by: str | None = None
+) -> int:
     """A run of ``key`` ended and its receipt is written: settle the waiters parked on it. Returns
-    how many were released. A failure here leaves them parked for reconciliation's sweep."""
+    how many were released. A failure here leaves them parked for reconciliation's sweep.
+    ``succeeded_by``: the run that just SUCCEEDED, whose release wrote the key's ``succeeded_by``
+    (never removed): the key's record is not read again."""
     try:
         ids = store.waiters_on(key)
         if not ids:
             return 0
         released = 0
         waiters = [w for w in store.waiters(ids) if w.parked]
-        records = _records(store, waiters)
+        known = {}
+        if succeeded_by is not None:
+            known[key] = PayloadRecord(key=key, state=PayloadState.SUCCEEDED, succeeded_by=succeeded_by)
+        records = _records(store, waiters, known)
         for waiter in waiters:
             if settle(store=store, queue=queue, waiter=waiter, now=now, records=records) != "waiting":
                 released += 1
@@ -361,21 +368,28 @@ def sweep(
     return counts
 
 
-def _records(store: AwaitStore, waiters: Sequence[Waiter]) -> dict[str, PayloadRecord]:
+def _records(
+    store: AwaitStore, waiters: Sequence[Waiter], known: Mapping[str, PayloadRecord] | None = None
+) -> dict[str, PayloadRecord]:
     """Every key these waiters await, read at once (BatchGetItem, 100 keys a call) rather than
-    once per waiter: a fan-in's sink awaits 50 keys, and reconciliation settles every waiter."""
-    keys = {k for w in waiters for k in w.awaits}
-    return store.payloads(sorted(keys)) if keys else {}
+    once per waiter: a fan-in's sink awaits 50 keys, and reconciliation settles every waiter.
+    ``known``: records already known to satisfy (not read)."""
+    known = dict(known or {})
+    keys = {k for w in waiters for k in w.awaits} - set(known)
+    return {**(store.payloads(sorted(keys)) if keys else {}), **known}
 
 
 def _parked(waiter: Waiter) -> ParkedMessage:
+    """The waiter as it is sent back: without its awaits, which were met (they only go one way), so
+    its admission does not read them again."""
+    met = (AWAITS_ATTRIBUTE, ON_FAILURE_ATTRIBUTE)
     return ParkedMessage(
         message_id=waiter.message_id,
         key=waiter.key,
         holder=WAKE_HOLDER,
         body=waiter.body,
         group_id=waiter.group_id,
-        attributes=dict(waiter.attributes),
+        attributes={k: v for k, v in waiter.attributes.items() if k not in met},
         parked_at=waiter.parked_at,
     )
 

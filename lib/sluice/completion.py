@@ -118,7 +118,8 @@ def complete(
     if released is not None and released.ckey is not None:
         keys.wake(store=store, queue=queue, ckey=released.ckey, now=now)  # type: ignore[arg-type]
     if released is not None and state.ended:
-        on_receipt(store=store, queue=queue, key=released.key, now=now)  # waiters on this key
+        succeeded = name if state is PayloadState.SUCCEEDED else None
+        on_receipt(store=store, queue=queue, key=released.key, now=now, succeeded_by=succeeded)  # its waiters
     if released is None:
         log.info("nothing to release", extra={"execution_name": name, "state": state.value})
     else:
