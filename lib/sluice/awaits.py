@@ -203,6 +203,12 @@ def state_of(record: PayloadRecord | None) -> str:
     return record.state.value
 
 
+def last_end(record: PayloadRecord) -> PayloadState | None:
+    """How the key's latest run ended: its receipt's outcome, which a later rolled-back claim or an
+    invalid message of the key does not change (records written before it was kept: their state)."""
+    return record.receipt_state if record.receipt_state is not None else record.state
+
+
 def judge(
     awaits: Sequence[str],
     records: Mapping[str, PayloadRecord],
@@ -218,9 +224,9 @@ def judge(
         record = records.get(k)
         if record is not None and record.succeeded_by:
             continue
-        if record is not None and record.holder is None and record.state in BAD_ENDS:
+        if record is not None and record.holder is None and last_end(record) in BAD_ENDS:
             if not run_anyway:
-                return Verdict("dead", reason=f"awaited {k} ended {record.state.value}", states=states)
+                return Verdict("dead", reason=f"awaited {k} ended {last_end(record).value}", states=states)
             continue
         missing.append(k)
     if not missing:

@@ -138,6 +138,9 @@ class PayloadRecord:
     receipt: str | None = None  # the execution whose end is the key's receipt (the latest ended run)
     succeeded_by: str | None = None  # the first execution of this key that SUCCEEDED; never removed
     already_done: int = 0  # run-once messages acknowledged as already done (sluice.receipts)
+    # How the receipt's run ended: ``state`` moves on (a later claim rolled back, an invalid message
+    # of the key), but an awaits waiter judges the key by its latest *run* (sluice.awaits.judge).
+    receipt_state: PayloadState | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ import pytest
 from sluice.awaits import sweep
 from sluice.clock import FakeClock
 from sluice.completion import StatusChange
-from sluice.model import Outcome
+from sluice.model import Outcome, PayloadState
 from sluice.names import execution_name
 from tests.support.aws import build_stack
 from tests.support.hooks import Crash, crash_after, crash_before
@@ -182,3 +182,28 @@ def test_a_malformed_awaits_attribute_is_dead_lettered_not_a_crash(stack):
     assert summary.n(Outcome.INVALID) == 1
     (dead,) = stack.dlq_messages()
     assert "non-empty string" in dead["MessageAttributes"]["sluice-error"]["StringValue"]
+
+
+@pytest.mark.parametrize("after", ["an invalid message of the key", "a claim of the key released unstarted"])
+def test_a_key_whose_last_run_failed_dead_letters_its_waiter_whatever_came_after(stack, after):
+    """The key's record moves on after its last run ended FAILED (an invalid message of the key is
+    recorded, or a later claim of it is released without a start, as reconciliation does with an
+    abandoned one): the waiter still learns that the key's latest run ended badly, and is
+    dead-lettered now, not at the await horizon."""
+    stack.send({"id": "a"}, group="a")
+    stack.launcher().tick()
+    end(stack, "a", "FAILED")
+    store = stack.runtime().store()
+    now = stack.clock.now()
+    if after == "an invalid message of the key":
+        store.record_invalid(key="a", reason="bad input", now=now)
+    else:
+        store.claim(key="a", name="a-again", message_id="m-again", now=now, claim_expires_at=now + 900)
+        store.release(name="a-again", state=PayloadState.RELEASED, now=now, error="abandoned")
+    assert store.payload("a").state.value in ("INVALID", "RELEASED") and store.payload("a").holder is None
+    waiter_id = stack.send({"id": "c"}, group="c", sluice_awaits=awaiting("a"))
+    stack.launcher().tick()
+    assert runs_of(stack, "c") == [] and store.waiting() == frozenset()
+    dead = [m for m in stack.dlq_messages() if json.loads(m["Body"]) == {"id": "c"}]
+    assert [m["MessageAttributes"]["sluice-error"]["StringValue"] for m in dead] == ["awaited a ended FAILED"]
+    assert waiter_id and store.payload("c").reason == "awaited a ended FAILED"

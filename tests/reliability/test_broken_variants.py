@@ -1014,6 +1014,21 @@ def test_a_waiter_released_when_an_awaited_key_failed_is_caught(monkeypatch):
     caught(awaits_kept, test=AWAIT_SCENARIOS["failed"])
 
 
+@pytest.mark.parametrize("after", ["an invalid message of the key", "a claim of the key released unstarted"])
+def test_a_waiter_judging_a_key_by_its_record_not_its_last_run_is_caught(monkeypatch, after):
+    """A waiter whose awaited key's last run FAILED, then whose record moved on, waits to the horizon."""
+    import sluice.awaits
+    from sluice.clock import FakeClock
+    from tests.integration import test_awaits_moto as awaits
+    from tests.support.aws import build_stack
+
+    monkeypatch.setattr(sluice.awaits, "last_end", lambda record: record.state)
+    with pytest.raises(AssertionError), moto_session() as session:
+        awaits.test_a_key_whose_last_run_failed_dead_letters_its_waiter_whatever_came_after(
+            build_stack(session, name="sluice-awaits", clock=FakeClock()), after
+        )
+
+
 # -- effects (sluice.effects) -------------------------------------------------------------------------
 
 

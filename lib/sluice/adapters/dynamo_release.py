@@ -71,7 +71,7 @@ class ReleasesTable:
         kept: ReceiptOutput | None = None
         if state.ended:
             # The receipt (sluice.receipts): in the items this transaction writes anyway.
-            payload_set += ", receipt = :name"
+            payload_set += ", receipt = :name, receipt_state = :state"
             if state is PayloadState.SUCCEEDED:
                 payload_set += ", succeeded_by = if_not_exists(succeeded_by, :name)"
             kept = output(record) if output is not None else None

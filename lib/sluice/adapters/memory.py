@@ -248,6 +248,7 @@ class MemoryStore(MemoryAwaits, MemoryKeys):
                 reason=error or payload.reason,
                 expires_at=expires,
                 receipt=name if state.ended else payload.receipt,
+                receipt_state=state if state.ended else payload.receipt_state,
                 succeeded_by=payload.succeeded_by or (name if state is PayloadState.SUCCEEDED else None),
             )
             ended = ended_at if ended_at is not None else now
