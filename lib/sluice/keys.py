@@ -56,7 +56,9 @@ commits. Both reads are consistent, so at least one sees the other's write:
 A woken waiter can still find its key full (the cap was lowered, or its slot stopped being kept
 for it after ``INFLIGHT_SECONDS``): it parks again, at the back. A crash between a release and its wake, or
 between a send and the move of ``woken``, leaves the waiter parked; reconciliation's sweep
-(``sweep``, each scheduled tick) wakes every key in ``KEYS_WAITING`` that has room.
+(``sweep``, each scheduled tick) wakes every key in ``KEYS_WAITING`` that has room. So does a parker's
+own wake-up that AWS refuses (throttled): the park stands and the message is deleted all the same,
+never handed back to the queue, where it would spend receives while it waits.
 """
 
 from __future__ import annotations
@@ -256,7 +258,16 @@ def wait(
             break
     else:
         raise TransientError(f"parking on key {ckey!r}: the line kept moving", operation="TransactWriteItems")
-    wake(store=store, queue=queue, ckey=ckey, now=now)
+    try:
+        wake(store=store, queue=queue, ckey=ckey, now=now)
+    except TransientError as exc:
+        # Parked: the message is done and is deleted all the same. Handed back to the queue, it
+        # would be received and parked again, spending receives while it waits. A wake-up lost
+        # here is a wake-up lost to a crash: the key's next release or reconciliation's sweep.
+        log.warning(
+            "key's wake-up after a park failed; the next release or the sweep wakes it",
+            extra={"correlation_id": payload.key, "concurrency_key": ckey, "error": str(exc)},
+        )
     return waiter.ticket
 
 

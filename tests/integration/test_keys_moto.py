@@ -4,6 +4,8 @@ and other keys are never held up."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from sluice.clock import FakeClock
@@ -12,7 +14,7 @@ from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE
 from sluice.model import Outcome
 from sluice.names import execution_name
 from tests.support.aws import build_stack
-from tests.support.hooks import Crash, count_calls, crash_after
+from tests.support.hooks import Crash, count_calls, crash_after, error_answer
 
 
 def keyed_stack(session):
@@ -109,3 +111,54 @@ def test_a_bad_concurrency_key_is_dead_lettered_with_its_reason(stack):
         reason
         == "message attribute 'sluice-concurrency-key' is 2,000 bytes in UTF-8; keys are at most 1,024 bytes"
     )
+
+
+def throttle_the_read_after_a_park(client) -> Counter:
+    """Throttle the first GetItem after a park commits: the parker's own wake-up reads the key."""
+    seen: Counter = Counter()
+
+    def parked(http_response, params=None, **_):
+        items = (params or {}).get("TransactItems", [])
+        if http_response.status_code < 300 and any(
+            i.get("Put", {}).get("Item", {}).get("pk", {}).get("S", "").startswith("KWAIT#") for i in items
+        ):
+            seen["parks"] += 1
+
+    def hook(**_):
+        if seen["parks"] and not seen["throttled"]:
+            seen["throttled"] += 1
+            return error_answer("ThrottlingException", 400)
+        return None
+
+    def keep(params, context, **_):
+        context["params"] = params
+
+    client.meta.events.register("before-parameter-build.dynamodb.TransactWriteItems", keep)
+    client.meta.events.register(
+        "after-call.dynamodb.TransactWriteItems",
+        lambda http_response, context, **kw: parked(http_response, context.get("params")),
+    )
+    client.meta.events.register("before-call.dynamodb.GetItem", hook)
+    return seen
+
+
+def test_a_parked_message_whose_wake_up_is_throttled_is_deleted_all_the_same(stack):
+    """Parked, then its own wake-up throttled: the park committed, so the message is done. Returned
+    to the queue instead, it would be received and parked again (a second place in the line) and
+    spend receives while it waits."""
+    ids = [send(stack, n, group=f"g{n}") for n in range(3)]
+    launcher = stack.launcher()
+    seen = throttle_the_read_after_a_park(launcher.store.client)
+    summary = launcher.tick()
+    assert seen["throttled"] == 1
+    assert summary.n(Outcome.KEY_WAITING) == 1
+    assert stack.queue_counts() == (0, 0)  # deleted, not handed back to the queue
+    store = stack.runtime().store()
+    assert (store.key_state("tenant-a").tickets, store.key_state("tenant-a").waiting) == (1, 1)
+
+    calls = count_calls(launcher.queue.client)
+    launcher.tick()
+    assert calls["ReceiveMessage"] == 1 and store.key_state("tenant-a").tickets == 1  # no receive spent
+    first = execution_name("tenant-a-0", ids[0])
+    launcher.on_status_change(StatusChange.from_event(stack.finish(first, "SUCCEEDED")))
+    assert execution_name("tenant-a-2", ids[2]) in stack.running()  # woken by the release, as ever
