@@ -212,7 +212,9 @@ class BehindTheBack:
 
     def start_by_hand(self: World, key: str, body: str = "{}") -> str:
         """Someone starts an execution on Sluice's state machine with a name of Sluice's shape."""
-        name = sluice_like_name(key, f"by-hand-{self.clock.now()}-{len(self.model.outside)}")
+        # Numbered: two started by hand at one moment, with as many outside, are still two names.
+        self.by_hand += 1
+        name = sluice_like_name(key, f"by-hand-{self.clock.now()}-{self.by_hand}")
         self.sfn.start_execution(stateMachineArn=self.settings.state_machine_arn, name=name, input=body)
         self.model.started_outside(name)
         self.count("outside:start")

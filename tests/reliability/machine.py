@@ -15,6 +15,12 @@ StartExecution), an ambiguous start then throttles (``attempts``), MAX lowered b
 (``set_max``), ``Outside`` (redrive, stop or start by hand), ``ExpireTTL``, clocks an hour apart
 (``SKEWS``), ``ResubmitBeforeRelease``, and a key with thousands of runs behind it (``history``).
 
+Concurrency keys (issue 11): ``EnqueueKeyed`` sends payloads with ``sluice-concurrency-key`` (a few
+keys, so their lines fill), ``SetKeyCap`` gives a key its own cap (0 pauses it) or puts it back on
+the default (``key_concurrency``, 1 or 2, drawn per program), and the operator may lower a key's
+cap in the middle of a tick (``key_cap``); the crashes, throttles and interleavings reach the park,
+the wake-up's sends and the line's advance as they reach every other step.
+
 There is one rule, ``act``, whose argument is the action. Hypothesis switches separate rules on
 and off per example ("swarm testing"), which here mostly produced programs that only enqueue or
 only tick; with one rule, the mix below holds in every example, and each action prints readably.
@@ -45,6 +51,7 @@ from tests.support.faults import (
     Interleave,
     StaleList,
     Throttle,
+    ThrottleAfter,
     ThrottleCall,
     count,
 )
@@ -91,8 +98,9 @@ INTERLEAVE_POINTS = (
     "after_describe",
     "after_suspect",
     "after_wait",  # a waiter parked, before the launcher reads its awaited keys again
+    "after_key_park",  # a message parked in its key's line, before the parker wakes the key
 )
-INTERLEAVE_ACTORS = ("tick", "tick", "deliver", "finish_newest", "set_max")
+INTERLEAVE_ACTORS = ("tick", "tick", "deliver", "finish_newest", "set_max", "key_cap")
 COMPLETION_CRASH_POINTS = (
     "before_release",
     "after_release",
@@ -108,6 +116,10 @@ COMPLETION_CRASH_POINTS = (
     "after_wake",
     "after_waiter_released",
     "after_unwait",
+    # concurrency keys: the wake-up of a released run's line
+    "before_key_wake",
+    "after_key_wake",
+    "after_key_advance",
 )
 COMPLETION_THROTTLES = (
     "GetItem",
@@ -118,6 +130,7 @@ COMPLETION_THROTTLES = (
     "SendMessage",
     "BatchGetItem",
     "UpdateItem",
+    "key_advance",
 )
 # Where the scheduled tick cuts into a completion: its release, and its refill resuming a claim.
 COMPLETION_INTERLEAVE_POINTS = (
@@ -127,6 +140,10 @@ COMPLETION_INTERLEAVE_POINTS = (
     "after_renew",
     "after_claim",
 )
+# AWS failing right after a commit of the keys' line (``throttle_after``): the first call of these
+# after the step, e.g. the read of the key a parker's own wake-up makes after its park.
+AFTER_STEPS = ("key_park", "key_wake", "key_advance")
+AFTER_TARGETS = ("GetItem", "BatchGetItem", "SendMessage", "TransactWriteItems", "DeleteMessageBatch")
 # StartExecution with botocore's retries on, per attempt: lost (it reached Step Functions, its
 # response did not come back), throttled (refused before it got there) or ok.
 ATTEMPT_PLANS = {
@@ -137,6 +154,12 @@ ATTEMPT_PLANS = {
 }
 RETENTION_DAYS = 1  # the shortest retention: TTL can delete within one program
 HISTORY_RUNS = 9_000  # a key claimed this often before the program starts
+# Concurrency keys (issue 11): two keys, payloads of their own and of the pool (a payload sent with
+# and without a key, or under both keys), and new ones ("new": an id never sent before), so that
+# the keys' lines fill rather than their payloads' leases turning copies away as duplicates.
+CKEYS = ("t0", "t1")
+KEYED_PAYLOADS = ("k0", "k1", "k2", "new", "new", "new", "p0", "p2")
+KEY_CAPS = (0, 1, 2, None)
 
 # -- the actions ---------------------------------------------------------------------------------------
 
@@ -241,6 +264,22 @@ class EnqueueAwaiting:
 
 
 @dataclass(frozen=True)
+class EnqueueKeyed:
+    """Payloads sent with ``sluice-concurrency-key``: (payload, group, concurrency key) each."""
+
+    messages: tuple[tuple[str, str, str], ...]
+
+
+@dataclass(frozen=True)
+class SetKeyCap:
+    """The operator gives a concurrency key its own cap (0 pauses it), or None: back on the default;
+    then its line is woken (``sluice set-max N --key KEY``)."""
+
+    ckey: str
+    cap: int | None
+
+
+@dataclass(frozen=True)
 class EnqueueOnce:
     """A payload of the pool sent with ``sluice-once: true``."""
 
@@ -279,6 +318,7 @@ FAULTS = weighted(
     (2, st.tuples(st.just("crash_on_call"), st.sampled_from(("before", "after")), st.integers(1, 8))),
     (1, st.tuples(st.just("throttle"), st.sampled_from(THROTTLE_TARGETS), st.sampled_from((1, 2, ALWAYS)))),
     (1, st.tuples(st.just("throttle_call"), st.just(""), st.integers(1, 14))),
+    (1, st.tuples(st.just("throttle_after"), st.sampled_from(AFTER_STEPS), st.sampled_from(AFTER_TARGETS))),
     (1, st.tuples(st.just("stale"), st.sampled_from(STALE_MODES), st.just(0))),
     (
         2,
@@ -325,6 +365,15 @@ AWAITING = st.builds(
     awaits=st.lists(st.sampled_from(AWAITABLE), min_size=1, max_size=3, unique=True).map(tuple),
     once=st.sampled_from((False, False, True)),
 )
+KEYED = st.builds(
+    EnqueueKeyed,
+    st.lists(
+        st.tuples(st.sampled_from(KEYED_PAYLOADS), st.sampled_from(GROUPS), st.sampled_from(CKEYS)),
+        min_size=1,
+        max_size=4,
+    ).map(tuple),
+)
+KEY_CAP = st.builds(SetKeyCap, ckey=st.sampled_from(CKEYS), cap=st.sampled_from(KEY_CAPS))
 ONCE = st.builds(EnqueueOnce, name=st.sampled_from(sorted(PAYLOADS)), group=st.sampled_from(GROUPS))
 EFFECT = st.tuples(
     st.sampled_from(EFFECT_KEYS),
@@ -353,6 +402,9 @@ ACTIONS = weighted(
     (1, AWAITING),
     (1, ONCE),
     (1, WITH_EFFECTS),
+    # concurrency keys (issue 11)
+    (2, KEYED),
+    (1, KEY_CAP),
 )
 
 
@@ -368,6 +420,8 @@ def make_faults(spec: tuple[str, str, Any] | None, world: World | None = None) -
         return [Throttle(what, times=n)]
     if kind == "throttle_call":
         return [ThrottleCall(n)]
+    if kind == "throttle_after":
+        return [ThrottleAfter(what, n)]
     if kind == "interleave":  # into a completion: the scheduled tick of launcher B
         assert world is not None
         return [Interleave(what, lambda: world.tick("B"))]
@@ -392,6 +446,7 @@ class SluiceMachine(RuleBasedStateMachine):
         backlog=st.lists(MESSAGE, min_size=2, max_size=8).map(tuple),
         history=st.sampled_from((0, 0, 0, HISTORY_RUNS)),
         fill=st.sampled_from((1, 1, 1, 4)),
+        key_concurrency=st.sampled_from((1, 2)),
     )
     def build(
         self,
@@ -401,11 +456,13 @@ class SluiceMachine(RuleBasedStateMachine):
         backlog: tuple[tuple[str, str, bool, bool], ...],
         history: int = 0,
         fill: int = 1,
+        key_concurrency: int = 1,
     ) -> None:
         """A fresh world, with a backlog queued already, so that the first tick has work, and maybe
         a payload with thousands of earlier runs. Launcher ``R`` is A's twin whose clients retry as
         deployed (botocore's standard mode). ``fill``: the claims and starts a tick keeps in flight
-        at once (``SLUICE_START_CONCURRENCY``; 4: on threads)."""
+        at once (``SLUICE_START_CONCURRENCY``; 4: on threads). ``key_concurrency``: a concurrency key's
+        cap unless it has its own (``SLUICE_KEY_CONCURRENCY``)."""
         mock_random.seed(0)  # moto's message ids and receipts: the same program replays the same
         self.world = World(
             max_concurrency=max_concurrency,
@@ -413,6 +470,7 @@ class SluiceMachine(RuleBasedStateMachine):
             duplicate_policy=policy,
             retention_days=RETENTION_DAYS,
             start_concurrency=fill,
+            key_concurrency=key_concurrency,
         )
         self.world.add_container("R", CLIENT_CONFIG)
         count("examples", counter=STATS)
@@ -437,6 +495,8 @@ class SluiceMachine(RuleBasedStateMachine):
             count("executions started", len(model.starts), counter=STATS)
             count("messages deleted", len(model.deleted), counter=STATS)
             count("messages dead-lettered", len(model.dead_lettered), counter=STATS)
+            count("messages parked in a key's line", model.key_parks, counter=STATS)
+            count("messages woken from a key's line", model.key_wakes, counter=STATS)
             world.close()
 
     @invariant()
@@ -489,6 +549,18 @@ class SluiceMachine(RuleBasedStateMachine):
         if action.once:
             attributes["sluice-once"] = "true"
         self.world.send(json.dumps(obj), group=action.group, attributes=attributes)
+
+    def _EnqueueKeyed(self, action: EnqueueKeyed) -> None:
+        for name, group, ckey in action.messages:
+            count("enqueue:keyed")
+            if name == "new":
+                self.revision += 1
+                name = f"k-new-{self.revision}"
+            body = json.dumps(PAYLOADS.get(name) or {"id": name})
+            self.world.send(body, group=group, attributes={"sluice-concurrency-key": ckey})
+
+    def _SetKeyCap(self, action: SetKeyCap) -> None:
+        self.world.set_key_cap(action.ckey, action.cap)
 
     def _EnqueueOnce(self, action: EnqueueOnce) -> None:
         count("enqueue:once")

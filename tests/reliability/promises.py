@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from sluice.keys import INFLIGHT_SECONDS
 from sluice.model import TERMINAL_STATUSES
 from tests.support.model import AWAIT_REASON, awaited_keys
 
@@ -52,9 +53,61 @@ class Promises:
                     f"it awaits has ended: {awaits}"
                 )
 
+    def key_waiters_in_table(self: World) -> list[str]:
+        """Messages waiting in a concurrency key's line (``KWAIT#`` items: a wake deletes them)."""
+        return sorted(
+            item["message_id"]["S"]
+            for pk, item in self.table("message_id").items()
+            if pk.startswith("KWAIT#") and "message_id" in item
+        )
+
+    def key_holders_in_table(self: World) -> dict[str, list[str]]:
+        """Concurrency keys whose ``CKEY#`` item names runs holding a slot: key -> those runs."""
+        return {
+            pk.removeprefix("CKEY#"): sorted(item["holders"]["SS"])
+            for pk, item in self.table("holders").items()
+            if pk.startswith("CKEY#") and item.get("holders", {}).get("SS")
+        }
+
     def backlog(self: World) -> int:
-        """Messages still to handle: in the queue, or parked in the table."""
-        return self.queue_depth() + len(self.parked_in_table())
+        """Messages still to handle: in the queue, or parked in the table (a deferred duplicate, a
+        concurrency key's waiter)."""
+        return self.queue_depth() + len(self.parked_in_table()) + len(self.key_waiters_in_table())
+
+    def check_key_caps(self: World) -> None:
+        """Promise 6 after every step, judged by Step Functions itself (ListExecutions, RUNNING) and
+        the concurrency key each run's message was sent with: a key's runs never exceed the cap in
+        force when the last of them was claimed (so a cap lowered while runs hold slots is no break:
+        they keep them, and nothing new is claimed). A run redriven behind Sluice's back breaks
+        nothing, whatever the cap; once adopted it counts against every claim of its key after that."""
+        model = self.model
+        by_key: dict[str, list[str]] = {}
+        for name in self.running_in_step_functions():
+            ckey = model.ckey_of(name)
+            if ckey is not None:
+                by_key.setdefault(ckey, []).append(name)
+        problems = []
+        for ckey, names in sorted(by_key.items()):
+            ours = [
+                n
+                for n in names
+                if n in model.claimed_key_cap and n not in model.adopted_at and n not in model.outside
+            ]
+            if not ours:
+                continue
+            last = max(ours, key=lambda n: model.claim_seq[n])
+            adopted = [
+                n for n in names if model.adopted_at.get(n, model.claim_seq[last]) < model.claim_seq[last]
+            ]
+            cap = model.claimed_key_cap[last]
+            if len(ours) + len(adopted) > cap:
+                problems.append(
+                    f"key cap: concurrency key {ckey!r} has {len(ours)} runs RUNNING"
+                    + (f" and {len(adopted)} adopted before the last claim" if adopted else "")
+                    + f", over its cap {cap} in force when {last} was claimed: {sorted(ours + adopted)}"
+                )
+        if problems:
+            raise PromiseBroken("\n".join(problems))
 
     # The ledger-against-leases check finds a broken release one step after it happens; switched
     # off, the promises alone must still catch it (tests/reliability/test_broken_variants.py).
@@ -64,6 +117,8 @@ class Promises:
         """After every step: no promise broken so far, and the ledger agrees with the leases."""
         if self.model.violations:
             raise PromiseBroken("\n".join(self.model.violations))
+        if self.model.claimed_key_cap:  # a keyed claim was made
+            self.check_key_caps()
         if not self.check_ledger:
             return
         items = self.table("holders", "holder", "state")
@@ -97,6 +152,8 @@ class Promises:
             container.restart()
         if self.model.max < 2:
             self.set_max(2)
+        for ckey in sorted(self.model.key_caps):
+            self.set_key_cap(ckey, None)  # a paused key (cap 0) would keep its line for good
         while self.pending:
             self.deliver(0)
 
@@ -120,7 +177,7 @@ class Promises:
         else:
             raise PromiseBroken(
                 f"promise 4 (nothing leaks): the queue did not drain in {rounds} ticks: {self.queue_depth()} left, "
-                f"{len(self.parked_in_table())} parked"
+                f"{len(self.parked_in_table())} parked, {len(self.key_waiters_in_table())} in a key's line"
             )
 
         # Once reconciliation has had its window, the ledger counts exactly the RUNNING executions.
@@ -152,6 +209,11 @@ class Promises:
         if self.holders(items):
             raise PromiseBroken(
                 f"promise 4 (nothing leaks): slots held after every execution ended: {sorted(self.holders(items))}"
+            )
+        if self.key_holders_in_table():
+            raise PromiseBroken(
+                f"key cap (nothing leaks): concurrency keys' slots held after every execution ended: "
+                f"{self.key_holders_in_table()}"
             )
         started = {s.key for s in self.model.starts if s.key is not None}
         dead_waiters = {
@@ -190,12 +252,17 @@ class Promises:
         while self.pending:
             self.deliver(0)
         self.check()
+        self.check_keys_usable()
 
         # Nothing lost: every message that left the queue started, was a duplicate, or has a reason.
         if self.queue_depth():
             raise PromiseBroken(f"promise 3 (nothing lost): {self.queue_depth()} messages left in the queue")
         if self.parked_in_table():
             raise PromiseBroken(f"promise 3 (nothing lost): parked and never woken: {self.parked_in_table()}")
+        if self.key_waiters_in_table():
+            raise PromiseBroken(
+                f"key line (nothing lost): in a concurrency key's line and never woken: {self.key_waiters_in_table()}"
+            )
         dlq: dict[str, str] = {}
         for message in self.drain_dlq():
             attributes = message.get("MessageAttributes", {})
@@ -226,4 +293,38 @@ class Promises:
                 raise PromiseBroken(
                     f"promise 5 (bad input): unusable message {sent.message_id} is not in the DLQ with a reason"
                 )
+        self.check()
+
+    def check_keys_usable(self: World) -> None:
+        """At rest, every concurrency key used admits a new payload at once (its slots all came back,
+        and nothing on its line or kept for a woken waiter past ``INFLIGHT_SECONDS`` holds it)."""
+        ckeys = sorted(
+            {
+                s.attributes["sluice-concurrency-key"]
+                for s in self.model.sent.values()
+                if s.valid and "sluice-concurrency-key" in s.attributes
+            }
+        )
+        if not ckeys:
+            return
+        self.advance(INFLIGHT_SECONDS + 1)
+        fresh = {
+            ckey: self.send(
+                json.dumps({"id": f"settle-{ckey}-{self._seq}"}),
+                group=f"settle-{ckey}",
+                attributes={"sluice-concurrency-key": ckey},
+            )
+            for ckey in ckeys
+        }
+        self.tick("A")
+        self.check()
+        idle = sorted(ckey for ckey, m in fresh.items() if m not in self.model.started_by_message)
+        if idle:
+            raise PromiseBroken(
+                f"key cap (nothing leaks): concurrency keys {idle} admit no new payload at rest"
+            )
+        for name in sorted(self.model.running):
+            self.end(name)
+        while self.pending:
+            self.deliver(0)
         self.check()

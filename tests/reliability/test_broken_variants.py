@@ -36,6 +36,7 @@ import sluice.adapters.sqs
 import sluice.completion
 import sluice.concurrency
 import sluice.fanout
+import sluice.keys
 import sluice.launcher
 import sluice.ops.maximum
 import sluice.per_message
@@ -50,9 +51,11 @@ from sluice.adapters.memory_lease import MemoryLeases
 from sluice.adapters.ssm import SsmMax
 from sluice.completion import complete
 from sluice.errors import AmbiguousStartError, InvalidPayload, NotFound, SluiceError, TransientError
+from sluice.keys import TICKET_ATTRIBUTE
 from sluice.launcher import Launcher
 from sluice.lease import LeaseSlot
 from sluice.model import LimitSource, MaxReading, PayloadState
+from sluice.names import ORIGIN_ATTRIBUTE, origin_id
 from sluice.per_message import THROTTLED_STARTS, MessageProtocol
 from sluice.pointers import Pointer
 from sluice.runtime import CLIENT_CONFIG
@@ -72,7 +75,7 @@ from tests.reliability.machine import SluiceMachine
 from tests.reliability.semaphore_machine import MemorySemaphoreMachine
 from tests.reliability.world import CLAIM_TIMEOUT, VISIBILITY, WINDOW, PromiseBroken, World
 from tests.support.aws import moto_session
-from tests.support.faults import AttemptFaults, CrashAt, Interleave, Throttle
+from tests.support.faults import KEY_POINTS, AttemptFaults, CrashAt, Interleave, Throttle
 from tests.support.hooks import retry_sleeps
 from tests.support.moto_patches import atomic_fast_moto
 
@@ -670,6 +673,15 @@ def test_a_requeue_that_drops_sluices_own_attributes_first_is_caught(monkeypatch
         )
 
 
+def test_a_keyed_claim_that_ignores_the_keys_cap_is_caught_by_the_property_suite(monkeypatch):
+    """The property suite's own budget, its usual mix (keyed messages among the rest): a key's
+    slot taken whatever its cap, as an adoption takes it, is a "key cap:" break."""
+    monkeypatch.setattr(
+        KeysTable, "key_claim_item", lambda self, ckey, name, *, ticket: self.key_adopt_item(ckey, name)
+    )
+    assert "key cap:" in str(property_suite_fails())
+
+
 def test_a_fill_that_runs_one_groups_messages_side_by_side_is_caught(monkeypatch):
     monkeypatch.setattr(sluice.launcher, "_group", lambda message: message.message_id)
     with pytest.raises(AssertionError):
@@ -1162,3 +1174,98 @@ def test_a_claim_that_ignores_sluice_once_is_caught_by_the_suite(monkeypatch):
 # A reconciliation that never sweeps waiters: the focused suite's budget does not reliably draw a
 # completion that dies between the receipt and the wake-up, so promise 9 is held to this variant by
 # its scenario, test_a_reconciliation_that_never_wakes_waiters_is_caught (above).
+
+
+# -- concurrency keys in the property suite (issue 11) -----------------------------------------------
+#
+# A mix that draws keyed messages, key caps and faults aimed at the keys' line (a crash at each of
+# its steps, AWS failing right after a park, a wake-up's send or the line's advance, another actor
+# cutting in after a park) more often than the usual mix does.
+
+KEY_TICK = st.builds(
+    programs.Tick,
+    launcher=st.sampled_from(("A", "A", "B", "both")),
+    wait=st.sampled_from((0, 0, 5, 61, 181, 301)),  # 301 s: a woken waiter's kept slot goes stale
+    fault=programs.weighted(
+        (1, programs.FAULTS),
+        (2, st.tuples(st.just("crash"), st.sampled_from(sorted(KEY_POINTS)), st.integers(1, 2))),
+        (
+            3,
+            st.tuples(
+                st.just("throttle_after"),
+                st.sampled_from(("key_park", *programs.AFTER_STEPS)),
+                st.sampled_from(programs.AFTER_TARGETS),
+            ),
+        ),
+        (
+            1,
+            st.tuples(
+                st.just("interleave"), st.just("after_key_park"), st.sampled_from(programs.INTERLEAVE_ACTORS)
+            ),
+        ),
+    ),
+    # MAX raised more often than lowered: a tick takes up to its free slots, and a key's line fills
+    # only when it takes more of one key's payloads than the key's cap.
+    new_max=programs.weighted((3, st.none()), (2, st.sampled_from((1, 3, 5, 8, 8)))),
+)
+KEYS_FOCUSED = programs.weighted(
+    (5, programs.KEYED),
+    (1, programs.KEY_CAP),
+    (1, st.builds(programs.Enqueue, programs.MESSAGES)),
+    (1, st.builds(programs.EnqueueAgain, programs.INDEX, st.booleans())),
+    (6, KEY_TICK),
+    (3, programs.END),
+    (3, st.builds(programs.Deliver, programs.INDEX, programs.COMPLETION_FAULTS)),
+    (1, st.builds(programs.Lose, programs.INDEX)),
+    (1, st.builds(programs.Redeliver, programs.INDEX)),
+    (1, programs.OUTSIDE),
+)
+
+
+class ConcurrencyKeysMachine(SluiceMachine):
+    """The property suite, drawing concurrency keys and faults at their line's steps more often."""
+
+    @rule(action=KEYS_FOCUSED)
+    def act(self, action: Any) -> None:
+        super().act(action)
+
+
+def wait_undone_by_its_wake_up(*, store, queue, payload, ckey, now):
+    """``sluice.keys.wait`` before 41ad8e8: the parker's own wake-up failing escapes the park, so the
+    launcher hands the parked message back to the queue."""
+    message = payload.message
+    for _ in range(sluice.keys.PARK_ATTEMPTS):
+        state = store.key_state(ckey)
+        waiter = sluice.keys.KeyWaiter(
+            ckey=ckey,
+            ticket=state.tickets,
+            message_id=origin_id(message.message_id, message.attributes),
+            key=payload.key,
+            body=message.body,
+            group_id=message.group_id,
+            attributes={
+                k: v for k, v in message.attributes.items() if k not in (ORIGIN_ATTRIBUTE, TICKET_ATTRIBUTE)
+            },
+            parked_at=now,
+        )
+        if store.park_for_key(waiter, tickets=state.tickets, replaces=sluice.keys.ticket_of(message)):
+            break
+    else:
+        raise TransientError("the line kept moving", operation="TransactWriteItems")
+    sluice.keys.wake(store=store, queue=queue, ckey=ckey, now=now)
+    return waiter.ticket
+
+
+def test_the_keys_focused_suite_passes_within_its_budget():
+    run_state_machine_as_test(ConcurrencyKeysMachine, settings=FOCUSED_BUDGET)
+
+
+# A park undone by its own wake-up's failure: the keys' suite flags it ("key line (no receive while
+# parked)") when a throttle lands right after a park in a tick that parks, which its budget does not
+# draw reliably (of three mixes tried, one caught it, at its 19th program of 20); the scenario holds it.
+
+
+def test_a_park_undone_by_its_wake_ups_failure_is_caught(monkeypatch):
+    monkeypatch.setattr(sluice.per_message.keys, "wait", wait_undone_by_its_wake_up)
+    with pytest.raises(AssertionError):
+        on_keyed_stack(keys_moto.test_a_parked_message_whose_wake_up_is_throttled_is_deleted_all_the_same)

@@ -30,6 +30,7 @@ from moto import mock_aws
 from sluice.clock import FakeClock
 from sluice.completion import StatusChange
 from sluice.errors import TransientError
+from sluice.ops.keys import set_key_max
 from sluice.ops.maximum import set_max
 from sluice.runtime import Runtime
 from sluice.settings import DuplicatePolicy
@@ -52,6 +53,7 @@ from tests.support.faults import (
     Fault,
     Interleave,
     Throttle,
+    ThrottleAfter,
     ThrottleCall,
     count,
 )
@@ -115,6 +117,7 @@ class World(BehindTheBack, Promises):
                 clock=self.clock,
                 max_concurrency=max_concurrency,
                 visibility_timeout=VISIBILITY,
+                key_concurrency=self.settings.key_concurrency,
             )
             # The operator's own machine: the real `sluice set-max`, on clients without faults.
             self.operator = Runtime(self.stack.settings, session=self.session, clock=self.clock)
@@ -132,6 +135,7 @@ class World(BehindTheBack, Promises):
         self.ticks = 0
         self.settling = False
         self.expired: set[str] = set()  # items DynamoDB's TTL deleted (``expire_ttl``)
+        self.by_hand = 0  # executions started by hand so far (``start_by_hand`` numbers their names)
         self.ended_as: dict[str, str] = {}  # executions that ended (and are not running again): status
         self.ended_when: dict[str, float] = {}  # ... and when, by the world's clock (redrive's window)
         self._seq = 0
@@ -193,7 +197,8 @@ class World(BehindTheBack, Promises):
         container = self.containers[name]
         container.injector.faults[:] = list(faults)
         may_fail = any(
-            isinstance(f, CrashAt | CrashOnCall | Throttle | ThrottleCall | AttemptFaults) for f in faults
+            isinstance(f, CrashAt | CrashOnCall | Throttle | ThrottleAfter | ThrottleCall | AttemptFaults)
+            for f in faults
         )
         outcome = "ok"
         try:
@@ -206,6 +211,8 @@ class World(BehindTheBack, Promises):
             outcome = "refused"
         finally:
             container.injector.faults.clear()
+        # Died (also when something above it caught the crash): what it parked may stay in the queue.
+        self.model.invocation_ended(name, "crashed" if container.injector.dead else outcome)
         if outcome == "crashed" or container.injector.dead:
             container.restart()
         return outcome
@@ -239,8 +246,9 @@ class World(BehindTheBack, Promises):
 
     def tick_interleaved(self, outer: str, point: str, inner: str, nth: int = 1) -> str:
         """Run launcher ``outer``; at ``point`` (the ``nth`` time), another actor takes its turn:
-        ``tick`` (the other launcher), ``deliver`` (the oldest pending event), ``finish_newest``, or
-        ``set_max`` (the operator lowers MAX by one, between two steps of the tick)."""
+        ``tick`` (the other launcher), ``deliver`` (the oldest pending event), ``finish_newest``,
+        ``set_max`` (the operator lowers MAX by one, between two steps of the tick), or ``key_cap``
+        (the operator lowers the cap of the concurrency key most sent by one)."""
         other = "B" if outer == "A" else "A"
 
         def action() -> None:
@@ -252,6 +260,8 @@ class World(BehindTheBack, Promises):
                 self.finish_newest()
             elif inner == "set_max":
                 self.lower_max_mid_tick()
+            elif inner == "key_cap":
+                self.lower_key_cap_mid_tick()
 
         return self.tick(outer, [Interleave(point, action, nth)])
 
@@ -262,6 +272,14 @@ class World(BehindTheBack, Promises):
         self.count("max:lowered_mid_tick")
         if self.settings.max_cache_seconds:
             self.clock.advance(self.settings.max_cache_seconds + 1)
+
+    def lower_key_cap_mid_tick(self) -> None:
+        """The operator lowers a concurrency key's cap by one while a tick runs (the key most sent)."""
+        sent = [s.attributes.get("sluice-concurrency-key") for s in self.model.sent.values()]
+        ckeys = sorted({k for k in sent if k}, key=lambda k: (-sent.count(k), k))
+        if ckeys:
+            self.set_key_cap(ckeys[0], max(0, self.model.key_cap(ckeys[0]) - 1))
+            self.count("key_cap:lowered_mid_tick")
 
     # -- Step Functions and EventBridge -------------------------------------------------------------
 
@@ -351,6 +369,28 @@ class World(BehindTheBack, Promises):
         with self.model.lock:  # a lowering binds once the caps carry it
             self.model.max = value
         self.count("max:zero" if value == 0 else "max:raised" if value > old else "max:lowered")
+
+    def set_key_cap(self, ckey: str, cap: int | None, *, wake: bool = True) -> None:
+        """The operator gives concurrency key ``ckey`` its own cap (None: back on the default), as
+        ``sluice set-max N --key KEY`` does: the cap, then a wake-up of the key's line (``wake``),
+        in the ``operator`` container, whose calls the model sees. A raise is allowed from its write
+        on; a lowering binds once written."""
+        old = self.model.key_cap(ckey)
+        new = self.settings.key_concurrency if cap is None else cap
+        if new > old:
+            self.model.set_key_cap(ckey, cap)
+        if "operator" not in self.containers:
+            self.add_container("operator")
+
+        def work(c: Container) -> None:
+            if wake:
+                set_key_max(c.runtime, ckey, cap)
+            else:
+                c.runtime.store().set_key_cap(ckey, cap)
+
+        self.run("operator", work)
+        self.model.set_key_cap(ckey, cap)
+        self.count("key_cap:zero" if new == 0 else "key_cap:raised" if new > old else "key_cap:lowered")
 
     def advance(self, seconds: float) -> None:
         """Time passes. Messages whose visibility timeout ran out become visible again."""

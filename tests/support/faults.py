@@ -46,6 +46,7 @@ from tests.support.steps import (
     ALL_POINTS,
     AWAIT_POINTS,
     CRASH_POINTS,
+    KEY_POINTS,
     PROTOCOL_STEPS,
     SITUATIONAL_POINTS,
     STALE_MODES,
@@ -60,6 +61,7 @@ __all__ = [
     "AWAIT_POINTS",
     "CRASH_POINTS",
     "FAULTS",
+    "KEY_POINTS",
     "PROTOCOL_STEPS",
     "SITUATIONAL_POINTS",
     "STALE_MODES",
@@ -75,6 +77,7 @@ __all__ = [
     "Interleave",
     "StaleList",
     "Throttle",
+    "ThrottleAfter",
     "ThrottleCall",
     "count",
     "protocol_step",
@@ -207,6 +210,29 @@ class ThrottleCall(Fault):
         if self.seen != self.nth:
             return None
         count(f"throttle:{call.step if call.operation == 'TransactWriteItems' else call.operation}")
+        return throttled(call.service)
+
+
+@dataclass
+class ThrottleAfter(Fault):
+    """Refuse the first ``target`` call (an operation or a protocol step) made after ``step`` has
+    succeeded in this invocation: AWS failing right after a commit, whose effect a transient error
+    must not undo (a message parked in its key's line, then its wake-up's read refused)."""
+
+    step: str
+    target: str
+    armed: bool = False
+    fired: bool = False
+
+    def after(self, injector: Injector, call: Call, status: int, parsed: dict[str, Any]) -> None:
+        if status < 300 and call.step == self.step:
+            self.armed = True
+
+    def before(self, injector: Injector, call: Call) -> tuple[Any, dict[str, Any]] | None:
+        if not self.armed or self.fired or not call.matches(self.target):
+            return None
+        self.fired = True
+        count(f"throttle_after:{self.step}:{self.target}")
         return throttled(call.service)
 
 

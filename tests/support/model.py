@@ -26,7 +26,12 @@ so the invariants that run after every step stay cheap (they only read ``violati
 * effects: each effect's message (origin id ``fx-…`` of its execution and index) must be named by
   a SUCCEEDED output the test ended an execution with, and must not be sent again once that
   execution's release has committed (the release marks the effects sent); and no effect may have
-  two SUCCEEDED runs (the exactly-once check above covers two starts).
+  two SUCCEEDED runs (the exactly-once check above covers two starts);
+* concurrency keys (issue 11): a claim of a message sent with ``sluice-concurrency-key`` must find
+  fewer of that key's runs holding a slot (an adopted one too) or running without one than the key's
+  cap in force (its own, as the test set it, else the default); a message parked in a key's line
+  (``KWAIT#``) may be deleted, and the invocation that parked it must delete it, not return it to
+  the queue (it would spend receives while it waits); a waiter sent back must have been parked.
 
 RUNNING executions Sluice does not hold count against MAX too: executions the test started by hand
 and executions an operator redrove are in ``running`` (and in ``outside`` until Sluice adopts them).
@@ -52,6 +57,7 @@ from typing import Any
 
 from tests.support.steps import (
     AWAITS_ATTRIBUTE,
+    CONCURRENCY_KEY_ATTRIBUTE,
     EFFECT_ORIGIN_PREFIX,
     ONCE_ATTRIBUTE,
     ORIGIN_ATTRIBUTE,
@@ -125,7 +131,15 @@ class Model:
     # A duplicate suppressed behind a holder that had already ended is a lost re-submission.
     check_ended_holders = True
 
-    def __init__(self, *, dlq_url: str, clock: Any, max_concurrency: int, visibility_timeout: int) -> None:
+    def __init__(
+        self,
+        *,
+        dlq_url: str,
+        clock: Any,
+        max_concurrency: int,
+        visibility_timeout: int,
+        key_concurrency: int = 1,
+    ) -> None:
         self.lock = threading.RLock()
         self.dlq_url = dlq_url
         self.clock = clock
@@ -169,6 +183,20 @@ class Model:
         self.effect_first_sent: dict[str, float] = {}  # deduplication id -> when SQS first took it
         self.effects_marked: set[str] = set()  # executions named with effects whose release committed
         self.effect_succeeded: dict[str, str] = {}  # effect origin id -> its SUCCEEDED run
+        # Concurrency keys (issue 11).
+        self.key_concurrency = key_concurrency  # the default cap
+        self.key_caps: dict[str, int] = {}  # concurrency key -> its own cap (the test set it)
+        self.claim_seq: dict[str, int] = {}  # execution name -> the order of its claim
+        self.claimed_key_cap: dict[str, int] = {}  # execution name -> its key's cap in force at its claim
+        self.adopted_at: dict[str, int] = {}  # redriven execution -> the claim order when it was adopted
+        self.seq = 0
+        self.key_parked: set[str] = set()  # message ids waiting in a key's line (parked, not woken since)
+        self.key_parks = 0
+        self.key_wakes = 0
+        self.received_by: dict[str, str] = {}  # physical message id -> the container that received it
+        # physical message id -> (container, message id): a copy whose message that container parked
+        # in a key's line; it must be deleted, not returned, so that it spends no receives while it waits
+        self.key_parked_copies: dict[str, tuple[str, str]] = {}
 
     # -- the test's own actions ------------------------------------------------------------------
 
@@ -204,6 +232,40 @@ class Model:
             for index in range(count):
                 self.effects[effect_origin(name, index)] = (name, index)
 
+    def key_cap(self, ckey: str) -> int:
+        """The cap in force for concurrency key ``ckey``: its own, else the default."""
+        return self.key_caps.get(ckey, self.key_concurrency)
+
+    def set_key_cap(self, ckey: str, cap: int | None) -> None:
+        with self.lock:
+            if cap is None:
+                self.key_caps.pop(ckey, None)
+            else:
+                self.key_caps[ckey] = cap
+
+    def ckey_of_message(self, message_id: str | None) -> str | None:
+        """The concurrency key the test sent message ``message_id`` with, if any."""
+        sent = self.sent.get(message_id or "")
+        return sent.attributes.get(CONCURRENCY_KEY_ATTRIBUTE) if sent is not None else None
+
+    def ckey_of(self, name: str) -> str | None:
+        """The concurrency key of execution ``name``'s payload (tied to its message by the claim)."""
+        return self.ckey_of_message(self.claims.get(name))
+
+    def invocation_ended(self, container: str, outcome: str) -> None:
+        """An invocation of ``container`` returned (``ok``), failed on an AWS error or died. One that
+        returned must have deleted every message it parked in a key's line: one left in the queue
+        comes back and spends receives while its payload waits (a crash leaves it, by design)."""
+        with self.lock:
+            mine = [p for p, (c, _) in self.key_parked_copies.items() if c == container]
+            for physical in mine:
+                _, message_id = self.key_parked_copies.pop(physical)
+                if outcome == "ok" and message_id in self.key_parked:
+                    self.violations.append(
+                        f"key line (no receive while parked): message {message_id} was parked in its key's "
+                        f"line by {container}, which returned without deleting it"
+                    )
+
     def forget_key(self, key: str) -> None:
         """DynamoDB's TTL deleted the key's record: its ends are forgotten (a run-once key's success
         never expires, so it is never forgotten this way)."""
@@ -218,6 +280,7 @@ class Model:
             sent = self.sent.get(message_id or "")
             self.running[name] = sent.key if sent else None
             self.finished.discard(name)
+            self.adopted_at.pop(name, None)
             self._went_outside(name)
 
     def started_outside(self, name: str, key: str | None = None) -> None:
@@ -257,6 +320,8 @@ class Model:
             if status >= 300:
                 if call.step == "claim":
                     self._refused_claim(call, parsed)
+                elif call.step == "delete":
+                    self._delete_failed(call)
                 return
             handler = getattr(self, f"_on_{call.step}", None)
             if handler is not None:
@@ -267,6 +332,7 @@ class Model:
         for message in parsed.get("Messages", []):
             self.receipts[message["ReceiptHandle"]] = message["MessageId"]
             self.in_flight[message["MessageId"]] = (message["ReceiptHandle"], visible_at)
+            self.received_by[message["MessageId"]] = call.container
             count = int(message.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
             self.max_receive_count = max(self.max_receive_count, count)
 
@@ -293,10 +359,29 @@ class Model:
                     f"run once: {name} claimed for run-once message {message_id} of key {sent.key!r}, "
                     f"which had SUCCEEDED already ({others[0]})"
                 )
+        ckey = self.ckey_of_message(message_id)
+        if ckey is not None:
+            self._key_claim(name, ckey)
         self.holders.add(name)
         self.claims[name] = message_id
         self.claimed_under[name] = self.max
         self.taken_at_claim[name] = len(taken)
+        self.seq += 1
+        self.claim_seq[name] = self.seq
+        if ckey is not None:
+            self.claimed_key_cap[name] = self.key_cap(ckey)
+
+    def _key_claim(self, name: str, ckey: str) -> None:
+        """Promise 6 at the claim: the runs of its concurrency key that hold a slot (an adopted,
+        redriven one too) or run without one must be fewer than the key's cap in force. Runs
+        redriven behind Sluice's back and not adopted yet are not counted: Sluice cannot know them."""
+        ours = {n for n in self.running if n not in self.outside}
+        taken = sorted(n for n in (self.holders | ours) - {name} if self.ckey_of(n) == ckey)
+        if len(taken) >= self.key_cap(ckey):
+            self.violations.append(
+                f"key cap: {name} claimed a slot of concurrency key {ckey!r} while {len(taken)} "
+                f"of its runs held one under its cap {self.key_cap(ckey)}: {taken}"
+            )
 
     def _refused_claim(self, call: Call, parsed: dict[str, Any]) -> None:
         reasons = parsed.get("CancellationReasons") or []
@@ -390,6 +475,7 @@ class Model:
         for name in slot_names(call.params, "take"):
             self.holders.add(name)
             self.adopted.add(name)
+            self.adopted_at[name] = self.seq
             self.outside.discard(name)
             if name in self.running and key is not None:
                 self.running[name] = key
@@ -399,6 +485,35 @@ class Model:
             item = entry.get("Put", {}).get("Item", {})
             if item.get("pk", {}).get("S", "").startswith("PARK#"):
                 self.parked.add(self.logical(item["message_id"]["S"]))
+
+    def _on_key_park(self, call: Call, parsed: dict[str, Any]) -> None:
+        """A message parked in its key's line (``KWAIT#``): its message may be deleted, and must be."""
+        for entry in call.params["TransactItems"]:
+            item = entry.get("Put", {}).get("Item", {})
+            if item.get("pk", {}).get("S", "").startswith("KWAIT#"):
+                message_id = self.logical(item["message_id"]["S"])
+                self.parked.add(message_id)
+                self.key_parked.add(message_id)
+                self.key_parks += 1
+                for physical in self.in_flight:
+                    if (
+                        self.logical(physical) == message_id
+                        and self.received_by.get(physical) == call.container
+                    ):
+                        self.key_parked_copies[physical] = (call.container, message_id)
+
+    def _on_key_wake(self, call: Call, parsed: dict[str, Any]) -> None:
+        """A waiter of a key's line sent back to the queue: a new SQS id for the same message."""
+        self._on_unpark(call, parsed)
+        self.key_parked.discard(
+            self.logical(call.params["MessageAttributes"][ORIGIN_ATTRIBUTE]["StringValue"])
+        )
+        self.key_wakes += 1
+
+    def _delete_failed(self, call: Call) -> None:
+        """A DeleteMessageBatch AWS refused: its messages come back (a fault, not Sluice's doing)."""
+        for entry in call.params.get("Entries", []):
+            self.key_parked_copies.pop(self.receipts.get(entry.get("ReceiptHandle", ""), ""), None)
 
     def _on_unpark(self, call: Call, parsed: dict[str, Any]) -> None:
         """A parked message re-sent to the queue: a new SQS id for the same message."""
@@ -494,6 +609,9 @@ class Model:
                 )
             self.deleted.add(message_id)
             self.in_flight.pop(physical, None)
+            self.key_parked_copies.pop(physical, None)
+        for failed in parsed.get("Failed", []):
+            self.key_parked_copies.pop(self.receipts.get(handles.get(failed["Id"], ""), ""), None)
 
     def _on_return(self, call: Call, parsed: dict[str, Any]) -> None:
         entries = {e["Id"]: e for e in call.params.get("Entries", [])}
@@ -503,6 +621,12 @@ class Model:
             message_id = self.receipts.get(entry.get("ReceiptHandle", ""))
             if message_id is None:
                 continue
+            parked = self.key_parked_copies.pop(message_id, None)
+            if parked is not None and parked[1] in self.key_parked:
+                self.violations.append(
+                    f"key line (no receive while parked): message {parked[1]} was returned to the queue by "
+                    f"{parked[0]} after it parked it in its key's line: it spends receives while it waits"
+                )
             delay = int(entry.get("VisibilityTimeout", 0))
             if delay <= 0:
                 self.in_flight.pop(message_id, None)

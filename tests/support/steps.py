@@ -15,6 +15,8 @@ AWAITS_ATTRIBUTE = "sluice-awaits"  # the keys a message awaits (a JSON array)
 ONCE_ATTRIBUTE = "sluice-once"  # "true": the key runs successfully at most once
 EFFECT_ORIGIN_PREFIX = "fx-"  # the origin id of an effect's message (docs/protocol.md, "Effects")
 REASON_ATTRIBUTE = "sluice-error"  # on every dead-letter copy: the reason
+CONCURRENCY_KEY_ATTRIBUTE = "sluice-concurrency-key"  # the message's concurrency key
+TICKET_ATTRIBUTE = "sluice-key-ticket"  # on a waiter woken from its key's line: "<ticket>@<ms>"
 # A woken waiter's deduplication id ends with the digest of the awaits feature's wake-up "holder".
 WAKE_DEDUP_SUFFIX = "-" + hashlib.sha256(b"sluice-awaits").hexdigest()[:32]
 
@@ -67,6 +69,20 @@ def limit_change(params: dict[str, Any]) -> bool:
     return any(_pk(i.get("Update") or i.get("ConditionCheck") or {}) == "SLOTS#launcher" for i in items)
 
 
+def _key_item(update_or_check: dict[str, Any]) -> bool:
+    return _pk(update_or_check).startswith("CKEY#")
+
+
+def key_wake_dedup(attributes: dict[str, Any]) -> str | None:
+    """The deduplication id suffix of a waiter woken from its key's line (``sluice.keys.as_parked``:
+    the holder ``sluice-key:<key>#<ticket>``), or None for a message without a key and a ticket."""
+    ckey = attributes.get(CONCURRENCY_KEY_ATTRIBUTE, {}).get("StringValue")
+    ticket = attributes.get(TICKET_ATTRIBUTE, {}).get("StringValue", "").partition("@")[0]
+    if not ckey or not ticket:
+        return None
+    return "-" + hashlib.sha256(f"sluice-key:{ckey}#{ticket}".encode()).hexdigest()[:32]
+
+
 def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
     """Name a call by the protocol step it performs (launcher.py's timeline, reconciliation's).
 
@@ -77,11 +93,25 @@ def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
     a write to the pool item moves the caps (``limit``); a slot given back releases; a slot taken
     without a Put adopts an execution running again (a redrive); the rest marks RUNNING. Single updates: ``renewed_at`` renews
     a resumed claim; ``suspect_since`` is reconciliation's first sighting of an unstarted claim.
+
+    Concurrency keys (``sluice.keys``): a Put of ``KWAIT#`` parks a message in its key's line
+    (``key_park``); a transaction that moves ``woken`` on ``CKEY#`` advances the line (``key_advance``);
+    one that takes the key off ``KEYS_WAITING`` forgets it (``key_forget``); a SendMessage whose
+    deduplication id names a key's ticket wakes a waiter (``key_wake``); a single update taking an
+    entry off ``inflight`` gives a woken waiter's kept slot back (``key_forgo``), one of ``cap`` sets a
+    key's own cap (``key_cap``).
     """
     if operation == "TransactWriteItems":
         puts = [_pk(p) for p in _puts(params)]
         if any(pk.startswith("PARK#") for pk in puts):
             return "park"
+        if any(pk.startswith("KWAIT#") for pk in puts):
+            return "key_park"
+        updates = _updates(params)
+        if any(_key_item(u) and "SET #woken = :to" in u.get("UpdateExpression", "") for u in updates):
+            return "key_advance"
+        if any(_pk(u) == "KEYS_WAITING" and "DELETE" in u.get("UpdateExpression", "") for u in updates):
+            return "key_forget"
         if puts and slot_names(params, "give"):
             return "release"  # with the Put of EFFECTS#<name>
         touched = [_pk(u) for u in _updates(params)]
@@ -120,14 +150,20 @@ def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
             return "save_reconciliation"
         if params.get("Key", {}).get("pk", {}).get("S", "").startswith("SLOTS#launcher"):
             return "limit"
+        if params.get("Key", {}).get("pk", {}).get("S", "").startswith("CKEY#"):
+            return "key_forgo" if "DELETE #inflight" in expression else "key_cap"
         return "update"
     attributes = params.get("MessageAttributes", {})
     if operation == "SendMessage" and ORIGIN_ATTRIBUTE in attributes and REASON_ATTRIBUTE not in attributes:
         # A dead-letter copy keeps the message's attributes, its origin id too (a re-sent parked
         # message, a woken waiter, an effect dead-lettered by the launcher): it is a dead letter.
         origin = attributes[ORIGIN_ATTRIBUTE].get("StringValue", "")
-        if str(params.get("MessageDeduplicationId", "")).endswith(WAKE_DEDUP_SUFFIX):
+        dedup = str(params.get("MessageDeduplicationId", ""))
+        if dedup.endswith(WAKE_DEDUP_SUFFIX):
             return "wake"  # a waiter whose awaits have SUCCEEDED (an effect's, too) sent back to the queue
+        key_wake = key_wake_dedup(attributes)
+        if key_wake is not None and dedup.endswith(key_wake):
+            return "key_wake"  # a waiter of a concurrency key's line sent back to the queue
         if origin.startswith(EFFECT_ORIGIN_PREFIX):
             return "effect"  # an effect a SUCCEEDED output named, sent before its release
         return "unpark"
@@ -195,7 +231,18 @@ AWAIT_POINTS: dict[str, tuple[str, str]] = {
     "before_effect": ("before", "effect"),
     "after_effect": ("after", "effect"),
 }
-ALL_POINTS = {**CRASH_POINTS, **SITUATIONAL_POINTS, **AWAIT_POINTS}
+# Points of concurrency keys (issue 11): a message parked in its key's line (before its delete),
+# a waiter sent back (before and after the send, before the line's head moves), the head moved,
+# a woken waiter that does not claim giving its kept slot back. Reached by the property suite's
+# keyed messages and key caps.
+KEY_POINTS: dict[str, tuple[str, str]] = {
+    "after_key_park": ("after", "key_park"),
+    "before_key_wake": ("before", "key_wake"),
+    "after_key_wake": ("after", "key_wake"),
+    "after_key_advance": ("after", "key_advance"),
+    "after_key_forgo": ("after", "key_forgo"),
+}
+ALL_POINTS = {**CRASH_POINTS, **SITUATIONAL_POINTS, **AWAIT_POINTS, **KEY_POINTS}
 
 # The steps of launcher.py's timeline, and of reconciliation and completion, where a crash matters.
 PROTOCOL_STEPS = frozenset(step for _, step in ALL_POINTS.values())
@@ -208,6 +255,8 @@ THROTTLE_TARGETS = (
     "SendMessage",
     "claim",
     "wait",
+    "key_park",
+    "key_advance",
     "mark",
     "release",
     "GetItem",
