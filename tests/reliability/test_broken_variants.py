@@ -1230,9 +1230,9 @@ class ConcurrencyKeysMachine(SluiceMachine):
         super().act(action)
 
 
-def wait_undone_by_its_wake_up(*, store, queue, payload, ckey, now):
-    """``sluice.keys.wait`` before 41ad8e8: the parker's own wake-up failing escapes the park, so the
-    launcher hands the parked message back to the queue."""
+def wait_undone_by_its_wake_up(*, store, queue, payload, ckey, now, seen=None):
+    """``sluice.keys.wait`` without its guard of the wake-up: the parker's own wake-up failing
+    escapes the park, so the launcher hands the parked message back to the queue."""
     message = payload.message
     for _ in range(sluice.keys.PARK_ATTEMPTS):
         state = store.key_state(ckey)
