@@ -23,6 +23,7 @@ from sluice.semaphore_model import (
 from tests.contract.semaphore_fixtures import GRACE, CountingTokens, World, arn, open_harness
 from tests.contract.slots_fixtures import in_threads
 from tests.support.hooks import Crash, throttle
+from tests.support.moto_patches import atomic_fast_moto
 
 S = "db"
 SECTION = "section"
@@ -209,7 +210,11 @@ def test_concurrent_hand_offs_never_grant_one_waiter_twice_or_skip_one(world):
                 for _ in range(3):
                     sems[i].hand_off(S)
 
-        in_threads(8, work)
+        # moto is not thread-safe (a transaction copying a table while another thread writes it
+        # raised "dictionary changed size during iteration" once): its requests one at a time,
+        # the threads still interleaving between them.
+        with atomic_fast_moto():
+            in_threads(8, work)
         assert world.running(S) == (4 if done is not rounds[-1] else 0)
     assert world.delivered() == holders + waiters  # once each, in ticket order
     successes = [s.token for s in world.tokens.sent if s.kind == "success"]
