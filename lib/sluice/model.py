@@ -141,6 +141,9 @@ class PayloadRecord:
     # How the receipt's run ended: ``state`` moves on (a later claim rolled back, an invalid message
     # of the key), but an awaits waiter judges the key by its latest *run* (sluice.awaits.judge).
     receipt_state: PayloadState | None = None
+    # A run of this key redriven behind Sluice's back while another run held the lease: no claim
+    # until that run is adopted (it takes the lease) or has ended (sluice.reconcile).
+    redriven: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

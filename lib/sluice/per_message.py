@@ -241,6 +241,9 @@ class MessageProtocol:
     # -- the branches -------------------------------------------------------------------------
 
     def _duplicate(self, payload: Payload, held: LeaseHeld, done: list[Message]) -> Outcome | None:
+        if held.existing.holder is None and held.existing.redriven is not None:
+            self._take_redriven(payload.key, held.existing.redriven)
+            return None
         holder = held.existing.holder or ""
         # The holder may have ended with its status event still on the way: ask Step Functions
         # before turning a re-submission away. Ended: settle it and claim again.
@@ -274,6 +277,19 @@ class MessageProtocol:
         done.append(payload.message)
         self._log("payload already running; duplicate suppressed", payload, holder, Outcome.DUPLICATE)
         return Outcome.DUPLICATE
+
+    def _take_redriven(self, key: str, redriven: str) -> None:
+        """The lease is free but a run of the key was redriven behind Sluice's back while another
+        held it (``Store.mark_redriven``): adopt it if it still runs, else lift the mark. The caller
+        looks again and finds the adopted run, or a free lease."""
+        record = self.store.execution(redriven)
+        try:
+            info = self.executions.describe(redriven, record.arn) if record is not None else None
+            runs = info is not None and not info.ended
+        except ConfigurationError:
+            runs = True  # a state machine this role may not ask about: assume it runs
+        if not runs or not self.store.adopt(name=redriven, now=self.clock.now()):
+            self.store.clear_redriven(key=key, name=redriven)
 
     def _renewal_refused(
         self, payload: Payload, name: str, done: list[Message], started: list[StartedExecution]

@@ -227,7 +227,19 @@ class Store(Protocol):
         """Take a slot and the lease back for an ended execution that runs again (a redrive).
 
         No limit applies: it runs already. False when the key's lease is held by another run.
+        Lifts the key's ``redriven`` block.
         """
+        ...
+
+    def mark_redriven(self, *, key: str, name: str, now: float) -> bool:
+        """``name``, a run of ``key`` redriven behind Sluice's back, could not be adopted: another
+        run holds the lease. Until ``name`` is adopted or ``clear_redriven`` lifts the mark, no claim
+        of ``key`` succeeds (it raises ``LeaseHeld`` with the mark in the record). Only while some
+        other execution holds the lease."""
+        ...
+
+    def clear_redriven(self, *, key: str, name: str) -> bool:
+        """Lift ``key``'s mark if it still names ``name`` (which has ended, or was never found)."""
         ...
 
     def record_duplicate(self, *, key: str, message_id: str, now: float) -> None: ...

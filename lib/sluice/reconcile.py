@@ -152,7 +152,7 @@ def reconcile(
                     "execution running again; slot and lease taken back", extra={"execution_name": name}
                 )
                 continue
-            _block_unstarted_holder(store, record.key, name, running, now, logger)
+            _hold_for_redriven(store, record.key, name, running, now, logger)
         external += 1
 
     rooms = store.rooms()  # the three waiting rooms' indexes, in one read
@@ -184,7 +184,7 @@ def reconcile(
     return report
 
 
-def _block_unstarted_holder(
+def _hold_for_redriven(
     store: Store,
     key: str,
     redriven: str,
@@ -192,11 +192,24 @@ def _block_unstarted_holder(
     now: float,
     logger: logging.Logger | logging.LoggerAdapter,
 ) -> None:
-    """``redriven`` runs again but another run's claim holds its key. If that claim has not started
-    (not listed), it must not start now: its launcher, resuming, finds it blocked and yields."""
+    """``redriven`` runs again but another run holds its key's lease, so it counts as external.
+
+    The key is marked: when that holder ends, no new claim may take the lease beside the redriven
+    run; the next claim adopts it instead (or lifts the mark once it has ended)::
+
+        reconcile: adopt(R) ✗ (H holds)  → mark_redriven(k, R)
+        H ends → lease free              → claim(k) ✗ LeaseHeld(redriven=R) → R running: adopt(R)
+                                            (R ended: clear_redriven) → look again
+
+    If the holder's claim has not started (not listed), it must not start now either: its launcher,
+    resuming, finds it blocked and yields."""
     payload = store.payload(key)
     holder = payload.holder if payload is not None else None
-    if holder is None or holder == redriven or holder in running:
+    if holder is None or holder == redriven:
+        return
+    if payload is not None and payload.redriven != redriven:
+        store.mark_redriven(key=key, name=redriven, now=now)
+    if holder in running:
         return
     if store.block(name=holder, by=redriven, now=now):
         logger.warning(

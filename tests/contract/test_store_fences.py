@@ -3,6 +3,9 @@ Run against MemoryStore and DynamoStore (moto) like the rest of the contract."""
 
 from __future__ import annotations
 
+import pytest
+
+from sluice.errors import LeaseHeld
 from sluice.model import REDRIVE_WINDOW_SECONDS, ClaimFence, ParkedMessage, PayloadState
 from tests.contract.stores import NOW, RETENTION, claim
 
@@ -114,6 +117,39 @@ def test_adopt_is_refused_while_another_run_holds_the_key(store):
     claim(store, "k", "n2")
     assert not store.adopt(name="n1", now=NOW + 5)
     assert store.ledger().holders == {"n2"} and store.payload("k").holder == "n2"
+
+
+def test_a_key_marked_for_its_redriven_run_refuses_claims_until_adopted(store):
+    claim(store, "k", "n1")
+    store.release(name="n1", state=PayloadState.FAILED, now=NOW)
+    claim(store, "k", "n2")
+    assert not store.mark_redriven(key="k", name="n2", now=NOW + 4)  # the holder itself: no mark
+    assert store.mark_redriven(key="k", name="n1", now=NOW + 5)
+    store.release(name="n2", state=PayloadState.SUCCEEDED, now=NOW + 6)
+    with pytest.raises(LeaseHeld) as held:
+        claim(store, "k", "n3")
+    assert (held.value.existing.holder, held.value.existing.redriven) == (None, "n1")
+    assert store.adopt(name="n1", now=NOW + 7)
+    assert store.payload("k").redriven is None and store.payload("k").holder == "n1"
+
+
+def test_a_mark_is_lifted_only_for_the_run_it_names(store):
+    claim(store, "k", "n1")
+    store.release(name="n1", state=PayloadState.FAILED, now=NOW)
+    claim(store, "k", "n2")
+    assert store.mark_redriven(key="k", name="n1", now=NOW + 5)
+    store.release(name="n2", state=PayloadState.SUCCEEDED, now=NOW + 6)
+    assert not store.clear_redriven(key="k", name="n9")
+    assert store.clear_redriven(key="k", name="n1")
+    claim(store, "k", "n3")
+    assert store.payload("k").holder == "n3"
+
+
+def test_no_mark_without_a_holder(store):
+    claim(store, "k", "n1")
+    store.release(name="n1", state=PayloadState.FAILED, now=NOW)
+    assert not store.mark_redriven(key="k", name="n1", now=NOW + 5)
+    claim(store, "k", "n2")
 
 
 def test_the_payload_history_is_bounded(store):

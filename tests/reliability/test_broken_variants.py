@@ -318,8 +318,18 @@ def test_records_of_redrivable_executions_kept_only_for_the_retention_is_caught(
 
 
 def test_a_reconciliation_that_never_blocks_a_claim_of_a_redriven_key_is_caught(monkeypatch):
-    monkeypatch.setattr(sluice.reconcile, "_block_unstarted_holder", lambda *args: None)
+    monkeypatch.setattr(sluice.reconcile, "_hold_for_redriven", lambda *args: None)
     caught(breaks.test_a_claim_of_a_key_whose_earlier_run_was_redriven_never_starts)
+
+
+def test_a_refused_adoption_that_leaves_the_lease_unmarked_is_caught(monkeypatch):
+    monkeypatch.setattr(DynamoStore, "mark_redriven", lambda self, **_: False)
+    caught(breaks.test_a_redriven_run_refused_adoption_keeps_its_key_when_the_holder_ends)
+
+
+def test_a_mark_never_lifted_after_the_redriven_run_ended_is_caught(monkeypatch):
+    monkeypatch.setattr(DynamoStore, "clear_redriven", lambda self, **_: False)
+    caught(breaks.test_a_marked_lease_is_lifted_once_the_redriven_run_has_ended)
 
 
 def test_a_resume_that_ignores_the_block_is_caught(monkeypatch):

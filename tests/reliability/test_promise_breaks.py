@@ -254,6 +254,63 @@ def test_a_claim_of_a_key_whose_earlier_run_was_redriven_never_starts(make_world
     world.settle()
 
 
+def test_a_redriven_run_refused_adoption_keeps_its_key_when_the_holder_ends(make_world):
+    """Found by the soak (seed 20261201): p0's first run failed; a re-submission started a second
+    run; an operator redrove the first. Reconciliation could not adopt it (the second held p0's
+    lease) and counted it external; the second ended and released the lease, and the next message of
+    p0 claimed it and started a third run beside the redriven one. The refused adoption now marks
+    p0's lease: the next claim adopts the redriven run instead, and the message is its duplicate."""
+    world = make_world(max_concurrency=3)
+    world.send(body("p0"), group="g0")
+    world.tick("A")
+    (first,) = world.model.running
+    world.end(first, "FAILED")
+    assert world.deliver(0) == "ok"
+    world.send(body("p0"), group="g1")  # a re-submission: the second run
+    world.tick("A")
+    (second,) = world.model.running
+    world.redrive(first)
+    world.advance(WINDOW + 1)
+    world.tick("B")  # reconciliation: the redriven run is listed; the second holds p0's lease
+    assert world.table()["PAYLOAD#p0"].get("redriven", {}).get("S") == first, "p0's lease is marked"
+    world.end(second, "SUCCEEDED")
+    assert world.deliver(0) == "ok"
+    world.send(body("p0"), group="g2")  # another re-submission, while the redriven run runs
+    world.tick("A")
+    world.check()
+    assert runs_of(world, "p0") == [first, second], "p0 ran beside its redriven run"
+    assert world.holders(world.table()) == {first}, "the redriven run took p0's slot and lease"
+    assert world.queue_depth() == 0, "the re-submission was settled as a duplicate"
+    world.settle()
+
+
+def test_a_marked_lease_is_lifted_once_the_redriven_run_has_ended(make_world):
+    """The mark of a refused adoption never outlives the redriven run: once it has ended, the next
+    message of its key claims and starts."""
+    world = make_world(max_concurrency=3)
+    world.send(body("p0"), group="g0")
+    world.tick("A")
+    (first,) = world.model.running
+    world.end(first, "FAILED")
+    assert world.deliver(0) == "ok"
+    world.send(body("p0"), group="g1")
+    world.tick("A")
+    (second,) = world.model.running
+    world.redrive(first)
+    world.advance(WINDOW + 1)
+    world.tick("B")
+    assert world.table()["PAYLOAD#p0"].get("redriven", {}).get("S") == first, "p0's lease is marked"
+    world.end(second, "SUCCEEDED")
+    assert world.deliver(0) == "ok"
+    world.end(first, "SUCCEEDED")  # the redriven run ends before anyone adopted it
+    world.send(body("p0"), group="g2")
+    world.tick("A")
+    world.check()
+    assert len(runs_of(world, "p0")) == 3, "the mark outlived the redriven run: p0 is stuck"
+    assert "redriven" not in world.table()["PAYLOAD#p0"]
+    world.settle()
+
+
 def test_records_of_a_running_execution_never_expire(make_world):
     """Issue 9 item 5. Failed before the fix: promise 2 (p0 started again while it runs): after the
     retention period TTL deletes the lease and the claim of the running p0; and its end then

@@ -118,6 +118,7 @@ def to_payload(raw: dict[str, Any], default_key: str = "") -> PayloadRecord:
         succeeded_by=raw.get("succeeded_by"),
         already_done=int(raw.get("already_done", 0)),
         receipt_state=PayloadState(raw["receipt_state"]) if raw.get("receipt_state") else None,
+        redriven=raw.get("redriven"),
     )
 
 

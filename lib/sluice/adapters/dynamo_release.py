@@ -170,7 +170,8 @@ class ReleasesTable:
                     "TableName": self.table,
                     "Key": {"pk": {"S": payload_pk(record.key)}},
                     "UpdateExpression": (
-                        "SET #key = :key, #state = :running, holder = :name, updated_at = :now REMOVE expires_at"
+                        "SET #key = :key, #state = :running, holder = :name, updated_at = :now "
+                        "REMOVE expires_at, redriven"
                     ),
                     "ConditionExpression": "attribute_not_exists(holder)",
                     "ExpressionAttributeNames": {"#key": "key", "#state": "state"},

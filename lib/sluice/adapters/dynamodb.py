@@ -177,7 +177,8 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
                 existing = plain(lease_reason.get("Item", {}))
                 if once and existing.get("succeeded_by") is not None:
                     raise AlreadyDone(to_payload(existing, default_key=key))
-                if existing.get("holder") is None and self._trim_history(key, existing):
+                free = existing.get("holder") is None and existing.get("redriven") is None
+                if free and self._trim_history(key, existing):
                     continue  # the history was full, not the lease: trimmed, claim again
                 raise LeaseHeld(to_payload(existing, default_key=key))
             if ckey is not None and reasons[3].get("Code") == "ConditionalCheckFailed":
@@ -212,7 +213,7 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
                         "ADD attempts :one REMOVE reason, expires_at"
                     ),
                     "ConditionExpression": (
-                        "attribute_not_exists(holder) AND "
+                        "attribute_not_exists(holder) AND attribute_not_exists(redriven) AND "
                         "(attribute_not_exists(executions) OR size(executions) < :history)"
                     ),
                     "ExpressionAttributeNames": {"#key": "key", "#state": "state"},
@@ -277,6 +278,20 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
             "SET blocked_by = :by, blocked_at = :now",
             "#state = :claimed",
             values(by=by, now=now, claimed=PayloadState.CLAIMED.value),
+        )
+
+    def mark_redriven(self, *, key: str, name: str, now: float) -> bool:
+        return self._update_if(
+            payload_pk(key),
+            "SET redriven = :name, updated_at = :now",
+            "attribute_exists(holder) AND holder <> :name",
+            values(name=name, now=now),
+            names={},
+        )
+
+    def clear_redriven(self, *, key: str, name: str) -> bool:
+        return self._update_if(
+            payload_pk(key), "REMOVE redriven", "redriven = :name", values(name=name), names={}
         )
 
     def suspect(

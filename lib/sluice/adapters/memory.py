@@ -106,7 +106,7 @@ class MemoryStore(MemoryAwaits, MemoryKeys):
             current = self._payloads.get(key)
             if once and current is not None and current.succeeded_by is not None:
                 raise AlreadyDone(current)
-            if current is not None and current.holder is not None:
+            if current is not None and (current.holder is not None or current.redriven is not None):
                 raise LeaseHeld(current)
             if ckey is not None:
                 self._key_admits(ckey, ticket=ticket)
@@ -282,7 +282,7 @@ class MemoryStore(MemoryAwaits, MemoryKeys):
             if record.ckey is not None:
                 self._key_hold(record.ckey, name)  # it runs already: counted whatever the key's cap
             self._payloads[record.key] = replace(
-                payload, state=PayloadState.RUNNING, holder=name, updated_at=now, expires_at=0
+                payload, state=PayloadState.RUNNING, holder=name, updated_at=now, expires_at=0, redriven=None
             )
             self._executions[name] = replace(
                 record,
@@ -294,6 +294,22 @@ class MemoryStore(MemoryAwaits, MemoryKeys):
                 output_ref=None,
                 output_size=None,
             )
+            return True
+
+    def mark_redriven(self, *, key: str, name: str, now: float) -> bool:
+        with self._lock:
+            payload = self._payloads.get(key)
+            if payload is None or payload.holder is None or payload.holder == name:
+                return False
+            self._payloads[key] = replace(payload, redriven=name, updated_at=now)
+            return True
+
+    def clear_redriven(self, *, key: str, name: str) -> bool:
+        with self._lock:
+            payload = self._payloads.get(key)
+            if payload is None or payload.redriven != name:
+                return False
+            self._payloads[key] = replace(payload, redriven=None)
             return True
 
     def record_duplicate(self, *, key: str, message_id: str, now: float) -> None:
