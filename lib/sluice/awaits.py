@@ -31,6 +31,11 @@ two sees the other's write and the waiter cannot be left behind:
     either the launcher's second read sees succeeded_by (it releases W itself), or the
     completion's read sees W (it releases W), or both (two sends of one waiter: below).
 
+A receive with several waiters reads the keys they all await in one BatchGetItem (``read_ahead``)
+before any is processed; each gate judges from it (a verdict of "ended badly" on a read of its own:
+a dead-letter is final, and the key may have run again since). The read after the park is always
+the waiter's own.
+
 **Release** (``settle``): all satisfied → the message is sent back to the queue in its group with
 its original id (``sluice-origin-message-id``, so the same execution name) and a deduplication id
 that is a function of that id, and without ``sluice-awaits`` (met, and satisfied only goes one way,
@@ -246,15 +251,60 @@ def judge(
 # -- the launcher's gate ---------------------------------------------------------------------------
 
 
-def gate(*, store: AwaitStore, queue: Queue, payload: Payload, now: float) -> bool:
+@dataclass(frozen=True, slots=True)
+class ReadAhead:
+    """The keys awaited by a whole receive's messages, read in one BatchGetItem before any of them
+    is processed (``read_ahead``), instead of one read per message. ``keys``: the keys asked for
+    (a key never seen has no record)."""
+
+    keys: frozenset[str] = frozenset()
+    records: Mapping[str, PayloadRecord] = field(default_factory=dict)
+
+    def covers(self, awaits: Iterable[str]) -> bool:
+        return self.keys.issuperset(awaits)
+
+
+def read_ahead(store: AwaitStore, messages: Sequence[Message]) -> ReadAhead:
+    """One read of every key the messages await, when two or more of them await keys (one message
+    reads its own, at the same cost). A malformed attribute is left to its own gate, which
+    dead-letters it; a throttled read leaves each message to read its own."""
+    keys: set[str] = set()
+    waiting = 0
+    for message in messages:
+        try:
+            awaits, _ = awaits_of(message)
+        except InvalidPayload:
+            continue
+        if awaits:
+            keys.update(awaits)
+            waiting += 1
+    if waiting < 2:
+        return ReadAhead()
+    try:
+        return ReadAhead(frozenset(keys), store.payloads(sorted(keys)))
+    except TransientError:
+        return ReadAhead()
+
+
+def gate(
+    *, store: AwaitStore, queue: Queue, payload: Payload, now: float, ahead: ReadAhead | None = None
+) -> bool:
     """Before a claim: True when the message was parked (or settled) and is to be deleted; False
     when its awaits are satisfied (or it awaits nothing): claim it. Raises ``InvalidPayload`` for a
-    bad attribute or an awaited key that ended badly (the launcher dead-letters it)."""
+    bad attribute or an awaited key that ended badly (the launcher dead-letters it). ``ahead``: the
+    batch's read of awaited keys, used in place of this message's own read when it covers them."""
     message = payload.message
     awaits, run_anyway = awaits_of(message, payload.key)
     if not awaits:
         return False
-    verdict = judge(awaits, store.payloads(awaits), run_anyway=run_anyway)
+    if ahead is not None and ahead.covers(awaits):
+        verdict = judge(awaits, ahead.records, run_anyway=run_anyway)
+        if verdict.kind == "dead":
+            # Read a moment earlier, for the whole batch: a key rerun since may be live again. A
+            # dead-letter is final, so it is judged on a read of its own; "SUCCEEDED" never goes back.
+            verdict = judge(awaits, store.payloads(awaits), run_anyway=run_anyway)
+    else:
+        verdict = judge(awaits, store.payloads(awaits), run_anyway=run_anyway)
     if verdict.kind == "ready":
         return False
     if verdict.kind == "dead":

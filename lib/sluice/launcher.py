@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sluice.awaits import ReadAhead, read_ahead
 from sluice.completion import StatusChange, settle_status_change
 from sluice.effects import Effects
 from sluice.errors import ConfigurationError, SlotsFull, TransientError
@@ -155,8 +156,10 @@ class Launcher(MessageProtocol):
         linger_until = self.clock.now() + (self.settings.linger_seconds if linger else 0)
         started = 0
         first = True
+        known = None  # the room as last read, while nothing since has taken any of it
         while True:
-            ledger = self.store.look(freed if first else None)
+            ledger = known or self.store.look(freed if first else None)
+            known = None
             if sync_limit:
                 reading = self.max_source.reading()
                 summary.max_concurrency = reading.value
@@ -199,6 +202,12 @@ class Launcher(MessageProtocol):
             if filled >= free and ledger.complete:
                 summary.stopped = "full"  # as far as this call knows: no read needed to stop
                 break  # (after a sample of the shards, the next read samples others)
+            if filled == 0 and max_new is not None:
+                # A refill whose messages took no slot (parked, duplicates, dead-lettered): the
+                # slot it freed is as free as it was read, so the next receive needs no new read. A
+                # launcher that took it meanwhile makes the claim fail (SlotsFull): that message
+                # returns, as it would have after a read a moment before its claim.
+                known = ledger
         return summary
 
     # -- one batch ----------------------------------------------------------------------------
@@ -235,8 +244,9 @@ class Launcher(MessageProtocol):
         groups = list(by_group.values())
         runs = [_Run() for _ in groups]
         halt = _Halt()
+        ahead = read_ahead(self.store, messages)  # type: ignore[arg-type]
         results = self.fan.each(
-            [lambda g=g, r=r: self._run_group(g, r, halt) for g, r in zip(groups, runs, strict=True)]
+            [lambda g=g, r=r: self._run_group(g, r, halt, ahead) for g, r in zip(groups, runs, strict=True)]
         )
         self._settle(
             [m for r in runs for m in r.done],
@@ -254,7 +264,7 @@ class Launcher(MessageProtocol):
         stop = next((s for s in ("transient", "full") if s in stops), "")
         return filled, stop
 
-    def _run_group(self, messages: list[Message], run: _Run, halt: _Halt) -> None:
+    def _run_group(self, messages: list[Message], run: _Run, halt: _Halt, ahead: ReadAhead) -> None:
         """One group's messages in order. Once any group of the batch finds the slots full or AWS
         failing, the others hand back what they have not begun instead of trying."""
         for i, message in enumerate(messages):
@@ -265,7 +275,7 @@ class Launcher(MessageProtocol):
                 run.stop = halt.reason
                 return
             try:
-                outcome = self._process(message, run.done, run.started)
+                outcome = self._process(message, run.done, run.started, ahead)
             except SlotsFull:
                 # Another launcher took the slot since our ledger read, or the caps came down.
                 self.queue.release(rest)

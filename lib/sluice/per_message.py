@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 
 from sluice import keys
-from sluice.awaits import gate
+from sluice.awaits import ReadAhead, gate
 from sluice.completion import complete, output_from
 from sluice.effects import Effects
 from sluice.errors import (
@@ -79,8 +79,14 @@ class MessageProtocol:
     outputs: Outputs
     effects: Effects
 
-    def _process(self, message: Message, done: list[Message], started: list[StartedExecution]) -> Outcome:
-        outcome = self._one(message, done, started)
+    def _process(
+        self,
+        message: Message,
+        done: list[Message],
+        started: list[StartedExecution],
+        ahead: ReadAhead | None = None,
+    ) -> Outcome:
+        outcome = self._one(message, done, started, ahead)
         if outcome not in (Outcome.STARTED, Outcome.KEY_WAITING, Outcome.INVALID):
             # A waiter woken from its key's line that did not claim (a duplicate, already run, ...):
             # the slot kept for it is given back now rather than after INFLIGHT_SECONDS.
@@ -89,14 +95,20 @@ class MessageProtocol:
                 keys.forgo(store=self.store, ckey=ckey, ticket=ticket)  # type: ignore[arg-type]
         return outcome
 
-    def _one(self, message: Message, done: list[Message], started: list[StartedExecution]) -> Outcome:
+    def _one(
+        self,
+        message: Message,
+        done: list[Message],
+        started: list[StartedExecution],
+        ahead: ReadAhead | None = None,
+    ) -> Outcome:
         try:
             payload = validate_message(message)
             check_pointer(payload, self.payloads)  # before any claim; S3 throttled: TransientError
             if concurrency_key(message) is not None:  # a bad one is dead-lettered, not claimed
                 keys.check_fits_line(message, key=payload.key)
             ticket_of(message)
-            if gate(store=self.store, queue=self.queue, payload=payload, now=self.clock.now()):  # type: ignore[arg-type]
+            if gate(store=self.store, queue=self.queue, payload=payload, now=self.clock.now(), ahead=ahead):  # type: ignore[arg-type]
                 done.append(message)  # parked until its awaits have SUCCEEDED (sluice.awaits)
                 self._log("payload awaits keys not yet SUCCEEDED; parked", payload, None, Outcome.WAITING)
                 return Outcome.WAITING

@@ -13,7 +13,7 @@ from sluice.completion import StatusChange
 from sluice.model import Outcome, PayloadState
 from sluice.names import execution_name
 from tests.support.aws import build_stack
-from tests.support.hooks import Crash, crash_after, crash_before
+from tests.support.hooks import Crash, count_calls, crash_after, crash_before
 
 HORIZON = 7 * 86_400
 
@@ -207,3 +207,59 @@ def test_a_key_whose_last_run_failed_dead_letters_its_waiter_whatever_came_after
     dead = [m for m in stack.dlq_messages() if json.loads(m["Body"]) == {"id": "c"}]
     assert [m["MessageAttributes"]["sluice-error"]["StringValue"] for m in dead] == ["awaited a ended FAILED"]
     assert waiter_id and store.payload("c").reason == "awaited a ended FAILED"
+
+
+def payload_reads(client) -> list[list[str]]:
+    """The keys of every BatchGetItem that reads payload records (the gate's reads)."""
+    reads: list[list[str]] = []
+
+    def hook(params, **_):
+        keys = [k["pk"]["S"] for table in params["RequestItems"].values() for k in table["Keys"]]
+        if any(k.startswith("PAYLOAD#") for k in keys):
+            reads.append(sorted(keys))
+
+    client.meta.events.register("provide-client-params.dynamodb.BatchGetItem", hook)
+    return reads
+
+
+def test_a_receive_of_several_waiters_reads_their_awaited_keys_once(session):
+    """Five waiters in one receive: one read of every key they await, then each park's own re-read
+    (the race the module docstring draws), instead of five reads and four re-reads."""
+    stack = build_stack(session, clock=FakeClock(), max_concurrency=10)
+    stack.send({"id": "ok"}, group="ok")
+    stack.send({"id": "live"}, group="live")
+    rt = stack.runtime()
+    launcher = rt.launcher()
+    launcher.tick()
+    launcher.on_status_change(StatusChange.from_event(stack.finish(running_key(stack, "ok"), "SUCCEEDED")))
+    for i in range(4):
+        stack.send({"id": f"w{i}"}, group=f"w{i}", sluice_awaits=awaiting("live", "ok"))
+    stack.send({"id": "w4"}, group="w4", sluice_awaits=awaiting("ok"))
+    reads = payload_reads(rt.client("dynamodb"))
+    summary = launcher.admit()
+    assert (summary.n(Outcome.WAITING), summary.n(Outcome.STARTED)) == (4, 1)
+    assert reads[0] == ["PAYLOAD#live", "PAYLOAD#ok"], "the read ahead covers the whole receive"
+    assert len(reads) == 1 + 4, "one read ahead, then one re-read per park"
+    assert runs_of(stack, "w4") and not any(runs_of(stack, f"w{i}") for i in range(4))
+
+
+def test_a_refill_whose_message_parks_receives_again_without_reading_the_slots_again(session):
+    """A completion's refill received a waiter, which parked and took no slot: its next receive
+    uses the room it read, and the payload behind the waiter starts."""
+    stack = build_stack(session, clock=FakeClock(), max_concurrency=1)
+    stack.send({"id": "a"}, group="a")
+    rt = stack.runtime()
+    launcher = rt.launcher()
+    launcher.tick()
+    stack.send({"id": "w"}, group="g", sluice_awaits=awaiting("never-seen"))
+    stack.send({"id": "b"}, group="g")
+    calls = count_calls(rt.client("dynamodb"), rt.client("sqs"))
+    _, refill, _ = launcher.on_status_change(
+        StatusChange.from_event(stack.finish(running_key(stack, "a"), "SUCCEEDED"))
+    )
+    assert (refill.n(Outcome.WAITING), refill.n(Outcome.STARTED)) == (1, 1)
+    assert runs_of(stack, "b") and stack.queue_counts() == (0, 0)
+    assert calls["ReceiveMessage"] == 2
+    # The slots were read once, before the first receive (one BatchGetItem); the other two are the
+    # waiter's reads of its awaited key, before and after its park.
+    assert calls["BatchGetItem"] == 3

@@ -7,13 +7,17 @@ import pytest
 from sluice.awaits import (
     AWAITS_ATTRIBUTE,
     ON_FAILURE_ATTRIBUTE,
+    ReadAhead,
     find_cycle,
+    gate,
     judge,
     parse_awaits,
+    read_ahead,
     sweep,
 )
 from sluice.errors import InvalidPayload
 from sluice.model import Outcome, PayloadRecord, PayloadState
+from sluice.validation import validate_message
 from tests.unit.test_launcher import World
 
 HORIZON = 7 * 86_400
@@ -254,3 +258,33 @@ def test_find_cycle():
 def test_sweep_with_nothing_parked_reads_one_item():
     w = World()
     assert sweep(store=w.store, queue=w.queue, now=0.0, horizon=HORIZON) == {}
+
+
+def test_a_batchs_read_ahead_that_says_failed_is_checked_again_before_a_dead_letter():
+    """The gate takes a whole receive's read of the awaited keys, made a moment earlier. A key that
+    had FAILED then may be running again by the time its waiter is judged: it waits instead of
+    being dead-lettered on that earlier read."""
+    w = World()
+    send(w, "a")
+    w.launcher.tick()
+    w.finish(running_key(w, "a"), "FAILED")
+    before = ReadAhead(frozenset({"a"}), w.store.payloads(["a"]))
+    send(w, "a")
+    w.launcher.tick()  # a runs again
+    send(w, "c", "a")
+    (message,) = w.queue.receive(1, 0)
+    payload = validate_message(message)
+    assert gate(store=w.store, queue=w.queue, payload=payload, now=w.clock.now(), ahead=before)
+    assert w.queue.dead == [] and w.store.waiters_on("a") == {message.message_id}
+
+
+def test_read_ahead_reads_nothing_for_one_waiter_and_skips_a_malformed_attribute():
+    w = World()
+    send(w, "c", "a")
+    send(w, "d")
+    w.queue.send(json.dumps({"id": "e"}), "e", {AWAITS_ATTRIBUTE: "not json"})
+    messages = w.queue.receive(10, 0)
+    assert read_ahead(w.store, messages) == ReadAhead()  # one waiter reads its own, at the same cost
+    send(w, "f", "a", "b")
+    messages += w.queue.receive(10, 0)
+    assert read_ahead(w.store, messages).keys == {"a", "b"}
