@@ -19,10 +19,12 @@ limit. Only the scheduled tick (from MAX and reconciliation's external count) an
 
 from __future__ import annotations
 
+import copy
 import logging
+import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from sluice.awaits import ReadAhead, read_ahead
@@ -30,6 +32,7 @@ from sluice.completion import StatusChange, settle_status_change
 from sluice.effects import Effects
 from sluice.errors import ConfigurationError, SlotsFull, TransientError
 from sluice.fanout import Pacer, fanout
+from sluice.lanes import Lane, LaneSetting, by_priority, refill_order, split
 from sluice.model import Message, Outcome, StartedExecution, TickSummary
 from sluice.per_message import MessageProtocol
 from sluice.pointers import PayloadObjects
@@ -59,8 +62,15 @@ class Launcher(MessageProtocol):
         fan: Fanout | None = None,
         sleep: Callable[[float], None] | None = None,
         payloads: PayloadObjects | None = None,
+        lane_queues: Mapping[str, Queue] | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self.queue = queue
+        # Lanes (sluice.lanes): each lane's queue (the default lane's is ``queue``); ``lane`` is set
+        # on the launcher of one lane (``_for_lane``), whose claims take a slot of that lane too.
+        self.lane_queues: Mapping[str, Queue] = lane_queues or {}
+        self.lane: Lane | None = None
+        self.rng = rng or random.Random()
         self.executions = executions
         self.store = store
         self.max_source = max_source
@@ -100,6 +110,8 @@ class Launcher(MessageProtocol):
             summary.reconciled = True
             summary.released_by_reconcile = report.released
             summary.drift = report.drift
+        if self.settings.lanes:
+            return self._admit_lanes(summary, remaining_ms=remaining_ms, linger=True)
         return self.admit(summary=summary, remaining_ms=remaining_ms, linger=True, sync_limit=True)
 
     def on_status_change(
@@ -121,6 +133,8 @@ class Launcher(MessageProtocol):
             return False, None, ""
         freed = None if released.shard is None else (released.shard,)
         try:
+            if self.settings.lanes:
+                return True, self._refill_lanes(remaining_ms=remaining_ms, freed=freed), ""
             return True, self.admit(remaining_ms=remaining_ms, max_new=1, freed=freed), ""
         except TransientError as exc:
             # The release is done; the next tick fills the slot. Retrying the event would not help.
@@ -136,6 +150,7 @@ class Launcher(MessageProtocol):
         linger: bool = False,
         sync_limit: bool = False,
         freed: tuple[int, ...] | None = None,
+        lane_free: int | None = None,
     ) -> TickSummary:
         """Receive and start payloads while slots are free, the queue has messages and time remains.
 
@@ -174,6 +189,12 @@ class Launcher(MessageProtocol):
                 summary.stopped = "paused"
                 break
             free = ledger.free
+            if self.lane is not None:
+                # A lane's launcher: no more than its lane has room for (read with the other lanes'
+                # for the first receive, then again before each one).
+                if lane_free is None:
+                    lane_free = self.store.lane_rooms([self.lane.name])[self.lane.name].free
+                free, lane_free = min(free, lane_free), None
             if max_new is not None:
                 free = min(free, max_new - started)
             if free <= 0:
@@ -208,6 +229,109 @@ class Launcher(MessageProtocol):
                 # launcher that took it meanwhile makes the claim fail (SlotsFull): that message
                 # returns, as it would have after a read a moment before its claim.
                 known = ledger
+        return summary
+
+    # -- lanes (sluice.lanes) -------------------------------------------------------------------
+
+    def _for_lane(self, lane: Lane) -> Launcher:
+        """This launcher receiving from ``lane``'s queue, its claims taking a slot of ``lane`` too."""
+        view = copy.copy(self)
+        view.queue = self.lane_queues.get(lane.name, self.queue)
+        view.lane = lane
+        return view
+
+    def sync_lanes(self) -> dict[str, int]:
+        """Bring each lane's caps to its limit in force: the operator's setting (``LANE#``) or the
+        configured MAX, stamped with the setting's time so that a tick holding an older one never
+        undoes a newer one. Two reads; a write only for a lane whose limit moved."""
+        names = [lane.name for lane in self.settings.lanes]
+        settings = self.store.lane_settings(names)
+        rooms = self.store.lane_rooms(names)
+        limits = {}
+        for lane in self.settings.lanes:
+            setting = settings.get(lane.name) or LaneSetting(lane.name)
+            limit = setting.limit(lane)
+            if not rooms[lane.name].exists or rooms[lane.name].limit != limit:
+                written = self.store.set_lane_limit(lane.name, limit, setting.changed_at)
+                limit = rooms[lane.name].limit if written is None else written
+            limits[lane.name] = limit
+        return limits
+
+    def _admit_lanes(
+        self, summary: TickSummary, *, remaining_ms: Callable[[], int] | None, linger: bool
+    ) -> TickSummary:
+        """The scheduled tick with lanes: the lanes' caps first, then rounds over the priorities,
+        highest first. In a round, the global room is split among the lanes of one priority by
+        weight (``sluice.lanes.split``), each lane admitting its share from its own queue; a
+        priority whose lanes start nothing more hands the room to the next. While lingering, the
+        rounds go on (each lane's receive waits ``receiveWaitSeconds``)."""
+        self.sync_lanes()
+        names = [lane.name for lane in self.settings.lanes]
+        linger_until = self.clock.now() + (self.settings.linger_seconds if linger else 0)
+        first = True
+        while True:
+            started = offered = 0
+            for group in by_priority(self.settings.lanes):
+                drained: set[str] = set()
+                while True:
+                    rooms = self.store.lane_rooms(names)
+                    ledger = self.store.look()
+                    if first:
+                        summary.running_before, first = ledger.running, False
+                    open_ = [lane for lane in group if lane.name not in drained]
+                    shares = split(ledger.free, open_, {n: r.free for n, r in rooms.items()})
+                    if not any(shares.values()):
+                        break
+                    offered += 1
+                    moved = 0
+                    for lane in open_:
+                        if not shares[lane.name]:
+                            continue
+                        part = self._for_lane(lane).admit(
+                            remaining_ms=remaining_ms,
+                            max_new=shares[lane.name],
+                            sync_limit=True,
+                            lane_free=shares[lane.name],
+                        )
+                        summary.add_lane(lane.name, part)
+                        moved += part.n(Outcome.STARTED)
+                        if part.stopped in ("paused", "time", "transient"):
+                            summary.stopped = part.stopped
+                            return summary
+                        if part.stopped == "empty" or part.n(Outcome.STARTED) < shares[lane.name]:
+                            drained.add(lane.name)  # its queue gave less than its share
+                    started += moved
+                    if not moved:
+                        break
+            if not offered:
+                summary.stopped = "full"  # no lane has room: nothing to linger for
+                return summary
+            if not (self.clock.now() < linger_until and self._time_left(remaining_ms)):
+                summary.stopped = "full" if started else "empty"
+                return summary
+            if not started and not self.settings.receive_wait_seconds:
+                self.sleep(1.0)  # receives that do not wait: pace the lingering rounds
+
+    def _refill_lanes(
+        self, *, remaining_ms: Callable[[], int] | None, freed: tuple[int, ...] | None
+    ) -> TickSummary:
+        """A completion's refill with lanes: its one freed slot goes to the first lane with room and
+        a message, by priority, then in a weighted draw among equal priorities
+        (``sluice.lanes.refill_order``). One read of every lane's room; a receive per lane tried."""
+        summary = TickSummary()
+        names = [lane.name for lane in self.settings.lanes]
+        rooms = self.store.lane_rooms(names)
+        for lane in refill_order(self.settings.lanes, self.rng):
+            if rooms[lane.name].free <= 0:
+                continue
+            part = self._for_lane(lane).admit(
+                remaining_ms=remaining_ms, max_new=1, freed=freed, lane_free=rooms[lane.name].free
+            )
+            summary.add_lane(lane.name, part)
+            summary.stopped = part.stopped
+            if part.n(Outcome.STARTED) or part.stopped in ("time", "transient"):
+                break
+            freed = None  # the freed shard was read once; a later lane reads the pool afresh
         return summary
 
     # -- one batch ----------------------------------------------------------------------------

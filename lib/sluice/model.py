@@ -176,6 +176,8 @@ class ExecutionRecord:
     output_ref: str | None = None  # else the pointer to it in the payload bucket, as JSON text
     output_size: int | None = None  # the output's size in bytes (None: it had none, or not ended)
     ckey: str | None = None  # its concurrency key (sluice.keys): the release frees a slot there too
+    lane: str | None = None  # its lane (sluice.lanes), when the stack has lanes: a slot there too
+    lane_shard: int | None = None  # the shard of its lane's pool it holds
 
     @property
     def fence(self) -> ClaimFence | None:
@@ -400,6 +402,21 @@ class TickSummary:
     released_by_reconcile: int = 0
     drift: int | None = None
     stopped: str = ""  # why the loop ended: full, empty, paused, time, transient
+    lanes: dict[str, dict[str, int]] = field(default_factory=dict)  # per lane: received, started
+
+    def add_lane(self, lane: str, part: TickSummary) -> None:
+        """Fold one lane's admission into this summary (``sluice.lanes``)."""
+        counts = self.lanes.setdefault(lane, {"received": 0, "started": 0})
+        counts["received"] += part.received
+        counts["started"] += part.n(Outcome.STARTED)
+        self.received += part.received
+        for outcome, n in part.outcomes.items():
+            self.outcomes[outcome] = self.outcomes.get(outcome, 0) + n
+        self.max_concurrency = (
+            part.max_concurrency if part.max_concurrency is not None else self.max_concurrency
+        )
+        self.limit = part.limit
+        self.running_after = part.running_after
 
     def count(self, outcome: Outcome) -> None:
         self.outcomes[outcome.value] = self.outcomes.get(outcome.value, 0) + 1
@@ -424,4 +441,5 @@ class TickSummary:
             "released_by_reconcile": self.released_by_reconcile,
             "drift": self.drift,
             "stopped": self.stopped,
+            **({"lanes": self.lanes} if self.lanes else {}),
         }

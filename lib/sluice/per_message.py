@@ -51,6 +51,7 @@ from sluice.errors import (
 )
 from sluice.fanout import Pacer
 from sluice.keys import concurrency_key, ticket_of
+from sluice.lanes import Lane
 from sluice.model import ClaimFence, Message, Outcome, Payload, PayloadState, StartedExecution, StartResult
 from sluice.names import execution_name, origin_id
 from sluice.parking import park
@@ -78,6 +79,7 @@ class MessageProtocol:
     payloads: PayloadObjects | None
     outputs: Outputs
     effects: Effects
+    lane: Lane | None
 
     def _process(
         self,
@@ -140,6 +142,7 @@ class MessageProtocol:
                 claim_expires_at=claim_expires_at,
                 once=is_once(payload.message),
                 **({"ckey": ckey, "ticket": ticket_of(payload.message)} if ckey is not None else {}),
+                **({"lane": self.lane.name} if self.lane is not None else {}),
             )
         except KeyFull as full:
             # Its concurrency key is at its cap: it waits in the key's line, out of the queue.

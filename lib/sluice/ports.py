@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, TypeVar
 
 from sluice.fanout import Done
+from sluice.lanes import LaneRoom, LaneSetting
 from sluice.model import (
     ClaimFence,
     EffectsLog,
@@ -148,10 +149,12 @@ class Store(Protocol):
         once: bool = False,
         ckey: str | None = None,
         ticket: str | None = None,
+        lane: str | None = None,
     ) -> None:
         """Take a slot and the payload's lease for ``name``, under the limit in force at the write,
         and with ``ckey`` a slot of that concurrency key under its cap (``KeyFull`` when it has no
-        room, or has waiters and ``ticket`` is None: ``sluice.keys``).
+        room, or has waiters and ``ticket`` is None: ``sluice.keys``), and with ``lane`` a slot of
+        that lane's pool under its caps (``SlotsFull`` when it has none: ``sluice.lanes``).
 
         Raises ``LeaseHeld`` (with the existing record) when the payload's lease is live, including
         when ``name`` itself holds it, and ``SlotsFull`` when no slot is free (or no limit was ever
@@ -229,6 +232,23 @@ class Store(Protocol):
         No limit applies: it runs already. False when the key's lease is held by another run.
         Lifts the key's ``redriven`` block.
         """
+        ...
+
+    def lane_rooms(self, lanes: Sequence[str]) -> dict[str, LaneRoom]:
+        """Each lane's pool as read now (one read for all): limit in force, holders, free slots."""
+        ...
+
+    def lane_settings(self, lanes: Sequence[str]) -> dict[str, LaneSetting]:
+        """The operator's run-time settings of those lanes that have one."""
+        ...
+
+    def set_lane_limit(self, lane: str, limit: int, stamp: float) -> int | None:
+        """Put ``limit`` in force in ``lane``'s pool, unless its limit in force has a newer stamp;
+        never evicts a holder. The limit written, or None when refused."""
+        ...
+
+    def write_lane_setting(self, setting: LaneSetting) -> None:
+        """Record the operator's run-time setting of a lane (``LANE#<name>``)."""
         ...
 
     def mark_redriven(self, *, key: str, name: str, now: float) -> bool:

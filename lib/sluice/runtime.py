@@ -63,7 +63,12 @@ class Runtime:
         )
 
     def queue(self) -> SqsQueue:
-        return SqsQueue(self.client("sqs"), self.settings.queue_url, self.settings.dlq_url)
+        return SqsQueue(
+            self.client("sqs"),
+            self.settings.queue_url,
+            self.settings.dlq_url,
+            lane_urls=self.settings.lane_queue_urls,
+        )
 
     def executions(self) -> StepFunctionsExecutions:
         return StepFunctionsExecutions(self.client("stepfunctions"), self.settings.state_machine_arn)
@@ -98,8 +103,14 @@ class Runtime:
                 logger=logger,
                 sleep=self.sleep,
                 payloads=self.payload_objects(),
+                lane_queues=self.lane_queues(),
             )
         return self._launcher
+
+    def lane_queues(self) -> dict[str, SqsQueue]:
+        """Each lane's queue adapter (``sluice.lanes``); empty without lanes."""
+        queue = self.queue()
+        return {lane.name: queue.for_lane(lane.name) for lane in self.settings.lanes}
 
     def semaphores(self) -> Semaphores:
         """The semaphore step (``sluice.semaphore``) on the table and Step Functions' task tokens."""

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from sluice.errors import ConfigurationError
+from sluice.lanes import DEFAULT_LANE, Lane, parse_lane_queues, parse_lanes
 from sluice.pointers import DEFAULT_THRESHOLD
 from sluice.receipts import DEFAULT_INLINE_BYTES, MAX_INLINE_BYTES
 from sluice.semaphore_service import parse_limits
@@ -65,6 +66,9 @@ class Settings:
     await_horizon_seconds: int = 7 * 86_400
     # Concurrency keys (sluice.keys): how many payloads of one key run at once, unless it has its own cap.
     key_concurrency: int = 1
+    # Lanes (sluice.lanes): () is one lane, "default", with no lane pool; and the lanes' queues.
+    lanes: tuple[Lane, ...] = ()
+    lane_queue_urls: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     @property
     def retention_seconds(self) -> int:
@@ -97,12 +101,22 @@ class Settings:
             raise ConfigurationError(
                 f"SLUICE_DUPLICATE_POLICY={policy!r}: use one of {', '.join(p.value for p in DuplicatePolicy)}"
             ) from None
+        max_concurrency = integer("SLUICE_MAX_CONCURRENCY", 10)
+        lanes = parse_lanes(text("SLUICE_LANES"), max_concurrency)
+        lane_queue_urls = parse_lane_queues(text("SLUICE_LANE_QUEUES"))
+        missing = [
+            lane.name for lane in lanes if lane.name != DEFAULT_LANE and lane.name not in lane_queue_urls
+        ]
+        if missing:
+            raise ConfigurationError(f"SLUICE_LANE_QUEUES names no queue for lane(s) {', '.join(missing)}")
         return cls(
+            lanes=lanes,
+            lane_queue_urls=lane_queue_urls,
             queue_url=text("SLUICE_QUEUE_URL"),
             dlq_url=text("SLUICE_DLQ_URL"),
             table_name=text("SLUICE_TABLE_NAME"),
             state_machine_arn=text("SLUICE_STATE_MACHINE_ARN"),
-            max_concurrency=integer("SLUICE_MAX_CONCURRENCY", 10),
+            max_concurrency=max_concurrency,
             max_parameter=text("SLUICE_MAX_PARAMETER") or None,
             max_cache_seconds=integer("SLUICE_MAX_CACHE_SECONDS", 5),
             claim_timeout_seconds=integer("SLUICE_CLAIM_TIMEOUT_SECONDS", 900, minimum=1),
@@ -125,6 +139,17 @@ class Settings:
             key_concurrency=integer("SLUICE_KEY_CONCURRENCY", 1, minimum=1),
             receipt_inline_bytes=inline_bytes(integer("SLUICE_RECEIPT_INLINE_BYTES", DEFAULT_INLINE_BYTES)),
         )
+
+    def lane(self, name: str) -> Lane:
+        """The lane named ``name``; ``ConfigurationError`` listing the lanes when there is none."""
+        for lane in self.lanes:
+            if lane.name == name:
+                return lane
+        known = ", ".join(lane.name for lane in self.lanes) or DEFAULT_LANE + " (no lanes configured)"
+        raise ConfigurationError(f"no lane {name!r}: the lanes are {known}")
+
+    def lane_queue_url(self, name: str) -> str:
+        return self.queue_url if name == DEFAULT_LANE else self.lane_queue_urls[self.lane(name).name]
 
     def require(self, *names: str) -> Settings:
         """Fail with every missing setting named at once, not one per deploy."""

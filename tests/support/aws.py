@@ -21,6 +21,7 @@ from moto.stepfunctions.models import stepfunctions_backends
 
 from sluice.adapters.dynamodb import create_table
 from sluice.clock import SystemClock
+from sluice.lanes import DEFAULT_LANE, parse_lanes
 from sluice.launcher import Launcher
 from sluice.ports import Clock
 from sluice.runtime import Runtime
@@ -74,11 +75,19 @@ class Stack:
     # -- producer side ------------------------------------------------------------------------------
 
     def send(
-        self, body: Any, *, group: str | None = None, dedup: str | None = None, **attributes: str
+        self,
+        body: Any,
+        *,
+        group: str | None = None,
+        dedup: str | None = None,
+        lane: str = DEFAULT_LANE,
+        **attributes: str,
     ) -> str:
         text = body if isinstance(body, str) else json.dumps(body)
         request: dict[str, Any] = {
-            "QueueUrl": self.settings.queue_url,
+            "QueueUrl": self.settings.lane_queue_url(lane)
+            if lane != DEFAULT_LANE
+            else self.settings.queue_url,
             "MessageBody": text,
             "MessageGroupId": group or "g",
             "MessageDeduplicationId": dedup or uuid.uuid4().hex,
@@ -252,8 +261,10 @@ def build_stack(
     max_receive_count: int = 5,
     visibility_timeout: int = 180,
     clock: Clock | None = None,
+    lanes: str = "",
     **settings: Any,
 ) -> Stack:
+    """A stack on moto as the deploy makes it; ``lanes`` as the stack parameter (a queue per lane)."""
     sqs = session.client("sqs", region_name=REGION)
     dlq_url = sqs.create_queue(
         QueueName=f"{name}-dlq.fifo", Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "false"}
@@ -283,7 +294,22 @@ def build_stack(
     session.client("ssm", region_name=REGION).put_parameter(
         Name=parameter, Value=str(max_concurrency), Type="String"
     )
+    lane_urls = {}
+    for lane in parse_lanes(lanes, max_concurrency):
+        if lane.name != DEFAULT_LANE:
+            lane_urls[lane.name] = sqs.create_queue(
+                QueueName=f"{name}-lane-{lane.name}.fifo",
+                Attributes={
+                    "FifoQueue": "true",
+                    "VisibilityTimeout": str(visibility_timeout),
+                    "RedrivePolicy": json.dumps(
+                        {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count}
+                    ),
+                },
+            )["QueueUrl"]
     base = Settings(
+        lanes=parse_lanes(lanes, max_concurrency),
+        lane_queue_urls=lane_urls,
         queue_url=queue_url,
         dlq_url=dlq_url,
         table_name=f"{name}-table",

@@ -148,6 +148,8 @@ def to_execution(raw: dict[str, Any]) -> ExecutionRecord:
         output_ref=raw.get("output_ref"),
         output_size=None if raw.get("output_size") is None else int(raw["output_size"]),
         ckey=raw.get("ckey"),
+        lane=raw.get("lane"),
+        lane_shard=None if raw.get("lane_shard") is None else int(raw["lane_shard"]),
     )
 
 

@@ -7,6 +7,7 @@ receipt and effects mark in one transaction) and the adoption of an execution ru
                                                               the claim version and mark judged)
                  EFFECTS#N         PUT (when effects were sent before it)
                  CKEY#<ckey>       DELETE holders N          (a keyed run: sluice.keys)
+                 SLOTS#lane-<l>#j  REMOVE holders.N          (a run in a lane: sluice.lanes)
 
 A repeated or late event finds N no longer holding: the transaction fails and nothing is freed
 twice. Mixed into ``sluice.adapters.dynamodb.DynamoStore``.
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sluice.adapters.dynamo_codec import effects_item, execution_pk, payload_pk, values
+from sluice.adapters.dynamo_lanes import LaneSlots
 from sluice.adapters.dynamo_launch_slots import POOL, LaunchSlots
 from sluice.model import EFFECTS_RETENTION_SECONDS, ClaimFence, ExecutionRecord, PayloadState, record_expiry
 from sluice.receipts import ReceiptOutput
@@ -31,6 +33,7 @@ class ReleasesTable:
     table: str
     retention_seconds: int
     launch_slots: LaunchSlots
+    lane_slots: LaneSlots
     execution: Callable[[str], ExecutionRecord | None]
     _transact: Callable[[list[dict[str, Any]]], list[dict[str, Any]] | None]
     key_release_item: Callable[[str, str], dict[str, Any]]
@@ -137,6 +140,8 @@ class ReleasesTable:
         ]
         if record.ckey is not None:
             items.append(self.key_release_item(record.ckey, name))
+        if record.lane is not None and record.lane_shard is not None:
+            items.append(self.lane_slots.release_item(record.lane, record.lane_shard, name))
         if kept is not None and kept.effects is not None:
             # The effects sent before this release (sluice.effects): their durable mark, in its
             # transaction. A separate item, so that a later claim of the same name (a redelivered
@@ -198,8 +203,18 @@ class ReleasesTable:
         ]
         if record.ckey is not None:
             items.append(self.key_adopt_item(record.ckey, name))
+        lane_take = self.lane_slots.adopt_item(record.lane, name, now) if record.lane is not None else None
+        if lane_take is not None:
+            update = items[2]["Update"]
+            update["UpdateExpression"] = update["UpdateExpression"].replace(
+                "#shard = :shard ", "#shard = :shard, lane_shard = :lane_shard ", 1
+            )
+            update["ExpressionAttributeValues"].update(values(lane_shard=lane_take[0]))
+            items.append(lane_take[1])
         if self._transact(items) is not None:
             return False
+        if lane_take is not None and record.lane is not None:
+            self.lane_slots.rebalance(record.lane)
         # Taken past its shard's cap if that shard had no room: the caps must again add up to what
         # may run beside it. Plan again (lowering other caps, or freezing if more run than the limit).
         self.launch_slots.slots.rebalance(POOL)

@@ -51,6 +51,7 @@ from sluice.adapters.dynamo_codec import (
     values,
 )
 from sluice.adapters.dynamo_keys import KEYS_WAITING_PK, KeysTable, to_key_state
+from sluice.adapters.dynamo_lanes import LaneSlots
 from sluice.adapters.dynamo_launch_slots import LEDGER_PK, LaunchSlots
 from sluice.adapters.dynamo_parking import PARKED_PK
 from sluice.adapters.dynamo_records import RecordsTable
@@ -59,6 +60,7 @@ from sluice.adapters.dynamo_slots import DynamoSlots
 from sluice.adapters.dynamo_table import DEFAULT_RETENTION
 from sluice.errors import AlreadyDone, KeyFull, LeaseHeld, SlotsFull, TransientError
 from sluice.keys import DEFAULT_KEY_CONCURRENCY
+from sluice.lanes import LaneRoom, LaneSetting
 from sluice.model import (
     Ledger,
     LimitSource,
@@ -99,6 +101,7 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
         self.key_concurrency = key_concurrency
         slots = DynamoSlots(client, table_name, per_shard=slots_per_shard, rng=rng, sleep=sleep)
         self.launch_slots = LaunchSlots(slots, rng=rng)
+        self.lane_slots = LaneSlots(slots, rng=rng)
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -133,6 +136,7 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
         once: bool = False,
         ckey: str | None = None,
         ticket: str | None = None,
+        lane: str | None = None,
     ) -> None:
         if self.launch_slots.view is None:
             self.launch_slots.ledger()
@@ -142,7 +146,7 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
             self.launch_slots.thaw()
             for shard in self.launch_slots.choices():
                 if self._claim_on(
-                    shard, key, name, message_id, now, claim_expires_at, arn, once, ckey, ticket
+                    shard, key, name, message_id, now, claim_expires_at, arn, once, ckey, ticket, lane
                 ):
                     return
         raise SlotsFull(self.launch_slots.view.limit if self.launch_slots.view else 0)
@@ -159,18 +163,33 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
         once: bool = False,
         ckey: str | None = None,
         ticket: str | None = None,
+        lane: str | None = None,
     ) -> bool:
-        """Claim on ``shard``: True when taken, False when the shard had no room."""
-        for _ in range(2):
+        """Claim on ``shard``: True when taken, False when the shard had no room. With ``lane``, a
+        slot of the lane's pool in the same transaction: SlotsFull when no lane shard had room."""
+        lane_shards = self.lane_slots.choices(lane) if lane is not None else []
+        if lane is not None and not lane_shards:
+            raise SlotsFull(0)  # the lane is full as last read: its admission reads it again
+        trims = 0
+        while True:
             items = self._claim_items(key, name, message_id, shard, now, claim_expires_at, arn)
             if once:
                 _only_once(items)
+            key_at = lane_at = -1
             if ckey is not None:
                 items[2]["Put"]["Item"]["ckey"] = {"S": ckey}
                 items.append(self.key_claim_item(ckey, name, ticket=ticket))
+                key_at = len(items) - 1
+            if lane is not None:
+                items[2]["Put"]["Item"]["lane"] = {"S": lane}
+                items[2]["Put"]["Item"]["lane_shard"] = {"N": str(lane_shards[0])}
+                items.append(self.lane_slots.claim_item(lane, lane_shards[0], name, now))
+                lane_at = len(items) - 1
             reasons = self._transact(items)
             if reasons is None:
                 self.launch_slots.took(shard, name, now)
+                if lane is not None:
+                    self.lane_slots.took(lane, lane_shards[0], name, now)
                 return True
             slot_reason, lease_reason = reasons[0], reasons[1]
             if lease_reason.get("Code") == "ConditionalCheckFailed":
@@ -178,18 +197,24 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
                 if once and existing.get("succeeded_by") is not None:
                     raise AlreadyDone(to_payload(existing, default_key=key))
                 free = existing.get("holder") is None and existing.get("redriven") is None
-                if free and self._trim_history(key, existing):
+                if free and trims < 1 and self._trim_history(key, existing):
+                    trims += 1
                     continue  # the history was full, not the lease: trimmed, claim again
                 raise LeaseHeld(to_payload(existing, default_key=key))
-            if ckey is not None and reasons[3].get("Code") == "ConditionalCheckFailed":
-                raise KeyFull(to_key_state(ckey, plain(reasons[3].get("Item", {})) or None))
+            if key_at >= 0 and reasons[key_at].get("Code") == "ConditionalCheckFailed":
+                raise KeyFull(to_key_state(ckey or "", plain(reasons[key_at].get("Item", {})) or None))
+            if lane is not None and reasons[lane_at].get("Code") == "ConditionalCheckFailed":
+                # Another launcher took the lane shard's last slot: try the lane's next shard.
+                self.lane_slots.full(lane, lane_shards.pop(0), reasons[lane_at].get("Item"))
+                if not lane_shards:
+                    raise SlotsFull(0)
+                continue
             if slot_reason.get("Code") == "ConditionalCheckFailed":
                 self.launch_slots.full(shard, slot_reason.get("Item"))
                 return False
             raise TransientError(
                 f"claim cancelled: {reasons}", operation="TransactWriteItems", code="Cancelled"
             )
-        raise TransientError("claim: payload history kept filling", operation="TransactWriteItems")
 
     def _claim_items(
         self,
@@ -279,6 +304,20 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
             "#state = :claimed",
             values(by=by, now=now, claimed=PayloadState.CLAIMED.value),
         )
+
+    # -- lanes (sluice.lanes) ------------------------------------------------------------------------
+
+    def lane_rooms(self, lanes: Sequence[str]) -> dict[str, LaneRoom]:
+        return self.lane_slots.rooms(lanes)
+
+    def lane_settings(self, lanes: Sequence[str]) -> dict[str, LaneSetting]:
+        return self.lane_slots.settings(lanes)
+
+    def set_lane_limit(self, lane: str, limit: int, stamp: float) -> int | None:
+        return self.lane_slots.set_limit(lane, limit, stamp)
+
+    def write_lane_setting(self, setting: LaneSetting) -> None:
+        self.lane_slots.write_setting(setting)
 
     def mark_redriven(self, *, key: str, name: str, now: float) -> bool:
         return self._update_if(

@@ -11,6 +11,7 @@ from sluice.adapters.memory_awaits import MemoryAwaits
 from sluice.adapters.memory_keys import MemoryKeys
 from sluice.errors import AlreadyDone, LeaseHeld, SlotsFull
 from sluice.keys import DEFAULT_KEY_CONCURRENCY
+from sluice.lanes import LaneRoom, LaneSetting
 from sluice.model import (
     ClaimFence,
     EffectsLog,
@@ -51,6 +52,10 @@ class MemoryStore(MemoryAwaits, MemoryKeys):
         self._effects: dict[str, EffectsLog] = {}
         self._parked: dict[str, tuple[ParkedMessage, bool]] = {}  # message id -> (message, woken)
         self._parked_holders: set[str] = set()
+        # lanes (sluice.lanes): each lane's holders, its limit in force with its stamp, its setting
+        self._lane_holders: dict[str, set[str]] = {}
+        self._lane_limits: dict[str, tuple[int, float]] = {}
+        self._lane_settings: dict[str, LaneSetting] = {}
 
     def ledger(self) -> Ledger:
         with self._lock:
@@ -100,6 +105,7 @@ class MemoryStore(MemoryAwaits, MemoryKeys):
         once: bool = False,
         ckey: str | None = None,
         ticket: str | None = None,
+        lane: str | None = None,
     ) -> None:
         with self._lock:
             limit = self._limit or 0
@@ -110,9 +116,15 @@ class MemoryStore(MemoryAwaits, MemoryKeys):
                 raise LeaseHeld(current)
             if ckey is not None:
                 self._key_admits(ckey, ticket=ticket)
+            if lane is not None:
+                lane_limit = self._lane_limits.get(lane, (0, 0.0))[0]
+                if len(self._lane_holders.get(lane, ())) >= lane_limit:
+                    raise SlotsFull(lane_limit)
             if len(self._holders) >= limit or name in self._holders:
                 raise SlotsFull(limit)
             self._holders.add(name)
+            if lane is not None:
+                self._lane_holders.setdefault(lane, set()).add(name)
             if ckey is not None:
                 self._key_hold(ckey, name, ticket)
             base = current or PayloadRecord(key=key, state=PayloadState.CLAIMED)
@@ -139,7 +151,38 @@ class MemoryStore(MemoryAwaits, MemoryKeys):
                 arn=arn,
                 once=once,
                 ckey=ckey,
+                lane=lane,
+                lane_shard=None if lane is None else 0,
             )
+
+    # -- lanes (sluice.lanes) ------------------------------------------------------------------------
+
+    def lane_rooms(self, lanes: Sequence[str]) -> dict[str, LaneRoom]:
+        with self._lock:
+            out = {}
+            for lane in lanes:
+                limit, _ = self._lane_limits.get(lane, (0, 0.0))
+                running = len(self._lane_holders.get(lane, ()))
+                out[lane] = LaneRoom(
+                    limit, running, max(0, limit - running), exists=lane in self._lane_limits
+                )
+            return out
+
+    def lane_settings(self, lanes: Sequence[str]) -> dict[str, LaneSetting]:
+        with self._lock:
+            return {lane: self._lane_settings[lane] for lane in lanes if lane in self._lane_settings}
+
+    def set_lane_limit(self, lane: str, limit: int, stamp: float) -> int | None:
+        with self._lock:
+            current = self._lane_limits.get(lane)
+            if current is not None and current[1] > stamp:
+                return None  # a newer limit is in force
+            self._lane_limits[lane] = (limit, stamp)
+            return limit
+
+    def write_lane_setting(self, setting: LaneSetting) -> None:
+        with self._lock:
+            self._lane_settings[setting.name] = setting
 
     def renew(self, *, name: str, now: float, claim_expires_at: float) -> bool:
         with self._lock:
@@ -240,6 +283,8 @@ class MemoryStore(MemoryAwaits, MemoryKeys):
             self._holders.discard(name)
             if record.ckey is not None:
                 self._key_free(record.ckey, name)
+            if record.lane is not None:
+                self._lane_holders.get(record.lane, set()).discard(name)
             self._payloads[record.key] = replace(
                 payload,
                 state=state,
@@ -281,6 +326,8 @@ class MemoryStore(MemoryAwaits, MemoryKeys):
             self._holders.add(name)
             if record.ckey is not None:
                 self._key_hold(record.ckey, name)  # it runs already: counted whatever the key's cap
+            if record.lane is not None and record.lane in self._lane_limits:
+                self._lane_holders.setdefault(record.lane, set()).add(name)  # whatever the lane's cap
             self._payloads[record.key] = replace(
                 payload, state=PayloadState.RUNNING, holder=name, updated_at=now, expires_at=0, redriven=None
             )

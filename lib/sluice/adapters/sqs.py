@@ -15,12 +15,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sluice.adapters.errors import translated
 from sluice.errors import TransientError
+from sluice.lanes import DEFAULT_LANE, LANE_ATTRIBUTE
 from sluice.model import Message, ParkedMessage
 from sluice.names import ORIGIN_ATTRIBUTE
 from sluice.validation import TRUNCATED_ATTRIBUTE
@@ -55,13 +56,49 @@ class DeadLetter:
 
 
 class SqsQueue:
+    """The payload queue. With lanes (``sluice.lanes``), one adapter per lane (``for_lane``): it
+    receives from its lane's queue and stamps each message with ``sluice-lane``, so that a message
+    parked in the table (awaits, keys, deferred duplicates) and sent back later, by whichever
+    adapter, goes back to its lane's queue (``requeue`` routes by that attribute)."""
+
     def __init__(
-        self, client: Any, queue_url: str, dlq_url: str = "", dlq_max_bytes: int = SQS_MAX_MESSAGE_BYTES
+        self,
+        client: Any,
+        queue_url: str,
+        dlq_url: str = "",
+        dlq_max_bytes: int = SQS_MAX_MESSAGE_BYTES,
+        *,
+        lane_urls: Mapping[str, str] | None = None,
+        lane: str | None = None,
+        home_url: str | None = None,
     ) -> None:
         self.client = client
         self.queue_url = queue_url
         self.dlq_url = dlq_url
         self.dlq_max_bytes = dlq_max_bytes
+        self.lane_urls = dict(lane_urls or {})  # the lanes other than default: name -> queue URL
+        self.lane = lane  # the lane this adapter receives from (None: the default lane)
+        self.home_url = home_url or queue_url  # the default lane's queue
+
+    def for_lane(self, lane: str) -> SqsQueue:
+        """The adapter of ``lane``'s queue (``default``: the stack's payload queue)."""
+        if lane == DEFAULT_LANE:
+            return SqsQueue(
+                self.client, self.home_url, self.dlq_url, self.dlq_max_bytes, lane_urls=self.lane_urls
+            )
+        return SqsQueue(
+            self.client,
+            self.lane_urls[lane],
+            self.dlq_url,
+            self.dlq_max_bytes,
+            lane_urls=self.lane_urls,
+            lane=lane,
+            home_url=self.home_url,
+        )
+
+    def url_for(self, attributes: Mapping[str, str]) -> str:
+        """The queue a message with these attributes belongs in: its lane's, else the default."""
+        return self.lane_urls.get(attributes.get(LANE_ATTRIBUTE, ""), self.home_url)
 
     def receive(self, max_messages: int, wait_seconds: int) -> list[Message]:
         with translated("ReceiveMessage"):
@@ -72,7 +109,14 @@ class SqsQueue:
                 MessageSystemAttributeNames=["All"],
                 MessageAttributeNames=["All"],
             )
-        return [_message(raw) for raw in response.get("Messages", [])]
+        messages = [_message(raw) for raw in response.get("Messages", [])]
+        if self.lane_urls:
+            for message in messages:
+                # The queue says the lane, not the producer: a copy sent back goes back here.
+                message.attributes.pop(LANE_ATTRIBUTE, None)
+                if self.lane is not None:
+                    message.attributes[LANE_ATTRIBUTE] = self.lane
+        return messages
 
     def delete(self, messages: Sequence[Message]) -> None:
         for chunk in _chunks(messages):
@@ -128,7 +172,7 @@ class SqsQueue:
         holder = hashlib.sha256(parked.holder.encode()).hexdigest()[:32]
         with translated("SendMessage"):
             self.client.send_message(
-                QueueUrl=self.queue_url,
+                QueueUrl=self.url_for(attributes),
                 MessageBody=parked.body,
                 MessageGroupId=parked.group_id or "sluice-parked",
                 MessageDeduplicationId=f"{parked.message_id[:90]}-{holder}",

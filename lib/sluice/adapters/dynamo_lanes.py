@@ -1,0 +1,195 @@
+"""Lanes' slots (``sluice.lanes``) in the Sluice table: one sharded pool per lane.
+
+    SLOTS#lane-<name>       limit, shards, per_shard, frozen, version, stamp   (sluice.adapters.dynamo_slots)
+    SLOTS#lane-<name>#<i>   holders (map name -> claimed_at), cap
+    LANE#<name>             max (the operator's override, absent: the configured MAX), paused,
+                            changed_at (the stamp of the lane's limit)
+
+A start in a lane takes a slot of the global pool and one of its lane's pool in the claim's one
+transaction (``DynamoStore.claim``), and ``EXEC#<name>`` records ``lane`` and ``lane_shard``; the
+release gives both back in its transaction, and the adoption of a redriven run takes both. So the
+sum of a lane's holders never passes its caps, nor the global holders the global caps, whatever
+launchers and completions overlap:
+
+    launcher A (lane gpu, cap 2, 1 held)        launcher B (lane gpu)
+    ────────────────────────────────────        ─────────────────────
+    claim: global shard 3 ✓, gpu shard 0 ✓      claim: global shard 5 ✓, gpu shard 0 ✗ (2 held)
+                                                → the whole transaction fails: B takes no global slot
+
+A lane's limit is moved like the global one (``DynamoSlots.set_limit``), stamped with the lane's
+``changed_at``, so that a tick still holding the configured MAX never undoes an operator's newer one.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import zlib
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from sluice.adapters.dynamo_codec import plain
+from sluice.adapters.dynamo_slots import (
+    DynamoSlots,
+    claim_item,
+    pool_pk,
+    release_item,
+    shard_pk,
+    take_item,
+    to_occupancy,
+)
+from sluice.adapters.errors import translated
+from sluice.lanes import POOL_PREFIX, LaneRoom, LaneSetting
+from sluice.slots import Capacity, Occupancy, Shard, candidates
+
+LANE_PK = "LANE#"
+FIRST_READ = 4  # shards read of a pool whose size is not known yet
+TRIES = 3  # lane shards one claim tries
+
+
+def lane_pk(name: str) -> str:
+    return LANE_PK + name
+
+
+def to_setting(name: str, raw: dict[str, Any] | None) -> LaneSetting | None:
+    if raw is None:
+        return None
+    return LaneSetting(
+        name=name,
+        max=None if raw.get("max") is None else int(raw["max"]),
+        paused=bool(raw.get("paused", False)),
+        changed_at=float(raw.get("changed_at", 0)),
+    )
+
+
+class LaneSlots:
+    """Where lanes' holders live; builds the lane half of claims, releases and adoptions."""
+
+    def __init__(self, slots: DynamoSlots, *, rng: random.Random | None = None) -> None:
+        self.slots = slots
+        self.table = slots.table
+        self.rng = rng or random.Random()
+        self.views: dict[str, Occupancy] = {}  # each lane's pool as last read, with our own claims
+        self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()  # claims of one tick run on several threads (sluice.fanout)
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    def rooms(self, lanes: Sequence[str]) -> dict[str, LaneRoom]:
+        """Every lane's pool item and shards in one consistent BatchGetItem (per 100 keys)."""
+        keys: list[str] = []
+        for lane in lanes:
+            pool = POOL_PREFIX + lane
+            keys += [pool_pk(pool), *(shard_pk(pool, i) for i in range(self._counts.get(lane, FIRST_READ)))]
+        found = {r["pk"]: r for r in self.slots._batch_get(keys)}
+        rest = []
+        for lane in lanes:
+            pool = POOL_PREFIX + lane
+            count = int((found.get(pool_pk(pool)) or {}).get("shards", 0))
+            read = self._counts.get(lane, FIRST_READ)
+            rest += [shard_pk(pool, i) for i in range(read, count)]
+        if rest:  # a pool that grew past what was read
+            found.update((r["pk"], r) for r in self.slots._batch_get(rest))
+        out: dict[str, LaneRoom] = {}
+        for lane in lanes:
+            pool = POOL_PREFIX + lane
+            meta = found.get(pool_pk(pool))
+            shards = [r for pk, r in found.items() if pk.startswith(pool_pk(pool) + "#")]
+            count = int(meta.get("shards", 0)) if meta else 0
+            view = to_occupancy(pool, meta, shards, max(count, len(shards)))
+            self._counts[lane] = count
+            with self._lock:
+                self.views[lane] = view
+            out[lane] = LaneRoom(
+                limit=view.limit, running=view.running, free=view.free, exists=view.version > 0
+            )
+        return out
+
+    def settings(self, lanes: Sequence[str]) -> dict[str, LaneSetting]:
+        found = {r["pk"]: r for r in self.slots._batch_get([lane_pk(lane) for lane in lanes])}
+        out = {}
+        for lane in lanes:
+            setting = to_setting(lane, found.get(lane_pk(lane)))
+            if setting is not None:
+                out[lane] = setting
+        return out
+
+    def write_setting(self, setting: LaneSetting) -> None:
+        update = "SET changed_at = :at, paused = :paused"
+        named: dict[str, Any] = {":at": {"N": repr(setting.changed_at)}, ":paused": {"BOOL": setting.paused}}
+        if setting.max is None:
+            update += " REMOVE #max"
+        else:
+            update += ", #max = :max"
+            named[":max"] = {"N": str(setting.max)}
+        with translated("UpdateItem"):
+            self.slots.client.update_item(
+                TableName=self.table,
+                Key={"pk": {"S": lane_pk(setting.name)}},
+                UpdateExpression=update,
+                ExpressionAttributeNames={"#max": "max"},
+                ExpressionAttributeValues=named,
+            )
+
+    def set_limit(self, lane: str, limit: int, stamp: float) -> int | None:
+        plan = self.slots.set_limit(Capacity(POOL_PREFIX + lane, limit, (stamp,)))
+        with self._lock:
+            self.views.pop(lane, None)  # read again before the next claim
+        return None if plan is None else plan.limit
+
+    # -- claims -----------------------------------------------------------------------------------
+
+    def choices(self, lane: str) -> list[int]:
+        view = self.views.get(lane)
+        if view is None:
+            self.rooms([lane])
+            view = self.views[lane]
+        return candidates(view, self.rng)[:TRIES]
+
+    def claim_item(self, lane: str, shard: int, name: str, now: float) -> dict[str, Any]:
+        return claim_item(self.table, POOL_PREFIX + lane, shard, name, now)
+
+    def took(self, lane: str, shard: int, name: str, now: float) -> None:
+        self._change(lane, shard, lambda s: {**s.holders, name: now})
+
+    def full(self, lane: str, shard: int, seen: dict[str, Any] | None) -> None:
+        """A claim on ``shard`` of ``lane`` found no room: remember it as it was (or as full)."""
+        if seen:
+            current = plain(seen)
+            holders = {str(k): float(v) for k, v in (current.get("holders") or {}).items()}
+            self._change(lane, shard, lambda s: holders, cap=int(current.get("cap", 0)))
+        else:
+            self._change(lane, shard, lambda s: s.holders, cap=0)
+
+    def _change(self, lane: str, index: int, holders: Any, cap: int | None = None) -> None:
+        with self._lock:
+            view = self.views.get(lane)
+            if view is None:
+                return
+            shards = tuple(
+                Shard(s.index, s.cap if cap is None else cap, holders(s)) if s.index == index else s
+                for s in view.shards
+            )
+            self.views[lane] = replace(view, shards=shards)
+
+    # -- release and adoption ---------------------------------------------------------------------
+
+    def release_item(self, lane: str, shard: int, name: str) -> dict[str, Any]:
+        return release_item(self.table, POOL_PREFIX + lane, shard, name)
+
+    def adopt_item(self, lane: str, name: str, now: float) -> tuple[int, dict[str, Any]] | None:
+        """A slot of ``lane`` for a run that runs already, whatever the cap (the caller rebalances
+        after). None when the lane has no pool (it was removed from the stack's lanes)."""
+        self.rooms([lane])
+        view = self.views[lane]
+        if view.version == 0:
+            return None
+        roomy = candidates(view, self.rng)
+        shard = roomy[0] if roomy else zlib.crc32(name.encode("utf-8", "surrogatepass")) % view.shard_count
+        if shard not in {s.index for s in view.shards}:
+            self.slots.ensure_shard(POOL_PREFIX + lane, shard)
+        return shard, take_item(self.table, POOL_PREFIX + lane, shard, name, now)
+
+    def rebalance(self, lane: str) -> None:
+        self.slots.rebalance(POOL_PREFIX + lane)

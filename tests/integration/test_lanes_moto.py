@@ -1,0 +1,149 @@
+"""Lanes on moto with the real adapters: a queue per lane, a slot of the lane and one of the global
+pool in each claim's transaction, free slots shared by priority then weight, on the tick and on the
+completion path, and each lane's MAX changed at run time."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sluice.clock import FakeClock
+from sluice.completion import StatusChange
+from sluice.errors import ConfigurationError
+from sluice.lanes import LANE_ATTRIBUTE, LaneSetting
+from sluice.model import Outcome
+from tests.support.aws import build_stack
+
+LANES = "gpu:2:1,backfill:8:0:3,default:10"
+
+
+@pytest.fixture
+def stack(session):
+    return build_stack(session, clock=FakeClock(), max_concurrency=5, lanes=LANES)
+
+
+def lane_of(stack, name: str) -> str | None:
+    return stack.runtime().store().execution(name).lane
+
+
+def running_by_lane(stack) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name in stack.running():
+        lane = lane_of(stack, name) or "?"
+        out[lane] = out.get(lane, 0) + 1
+    return out
+
+
+def fill(stack, gpu: int = 10, backfill: int = 20, default: int = 10) -> None:
+    for lane, n in (("gpu", gpu), ("backfill", backfill), ("default", default)):
+        for i in range(n):
+            stack.send({"id": f"{lane}-{i}"}, group=f"{lane}-{i}", lane=lane)
+
+
+def end(stack, launcher, name: str, status: str = "SUCCEEDED"):
+    return launcher.on_status_change(StatusChange.from_event(stack.finish(name, status)))
+
+
+def test_the_tick_serves_the_priority_lane_first_then_splits_the_rest_by_weight(stack):
+    fill(stack)
+    summary = stack.launcher().tick()
+    # MAX 5: gpu (priority 1) takes its 2; the other 3 go 3:1 to backfill and default.
+    assert running_by_lane(stack) == {"gpu": 2, "backfill": 2, "default": 1}
+    assert summary.n(Outcome.STARTED) == 5
+    assert summary.lanes["gpu"]["started"] == 2
+    rooms = stack.runtime().store().lane_rooms(["gpu", "backfill", "default"])
+    assert (rooms["gpu"].limit, rooms["gpu"].running) == (2, 2)
+    assert (rooms["backfill"].limit, rooms["backfill"].running) == (8, 2)
+
+
+def test_a_lane_never_passes_its_own_max_whatever_the_global_room(session):
+    stack = build_stack(session, clock=FakeClock(), max_concurrency=20, lanes=LANES)
+    fill(stack, gpu=10, backfill=0, default=0)
+    launcher = stack.launcher()
+    launcher.tick()
+    launcher.tick()
+    assert running_by_lane(stack) == {"gpu": 2}
+    assert stack.queue_counts(stack.settings.lane_queue_url("gpu")) == (8, 0)
+
+
+def test_a_slot_freed_in_a_low_lane_goes_to_the_priority_lane_when_it_has_room_and_work(stack):
+    fill(stack)
+    launcher = stack.launcher()
+    launcher.tick()
+    gpu_runs = [n for n in stack.running() if lane_of(stack, n) == "gpu"]
+    backfill_run = next(n for n in stack.running() if lane_of(stack, n) == "backfill")
+    # gpu is at its MAX: a backfill end refills backfill or default, never past gpu's 2.
+    _, refill, _ = end(stack, launcher, backfill_run)
+    assert refill.n(Outcome.STARTED) == 1 and "gpu" not in refill.lanes
+    assert running_by_lane(stack)["gpu"] == 2
+    # A gpu end: gpu has room and work, and priority: the slot goes back to gpu.
+    _, refill, _ = end(stack, launcher, gpu_runs[0])
+    assert refill.lanes["gpu"]["started"] == 1
+    assert running_by_lane(stack)["gpu"] == 2 and sum(running_by_lane(stack).values()) == 5
+
+
+def test_the_release_frees_the_lane_slot_with_the_global_one(stack):
+    fill(stack, gpu=1, backfill=0, default=0)
+    launcher = stack.launcher()
+    launcher.tick()
+    (name,) = stack.running()
+    store = stack.runtime().store()
+    assert store.lane_rooms(["gpu"])["gpu"].running == 1
+    end(stack, launcher, name)
+    assert store.lane_rooms(["gpu"])["gpu"].running == 0
+    assert store.ledger().holders == frozenset()
+
+
+def test_a_lanes_max_changed_at_run_time_holds_until_set_back(stack):
+    fill(stack, gpu=5, backfill=0, default=0)
+    store = stack.runtime().store()
+    launcher = stack.launcher()
+    launcher.tick()
+    assert running_by_lane(stack) == {"gpu": 2}
+    store.write_lane_setting(LaneSetting("gpu", max=3, changed_at=stack.clock.now()))
+    launcher.tick()  # the tick puts the operator's MAX in force, not the configured 2
+    assert running_by_lane(stack) == {"gpu": 3}
+    store.write_lane_setting(LaneSetting("gpu", max=3, paused=True, changed_at=stack.clock.now() + 1))
+    launcher.tick()
+    assert store.lane_rooms(["gpu"])["gpu"].limit == 0 and running_by_lane(stack) == {"gpu": 3}
+    for name in list(stack.running()):
+        end(stack, launcher, name)
+    assert stack.running() == [], "a paused lane refills nothing"
+
+
+def test_an_older_limit_never_undoes_a_newer_one(stack):
+    store = stack.runtime().store()
+    stack.launcher().tick()
+    assert store.set_lane_limit("gpu", 4, 100.0) == 4
+    assert store.set_lane_limit("gpu", 2, 50.0) is None, "a tick holding an older setting"
+    assert store.lane_rooms(["gpu"])["gpu"].limit == 4
+
+
+def test_a_parked_waiter_goes_back_to_its_lanes_queue(stack):
+    stack.send({"id": "a"}, group="a", lane="backfill")
+    stack.send({"id": "w"}, group="w", lane="gpu", sluice_awaits=json.dumps(["a"]))
+    launcher = stack.launcher()
+    summary = launcher.tick()
+    assert summary.n(Outcome.WAITING) == 1
+    (a,) = stack.running()
+    released, refill, _ = end(stack, launcher, a)
+    assert released and refill.lanes["gpu"]["started"] == 1, "woken into gpu's queue and started there"
+    (w,) = stack.running()
+    assert lane_of(stack, w) == "gpu"
+
+
+def test_a_message_claiming_a_lane_from_another_queue_keeps_the_queues_lane(stack):
+    stack.send({"id": "x"}, group="x", lane="default", **{LANE_ATTRIBUTE.replace("-", "_"): "gpu"})
+    stack.launcher().tick()
+    (x,) = stack.running()
+    assert lane_of(stack, x) == "default"
+
+
+def test_an_unknown_lane_is_a_clear_error():
+    from sluice.settings import Settings
+
+    with pytest.raises(ConfigurationError, match="no lane 'gpux'"):
+        Settings(lanes=()).lane("gpux")
+    with pytest.raises(ConfigurationError, match="names no queue for lane"):
+        Settings.from_env({"SLUICE_LANES": "gpu:2"})
