@@ -6,7 +6,7 @@ import logging
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
-from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
 from sluice.model import Outcome, TickSummary
 from sluice.runtime import Runtime
@@ -14,6 +14,7 @@ from sluice.settings import Settings
 
 logger = Logger()
 metrics = Metrics()
+LANE_METRICS = {"started": "LaneStarted", "running": "LaneRunning", "limit": "LaneMax"}
 # sluice.launcher, sluice.reconcile, sluice.completion log through the same JSON formatter
 # (Powertools configures top-level loggers only; the modules' loggers propagate to "sluice").
 logging.getLogger("sluice")
@@ -47,6 +48,19 @@ def emit(summary: TickSummary) -> dict[str, object]:
     metrics.add_metric("FreeSlots", MetricUnit.Count, summary.free_after)
     if summary.drift is not None:
         metrics.add_metric("LedgerDrift", MetricUnit.Count, summary.drift)
+    for lane, figures in summary.lanes.items():
+        # One blob per lane with the dimension ``lane`` (sluice.lanes): the dashboard's running
+        # against MAX per lane, and starts per lane.
+        for name, metric in LANE_METRICS.items():
+            if name in figures:
+                with single_metric(
+                    name=metric,
+                    unit=MetricUnit.Count,
+                    value=figures[name],
+                    namespace=metrics.namespace,
+                    default_dimensions=metrics.default_dimensions,
+                ) as one:
+                    one.add_dimension(name="lane", value=lane)
     result = summary.as_dict()
     logger.info("admission finished", extra={"summary": result})
     return result

@@ -260,6 +260,18 @@ class Launcher(MessageProtocol):
     def _admit_lanes(
         self, summary: TickSummary, *, remaining_ms: Callable[[], int] | None, linger: bool
     ) -> TickSummary:
+        """The scheduled tick with lanes (``_lane_rounds``), then each lane's figures as it ends
+        (running and MAX in force, for the metrics: one more read per tick)."""
+        self._lane_rounds(summary, remaining_ms=remaining_ms, linger=linger)
+        rooms = self.store.lane_rooms([lane.name for lane in self.settings.lanes])
+        for name, room in rooms.items():
+            figures = summary.lanes.setdefault(name, {"received": 0, "started": 0})
+            figures.update(running=room.running, limit=room.limit)
+        return summary
+
+    def _lane_rounds(
+        self, summary: TickSummary, *, remaining_ms: Callable[[], int] | None, linger: bool
+    ) -> TickSummary:
         """The scheduled tick with lanes: the lanes' caps first, then rounds over the priorities,
         highest first. In a round, the global room is split among the lanes of one priority by
         weight (``sluice.lanes.split``), each lane admitting its share from its own queue; a

@@ -9,7 +9,7 @@ import pytest
 from handlers import _shared
 from handlers import completion as completion_handler
 from handlers import launcher as launcher_handler
-from tests.support.aws import LambdaContext, scheduled_event, status_change_event
+from tests.support.aws import LambdaContext, build_stack, scheduled_event, status_change_event
 from tests.support.hooks import count_calls
 
 
@@ -105,3 +105,69 @@ def test_missing_configuration_fails_before_touching_anything(deployed, monkeypa
     with pytest.raises(Exception, match="missing setting\\(s\\): SLUICE_DLQ_URL, SLUICE_TABLE_NAME"):
         launcher_handler.handler(scheduled_event(), LambdaContext())
     assert deployed.queue_counts() == (1, 0)
+
+
+@pytest.fixture
+def lanes_deployed(session, monkeypatch):
+    """The functions' environment on a stack with the lanes gpu (priority 1) and default."""
+    stack = build_stack(session, name="sluice-lanes", max_concurrency=5, lanes="gpu:2:1,default:5")
+    s = stack.settings
+    env = {
+        "SLUICE_QUEUE_URL": s.queue_url,
+        "SLUICE_DLQ_URL": s.dlq_url,
+        "SLUICE_TABLE_NAME": s.table_name,
+        "SLUICE_STATE_MACHINE_ARN": s.state_machine_arn,
+        "SLUICE_MAX_CONCURRENCY": "5",
+        "SLUICE_MAX_PARAMETER": s.max_parameter,
+        "SLUICE_MAX_CACHE_SECONDS": "0",
+        "SLUICE_RECEIVE_WAIT_SECONDS": "0",
+        "SLUICE_LANES": "gpu:2:1,default:5",
+        "SLUICE_LANE_QUEUES": f"gpu={s.lane_queue_urls['gpu']}",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    _shared.reset()
+    yield stack
+    _shared.reset()
+
+
+def lane_metrics(output: str) -> dict[tuple[str, str], float]:
+    """The metrics printed with the dimension ``lane``: (metric, lane) → value."""
+    values: dict[tuple[str, str], float] = {}
+    for line in output.splitlines():
+        if '"_aws"' not in line or '"lane"' not in line:
+            continue
+        blob = json.loads(line)
+        for directive in blob["_aws"]["CloudWatchMetrics"]:
+            assert sorted(directive["Dimensions"][0]) == ["lane", "service"]
+            for metric in directive["Metrics"]:
+                value = blob[metric["Name"]]
+                values[(metric["Name"], blob["lane"])] = sum(value) if isinstance(value, list) else value
+    return values
+
+
+def test_a_tick_with_lanes_emits_each_lanes_starts_running_and_max(lanes_deployed, capsys):
+    for i in range(4):
+        lanes_deployed.send({"id": f"g{i}"}, group=f"g{i}", lane="gpu")
+        lanes_deployed.send({"id": f"d{i}"}, group=f"d{i}")
+    result = launcher_handler.handler(scheduled_event(), LambdaContext())
+    assert result["started"] == 5 and result["lanes"]["gpu"]["started"] == 2
+    metrics = lane_metrics(capsys.readouterr().out)
+    assert metrics[("LaneStarted", "gpu")] == 2 and metrics[("LaneStarted", "default")] == 3
+    assert metrics[("LaneRunning", "gpu")] == 2 and metrics[("LaneMax", "gpu")] == 2
+    assert metrics[("LaneMax", "default")] == 5
+
+
+def test_a_completion_with_lanes_gives_the_slot_to_the_priority_lane(lanes_deployed, capsys):
+    for i in range(3):
+        lanes_deployed.send({"id": f"g{i}"}, group=f"g{i}", lane="gpu")
+    for i in range(4):
+        lanes_deployed.send({"id": f"d{i}"}, group=f"d{i}")
+    launcher_handler.handler(scheduled_event(), LambdaContext())
+    store = _shared.runtime().store()
+    gpu_run = next(n for n in lanes_deployed.running() if store.execution(n).lane == "gpu")
+    event = lanes_deployed.finish(gpu_run, "SUCCEEDED")
+    result = completion_handler.handler(event, LambdaContext())
+    assert result["released"] and result["admission"]["lanes"]["gpu"]["started"] == 1
+    gpu = [n for n in lanes_deployed.running() if store.execution(n).lane == "gpu"]
+    assert len(gpu) == 2 and len(lanes_deployed.running()) == 5

@@ -140,8 +140,9 @@ class LaneSlots:
 
     # -- claims -----------------------------------------------------------------------------------
 
-    def choices(self, lane: str) -> list[int]:
-        view = self.views.get(lane)
+    def choices(self, lane: str, *, fresh: bool = False) -> list[int]:
+        """Shards of ``lane`` to try, from the last read of its pool (``fresh``: read it now)."""
+        view = None if fresh else self.views.get(lane)
         if view is None:
             self.rooms([lane])
             view = self.views[lane]

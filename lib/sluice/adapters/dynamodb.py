@@ -168,8 +168,11 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
         """Claim on ``shard``: True when taken, False when the shard had no room. With ``lane``, a
         slot of the lane's pool in the same transaction: SlotsFull when no lane shard had room."""
         lane_shards = self.lane_slots.choices(lane) if lane is not None else []
+        lane_reads = 0
         if lane is not None and not lane_shards:
-            raise SlotsFull(0)  # the lane is full as last read: its admission reads it again
+            lane_shards, lane_reads = self.lane_slots.choices(lane, fresh=True), 1  # read once more
+            if not lane_shards:
+                raise SlotsFull(0)
         trims = 0
         while True:
             items = self._claim_items(key, name, message_id, shard, now, claim_expires_at, arn)
@@ -206,6 +209,8 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
             if lane is not None and reasons[lane_at].get("Code") == "ConditionalCheckFailed":
                 # Another launcher took the lane shard's last slot: try the lane's next shard.
                 self.lane_slots.full(lane, lane_shards.pop(0), reasons[lane_at].get("Item"))
+                if not lane_shards and not lane_reads:
+                    lane_shards, lane_reads = self.lane_slots.choices(lane, fresh=True), 1
                 if not lane_shards:
                     raise SlotsFull(0)
                 continue
