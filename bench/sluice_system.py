@@ -211,7 +211,7 @@ class SluiceSystem(System):
                 if self.refill_one:
                     self.store.hint_one_free(self.max)
                 freed = None if released.shard is None else (released.shard,)
-                self._emit(launcher.admit(remaining_ms=remaining_ms, max_new=1, freed=freed))
+                self._emit(launcher.refill(freed=freed, remaining_ms=remaining_ms))
                 self.store.forget_hint()
 
         self.completion_fn.invoke(handler)

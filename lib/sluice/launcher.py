@@ -133,13 +133,20 @@ class Launcher(MessageProtocol):
             return False, None, ""
         freed = None if released.shard is None else (released.shard,)
         try:
-            if self.settings.lanes:
-                return True, self._refill_lanes(remaining_ms=remaining_ms, freed=freed), ""
-            return True, self.admit(remaining_ms=remaining_ms, max_new=1, freed=freed), ""
+            return True, self.refill(freed=freed, remaining_ms=remaining_ms), ""
         except TransientError as exc:
             # The release is done; the next tick fills the slot. Retrying the event would not help.
             self.log.warning("refill skipped: AWS is throttling or unavailable", extra={"error": str(exc)})
             return True, None, str(exc)
+
+    def refill(
+        self, *, freed: tuple[int, ...] | None, remaining_ms: Callable[[], int] | None = None
+    ) -> TickSummary:
+        """A completion's admission: the one slot its release freed (``freed``: that slot's shard),
+        offered to the lanes by priority when the stack has lanes."""
+        if self.settings.lanes:
+            return self._refill_lanes(remaining_ms=remaining_ms, freed=freed)
+        return self.admit(remaining_ms=remaining_ms, max_new=1, freed=freed)
 
     def admit(
         self,
