@@ -14,6 +14,7 @@
 
 const fs = require('fs');
 const path = require('path');
+const { DEFAULT_LANE, queueId, laneStack } = require('./lanes');
 
 // Margin added to the launcher's Lambda timeout to give the queue's visibility timeout: a message
 // received at the very end of a tick must stay invisible until that tick is certainly over.
@@ -47,6 +48,14 @@ const MAX_SEMAPHORE_LIMIT = 10000;
 const SEMAPHORE_FUNCTION_PLACEHOLDER = 'SEMAPHORE_FUNCTION_ARN';
 const SEMAPHORE_FUNCTION_LOGICAL_ID = 'SemaphoreLambdaFunction';
 const STATE_MACHINE_ARN = /^arn:aws[a-z-]*:states:[a-z0-9-]+:\d{12}:stateMachine:[^:\s]{1,80}$/;
+// Lanes (the lanes parameter, docs/configuration.md): name:max[:priority[:weight[:fair]]], the rules
+// SLUICE_LANES is read by (docs/protocol.md "Lanes"). The lane "default" is the payload queue.
+const LANE_NAME = /^[a-z][a-z0-9]*(-[a-z0-9]+)*$/;
+const MAX_LANE_NAME = 20;
+const MAX_LANES = 20; // the implied default lane included
+const MAX_LANE_MAX = 10000;
+const MAX_LANE_PRIORITY = 100;
+const MAX_LANE_WEIGHT = 100;
 
 function fail(message) {
   throw new Error(`Sluice stack parameters: ${message}`);
@@ -92,6 +101,60 @@ function semaphoreLimits(text) {
     out.set(name, Number(number));
   }
   return [...out.entries()];
+}
+
+// "gpu:2:1,backfill:8:0:3" → [{ name: 'gpu', max: 2, priority: 1, weight: 1, fair: false, spec: 'gpu:2:1' }, ...],
+// the lane "default" last unless named (its max then is maxConcurrency). Empty: the one lane "default".
+function parseLanes(text, maxConcurrency) {
+  const lanes = [];
+  if (text !== '') {
+    const parts = text.split(',').map((p) => p.trim());
+    for (const part of parts) {
+      if (!part) fail(`lanes: an empty lane in "${text}" (name:max[:priority[:weight[:fair]]], comma-separated)`);
+      const fields = part.split(':').map((f) => f.trim());
+      if (fields.length < 2) fail(`lanes: "${part}" : give name:max[:priority[:weight[:fair]]]`);
+      if (fields.length > 5) fail(`lanes: "${part}" : too many fields, at most name:max:priority:weight:fair`);
+      if (fields.some((f) => f === '')) fail(`lanes: "${part}" : a field is empty`);
+      const [name, max, priority = '0', weight = '1', fair] = fields;
+      if (name.length > MAX_LANE_NAME || !LANE_NAME.test(name)) {
+        fail(
+          `lanes: "${part}" : bad name "${name}": 1 to ${MAX_LANE_NAME} characters, lowercase letters, digits ` +
+            `and single hyphens between them, starting with a letter`
+        );
+      }
+      const whole = (field, value, min, most) => {
+        if (!/^\d+$/.test(value) || Number(value) < min || Number(value) > most) {
+          fail(`lanes: "${part}" : ${field} must be a whole number between ${min} and ${most}`);
+        }
+        return Number(value);
+      };
+      const lane = {
+        name,
+        max: whole('max', max, 0, MAX_LANE_MAX),
+        priority: whole('priority', priority, 0, MAX_LANE_PRIORITY),
+        weight: whole('weight', weight, 1, MAX_LANE_WEIGHT),
+        fair: fair !== undefined,
+        spec: fields.join(':'),
+      };
+      if (fair !== undefined && fair !== 'fair') {
+        fail(`lanes: "${part}" : the 5th field may only be "fair", got "${fair}"`);
+      }
+      if (lanes.some((l) => l.name === name)) fail(`lanes: "${name}" is given twice`);
+      // "a-1b" and "a1b" would both be LaneA1bQueue.
+      const twin = lanes.find((l) => queueId(l.name) === queueId(name));
+      if (twin) {
+        fail(`lanes: "${twin.name}" and "${name}" would share the resource name ${queueId(name)}: rename one`);
+      }
+      lanes.push(lane);
+    }
+  }
+  if (!lanes.some((l) => l.name === DEFAULT_LANE)) {
+    lanes.push({ name: DEFAULT_LANE, max: maxConcurrency, priority: 0, weight: 1, fair: false, implied: true });
+  }
+  if (lanes.length > MAX_LANES) {
+    fail(`lanes: at most ${MAX_LANES} lanes, the lane "${DEFAULT_LANE}" included, got ${lanes.length}`);
+  }
+  return lanes;
 }
 
 // An ARN in the stack's own partition, region and account (no Fn::Sub: nothing here looks like a variable).
@@ -218,6 +281,7 @@ async function derive({ resolveVariable }) {
 
   // Semaphores created when absent, with their first limit; the run-time limit is the CLI's to change.
   const semaphores = semaphoreLimits(await param('semaphores'));
+  const semaphoreText = semaphores.map(([name, limit]) => `${name}=${limit}`).join(',');
   const semaphoreSweepRate = await param('semaphoreSweepRate');
   if (!/^(rate|cron)\(.+\)$/.test(semaphoreSweepRate)) {
     fail(`semaphoreSweepRate must be an EventBridge expression such as "rate(1 minute)", got "${semaphoreSweepRate}"`);
@@ -253,6 +317,17 @@ async function derive({ resolveVariable }) {
     'Fn::Join': ['', example.flatMap((piece, i) => (i === 0 ? [piece] : ['"', functionArn, '"', piece]))],
   };
 
+  // Lanes: a queue and a MAX each (docs/configuration.md). Without the parameter, the one lane "default".
+  const lanesText = await param('lanes');
+  const lanes = parseLanes(lanesText, maxConcurrency);
+  const laneParts = laneStack(lanes, {
+    given: lanesText !== '',
+    serviceName: `${service}-${stage}`,
+    visibilityTimeout,
+    maxReceiveCount,
+    oldestMessageAlarmSeconds,
+  });
+
   // The sample workflow, as the JSON string that AWS::StepFunctions::StateMachine's DefinitionString takes.
   const definitionPath = path.join(__dirname, 'workflow.asl.json');
   const workflowDefinition = JSON.stringify(JSON.parse(fs.readFileSync(definitionPath, 'utf8')));
@@ -281,12 +356,22 @@ async function derive({ resolveVariable }) {
     previousStateMachineArn,
     alarmTopicArn,
     workflowDefinition,
-    semaphores: semaphores.map(([name, limit]) => `${name}=${limit}`).join(','),
+    semaphores: semaphoreText,
     semaphoreSweepRate,
     semaphoreStateMachineArns,
     semaphoreExecutionArns,
     semaphoreExampleName,
     semaphoreExampleDefinition,
+    lanes: lanes.map(({ name, max, priority, weight, fair }) => ({ name, max, priority, weight, fair })),
+    // The payload queue's ARN in IAM statements; with lanes, the list of every lane's queue ARN.
+    queueArns: laneParts.queueArns,
+    tlsQueues: laneParts.tlsQueues,
+    tlsQueueArns: laneParts.tlsQueueArns,
+    // The functions' own environment: SLUICE_LANES and SLUICE_LANE_QUEUES, none without the parameter.
+    laneEnvironment: laneParts.environment,
+    // The semaphore function's: SLUICE_SEMAPHORES, and the lanes' as the other functions have them.
+    semaphoreEnvironment: { SLUICE_SEMAPHORES: semaphoreText, ...laneParts.environment },
+    laneResources: laneParts.resources,
     // The same numbers as strings, for Lambda environment variables and the SSM parameter value
     // (a whole-value variable keeps its type, and those properties take strings).
     text: {

@@ -288,3 +288,135 @@ def test_stored_payloads_expire_after_30_days_by_default_and_never_before_the_qu
         payloadExpiryDays=14
     )
     assert "payloadExpiryDays must be a whole number" in refusal(payloadExpiryDays="a week")
+
+
+# -- lanes -------------------------------------------------------------------------------------------
+
+
+def test_without_lanes_there_is_the_one_lane_default_and_nothing_added():
+    cfg = config()
+    assert cfg["lanes"] == [{"name": "default", "max": 10, "priority": 0, "weight": 1, "fair": False}]
+    assert cfg["queueArns"] == {"Fn::GetAtt": ["PayloadQueue", "Arn"]}
+    assert cfg["tlsQueues"] == [{"Ref": "PayloadQueue"}, {"Ref": "DeadLetterQueue"}]
+    assert cfg["laneEnvironment"] == {}
+    assert cfg["semaphoreEnvironment"] == {"SLUICE_SEMAPHORES": "example=2"}
+    assert cfg["laneResources"] == {"Resources": {}, "Outputs": {}}
+
+
+def test_lanes_are_parsed_with_their_defaults_and_default_is_implied_with_max_concurrency():
+    cfg = config(lanes="gpu:2:1,backfill:8:0:3, bulk-load : 0 : 5 : 2 : fair", maxConcurrency=25)
+    assert cfg["lanes"] == [
+        {"name": "gpu", "max": 2, "priority": 1, "weight": 1, "fair": False},
+        {"name": "backfill", "max": 8, "priority": 0, "weight": 3, "fair": False},
+        {"name": "bulk-load", "max": 0, "priority": 5, "weight": 2, "fair": True},
+        {"name": "default", "max": 25, "priority": 0, "weight": 1, "fair": False},
+    ]
+    # The functions get the lanes as given (without spaces) and each other lane's queue URL.
+    env = cfg["laneEnvironment"]
+    assert env["SLUICE_LANES"] == "gpu:2:1,backfill:8:0:3,bulk-load:0:5:2:fair"
+    assert env["SLUICE_LANE_QUEUES"] == {
+        "Fn::Join": [
+            "",
+            [
+                "gpu=",
+                {"Ref": "LaneGpuQueue"},
+                ",backfill=",
+                {"Ref": "LaneBackfillQueue"},
+                ",bulk-load=",
+                {"Ref": "LaneBulkLoadQueue"},
+            ],
+        ]
+    }
+    assert cfg["semaphoreEnvironment"] == {"SLUICE_SEMAPHORES": "example=2", **env}
+    ids = ["PayloadQueue", "LaneGpuQueue", "LaneBackfillQueue", "LaneBulkLoadQueue"]
+    assert cfg["queueArns"] == [{"Fn::GetAtt": [i, "Arn"]} for i in ids]
+    assert cfg["tlsQueues"] == [{"Ref": i} for i in ["PayloadQueue", "DeadLetterQueue", *ids[1:]]]
+    assert cfg["tlsQueueArns"] == [
+        {"Fn::GetAtt": [i, "Arn"]} for i in ["PayloadQueue", "DeadLetterQueue", *ids[1:]]
+    ]
+    resources = cfg["laneResources"]["Resources"]
+    assert set(resources) == {
+        *ids[1:],
+        "LaneGpuOldestMessageAlarm",
+        "LaneBackfillOldestMessageAlarm",
+        "LaneBulkLoadOldestMessageAlarm",
+        "Dashboard",
+    }
+    assert resources["LaneBulkLoadQueue"]["Properties"]["QueueName"] == "sluice-dev-lane-bulk-load.fifo"
+    assert set(cfg["laneResources"]["Outputs"]) == {
+        "LaneGpuQueueUrl",
+        "LaneBackfillQueueUrl",
+        "LaneBulkLoadQueueUrl",
+        "LaneQueueUrls",
+    }
+
+
+def test_the_lane_default_may_be_named_to_set_its_own_max_priority_and_weight():
+    cfg = config(lanes="default:4:7:2,gpu:1")
+    assert cfg["lanes"] == [
+        {"name": "default", "max": 4, "priority": 7, "weight": 2, "fair": False},
+        {"name": "gpu", "max": 1, "priority": 0, "weight": 1, "fair": False},
+    ]
+    assert cfg["laneEnvironment"]["SLUICE_LANES"] == "default:4:7:2,gpu:1"
+    assert list(cfg["laneResources"]["Resources"]) == [
+        "LaneGpuQueue",
+        "LaneGpuOldestMessageAlarm",
+        "Dashboard",
+    ]
+
+
+def test_only_the_lane_default_adds_no_queue_but_the_environment_and_the_dashboard():
+    cfg = config(lanes="default:3")
+    assert cfg["laneEnvironment"] == {"SLUICE_LANES": "default:3", "SLUICE_LANE_QUEUES": ""}
+    assert cfg["queueArns"] == {"Fn::GetAtt": ["PayloadQueue", "Arn"]}
+    assert list(cfg["laneResources"]["Resources"]) == ["Dashboard"]
+    assert cfg["laneResources"]["Outputs"] == {}
+
+
+def test_twenty_lanes_at_most_the_lane_default_included():
+    nineteen = ",".join(f"l{i}:1" for i in range(19))
+    assert len(config(lanes=nineteen)["lanes"]) == 20
+    assert len(config(lanes=nineteen + ",default:1")["lanes"]) == 20
+    message = refusal(lanes=nineteen + ",l19:1")
+    assert 'lanes: at most 20 lanes, the lane "default" included, got 21' in message
+
+
+@pytest.mark.parametrize(
+    ("lanes", "message"),
+    [
+        ("gpu:x", 'lanes: "gpu:x" : max must be a whole number between 0 and 10000'),
+        ("gpu:10001", 'lanes: "gpu:10001" : max must be a whole number between 0 and 10000'),
+        ("gpu:-1", 'lanes: "gpu:-1" : max must be a whole number between 0 and 10000'),
+        ("gpu:1.5", 'lanes: "gpu:1.5" : max must be a whole number between 0 and 10000'),
+        ("gpu:2:101", 'lanes: "gpu:2:101" : priority must be a whole number between 0 and 100'),
+        ("gpu:2:high", 'lanes: "gpu:2:high" : priority must be a whole number between 0 and 100'),
+        ("gpu:2:1:0", 'lanes: "gpu:2:1:0" : weight must be a whole number between 1 and 100'),
+        ("gpu:2:1:101", 'lanes: "gpu:2:1:101" : weight must be a whole number between 1 and 100'),
+        ("gpu:2:1:1:unfair", 'lanes: "gpu:2:1:1:unfair" : the 5th field may only be "fair", got "unfair"'),
+        (
+            "gpu:2:1:1:fair:x",
+            'lanes: "gpu:2:1:1:fair:x" : too many fields, at most name:max:priority:weight:fair',
+        ),
+        ("gpu", 'lanes: "gpu" : give name:max[:priority[:weight[:fair]]]'),
+        ("gpu::1", 'lanes: "gpu::1" : a field is empty'),
+        ("gpu:2:", 'lanes: "gpu:2:" : a field is empty'),
+        (":2", 'lanes: ":2" : a field is empty'),
+        ("gpu:2,,cpu:1", 'lanes: an empty lane in "gpu:2,,cpu:1"'),
+        ("gpu:2,", 'lanes: an empty lane in "gpu:2,"'),
+        ("gpu:2,gpu:3", 'lanes: "gpu" is given twice'),
+        ("default:2,default:3", 'lanes: "default" is given twice'),
+        ("GPU:2", 'lanes: "GPU:2" : bad name "GPU"'),
+        ("1gpu:2", 'lanes: "1gpu:2" : bad name "1gpu"'),
+        ("gpu-:2", 'lanes: "gpu-:2" : bad name "gpu-"'),
+        ("gpu--batch:2", 'lanes: "gpu--batch:2" : bad name "gpu--batch"'),
+        ("gpu_batch:2", 'lanes: "gpu_batch:2" : bad name "gpu_batch"'),
+        ("a" * 21 + ":2", f'lanes: "{"a" * 21}:2" : bad name "{"a" * 21}": 1 to 20 characters'),
+        ("a-1b:1,a1b:2", 'lanes: "a-1b" and "a1b" would share the resource name LaneA1bQueue'),
+    ],
+)
+def test_bad_lanes_are_refused_with_the_reason(lanes, message):
+    assert message in refusal(lanes=lanes)
+
+
+def test_a_lane_name_of_twenty_characters_is_taken():
+    assert config(lanes="a" * 20 + ":2")["lanes"][0]["name"] == "a" * 20
