@@ -313,6 +313,188 @@ def test_after_a_switch_reconciliation_may_describe_the_previous_machines_execut
             ]
 
 
+LANES = "gpu:2:1,backfill:8:0:3,default:10"
+LANE_QUEUES = {"gpu": "LaneGpuQueue", "backfill": "LaneBackfillQueue"}
+
+
+@pytest.fixture(scope="module")
+def lanes_package(tmp_path_factory):
+    return package_stack(tmp_path_factory.mktemp("lanes"), stage=STAGE, params={"lanes": LANES})
+
+
+def _policy_statements(resources: dict) -> dict[tuple[str, str], dict]:
+    """Every statement of the functions' roles and of the managed policies, by (resource, Sid)."""
+    found = {}
+    for logical, resource in resources.items():
+        if resource["Type"] == "AWS::IAM::Role":
+            documents = [p["PolicyDocument"] for p in resource["Properties"].get("Policies", [])]
+        elif resource["Type"] == "AWS::IAM::ManagedPolicy":
+            documents = [resource["Properties"]["PolicyDocument"]]
+        else:
+            continue
+        for document in documents:
+            for statement in document["Statement"]:
+                found[(logical, statement.get("Sid", ""))] = statement
+    return found
+
+
+def _listed(value) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def test_each_lane_has_a_queue_like_the_payload_queue_with_its_grants_outputs_and_alarm(lanes_package):
+    """lanes=gpu:2:1,backfill:8:0:3,default:10: a queue for gpu and one for backfill, made like the
+    payload queue (the lane default), with everything the payload queue has: the TLS-only policy, the
+    grants of every role and policy that has it, the alarm; the functions learn them from SLUICE_LANES
+    and SLUICE_LANE_QUEUES."""
+    template = json.loads((lanes_package / UPDATE_TEMPLATE).read_text())
+    resources, outputs = template["Resources"], template["Outputs"]
+    payload = resources["PayloadQueue"]["Properties"]
+    assert payload["RedrivePolicy"]["deadLetterTargetArn"] == {"Fn::GetAtt": ["DeadLetterQueue", "Arn"]}
+    for name, logical in LANE_QUEUES.items():
+        assert resources[logical]["Type"] == "AWS::SQS::Queue"
+        assert resources[logical]["Properties"] == {**payload, "QueueName": f"{STACK}-lane-{name}.fifo"}
+    assert not [r for r in resources if r.startswith("LaneDefault")]
+
+    tls = resources["QueueTlsOnlyPolicy"]["Properties"]
+    queues = ["PayloadQueue", "DeadLetterQueue", *LANE_QUEUES.values()]
+    assert tls["Queues"] == [{"Ref": q} for q in queues]
+    [deny] = tls["PolicyDocument"]["Statement"]
+    assert deny["Resource"] == [{"Fn::GetAtt": [q, "Arn"]} for q in queues]
+
+    # Whatever any role or managed policy may do on the payload queue, it may do on every lane's.
+    lane_arns = [{"Fn::GetAtt": [q, "Arn"]} for q in LANE_QUEUES.values()]
+    on_payload = {
+        where: statement
+        for where, statement in _policy_statements(resources).items()
+        if {"Fn::GetAtt": ["PayloadQueue", "Arn"]} in _listed(statement["Resource"])
+    }
+    assert set(on_payload) == {
+        ("LauncherIamRoleLambdaExecution", "ReadPayloadQueue"),
+        ("LauncherIamRoleLambdaExecution", "RequeueParked"),
+        ("CompletionIamRoleLambdaExecution", "ReadPayloadQueue"),
+        ("CompletionIamRoleLambdaExecution", "RequeueParked"),
+        ("ProducerPolicy", "EnqueuePayloads"),
+    }
+    for where, statement in on_payload.items():
+        assert _listed(statement["Resource"])[1:] == lane_arns, where
+    # Every function's environment: the lanes as given, and each other lane's queue URL.
+    lane_queues = {
+        "Fn::Join": ["", ["gpu=", {"Ref": "LaneGpuQueue"}, ",backfill=", {"Ref": "LaneBackfillQueue"}]]
+    }
+    functions = [r for r in resources.values() if r["Type"] == "AWS::Lambda::Function"]
+    assert len(functions) == 3
+    for function in functions:
+        env = function["Properties"]["Environment"]["Variables"]
+        assert env["SLUICE_QUEUE_URL"] == {"Ref": "PayloadQueue"}
+        assert (env["SLUICE_LANES"], env["SLUICE_LANE_QUEUES"]) == (LANES, lane_queues)
+
+    assert outputs["QueueUrl"]["Value"] == {"Ref": "PayloadQueue"}
+    for name, logical in LANE_QUEUES.items():
+        assert outputs[f"{logical}Url"] == {
+            "Description": f"Send payloads of lane {name} here",
+            "Value": {"Ref": logical},
+        }
+    assert outputs["LaneQueueUrls"]["Value"] == lane_queues
+
+    # The payload queue's oldest-message alarm, for each lane's queue: same threshold and actions.
+    oldest = resources["OldestMessageAlarm"]["Properties"]
+    for name, logical in LANE_QUEUES.items():
+        alarm = resources[f"{logical.removesuffix('Queue')}OldestMessageAlarm"]["Properties"]
+        assert alarm == {
+            **oldest,
+            "AlarmName": f"{STACK}-lane-{name}-oldest-message-age",
+            "AlarmDescription": f"The oldest queued payload of lane {name} has waited longer than "
+            "oldestMessageAlarmSeconds",
+            "Dimensions": [{"Name": "QueueName", "Value": {"Fn::GetAtt": [logical, "QueueName"]}}],
+        }
+
+    # The dashboard: each lane's queue depth and oldest message, and Sluice's own metrics.
+    dashboard = resources["Dashboard"]["Properties"]
+    assert dashboard["DashboardName"] == STACK
+    pieces = dashboard["DashboardBody"]["Fn::Join"][1]
+    body = json.loads(
+        "".join(
+            p if isinstance(p, str) else p.get("Ref") or p["Fn::GetAtt"][0] + ".QueueName" for p in pieces
+        )
+    )
+    lines = {
+        w["properties"]["title"]: [tuple(m[:4]) for m in w["properties"]["metrics"]] for w in body["widgets"]
+    }
+    assert {w["properties"]["region"] for w in body["widgets"]} == {"AWS::Region"}
+    for metric, title in (
+        ("ApproximateNumberOfMessagesVisible", "Queued payloads per lane"),
+        ("ApproximateAgeOfOldestMessage", "Oldest queued payload per lane (s)"),
+    ):
+        assert lines[title] == [
+            ("AWS/SQS", metric, "QueueName", f"{q}.QueueName")
+            for q in ("LaneGpuQueue", "LaneBackfillQueue", "PayloadQueue")
+        ]
+    sluice = {m[1] for title in lines for m in lines[title] if m[0] == "Sluice"}
+    assert sluice == {
+        "Running",
+        "Max",
+        "FreeSlots",
+        "Started",
+        "Released",
+        "Duplicates",
+        "Invalid",
+        "LedgerDrift",
+    }
+    assert {m[3] for title in lines for m in lines[title] if m[0] == "Sluice"} == {STACK}
+
+    # Deployed: the lanes' queues exist, dead-letter to the DLQ, and the outputs are their URLs.
+    with EmbeddedAws() as aws:
+        deployed = aws.deploy(lanes_package, STACK)
+        out, sqs = deployed.outputs, aws.client("sqs")
+        urls = {name: out[f"{logical}Url"] for name, logical in LANE_QUEUES.items()}
+        for name, url in urls.items():
+            found = sqs.get_queue_url(QueueName=f"{STACK}-lane-{name}.fifo")["QueueUrl"]
+            # moto answers with its own endpoint; CloudFormation with the canonical URL.
+            assert url.endswith(f"/{ACCOUNT}/{STACK}-lane-{name}.fifo")
+            assert found.rsplit("/", 2)[1:] == url.rsplit("/", 2)[1:]
+        assert out["LaneQueueUrls"] == f"gpu={urls['gpu']},backfill={urls['backfill']}"
+        for url in urls.values():
+            attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+            assert attrs["FifoQueue"] == "true" and attrs["VisibilityTimeout"] == "180"
+            redrive = json.loads(attrs["RedrivePolicy"])
+            assert redrive == {
+                "deadLetterTargetArn": f"arn:aws:sqs:us-east-1:{ACCOUNT}:{STACK}-payloads-dlq.fifo",
+                "maxReceiveCount": 10,
+            }
+        for function in ("launcher", "completion", "semaphore"):
+            env = deployed.functions[function].environment
+            assert (env["SLUICE_LANES"], env["SLUICE_LANE_QUEUES"]) == (LANES, out["LaneQueueUrls"])
+        arns = [
+            f"arn:aws:sqs:us-east-1:{ACCOUNT}:{STACK}-{q}.fifo"
+            for q in ("payloads", "lane-gpu", "lane-backfill")
+        ]
+        for function in ("launcher", "completion"):
+            assert _resources(_statement(deployed, function, "ReadPayloadQueue")) == arns
+            assert _resources(_statement(deployed, function, "RequeueParked")) == arns
+
+
+def test_without_lanes_the_stack_has_only_the_payload_queue(package):
+    """No lanes parameter: no lane queue, alarm, output, dashboard or lane environment variable."""
+    template = json.loads((package / UPDATE_TEMPLATE).read_text())
+    resources, outputs = template["Resources"], template["Outputs"]
+    assert [r for r in resources if r.startswith("Lane") or r == "Dashboard"] == []
+    assert [o for o in outputs if o.startswith("Lane")] == []
+    assert [r["Type"] for r in resources.values()].count("AWS::SQS::Queue") == 2
+    assert [r["Type"] for r in resources.values()].count("AWS::CloudWatch::Dashboard") == 0
+    assert resources["QueueTlsOnlyPolicy"]["Properties"]["Queues"] == [
+        {"Ref": "PayloadQueue"},
+        {"Ref": "DeadLetterQueue"},
+    ]
+    for resource in resources.values():
+        if resource["Type"] == "AWS::Lambda::Function":
+            env = resource["Properties"]["Environment"]["Variables"]
+            assert not [v for v in env if v.startswith("SLUICE_LANE")]
+    for statement in _policy_statements(resources).values():
+        if "PayloadQueue" in json.dumps(statement["Resource"]):
+            assert statement["Resource"] == {"Fn::GetAtt": ["PayloadQueue", "Arn"]}
+
+
 def _may_describe(deployed, function: str) -> list[str]:
     """The resources of the function role's ReconcileExecutions statement, as deployed."""
     return _resources(_statement(deployed, function, "ReconcileExecutions"))
