@@ -91,7 +91,8 @@ function oldestMessageAlarm(name, { serviceName, oldestMessageAlarmSeconds }) {
   };
 }
 
-// One graph per queue metric (a line per lane), Sluice's slots and admissions, drift and the DLQ.
+// One graph per queue metric (a line per lane), Sluice's slots and admissions, drift, the DLQ, and
+// each lane's running against its MAX and its starts (the metrics with the dimension lane).
 function dashboard(lanes, { serviceName, oldestMessageAlarmSeconds }) {
   const queueName = (logicalId) => `@@queue:${logicalId}`;
   const perLane = (metric) =>
@@ -103,6 +104,16 @@ function dashboard(lanes, { serviceName, oldestMessageAlarmSeconds }) {
       { label: lane.name },
     ]);
   const sluice = (metric, ...options) => [METRIC_NAMESPACE, metric, 'service', serviceName, ...options];
+  // The lane metrics (handlers/_shared.py): dimensions service and lane.
+  const laneMetric = (metric, lane, ...options) => [
+    METRIC_NAMESPACE,
+    metric,
+    'service',
+    serviceName,
+    'lane',
+    lane.name,
+    ...options,
+  ];
   const graph = (x, y, title, stat, metrics, extra = {}) => ({
     type: 'metric',
     x,
@@ -127,6 +138,17 @@ function dashboard(lanes, { serviceName, oldestMessageAlarmSeconds }) {
       sluice('Duplicates'),
       sluice('Invalid'),
     ]),
+    graph(
+      0,
+      18,
+      'Running vs MAX per lane',
+      'Maximum',
+      lanes.flatMap((lane) => [
+        laneMetric('LaneRunning', lane, { label: `${lane.name} running` }),
+        laneMetric('LaneMax', lane, { label: `${lane.name} MAX` }),
+      ]),
+    ),
+    graph(12, 18, 'Starts per lane', 'Sum', lanes.map((lane) => laneMetric('LaneStarted', lane, { label: lane.name }))),
     graph(0, 12, 'Ledger drift', 'Minimum', [sluice('LedgerDrift')]),
     graph(12, 12, 'Dead-lettered payloads', 'Maximum', [
       ['AWS/SQS', 'ApproximateNumberOfMessagesVisible', 'QueueName', queueName(DEAD_LETTER_QUEUE)],

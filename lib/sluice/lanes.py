@@ -116,6 +116,12 @@ def parse_lanes(text: str, default_max: int) -> tuple[Lane, ...]:
             fair = True
         if any(lane.name == name for lane in lanes):
             raise ConfigurationError(f"lanes: {name!r} is named twice")
+        twin = next((lane for lane in lanes if _resource_id(lane.name) == _resource_id(name)), None)
+        if twin is not None:  # the stack names each lane's resources after it (stack/lanes.js)
+            raise ConfigurationError(
+                f"lanes: {twin.name!r} and {name!r} would share the resource name "
+                f"Lane{_resource_id(name)}Queue: rename one"
+            )
         lanes.append(Lane(name, maximum, priority, weight, fair))
     if not lanes:
         return ()
@@ -124,6 +130,10 @@ def parse_lanes(text: str, default_max: int) -> tuple[Lane, ...]:
     if len(lanes) > MAX_LANES:
         raise ConfigurationError(f"lanes: {len(lanes)} lanes, at most {MAX_LANES}")
     return tuple(lanes)
+
+
+def _resource_id(name: str) -> str:
+    return "".join(word[:1].upper() + word[1:] for word in name.split("-"))
 
 
 def _whole(part: str, what: str, raw: str, low: int, high: int) -> int:

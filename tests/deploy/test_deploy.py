@@ -440,8 +440,27 @@ def test_each_lane_has_a_queue_like_the_payload_queue_with_its_grants_outputs_an
         "Duplicates",
         "Invalid",
         "LedgerDrift",
+        "LaneRunning",
+        "LaneMax",
+        "LaneStarted",
     }
     assert {m[3] for title in lines for m in lines[title] if m[0] == "Sluice"} == {STACK}
+    # Each lane's running against its MAX, and its starts: the metrics with the dimension lane.
+    per_lane = {
+        title: [tuple(m[:6]) for m in w["properties"]["metrics"]]
+        for w in body["widgets"]
+        for title in [w["properties"]["title"]]
+        if title in ("Running vs MAX per lane", "Starts per lane")
+    }
+    lanes = ("gpu", "backfill", "default")
+    assert per_lane["Running vs MAX per lane"] == [
+        ("Sluice", metric, "service", STACK, "lane", lane)
+        for lane in lanes
+        for metric in ("LaneRunning", "LaneMax")
+    ]
+    assert per_lane["Starts per lane"] == [
+        ("Sluice", "LaneStarted", "service", STACK, "lane", lane) for lane in lanes
+    ]
 
     # Deployed: the lanes' queues exist, dead-letter to the DLQ, and the outputs are their URLs.
     with EmbeddedAws() as aws:

@@ -42,6 +42,7 @@ def test_lanes_with_defaults_and_the_implied_default_lane():
         ("gpu:2,gpu:3", "'gpu' is named twice"),
         ("GPU:2", "bad lane name 'GPU'"),
         ("gpu--x:2", "bad lane name"),
+        ("a-1b:2,a1b:3", "'a-1b' and 'a1b' would share the resource name LaneA1bQueue"),
         ("a" * 21 + ":2", "at most 20 characters"),
         (",".join(f"l{i}:1" for i in range(20)), "21 lanes, at most 20"),
     ],
