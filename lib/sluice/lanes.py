@@ -113,7 +113,10 @@ def parse_lanes(text: str, default_max: int) -> tuple[Lane, ...]:
         if len(fields) > 4:
             if fields[4].strip() != "fair":
                 raise ConfigurationError(f"lanes: {part!r}: the fifth field may only be 'fair'")
-            fair = True
+            # Parsed, so the setting keeps its place; refused until the launcher honours it.
+            raise ConfigurationError(
+                f"lanes: {part!r}: fair lanes (keys served round-robin) are not built yet; leave out 'fair'"
+            )
         if any(lane.name == name for lane in lanes):
             raise ConfigurationError(f"lanes: {name!r} is named twice")
         twin = next((lane for lane in lanes if _resource_id(lane.name) == _resource_id(name)), None)

@@ -19,10 +19,10 @@ def test_no_lanes_is_one_lane_without_a_pool():
 
 
 def test_lanes_with_defaults_and_the_implied_default_lane():
-    lanes = parse_lanes("gpu:2:1,backfill:8:0:3:fair", 10)
+    lanes = parse_lanes("gpu:2:1,backfill:8:0:3", 10)
     assert lanes == (
         Lane("gpu", 2, 1, 1),
-        Lane("backfill", 8, 0, 3, fair=True),
+        Lane("backfill", 8, 0, 3),
         Lane("default", 10),
     )
     assert parse_lanes("default:4:2", 10) == (Lane("default", 4, 2),)
@@ -38,6 +38,7 @@ def test_lanes_with_defaults_and_the_implied_default_lane():
         ("gpu:2:101", "priority must be a whole number from 0 to 100"),
         ("gpu:2:1:0", "weight must be a whole number from 1 to 100"),
         ("gpu:2:1:1:unfair", "the fifth field may only be 'fair'"),
+        ("gpu:2:1:1:fair", "fair lanes .keys served round-robin. are not built yet"),
         ("gpu:2,,cpu:3", "an empty lane"),
         ("gpu:2,gpu:3", "'gpu' is named twice"),
         ("GPU:2", "bad lane name 'GPU'"),

@@ -304,16 +304,16 @@ def test_without_lanes_there_is_the_one_lane_default_and_nothing_added():
 
 
 def test_lanes_are_parsed_with_their_defaults_and_default_is_implied_with_max_concurrency():
-    cfg = config(lanes="gpu:2:1,backfill:8:0:3, bulk-load : 0 : 5 : 2 : fair", maxConcurrency=25)
+    cfg = config(lanes="gpu:2:1,backfill:8:0:3, bulk-load : 0 : 5 : 2 ", maxConcurrency=25)
     assert cfg["lanes"] == [
         {"name": "gpu", "max": 2, "priority": 1, "weight": 1, "fair": False},
         {"name": "backfill", "max": 8, "priority": 0, "weight": 3, "fair": False},
-        {"name": "bulk-load", "max": 0, "priority": 5, "weight": 2, "fair": True},
+        {"name": "bulk-load", "max": 0, "priority": 5, "weight": 2, "fair": False},
         {"name": "default", "max": 25, "priority": 0, "weight": 1, "fair": False},
     ]
     # The functions get the lanes as given (without spaces) and each other lane's queue URL.
     env = cfg["laneEnvironment"]
-    assert env["SLUICE_LANES"] == "gpu:2:1,backfill:8:0:3,bulk-load:0:5:2:fair"
+    assert env["SLUICE_LANES"] == "gpu:2:1,backfill:8:0:3,bulk-load:0:5:2"
     assert env["SLUICE_LANE_QUEUES"] == {
         "Fn::Join": [
             "",
@@ -393,6 +393,10 @@ def test_twenty_lanes_at_most_the_lane_default_included():
         ("gpu:2:1:0", 'lanes: "gpu:2:1:0" : weight must be a whole number between 1 and 100'),
         ("gpu:2:1:101", 'lanes: "gpu:2:1:101" : weight must be a whole number between 1 and 100'),
         ("gpu:2:1:1:unfair", 'lanes: "gpu:2:1:1:unfair" : the 5th field may only be "fair", got "unfair"'),
+        (
+            "gpu:2:1:1:fair",
+            'lanes: "gpu:2:1:1:fair" : fair lanes (keys served round-robin) are not built yet',
+        ),
         (
             "gpu:2:1:1:fair:x",
             'lanes: "gpu:2:1:1:fair:x" : too many fields, at most name:max:priority:weight:fair',
