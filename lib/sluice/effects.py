@@ -48,7 +48,8 @@ between them is closed by names, not by time:
        a redelivered message of A claims A again, finds it ended → EFFECTS#A exists → nothing sent
 
 **Limits.** At most ``MAX_EFFECTS`` (100) per execution, else the whole list is refused (one DLQ copy,
-the reason recorded). Lanes other than ``"default"`` are refused per effect until lanes exist;
+the reason recorded). ``lane`` sends the effect to that lane's queue (``sluice.lanes``); a lane the
+stack does not have refuses that effect;
 ``awaits`` (at most ``sluice.awaits.MAX_AWAITS`` keys, the launcher's own limit) is passed on as
 ``sluice-awaits``, ``concurrency_key`` as ``sluice-concurrency-key`` (``sluice.keys``). A body over the pointer threshold is stored in the payload bucket and sent as a pointer
 (``sluice.pointers``), as ``sluice enqueue`` does.
@@ -67,6 +68,7 @@ from typing import Any
 from sluice.awaits import MAX_AWAITS
 from sluice.errors import InvalidPayload
 from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE
+from sluice.lanes import DEFAULT_LANE, LANE_ATTRIBUTE
 from sluice.model import EffectsLog, ExecutionRecord, Message, ParkedMessage, PayloadState
 from sluice.names import ORIGIN_ATTRIBUTE
 from sluice.pointers import DEFAULT_THRESHOLD, MAX_STORED_BYTES, SQS_MAX_BYTES, PayloadObjects, store
@@ -81,7 +83,6 @@ AWAITS_ATTRIBUTE = "sluice-awaits"
 EFFECT_OF_ATTRIBUTE = "sluice-effect-of"  # on a dead-lettered effect: the execution that named it
 EFFECT_INDEX_ATTRIBUTE = "sluice-effect-index"
 MAX_EFFECTS = 100
-DEFAULT_LANE = "default"
 FIELDS = frozenset({"payload", "key", "group", "lane", "awaits", "once", "concurrency_key"})
 WHOLE_LIST = -1  # the index a refusal of the whole list is recorded under
 _GROUP_ID = re.compile(r"^[!-~]{1,128}$")  # SQS: 1-128 printable ASCII characters
@@ -103,6 +104,7 @@ class Effects:
     objects: PayloadObjects | None = None
     threshold: int = DEFAULT_THRESHOLD
     limit: int = MAX_EFFECTS
+    lanes: tuple[str, ...] = ()  # the stack's lanes (sluice.lanes); () is the one lane "default"
 
     def send(self, text: str, *, record: ExecutionRecord, queue: Queue, now: float) -> EffectsLog | None:
         """Send the effects ``text`` (an output) names; None when it names none."""
@@ -145,10 +147,9 @@ class Effects:
                 f"unknown field(s) {', '.join(map(repr, unknown))}; known: {', '.join(sorted(FIELDS))}"
             )
         lane = spec.get("lane", DEFAULT_LANE)
-        if lane != DEFAULT_LANE:
-            raise InvalidPayload(
-                f"lane {_json(lane)[:200]} refused: lanes are not built yet; only {DEFAULT_LANE!r}"
-            )
+        if lane != DEFAULT_LANE and lane not in self.lanes:
+            known = ", ".join(repr(n) for n in self.lanes) or f"{DEFAULT_LANE!r} only (no lanes configured)"
+            raise InvalidPayload(f"lane {_json(lane)[:200]} refused: the stack's lanes are {known}")
         payload = spec.get("payload")
         if not isinstance(payload, dict):
             raise InvalidPayload(f"'payload' must be a JSON object, got {_type(payload)}")
@@ -165,6 +166,8 @@ class Effects:
         if not isinstance(group, str) or not _GROUP_ID.match(group):
             raise InvalidPayload("'group' must be 1 to 128 printable ASCII characters")
         attributes = {KEY_ATTRIBUTE: key}
+        if lane != DEFAULT_LANE:
+            attributes[LANE_ATTRIBUTE] = lane  # the queue adapter sends it to that lane's queue
         once = spec.get("once", False)
         if not isinstance(once, bool):
             raise InvalidPayload(f"'once' must be true or false, got {_type(once)}")

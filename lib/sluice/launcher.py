@@ -82,7 +82,10 @@ class Launcher(MessageProtocol):
         self.pacer = Pacer(settings.start_rate, settings.start_burst, clock=clock, sleep=self.sleep)
         self.payloads = payloads  # the bucket of stored payloads that pointers name (sluice.pointers)
         self.outputs = Outputs(payloads, settings.receipt_inline_bytes)  # receipts' outputs
-        self.effects = Effects(payloads, settings.pointer_threshold)  # what outputs send (sluice.effects)
+        # what outputs send (sluice.effects), to any of the stack's lanes
+        self.effects = Effects(
+            payloads, settings.pointer_threshold, lanes=tuple(n.name for n in settings.lanes)
+        )
         self.identity = uuid.uuid4().hex[:16]  # this container, as a reconciler marking claims
         self._checked_at: float | None = None
 

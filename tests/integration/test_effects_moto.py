@@ -271,7 +271,7 @@ def test_invalid_effects_are_recorded_and_dead_lettered_and_the_rest_sent(stack)
     assert sorted(reasons) == [1, 2, 3, 4, 5, 6, 7]
     assert "must be a JSON object, got a string" in reasons[1]
     assert "no key" in reasons[2]
-    assert "lanes are not built yet" in reasons[3]
+    assert "lane \"gpu\" refused: the stack's lanes are 'default' only (no lanes configured)" in reasons[3]
     assert "at most 262,144 bytes" in reasons[4]
     assert "unknown field(s) 'colour'" in reasons[5]
     assert "'group'" in reasons[6]

@@ -147,3 +147,25 @@ def test_an_unknown_lane_is_a_clear_error():
         Settings(lanes=()).lane("gpux")
     with pytest.raises(ConfigurationError, match="names no queue for lane"):
         Settings.from_env({"SLUICE_LANES": "gpu:2"})
+
+
+def test_an_effect_names_its_lane_and_runs_there(stack):
+    stack.send({"id": "parent"}, group="parent")
+    launcher = stack.launcher()
+    launcher.tick()
+    (parent,) = stack.running()
+    effects = {
+        "sluiceEffects": [
+            {"payload": {"id": "child"}, "lane": "gpu"},
+            {"payload": {"id": "x"}, "lane": "nope"},
+        ]
+    }
+    event = stack.finish(parent, "SUCCEEDED", output=json.dumps(effects))
+    released, refill, _ = launcher.on_status_change(StatusChange.from_event(event))
+    assert released and refill.lanes["gpu"]["started"] == 1, "sent to gpu's queue and started there"
+    (child,) = stack.running()
+    assert lane_of(stack, child) == "gpu"
+    log = stack.runtime().store().effects(parent)
+    assert (
+        log.sent == ("child",) and "lane \"nope\" refused: the stack's lanes are 'gpu'" in log.rejected[0][1]
+    )
