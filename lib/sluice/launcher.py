@@ -353,6 +353,8 @@ class Launcher(MessageProtocol):
             summary.stopped = part.stopped
             if part.n(Outcome.STARTED) or part.stopped in ("time", "transient"):
                 break
+            if part.stopped == "full" and not part.received:
+                break  # the lane had room, so the global pool has none (MAX lowered): no lane can
             freed = None  # the freed shard was read once; a later lane reads the pool afresh
         return summary
 

@@ -14,6 +14,7 @@ from sluice.errors import ConfigurationError
 from sluice.lanes import LANE_ATTRIBUTE, LaneSetting
 from sluice.model import Outcome
 from tests.support.aws import build_stack
+from tests.support.hooks import count_calls
 
 LANES = "gpu:2:1,backfill:8:0:3,default:10"
 
@@ -169,3 +170,17 @@ def test_an_effect_names_its_lane_and_runs_there(stack):
     assert (
         log.sent == ("child",) and "lane \"nope\" refused: the stack's lanes are 'gpu'" in log.rejected[0][1]
     )
+
+
+def test_a_completion_under_a_lowered_max_receives_from_no_lane(stack):
+    """MAX lowered below the running count: the freed slot is not free, so no lane receives (each
+    receive without room would spend one of the message's maxReceiveCount)."""
+    fill(stack)
+    rt = stack.runtime()
+    launcher = rt.launcher()
+    launcher.tick()
+    rt.client("ssm").put_parameter(Name=stack.settings.max_parameter, Value="2", Overwrite=True)
+    launcher.tick()  # the caps come down to 2 with 5 running
+    calls = count_calls(rt.client("sqs"))
+    _, refill, _ = end(stack, launcher, stack.running()[0])
+    assert refill.n(Outcome.STARTED) == 0 and calls["ReceiveMessage"] == 0
