@@ -8,24 +8,14 @@ import pytest
 
 from sluice.errors import KeyFull, LeaseHeld
 from sluice.keys import KeyState, KeyWaiter, entry
-from sluice.model import LimitSource, PayloadState
-from tests.contract.stores import NOW
+from sluice.model import PayloadState
+from tests.contract.stores import NOW, claim
 
 
 def keyed(
     store, key: str, name: str, ckey: str = "tenant", *, ticket: int | None = None, limit: int = 50
 ) -> None:
-    store.set_limit(LimitSource(limit, None))
-    store.claim(
-        key=key,
-        name=name,
-        message_id=f"m-{name}",
-        now=NOW,
-        claim_expires_at=NOW + 900,
-        arn=f"arn:aws:states:us-east-1:123456789012:execution:sm:{name}",
-        ckey=ckey,
-        ticket=ticket,
-    )
+    claim(store, key, name, limit=limit, message_id=f"m-{name}", ckey=ckey, ticket=ticket)
 
 
 def waiter(n: int, ckey: str = "tenant") -> KeyWaiter:

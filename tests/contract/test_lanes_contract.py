@@ -8,21 +8,13 @@ import pytest
 
 from sluice.errors import SlotsFull
 from sluice.lanes import LaneSetting
-from sluice.model import LimitSource, PayloadState
+from sluice.model import PayloadState
 from tests.contract.stores import NOW
+from tests.contract.stores import claim as claim_under
 
 
 def claim(store, key: str, name: str, lane: str | None = "gpu", *, limit: int = 5) -> None:
-    store.set_limit(LimitSource(limit, None))
-    store.claim(
-        key=key,
-        name=name,
-        message_id=f"m-{name}",
-        now=NOW,
-        claim_expires_at=NOW + 900,
-        arn=f"arn:aws:states:us-east-1:123456789012:execution:sm:{name}",
-        **({"lane": lane} if lane is not None else {}),
-    )
+    claim_under(store, key, name, limit=limit, message_id=f"m-{name}", **({"lane": lane} if lane else {}))
 
 
 def test_a_lane_admits_up_to_its_limit_and_the_global_pool_counts_it(store):

@@ -13,8 +13,7 @@ from tests.support.aws import LambdaContext, build_stack, scheduled_event, statu
 from tests.support.hooks import count_calls
 
 
-@pytest.fixture
-def deployed(stack, monkeypatch):
+def functions_env(stack, monkeypatch, **extra: str) -> None:
     """The environment the deployed functions have, pointing at the moto stack."""
     s = stack.settings
     env = {
@@ -26,10 +25,16 @@ def deployed(stack, monkeypatch):
         "SLUICE_MAX_PARAMETER": s.max_parameter,
         "SLUICE_MAX_CACHE_SECONDS": "0",
         "SLUICE_RECEIVE_WAIT_SECONDS": "0",
+        **extra,
     }
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     _shared.reset()
+
+
+@pytest.fixture
+def deployed(stack, monkeypatch):
+    functions_env(stack, monkeypatch)
     yield stack
     _shared.reset()
 
@@ -111,22 +116,12 @@ def test_missing_configuration_fails_before_touching_anything(deployed, monkeypa
 def lanes_deployed(session, monkeypatch):
     """The functions' environment on a stack with the lanes gpu (priority 1) and default."""
     stack = build_stack(session, name="sluice-lanes", max_concurrency=5, lanes="gpu:2:1,default:5")
-    s = stack.settings
-    env = {
-        "SLUICE_QUEUE_URL": s.queue_url,
-        "SLUICE_DLQ_URL": s.dlq_url,
-        "SLUICE_TABLE_NAME": s.table_name,
-        "SLUICE_STATE_MACHINE_ARN": s.state_machine_arn,
-        "SLUICE_MAX_CONCURRENCY": "5",
-        "SLUICE_MAX_PARAMETER": s.max_parameter,
-        "SLUICE_MAX_CACHE_SECONDS": "0",
-        "SLUICE_RECEIVE_WAIT_SECONDS": "0",
-        "SLUICE_LANES": "gpu:2:1,default:5",
-        "SLUICE_LANE_QUEUES": f"gpu={s.lane_queue_urls['gpu']}",
-    }
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    _shared.reset()
+    functions_env(
+        stack,
+        monkeypatch,
+        SLUICE_LANES="gpu:2:1,default:5",
+        SLUICE_LANE_QUEUES=f"gpu={stack.settings.lane_queue_urls['gpu']}",
+    )
     yield stack
     _shared.reset()
 

@@ -254,12 +254,9 @@ def test_a_claim_of_a_key_whose_earlier_run_was_redriven_never_starts(make_world
     world.settle()
 
 
-def test_a_redriven_run_refused_adoption_keeps_its_key_when_the_holder_ends(make_world):
-    """Found by the soak (seed 20261201): p0's first run failed; a re-submission started a second
-    run; an operator redrove the first. Reconciliation could not adopt it (the second held p0's
-    lease) and counted it external; the second ended and released the lease, and the next message of
-    p0 claimed it and started a third run beside the redriven one. The refused adoption now marks
-    p0's lease: the next claim adopts the redriven run instead, and the message is its duplicate."""
+def redriven_beside_a_second_run(make_world):
+    """p0's first run failed; a re-submission started a second run; an operator redrove the first;
+    reconciliation could not adopt it (the second holds p0's lease) and marked p0's lease."""
     world = make_world(max_concurrency=3)
     world.send(body("p0"), group="g0")
     world.tick("A")
@@ -273,6 +270,16 @@ def test_a_redriven_run_refused_adoption_keeps_its_key_when_the_holder_ends(make
     world.advance(WINDOW + 1)
     world.tick("B")  # reconciliation: the redriven run is listed; the second holds p0's lease
     assert world.table()["PAYLOAD#p0"].get("redriven", {}).get("S") == first, "p0's lease is marked"
+    return world, first, second
+
+
+def test_a_redriven_run_refused_adoption_keeps_its_key_when_the_holder_ends(make_world):
+    """Found by the soak (seed 20261201): p0's first run failed; a re-submission started a second
+    run; an operator redrove the first. Reconciliation could not adopt it (the second held p0's
+    lease) and counted it external; the second ended and released the lease, and the next message of
+    p0 claimed it and started a third run beside the redriven one. The refused adoption now marks
+    p0's lease: the next claim adopts the redriven run instead, and the message is its duplicate."""
+    world, first, second = redriven_beside_a_second_run(make_world)
     world.end(second, "SUCCEEDED")
     assert world.deliver(0) == "ok"
     world.send(body("p0"), group="g2")  # another re-submission, while the redriven run runs
@@ -287,19 +294,7 @@ def test_a_redriven_run_refused_adoption_keeps_its_key_when_the_holder_ends(make
 def test_a_marked_lease_is_lifted_once_the_redriven_run_has_ended(make_world):
     """The mark of a refused adoption never outlives the redriven run: once it has ended, the next
     message of its key claims and starts."""
-    world = make_world(max_concurrency=3)
-    world.send(body("p0"), group="g0")
-    world.tick("A")
-    (first,) = world.model.running
-    world.end(first, "FAILED")
-    assert world.deliver(0) == "ok"
-    world.send(body("p0"), group="g1")
-    world.tick("A")
-    (second,) = world.model.running
-    world.redrive(first)
-    world.advance(WINDOW + 1)
-    world.tick("B")
-    assert world.table()["PAYLOAD#p0"].get("redriven", {}).get("S") == first, "p0's lease is marked"
+    world, first, second = redriven_beside_a_second_run(make_world)
     world.end(second, "SUCCEEDED")
     assert world.deliver(0) == "ok"
     world.end(first, "SUCCEEDED")  # the redriven run ends before anyone adopted it

@@ -272,16 +272,20 @@ def build_stack(
     dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
         "QueueArn"
     ]
-    queue_url = sqs.create_queue(
-        QueueName=f"{name}.fifo",
-        Attributes={
-            "FifoQueue": "true",
-            "VisibilityTimeout": str(visibility_timeout),
-            "RedrivePolicy": json.dumps(
-                {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count}
-            ),
-        },
-    )["QueueUrl"]
+
+    def payload_queue(queue_name: str) -> str:
+        return sqs.create_queue(
+            QueueName=queue_name,
+            Attributes={
+                "FifoQueue": "true",
+                "VisibilityTimeout": str(visibility_timeout),
+                "RedrivePolicy": json.dumps(
+                    {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count}
+                ),
+            },
+        )["QueueUrl"]
+
+    queue_url = payload_queue(f"{name}.fifo")
     ddb = session.client("dynamodb", region_name=REGION)
     create_table(ddb, f"{name}-table")
     sfn = session.client("stepfunctions", region_name=REGION)
@@ -294,21 +298,14 @@ def build_stack(
     session.client("ssm", region_name=REGION).put_parameter(
         Name=parameter, Value=str(max_concurrency), Type="String"
     )
-    lane_urls = {}
-    for lane in parse_lanes(lanes, max_concurrency):
-        if lane.name != DEFAULT_LANE:
-            lane_urls[lane.name] = sqs.create_queue(
-                QueueName=f"{name}-lane-{lane.name}.fifo",
-                Attributes={
-                    "FifoQueue": "true",
-                    "VisibilityTimeout": str(visibility_timeout),
-                    "RedrivePolicy": json.dumps(
-                        {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count}
-                    ),
-                },
-            )["QueueUrl"]
+    parsed = parse_lanes(lanes, max_concurrency)
+    lane_urls = {
+        lane.name: payload_queue(f"{name}-lane-{lane.name}.fifo")
+        for lane in parsed
+        if lane.name != DEFAULT_LANE
+    }
     base = Settings(
-        lanes=parse_lanes(lanes, max_concurrency),
+        lanes=parsed,
         lane_queue_urls=lane_urls,
         queue_url=queue_url,
         dlq_url=dlq_url,
