@@ -17,7 +17,17 @@ from pathlib import Path
 import pytest
 
 from sluice.local.chart import peak
-from sluice.local.demo_dag import DAG, SCENE, SCENE_BYTES, TENANT_CAP, TENANT_JOBS, scene_payload
+from sluice.local.demo_dag import (
+    DAG,
+    SCENE,
+    SCENE_BYTES,
+    TENANT_CAP,
+    TENANT_JOBS,
+    URGENT_JOBS,
+    URGENT_LANE,
+    URGENT_MAX,
+    scene_payload,
+)
 
 pytestmark = [pytest.mark.deploy, pytest.mark.slow]
 
@@ -69,7 +79,7 @@ def test_demo_small_batch_never_exceeds_max_and_accounts_for_every_message(tmp_p
     assert fates.get("lost", 0) == 0
     assert sum(fates.values()) == COUNT
     # The DAG's nodes, the stored payload and the tenant's burst, accounted for in result["dag"].
-    extra = len(DAG) + 1 + len(TENANT_JOBS)
+    extra = len(DAG) + 1 + len(TENANT_JOBS) + len(URGENT_JOBS)
     assert fates["started"] + extra == len(intervals) == sum(result["statuses"].values())
     assert fates.get("invalid", 0) == result["raw_messages"] == result["dlq"] >= 1
     assert all(result["dlq_reasons"].values())
@@ -86,9 +96,10 @@ def test_demo_small_batch_never_exceeds_max_and_accounts_for_every_message(tmp_p
     nodes = {n["key"]: n for n in dag["nodes"]}
     assert dag["problems"] == [] and dag["violations"] == []
     commands = dag["commands"]
-    assert len(commands) == 5 and commands[3].startswith("sluice set-max 2 --key heavy")
+    assert len(commands) == 6 and commands[3].startswith("sluice set-max 2 --key heavy")
     assert all(c.startswith("sluice enqueue ") for c in commands[:3] + commands[4:])
-    assert sum("--after" in c for c in commands) == 2 and "--concurrency-key heavy" in commands[-1]
+    assert sum("--after" in c for c in commands) == 2 and "--concurrency-key heavy" in commands[4]
+    assert f"--lane {URGENT_LANE}" in commands[5]
     assert set(nodes) == {k for k, _ in DAG} and set(dag["order"]) == set(nodes)
     for key, awaits in DAG:
         node = nodes[key]
@@ -118,6 +129,15 @@ def test_demo_small_batch_never_exceeds_max_and_accounts_for_every_message(tmp_p
     assert tenant["problems"] == [] and tenant["started"] == len(TENANT_JOBS)
     assert 1 <= tenant["peak"] <= TENANT_CAP
     assert f"at most {tenant['peak']} at once  ok" in done.stdout
+
+    # Two lanes: the urgent lane's payloads all ran, never more than its MAX at once (Step Functions'
+    # own times), and each lane's peak, from the lane its claim took a slot of, under its MAX.
+    urgent = dag["urgent"]
+    assert urgent["problems"] == [] and urgent["started"] == len(URGENT_JOBS)
+    assert 1 <= urgent["peak"] <= URGENT_MAX
+    assert result["lane_peaks"][URGENT_LANE] == urgent["peak"]
+    assert 1 <= result["lane_peaks"]["default"] <= MAXIMUM
+    assert f"in lane {URGENT_LANE!r} (MAX {URGENT_MAX}" in done.stdout
 
     chart = out / "demo-chart.png"
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

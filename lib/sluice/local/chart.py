@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+LANE_COLOURS = ("#2ca02c", "#9467bd", "#8c564b", "#e377c2")
 
 
 def running_steps(intervals: Sequence[tuple[float, float]]) -> list[tuple[float, int]]:
@@ -33,9 +35,11 @@ def draw(
     waiting: Sequence[tuple[float, int]],
     maximum: int,
     title: str,
+    lanes: Mapping[str, tuple[Sequence[tuple[float, float]], int]] | None = None,
 ) -> Path:
     """Write the PNG: the exact running count from start/stop times (step line), the ListExecutions
-    samples (dots), MAX (dashed) and the queue backlog (right axis)."""
+    samples (dots), MAX (dashed) and the queue backlog (right axis); with ``lanes`` (name → the
+    lane's (start, stop) pairs and its MAX), each lane's running count and its MAX too."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -59,6 +63,27 @@ def draw(
                 label="running (ListExecutions samples)",
             )
         ax.axhline(maximum, color="#d62728", linestyle="--", linewidth=1.4, label=f"MAX = {maximum}")
+        for (lane, (spans, lane_max)), colour in zip(
+            sorted((lanes or {}).items()), LANE_COLOURS, strict=False
+        ):
+            lane_steps = running_steps(spans)
+            if lane_steps:
+                ax.step(
+                    [0.0] + [t for t, _ in lane_steps],
+                    [0] + [n for _, n in lane_steps],
+                    where="post",
+                    color=colour,
+                    linewidth=1.1,
+                    label=f"running in lane {lane}",
+                )
+            if lane_max < maximum:  # a lane's MAX at the global one would hide it
+                ax.axhline(
+                    lane_max,
+                    color=colour,
+                    linestyle=":",
+                    linewidth=1.2,
+                    label=f"lane {lane} MAX = {lane_max}",
+                )
         ax.set_ylim(0, maximum * 1.35 + 1)
         ax.set_xlim(left=0)
         ax.set_xlabel("seconds since the batch was enqueued")

@@ -97,7 +97,11 @@ class Demo:
                 package = package_stack(
                     Path(work),
                     stage=STAGE,
-                    params={"maxConcurrency": str(o.maximum), "stateMachineArn": WORKFLOW_ARN},
+                    params={
+                        "maxConcurrency": str(o.maximum),
+                        "stateMachineArn": WORKFLOW_ARN,
+                        "lanes": demo_dag.lanes_param(o.maximum),
+                    },
                 )
             with EmbeddedAws(own_process=True, log=o.out / "moto.log") as aws:
                 run = Run(o, self.console, STACK)
@@ -134,12 +138,19 @@ class Demo:
                         o.payloads is None,
                         then=lambda: demo_dag.send(aws.environ(), STAGE),
                     )
-                    run.snapshot.messages = len(planned) + len(demo_dag.DAG) + 1 + len(demo_dag.TENANT_JOBS)
+                    run.snapshot.messages = (
+                        len(planned)
+                        + len(demo_dag.DAG)
+                        + 1
+                        + len(demo_dag.TENANT_JOBS)
+                        + len(demo_dag.URGENT_JOBS)
+                    )
                     print(
                         f"Enqueueing {len(planned)} messages while Sluice runs, then a DAG of "
-                        f"{len(demo_dag.DAG)}, a {demo_dag.SCENE_BYTES // 1024} KiB payload and a tenant's "
+                        f"{len(demo_dag.DAG)}, a {demo_dag.SCENE_BYTES // 1024} KiB payload, a tenant's "
                         f"{len(demo_dag.TENANT_JOBS)} under a concurrency key of cap {demo_dag.TENANT_CAP} "
-                        "with `sluice enqueue` …",
+                        f"and {len(demo_dag.URGENT_JOBS)} in the lane {demo_dag.URGENT_LANE!r} (MAX "
+                        f"{demo_dag.URGENT_MAX}, priority 1) with `sluice enqueue` …",
                         flush=True,
                     )
                     started = time.time()

@@ -7,6 +7,8 @@ burst under a concurrency key, through ``sluice enqueue`` and ``sluice set-max -
     scene-0001: 614,400 bytes ──► the stack's payload bucket, a pointer on the queue
     tenant-heavy-1 … 6 ──► concurrency key "heavy", cap 2  (sluice set-max 2 --key heavy, then
                            sluice enqueue --concurrency-key heavy): at most 2 at once, the rest wait
+    urgent-1 … 4 ──► lane "urgent" (MAX 2, priority 1; the stack deployed with lanes=urgent:2:1):
+                           sluice enqueue --lane urgent: each freed slot goes to it first
 
 The producer sends them with the real command, as a user would (``python -m sluice.cli enqueue
 --stage demo --json``, one process per command, against the embedded AWS), after the batch: the
@@ -28,11 +30,13 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sluice.adapters.dynamodb import DynamoStore
+from sluice.local import chart
 from sluice.local.demo_batch import Sent
 from sluice.names import execution_arn, execution_name
 
@@ -48,7 +52,15 @@ SCENE = "scene-0001"
 TENANT = "heavy"  # a concurrency key
 TENANT_CAP = 2
 TENANT_JOBS = [f"tenant-heavy-{i}" for i in range(1, 7)]
+URGENT_LANE = "urgent"  # a small lane of priority 1 beside the lane default
+URGENT_MAX = 2
+URGENT_JOBS = [f"urgent-{i}" for i in range(1, 5)]
 SCENE_BYTES = 600 * 1024  # over the pointer threshold (260,096 bytes) and over Step Functions' 256 KiB
+
+
+def lanes_param(maximum: int) -> str:
+    """The stack parameter ``lanes`` the demo deploys with: the small urgent lane, and default."""
+    return f"{URGENT_LANE}:{URGENT_MAX}:1,default:{maximum}"
 
 
 def scene_payload(size: int = SCENE_BYTES) -> str:
@@ -73,13 +85,15 @@ class Extras:
     dag: list[Sent] = field(default_factory=list)
     scene: Sent | None = None
     tenant: list[Sent] = field(default_factory=list)
+    urgent: list[Sent] = field(default_factory=list)
+    urgent_sent_at: float = 0.0  # when the urgent lane's command was run (epoch seconds)
     stored: str = ""  # the s3:// URI the command reported
     commands: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
     @property
     def sent(self) -> list[Sent]:
-        return [*self.dag, *([self.scene] if self.scene else []), *self.tenant]
+        return [*self.dag, *([self.scene] if self.scene else []), *self.tenant, *self.urgent]
 
 
 def send(environ: dict[str, str], stage: str) -> Extras:
@@ -125,6 +139,8 @@ def send(environ: dict[str, str], stage: str) -> Extras:
                     extras.scene, extras.stored = sent, row.get("stored", "")
                 elif row["key"] in TENANT_JOBS:
                     extras.tenant.append(sent)
+                elif row["key"] in URGENT_JOBS:
+                    extras.urgent.append(sent)
                 else:
                     extras.dag.append(sent)
 
@@ -133,6 +149,9 @@ def send(environ: dict[str, str], stage: str) -> Extras:
         # After the DAG, whose timing it must not disturb: the tenant's cap, then its burst.
         if sluice(["sluice", "set-max", str(TENANT_CAP), "--key", TENANT, "--stage", stage]) is not None:
             enqueue(len(steps), TENANT_JOBS, ["--concurrency-key", TENANT], False, seconds=3)
+        # Last, urgent work in its own lane, while the batch may still be queued in default.
+        extras.urgent_sent_at = time.time()
+        enqueue(len(steps) + 1, URGENT_JOBS, ["--lane", URGENT_LANE], False, seconds=2)
     return extras
 
 
@@ -155,6 +174,7 @@ class DagResult:
     violations: list[str] = field(default_factory=list)
     pointer: dict[str, Any] = field(default_factory=dict)
     tenant: dict[str, Any] = field(default_factory=dict)
+    urgent: dict[str, Any] = field(default_factory=dict)
     commands: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
@@ -216,7 +236,34 @@ def check(aws: Any, outputs: dict[str, str], extras: Extras, started: float) -> 
     r.problems += r.pointer.get("problems", [])
     r.tenant = _tenant(sfn, arn, extras)
     r.problems += r.tenant.get("problems", [])
+    r.urgent = _urgent(sfn, arn, extras)
+    r.problems += r.urgent.get("problems", [])
     return r
+
+
+def _urgent(sfn: Any, arn: str, extras: Extras) -> dict[str, Any]:
+    """The urgent lane's payloads: every one ran and SUCCEEDED, never more than its lane's MAX at
+    once (from Step Functions' times), and how long each waited from its command to its start."""
+    out: dict[str, Any] = {"lane": URGENT_LANE, "max": URGENT_MAX, "jobs": len(URGENT_JOBS), "problems": []}
+    problems = out["problems"]
+    if len(extras.urgent) != len(URGENT_JOBS):
+        problems.append(f"{len(extras.urgent)} of the urgent lane's {len(URGENT_JOBS)} payloads were sent")
+    spans: list[tuple[float, float]] = []
+    for s in extras.urgent:
+        described = _describe(sfn, execution_arn(arn, execution_name(s.key, s.message_id)))
+        if described is None or described["status"] != "SUCCEEDED" or described.get("stopDate") is None:
+            problems.append(f"{s.key}: {described['status'] if described else 'never started'}")
+            continue
+        spans.append((described["startDate"].timestamp(), described["stopDate"].timestamp()))
+    waits = sorted(a - extras.urgent_sent_at for a, _ in spans)
+    out.update(
+        started=len(spans),
+        peak=chart.peak(spans),
+        wait_p50_s=round(waits[len(waits) // 2], 1) if waits else None,
+    )
+    if out["peak"] > URGENT_MAX:
+        problems.append(f"the urgent lane ran {out['peak']} at once; its MAX is {URGENT_MAX}")
+    return out
 
 
 def _tenant(sfn: Any, arn: str, extras: Extras) -> dict[str, Any]:
@@ -309,6 +356,14 @@ def summary_lines(r: DagResult) -> list[str]:
     lines.append(f"    every dependent started after all it awaits SUCCEEDED  {mark}")
     p = r.pointer
     t = r.tenant
+    u = r.urgent
+    if u:
+        mark = "ok" if not u.get("problems") else "VIOLATED"
+        lines.append(
+            f"  lanes       : {u.get('started', 0)} of {u['jobs']} payloads in lane {u['lane']!r} (MAX {u['max']}, "
+            f"priority 1; `sluice enqueue --lane {u['lane']}`): at most {u.get('peak', 0)} at once, "
+            f"started {u.get('wait_p50_s')} s (p50) after their command  {mark}"
+        )
     if t:
         mark = "ok" if not t.get("problems") else "VIOLATED"
         lines.append(

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.local import chart
 from sluice.local.demo_batch import Sent
-from sluice.local.demo_dag import DagResult
+from sluice.local.demo_dag import URGENT_LANE, URGENT_MAX, DagResult
 from sluice.local.demo_dag import summary_lines as dag_lines
-from sluice.local.demo_run import Run, ledger_store, queue_depth
+from sluice.local.demo_run import Run, ledger_store, queues_depth
 from sluice.local.demo_semaphore import SectionResult
 from sluice.local.demo_semaphore import summary_lines as semaphore_lines
 from sluice.local.deployment import Deployment
@@ -37,6 +37,7 @@ class Result:
     statuses: dict[str, int] = field(default_factory=dict)  # SUCCEEDED, FAILED, ...
     peak_sampled: int = 0
     peak_timed: int = 0
+    lane_peaks: dict[str, int] = field(default_factory=dict)  # most running at once per lane
     samples: int = 0
     events_delivered: int = 0
     repeated_events: int = 0
@@ -137,6 +138,15 @@ def account(
         for e in ran.values()
         if e.get("stopDate") is not None
     ]
+    # Each lane's executions (the lane its claim took a slot of), against the lane's MAX.
+    by_lane: dict[str, list[tuple[float, float]]] = {}
+    for name, e in ran.items():
+        record = records.get(name)
+        if e.get("stopDate") is not None and record is not None and record.lane is not None:
+            span = (e["startDate"].timestamp() - started, e["stopDate"].timestamp() - started)
+            by_lane.setdefault(record.lane, []).append(span)
+    lane_max = {URGENT_LANE: URGENT_MAX, "default": o.maximum}
+    r.lane_peaks = {lane: chart.peak(spans) for lane, spans in sorted(by_lane.items())}
     r.peak_timed = chart.peak(intervals)
     r.peak_sampled = max((n for _, n in run.samples), default=0)
     r.samples = len(run.samples)
@@ -144,7 +154,7 @@ def account(
     r.repeated_events, r.repeated_released = run.repeated, run.repeated_released
     r.handler_errors = run.errors
     r.ledger_holders = len(store.ledger().holders)
-    r.queue_left = sum(queue_depth(sqs, out["QueueUrl"]).values())
+    r.queue_left = sum(queues_depth(sqs, out).values())
     r.dlq = len(dead)
     r.dlq_reasons = {m["source"]: m["reason"] for m in dead}
     r.seconds = round(time.time() - started, 1)
@@ -159,6 +169,9 @@ def account(
         problems.append(f"gave up after {o.timeout:.0f} s with work left")
     if r.peak_sampled > o.maximum or r.peak_timed > o.maximum:
         problems.append(f"MAX {o.maximum} exceeded: peak {max(r.peak_sampled, r.peak_timed)}")
+    for lane, lane_peak in r.lane_peaks.items():
+        if lane_peak > lane_max.get(lane, o.maximum):
+            problems.append(f"lane {lane!r}: MAX {lane_max.get(lane)} exceeded: peak {lane_peak}")
     if fates["lost"]:
         problems.append(f"{fates['lost']} message(s) unaccounted for")
     if r.unexpected_executions:
@@ -185,6 +198,7 @@ def account(
             samples=run.samples,
             waiting=run.waiting,
             maximum=o.maximum,
+            lanes={lane: (spans, lane_max.get(lane, o.maximum)) for lane, spans in sorted(by_lane.items())},
             title=(
                 f"Sluice demo: {len(ran)} executions from {len(sent)} messages, MAX {o.maximum}, "
                 f"peak {max(r.peak_timed, r.peak_sampled)}"

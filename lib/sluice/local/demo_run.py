@@ -87,7 +87,7 @@ class Run:
                         if self.repeat is None:
                             self.repeat = event
                 if time.monotonic() >= next_depth:
-                    depth = queue_depth(sqs, out["QueueUrl"])
+                    depth = queues_depth(sqs, out)
                     self.waiting.append((time.time() - started, depth["ApproximateNumberOfMessages"]))
                     next_depth = time.monotonic() + 0.5
                 if time.monotonic() >= next_dlq:
@@ -98,7 +98,7 @@ class Run:
                 if (
                     not producer.is_alive()
                     and all(what == "tick" for what, _ in pending.values())
-                    and sum(queue_depth(sqs, out["QueueUrl"]).values()) == 0
+                    and sum(queues_depth(sqs, out).values()) == 0
                     and running == 0
                     and self._all_delivered()
                     and not ledger_store(deployment).ledger().holders
@@ -200,6 +200,21 @@ class Run:
 
 def ledger_store(deployment: Deployment) -> DynamoStore:
     return DynamoStore(deployment.aws.client("dynamodb"), deployment.outputs["TableName"])
+
+
+def payload_queues(outputs: dict[str, str]) -> list[str]:
+    """Every lane's queue: the stack's payload queue (lane default) and the other lanes' (``LaneQueueUrls``)."""
+    lanes = [part.partition("=")[2] for part in outputs.get("LaneQueueUrls", "").split(",") if "=" in part]
+    return [outputs["QueueUrl"], *lanes]
+
+
+def queues_depth(sqs: Any, outputs: dict[str, str]) -> dict[str, int]:
+    """``queue_depth`` summed over every lane's queue."""
+    total: dict[str, int] = {}
+    for url in payload_queues(outputs):
+        for k, v in queue_depth(sqs, url).items():
+            total[k] = total.get(k, 0) + v
+    return total
 
 
 def queue_depth(sqs: Any, url: str) -> dict[str, int]:
