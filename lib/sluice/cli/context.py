@@ -11,13 +11,14 @@ import argparse
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from sluice.adapters.errors import error_code, translate_client_error
 from sluice.errors import ConfigurationError
+from sluice.lanes import DEFAULT_LANE, Lane, parse_lane_queues, parse_lanes
 from sluice.runtime import Runtime
 from sluice.settings import Settings
 
@@ -40,6 +41,11 @@ ENV_NAMES = {
 }
 # What a command uses unless ``_needs`` says otherwise (the payload bucket only ``enqueue`` uses, and
 # only for a large payload: it is read from the stack when the stack is read anyway).
+# Lanes (sluice.lanes): their queues are an output (absent on a stack without lanes), their
+# configuration only the launcher's SLUICE_LANES, unless this shell sets it.
+LANE_QUEUES_OUTPUT = "LaneQueueUrls"
+LANE_QUEUES_ENV = "SLUICE_LANE_QUEUES"
+LANES_ENV = "SLUICE_LANES"
 DEFAULT_NEEDS = ("queue_url", "dlq_url", "table_name", "state_machine_arn", "max_parameter")
 LAUNCHER_OUTPUT = "LauncherLambdaFunctionQualifiedArn"
 LAUNCHER_RESOURCE = "LauncherLambdaFunction"
@@ -53,6 +59,7 @@ class Context:
     stack: str | None = None  # None when the environment named every resource
     outputs: dict[str, str] = field(default_factory=dict)
     _launcher: DeployedLauncher | None = None
+    _lanes_read: bool = False
 
     @property
     def settings(self) -> Settings:
@@ -82,6 +89,70 @@ class Context:
         except ValueError:
             return None
         return value if value >= 0 else None
+
+    # -- lanes (sluice.lanes) -------------------------------------------------------------------------
+
+    def lanes(self) -> tuple[Lane, ...]:
+        """The stack's lanes: ``SLUICE_LANES`` here, else the launcher's (``()``: no lanes). The
+        settings then hold them, with each lane's queue: the stack output ``LaneQueueUrls`` or
+        ``SLUICE_LANE_QUEUES`` here, else the launcher's."""
+        if self._lanes_read or self.settings.lanes:
+            return self.settings.lanes
+        self._lanes_read = True
+        if os.environ.get(LANES_ENV, "").strip():
+            return self.settings.lanes  # set here and parsed with the settings: no lanes
+        deployed = self.launcher().environment
+        text = deployed.get(LANES_ENV, "").strip()
+        if not text:
+            return ()
+        default = self.deployed_default()
+        lanes = parse_lanes(text, self.settings.max_concurrency if default is None else default)
+        queues = dict(self.settings.lane_queue_urls) or parse_lane_queues(deployed.get(LANE_QUEUES_ENV, ""))
+        missing = [lane.name for lane in lanes if lane.name != DEFAULT_LANE and lane.name not in queues]
+        if missing:
+            raise ConfigurationError(
+                f"lane(s) {', '.join(missing)} of {self.launcher().source} have no queue: the stack output "
+                f"{LANE_QUEUES_OUTPUT} and {LANE_QUEUES_ENV} name none"
+            )
+        self.runtime.settings = replace(self.settings, lanes=lanes, lane_queue_urls=queues)
+        return lanes
+
+    def lane(self, name: str) -> Lane:
+        """The lane ``name`` of this stack; ``ConfigurationError`` naming the lanes there are."""
+        lanes = self.lanes()
+        if not lanes:
+            source = self.launcher().source if self.stack else "this shell's SLUICE_* variables"
+            raise ConfigurationError(
+                f"no lane {name!r}: this stack has no lanes (no {LANES_ENV} in {source})"
+            )
+        return self.settings.lane(name)
+
+    def lane_queue_url(self, name: str) -> str:
+        """The queue of lane ``name``, known from the lanes' queues alone (a producer that may only
+        send needs no more than the stack's outputs or ``SLUICE_LANE_QUEUES``)."""
+        if name == DEFAULT_LANE:
+            return self.settings.queue_url
+        queues = self.settings.lane_queue_urls
+        if name in queues:
+            return queues[name]
+        lanes = [lane.name for lane in self.lanes()] or sorted({DEFAULT_LANE, *queues})
+        if name in lanes:  # named by SLUICE_LANES here, its queue nowhere
+            raise ConfigurationError(
+                f"lane {name!r} has no queue: the stack output {LANE_QUEUES_OUTPUT} and {LANE_QUEUES_ENV} name none"
+            )
+        if lanes == [DEFAULT_LANE]:
+            if not self.stack:
+                raise ConfigurationError(f"no lane {name!r}: {LANE_QUEUES_ENV} names no lane queue")
+            raise ConfigurationError(f"no lane {name!r}: this stack has no lanes, only {DEFAULT_LANE!r}")
+        raise ConfigurationError(f"no lane {name!r}: the lanes are {', '.join(lanes)}")
+
+
+def stack_env(outputs: dict[str, str]) -> dict[str, str]:
+    """The stack's outputs as the SLUICE_* variables they stand for."""
+    env = {ENV_NAMES[f]: outputs[name] for name, f in OUTPUTS.items() if outputs.get(name)}
+    if outputs.get(LANE_QUEUES_OUTPUT, "").strip():
+        env[LANE_QUEUES_ENV] = outputs[LANE_QUEUES_OUTPUT]
+    return env
 
 
 def local_env() -> dict[str, str]:
@@ -177,6 +248,15 @@ def _needs(args: argparse.Namespace) -> tuple[str, ...]:
         return ("table_name",)
     if command == "status" and getattr(args, "payload_id", None) is not None:
         return ("table_name",)
+    lane = getattr(args, "lane", None)
+    if command in ("enqueue", "dlq redrive") and lane not in (None, DEFAULT_LANE):
+        return (
+            ("queue_url", "dlq_url", "lane_queue_urls")
+            if command == "dlq redrive"
+            else ("queue_url", "lane_queue_urls")
+        )
+    if command in ("set-max", "pause", "resume") and lane is not None:
+        return ("table_name", "lanes")
     return {
         "enqueue": ("queue_url",),
         "set-max": ("max_parameter", "table_name"),
@@ -190,12 +270,12 @@ def _needs(args: argparse.Namespace) -> tuple[str, ...]:
 
 def _resolve(args: argparse.Namespace, session: Any) -> tuple[Settings, str | None, dict[str, str]]:
     local = local_env()
-    if all(local.get(ENV_NAMES[field]) for field in _needs(args)):
+    names = {**ENV_NAMES, "lane_queue_urls": LANE_QUEUES_ENV, "lanes": LANES_ENV}
+    if all(local.get(names[field]) for field in _needs(args)):
         return Settings.from_env(local), None, {}
     stack = _stack_name(args)
     outputs = read_outputs(session, stack)
-    from_stack = {ENV_NAMES[f]: outputs[name] for name, f in OUTPUTS.items() if outputs.get(name)}
-    return Settings.from_env({**from_stack, **local}), stack, outputs
+    return Settings.from_env({**stack_env(outputs), **local}), stack, outputs
 
 
 def _region(args: argparse.Namespace) -> str | None:

@@ -6,7 +6,7 @@ import logging
 import os
 import sys
 
-from sluice.cli.context import ENV_NAMES, OUTPUTS, Context, local_env
+from sluice.cli.context import Context, local_env, stack_env
 from sluice.cli.render import EXIT_AWS, EXIT_OK, table
 from sluice.ops.local_tick import tick
 from sluice.runtime import Runtime
@@ -22,8 +22,7 @@ def cmd_tick(ctx: Context) -> int:
         )
     launcher = ctx.launcher()
     deployed, source = launcher.environment, launcher.source
-    outputs = {ENV_NAMES[f]: ctx.outputs[name] for name, f in OUTPUTS.items() if ctx.outputs.get(name)}
-    settings = Settings.from_env({**deployed, **outputs, **local_env()})
+    settings = Settings.from_env({**deployed, **stack_env(ctx.outputs), **local_env()})
     overrides = sorted(k for k in local_env() if deployed.get(k) != os.environ[k])
     rt = Runtime(settings, session=ctx.runtime.session)
     # As long as the deployed launcher may run: longer, and a message could reappear while in hand.
