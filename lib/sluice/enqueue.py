@@ -23,6 +23,7 @@ from sluice.adapters.errors import translated
 from sluice.awaits import AWAITS_ATTRIBUTE, ON_FAILURE_ATTRIBUTE, RUN_ANYWAY, check_awaits, find_cycle
 from sluice.errors import InvalidPayload
 from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE
+from sluice.lanes import DEFAULT_LANE, LANE_ATTRIBUTE
 from sluice.pointers import DEFAULT_THRESHOLD, MAX_STORED_BYTES, PayloadObjects, store
 from sluice.receipts import ONCE_ATTRIBUTE
 from sluice.validation import (
@@ -150,9 +151,15 @@ def enqueue(
     known: Mapping[str, Iterable[str]] | None = None,
     concurrency_key: str | None = None,
     concurrency_key_field: str | None = None,
+    lane: str = DEFAULT_LANE,
 ) -> EnqueueReport:
     """Send ``items``. With ``payloads`` (the stack's bucket), a body over ``threshold`` bytes is stored
-    there and sent as a pointer; without it, such a body is sent as it is, up to 262,144 bytes."""
+    there and sent as a pointer; without it, such a body is sent as it is, up to 262,144 bytes.
+
+    ``queue_url`` is the queue of ``lane`` (``sluice.lanes``); a message of a lane other than the
+    default carries ``sluice-lane`` too. The launcher goes by the queue, not the attribute, but a
+    message SQS moves to the dead-letter queue keeps it, and ``sluice dlq redrive`` sends it back
+    to its lane's queue by it."""
     report = EnqueueReport()
     ready: list[Prepared] = []
     max_bytes = MAX_STORED_BYTES if payloads is not None else MAX_INPUT_BYTES
@@ -180,6 +187,8 @@ def enqueue(
         }
         if run_anyway:
             extra[ON_FAILURE_ATTRIBUTE] = {"DataType": "String", "StringValue": RUN_ANYWAY}
+    if lane != DEFAULT_LANE:
+        extra[LANE_ATTRIBUTE] = {"DataType": "String", "StringValue": lane}
     if payloads is not None:
         ready = [_stored(p, payloads, report) if p.size > threshold else p for p in ready]
     for batch in _batches(ready):
@@ -193,7 +202,7 @@ def enqueue(
                     KEY_ATTRIBUTE: {"DataType": "String", "StringValue": p.key},
                     # run the key successfully at most once (sluice.receipts)
                     **({ONCE_ATTRIBUTE: {"DataType": "String", "StringValue": "true"}} if once else {}),
-                    **extra,  # the keys it awaits (sluice.awaits)
+                    **extra,  # the keys it awaits (sluice.awaits), its lane (sluice.lanes)
                     # how many of its concurrency key run at once (sluice.keys)
                     **(
                         {CONCURRENCY_KEY_ATTRIBUTE: {"DataType": "String", "StringValue": p.ckey}}

@@ -26,6 +26,7 @@ from sluice.cli.semaphore import (
 )
 from sluice.cli.status import cmd_status, cmd_wait
 from sluice.errors import ConfigurationError, SluiceError, TransientError
+from sluice.lanes import DEFAULT_LANE
 from sluice.pointers import DEFAULT_THRESHOLD
 from sluice.settings import pointer_threshold
 
@@ -125,6 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("dead-letter", "run"),
         default=None,
         help="when an awaited key ends FAILED, TIMED_OUT or ABORTED: dead-letter the payload (default) or run it",
+    )
+    p.add_argument(
+        "--lane",
+        default=DEFAULT_LANE,
+        metavar="NAME",
+        help="send to lane NAME's queue (stack parameter lanes; default: the lane 'default', the stack's queue)",
     )
     keyed = p.add_mutually_exclusive_group()
     keyed.add_argument(

@@ -10,6 +10,7 @@ from sluice.cli.context import Context
 from sluice.cli.render import EXIT_AWS, EXIT_CONFIG, EXIT_OK, EXIT_PARTIAL, progress_bar, usage
 from sluice.enqueue import EnqueueReport, enqueue, read_items
 from sluice.errors import SluiceError, TransientError
+from sluice.lanes import DEFAULT_LANE
 from sluice.ops.awaits import known_waiters
 from sluice.pointers import MAX_STORED_BYTES
 from sluice.validation import content_hash, parse_object
@@ -22,6 +23,8 @@ DEDUP_ID = re.compile(r"^[!-~]{1,128}$")
 def cmd_enqueue(ctx: Context) -> int:
     args = ctx.args
     ctx.settings.require("queue_url")
+    lane = args.lane
+    queue_url = ctx.lane_queue_url(lane)  # an unknown lane: nothing is read, nothing sent
     if args.file == "-":
         text = sys.stdin.read()
     else:
@@ -49,7 +52,7 @@ def cmd_enqueue(ctx: Context) -> int:
             try:
                 part = enqueue(
                     ctx.runtime.client("sqs"),
-                    ctx.settings.queue_url,
+                    queue_url,
                     chunk,
                     key_field=args.key_field,
                     group_by=args.group_by,
@@ -63,6 +66,7 @@ def cmd_enqueue(ctx: Context) -> int:
                     known=known,
                     concurrency_key=args.concurrency_key,
                     concurrency_key_field=args.concurrency_key_field,
+                    lane=lane,
                 )
             except SluiceError as exc:
                 # Earlier chunks went; say exactly where sending stopped. Re-sending the whole input
@@ -79,6 +83,8 @@ def cmd_enqueue(ctx: Context) -> int:
         print(f"sluice enqueue: {unsent}", file=sys.stderr)
     repeats = _repeats(items, {w for w, _, _ in report.sent}) if args.dedup_id is None else 0
     human = f"sent {len(report.sent)} of {len(items)} payloads"
+    if lane != DEFAULT_LANE:
+        human += f" to lane {lane}"
     stored = [(w, report.stored[w]) for w, _, _ in report.sent if w in report.stored]
     if stored:
         human += f"; {len(stored)} stored in s3://{ctx.settings.payload_bucket} and sent as pointers"
@@ -105,6 +111,7 @@ def cmd_enqueue(ctx: Context) -> int:
             "failed": [{"where": w, "reason": r} for w, r in report.failed],
             "unsent": unsent or None,
             "repeats": repeats,
+            **({"lane": lane} if lane != DEFAULT_LANE else {}),
         },
     )
     if unsent:
