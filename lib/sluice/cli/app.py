@@ -167,17 +167,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("set-max", parents=common, help="set MAX at run time (a whole number >= 0; 0 pauses)")
     p.add_argument("value", type=_max_or_default, metavar="N")
-    p.add_argument(
+    which = p.add_mutually_exclusive_group()
+    which.add_argument(
         "--key",
         metavar="KEY",
         help="set concurrency key KEY's own cap instead (0 pauses the key; N 'default' puts it back on the "
         "stack's keyConcurrency)",
     )
+    which.add_argument(
+        "--lane",
+        metavar="NAME",
+        help="set lane NAME's MAX instead (N 'default' puts it back on the configured MAX; a paused lane "
+        "stays paused)",
+    )
     p.set_defaults(func=cmd_set_max)
 
     p = sub.add_parser("pause", parents=common, help="set MAX to 0, remembering the current value")
+    p.add_argument(
+        "--lane", metavar="NAME", help="pause lane NAME only: nothing starts there, the other lanes go on"
+    )
     p.set_defaults(func=cmd_pause)
     p = sub.add_parser("resume", parents=common, help="restore the MAX that pause remembered")
+    p.add_argument("--lane", metavar="NAME", help="resume lane NAME, with the MAX it had")
     p.set_defaults(func=cmd_resume)
 
     dlq = sub.add_parser("dlq", parents=common, help="list, redrive or delete dead-lettered messages")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sluice.cli.context import Context
-from sluice.cli.render import EXIT_OK, in_force, usage
+from sluice.cli.render import EXIT_OK, in_force, lane_max, usage
 from sluice.errors import InvalidPayload
 from sluice.ops.keys import set_key_max
+from sluice.ops.lanes import change_lane
 from sluice.ops.maximum import pause, resume, set_max
 from sluice.validation import check_key
 
@@ -13,8 +16,13 @@ from sluice.validation import check_key
 def cmd_set_max(ctx: Context) -> int:
     if ctx.args.key is not None:
         return _set_key_max(ctx)
+    if ctx.args.lane is not None:
+        return _set_lane_max(ctx)
     if ctx.args.value is None:
-        return usage("N 'default' is for a concurrency key (--key KEY); MAX itself is a whole number >= 0")
+        return usage(
+            "N 'default' is for a concurrency key (--key KEY) or a lane (--lane NAME); "
+            "MAX itself is a whole number >= 0"
+        )
     result = set_max(ctx.runtime, ctx.args.value)
     before = result["before"] if result["before"] is not None else (result["before_raw"] or "unset")
     lines = [
@@ -59,7 +67,67 @@ def _set_key_max(ctx: Context) -> int:
     return EXIT_OK
 
 
+# -- lanes (sluice.lanes) -----------------------------------------------------------------------------
+
+
+def _lane_lines(result: dict[str, Any], head: str) -> list[str]:
+    after, name = result["after"], result["lane"]
+    lines = [head]
+    if not result["in_force"]:
+        lines.append(
+            f"Not in force yet: lane {name}'s pool holds a limit set later ({after['limit']}); the next tick "
+            "puts this lane's setting in force unless it changes again."
+        )
+        return lines
+    lines.append(
+        f"In force now: the next start in lane {name} obeys it ({after['running']} running, "
+        f"limit {after['limit']}). Nothing running is stopped."
+    )
+    if after["paused"]:
+        lines.append(
+            f"Lane {name} is paused: its running executions finish normally and nothing starts there until "
+            f"`sluice resume --lane {name}`; the other lanes go on."
+        )
+    elif after["running"] > after["wanted"]:
+        lines.append(
+            f"{after['running']} are running in lane {name}, more than {after['wanted']}: "
+            f"no new start there until fewer than {after['wanted']} run."
+        )
+    return lines
+
+
+def _set_lane_max(ctx: Context) -> int:
+    lane = ctx.lane(ctx.args.lane)
+    ctx.settings.require("table_name")
+    result = change_lane(ctx.runtime, lane, maximum=ctx.args.value)
+    before, after = lane_max(result["before"]), lane_max(result["after"])
+    head = (
+        f"lane {lane.name}: {before} → {after}."
+        if result["changed"]
+        else f"lane {lane.name}: {after}; nothing changed."
+    )
+    ctx.out("\n".join(_lane_lines(result, head)), result)
+    return EXIT_OK
+
+
+def _pause_lane(ctx: Context, paused: bool) -> int:
+    lane = ctx.lane(ctx.args.lane)
+    ctx.settings.require("table_name")
+    result = change_lane(ctx.runtime, lane, paused=paused)
+    state = result["after"]
+    if not result["changed"]:
+        head = f"lane {lane.name}: {'already paused' if paused else 'not paused'}: {lane_max(state)}; nothing changed."
+    elif paused:
+        head = f"lane {lane.name}: paused: {lane_max(state)}."
+    else:
+        head = f"lane {lane.name}: resumed: {lane_max(state)}."
+    ctx.out("\n".join(_lane_lines(result, head)), result)
+    return EXIT_OK
+
+
 def cmd_pause(ctx: Context) -> int:
+    if ctx.args.lane is not None:
+        return _pause_lane(ctx, True)
     result = pause(ctx.runtime, ctx.deployed_default)
     if not result["changed"]:
         back = result["remembered"]
@@ -87,6 +155,8 @@ def cmd_pause(ctx: Context) -> int:
 
 
 def cmd_resume(ctx: Context) -> int:
+    if ctx.args.lane is not None:
+        return _pause_lane(ctx, False)
     result = resume(ctx.runtime, ctx.deployed_default)
     if not result["changed"]:
         if result["max"] is None:

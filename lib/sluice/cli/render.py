@@ -22,6 +22,17 @@ def in_force(result: dict[str, object]) -> str:
     return f"In force now: the next start obeys it ({result['limit']} slots for Sluice{outside})."
 
 
+def lane_max(state: dict[str, Any]) -> str:
+    """A lane's MAX as set (``sluice.ops.lanes.describe``): ``MAX 3 (set at run time; configured 2)``,
+    ``PAUSED (MAX 2 on resume; configured)``."""
+    own = state["max"] is not None
+    value = state["max"] if own else state["configured_max"]
+    origin = f"set at run time; configured {state['configured_max']}" if own else "configured"
+    if state["paused"]:
+        return f"PAUSED (MAX {value} on resume; {origin})"
+    return f"MAX {value} ({origin})"
+
+
 def plural(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 

@@ -4,6 +4,7 @@ Each function does one thing an operator asks for and returns plain data (dicts 
 that the CLI prints as a table or as JSON. AWS failures arrive as ``sluice.errors`` exceptions.
 
     maximum.py     read MAX, set-max, pause, resume (the SSM parameter and its tags)
+    lanes.py       a lane's MAX, pause and resume (its LANE# setting and its pool's caps), every lane
     status.py      the overview and one payload's history
     dlq.py         list, redrive and delete dead-lettered messages
     local_tick.py  one launcher tick, run here
