@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from sluice.cli.context import Context
-from sluice.cli.render import EXIT_OK, EXIT_PARTIAL, duration, plural, table, when
+from sluice.cli.render import EXIT_OK, EXIT_PARTIAL, duration, lane_max, plural, table, when
 from sluice.ops.awaits import awaits_status, tree_lines
 from sluice.ops.keys import payload_place
 from sluice.ops.status import overview, payload_history
@@ -55,7 +55,10 @@ def cmd_status(ctx: Context) -> int:
     lines.append(f"executions  {len(data['executions'])}, oldest first")
     for run in data["executions"]:
         lines.append(f"  {run['state']:<10} {run['name']}")
-        lines.append(f"             message {run['message_id']}, claimed {when(run['claimed_at'])}")
+        lines.append(
+            f"             message {run['message_id']}, claimed {when(run['claimed_at'])}"
+            + (f", lane {run['lane']}" if run.get("lane") else "")
+        )
         if run["started_at"] or run["ended_at"]:
             lines.append(f"             started {when(run['started_at'])}, ended {when(run['ended_at'])}")
         if run["arn"]:
@@ -103,7 +106,7 @@ def _await_lines(waits: dict[str, Any]) -> list[str]:
 
 
 def _overview(ctx: Context) -> int:
-    data = overview(ctx.runtime, deployed_default=ctx.deployed_default)
+    data = overview(ctx.runtime, deployed_default=ctx.deployed_default, lanes=ctx.lanes())
     data["stack"] = ctx.stack
     mx = data["max"]
     if data["max_error"]:
@@ -140,7 +143,7 @@ def _overview(ctx: Context) -> int:
         (
             "queue",
             f"{data['queue_visible']} waiting, {data['queue_in_flight']} in flight, "
-            f"{data['queue_delayed']} delayed",
+            f"{data['queue_delayed']} delayed" + ("  (lane default)" if data.get("lanes") else ""),
         ),
         (
             "oldest",
@@ -162,6 +165,7 @@ def _overview(ctx: Context) -> int:
             ),
         ),
     ]
+    rows.extend(("lane", _lane_row(lane)) for lane in data.get("lanes", ()))
     for k in data["keys"]:
         rows.append(
             (
@@ -172,6 +176,24 @@ def _overview(ctx: Context) -> int:
         )
     ctx.out(table(rows), data)
     return EXIT_OK
+
+
+def _lane_row(lane: dict[str, Any]) -> str:
+    """``gpu  MAX 2 (configured), priority 1, weight 1: 2 running of 2 (0 free), 8 waiting, 0 in flight``."""
+    order = f"priority {lane['priority']}, weight {lane['weight']}" + (", fair" if lane["fair"] else "")
+    running = f"{lane['running']} running"
+    if lane["limit"] is None:
+        running += " (no limit in force yet: the next tick sets it)"
+    elif lane["running"] > lane["limit"]:
+        running += f" of {lane['limit']} (over the limit: no new start there until fewer run)"
+    else:
+        running += f" of {lane['limit']} ({lane['free']} free)"
+    if lane["limit"] is not None and lane["limit"] != lane["wanted"]:
+        running += f" (the next tick moves the limit to {lane['wanted']})"
+    queue = f"{lane['waiting']} waiting, {lane['in_flight']} in flight" + (
+        f", {lane['delayed']} delayed" if lane["delayed"] else ""
+    )
+    return f"{lane['lane']}  {lane_max(lane)}, {order}: {running}, {queue}"
 
 
 def _effects_lines(e: dict[str, Any] | None) -> list[str]:

@@ -4,15 +4,17 @@ record with its execution history."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sluice.adapters.errors import translated
 from sluice.errors import SluiceError
+from sluice.lanes import Lane
 from sluice.ops.dlq import dlq_counts
 from sluice.ops.keys import describe
+from sluice.ops.lanes import lane_overview
 from sluice.ops.maximum import read_max
 from sluice.receipts import receipt_of
 from sluice.runtime import Runtime
@@ -21,8 +23,11 @@ AGE_METRIC = "ApproximateAgeOfOldestMessage"
 AGE_LOOKBACK = timedelta(minutes=15)
 
 
-def overview(rt: Runtime, *, deployed_default: Callable[[], int | None] = lambda: None) -> dict[str, Any]:
-    """MAX, slots, Step Functions' own RUNNING count, queue and DLQ depth, oldest age, drift."""
+def overview(
+    rt: Runtime, *, deployed_default: Callable[[], int | None] = lambda: None, lanes: Sequence[Lane] = ()
+) -> dict[str, Any]:
+    """MAX, slots, Step Functions' own RUNNING count, queue and DLQ depth, oldest age, drift; with
+    ``lanes`` (``sluice.lanes``), each lane's MAX, pool and queue."""
     s = rt.settings
     s.require("queue_url", "dlq_url", "table_name", "state_machine_arn")
     data: dict[str, Any] = {}
@@ -69,6 +74,8 @@ def overview(rt: Runtime, *, deployed_default: Callable[[], int | None] = lambda
         age, source = oldest_age(rt)
     data.update(oldest_message_age=age, oldest_message_age_source=source)
     data.update(keys=busiest_keys(rt))
+    if lanes:
+        data.update(lanes=lane_overview(rt, lanes))
     return data
 
 
