@@ -197,10 +197,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=100, help="list at most this many (default 100)")
     p.add_argument("--width", type=int, default=100, help="characters of reason and body shown (default 100)")
     p.set_defaults(func=cmd_dlq_list)
-    p = dsub.add_parser("redrive", parents=common, help="send DLQ messages back to the main queue")
+    p = dsub.add_parser("redrive", parents=common, help="send DLQ messages back to their (lanes') queue")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--id", dest="ids", action="append", metavar="ID", help="DLQ message id (repeatable)")
     which.add_argument("--all", action="store_true", help="every message in the DLQ")
+    p.add_argument(
+        "--lane",
+        metavar="NAME",
+        help="send them to lane NAME's queue (default: each message's own lane, from the queue it came from "
+        "or its sluice-lane attribute)",
+    )
     p.set_defaults(func=cmd_dlq_redrive)
     p = dsub.add_parser("delete", parents=common, help="delete DLQ messages for good")
     p.add_argument(

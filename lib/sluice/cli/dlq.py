@@ -34,6 +34,8 @@ def cmd_dlq_list(ctx: Context) -> int:
             lines.append(f"  source   {m.source_message_id}")
         if m.key:
             lines.append(f"  key      {preview(m.key, width)}")
+        if m.lane:
+            lines.append(f"  lane     {m.lane}")
         lines.append(f"  reason   {preview(m.reason, width)}")
         lines.append(f"  body     {preview(m.body, width)}")
     lines.append(
@@ -54,10 +56,23 @@ def cmd_dlq_redrive(ctx: Context) -> int:
         return usage(
             "say which messages to redrive: --id MESSAGE_ID (repeat it; ids from `sluice dlq list`) or --all"
         )
-    report = dlq_redrive(ctx.runtime, None if ctx.args.all else ctx.args.ids)
-    lines = [f"redrove {len(report.done)} message(s) to the main queue"]
+    lane = ctx.args.lane
+    if lane is not None:
+        ctx.lane_queue_url(lane)  # an unknown lane: nothing is received
+    elif ctx.stack:
+        ctx.lanes()  # the lanes' queues, from the launcher when the stack's outputs lack them
+    report = dlq_redrive(ctx.runtime, None if ctx.args.all else ctx.args.ids, lane=lane)
+    if lane is not None:
+        where = f"lane {lane}'s queue"
+    elif ctx.settings.lane_queue_urls or any("lane" in d for d in report.done):
+        where = "their lanes' queues"
+    else:
+        where = "the main queue"
+    lines = [f"redrove {len(report.done)} message(s) to {where}"]
     for d in report.done:
-        lines.append(f"  {d['dlq_message_id']} → {d['message_id']}")
+        lines.append(
+            f"  {d['dlq_message_id']} → {d['message_id']}" + (f" (lane {d['lane']})" if "lane" in d else "")
+        )
     lines.append(
         "A payload that was invalid comes back to the DLQ unless it was fixed; the others run again "
         "on the next launcher tick (or are suppressed as duplicates while the same key is running)."

@@ -7,22 +7,33 @@ body back to the main queue (same group, same attributes less Sluice's annotatio
 deduplication id ``redrive-<DLQ message id>``, and deletes the DLQ message only once the send
 succeeded. Run twice within SQS's 5-minute deduplication window (say after a crash between send and
 delete), the second send is dropped by SQS.
+
+With lanes (``sluice.lanes``), each message goes back to its lane's queue: the queue SQS moved it
+from (``DeadLetterQueueSourceArn``), else its ``sluice-lane`` attribute (Sluice's own dead letters
+and the messages ``sluice enqueue --lane`` sent carry it), else the default lane's. A lane whose
+queue is not known here (a lane removed from the stack, or SLUICE_* variables without
+SLUICE_LANE_QUEUES) is not guessed: the message stays in the DLQ, unless ``lane`` names the lane to
+send it to.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sluice.adapters.errors import translated
 from sluice.adapters.sqs import REASON_ATTRIBUTE
-from sluice.errors import SluiceError, TransientError
+from sluice.errors import ConfigurationError, SluiceError, TransientError
+from sluice.lanes import DEFAULT_LANE, LANE_ATTRIBUTE
 from sluice.runtime import Runtime
+from sluice.settings import Settings
 from sluice.validation import KEY_ATTRIBUTE
 
 SOURCE_ATTRIBUTE = "sluice-source-message-id"
 RECEIVES_ATTRIBUTE = "sluice-receive-count"
+SOURCE_ARN = "DeadLetterQueueSourceArn"  # system attribute: the queue SQS moved the message from
 DLQ_ANNOTATIONS = frozenset({REASON_ATTRIBUTE, SOURCE_ATTRIBUTE, RECEIVES_ATTRIBUTE})
 MOVED_BY_SQS = "moved by SQS after maxReceiveCount receives (no sluice-error attribute)"
 HIDE_SECONDS = 30  # how long a listed or selected DLQ message stays hidden before it is made visible again
@@ -51,6 +62,8 @@ class DlqMessage:
     body: str
     attributes: dict[str, Any] = field(repr=False)  # raw SQS message attributes
     receipt_handle: str = field(default="", repr=False)
+    lane: str | None = None  # its sluice-lane attribute (sluice.lanes)
+    source_queue: str | None = None  # the queue SQS moved it from (DeadLetterQueueSourceArn), by name
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -62,6 +75,7 @@ class DlqMessage:
             "sent_at": self.sent_at,
             "key": self.key,
             "body": self.body,
+            **({"lane": self.lane} if self.lane else {}),
         }
 
 
@@ -86,7 +100,14 @@ def _dlq_message(raw: dict[str, Any]) -> DlqMessage:
         body=raw.get("Body", ""),
         attributes=attributes,
         receipt_handle=raw["ReceiptHandle"],
+        lane=text(LANE_ATTRIBUTE),
+        source_queue=_queue_name(system.get(SOURCE_ARN, "")) or None,
     )
+
+
+def _queue_name(arn_or_url: str) -> str:
+    """A queue's name from its ARN (``arn:aws:sqs:REGION:ACCOUNT:NAME``) or URL (``…/ACCOUNT/NAME``)."""
+    return re.split(r"[:/]", arn_or_url.rstrip("/"))[-1] if arn_or_url else ""
 
 
 def _receive_dlq(rt: Runtime, n: int) -> list[DlqMessage]:
@@ -173,10 +194,23 @@ def redrive_dedup_id(dlq_message_id: str) -> str:
     return f"{REDRIVE_PREFIX}{dlq_message_id}"[:128]
 
 
-def dlq_redrive(rt: Runtime, ids: Iterable[str] | None = None) -> DlqReport:
-    """Send DLQ messages back to the main queue: those named in ``ids``, or every one when ``ids`` is None."""
+def dlq_redrive(rt: Runtime, ids: Iterable[str] | None = None, *, lane: str | None = None) -> DlqReport:
+    """Send DLQ messages back to their lanes' queues (the main queue without lanes): those named in
+    ``ids``, or every one when ``ids`` is None; with ``lane``, all to that lane's queue."""
     rt.settings.require("queue_url", "dlq_url")
-    return _drain(rt, ids, _send_back)
+    if lane is not None and lane != DEFAULT_LANE and lane not in rt.settings.lane_queue_urls:
+        raise ConfigurationError(f"no queue known for lane {lane!r}")
+    return _drain(rt, ids, lambda rt, batch, report: _send_back(rt, batch, report, lane))
+
+
+def redrive_lane(settings: Settings, m: DlqMessage) -> str:
+    """The lane a DLQ message belongs to: its source queue's, else its ``sluice-lane``, else the default."""
+    if m.source_queue:
+        urls = {DEFAULT_LANE: settings.queue_url, **settings.lane_queue_urls}
+        for name, url in urls.items():
+            if _queue_name(url) == m.source_queue:
+                return name
+    return m.lane or DEFAULT_LANE
 
 
 def dlq_delete(rt: Runtime, ids: Iterable[str]) -> DlqReport:
@@ -229,35 +263,60 @@ def _drain(rt: Runtime, ids: Iterable[str] | None, act: Action) -> DlqReport:
 
 
 def _send_back(
-    rt: Runtime, batch: list[DlqMessage], report: DlqReport
+    rt: Runtime, batch: list[DlqMessage], report: DlqReport, lane: str | None = None
+) -> list[tuple[DlqMessage, dict[str, str]]]:
+    by_queue: dict[str, list[tuple[DlqMessage, str]]] = {}  # queue URL -> its messages, in order
+    for m in batch:
+        target = lane or redrive_lane(rt.settings, m)
+        url = rt.settings.queue_url if target == DEFAULT_LANE else rt.settings.lane_queue_urls.get(target)
+        if url is None:
+            report.failed.append(
+                {
+                    "dlq_message_id": m.message_id,
+                    "reason": f"its lane {target!r} has no queue known here (stack output LaneQueueUrls or "
+                    "SLUICE_LANE_QUEUES): it stays in the DLQ; --lane NAME sends it to another lane's queue",
+                }
+            )
+            continue
+        by_queue.setdefault(url, []).append((m, target))
+    done: list[tuple[DlqMessage, dict[str, str]]] = []
+    for url, messages in by_queue.items():
+        done.extend(_send_batch(rt, url, messages, report))
+    return done
+
+
+def _send_batch(
+    rt: Runtime, url: str, batch: list[tuple[DlqMessage, str]], report: DlqReport
 ) -> list[tuple[DlqMessage, dict[str, str]]]:
     entries = []
-    for i, m in enumerate(batch):
+    for i, (m, lane) in enumerate(batch):
         entry: dict[str, Any] = {"Id": str(i), "MessageBody": m.body}
         attributes = _original_attributes(m)
+        attributes.pop(LANE_ATTRIBUTE, None)
+        if lane != DEFAULT_LANE:  # says its lane again, should SQS move it to the DLQ once more
+            attributes[LANE_ATTRIBUTE] = {"DataType": "String", "StringValue": lane}
         if attributes:
             entry["MessageAttributes"] = attributes
-        if rt.settings.queue_url.endswith(".fifo"):
+        if url.endswith(".fifo"):
             entry["MessageGroupId"] = m.group_id or m.key or "sluice-redrive"
             entry["MessageDeduplicationId"] = redrive_dedup_id(m.message_id)
         entries.append(entry)
     with translated("SendMessageBatch"):
-        response = rt.client("sqs").send_message_batch(QueueUrl=rt.settings.queue_url, Entries=entries)
+        response = rt.client("sqs").send_message_batch(QueueUrl=url, Entries=entries)
     for bad in response.get("Failed", []):
-        m = batch[int(bad["Id"])]
+        m, _ = batch[int(bad["Id"])]
         report.failed.append(
             {
                 "dlq_message_id": m.message_id,
                 "reason": f"SQS refused it: {bad.get('Code')}: {bad.get('Message', '')}",
             }
         )
-    return [
-        (
-            batch[int(ok["Id"])],
-            {"dlq_message_id": batch[int(ok["Id"])].message_id, "message_id": ok["MessageId"]},
-        )
-        for ok in response.get("Successful", [])
-    ]
+    done = []
+    for ok in response.get("Successful", []):
+        m, lane = batch[int(ok["Id"])]
+        entry = {"dlq_message_id": m.message_id, "message_id": ok["MessageId"]}
+        done.append((m, {**entry, "lane": lane} if lane != DEFAULT_LANE else entry))
+    return done
 
 
 def _original_attributes(m: DlqMessage) -> dict[str, Any]:
