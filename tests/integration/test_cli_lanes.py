@@ -1,0 +1,449 @@
+"""``sluice`` on a stack with lanes, on moto: the lanes found from the stack (the launcher's
+SLUICE_LANES, the output LaneQueueUrls) or SLUICE_* variables; enqueue to a lane; a lane's MAX,
+pause and resume in force at once; lanes in status; a lane's dead letters redriven to its queue."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+
+import pytest
+
+from handlers import _shared
+from sluice.completion import StatusChange
+from sluice.lanes import LANE_ATTRIBUTE
+from sluice.model import Outcome
+from sluice.ops.dlq import DlqMessage, _dlq_message, redrive_lane
+from tests.support.aws import build_stack
+from tests.support.cli import clear_sluice_env, receive_all, sluice, use_env
+
+LANES = "gpu:2:1,backfill:8:0:3,default:10"
+NAMES = ["gpu", "backfill", "default"]
+STACK = "sluice-qa"
+
+
+@pytest.fixture
+def stack(session):
+    return build_stack(session, max_concurrency=5, lanes=LANES)
+
+
+def lane_queues(stack) -> str:
+    return ",".join(f"{name}={url}" for name, url in stack.settings.lane_queue_urls.items())
+
+
+def deploy(stack, *, lanes: bool = True) -> None:
+    """A CloudFormation stack whose outputs name the moto resources (LaneQueueUrls among them, with
+    lanes) and a launcher function whose environment holds SLUICE_LANES, as the deploy leaves them."""
+    s = stack.settings
+    role = stack.client("iam").create_role(RoleName="sluice-qa-launcher", AssumeRolePolicyDocument="{}")
+    code = io.BytesIO()
+    with zipfile.ZipFile(code, "w") as z:
+        z.writestr("handlers/launcher.py", "def handler(event, context):\n    return {}\n")
+    variables = {
+        "SLUICE_QUEUE_URL": s.queue_url,
+        "SLUICE_MAX_CONCURRENCY": "5",
+        "SLUICE_RECEIVE_WAIT_SECONDS": "0",
+        "SLUICE_MAX_CACHE_SECONDS": "0",
+    }
+    if lanes:
+        variables.update(SLUICE_LANES=LANES, SLUICE_LANE_QUEUES=lane_queues(stack))
+    function = stack.client("lambda").create_function(
+        FunctionName="sluice-qa-launcher",
+        Runtime="python3.12",
+        Role=role["Role"]["Arn"],
+        Handler="handlers/launcher.handler",
+        Code={"ZipFile": code.getvalue()},
+        Publish=True,
+        Timeout=90,
+        Environment={"Variables": variables},
+    )
+    outputs = {
+        "QueueUrl": s.queue_url,
+        "DlqUrl": s.dlq_url,
+        "TableName": s.table_name,
+        "StateMachineArn": s.state_machine_arn,
+        "MaxConcurrencyParameter": s.max_parameter,
+        "LauncherLambdaFunctionQualifiedArn": f"{function['FunctionArn']}:{function['Version']}",
+    }
+    if lanes:
+        outputs["LaneQueueUrls"] = lane_queues(stack)
+    template = {
+        "Resources": {
+            "Marker": {
+                "Type": "AWS::SSM::Parameter",
+                "Properties": {"Name": "/sluice-qa/marker", "Type": "String", "Value": "qa"},
+            }
+        },
+        "Outputs": {k: {"Value": v} for k, v in outputs.items()},
+    }
+    stack.client("cloudformation").create_stack(StackName=STACK, TemplateBody=json.dumps(template))
+
+
+@pytest.fixture
+def deployed(stack, monkeypatch):
+    clear_sluice_env(monkeypatch)
+    _shared.reset()
+    deploy(stack)
+    yield stack
+    _shared.reset()
+
+
+@pytest.fixture
+def cli(deployed, capsys):
+    return lambda *argv: sluice(capsys, "--stage", "qa", *argv, session=deployed.session)
+
+
+def url(stack, lane: str) -> str:
+    return stack.settings.lane_queue_url(lane)
+
+
+def counts(stack) -> dict[str, tuple[int, int]]:
+    return {lane: stack.queue_counts(url(stack, lane)) for lane in NAMES}
+
+
+def lane_of(stack, name: str) -> str | None:
+    return stack.runtime().store().execution(name).lane
+
+
+def running_by_lane(stack) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name in stack.running():
+        lane = lane_of(stack, name) or "?"
+        out[lane] = out.get(lane, 0) + 1
+    return out
+
+
+def limits(stack) -> dict[str, int]:
+    rooms = stack.runtime().store().lane_rooms(NAMES)
+    return {lane: room.limit for lane, room in rooms.items()}
+
+
+def fill(stack, **per_lane: int) -> None:
+    for lane, n in per_lane.items():
+        for i in range(n):
+            stack.send({"id": f"{lane}-{i}"}, group=f"{lane}-{i}", lane=lane)
+
+
+def end(stack, launcher, name: str):
+    return launcher.on_status_change(StatusChange.from_event(stack.finish(name)))
+
+
+def jsonl(tmp_path, *ids: str, name: str = "in.jsonl"):
+    path = tmp_path / name
+    path.write_text("\n".join(json.dumps({"id": i}) for i in ids))
+    return path
+
+
+# -- enqueue --lane ---------------------------------------------------------------------------------
+
+
+def test_enqueue_to_a_lane_lands_in_its_queue_and_the_tick_starts_it_there(deployed, cli, tmp_path):
+    run = cli("enqueue", jsonl(tmp_path, "render-1", "render-2"), "--lane", "gpu")
+
+    assert run.code == 0, run.err
+    assert run.out.strip() == "sent 2 of 2 payloads to lane gpu"
+    assert counts(deployed) == {"gpu": (2, 0), "backfill": (0, 0), "default": (0, 0)}
+    sent = receive_all(deployed, url(deployed, "gpu"))
+    assert {m["MessageAttributes"][LANE_ATTRIBUTE]["StringValue"] for m in sent} == {"gpu"}
+    for m in sent:  # back on the queue for the tick
+        deployed.client("sqs").change_message_visibility(
+            QueueUrl=url(deployed, "gpu"), ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0
+        )
+
+    tick = cli("tick", "--json")  # with the launcher's SLUICE_LANES, as the deployed launcher runs
+
+    assert tick.code == 0, tick.err
+    assert tick.json["started"] == 2 and tick.json["lanes"]["gpu"] == {"received": 2, "started": 2}
+    assert running_by_lane(deployed) == {"gpu": 2}
+
+
+def test_enqueue_to_the_default_lane_is_the_stacks_queue_as_before(deployed, cli, tmp_path):
+    run = cli("enqueue", jsonl(tmp_path, "a"), "--json")
+    assert run.code == 0 and "lane" not in run.json
+    assert counts(deployed) == {"gpu": (0, 0), "backfill": (0, 0), "default": (1, 0)}
+    (m,) = receive_all(deployed)
+    assert LANE_ATTRIBUTE not in m.get("MessageAttributes", {})
+
+
+def test_enqueue_to_a_lane_keeps_every_other_option(deployed, cli, tmp_path, monkeypatch):
+    bucket = "sluice-qa-payloads"
+    deployed.client("s3").create_bucket(Bucket=bucket)
+    monkeypatch.setenv("SLUICE_PAYLOAD_BUCKET", bucket)
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(json.dumps({"id": f"t-{i}", "tenant": "acme"}) for i in range(3)))
+
+    run = cli(
+        "enqueue",
+        path,
+        "--lane",
+        "backfill",
+        "--after",
+        "extract-1",
+        "--concurrency-key-field",
+        "tenant",
+        "--once",
+        "--pointer-threshold",
+        "0",
+        "--json",
+    )
+
+    assert run.code == 0, run.err
+    assert run.json["lane"] == "backfill" and len(run.json["sent"]) == 3
+    assert all(s["stored"].startswith(f"s3://{bucket}/") for s in run.json["sent"])
+    sent = receive_all(deployed, url(deployed, "backfill"))
+    assert len(sent) == 3 and counts(deployed)["default"] == (0, 0)
+    attributes = {k: v["StringValue"] for k, v in sent[0]["MessageAttributes"].items()}
+    assert attributes[LANE_ATTRIBUTE] == "backfill"
+    assert attributes["sluice-awaits"] == '["extract-1"]'
+    assert attributes["sluice-concurrency-key"] == "acme"
+    assert attributes["sluice-once"] == "true"
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (("enqueue", "IN", "--lane", "gpux"), "no lane 'gpux': the lanes are gpu, backfill, default"),
+        (("set-max", "3", "--lane", "gpux"), "no lane 'gpux': the lanes are gpu, backfill, default"),
+        (("pause", "--lane", "gpux"), "no lane 'gpux': the lanes are gpu, backfill, default"),
+        (("resume", "--lane", "gpux"), "no lane 'gpux': the lanes are gpu, backfill, default"),
+        (("set-max", "3", "--lane", "gpu", "--key", "acme"), "not allowed with argument"),
+        (
+            ("dlq", "redrive", "--all", "--lane", "gpux"),
+            "no lane 'gpux': the lanes are gpu, backfill, default",
+        ),
+    ],
+)
+def test_an_unknown_lane_is_a_configuration_error_and_changes_nothing(deployed, cli, tmp_path, argv, words):
+    path = jsonl(tmp_path, "a")
+    run = cli(*(str(path) if a == "IN" else a for a in argv))
+
+    assert run.code == 2
+    assert words in run.err
+    assert counts(deployed) == {"gpu": (0, 0), "backfill": (0, 0), "default": (0, 0)}
+    assert deployed.runtime().store().lane_settings(NAMES) == {}
+    assert not any(room.exists for room in deployed.runtime().store().lane_rooms(NAMES).values())
+
+
+def test_a_lane_on_a_stack_without_lanes_is_refused(session, monkeypatch, capsys, tmp_path):
+    clear_sluice_env(monkeypatch)
+    plain = build_stack(session, name="plain")
+    deploy(plain, lanes=False)
+
+    def cli(*argv):
+        return sluice(capsys, "--stage", "qa", *argv, session=session)
+
+    run = cli("set-max", "3", "--lane", "gpu")
+    assert run.code == 2
+    assert (
+        "no lane 'gpu': this stack has no lanes (no SLUICE_LANES in launcher function sluice-qa-launcher)"
+        in run.err
+    )
+    run = cli("enqueue", jsonl(tmp_path, "a"), "--lane", "gpu")
+    assert run.code == 2 and "no lane 'gpu': this stack has no lanes, only 'default'" in run.err
+    assert plain.queue_counts() == (0, 0)
+    run = cli("set-max", "default")
+    assert run.code == 2 and "N 'default' is for a concurrency key (--key KEY) or a lane" in run.err
+
+
+# -- set-max, pause, resume --lane ------------------------------------------------------------------
+
+
+def test_set_max_on_a_lane_moves_its_caps_at_once_and_the_next_tick_obeys(deployed, cli):
+    fill(deployed, gpu=6)
+
+    run = cli("set-max", "1", "--lane", "gpu")
+
+    assert run.code == 0, run.err
+    assert run.out.splitlines()[0] == "lane gpu: MAX 2 (configured) → MAX 1 (set at run time; configured 2)."
+    assert limits(deployed)["gpu"] == 1, "in force before any tick"
+    deployed.launcher().tick()
+    assert running_by_lane(deployed) == {"gpu": 1}
+
+    raised = cli("set-max", "4", "--lane", "gpu", "--json")
+    assert raised.json["after"]["limit"] == 4 and raised.json["after"]["max"] == 4
+    deployed.launcher().tick()
+    assert running_by_lane(deployed) == {"gpu": 4}
+
+    back = cli("set-max", "default", "--lane", "gpu")
+    assert back.out.splitlines()[0] == "lane gpu: MAX 4 (set at run time; configured 2) → MAX 2 (configured)."
+    assert "4 are running in lane gpu, more than 2: no new start there until fewer than 2 run." in back.out
+    assert limits(deployed)["gpu"] == 2
+    deployed.launcher().tick()
+    assert running_by_lane(deployed) == {"gpu": 4}, "nothing running is stopped, nothing more starts"
+
+
+def test_a_raised_lane_max_is_in_force_for_a_completions_refill_before_any_tick(deployed, cli):
+    fill(deployed, gpu=5, backfill=5)
+    launcher = deployed.launcher()
+    launcher.tick()
+    assert running_by_lane(deployed) == {"gpu": 2, "backfill": 3}
+
+    assert cli("set-max", "3", "--lane", "gpu").code == 0
+    backfill_run = next(n for n in deployed.running() if lane_of(deployed, n) == "backfill")
+    _, refill, _ = end(deployed, launcher, backfill_run)
+
+    # gpu has priority, and room now: the freed slot goes there, not back to backfill.
+    assert refill.lanes["gpu"]["started"] == 1
+    assert running_by_lane(deployed) == {"gpu": 3, "backfill": 2}
+
+
+def test_pause_and_resume_a_lane_while_the_others_go_on(deployed, cli):
+    fill(deployed, gpu=3, backfill=3, default=3)
+    assert cli("set-max", "2", "--lane", "backfill").code == 0
+
+    run = cli("pause", "--lane", "backfill")
+
+    assert run.code == 0, run.err
+    assert run.out.splitlines()[0] == (
+        "lane backfill: paused: PAUSED (MAX 2 on resume; set at run time; configured 8)."
+    )
+    assert limits(deployed)["backfill"] == 0
+    summary = deployed.launcher().tick()
+    assert summary.n(Outcome.STARTED) == 5
+    assert running_by_lane(deployed) == {"gpu": 2, "default": 3}, "the paused lane starts nothing"
+    again = cli("pause", "--lane", "backfill")
+    assert "already paused" in again.out and "nothing changed" in again.out
+
+    for name in deployed.running():  # room for everyone
+        end(deployed, deployed.launcher(), name)
+    resumed = cli("resume", "--lane", "backfill", "--json")
+    assert resumed.json["after"]["paused"] is False and resumed.json["after"]["max"] == 2, "MAX kept"
+    assert limits(deployed)["backfill"] == 2
+    deployed.launcher().tick()
+    assert running_by_lane(deployed)["backfill"] == 2
+
+
+def test_lanes_from_shell_variables_without_a_stack(stack, monkeypatch, capsys):
+    use_env(monkeypatch, stack, SLUICE_LANES=LANES, SLUICE_LANE_QUEUES=lane_queues(stack))
+    run = sluice(capsys, "set-max", "1", "--lane", "gpu", session=stack.session)
+    assert run.code == 0, run.err
+    assert limits(stack)["gpu"] == 1
+    fill(stack, gpu=3)
+    stack.launcher().tick()
+    assert running_by_lane(stack) == {"gpu": 1}
+
+
+# -- status ---------------------------------------------------------------------------------------------
+
+
+def test_status_shows_each_lane(deployed, cli):
+    fill(deployed, gpu=5, backfill=4)
+    deployed.launcher().tick()  # gpu 2, backfill 3
+    cli("set-max", "3", "--lane", "backfill")
+    cli("pause", "--lane", "default")
+
+    data = cli("status", "--json").json
+
+    lanes = {lane["lane"]: lane for lane in data["lanes"]}
+    assert [lane["lane"] for lane in data["lanes"]] == NAMES
+    gpu, backfill, default = lanes["gpu"], lanes["backfill"], lanes["default"]
+    assert (gpu["priority"], gpu["weight"], gpu["configured_max"], gpu["max"]) == (1, 1, 2, None)
+    assert (gpu["limit"], gpu["running"], gpu["waiting"]) == (2, 2, 3)
+    assert (backfill["weight"], backfill["max"], backfill["limit"], backfill["running"]) == (3, 3, 3, 3)
+    assert backfill["waiting"] == 1
+    assert default["paused"] is True and default["limit"] == 0
+
+    human = cli("status").out
+    rows = [line.split(None, 1)[1] for line in human.splitlines() if line.startswith("lane ")]
+    assert rows == [
+        "gpu  MAX 2 (configured), priority 1, weight 1: 2 running of 2 (0 free), 3 waiting, 0 in flight",
+        "backfill  MAX 3 (set at run time; configured 8), priority 0, weight 3: 3 running of 3 (0 free), "
+        "1 waiting, 0 in flight",
+        "default  PAUSED (MAX 10 on resume; configured), priority 0, weight 1: 0 running of 0 (0 free), "
+        "0 waiting, 0 in flight",
+    ]
+    assert "0 waiting, 0 in flight, 0 delayed  (lane default)" in human
+
+
+def test_status_without_lanes_has_no_lane_rows(session, monkeypatch, capsys):
+    plain = build_stack(session, name="plain")
+    use_env(monkeypatch, plain)
+    data = sluice(capsys, "status", "--json", session=session).json
+    assert "lanes" not in data
+    assert "lane " not in sluice(capsys, "status", session=session).out
+
+
+def test_status_of_a_payload_names_its_executions_lane(deployed, cli):
+    fill(deployed, gpu=1)
+    deployed.launcher().tick()
+
+    run = cli("status", "gpu-0", "--json")
+
+    assert run.code == 0, run.err
+    assert [r["lane"] for r in run.json["executions"]] == ["gpu"]
+    assert ", lane gpu" in cli("status", "gpu-0").out
+
+
+# -- dlq redrive ------------------------------------------------------------------------------------
+
+
+def test_redrive_sends_a_lanes_dead_letters_back_to_its_queue(deployed, cli, tmp_path):
+    sqs = deployed.client("sqs")
+    # Sluice dead-letters an invalid gpu payload: the copy says its lane.
+    deployed.send(json.dumps([1, 2, 3]), group="bad", lane="gpu")
+    deployed.launcher().tick()
+    # SQS moves a backfill message after maxReceiveCount receives: the attribute enqueue set says its lane.
+    cli("enqueue", jsonl(tmp_path, "scene-7"), "--lane", "backfill")
+    for _ in range(6):
+        sqs.receive_message(QueueUrl=url(deployed, "backfill"), MaxNumberOfMessages=10, VisibilityTimeout=0)
+    assert deployed.queue_counts(deployed.settings.dlq_url) == (2, 0)
+    assert counts(deployed) == {"gpu": (0, 0), "backfill": (0, 0), "default": (0, 0)}
+    listing = cli("dlq", "list", "--json").json
+    assert sorted(m.get("lane") for m in listing["messages"]) == ["backfill", "gpu"]
+
+    run = cli("dlq", "redrive", "--all")
+
+    assert run.code == 0, run.err
+    assert run.out.startswith("redrove 2 message(s) to their lanes' queues")
+    assert "(lane gpu)" in run.out and "(lane backfill)" in run.out
+    assert counts(deployed) == {"gpu": (1, 0), "backfill": (1, 0), "default": (0, 0)}
+    assert deployed.queue_counts(deployed.settings.dlq_url) == (0, 0)
+    (back,) = receive_all(deployed, url(deployed, "backfill"))
+    assert json.loads(back["Body"]) == {"id": "scene-7"}
+
+
+def test_redrive_leaves_a_message_whose_lane_is_unknown_here_unless_told(stack, monkeypatch, capsys):
+    stack.send(json.dumps([1, 2, 3]), group="bad", lane="gpu")
+    stack.launcher().tick()
+    use_env(monkeypatch, stack)  # SLUICE_* variables without SLUICE_LANE_QUEUES
+
+    run = sluice(capsys, "dlq", "redrive", "--all", session=stack.session)
+
+    assert run.code == 1
+    assert "its lane 'gpu' has no queue known here" in run.err
+    assert stack.queue_counts(stack.settings.dlq_url) == (1, 0) and stack.queue_counts() == (0, 0)
+
+    monkeypatch.setenv("SLUICE_LANE_QUEUES", lane_queues(stack))
+    run = sluice(capsys, "dlq", "redrive", "--all", "--lane", "backfill", session=stack.session)
+    assert run.code == 0, run.err
+    assert run.out.startswith("redrove 1 message(s) to lane backfill's queue")
+    (m,) = receive_all(stack, url(stack, "backfill"))
+    assert m["MessageAttributes"][LANE_ATTRIBUTE]["StringValue"] == "backfill"
+
+
+def test_a_message_sqs_moved_goes_back_to_the_queue_it_came_from(stack):
+    """SQS names the queue it moved a message from (DeadLetterQueueSourceArn; moto does not): that
+    queue's lane wins over the attribute."""
+
+    def dead(source_url: str | None, lane: str | None) -> DlqMessage:
+        system = {"MessageGroupId": "g", "ApproximateReceiveCount": "6"}
+        if source_url:
+            system["DeadLetterQueueSourceArn"] = (
+                "arn:aws:sqs:us-east-1:123456789012:" + source_url.rsplit("/", 1)[-1]
+            )
+        attributes = {LANE_ATTRIBUTE: {"DataType": "String", "StringValue": lane}} if lane else {}
+        raw = {
+            "MessageId": "m",
+            "ReceiptHandle": "r",
+            "Body": "{}",
+            "Attributes": system,
+            "MessageAttributes": attributes,
+        }
+        return _dlq_message(raw)
+
+    s = stack.settings
+    assert redrive_lane(s, dead(url(stack, "backfill"), None)) == "backfill"
+    assert redrive_lane(s, dead(s.queue_url, "gpu")) == "default", "the queue, not the attribute"
+    assert redrive_lane(s, dead(None, "gpu")) == "gpu"
+    assert redrive_lane(s, dead(None, None)) == "default"
