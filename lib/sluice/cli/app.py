@@ -197,7 +197,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=100, help="list at most this many (default 100)")
     p.add_argument("--width", type=int, default=100, help="characters of reason and body shown (default 100)")
     p.set_defaults(func=cmd_dlq_list)
-    p = dsub.add_parser("redrive", parents=common, help="send DLQ messages back to their (lanes') queue")
+    p = dsub.add_parser(
+        "redrive",
+        parents=common,
+        help="send DLQ messages back to the payload queue (with lanes, each to its lane's)",
+    )
     which = p.add_mutually_exclusive_group()
     which.add_argument("--id", dest="ids", action="append", metavar="ID", help="DLQ message id (repeatable)")
     which.add_argument("--all", action="store_true", help="every message in the DLQ")
