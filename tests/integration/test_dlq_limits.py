@@ -171,3 +171,12 @@ def test_a_message_at_the_sqs_maximum_is_dead_lettered_and_its_group_runs_on(sta
     assert dead["MessageAttributes"]["sluice-source-message-id"]["StringValue"] == bad
     assert "sluice-key" not in dead["MessageAttributes"]
     assert stack.queue_counts() == (0, 0)
+
+
+def test_a_copy_keeps_its_lane_before_any_other_attribute():
+    """A redrive sends a dead letter back to its lane's queue (``sluice-lane``): of ten attributes,
+    the seven a copy has room for include the lane, however small the others are."""
+    others = {f"a{i}": "x" for i in range(9)}
+    original = message('{"id": "x", "n": NaN}', **{**others, "sluice-lane": "gpu-batch"})
+    copy = dead_letter_copy(original, SHORT_REASON)
+    assert copy.attributes["sluice-lane"]["StringValue"] == "gpu-batch"

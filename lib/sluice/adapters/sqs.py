@@ -237,7 +237,8 @@ def _fit(
             for name, value in message.attributes.items()
             if value and name not in annotations
         ),
-        key=lambda item: message_size("", dict([item])),
+        # Its lane first (a redrive sends it back there), then the smallest.
+        key=lambda item: (item[0] != LANE_ATTRIBUTE, message_size("", dict([item]))),
     )[: MAX_ATTRIBUTES - len(annotations)]
     while copied and message_size(body, {**annotations, **dict(copied)}) > limit:
         copied.pop()  # the largest
