@@ -30,6 +30,14 @@ method, as ``lib/sluice/adapters/dynamodb.py``, ``sqs.py``, ``sfn.py`` and ``ssm
     Queue.delete()/release()    sqs:DeleteMessageBatch / ChangeMessageVisibilityBatch per 10
     Executions.list_running()   states:ListExecutions per page of 1,000 (eventually consistent: a lag)
     SsmMax.reading()            ssm:GetParameter per cache miss (the real SsmMax, on a counting client)
+    Store.lane_rooms(lanes)     dynamodb:BatchGetItem per 100 keys (each lane's pool item and the shards this
+                                container last saw, 4 before it saw any; once more for a pool that grew)
+    Store.lane_settings(lanes)  dynamodb:BatchGetItem (LANE#<name> of every lane)
+    Store.set_lane_limit()      GetItem of the lane's pool, BatchGetItem of its shards, TransactWriteItems
+                                (DynamoSlots.set_limit; no write for a limit with an older stamp)
+    a claim or release in a lane one more item in its TransactWriteItems (the lane's shard); a claim that
+                                finds the lane full (another launcher took its last slot since the read)
+                                fails its transaction and reads the lane's pool once more
 
 A call takes effect when it is issued and then costs its latency in virtual time. No call ever fails:
 throttling and transaction conflicts are not simulated; the peak request rates are reported instead and
@@ -53,6 +61,7 @@ from sluice.adapters.dynamo_launch_slots import FIRST_READ, NEARLY_FULL, SAMPLE
 from sluice.adapters.memory import MemoryStore
 from sluice.adapters.memory_aws import MemoryExecutions, MemoryQueue, _Queued
 from sluice.errors import SlotsFull
+from sluice.lanes import POOL_PREFIX, LaneRoom, LaneSetting
 from sluice.model import (
     ExecutionInfo,
     ExecutionRecord,
@@ -102,6 +111,9 @@ SMALL_ITEM_KB = 1  # PAYLOAD#, EXEC# and counter items stay under 1 KB here
 SHARD_FIXED_BYTES = 30  # a shard item's pk, cap and the holders map's own bytes
 SHARD_ENTRY_BYTES = 10  # per holder: the map entry and its claimed_at number
 MARKS_PER_TRANSACTION = 50  # DynamoStore.mark_running_many: two items each, 100 per transaction
+LANE_FIRST_READ = (
+    4  # sluice.adapters.dynamo_lanes.FIRST_READ: a lane pool's shards read before its size is known
+)
 
 
 def _kb(nbytes: int) -> int:
@@ -215,6 +227,11 @@ class CountingStore:
         self._pool_limit: int | None = None  # the caps in force (None: no pool yet)
         self._shards = 0
         self._read_count = FIRST_READ
+        # lanes: each lane pool's shard count, and per container (``LaneSlots`` lives in each
+        # container's store) the shard counts it last read and the lanes it holds a view of
+        self._lane_shards: dict[str, int] = {}
+        self._lane_reads: dict[int, dict[str, int]] = {}
+        self._lane_views: dict[int, set[str]] = {}
         self.resync()
 
     def resync(self) -> None:
@@ -358,13 +375,25 @@ class CountingStore:
         if len(self.inner._holders) >= limit:
             self._read_pool()  # no shard had room as read: DynamoStore reads once more, then gives up
             raise SlotsFull(limit)
+        lane = kwargs.get("lane")
+        if lane is not None and lane not in self._views_here():
+            self._read_lanes([lane])  # LaneSlots.choices: no view of the lane yet (its caps just moved)
         self.meter.call("dynamodb:TransactWriteItems")
         keyed = SMALL_ITEM_KB if kwargs.get("ckey") is not None else 0  # CKEY#<key>
+        laned = self._lane_shard_write(lane, name) if lane is not None else 0  # SLOTS#lane-<l>#<j>
+        lane_full = False
         try:
             self.inner.claim(key=key, name=name, **kwargs)
+        except SlotsFull:
+            # The global pool had room (checked above): the lane's shard refused it. Its view, read
+            # before the receive, showed room; LaneSlots reads the pool once more, finds it full.
+            lane_full = lane is not None
+            raise
         finally:
-            self.meter.wru += 2 * (self._shard_write(name) + 2 * SMALL_ITEM_KB + keyed)
+            self.meter.wru += 2 * (self._shard_write(name) + 2 * SMALL_ITEM_KB + keyed + laned)
             self.meter.wait("dynamodb:TransactWriteItems")
+            if lane_full:
+                self._read_lanes([lane])
 
     def mark_running(self, *, key: str, name: str, arn: str, started_at: float, now: float) -> bool:
         if self.skip_mark:
@@ -422,7 +451,8 @@ class CountingStore:
         self.meter.call("dynamodb:TransactWriteItems")
         result = self.inner.release(name=name, state=state, now=now, **kwargs)
         keyed = SMALL_ITEM_KB if record.ckey is not None else 0  # CKEY#<key>
-        self.meter.wru += 2 * (self._shard_write(name) + 2 * SMALL_ITEM_KB + keyed)
+        laned = self._lane_shard_write(record.lane, name) if record.lane is not None else 0
+        self.meter.wru += 2 * (self._shard_write(name) + 2 * SMALL_ITEM_KB + keyed + laned)
         self.meter.wait("dynamodb:TransactWriteItems")
         return result if result is None else replace(result, shard=self._shard_of(name))
 
@@ -467,10 +497,17 @@ class CountingStore:
         record = self.inner._executions.get(name)
         if record is None or record.state.holds_lease:
             return False
+        laned = 0
+        if record.lane is not None:
+            self._read_lanes([record.lane])  # LaneSlots.adopt_item reads the lane's pool
+            if self._lane_shards.get(record.lane):
+                laned = self._lane_shard_write(record.lane, name)
         self.meter.call("dynamodb:TransactWriteItems")
         result = self.inner.adopt(name=name, now=now)
-        self.meter.wru += 2 * (self._shard_write(name) + 2 * SMALL_ITEM_KB)
+        self.meter.wru += 2 * (self._shard_write(name) + 2 * SMALL_ITEM_KB + laned)
         self.meter.wait("dynamodb:TransactWriteItems")
+        if result and laned:
+            self._read_lane_caps(record.lane)  # LaneSlots.rebalance: the caps already add up
         return result
 
     def park(self, parked: Any) -> bool:
@@ -506,6 +543,70 @@ class CountingStore:
         result = self.inner.parked_holders()
         self.meter.wait("dynamodb:GetItem")
         return result
+
+    # -- lanes (sluice.lanes): the pools of every lane read together, each lane's caps moved like the
+    # global pool's; the lane's shard in the claim's and the release's transactions is in ``claim``,
+    # ``release`` and ``adopt`` --
+
+    def _here(self) -> int:
+        sim = self.meter.sim
+        return id(sim.current) if sim is not None and sim.current is not None else 0
+
+    def _views_here(self) -> set[str]:
+        return self._lane_views.setdefault(self._here(), set())
+
+    def _read_lanes(self, lanes: Sequence[str]) -> None:
+        """``LaneSlots.rooms``: each lane's pool item and the shards this container last saw (4 before
+        it saw any) in one consistent BatchGetItem per 100 keys; then the shards of a pool that has
+        more than were read."""
+        seen = self._lane_reads.setdefault(self._here(), {})
+        keys = sum(1 + seen.get(lane, LANE_FIRST_READ) for lane in lanes)
+        rest = sum(max(0, self._lane_shards.get(lane, 0) - seen.get(lane, LANE_FIRST_READ)) for lane in lanes)
+        calls = math.ceil(keys / 100) + math.ceil(rest / 100)
+        self.meter.call("dynamodb:BatchGetItem", calls)
+        self.meter.rru += keys + rest
+        self.meter.wait("dynamodb:BatchGetItem", calls)
+        for lane in lanes:
+            seen[lane] = self._lane_shards.get(lane, 0)
+        self._views_here().update(lanes)
+
+    def _read_lane_caps(self, lane: str) -> None:
+        """``DynamoSlots.occupancy``: GetItem of the pool item, BatchGetItem of its shards."""
+        self._get(None)
+        self._batch_get(self._lane_shards.get(lane, 0))
+
+    def _lane_shard_write(self, lane: str, name: str) -> int:
+        """A holder written to or removed from a shard of the lane's pool: write units, hot item."""
+        shards = max(1, self._lane_shards.get(lane, 0))
+        shard = zlib.crc32(name.encode("utf-8", "surrogatepass")) % shards
+        nbytes = SHARD_FIXED_BYTES + self.per_shard * (SHARD_ENTRY_BYTES + len(name))
+        self.meter.hot(f"SLOTS#{POOL_PREFIX}{lane}#{shard}", 2 * _kb(nbytes), nbytes)
+        return _kb(nbytes)
+
+    def lane_rooms(self, lanes: Sequence[str]) -> dict[str, LaneRoom]:
+        self._read_lanes(lanes)
+        return self.inner.lane_rooms(lanes)
+
+    def lane_settings(self, lanes: Sequence[str]) -> dict[str, LaneSetting]:
+        self._batch_get(len(lanes))
+        return self.inner.lane_settings(lanes)
+
+    def set_lane_limit(self, lane: str, limit: int, stamp: float) -> int | None:
+        """``DynamoSlots.set_limit``: read the pool and its shards; unless a newer limit is in force
+        or nothing moves, write the pool item and the shards' caps in one transaction."""
+        self._read_lane_caps(lane)
+        current = self.inner._lane_limits.get(lane)
+        if current is None or (current[1] <= stamp and current != (limit, stamp)):
+            shards = max(self._lane_shards.get(lane, 0), shards_needed(limit, self.per_shard))
+            self.meter.call("dynamodb:TransactWriteItems")
+            self.meter.wru += 2 * (1 + shards)  # the pool item and (at most) every shard's cap
+            self.meter.wait("dynamodb:TransactWriteItems")
+            self._lane_shards[lane] = shards
+        self._views_here().discard(lane)  # read again before the next claim
+        return self.inner.set_lane_limit(lane, limit, stamp)
+
+    def write_lane_setting(self, setting: LaneSetting) -> None:
+        self._update(self.inner.write_lane_setting(setting))
 
     # -- awaits (sluice.awaits): every end reads its key's AWAITED# item and every reconciliation the
     # AWAITING index; the DAG workload's payloads (sluice-awaits) also read, park and release waiters --

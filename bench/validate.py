@@ -6,12 +6,16 @@ on the in-memory adapters. The per-API counts must be the same.
 
     send N payloads ──► tick ──► repeat: end the oldest running execution, apply its status event,
                                          admit(max_new=1) ──► final tick
+
+With ``lanes`` (``SLUICE_LANES``), each payload goes to a lane's queue in turn, and the launcher gets
+one queue per lane and a seeded draw for the completions' order among lanes of one priority.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
@@ -24,10 +28,12 @@ from sluice.adapters.ssm import SsmMax
 from sluice.clock import FakeClock, SystemClock
 from sluice.completion import StatusChange
 from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE
+from sluice.lanes import DEFAULT_LANE, parse_lanes
 from sluice.launcher import Launcher
 from sluice.settings import Settings
 
 REGION = "us-east-1"
+LANE_DRAW_SEED = 20261201  # the completions' draw among lanes of one priority, the same in both runs
 SERVICE = {"sfn": "states", "stepfunctions": "states"}
 
 
@@ -39,17 +45,23 @@ def _settings(max_: int, **overrides: Any) -> Settings:
     )
 
 
+def _lane_names(lanes: str) -> list[str]:
+    """The lanes ``SLUICE_LANES`` names, which the payloads are sent to in turn (``[]``: no lanes)."""
+    return [part.split(":")[0].strip() for part in lanes.split(",") if part.strip()]
+
+
 def _scenario(
     launcher: Launcher,
-    send: Callable[[str, str], None],
+    send: Callable[[str, str, str], None],
     running: Callable[[], list[str]],
     finish: Callable[[str], None],
     reset: Callable[[], None],
     now: Callable[[], float],
     payloads: int,
+    lanes: list[str],
 ) -> None:
     for i in range(payloads):
-        send(body(f"job-{i:06d}", i), f"job-{i:06d}")
+        send(body(f"job-{i:06d}", i), f"job-{i:06d}", lanes[i % len(lanes)] if lanes else DEFAULT_LANE)
     reset()
     launcher.tick()
     arn = launcher.settings.state_machine_arn
@@ -65,13 +77,22 @@ def _scenario(
     launcher.tick()
 
 
-def memory_counts(payloads: int = 8, max_: int = 3, ckey: str | None = None) -> dict[str, int]:
+def memory_counts(
+    payloads: int = 8, max_: int = 3, ckey: str | None = None, lanes: str = ""
+) -> dict[str, int]:
     clock = FakeClock()
     meter = Meter(clock)
     store = CountingStore(MemoryStore(), meter)
     queue = SimQueue(meter, clock, visibility_timeout=180, max_receive_count=10)
     sfn = SimExecutions(meter, clock, lag=0)
-    settings = _settings(max_, state_machine_arn=sfn.state_machine_arn)
+    parsed = parse_lanes(lanes, max_)
+    settings = _settings(max_, state_machine_arn=sfn.state_machine_arn, lanes=parsed)
+    queues = {
+        lane.name: queue
+        if lane.name == DEFAULT_LANE
+        else SimQueue(meter, clock, visibility_timeout=180, max_receive_count=10)
+        for lane in parsed
+    }
     launcher = Launcher(
         queue=queue,  # type: ignore[arg-type]
         executions=sfn,  # type: ignore[arg-type]
@@ -82,20 +103,25 @@ def memory_counts(payloads: int = 8, max_: int = 3, ckey: str | None = None) -> 
         clock=clock,
         settings=settings,
         logger=counting_logger(meter, "bench.validate"),
+        lane_queues=queues,  # type: ignore[arg-type]
+        rng=random.Random(LANE_DRAW_SEED),
     )
     _scenario(
         launcher,
-        send=lambda b, key: queue.send(b, key, {CONCURRENCY_KEY_ATTRIBUTE: ckey} if ckey else None),
+        send=lambda b, key, lane: queues.get(lane, queue).send(
+            b, key, {CONCURRENCY_KEY_ATTRIBUTE: ckey} if ckey else None
+        ),
         running=lambda: list(sfn.inner.running),
         finish=lambda name: (clock.advance(1.0), sfn.finish(name)),  # time passes, as on moto
         reset=meter.calls.clear,
         now=clock.now,
         payloads=payloads,
+        lanes=_lane_names(lanes),
     )
     return dict(sorted(meter.calls.items()))
 
 
-def moto_counts(payloads: int = 8, max_: int = 3, ckey: str | None = None) -> dict[str, int]:
+def moto_counts(payloads: int = 8, max_: int = 3, ckey: str | None = None, lanes: str = "") -> dict[str, int]:
     import boto3
     from moto import mock_aws
     from moto.core import DEFAULT_ACCOUNT_ID
@@ -135,6 +161,19 @@ def moto_counts(payloads: int = 8, max_: int = 3, ckey: str | None = None) -> di
                     "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 10}),
                 },
             )["QueueUrl"]
+            parsed = parse_lanes(lanes, max_)
+            lane_urls = {
+                lane.name: producer.create_queue(
+                    QueueName=f"bench-lane-{lane.name}.fifo",
+                    Attributes={
+                        "FifoQueue": "true",
+                        "VisibilityTimeout": "180",
+                        "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 10}),
+                    },
+                )["QueueUrl"]
+                for lane in parsed
+                if lane.name != DEFAULT_LANE
+            }
             create_table(session.client("dynamodb"), "bench-table")
             sm_arn = session.client("stepfunctions").create_state_machine(
                 name="bench-workflow",
@@ -148,25 +187,34 @@ def moto_counts(payloads: int = 8, max_: int = 3, ckey: str | None = None) -> di
                 client.meta.events.register("before-call", count)
             clock = SystemClock()
             settings = _settings(
-                max_, queue_url=url, dlq_url=dlq, table_name="bench-table", state_machine_arn=sm_arn
+                max_,
+                queue_url=url,
+                dlq_url=dlq,
+                table_name="bench-table",
+                state_machine_arn=sm_arn,
+                lanes=parsed,
+                lane_queue_urls=lane_urls,
             )
+            queue = SqsQueue(clients["sqs"], url, dlq, lane_urls=lane_urls)
             launcher = Launcher(
-                queue=SqsQueue(clients["sqs"], url, dlq),
+                queue=queue,
                 executions=StepFunctionsExecutions(clients["stepfunctions"], sm_arn),
                 store=DynamoStore(clients["dynamodb"], "bench-table"),
                 max_source=SsmMax(clients["ssm"], PARAMETER, default=max_, clock=clock, cache_seconds=0),
                 clock=clock,
                 settings=settings,
+                lane_queues={lane.name: queue.for_lane(lane.name) for lane in parsed},
+                rng=random.Random(LANE_DRAW_SEED),
             )
             observer = session.client("stepfunctions")
             backend = stepfunctions_backends[DEFAULT_ACCOUNT_ID][REGION]
 
-            def send(text: str, key: str) -> None:
+            def send(text: str, key: str, lane: str) -> None:
                 keyed = (
                     {CONCURRENCY_KEY_ATTRIBUTE: {"DataType": "String", "StringValue": ckey}} if ckey else {}
                 )
                 producer.send_message(
-                    QueueUrl=url,
+                    QueueUrl=lane_urls.get(lane, url),
                     MessageBody=text,
                     MessageGroupId=key,
                     MessageDeduplicationId=key,
@@ -186,7 +234,7 @@ def moto_counts(payloads: int = 8, max_: int = 3, ckey: str | None = None) -> di
                 execution.status = "SUCCEEDED"
                 execution.stop_date = datetime.now(UTC)
 
-            _scenario(launcher, send, running, finish, counts.clear, clock.now, payloads)
+            _scenario(launcher, send, running, finish, counts.clear, clock.now, payloads, _lane_names(lanes))
     finally:
         for k, v in saved.items():
             if v is None:
@@ -196,8 +244,16 @@ def moto_counts(payloads: int = 8, max_: int = 3, ckey: str | None = None) -> di
     return dict(sorted(counts.items()))
 
 
-def agreement(payloads: int = 8, max_: int = 3, ckey: str | None = None) -> dict[str, Any]:
-    """``ckey``: every payload under that concurrency key (cap 1): the line's parks and wakes counted too."""
-    memory = memory_counts(payloads, max_, ckey)
-    moto = moto_counts(payloads, max_, ckey)
-    return {"payloads": payloads, "max": max_, "memory": memory, "moto": moto, "agree": memory == moto}
+def agreement(payloads: int = 8, max_: int = 3, ckey: str | None = None, lanes: str = "") -> dict[str, Any]:
+    """``ckey``: every payload under that concurrency key (cap 1): the line's parks and wakes counted
+    too. ``lanes``: ``SLUICE_LANES``, the payloads sent to the lanes it names in turn."""
+    memory = memory_counts(payloads, max_, ckey, lanes)
+    moto = moto_counts(payloads, max_, ckey, lanes)
+    return {
+        "payloads": payloads,
+        "max": max_,
+        "lanes": lanes,
+        "memory": memory,
+        "moto": moto,
+        "agree": memory == moto,
+    }

@@ -176,6 +176,19 @@ def test_keyed_counts_agree_with_the_real_adapters_on_moto():
     )
 
 
+def test_lane_counts_agree_with_the_real_adapters_on_moto():
+    """Payloads sent to a priority lane and a low one in turn: every lane's pool read, its caps
+    written, its shard in each claim's and release's transaction, the empty default lane's receives."""
+    result = agreement(payloads=6, max_=3, lanes="fast:1:1,bulk:3:0")
+
+    assert result["agree"], (result["memory"], result["moto"])
+    assert result["moto"]["states:StartExecution"] == 6
+    assert (
+        result["moto"]["dynamodb:BatchGetItem"]
+        > agreement(payloads=6, max_=3)["moto"]["dynamodb:BatchGetItem"]
+    )
+
+
 class _IgnoreTags(yaml.SafeLoader):
     """serverless.yml's CloudFormation tags (!Ref, !Sub ...) are not needed to read its sizes."""
 
