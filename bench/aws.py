@@ -21,7 +21,7 @@ method, as ``lib/sluice/adapters/dynamodb.py``, ``sqs.py``, ``sfn.py`` and ``ssm
     Store.executions(names)     dynamodb:BatchGetItem per 100 names
     Store.next_count()          dynamodb:UpdateItem on LEDGER (ADD counts, once per reconciliation)
     Store.save_reconciliation() dynamodb:UpdateItem on LEDGER (no holders there any more: small)
-    Store.renew()/suspect()     dynamodb:UpdateItem
+    Store.renew()/suspect()     dynamodb:UpdateItem (also block, mark_redriven, clear_redriven)
     Store.adopt()               dynamodb:GetItem + TransactWriteItems
     Store.park()                dynamodb:TransactWriteItems (EXEC + PARK + PARKED)
     Store.parked_holders()      dynamodb:GetItem (PARKED, once per reconciliation)
@@ -489,6 +489,12 @@ class CountingStore:
 
     def block(self, **kwargs: Any) -> bool:  # a conditional UpdateItem of EXEC#<name>
         return self._update(self.inner.block(**kwargs))
+
+    def mark_redriven(self, **kwargs: Any) -> bool:  # a conditional UpdateItem of PAYLOAD#<key>
+        return self._update(self.inner.mark_redriven(**kwargs))
+
+    def clear_redriven(self, **kwargs: Any) -> bool:  # a conditional UpdateItem of PAYLOAD#<key>
+        return self._update(self.inner.clear_redriven(**kwargs))
 
     def adopt(self, *, name: str, now: float) -> bool:
         self.meter.call("dynamodb:GetItem")
