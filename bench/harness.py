@@ -11,6 +11,7 @@ every system, and the same numbers on every run.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import random
@@ -27,6 +28,8 @@ from bench.pricing import cost_usd, per_million
 from bench.sim import T0, Sim
 from bench.sluice_system import (
     SluiceKeyed,
+    SluiceLanes,
+    SluiceLanesNoWait,
     SluiceLean,
     SluiceLinger,
     SluiceRefillOne,
@@ -35,6 +38,7 @@ from bench.sluice_system import (
 )
 from sluice.awaits import AWAITS_ATTRIBUTE
 from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE
+from sluice.lanes import DEFAULT_LANE, Lane
 
 SYSTEMS: dict[str, type[System]] = {
     cls.name: cls
@@ -47,6 +51,8 @@ SYSTEMS: dict[str, type[System]] = {
         SluiceLean,
         SluiceWide,
         SluiceKeyed,
+        SluiceLanes,
+        SluiceLanesNoWait,
     )
 }
 MAIN_SYSTEMS = ("sluice", "sluice-linger", "poller", "counter-semaphore")
@@ -63,6 +69,7 @@ class Job:
     body: str
     awaits: tuple[str, ...] = ()  # keys this job awaits (the ``sluice-awaits`` attribute)
     ckey: str | None = None  # its concurrency key (the ``sluice-concurrency-key`` attribute)
+    lane: str | None = None  # its lane (sluice.lanes): the producer sends it to that lane's queue
 
 
 DURATIONS = {
@@ -71,6 +78,7 @@ DURATIONS = {
     "lognormal": "lognormal, mean 30 s, sigma 1.2 (median 14.6 s, heavy tail)",
     "fixed5": "every job runs 5 s",
     "fixed60": "every job runs 60 s",
+    "exp10": "exponential, mean 10 s",
 }
 LOGNORMAL_SIGMA = 1.2
 
@@ -84,6 +92,8 @@ def durations(kind: str, n: int, rng: random.Random) -> list[float]:
         return [60.0] * n
     if kind == "exp30":
         return [round(max(0.1, rng.expovariate(1 / 30)), 3) for _ in range(n)]
+    if kind == "exp10":
+        return [round(max(0.1, rng.expovariate(1 / 10)), 3) for _ in range(n)]
     if kind == "lognormal":
         mu = math.log(30) - LOGNORMAL_SIGMA**2 / 2
         return [round(max(0.1, rng.lognormvariate(mu, LOGNORMAL_SIGMA)), 3) for _ in range(n)]
@@ -218,6 +228,255 @@ def tenant_metrics(
     return out
 
 
+# The lanes workload (system ``sluice-lanes``: ``fast:10:1,bulk:50:0`` under a global MAX of 50): a
+# backlog in the big lane at t0, and the priority lane's jobs either trickling in while it waits or
+# backlogged at t0 too.
+LANE_BULK = 2_000
+LANE_BULK_DURATIONS = "exp30"
+LANE_FAST_DURATIONS = "exp10"
+LANE_FAST_GAP = 3.0  # mean seconds between two fast jobs (Poisson)
+LANE_FAST_FROM = 60.0  # the trickle starts once the first tick has filled the slots
+LANE_FAST_FOR = 600.0
+LANE_FAST_BACKLOG = 300
+PASSED_OVER_AFTER = 1.0  # a job waiting longer than this (status event 0.5 s, the refill) is passed over
+
+
+def lanes_jobs(
+    rng: random.Random,
+    *,
+    bulk: int = LANE_BULK,
+    fast_backlog: int = 0,
+    fast_for: float = LANE_FAST_FOR,
+) -> list[Job]:
+    """``bulk`` jobs in lane ``bulk`` at t0 (``exp30``), and lane ``fast`` (``exp10``): with
+    ``fast_backlog``, that many jobs at t0; else a Poisson trickle, one every ``LANE_FAST_GAP`` s on
+    average from ``LANE_FAST_FROM`` s for ``fast_for`` s."""
+    lengths = durations(LANE_BULK_DURATIONS, bulk, rng)
+    jobs = [
+        Job(f"bulk-{i:05d}", 0.0, d, body(f"bulk-{i:05d}", i), lane="bulk") for i, d in enumerate(lengths)
+    ]
+    if fast_backlog:
+        arrivals = [0.0] * fast_backlog
+    else:
+        arrivals, t = [], LANE_FAST_FROM
+        while True:
+            t += rng.expovariate(1 / LANE_FAST_GAP)
+            if t >= LANE_FAST_FROM + fast_for:
+                break
+            arrivals.append(round(t, 3))
+    lengths = durations(LANE_FAST_DURATIONS, len(arrivals), rng)
+    jobs += [
+        Job(f"fast-{i:05d}", at, d, body(f"fast-{i:05d}", bulk + i), lane="fast")
+        for i, (at, d) in enumerate(zip(arrivals, lengths, strict=True))
+    ]
+    return jobs
+
+
+def without_lanes(jobs: list[Job]) -> list[Job]:
+    """The same jobs in one queue, without lanes: arrival order alone."""
+    return [Job(j.id, j.enqueue_at, j.duration, j.body) for j in jobs]
+
+
+def _merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(i for i in intervals if i[1] > i[0]):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _intersect(x: list[tuple[float, float]], y: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out, i, j = [], 0, 0
+    while i < len(x) and j < len(y):
+        a, b = max(x[i][0], y[j][0]), min(x[i][1], y[j][1])
+        if a < b:
+            out.append((a, b))
+        if x[i][1] < y[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def lane_metrics(
+    jobs: list[Job], recorder: Recorder, lanes: Sequence[Lane], max_: int, lane_of: dict[str, str]
+) -> dict[str, Any]:
+    """Per lane, from Step Functions' starts and ends: start latency (start − enqueue) p50/p99 of its
+    jobs enqueued while another lane was backlogged; the wait from the first slot freed after the
+    enqueue (the end of any execution; the enqueue itself when a slot was free) to the start; the most
+    running at once; and, while the lane is backlogged (a job of it enqueued and not started, from the
+    first tick on), its time-average running against its MAX and against its share (its MAX, or what
+    the global MAX leaves beside the lanes of higher priority, whichever is smaller, at each instant),
+    and the global utilisation. The same over the time every lane with jobs is backlogged. ``lane_of``
+    gives each job's lane (the same jobs run without lanes are measured by the lanes they had)."""
+    starts = recorder.first_start
+    ends = {k: t for k, (t, _) in recorder.ends.items()}
+    names = [lane.name for lane in lanes]
+    limit = {lane.name: lane.max for lane in lanes}
+    priority = {lane.name: lane.priority for lane in lanes}
+    by_lane: dict[str, list[Job]] = {}
+    for j in jobs:
+        by_lane.setdefault(lane_of.get(j.id, DEFAULT_LANE), []).append(j)
+    # running per lane, piecewise constant between starts and ends
+    events = sorted(
+        [(starts[j.id], 1, lane_of.get(j.id, DEFAULT_LANE)) for j in jobs if j.id in starts]
+        + [(ends[j.id], -1, lane_of.get(j.id, DEFAULT_LANE)) for j in jobs if j.id in ends]
+    )
+    segments: list[tuple[float, float, dict[str, int]]] = []
+    running = dict.fromkeys(names, 0)
+    peak = dict.fromkeys(names, 0)
+    peak_total = 0
+    for k, (t, d, lane) in enumerate(events):
+        running[lane] += d
+        peak[lane] = max(peak[lane], running[lane])
+        peak_total = max(peak_total, sum(running.values()))
+        if k + 1 < len(events) and events[k + 1][0] > t:
+            segments.append((t, events[k + 1][0], dict(running)))
+    first_tick = T0 + TICK_PHASE
+    backlogged = {
+        name: _merge(
+            [
+                (max(T0 + j.enqueue_at, first_tick), starts[j.id])
+                for j in by_lane.get(name, [])
+                if j.id in starts
+            ]
+        )
+        for name in names
+    }
+
+    def share(name: str, c: dict[str, int]) -> int:
+        above = sum(c[n] for n in names if priority[n] > priority[name])
+        return min(limit[name], max(0, max_ - above))
+
+    def over(window: list[tuple[float, float]]) -> dict[str, Any]:
+        span = sum(b - a for a, b in window)
+        run = dict.fromkeys(names, 0.0)
+        shares = dict.fromkeys(names, 0.0)
+        total = 0.0
+        i = 0
+        for a, b in window:
+            while i < len(segments) and segments[i][1] <= a:
+                i += 1
+            k = i
+            while k < len(segments) and segments[k][0] < b:
+                s0, s1, c = segments[k]
+                dt = min(b, s1) - max(a, s0)
+                if dt > 0:
+                    for n in names:
+                        run[n] += c[n] * dt
+                        shares[n] += share(n, c) * dt
+                    total += sum(c.values()) * dt
+                k += 1
+            # before the first start and after the last end nothing runs: shares are whole
+            covered = sum(max(0.0, min(b, s[1]) - max(a, s[0])) for s in segments[i:k])
+            for n in names:
+                shares[n] += share(n, dict.fromkeys(names, 0)) * (b - a - covered)
+        if span <= 0:
+            return {"seconds": 0.0}
+        return {
+            "seconds": _r(span, 1),
+            "lanes": {
+                n: {
+                    "running_avg": _r(run[n] / span, 2),
+                    "utilisation_max": _r(run[n] / (limit[n] * span)) if limit[n] else None,
+                    "share_avg": _r(shares[n] / span, 2),
+                    "utilisation_share": _r(run[n] / shares[n]) if shares[n] else None,
+                }
+                for n in names
+                if by_lane.get(n)
+            },
+            "global_utilisation": _r(total / (max_ * span)),
+        }
+
+    # slots held per lane: from the start to the release, which follows the status event
+    held_events = sorted(
+        [(starts[j.id], 1, lane_of.get(j.id, DEFAULT_LANE)) for j in jobs if j.id in starts]
+        + [(ends[j.id] + EVENT_DELAY, -1, lane_of.get(j.id, DEFAULT_LANE)) for j in jobs if j.id in ends]
+    )
+
+    def passed_over(name: str) -> int:
+        """Starts in lanes of lower priority once ``name`` has had a free slot (its slots held: from
+        the start to the release, which follows the status event) and a job waiting, both for more
+        than ``PASSED_OVER_AFTER`` s: slots that went past the priority lane, not the race of a
+        completion that read the lanes' rooms a moment before the priority lane's slot was released."""
+        waiting = _merge(
+            [
+                (T0 + j.enqueue_at + PASSED_OVER_AFTER, starts[j.id])
+                for j in by_lane.get(name, [])
+                if j.id in starts
+            ]
+        )
+        if not waiting:
+            return 0
+        heads = [a for a, _ in waiting]
+        n = held = 0
+        free_since = -math.inf
+        for t, d, lane in held_events:
+            if lane == name:
+                if d < 0 and held == limit[name]:
+                    free_since = t
+                held += d
+                continue
+            if d < 0 or priority[lane] >= priority[name] or held >= limit[name]:
+                continue
+            k = bisect.bisect_right(heads, t) - 1
+            if t - free_since > PASSED_OVER_AFTER and k >= 0 and waiting[k][0] <= t < waiting[k][1]:
+                n += 1
+        return n
+
+    end_times = sorted(ends.values())
+    out_lanes: dict[str, Any] = {}
+    for name in names:
+        lane_jobs = by_lane.get(name, [])
+        if not lane_jobs:
+            out_lanes[name] = {"max": limit[name], "priority": priority[name], "jobs": 0, "peak_running": 0}
+            continue
+        others = _merge([iv for n in names if n != name for iv in backlogged[n]])
+        latencies, waits = [], []
+        for j in lane_jobs:
+            if j.id not in starts:
+                continue
+            enqueued, start = T0 + j.enqueue_at, starts[j.id]
+            k = bisect.bisect_right([a for a, _ in others], enqueued) - 1
+            if k >= 0 and others[k][0] <= enqueued < others[k][1]:
+                latencies.append(start - enqueued)
+            e = bisect.bisect_left(end_times, enqueued)
+            freed = end_times[e] if e < len(end_times) else math.inf
+            waits.append(start - freed if freed <= start else start - enqueued)
+        mine = over(backlogged[name])
+        out_lanes[name] = {
+            "max": limit[name],
+            "priority": priority[name],
+            "jobs": len(lane_jobs),
+            "started": sum(1 for j in lane_jobs if j.id in starts),
+            "latency_jobs": len(latencies),
+            "latency_p50_s": _r(percentile(latencies, 50)),
+            "latency_p99_s": _r(percentile(latencies, 99)),
+            "slot_wait_p50_s": _r(percentile(waits, 50)),
+            "slot_wait_p99_s": _r(percentile(waits, 99)),
+            "peak_running": peak[name],
+            "passed_over": passed_over(name),
+            "backlogged_s": mine["seconds"],
+            "while_backlogged": {
+                **mine.get("lanes", {}).get(name, {}),
+                "global_utilisation": mine.get("global_utilisation"),
+            },
+        }
+    busy = [backlogged[n] for n in names if by_lane.get(n)]
+    together = busy[0] if busy else []
+    for window in busy[1:]:
+        together = _intersect(together, window)
+    return {
+        "max": max_,
+        "lanes": out_lanes,
+        "peak_running": peak_total,
+        "all_backlogged": over(together),
+        "cap_exceeded": peak_total > max_ or any(peak[n] > limit[n] for n in names),
+    }
+
+
 def trickle(n: int, mean_gap: float, duration: float, rng: random.Random) -> list[Job]:
     """Payloads arriving one by one (Poisson) while slots are free and nothing finishes."""
     t, jobs = 5.0, []
@@ -309,7 +568,7 @@ class Recorder:
 
     def done(self) -> bool:
         assert self.system is not None
-        return len(self.first_start) + self.system.queue.dead >= len(self.jobs) and self.running == 0
+        return len(self.first_start) + self.system.dead >= len(self.jobs) and self.running == 0
 
 
 # -- a run -----------------------------------------------------------------------------------------------
@@ -356,8 +615,11 @@ def run(
     keep_latencies: bool = False,
     latency_scale: float = 1.0,
     tenant_of: dict[str, str] | None = None,
+    lane_of: dict[str, str] | None = None,
+    lanes: Sequence[Lane] = (),
 ) -> dict[str, Any]:
-    """Simulate ``system_name`` on ``jobs`` under ``max_`` and return its metrics."""
+    """Simulate ``system_name`` on ``jobs`` under ``max_`` and return its metrics. ``tenant_of`` and
+    ``lane_of`` (each job's tenant, its lane among ``lanes``) add the tenants' and the lanes' metrics."""
     sim = Sim()
     meter = Meter(sim.clock, sim, latency_scale)
     recorder = Recorder(sim, max_, jobs, timeline=timeline)
@@ -369,7 +631,7 @@ def run(
         attributes = {AWAITS_ATTRIBUTE: json.dumps(list(job.awaits))} if job.awaits else {}
         if job.ckey is not None:
             attributes[CONCURRENCY_KEY_ATTRIBUTE] = job.ckey
-        sim.at(T0 + job.enqueue_at, system.queue.send, job.body, job.id, attributes or None)
+        sim.at(T0 + job.enqueue_at, system.queue_for(job.lane).send, job.body, job.id, attributes or None)
     ticking = [True]
 
     def tick() -> None:
@@ -408,7 +670,7 @@ def run(
         "finished": finished,
         "started": started,
         "completed": recorder.ended,
-        "dead_lettered": system.queue.dead,
+        "dead_lettered": system.dead,
         "duplicate_starts": recorder.duplicates,
         "api_calls_per_start": _r(total_calls / started if started else None, 2),
         "dynamodb_calls_per_start": _r(ddb_calls / started if started else None, 2),
@@ -466,6 +728,8 @@ def run(
         result["tenants"] = tenant_metrics(
             jobs, recorder, tenant_of, getattr(system, "key_concurrency", None) if keyed else None
         )
+    if lane_of is not None:
+        result["lanes"] = lane_metrics(jobs, recorder, lanes, max_, lane_of)
     if timeline:
         result["_timeline"] = recorder.timeline
     if keep_latencies:

@@ -57,6 +57,15 @@ class System:
         self.meter = ctx.meter
         self.max = ctx.max
 
+    def queue_for(self, lane: str | None) -> SimQueue:
+        """The queue a producer sends a job of ``lane`` to (one queue unless the system has lanes)."""
+        return self.queue
+
+    @property
+    def dead(self) -> int:
+        """Payloads dead-lettered."""
+        return self.queue.dead
+
     def on_tick(self) -> None:
         raise NotImplementedError
 

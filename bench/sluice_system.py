@@ -31,11 +31,18 @@ Systems (the ids predate the change of default; they change no core code):
   settings docs/deploy.md gives for a MAX in the thousands (MAX 10,000 runs only).
 - ``sluice-lean``: ``sluice`` without the mark step and without the read before a release, the
   ledger read kept: the floor of this design (ledger read, receive, claim, start, delete, release).
+- ``sluice-lanes``: ``sluice-linger`` with ``SLUICE_LANES=fast:10:1,bulk:50:0`` (the lanes workload):
+  one queue per lane (``default``, implied with the global MAX, is the payload queue), handed to
+  the launcher as ``lane_queues``; the producer sends each job to its lane's queue.
+- ``sluice-lanes-nowait``: ``sluice-lanes`` with ``SLUICE_RECEIVE_WAIT_SECONDS=0``: a completion's
+  receive from a lane with no message returns at once instead of waiting a second before the next
+  lane is tried.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 from dataclasses import replace
 from typing import Any
 
@@ -57,6 +64,7 @@ from sluice.adapters.memory_aws import MemoryExecutions
 from sluice.adapters.ssm import SsmMax
 from sluice.completion import StatusChange, settle_status_change
 from sluice.fanout import Done, Serial
+from sluice.lanes import DEFAULT_LANE, parse_lanes
 from sluice.launcher import Launcher
 from sluice.model import ExecutionInfo, TickSummary
 from sluice.settings import Settings
@@ -116,6 +124,8 @@ class SluiceSystem(System):
     lean = False  # no mark step, no read before a release
     key_concurrency = 1  # the cap of a concurrency key (only the tenants workload's jobs carry one)
     refill_one = False  # a completion's admission skips the ledger read
+    lanes = ""  # SLUICE_LANES (only the lanes workload's jobs name a lane)
+    receive_wait = 1  # SLUICE_RECEIVE_WAIT_SECONDS
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
@@ -129,8 +139,26 @@ class SluiceSystem(System):
         self.queue = SimQueue(meter, sim.clock, visibility_timeout=180, max_receive_count=10)
         self.sfn = SimExecutions(meter, sim.clock, lag=LIST_LAG, on_start=ctx.on_start)
         self.log = counting_logger(meter, f"bench.{self.name}")
+        lanes = parse_lanes(self.lanes, ctx.max)
+        # Each lane's queue (the default lane's is the payload queue), with the same redrive policy.
+        self.lane_queues = {
+            lane.name: self.queue
+            if lane.name == DEFAULT_LANE
+            else SimQueue(meter, sim.clock, visibility_timeout=180, max_receive_count=10)
+            for lane in lanes
+        }
+        self._launchers = 0  # containers built: each draws its completions' lane order from its own seed
         settings = sluice_settings(
-            ctx.max, linger_seconds=self.linger, start_concurrency=self.start_concurrency
+            ctx.max,
+            linger_seconds=self.linger,
+            start_concurrency=self.start_concurrency,
+            receive_wait_seconds=self.receive_wait,
+            lanes=lanes,
+            lane_queue_urls={
+                lane.name: f"https://sqs.us-east-1.amazonaws.com/123456789012/sluice-bench-lane-{lane.name}.fifo"
+                for lane in lanes
+                if lane.name != DEFAULT_LANE
+            },
         )
         self.launcher_fn = LambdaFunction(
             sim,
@@ -161,6 +189,7 @@ class SluiceSystem(System):
             clock=self.sim.clock,
             cache_seconds=settings.max_cache_seconds,
         )
+        self._launchers += 1
         return Launcher(
             queue=self.queue,  # type: ignore[arg-type]
             executions=self.sfn,  # type: ignore[arg-type]
@@ -171,7 +200,18 @@ class SluiceSystem(System):
             logger=self.log,
             fan=SimFanout(self.sim, settings.start_concurrency),
             sleep=self.sim.sleep,
+            lane_queues=self.lane_queues,  # type: ignore[arg-type]
+            rng=random.Random(f"{self.name}/lanes/{self._launchers}"),
         )
+
+    def queue_for(self, lane: str | None) -> SimQueue:
+        return self.lane_queues.get(lane or DEFAULT_LANE, self.queue)
+
+    @property
+    def dead(self) -> int:
+        """Dead-lettered from any lane's queue (one dead-letter queue for all)."""
+        queues = {id(q): q for q in (self.queue, *self.lane_queues.values())}
+        return sum(q.dead for q in queues.values())
 
     def _emit(self, summary: TickSummary) -> None:
         self.meter.log_bytes += EMF_BYTES + SUMMARY_BYTES
@@ -237,6 +277,19 @@ class SluiceKeyed(SluiceLinger):
 
     name = "sluice-keyed"
     key_concurrency = 10
+
+
+class SluiceLanes(SluiceLinger):
+    """Sluice as deployed with lanes: ``fast`` (MAX 10, priority 1) and ``bulk`` (MAX 50), the
+    global MAX capping their sum; ``default`` is implied (the global MAX, priority 0)."""
+
+    name = "sluice-lanes"
+    lanes = "fast:10:1,bulk:50:0"
+
+
+class SluiceLanesNoWait(SluiceLanes):
+    name = "sluice-lanes-nowait"
+    receive_wait = 0
 
 
 class SluiceLean(SluiceSystem):
