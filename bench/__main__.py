@@ -42,6 +42,11 @@ def main(argv: list[str] | None = None) -> int:
         help="run only the tenants workload and write bench/out/results-tenants.json (the results file is kept)",
     )
     parser.add_argument(
+        "--lanes-only",
+        action="store_true",
+        help="run only the lanes workload and write bench/out/results-lanes.json (the results file is kept)",
+    )
+    parser.add_argument(
         "--report-only",
         action="store_true",
         help="redo the report and plots from the last run's bench/out/raw.pickle",
@@ -65,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         return _dag_only(plan, out)
     if args.tenants_only:
         return _tenants_only(plan, out)
+    if args.lanes_only:
+        return _lanes_only(plan, out)
     raw = out / ("raw-quick.pickle" if plan.quick else "raw.pickle")
     if args.report_only:
         results = pickle.loads(raw.read_bytes())
@@ -77,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     large_runs = results.pop("large", [])
     dag_runs = results.pop("dag", [])
     tenant_runs = results.pop("tenants", [])
+    lane_runs = results.pop("lanes", [])
     command = (
         "make bench"
         + (" QUICK=1" if plan.quick else "")
@@ -91,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         data["dag"] = report.dag_section(plan, dag_runs)
     if tenant_runs:
         data["tenants"] = report.tenants_section(plan, tenant_runs)
+    if lane_runs:
+        data["lanes"] = report.lanes_section(plan, lane_runs)
     results_path.write_text(json.dumps({**data, "cpu": cpu}, indent=1) + "\n")
     summary = report.markdown(data, cpu)
     if "large" in data:
@@ -99,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         summary += report.dag_markdown(data["dag"])
     if "tenants" in data:
         summary += report.tenants_markdown(data["tenants"])
+    if "lanes" in data:
+        summary += report.lanes_markdown(data["lanes"])
     if "semaphore" in data:
         summary += report.semaphore_markdown(data["semaphore"])
     (out / "summary.md").write_text(summary)
@@ -110,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         print(report.dag_table(data["dag"]))
     if "tenants" in data:
         print(report.tenants_table(data["tenants"]))
+    if "lanes" in data:
+        print(report.lanes_table(data["lanes"]))
     if "semaphore" in data:
         print(report.semaphore_table(data["semaphore"]))
     print(
@@ -162,6 +176,20 @@ def _tenants_only(plan: plan_mod.Plan, out: Path) -> int:
     (out / "summary-tenants.md").write_text(report.tenants_markdown(section))
     print(report.tenants_table(section))
     print("\nwrote bench/out/results-tenants.json and bench/out/summary-tenants.md")
+    print(f"took {time.monotonic() - began:.0f} s")
+    return 0
+
+
+def _lanes_only(plan: plan_mod.Plan, out: Path) -> int:
+    """The lanes workload alone (three runs, seconds each): bench/out/results-lanes.json and
+    bench/out/summary-lanes.md; the results file is left as it is."""
+    began = time.monotonic()
+    runs = [plan_mod._lanes_task(args) for _, args in plan_mod.lane_tasks(plan)]
+    section = report.lanes_section(plan, runs)
+    (out / "results-lanes.json").write_text(json.dumps({"lanes": section}, indent=1) + "\n")
+    (out / "summary-lanes.md").write_text(report.lanes_markdown(section))
+    print(report.lanes_table(section))
+    print("\nwrote bench/out/results-lanes.json and bench/out/summary-lanes.md")
     print(f"took {time.monotonic() - began:.0f} s")
     return 0
 

@@ -10,16 +10,23 @@ from typing import Any
 
 from bench import semaphore_bench
 from bench.harness import (
+    LANE_BULK,
+    LANE_FAST_BACKLOG,
+    LANE_FAST_FOR,
     MAIN_SYSTEMS,
     backlog,
     dag,
     idle,
+    lanes_jobs,
     run,
     tenants,
     trickle,
     without_awaits,
     without_keys,
+    without_lanes,
 )
+from bench.sluice_system import SluiceLanes, SluiceLanesNoWait
+from sluice.lanes import parse_lanes
 
 WORKLOADS = ("fixed30", "exp30", "lognormal", "fixed5")
 MAXES = (5, 100, 1000)
@@ -31,6 +38,14 @@ TIMELINE = ("fixed30", 100)  # the run whose concurrency over time is plotted
 LARGE = ("fixed60", ("sluice-linger", "sluice-wide"))  # MAX 10,000 (issue 10, item 9)
 DAG_SYSTEM = "sluice-linger"  # the DAG workload (issue 13): as deployed, awaits through the real code
 TENANT_SYSTEMS = ("sluice-keyed", "sluice-linger")  # the tenants workload (issue 11): keyed, and plain
+# The lanes workload: with lanes, bulk's backlog and fast's trickle; both backlogged; the first run's
+# jobs with receives that do not wait (SLUICE_RECEIVE_WAIT_SECONDS=0), and without lanes.
+LANE_RUNS = (
+    ("lanes", SluiceLanes.name),
+    ("lanes-both", SluiceLanes.name),
+    ("lanes-nowait", SluiceLanesNoWait.name),
+    ("lanes-plain", "sluice-linger"),
+)
 
 
 @dataclass(frozen=True)
@@ -52,6 +67,10 @@ class Plan:
     dag_fan_ins: int = 10  # 10 × (50 + 1) nodes
     dag_chains: int = 49  # 49 × 10 nodes: 1,000 in all
     tenants_max: int = 50
+    lanes_max: int = 50
+    lanes_bulk: int = LANE_BULK
+    lanes_fast_for: float = LANE_FAST_FOR  # seconds of fast's trickle
+    lanes_fast_backlog: int = LANE_FAST_BACKLOG  # fast's jobs at t0 in the run with both backlogged
 
     @classmethod
     def make(cls, *, quick: bool, seed: int) -> Plan:
@@ -127,6 +146,39 @@ def _tenants_task(args: tuple[str, Plan, bool]) -> dict[str, Any]:
     )
 
 
+def lane_tasks(plan: Plan) -> list[tuple[str, Any]]:
+    return [("lanes", (workload, system, plan)) for workload, system in LANE_RUNS]
+
+
+def _lanes_task(args: tuple[str, str, Plan]) -> dict[str, Any]:
+    """One run of the lanes workload (``LANE_RUNS``); a lane or the global pool past its MAX fails
+    the benchmark."""
+    workload, system, plan = args
+    jobs = lanes_jobs(
+        random.Random(f"{plan.seed}/lanes"),
+        bulk=plan.lanes_bulk,
+        fast_backlog=plan.lanes_fast_backlog if workload == "lanes-both" else 0,
+        fast_for=plan.lanes_fast_for,
+    )
+    lanes = parse_lanes(SluiceLanes.lanes, plan.lanes_max)
+    result = run(
+        system,
+        workload,
+        plan.lanes_max,
+        plan.seed,
+        jobs=without_lanes(jobs) if workload == "lanes-plain" else jobs,
+        lane_of={j.id: j.lane or "" for j in jobs},
+        lanes=lanes,
+    )
+    if workload != "lanes-plain":
+        m = result["lanes"]
+        assert result["peak_concurrency"] <= plan.lanes_max and not m["cap_exceeded"], (
+            f"{workload}: over MAX: global peak {result['peak_concurrency']}, "
+            + ", ".join(f"{n} {v['peak_running']}/{v['max']}" for n, v in m["lanes"].items())
+        )
+    return result
+
+
 def _trickle_task(args: tuple[str, Plan]) -> dict[str, Any]:
     system, plan = args
     jobs = trickle(
@@ -153,6 +205,8 @@ def _cost(task: tuple[str, Any]) -> float:
         return 2_000.0
     if kind == "tenants":
         return 1_000.0
+    if kind == "lanes":
+        return 1_000.0
     if kind != "backlog":
         return 1.0
     system, _, max_, n, _ = args
@@ -175,6 +229,8 @@ def _dispatch(task: tuple[str, Any]) -> tuple[str, Any]:
         return kind, _dag_task(args)
     if kind == "tenants":
         return kind, _tenants_task(args)
+    if kind == "lanes":
+        return kind, _lanes_task(args)
     if kind == "idle":
         return kind, _idle_task(args)
     if kind == "semaphore":
@@ -199,6 +255,7 @@ def execute(plan: Plan, workers: int | None = None, *, moto: bool = True) -> dic
     tasks += [("large", (s, plan.large_max, plan.large_backlog, plan.seed)) for s in LARGE[1]]
     tasks += dag_tasks(plan)
     tasks += tenant_tasks(plan)
+    tasks += lane_tasks(plan)
     tasks += [("trickle", (s, plan)) for s in TRICKLE_SYSTEMS]
     tasks += [("idle", (s, plan)) for s in IDLE_SYSTEMS]
     tasks += [("semaphore", a) for a in semaphore_bench.plan_runs(plan.semaphore_executions, plan.seed)]
@@ -224,6 +281,7 @@ def execute(plan: Plan, workers: int | None = None, *, moto: bool = True) -> dic
         "large": [],
         "dag": [],
         "tenants": [],
+        "lanes": [],
         "scale": None,
         "moto": None,
     }

@@ -875,6 +875,204 @@ def tenants_markdown(section: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def _lane_view(r: dict[str, Any], window: str) -> dict[str, Any]:
+    """Each lane's utilisation in one run: over the time every lane with jobs is backlogged
+    (``window="all"``), or over each lane's own backlogged time (``"own"``)."""
+    m = r["lanes"]
+    if window == "all":
+        w = m["all_backlogged"]
+        return {**w.get("lanes", {}), "global": w.get("global_utilisation"), "seconds": w["seconds"]}
+    out: dict[str, Any] = {}
+    for name, lane in m["lanes"].items():
+        if lane.get("jobs"):
+            out[name] = {**lane["while_backlogged"], "seconds": lane["backlogged_s"]}
+    return out
+
+
+def lanes_section(plan: Plan, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The lanes workload: a priority lane and a big one under one global MAX, through the real
+    launcher and completion code with a queue per lane (``sluice-lanes``); fast's jobs trickling in
+    while bulk is backlogged, both lanes backlogged, and the first run's jobs again with receives
+    that do not wait (``sluice-lanes-nowait``) and in one queue without lanes (``sluice-linger``).
+    The targets are judged on the first two runs (Sluice as deployed); the peaks on the first three."""
+    from bench.harness import (
+        LANE_BULK_DURATIONS,
+        LANE_FAST_DURATIONS,
+        LANE_FAST_FROM,
+        LANE_FAST_GAP,
+    )
+    from bench.sluice_system import SluiceLanes
+
+    by = {r["workload"]: r for r in runs}
+    trickle, both, nowait, plain = by["lanes"], by["lanes-both"], by["lanes-nowait"], by["lanes-plain"]
+    keys = (
+        "system",
+        "max",
+        "jobs",
+        "started",
+        "dead_lettered",
+        "duplicate_starts",
+        "api_calls_per_start",
+        "dynamodb_calls_per_start",
+        "calls_by_api_per_start",
+        "utilisation",
+        "makespan_s",
+        "peak_concurrency",
+        "over_max_seconds",
+        "cost_per_million_usd",
+    )
+    rows = {
+        name: {**{k: r[k] for k in keys}, "lanes": r["lanes"]}
+        for name, r in (("trickle", trickle), ("both", both), ("nowait", nowait), ("plain", plain))
+    }
+    fast = trickle["lanes"]["lanes"]["fast"]
+    plain_fast = plain["lanes"]["lanes"]["fast"]
+    own, together = _lane_view(trickle, "own"), _lane_view(both, "all")
+    checked = (trickle, both, nowait)
+    peaks = [
+        f"{name} {max(r['lanes']['lanes'][name]['peak_running'] for r in checked)}/{lane['max']}"
+        for name, lane in both["lanes"]["lanes"].items()
+        if lane.get("jobs")
+    ]
+
+    def at_least(*values: Any) -> bool:
+        return all(v is not None and v >= 0.95 for v in values)
+
+    targets = [
+        {
+            "target": "fast's start latency p50 ≤ 1 s while bulk is backlogged (slots freeing as bulk's runs end)",
+            "value": f"{_fmt(fast['latency_p50_s'])} s (p99 {_fmt(fast['latency_p99_s'])} s, "
+            f"{fast['latency_jobs']} jobs; without lanes {_fmt(plain_fast['latency_p50_s'])} s)",
+            "met": fast["latency_p50_s"] is not None and fast["latency_p50_s"] <= 1.0,
+        },
+        {
+            "target": "fast's utilisation ≥ 0.95 of its MAX (10) while backlogged",
+            "value": f"{_fmt(together['fast']['utilisation_max'])} (both lanes backlogged, "
+            f"{together['seconds']:.0f} s)",
+            "met": at_least(together["fast"]["utilisation_max"]),
+        },
+        {
+            "target": "bulk's utilisation ≥ 0.95 of its MAX (50) while backlogged",
+            "value": f"{_fmt(together['bulk']['utilisation_max'])} beside fast's backlog; "
+            f"{_fmt(own['bulk']['utilisation_max'])} beside fast's trickle",
+            "met": at_least(together["bulk"]["utilisation_max"], own["bulk"]["utilisation_max"]),
+        },
+        {
+            "target": "each lane ≥ 0.95 of its share while backlogged (its MAX, or what the global MAX "
+            "leaves beside higher priorities)",
+            "value": f"fast {_fmt(together['fast']['utilisation_share'])} and bulk "
+            f"{_fmt(together['bulk']['utilisation_share'])} of {_fmt(together['bulk']['share_avg'])} "
+            f"(both backlogged); bulk {_fmt(own['bulk']['utilisation_share'])} of "
+            f"{_fmt(own['bulk']['share_avg'])} (fast trickling)",
+            "met": at_least(
+                together["fast"]["utilisation_share"],
+                together["bulk"]["utilisation_share"],
+                own["bulk"]["utilisation_share"],
+            ),
+        },
+        {
+            "target": "no lane over its MAX, the global pool never over MAX",
+            "value": ", ".join(peaks)
+            + f", global {max(r['peak_concurrency'] for r in checked)}/{plan.lanes_max}",
+            "met": not any(r["lanes"]["cap_exceeded"] for r in checked)
+            and all(r["peak_concurrency"] <= plan.lanes_max and not r["over_max_seconds"] for r in checked),
+        },
+        {
+            "target": "dead-lettered: 0, duplicate starts: 0",
+            "value": ", ".join(f"{r['dead_lettered']}, {r['duplicate_starts']}" for r in checked),
+            "met": all(r["dead_lettered"] == 0 and r["duplicate_starts"] == 0 for r in checked),
+        },
+    ]
+    return {
+        "max": plan.lanes_max,
+        "workload": {
+            "lanes": SluiceLanes.lanes,
+            "bulk": plan.lanes_bulk,
+            "bulk_durations": DURATIONS[LANE_BULK_DURATIONS],
+            "fast_gap_s": LANE_FAST_GAP,
+            "fast_from_s": LANE_FAST_FROM,
+            "fast_for_s": plan.lanes_fast_for,
+            "fast_backlog": plan.lanes_fast_backlog,
+            "fast_durations": DURATIONS[LANE_FAST_DURATIONS],
+        },
+        "rows": rows,
+        "targets": targets,
+    }
+
+
+_LANE_RUN_LABEL = {
+    "trickle": "lanes: bulk backlogged, fast trickling",
+    "both": "lanes: both backlogged",
+    "nowait": "lanes, receive wait 0 s: bulk backlogged, fast trickling",
+    "plain": "the first run's jobs, no lanes",
+}
+
+
+def _lane_cells(name: str, r: dict[str, Any]) -> dict[str, str]:
+    lanes = r["lanes"]["lanes"]
+    view = _lane_view(r, "all" if name == "both" else "own")
+    fast, bulk = view.get("fast", {}), view.get("bulk", {})
+    fast_util = (
+        f"{_fmt(fast.get('utilisation_max'))} / {_fmt(fast.get('utilisation_share'))}"
+        if name == "both"
+        else "—"
+    )
+    global_util = view["global"] if name == "both" else bulk.get("global_utilisation")
+    return {
+        "latency": f"{_fmt(lanes['fast']['latency_p50_s'])} / {_fmt(lanes['fast']['latency_p99_s'])}"
+        if name != "both"
+        else "—",
+        "wait": f"{_fmt(lanes['fast']['slot_wait_p50_s'])} / {_fmt(lanes['fast']['slot_wait_p99_s'])}"
+        if name != "both"
+        else "—",
+        "fast_util": fast_util,
+        "bulk_util": f"{_fmt(bulk.get('utilisation_max'))} / {_fmt(bulk.get('utilisation_share'))}",
+        "global_util": _fmt(global_util),
+        "peaks": f"{lanes['fast']['peak_running']} / {lanes['bulk']['peak_running']} / {r['peak_concurrency']}",
+        "passed_over": str(lanes["fast"]["passed_over"]),
+    }
+
+
+def lanes_table(section: dict[str, Any]) -> str:
+    w = section["workload"]
+    lines = [
+        f"Lanes {w['lanes']}, MAX {section['max']}: {w['bulk']:,} bulk jobs at t0; fast one every "
+        f"{w['fast_gap_s']:.0f} s for {w['fast_for_s']:.0f} s, or {w['fast_backlog']} at t0:"
+    ]
+    for name, r in section["rows"].items():
+        c = _lane_cells(name, r)
+        lines.append(
+            f"  {name:<7} fast p50/p99 {c['latency']} s (slot→start {c['wait']} s, passed over {c['passed_over']}), "
+            f"util fast {c['fast_util']}, "
+            f"bulk {c['bulk_util']} (MAX / share), global {c['global_util']}, peaks {c['peaks']}, "
+            f"calls/start {_fmt(r['api_calls_per_start'], '.2f')}, ${_fmt(r['cost_per_million_usd'], '.2f')}/M"
+        )
+    lines += _target_lines(section["targets"])
+    return "\n".join(lines)
+
+
+def lanes_markdown(section: dict[str, Any]) -> str:
+    w = section["workload"]
+    out = [
+        f"\n#### Lanes `{w['lanes']}`, MAX {section['max']}: {w['bulk']:,} bulk jobs at t0; fast one every "
+        f"{w['fast_gap_s']:.0f} s on average for {w['fast_for_s']:.0f} s, or {w['fast_backlog']} at t0\n",
+        "| run | fast start p50 / p99 (s) | fast slot freed → start p50 / p99 (s) | fast utilisation (MAX / share) "
+        "| fast passed over | bulk utilisation (MAX / share) | global utilisation | peak fast / bulk / global "
+        "| calls / start | $ per M launches |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, r in section["rows"].items():
+        c = _lane_cells(name, r)
+        out.append(
+            f"| {_LANE_RUN_LABEL[name]} | {c['latency']} | {c['wait']} | {c['fast_util']} | {c['passed_over']} "
+            f"| {c['bulk_util']} "
+            f"| {c['global_util']} | {c['peaks']} | {_fmt(r['api_calls_per_start'], '.2f')} "
+            f"| {_fmt(r['cost_per_million_usd'], '.2f')} |"
+        )
+    out += ["", *_target_table(section["targets"])]
+    return "\n".join(out) + "\n"
+
+
 def semaphore_section(plan: Plan, runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The ``semaphore`` section of results.json: the model, the runs and the issue's goals."""
     from bench import semaphore_bench as sb
