@@ -979,7 +979,8 @@ def lanes_section(plan: Plan, runs: list[dict[str, Any]]) -> dict[str, Any]:
         },
         {
             "target": "dead-lettered: 0, duplicate starts: 0",
-            "value": ", ".join(f"{r['dead_lettered']}, {r['duplicate_starts']}" for r in checked),
+            "value": f"{' / '.join(str(r['dead_lettered']) for r in checked)}, "
+            f"{' / '.join(str(r['duplicate_starts']) for r in checked)} (trickle / both / receive wait 0 s)",
             "met": all(r["dead_lettered"] == 0 and r["duplicate_starts"] == 0 for r in checked),
         },
     ]
