@@ -33,7 +33,7 @@ from sluice.effects import Effects
 from sluice.errors import ConfigurationError, SlotsFull, TransientError
 from sluice.fanout import Pacer, fanout
 from sluice.lanes import Lane, LaneSetting, by_priority, refill_order, split
-from sluice.model import Message, Outcome, StartedExecution, TickSummary
+from sluice.model import Ledger, Message, Outcome, StartedExecution, TickSummary
 from sluice.per_message import MessageProtocol
 from sluice.pointers import PayloadObjects
 from sluice.ports import Clock, Executions, Fanout, MaxSource, Queue, Store
@@ -87,7 +87,9 @@ class Launcher(MessageProtocol):
             payloads, settings.pointer_threshold, lanes=tuple(n.name for n in settings.lanes)
         )
         self.identity = uuid.uuid4().hex[:16]  # this container, as a reconciler marking claims
-        self._checked_at: float | None = None
+        # When the state machine was last checked: one holder shared with the lanes' launchers
+        # (``_for_lane`` copies), so a completion checks it once per interval, not once per lane.
+        self._checked: dict[str, float] = {}
 
     # -- entry points -------------------------------------------------------------------------
 
@@ -161,6 +163,8 @@ class Launcher(MessageProtocol):
         sync_limit: bool = False,
         freed: tuple[int, ...] | None = None,
         lane_free: int | None = None,
+        ledger: Ledger | None = None,
+        wait_seconds: int | None = None,
     ) -> TickSummary:
         """Receive and start payloads while slots are free, the queue has messages and time remains.
 
@@ -181,7 +185,7 @@ class Launcher(MessageProtocol):
         linger_until = self.clock.now() + (self.settings.linger_seconds if linger else 0)
         started = 0
         first = True
-        known = None  # the room as last read, while nothing since has taken any of it
+        known = ledger  # the room as last read, while nothing since has taken any of it
         while True:
             ledger = known or self.store.look(freed if first else None)
             known = None
@@ -214,7 +218,12 @@ class Launcher(MessageProtocol):
                 summary.stopped = "time"
                 break
             lingering = self.clock.now() < linger_until
-            messages = self._receive(free, self._wait_seconds(lingering, remaining_ms, linger_until))
+            wait = (
+                self._wait_seconds(lingering, remaining_ms, linger_until)
+                if wait_seconds is None
+                else wait_seconds
+            )
+            messages = self._receive(free, wait)
             if not messages:
                 if lingering and self._time_left(remaining_ms):
                     continue  # completions may have freed slots and MAX may have moved meanwhile
@@ -343,11 +352,17 @@ class Launcher(MessageProtocol):
         summary = TickSummary()
         names = [lane.name for lane in self.settings.lanes]
         rooms = self.store.lane_rooms(names)
-        for lane in refill_order(self.settings.lanes, self.rng):
-            if rooms[lane.name].free <= 0:
-                continue
+        open_ = [lane for lane in refill_order(self.settings.lanes, self.rng) if rooms[lane.name].free > 0]
+        ledger = self.store.look(freed) if open_ else None
+        for i, lane in enumerate(open_):
+            last = i == len(open_) - 1
             part = self._for_lane(lane).admit(
-                remaining_ms=remaining_ms, max_new=1, freed=freed, lane_free=rooms[lane.name].free
+                remaining_ms=remaining_ms,
+                max_new=1,
+                lane_free=rooms[lane.name].free,
+                ledger=ledger,  # read once for every lane tried: none of them took a slot
+                # Every lane but the last is asked without waiting: an empty one costs no second.
+                wait_seconds=None if last else 0,
             )
             summary.add_lane(lane.name, part)
             summary.stopped = part.stopped
@@ -355,7 +370,6 @@ class Launcher(MessageProtocol):
                 break
             if part.stopped == "full" and not part.received:
                 break  # the lane had room, so the global pool has none (MAX lowered): no lane can
-            freed = None  # the freed shard was read once; a later lane reads the pool afresh
         return summary
 
     # -- one batch ----------------------------------------------------------------------------
@@ -457,9 +471,9 @@ class Launcher(MessageProtocol):
 
     def _check_state_machine(self) -> None:
         now = self.clock.now()
-        if self._checked_at is None or now - self._checked_at >= CHECK_INTERVAL:
+        if "at" not in self._checked or now - self._checked["at"] >= CHECK_INTERVAL:
             self.executions.check()
-            self._checked_at = now
+            self._checked["at"] = now
 
     def _time_left(self, remaining_ms: Callable[[], int] | None) -> bool:
         return remaining_ms is None or remaining_ms() > self.settings.time_reserve_seconds * 1000

@@ -184,3 +184,18 @@ def test_a_completion_under_a_lowered_max_receives_from_no_lane(stack):
     calls = count_calls(rt.client("sqs"))
     _, refill, _ = end(stack, launcher, stack.running()[0])
     assert refill.n(Outcome.STARTED) == 0 and calls["ReceiveMessage"] == 0
+
+
+def test_a_completions_refill_checks_the_state_machine_once_for_every_lane_it_tries(stack):
+    """Each lane admits through its own view of the launcher: they share one record of the state
+    machine's check, so refills that try every lane check it once per interval, not per lane."""
+    fill(stack, gpu=0, backfill=4, default=0)
+    rt = stack.runtime()
+    launcher = rt.launcher()
+    launcher.tick()  # checks the state machine
+    calls = count_calls(rt.client("stepfunctions"), rt.client("sqs"))
+    for name in list(stack.running())[:3]:
+        end(stack, launcher, name)
+    assert calls["DescribeStateMachine"] == 0
+    # Every lane but the last tried is asked without waiting: gpu's and default's empty queues first.
+    assert calls["ReceiveMessage"] >= 3
