@@ -20,7 +20,7 @@ Free global slots go to lanes by priority, then by weight among lanes of equal p
 Configuration: ``SLUICE_LANES`` (stack parameter ``lanes``) is ``name:max[:priority[:weight[:fair]]]``,
 comma-separated. Without it there is one lane, ``default``, and no lane pool: everything is as
 before lanes. The lane ``default`` is the stack's payload queue; if the setting does not name it,
-it is implied with the global MAX. A lane's MAX is changed at run time by ``sluice set-max N
+it is implied, and its MAX follows the global MAX in force (each tick puts it in its caps). A lane's MAX is changed at run time by ``sluice set-max N
 --lane NAME`` (an override kept in ``LANE#<name>``, until ``sluice set-max default --lane NAME``),
 ``sluice pause --lane NAME`` and ``sluice resume --lane NAME``.
 """
@@ -52,6 +52,7 @@ class Lane:
     priority: int = 0
     weight: int = 1
     fair: bool = False
+    implied: bool = False  # the lane default, not named by the setting: it follows the global MAX
 
     @property
     def pool(self) -> str:
@@ -129,7 +130,7 @@ def parse_lanes(text: str, default_max: int) -> tuple[Lane, ...]:
     if not lanes:
         return ()
     if not any(lane.name == DEFAULT_LANE for lane in lanes):
-        lanes.append(Lane(DEFAULT_LANE, default_max))
+        lanes.append(Lane(DEFAULT_LANE, default_max, implied=True))
     if len(lanes) > MAX_LANES:
         raise ConfigurationError(f"lanes: {len(lanes)} lanes, at most {MAX_LANES}")
     return tuple(lanes)

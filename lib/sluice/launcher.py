@@ -25,7 +25,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sluice.awaits import ReadAhead, read_ahead
 from sluice.completion import StatusChange, settle_status_change
@@ -269,12 +269,26 @@ class Launcher(MessageProtocol):
         limits = {}
         for lane in self.settings.lanes:
             setting = settings.get(lane.name) or LaneSetting(lane.name)
+            if lane.implied and setting.max is None:
+                lane = replace(lane, max=self._global_max(lane.max))
             limit = setting.limit(lane)
             if not rooms[lane.name].exists or rooms[lane.name].limit != limit:
                 written = self.store.set_lane_limit(lane.name, limit, setting.changed_at)
+                if written is None:
+                    self.log.warning(
+                        "lane limit not moved: a newer one is in force",
+                        extra={"lane": lane.name, "limit": limit, "stamp": setting.changed_at},
+                    )
                 limit = rooms[lane.name].limit if written is None else written
             limits[lane.name] = limit
         return limits
+
+    def _global_max(self, fallback: int) -> int:
+        """The global MAX as the tick reads it (cached), for the implied lane ``default``."""
+        try:
+            return self.max_source.reading().value
+        except TransientError:
+            return fallback
 
     def _admit_lanes(
         self, summary: TickSummary, *, remaining_ms: Callable[[], int] | None, linger: bool

@@ -199,3 +199,16 @@ def test_a_completions_refill_checks_the_state_machine_once_for_every_lane_it_tr
     assert calls["DescribeStateMachine"] == 0
     # Every lane but the last tried is asked without waiting: gpu's and default's empty queues first.
     assert calls["ReceiveMessage"] >= 3
+
+
+def test_an_implied_default_lane_follows_the_global_max_in_force(session):
+    stack = build_stack(session, clock=FakeClock(), max_concurrency=5, lanes="gpu:2:1")
+    rt = stack.runtime()
+    store = rt.store()
+    launcher = rt.launcher()
+    launcher.tick()
+    assert store.lane_rooms(["default"])["default"].limit == 5
+    rt.client("ssm").put_parameter(Name=stack.settings.max_parameter, Value="3", Overwrite=True)
+    launcher.tick()
+    assert store.lane_rooms(["default"])["default"].limit == 3, "the run-time MAX, not the deployed one"
+    assert store.lane_rooms(["gpu"])["gpu"].limit == 2

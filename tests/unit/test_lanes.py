@@ -23,7 +23,7 @@ def test_lanes_with_defaults_and_the_implied_default_lane():
     assert lanes == (
         Lane("gpu", 2, 1, 1),
         Lane("backfill", 8, 0, 3),
-        Lane("default", 10),
+        Lane("default", 10, implied=True),
     )
     assert parse_lanes("default:4:2", 10) == (Lane("default", 4, 2),)
 
