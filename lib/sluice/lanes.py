@@ -83,6 +83,7 @@ class LaneRoom:
     running: int
     free: int
     exists: bool = True  # False before the lane's first tick wrote its caps
+    complete: bool = True  # False: a sample of a big lane's shards (``free`` counts those read)
 
 
 def check_lane_name(name: str) -> str:

@@ -296,7 +296,7 @@ class Launcher(MessageProtocol):
         """The scheduled tick with lanes (``_lane_rounds``), then each lane's figures as it ends
         (running and MAX in force, for the metrics: one more read per tick)."""
         self._lane_rounds(summary, remaining_ms=remaining_ms, linger=linger)
-        rooms = self.store.lane_rooms([lane.name for lane in self.settings.lanes])
+        rooms = self.store.lane_rooms([lane.name for lane in self.settings.lanes], whole=True)
         for name, room in rooms.items():
             figures = summary.lanes.setdefault(name, {"received": 0, "started": 0})
             figures.update(running=room.running, limit=room.limit)

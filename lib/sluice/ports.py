@@ -234,8 +234,10 @@ class Store(Protocol):
         """
         ...
 
-    def lane_rooms(self, lanes: Sequence[str]) -> dict[str, LaneRoom]:
-        """Each lane's pool as read now (one read for all): limit in force, holders, free slots."""
+    def lane_rooms(self, lanes: Sequence[str], *, whole: bool = False) -> dict[str, LaneRoom]:
+        """Each lane's pool as read now (one read for all): limit in force, holders, free slots. A
+        big lane may be read by a sample of its shards (``LaneRoom.complete`` False: ``free`` and
+        ``running`` count the shards read) unless ``whole``."""
         ...
 
     def lane_settings(self, lanes: Sequence[str]) -> dict[str, LaneSetting]:

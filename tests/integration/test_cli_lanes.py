@@ -154,7 +154,8 @@ def test_enqueue_to_a_lane_lands_in_its_queue_and_the_tick_starts_it_there(deplo
     tick = cli("tick", "--json")  # with the launcher's SLUICE_LANES, as the deployed launcher runs
 
     assert tick.code == 0, tick.err
-    assert tick.json["started"] == 2 and tick.json["lanes"]["gpu"] == {"received": 2, "started": 2}
+    assert tick.json["started"] == 2
+    assert tick.json["lanes"]["gpu"] == {"received": 2, "started": 2, "running": 2, "limit": 2}
     assert running_by_lane(deployed) == {"gpu": 2}
 
 

@@ -212,3 +212,26 @@ def test_an_implied_default_lane_follows_the_global_max_in_force(session):
     launcher.tick()
     assert store.lane_rooms(["default"])["default"].limit == 3, "the run-time MAX, not the deployed one"
     assert store.lane_rooms(["gpu"])["gpu"].limit == 2
+
+
+def test_a_big_lanes_room_is_read_by_a_sample_whose_cost_does_not_grow_with_its_max(session):
+    """A lane of MAX 100 in shards of 2 (50 shards, more than its half of one read's 98): admission
+    reads one BatchGetItem of a sample, whatever the lane's size, and its room counts the shards read;
+    status reads it whole. Near full, a sample would miss the last free slots: that lane is read whole."""
+    stack = build_stack(session, clock=FakeClock(), max_concurrency=120, lanes="big:100")
+    rt = stack.runtime()
+    rt.launcher().tick()  # the caps of the global pool and of each lane
+    store = rt.store()
+    store.lane_rooms(["big", "default"])  # learns the pools' sizes
+    calls = count_calls(rt.client("dynamodb"))
+    sampled = store.lane_rooms(["big", "default"])["big"]
+    assert calls["BatchGetItem"] == 1
+    assert not sampled.complete and 0 < sampled.free < 100 and sampled.limit == 100
+    whole = store.lane_rooms(["big"], whole=True)["big"]
+    assert whole.complete and whole.free == 100
+    for i in range(95):
+        store.claim(
+            key=f"k{i}", name=f"n{i}", message_id=f"m{i}", now=1.0, claim_expires_at=901.0, lane="big"
+        )
+    near_full = store.lane_rooms(["big", "default"])["big"]
+    assert near_full.complete and near_full.free == 5, "near full: read whole, every free slot seen"

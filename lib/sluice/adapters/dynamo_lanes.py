@@ -41,11 +41,13 @@ from sluice.adapters.dynamo_slots import (
 )
 from sluice.adapters.errors import translated
 from sluice.lanes import POOL_PREFIX, LaneRoom, LaneSetting
-from sluice.slots import Capacity, Occupancy, Shard, candidates
+from sluice.slots import Capacity, Occupancy, Shard, candidates, sample_shards
 
 LANE_PK = "LANE#"
 FIRST_READ = 4  # shards read of a pool whose size is not known yet
 TRIES = 3  # lane shards one claim tries
+SAMPLE = 98  # shards one read of the lanes covers, shared among them (with the pool items: 100 keys)
+NEARLY_FULL = 10  # a lane's sample with less room than one receive's worth: read that lane whole
 
 
 def lane_pk(name: str) -> str:
@@ -76,35 +78,73 @@ class LaneSlots:
 
     # -- reads ------------------------------------------------------------------------------------
 
-    def rooms(self, lanes: Sequence[str]) -> dict[str, LaneRoom]:
-        """Every lane's pool item and shards in one consistent BatchGetItem (per 100 keys)."""
-        keys: list[str] = []
-        for lane in lanes:
-            pool = POOL_PREFIX + lane
-            keys += [pool_pk(pool), *(shard_pk(pool, i) for i in range(self._counts.get(lane, FIRST_READ)))]
+    def rooms(self, lanes: Sequence[str], *, whole: bool = False) -> dict[str, LaneRoom]:
+        """Every lane's pool item and shards, read consistently in one BatchGetItem (per 100 keys).
+
+        A lane whose pool has more shards than its part of one read (``SAMPLE`` shared among the
+        lanes) is read by a random sample of them, unless ``whole``: its ``free`` is then the room
+        of the shards read (a lower bound, and exactly what a claim can choose from), so the cost of
+        an admission does not grow with a lane's MAX. A sample with less room than one receive
+        takes is read whole after all (near full, where a sample would miss the last free slots)."""
+        budget = max(FIRST_READ, SAMPLE // max(1, len(lanes)))
+        plan = {lane: self._indexes(lane, budget, whole) for lane in lanes}
+        keys = [
+            k for lane in lanes for k in (pool_pk(POOL_PREFIX + lane), *self._shard_keys(lane, plan[lane]))
+        ]
         found = {r["pk"]: r for r in self.slots._batch_get(keys)}
-        rest = []
+        again = []
         for lane in lanes:
-            pool = POOL_PREFIX + lane
-            count = int((found.get(pool_pk(pool)) or {}).get("shards", 0))
-            read = self._counts.get(lane, FIRST_READ)
-            rest += [shard_pk(pool, i) for i in range(read, count)]
-        if rest:  # a pool that grew past what was read
-            found.update((r["pk"], r) for r in self.slots._batch_get(rest))
-        out: dict[str, LaneRoom] = {}
-        for lane in lanes:
-            pool = POOL_PREFIX + lane
-            meta = found.get(pool_pk(pool))
-            shards = [r for pk, r in found.items() if pk.startswith(pool_pk(pool) + "#")]
-            count = int(meta.get("shards", 0)) if meta else 0
-            view = to_occupancy(pool, meta, shards, max(count, len(shards)))
+            meta = found.get(pool_pk(POOL_PREFIX + lane)) or {}
+            count = int(meta.get("shards", 0))
             self._counts[lane] = count
-            with self._lock:
-                self.views[lane] = view
-            out[lane] = LaneRoom(
-                limit=view.limit, running=view.running, free=view.free, exists=view.version > 0
-            )
-        return out
+            read = plan[lane]
+            if count > len(read) and (whole or count <= budget):
+                plan[lane] = list(range(count))  # a pool bigger than thought: the rest, once
+                again += self._shard_keys(lane, [i for i in range(count) if i not in set(read)])
+        if again:
+            found.update((r["pk"], r) for r in self.slots._batch_get(again))
+        out: dict[str, LaneRoom] = {}
+        near_full = []
+        for lane in lanes:
+            view = self._view(lane, found, plan[lane])
+            if not view.complete and view.free < NEARLY_FULL:
+                near_full.append(lane)
+                continue
+            out[lane] = self._room(lane, view)
+        if near_full:
+            out.update(self.rooms(near_full, whole=True))
+        return {lane: out[lane] for lane in lanes}
+
+    def _indexes(self, lane: str, budget: int, whole: bool) -> list[int]:
+        count = self._counts.get(lane)
+        if count is None:
+            return list(range(FIRST_READ))
+        if whole or count <= budget:
+            return list(range(count))
+        return sample_shards(count, self.rng, budget)
+
+    @staticmethod
+    def _shard_keys(lane: str, indexes: Sequence[int]) -> list[str]:
+        return [shard_pk(POOL_PREFIX + lane, i) for i in indexes]
+
+    def _view(self, lane: str, found: dict[str, Any], indexes: Sequence[int]) -> Occupancy:
+        pool = POOL_PREFIX + lane
+        meta = found.get(pool_pk(pool))
+        keys = set(self._shard_keys(lane, indexes))
+        shards = [r for pk, r in found.items() if pk in keys]
+        count = int(meta.get("shards", 0)) if meta else 0
+        return to_occupancy(pool, meta, shards, len(set(indexes)) if count > len(set(indexes)) else count)
+
+    def _room(self, lane: str, view: Occupancy) -> LaneRoom:
+        with self._lock:
+            self.views[lane] = view
+        return LaneRoom(
+            limit=view.limit,
+            running=view.running,
+            free=view.free,
+            exists=view.version > 0,
+            complete=view.complete,
+        )
 
     def settings(self, lanes: Sequence[str]) -> dict[str, LaneSetting]:
         found = {r["pk"]: r for r in self.slots._batch_get([lane_pk(lane) for lane in lanes])}
@@ -182,7 +222,7 @@ class LaneSlots:
     def adopt_item(self, lane: str, name: str, now: float) -> tuple[int, dict[str, Any]] | None:
         """A slot of ``lane`` for a run that runs already, whatever the cap (the caller rebalances
         after). None when the lane has no pool (it was removed from the stack's lanes)."""
-        self.rooms([lane])
+        self.rooms([lane], whole=True)
         view = self.views[lane]
         if view.version == 0:
             return None

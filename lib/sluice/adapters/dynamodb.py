@@ -312,8 +312,8 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
 
     # -- lanes (sluice.lanes) ------------------------------------------------------------------------
 
-    def lane_rooms(self, lanes: Sequence[str]) -> dict[str, LaneRoom]:
-        return self.lane_slots.rooms(lanes)
+    def lane_rooms(self, lanes: Sequence[str], *, whole: bool = False) -> dict[str, LaneRoom]:
+        return self.lane_slots.rooms(lanes, whole=whole)
 
     def lane_settings(self, lanes: Sequence[str]) -> dict[str, LaneSetting]:
         return self.lane_slots.settings(lanes)

@@ -157,7 +157,7 @@ class MemoryStore(MemoryAwaits, MemoryKeys):
 
     # -- lanes (sluice.lanes) ------------------------------------------------------------------------
 
-    def lane_rooms(self, lanes: Sequence[str]) -> dict[str, LaneRoom]:
+    def lane_rooms(self, lanes: Sequence[str], *, whole: bool = False) -> dict[str, LaneRoom]:
         with self._lock:
             out = {}
             for lane in lanes:

@@ -49,7 +49,7 @@ def lane_states(rt: Runtime, lanes: Sequence[Lane]) -> list[dict[str, Any]]:
     names = [lane.name for lane in lanes]
     store = rt.store()
     settings = store.lane_settings(names)
-    rooms = store.lane_rooms(names)
+    rooms = store.lane_rooms(names, whole=True)
     return [describe(lane, settings.get(lane.name), rooms[lane.name]) for lane in lanes]
 
 
@@ -75,7 +75,7 @@ def change_lane(
     each kept as it is when not given, then put its limit in force in the lane's pool at once."""
     store = rt.store()
     old = store.lane_settings([lane.name]).get(lane.name) or LaneSetting(lane.name)
-    before = describe(lane, old, store.lane_rooms([lane.name])[lane.name])
+    before = describe(lane, old, store.lane_rooms([lane.name], whole=True)[lane.name])
     new_max = old.max if isinstance(maximum, Keep) else maximum
     new_paused = old.paused if isinstance(paused, Keep) else paused
     if (new_max, new_paused) == (old.max, old.paused) and before["limit"] == old.limit(lane):
@@ -88,7 +88,7 @@ def change_lane(
     )
     store.write_lane_setting(setting)
     written = store.set_lane_limit(lane.name, setting.limit(lane), setting.changed_at)
-    after = describe(lane, setting, store.lane_rooms([lane.name])[lane.name])
+    after = describe(lane, setting, store.lane_rooms([lane.name], whole=True)[lane.name])
     return {
         "lane": lane.name,
         "changed": True,
