@@ -116,3 +116,37 @@ def test_a_stale_listing_hides_running_executions(world):
     assert executions.list_running() == set()
     world.containers["B"].injector.faults.clear()
     assert len(executions.list_running()) == 1
+
+
+def test_a_woken_key_waiters_send_is_named_key_wake():
+    """The step a waiter woken from its key's line is sent back with: the suite's crash points
+    ``before_key_wake``/``after_key_wake`` and its check of the wake-up hang on this name. The
+    deduplication id is SqsQueue.requeue's, from the holder keys.as_parked gives it (its in-flight
+    entry ``<ticket>@<ms>``, whole)."""
+    import hashlib
+
+    from sluice.keys import KeyWaiter, as_parked
+    from sluice.names import ORIGIN_ATTRIBUTE
+    from tests.support.steps import protocol_step
+
+    waiter = KeyWaiter(
+        ckey="tenant",
+        ticket=3,
+        message_id="m-1",
+        key="k",
+        body="{}",
+        group_id="g",
+        attributes={},
+        parked_at=1.0,
+    )
+    parked = as_parked(waiter, "3@1700000000123")
+    holder = hashlib.sha256(parked.holder.encode()).hexdigest()[:32]
+    params = {
+        "MessageDeduplicationId": f"{parked.message_id[:90]}-{holder}",
+        "MessageAttributes": {
+            **{k: {"DataType": "String", "StringValue": v} for k, v in parked.attributes.items()},
+            "sluice-concurrency-key": {"DataType": "String", "StringValue": "tenant"},
+            ORIGIN_ATTRIBUTE: {"DataType": "String", "StringValue": parked.message_id},
+        },
+    }
+    assert protocol_step("sqs", "SendMessage", params) == "key_wake"

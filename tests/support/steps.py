@@ -75,9 +75,10 @@ def _key_item(update_or_check: dict[str, Any]) -> bool:
 
 def key_wake_dedup(attributes: dict[str, Any]) -> str | None:
     """The deduplication id suffix of a waiter woken from its key's line (``sluice.keys.as_parked``:
-    the holder ``sluice-key:<key>#<ticket>``), or None for a message without a key and a ticket."""
+    the holder ``sluice-key:<key>#<ticket>@<ms>``, its in-flight entry, which the attribute
+    ``sluice-key-ticket`` carries whole), or None for a message without a key and a ticket."""
     ckey = attributes.get(CONCURRENCY_KEY_ATTRIBUTE, {}).get("StringValue")
-    ticket = attributes.get(TICKET_ATTRIBUTE, {}).get("StringValue", "").partition("@")[0]
+    ticket = attributes.get(TICKET_ATTRIBUTE, {}).get("StringValue", "")
     if not ckey or not ticket:
         return None
     return "-" + hashlib.sha256(f"sluice-key:{ckey}#{ticket}".encode()).hexdigest()[:32]
