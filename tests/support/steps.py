@@ -16,6 +16,7 @@ ONCE_ATTRIBUTE = "sluice-once"  # "true": the key runs successfully at most once
 EFFECT_ORIGIN_PREFIX = "fx-"  # the origin id of an effect's message (docs/protocol.md, "Effects")
 REASON_ATTRIBUTE = "sluice-error"  # on every dead-letter copy: the reason
 CONCURRENCY_KEY_ATTRIBUTE = "sluice-concurrency-key"  # the message's concurrency key
+LANE_POOL_PREFIX = "SLOTS#lane-"  # a lane's slot pool (sluice.lanes): SLOTS#lane-<lane>[#<i>]
 TICKET_ATTRIBUTE = "sluice-key-ticket"  # on a waiter woken from its key's line: "<ticket>@<ms>"
 # A woken waiter's deduplication id ends with the digest of the awaits feature's wake-up "holder".
 WAKE_DEDUP_SUFFIX = "-" + hashlib.sha256(b"sluice-awaits").hexdigest()[:32]
@@ -69,6 +70,39 @@ def limit_change(params: dict[str, Any]) -> bool:
     return any(_pk(i.get("Update") or i.get("ConditionCheck") or {}) == "SLOTS#launcher" for i in items)
 
 
+def lane_of_pool(pk: str) -> str | None:
+    """The lane whose pool item (``SLOTS#lane-<lane>``) ``pk`` is; None for any other item."""
+    if pk.startswith(LANE_POOL_PREFIX) and pk.count("#") == 1:
+        return pk[len(LANE_POOL_PREFIX) :]
+    return None
+
+
+def lane_of_shard(pk: str) -> str | None:
+    """The lane whose pool shard (``SLOTS#lane-<lane>#<i>``) ``pk`` is; None for any other item."""
+    if pk.startswith(LANE_POOL_PREFIX) and pk.count("#") == 2:
+        return pk[len(LANE_POOL_PREFIX) :].rsplit("#", 1)[0]
+    return None
+
+
+def lane_slot_names(params: dict[str, Any], verb: str) -> list[tuple[str, str]]:
+    """(lane, execution name) for each slot of a lane's pool (``sluice.lanes``) a transaction takes
+    (``take``: a claim, an adoption) or gives back (``give``: a release): ``SET holders.#n`` /
+    ``REMOVE holders.#n`` on a shard ``SLOTS#lane-<lane>#<i>``."""
+    out: list[tuple[str, str]] = []
+    prefix = "SET holders.#n" if verb == "take" else "REMOVE holders.#n"
+    for u in _updates(params):
+        lane = lane_of_shard(_pk(u))
+        if lane is not None and u.get("UpdateExpression", "").startswith(prefix):
+            out.append((lane, u["ExpressionAttributeNames"]["#n"]))
+    return out
+
+
+def lane_limit_change(params: dict[str, Any]) -> bool:
+    """A transaction that moves the caps of a lane's pool (``Store.set_lane_limit``, a rebalance)."""
+    items = params.get("TransactItems", [])
+    return any(lane_of_pool(_pk(i.get("Update") or i.get("ConditionCheck") or {})) for i in items)
+
+
 def _key_item(update_or_check: dict[str, Any]) -> bool:
     return _pk(update_or_check).startswith("CKEY#")
 
@@ -101,6 +135,12 @@ def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
     deduplication id names a key's ticket wakes a waiter (``key_wake``); a single update taking an
     entry off ``inflight`` gives a woken waiter's kept slot back (``key_forgo``), one of ``cap`` sets a
     key's own cap (``key_cap``).
+
+    Lanes (``sluice.lanes``): a claim, release or adoption takes or gives a lane's slot in its own
+    transaction (``lane_slot_names``); a write to a lane's pool item (``SLOTS#lane-<lane>``) moves
+    that lane's caps (``lane_limit``: the tick's ``sync_lanes``, the operator's command, the
+    rebalance after an adoption); a single update of ``LANE#<lane>`` records the operator's setting
+    (``lane_setting``).
     """
     if operation == "TransactWriteItems":
         puts = [_pk(p) for p in _puts(params)]
@@ -123,6 +163,8 @@ def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
             return "claim"
         if limit_change(params):
             return "limit"
+        if lane_limit_change(params):
+            return "lane_limit"
         if slot_names(params, "give"):
             return "release"
         if slot_names(params, "take"):
@@ -151,6 +193,10 @@ def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
             return "save_reconciliation"
         if params.get("Key", {}).get("pk", {}).get("S", "").startswith("SLOTS#launcher"):
             return "limit"
+        if params.get("Key", {}).get("pk", {}).get("S", "").startswith(LANE_POOL_PREFIX):
+            return "lane_limit"
+        if params.get("Key", {}).get("pk", {}).get("S", "").startswith("LANE#"):
+            return "lane_setting"
         if params.get("Key", {}).get("pk", {}).get("S", "").startswith("CKEY#"):
             return "key_forgo" if "DELETE #inflight" in expression else "key_cap"
         return "update"
@@ -243,7 +289,14 @@ KEY_POINTS: dict[str, tuple[str, str]] = {
     "after_key_advance": ("after", "key_advance"),
     "after_key_forgo": ("after", "key_forgo"),
 }
-ALL_POINTS = {**CRASH_POINTS, **SITUATIONAL_POINTS, **AWAIT_POINTS, **KEY_POINTS}
+# Points of lanes (sluice.lanes): the caps of a lane's pool moved to its limit in force (the tick's
+# sync of every lane's limit, before it admits; the operator's command; the rebalance after an
+# adoption). Reached by the first tick of a program with lanes, and whenever a lane's limit moves.
+LANE_POINTS: dict[str, tuple[str, str]] = {
+    "before_lane_limit": ("before", "lane_limit"),
+    "after_lane_limit": ("after", "lane_limit"),
+}
+ALL_POINTS = {**CRASH_POINTS, **SITUATIONAL_POINTS, **AWAIT_POINTS, **KEY_POINTS, **LANE_POINTS}
 
 # The steps of launcher.py's timeline, and of reconciliation and completion, where a crash matters.
 PROTOCOL_STEPS = frozenset(step for _, step in ALL_POINTS.values())
@@ -258,6 +311,7 @@ THROTTLE_TARGETS = (
     "wait",
     "key_park",
     "key_advance",
+    "lane_limit",
     "mark",
     "release",
     "GetItem",
