@@ -6,11 +6,13 @@ Mixed into ``World`` (tests/reliability/world.py): uses its clients, model, cont
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sluice.keys import INFLIGHT_SECONDS
+from sluice.lanes import DEFAULT_LANE, by_priority, split
 from sluice.model import TERMINAL_STATUSES
 from tests.support.model import AWAIT_REASON, awaited_keys
+from tests.support.steps import lane_of_pool
 
 if TYPE_CHECKING:
     from tests.reliability.world import World
@@ -69,6 +71,80 @@ class Promises:
             if pk.startswith("CKEY#") and item.get("holders", {}).get("SS")
         }
 
+    def check_lanes(self: World, items: dict[str, dict[str, Any]], slots: set[str]) -> list[str]:
+        """On a stack with lanes, after every step: every global slot's holder holds a slot of its
+        own lane (the lane on its ``EXEC#`` record) and no other, every lane's slot is held by a
+        holder of a global slot, and the lanes' pools changed only by the claims, releases and
+        adoptions the model saw (``sluice.lanes``: one transaction takes or gives both)."""
+        held = self.lane_holders(items)
+        lanes: dict[str, str] = {}
+        problems = []
+        for lane, name in held:
+            if name in lanes:
+                problems.append(f"lanes: {name} holds slots of lanes {lanes[name]!r} and {lane!r}")
+            lanes[name] = lane
+        for name in sorted(slots):
+            lane = items.get(f"EXEC#{name}", {}).get("lane", {}).get("S")
+            if lanes.get(name) != lane or lane is None:
+                problems.append(
+                    f"lanes: {name} holds a global slot, its record names lane {lane!r}, and it holds "
+                    + (f"a slot of lane {lanes[name]!r}" if name in lanes else "no lane's slot")
+                )
+        for name, lane in sorted(lanes.items()):
+            if name not in slots:
+                problems.append(
+                    f"lanes (nothing leaks): {name} holds a slot of lane {lane!r} and no global slot"
+                )
+        if lanes != self.model.lane_holders:
+            problems.append(
+                f"the lanes' pools changed outside a claim, release or adoption: pools {sorted(lanes.items())}, "
+                f"claimed and not released {sorted(self.model.lane_holders.items())}"
+            )
+        return problems
+
+    def lane_limits_at_rest(self: World) -> dict[str, int]:
+        """How many fresh payloads each lane must start at once at rest: MAX's slots given to the
+        lanes by priority (then in their declared order), none past its lane's limit; without lanes,
+        MAX to the one queue."""
+        if not self.settings.lanes:
+            return {DEFAULT_LANE: self.model.max}
+        room, out = self.model.max, {}
+        for group in by_priority(self.settings.lanes):
+            for lane in group:
+                out[lane.name] = min(room, self.model.lane_limit(lane.name))
+                room -= out[lane.name]
+        return out
+
+    def least_max_at_rest(self: World) -> int:
+        """The MAX settling runs under: at least 2, and with lanes at least what gives every lane of
+        one priority a share of the tick's split (``sluice.lanes.split``) when every lane is idle.
+        Below it the scheduled tick leaves a lane whose share rounds to nothing unserved while the
+        lanes given the room have no messages (``Launcher._admit_lanes`` ends the priority's rounds
+        on a round that started nothing: the open bug pinned by
+        ``test_a_lane_whose_share_rounds_to_nothing_still_gets_the_free_slot``), so its queue would
+        drain only through completions."""
+        least = 2
+        for group in by_priority(self.settings.lanes):
+            limits = {lane.name: self.model.lane_limit(lane.name) for lane in group}
+            while least < 100 and not all(
+                n for lane, n in split(least, group, limits).items() if limits[lane]
+            ):
+                least += 1
+        return least
+
+    def thaw_lanes_at_rest(self: World) -> None:
+        """While settling, the operator runs `sluice set-max default --lane NAME` again for every lane
+        whose pool is frozen: the limit, restamped, is planned anew, which unfreezes a pool whose
+        holders fit under it. A stopgap for an open bug: nothing in Sluice re-plans a lane's pool frozen
+        by a MAX lowered below its runs once they end (``Launcher.sync_lanes`` writes only a moved
+        limit; ``test_a_lane_lowered_below_its_runs_admits_again_once_they_end``), so the lane would
+        admit nothing at rest. Programs still run with it: a frozen lane breaks no promise of safety."""
+        for pk, item in sorted(self.table("frozen").items()):
+            lane = lane_of_pool(pk)
+            if lane is not None and item.get("frozen", {}).get("BOOL"):
+                self.count("lanes:thawed_at_rest")
+                self.set_lane_max(lane, None)
+
     def backlog(self: World) -> int:
         """Messages still to handle: in the queue, or parked in the table (a deferred duplicate, a
         concurrency key's waiter)."""
@@ -121,7 +197,7 @@ class Promises:
             self.check_key_caps()
         if not self.check_ledger:
             return
-        items = self.table("holders", "holder", "state")
+        items = self.table("holders", "holder", "state", "lane")
         slots = self.holders(items)
         leases = {
             item["holder"]["S"]
@@ -142,16 +218,21 @@ class Promises:
             state = items.get(f"EXEC#{name}", {}).get("state", {}).get("S")
             if state not in ("CLAIMED", "RUNNING"):
                 problems.append(f"slot held by {name}, whose record is {state}")
+        if self.settings.lanes:
+            problems.extend(self.check_lanes(items, slots))
         if problems:
             raise PromiseBroken("\n".join(problems))
 
     def settle(self: World) -> None:
-        """Quiescence, then the promises that hold at rest: nothing leaks (4), nothing lost (3)."""
+        """Quiescence, then the promises that hold at rest: nothing leaks (4, and 7 in every lane),
+        nothing lost (3, from every lane's queue)."""
         self.settling = True
         for container in self.containers.values():
             container.restart()
-        if self.model.max < 2:
-            self.set_max(2)
+        for lane in sorted(self.lanes_set):
+            self.set_lane_max(lane, None)  # back to its configured MAX: a paused lane keeps its queue
+        if self.model.max < self.least_max_at_rest():
+            self.set_max(self.least_max_at_rest())
         for ckey in sorted(self.model.key_caps):
             self.set_key_cap(ckey, None)  # a paused key (cap 0) would keep its line for good
         while self.pending:
@@ -163,6 +244,7 @@ class Promises:
         rounds = SETTLE_ROUNDS + len(self.model.sent)
         for round_ in range(rounds):
             self.advance(CLAIM_TIMEOUT + VISIBILITY + WINDOW)
+            self.thaw_lanes_at_rest()
             self.tick("A")
             self.check()
             # Done once nothing is queued or parked, and nothing runs that a waiter awaits.
@@ -175,9 +257,11 @@ class Promises:
             while self.pending:
                 self.deliver(0)
         else:
+            depths = self.queue_depths() if self.settings.lanes else {}
             raise PromiseBroken(
-                f"promise 4 (nothing leaks): the queue did not drain in {rounds} ticks: {self.queue_depth()} left, "
-                f"{len(self.parked_in_table())} parked, {len(self.key_waiters_in_table())} in a key's line"
+                f"promise 4 (nothing leaks): the queue did not drain in {rounds} ticks: {self.queue_depth()} left"
+                + (f" (by lane: {depths})" if depths else "")
+                + f", {len(self.parked_in_table())} parked, {len(self.key_waiters_in_table())} in a key's line"
             )
 
         # Once reconciliation has had its window, the ledger counts exactly the RUNNING executions.
@@ -196,6 +280,14 @@ class Promises:
                 f"promise 4 (nothing leaks): ledger holds {len(holders)} slots for {len(ours)} RUNNING executions: "
                 f"{sorted(holders ^ ours)}"
             )
+        for lane in self.lane_names():
+            pool = {n for held_in, n in self.lane_holders(self.table("holders")) if held_in == lane}
+            runs = {n for n in ours if self.model.lane_of.get(n) == lane}
+            if pool != runs:
+                raise PromiseBroken(
+                    f"promise 7 (nothing leaks): lane {lane!r}'s pool holds {len(pool)} slots for its {len(runs)} "
+                    f"RUNNING executions: {sorted(pool ^ runs)}"
+                )
 
         # Everything ends and every event is lost: reconciliation alone must free every slot.
         statuses = sorted(TERMINAL_STATUSES)
@@ -215,6 +307,14 @@ class Promises:
                 f"key cap (nothing leaks): concurrency keys' slots held after every execution ended: "
                 f"{self.key_holders_in_table()}"
             )
+        if self.settings.lanes:
+            rooms = self.operator.store().lane_rooms(self.lane_names())
+            held = {lane: room.running for lane, room in rooms.items() if room.running}
+            if held:
+                raise PromiseBroken(
+                    f"promise 7 (nothing leaks): lanes' slots held after every execution ended: {held} "
+                    f"({self.lane_holders(self.table('holders'))})"
+                )
         started = {s.key for s in self.model.starts if s.key is not None}
         dead_waiters = {
             self.model.sent[m].key
@@ -235,17 +335,35 @@ class Promises:
                     f"promise 4 (nothing leaks): payload {key!r} has no final record: state {state}"
                 )
 
-        # Every one of the MAX slots can be used again.
-        fresh = [
-            self.send(json.dumps({"id": f"settle-{self._seq}-{i}"}), group=f"settle-{i}")
-            for i in range(self.model.max)
-        ]
+        self.thaw_lanes_at_rest()
+        # Every one of the MAX slots can be used again (with lanes: as many as the lanes' limits let
+        # start, each lane given its share by priority).
+        fresh: dict[str, list[str | None]] = {}
+        for lane, n in self.lane_limits_at_rest().items():
+            fresh[lane] = [
+                self.send(
+                    json.dumps({"id": f"settle-{lane}-{self._seq}-{i}"}),
+                    group=f"settle-{lane}-{i}",
+                    lane=lane,
+                )
+                for i in range(n)
+            ]
         self.tick("A")
         self.check()
-        idle = [m for m in fresh if m not in self.model.started_by_message]
-        if idle:
+        idle = {
+            lane: [m for m in sent if m not in self.model.started_by_message] for lane, sent in fresh.items()
+        }
+        if any(idle.values()):
+            total = sum(len(sent) for sent in fresh.values())
+            used = total - sum(len(m) for m in idle.values())
             raise PromiseBroken(
-                f"promise 4 (nothing leaks): only {len(fresh) - len(idle)} of MAX={self.model.max} slots could be used"
+                f"promise 4 (nothing leaks): only {used} of MAX={self.model.max} slots could be used"
+                + (
+                    f" ({total} within the lanes' limits; idle by lane: "
+                    f"{ {lane: len(m) for lane, m in idle.items() if m} })"
+                    if self.settings.lanes
+                    else ""
+                )
             )
         for name in sorted(self.model.running):
             self.end(name)
@@ -256,7 +374,10 @@ class Promises:
 
         # Nothing lost: every message that left the queue started, was a duplicate, or has a reason.
         if self.queue_depth():
-            raise PromiseBroken(f"promise 3 (nothing lost): {self.queue_depth()} messages left in the queue")
+            raise PromiseBroken(
+                f"promise 3 (nothing lost): {self.queue_depth()} messages left in the queue"
+                + (f" (by lane: {self.queue_depths()})" if self.settings.lanes else "")
+            )
         if self.parked_in_table():
             raise PromiseBroken(f"promise 3 (nothing lost): parked and never woken: {self.parked_in_table()}")
         if self.key_waiters_in_table():
@@ -308,13 +429,16 @@ class Promises:
         if not ckeys:
             return
         self.advance(INFLIGHT_SECONDS + 1)
+        # With lanes, each to a lane with room for it (a lane admits no more than its MAX at once).
+        lanes = [lane for lane, n in self.lane_limits_at_rest().items() for _ in range(n)]
         fresh = {
             ckey: self.send(
                 json.dumps({"id": f"settle-{ckey}-{self._seq}"}),
                 group=f"settle-{ckey}",
                 attributes={"sluice-concurrency-key": ckey},
+                lane=lanes[i % len(lanes)],
             )
-            for ckey in ckeys
+            for i, ckey in enumerate(ckeys)
         }
         self.tick("A")
         self.check()

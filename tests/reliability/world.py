@@ -12,6 +12,13 @@ has run out by the fake clock is made visible through ChangeMessageVisibility), 
 executions stopped or started by hand, DynamoDB's TTL). A container may be added whose clients
 retry as deployed (``add_container``).
 
+With ``lanes`` (the stack parameter, e.g. ``fast:1:1,default:2``: ``sluice.lanes``) the stack has a
+queue per lane, as ``build_stack`` makes it, and the containers' launchers run with
+``Settings.lanes``: the producer sends to a lane's queue (``send(lane=...)``), time makes messages
+visible again in whichever queue they were received from, and every count of "the queue" (depth,
+backlog, drain) covers every lane's queue. The operator sets a lane's MAX as ``sluice set-max N
+--lane NAME`` does (``set_lane_max``), also between two steps of a tick.
+
 Nothing here sleeps. Nothing here edits Sluice: it runs ``Launcher.tick`` and
 ``Launcher.on_status_change`` exactly as the handlers do.
 """
@@ -30,6 +37,7 @@ from moto import mock_aws
 from sluice.clock import FakeClock
 from sluice.completion import StatusChange
 from sluice.errors import TransientError
+from sluice.lanes import DEFAULT_LANE, LaneSetting
 from sluice.ops.keys import set_key_max
 from sluice.ops.maximum import set_max
 from sluice.runtime import Runtime
@@ -59,6 +67,7 @@ from tests.support.faults import (
 )
 from tests.support.model import Model, Sent, canonical_key
 from tests.support.moto_patches import atomic_fast_moto
+from tests.support.steps import lane_of_shard
 
 __all__ = [
     "CLAIM_TIMEOUT",
@@ -85,9 +94,11 @@ class World(BehindTheBack, Promises):
         skew: float = 0.0,
         duplicate_policy: str = "suppress",
         name: str = "sluice-rel",
+        lanes: str = "",
         **settings: Any,
     ) -> None:
-        """``settings`` override the stack's settings (e.g. ``retention_days``)."""
+        """``settings`` override the stack's settings (e.g. ``retention_days``); ``lanes`` is the
+        stack parameter (``name:max[:priority[:weight]]``, comma-separated; empty: no lanes)."""
         self._exit = ExitStack()
         self._lock = threading.RLock()
         try:
@@ -105,6 +116,7 @@ class World(BehindTheBack, Promises):
                 claim_timeout_seconds=CLAIM_TIMEOUT,
                 consistency_window_seconds=WINDOW,
                 duplicate_policy=DuplicatePolicy(duplicate_policy),
+                lanes=lanes,
                 **settings,
             )
             self.settings = self.stack.settings
@@ -118,6 +130,8 @@ class World(BehindTheBack, Promises):
                 max_concurrency=max_concurrency,
                 visibility_timeout=VISIBILITY,
                 key_concurrency=self.settings.key_concurrency,
+                lanes={lane.name: lane.max for lane in self.settings.lanes},
+                lane_queues=self.queue_urls() if self.settings.lanes else None,
             )
             # The operator's own machine: the real `sluice set-max`, on clients without faults.
             self.operator = Runtime(self.stack.settings, session=self.session, clock=self.clock)
@@ -138,6 +152,7 @@ class World(BehindTheBack, Promises):
         self.by_hand = 0  # executions started by hand so far (``start_by_hand`` numbers their names)
         self.ended_as: dict[str, str] = {}  # executions that ended (and are not running again): status
         self.ended_when: dict[str, float] = {}  # ... and when, by the world's clock (redrive's window)
+        self.lanes_set: set[str] = set()  # lanes whose MAX the operator set (``set_lane_max``)
         self._seq = 0
 
     def close(self) -> None:
@@ -163,10 +178,12 @@ class World(BehindTheBack, Promises):
         valid: bool = True,
         dedup: str | None = None,
         attributes: dict[str, str] | None = None,
+        lane: str = DEFAULT_LANE,
     ) -> str | None:
-        """Send one message; its id, or None when SQS dropped it as a duplicate (same dedup id)."""
+        """Send one message to ``lane``'s queue (the stack's payload queue is the lane ``default``);
+        its id, or None when SQS dropped it as a duplicate (same dedup id)."""
         request: dict[str, Any] = {
-            "QueueUrl": self.settings.queue_url,
+            "QueueUrl": self.queue_urls()[lane],
             "MessageBody": body,
             "MessageGroupId": group,
             "MessageDeduplicationId": dedup or uuid.uuid4().hex,
@@ -181,8 +198,18 @@ class World(BehindTheBack, Promises):
             self.count("sqs:deduplicated")
             return None
         key = canonical_key(body, attributes) if valid else None
+        if self.settings.lanes and lane != DEFAULT_LANE:
+            self.count("lanes:sent_to_a_lane")
         self.model.sent_message(
-            Sent(message_id, body, group, request["MessageDeduplicationId"], key, dict(attributes or {}))
+            Sent(
+                message_id,
+                body,
+                group,
+                request["MessageDeduplicationId"],
+                key,
+                dict(attributes or {}),
+                lane if self.settings.lanes else None,
+            )
         )
         return message_id
 
@@ -220,7 +247,10 @@ class World(BehindTheBack, Promises):
     def tick(self, name: str = "A", faults: Sequence[Fault] = ()) -> str:
         with self._lock:
             self.ticks += 1
-        return self.run(name, lambda c: c.launcher.tick(), faults)
+        outcome = self.run(name, lambda c: c.launcher.tick(), faults)
+        if outcome == "ok":
+            self.model.tick_returned()  # it put every lane's limit in force before it admitted
+        return outcome
 
     def ticks_at_once(self, names: Iterable[str] = ("A", "B")) -> None:
         """Two launchers in two threads, released together."""
@@ -247,8 +277,9 @@ class World(BehindTheBack, Promises):
     def tick_interleaved(self, outer: str, point: str, inner: str, nth: int = 1) -> str:
         """Run launcher ``outer``; at ``point`` (the ``nth`` time), another actor takes its turn:
         ``tick`` (the other launcher), ``deliver`` (the oldest pending event), ``finish_newest``,
-        ``set_max`` (the operator lowers MAX by one, between two steps of the tick), or ``key_cap``
-        (the operator lowers the cap of the concurrency key most sent by one)."""
+        ``set_max`` (the operator lowers MAX by one, between two steps of the tick), ``key_cap``
+        (the operator lowers the cap of the concurrency key most sent by one), or ``lane_max`` (the
+        operator lowers the MAX of the lane most sent to by one)."""
         other = "B" if outer == "A" else "A"
 
         def action() -> None:
@@ -262,6 +293,8 @@ class World(BehindTheBack, Promises):
                 self.lower_max_mid_tick()
             elif inner == "key_cap":
                 self.lower_key_cap_mid_tick()
+            elif inner == "lane_max":
+                self.lower_lane_max_mid_tick()
 
         return self.tick(outer, [Interleave(point, action, nth)])
 
@@ -280,6 +313,15 @@ class World(BehindTheBack, Promises):
         if ckeys:
             self.set_key_cap(ckeys[0], max(0, self.model.key_cap(ckeys[0]) - 1))
             self.count("key_cap:lowered_mid_tick")
+
+    def lower_lane_max_mid_tick(self) -> None:
+        """The operator lowers a lane's MAX by one while a tick runs (the lane most sent to)."""
+        if not self.settings.lanes:
+            return
+        sent = [s.lane for s in self.model.sent.values()]
+        lane = min(self.lane_names(), key=lambda name: (-sent.count(name), name))
+        self.set_lane_max(lane, max(0, self.model.lane_limit(lane) - 1))
+        self.count("lane_max:lowered_mid_tick")
 
     # -- Step Functions and EventBridge -------------------------------------------------------------
 
@@ -392,34 +434,82 @@ class World(BehindTheBack, Promises):
         self.model.set_key_cap(ckey, cap)
         self.count("key_cap:zero" if new == 0 else "key_cap:raised" if new > old else "key_cap:lowered")
 
+    def set_lane_max(self, lane: str, value: int | None, *, paused: bool = False, by: str = "cli") -> None:
+        """The operator sets ``lane``'s MAX (None: back to its configured MAX; ``paused``: 0) as
+        ``sluice set-max N --lane NAME`` (``pause``, ``resume``) does: the setting ``LANE#<lane>``
+        stamped with the world's clock, then the lane's caps (``Store.set_lane_limit``), in the
+        ``operator`` container, whose calls the model sees. ``by="setting"``: the command dies after
+        its first write, the caps unmoved: the next tick puts the setting in force. A raise is
+        allowed from its first write; a lowering binds once the caps carry it."""
+        setting = LaneSetting(lane, max=value, paused=paused, changed_at=self.clock.now())
+        new, old = setting.limit(self.settings.lane(lane)), self.model.lane_limit(lane)
+        if new > old:
+            self.model.set_lane_limit(lane, new)
+        if "operator" not in self.containers:
+            self.add_container("operator")
+
+        def work(c: Container) -> None:
+            store = c.runtime.store()
+            store.write_lane_setting(setting)
+            if by == "cli":
+                store.set_lane_limit(lane, new, setting.changed_at)
+
+        self.run("operator", work)
+        self.model.set_lane_limit(lane, new, caps_moved=by == "cli")
+        self.lanes_set.add(lane)
+        change = "zero" if new == 0 else "raised" if new > old else "lowered" if new < old else "same"
+        self.count(f"lane_max:{change}" + ("" if by == "cli" else ":setting_only"))
+
     def advance(self, seconds: float) -> None:
-        """Time passes. Messages whose visibility timeout ran out become visible again."""
+        """Time passes. Messages whose visibility timeout ran out become visible again (in the queue
+        each was received from: with lanes, its lane's)."""
         self.clock.advance(seconds)
-        due = sorted(self.model.due().items())
-        for i in range(0, len(due), 10):
-            chunk = due[i : i + 10]
-            self.sqs.change_message_visibility_batch(
-                QueueUrl=self.settings.queue_url,
-                Entries=[
-                    {"Id": str(n), "ReceiptHandle": receipt, "VisibilityTimeout": 0}
-                    for n, (_, receipt) in enumerate(chunk)
-                ],
-            )
-            for message_id, _ in chunk:
-                self.model.made_visible(message_id)
+        by_queue: dict[str, list[tuple[str, str]]] = {}
+        for message_id, receipt in sorted(self.model.due().items()):
+            queue = self.model.queue_of.get(message_id) or self.settings.queue_url
+            by_queue.setdefault(queue, []).append((message_id, receipt))
+        for queue, due in sorted(by_queue.items()):
+            for i in range(0, len(due), 10):
+                chunk = due[i : i + 10]
+                self.sqs.change_message_visibility_batch(
+                    QueueUrl=queue,
+                    Entries=[
+                        {"Id": str(n), "ReceiptHandle": receipt, "VisibilityTimeout": 0}
+                        for n, (_, receipt) in enumerate(chunk)
+                    ],
+                )
+                for message_id, _ in chunk:
+                    self.model.made_visible(message_id)
 
     # -- observations ---------------------------------------------------------------------------------
 
-    def queue_depth(self) -> int:
-        attrs = self.sqs.get_queue_attributes(
-            QueueUrl=self.settings.queue_url,
-            AttributeNames=[
-                "ApproximateNumberOfMessages",
-                "ApproximateNumberOfMessagesNotVisible",
-                "ApproximateNumberOfMessagesDelayed",
-            ],
-        )["Attributes"]
-        return sum(int(v) for v in attrs.values())
+    def lane_names(self) -> list[str]:
+        """The stack's lanes, as configured (none: the stack has no lanes)."""
+        return [lane.name for lane in self.settings.lanes]
+
+    def queue_urls(self) -> dict[str, str]:
+        """Every lane's queue (the stack's payload queue is the lane ``default``)."""
+        return {DEFAULT_LANE: self.settings.queue_url, **self.settings.lane_queue_urls}
+
+    def queue_depth(self, lane: str | None = None) -> int:
+        """Messages in ``lane``'s queue (visible, in flight or delayed); None: in every lane's."""
+        urls = self.queue_urls()
+        total = 0
+        for url in [urls[lane]] if lane is not None else list(urls.values()):
+            attrs = self.sqs.get_queue_attributes(
+                QueueUrl=url,
+                AttributeNames=[
+                    "ApproximateNumberOfMessages",
+                    "ApproximateNumberOfMessagesNotVisible",
+                    "ApproximateNumberOfMessagesDelayed",
+                ],
+            )["Attributes"]
+            total += sum(int(v) for v in attrs.values())
+        return total
+
+    def queue_depths(self) -> dict[str, int]:
+        """Each lane's queue depth, for a report."""
+        return {lane: self.queue_depth(lane) for lane in self.queue_urls()}
 
     def table(self, *attributes: str) -> dict[str, dict[str, Any]]:
         """Every item by ``pk``; with ``attributes``, only those (a payload's history can be long)."""
@@ -452,6 +542,17 @@ class World(BehindTheBack, Promises):
                 QueueUrl=self.settings.dlq_url,
                 Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)],
             )
+
+    @staticmethod
+    def lane_holders(items: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+        """Every holder of a lane's slot: (lane, execution name), from the shards of each lane's pool
+        (``SLOTS#lane-<lane>#<i>``); a name twice if two shards hold it."""
+        out = []
+        for pk, item in items.items():
+            lane = lane_of_shard(pk)
+            if lane is not None:
+                out.extend((lane, name) for name in item.get("holders", {}).get("M", {}))
+        return sorted(out)
 
     @staticmethod
     def holders(items: dict[str, dict[str, Any]]) -> set[str]:

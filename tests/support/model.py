@@ -33,6 +33,15 @@ so the invariants that run after every step stay cheap (they only read ``violati
   (``KWAIT#``) may be deleted, and the invocation that parked it must delete it, not return it to
   the queue (it would spend receives while it waits); a waiter sent back must have been parked.
 
+* lanes (promise 7 of docs/protocol.md, ``sluice.lanes``): on a stack with lanes every claim names
+  its lane on its ``EXEC#`` Put, and it must be the lane of the queue the message was sent to (a
+  message parked in the table and sent back goes back to its lane's queue); it must find fewer of
+  that lane's runs holding a slot (of the lane's pool or, with the lane on its record, the global
+  one; an adopted run too) or running without one than the lane's limit in force: its configured
+  MAX, or the operator's setting as the test wrote it (a raise counts from its first write, a
+  lowering once the caps carry it: once the command returns, or, when only the setting was
+  written, once a tick has run). Promise 1 is checked on every claim as before.
+
 RUNNING executions Sluice does not hold count against MAX too: executions the test started by hand
 and executions an operator redrove are in ``running`` (and in ``outside`` until Sluice adopts them).
 As docs/protocol.md says, Sluice learns of them at its next reconciliation: one counts against MAX
@@ -52,6 +61,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +73,7 @@ from tests.support.steps import (
     ORIGIN_ATTRIBUTE,
     REASON_ATTRIBUTE,
     Call,
+    lane_slot_names,
     slot_names,
 )
 
@@ -102,6 +113,7 @@ class Sent:
     dedup: str
     key: str | None  # the payload key; None for a message the test made unusable
     attributes: dict[str, str] = field(default_factory=dict)
+    lane: str | None = None  # the lane whose queue it was sent to (None: the stack has no lanes)
 
     @property
     def valid(self) -> bool:
@@ -139,6 +151,8 @@ class Model:
         max_concurrency: int,
         visibility_timeout: int,
         key_concurrency: int = 1,
+        lanes: Mapping[str, int] | None = None,
+        lane_queues: Mapping[str, str] | None = None,
     ) -> None:
         self.lock = threading.RLock()
         self.dlq_url = dlq_url
@@ -197,6 +211,14 @@ class Model:
         # physical message id -> (container, message id): a copy whose message that container parked
         # in a key's line; it must be deleted, not returned, so that it spends no receives while it waits
         self.key_parked_copies: dict[str, tuple[str, str]] = {}
+        self.queue_of: dict[str, str] = {}  # physical message id -> the queue it was received from
+        # Lanes (sluice.lanes; empty: the stack has none).
+        self.lanes = dict(lanes or {})  # lane -> its configured MAX
+        self.lane_queues = {url: lane for lane, url in (lane_queues or {}).items()}  # queue URL -> lane
+        self.lane_limits = dict(self.lanes)  # lane -> its limit in force, as the test set it
+        self.lane_lowered: dict[str, int] = {}  # lowered in LANE# only: binding once a tick has run
+        self.lane_of: dict[str, str] = {}  # execution name -> its lane (its claim's EXEC# Put)
+        self.lane_holders: dict[str, str] = {}  # execution name -> the lane whose slot it holds
 
     # -- the test's own actions ------------------------------------------------------------------
 
@@ -242,6 +264,38 @@ class Model:
                 self.key_caps.pop(ckey, None)
             else:
                 self.key_caps[ckey] = cap
+
+    def lane_limit(self, lane: str) -> int:
+        """The limit in force in ``lane``: the operator's, as the test set it, else its configured MAX."""
+        return self.lane_limits[lane]
+
+    def set_lane_limit(self, lane: str, limit: int, *, caps_moved: bool = True) -> None:
+        """The test set ``lane``'s limit. ``caps_moved``: the caps carry it (the operator's command
+        returned): it binds now. Otherwise only the setting was written: a raise binds now (it is
+        allowed from its first write), a lowering once a tick has put it in force (``tick_returned``)."""
+        with self.lock:
+            if caps_moved or limit >= self.lane_limits[lane]:
+                self.lane_limits[lane] = limit
+                self.lane_lowered.pop(lane, None)
+            else:
+                self.lane_lowered[lane] = limit
+
+    def tick_returned(self) -> None:
+        """A scheduled tick returned: it read every lane's setting and put its limit in force first."""
+        with self.lock:
+            self.lane_limits.update(self.lane_lowered)
+            self.lane_lowered.clear()
+
+    def lane_runs(self, lane: str, *, but: str = "") -> list[str]:
+        """The runs of ``lane`` that take room in it: holding a slot of its pool, or (by the lane of
+        their claim) a global slot, or RUNNING without one; not runs redriven behind Sluice's back and
+        not adopted yet (Sluice cannot know them)."""
+        ours = {n for n in self.running if n not in self.outside}
+        return sorted(
+            n
+            for n in (set(self.lane_holders) | self.holders | ours) - {but}
+            if self.lane_holders.get(n, self.lane_of.get(n)) == lane
+        )
 
     def ckey_of_message(self, message_id: str | None) -> str | None:
         """The concurrency key the test sent message ``message_id`` with, if any."""
@@ -333,6 +387,7 @@ class Model:
             self.receipts[message["ReceiptHandle"]] = message["MessageId"]
             self.in_flight[message["MessageId"]] = (message["ReceiptHandle"], visible_at)
             self.received_by[message["MessageId"]] = call.container
+            self.queue_of[message["MessageId"]] = call.params.get("QueueUrl", "")
             count = int(message.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
             self.max_receive_count = max(self.max_receive_count, count)
 
@@ -362,6 +417,8 @@ class Model:
         ckey = self.ckey_of_message(message_id)
         if ckey is not None:
             self._key_claim(name, ckey)
+        if self.lanes:
+            self._lane_claim(call, name, message_id, item.get("lane", {}).get("S"))
         self.holders.add(name)
         self.claims[name] = message_id
         self.claimed_under[name] = self.max
@@ -382,6 +439,32 @@ class Model:
                 f"key cap: {name} claimed a slot of concurrency key {ckey!r} while {len(taken)} "
                 f"of its runs held one under its cap {self.key_cap(ckey)}: {taken}"
             )
+
+    def _lane_claim(self, call: Call, name: str, message_id: str, lane: str | None) -> None:
+        """Promise 7 at the claim: a claim on a stack with lanes names its lane, the lane of the
+        queue its message was sent to, and finds fewer of that lane's runs taking room in it than
+        the lane's limit in force (``lane_runs``). The claim's own lane slot is then recorded."""
+        if lane is None or lane not in self.lanes:
+            self.violations.append(
+                f"lanes: {name} claimed for message {message_id} on a stack with lanes "
+                f"{sorted(self.lanes)} in lane {lane!r}"
+            )
+            return
+        sent = self.sent.get(message_id)
+        if sent is not None and sent.lane is not None and sent.lane != lane:
+            self.violations.append(
+                f"lanes (messages keep their lane): {name} claimed in lane {lane!r} for message "
+                f"{message_id}, sent to lane {sent.lane!r}"
+            )
+        taken = self.lane_runs(lane, but=name)
+        limit = self.lane_limit(lane)
+        if len(taken) >= limit:
+            self.violations.append(
+                f"promise 7 (lane MAX): {name} claimed a slot of lane {lane!r} while {len(taken)} of its "
+                f"runs held one or ran, under its limit {limit}: {taken}"
+            )
+        self.lane_of[name] = lane
+        self.lane_holders.update({n: took for took, n in lane_slot_names(call.params, "take")})
 
     def _refused_claim(self, call: Call, parsed: dict[str, Any]) -> None:
         reasons = parsed.get("CancellationReasons") or []
@@ -404,6 +487,8 @@ class Model:
     def _on_release(self, call: Call, parsed: dict[str, Any]) -> None:
         given = slot_names(call.params, "give")
         self.holders.difference_update(given)
+        for _, name in lane_slot_names(call.params, "give"):
+            self.lane_holders.pop(name, None)
         marked = {execution for execution, _ in self.effects.values()}
         self.effects_marked.update(n for n in given if n in marked)
 
@@ -461,6 +546,7 @@ class Model:
                 call.params.get("MessageDeduplicationId", ""),
                 key,
                 attributes,
+                self.lane_queues.get(call.params.get("QueueUrl", "")),
             )
         if parsed.get("MessageId"):
             self.origin[parsed["MessageId"]] = origin
@@ -472,6 +558,9 @@ class Model:
             value = entry.get("Update", {}).get("ExpressionAttributeValues", {}).get(":key")
             if value is not None:
                 key = value["S"]
+        for lane, name in lane_slot_names(call.params, "take"):
+            self.lane_holders[name] = lane
+            self.lane_of[name] = lane
         for name in slot_names(call.params, "take"):
             self.holders.add(name)
             self.adopted.add(name)
@@ -521,6 +610,13 @@ class Model:
         origin = self.logical(origin)
         if origin not in self.parked:
             self.violations.append(f"message {origin} was re-sent to the queue, but it was never parked")
+        sent = self.sent.get(origin)
+        to = self.lane_queues.get(call.params.get("QueueUrl", ""))
+        if self.lanes and sent is not None and sent.lane is not None and to != sent.lane:
+            self.violations.append(
+                f"lanes (messages keep their lane): message {origin}, sent to lane {sent.lane!r}, was sent "
+                f"back to {'lane ' + repr(to) if to else call.params.get('QueueUrl')}"
+            )
         if parsed.get("MessageId"):
             self.origin[parsed["MessageId"]] = origin
 
