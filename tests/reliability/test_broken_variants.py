@@ -44,6 +44,7 @@ import sluice.pointers
 import sluice.reconcile
 import sluice.runtime
 from sluice.adapters.dynamo_keys import KeysTable
+from sluice.adapters.dynamo_lanes import LaneSlots
 from sluice.adapters.dynamo_launch_slots import POOL
 from sluice.adapters.dynamo_slots import release_item
 from sluice.adapters.dynamodb import DynamoStore
@@ -1279,3 +1280,96 @@ def test_a_park_undone_by_its_wake_ups_failure_is_caught(monkeypatch):
     monkeypatch.setattr(sluice.per_message.keys, "wait", wait_undone_by_its_wake_up)
     with pytest.raises(AssertionError):
         on_keyed_stack(keys_moto.test_a_parked_message_whose_wake_up_is_throttled_is_deleted_all_the_same)
+
+
+# -- lanes (sluice.lanes, promise 7 of docs/protocol.md) ------------------------------------------------
+
+
+def harmless_item(table: str) -> dict[str, Any]:
+    """A transaction item that writes nothing any check reads: in place of a lane's slot."""
+    return {
+        "Update": {
+            "TableName": table,
+            "Key": {"pk": {"S": "VARIANT#harmless"}},
+            "UpdateExpression": "SET touched = :t",
+            "ExpressionAttributeValues": {":t": {"N": "1"}},
+        }
+    }
+
+
+def without_the_lane_slot(self: LaneSlots, lane: str, shard: int, name: str, now: float) -> dict[str, Any]:
+    return harmless_item(self.table)
+
+
+def keeping_the_lane_slot(self: LaneSlots, lane: str, shard: int, name: str) -> dict[str, Any]:
+    return harmless_item(self.table)
+
+
+@pytest.mark.parametrize("ledger_check", [True, False], ids=["ledger-check", "promises-alone"])
+def test_a_claim_without_its_lane_slot_is_caught(monkeypatch, ledger_check):
+    """The claim's transaction without the lane's slot: the lane's next claim finds room again."""
+    monkeypatch.setattr(LaneSlots, "claim_item", without_the_lane_slot)
+    monkeypatch.setattr(World, "check_ledger", ledger_check)
+    failure = caught(breaks.test_a_lane_never_passes_its_max_whatever_the_global_room)
+    assert "promise 7 (lane MAX)" in str(failure)
+
+
+def test_a_release_that_keeps_the_lane_slot_is_caught(monkeypatch):
+    """The release's transaction without the lane's slot: the lanes' ledger check at once."""
+    monkeypatch.setattr(LaneSlots, "release_item", keeping_the_lane_slot)
+    failure = caught(breaks.test_a_lane_slot_comes_back_when_its_run_ends)
+    assert "holds a slot of lane 'gpu' and no global slot" in str(failure)
+
+
+def lane_slot_after_the_end(make_world: Callable[..., World]) -> None:
+    """One gpu run, ended with its event delivered; then the world comes to rest."""
+    world = make_world(max_concurrency=2, lanes="gpu:1:1,default:1")
+    world.send(body("g0"), group="g0", lane="gpu")
+    world.tick("A")
+    (g0,) = world.model.running
+    world.end(g0)
+    assert world.deliver(0) == "ok"
+    world.settle()
+
+
+def test_the_lane_slot_after_the_end_scenario_holds():
+    run(lane_slot_after_the_end)
+
+
+def test_a_release_that_keeps_the_lane_slot_is_caught_at_rest(monkeypatch):
+    """With the ledger check off, the promises at rest: gpu's pool holds a slot nothing runs in."""
+    monkeypatch.setattr(LaneSlots, "release_item", keeping_the_lane_slot)
+    monkeypatch.setattr(World, "check_ledger", False)
+    failure = caught(lane_slot_after_the_end)
+    assert "promise 7 (nothing leaks)" in str(failure)
+
+
+def test_a_completion_that_ignores_the_lanes_priority_is_caught(monkeypatch):
+    refill_order = sluice.launcher.refill_order
+    monkeypatch.setattr(
+        sluice.launcher, "refill_order", lambda lanes, rng: list(reversed(refill_order(lanes, rng)))
+    )
+    failure = caught(breaks.test_a_slot_freed_in_a_low_lane_goes_to_the_priority_lane)
+    assert "the freed slot went to 'default'" in str(failure)
+
+
+def creating_the_lanes_pools_only(self: Launcher) -> dict[str, int]:
+    """``sync_lanes`` that writes each lane's pool once, with its configured MAX, and never moves it."""
+    names = [lane.name for lane in self.settings.lanes]
+    rooms = self.store.lane_rooms(names)
+    for lane in self.settings.lanes:
+        if not rooms[lane.name].exists:
+            self.store.set_lane_limit(lane.name, lane.max, 0.0)
+    return {name: room.limit for name, room in self.store.lane_rooms(names).items()}
+
+
+def test_a_tick_that_never_moves_a_lanes_limit_is_caught(monkeypatch):
+    monkeypatch.setattr(Launcher, "sync_lanes", creating_the_lanes_pools_only)
+    failure = caught(breaks.test_a_lane_max_whose_command_died_is_put_in_force_by_the_next_tick)
+    assert "promise 7 (lane MAX)" in str(failure)
+
+
+def test_a_requeue_that_ignores_the_messages_lane_is_caught(monkeypatch):
+    monkeypatch.setattr(sluice.adapters.sqs.SqsQueue, "url_for", lambda self, attributes: self.home_url)
+    failure = caught(breaks.test_a_waiter_woken_from_the_table_goes_back_to_its_lanes_queue)
+    assert "lanes (messages keep their lane)" in str(failure)
