@@ -619,6 +619,16 @@ class CountingStore:
     def write_lane_setting(self, setting: LaneSetting) -> None:
         self._update(self.inner.write_lane_setting(setting))
 
+    def thaw_lane(self, lane: str) -> None:
+        """``DynamoSlots.rebalance``: read the pool and its shards, write the caps (the memory store
+        never freezes: counted as a read, then one transaction)."""
+        self._read_lane_caps(lane)
+        self.meter.call("dynamodb:TransactWriteItems")
+        self.meter.wru += 2 * (1 + self._lane_shards.get(lane, 0))
+        self.meter.wait("dynamodb:TransactWriteItems")
+        self._views_here().discard(lane)
+        self.inner.thaw_lane(lane)
+
     # -- awaits (sluice.awaits): every end reads its key's AWAITED# item and every reconciliation the
     # AWAITING index; the DAG workload's payloads (sluice-awaits) also read, park and release waiters --
 

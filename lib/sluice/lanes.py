@@ -84,6 +84,7 @@ class LaneRoom:
     free: int
     exists: bool = True  # False before the lane's first tick wrote its caps
     complete: bool = True  # False: a sample of a big lane's shards (``free`` counts those read)
+    frozen: bool = False  # its limit was lowered below its holders: no cap has room until re-planned
 
 
 def check_lane_name(name: str) -> str:

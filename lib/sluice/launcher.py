@@ -265,7 +265,7 @@ class Launcher(MessageProtocol):
         undoes a newer one. Two reads; a write only for a lane whose limit moved."""
         names = [lane.name for lane in self.settings.lanes]
         settings = self.store.lane_settings(names)
-        rooms = self.store.lane_rooms(names)
+        rooms = self.store.lane_rooms(names, whole=True)
         limits = {}
         for lane in self.settings.lanes:
             setting = settings.get(lane.name) or LaneSetting(lane.name)
@@ -280,6 +280,9 @@ class Launcher(MessageProtocol):
                         extra={"lane": lane.name, "limit": limit, "stamp": setting.changed_at},
                     )
                 limit = rooms[lane.name].limit if written is None else written
+            elif rooms[lane.name].frozen and rooms[lane.name].running < limit:
+                # Frozen by a lowered limit, and its runs fit under it again: plan its caps anew.
+                self.store.thaw_lane(lane.name)
             limits[lane.name] = limit
         return limits
 
@@ -345,9 +348,9 @@ class Launcher(MessageProtocol):
                             return summary
                         if part.stopped == "empty" or part.n(Outcome.STARTED) < shares[lane.name]:
                             drained.add(lane.name)  # its queue gave less than its share
+                    # A round that started nothing drained every lane it gave a share to; the lanes
+                    # the split gave none (their share rounded away) are offered the room next.
                     started += moved
-                    if not moved:
-                        break
             if not offered:
                 summary.stopped = "full"  # no lane has room: nothing to linger for
                 return summary
@@ -366,6 +369,10 @@ class Launcher(MessageProtocol):
         summary = TickSummary()
         names = [lane.name for lane in self.settings.lanes]
         rooms = self.store.lane_rooms(names)
+        for name, room in rooms.items():
+            if room.frozen:
+                self.store.thaw_lane(name)  # rare: a lowered lane MAX; it may admit again now
+                rooms[name] = self.store.lane_rooms([name])[name]
         open_ = [lane for lane in refill_order(self.settings.lanes, self.rng) if rooms[lane.name].free > 0]
         ledger = self.store.look(freed) if open_ else None
         for i, lane in enumerate(open_):

@@ -253,6 +253,11 @@ class Store(Protocol):
         """Record the operator's run-time setting of a lane (``LANE#<name>``)."""
         ...
 
+    def thaw_lane(self, lane: str) -> None:
+        """Plan a frozen lane's caps again under its limit in force (``LaneRoom.frozen``): once its
+        holders fit under the limit again, it admits again; until then it stays frozen."""
+        ...
+
     def mark_redriven(self, *, key: str, name: str, now: float) -> bool:
         """``name``, a run of ``key`` redriven behind Sluice's back, could not be adopted: another
         run holds the lease. Until ``name`` is adopted or ``clear_redriven`` lifts the mark, no claim

@@ -1373,3 +1373,23 @@ def test_a_requeue_that_ignores_the_messages_lane_is_caught(monkeypatch):
     monkeypatch.setattr(sluice.adapters.sqs.SqsQueue, "url_for", lambda self, attributes: self.home_url)
     failure = caught(breaks.test_a_waiter_woken_from_the_table_goes_back_to_its_lanes_queue)
     assert "lanes (messages keep their lane)" in str(failure)
+
+
+def test_a_lane_never_thawed_after_a_lowered_max_is_caught(monkeypatch):
+    monkeypatch.setattr(DynamoStore, "thaw_lane", lambda self, lane: None)
+    caught(breaks.test_a_lane_lowered_below_its_runs_admits_again_once_they_end)
+
+
+def test_a_tick_whose_rounds_end_at_the_first_that_starts_nothing_is_caught(monkeypatch):
+    """The lanes' split gives the free slot to a lane with an empty queue; a tick that stops there
+    never offers it to the lane the split gave nothing."""
+    split = sluice.launcher.split
+
+    def first_round_only(room, lanes, rooms):
+        shares = split(room, lanes, rooms)
+        first_round_only.rounds += 1
+        return shares if first_round_only.rounds % 2 else dict.fromkeys(shares, 0)
+
+    first_round_only.rounds = 0
+    monkeypatch.setattr(sluice.launcher, "split", first_round_only)
+    caught(breaks.test_a_lane_whose_share_rounds_to_nothing_still_gets_the_free_slot)

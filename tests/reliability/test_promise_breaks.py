@@ -668,18 +668,13 @@ def test_a_waiter_woken_from_the_table_goes_back_to_its_lanes_queue(make_world):
     world.settle()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open bug, lib/sluice/launcher.py:304 (Launcher._admit_lanes): a round whose lanes start "
-    "nothing ends their priority's rounds, though the lanes the split gave no share were never offered "
-    "the room; the default lane's payload waits while the tick's free slot goes unused",
-)
 def test_a_lane_whose_share_rounds_to_nothing_still_gets_the_free_slot(make_world):
     """Found by the property suite (lanes ``a:1:0:2,b:2:0:1``, the default lane implied, MAX 2: the
     default lane's queue never drained by ticks). One free slot, lanes ``a`` and ``default`` of one
     priority: the split gives it to ``a`` (declared first, largest remainder), whose queue is empty;
-    the round starts nothing and the tick stops, so the default lane's payload never starts on a
-    tick, however long it waits: only a completion's refill would start it."""
+    the round started nothing and the tick stopped, so the default lane's payload never started on a
+    tick, however long it waited: only a completion's refill would start it. Now a round that starts
+    nothing offers the room to the lanes the split gave none."""
     world = make_world(max_concurrency=1, lanes="a:1")
     world.send(body("d0"), group="d0")
     world.tick("A")
@@ -690,18 +685,13 @@ def test_a_lane_whose_share_rounds_to_nothing_still_gets_the_free_slot(make_worl
     world.settle()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open bug, lib/sluice/launcher.py:254 (Launcher.sync_lanes): a lane's pool frozen by a MAX "
-    "lowered below its holders is re-planned only when its limit moves, and nothing else thaws a lane's "
-    "pool: once its runs end, the lane admits nothing, ever",
-)
 def test_a_lane_lowered_below_its_runs_admits_again_once_they_end(make_world):
     """Found by the property suite (``fast:1:1,default:2``: at rest the fresh ``fast`` payload never
     started, its pool ``frozen`` with every cap 0 and no holder). gpu's MAX is lowered from 2 to 1 while
     2 gpu payloads run: its pool freezes (no holder evicted, nothing admitted). Both end and are
     released: one of gpu's two waiting payloads must start, by the completion's refill or, at the
-    latest, by the next tick."""
+    latest, by the next tick. Failed before the fix: nothing re-planned a frozen lane's caps unless its
+    limit moved; now the tick and the refill thaw a frozen lane whose runs fit under its limit."""
     world = make_world(max_concurrency=4, lanes="gpu:2:1,default:2")
     for i in range(4):
         world.send(body(f"g{i}"), group=f"g{i}", lane="gpu")

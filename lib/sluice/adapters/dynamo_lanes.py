@@ -144,6 +144,7 @@ class LaneSlots:
             free=view.free,
             exists=view.version > 0,
             complete=view.complete,
+            frozen=view.frozen,
         )
 
     def settings(self, lanes: Sequence[str]) -> dict[str, LaneSetting]:
@@ -233,4 +234,8 @@ class LaneSlots:
         return shard, take_item(self.table, POOL_PREFIX + lane, shard, name, now)
 
     def rebalance(self, lane: str) -> None:
+        """Plan the lane's caps again under its limit in force: a frozen pool whose holders fit under
+        it again is thawed (``sluice.slots``); one that does not stays frozen."""
         self.slots.rebalance(POOL_PREFIX + lane)
+        with self._lock:
+            self.views.pop(lane, None)

@@ -324,6 +324,9 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
     def write_lane_setting(self, setting: LaneSetting) -> None:
         self.lane_slots.write_setting(setting)
 
+    def thaw_lane(self, lane: str) -> None:
+        self.lane_slots.rebalance(lane)
+
     def mark_redriven(self, *, key: str, name: str, now: float) -> bool:
         return self._update_if(
             payload_pk(key),

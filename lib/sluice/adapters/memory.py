@@ -184,6 +184,9 @@ class MemoryStore(MemoryAwaits, MemoryKeys):
         with self._lock:
             self._lane_settings[setting.name] = setting
 
+    def thaw_lane(self, lane: str) -> None:
+        pass  # one count against one limit: never frozen
+
     def renew(self, *, name: str, now: float, claim_expires_at: float) -> bool:
         with self._lock:
             record = self._executions.get(name)
