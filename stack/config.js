@@ -139,10 +139,6 @@ function parseLanes(text, maxConcurrency) {
       if (fair !== undefined && fair !== 'fair') {
         fail(`lanes: "${part}" : the 5th field may only be "fair", got "${fair}"`);
       }
-      if (fair !== undefined) {
-        // lib/sluice/lanes.py refuses it too: the launcher would not honour it.
-        fail(`lanes: "${part}" : fair lanes (keys served round-robin) are not built yet; leave out "fair"`);
-      }
       if (lanes.some((l) => l.name === name)) fail(`lanes: "${name}" is given twice`);
       // "a-1b" and "a1b" would both be LaneA1bQueue.
       const twin = lanes.find((l) => queueId(l.name) === queueId(name));

@@ -59,13 +59,17 @@ between a send and the move of ``woken``, leaves the waiter parked; reconciliati
 (``sweep``, each scheduled tick) wakes every key in ``KEYS_WAITING`` that has room. So does a parker's
 own wake-up that AWS refuses (throttled): the park stands and the message is deleted all the same,
 never handed back to the queue, where it would spend receives while it waits.
+
+A fair lane (``sluice.fair``) parks every new message in its tenant's line and marks ``CKEY#<key>``
+with ``fair = <lane>``: such a key has no default cap, and only its lane's waker wakes it (``wake``
+with ``by_lane``); a release, the sweep and ``sluice set-max --key`` leave it alone.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -82,6 +86,7 @@ TICKET_ATTRIBUTE = "sluice-key-ticket"
 DEFAULT_KEY_CONCURRENCY = 1
 WAKE_BATCH = 50  # waiters one wake sends at most (their items and CKEY# in one transaction)
 PARK_ATTEMPTS = 20  # parkers of one key racing for the next ticket
+FAIR_UNCAPPED = 10_000  # a fair lane's tenant without its own cap: only its lane's MAX holds it
 INFLIGHT_SECONDS = 300.0  # how long a woken waiter's slot is kept for its claim
 # A waiter is one DynamoDB item (400 KB): its body and attributes, beside its keys and ids. SQS takes
 # messages of up to 1 MiB, body and attributes.
@@ -98,9 +103,12 @@ class KeyState:
     tickets: int = 0
     woken: int = 0
     inflight: frozenset[str] = frozenset()  # entries "<ticket>@<ms>" (``entry``)
+    fair: str | None = None  # the fair lane whose tenant it is (``sluice.fair``): no default cap
 
     def limit(self, default: int) -> int:
-        return default if self.cap is None else self.cap
+        if self.cap is not None:
+            return self.cap
+        return FAIR_UNCAPPED if self.fair is not None else default
 
     def kept(self, now: float) -> int:
         """Slots kept for woken waiters whose claim has not landed yet."""
@@ -140,10 +148,17 @@ class KeyStore(Protocol):
         """``CKEY#<ckey>`` read consistently (an empty state when it does not exist)."""
         ...
 
-    def park_for_key(self, waiter: KeyWaiter, *, tickets: int, replaces: str | None = None) -> bool:
+    def park_for_key(
+        self, waiter: KeyWaiter, *, tickets: int, replaces: str | None = None, fair: str | None = None
+    ) -> bool:
         """Park ``waiter`` as ticket ``tickets`` (its ``ticket`` is ignored); a woken waiter parking
-        again gives up its in-flight entry ``replaces``. False when another parker took that
-        ticket first (read the state again)."""
+        again gives up its in-flight entry ``replaces``; ``fair``: the key is a tenant of that fair
+        lane (``KeyState.fair``). False when another parker took that ticket first (read the state
+        again)."""
+        ...
+
+    def key_states(self, ckeys: Sequence[str]) -> dict[str, KeyState]:
+        """``CKEY#`` of each key, read consistently in one call (an empty state for a missing one)."""
         ...
 
     def key_waiters(self, ckey: str, tickets: Sequence[int]) -> list[KeyWaiter]:
@@ -172,7 +187,8 @@ class KeyStore(Protocol):
         ...
 
     def forget_key(self, ckey: str) -> None:
-        """Take ``ckey`` off ``keys_waiting`` if its line is empty and nobody is on the way."""
+        """Take ``ckey`` off ``keys_waiting`` if its line is empty and nobody is on the way (and
+        then it is no fair lane's tenant any more)."""
         ...
 
     def set_key_cap(self, ckey: str, cap: int | None) -> None:
@@ -234,11 +250,19 @@ def check_cap(cap: int) -> int:
 
 
 def wait(
-    *, store: KeyStore, queue: Queue, payload: Payload, ckey: str, now: float, seen: KeyState | None = None
+    *,
+    store: KeyStore,
+    queue: Queue,
+    payload: Payload,
+    ckey: str,
+    now: float,
+    seen: KeyState | None = None,
+    fair: str | None = None,
 ) -> int:
     """Park ``payload`` in ``ckey``'s line, then wake the key (its room may have come back while
-    we parked). ``seen``: the key as the refused claim read it (saves a read). Returns the ticket.
-    The caller deletes the message."""
+    we parked). ``seen``: the key as the refused claim read it (saves a read). ``fair``: the fair
+    lane the message came from (``sluice.fair``): its waker, not this one, sends the tenant's
+    waiters. Returns the ticket. The caller deletes the message."""
     message = payload.message
     attributes = waiter_attributes(message)
     for _ in range(PARK_ATTEMPTS):
@@ -254,10 +278,12 @@ def wait(
             attributes=attributes,
             parked_at=now,
         )
-        if store.park_for_key(waiter, tickets=state.tickets, replaces=ticket_of(message)):
+        if store.park_for_key(waiter, tickets=state.tickets, replaces=ticket_of(message), fair=fair):
             break
     else:
         raise TransientError(f"parking on key {ckey!r}: the line kept moving", operation="TransactWriteItems")
+    if fair is not None:
+        return waiter.ticket
     try:
         wake(store=store, queue=queue, ckey=ckey, now=now)
     except TransientError as exc:
@@ -271,13 +297,31 @@ def wait(
     return waiter.ticket
 
 
-def wake(*, store: KeyStore, queue: Queue, ckey: str, now: float, tidy: bool = False) -> int:
+def wake(
+    *,
+    store: KeyStore,
+    queue: Queue,
+    ckey: str,
+    now: float,
+    tidy: bool = False,
+    at_most: int = WAKE_BATCH,
+    by_lane: str | None = None,
+    fair_lanes: Collection[str] | None = None,
+) -> int:
     """Send as many of ``ckey``'s waiters back to the queue as it has room for, oldest first.
-    ``tidy`` (the sweep): take a key whose line is empty off the sweep's list."""
+    ``tidy`` (the sweep): take a key whose line is empty off the sweep's list. A fair lane's
+    tenant is woken only by its lane's waker (``by_lane``, ``sluice.fair``), which shares the
+    lane's room among its tenants; ``fair_lanes``: the lanes the stack has fair (None: any)."""
     sent = 0
     for _ in range(3):  # another waker moved the line meanwhile: read it again
         state = store.key_state(ckey)
-        count = min(state.room(store.key_concurrency, now), state.waiting, WAKE_BATCH)
+        count = min(state.room(store.key_concurrency, now), state.waiting, WAKE_BATCH, at_most)
+        if (
+            state.fair is not None
+            and state.fair != by_lane
+            and (fair_lanes is None or state.fair in fair_lanes)
+        ):
+            count = 0  # a fair lane's tenant: its lane's waker decides
         stale = state.stale(now)
         if count <= 0 and not stale:
             if tidy and state.waiting == 0 and not state.inflight:
@@ -320,8 +364,19 @@ def as_parked(waiter: KeyWaiter, sent: str) -> ParkedMessage:
     )
 
 
-def sweep(*, store: KeyStore, queue: Queue, now: float, ckeys: frozenset[str] | None = None) -> int:
+def sweep(
+    *,
+    store: KeyStore,
+    queue: Queue,
+    now: float,
+    ckeys: frozenset[str] | None = None,
+    fair_lanes: Collection[str] = (),
+) -> int:
     """Wake every key with waiters and room (a wake-up lost to a crash). Returns how many were sent.
-    ``ckeys``: the KEYS_WAITING index as already read."""
+    ``ckeys``: the KEYS_WAITING index as already read. The tenants of ``fair_lanes`` are left to
+    their lanes' wakers; a tenant of a lane no longer fair is woken as any key."""
     ckeys = store.keys_waiting() if ckeys is None else ckeys
-    return sum(wake(store=store, queue=queue, ckey=ckey, now=now, tidy=True) for ckey in sorted(ckeys))
+    return sum(
+        wake(store=store, queue=queue, ckey=ckey, now=now, tidy=True, fair_lanes=fair_lanes)
+        for ckey in sorted(ckeys)
+    )

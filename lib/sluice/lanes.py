@@ -22,7 +22,8 @@ comma-separated. Without it there is one lane, ``default``, and no lane pool: ev
 before lanes. The lane ``default`` is the stack's payload queue; if the setting does not name it,
 it is implied, and its MAX follows the global MAX in force (each tick puts it in its caps). A lane's MAX is changed at run time by ``sluice set-max N
 --lane NAME`` (an override kept in ``LANE#<name>``, until ``sluice set-max default --lane NAME``),
-``sluice pause --lane NAME`` and ``sluice resume --lane NAME``.
+``sluice pause --lane NAME`` and ``sluice resume --lane NAME``. A lane marked ``fair`` serves its tenants (concurrency keys)
+round-robin instead of in arrival order (``sluice.fair``).
 """
 
 from __future__ import annotations
@@ -116,10 +117,7 @@ def parse_lanes(text: str, default_max: int) -> tuple[Lane, ...]:
         if len(fields) > 4:
             if fields[4].strip() != "fair":
                 raise ConfigurationError(f"lanes: {part!r}: the fifth field may only be 'fair'")
-            # Parsed, so the setting keeps its place; refused until the launcher honours it.
-            raise ConfigurationError(
-                f"lanes: {part!r}: fair lanes (keys served round-robin) are not built yet; leave out 'fair'"
-            )
+            fair = True
         if any(lane.name == name for lane in lanes):
             raise ConfigurationError(f"lanes: {name!r} is named twice")
         twin = next((lane for lane in lanes if _resource_id(lane.name) == _resource_id(name)), None)

@@ -19,20 +19,20 @@ limit. Only the scheduled tick (from MAX and reconciliation's external count) an
 
 from __future__ import annotations
 
-import copy
 import logging
 import random
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from sluice.awaits import ReadAhead, read_ahead
 from sluice.completion import StatusChange, settle_status_change
 from sluice.effects import Effects
 from sluice.errors import ConfigurationError, SlotsFull, TransientError
 from sluice.fanout import Pacer, fanout
-from sluice.lanes import Lane, LaneSetting, by_priority, refill_order, split
+from sluice.lane_admission import LaneAdmission
+from sluice.lanes import Lane
 from sluice.model import Ledger, Message, Outcome, StartedExecution, TickSummary
 from sluice.per_message import MessageProtocol
 from sluice.pointers import PayloadObjects
@@ -48,7 +48,7 @@ CHECK_INTERVAL = 300.0  # how often a warm launcher re-checks that the state mac
 log = logging.getLogger("sluice.launcher")
 
 
-class Launcher(MessageProtocol):
+class Launcher(LaneAdmission, MessageProtocol):
     def __init__(
         self,
         *,
@@ -248,149 +248,6 @@ class Launcher(MessageProtocol):
                 # launcher that took it meanwhile makes the claim fail (SlotsFull): that message
                 # returns, as it would have after a read a moment before its claim.
                 known = ledger
-        return summary
-
-    # -- lanes (sluice.lanes) -------------------------------------------------------------------
-
-    def _for_lane(self, lane: Lane) -> Launcher:
-        """This launcher receiving from ``lane``'s queue, its claims taking a slot of ``lane`` too."""
-        view = copy.copy(self)
-        view.queue = self.lane_queues.get(lane.name, self.queue)
-        view.lane = lane
-        return view
-
-    def sync_lanes(self) -> dict[str, int]:
-        """Bring each lane's caps to its limit in force: the operator's setting (``LANE#``) or the
-        configured MAX, stamped with the setting's time so that a tick holding an older one never
-        undoes a newer one. Two reads; a write only for a lane whose limit moved."""
-        names = [lane.name for lane in self.settings.lanes]
-        settings = self.store.lane_settings(names)
-        rooms = self.store.lane_rooms(names, whole=True)
-        limits = {}
-        for lane in self.settings.lanes:
-            setting = settings.get(lane.name) or LaneSetting(lane.name)
-            if lane.implied and setting.max is None:
-                lane = replace(lane, max=self._global_max(lane.max))
-            limit = setting.limit(lane)
-            if not rooms[lane.name].exists or rooms[lane.name].limit != limit:
-                written = self.store.set_lane_limit(lane.name, limit, setting.changed_at)
-                if written is None:
-                    self.log.warning(
-                        "lane limit not moved: a newer one is in force",
-                        extra={"lane": lane.name, "limit": limit, "stamp": setting.changed_at},
-                    )
-                limit = rooms[lane.name].limit if written is None else written
-            elif rooms[lane.name].frozen and rooms[lane.name].running < limit:
-                # Frozen by a lowered limit, and its runs fit under it again: plan its caps anew.
-                self.store.thaw_lane(lane.name)
-            limits[lane.name] = limit
-        return limits
-
-    def _global_max(self, fallback: int) -> int:
-        """The global MAX as the tick reads it (cached), for the implied lane ``default``."""
-        try:
-            return self.max_source.reading().value
-        except TransientError:
-            return fallback
-
-    def _admit_lanes(
-        self, summary: TickSummary, *, remaining_ms: Callable[[], int] | None, linger: bool
-    ) -> TickSummary:
-        """The scheduled tick with lanes (``_lane_rounds``), then each lane's figures as it ends
-        (running and MAX in force, for the metrics: one more read per tick)."""
-        self._lane_rounds(summary, remaining_ms=remaining_ms, linger=linger)
-        rooms = self.store.lane_rooms([lane.name for lane in self.settings.lanes], whole=True)
-        for name, room in rooms.items():
-            figures = summary.lanes.setdefault(name, {"received": 0, "started": 0})
-            figures.update(running=room.running, limit=room.limit)
-        return summary
-
-    def _lane_rounds(
-        self, summary: TickSummary, *, remaining_ms: Callable[[], int] | None, linger: bool
-    ) -> TickSummary:
-        """The scheduled tick with lanes: the lanes' caps first, then rounds over the priorities,
-        highest first. In a round, the global room is split among the lanes of one priority by
-        weight (``sluice.lanes.split``), each lane admitting its share from its own queue; a
-        priority whose lanes start nothing more hands the room to the next. While lingering, the
-        rounds go on (each lane's receive waits ``receiveWaitSeconds``)."""
-        self.sync_lanes()
-        names = [lane.name for lane in self.settings.lanes]
-        linger_until = self.clock.now() + (self.settings.linger_seconds if linger else 0)
-        first = True
-        while True:
-            started = offered = 0
-            for group in by_priority(self.settings.lanes):
-                drained: set[str] = set()
-                while True:
-                    rooms = self.store.lane_rooms(names)
-                    ledger = self.store.look()
-                    if first:
-                        summary.running_before, first = ledger.running, False
-                    open_ = [lane for lane in group if lane.name not in drained]
-                    shares = split(ledger.free, open_, {n: r.free for n, r in rooms.items()})
-                    if not any(shares.values()):
-                        break
-                    offered += 1
-                    moved = 0
-                    for lane in open_:
-                        if not shares[lane.name]:
-                            continue
-                        part = self._for_lane(lane).admit(
-                            remaining_ms=remaining_ms,
-                            max_new=shares[lane.name],
-                            sync_limit=True,
-                            lane_free=shares[lane.name],
-                        )
-                        summary.add_lane(lane.name, part)
-                        moved += part.n(Outcome.STARTED)
-                        if part.stopped in ("paused", "time", "transient"):
-                            summary.stopped = part.stopped
-                            return summary
-                        if part.stopped == "empty" or part.n(Outcome.STARTED) < shares[lane.name]:
-                            drained.add(lane.name)  # its queue gave less than its share
-                    # A round that started nothing drained every lane it gave a share to; the lanes
-                    # the split gave none (their share rounded away) are offered the room next.
-                    started += moved
-            if not offered:
-                summary.stopped = "full"  # no lane has room: nothing to linger for
-                return summary
-            if not (self.clock.now() < linger_until and self._time_left(remaining_ms)):
-                summary.stopped = "full" if started else "empty"
-                return summary
-            if not started and not self.settings.receive_wait_seconds:
-                self.sleep(1.0)  # receives that do not wait: pace the lingering rounds
-
-    def _refill_lanes(
-        self, *, remaining_ms: Callable[[], int] | None, freed: tuple[int, ...] | None
-    ) -> TickSummary:
-        """A completion's refill with lanes: its one freed slot goes to the first lane with room and
-        a message, by priority, then in a weighted draw among equal priorities
-        (``sluice.lanes.refill_order``). One read of every lane's room; a receive per lane tried."""
-        summary = TickSummary()
-        names = [lane.name for lane in self.settings.lanes]
-        rooms = self.store.lane_rooms(names)
-        for name, room in rooms.items():
-            if room.frozen:
-                self.store.thaw_lane(name)  # rare: a lowered lane MAX; it may admit again now
-                rooms[name] = self.store.lane_rooms([name])[name]
-        open_ = [lane for lane in refill_order(self.settings.lanes, self.rng) if rooms[lane.name].free > 0]
-        ledger = self.store.look(freed) if open_ else None
-        for i, lane in enumerate(open_):
-            last = i == len(open_) - 1
-            part = self._for_lane(lane).admit(
-                remaining_ms=remaining_ms,
-                max_new=1,
-                lane_free=rooms[lane.name].free,
-                ledger=ledger,  # read once for every lane tried: none of them took a slot
-                # Every lane but the last is asked without waiting: an empty one costs no second.
-                wait_seconds=None if last else 0,
-            )
-            summary.add_lane(lane.name, part)
-            summary.stopped = part.stopped
-            if part.n(Outcome.STARTED) or part.stopped in ("time", "transient"):
-                break
-            if part.stopped == "full" and not part.received:
-                break  # the lane had room, so the global pool has none (MAX lowered): no lane can
         return summary
 
     # -- one batch ----------------------------------------------------------------------------

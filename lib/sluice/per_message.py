@@ -29,13 +29,16 @@ starts. Why the check cannot be a read before the claim: ``sluice.receipts``.
 A message that awaits keys (``sluice-awaits``) is checked before its claim (``sluice.awaits.gate``):
 all SUCCEEDED, it goes on to the claim; otherwise it is parked in the table and deleted, or, when an
 awaited key ended badly, dead-lettered with the reason. A woken waiter is checked again on arrival.
+
+In a fair lane (``sluice.fair``) a new message is not claimed: it is parked in its tenant's line and
+deleted, and only a waiter its lane's waker sent back claims; one that finds no room parks again.
 """
 
 from __future__ import annotations
 
 import logging
 
-from sluice import keys
+from sluice import fair, keys
 from sluice.awaits import ReadAhead, gate
 from sluice.completion import complete, output_from
 from sluice.effects import Effects
@@ -92,7 +95,7 @@ class MessageProtocol:
         if outcome not in (Outcome.STARTED, Outcome.KEY_WAITING, Outcome.INVALID):
             # A waiter woken from its key's line that did not claim (a duplicate, already run, ...):
             # the slot kept for it is given back now rather than after INFLIGHT_SECONDS.
-            ckey, ticket = concurrency_key(message), ticket_of(message)
+            ckey, ticket = self._ckey(message), ticket_of(message)
             if ckey is not None and ticket is not None:
                 keys.forgo(store=self.store, ckey=ckey, ticket=ticket)  # type: ignore[arg-type]
         return outcome
@@ -107,15 +110,17 @@ class MessageProtocol:
         try:
             payload = validate_message(message)
             check_pointer(payload, self.payloads)  # before any claim; S3 throttled: TransientError
-            if concurrency_key(message) is not None:  # a bad one is dead-lettered, not claimed
+            if self._ckey(message) is not None:  # a bad key is dead-lettered, not claimed
                 keys.check_fits_line(message, key=payload.key)
-            ticket_of(message)
+            ticket = ticket_of(message)
             if gate(store=self.store, queue=self.queue, payload=payload, now=self.clock.now(), ahead=ahead):  # type: ignore[arg-type]
                 done.append(message)  # parked until its awaits have SUCCEEDED (sluice.awaits)
                 self._log("payload awaits keys not yet SUCCEEDED; parked", payload, None, Outcome.WAITING)
                 return Outcome.WAITING
         except InvalidPayload as exc:
             return self._dead_letter(message, exc, done)
+        if self.lane is not None and self.lane.fair and ticket is None:
+            return self._line_up(payload, done, None)  # a fair lane's new message: to its tenant's line
         name = execution_name(payload.key, origin_id(message.message_id, message.attributes))
         for _ in range(ATTEMPTS):
             outcome = self._attempt(payload, name, done, started)
@@ -131,7 +136,7 @@ class MessageProtocol:
         now = self.clock.now()
         claim_expires_at = now + self.settings.claim_timeout_seconds
         fresh = True
-        ckey = concurrency_key(payload.message)
+        ckey = self._ckey(payload.message)
         try:
             self.store.claim(
                 key=payload.key,
@@ -146,24 +151,13 @@ class MessageProtocol:
             )
         except KeyFull as full:
             # Its concurrency key is at its cap: it waits in the key's line, out of the queue.
-            assert ckey is not None
-            ticket = keys.wait(
-                store=self.store,  # type: ignore[arg-type]
-                queue=self.queue,
-                payload=payload,
-                ckey=ckey,
-                now=self.clock.now(),
-                seen=full.state,
-            )
-            done.append(payload.message)
-            self._log(
-                "concurrency key at its cap; parked in its line",
-                payload,
-                None,
-                Outcome.KEY_WAITING,
-                ticket=ticket,
-            )
-            return Outcome.KEY_WAITING
+            return self._line_up(payload, done, full.state)
+        except SlotsFull:
+            if self.lane is None or not self.lane.fair:
+                raise
+            # A fair lane's woken waiter with no room (another waker's, a lowered MAX): back in line
+            # rather than back to the queue, where it would spend receives.
+            return self._line_up(payload, done, None)
         except AlreadyDone as done_before:
             # A run-once message of a key that has SUCCEEDED: acknowledged, recorded, not started.
             self.store.record_already_done(
@@ -221,6 +215,38 @@ class MessageProtocol:
         outcome = Outcome.STARTED if fresh else Outcome.RESUMED
         self._log("execution started", payload, name, outcome, arn=result.arn)
         return outcome
+
+    def _ckey(self, message: Message) -> str | None:
+        """The key whose line the message waits in: its concurrency key; in a fair lane, its tenant."""
+        if self.lane is not None and self.lane.fair:
+            return fair.tenant(message, self.lane)
+        return concurrency_key(message)
+
+    def _line_up(self, payload: Payload, done: list[Message], seen: keys.KeyState | None) -> Outcome:
+        """Park ``payload`` in its key's line (``sluice.keys``); its message is then deleted."""
+        ckey = self._ckey(payload.message)
+        assert ckey is not None
+        fair_lane = self.lane.name if self.lane is not None and self.lane.fair else None
+        ticket = keys.wait(
+            store=self.store,  # type: ignore[arg-type]
+            queue=self.queue,
+            payload=payload,
+            ckey=ckey,
+            now=self.clock.now(),
+            seen=seen,
+            fair=fair_lane,
+        )
+        done.append(payload.message)
+        self._log(
+            "in its tenant's line (fair lane)"
+            if fair_lane
+            else "concurrency key at its cap; parked in its line",
+            payload,
+            None,
+            Outcome.KEY_WAITING,
+            ticket=ticket,
+        )
+        return Outcome.KEY_WAITING
 
     def _start(self, name: str, body: str) -> StartResult:
         """StartExecution at the pace of the token bucket. Throttled all the same (the bucket is the

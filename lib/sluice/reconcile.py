@@ -164,7 +164,13 @@ def reconcile(
         horizon=settings.await_horizon_seconds,
         ids=rooms.awaiting,
     )
-    sweep_keys(store=store, queue=queue, now=now, ckeys=rooms.keys_waiting)  # type: ignore[arg-type]
+    sweep_keys(
+        store=store,  # type: ignore[arg-type]
+        queue=queue,
+        now=now,
+        ckeys=rooms.keys_waiting,
+        fair_lanes=[lane.name for lane in settings.lanes if lane.fair],  # their wakers wake them
+    )
     drift = judged + external + adopted
     count = store.next_count()
     if max_source is not None:

@@ -169,3 +169,38 @@ def test_a_rolled_back_woken_claim_keeps_its_slot_again(store):
     store.release(name="n0", state=PayloadState.RELEASED, now=NOW)
     state = store.key_state("tenant")
     assert (state.holders, state.inflight, state.room(1, NOW)) == (frozenset(), {entry(0, NOW)}, 0)
+
+
+# -- a fair lane's tenants (sluice.fair) --------------------------------------------------------------
+
+
+def test_a_fair_lanes_tenant_has_no_default_cap_but_keeps_its_own(store):
+    store.key_concurrency = 1
+    assert store.park_for_key(waiter(0), tickets=0, fair="shared")
+    store.advance_key("tenant", woken=0, to=1, now=NOW)  # its one waiter woken: nobody waits now
+    assert store.key_state("tenant").fair == "shared"
+    for i in range(3):  # past the default of 1
+        keyed(store, f"k{i}", f"n{i}", ticket=entry(0, NOW) if i == 0 else None)
+    assert store.key_state("tenant").holders == {"n0", "n1", "n2"}
+    store.set_key_cap("tenant", 3)
+    with pytest.raises(KeyFull):
+        keyed(store, "k3", "n3")
+
+
+def test_key_states_reads_many_keys_at_once(store):
+    assert store.park_for_key(waiter(0, ckey="t0"), tickets=0, fair="shared")
+    keyed(store, "a", "na", ckey="t1")
+    states = store.key_states(["t0", "t1", "nobody"])
+    assert states["t0"].waiting == 1 and states["t0"].fair == "shared"
+    assert states["t1"].holders == {"na"} and states["t1"].fair is None
+    assert states["nobody"] == KeyState("nobody")
+
+
+def test_a_tenant_whose_line_empties_is_no_longer_its_lanes_tenant(store):
+    assert store.park_for_key(waiter(0), tickets=0, fair="shared")
+    store.forget_key("tenant")  # one waits: it stays
+    assert store.key_state("tenant").fair == "shared" and "tenant" in store.keys_waiting()
+    store.advance_key("tenant", woken=0, to=1, now=NOW)
+    store.drop_inflight("tenant", [entry(0, NOW)])
+    store.forget_key("tenant")
+    assert store.key_state("tenant").fair is None and "tenant" not in store.keys_waiting()

@@ -28,6 +28,13 @@ def test_lanes_with_defaults_and_the_implied_default_lane():
     assert parse_lanes("default:4:2", 10) == (Lane("default", 4, 2),)
 
 
+def test_a_lane_may_be_fair():
+    assert parse_lanes("shared:20:0:1:fair", 10) == (
+        Lane("shared", 20, 0, 1, fair=True),
+        Lane("default", 10, implied=True),
+    )
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -38,7 +45,6 @@ def test_lanes_with_defaults_and_the_implied_default_lane():
         ("gpu:2:101", "priority must be a whole number from 0 to 100"),
         ("gpu:2:1:0", "weight must be a whole number from 1 to 100"),
         ("gpu:2:1:1:unfair", "the fifth field may only be 'fair'"),
-        ("gpu:2:1:1:fair", "fair lanes .keys served round-robin. are not built yet"),
         ("gpu:2,,cpu:3", "an empty lane"),
         ("gpu:2,gpu:3", "'gpu' is named twice"),
         ("GPU:2", "bad lane name 'GPU'"),

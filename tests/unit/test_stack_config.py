@@ -303,6 +303,12 @@ def test_without_lanes_there_is_the_one_lane_default_and_nothing_added():
     assert cfg["laneResources"] == {"Resources": {}, "Outputs": {}}
 
 
+def test_a_fair_lane_is_passed_to_the_functions_as_given():
+    cfg = config(lanes="shared:20:0:1:fair")
+    assert cfg["lanes"][0] == {"name": "shared", "max": 20, "priority": 0, "weight": 1, "fair": True}
+    assert cfg["laneEnvironment"]["SLUICE_LANES"] == "shared:20:0:1:fair"
+
+
 def test_lanes_are_parsed_with_their_defaults_and_default_is_implied_with_max_concurrency():
     cfg = config(lanes="gpu:2:1,backfill:8:0:3, bulk-load : 0 : 5 : 2 ", maxConcurrency=25)
     assert cfg["lanes"] == [
@@ -393,10 +399,6 @@ def test_twenty_lanes_at_most_the_lane_default_included():
         ("gpu:2:1:0", 'lanes: "gpu:2:1:0" : weight must be a whole number between 1 and 100'),
         ("gpu:2:1:101", 'lanes: "gpu:2:1:101" : weight must be a whole number between 1 and 100'),
         ("gpu:2:1:1:unfair", 'lanes: "gpu:2:1:1:unfair" : the 5th field may only be "fair", got "unfair"'),
-        (
-            "gpu:2:1:1:fair",
-            'lanes: "gpu:2:1:1:fair" : fair lanes (keys served round-robin) are not built yet',
-        ),
         (
             "gpu:2:1:1:fair:x",
             'lanes: "gpu:2:1:1:fair:x" : too many fields, at most name:max:priority:weight:fair',

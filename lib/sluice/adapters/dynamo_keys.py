@@ -32,10 +32,13 @@ NAMES = {
     "#woken": "woken",
     "#ckey": "ckey",
     "#inflight": "inflight",
+    "#fair": "fair",
 }
-# Room, in one condition: the key's own cap when it has one, else the default (``:kdefault``).
+# Room, in one condition: the key's own cap when it has one, else the default (``:kdefault``), which
+# a fair lane's tenant (``fair``, ``sluice.fair``) does not have: its lane's MAX holds it.
 ROOM = (
-    "((attribute_not_exists(#cap) AND (attribute_not_exists(#holders) OR size(#holders) < :kdefault)) "
+    "((attribute_not_exists(#cap) AND (attribute_exists(#fair) OR attribute_not_exists(#holders) "
+    "OR size(#holders) < :kdefault)) "
     "OR (#cap > :kzero AND (attribute_not_exists(#holders) OR size(#holders) < #cap)))"
 )
 NOBODY_WAITING = "(attribute_not_exists(#tickets) OR #woken = #tickets) AND attribute_not_exists(#inflight)"
@@ -63,6 +66,7 @@ def to_key_state(ckey: str, raw: dict[str, Any] | None) -> KeyState:
         tickets=int(raw.get("tickets", 0)),
         woken=int(raw.get("woken", 0)),
         inflight=frozenset(raw.get("inflight", ())),
+        fair=None if raw.get("fair") is None else str(raw["fair"]),
     )
 
 
@@ -122,11 +126,23 @@ class KeysTable(Table):
     def key_state(self, ckey: str) -> KeyState:
         return to_key_state(ckey, self._get(key_pk(ckey)))
 
-    def park_for_key(self, waiter: KeyWaiter, *, tickets: int, replaces: str | None = None) -> bool:
+    def key_states(self, ckeys: Sequence[str]) -> dict[str, KeyState]:
+        found = {
+            str(raw["ckey"]): raw for raw in self._batch_get([key_pk(k) for k in ckeys]) if "ckey" in raw
+        }
+        return {k: to_key_state(k, found.get(k)) for k in ckeys}
+
+    def park_for_key(
+        self, waiter: KeyWaiter, *, tickets: int, replaces: str | None = None, fair: str | None = None
+    ) -> bool:
         condition = "attribute_not_exists(#tickets)" if tickets == 0 else "#tickets = :t"
         expression = "SET #ckey = :ckey, #tickets = :next, #woken = if_not_exists(#woken, :zero)"
         named = values(ckey=waiter.ckey, next=tickets + 1, zero=0, **({"t": tickets} if tickets else {}))
         names = {"#tickets": "tickets", "#woken": "woken", "#ckey": "ckey"}
+        if fair is not None:
+            expression += ", #fair = :fair"  # a tenant of a fair lane (sluice.fair): its waker wakes it
+            names["#fair"] = "fair"
+            named[":fair"] = {"S": fair}
         if replaces is not None:
             expression += " DELETE #inflight :replaces"  # a woken waiter back in line: no slot kept
             names["#inflight"] = "inflight"
@@ -254,18 +270,20 @@ class KeysTable(Table):
 
     def forget_key(self, ckey: str) -> None:
         # Off the sweep's list once nobody waits or is on the way; a park that landed meanwhile
-        # keeps it there.
+        # keeps it there (and keeps it its fair lane's tenant).
         self._transact(
             [
                 {
-                    "ConditionCheck": {
+                    "Update": {
                         "TableName": self.table,
                         "Key": {"pk": {"S": key_pk(ckey)}},
+                        "UpdateExpression": "REMOVE #fair",
                         "ConditionExpression": "#woken = #tickets AND attribute_not_exists(#inflight)",
                         "ExpressionAttributeNames": {
                             "#woken": "woken",
                             "#tickets": "tickets",
                             "#inflight": "inflight",
+                            "#fair": "fair",
                         },
                     }
                 },

@@ -46,7 +46,14 @@ class MemoryKeys:
         with self._lock:
             return self._key_rooms()[0].get(ckey, KeyState(ckey))
 
-    def park_for_key(self, waiter: KeyWaiter, *, tickets: int, replaces: str | None = None) -> bool:
+    def key_states(self, ckeys: Sequence[str]) -> dict[str, KeyState]:
+        with self._lock:
+            keys = self._key_rooms()[0]
+            return {k: keys.get(k, KeyState(k)) for k in ckeys}
+
+    def park_for_key(
+        self, waiter: KeyWaiter, *, tickets: int, replaces: str | None = None, fair: str | None = None
+    ) -> bool:
         with self._lock:
             keys, waiters = self._key_rooms()
             state = keys.get(waiter.ckey, KeyState(waiter.ckey))
@@ -55,7 +62,12 @@ class MemoryKeys:
             waiters[(waiter.ckey, tickets)] = replace(waiter, ticket=tickets)
             self._wait_of[waiter.key] = replace(waiter, ticket=tickets)
             self._keys_waiting.add(waiter.ckey)
-            keys[waiter.ckey] = replace(state, tickets=tickets + 1, inflight=state.inflight - {replaces})
+            keys[waiter.ckey] = replace(
+                state,
+                tickets=tickets + 1,
+                inflight=state.inflight - {replaces},
+                fair=fair if fair is not None else state.fair,
+            )
             return True
 
     def key_waiters(self, ckey: str, tickets: Sequence[int]) -> list[KeyWaiter]:
@@ -99,9 +111,12 @@ class MemoryKeys:
 
     def forget_key(self, ckey: str) -> None:
         with self._lock:
-            state = self._key_rooms()[0].get(ckey, KeyState(ckey))
+            keys = self._key_rooms()[0]
+            state = keys.get(ckey, KeyState(ckey))
             if state.waiting == 0 and not state.inflight:
                 self._keys_waiting.discard(ckey)
+                if ckey in keys:
+                    keys[ckey] = replace(state, fair=None)
 
     def set_key_cap(self, ckey: str, cap: int | None) -> None:
         with self._lock:

@@ -1,0 +1,104 @@
+"""Fair lanes: a lane that serves its tenants round-robin instead of in arrival order.
+
+A lane is fair when its setting ends in ``fair`` (``lanes=name:max:priority:weight:fair``). A
+tenant is the message's concurrency key (``sluice-concurrency-key``); messages without one are one
+tenant, ``lane:<name>``. A fair lane's queue only passes messages through to the waiting room:
+
+    receive (any number: nothing waits in the queue, so nothing spends receives there)
+      new message      ──► park in its tenant's line (sluice.keys: KWAIT#, the key marked
+                           ``fair = <lane>`` in the same transaction) ──► delete
+      woken (ticket)   ──► claim: global slot + lane slot + tenant slot ──► start
+                           no room (another waker's, a lowered MAX) ──► park again, at the back
+    wake_lane: free = min(lane free, global free) − waiters woken whose claim has not landed;
+               each free slot to the backlogged tenant with the fewest runs (holding a slot or
+               woken), ties drawn at random; each tenant's oldest waiters sent back
+
+So a tenant with 1,000 payloads queued and one with 10 get the same number of slots while both
+are backlogged, and a tenant alone in the lane gets all of them. The lane's admission (the tick's
+share, a completion's freed slot) is: receive and park what is new, wake, then receive and claim
+what was woken. A tenant's own cap (``sluice set-max N --key KEY``) still holds it; the default
+``keyConcurrency`` does not apply to a fair lane's tenant (its lane's MAX does).
+
+Two wakers reading the same room send too many: the extra waiters find no room when they arrive
+and park again. Their claim, not the waker, is what is exact. A tenant's waiters are woken only
+by its lane's waker (a release, the sweep and ``sluice wake`` leave them to it), so a release
+does not hand its slot back to its own tenant.
+
+The cost: every message of a fair lane is parked once and sent once more (about 5 calls per
+start more than an ordinary lane), and the waker reads every key with waiters (``KEYS_WAITING``)
+to find its lane's tenants.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Mapping
+
+from sluice.keys import KeyState, KeyStore, concurrency_key, wake
+from sluice.lanes import Lane
+from sluice.model import Message
+from sluice.ports import Queue, Store
+
+UNKEYED = "lane:"  # + the lane's name: the tenant of a fair lane's messages without a key
+
+
+def tenant(message: Message, lane: Lane) -> str:
+    """The tenant ``message`` is served as in fair ``lane``. A bad key is an ``InvalidPayload``."""
+    return concurrency_key(message) or UNKEYED + lane.name
+
+
+def share_out(free: int, states: Mapping[str, KeyState], *, now: float, rng: random.Random) -> dict[str, int]:
+    """``free`` slots among the tenants ``states``: one at a time to the tenant with waiters, room
+    under its own cap, and the fewest runs (holding or woken); ties drawn by ``rng``."""
+    heap: list[tuple[int, float, str]] = []
+    want: dict[str, int] = {}
+    for ckey, state in states.items():
+        want[ckey] = min(state.waiting, state.room(0, now))
+        if want[ckey] > 0:
+            heap.append((len(state.holders) + state.kept(now), rng.random(), ckey))
+    heapq.heapify(heap)
+    given: dict[str, int] = {}
+    for _ in range(max(0, free)):
+        if not heap:
+            break
+        load, tie, ckey = heapq.heappop(heap)
+        given[ckey] = given.get(ckey, 0) + 1
+        if given[ckey] < want[ckey]:
+            heapq.heappush(heap, (load + 1, tie, ckey))
+    return given
+
+
+def wake_lane(
+    *, store: Store, queue: Queue, lane: Lane, now: float, rng: random.Random, at_most: int | None = None
+) -> int:
+    """Share fair ``lane``'s free slots (at most ``at_most``) among its backlogged tenants and send
+    their waiters back to the queue. Returns how many were sent."""
+    keys: KeyStore = store  # type: ignore[assignment]
+    waiting = sorted(keys.keys_waiting())
+    if not waiting:
+        return 0
+    states = {k: s for k, s in keys.key_states(waiting).items() if s.fair == lane.name}
+    if not states:
+        return 0
+    room = store.lane_rooms([lane.name], whole=True)[lane.name]
+    kept = sum(s.kept(now) for s in states.values())
+    free = min(room.free, store.look().free) - kept
+    if at_most is not None:
+        free = min(free, at_most)
+    plan = share_out(free, states, now=now, rng=rng)
+    sent = 0
+    for ckey, state in states.items():
+        if plan.get(ckey) or state.stale(now) or (state.waiting == 0 and not state.inflight):
+            # Those given slots; those whose woken waiters' slots have lapsed (dropped); those
+            # whose line is empty (off the sweep's list, and no longer the lane's tenant).
+            sent += wake(
+                store=keys,
+                queue=queue,
+                ckey=ckey,
+                now=now,
+                at_most=plan.get(ckey, 0),
+                by_lane=lane.name,
+                tidy=True,
+            )
+    return sent

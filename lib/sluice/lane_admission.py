@@ -1,0 +1,245 @@
+"""The launcher's admission with lanes (``sluice.lanes``): the tick's rounds over the priorities and
+a completion's refill of the one slot it freed, each lane admitting from its own queue; a fair
+lane's admission (``sluice.fair``). Mixed into ``sluice.launcher.Launcher``, which owns the
+adapters and the admission loop (``admit``) every lane's own launcher view runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from sluice import fair
+from sluice.errors import TransientError
+from sluice.lanes import Lane, LaneSetting, by_priority, refill_order, split
+from sluice.model import Ledger, Message, Outcome, TickSummary
+from sluice.ports import Clock, Fanout, MaxSource, Queue, Store
+from sluice.settings import Settings
+
+if TYPE_CHECKING:
+    from sluice.launcher import Launcher
+
+RECEIVE_BATCH = 10  # SQS ReceiveMessage returns at most 10
+SORT_RECEIVES = 50  # receives one pass over a fair lane's queue makes at most (then the next pass)
+
+
+class LaneAdmission:
+    """The lanes' side of ``Launcher``."""
+
+    queue: Queue
+    lane_queues: Mapping[str, Queue]
+    lane: Lane | None
+    rng: random.Random
+    store: Store
+    max_source: MaxSource
+    clock: Clock
+    settings: Settings
+    log: logging.Logger | logging.LoggerAdapter
+    fan: Fanout
+    sleep: Callable[[float], None]
+
+    if TYPE_CHECKING:
+
+        def admit(self, **kwargs: Any) -> TickSummary: ...
+        def _time_left(self, remaining_ms: Callable[[], int] | None) -> bool: ...
+        def _receive(self, free: int, wait_seconds: int) -> list[Message]: ...
+        def _process_batch(self, messages: list[Message], summary: TickSummary) -> tuple[int, str]: ...
+
+    def _for_lane(self, lane: Lane) -> Launcher:
+        """This launcher receiving from ``lane``'s queue, its claims taking a slot of ``lane`` too."""
+        view = copy.copy(self)  # type: ignore[var-annotated]
+        view.queue = self.lane_queues.get(lane.name, self.queue)
+        view.lane = lane
+        return view
+
+    def sync_lanes(self) -> dict[str, int]:
+        """Bring each lane's caps to its limit in force: the operator's setting (``LANE#``) or the
+        configured MAX, stamped with the setting's time so that a tick holding an older one never
+        undoes a newer one. Two reads; a write only for a lane whose limit moved."""
+        names = [lane.name for lane in self.settings.lanes]
+        settings = self.store.lane_settings(names)
+        rooms = self.store.lane_rooms(names, whole=True)
+        limits = {}
+        for lane in self.settings.lanes:
+            setting = settings.get(lane.name) or LaneSetting(lane.name)
+            if lane.implied and setting.max is None:
+                lane = replace(lane, max=self._global_max(lane.max))
+            limit = setting.limit(lane)
+            if not rooms[lane.name].exists or rooms[lane.name].limit != limit:
+                written = self.store.set_lane_limit(lane.name, limit, setting.changed_at)
+                if written is None:
+                    self.log.warning(
+                        "lane limit not moved: a newer one is in force",
+                        extra={"lane": lane.name, "limit": limit, "stamp": setting.changed_at},
+                    )
+                limit = rooms[lane.name].limit if written is None else written
+            elif rooms[lane.name].frozen and rooms[lane.name].running < limit:
+                # Frozen by a lowered limit, and its runs fit under it again: plan its caps anew.
+                self.store.thaw_lane(lane.name)
+            limits[lane.name] = limit
+        return limits
+
+    def _global_max(self, fallback: int) -> int:
+        """The global MAX as the tick reads it (cached), for the implied lane ``default``."""
+        try:
+            return self.max_source.reading().value
+        except TransientError:
+            return fallback
+
+    def _admit_lanes(
+        self, summary: TickSummary, *, remaining_ms: Callable[[], int] | None, linger: bool
+    ) -> TickSummary:
+        """The scheduled tick with lanes (``_lane_rounds``), then each lane's figures as it ends
+        (running and MAX in force, for the metrics: one more read per tick)."""
+        self._lane_rounds(summary, remaining_ms=remaining_ms, linger=linger)
+        rooms = self.store.lane_rooms([lane.name for lane in self.settings.lanes], whole=True)
+        for name, room in rooms.items():
+            figures = summary.lanes.setdefault(name, {"received": 0, "started": 0})
+            figures.update(running=room.running, limit=room.limit)
+        return summary
+
+    def _lane_rounds(
+        self, summary: TickSummary, *, remaining_ms: Callable[[], int] | None, linger: bool
+    ) -> TickSummary:
+        """The scheduled tick with lanes: the lanes' caps first, then rounds over the priorities,
+        highest first. In a round, the global room is split among the lanes of one priority by
+        weight (``sluice.lanes.split``), each lane admitting its share from its own queue; a
+        priority whose lanes start nothing more hands the room to the next. While lingering, the
+        rounds go on (each lane's receive waits ``receiveWaitSeconds``)."""
+        self.sync_lanes()
+        names = [lane.name for lane in self.settings.lanes]
+        linger_until = self.clock.now() + (self.settings.linger_seconds if linger else 0)
+        first = True
+        while True:
+            started = offered = 0
+            for group in by_priority(self.settings.lanes):
+                drained: set[str] = set()
+                while True:
+                    rooms = self.store.lane_rooms(names)
+                    ledger = self.store.look()
+                    if first:
+                        summary.running_before, first = ledger.running, False
+                    open_ = [lane for lane in group if lane.name not in drained]
+                    shares = split(ledger.free, open_, {n: r.free for n, r in rooms.items()})
+                    if not any(shares.values()):
+                        break
+                    offered += 1
+                    moved = 0
+                    for lane in open_:
+                        if not shares[lane.name]:
+                            continue
+                        part = self._for_lane(lane)._admit_lane(
+                            shares[lane.name], remaining_ms=remaining_ms, sync_limit=True
+                        )
+                        summary.add_lane(lane.name, part)
+                        moved += part.n(Outcome.STARTED)
+                        if part.stopped in ("paused", "time", "transient"):
+                            summary.stopped = part.stopped
+                            return summary
+                        if part.stopped == "empty" or part.n(Outcome.STARTED) < shares[lane.name]:
+                            drained.add(lane.name)  # its queue gave less than its share
+                    # A round that started nothing drained every lane it gave a share to; the lanes
+                    # the split gave none (their share rounded away) are offered the room next.
+                    started += moved
+            if not offered:
+                summary.stopped = "full"  # no lane has room: nothing to linger for
+                return summary
+            if not (self.clock.now() < linger_until and self._time_left(remaining_ms)):
+                summary.stopped = "full" if started else "empty"
+                return summary
+            if not started and not self.settings.receive_wait_seconds:
+                self.sleep(1.0)  # receives that do not wait: pace the lingering rounds
+
+    def _refill_lanes(
+        self, *, remaining_ms: Callable[[], int] | None, freed: tuple[int, ...] | None
+    ) -> TickSummary:
+        """A completion's refill with lanes: its one freed slot goes to the first lane with room and
+        a message, by priority, then in a weighted draw among equal priorities
+        (``sluice.lanes.refill_order``). One read of every lane's room; a receive per lane tried."""
+        summary = TickSummary()
+        names = [lane.name for lane in self.settings.lanes]
+        rooms = self.store.lane_rooms(names)
+        for name, room in rooms.items():
+            if room.frozen:
+                self.store.thaw_lane(name)  # rare: a lowered lane MAX; it may admit again now
+                rooms[name] = self.store.lane_rooms([name])[name]
+        open_ = [lane for lane in refill_order(self.settings.lanes, self.rng) if rooms[lane.name].free > 0]
+        ledger = self.store.look(freed) if open_ else None
+        for i, lane in enumerate(open_):
+            last = i == len(open_) - 1
+            part = self._for_lane(lane)._admit_lane(
+                1,
+                remaining_ms=remaining_ms,
+                lane_free=rooms[lane.name].free,
+                ledger=ledger,  # read once for every lane tried: none of them took a slot
+                # Every lane but the last is asked without waiting: an empty one costs no second.
+                wait_seconds=None if last else 0,
+            )
+            summary.add_lane(lane.name, part)
+            summary.stopped = part.stopped
+            if part.n(Outcome.STARTED) or part.stopped in ("time", "transient"):
+                break
+            if part.stopped == "full" and not part.received:
+                break  # the lane had room, so the global pool has none (MAX lowered): no lane can
+        return summary
+
+    def _admit_lane(
+        self,
+        share: int,
+        *,
+        remaining_ms: Callable[[], int] | None,
+        sync_limit: bool = False,
+        lane_free: int | None = None,
+        ledger: Ledger | None = None,
+        wait_seconds: int | None = None,
+    ) -> TickSummary:
+        """This lane's launcher view admitting at most ``share``: from its queue, or, in a fair lane,
+        from its tenants' lines (``sluice.fair``)."""
+        assert self.lane is not None
+        if not self.lane.fair:
+            return self.admit(
+                remaining_ms=remaining_ms,
+                max_new=share,
+                sync_limit=sync_limit,
+                lane_free=share if lane_free is None else lane_free,
+                ledger=ledger,
+                wait_seconds=wait_seconds,
+            )
+        summary = TickSummary()
+        self._sort(summary, remaining_ms)  # what is new, to its tenant's line
+        if summary.stopped in ("time", "transient"):
+            return summary
+        fair.wake_lane(
+            store=self.store,
+            queue=self.queue,
+            lane=self.lane,
+            now=self.clock.now(),
+            rng=self.rng,
+            at_most=share,
+        )
+        self._sort(summary, remaining_ms)  # the woken claim (and what came meanwhile lines up)
+        if summary.stopped == "empty" and summary.n(Outcome.STARTED) >= share:
+            summary.stopped = "full"  # its share is taken: it may have more for the next round
+        return summary
+
+    def _sort(self, summary: TickSummary, remaining_ms: Callable[[], int] | None) -> None:
+        """One pass over a fair lane's queue, without waiting: new messages go to their tenants'
+        lines, woken ones claim and start. Nothing is handed back for want of room."""
+        summary.stopped = "empty"
+        for _ in range(SORT_RECEIVES):
+            if not self._time_left(remaining_ms):
+                summary.stopped = "time"
+                return
+            messages = self._receive(max(RECEIVE_BATCH, self.fan.workers), 0)
+            if not messages:
+                summary.stopped = "empty"
+                return
+            summary.received += len(messages)
+            _, stop = self._process_batch(messages, summary)
+            if stop:
+                summary.stopped = stop
+                return
