@@ -35,8 +35,10 @@ import sluice.adapters.sfn
 import sluice.adapters.sqs
 import sluice.completion
 import sluice.concurrency
+import sluice.fair
 import sluice.fanout
 import sluice.keys
+import sluice.lane_admission
 import sluice.launcher
 import sluice.ops.maximum
 import sluice.per_message
@@ -1345,9 +1347,9 @@ def test_a_release_that_keeps_the_lane_slot_is_caught_at_rest(monkeypatch):
 
 
 def test_a_completion_that_ignores_the_lanes_priority_is_caught(monkeypatch):
-    refill_order = sluice.launcher.refill_order
+    refill_order = sluice.lane_admission.refill_order
     monkeypatch.setattr(
-        sluice.launcher, "refill_order", lambda lanes, rng: list(reversed(refill_order(lanes, rng)))
+        sluice.lane_admission, "refill_order", lambda lanes, rng: list(reversed(refill_order(lanes, rng)))
     )
     failure = caught(breaks.test_a_slot_freed_in_a_low_lane_goes_to_the_priority_lane)
     assert "the freed slot went to 'default'" in str(failure)
@@ -1383,7 +1385,7 @@ def test_a_lane_never_thawed_after_a_lowered_max_is_caught(monkeypatch):
 def test_a_tick_whose_rounds_end_at_the_first_that_starts_nothing_is_caught(monkeypatch):
     """The lanes' split gives the free slot to a lane with an empty queue; a tick that stops there
     never offers it to the lane the split gave nothing."""
-    split = sluice.launcher.split
+    split = sluice.lane_admission.split
 
     def first_round_only(room, lanes, rooms):
         shares = split(room, lanes, rooms)
@@ -1391,5 +1393,39 @@ def test_a_tick_whose_rounds_end_at_the_first_that_starts_nothing_is_caught(monk
         return shares if first_round_only.rounds % 2 else dict.fromkeys(shares, 0)
 
     first_round_only.rounds = 0
-    monkeypatch.setattr(sluice.launcher, "split", first_round_only)
+    monkeypatch.setattr(sluice.lane_admission, "split", first_round_only)
     caught(breaks.test_a_lane_whose_share_rounds_to_nothing_still_gets_the_free_slot)
+
+
+# -- fair lanes (sluice.fair) -------------------------------------------------------------------------
+
+
+def test_a_fair_lane_that_serves_its_tenants_in_arrival_order_is_caught(monkeypatch):
+    """The waker gives every free slot to the tenant whose line holds the oldest waiter (the first
+    parked): what a FIFO queue does. The light tenant queued behind the heavy one gets nothing."""
+
+    def oldest_first(free, states, *, now, rng):
+        order = sorted(states, key=lambda k: (states[k].tickets - states[k].woken == 0, k))
+        given: dict[str, int] = {}
+        for ckey in order:
+            take = min(free, max(0, states[ckey].waiting))
+            if take:
+                given[ckey], free = take, free - take
+        return given
+
+    monkeypatch.setattr(sluice.fair, "share_out", oldest_first)
+    failure = caught(breaks.test_a_fair_lane_shares_its_slots_among_its_tenants)
+    assert "served in arrival order" in str(failure)
+
+
+def test_a_fair_tenant_held_to_the_default_key_cap_is_caught(monkeypatch):
+    """The claim's condition ignores the tenant's ``fair`` mark: keyConcurrency (1) holds every
+    tenant of the fair lane, and half its slots stay empty with work waiting."""
+    monkeypatch.setattr(
+        sluice.adapters.dynamo_keys,
+        "ROOM",
+        "((attribute_not_exists(#cap) AND (attribute_not_exists(#holders) OR size(#holders) < :kdefault)) "
+        "OR (#cap > :kzero AND (attribute_not_exists(#holders) OR size(#holders) < #cap)))",
+    )
+    failure = caught(breaks.test_a_fair_lane_shares_its_slots_among_its_tenants)
+    assert "served in arrival order" in str(failure) or "heavy" in str(failure)

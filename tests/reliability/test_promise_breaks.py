@@ -705,3 +705,47 @@ def test_a_lane_lowered_below_its_runs_admits_again_once_they_end(make_world):
     world.check()
     assert len(lane_runs(world, "gpu")) == 1, "gpu admits nothing with no run left under its MAX 1"
     world.settle()
+
+
+# -- fair lanes (sluice.fair) --------------------------------------------------------------------------
+
+
+def tenants_running(world: World, lane: str) -> dict[str, int]:
+    """The tenants of ``lane``'s RUNNING executions, with how many each."""
+    out: dict[str, int] = {}
+    for name in lane_runs(world, lane):
+        tenant = world.model.ckey_of(name) or "?"
+        out[tenant] = out.get(tenant, 0) + 1
+    return out
+
+
+def keyed(tenant: str) -> dict[str, str]:
+    return {"sluice-concurrency-key": tenant}
+
+
+def test_a_fair_lane_shares_its_slots_among_its_tenants(make_world):
+    """shared is fair with MAX 4: heavy's 6 payloads are queued before light's 3. The tick gives
+    each tenant 2, not 4 to the tenant whose messages came first; light's next payload waits in its
+    line, not in the queue. When a light run ends, its slot goes to the tenant with the fewest runs
+    (light, 1 against heavy's 2); once light's line is empty, the lane fills with heavy's. Every
+    limit is checked by the model at every claim (a tenant has no default cap: only its lane's MAX)."""
+    world = make_world(max_concurrency=4, lanes="shared:4:0:1:fair")
+    for i in range(6):
+        world.send(body(f"h{i}"), group=f"h{i}", lane="shared", attributes=keyed("heavy"))
+    for i in range(3):
+        world.send(body(f"l{i}"), group=f"l{i}", lane="shared", attributes=keyed("light"))
+    world.tick("A")
+    world.check()
+    assert tenants_running(world, "shared") == {"heavy": 2, "light": 2}, "served in arrival order"
+    assert world.queue_depth("shared") == 0, "a fair lane's messages wait in their tenants' lines"
+    light = next(n for n in lane_runs(world, "shared") if world.model.ckey_of(n) == "light")
+    world.end(light)
+    assert world.deliver(0) == "ok"
+    world.check()
+    assert tenants_running(world, "shared") == {"heavy": 2, "light": 2}, "the freed slot left light"
+    for name in [n for n in lane_runs(world, "shared") if world.model.ckey_of(n) == "light"]:
+        world.end(name)
+        assert world.deliver(0) == "ok"
+    world.check()
+    assert tenants_running(world, "shared") == {"heavy": 4}, "light's slots stayed empty"
+    world.settle()

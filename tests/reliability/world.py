@@ -131,6 +131,7 @@ class World(BehindTheBack, Promises):
                 visibility_timeout=VISIBILITY,
                 key_concurrency=self.settings.key_concurrency,
                 lanes={lane.name: lane.max for lane in self.settings.lanes},
+                fair_lanes=frozenset(lane.name for lane in self.settings.lanes if lane.fair),
                 lane_queues=self.queue_urls() if self.settings.lanes else None,
             )
             # The operator's own machine: the real `sluice set-max`, on clients without faults.

@@ -153,6 +153,7 @@ class Model:
         key_concurrency: int = 1,
         lanes: Mapping[str, int] | None = None,
         lane_queues: Mapping[str, str] | None = None,
+        fair_lanes: frozenset[str] = frozenset(),
     ) -> None:
         self.lock = threading.RLock()
         self.dlq_url = dlq_url
@@ -214,6 +215,7 @@ class Model:
         self.queue_of: dict[str, str] = {}  # physical message id -> the queue it was received from
         # Lanes (sluice.lanes; empty: the stack has none).
         self.lanes = dict(lanes or {})  # lane -> its configured MAX
+        self.fair_lanes = fair_lanes  # lanes serving their tenants round-robin (sluice.fair)
         self.lane_queues = {url: lane for lane, url in (lane_queues or {}).items()}  # queue URL -> lane
         self.lane_limits = dict(self.lanes)  # lane -> its limit in force, as the test set it
         self.lane_lowered: dict[str, int] = {}  # lowered in LANE# only: binding once a tick has run
@@ -254,9 +256,10 @@ class Model:
             for index in range(count):
                 self.effects[effect_origin(name, index)] = (name, index)
 
-    def key_cap(self, ckey: str) -> int:
-        """The cap in force for concurrency key ``ckey``: its own, else the default."""
-        return self.key_caps.get(ckey, self.key_concurrency)
+    def key_cap(self, ckey: str, *, uncapped: bool = False) -> int:
+        """The cap in force for concurrency key ``ckey``: its own, else the default (none for a
+        fair lane's tenant: its lane's MAX holds it)."""
+        return self.key_caps.get(ckey, 10_000 if uncapped else self.key_concurrency)
 
     def set_key_cap(self, ckey: str, cap: int | None) -> None:
         with self.lock:
@@ -298,9 +301,20 @@ class Model:
         )
 
     def ckey_of_message(self, message_id: str | None) -> str | None:
-        """The concurrency key the test sent message ``message_id`` with, if any."""
+        """The concurrency key the test sent message ``message_id`` with, if any; in a fair lane,
+        its tenant (its key, else ``lane:<name>``)."""
         sent = self.sent.get(message_id or "")
-        return sent.attributes.get(CONCURRENCY_KEY_ATTRIBUTE) if sent is not None else None
+        if sent is None:
+            return None
+        ckey = sent.attributes.get(CONCURRENCY_KEY_ATTRIBUTE)
+        if ckey is None and sent.lane in self.fair_lanes:
+            return f"lane:{sent.lane}"
+        return ckey
+
+    def uncapped(self, message_id: str | None) -> bool:
+        """A fair lane's tenant: no default cap, only its own (``sluice.fair``)."""
+        sent = self.sent.get(message_id or "")
+        return sent is not None and sent.lane in self.fair_lanes
 
     def ckey_of(self, name: str) -> str | None:
         """The concurrency key of execution ``name``'s payload (tied to its message by the claim)."""
@@ -416,7 +430,7 @@ class Model:
                 )
         ckey = self.ckey_of_message(message_id)
         if ckey is not None:
-            self._key_claim(name, ckey)
+            self._key_claim(name, ckey, uncapped=self.uncapped(message_id))
         if self.lanes:
             self._lane_claim(call, name, message_id, item.get("lane", {}).get("S"))
         self.holders.add(name)
@@ -426,18 +440,19 @@ class Model:
         self.seq += 1
         self.claim_seq[name] = self.seq
         if ckey is not None:
-            self.claimed_key_cap[name] = self.key_cap(ckey)
+            self.claimed_key_cap[name] = self.key_cap(ckey, uncapped=self.uncapped(message_id))
 
-    def _key_claim(self, name: str, ckey: str) -> None:
+    def _key_claim(self, name: str, ckey: str, *, uncapped: bool = False) -> None:
         """Promise 6 at the claim: the runs of its concurrency key that hold a slot (an adopted,
         redriven one too) or run without one must be fewer than the key's cap in force. Runs
         redriven behind Sluice's back and not adopted yet are not counted: Sluice cannot know them."""
         ours = {n for n in self.running if n not in self.outside}
         taken = sorted(n for n in (self.holders | ours) - {name} if self.ckey_of(n) == ckey)
-        if len(taken) >= self.key_cap(ckey):
+        cap = self.key_cap(ckey, uncapped=uncapped)
+        if len(taken) >= cap:
             self.violations.append(
                 f"key cap: {name} claimed a slot of concurrency key {ckey!r} while {len(taken)} "
-                f"of its runs held one under its cap {self.key_cap(ckey)}: {taken}"
+                f"of its runs held one under its cap {cap}: {taken}"
             )
 
     def _lane_claim(self, call: Call, name: str, message_id: str, lane: str | None) -> None:
