@@ -448,3 +448,36 @@ def test_a_message_sqs_moved_goes_back_to_the_queue_it_came_from(stack):
     assert redrive_lane(s, dead(s.queue_url, "gpu")) == "default", "the queue, not the attribute"
     assert redrive_lane(s, dead(None, "gpu")) == "gpu"
     assert redrive_lane(s, dead(None, None)) == "default"
+
+
+# -- fair lanes (sluice.fair) -----------------------------------------------------------------------------
+
+
+def test_status_shows_a_fair_lanes_tenants_and_what_waits_in_their_lines(session, monkeypatch, capsys):
+    fair = "shared:4:0:1:fair"
+    stack = build_stack(session, max_concurrency=4, lanes=fair)
+    use_env(monkeypatch, stack, SLUICE_LANES=fair, SLUICE_LANE_QUEUES=lane_queues(stack))
+    for tenant, n in (("heavy", 6), ("light", 3)):
+        for i in range(n):
+            stack.send(
+                {"id": f"{tenant}-{i}"},
+                group=f"{tenant}-{i}",
+                lane="shared",
+                sluice_concurrency_key=tenant,
+            )
+    stack.launcher().tick()  # 2 each: heavy 4 and light 1 wait in their lines
+
+    data = sluice(capsys, "status", "--json", session=session).json
+    shared = next(lane for lane in data["lanes"] if lane["lane"] == "shared")
+    assert (shared["fair"], shared["running"], shared["tenants"], shared["in_lines"]) == (True, 4, 2, 5)
+    keys = {k["key"]: k for k in data["keys"]}
+    assert keys["heavy"]["fair_lane"] == "shared" and keys["heavy"]["waiting"] == 4
+    human = sluice(capsys, "status", session=session).out
+    assert "shared  MAX 4 (configured), priority 0, weight 1, fair: 4 running of 4 (0 free), " in human
+    assert "0 waiting, 0 in flight, 5 in the lines of its 2 tenants" in human
+    assert "heavy: 2 running, 4 waiting (tenant of fair lane shared)" in human
+
+    run = sluice(capsys, "set-max", "1", "--key", "heavy", session=session)
+    assert run.code == 0, run.err
+    assert "no cap but the lane's MAX" not in run.out and "its own cap" in run.out
+    assert "Its waiters are woken by fair lane 'shared' at its next admission." in run.out

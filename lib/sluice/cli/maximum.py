@@ -52,15 +52,20 @@ def _set_key_max(ctx: Context) -> int:
     ctx.settings.require("table_name", "queue_url")
     result = set_key_max(ctx.runtime, key, ctx.args.value)
     before, after = result["before"], result["after"]
-    own = (
-        "its own cap" if after["own_cap"] is not None else f"the stack's keyConcurrency ({result['default']})"
-    )
+    if after["own_cap"] is not None:
+        own = "its own cap"
+    elif "fair_lane" in after:
+        own = f"a tenant of fair lane {after['fair_lane']!r}: no cap but the lane's MAX"
+    else:
+        own = f"the stack's keyConcurrency ({result['default']})"
     lines = [f"concurrency key {key!r}: cap {before['cap']} → {after['cap']} ({own})."]
     lines.append(
         f"{after['running']} running, {after['waiting']} waiting, {after['on_the_way']} woken on the way."
     )
     if result["woken"]:
         lines.append(f"{result['woken']} waiting payloads were sent back to the queue, oldest first.")
+    elif "fair_lane" in after and after["waiting"]:
+        lines.append(f"Its waiters are woken by fair lane {after['fair_lane']!r} at its next admission.")
     if after["cap"] == 0:
         lines.append("Cap 0 pauses the key: its payloads wait; other keys are not held up.")
     ctx.out("\n".join(lines), {"key": key, **result})

@@ -170,8 +170,11 @@ def _overview(ctx: Context) -> int:
         rows.append(
             (
                 "key",
-                f"{k['key']}: {k['running']} of {k['cap']} running, {k['waiting']} waiting"
-                + (f", {k['on_the_way']} on the way" if k["on_the_way"] else ""),
+                f"{k['key']}: {k['running']} "
+                + ("running" if k.get("fair_lane") and k["own_cap"] is None else f"of {k['cap']} running")
+                + f", {k['waiting']} waiting"
+                + (f", {k['on_the_way']} on the way" if k["on_the_way"] else "")
+                + (f" (tenant of fair lane {k['fair_lane']})" if k.get("fair_lane") else ""),
             )
         )
     ctx.out(table(rows), data)
@@ -193,6 +196,8 @@ def _lane_row(lane: dict[str, Any]) -> str:
     queue = f"{lane['waiting']} waiting, {lane['in_flight']} in flight" + (
         f", {lane['delayed']} delayed" if lane["delayed"] else ""
     )
+    if lane["fair"]:
+        queue += f", {lane['in_lines']} in the lines of its {lane['tenants']} tenants"
     return f"{lane['lane']}  {lane_max(lane)}, {order}: {running}, {queue}"
 
 

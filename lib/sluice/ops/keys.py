@@ -17,6 +17,7 @@ def describe(state: KeyState, default: int, now: float) -> dict[str, Any]:
         "running": len(state.holders),
         "waiting": state.waiting,
         "on_the_way": state.kept(now),
+        **({"fair_lane": state.fair} if state.fair is not None else {}),
     }
 
 

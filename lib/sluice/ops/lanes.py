@@ -54,10 +54,20 @@ def lane_states(rt: Runtime, lanes: Sequence[Lane]) -> list[dict[str, Any]]:
 
 
 def lane_overview(rt: Runtime, lanes: Sequence[Lane]) -> list[dict[str, Any]]:
-    """``lane_states`` with each lane's queue: visible (waiting), in flight and delayed messages."""
+    """``lane_states`` with each lane's queue: visible (waiting), in flight and delayed messages; a
+    fair lane's also with its tenants and the payloads waiting in their lines (``sluice.fair``)."""
     queue = rt.queue()
     out = []
+    tenants: dict[str, list[Any]] = {}
+    if any(lane.fair for lane in lanes):
+        store = rt.store()
+        for key_state in store.key_states(sorted(store.keys_waiting())[:100]).values():
+            if key_state.fair is not None:
+                tenants.setdefault(key_state.fair, []).append(key_state)
     for state in lane_states(rt, lanes):
+        if state["fair"]:
+            own = tenants.get(state["lane"], [])
+            state.update(tenants=len(own), in_lines=sum(k.waiting for k in own))
         depth = queue.for_lane(state["lane"]).depth()
         state.update(
             waiting=depth.get("ApproximateNumberOfMessages", 0),
