@@ -307,14 +307,17 @@ def wake(
     at_most: int = WAKE_BATCH,
     by_lane: str | None = None,
     fair_lanes: Collection[str] | None = None,
+    seen: KeyState | None = None,
 ) -> int:
     """Send as many of ``ckey``'s waiters back to the queue as it has room for, oldest first.
     ``tidy`` (the sweep): take a key whose line is empty off the sweep's list. A fair lane's
     tenant is woken only by its lane's waker (``by_lane``, ``sluice.fair``), which shares the
-    lane's room among its tenants; ``fair_lanes``: the lanes the stack has fair (None: any)."""
+    lane's room among its tenants; ``fair_lanes``: the lanes the stack has fair (None: any).
+    ``seen``: the key as just read consistently (saves the first read)."""
     sent = 0
     for _ in range(3):  # another waker moved the line meanwhile: read it again
-        state = store.key_state(ckey)
+        state = seen if seen is not None else store.key_state(ckey)
+        seen = None
         count = min(state.room(store.key_concurrency, now), state.waiting, WAKE_BATCH, at_most)
         if (
             state.fair is not None

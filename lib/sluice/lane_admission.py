@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from sluice.launcher import Launcher
 
 RECEIVE_BATCH = 10  # SQS ReceiveMessage returns at most 10
-SORT_RECEIVES = 50  # receives one pass over a fair lane's queue makes at most (then the next pass)
+SORT_RECEIVES = 2_000  # receives one pass over a fair lane's queue makes at most (then the next pass)
 
 
 class LaneAdmission:
@@ -210,9 +210,25 @@ class LaneAdmission:
                 wait_seconds=wait_seconds,
             )
         summary = TickSummary()
-        self._sort(summary, remaining_ms)  # what is new, to its tenant's line
+        # What is new, to its tenant's line; the first receive waits as an ordinary lane's would, so
+        # a lingering tick polls an idle fair lane no faster than one with a queue.
+        wait = self.settings.receive_wait_seconds if wait_seconds is None else wait_seconds
+        self._sort(summary, remaining_ms, wait=wait)
         if summary.stopped in ("time", "transient"):
             return summary
+        sent = fair.wake_lane(
+            store=self.store,
+            queue=self.queue,
+            lane=self.lane,
+            now=self.clock.now(),
+            rng=self.rng,
+            at_most=share,
+        )
+        if sent:
+            self._sort(summary, remaining_ms)  # the woken claim (and what came meanwhile lines up)
+        if summary.stopped == "empty" and summary.n(Outcome.STARTED) >= share:
+            summary.stopped = "full"  # its share is taken: it may have more for the next round
+        return summary
         fair.wake_lane(
             store=self.store,
             queue=self.queue,
@@ -226,15 +242,17 @@ class LaneAdmission:
             summary.stopped = "full"  # its share is taken: it may have more for the next round
         return summary
 
-    def _sort(self, summary: TickSummary, remaining_ms: Callable[[], int] | None) -> None:
-        """One pass over a fair lane's queue, without waiting: new messages go to their tenants'
-        lines, woken ones claim and start. Nothing is handed back for want of room."""
+    def _sort(self, summary: TickSummary, remaining_ms: Callable[[], int] | None, *, wait: int = 0) -> None:
+        """A pass over a fair lane's queue until it is empty (or time runs out): new messages go to
+        their tenants' lines, woken ones claim and start; nothing is handed back for want of room.
+        Every message is parked once, so a long pass happens once per backlog, and the waiters
+        woken after it are not left behind messages nobody has parked yet."""
         summary.stopped = "empty"
-        for _ in range(SORT_RECEIVES):
+        for i in range(SORT_RECEIVES):
             if not self._time_left(remaining_ms):
                 summary.stopped = "time"
                 return
-            messages = self._receive(max(RECEIVE_BATCH, self.fan.workers), 0)
+            messages = self._receive(max(RECEIVE_BATCH, self.fan.workers), wait if i == 0 else 0)
             if not messages:
                 summary.stopped = "empty"
                 return
@@ -243,3 +261,4 @@ class LaneAdmission:
             if stop:
                 summary.stopped = stop
                 return
+        summary.stopped = "full"  # the pass's bound: the next round or admission goes on

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from sluice.awaits import ReadAhead, read_ahead
 from sluice.completion import StatusChange, settle_status_change
 from sluice.effects import Effects
-from sluice.errors import ConfigurationError, SlotsFull, TransientError
+from sluice.errors import ConfigurationError, InvalidPayload, SlotsFull, TransientError
+from sluice.fair import tenant as fair_tenant
 from sluice.fanout import Pacer, fanout
 from sluice.lane_admission import LaneAdmission
 from sluice.lanes import Lane
@@ -280,7 +281,7 @@ class Launcher(LaneAdmission, MessageProtocol):
         """
         by_group: dict[str, list[Message]] = {}
         for message in messages:  # groups in the order of their first message, each in its order
-            by_group.setdefault(_group(message), []).append(message)
+            by_group.setdefault(self._batch_group(message), []).append(message)
         groups = list(by_group.values())
         runs = [_Run() for _ in groups]
         halt = _Halt()
@@ -338,6 +339,17 @@ class Launcher(LaneAdmission, MessageProtocol):
             run.add(outcome)
             if outcome is Outcome.STARTED:
                 run.filled += 1
+
+    def _batch_group(self, message: Message) -> str:
+        """Which messages of a batch run one after another: those of one FIFO group; in a fair lane,
+        those of one tenant (each parks on its tenant's next ticket: side by side they would race
+        for it, sluice.fair)."""
+        if self.lane is not None and self.lane.fair:
+            try:
+                return "tenant:" + fair_tenant(message, self.lane)
+            except InvalidPayload:
+                pass  # dead-lettered when its turn comes
+        return _group(message)
 
     def _settle(self, done: list[Message], started: list[StartedExecution]) -> None:
         if started:
