@@ -167,8 +167,9 @@ def _dag_only(plan: plan_mod.Plan, out: Path) -> int:
 
 
 def _tenants_only(plan: plan_mod.Plan, out: Path) -> int:
-    """The tenants workload alone (two runs): bench/out/results-tenants.json and
-    bench/out/summary-tenants.md; the results file is left as it is."""
+    """The tenants workload alone (three runs: keys, no keys, a fair lane; seconds each):
+    bench/out/results-tenants.json and bench/out/summary-tenants.md; the results file is left as
+    it is."""
     began = time.monotonic()
     runs = [plan_mod._tenants_task(args) for _, args in plan_mod.tenant_tasks(plan)]
     section = report.tenants_section(plan, runs)

@@ -33,6 +33,8 @@ method, as ``lib/sluice/adapters/dynamodb.py``, ``sqs.py``, ``sfn.py`` and ``ssm
     Store.lane_rooms(lanes)     dynamodb:BatchGetItem per 100 keys (each lane's pool item and the shards this
                                 container last saw, 4 before it saw any; once more for a pool that grew)
     Store.lane_settings(lanes)  dynamodb:BatchGetItem (LANE#<name> of every lane)
+    Store.key_states(keys)      dynamodb:BatchGetItem per 100 keys (CKEY# of every key with waiters: a fair
+                                lane's waker, sluice.fair)
     Store.set_lane_limit()      GetItem of the lane's pool, BatchGetItem of its shards, TransactWriteItems
                                 (DynamoSlots.set_limit; no write for a limit with an older stamp)
     a claim or release in a lane one more item in its TransactWriteItems (the lane's shard); a claim that
@@ -697,9 +699,20 @@ class CountingStore:
         self.meter.wait("dynamodb:TransactWriteItems")
         return result
 
-    def park_for_key(self, waiter: Any, *, tickets: int, replaces: str | None = None) -> bool:
-        kb = SMALL_ITEM_KB * 3 + _kb(len(waiter.body))  # CKEY#, KWAITOF#, KEYS_WAITING and KWAIT#
-        return self._transact(kb, self.inner.park_for_key(waiter, tickets=tickets, replaces=replaces))
+    def key_states(self, ckeys: Sequence[str]) -> dict[str, Any]:
+        """``CKEY#`` of every key, consistently, in one BatchGetItem per 100 (a fair lane's waker)."""
+        ckeys = list(ckeys)
+        self._batch_get(len(ckeys))
+        return self.inner.key_states(ckeys)
+
+    def park_for_key(
+        self, waiter: Any, *, tickets: int, replaces: str | None = None, fair: str | None = None
+    ) -> bool:
+        """One transaction: CKEY# (with its fair lane, if any), KWAITOF#, KEYS_WAITING and KWAIT#."""
+        kb = SMALL_ITEM_KB * 3 + _kb(len(waiter.body))
+        return self._transact(
+            kb, self.inner.park_for_key(waiter, tickets=tickets, replaces=replaces, fair=fair)
+        )
 
     def key_waiters(self, ckey: str, tickets: Sequence[int]) -> list[Any]:
         tickets = list(tickets)
@@ -722,6 +735,8 @@ class CountingStore:
         self._update(self.inner.drop_inflight(ckey, entries))
 
     def forget_key(self, ckey: str) -> None:
+        """One transaction: CKEY# (conditioned on an empty line; its fair lane removed) and
+        KEYS_WAITING."""
         self._transact(SMALL_ITEM_KB * 2, self.inner.forget_key(ckey))
 
     def set_key_cap(self, ckey: str, cap: int | None) -> None:

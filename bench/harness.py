@@ -27,6 +27,7 @@ from bench.poller import PollerSystem
 from bench.pricing import cost_usd, per_million
 from bench.sim import T0, Sim
 from bench.sluice_system import (
+    SluiceFair,
     SluiceKeyed,
     SluiceLanes,
     SluiceLanesNoWait,
@@ -51,6 +52,7 @@ SYSTEMS: dict[str, type[System]] = {
         SluiceLean,
         SluiceWide,
         SluiceKeyed,
+        SluiceFair,
         SluiceLanes,
         SluiceLanesNoWait,
     )
@@ -151,10 +153,10 @@ TENANT_LIGHT_AT = 120.0  # seconds after t0: the heavy tenant is backlogged by t
 TENANT_DURATIONS = "exp30"
 
 
-def tenants(rng: random.Random) -> list[Job]:
-    """``heavy`` (1,000 jobs at t0) and ``light0`` … ``light3`` (10 jobs each at 120 s), every job
-    under its tenant's concurrency key; ``exp30`` durations."""
-    plan = [("heavy", TENANT_HEAVY, 0.0)] + [
+def tenants(rng: random.Random, heavy: int = TENANT_HEAVY) -> list[Job]:
+    """``heavy`` (``heavy`` jobs at t0, 1,000 in the benchmark) and ``light0`` … ``light3`` (10 jobs
+    each at 120 s), every job under its tenant's concurrency key; ``exp30`` durations."""
+    plan = [("heavy", heavy, 0.0)] + [
         (f"light{t}", TENANT_LIGHT_JOBS, TENANT_LIGHT_AT) for t in range(TENANT_LIGHT)
     ]
     specs = [(tenant, i, at) for tenant, n, at in plan for i in range(n)]
@@ -176,7 +178,8 @@ def tenant_metrics(
     """Per tenant: start latency (start − enqueue) p50/p99 and the most of its jobs running at once
     (from Step Functions' starts and ends); the light tenants' latencies together; and Jain's
     fairness index of running jobs among the tenants with jobs not yet started, sampled each second
-    while two or more are backlogged."""
+    while two or more are backlogged (its mean and its lowest sample). ``cap``: a tenant's cap, if
+    any (a run over it is reported)."""
     starts = recorder.first_start
     ends = {k: t for k, (t, _) in recorder.ends.items()}
     by_tenant: dict[str, list[Job]] = {}
@@ -224,6 +227,7 @@ def tenant_metrics(
             samples.append(sum(counts) ** 2 / (len(counts) * sum(c * c for c in counts)))
         t += 1.0
     out["jain_backlogged"] = _r(sum(samples) / len(samples)) if samples else None
+    out["jain_min"] = _r(min(samples)) if samples else None
     out["jain_samples"] = len(samples)
     return out
 
@@ -726,7 +730,7 @@ def run(
     if tenant_of is not None:
         keyed = any(j.ckey for j in jobs)
         result["tenants"] = tenant_metrics(
-            jobs, recorder, tenant_of, getattr(system, "key_concurrency", None) if keyed else None
+            jobs, recorder, tenant_of, getattr(system, "tenant_cap", None) if keyed else None
         )
     if lane_of is not None:
         result["lanes"] = lane_metrics(jobs, recorder, lanes, max_, lane_of)

@@ -14,6 +14,7 @@ from bench.harness import (
     LANE_FAST_BACKLOG,
     LANE_FAST_FOR,
     MAIN_SYSTEMS,
+    TENANT_HEAVY,
     backlog,
     dag,
     idle,
@@ -25,8 +26,8 @@ from bench.harness import (
     without_keys,
     without_lanes,
 )
-from bench.sluice_system import SluiceLanes, SluiceLanesNoWait
-from sluice.lanes import parse_lanes
+from bench.sluice_system import SluiceFair, SluiceLanes, SluiceLanesNoWait
+from sluice.lanes import DEFAULT_LANE, parse_lanes
 
 WORKLOADS = ("fixed30", "exp30", "lognormal", "fixed5")
 MAXES = (5, 100, 1000)
@@ -37,7 +38,13 @@ IDLE_SYSTEMS = MAIN_SYSTEMS
 TIMELINE = ("fixed30", 100)  # the run whose concurrency over time is plotted
 LARGE = ("fixed60", ("sluice-linger", "sluice-wide"))  # MAX 10,000 (issue 10, item 9)
 DAG_SYSTEM = "sluice-linger"  # the DAG workload (issue 13): as deployed, awaits through the real code
-TENANT_SYSTEMS = ("sluice-keyed", "sluice-linger")  # the tenants workload (issue 11): keyed, and plain
+# The tenants workload (issue 11): each tenant a concurrency key under keyConcurrency; the same jobs
+# without keys; each tenant a tenant of a fair lane (the jobs keyed, the one lane fair).
+TENANT_RUNS = (
+    ("tenants", "sluice-keyed"),
+    ("tenants-plain", "sluice-linger"),
+    ("tenants-fair", SluiceFair.name),
+)
 # The lanes workload: with lanes, bulk's backlog and fast's trickle; both backlogged; the first run's
 # jobs with receives that do not wait (SLUICE_RECEIVE_WAIT_SECONDS=0), and without lanes.
 LANE_RUNS = (
@@ -67,6 +74,7 @@ class Plan:
     dag_fan_ins: int = 10  # 10 × (50 + 1) nodes
     dag_chains: int = 49  # 49 × 10 nodes: 1,000 in all
     tenants_max: int = 50
+    tenants_heavy: int = TENANT_HEAVY  # the heavy tenant's jobs at t0
     lanes_max: int = 50
     lanes_bulk: int = LANE_BULK
     lanes_fast_for: float = LANE_FAST_FOR  # seconds of fast's trickle
@@ -128,22 +136,32 @@ def _dag_task(args: tuple[str, Plan, bool]) -> dict[str, Any]:
 
 
 def tenant_tasks(plan: Plan) -> list[tuple[str, Any]]:
-    """One heavy tenant and four light ones, each tenant a concurrency key; the same jobs without keys."""
-    return [("tenants", (system, plan, system == TENANT_SYSTEMS[0])) for system in TENANT_SYSTEMS]
+    """One heavy tenant and four light ones (``TENANT_RUNS``): each tenant a concurrency key; the same
+    jobs without keys; each tenant a tenant of one fair lane."""
+    return [("tenants", (workload, system, plan)) for workload, system in TENANT_RUNS]
 
 
-def _tenants_task(args: tuple[str, Plan, bool]) -> dict[str, Any]:
-    system, plan, keyed = args
-    jobs = tenants(random.Random(f"{plan.seed}/tenants"))
+def _tenants_task(args: tuple[str, str, Plan]) -> dict[str, Any]:
+    """One run of the tenants workload, measured by tenant and as one lane of MAX ``tenants_max``
+    (its utilisation while it has jobs waiting); a fair lane over its MAX fails the benchmark."""
+    workload, system, plan = args
+    jobs = tenants(random.Random(f"{plan.seed}/tenants"), plan.tenants_heavy)
     tenant_of = {j.id: j.ckey or "" for j in jobs}
-    return run(
+    result = run(
         system,
-        "tenants" if keyed else "tenants-plain",
+        workload,
         plan.tenants_max,
         plan.seed,
-        jobs=jobs if keyed else without_keys(jobs),
+        jobs=without_keys(jobs) if workload == "tenants-plain" else jobs,
         tenant_of=tenant_of,
+        lane_of=dict.fromkeys(tenant_of, DEFAULT_LANE),
+        lanes=parse_lanes(f"{DEFAULT_LANE}:{plan.tenants_max}", plan.tenants_max),
     )
+    if workload == "tenants-fair":
+        assert result["peak_concurrency"] <= plan.tenants_max and not result["lanes"]["cap_exceeded"], (
+            f"{workload}: over MAX: peak {result['peak_concurrency']}/{plan.tenants_max}"
+        )
+    return result
 
 
 def lane_tasks(plan: Plan) -> list[tuple[str, Any]]:

@@ -777,12 +777,15 @@ def dag_markdown(section: dict[str, Any]) -> str:
 
 def tenants_section(plan: Plan, runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The tenants workload (issue 11): one heavy tenant's backlog, then four light tenants arriving
-    while it waits, each tenant a concurrency key under ``keyConcurrency``; and the same jobs without
-    keys (arrival order alone)."""
-    from bench.harness import TENANT_HEAVY, TENANT_LIGHT, TENANT_LIGHT_AT, TENANT_LIGHT_JOBS
+    while it waits: each tenant a concurrency key under ``keyConcurrency``; the same jobs without
+    keys (arrival order alone); and, when run, each tenant a tenant of one fair lane as large as MAX
+    (``sluice-fair``, served round-robin). Every run is also measured as one lane: its utilisation
+    while it has jobs waiting."""
+    from bench.harness import TENANT_LIGHT, TENANT_LIGHT_AT, TENANT_LIGHT_JOBS
+    from bench.sluice_system import SluiceFair
 
     by = {r["workload"]: r for r in runs}
-    keyed, plain = by["tenants"], by["tenants-plain"]
+    keyed, plain, fair = by["tenants"], by["tenants-plain"], by.get("tenants-fair")
     keys = (
         "system",
         "max",
@@ -791,16 +794,25 @@ def tenants_section(plan: Plan, runs: list[dict[str, Any]]) -> dict[str, Any]:
         "dead_lettered",
         "duplicate_starts",
         "api_calls_per_start",
+        "dynamodb_calls_per_start",
+        "calls_by_api_per_start",
         "utilisation",
         "makespan_s",
         "peak_concurrency",
         "over_max_seconds",
         "cost_per_million_usd",
     )
-    rows = {
-        "keyed": {**{k: keyed[k] for k in keys}, "tenants": keyed["tenants"]},
-        "plain": {**{k: plain[k] for k in keys}, "tenants": plain["tenants"]},
-    }
+
+    def row(r: dict[str, Any]) -> dict[str, Any]:
+        out = {**{k: r[k] for k in keys}, "tenants": r["tenants"]}
+        if "lanes" in r:  # the run as one lane: its utilisation while it had jobs waiting
+            lane = next(iter(r["lanes"]["lanes"].values()))
+            out["lane"] = {"backlogged_s": lane.get("backlogged_s"), **lane.get("while_backlogged", {})}
+        return out
+
+    rows = {"keyed": row(keyed), "plain": row(plain)}
+    if fair is not None:
+        rows["fair"] = row(fair)
     t = keyed["tenants"]
     targets = [
         {
@@ -821,10 +833,12 @@ def tenants_section(plan: Plan, runs: list[dict[str, Any]]) -> dict[str, Any]:
             "met": keyed["dead_lettered"] == 0 and keyed["duplicate_starts"] == 0,
         },
     ]
-    return {
+    if fair is not None:
+        targets += _fair_targets(plan, rows)
+    section: dict[str, Any] = {
         "max": plan.tenants_max,
         "workload": {
-            "heavy": TENANT_HEAVY,
+            "heavy": plan.tenants_heavy,
             "light_tenants": TENANT_LIGHT,
             "light_jobs": TENANT_LIGHT_JOBS,
             "light_at_s": TENANT_LIGHT_AT,
@@ -833,6 +847,63 @@ def tenants_section(plan: Plan, runs: list[dict[str, Any]]) -> dict[str, Any]:
         "rows": rows,
         "targets": targets,
     }
+    if fair is not None:
+        section["fair_lanes"] = SluiceFair.lanes.format(max=plan.tenants_max)
+    return section
+
+
+def _fair_targets(plan: Plan, rows: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 11's targets for a fair lane, judged on the ``fair`` run, with the other two beside."""
+    fair, keyed, plain = rows["fair"], rows["keyed"], rows["plain"]
+    t = fair["tenants"]
+    lane = fair.get("lane", {})
+    util = lane.get("utilisation_max")
+    return [
+        {
+            "target": "fair lane: Jain's index ≥ 0.9 of running jobs among backlogged tenants",
+            "value": f"mean {_fmt(t['jain_backlogged'])}, lowest {_fmt(t.get('jain_min'))} "
+            f"({t['jain_samples']} s with 2 or more tenants backlogged; keys "
+            f"{_fmt(keyed['tenants']['jain_backlogged'])}, no keys {_fmt(plain['tenants']['jain_backlogged'])})",
+            "met": t["jain_backlogged"] is not None
+            and t["jain_backlogged"] >= 0.9
+            and (t.get("jain_min") is None or t["jain_min"] >= 0.9),
+        },
+        {
+            "target": "fair lane: light tenants' start latency p50 ≤ 2 s",
+            "value": f"{_fmt(t['light_latency_p50_s'])} s (p99 {_fmt(t['light_latency_p99_s'])} s; heavy "
+            f"p50 {_fmt(t['tenants']['heavy']['latency_p50_s'])} s)",
+            "met": t["light_latency_p50_s"] is not None and t["light_latency_p50_s"] <= 2.0,
+        },
+        {
+            "target": f"fair lane: utilisation ≥ 0.95 of its MAX ({plan.tenants_max}) while backlogged",
+            "value": f"{_fmt(util)} ({_fmt(lane.get('running_avg'))} running on average over "
+            f"{_fmt(lane.get('backlogged_s'))} s; keys {_fmt(keyed.get('lane', {}).get('utilisation_max'))}, "
+            f"no keys {_fmt(plain.get('lane', {}).get('utilisation_max'))})",
+            "met": util is not None and util >= 0.95,
+        },
+        {
+            "target": "fair lane: never over its MAX; dead-lettered: 0, duplicate starts: 0",
+            "value": f"peak {fair['peak_concurrency']}/{plan.tenants_max}; {fair['dead_lettered']}, "
+            f"{fair['duplicate_starts']}",
+            "met": fair["peak_concurrency"] <= plan.tenants_max
+            and not fair["over_max_seconds"]
+            and fair["dead_lettered"] == 0
+            and fair["duplicate_starts"] == 0,
+        },
+    ]
+
+
+_TENANT_RUN_LABEL = {
+    "plain": "the same jobs, no keys",
+}
+
+
+def _tenant_label(name: str, r: dict[str, Any], section: dict[str, Any]) -> str:
+    if name == "keyed":
+        return f"concurrency keys, cap {r['tenants']['cap']}"
+    if name == "fair":
+        return f"fair lane `{section.get('fair_lanes', '')}`"
+    return _TENANT_RUN_LABEL.get(name, name)
 
 
 def tenants_table(section: dict[str, Any]) -> str:
@@ -845,7 +916,9 @@ def tenants_table(section: dict[str, Any]) -> str:
         t = r["tenants"]
         lines.append(
             f"  {name:<6} light p50 {_fmt(t['light_latency_p50_s'])} s p99 {_fmt(t['light_latency_p99_s'])} s, "
-            f"heavy peak {t['tenants']['heavy']['peak_running']}, Jain {_fmt(t['jain_backlogged'])}, "
+            f"heavy p50 {_fmt(t['tenants']['heavy']['latency_p50_s'])} s peak {t['tenants']['heavy']['peak_running']}, "
+            f"Jain {_fmt(t['jain_backlogged'])} (lowest {_fmt(t.get('jain_min'))}), "
+            f"backlogged util {_fmt(r.get('lane', {}).get('utilisation_max'))}, "
             f"util {_fmt(r['utilisation'])}, makespan {_fmt(r['makespan_s'])} s, "
             f"calls/start {_fmt(r['api_calls_per_start'], '.2f')}, ${_fmt(r['cost_per_million_usd'], '.2f')}/M"
         )
@@ -858,17 +931,17 @@ def tenants_markdown(section: dict[str, Any]) -> str:
     out = [
         f"\n#### Tenants: {w['heavy']:,} jobs of one tenant at t0, then {w['light_tenants']} tenants of "
         f"{w['light_jobs']} at {w['light_at_s']:.0f} s, MAX {section['max']}\n",
-        "| run | light p50 / p99 (s) | heavy p50 (s) | heavy peak running | Jain (backlogged) | utilisation "
-        "| makespan (s) | calls / start | $ per M launches |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| run | light p50 / p99 (s) | heavy p50 (s) | heavy peak running | Jain mean / lowest (backlogged) "
+        "| utilisation while backlogged | utilisation | makespan (s) | calls / start | $ per M launches |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, r in section["rows"].items():
         t = r["tenants"]
-        label = f"concurrency keys, cap {t['cap']}" if name == "keyed" else "the same jobs, no keys"
         out.append(
-            f"| {label} | {_fmt(t['light_latency_p50_s'])} / {_fmt(t['light_latency_p99_s'])} "
+            f"| {_tenant_label(name, r, section)} | {_fmt(t['light_latency_p50_s'])} / {_fmt(t['light_latency_p99_s'])} "
             f"| {_fmt(t['tenants']['heavy']['latency_p50_s'])} | {t['tenants']['heavy']['peak_running']} "
-            f"| {_fmt(t['jain_backlogged'])} | {_fmt(r['utilisation'])} | {_fmt(r['makespan_s'])} "
+            f"| {_fmt(t['jain_backlogged'])} / {_fmt(t.get('jain_min'))} "
+            f"| {_fmt(r.get('lane', {}).get('utilisation_max'))} | {_fmt(r['utilisation'])} | {_fmt(r['makespan_s'])} "
             f"| {_fmt(r['api_calls_per_start'], '.2f')} | {_fmt(r['cost_per_million_usd'], '.2f')} |"
         )
     out += ["", *_target_table(section["targets"])]

@@ -37,6 +37,10 @@ Systems (the ids predate the change of default; they change no core code):
 - ``sluice-lanes-nowait``: ``sluice-lanes`` with ``SLUICE_RECEIVE_WAIT_SECONDS=0``: a completion's
   receive from a lane with no message returns at once instead of waiting a second before the next
   lane is tried.
+- ``sluice-fair``: ``sluice-linger`` with ``SLUICE_LANES=default:<MAX>:0:1:fair`` (the tenants
+  workload): one fair lane, the payload queue, as large as the global MAX; each job's tenant is its
+  concurrency key (``sluice-concurrency-key``), served round-robin (``sluice.fair``). The default
+  ``keyConcurrency`` (1) does not apply to a fair lane's tenants.
 """
 
 from __future__ import annotations
@@ -124,7 +128,7 @@ class SluiceSystem(System):
     lean = False  # no mark step, no read before a release
     key_concurrency = 1  # the cap of a concurrency key (only the tenants workload's jobs carry one)
     refill_one = False  # a completion's admission skips the ledger read
-    lanes = ""  # SLUICE_LANES (only the lanes workload's jobs name a lane)
+    lanes = ""  # SLUICE_LANES (only the lanes workload's jobs name a lane); "{max}": the global MAX
     receive_wait = 1  # SLUICE_RECEIVE_WAIT_SECONDS
 
     def __init__(self, ctx: Context) -> None:
@@ -139,7 +143,8 @@ class SluiceSystem(System):
         self.queue = SimQueue(meter, sim.clock, visibility_timeout=180, max_receive_count=10)
         self.sfn = SimExecutions(meter, sim.clock, lag=LIST_LAG, on_start=ctx.on_start)
         self.log = counting_logger(meter, f"bench.{self.name}")
-        lanes = parse_lanes(self.lanes, ctx.max)
+        lanes = parse_lanes(self.lanes.format(max=ctx.max), ctx.max)
+        self.fair = any(lane.fair for lane in lanes)
         # Each lane's queue (the default lane's is the payload queue), with the same redrive policy.
         self.lane_queues = {
             lane.name: self.queue
@@ -203,6 +208,12 @@ class SluiceSystem(System):
             lane_queues=self.lane_queues,  # type: ignore[arg-type]
             rng=random.Random(f"{self.name}/lanes/{self._launchers}"),
         )
+
+    @property
+    def tenant_cap(self) -> int | None:
+        """The most runs a keyed tenant may hold: ``keyConcurrency``; none of its own in a fair lane
+        (its lane's MAX holds it)."""
+        return None if self.fair else self.key_concurrency
 
     def queue_for(self, lane: str | None) -> SimQueue:
         return self.lane_queues.get(lane or DEFAULT_LANE, self.queue)
@@ -277,6 +288,14 @@ class SluiceKeyed(SluiceLinger):
 
     name = "sluice-keyed"
     key_concurrency = 10
+
+
+class SluiceFair(SluiceLinger):
+    """Sluice as deployed with one fair lane, ``default``, as large as the global MAX: the tenants
+    workload's jobs (each with its tenant as its concurrency key) served round-robin by tenant."""
+
+    name = "sluice-fair"
+    lanes = "default:{max}:0:1:fair"
 
 
 class SluiceLanes(SluiceLinger):

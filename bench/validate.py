@@ -50,6 +50,12 @@ def _lane_names(lanes: str) -> list[str]:
     return [part.split(":")[0].strip() for part in lanes.split(",") if part.strip()]
 
 
+def _tenant(ckey: str, job_id: str) -> str:
+    """The concurrency key of payload ``job-NNNNNN``: ``ckey``, or, for ``"a,b"``, a and b in turn."""
+    keys = [k.strip() for k in ckey.split(",")]
+    return keys[int(job_id.rsplit("-", 1)[1]) % len(keys)]
+
+
 def _scenario(
     launcher: Launcher,
     send: Callable[[str, str, str], None],
@@ -109,7 +115,7 @@ def memory_counts(
     _scenario(
         launcher,
         send=lambda b, key, lane: queues.get(lane, queue).send(
-            b, key, {CONCURRENCY_KEY_ATTRIBUTE: ckey} if ckey else None
+            b, key, {CONCURRENCY_KEY_ATTRIBUTE: _tenant(ckey, key)} if ckey else None
         ),
         running=lambda: list(sfn.inner.running),
         finish=lambda name: (clock.advance(1.0), sfn.finish(name)),  # time passes, as on moto
@@ -211,7 +217,9 @@ def moto_counts(payloads: int = 8, max_: int = 3, ckey: str | None = None, lanes
 
             def send(text: str, key: str, lane: str) -> None:
                 keyed = (
-                    {CONCURRENCY_KEY_ATTRIBUTE: {"DataType": "String", "StringValue": ckey}} if ckey else {}
+                    {CONCURRENCY_KEY_ATTRIBUTE: {"DataType": "String", "StringValue": _tenant(ckey, key)}}
+                    if ckey
+                    else {}
                 )
                 producer.send_message(
                     QueueUrl=lane_urls.get(lane, url),
@@ -246,7 +254,8 @@ def moto_counts(payloads: int = 8, max_: int = 3, ckey: str | None = None, lanes
 
 def agreement(payloads: int = 8, max_: int = 3, ckey: str | None = None, lanes: str = "") -> dict[str, Any]:
     """``ckey``: every payload under that concurrency key (cap 1): the line's parks and wakes counted
-    too. ``lanes``: ``SLUICE_LANES``, the payloads sent to the lanes it names in turn."""
+    too; ``"a,b"``: under a and b in turn. ``lanes``: ``SLUICE_LANES``, the payloads sent to the
+    lanes it names in turn (a fair lane: the keys are its tenants, every payload parked and woken)."""
     memory = memory_counts(payloads, max_, ckey, lanes)
     moto = moto_counts(payloads, max_, ckey, lanes)
     return {

@@ -189,6 +189,17 @@ def test_lane_counts_agree_with_the_real_adapters_on_moto():
     )
 
 
+def test_fair_lane_counts_agree_with_the_real_adapters_on_moto():
+    """Two tenants in turn in one fair lane: every payload parked in its tenant's line, the lane's
+    waker reading KEYS_WAITING and the tenants' CKEY# (BatchGetItem), the waiters sent back and
+    claimed, the emptied lines forgotten (CKEY#'s fair lane removed)."""
+    result = agreement(payloads=6, max_=3, ckey="heavy,light", lanes="default:3:0:1:fair")
+
+    assert result["agree"], (result["memory"], result["moto"])
+    assert result["moto"]["states:StartExecution"] == 6
+    assert result["moto"]["sqs:SendMessage"] == 6  # each payload sent back once from its line
+
+
 class _IgnoreTags(yaml.SafeLoader):
     """serverless.yml's CloudFormation tags (!Ref, !Sub ...) are not needed to read its sizes."""
 
