@@ -41,6 +41,7 @@ class LaneAdmission:
     log: logging.Logger | logging.LoggerAdapter
     fan: Fanout
     sleep: Callable[[float], None]
+    line_all: bool
 
     if TYPE_CHECKING:
 
@@ -48,6 +49,7 @@ class LaneAdmission:
         def _time_left(self, remaining_ms: Callable[[], int] | None) -> bool: ...
         def _receive(self, free: int, wait_seconds: int) -> list[Message]: ...
         def _process_batch(self, messages: list[Message], summary: TickSummary) -> tuple[int, str]: ...
+        def _batch_group(self, message: Message) -> str: ...
 
     def _for_lane(self, lane: Lane) -> Launcher:
         """This launcher receiving from ``lane``'s queue, its claims taking a slot of ``lane`` too."""
@@ -116,6 +118,7 @@ class LaneAdmission:
         first = True
         while True:
             started = offered = 0
+            waited = False  # an ordinary lane's receive waited receiveWaitSeconds this round
             for group in by_priority(self.settings.lanes):
                 drained: set[str] = set()
                 while True:
@@ -137,6 +140,7 @@ class LaneAdmission:
                         )
                         summary.add_lane(lane.name, part)
                         moved += part.n(Outcome.STARTED)
+                        waited = waited or (not lane.fair and self.settings.receive_wait_seconds > 0)
                         if part.stopped in ("paused", "time", "transient"):
                             summary.stopped = part.stopped
                             return summary
@@ -151,8 +155,8 @@ class LaneAdmission:
             if not (self.clock.now() < linger_until and self._time_left(remaining_ms)):
                 summary.stopped = "full" if started else "empty"
                 return summary
-            if not started and not self.settings.receive_wait_seconds:
-                self.sleep(1.0)  # receives that do not wait: pace the lingering rounds
+            if not started and not waited:
+                self.sleep(1.0)  # no receive waited (none does in a fair lane): pace the lingering rounds
 
     def _refill_lanes(
         self, *, remaining_ms: Callable[[], int] | None, freed: tuple[int, ...] | None
@@ -210,10 +214,9 @@ class LaneAdmission:
                 wait_seconds=wait_seconds,
             )
         summary = TickSummary()
-        # What is new, to its tenant's line; the first receive waits as an ordinary lane's would, so
-        # a lingering tick polls an idle fair lane no faster than one with a queue.
-        wait = self.settings.receive_wait_seconds if wait_seconds is None else wait_seconds
-        self._sort(summary, remaining_ms, wait=wait)
+        # What is new, to its tenant's line. No receive waits: a wait here would only delay the
+        # wake (the tick paces its lingering rounds instead, ``_lane_rounds``).
+        self._sort(summary, remaining_ms)
         if summary.stopped in ("time", "transient"):
             return summary
         sent = fair.wake_lane(
@@ -242,22 +245,31 @@ class LaneAdmission:
             summary.stopped = "full"  # its share is taken: it may have more for the next round
         return summary
 
-    def _sort(self, summary: TickSummary, remaining_ms: Callable[[], int] | None, *, wait: int = 0) -> None:
+    def _sort(self, summary: TickSummary, remaining_ms: Callable[[], int] | None) -> None:
         """A pass over a fair lane's queue until it is empty (or time runs out): new messages go to
         their tenants' lines, woken ones claim and start; nothing is handed back for want of room.
         Every message is parked once, so a long pass happens once per backlog, and the waiters
         woken after it are not left behind messages nobody has parked yet."""
         summary.stopped = "empty"
-        for i in range(SORT_RECEIVES):
+        for _ in range(SORT_RECEIVES):
             if not self._time_left(remaining_ms):
                 summary.stopped = "time"
                 return
-            messages = self._receive(max(RECEIVE_BATCH, self.fan.workers), wait if i == 0 else 0)
+            messages = self._receive(max(RECEIVE_BATCH, self.fan.workers), 0)
             if not messages:
                 summary.stopped = "empty"
                 return
             summary.received += len(messages)
-            _, stop = self._process_batch(messages, summary)
+            # A full batch may have more behind it, and a batch of several tenants has someone to
+            # be fair to: their newcomers line up rather than claim, so that a burst is shared out
+            # by the waker, not taken by the tenant queued first.
+            self.line_all = (
+                len(messages) >= RECEIVE_BATCH or len({self._batch_group(m) for m in messages}) > 1
+            )
+            try:
+                _, stop = self._process_batch(messages, summary)
+            finally:
+                self.line_all = False
             if stop:
                 summary.stopped = stop
                 return

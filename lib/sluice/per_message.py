@@ -30,8 +30,9 @@ A message that awaits keys (``sluice-awaits``) is checked before its claim (``sl
 all SUCCEEDED, it goes on to the claim; otherwise it is parked in the table and deleted, or, when an
 awaited key ended badly, dead-lettered with the reason. A woken waiter is checked again on arrival.
 
-In a fair lane (``sluice.fair``) a new message is not claimed: it is parked in its tenant's line and
-deleted, and only a waiter its lane's waker sent back claims; one that finds no room parks again.
+In a fair lane (``sluice.fair``) a new message claims only while no key has waiters (nobody to be
+fair to); otherwise, or when the lane is full, it parks in its tenant's line and is deleted, and
+only a waiter its lane's waker sent back claims; one that finds no room parks again.
 """
 
 from __future__ import annotations
@@ -80,6 +81,9 @@ class MessageProtocol:
     log: logging.Logger | logging.LoggerAdapter
     pacer: Pacer
     payloads: PayloadObjects | None
+    # A fair lane's batch that may have more behind it in the queue: its new messages all line up,
+    # so the waker sees every tenant before it shares the room out (sluice.fair).
+    line_all: bool = False
     outputs: Outputs
     effects: Effects
     lane: Lane | None
@@ -112,15 +116,15 @@ class MessageProtocol:
             check_pointer(payload, self.payloads)  # before any claim; S3 throttled: TransientError
             if self._ckey(message) is not None:  # a bad key is dead-lettered, not claimed
                 keys.check_fits_line(message, key=payload.key)
-            ticket = ticket_of(message)
+            ticket_of(message)
             if gate(store=self.store, queue=self.queue, payload=payload, now=self.clock.now(), ahead=ahead):  # type: ignore[arg-type]
                 done.append(message)  # parked until its awaits have SUCCEEDED (sluice.awaits)
                 self._log("payload awaits keys not yet SUCCEEDED; parked", payload, None, Outcome.WAITING)
                 return Outcome.WAITING
         except InvalidPayload as exc:
             return self._dead_letter(message, exc, done)
-        if self.lane is not None and self.lane.fair and ticket is None:
-            return self._line_up(payload, done, None)  # a fair lane's new message: to its tenant's line
+        if self.line_all and self._fair_newcomer(message):
+            return self._line_up(payload, done, None)  # more may be queued behind it: all line up
         name = execution_name(payload.key, origin_id(message.message_id, message.attributes))
         for _ in range(ATTEMPTS):
             outcome = self._attempt(payload, name, done, started)
@@ -148,6 +152,8 @@ class MessageProtocol:
                 once=is_once(payload.message),
                 **({"ckey": ckey, "ticket": ticket_of(payload.message)} if ckey is not None else {}),
                 **({"lane": self.lane.name} if self.lane is not None else {}),
+                # A fair lane's new message claims only while nobody waits; else it lines up.
+                **({"fair_newcomer": True} if self._fair_newcomer(payload.message) else {}),
             )
         except KeyFull as full:
             # Its concurrency key is at its cap: it waits in the key's line, out of the queue.
@@ -155,8 +161,9 @@ class MessageProtocol:
         except SlotsFull:
             if self.lane is None or not self.lane.fair:
                 raise
-            # A fair lane's woken waiter with no room (another waker's, a lowered MAX): back in line
-            # rather than back to the queue, where it would spend receives.
+            # A fair lane's message with no room (a newcomer to a full lane; a woken waiter that
+            # found its room taken by another waker's, or a lowered MAX): in line rather than back
+            # to the queue, where it would spend receives.
             return self._line_up(payload, done, None)
         except AlreadyDone as done_before:
             # A run-once message of a key that has SUCCEEDED: acknowledged, recorded, not started.
@@ -215,6 +222,9 @@ class MessageProtocol:
         outcome = Outcome.STARTED if fresh else Outcome.RESUMED
         self._log("execution started", payload, name, outcome, arn=result.arn)
         return outcome
+
+    def _fair_newcomer(self, message: Message) -> bool:
+        return self.lane is not None and self.lane.fair and ticket_of(message) is None
 
     def _ckey(self, message: Message) -> str | None:
         """The key whose line the message waits in: its concurrency key; in a fair lane, its tenant."""

@@ -204,3 +204,14 @@ def test_a_tenant_whose_line_empties_is_no_longer_its_lanes_tenant(store):
     store.drop_inflight("tenant", [entry(0, NOW)])
     store.forget_key("tenant")
     assert store.key_state("tenant").fair is None and "tenant" not in store.keys_waiting()
+
+
+def test_a_fair_newcomer_claims_only_while_nobody_waits_and_has_no_default_cap(store):
+    store.key_concurrency = 1
+    for i in range(2):
+        claim(store, f"k{i}", f"n{i}", limit=50, message_id=f"m-{i}", ckey="tenant", fair_newcomer=True)
+    assert store.key_state("tenant").holders == {"n0", "n1"}
+    assert store.park_for_key(waiter(0, ckey="other"), tickets=0, fair="shared")
+    with pytest.raises(KeyFull):
+        claim(store, "k2", "n2", limit=50, message_id="m-2", ckey="tenant", fair_newcomer=True)
+    assert store.execution("n2") is None and "n2" not in store.ledger().holders

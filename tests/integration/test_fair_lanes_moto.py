@@ -13,6 +13,7 @@ from sluice.completion import StatusChange
 from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE
 from sluice.model import Outcome
 from tests.support.aws import build_stack
+from tests.support.hooks import count_calls
 
 LANES = "shared:8:0:1:fair,default:4"
 KEY = CONCURRENCY_KEY_ATTRIBUTE.replace("-", "_")
@@ -121,3 +122,30 @@ def test_a_bad_tenant_key_is_dead_lettered_with_its_reason(stack):
     summary = stack.launcher().tick()
     assert summary.n(Outcome.INVALID) == 1
     assert stack.queue_counts(stack.settings.lane_queue_url("shared")) == (0, 0)
+
+
+def test_with_nobody_waiting_a_new_message_starts_at_once_without_lining_up(stack):
+    enqueue(stack, "solo", 3)
+    rt = stack.runtime()
+    calls = count_calls(rt.client("sqs"), rt.client("dynamodb"))
+    summary = rt.launcher().tick()
+    assert summary.lanes["shared"]["started"] == 3
+    assert summary.n(Outcome.KEY_WAITING) == 0
+    assert calls["SendMessage"] == 0, "nothing parked, so nothing woken"
+    store = rt.store()
+    assert store.keys_waiting() == frozenset() and store.key_state("solo").holders != frozenset()
+
+
+def test_a_newcomer_lines_up_once_anyone_waits(stack):
+    enqueue(stack, "heavy", 9)  # one more than the lane: the ninth lines up
+    launcher = stack.launcher()
+    launcher.tick()
+    assert running_by_tenant(stack) == {"heavy": 8}
+    enqueue(stack, "light", 1)
+    launcher.tick()  # the lane is full: no share, no receive; light waits in the queue
+    assert stack.queue_counts(stack.settings.lane_queue_url("shared")) == (1, 0)
+    heavy_run = next(iter(stack.running()))
+    end(stack, launcher, heavy_run)
+    assert running_by_tenant(stack) == {"heavy": 7, "light": 1}, (
+        "the freed slot went to the tenant with fewer runs"
+    )

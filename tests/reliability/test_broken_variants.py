@@ -626,7 +626,9 @@ def on_keyed_stack(test: Callable[..., None]) -> None:
 
 def test_a_keyed_claim_that_ignores_the_keys_cap_is_caught(monkeypatch):
     monkeypatch.setattr(
-        KeysTable, "key_claim_item", lambda self, ckey, name, *, ticket: self.key_adopt_item(ckey, name)
+        KeysTable,
+        "key_claim_item",
+        lambda self, ckey, name, *, ticket, uncapped=False: self.key_adopt_item(ckey, name),
     )
     with pytest.raises(AssertionError):
         on_keyed_stack(
@@ -690,7 +692,9 @@ def test_a_keyed_claim_that_ignores_the_keys_cap_is_caught_by_the_property_suite
     """The property suite's own budget, its usual mix (keyed messages among the rest): a key's
     slot taken whatever its cap, as an adoption takes it, is a "key cap:" break."""
     monkeypatch.setattr(
-        KeysTable, "key_claim_item", lambda self, ckey, name, *, ticket: self.key_adopt_item(ckey, name)
+        KeysTable,
+        "key_claim_item",
+        lambda self, ckey, name, *, ticket, uncapped=False: self.key_adopt_item(ckey, name),
     )
     assert "key cap:" in str(property_suite_fails())
 

@@ -22,7 +22,7 @@ from typing import Any
 from sluice.adapters.dynamo_codec import item, values
 from sluice.adapters.dynamo_table import Table
 from sluice.adapters.errors import translated
-from sluice.keys import DEFAULT_KEY_CONCURRENCY, KeyState, KeyWaiter, check_cap, entry
+from sluice.keys import DEFAULT_KEY_CONCURRENCY, FAIR_UNCAPPED, KeyState, KeyWaiter, check_cap, entry
 
 KEYS_WAITING_PK = "KEYS_WAITING"
 NAMES = {
@@ -75,8 +75,11 @@ class KeysTable(Table):
 
     # -- in other transactions -----------------------------------------------------------------------
 
-    def key_claim_item(self, ckey: str, name: str, *, ticket: str | None) -> dict[str, Any]:
-        """Take a slot of ``ckey`` for ``name``: if it has room and (unless woken) nobody waits."""
+    def key_claim_item(
+        self, ckey: str, name: str, *, ticket: str | None, uncapped: bool = False
+    ) -> dict[str, Any]:
+        """Take a slot of ``ckey`` for ``name``: if it has room and (unless woken) nobody waits.
+        ``uncapped``: no default cap (a fair lane's tenant, not marked yet: ``sluice.fair``)."""
         condition = ROOM if ticket is not None else f"{ROOM} AND {NOBODY_WAITING}"
         expression = "SET #ckey = :ckey ADD #holders :name"
         if ticket is not None:
@@ -90,11 +93,25 @@ class KeysTable(Table):
                 "ConditionExpression": condition,
                 "ExpressionAttributeNames": names,
                 "ExpressionAttributeValues": {
-                    **values(ckey=ckey, kdefault=self.key_concurrency, kzero=0),
+                    **values(
+                        ckey=ckey, kdefault=FAIR_UNCAPPED if uncapped else self.key_concurrency, kzero=0
+                    ),
                     ":name": {"SS": [name]},
                     **({":ticket": {"SS": [ticket]}} if ticket is not None else {}),
                 },
                 "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        }
+
+    def nobody_waiting_item(self) -> dict[str, Any]:
+        """A claim's check that no concurrency key has waiters: ``KEYS_WAITING`` has none (a string
+        set is never empty: its last key removed, the attribute goes)."""
+        return {
+            "ConditionCheck": {
+                "TableName": self.table,
+                "Key": {"pk": {"S": KEYS_WAITING_PK}},
+                "ConditionExpression": "attribute_not_exists(#keys)",
+                "ExpressionAttributeNames": {"#keys": "keys"},
             }
         }
 

@@ -137,6 +137,7 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
         ckey: str | None = None,
         ticket: str | None = None,
         lane: str | None = None,
+        fair_newcomer: bool = False,
     ) -> None:
         if self.launch_slots.view is None:
             self.launch_slots.ledger()
@@ -146,7 +147,18 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
             self.launch_slots.thaw()
             for shard in self.launch_slots.choices():
                 if self._claim_on(
-                    shard, key, name, message_id, now, claim_expires_at, arn, once, ckey, ticket, lane
+                    shard,
+                    key,
+                    name,
+                    message_id,
+                    now,
+                    claim_expires_at,
+                    arn,
+                    once,
+                    ckey,
+                    ticket,
+                    lane,
+                    fair_newcomer,
                 ):
                     return
         raise SlotsFull(self.launch_slots.view.limit if self.launch_slots.view else 0)
@@ -164,9 +176,12 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
         ckey: str | None = None,
         ticket: str | None = None,
         lane: str | None = None,
+        fair_newcomer: bool = False,
     ) -> bool:
         """Claim on ``shard``: True when taken, False when the shard had no room. With ``lane``, a
-        slot of the lane's pool in the same transaction: SlotsFull when no lane shard had room."""
+        slot of the lane's pool in the same transaction: SlotsFull when no lane shard had room.
+        ``fair_newcomer``: KeyFull while any concurrency key has waiters (``KEYS_WAITING``); its
+        key has no default cap (a fair lane's tenant, ``sluice.fair``)."""
         lane_shards = self.lane_slots.choices(lane) if lane is not None else []
         lane_reads = 0
         if lane is not None and not lane_shards:
@@ -181,13 +196,17 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
             key_at = lane_at = -1
             if ckey is not None:
                 items[2]["Put"]["Item"]["ckey"] = {"S": ckey}
-                items.append(self.key_claim_item(ckey, name, ticket=ticket))
+                items.append(self.key_claim_item(ckey, name, ticket=ticket, uncapped=fair_newcomer))
                 key_at = len(items) - 1
             if lane is not None:
                 items[2]["Put"]["Item"]["lane"] = {"S": lane}
                 items[2]["Put"]["Item"]["lane_shard"] = {"N": str(lane_shards[0])}
                 items.append(self.lane_slots.claim_item(lane, lane_shards[0], name, now))
                 lane_at = len(items) - 1
+            waiting_at = -1
+            if fair_newcomer:
+                items.append(self.nobody_waiting_item())
+                waiting_at = len(items) - 1
             reasons = self._transact(items)
             if reasons is None:
                 self.launch_slots.took(shard, name, now)
@@ -204,6 +223,8 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
                     trims += 1
                     continue  # the history was full, not the lease: trimmed, claim again
                 raise LeaseHeld(to_payload(existing, default_key=key))
+            if waiting_at >= 0 and reasons[waiting_at].get("Code") == "ConditionalCheckFailed":
+                raise KeyFull(to_key_state(ckey or "", None))  # someone waits: this one lines up too
             if key_at >= 0 and reasons[key_at].get("Code") == "ConditionalCheckFailed":
                 raise KeyFull(to_key_state(ckey or "", plain(reasons[key_at].get("Item", {})) or None))
             if lane is not None and reasons[lane_at].get("Code") == "ConditionalCheckFailed":

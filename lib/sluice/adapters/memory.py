@@ -9,8 +9,8 @@ from dataclasses import replace
 
 from sluice.adapters.memory_awaits import MemoryAwaits
 from sluice.adapters.memory_keys import MemoryKeys
-from sluice.errors import AlreadyDone, LeaseHeld, SlotsFull
-from sluice.keys import DEFAULT_KEY_CONCURRENCY
+from sluice.errors import AlreadyDone, KeyFull, LeaseHeld, SlotsFull
+from sluice.keys import DEFAULT_KEY_CONCURRENCY, KeyState
 from sluice.lanes import LaneRoom, LaneSetting
 from sluice.model import (
     ClaimFence,
@@ -106,6 +106,7 @@ class MemoryStore(MemoryAwaits, MemoryKeys):
         ckey: str | None = None,
         ticket: str | None = None,
         lane: str | None = None,
+        fair_newcomer: bool = False,
     ) -> None:
         with self._lock:
             limit = self._limit or 0
@@ -115,7 +116,11 @@ class MemoryStore(MemoryAwaits, MemoryKeys):
             if current is not None and (current.holder is not None or current.redriven is not None):
                 raise LeaseHeld(current)
             if ckey is not None:
-                self._key_admits(ckey, ticket=ticket)
+                self._key_admits(ckey, ticket=ticket, uncapped=fair_newcomer)
+            if fair_newcomer:
+                self._key_rooms()
+                if self._keys_waiting:
+                    raise KeyFull(KeyState(ckey or ""))
             if lane is not None:
                 lane_limit = self._lane_limits.get(lane, (0, 0.0))[0]
                 if len(self._lane_holders.get(lane, ())) >= lane_limit:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from sluice.errors import KeyFull
-from sluice.keys import DEFAULT_KEY_CONCURRENCY, KeyState, KeyWaiter, check_cap, entry
+from sluice.keys import DEFAULT_KEY_CONCURRENCY, FAIR_UNCAPPED, KeyState, KeyWaiter, check_cap, entry
 
 
 class MemoryKeys:
@@ -24,9 +24,9 @@ class MemoryKeys:
 
     # -- called under the store's lock by claim, release and adopt ---------------------------------
 
-    def _key_admits(self, ckey: str, *, ticket: str | None) -> None:
+    def _key_admits(self, ckey: str, *, ticket: str | None, uncapped: bool = False) -> None:
         state = self._key_rooms()[0].get(ckey, KeyState(ckey))
-        room = len(state.holders) < state.limit(self.key_concurrency)
+        room = len(state.holders) < state.limit(FAIR_UNCAPPED if uncapped else self.key_concurrency)
         if not room or (ticket is None and (state.waiting > 0 or state.inflight)):
             raise KeyFull(state)
 
