@@ -26,7 +26,7 @@ ended at that event's stop date.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -163,15 +163,17 @@ def settle_status_change(
     *,
     store: Store,
     queue: Queue,
-    state_machine_arn: str,
+    state_machine_arn: str | Collection[str],
     now: float,
     executions: Executions | None = None,
     outputs: Outputs | None = None,
     effects: Effects | None = None,
 ) -> ExecutionRecord | None:
     """Apply one status-change event. The released execution's record as it was (its ``shard`` is
-    the slot freed), or None when the event freed nothing."""
-    if change.state_machine_arn != state_machine_arn:
+    the slot freed), or None when the event freed nothing. ``state_machine_arn``: the stack's state
+    machine, or every one it starts (the lanes' own too)."""
+    arns = {state_machine_arn} if isinstance(state_machine_arn, str) else set(state_machine_arn)
+    if change.state_machine_arn not in arns:
         log.info(
             "event for another state machine ignored", extra={"state_machine_arn": change.state_machine_arn}
         )

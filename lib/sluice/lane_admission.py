@@ -17,7 +17,7 @@ from sluice import fair
 from sluice.errors import TransientError
 from sluice.lanes import Lane, LaneSetting, by_priority, refill_order, split
 from sluice.model import Ledger, Message, Outcome, TickSummary
-from sluice.ports import Clock, Fanout, MaxSource, Queue, Store
+from sluice.ports import Clock, Executions, Fanout, MaxSource, Queue, Store, lane_executions
 from sluice.settings import Settings
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ class LaneAdmission:
     lane: Lane | None
     rng: random.Random
     store: Store
+    executions: Executions
     max_source: MaxSource
     clock: Clock
     settings: Settings
@@ -55,6 +56,7 @@ class LaneAdmission:
         """This launcher receiving from ``lane``'s queue, its claims taking a slot of ``lane`` too."""
         view = copy.copy(self)  # type: ignore[var-annotated]
         view.queue = self.lane_queues.get(lane.name, self.queue)
+        view.executions = lane_executions(self.executions, lane.name)  # its own state machine, if any
         view.lane = lane
         return view
 

@@ -23,7 +23,9 @@ before lanes. The lane ``default`` is the stack's payload queue; if the setting 
 it is implied, and its MAX follows the global MAX in force (each tick puts it in its caps). A lane's MAX is changed at run time by ``sluice set-max N
 --lane NAME`` (an override kept in ``LANE#<name>``, until ``sluice set-max default --lane NAME``),
 ``sluice pause --lane NAME`` and ``sluice resume --lane NAME``. A lane marked ``fair`` serves its tenants (concurrency keys)
-round-robin instead of in arrival order (``sluice.fair``).
+round-robin instead of in arrival order (``sluice.fair``). A lane starts the stack's state machine
+unless ``SLUICE_LANE_STATE_MACHINES`` (stack parameter ``laneStateMachines``, ``lane=arn,...``) gives
+it its own (``StepFunctionsExecutions.for_lane``).
 """
 
 from __future__ import annotations
@@ -157,6 +159,34 @@ def parse_lane_queues(text: str) -> dict[str, str]:
         if not sep or not url.strip():
             raise ConfigurationError(f"SLUICE_LANE_QUEUES: {part!r}: use name=queue-url")
         out[check_lane_name(name.strip())] = url.strip()
+    return out
+
+
+STATE_MACHINE_ARN = re.compile(r"^arn:aws[a-zA-Z-]*:states:[a-z0-9-]+:[0-9]{12}:stateMachine:[^:\s]{1,80}$")
+
+
+def parse_lane_state_machines(text: str, lanes: Sequence[Lane]) -> dict[str, str]:
+    """``SLUICE_LANE_STATE_MACHINES`` (stack parameter ``laneStateMachines``): ``lane=arn,...``, the
+    state machine a lane starts instead of the stack's. Each lane must be configured, each ARN a
+    state machine's. Raises ``ConfigurationError`` naming the bad part."""
+    out: dict[str, str] = {}
+    names = {lane.name for lane in lanes}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        name, sep, arn = (x.strip() for x in part.partition("="))
+        if not sep or not arn:
+            raise ConfigurationError(f"lane state machines: {part!r}: use lane=state-machine-arn")
+        if name not in names:
+            known = ", ".join(sorted(names)) or "none (SLUICE_LANES is empty)"
+            raise ConfigurationError(f"lane state machines: {name!r} is not a lane; the lanes are {known}")
+        if not STATE_MACHINE_ARN.match(arn):
+            raise ConfigurationError(
+                f"lane state machines: {arn!r} (lane {name!r}) is not a state machine ARN"
+            )
+        if name in out:
+            raise ConfigurationError(f"lane state machines: lane {name!r} is given twice")
+        out[name] = arn
     return out
 
 

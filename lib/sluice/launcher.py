@@ -37,7 +37,7 @@ from sluice.lanes import Lane
 from sluice.model import Ledger, Message, Outcome, StartedExecution, TickSummary
 from sluice.per_message import MessageProtocol
 from sluice.pointers import PayloadObjects
-from sluice.ports import Clock, Executions, Fanout, MaxSource, Queue, Store
+from sluice.ports import Clock, Executions, Fanout, MaxSource, Queue, Store, state_machine_arns
 from sluice.receipts import Outputs
 from sluice.reconcile import reconcile
 from sluice.settings import Settings
@@ -129,7 +129,7 @@ class Launcher(LaneAdmission, MessageProtocol):
             change,
             store=self.store,
             queue=self.queue,
-            state_machine_arn=self.executions.state_machine_arn,
+            state_machine_arn=state_machine_arns(self.executions),
             now=self.clock.now(),
             executions=self.executions,
             outputs=self.outputs,

@@ -106,6 +106,18 @@ class Executions(Protocol):
         ...
 
 
+def lane_executions(executions: Executions, lane: str) -> Executions:
+    """The executions ``lane`` starts: of its own state machine when the adapter knows the lanes'
+    (``StepFunctionsExecutions.for_lane``), else ``executions``."""
+    for_lane = getattr(executions, "for_lane", None)
+    return executions if for_lane is None else for_lane(lane)
+
+
+def state_machine_arns(executions: Executions) -> tuple[str, ...]:
+    """Every state machine the stack starts: the stack's, and the lanes' own."""
+    return tuple(getattr(executions, "state_machine_arns", None) or (executions.state_machine_arn,))
+
+
 class MaxSource(Protocol):
     def reading(self) -> MaxReading:
         """MAX as configured now (0 pauses admission), with when it was last changed."""

@@ -48,7 +48,7 @@ from sluice.errors import ConfigurationError, TransientError
 from sluice.keys import sweep as sweep_keys
 from sluice.model import ExecutionRecord, LimitSource, PayloadState
 from sluice.parking import sweep
-from sluice.ports import Clock, Executions, MaxSource, Queue, Store
+from sluice.ports import Clock, Executions, MaxSource, Queue, Store, state_machine_arns
 from sluice.receipts import Outputs
 from sluice.settings import Settings
 
@@ -103,7 +103,7 @@ def reconcile(
         try:
             info = executions.describe(name, record.arn)
         except ConfigurationError as exc:
-            if _on(record.arn, executions.state_machine_arn):
+            if any(_on(record.arn, arn) for arn in state_machine_arns(executions)):
                 raise
             # A holder of a state machine the stack no longer uses, which this role may not ask
             # about (previousStateMachineArn unset): it stays drift; the tick goes on.

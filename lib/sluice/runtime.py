@@ -71,7 +71,9 @@ class Runtime:
         )
 
     def executions(self) -> StepFunctionsExecutions:
-        return StepFunctionsExecutions(self.client("stepfunctions"), self.settings.state_machine_arn)
+        return StepFunctionsExecutions(
+            self.client("stepfunctions"), self.settings.state_machine_arn, self.settings.lane_state_machines
+        )
 
     def max_source(self) -> MaxSource:
         if self.settings.max_parameter:

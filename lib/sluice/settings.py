@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from sluice.errors import ConfigurationError
-from sluice.lanes import DEFAULT_LANE, Lane, parse_lane_queues, parse_lanes
+from sluice.lanes import DEFAULT_LANE, Lane, parse_lane_queues, parse_lane_state_machines, parse_lanes
 from sluice.pointers import DEFAULT_THRESHOLD
 from sluice.receipts import DEFAULT_INLINE_BYTES, MAX_INLINE_BYTES
 from sluice.semaphore_service import parse_limits
@@ -69,6 +69,8 @@ class Settings:
     # Lanes (sluice.lanes): () is one lane, "default", with no lane pool; and the lanes' queues.
     lanes: tuple[Lane, ...] = ()
     lane_queue_urls: Mapping[str, str] = field(default_factory=dict, hash=False)
+    # A lane's own state machine (``lane=arn``); a lane not named starts ``state_machine_arn``.
+    lane_state_machines: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     @property
     def retention_seconds(self) -> int:
@@ -112,6 +114,7 @@ class Settings:
         return cls(
             lanes=lanes,
             lane_queue_urls=lane_queue_urls,
+            lane_state_machines=parse_lane_state_machines(text("SLUICE_LANE_STATE_MACHINES"), lanes),
             queue_url=text("SLUICE_QUEUE_URL"),
             dlq_url=text("SLUICE_DLQ_URL"),
             table_name=text("SLUICE_TABLE_NAME"),

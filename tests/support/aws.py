@@ -101,13 +101,17 @@ class Stack:
     # -- observations ----------------------------------------------------------------------------
 
     def executions(self, status: str | None = None) -> list[dict[str, Any]]:
+        """The executions of every state machine the stack starts (a lane's own too)."""
         sfn = self.client("stepfunctions")
-        request: dict[str, Any] = {"stateMachineArn": self.settings.state_machine_arn}
-        if status:
-            request["statusFilter"] = status
         out: list[dict[str, Any]] = []
-        for page in sfn.get_paginator("list_executions").paginate(**request):
-            out.extend(page["executions"])
+        for arn in dict.fromkeys(
+            [self.settings.state_machine_arn, *self.settings.lane_state_machines.values()]
+        ):
+            request: dict[str, Any] = {"stateMachineArn": arn}
+            if status:
+                request["statusFilter"] = status
+            for page in sfn.get_paginator("list_executions").paginate(**request):
+                out.extend(page["executions"])
         return out
 
     def running(self) -> list[str]:
@@ -165,7 +169,8 @@ class Stack:
         the same stop date, and ``output`` in it unless ``output_in_event`` is False (EventBridge
         leaves out an output too big for an event: ``outputDetails.included`` false)."""
         backend = stepfunctions_backends[DEFAULT_ACCOUNT_ID][REGION]
-        arn = self.runtime().executions().arn_for(name)
+        record = self.runtime().store().execution(name)
+        arn = record.arn if record is not None and record.arn else self.runtime().executions().arn_for(name)
         execution = backend.describe_execution(arn)
         execution.status = status
         execution.stop_date = datetime.now(UTC)
@@ -173,7 +178,7 @@ class Stack:
         if error:
             execution.error, execution.cause = error, f"{error} cause"
         return status_change_event(
-            self.settings.state_machine_arn,
+            execution.state_machine_arn,
             name,
             status,
             error=error,
@@ -262,9 +267,11 @@ def build_stack(
     visibility_timeout: int = 180,
     clock: Clock | None = None,
     lanes: str = "",
+    lane_machines: tuple[str, ...] = (),
     **settings: Any,
 ) -> Stack:
-    """A stack on moto as the deploy makes it; ``lanes`` as the stack parameter (a queue per lane)."""
+    """A stack on moto as the deploy makes it; ``lanes`` as the stack parameter (a queue per lane);
+    ``lane_machines``: lanes given a state machine of their own (``<name>-<lane>-workflow``)."""
     sqs = session.client("sqs", region_name=REGION)
     dlq_url = sqs.create_queue(
         QueueName=f"{name}-dlq.fifo", Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "false"}
@@ -304,9 +311,18 @@ def build_stack(
         for lane in parsed
         if lane.name != DEFAULT_LANE
     }
+    own = {
+        lane: sfn.create_state_machine(
+            name=f"{name}-{lane}-workflow",
+            definition=json.dumps(WORKFLOW),
+            roleArn=f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/{name}-sfn",
+        )["stateMachineArn"]
+        for lane in lane_machines
+    }
     base = Settings(
         lanes=parsed,
         lane_queue_urls=lane_urls,
+        lane_state_machines=own,
         queue_url=queue_url,
         dlq_url=dlq_url,
         table_name=f"{name}-table",

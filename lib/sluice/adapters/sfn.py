@@ -1,7 +1,8 @@
-"""Step Functions: one state machine."""
+"""Step Functions: the stack's state machine, and the lanes' own (``laneStateMachines``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -16,9 +17,27 @@ PAGE = 1000
 
 
 class StepFunctionsExecutions:
-    def __init__(self, client: Any, state_machine_arn: str) -> None:
+    """Starts on ``state_machine_arn``; with ``lane_machines`` (lane → ARN), ``for_lane`` gives the
+    executions of a lane's own machine, and the listing and the check cover every machine."""
+
+    def __init__(
+        self, client: Any, state_machine_arn: str, lane_machines: Mapping[str, str] | None = None
+    ) -> None:
         self.client = client
         self.state_machine_arn = state_machine_arn
+        self.lane_machines = dict(lane_machines or {})
+
+    @property
+    def state_machine_arns(self) -> tuple[str, ...]:
+        """Every state machine the stack starts: its own first, then the lanes' (each once)."""
+        return tuple(dict.fromkeys([self.state_machine_arn, *self.lane_machines.values()]))
+
+    def for_lane(self, lane: str) -> StepFunctionsExecutions:
+        """The executions ``lane`` starts: of its own state machine, else of the stack's."""
+        arn = self.lane_machines.get(lane)
+        if arn is None or arn == self.state_machine_arn:
+            return self
+        return StepFunctionsExecutions(self.client, arn)
 
     def arn_for(self, name: str) -> str:
         return execution_arn(self.state_machine_arn, name)
@@ -66,11 +85,19 @@ class StepFunctionsExecutions:
         )
 
     def list_running(self) -> set[str]:
+        """The RUNNING executions of every state machine the stack starts (names are unique across
+        them: each names a payload and a message)."""
+        names: set[str] = set()
+        for arn in self.state_machine_arns:
+            names |= self._running_on(arn)
+        return names
+
+    def _running_on(self, state_machine_arn: str) -> set[str]:
         names: set[str] = set()
         token: str | None = None
         while True:
             request: dict[str, Any] = {
-                "stateMachineArn": self.state_machine_arn,
+                "stateMachineArn": state_machine_arn,
                 "statusFilter": "RUNNING",
                 "maxResults": PAGE,
             }
@@ -84,8 +111,9 @@ class StepFunctionsExecutions:
                 return names
 
     def check(self) -> None:
-        with translated("DescribeStateMachine"):
-            self.client.describe_state_machine(stateMachineArn=self.state_machine_arn)
+        for arn in self.state_machine_arns:
+            with translated("DescribeStateMachine"):
+                self.client.describe_state_machine(stateMachineArn=arn)
 
 
 def _ts(value: Any) -> float | None:

@@ -18,7 +18,7 @@ from botocore.exceptions import ClientError
 
 from sluice.adapters.errors import error_code, translate_client_error
 from sluice.errors import ConfigurationError
-from sluice.lanes import DEFAULT_LANE, Lane, parse_lane_queues, parse_lanes
+from sluice.lanes import DEFAULT_LANE, Lane, parse_lane_queues, parse_lane_state_machines, parse_lanes
 from sluice.runtime import Runtime
 from sluice.settings import Settings
 
@@ -46,6 +46,7 @@ ENV_NAMES = {
 LANE_QUEUES_OUTPUT = "LaneQueueUrls"
 LANE_QUEUES_ENV = "SLUICE_LANE_QUEUES"
 LANES_ENV = "SLUICE_LANES"
+LANE_MACHINES_ENV = "SLUICE_LANE_STATE_MACHINES"
 DEFAULT_NEEDS = ("queue_url", "dlq_url", "table_name", "state_machine_arn", "max_parameter")
 LAUNCHER_OUTPUT = "LauncherLambdaFunctionQualifiedArn"
 LAUNCHER_RESOURCE = "LauncherLambdaFunction"
@@ -95,7 +96,8 @@ class Context:
     def lanes(self) -> tuple[Lane, ...]:
         """The stack's lanes: ``SLUICE_LANES`` here, else the launcher's (``()``: no lanes). The
         settings then hold them, with each lane's queue: the stack output ``LaneQueueUrls`` or
-        ``SLUICE_LANE_QUEUES`` here, else the launcher's."""
+        ``SLUICE_LANE_QUEUES`` here, else the launcher's; and the lanes' own state machines
+        (``SLUICE_LANE_STATE_MACHINES``, here else the launcher's)."""
         if self._lanes_read or self.settings.lanes:
             return self.settings.lanes
         self._lanes_read = True
@@ -114,7 +116,12 @@ class Context:
                 f"lane(s) {', '.join(missing)} of {self.launcher().source} have no queue: the stack output "
                 f"{LANE_QUEUES_OUTPUT} and {LANE_QUEUES_ENV} name none"
             )
-        self.runtime.settings = replace(self.settings, lanes=lanes, lane_queue_urls=queues)
+        machines = dict(self.settings.lane_state_machines) or parse_lane_state_machines(
+            deployed.get(LANE_MACHINES_ENV, ""), lanes
+        )
+        self.runtime.settings = replace(
+            self.settings, lanes=lanes, lane_queue_urls=queues, lane_state_machines=machines
+        )
         return lanes
 
     def lane(self, name: str) -> Lane:
