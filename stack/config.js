@@ -103,6 +103,28 @@ function semaphoreLimits(text) {
   return [...out.entries()];
 }
 
+// "gpu=arn:aws:states:...:stateMachine:render" → [['gpu', 'arn:...']]: each lane configured, each ARN a
+// Standard state machine's in the stack's region (its status events reach this region's rules only).
+function parseLaneMachines(text, lanes, region) {
+  const out = [];
+  for (const part of text.split(',').map((p) => p.trim()).filter(Boolean)) {
+    const at = part.indexOf('=');
+    const lane = at < 0 ? '' : part.slice(0, at).trim();
+    const arn = at < 0 ? '' : part.slice(at + 1).trim();
+    if (!lane || !arn) fail(`laneStateMachines: "${part}" : give lane=state-machine-arn`);
+    if (!lanes.some((l) => l.name === lane)) {
+      fail(`laneStateMachines: "${lane}" is not a lane; the lanes are ${lanes.map((l) => l.name).join(', ')}`);
+    }
+    if (!STATE_MACHINE_ARN.test(arn)) fail(`laneStateMachines: "${arn}" (lane ${lane}) is not a state machine ARN`);
+    if (arn.split(':')[3] !== region) {
+      fail(`laneStateMachines: "${arn}" (lane ${lane}) must be in the stack's region ${region}`);
+    }
+    if (out.some(([l]) => l === lane)) fail(`laneStateMachines: lane "${lane}" is given twice`);
+    out.push([lane, arn]);
+  }
+  return out;
+}
+
 // "gpu:2:1,backfill:8:0:3" → [{ name: 'gpu', max: 2, priority: 1, weight: 1, fair: false, spec: 'gpu:2:1' }, ...],
 // the lane "default" last unless named (its max then is maxConcurrency). Empty: the one lane "default".
 function parseLanes(text, maxConcurrency) {
@@ -328,6 +350,28 @@ async function derive({ resolveVariable }) {
     oldestMessageAlarmSeconds,
   });
 
+  // A lane's own state machine (laneStateMachines: lane=arn,...): the lane starts it instead of the
+  // stack's workflow; reconciliation lists it, the completion rule routes its ends, the role may drive it.
+  const laneMachines = parseLaneMachines(await param('laneStateMachines'), lanes, region);
+  const ownMachines = [...new Set(laneMachines.map(([, arn]) => arn))];
+  const stackMachine = {
+    'Fn::If': ['CreateWorkflow', ownArn('states', 'stateMachine', `${service}-${stage}-workflow`), { Ref: 'StateMachineArn' }],
+  };
+  const laneMachineResources =
+    ownMachines.length === 0
+      ? stackMachine // nothing more than the stack's machine, which DriveStateMachine covers already
+      : [
+          ...ownMachines,
+          ...ownMachines.map((arn) => {
+            const [, partition, , arnRegion, account, , name] = arn.split(':');
+            return `arn:${partition}:states:${arnRegion}:${account}:execution:${name}:*`;
+          }),
+        ];
+  const laneEnvironment = { ...laneParts.environment };
+  if (laneMachines.length > 0) {
+    laneEnvironment.SLUICE_LANE_STATE_MACHINES = laneMachines.map(([lane, arn]) => `${lane}=${arn}`).join(',');
+  }
+
   // The sample workflow, as the JSON string that AWS::StepFunctions::StateMachine's DefinitionString takes.
   const definitionPath = path.join(__dirname, 'workflow.asl.json');
   const workflowDefinition = JSON.stringify(JSON.parse(fs.readFileSync(definitionPath, 'utf8')));
@@ -367,10 +411,15 @@ async function derive({ resolveVariable }) {
     queueArns: laneParts.queueArns,
     tlsQueues: laneParts.tlsQueues,
     tlsQueueArns: laneParts.tlsQueueArns,
-    // The functions' own environment: SLUICE_LANES and SLUICE_LANE_QUEUES, none without the parameter.
-    laneEnvironment: laneParts.environment,
+    // The functions' own environment: SLUICE_LANES and SLUICE_LANE_QUEUES, none without the parameter;
+    // SLUICE_LANE_STATE_MACHINES with laneStateMachines.
+    laneEnvironment,
+    // Every state machine the stack starts (the completion rule's), and the lanes' own with their
+    // executions (the DriveLaneStateMachines statement; the stack's alone without laneStateMachines).
+    machineArns: [stackMachine, ...ownMachines],
+    laneMachineResources,
     // The semaphore function's: SLUICE_SEMAPHORES, and the lanes' as the other functions have them.
-    semaphoreEnvironment: { SLUICE_SEMAPHORES: semaphoreText, ...laneParts.environment },
+    semaphoreEnvironment: { SLUICE_SEMAPHORES: semaphoreText, ...laneEnvironment },
     laneResources: laneParts.resources,
     // The same numbers as strings, for Lambda environment variables and the SSM parameter value
     // (a whole-value variable keeps its type, and those properties take strings).

@@ -342,6 +342,48 @@ def _listed(value) -> list:
     return value if isinstance(value, list) else [value]
 
 
+RENDER = f"arn:aws:states:us-east-1:{ACCOUNT}:stateMachine:render"
+
+
+def test_a_lanes_own_state_machine_is_started_listed_described_and_routed(tmp_path_factory):
+    """laneStateMachines=gpu=<render>: the functions learn it (SLUICE_LANE_STATE_MACHINES), both roles
+    may start, list and describe it and its executions, and the completion rule takes its ends
+    beside the stack's workflow's. Deployed on the embedded AWS."""
+    package = package_stack(
+        tmp_path_factory.mktemp("machines"),
+        stage=STAGE,
+        params={"lanes": "gpu:2:1", "laneStateMachines": f"gpu={RENDER}"},
+    )
+    template = json.loads((package / UPDATE_TEMPLATE).read_text())
+    resources = template["Resources"]
+    functions = [r for r in resources.values() if r["Type"] == "AWS::Lambda::Function"]
+    for function in functions:
+        assert (
+            function["Properties"]["Environment"]["Variables"]["SLUICE_LANE_STATE_MACHINES"]
+            == f"gpu={RENDER}"
+        )
+    rules = [
+        r
+        for r in resources.values()
+        if r["Type"] == "AWS::Events::Rule" and "EventPattern" in r["Properties"]
+    ]
+    routed = [
+        r["Properties"]["EventPattern"]["detail"]["stateMachineArn"]
+        for r in rules
+        if "SUCCEEDED" in json.dumps(r["Properties"]["EventPattern"]) and RENDER in json.dumps(r)
+    ]
+    assert len(routed) == 1 and routed[0][1:] == [RENDER] and "Fn::If" in routed[0][0]
+    with EmbeddedAws() as aws:
+        deployed = aws.deploy(package, STACK)
+        for function in ("launcher", "completion"):
+            statement = _statement(deployed, function, "DriveLaneStateMachines")
+            assert _resources(statement) == [RENDER, f"arn:aws:states:us-east-1:{ACCOUNT}:execution:render:*"]
+            assert (
+                "states:StartExecution" in statement["Action"]
+                and "states:DescribeExecution" in statement["Action"]
+            )
+
+
 def test_each_lane_has_a_queue_like_the_payload_queue_with_its_grants_outputs_and_alarm(lanes_package):
     """lanes=gpu:2:1,backfill:8:0:3,default:10: a queue for gpu and one for backfill, made like the
     payload queue (the lane default), with everything the payload queue has: the TLS-only policy, the

@@ -426,3 +426,40 @@ def test_bad_lanes_are_refused_with_the_reason(lanes, message):
 
 def test_a_lane_name_of_twenty_characters_is_taken():
     assert config(lanes="a" * 20 + ":2")["lanes"][0]["name"] == "a" * 20
+
+
+# -- a lane's own state machine (laneStateMachines) ------------------------------------------------------
+
+GPU_MACHINE = "arn:aws:states:us-east-1:123456789012:stateMachine:render"
+
+
+def test_without_lane_state_machines_the_stack_drives_its_own_alone():
+    cfg = config(lanes="gpu:2:1")
+    assert "SLUICE_LANE_STATE_MACHINES" not in cfg["laneEnvironment"]
+    assert cfg["laneMachineResources"]["Fn::If"][0] == "CreateWorkflow"
+    assert len(cfg["machineArns"]) == 1
+
+
+def test_a_lanes_state_machine_reaches_the_functions_the_role_and_the_completion_rule():
+    cfg = config(lanes="gpu:2:1,backfill:8", laneStateMachines=f" gpu = {GPU_MACHINE} ")
+    assert cfg["laneEnvironment"]["SLUICE_LANE_STATE_MACHINES"] == f"gpu={GPU_MACHINE}"
+    assert cfg["semaphoreEnvironment"]["SLUICE_LANE_STATE_MACHINES"] == f"gpu={GPU_MACHINE}"
+    assert cfg["machineArns"][1:] == [GPU_MACHINE]
+    assert cfg["laneMachineResources"] == [
+        GPU_MACHINE,
+        "arn:aws:states:us-east-1:123456789012:execution:render:*",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (f"cpu={GPU_MACHINE}", 'laneStateMachines: "cpu" is not a lane; the lanes are gpu, default'),
+        ("gpu=arn:aws:sqs:us-east-1:123456789012:q", "is not a state machine ARN"),
+        ("gpu", 'laneStateMachines: "gpu" : give lane=state-machine-arn'),
+        (f"gpu={GPU_MACHINE.replace('us-east-1', 'eu-west-1')}", "must be in the stack's region us-east-1"),
+        (f"gpu={GPU_MACHINE},gpu={GPU_MACHINE}", 'lane "gpu" is given twice'),
+    ],
+)
+def test_a_bad_lane_state_machine_is_refused_before_packaging(value, message):
+    assert message in refusal(lanes="gpu:2:1", laneStateMachines=value)
