@@ -5,8 +5,12 @@ tenant is the message's concurrency key (``sluice-concurrency-key``); messages w
 tenant, ``lane:<name>``. A fair lane's queue only passes messages through to the waiting room:
 
     receive (any number: nothing waits in the queue, so nothing spends receives there)
-      new message      ──► park in its tenant's line (sluice.keys: KWAIT#, the key marked
-                           ``fair = <lane>`` in the same transaction) ──► delete
+      new message      ──► nobody waits, and it is the one tenant in sight (its batch holds no
+                           other, no message of this pass lined up): claim at once, no default
+                           cap (``fair_newcomer``: the claim checks ``KEYS_WAITING`` is empty);
+                           else, or the lane is full ──► park in its tenant's line (sluice.keys:
+                           KWAIT#, the key marked ``fair = <lane>`` in the same transaction)
+                           ──► delete
       woken (ticket)   ──► claim: global slot + lane slot + tenant slot ──► start
                            no room (another waker's, a lowered MAX) ──► park again, at the back
     wake_lane: free = min(lane free, global free) − waiters woken whose claim has not landed;
@@ -14,7 +18,9 @@ tenant, ``lane:<name>``. A fair lane's queue only passes messages through to the
                woken), ties drawn at random; each tenant's oldest waiters sent back
 
 So a tenant with 1,000 payloads queued and one with 10 get the same number of slots while both
-are backlogged, and a tenant alone in the lane gets all of them. The lane's admission (the tick's
+are backlogged, and a tenant alone in the lane gets all of them at once (an idle fair lane costs
+what an ordinary one does). Nothing running is ever stopped: a tenant that took the lane alone
+gives each slot it frees to the tenants that came since. The lane's admission (the tick's
 share, a completion's freed slot) is: receive and park what is new, wake, then receive and claim
 what was woken. A tenant's own cap (``sluice set-max N --key KEY``) still holds it; the default
 ``keyConcurrency`` does not apply to a fair lane's tenant (its lane's MAX does).

@@ -253,6 +253,7 @@ class LaneAdmission:
         Every message is parked once, so a long pass happens once per backlog, and the waiters
         woken after it are not left behind messages nobody has parked yet."""
         summary.stopped = "empty"
+        self.line_all = False
         for _ in range(SORT_RECEIVES):
             if not self._time_left(remaining_ms):
                 summary.stopped = "time"
@@ -262,16 +263,13 @@ class LaneAdmission:
                 summary.stopped = "empty"
                 return
             summary.received += len(messages)
-            # A full batch may have more behind it, and a batch of several tenants has someone to
-            # be fair to: their newcomers line up rather than claim, so that a burst is shared out
-            # by the waker, not taken by the tenant queued first.
-            self.line_all = (
-                len(messages) >= RECEIVE_BATCH or len({self._batch_group(m) for m in messages}) > 1
-            )
-            try:
-                _, stop = self._process_batch(messages, summary)
-            finally:
-                self.line_all = False
+            # A batch of several tenants has someone to be fair to: its newcomers line up rather
+            # than claim, so that it is shared out by the waker, not taken by the tenant queued
+            # first. One tenant alone in sight, with nobody waiting, claims at once.
+            # Once one message has lined up (``_line_up``), someone waits: the rest line up without
+            # a claim that would be refused.
+            self.line_all = self.line_all or len({self._batch_group(m) for m in messages}) > 1
+            _, stop = self._process_batch(messages, summary)
             if stop:
                 summary.stopped = stop
                 return

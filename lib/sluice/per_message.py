@@ -81,8 +81,8 @@ class MessageProtocol:
     log: logging.Logger | logging.LoggerAdapter
     pacer: Pacer
     payloads: PayloadObjects | None
-    # A fair lane's batch that may have more behind it in the queue: its new messages all line up,
-    # so the waker sees every tenant before it shares the room out (sluice.fair).
+    # A fair lane's pass that saw several tenants in a batch, or lined one message up: its new
+    # messages line up, so the waker sees every tenant before it shares the room out (sluice.fair).
     line_all: bool = False
     outputs: Outputs
     effects: Effects
@@ -124,7 +124,7 @@ class MessageProtocol:
         except InvalidPayload as exc:
             return self._dead_letter(message, exc, done)
         if self.line_all and self._fair_newcomer(message):
-            return self._line_up(payload, done, None)  # more may be queued behind it: all line up
+            return self._line_up(payload, done, None)  # other tenants in its batch: all line up
         name = execution_name(payload.key, origin_id(message.message_id, message.attributes))
         for _ in range(ATTEMPTS):
             outcome = self._attempt(payload, name, done, started)
@@ -247,6 +247,8 @@ class MessageProtocol:
             fair=fair_lane,
         )
         done.append(payload.message)
+        if fair_lane:
+            self.line_all = True  # someone waits now: the rest of this pass lines up too
         self._log(
             "in its tenant's line (fair lane)"
             if fair_lane

@@ -42,12 +42,13 @@ def end(stack, launcher, name: str):
     return launcher.on_status_change(StatusChange.from_event(stack.finish(name, "SUCCEEDED")))
 
 
-def test_a_heavy_tenant_queued_first_does_not_keep_the_light_ones_waiting(stack):
-    enqueue(stack, "heavy", 30)
+def test_a_burst_of_several_tenants_is_shared_out_not_taken_by_the_first(stack):
+    enqueue(stack, "heavy", 3)
     for light in ("a", "b", "c"):
         enqueue(stack, light, 2)
+    enqueue(stack, "heavy", 27, first=3)
     summary = stack.launcher().tick()
-    # 8 slots, 4 tenants backlogged: 2 each, not 8 for the tenant whose messages came first.
+    # 8 slots, 4 tenants in sight: 2 each, not 8 for the tenant whose messages came first.
     assert running_by_tenant(stack) == {"heavy": 2, "a": 2, "b": 2, "c": 2}
     assert summary.lanes["shared"]["started"] == 8
     # Nothing of the fair lane waits in its queue: every new message is in its tenant's line.
@@ -56,9 +57,27 @@ def test_a_heavy_tenant_queued_first_does_not_keep_the_light_ones_waiting(stack)
     assert store.key_state("heavy").waiting == 28 and store.key_state("a").waiting == 0
 
 
+def test_a_heavy_tenant_queued_first_does_not_keep_the_light_ones_behind_its_backlog(stack):
+    enqueue(stack, "heavy", 30)
+    enqueue(stack, "light", 3)
+    launcher = stack.launcher()
+    launcher.tick()
+    # Alone in sight with nobody waiting, heavy takes the lane at once (work-conserving); the rest
+    # of its backlog and light's payloads line up.
+    assert running_by_tenant(stack) == {"heavy": 8}
+    assert stack.queue_counts(stack.settings.lane_queue_url("shared")) == (0, 0)
+    # Each slot heavy frees goes to light, the tenant with fewer runs, until light has none waiting.
+    for _ in range(4):
+        heavy_run = next(n for n in sorted(stack.running()) if tenant_of(stack, n) == "heavy")
+        end(stack, launcher, heavy_run)
+    assert running_by_tenant(stack) == {"heavy": 5, "light": 3}
+
+
 def test_freed_slots_go_to_the_tenant_with_the_fewest_runs(stack):
-    enqueue(stack, "heavy", 20)
-    enqueue(stack, "light", 4)
+    for i in range(4):  # a burst of both tenants: shared out
+        enqueue(stack, "heavy", 1, first=i)
+        enqueue(stack, "light", 1, first=i)
+    enqueue(stack, "heavy", 16, first=4)
     launcher = stack.launcher()
     launcher.tick()
     assert running_by_tenant(stack) == {"heavy": 4, "light": 4}
