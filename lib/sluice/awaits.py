@@ -68,8 +68,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from sluice.errors import InvalidPayload, TransientError
+from sluice.keys import waiter_attributes
 from sluice.model import Message, ParkedMessage, Payload, PayloadRecord, PayloadState
-from sluice.names import ORIGIN_ATTRIBUTE, origin_id
+from sluice.names import origin_id
 from sluice.ports import Queue
 
 log = logging.getLogger("sluice.awaits")
@@ -314,7 +315,7 @@ def gate(
         key=payload.key,
         body=message.body,
         group_id=message.group_id,
-        attributes={k: v for k, v in message.attributes.items() if k != ORIGIN_ATTRIBUTE},
+        attributes=waiter_attributes(message),  # no origin id, no key ticket (sluice.parking.park)
         awaits=awaits,
         run_anyway=run_anyway,
         parked_at=now,

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 
+from sluice.keys import waiter_attributes
 from sluice.model import ExecutionRecord, ParkedMessage, Payload
-from sluice.names import ORIGIN_ATTRIBUTE, origin_id
+from sluice.names import origin_id
 from sluice.ports import Queue, Store
 
 log = logging.getLogger("sluice.parking")
@@ -29,7 +30,9 @@ def park(*, store: Store, payload: Payload, holder: str, now: float) -> bool:
         holder=holder,
         body=message.body,
         group_id=message.group_id,
-        attributes={k: v for k, v in message.attributes.items() if k != ORIGIN_ATTRIBUTE},
+        # Without its origin id (given again when it is sent back) and without a key's ticket: a
+        # woken waiter deferred here gave its kept slot up, and comes back as a newcomer to the line.
+        attributes=waiter_attributes(message),
         parked_at=now,
     )
     return store.park(parked)

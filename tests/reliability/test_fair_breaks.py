@@ -699,16 +699,6 @@ def test_a_payload_sent_twice_to_a_fair_lane_runs_once_at_a_time(make_world, pol
     world.settle()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "sluice.parking.park keeps the woken waiter's sluice-key-ticket on the PARK# item (it strips "
-        "only the origin id). The copy sent back when p0 ends still carries the ticket its _process "
-        "already gave up (forgo), so the fair lane takes it for a woken waiter: it claims at once "
-        "(ROOM only, no line) and the freed slot goes back to a, not to b. In an ordinary lane the "
-        "same stale ticket lets a deferred duplicate overtake its key's waiters (no NOBODY_WAITING)."
-    ),
-)
 def test_a_deferred_duplicate_comes_back_to_its_tenants_line(make_world):
     """Tenant a runs p0 and a1 (the lane's MAX 2) and a2 waits in its line; a's copy of p0, woken
     earlier, was deferred behind p0; b's two payloads wait. p0 ends and its release sends the copy
