@@ -45,7 +45,7 @@ import heapq
 import random
 from collections.abc import Mapping
 
-from sluice.keys import KeyState, KeyStore, concurrency_key, wake
+from sluice.keys import FAIR_UNCAPPED, KeyState, KeyStore, concurrency_key, wake
 from sluice.lanes import Lane
 from sluice.model import Message
 from sluice.ports import Queue, Store
@@ -64,7 +64,7 @@ def share_out(free: int, states: Mapping[str, KeyState], *, now: float, rng: ran
     heap: list[tuple[int, float, str]] = []
     want: dict[str, int] = {}
     for ckey, state in states.items():
-        want[ckey] = min(state.waiting, state.room(0, now))
+        want[ckey] = min(state.waiting, state.room(FAIR_UNCAPPED, now))
         if want[ckey] > 0:
             heap.append((len(state.holders) + state.kept(now), rng.random(), ckey))
     heapq.heapify(heap)

@@ -60,9 +60,11 @@ between a send and the move of ``woken``, leaves the waiter parked; reconciliati
 own wake-up that AWS refuses (throttled): the park stands and the message is deleted all the same,
 never handed back to the queue, where it would spend receives while it waits.
 
-A fair lane (``sluice.fair``) parks every new message in its tenant's line and marks ``CKEY#<key>``
-with ``fair = <lane>``: such a key has no default cap, and only its lane's waker wakes it (``wake``
-with ``by_lane``); a release, the sweep and ``sluice set-max --key`` leave it alone.
+A fair lane (``sluice.fair``) parks its new messages in their tenant's line and marks ``CKEY#<key>``
+with ``fair = <lane>``: only its lane's waker wakes it (``wake`` with ``by_lane``); a release, the
+sweep and ``sluice set-max --key`` leave it alone (the sweep wakes it as any key once its lane is no
+longer fair). A claim from a fair lane has no default cap for its key (``uncapped``); a claim of
+the same key from any other lane has, whatever the mark.
 """
 
 from __future__ import annotations
@@ -103,12 +105,10 @@ class KeyState:
     tickets: int = 0
     woken: int = 0
     inflight: frozenset[str] = frozenset()  # entries "<ticket>@<ms>" (``entry``)
-    fair: str | None = None  # the fair lane whose tenant it is (``sluice.fair``): no default cap
+    fair: str | None = None  # the fair lane whose tenant it is (``sluice.fair``): its waker wakes it
 
     def limit(self, default: int) -> int:
-        if self.cap is not None:
-            return self.cap
-        return FAIR_UNCAPPED if self.fair is not None else default
+        return default if self.cap is None else self.cap
 
     def kept(self, now: float) -> int:
         """Slots kept for woken waiters whose claim has not landed yet."""
@@ -318,7 +318,9 @@ def wake(
     for _ in range(3):  # another waker moved the line meanwhile: read it again
         state = seen if seen is not None else store.key_state(ckey)
         seen = None
-        count = min(state.room(store.key_concurrency, now), state.waiting, WAKE_BATCH, at_most)
+        # A fair lane's waker wakes its tenants with no default cap (its lane's MAX holds them).
+        default = FAIR_UNCAPPED if by_lane is not None and state.fair == by_lane else store.key_concurrency
+        count = min(state.room(default, now), state.waiting, WAKE_BATCH, at_most)
         if (
             state.fair is not None
             and state.fair != by_lane

@@ -38,6 +38,7 @@ only a waiter its lane's waker sent back claims; one that finds no room parks ag
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from sluice import fair, keys
 from sluice.awaits import ReadAhead, gate
@@ -154,6 +155,7 @@ class MessageProtocol:
                 **({"lane": self.lane.name} if self.lane is not None else {}),
                 # A fair lane's new message claims only while nobody waits; else it lines up.
                 **({"fair_newcomer": True} if self._fair_newcomer(payload.message) else {}),
+                **({"uncapped": True} if self.lane is not None and self.lane.fair else {}),
             )
         except KeyFull as full:
             # Its concurrency key is at its cap: it waits in the key's line, out of the queue.
@@ -237,6 +239,12 @@ class MessageProtocol:
         ckey = self._ckey(payload.message)
         assert ckey is not None
         fair_lane = self.lane.name if self.lane is not None and self.lane.fair else None
+        if fair_lane is not None and concurrency_key(payload.message) is None:
+            # An unkeyed message of a fair lane waits as its tenant, lane:<name>, and carries it as
+            # its key from now on: woken, in whatever lane, its claim is of that key's line.
+            message = payload.message
+            attributes = {**message.attributes, keys.CONCURRENCY_KEY_ATTRIBUTE: ckey}
+            payload = replace(payload, message=replace(message, attributes=attributes))
         ticket = keys.wait(
             store=self.store,  # type: ignore[arg-type]
             queue=self.queue,

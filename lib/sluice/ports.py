@@ -163,13 +163,14 @@ class Store(Protocol):
         ticket: str | None = None,
         lane: str | None = None,
         fair_newcomer: bool = False,
+        uncapped: bool = False,
     ) -> None:
         """Take a slot and the payload's lease for ``name``, under the limit in force at the write,
         and with ``ckey`` a slot of that concurrency key under its cap (``KeyFull`` when it has no
         room, or has waiters and ``ticket`` is None: ``sluice.keys``), and with ``lane`` a slot of
         that lane's pool under its caps (``SlotsFull`` when it has none: ``sluice.lanes``).
         ``fair_newcomer`` (a fair lane's new message, ``sluice.fair``): ``KeyFull`` while any key
-        has waiters; its key (its tenant) has no default cap.
+        has waiters. ``uncapped`` (any claim from a fair lane): its key has no default cap.
 
         Raises ``LeaseHeld`` (with the existing record) when the payload's lease is live, including
         when ``name`` itself holds it, and ``SlotsFull`` when no slot is free (or no limit was ever

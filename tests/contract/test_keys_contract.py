@@ -174,17 +174,28 @@ def test_a_rolled_back_woken_claim_keeps_its_slot_again(store):
 # -- a fair lane's tenants (sluice.fair) --------------------------------------------------------------
 
 
-def test_a_fair_lanes_tenant_has_no_default_cap_but_keeps_its_own(store):
+def test_a_claim_from_a_fair_lane_has_no_default_cap_but_keeps_the_keys_own(store):
     store.key_concurrency = 1
     assert store.park_for_key(waiter(0), tickets=0, fair="shared")
     store.advance_key("tenant", woken=0, to=1, now=NOW)  # its one waiter woken: nobody waits now
     assert store.key_state("tenant").fair == "shared"
     for i in range(3):  # past the default of 1
-        keyed(store, f"k{i}", f"n{i}", ticket=entry(0, NOW) if i == 0 else None)
+        claim(
+            store,
+            f"k{i}",
+            f"n{i}",
+            limit=50,
+            message_id=f"m-n{i}",
+            ckey="tenant",
+            ticket=entry(0, NOW) if i == 0 else None,
+            uncapped=True,
+        )
     assert store.key_state("tenant").holders == {"n0", "n1", "n2"}
+    with pytest.raises(KeyFull):  # a claim from an ordinary lane: the default cap, whatever the mark
+        keyed(store, "k3", "n3")
     store.set_key_cap("tenant", 3)
     with pytest.raises(KeyFull):
-        keyed(store, "k3", "n3")
+        claim(store, "k4", "n4", limit=50, message_id="m-n4", ckey="tenant", uncapped=True)
 
 
 def test_key_states_reads_many_keys_at_once(store):
@@ -209,9 +220,18 @@ def test_a_tenant_whose_line_empties_is_no_longer_its_lanes_tenant(store):
 def test_a_fair_newcomer_claims_only_while_nobody_waits_and_has_no_default_cap(store):
     store.key_concurrency = 1
     for i in range(2):
-        claim(store, f"k{i}", f"n{i}", limit=50, message_id=f"m-{i}", ckey="tenant", fair_newcomer=True)
+        claim(
+            store,
+            f"k{i}",
+            f"n{i}",
+            limit=50,
+            message_id=f"m-{i}",
+            ckey="tenant",
+            fair_newcomer=True,
+            uncapped=True,
+        )
     assert store.key_state("tenant").holders == {"n0", "n1"}
     assert store.park_for_key(waiter(0, ckey="other"), tickets=0, fair="shared")
     with pytest.raises(KeyFull):
-        claim(store, "k2", "n2", limit=50, message_id="m-2", ckey="tenant", fair_newcomer=True)
+        claim(store, "k2", "n2", limit=50, message_id="m-2", ckey="tenant", fair_newcomer=True, uncapped=True)
     assert store.execution("n2") is None and "n2" not in store.ledger().holders

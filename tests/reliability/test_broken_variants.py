@@ -1423,13 +1423,13 @@ def test_a_fair_lane_that_serves_its_tenants_in_arrival_order_is_caught(monkeypa
 
 
 def test_a_fair_tenant_held_to_the_default_key_cap_is_caught(monkeypatch):
-    """The claim's condition ignores the tenant's ``fair`` mark: keyConcurrency (1) holds every
-    tenant of the fair lane, and half its slots stay empty with work waiting."""
-    monkeypatch.setattr(
-        sluice.adapters.dynamo_keys,
-        "ROOM",
-        "((attribute_not_exists(#cap) AND (attribute_not_exists(#holders) OR size(#holders) < :kdefault)) "
-        "OR (#cap > :kzero AND (attribute_not_exists(#holders) OR size(#holders) < #cap)))",
-    )
+    """A claim from a fair lane that keeps the default key cap (``uncapped`` ignored): keyConcurrency
+    (1) holds every tenant of the fair lane, and half its slots stay empty with work waiting."""
+    claim_item = KeysTable.key_claim_item
+
+    def capped(self, ckey, name, *, ticket, uncapped=False):
+        return claim_item(self, ckey, name, ticket=ticket)
+
+    monkeypatch.setattr(KeysTable, "key_claim_item", capped)
     failure = caught(breaks.test_a_fair_lane_shares_its_slots_among_its_tenants)
     assert "served in arrival order" in str(failure) or "heavy" in str(failure)

@@ -202,26 +202,27 @@ def test_dying_on_the_fair_path_starts_every_payload_once(make_world, point, nth
 
 
 def test_a_waker_dying_after_it_sent_a_waiter_twice_starts_it_once(make_world):
-    """The waker sends heavy's oldest waiter and dies before the move of ``woken``: the waiter is in
-    the queue and still first in its line. The next admission claims the copy in the queue, then
-    sends the waiter again: the second copy finds its own run (one execution name) and gives its kept
-    slot back; heavy's payload runs once."""
+    """Two tenants' payloads in one batch line up; the waker sends the first tenant's oldest waiter and
+    dies before the move of ``woken``: the waiter is in the queue and still first in its line. The
+    next admission claims the copy in the queue, then sends the waiter again: the second copy finds
+    its own run (one execution name) and gives its kept slot back; each payload runs once."""
     world = make_world(max_concurrency=4, lanes=FAIR)
-    (first,) = keys_of(world, send_tenant(world, "heavy", 1))
+    keys = keys_of(world, send_tenant(world, "heavy", 1) + send_tenant(world, "light", 1))
     crash = CrashAt("after_key_wake")
     assert world.tick("A", [crash]) == "crashed" and crash.seen == 1
-    assert line(world, "heavy")["waiting"] == 1, "the move of woken happened"
+    assert line(world, "heavy")["waiting"] + line(world, "light")["waiting"] == 2, "a move of woken happened"
     assert world.queue_depth("shared") == 1, "the waiter was not sent"
     world.tick("B")
     world.check()
-    assert runs_of(world, first) and len(runs_of(world, first)) == 1
+    assert all(len(runs_of(world, k)) == 1 for k in keys)
     world.advance(VISIBILITY + 1)
     world.tick("B")
     world.check()
-    assert len(runs_of(world, first)) == 1, "the waiter sent twice ran twice"
-    assert line(world, "heavy")["waiting"] == 0 and line(world, "heavy")["inflight"] == 0
+    assert all(len(runs_of(world, k)) == 1 for k in keys), "the waiter sent twice ran twice"
+    for tenant in ("heavy", "light"):
+        assert line(world, tenant)["waiting"] == 0 and line(world, tenant)["inflight"] == 0
     world.settle()
-    once_each(world, [first])
+    once_each(world, keys)
 
 
 def test_a_completion_dying_between_its_sort_and_its_wake_loses_nothing(make_world):
@@ -470,23 +471,24 @@ def test_a_throttled_read_of_the_tenants_wakes_nobody_and_loses_nobody(make_worl
 
 
 def test_a_woken_waiter_whose_start_is_refused_keeps_its_slot(make_world):
-    """Step Functions throttles every StartExecution of the woken waiter (the launcher backs off and
-    gives up): the claim is rolled back, the message goes back to the queue (a refusal, not a want of
-    room) keeping its slot in its tenant, and the next tick starts it, once."""
+    """Two tenants' payloads line up and are woken; Step Functions throttles every StartExecution of
+    the first woken waiter (the launcher backs off and gives up): its claim is rolled back, the
+    messages go back to the queue (a refusal, not a want of room) keeping their slots in their
+    tenants, and the next tick starts each, once."""
     world = make_world(max_concurrency=4, lanes=FAIR)
-    (p0,) = keys_of(world, send_tenant(world, "t", 1))
+    keys = keys_of(world, send_tenant(world, "t", 1) + send_tenant(world, "u", 1))
     throttle = Throttle("StartExecution", times=THROTTLED_STARTS)
     assert world.tick("A", [throttle]) == "ok"
     assert throttle.fired == THROTTLED_STARTS
     world.check()
-    assert not world.model.running
-    assert world.queue_depth("shared") == 1
-    assert line(world, "t")["inflight"] == 1, "the woken waiter lost its kept slot"
+    assert len(world.model.running) <= 1
+    kept = line(world, "t")["inflight"] + line(world, "u")["inflight"]
+    assert kept == world.queue_depth("shared") >= 1, "a woken waiter lost its kept slot"
     world.advance(VISIBILITY + 1)
     world.tick("B")
     world.check()
-    assert len(runs_of(world, p0)) == 1
-    assert line(world, "t")["inflight"] == 0
+    assert all(len(runs_of(world, k)) == 1 for k in keys)
+    assert line(world, "t")["inflight"] == 0 and line(world, "u")["inflight"] == 0
     world.settle()
 
 
@@ -585,27 +587,15 @@ def test_a_fair_lane_beside_an_ordinary_and_a_priority_lane(make_world):
     once_each(world, keys)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "Documented limitation (docs/protocol.md, Fair lanes, Caps: a key used by a fair lane and an "
-        "ordinary one has no default cap in either while the mark is there) that breaks promise 6 as "
-        "the model checks it: the ordinary lane's claim passes dynamo_keys.ROOM on "
-        "attribute_exists(#fair) until the next tick's sweep tidies the mark. Same root cause as "
-        "test_a_lane_no_longer_fair_serves_its_parked_tenants_at_their_key_cap."
-    ),
-)
 def test_a_key_used_in_a_fair_lane_and_an_ordinary_one_keeps_its_cap_in_the_ordinary_one(make_world):
-    """k runs twice in fair lane shared (a fair lane's tenant has no default cap), its line empty and
-    its mark still there (the next tick's sweep would tidy it). A payload of k waits in the ordinary
-    lane default, and a default run ends: the completion's refill claims it there, where k's cap is
-    the default, 1."""
+    """k runs twice in fair lane shared (a claim from a fair lane has no default key cap). A payload
+    of k waits in the ordinary lane default, and a default run ends: the completion's refill may not
+    claim it there, where k's cap is the default, 1, whatever k's runs in the fair lane."""
     world = make_world(max_concurrency=6, lanes="shared:2:0:1:fair,default:4")
     world.send(body("d0"), group="d0")
     keys = keys_of(world, send_tenant(world, "k", 2))
     world.tick("A")
     assert tenants_running(world, "shared") == {"k": 2} and len(lane_runs(world, "default")) == 1
-    assert line(world, "k")["fair"] == "shared"
     keys += keys_of(world, send_tenant(world, "k", 1, lane="default", first=10))
     world.end(lane_runs(world, "default")[0])
     assert world.deliver(0) == "ok"
@@ -775,15 +765,6 @@ def reconfigure(world: World, lanes: str) -> None:
     world.count("stack:reconfigured")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "The tenant's mark (CKEY#heavy fair = shared) outlives the lane's fairness: the sweep's wake "
-        "computes heavy's room with KeyState.limit, which has no default cap while the mark is there, "
-        "and sends every waiter back; each claim then passes dynamo_keys.ROOM on "
-        "attribute_exists(#fair), whatever lane claims: heavy runs 4 at once under keyConcurrency 1."
-    ),
-)
 def test_a_lane_no_longer_fair_serves_its_parked_tenants_at_their_key_cap(make_world):
     """shared is fair; 4 of heavy's payloads and 2 unkeyed ones wait in their lines when a deploy makes
     shared an ordinary lane. Reconciliation's sweep wakes its former tenants as any key: heavy at its

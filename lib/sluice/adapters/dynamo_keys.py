@@ -34,11 +34,10 @@ NAMES = {
     "#inflight": "inflight",
     "#fair": "fair",
 }
-# Room, in one condition: the key's own cap when it has one, else the default (``:kdefault``), which
-# a fair lane's tenant (``fair``, ``sluice.fair``) does not have: its lane's MAX holds it.
+# Room, in one condition: the key's own cap when it has one, else the default (``:kdefault``; for a
+# claim from a fair lane, ``FAIR_UNCAPPED``: its lane's MAX holds its tenants, ``sluice.fair``).
 ROOM = (
-    "((attribute_not_exists(#cap) AND (attribute_exists(#fair) OR attribute_not_exists(#holders) "
-    "OR size(#holders) < :kdefault)) "
+    "((attribute_not_exists(#cap) AND (attribute_not_exists(#holders) OR size(#holders) < :kdefault)) "
     "OR (#cap > :kzero AND (attribute_not_exists(#holders) OR size(#holders) < #cap)))"
 )
 NOBODY_WAITING = "(attribute_not_exists(#tickets) OR #woken = #tickets) AND attribute_not_exists(#inflight)"

@@ -138,6 +138,7 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
         ticket: str | None = None,
         lane: str | None = None,
         fair_newcomer: bool = False,
+        uncapped: bool = False,
     ) -> None:
         if self.launch_slots.view is None:
             self.launch_slots.ledger()
@@ -159,6 +160,7 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
                     ticket,
                     lane,
                     fair_newcomer,
+                    uncapped,
                 ):
                     return
         raise SlotsFull(self.launch_slots.view.limit if self.launch_slots.view else 0)
@@ -177,11 +179,12 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
         ticket: str | None = None,
         lane: str | None = None,
         fair_newcomer: bool = False,
+        uncapped: bool = False,
     ) -> bool:
         """Claim on ``shard``: True when taken, False when the shard had no room. With ``lane``, a
         slot of the lane's pool in the same transaction: SlotsFull when no lane shard had room.
-        ``fair_newcomer``: KeyFull while any concurrency key has waiters (``KEYS_WAITING``); its
-        key has no default cap (a fair lane's tenant, ``sluice.fair``)."""
+        ``fair_newcomer``: KeyFull while any concurrency key has waiters (``KEYS_WAITING``).
+        ``uncapped``: its key has no default cap (a claim from a fair lane, ``sluice.fair``)."""
         lane_shards = self.lane_slots.choices(lane) if lane is not None else []
         lane_reads = 0
         if lane is not None and not lane_shards:
@@ -196,7 +199,7 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
             key_at = lane_at = -1
             if ckey is not None:
                 items[2]["Put"]["Item"]["ckey"] = {"S": ckey}
-                items.append(self.key_claim_item(ckey, name, ticket=ticket, uncapped=fair_newcomer))
+                items.append(self.key_claim_item(ckey, name, ticket=ticket, uncapped=uncapped))
                 key_at = len(items) - 1
             if lane is not None:
                 items[2]["Put"]["Item"]["lane"] = {"S": lane}

@@ -107,6 +107,7 @@ class MemoryStore(MemoryAwaits, MemoryKeys):
         ticket: str | None = None,
         lane: str | None = None,
         fair_newcomer: bool = False,
+        uncapped: bool = False,
     ) -> None:
         with self._lock:
             limit = self._limit or 0
@@ -116,7 +117,7 @@ class MemoryStore(MemoryAwaits, MemoryKeys):
             if current is not None and (current.holder is not None or current.redriven is not None):
                 raise LeaseHeld(current)
             if ckey is not None:
-                self._key_admits(ckey, ticket=ticket, uncapped=fair_newcomer)
+                self._key_admits(ckey, ticket=ticket, uncapped=uncapped)
             if fair_newcomer:
                 self._key_rooms()
                 if self._keys_waiting:
