@@ -234,18 +234,6 @@ class LaneAdmission:
         if summary.stopped == "empty" and summary.n(Outcome.STARTED) >= share:
             summary.stopped = "full"  # its share is taken: it may have more for the next round
         return summary
-        fair.wake_lane(
-            store=self.store,
-            queue=self.queue,
-            lane=self.lane,
-            now=self.clock.now(),
-            rng=self.rng,
-            at_most=share,
-        )
-        self._sort(summary, remaining_ms)  # the woken claim (and what came meanwhile lines up)
-        if summary.stopped == "empty" and summary.n(Outcome.STARTED) >= share:
-            summary.stopped = "full"  # its share is taken: it may have more for the next round
-        return summary
 
     def _sort(self, summary: TickSummary, remaining_ms: Callable[[], int] | None) -> None:
         """A pass over a fair lane's queue until it is empty (or time runs out): new messages go to

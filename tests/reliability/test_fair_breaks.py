@@ -13,7 +13,7 @@ leaks.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -45,21 +45,6 @@ from tests.support.faults import (
 )
 
 FAIR = "shared:4:0:1:fair"
-
-
-@pytest.fixture
-def make_world() -> Iterator[Callable[..., World]]:
-    worlds: list[World] = []
-
-    def make(**kwargs: Any) -> World:
-        worlds.append(World(**kwargs))
-        return worlds[-1]
-
-    try:
-        yield make
-    finally:
-        for world in worlds:
-            world.close()
 
 
 # -- faults aimed at calls the named points do not name ------------------------------------------

@@ -9,8 +9,6 @@ code the issue was filed against (6b0e5c8); the docstring under each test's name
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 
@@ -28,21 +26,6 @@ from tests.support.faults import (
     Throttle,
 )
 from tests.support.hooks import retry_sleeps
-
-
-@pytest.fixture
-def make_world() -> Iterator[Callable[..., World]]:
-    worlds: list[World] = []
-
-    def make(**kwargs: Any) -> World:
-        worlds.append(World(**kwargs))
-        return worlds[-1]
-
-    try:
-        yield make
-    finally:
-        for world in worlds:
-            world.close()
 
 
 def body(key: str) -> str:
