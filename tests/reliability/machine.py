@@ -21,6 +21,16 @@ the default (``key_concurrency``, 1 or 2, drawn per program), and the operator m
 cap in the middle of a tick (``key_cap``); the crashes, throttles and interleavings reach the park,
 the wake-up's sends and the line's advance as they reach every other step.
 
+Lanes (promise 7 of docs/protocol.md): a program in three of eight runs on a stack with lanes
+(``LANE_CONFIGS``: a priority lane beside ``default``, or three lanes of one priority with weights),
+its global MAX drawn as in any program, so that it is sometimes below the sum of the lanes' MAXes and
+sometimes above. Its backlog is spread over the lanes; ``Enqueue``, ``EnqueueAwaiting`` and
+``EnqueueKeyed`` send to a drawn lane (a payload of the pool sent to two lanes shares one lease);
+``SetLaneMax`` sets a lane's MAX, pauses it or puts it back as the operator's command does, or dies
+after writing the setting (the next tick puts it in force); the operator may lower a lane's MAX in
+the middle of a tick (``lane_max``), and crashes, throttles and interleavings reach the sync of the
+lanes' limits (``lane_limit``) as they reach every other step.
+
 There is one rule, ``act``, whose argument is the action. Hypothesis switches separate rules on
 and off per example ("swarm testing"), which here mostly produced programs that only enqueue or
 only tick; with one rule, the mix below holds in every example, and each action prints readably.
@@ -36,6 +46,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from moto.moto_api._internal import mock_random
 
+from sluice.lanes import DEFAULT_LANE
 from sluice.runtime import CLIENT_CONFIG
 from tests.reliability.world import World
 from tests.support.faults import (
@@ -99,8 +110,9 @@ INTERLEAVE_POINTS = (
     "after_suspect",
     "after_wait",  # a waiter parked, before the launcher reads its awaited keys again
     "after_key_park",  # a message parked in its key's line, before the parker wakes the key
+    "after_lane_limit",  # a lane's caps moved to its limit, before the tick admits into the lanes
 )
-INTERLEAVE_ACTORS = ("tick", "tick", "deliver", "finish_newest", "set_max", "key_cap")
+INTERLEAVE_ACTORS = ("tick", "tick", "deliver", "finish_newest", "set_max", "key_cap", "lane_max")
 COMPLETION_CRASH_POINTS = (
     "before_release",
     "after_release",
@@ -160,6 +172,11 @@ HISTORY_RUNS = 9_000  # a key claimed this often before the program starts
 CKEYS = ("t0", "t1")
 KEYED_PAYLOADS = ("k0", "k1", "k2", "new", "new", "new", "p0", "p2")
 KEY_CAPS = (0, 1, 2, None)
+# Lanes (sluice.lanes): most programs have none; the others a priority lane beside the default one
+# (the sum of the lanes' MAXes is 3), or three lanes of one priority with weights 2, 1 and 1 (the
+# default lane implied, with the global MAX).
+LANE_CONFIGS = ("", "", "", "", "", "fast:1:1,default:2", "fast:1:1,default:2", "a:1:0:2,b:2:0:1")
+LANE_MAXES = (0, 1, 2, 3, None)
 
 # -- the actions ---------------------------------------------------------------------------------------
 
@@ -169,6 +186,7 @@ class Enqueue:
     """New messages: (payload or unusable body, group, revised body, with ``sluice-key``)."""
 
     messages: tuple[tuple[str, str, bool, bool], ...]
+    lane: int | None = None  # on a stack with lanes, the lane they go to (an index); None: default
 
 
 @dataclass(frozen=True)
@@ -261,6 +279,7 @@ class EnqueueAwaiting:
     group: str
     awaits: tuple[str, ...]
     once: bool = False
+    lane: int | None = None
 
 
 @dataclass(frozen=True)
@@ -268,6 +287,7 @@ class EnqueueKeyed:
     """Payloads sent with ``sluice-concurrency-key``: (payload, group, concurrency key) each."""
 
     messages: tuple[tuple[str, str, str], ...]
+    lane: int | None = None
 
 
 @dataclass(frozen=True)
@@ -277,6 +297,18 @@ class SetKeyCap:
 
     ckey: str
     cap: int | None
+
+
+@dataclass(frozen=True)
+class SetLaneMax:
+    """The operator sets a lane's MAX (``value``; None: back to the configured MAX) or pauses it, as
+    ``sluice set-max N --lane NAME`` (``pause``, ``resume``) does; ``interrupted``: the command dies
+    after writing the setting, before it moves the caps. Nothing on a stack without lanes."""
+
+    lane: int
+    value: int | None
+    paused: bool = False
+    interrupted: bool = False
 
 
 @dataclass(frozen=True)
@@ -337,6 +369,7 @@ COMPLETION_FAULTS = weighted(
     (1, st.tuples(st.just("interleave"), st.sampled_from(COMPLETION_INTERLEAVE_POINTS), st.just("tick"))),
 )
 INDEX = st.integers(0, 7)  # taken modulo the length of the list it picks from
+LANE = weighted((1, st.none()), (2, INDEX))  # a lane of the stack's, or the default one
 
 MESSAGES = st.lists(MESSAGE, min_size=1, max_size=3).map(tuple)
 TICK = st.builds(
@@ -364,6 +397,7 @@ AWAITING = st.builds(
     group=st.sampled_from(GROUPS),
     awaits=st.lists(st.sampled_from(AWAITABLE), min_size=1, max_size=3, unique=True).map(tuple),
     once=st.sampled_from((False, False, True)),
+    lane=LANE,
 )
 KEYED = st.builds(
     EnqueueKeyed,
@@ -372,6 +406,14 @@ KEYED = st.builds(
         min_size=1,
         max_size=4,
     ).map(tuple),
+    lane=LANE,
+)
+LANE_MAX = st.builds(
+    SetLaneMax,
+    lane=INDEX,
+    value=st.sampled_from(LANE_MAXES),
+    paused=st.sampled_from((False, False, False, True)),
+    interrupted=st.sampled_from((False, False, True)),
 )
 KEY_CAP = st.builds(SetKeyCap, ckey=st.sampled_from(CKEYS), cap=st.sampled_from(KEY_CAPS))
 ONCE = st.builds(EnqueueOnce, name=st.sampled_from(sorted(PAYLOADS)), group=st.sampled_from(GROUPS))
@@ -387,7 +429,7 @@ WITH_EFFECTS = st.builds(
     delivery=st.sampled_from(("now", "now", "later", "lost", "twice")),
 )
 ACTIONS = weighted(
-    (3, st.builds(Enqueue, MESSAGES)),
+    (3, st.builds(Enqueue, MESSAGES, LANE)),
     (1, st.builds(EnqueueAgain, INDEX, st.booleans())),
     (6, TICK),
     (4, END),
@@ -405,6 +447,8 @@ ACTIONS = weighted(
     # concurrency keys (issue 11)
     (2, KEYED),
     (1, KEY_CAP),
+    # lanes (sluice.lanes): nothing on a stack without lanes
+    (1, LANE_MAX),
 )
 
 
@@ -433,6 +477,9 @@ def pick(items: list[Any], index: int) -> Any:
 
 
 class SluiceMachine(RuleBasedStateMachine):
+    # Programs may run on a stack with lanes (LANE_CONFIGS); a focused mix may keep to one queue.
+    with_lanes = True
+
     def __init__(self) -> None:
         super().__init__()
         self.world: World | None = None
@@ -447,6 +494,7 @@ class SluiceMachine(RuleBasedStateMachine):
         history=st.sampled_from((0, 0, 0, HISTORY_RUNS)),
         fill=st.sampled_from((1, 1, 1, 4)),
         key_concurrency=st.sampled_from((1, 2)),
+        lanes=st.sampled_from(LANE_CONFIGS),
     )
     def build(
         self,
@@ -457,13 +505,16 @@ class SluiceMachine(RuleBasedStateMachine):
         history: int = 0,
         fill: int = 1,
         key_concurrency: int = 1,
+        lanes: str = "",
     ) -> None:
         """A fresh world, with a backlog queued already, so that the first tick has work, and maybe
         a payload with thousands of earlier runs. Launcher ``R`` is A's twin whose clients retry as
         deployed (botocore's standard mode). ``fill``: the claims and starts a tick keeps in flight
         at once (``SLUICE_START_CONCURRENCY``; 4: on threads). ``key_concurrency``: a concurrency key's
-        cap unless it has its own (``SLUICE_KEY_CONCURRENCY``)."""
+        cap unless it has its own (``SLUICE_KEY_CONCURRENCY``). ``lanes``: the stack parameter
+        (``SLUICE_LANES``; empty: no lanes); the backlog is then spread over the lanes."""
         mock_random.seed(0)  # moto's message ids and receipts: the same program replays the same
+        lanes = lanes if self.with_lanes else ""
         self.world = World(
             max_concurrency=max_concurrency,
             skew=skew,
@@ -471,6 +522,7 @@ class SluiceMachine(RuleBasedStateMachine):
             retention_days=RETENTION_DAYS,
             start_concurrency=fill,
             key_concurrency=key_concurrency,
+            lanes=lanes,
         )
         self.world.add_container("R", CLIENT_CONFIG)
         count("examples", counter=STATS)
@@ -478,9 +530,16 @@ class SluiceMachine(RuleBasedStateMachine):
             count("clock_skew")
         if fill > 1:
             count("parallel_fill")
+        if lanes:
+            count("lanes:programs")
+            count("lanes:programs", counter=STATS)
         if history:
             self.world.seed_history(canonical_key(json.dumps(PAYLOADS["p0"])), runs=history)
-        self._Enqueue(Enqueue(backlog))
+        if lanes:
+            for i, message in enumerate(backlog):
+                self._Enqueue(Enqueue((message,), lane=i))
+        else:
+            self._Enqueue(Enqueue(backlog))
 
     def teardown(self) -> None:
         world, self.world = self.world, None
@@ -497,6 +556,7 @@ class SluiceMachine(RuleBasedStateMachine):
             count("messages dead-lettered", len(model.dead_lettered), counter=STATS)
             count("messages parked in a key's line", model.key_parks, counter=STATS)
             count("messages woken from a key's line", model.key_wakes, counter=STATS)
+            count("executions claimed in a lane", len(model.lane_of), counter=STATS)
             world.close()
 
     @invariant()
@@ -520,11 +580,17 @@ class SluiceMachine(RuleBasedStateMachine):
 
     # -- producers ----------------------------------------------------------------------------------
 
+    def _lane(self, index: int | None) -> str:
+        """The lane ``index`` picks among the stack's (None, or a stack without lanes: default)."""
+        names = self.world.lane_names()
+        return DEFAULT_LANE if index is None or not names else pick(names, index)
+
     def _Enqueue(self, action: Enqueue) -> None:
+        lane = self._lane(action.lane)
         for name, group, revised, with_key in action.messages:
             if name in UNUSABLE:
                 count(f"unusable:{name}")
-                self.world.send(UNUSABLE[name], group=group, valid=False)
+                self.world.send(UNUSABLE[name], group=group, valid=False, lane=lane)
                 continue
             obj = dict(PAYLOADS[name])
             if revised:
@@ -533,7 +599,7 @@ class SluiceMachine(RuleBasedStateMachine):
             body = json.dumps(obj)
             # With sluice-key, as `sluice enqueue` sends it; without, as the AWS CLI would.
             attributes = {"sluice-key": canonical_key(body)} if with_key else None
-            self.world.send(body, group=group, attributes=attributes)
+            self.world.send(body, group=group, attributes=attributes, lane=lane)
 
     def _EnqueueAwaiting(self, action: EnqueueAwaiting) -> None:
         obj = dict(PAYLOADS.get(action.name) or {"id": action.name})
@@ -548,7 +614,9 @@ class SluiceMachine(RuleBasedStateMachine):
         attributes = {"sluice-key": key, "sluice-awaits": json.dumps(awaits)}
         if action.once:
             attributes["sluice-once"] = "true"
-        self.world.send(json.dumps(obj), group=action.group, attributes=attributes)
+        self.world.send(
+            json.dumps(obj), group=action.group, attributes=attributes, lane=self._lane(action.lane)
+        )
 
     def _EnqueueKeyed(self, action: EnqueueKeyed) -> None:
         for name, group, ckey in action.messages:
@@ -557,10 +625,22 @@ class SluiceMachine(RuleBasedStateMachine):
                 self.revision += 1
                 name = f"k-new-{self.revision}"
             body = json.dumps(PAYLOADS.get(name) or {"id": name})
-            self.world.send(body, group=group, attributes={"sluice-concurrency-key": ckey})
+            self.world.send(
+                body, group=group, attributes={"sluice-concurrency-key": ckey}, lane=self._lane(action.lane)
+            )
 
     def _SetKeyCap(self, action: SetKeyCap) -> None:
         self.world.set_key_cap(action.ckey, action.cap)
+
+    def _SetLaneMax(self, action: SetLaneMax) -> None:
+        names = self.world.lane_names()
+        if names:
+            self.world.set_lane_max(
+                pick(names, action.lane),
+                action.value,
+                paused=action.paused,
+                by="setting" if action.interrupted else "cli",
+            )
 
     def _EnqueueOnce(self, action: EnqueueOnce) -> None:
         count("enqueue:once")
@@ -594,6 +674,7 @@ class SluiceMachine(RuleBasedStateMachine):
             valid=earlier.valid,
             dedup=earlier.dedup if action.same_dedup_id else None,
             attributes=earlier.attributes or None,
+            lane=earlier.lane or DEFAULT_LANE,
         )
 
     # -- launchers, time and the operator ------------------------------------------------------------
@@ -683,7 +764,12 @@ class SluiceMachine(RuleBasedStateMachine):
             return
         count("resubmit:before_release")
         event = world.end(start.name, "SUCCEEDED")
-        world.send(earlier.body, group=earlier.group, attributes=earlier.attributes or None)
+        world.send(
+            earlier.body,
+            group=earlier.group,
+            attributes=earlier.attributes or None,
+            lane=earlier.lane or DEFAULT_LANE,
+        )
         if action.then == "tick":
             world.tick("A")
         elif action.then == "deliver":

@@ -1137,13 +1137,16 @@ FOCUSED = programs.weighted(
     (3, programs.END),
     (3, st.builds(programs.Deliver, programs.INDEX, programs.COMPLETION_FAULTS)),
     (1, st.builds(programs.Lose, programs.INDEX)),
-    (1, st.builds(programs.Redeliver, programs.INDEX)),
+    (2, st.builds(programs.Redeliver, programs.INDEX)),  # a repeated event: what effects must survive
 )
 FOCUSED_BUDGET = settings(BUDGET, max_examples=20, stateful_step_count=25)
 
 
 class AwaitsOnceEffectsMachine(SluiceMachine):
-    """The property suite, drawing awaits, run-once messages and effects more often."""
+    """The property suite, drawing awaits, run-once messages and effects more often (on one queue:
+    lanes are the usual mix's)."""
+
+    with_lanes = False
 
     @rule(action=FOCUSED)
     def act(self, action: Any) -> None:
@@ -1240,7 +1243,10 @@ KEYS_FOCUSED = programs.weighted(
 
 
 class ConcurrencyKeysMachine(SluiceMachine):
-    """The property suite, drawing concurrency keys and faults at their line's steps more often."""
+    """The property suite, drawing concurrency keys and faults at their line's steps more often (on
+    one queue: lanes are the usual mix's)."""
+
+    with_lanes = False
 
     @rule(action=KEYS_FOCUSED)
     def act(self, action: Any) -> None:
