@@ -732,3 +732,31 @@ def test_a_fair_lane_shares_its_slots_among_its_tenants(make_world):
     world.check()
     assert tenants_running(world, "shared") == {"heavy": 4}, "light's slots stayed empty"
     world.settle()
+
+
+def test_an_implied_default_lane_follows_the_global_max_in_force(make_world):
+    """Found by the soak with lanes (``a:1:0:2,b:2:0:1``, the default lane implied, MAX 1 raised to 2
+    at rest: "promise 7 (lane MAX): … claimed a slot of lane 'default' while 1 of its runs held one
+    or ran, under its limit 1"), a false alarm of the model: it held an implied lane ``default`` to
+    the MAX deployed, where Sluice puts the global MAX in force in its caps at each tick
+    (docs/protocol.md, Lanes). MAX raised from 1 to 2: two default payloads start in one tick. The
+    operator's override of the lane, then ``set-max default --lane default``: the command writes the
+    deployed MAX in the caps, and the next tick the global MAX again."""
+    world = make_world(max_concurrency=1, lanes="a:1")
+    world.set_max(2)
+    for i in range(2):
+        world.send(body(f"d{i}"), group=f"d{i}")
+    world.tick("A")
+    world.check()
+    assert len(lane_runs(world, "default")) == 2
+    for name in lane_runs(world, "default"):
+        world.end(name)
+        assert world.deliver(0) == "ok"
+    world.set_lane_max("default", 1)
+    world.set_lane_max("default", None)
+    for i in range(2, 4):
+        world.send(body(f"d{i}"), group=f"d{i}")
+    world.tick("A")
+    world.check()
+    assert len(lane_runs(world, "default")) == 2, "the default lane follows the global MAX 2 again"
+    world.settle()

@@ -130,7 +130,7 @@ class World(BehindTheBack, Promises):
                 max_concurrency=max_concurrency,
                 visibility_timeout=VISIBILITY,
                 key_concurrency=self.settings.key_concurrency,
-                lanes={lane.name: lane.max for lane in self.settings.lanes},
+                lanes={lane.name: None if lane.implied else lane.max for lane in self.settings.lanes},
                 fair_lanes=frozenset(lane.name for lane in self.settings.lanes if lane.fair),
                 lane_queues=self.queue_urls() if self.settings.lanes else None,
             )
@@ -441,11 +441,18 @@ class World(BehindTheBack, Promises):
         stamped with the world's clock, then the lane's caps (``Store.set_lane_limit``), in the
         ``operator`` container, whose calls the model sees. ``by="setting"``: the command dies after
         its first write, the caps unmoved: the next tick puts the setting in force. A raise is
-        allowed from its first write; a lowering binds once the caps carry it."""
+        allowed from its first write; a lowering binds once the caps carry it. The implied lane
+        ``default`` put back to its configured MAX follows the global MAX in force again: the command
+        writes the deployed MAX in its caps, the next tick the global MAX it reads."""
         setting = LaneSetting(lane, max=value, paused=paused, changed_at=self.clock.now())
-        new, old = setting.limit(self.settings.lane(lane)), self.model.lane_limit(lane)
+        written = setting.limit(self.settings.lane(lane))  # what the command puts in the caps
+        new, old = written, self.model.lane_limit(lane)
+        follows_max = self.settings.lane(lane).implied and value is None and not paused
+        limit = None if follows_max else new  # the model's: None, the global MAX in force
+        if follows_max:
+            new = self.model.max
         if new > old:
-            self.model.set_lane_limit(lane, new)
+            self.model.set_lane_limit(lane, limit)
         if "operator" not in self.containers:
             self.add_container("operator")
 
@@ -453,10 +460,10 @@ class World(BehindTheBack, Promises):
             store = c.runtime.store()
             store.write_lane_setting(setting)
             if by == "cli":
-                store.set_lane_limit(lane, new, setting.changed_at)
+                store.set_lane_limit(lane, written, setting.changed_at)
 
         self.run("operator", work)
-        self.model.set_lane_limit(lane, new, caps_moved=by == "cli")
+        self.model.set_lane_limit(lane, limit, caps_moved=by == "cli")
         self.lanes_set.add(lane)
         change = "zero" if new == 0 else "raised" if new > old else "lowered" if new < old else "same"
         self.count(f"lane_max:{change}" + ("" if by == "cli" else ":setting_only"))

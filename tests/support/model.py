@@ -38,7 +38,8 @@ so the invariants that run after every step stay cheap (they only read ``violati
   message parked in the table and sent back goes back to its lane's queue); it must find fewer of
   that lane's runs holding a slot (of the lane's pool or, with the lane on its record, the global
   one; an adopted run too) or running without one than the lane's limit in force: its configured
-  MAX, or the operator's setting as the test wrote it (a raise counts from its first write, a
+  MAX (for the lane ``default`` when the stack's lanes do not name it: the global MAX in force, which
+  it follows), or the operator's setting as the test wrote it (a raise counts from its first write, a
   lowering once the caps carry it: once the command returns, or, when only the setting was
   written, once a tick has run). Promise 1 is checked on every claim as before.
 
@@ -151,7 +152,7 @@ class Model:
         max_concurrency: int,
         visibility_timeout: int,
         key_concurrency: int = 1,
-        lanes: Mapping[str, int] | None = None,
+        lanes: Mapping[str, int | None] | None = None,
         lane_queues: Mapping[str, str] | None = None,
         fair_lanes: frozenset[str] = frozenset(),
     ) -> None:
@@ -214,11 +215,11 @@ class Model:
         self.key_parked_copies: dict[str, tuple[str, str]] = {}
         self.queue_of: dict[str, str] = {}  # physical message id -> the queue it was received from
         # Lanes (sluice.lanes; empty: the stack has none).
-        self.lanes = dict(lanes or {})  # lane -> its configured MAX
+        self.lanes = dict(lanes or {})  # lane -> its configured MAX (None: the global MAX, as implied)
         self.fair_lanes = fair_lanes  # lanes serving their tenants round-robin (sluice.fair)
         self.lane_queues = {url: lane for lane, url in (lane_queues or {}).items()}  # queue URL -> lane
-        self.lane_limits = dict(self.lanes)  # lane -> its limit in force, as the test set it
-        self.lane_lowered: dict[str, int] = {}  # lowered in LANE# only: binding once a tick has run
+        self.lane_limits = dict(self.lanes)  # lane -> its limit in force, as the test set it (None: MAX)
+        self.lane_lowered: dict[str, int | None] = {}  # lowered in LANE# only: binding once a tick ran
         self.lane_of: dict[str, str] = {}  # execution name -> its lane (its claim's EXEC# Put)
         self.lane_holders: dict[str, str] = {}  # execution name -> the lane whose slot it holds
 
@@ -269,15 +270,19 @@ class Model:
                 self.key_caps[ckey] = cap
 
     def lane_limit(self, lane: str) -> int:
-        """The limit in force in ``lane``: the operator's, as the test set it, else its configured MAX."""
-        return self.lane_limits[lane]
+        """The limit in force in ``lane``: the operator's, as the test set it, else its configured MAX;
+        an implied lane ``default`` without the operator's MAX follows the global MAX in force (each
+        tick puts the MAX it reads in its caps; until then the global pool binds it)."""
+        limit = self.lane_limits[lane]
+        return self.max if limit is None else limit
 
-    def set_lane_limit(self, lane: str, limit: int, *, caps_moved: bool = True) -> None:
-        """The test set ``lane``'s limit. ``caps_moved``: the caps carry it (the operator's command
+    def set_lane_limit(self, lane: str, limit: int | None, *, caps_moved: bool = True) -> None:
+        """The test set ``lane``'s limit (None: the global MAX, for the implied lane ``default`` put
+        back to its configured MAX). ``caps_moved``: the caps carry it (the operator's command
         returned): it binds now. Otherwise only the setting was written: a raise binds now (it is
         allowed from its first write), a lowering once a tick has put it in force (``tick_returned``)."""
         with self.lock:
-            if caps_moved or limit >= self.lane_limits[lane]:
+            if caps_moved or (self.max if limit is None else limit) >= self.lane_limit(lane):
                 self.lane_limits[lane] = limit
                 self.lane_lowered.pop(lane, None)
             else:
