@@ -9,10 +9,9 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from sluice.keys import INFLIGHT_SECONDS
-from sluice.lanes import DEFAULT_LANE, by_priority, split
+from sluice.lanes import DEFAULT_LANE, by_priority
 from sluice.model import TERMINAL_STATUSES
 from tests.support.model import AWAIT_REASON, awaited_keys
-from tests.support.steps import lane_of_pool
 
 if TYPE_CHECKING:
     from tests.reliability.world import World
@@ -115,36 +114,6 @@ class Promises:
                 room -= out[lane.name]
         return out
 
-    def least_max_at_rest(self: World) -> int:
-        """The MAX settling runs under: at least 2, and with lanes at least what gives every lane of
-        one priority a share of the tick's split (``sluice.lanes.split``) when every lane is idle.
-        Below it the scheduled tick leaves a lane whose share rounds to nothing unserved while the
-        lanes given the room have no messages (``Launcher._admit_lanes`` ends the priority's rounds
-        on a round that started nothing: the open bug pinned by
-        ``test_a_lane_whose_share_rounds_to_nothing_still_gets_the_free_slot``), so its queue would
-        drain only through completions."""
-        least = 2
-        for group in by_priority(self.settings.lanes):
-            limits = {lane.name: self.model.lane_limit(lane.name) for lane in group}
-            while least < 100 and not all(
-                n for lane, n in split(least, group, limits).items() if limits[lane]
-            ):
-                least += 1
-        return least
-
-    def thaw_lanes_at_rest(self: World) -> None:
-        """While settling, the operator runs `sluice set-max default --lane NAME` again for every lane
-        whose pool is frozen: the limit, restamped, is planned anew, which unfreezes a pool whose
-        holders fit under it. A stopgap for an open bug: nothing in Sluice re-plans a lane's pool frozen
-        by a MAX lowered below its runs once they end (``Launcher.sync_lanes`` writes only a moved
-        limit; ``test_a_lane_lowered_below_its_runs_admits_again_once_they_end``), so the lane would
-        admit nothing at rest. Programs still run with it: a frozen lane breaks no promise of safety."""
-        for pk, item in sorted(self.table("frozen").items()):
-            lane = lane_of_pool(pk)
-            if lane is not None and item.get("frozen", {}).get("BOOL"):
-                self.count("lanes:thawed_at_rest")
-                self.set_lane_max(lane, None)
-
     def backlog(self: World) -> int:
         """Messages still to handle: in the queue, or parked in the table (a deferred duplicate, a
         concurrency key's waiter)."""
@@ -231,8 +200,8 @@ class Promises:
             container.restart()
         for lane in sorted(self.lanes_set):
             self.set_lane_max(lane, None)  # back to its configured MAX: a paused lane keeps its queue
-        if self.model.max < self.least_max_at_rest():
-            self.set_max(self.least_max_at_rest())
+        if self.model.max < 2:
+            self.set_max(2)
         for ckey in sorted(self.model.key_caps):
             self.set_key_cap(ckey, None)  # a paused key (cap 0) would keep its line for good
         while self.pending:
@@ -244,7 +213,6 @@ class Promises:
         rounds = SETTLE_ROUNDS + len(self.model.sent)
         for round_ in range(rounds):
             self.advance(CLAIM_TIMEOUT + VISIBILITY + WINDOW)
-            self.thaw_lanes_at_rest()
             self.tick("A")
             self.check()
             # Done once nothing is queued or parked, and nothing runs that a waiter awaits.
@@ -335,7 +303,6 @@ class Promises:
                     f"promise 4 (nothing leaks): payload {key!r} has no final record: state {state}"
                 )
 
-        self.thaw_lanes_at_rest()
         # Every one of the MAX slots can be used again (with lanes: as many as the lanes' limits let
         # start, each lane given its share by priority).
         fresh: dict[str, list[str | None]] = {}
