@@ -743,7 +743,7 @@ def reconfigure(world: World, lanes: str) -> None:
     world.settings = world.stack.settings = settings
     world.model.fair_lanes = frozenset(lane.name for lane in settings.lanes if lane.fair)
     for lane in settings.lanes:
-        world.model.lanes[lane.name] = world.model.lane_limits[lane.name] = lane.max
+        world.model.lanes[lane.name] = world.model.lane_limits[lane.name] = None if lane.implied else lane.max
     world.operator = Runtime(settings, session=world.session, clock=world.clock)
     for name, old in list(world.containers.items()):
         world.containers[name] = Container(name, world, old.clock, old.config)
