@@ -1253,7 +1253,7 @@ class ConcurrencyKeysMachine(SluiceMachine):
         super().act(action)
 
 
-def wait_undone_by_its_wake_up(*, store, queue, payload, ckey, now, seen=None):
+def wait_undone_by_its_wake_up(*, store, queue, payload, ckey, now, seen=None, fair=None):
     """``sluice.keys.wait`` without its guard of the wake-up: the parker's own wake-up failing
     escapes the park, so the launcher hands the parked message back to the queue."""
     message = payload.message
@@ -1271,11 +1271,14 @@ def wait_undone_by_its_wake_up(*, store, queue, payload, ckey, now, seen=None):
             },
             parked_at=now,
         )
-        if store.park_for_key(waiter, tickets=state.tickets, replaces=sluice.keys.ticket_of(message)):
+        if store.park_for_key(
+            waiter, tickets=state.tickets, replaces=sluice.keys.ticket_of(message), fair=fair
+        ):
             break
     else:
         raise TransientError("the line kept moving", operation="TransactWriteItems")
-    sluice.keys.wake(store=store, queue=queue, ckey=ckey, now=now)
+    if fair is None:
+        sluice.keys.wake(store=store, queue=queue, ckey=ckey, now=now)
     return waiter.ticket
 
 
