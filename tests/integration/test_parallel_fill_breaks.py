@@ -354,10 +354,12 @@ def test_ambiguous_start_then_throttles_on_the_resume(session: Any, atomic: None
     lost = lose_response(sfn, times=1)
     launcher.tick()
     assert lost["lost"] == 1
-    assert len(stack.running()) == 6  # five started, one started with its answer lost
+    # The one whose answer was lost runs, and the groups that had begun: those not yet begun when
+    # the ambiguous answer halted the batch handed their messages back (how many: thread timing).
+    assert 1 <= len(stack.running()) <= 6
     throttled = throttle_when(sfn, lambda body: True)
     launcher.admit()  # no reconciliation first: the resume finds its claim still CLAIMED
-    assert throttled["throttled"] == 5
+    assert throttled["throttled"] >= 5  # the resume's 5, and the handed-back ones' own, if any
     running = set(stack.running())
     holders = stack.runtime().store().ledger().holders
     assert running <= holders, f"running without a slot: {running - holders}"
