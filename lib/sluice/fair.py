@@ -23,20 +23,20 @@ what an ordinary one does). Nothing running is ever stopped: a tenant that took 
 gives each slot it frees to the tenants that came since. The lane's admission (the tick's
 share, a completion's freed slot) is: receive and park what is new, wake, then receive and claim
 what was woken. A tenant's own cap (``sluice set-max N --key KEY``) still holds it; the default
-``keyConcurrency`` does not apply to a fair lane's tenant (its lane's MAX does).
+``keyConcurrency`` does not apply to a claim from a fair lane (``uncapped``: its lane's MAX does).
 
 Two wakers reading the same room send too many: the extra waiters find no room when they arrive
 and park again. Their claim, not the waker, is what is exact. A tenant's waiters are woken only
-by its lane's waker (a release, the sweep and ``sluice wake`` leave them to it), so a release
-does not hand its slot back to its own tenant.
+by its lane's waker (a release, the sweep and ``sluice set-max --key`` leave them to it), so a
+release does not hand its slot back to its own tenant.
 
 The cost: every message of a fair lane is parked once and sent once more, and the waker reads
 every key with waiters (``KEYS_WAITING``), then their items, to find its lane's tenants, and the
 lane's room: in the benchmark's tenants workload about 12 calls per start more than an ordinary
 lane. A batch's messages of one tenant park one after another (on the tenant's next ticket), those
 of different tenants side by side. A pass over the queue runs until it is empty, so the waiters it
-wakes are never left behind messages not parked yet; its first receive waits as an ordinary lane's
-does, so a lingering tick polls an idle fair lane no faster.
+wakes are never left behind messages not parked yet. No receive of a pass waits: a lingering
+tick paces its empty rounds with a 1 s sleep instead (``LaneAdmission._lane_rounds``).
 """
 
 from __future__ import annotations

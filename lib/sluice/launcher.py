@@ -32,7 +32,7 @@ from sluice.effects import Effects
 from sluice.errors import ConfigurationError, InvalidPayload, SlotsFull, TransientError
 from sluice.fair import tenant as fair_tenant
 from sluice.fanout import Pacer, fanout
-from sluice.lane_admission import LaneAdmission
+from sluice.lane_admission import RECEIVE_BATCH, LaneAdmission
 from sluice.lanes import Lane
 from sluice.model import Ledger, Message, Outcome, StartedExecution, TickSummary
 from sluice.per_message import MessageProtocol
@@ -42,7 +42,6 @@ from sluice.receipts import Outputs
 from sluice.reconcile import reconcile
 from sluice.settings import Settings
 
-RECEIVE_BATCH = 10  # SQS ReceiveMessage returns at most 10
 LONG_POLL = 20  # SQS WaitTimeSeconds maximum
 CHECK_INTERVAL = 300.0  # how often a warm launcher re-checks that the state machine exists
 
