@@ -202,6 +202,29 @@ def test_a_woken_message_can_be_parked_again_behind_a_new_holder(store):
     assert store.parked_holders() == {"n3"}
 
 
+def test_a_name_claimed_again_keeps_what_waits_behind_its_earlier_claim(store):
+    """A release whose wake-up was lost (a crash between the two) and whose name is then claimed
+    again by its own message, back after a rollback: the messages parked behind the first claim
+    are listed by the second, so its end wakes them. A fresh record would erase them for good."""
+    claim(store, "k", "n1")
+    assert store.park(parked("m2", "n1"))
+    store.release(name="n1", state=PayloadState.RELEASED, now=NOW + 1)  # rolled back; no wake
+    claim(store, "k", "n1", now=NOW + 2)  # the same message, the same name
+    assert store.execution("n1").parked == {"m2"}
+    released = store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW + 3)
+    assert released.parked == {"m2"}
+    assert [p.message_id for p in store.parked_messages("n1", released.parked)] == ["m2"]
+
+
+def test_a_name_claimed_again_after_its_wake_up_starts_with_nothing_parked(store):
+    claim(store, "k", "n1")
+    assert store.park(parked("m2", "n1"))
+    released = store.release(name="n1", state=PayloadState.RELEASED, now=NOW + 1)
+    store.unpark("n1", released.parked, now=NOW + 1)
+    claim(store, "k", "n1", now=NOW + 2)
+    assert store.execution("n1").parked == frozenset()
+
+
 def test_a_blocked_claim_is_never_renewed(store):
     claim(store, "k", "n1")
     assert store.block(name="n1", by="redriven", now=NOW + 5)

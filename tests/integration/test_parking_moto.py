@@ -3,10 +3,13 @@ when their key is free, and never run twice however often a wake-up is repeated.
 
 from __future__ import annotations
 
+from collections import Counter
+from typing import Any
+
 import pytest
 
 from sluice.clock import FakeClock
-from sluice.completion import StatusChange
+from sluice.completion import StatusChange, complete
 from sluice.model import Outcome, PayloadState
 from sluice.names import ORIGIN_ATTRIBUTE, execution_name
 from sluice.parking import sweep
@@ -97,3 +100,44 @@ def test_a_parked_message_goes_back_in_its_group_with_its_attributes_and_origina
     }
     assert stack.running() == [execution_name("k", original)]  # the completion's refill ran it
     assert stack.runtime().store().payload("k").state is PayloadState.RUNNING
+
+
+def test_a_park_that_lands_while_the_release_is_on_its_way_is_woken_by_that_release(deferring):
+    """The release reads the holder's record, then writes. A duplicate parked in between (another
+    launcher, between the read and the write) must be woken by this release: nothing else would,
+    once the holder's name is claimed again before reconciliation looks."""
+    stack = deferring
+    stack.send({"id": "same", "v": 1}, group="g")
+    stack.launcher().tick()
+    (first,) = stack.running()
+    waiting_id = stack.send({"id": "same", "v": 2}, group="g2")
+
+    completion = stack.runtime()
+    fired: Counter = Counter()
+
+    def park_in_between(params: dict[str, Any], **_: Any) -> None:
+        ends = [
+            i
+            for i in params["TransactItems"]
+            if "ended_at" in i.get("Update", {}).get("UpdateExpression", "")
+        ]
+        if ends and not fired["parked"]:
+            summary = stack.launcher().tick()  # another launcher, its own clients
+            fired["parked"] += summary.n(Outcome.DEFERRED)
+
+    completion.client("dynamodb").meta.events.register(
+        "before-parameter-build.dynamodb.TransactWriteItems", park_in_between
+    )
+    # The release every end takes (the execution still runs in Step Functions here, so the other
+    # launcher's duplicate is deferred rather than settling the holder itself).
+    released = complete(
+        store=completion.store(), queue=completion.queue(), name=first, state=PayloadState.SUCCEEDED, now=1.0
+    )
+    assert released is not None and fired["parked"] == 1  # the fault fired: parked as the holder ended
+    assert released.parked == {waiting_id}, "the message parked during the release is not in what it woke"
+    assert stack.runtime().store().parked_holders() == frozenset()  # woken by the release itself
+    assert stack.queue_counts() == (1, 0)  # back on the queue
+    stack.finish(first, "SUCCEEDED")
+    stack.launcher().tick()
+    assert stack.running() == [execution_name("same", waiting_id)]
+    assert stack.queue_counts() == (0, 0)

@@ -13,8 +13,12 @@ never parked behind an execution that has already been released:
       PARK#M, EXEC#H.parked += M, PARKED += H   wake(H): re-send PARK#M to the queue,
     delete M from the queue                       mark PARK#M woken, PARKED −= H
 
-A park that commits between the release's read of EXEC#H and its write is not in the set the
-release saw: reconciliation finds H in PARKED with its execution ended and wakes it.
+A park that commits between the release's read of EXEC#H and its write changes the set the
+release read: the release is conditioned on that set's size, fails, reads again and releases with
+the park in the set it returns (``sluice.adapters.dynamo_release``). A wake-up lost to a crash
+after the release: reconciliation finds H in PARKED with its execution ended and wakes it; if H's
+name is claimed again first (its own message, back after a rollback), the new claim keeps the
+parked set (``sluice.adapters.dynamodb._carry_parked``) and its end wakes them.
 """
 
 from __future__ import annotations

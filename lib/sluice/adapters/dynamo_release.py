@@ -5,6 +5,7 @@ receipt and effects mark in one transaction) and the adoption of an execution ru
                  PAYLOAD#<key>     REMOVE holder, receipt = N IF holder = N
                  EXEC#N            SET state, ended_at       IF CLAIMED or RUNNING (a fence: and
                                                               the claim version and mark judged)
+                                                              and its parked set as read
                  EFFECTS#N         PUT (when effects were sent before it)
                  CKEY#<ckey>       DELETE holders N          (a keyed run: sluice.keys)
                  SLOTS#lane-<l>#j  REMOVE holders.N          (a run in a lane: sluice.lanes)
@@ -25,6 +26,7 @@ from sluice.model import EFFECTS_RETENTION_SECONDS, ClaimFence, ExecutionRecord,
 from sluice.receipts import ReceiptOutput
 
 LIVE = (PayloadState.CLAIMED.value, PayloadState.RUNNING.value)
+PARK_RACE_RETRIES = 3  # a release tried again when messages parked behind it as it was on its way
 
 
 class ReleasesTable:
@@ -52,11 +54,54 @@ class ReleasesTable:
         confirm: Callable[[ExecutionRecord], bool] | None = None,
         output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
     ) -> ExecutionRecord | None:
-        record = self.execution(name)
-        if record is None or not record.state.holds_lease:
-            return None
-        if confirm is not None and record.adopted_at is not None and not confirm(record):
-            return None
+        kept_once: list[ReceiptOutput | None] = []
+
+        def output_once(record: ExecutionRecord) -> ReceiptOutput | None:
+            if not kept_once:  # asked once however many times the release is tried
+                kept_once.append(output(record) if output is not None else None)
+            return kept_once[0]
+
+        for _ in range(PARK_RACE_RETRIES):
+            record = self.execution(name)
+            if record is None or not record.state.holds_lease:
+                return None
+            if confirm is not None and record.adopted_at is not None and not confirm(record):
+                return None
+            reasons = self._release_as_read(
+                record,
+                state=state,
+                now=now,
+                error=error,
+                cause=cause,
+                ended_at=ended_at,
+                fence=fence,
+                output=output_once,
+            )
+            if reasons is None:
+                return record
+            # A message parked behind it between the read above and the transaction: the record
+            # returned must list it, or nothing would wake it. Read again and release again.
+            if reasons[2].get("Code") != "ConditionalCheckFailed":
+                return None  # someone released it first
+            fresh = self.execution(name)
+            if fresh is None or not fresh.state.holds_lease or fresh.parked == record.parked:
+                return None  # released by someone else, or renewed (a fence) meanwhile
+        return None
+
+    def _release_as_read(
+        self,
+        record: ExecutionRecord,
+        *,
+        state: PayloadState,
+        now: float,
+        error: str | None,
+        cause: str | None,
+        ended_at: float | None,
+        fence: ClaimFence | None,
+        output: Callable[[ExecutionRecord], ReceiptOutput | None],
+    ) -> list[dict[str, Any]] | None:
+        """One try of the release of ``record`` as read: None when it committed, else the reasons."""
+        name = record.name
         expires = int(now) + self.retention_seconds
         ended = ended_at if ended_at is not None else now
         payload_set = "SET #state = :state, updated_at = :now"
@@ -77,7 +122,7 @@ class ReleasesTable:
             payload_set += ", receipt = :name, receipt_state = :state"
             if state is PayloadState.SUCCEEDED:
                 payload_set += ", succeeded_by = if_not_exists(succeeded_by, :name)"
-            kept = output(record) if output is not None else None
+            kept = output(record)
         exec_values = values(
             state=state.value,
             ended=ended,
@@ -86,6 +131,12 @@ class ReleasesTable:
             live1=LIVE[1],
         )
         exec_condition = "#state IN (:live0, :live1)"
+        # Its parked messages as read (the set only grows while it is live): see ``release``.
+        if record.parked:
+            parked_condition = " AND size(parked) = :nparked"
+            exec_values[":nparked"] = {"N": str(len(record.parked))}
+        else:
+            parked_condition = " AND attribute_not_exists(parked)"
         names = exec_names
         if kept is not None:
             exec_set += ", output_size = :osize"
@@ -132,7 +183,7 @@ class ReleasesTable:
                     "TableName": self.table,
                     "Key": {"pk": {"S": execution_pk(name)}},
                     "UpdateExpression": exec_set,
-                    "ConditionExpression": exec_condition,
+                    "ConditionExpression": exec_condition + parked_condition,
                     "ExpressionAttributeNames": names,
                     "ExpressionAttributeValues": exec_values,
                 }
@@ -154,9 +205,7 @@ class ReleasesTable:
                     }
                 }
             )
-        if self._transact(items) is not None:
-            return None  # someone released it first, or renewed the claim
-        return record
+        return self._transact(items)
 
     def adopt(self, *, name: str, now: float) -> bool:
         """Take a slot and the lease back for ``name``, an ended execution RUNNING again (a redrive).

@@ -192,10 +192,14 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
             if not lane_shards:
                 raise SlotsFull(0)
         trims = 0
+        carried: list[str] = []
+        carries = 0
         while True:
             items = self._claim_items(key, name, message_id, shard, now, claim_expires_at, arn)
             if once:
                 _only_once(items)
+            if carried:
+                _carry_parked(items, carried)
             key_at = lane_at = -1
             if ckey is not None:
                 items[2]["Put"]["Item"]["ckey"] = {"S": ckey}
@@ -241,6 +245,12 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
             if slot_reason.get("Code") == "ConditionalCheckFailed":
                 self.launch_slots.full(shard, slot_reason.get("Item"))
                 return False
+            if reasons[2].get("Code") == "ConditionalCheckFailed" and carries < 2:
+                # An earlier claim of this name (its message back after a rollback) still lists
+                # messages parked behind it and never woken: they wait for this claim instead.
+                carried = sorted(plain(reasons[2].get("Item", {})).get("parked", ()))
+                carries += 1
+                continue
             raise TransientError(
                 f"claim cancelled: {reasons}", operation="TransactWriteItems", code="Cancelled"
             )
@@ -299,6 +309,9 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
                         claim_version=0,
                         shard=shard,
                     ),
+                    # Never over a record whose parked messages were not woken (``_carry_parked``).
+                    "ConditionExpression": "attribute_not_exists(parked)",
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                 }
             },
         ]
@@ -441,6 +454,17 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
                 }
             },
         ]
+
+
+def _carry_parked(items: list[dict[str, Any]], parked: list[str]) -> None:
+    """Make a claim's items (``_claim_items``) keep the messages parked behind an earlier claim of
+    the same name: the earlier one was released and its wake-up lost (a crash, or a park that
+    committed while the release was on its way); the new record lists them, so they are woken when
+    it ends (``sluice.parking``). Nothing parks behind a released record, so the list is as read."""
+    put = items[2]["Put"]
+    put["Item"]["parked"] = {"SS": parked}
+    put["ConditionExpression"] = "attribute_not_exists(parked) OR size(parked) = :nparked"
+    put["ExpressionAttributeValues"] = {":nparked": {"N": str(len(parked))}}
 
 
 def _only_once(items: list[dict[str, Any]]) -> None:

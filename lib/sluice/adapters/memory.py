@@ -147,6 +147,7 @@ class MemoryStore(MemoryAwaits, MemoryKeys):
                 expires_at=0,
                 reason=None,
             )
+            earlier = self._executions.get(name)
             self._executions[name] = ExecutionRecord(
                 name=name,
                 key=key,
@@ -159,6 +160,8 @@ class MemoryStore(MemoryAwaits, MemoryKeys):
                 ckey=ckey,
                 lane=lane,
                 lane_shard=None if lane is None else 0,
+                # An earlier claim of this name whose waiters were never woken: they wait for this one.
+                parked=earlier.parked if earlier is not None else frozenset(),
             )
 
     # -- lanes (sluice.lanes) ------------------------------------------------------------------------
