@@ -15,6 +15,7 @@ from sluice.completion import StatusChange
 from sluice.lanes import LANE_ATTRIBUTE
 from sluice.model import Outcome
 from sluice.ops.dlq import DlqMessage, _dlq_message, redrive_lane
+from sluice.settings import DuplicatePolicy
 from tests.support.aws import build_stack
 from tests.support.cli import clear_sluice_env, receive_all, sluice, use_env
 
@@ -470,6 +471,7 @@ def test_status_shows_a_fair_lanes_tenants_and_what_waits_in_their_lines(session
     data = sluice(capsys, "status", "--json", session=session).json
     shared = next(lane for lane in data["lanes"] if lane["lane"] == "shared")
     assert (shared["fair"], shared["running"], shared["tenants"], shared["in_lines"]) == (True, 4, 2, 5)
+    assert shared["parked"] == {"in_key_lines": 5, "deferred": 0, "awaiting": 0, "total": 5}
     keys = {k["key"]: k for k in data["keys"]}
     assert keys["heavy"]["fair_lane"] == "shared" and keys["heavy"]["waiting"] == 4
     human = sluice(capsys, "status", session=session).out
@@ -481,3 +483,30 @@ def test_status_shows_a_fair_lanes_tenants_and_what_waits_in_their_lines(session
     assert run.code == 0, run.err
     assert "no cap but the lane's MAX" not in run.out and "its own cap" in run.out
     assert "Its waiters are woken by fair lane 'shared' at its next admission." in run.out
+
+
+def test_status_counts_what_waits_parked_for_each_lane(session, monkeypatch, capsys):
+    """An ordinary lane's parked payloads, from the three waiting rooms: a key's line, a deferred
+    duplicate, an awaits waiter; each counted in the lane whose queue it goes back to."""
+    lanes = "gpu:3:1,default:10"
+    stack = build_stack(session, max_concurrency=10, lanes=lanes, duplicate_policy=DuplicatePolicy.DEFER)
+    use_env(monkeypatch, stack, SLUICE_LANES=lanes, SLUICE_LANE_QUEUES=lane_queues(stack))
+    for i in range(3):  # key cap 1: one runs, two wait in the key's line
+        stack.send({"id": f"k-{i}"}, group=f"k{i}", lane="gpu", sluice_concurrency_key="tenant")
+    stack.send({"id": "same", "v": 1}, group="s1", lane="gpu")
+    stack.send({"id": "needs"}, group="w1", sluice_awaits=json.dumps(["not-yet"]))  # the default lane's
+    stack.launcher().tick()
+    stack.send({"id": "same", "v": 2}, group="s2", lane="gpu")  # its key runs: deferred
+    stack.launcher().tick()
+
+    data = sluice(capsys, "status", "--json", session=session).json
+    parked = {lane["lane"]: lane["parked"] for lane in data["lanes"]}
+    assert parked["gpu"] == {"in_key_lines": 2, "deferred": 1, "awaiting": 0, "total": 3}
+    assert parked["default"] == {"in_key_lines": 0, "deferred": 0, "awaiting": 1, "total": 1}
+    assert stack.queue_counts() == (0, 0) and stack.queue_counts(stack.settings.lane_queue_url("gpu")) == (
+        0,
+        0,
+    )
+    human = sluice(capsys, "status", session=session).out
+    assert "3 parked (2 in key lines, 1 deferred duplicates)" in human
+    assert "1 parked (1 awaiting keys)" in human

@@ -198,6 +198,20 @@ def _lane_row(lane: dict[str, Any]) -> str:
     )
     if lane["fair"]:
         queue += f", {lane['in_lines']} in the lines of its {lane['tenants']} tenants"
+    parked = lane["parked"]
+    if parked["total"] or lane["parked_partial"]:
+        rooms = [
+            f"{parked[room]} {what}"
+            for room, what in (
+                ("in_key_lines", "in key lines"),
+                ("deferred", "deferred duplicates"),
+                ("awaiting", "awaiting keys"),
+            )
+            if parked[room]
+        ]
+        queue += f", {'at least ' if lane['parked_partial'] else ''}{parked['total']} parked" + (
+            f" ({', '.join(rooms)})" if rooms else ""
+        )
     return f"{lane['lane']}  {lane_max(lane)}, {order}: {running}, {queue}"
 
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sluice.lanes import Lane, LaneRoom, LaneSetting
+from sluice.ops.parked import parked_by_lane
 from sluice.runtime import Runtime
 
 STAMP_STEP = 0.001  # a setting's stamp is after the one it replaces, whatever this machine's clock says
@@ -54,8 +55,9 @@ def lane_states(rt: Runtime, lanes: Sequence[Lane]) -> list[dict[str, Any]]:
 
 
 def lane_overview(rt: Runtime, lanes: Sequence[Lane]) -> list[dict[str, Any]]:
-    """``lane_states`` with each lane's queue: visible (waiting), in flight and delayed messages; a
-    fair lane's also with its tenants and the payloads waiting in their lines (``sluice.fair``)."""
+    """``lane_states`` with each lane's queue: visible (waiting), in flight and delayed messages;
+    what waits parked in the table to go back to it (``sluice.ops.parked``); a fair lane's also
+    with its tenants and the payloads waiting in their lines (``sluice.fair``)."""
     queue = rt.queue()
     out = []
     tenants: dict[str, list[Any]] = {}
@@ -64,7 +66,9 @@ def lane_overview(rt: Runtime, lanes: Sequence[Lane]) -> list[dict[str, Any]]:
         for key_state in store.key_states(sorted(store.keys_waiting())[:100]).values():
             if key_state.fair is not None:
                 tenants.setdefault(key_state.fair, []).append(key_state)
+    parked = parked_by_lane(rt.store())
     for state in lane_states(rt, lanes):
+        state.update(parked=parked.of(state["lane"]), parked_partial=parked.partial)
         if state["fair"]:
             own = tenants.get(state["lane"], [])
             state.update(tenants=len(own), in_lines=sum(k.waiting for k in own))
