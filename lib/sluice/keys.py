@@ -53,6 +53,17 @@ commits. Both reads are consistent, so at least one sees the other's write:
     it ended), and the copy that did not claim gives its entry back (``forgo``). A copy SQS dropped
     as a repeat would leave its entry keeping a slot, and newcomers in the line, for nobody.
 
+A woken waiter's claim can land before the wake that sent it notes its entry (another launcher
+received it at once); the claim then finds no entry to take and records it as ``landed`` instead,
+so that the entry noted after it keeps no slot:
+
+    wake k                                     another launcher
+    send M (entry e)
+                                               receive M, claim: e not in inflight
+                                                 → holders += M's run, landed += e
+    woken += 1, inflight += e                  (e keeps no slot: it is in landed)
+    next wake k: drops e from both sets
+
 A woken waiter can still find its key full (the cap was lowered, or its slot stopped being kept
 for it after ``INFLIGHT_SECONDS``): it parks again, at the back. A crash between a release and its wake, or
 between a send and the move of ``woken``, leaves the waiter parked; reconciliation's sweep
@@ -106,16 +117,25 @@ class KeyState:
     woken: int = 0
     inflight: frozenset[str] = frozenset()  # entries "<ticket>@<ms>" (``entry``)
     fair: str | None = None  # the fair lane whose tenant it is (``sluice.fair``): its waker wakes it
+    # Entries whose claim landed before the wake that sent them recorded them in ``inflight``
+    # (``wake``'s timeline): not kept, and dropped from both sets by the next wake.
+    landed: frozenset[str] = frozenset()
 
     def limit(self, default: int) -> int:
         return default if self.cap is None else self.cap
 
     def kept(self, now: float) -> int:
         """Slots kept for woken waiters whose claim has not landed yet."""
-        return sum(1 for e in self.inflight if sent_at(e) > now - INFLIGHT_SECONDS)
+        return sum(1 for e in self.inflight - self.landed if sent_at(e) > now - INFLIGHT_SECONDS)
 
     def stale(self, now: float) -> tuple[str, ...]:
-        return tuple(sorted(e for e in self.inflight if sent_at(e) <= now - INFLIGHT_SECONDS))
+        """Entries to drop: kept past ``INFLIGHT_SECONDS``, or whose claim has landed."""
+        done = self.inflight & self.landed
+        return tuple(
+            sorted(
+                e for e in self.inflight | self.landed if e in done or sent_at(e) <= now - INFLIGHT_SECONDS
+            )
+        )
 
     def room(self, default: int, now: float) -> int:
         return max(0, self.limit(default) - len(self.holders) - self.kept(now))

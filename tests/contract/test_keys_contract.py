@@ -171,6 +171,35 @@ def test_a_rolled_back_woken_claim_keeps_its_slot_again(store):
     assert (state.holders, state.inflight, state.room(1, NOW)) == (frozenset(), {entry(0, NOW)}, 0)
 
 
+def test_a_claim_that_lands_before_its_wake_notes_it_keeps_no_second_slot(store):
+    """The wake sends the waiter, then notes its entry; another launcher claims it in between. The
+    entry noted after the claim must not keep a slot: the key's one slot is the run's, and once it
+    ends the next waiter has room at once (not after INFLIGHT_SECONDS)."""
+    store.key_concurrency = 1
+    assert store.park_for_key(waiter(0), tickets=0)
+    assert store.park_for_key(waiter(1), tickets=1)
+    keyed(store, "p0", "n0", ticket=entry(0, NOW))  # claimed before the wake noted it
+    assert store.advance_key("tenant", woken=0, to=1, now=NOW)  # the wake notes it now
+    state = store.key_state("tenant")
+    assert (state.holders, state.kept(NOW)) == ({"n0"}, 0)
+    store.release(name="n0", state=PayloadState.SUCCEEDED, now=NOW + 1)
+    state = store.key_state("tenant")
+    assert state.room(1, NOW + 1) == 1 and state.stale(NOW + 1) == (entry(0, NOW),)
+    assert store.advance_key("tenant", woken=1, to=2, now=NOW + 1, drop=state.stale(NOW + 1))
+    state = store.key_state("tenant")
+    assert (state.inflight, state.landed) == ({entry(1, NOW + 1)}, frozenset())  # dropped from both
+
+
+def test_a_landed_claim_rolled_back_keeps_its_slot_again(store):
+    store.key_concurrency = 1
+    assert store.park_for_key(waiter(0), tickets=0)
+    keyed(store, "p0", "n0", ticket=entry(0, NOW))  # before the wake noted it
+    store.keep_inflight("tenant", [entry(0, NOW)])  # its start was refused: the message returns
+    store.release(name="n0", state=PayloadState.RELEASED, now=NOW)
+    state = store.key_state("tenant")
+    assert (state.inflight, state.landed, state.room(1, NOW)) == ({entry(0, NOW)}, frozenset(), 0)
+
+
 # -- a fair lane's tenants (sluice.fair) --------------------------------------------------------------
 
 

@@ -477,6 +477,38 @@ def test_a_crash_after_a_wake_send_before_the_advance(session: Any, watch: Watch
     check_all_ran(stack, watch, sent)
 
 
+def test_a_woken_waiter_claimed_before_its_wake_notes_it_keeps_no_slot_after_its_run(
+    session: Any, watch: Watch
+) -> None:
+    """The completion's wake sends b back, and before it notes b's entry in the key's item another
+    launcher receives b, claims and starts it. The entry noted after that claim must keep no slot:
+    once b ends, c (waiting in the line) must start at once, not INFLIGHT_SECONDS later."""
+    stack = make(session, watch, cap=1)
+    sent = [send(stack, "a"), send(stack, "b"), send(stack, "c")]
+    stack.launcher().tick()
+    assert stack.running() == [sent[0].name]
+    completion = stack.launcher()
+    fired: Counter = Counter()
+
+    def claim_in_between(http_response: Any, **_: Any) -> None:
+        if http_response.status_code < 300 and not fired["ticks"]:
+            fired["ticks"] += 1
+            # Another launcher's admission (no reconciliation: its sweep would move the line).
+            fired["started"] += stack.launcher().admit().n(Outcome.STARTED)
+
+    completion.queue.client.meta.events.register(
+        f"after-call.{service(completion.queue.client)}.SendMessage", claim_in_between
+    )
+    end(stack, completion, sent[0].name)
+    assert fired["started"] == 1  # the fault fired: b claimed and started before its entry was noted
+    assert stack.running() == [sent[1].name]
+    end(stack, stack.launcher(), sent[1].name)
+    store = stack.runtime().store()
+    assert stack.running() == [sent[2].name], f"key idle with a waiter: {store.key_state('k')}"
+    drain_all(stack)
+    check_all_ran(stack, watch, sent)
+
+
 # -- the line's order, refusals, reconciliation -----------------------------------------------------
 
 

@@ -682,7 +682,7 @@ def test_a_keyed_claim_that_ignores_the_keys_cap_is_caught(monkeypatch):
     monkeypatch.setattr(
         KeysTable,
         "key_claim_item",
-        lambda self, ckey, name, *, ticket, uncapped=False: self.key_adopt_item(ckey, name),
+        lambda self, ckey, name, *, ticket, uncapped=False, landed=False: self.key_adopt_item(ckey, name),
     )
     with pytest.raises(AssertionError):
         on_keyed_stack(
@@ -710,6 +710,28 @@ def test_a_reconciliation_that_never_sweeps_the_keys_lines_is_caught(monkeypatch
     monkeypatch.setattr(sluice.reconcile, "sweep_keys", lambda **_: 0)
     with pytest.raises(AssertionError):
         on_keyed_stack(keys_moto.test_a_wake_up_lost_to_a_crash_is_found_by_reconciliation)
+
+
+def test_a_woken_claim_that_never_records_it_landed_first_is_caught(monkeypatch):
+    """A woken waiter's claim that lands before its wake noted its entry takes nothing out of
+    ``inflight`` and records nothing: the entry noted after it keeps the key's slot for nobody, and
+    the next waiter waits INFLIGHT_SECONDS (found by the tenants benchmark)."""
+    claim_item = KeysTable.key_claim_item
+
+    def unrecorded(self, ckey, name, *, ticket, uncapped=False, landed=False):
+        item = claim_item(self, ckey, name, ticket=ticket, uncapped=uncapped)
+        update = item["Update"]
+        update["ConditionExpression"] = update["ConditionExpression"].replace(
+            " AND contains(#inflight, :entry)", ""
+        )
+        update["ExpressionAttributeValues"].pop(":entry", None)
+        return item
+
+    monkeypatch.setattr(KeysTable, "key_claim_item", unrecorded)
+    with pytest.raises(AssertionError, match="key idle with a waiter"), moto_session() as session:
+        keys_breaks.test_a_woken_waiter_claimed_before_its_wake_notes_it_keeps_no_slot_after_its_run(
+            session, keys_breaks.install_watch(monkeypatch)
+        )
 
 
 def test_a_rolled_back_woken_claim_that_gives_up_its_kept_slot_is_caught(monkeypatch):
@@ -748,7 +770,7 @@ def test_a_keyed_claim_that_ignores_the_keys_cap_is_caught_by_the_property_suite
     monkeypatch.setattr(
         KeysTable,
         "key_claim_item",
-        lambda self, ckey, name, *, ticket, uncapped=False: self.key_adopt_item(ckey, name),
+        lambda self, ckey, name, *, ticket, uncapped=False, landed=False: self.key_adopt_item(ckey, name),
     )
     assert "key cap:" in str(property_suite_fails())
 
@@ -1490,8 +1512,8 @@ def test_a_fair_tenant_held_to_the_default_key_cap_is_caught(monkeypatch):
     (1) holds every tenant of the fair lane, and half its slots stay empty with work waiting."""
     claim_item = KeysTable.key_claim_item
 
-    def capped(self, ckey, name, *, ticket, uncapped=False):
-        return claim_item(self, ckey, name, ticket=ticket)
+    def capped(self, ckey, name, *, ticket, uncapped=False, landed=False):
+        return claim_item(self, ckey, name, ticket=ticket, landed=landed)
 
     monkeypatch.setattr(KeysTable, "key_claim_item", capped)
     failure = caught(breaks.test_a_fair_lane_shares_its_slots_among_its_tenants)

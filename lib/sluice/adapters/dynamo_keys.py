@@ -1,7 +1,8 @@
 """Concurrency keys in the Sluice table (``sluice.keys.KeyStore``).
 
     CKEY#<key>             holders (string set), cap (absent: the default), tickets, woken,
-                           inflight (string set of "<ticket>@<ms>")
+                           inflight (string set of "<ticket>@<ms>"), landed (entries whose
+                           claim landed before their wake noted them: ``sluice.keys``)
     KWAIT#<key>#<ticket>   a waiter: message_id, key, body, group_id, attributes (JSON), parked_at
     KEYS_WAITING           keys: string set of the keys with waiters
     KWAITOF#<payload key>  ckey, ticket, message_id, parked_at, expires_at: for ``sluice status``
@@ -33,6 +34,7 @@ NAMES = {
     "#ckey": "ckey",
     "#inflight": "inflight",
     "#fair": "fair",
+    "#landed": "landed",
 }
 # Room, in one condition: the key's own cap when it has one, else the default (``:kdefault``; for a
 # claim from a fair lane, ``FAIR_UNCAPPED``: its lane's MAX holds its tenants, ``sluice.fair``).
@@ -66,6 +68,7 @@ def to_key_state(ckey: str, raw: dict[str, Any] | None) -> KeyState:
         woken=int(raw.get("woken", 0)),
         inflight=frozenset(raw.get("inflight", ())),
         fair=None if raw.get("fair") is None else str(raw["fair"]),
+        landed=frozenset(raw.get("landed", ())),
     )
 
 
@@ -75,14 +78,19 @@ class KeysTable(Table):
     # -- in other transactions -----------------------------------------------------------------------
 
     def key_claim_item(
-        self, ckey: str, name: str, *, ticket: str | None, uncapped: bool = False
+        self, ckey: str, name: str, *, ticket: str | None, uncapped: bool = False, landed: bool = False
     ) -> dict[str, Any]:
         """Take a slot of ``ckey`` for ``name``: if it has room and (unless woken) nobody waits.
-        ``uncapped``: no default cap (a fair lane's tenant, not marked yet: ``sluice.fair``)."""
+        ``uncapped``: no default cap (a fair lane's tenant, not marked yet: ``sluice.fair``).
+        A woken waiter (``ticket``) takes its entry out of ``inflight``: only while it is there;
+        ``landed``: it is not (its wake has not noted it yet), so it is recorded as landed."""
         condition = ROOM if ticket is not None else f"{ROOM} AND {NOBODY_WAITING}"
         expression = "SET #ckey = :ckey ADD #holders :name"
-        if ticket is not None:
+        if ticket is not None and landed:
+            expression += ", #landed :ticket"
+        elif ticket is not None:
             expression += " DELETE #inflight :ticket"  # its slot was kept for it: now it holds it
+            condition += " AND contains(#inflight, :entry)"
         names = {k: v for k, v in NAMES.items() if k in condition or k in expression}
         return {
             "Update": {
@@ -97,6 +105,7 @@ class KeysTable(Table):
                     ),
                     ":name": {"SS": [name]},
                     **({":ticket": {"SS": [ticket]}} if ticket is not None else {}),
+                    **({":entry": {"S": ticket}} if ticket is not None and not landed else {}),
                 },
                 "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
             }
@@ -269,8 +278,8 @@ class KeysTable(Table):
             self.client.update_item(
                 TableName=self.table,
                 Key={"pk": {"S": key_pk(ckey)}},
-                UpdateExpression="ADD #inflight :keep",
-                ExpressionAttributeNames={"#inflight": "inflight"},
+                UpdateExpression="ADD #inflight :keep DELETE #landed :keep",
+                ExpressionAttributeNames={"#inflight": "inflight", "#landed": "landed"},
                 ExpressionAttributeValues={":keep": {"SS": list(entries)}},
             )
 
@@ -279,8 +288,8 @@ class KeysTable(Table):
             self.client.update_item(
                 TableName=self.table,
                 Key={"pk": {"S": key_pk(ckey)}},
-                UpdateExpression="DELETE #inflight :drop",
-                ExpressionAttributeNames={"#inflight": "inflight"},
+                UpdateExpression="DELETE #inflight :drop, #landed :drop",
+                ExpressionAttributeNames={"#inflight": "inflight", "#landed": "landed"},
                 ExpressionAttributeValues={":drop": {"SS": list(entries)}},
             )
 

@@ -194,6 +194,7 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
         trims = 0
         carried: list[str] = []
         carries = 0
+        landed = False
         while True:
             items = self._claim_items(key, name, message_id, shard, now, claim_expires_at, arn)
             if once:
@@ -203,7 +204,7 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
             key_at = lane_at = -1
             if ckey is not None:
                 items[2]["Put"]["Item"]["ckey"] = {"S": ckey}
-                items.append(self.key_claim_item(ckey, name, ticket=ticket, uncapped=uncapped))
+                items.append(self.key_claim_item(ckey, name, ticket=ticket, uncapped=uncapped, landed=landed))
                 key_at = len(items) - 1
             if lane is not None:
                 items[2]["Put"]["Item"]["lane"] = {"S": lane}
@@ -233,7 +234,12 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
             if waiting_at >= 0 and reasons[waiting_at].get("Code") == "ConditionalCheckFailed":
                 raise KeyFull(to_key_state(ckey or "", None))  # someone waits: this one lines up too
             if key_at >= 0 and reasons[key_at].get("Code") == "ConditionalCheckFailed":
-                raise KeyFull(to_key_state(ckey or "", plain(reasons[key_at].get("Item", {})) or None))
+                state = to_key_state(ckey or "", plain(reasons[key_at].get("Item", {})) or None)
+                if ticket is not None and not landed and ticket not in state.inflight:
+                    # Claimed before the wake that sent it noted its entry (``sluice.keys``).
+                    landed = True
+                    continue
+                raise KeyFull(state)
             if lane is not None and reasons[lane_at].get("Code") == "ConditionalCheckFailed":
                 # Another launcher took the lane shard's last slot: try the lane's next shard.
                 self.lane_slots.full(lane, lane_shards.pop(0), reasons[lane_at].get("Item"))

@@ -33,6 +33,10 @@ class MemoryKeys:
     def _key_hold(self, ckey: str, name: str, ticket: str | None = None) -> None:
         keys = self._key_rooms()[0]
         state = keys.get(ckey, KeyState(ckey))
+        if ticket is not None and ticket not in state.inflight:
+            # Claimed before the wake that sent it noted its entry (``sluice.keys``).
+            keys[ckey] = replace(state, holders=state.holders | {name}, landed=state.landed | {ticket})
+            return
         keys[ckey] = replace(state, holders=state.holders | {name}, inflight=state.inflight - {ticket})
 
     def _key_free(self, ckey: str, name: str) -> None:
@@ -84,7 +88,12 @@ class MemoryKeys:
             for ticket in range(woken, to):
                 waiters.pop((ckey, ticket), None)
             added = {entry(t, now) for t in range(woken, to)}
-            keys[ckey] = replace(state, woken=to, inflight=(state.inflight - set(drop)) | added)
+            keys[ckey] = replace(
+                state,
+                woken=to,
+                inflight=(state.inflight - set(drop)) | added,
+                landed=state.landed - set(drop),
+            )
             return True
 
     def keys_waiting(self) -> frozenset[str]:
@@ -101,13 +110,18 @@ class MemoryKeys:
         with self._lock:
             keys = self._key_rooms()[0]
             if ckey in keys:
-                keys[ckey] = replace(keys[ckey], inflight=keys[ckey].inflight - set(entries))
+                state = keys[ckey]
+                keys[ckey] = replace(
+                    state, inflight=state.inflight - set(entries), landed=state.landed - set(entries)
+                )
 
     def keep_inflight(self, ckey: str, entries: Sequence[str]) -> None:
         with self._lock:
             keys = self._key_rooms()[0]
             state = keys.get(ckey, KeyState(ckey))
-            keys[ckey] = replace(state, inflight=state.inflight | set(entries))
+            keys[ckey] = replace(
+                state, inflight=state.inflight | set(entries), landed=state.landed - set(entries)
+            )
 
     def forget_key(self, ckey: str) -> None:
         with self._lock:
