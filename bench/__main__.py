@@ -167,7 +167,8 @@ def _dag_only(plan: plan_mod.Plan, out: Path) -> int:
 
 
 def _tenants_only(plan: plan_mod.Plan, out: Path) -> int:
-    """The tenants workload alone (three runs: keys, no keys, a fair lane; seconds each):
+    """The tenants workload alone (seven runs, seconds each: keys, no keys and a fair lane, in each
+    arrival pattern, late and together; heavy's burst alone in the fair lane):
     bench/out/results-tenants.json and bench/out/summary-tenants.md; the results file is left as
     it is."""
     began = time.monotonic()

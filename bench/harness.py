@@ -145,20 +145,31 @@ def without_awaits(jobs: list[Job]) -> list[Job]:
     return [Job(j.id, j.enqueue_at, j.duration, j.body) for j in jobs]
 
 
-# The tenants workload: one heavy tenant's backlog at t0, then light tenants arriving while it waits.
+# The tenants workload: one heavy tenant's backlog and four light tenants, in two arrival patterns.
+# "late": heavy's backlog at t0, the light tenants at 120 s, while it waits (heavy holds every slot
+# by then). "together": heavy's backlog, then the light tenants' jobs, behind all of it in the
+# queue, at one instant (120 s: the scheduled launcher lingers then, as for the late light tenants;
+# at t0 every job would wait for the first tick, 30 s, whatever the scheduling).
 TENANT_HEAVY = 1_000
 TENANT_LIGHT = 4
 TENANT_LIGHT_JOBS = 10
 TENANT_LIGHT_AT = 120.0  # seconds after t0: the heavy tenant is backlogged by then
+TENANT_TOGETHER_AT = 120.0  # seconds after t0: every tenant's jobs, heavy's first
+TENANT_ARRIVALS = ("late", "together")
 TENANT_DURATIONS = "exp30"
 
 
-def tenants(rng: random.Random, heavy: int = TENANT_HEAVY) -> list[Job]:
-    """``heavy`` (``heavy`` jobs at t0, 1,000 in the benchmark) and ``light0`` … ``light3`` (10 jobs
-    each at 120 s), every job under its tenant's concurrency key; ``exp30`` durations."""
-    plan = [("heavy", heavy, 0.0)] + [
-        (f"light{t}", TENANT_LIGHT_JOBS, TENANT_LIGHT_AT) for t in range(TENANT_LIGHT)
-    ]
+def tenants(
+    rng: random.Random, heavy: int = TENANT_HEAVY, arrivals: str = "late", light: int = TENANT_LIGHT
+) -> list[Job]:
+    """``heavy`` (``heavy`` jobs, 1,000 in the benchmark) and ``light0`` … (``light`` tenants of 10
+    jobs each), every job under its tenant's concurrency key; ``exp30`` durations, heavy's drawn
+    first (the same in every pattern). ``arrivals``: ``late``, heavy's at t0 and the light tenants'
+    at 120 s; ``together``, heavy's and then the light tenants' at 120 s, in that order."""
+    if arrivals not in TENANT_ARRIVALS:
+        raise ValueError(arrivals)
+    heavy_at, light_at = (0.0, TENANT_LIGHT_AT) if arrivals == "late" else (TENANT_TOGETHER_AT,) * 2
+    plan = [("heavy", heavy, heavy_at)] + [(f"light{t}", TENANT_LIGHT_JOBS, light_at) for t in range(light)]
     specs = [(tenant, i, at) for tenant, n, at in plan for i in range(n)]
     lengths = durations(TENANT_DURATIONS, len(specs), rng)
     return [

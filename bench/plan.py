@@ -15,6 +15,7 @@ from bench.harness import (
     LANE_FAST_FOR,
     MAIN_SYSTEMS,
     TENANT_HEAVY,
+    TENANT_LIGHT,
     backlog,
     dag,
     idle,
@@ -39,11 +40,17 @@ TIMELINE = ("fixed30", 100)  # the run whose concurrency over time is plotted
 LARGE = ("fixed60", ("sluice-linger", "sluice-wide"))  # MAX 10,000 (issue 10, item 9)
 DAG_SYSTEM = "sluice-linger"  # the DAG workload (issue 13): as deployed, awaits through the real code
 # The tenants workload (issue 11): each tenant a concurrency key under keyConcurrency; the same jobs
-# without keys; each tenant a tenant of a fair lane (the jobs keyed, the one lane fair).
+# without keys; each tenant a tenant of a fair lane (the jobs keyed, the one lane fair). Each in the
+# two arrival patterns (bench.harness.tenants: "late", "together"); and heavy's burst alone in the
+# fair lane (arriving as in "together", no light tenant): (workload, system, arrivals, light tenants).
 TENANT_RUNS = (
-    ("tenants", "sluice-keyed"),
-    ("tenants-plain", "sluice-linger"),
-    ("tenants-fair", SluiceFair.name),
+    ("tenants", "sluice-keyed", "late", TENANT_LIGHT),
+    ("tenants-plain", "sluice-linger", "late", TENANT_LIGHT),
+    ("tenants-fair", SluiceFair.name, "late", TENANT_LIGHT),
+    ("tenants-together", "sluice-keyed", "together", TENANT_LIGHT),
+    ("tenants-plain-together", "sluice-linger", "together", TENANT_LIGHT),
+    ("tenants-fair-together", SluiceFair.name, "together", TENANT_LIGHT),
+    ("tenants-fair-alone", SluiceFair.name, "together", 0),
 )
 # The lanes workload: with lanes, bulk's backlog and fast's trickle; both backlogged; the first run's
 # jobs with receives that do not wait (SLUICE_RECEIVE_WAIT_SECONDS=0), and without lanes.
@@ -74,7 +81,7 @@ class Plan:
     dag_fan_ins: int = 10  # 10 × (50 + 1) nodes
     dag_chains: int = 49  # 49 × 10 nodes: 1,000 in all
     tenants_max: int = 50
-    tenants_heavy: int = TENANT_HEAVY  # the heavy tenant's jobs at t0
+    tenants_heavy: int = TENANT_HEAVY  # the heavy tenant's jobs
     lanes_max: int = 50
     lanes_bulk: int = LANE_BULK
     lanes_fast_for: float = LANE_FAST_FOR  # seconds of fast's trickle
@@ -136,28 +143,30 @@ def _dag_task(args: tuple[str, Plan, bool]) -> dict[str, Any]:
 
 
 def tenant_tasks(plan: Plan) -> list[tuple[str, Any]]:
-    """One heavy tenant and four light ones (``TENANT_RUNS``): each tenant a concurrency key; the same
-    jobs without keys; each tenant a tenant of one fair lane."""
-    return [("tenants", (workload, system, plan)) for workload, system in TENANT_RUNS]
+    """One heavy tenant and four light ones (``TENANT_RUNS``), late and together: each tenant a
+    concurrency key; the same jobs without keys; each tenant a tenant of one fair lane; and the
+    heavy tenant alone in the fair lane."""
+    return [("tenants", (*run, plan)) for run in TENANT_RUNS]
 
 
-def _tenants_task(args: tuple[str, str, Plan]) -> dict[str, Any]:
+def _tenants_task(args: tuple[str, str, str, int, Plan]) -> dict[str, Any]:
     """One run of the tenants workload, measured by tenant and as one lane of MAX ``tenants_max``
     (its utilisation while it has jobs waiting); a fair lane over its MAX fails the benchmark."""
-    workload, system, plan = args
-    jobs = tenants(random.Random(f"{plan.seed}/tenants"), plan.tenants_heavy)
+    workload, system, arrivals, light, plan = args
+    jobs = tenants(random.Random(f"{plan.seed}/tenants"), plan.tenants_heavy, arrivals, light)
     tenant_of = {j.id: j.ckey or "" for j in jobs}
     result = run(
         system,
         workload,
         plan.tenants_max,
         plan.seed,
-        jobs=without_keys(jobs) if workload == "tenants-plain" else jobs,
+        jobs=without_keys(jobs) if system == "sluice-linger" else jobs,
         tenant_of=tenant_of,
         lane_of=dict.fromkeys(tenant_of, DEFAULT_LANE),
         lanes=parse_lanes(f"{DEFAULT_LANE}:{plan.tenants_max}", plan.tenants_max),
     )
-    if workload == "tenants-fair":
+    result["arrivals"], result["light_tenants"] = arrivals, light
+    if system == SluiceFair.name:
         assert result["peak_concurrency"] <= plan.tenants_max and not result["lanes"]["cap_exceeded"], (
             f"{workload}: over MAX: peak {result['peak_concurrency']}/{plan.tenants_max}"
         )

@@ -1,13 +1,15 @@
-"""The tenants workload at tiny scale: a heavy tenant's backlog, then four light tenants; each tenant a
-concurrency key, no keys, and each tenant a tenant of one fair lane."""
+"""The tenants workload at tiny scale: a heavy tenant's backlog and four light tenants, arriving late
+or together; each tenant a concurrency key, no keys, and each tenant a tenant of one fair lane (and
+heavy's burst alone in it)."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 import pytest
 
-from bench.harness import Job, body, run
+from bench.harness import TENANT_LIGHT_AT, TENANT_TOGETHER_AT, Job, body, run, tenants
 from bench.plan import Plan, _tenants_task, tenant_tasks
 from bench.report import tenants_markdown, tenants_section, tenants_table
 
@@ -24,7 +26,24 @@ def runs() -> dict[str, dict]:
 
 
 def test_same_seed_same_numbers(runs):
-    assert _tenants_task(("tenants-fair", "sluice-fair", _plan())) == runs["tenants-fair"]
+    assert _tenants_task(("tenants-fair", "sluice-fair", "late", 4, _plan())) == runs["tenants-fair"]
+
+
+def test_the_arrival_patterns_enqueue_the_same_jobs_late_or_together_heavy_first():
+    def jobs(arrivals: str, light: int = 4) -> list[Job]:
+        return tenants(random.Random("tenants"), 30, arrivals, light)
+
+    late, together, alone = jobs("late"), jobs("together"), jobs("together", 0)
+
+    assert [(j.id, j.duration, j.ckey) for j in late] == [(j.id, j.duration, j.ckey) for j in together]
+    assert {j.enqueue_at for j in late if j.ckey == "heavy"} == {0.0}
+    assert {j.enqueue_at for j in late if j.ckey != "heavy"} == {TENANT_LIGHT_AT}
+    # together: one instant, heavy's backlog first (the run enqueues in this order: FIFO behind it)
+    assert {j.enqueue_at for j in together} == {TENANT_TOGETHER_AT}
+    assert [j.ckey for j in together][:31] == ["heavy"] * 30 + ["light0"]
+    assert alone == [j for j in together if j.ckey == "heavy"]
+    with pytest.raises(ValueError):
+        jobs("early")
 
 
 def test_a_fair_lane_starts_every_job_once_and_never_passes_its_max(runs):
@@ -50,18 +69,62 @@ def test_a_fair_lane_gives_the_slots_that_free_to_the_light_tenants_and_a_lone_t
     assert runs["tenants-fair"]["lanes"]["lanes"]["default"]["while_backlogged"]["utilisation_max"] > 0.9
 
 
-def test_the_section_compares_the_three_runs_and_states_the_fair_lanes_targets(runs):
+def test_together_a_fair_lane_serves_the_light_tenants_long_before_their_turn_in_the_queue(runs):
+    fair, plain = runs["tenants-fair-together"]["tenants"], runs["tenants-plain-together"]["tenants"]
+
+    # behind heavy's whole backlog in the queue, not behind its runs: seen once it is parked
+    assert fair["light_latency_p99_s"] < 40 < plain["light_latency_p50_s"]
+    assert fair["jain_backlogged"] > plain["jain_backlogged"]
+    assert runs["tenants-fair-together"]["started"] == 340
+
+
+def test_heavy_alone_takes_the_whole_fair_lane(runs):
+    r = runs["tenants-fair-alone"]
+
+    assert r["started"] == r["jobs"] == 300 and r["dead_lettered"] == 0
+    assert r["tenants"]["tenants"]["heavy"]["peak_running"] == MAX
+    assert r["tenants"]["jain_samples"] == 0 and r["tenants"]["light_latency_p50_s"] is None
+    assert r["lanes"]["lanes"]["default"]["while_backlogged"]["utilisation_max"] > 0.9
+
+
+def test_the_section_compares_the_runs_and_judges_the_fair_lanes_targets_on_together(runs):
     section = tenants_section(_plan(), list(runs.values()))
     fair_targets = [t for t in section["targets"] if t["target"].startswith("fair lane")]
 
-    assert set(section["rows"]) == {"keyed", "plain", "fair"}
-    assert len(fair_targets) == 4 and fair_targets[-1]["met"]  # never over MAX, nothing lost
-    assert section["rows"]["fair"]["lane"]["utilisation_max"] is not None
-    assert "| fair lane `default:50:0:1:fair` |" in tenants_markdown(section)
-    assert "Jain mean / lowest" in tenants_markdown(section) and "  fair " in tenants_table(section)
-    # a run without the fair lane (an older raw pickle) is still reported
-    older = tenants_section(_plan(), [runs["tenants"], runs["tenants-plain"]])
-    assert set(older["rows"]) == {"keyed", "plain"} and len(older["targets"]) == 3
+    assert list(section["rows"]) == [
+        "keyed",
+        "plain",
+        "fair",
+        "keyed-together",
+        "plain-together",
+        "fair-together",
+        "fair-alone",
+    ]
+    assert [t["target"].split(":")[0] for t in fair_targets[:3]] == [
+        "fair lane (together)",
+        "fair lane (together)",
+        "fair lane (late)",
+    ]
+    assert fair_targets[2]["met"] is None  # the late run's figures: reported, not judged
+    assert len(fair_targets) == 5 and fair_targets[-1]["met"]  # never over MAX, nothing lost
+    assert "heavy alone" in fair_targets[3]["value"]  # utilisation: every fair run
+    assert section["rows"]["fair-alone"]["lane"]["utilisation_max"] is not None
+    markdown = tenants_markdown(section)
+    assert "| fair lane `default:50:0:1:fair` | together |" in markdown
+    assert "| fair lane `default:50:0:1:fair` | heavy alone |" in markdown
+    assert "| not judged |" in markdown
+    assert "Jain mean / lowest" in markdown and "  fair-together  together" in tenants_table(section)
+    assert "[info] fair lane (late)" in tenants_table(section)
+    # older raw pickles (the late runs only, with or without the fair lane) are still reported
+    late = [
+        {k: v for k, v in runs[w].items() if k not in ("arrivals", "light_tenants")}
+        for w in ("tenants", "tenants-plain", "tenants-fair")
+    ]
+    older = tenants_section(_plan(), late)
+    assert list(older["rows"]) == ["keyed", "plain", "fair"] and len(older["targets"]) == 3 + 4
+    assert older["targets"][3]["target"].startswith("fair lane (late): Jain")
+    oldest = tenants_section(_plan(), late[:2])
+    assert set(oldest["rows"]) == {"keyed", "plain"} and len(oldest["targets"]) == 3
 
 
 def test_a_lingering_tick_polls_an_idle_fair_lane_about_once_a_second():
