@@ -21,8 +21,11 @@ the default (``key_concurrency``, 1 or 2, drawn per program), and the operator m
 cap in the middle of a tick (``key_cap``); the crashes, throttles and interleavings reach the park,
 the wake-up's sends and the line's advance as they reach every other step.
 
-Lanes (promise 7 of docs/protocol.md): a program in three of eight runs on a stack with lanes
+Lanes (promise 7 of docs/protocol.md): a program in two of eight runs on a stack with ordinary lanes
 (``LANE_CONFIGS``: a priority lane beside ``default``, or three lanes of one priority with weights),
+and two of eight on one with a fair lane (the ``default`` lane itself, or a fair lane beside a
+priority lane and the implied ``default``: keyed and unkeyed payloads, and the operator's caps of
+their tenants, ``SetKeyCap`` of ``UNKEYED_TENANT`` among them, go through it under the same faults),
 its global MAX drawn as in any program, so that it is sometimes below the sum of the lanes' MAXes and
 sometimes above. Its backlog is spread over the lanes; ``Enqueue``, ``EnqueueAwaiting`` and
 ``EnqueueKeyed`` send to a drawn lane (a payload of the pool sent to two lanes shares one lease);
@@ -172,10 +175,24 @@ HISTORY_RUNS = 9_000  # a key claimed this often before the program starts
 CKEYS = ("t0", "t1")
 KEYED_PAYLOADS = ("k0", "k1", "k2", "new", "new", "new", "p0", "p2")
 KEY_CAPS = (0, 1, 2, None)
-# Lanes (sluice.lanes): most programs have none; the others a priority lane beside the default one
-# (the sum of the lanes' MAXes is 3), or three lanes of one priority with weights 2, 1 and 1 (the
-# default lane implied, with the global MAX).
-LANE_CONFIGS = ("", "", "", "", "", "fast:1:1,default:2", "fast:1:1,default:2", "a:1:0:2,b:2:0:1")
+# The tenant of a fair lane's unkeyed payloads (``lane:<name>``, sluice.fair), whose own cap the
+# operator may set as any key's: on a stack without a fair lane, ``SetKeyCap`` of it does nothing.
+UNKEYED_TENANT = "lane:<fair>"
+# Lanes (sluice.lanes): half the programs have none; the others a priority lane beside the default
+# one (the sum of the lanes' MAXes is 3), three lanes of one priority with weights 2, 1 and 1 (the
+# default lane implied, with the global MAX), or a fair lane (sluice.fair): the default lane itself,
+# or a fair lane beside a priority lane and the implied default one. Keyed payloads in a fair lane
+# are its tenants by key, unkeyed ones its tenant ``lane:<name>``.
+LANE_CONFIGS = (
+    "",
+    "",
+    "",
+    "",
+    "fast:1:1,default:2",
+    "a:1:0:2,b:2:0:1",
+    "default:3:0:1:fair",
+    "fast:1:1,shared:2:0:1:fair",
+)
 LANE_MAXES = (0, 1, 2, 3, None)
 
 # -- the actions ---------------------------------------------------------------------------------------
@@ -295,7 +312,7 @@ class SetKeyCap:
     """The operator gives a concurrency key its own cap (0 pauses it), or None: back on the default;
     then its line is woken (``sluice set-max N --key KEY``)."""
 
-    ckey: str
+    ckey: str  # or UNKEYED_TENANT: the tenant of the stack's fair lane's unkeyed payloads
     cap: int | None
 
 
@@ -415,7 +432,7 @@ LANE_MAX = st.builds(
     paused=st.sampled_from((False, False, False, True)),
     interrupted=st.sampled_from((False, False, True)),
 )
-KEY_CAP = st.builds(SetKeyCap, ckey=st.sampled_from(CKEYS), cap=st.sampled_from(KEY_CAPS))
+KEY_CAP = st.builds(SetKeyCap, ckey=st.sampled_from((*CKEYS, UNKEYED_TENANT)), cap=st.sampled_from(KEY_CAPS))
 ONCE = st.builds(EnqueueOnce, name=st.sampled_from(sorted(PAYLOADS)), group=st.sampled_from(GROUPS))
 EFFECT = st.tuples(
     st.sampled_from(EFFECT_KEYS),
@@ -533,6 +550,9 @@ class SluiceMachine(RuleBasedStateMachine):
         if lanes:
             count("lanes:programs")
             count("lanes:programs", counter=STATS)
+        if self.world.model.fair_lanes:
+            count("lanes:fair programs")
+            count("lanes:fair programs", counter=STATS)
         if history:
             self.world.seed_history(canonical_key(json.dumps(PAYLOADS["p0"])), runs=history)
         if lanes:
@@ -557,6 +577,8 @@ class SluiceMachine(RuleBasedStateMachine):
             count("messages parked in a key's line", model.key_parks, counter=STATS)
             count("messages woken from a key's line", model.key_wakes, counter=STATS)
             count("executions claimed in a lane", len(model.lane_of), counter=STATS)
+            fair = [n for n, lane in model.lane_of.items() if lane in model.fair_lanes]
+            count("executions claimed in a fair lane", len(fair), counter=STATS)
             world.close()
 
     @invariant()
@@ -630,7 +652,14 @@ class SluiceMachine(RuleBasedStateMachine):
             )
 
     def _SetKeyCap(self, action: SetKeyCap) -> None:
-        self.world.set_key_cap(action.ckey, action.cap)
+        ckey = action.ckey
+        if ckey == UNKEYED_TENANT:
+            fair = sorted(self.world.model.fair_lanes)
+            if not fair:
+                return
+            ckey = f"lane:{fair[0]}"
+            count("key_cap:unkeyed_tenant")
+        self.world.set_key_cap(ckey, action.cap)
 
     def _SetLaneMax(self, action: SetLaneMax) -> None:
         names = self.world.lane_names()
