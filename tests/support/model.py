@@ -259,7 +259,10 @@ class Model:
 
     def key_cap(self, ckey: str, *, uncapped: bool = False) -> int:
         """The cap in force for concurrency key ``ckey``: its own, else the default (none for a
-        fair lane's tenant: its lane's MAX holds it)."""
+        fair lane's tenant: its lane's MAX holds it). docs/protocol.md, Fair lanes, "Caps": a
+        tenant's own cap (``sluice set-max N --key``) still holds it, while ``keyConcurrency`` does
+        not apply to a claim from a fair lane (its condition takes ``FAIR_UNCAPPED``); the lane's
+        MAX and the global MAX, checked at every claim as in any lane, are what hold its tenants."""
         return self.key_caps.get(ckey, 10_000 if uncapped else self.key_concurrency)
 
     def set_key_cap(self, ckey: str, cap: int | None) -> None:
@@ -307,7 +310,9 @@ class Model:
 
     def ckey_of_message(self, message_id: str | None) -> str | None:
         """The concurrency key the test sent message ``message_id`` with, if any; in a fair lane,
-        its tenant (its key, else ``lane:<name>``)."""
+        its tenant (its key, else ``lane:<name>``). docs/protocol.md, Fair lanes: an unkeyed
+        message of a fair lane lines up as ``lane:<name>`` and carries that key from then on, so its
+        claim takes a slot of that key (``CKEY#lane:<name>``) and its runs count as that key's."""
         sent = self.sent.get(message_id or "")
         if sent is None:
             return None
@@ -317,7 +322,10 @@ class Model:
         return ckey
 
     def uncapped(self, message_id: str | None) -> bool:
-        """A fair lane's tenant: no default cap, only its own (``sluice.fair``)."""
+        """A fair lane's tenant: no default cap, only its own (``sluice.fair``). Judged by the lane the
+        message was sent to, not by the key's ``fair`` mark: per docs/protocol.md a claim of the same
+        key from an ordinary lane has the default cap, whatever its runs in the fair lane (which
+        count against it), and the mark only says whose waker wakes the tenant."""
         sent = self.sent.get(message_id or "")
         return sent is not None and sent.lane in self.fair_lanes
 
