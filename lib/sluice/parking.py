@@ -47,7 +47,9 @@ def wake(*, store: Store, queue: Queue, record: ExecutionRecord, now: float) -> 
             "parked message woken",
             extra={"correlation_id": parked.key, "message_id": parked.message_id, "holder": record.name},
         )
-    store.unpark(record.name, [p.message_id for p in waiting], now=now)
+    # Every id the release read, woken now or not waiting for it any more; never one parked since
+    # (behind a new claim of the same name, whose end wakes it).
+    store.unpark(record.name, record.parked, now=now)
     return len(waiting)
 
 

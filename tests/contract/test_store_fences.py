@@ -225,6 +225,39 @@ def test_a_name_claimed_again_after_its_wake_up_starts_with_nothing_parked(store
     assert store.execution("n1").parked == frozenset()
 
 
+def test_a_late_wake_up_takes_out_only_what_it_woke(store):
+    """The wake-up of a released claim, late: meanwhile its name was claimed again (the same
+    message, back after a rollback), carrying what it was waking, and another message parked
+    behind the new claim. That message must stay listed, and its holder on the index, for the new
+    claim's end (or the sweep) to wake it."""
+    claim(store, "k", "n1")
+    assert store.park(parked("m1", "n1"))
+    released = store.release(name="n1", state=PayloadState.RELEASED, now=NOW + 1)
+    assert released.parked == {"m1"}
+    claim(store, "k", "n1", now=NOW + 2)  # before the wake-up's unpark
+    assert store.park(parked("m2", "n1", NOW + 3))
+    store.unpark("n1", released.parked, now=NOW + 4)  # the first release's wake-up ends
+    assert store.execution("n1").parked == {"m2"}
+    assert store.parked_holders() == {"n1"}
+    again = store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW + 5)
+    assert [p.message_id for p in store.parked_messages("n1", again.parked)] == ["m2"]
+    store.unpark("n1", again.parked, now=NOW + 6)
+    assert store.parked_holders() == frozenset() and store.execution("n1").parked == frozenset()
+
+
+def test_an_unpark_of_ids_no_longer_waiting_still_empties_the_index(store):
+    """A parked id that was re-parked behind another holder is not re-sent by this holder's
+    wake-up, but is taken off its set all the same: else the holder stays on the index for good."""
+    claim(store, "k", "n1")
+    store.park(parked("m2", "n1"))
+    released = store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW)
+    claim(store, "k", "n3")
+    assert store.park(parked("m2", "n3", NOW + 9))  # the woken copy came back and parked again
+    assert store.parked_messages("n1", released.parked) == []
+    store.unpark("n1", released.parked, now=NOW + 10)
+    assert store.parked_holders() == {"n3"} and store.execution("n1").parked == frozenset()
+
+
 def test_a_blocked_claim_is_never_renewed(store):
     claim(store, "k", "n1")
     assert store.block(name="n1", by="redriven", now=NOW + 5)

@@ -10,7 +10,7 @@ import pytest
 
 from sluice.clock import FakeClock
 from sluice.completion import StatusChange, complete
-from sluice.model import Outcome, PayloadState
+from sluice.model import Outcome, ParkedMessage, PayloadState
 from sluice.names import ORIGIN_ATTRIBUTE, execution_name
 from sluice.parking import sweep
 from sluice.settings import DuplicatePolicy
@@ -141,3 +141,53 @@ def test_a_park_that_lands_while_the_release_is_on_its_way_is_woken_by_that_rele
     stack.launcher().tick()
     assert stack.running() == [execution_name("same", waiting_id)]
     assert stack.queue_counts() == (0, 0)
+
+
+def test_a_late_wake_up_leaves_what_parked_behind_a_new_claim_of_the_name(deferring):
+    """A holder is released with M1 parked behind it. While its completion wakes M1 (after the
+    send, before the wake-up's unpark), the holder's name is claimed again (its own message, back
+    after a rollback) and M2 parks behind the new claim. The late unpark must take out M1 alone:
+    M2 stays listed on the new claim and its holder stays on the index, so it is woken."""
+    stack = deferring
+    first_id = stack.send({"id": "same", "v": 1}, group="g")
+    stack.launcher().tick()
+    (first,) = stack.running()
+    m1 = stack.send({"id": "same", "v": 2}, group="g")
+    assert stack.launcher().tick().n(Outcome.DEFERRED) == 1
+
+    other = stack.runtime().store()  # another launcher's store, its own client
+    fired: Counter = Counter()
+
+    def claim_again_and_park(http_response: Any = None, **_: Any) -> None:
+        if fired["sent"]:
+            return
+        fired["sent"] += 1  # M1 is back on the queue; the wake-up has not unparked it yet
+        other.claim(
+            key="same",
+            name=first,
+            message_id=first_id,
+            now=2.0,
+            claim_expires_at=902.0,
+            arn=other.execution(first).arn,
+        )
+        fired["parked"] += other.park(
+            ParkedMessage("m2", "same", first, '{"id": "same", "v": 3}', "g", {"sluice-key": "same"}, 3.0)
+        )
+
+    completion = stack.runtime()
+    completion.client("sqs").meta.events.register("after-call.sqs.SendMessage", claim_again_and_park)
+    released = complete(
+        store=completion.store(), queue=completion.queue(), name=first, state=PayloadState.RELEASED, now=1.0
+    )
+    assert released is not None and released.parked == {m1}
+    assert fired == {"sent": 1, "parked": 1}  # the fault fired: a new claim and a park mid-wake-up
+    store = stack.runtime().store()
+    assert store.execution(first).parked == {"m2"}, "the late wake-up erased what parked behind the new claim"
+    assert store.parked_holders() == {first}, "the late wake-up took the new claim off the index"
+
+    again = complete(
+        store=store, queue=stack.runtime().queue(), name=first, state=PayloadState.RELEASED, now=4.0
+    )
+    assert again is not None and again.parked == {"m2"}
+    assert store.parked_holders() == frozenset()
+    assert stack.queue_counts() == (2, 0)  # M1, then M2, back on the queue

@@ -29,6 +29,7 @@ from hypothesis.errors import Flaky
 from hypothesis.stateful import rule, run_state_machine_as_test
 
 import sluice.adapters.dynamo_keys
+import sluice.adapters.dynamo_parking
 import sluice.adapters.dynamo_release
 import sluice.adapters.dynamodb
 import sluice.adapters.sfn
@@ -639,6 +640,25 @@ def test_a_claim_again_that_erases_what_waits_behind_the_name_is_caught(monkeypa
         create_table(client, "contract")
         store = DynamoStore(client, "contract", retention_seconds=3600, slots_per_shard=2)
         fences.test_a_name_claimed_again_keeps_what_waits_behind_its_earlier_claim(store)
+
+
+def test_a_wake_up_that_clears_every_parked_id_is_caught(monkeypatch):
+    """The wake-up takes the whole ``parked`` set and the index entry away, not just the ids it
+    sent: a late one erases what parked behind a new claim of the same name (found by a breaker)."""
+    table = sluice.adapters.dynamo_parking.ParkingTable
+    mark_woken = table.unpark
+
+    def clear_all(self, holder, message_ids, *, now):
+        mark_woken(self, holder, message_ids, now=now)
+        self._update_if(
+            "PARKED", "DELETE holders :h", "attribute_exists(pk)", {":h": {"SS": [holder]}}, names={}
+        )
+        self._update_if(f"EXEC#{holder}", "REMOVE parked", "attribute_exists(pk)", {}, names={})
+
+    monkeypatch.setattr(table, "unpark", clear_all)
+    with pytest.raises(AssertionError, match="erased what parked"), moto_session() as session:
+        stack = build_stack(session, clock=FakeClock(), duplicate_policy=DuplicatePolicy.DEFER)
+        parking_moto.test_a_late_wake_up_leaves_what_parked_behind_a_new_claim_of_the_name(stack)
 
 
 # -- parallel fill: the tick's claims and starts side by side (issue 10, item 4) ---------------------

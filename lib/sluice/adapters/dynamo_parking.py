@@ -11,7 +11,8 @@ never parked behind an execution that has already been released:
     ────────                                   ───────────────────────────
     park(M behind H): IF EXEC#H live            release(H): EXEC#H ended
       PARK#M, EXEC#H.parked += M, PARKED += H   wake(H): re-send PARK#M to the queue,
-    delete M from the queue                       mark PARK#M woken, PARKED −= H
+    delete M from the queue                       mark PARK#M woken, EXEC#H.parked −= M,
+                                                  PARKED −= H IF EXEC#H.parked is empty
 
 A park that commits between the release's read of EXEC#H and its write changes the set the
 release read: the release is conditioned on that set's size, fails, reads again and releases with
@@ -82,9 +83,11 @@ class ParkingTable(Table):
         return sorted(waiting, key=lambda p: (p.parked_at, p.message_id))
 
     def unpark(self, holder: str, message_ids: Iterable[str], *, now: float) -> None:
-        """Mark the re-sent messages woken (TTL removes them later) and take ``holder`` off the index."""
+        """Mark the re-sent messages woken (TTL removes them later), take them off ``holder``'s
+        ``parked`` set, and take ``holder`` off the index once nothing else waits behind it."""
         expires = int(now) + self.retention_seconds
-        for message_id in message_ids:
+        woken = sorted(set(message_ids))
+        for message_id in woken:
             self._update_if(
                 park_pk(message_id),
                 "SET woken_at = :now, expires_at = :expires",
@@ -92,14 +95,36 @@ class ParkingTable(Table):
                 values(now=now, expires=expires, holder=holder),
                 names={},
             )
-        self._update_if(
-            PARKED_PK,
-            "DELETE holders :holders",
-            "attribute_exists(pk)",
-            {":holders": {"SS": [holder]}},
-            names={},
-        )
-        self._update_if(execution_pk(holder), "REMOVE parked", "attribute_exists(pk)", {}, names={})
+        # Only the ids this wake-up sent: the holder's name may have been claimed again meanwhile
+        # (its own message, back after a rollback), carrying them, and more parked behind the new
+        # claim, which that claim's end must wake.
+        if woken:
+            self._update_if(
+                execution_pk(holder),
+                "DELETE parked :ids",
+                "attribute_exists(pk)",
+                {":ids": {"SS": woken}},
+                names={},
+            )
+        self._transact(
+            [
+                {
+                    "Update": {
+                        "TableName": self.table,
+                        "Key": {"pk": {"S": PARKED_PK}},
+                        "UpdateExpression": "DELETE holders :holders",
+                        "ExpressionAttributeValues": {":holders": {"SS": [holder]}},
+                    }
+                },
+                {
+                    "ConditionCheck": {
+                        "TableName": self.table,
+                        "Key": {"pk": {"S": execution_pk(holder)}},
+                        "ConditionExpression": "attribute_not_exists(parked)",
+                    }
+                },
+            ]
+        )  # refused: messages wait behind the holder still, and it stays on the index for them
 
     def parked_holders(self) -> frozenset[str]:
         raw = self._get(PARKED_PK)

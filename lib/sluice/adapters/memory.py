@@ -432,15 +432,18 @@ class MemoryStore(MemoryAwaits, MemoryKeys):
         return sorted(waiting, key=lambda p: (p.parked_at, p.message_id))
 
     def unpark(self, holder: str, message_ids: Iterable[str], *, now: float) -> None:
+        woken = frozenset(message_ids)
         with self._lock:
-            for m in message_ids:
+            for m in woken:
                 entry = self._parked.get(m)
                 if entry is not None and entry[0].holder == holder:
                     self._parked[m] = (entry[0], True)
-            self._parked_holders.discard(holder)
             record = self._executions.get(holder)
             if record is not None:
-                self._executions[holder] = replace(record, parked=frozenset())
+                record = replace(record, parked=record.parked - woken)
+                self._executions[holder] = record
+            if record is None or not record.parked:
+                self._parked_holders.discard(holder)
 
     def parked_holders(self) -> frozenset[str]:
         with self._lock:
