@@ -117,7 +117,7 @@ def complete(
         wake(store=store, queue=queue, record=released, now=now)
     if released is not None and released.ckey is not None:
         keys.wake(store=store, queue=queue, ckey=released.ckey, now=now)  # type: ignore[arg-type]
-    if released is not None and state.ended:
+    if released is not None and state.ended and released.awaited:
         succeeded = name if state is PayloadState.SUCCEEDED else None
         on_receipt(store=store, queue=queue, key=released.key, now=now, succeeded_by=succeeded)  # its waiters
     if released is None:

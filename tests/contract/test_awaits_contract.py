@@ -68,3 +68,27 @@ def test_a_released_waiter_parks_afresh(store):
     store.park_waiter(waiter("m1", at=NOW + 9), ["a"])
     (again,) = store.waiters(["m1"])
     assert again.parked and again.parked_at == NOW + 9 and store.waiting() == {"m1"}
+
+
+def test_a_release_says_whether_its_key_was_ever_awaited(store):
+    """The release tells the completion whether to read the key's waiters: only once a waiter
+    parked on it, before or during its run (a flag on the key's record that a release never lifts)."""
+    claim(store, "a", "na")
+    assert store.release(name="na", state=PayloadState.SUCCEEDED, now=NOW).awaited is False
+    store.park_waiter(waiter("m1", "b"), ["b"])
+    assert store.payload("b") is None  # the flag of a key never seen is no payload record
+    claim(store, "b", "nb")
+    claim(store, "a", "na2")
+    store.park_waiter(waiter("m2", "a"), ["a"])  # parked while a's run is live
+    assert store.release(name="nb", state=PayloadState.FAILED, now=NOW + 1).awaited is True
+    assert store.release(name="na2", state=PayloadState.SUCCEEDED, now=NOW + 2).awaited is True
+    claim(store, "b", "nb2", now=NOW + 3)
+    assert store.release(name="nb2", state=PayloadState.SUCCEEDED, now=NOW + 4).awaited is True  # kept
+
+
+def test_a_park_of_more_keys_than_one_transaction_holds_flags_them_all(store):
+    keys = [f"k{i:02d}" for i in range(60)]
+    store.park_waiter(waiter("m1", *keys), keys)
+    assert store.waiters_on("k59") == {"m1"}
+    claim(store, "k59", "n59")
+    assert store.release(name="n59", state=PayloadState.SUCCEEDED, now=NOW).awaited is True

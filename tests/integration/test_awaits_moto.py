@@ -263,3 +263,76 @@ def test_a_refill_whose_message_parks_receives_again_without_reading_the_slots_a
     # The slots were read once, before the first receive (one BatchGetItem); the other two are the
     # waiter's reads of its awaited key, before and after its park.
     assert calls["BatchGetItem"] == 3
+
+
+def awaited_reads(client) -> list[str]:
+    """The ``AWAITED#`` items a client reads (GetItem), in order."""
+    seen: list[str] = []
+
+    def note(params, **_):
+        pk = params.get("Key", {}).get("pk", {}).get("S", "")
+        if pk.startswith("AWAITED#"):
+            seen.append(pk)
+
+    client.meta.events.register("before-parameter-build.dynamodb.GetItem", note)
+    return seen
+
+
+def test_an_end_of_a_key_nobody_awaits_reads_no_waiters(stack):
+    stack.send({"id": "a"}, group="a")
+    stack.launcher().tick()
+    completion = stack.runtime()
+    reads = awaited_reads(completion.client("dynamodb"))
+    released, _, _ = completion.launcher().on_status_change(
+        StatusChange.from_event(stack.finish(running_key(stack, "a"), "SUCCEEDED"))
+    )
+    assert released and reads == []
+
+
+def test_an_end_of_a_key_awaited_once_reads_its_waiters(stack):
+    """The park flags the awaited key's payload record, also before the key was ever seen; its
+    release then reads the waiters, and the flag record alone is no payload record."""
+    waiter_id = stack.send({"id": "c"}, group="c", sluice_awaits=awaiting("a"))
+    assert stack.launcher().tick().n(Outcome.WAITING) == 1
+    store = stack.runtime().store()
+    assert store.payload("a") is None  # only the flag: no record of a key never seen
+    stack.send({"id": "a"}, group="a")
+    stack.launcher().tick()
+    completion = stack.runtime()
+    reads = awaited_reads(completion.client("dynamodb"))
+    released, refill, _ = completion.launcher().on_status_change(
+        StatusChange.from_event(stack.finish(running_key(stack, "a"), "SUCCEEDED"))
+    )
+    assert released and reads == ["AWAITED#a"]
+    assert refill.n(Outcome.STARTED) == 1 and stack.running() == [execution_name("c", waiter_id)]
+
+
+def test_a_waiter_parked_while_the_release_is_on_its_way_is_woken_by_it(stack):
+    """The release reads the execution record, then writes. A waiter parks on its key in between
+    (another launcher): the flag it wrote refuses the release, which goes again and reads the
+    waiters. Without the flag the release would read none and the waiter would wait for the sweep."""
+    stack.send({"id": "a"}, group="a")
+    stack.launcher().tick()
+    holder = running_key(stack, "a")
+    waiter_id = stack.send({"id": "c"}, group="c", sluice_awaits=awaiting("a"))
+    completion = stack.runtime()
+    fired = {"parked": 0}
+
+    def park_in_between(params, **_):
+        ends = [
+            i
+            for i in params["TransactItems"]
+            if "ended_at" in i.get("Update", {}).get("UpdateExpression", "")
+        ]
+        if ends and not fired["parked"]:
+            fired["parked"] += stack.launcher().tick().n(Outcome.WAITING)  # another launcher
+
+    completion.client("dynamodb").meta.events.register(
+        "before-parameter-build.dynamodb.TransactWriteItems", park_in_between
+    )
+    released, refill, _ = completion.launcher().on_status_change(
+        StatusChange.from_event(stack.finish(holder, "SUCCEEDED"))
+    )
+    assert released and fired["parked"] == 1  # the fault fired: parked as the holder ended
+    assert stack.runtime().store().waiting() == frozenset(), "the waiter parked during the release waits on"
+    assert refill.n(Outcome.STARTED) == 1 and stack.running() == [execution_name("c", waiter_id)]

@@ -70,6 +70,7 @@ from sluice.semaphore_model import State as SemaphoreState
 from sluice.settings import DuplicatePolicy
 from sluice.slots import Capacity
 from tests.contract import test_store_fences as fences
+from tests.integration import test_awaits_moto as awaits_moto
 from tests.integration import test_keys_breaks as keys_breaks
 from tests.integration import test_keys_moto as keys_moto
 from tests.integration import test_launcher_moto as launching
@@ -640,6 +641,21 @@ def test_a_claim_again_that_erases_what_waits_behind_the_name_is_caught(monkeypa
         create_table(client, "contract")
         store = DynamoStore(client, "contract", retention_seconds=3600, slots_per_shard=2)
         fences.test_a_name_claimed_again_keeps_what_waits_behind_its_earlier_claim(store)
+
+
+def test_a_release_blind_to_the_awaited_flag_is_caught(monkeypatch):
+    """The release's lease item is not conditioned on the ``awaited`` flag, so it never learns
+    that a waiter parked on its key (while it was on its way, or before): it reads no waiters."""
+    as_read = sluice.adapters.dynamo_release.ReleasesTable._release_as_read
+
+    def blind(self, record, **more):
+        return as_read(self, record, **{**more, "awaited": True})
+
+    monkeypatch.setattr(sluice.adapters.dynamo_release.ReleasesTable, "_release_as_read", blind)
+    with pytest.raises(AssertionError, match="waits on"), moto_session() as session:
+        awaits_moto.test_a_waiter_parked_while_the_release_is_on_its_way_is_woken_by_it(
+            build_stack(session, clock=FakeClock())
+        )
 
 
 def test_a_wake_up_that_clears_every_parked_id_is_caught(monkeypatch):

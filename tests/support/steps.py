@@ -20,6 +20,7 @@ LANE_POOL_PREFIX = "SLOTS#lane-"  # a lane's slot pool (sluice.lanes): SLOTS#lan
 TICKET_ATTRIBUTE = "sluice-key-ticket"  # on a waiter woken from its key's line: "<ticket>@<ms>"
 # A woken waiter's deduplication id ends with the digest of the awaits feature's wake-up "holder".
 WAKE_DEDUP_SUFFIX = "-" + hashlib.sha256(b"sluice-awaits").hexdigest()[:32]
+AWAITED_FLAG = "SET awaited = :yes"  # a waiter's park flags each key it awaits (``PAYLOAD#<key>``)
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,8 @@ def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
     """Name a call by the protocol step it performs (launcher.py's timeline, reconciliation's).
 
     Transactions: a Put of ``PARK#`` parks a deferred duplicate; a slot given back (with or without
-    the Put of ``EFFECTS#<name>``, the mark of the effects sent) releases; a write to ``WAIT#`` or
+    the Put of ``EFFECTS#<name>``, the mark of the effects sent) releases; a write to ``WAIT#`` (with
+    the flags ``SET awaited`` on the awaited keys, or those flags alone: ``await_flag``) or
     adding to the awaits sets (``AWAITING``, ``AWAITED#``) parks a waiter (``wait``), deleting from
     them clears a released waiter off them (``unwait``); a Put of ``EXEC#`` is a claim;
     a write to the pool item moves the caps (``limit``); a slot given back releases; a slot taken
@@ -155,9 +157,14 @@ def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
             return "key_forget"
         if puts and slot_names(params, "give"):
             return "release"  # with the Put of EFFECTS#<name>
-        touched = [_pk(u) for u in _updates(params)]
+        # A waiter's park flags the keys it awaits on their payload records (``SET awaited``): in
+        # its own transaction, or, for many keys, in transactions of flags alone just before it.
+        rooms = [u for u in _updates(params) if u.get("UpdateExpression") != AWAITED_FLAG]
+        if not rooms and _updates(params):
+            return "await_flag"
+        touched = [_pk(u) for u in rooms]
         if touched and all(pk.startswith(("WAIT#", "AWAITED#")) or pk == "AWAITING" for pk in touched):
-            deleting = all("DELETE waiters" in u.get("UpdateExpression", "") for u in _updates(params))
+            deleting = all("DELETE waiters" in u.get("UpdateExpression", "") for u in rooms)
             return "unwait" if deleting else "wait"
         if puts:
             return "claim"

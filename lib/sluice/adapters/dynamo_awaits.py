@@ -5,8 +5,11 @@
     AWAITED#<key>       waiters: string set of the waiters parked on that key
     AWAITING            waiters: string set of every parked waiter
 
+    PAYLOAD#<key>       awaited: true, once any waiter parked on the key (never removed)
+
 A park is one transaction (WAIT#, AWAITING, one AWAITED# per missing key: at most 100 items, so
-at most 98 awaited keys). Its sets are ``ADD``ed, so a redelivered message parks again as a no-op;
+at most 98 awaited keys). The flags on the missing keys' payload records ride in it when they fit
+(up to 48 keys), else go first in transactions of their own. Its sets are ``ADD``ed, so a redelivered message parks again as a no-op;
 a WAIT# item still parked is kept as it is (its ``parked_at`` is the first park's, which the
 horizon counts from); one released before is parked afresh. The release marks WAIT# released (conditional on it not being released yet)
 and ``DELETE``s it from the sets, in one transaction too. Why the park needs no condition on the
@@ -19,12 +22,13 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sluice.adapters.dynamo_codec import opt_float, payload_pk, to_payload, values
+from sluice.adapters.dynamo_codec import is_payload, opt_float, payload_pk, to_payload, values
 from sluice.adapters.dynamo_table import Table
 from sluice.awaits import Waiter
 from sluice.model import PayloadRecord
 
 AWAITING_PK = "AWAITING"
+TRANSACTION_ITEMS = 100  # TransactWriteItems takes at most 100 actions
 
 
 def wait_pk(message_id: str) -> str:
@@ -39,7 +43,7 @@ class AwaitsTable(Table):
     def payloads(self, keys: Iterable[str]) -> dict[str, PayloadRecord]:
         wanted = sorted(set(keys))
         found = self._batch_get([payload_pk(k) for k in wanted])
-        records = [to_payload(raw, str(raw["pk"])[len("PAYLOAD#") :]) for raw in found]
+        records = [to_payload(raw, str(raw["pk"])[len("PAYLOAD#") :]) for raw in found if is_payload(raw)]
         return {r.key: r for r in records}
 
     def park_waiter(self, waiter: Waiter, missing: Sequence[str]) -> None:
@@ -88,11 +92,31 @@ class AwaitsTable(Table):
                     }
                 }
             )
+        # Each key it waits for is flagged on its payload record (set once, never removed), so the
+        # release of a key's run reads its waiters only when someone ever waited for it. Flagged
+        # before the park commits: a release that does not see the flag committed before it, and
+        # the launcher's read after the park sees that release's receipt (see the module docstring).
+        flags = [self._flag_item(key) for key in sorted(set(missing))]
+        if len(items) + len(flags) <= TRANSACTION_ITEMS:
+            items.extend(flags)
+        else:
+            for at in range(0, len(flags), TRANSACTION_ITEMS):
+                self._transact(flags[at : at + TRANSACTION_ITEMS])
         reasons = self._transact(items)
         if reasons is not None:
             # Parked already (a redelivery): add it to the sets alone, which changes nothing if
             # they have it, and mends them if a release was interrupted.
             self._transact(items[1:])
+
+    def _flag_item(self, key: str) -> dict[str, Any]:
+        return {
+            "Update": {
+                "TableName": self.table,
+                "Key": {"pk": {"S": payload_pk(key)}},
+                "UpdateExpression": "SET awaited = :yes",
+                "ExpressionAttributeValues": {":yes": {"BOOL": True}},
+            }
+        }
 
     def waiters_on(self, key: str) -> frozenset[str]:
         raw = self._get(awaited_pk(key))

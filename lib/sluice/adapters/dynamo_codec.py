@@ -103,6 +103,12 @@ def reasons_from_message(exc: ClientError, count: int) -> list[dict[str, Any]]:
     return [{"Code": "Unknown"}] * count
 
 
+def is_payload(raw: dict[str, Any] | None) -> bool:
+    """A ``PAYLOAD#`` item that is a payload record: not only the ``awaited`` flag a waiter's park
+    writes on a key never claimed yet (``sluice.adapters.dynamo_awaits``)."""
+    return bool(raw) and bool(set(raw) - {"pk", "awaited"})  # type: ignore[arg-type]
+
+
 def to_payload(raw: dict[str, Any], default_key: str = "") -> PayloadRecord:
     return PayloadRecord(
         key=str(raw.get("key", default_key)),

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from sluice.adapters.dynamo_codec import (
     effects_pk,
     execution_pk,
+    is_payload,
     payload_pk,
     to_effects,
     to_execution,
@@ -37,7 +38,7 @@ from sluice.model import EffectsLog, ExecutionRecord, PayloadRecord, PayloadStat
 class RecordsTable(ParkingTable):
     def payload(self, key: str) -> PayloadRecord | None:
         raw = self._get(payload_pk(key))
-        return to_payload(raw) if raw else None
+        return to_payload(raw) if is_payload(raw) else None
 
     def execution(self, name: str) -> ExecutionRecord | None:
         raw = self._get(execution_pk(name))

@@ -2,7 +2,9 @@
 receipt and effects mark in one transaction) and the adoption of an execution running again.
 
     release(N):  SLOTS#launcher#i  REMOVE holders.N          IF N holds a slot there
-                 PAYLOAD#<key>     REMOVE holder, receipt = N IF holder = N
+                 PAYLOAD#<key>     REMOVE holder, receipt = N IF holder = N (and, unless told,
+                                                              not flagged as awaited: then again,
+                                                              and its waiters are read)
                  EXEC#N            SET state, ended_at       IF CLAIMED or RUNNING (a fence: and
                                                               the claim version and mark judged)
                                                               and its parked set as read
@@ -17,6 +19,7 @@ twice. Mixed into ``sluice.adapters.dynamodb.DynamoStore``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from sluice.adapters.dynamo_codec import effects_item, execution_pk, payload_pk, values
@@ -27,6 +30,16 @@ from sluice.receipts import ReceiptOutput
 
 LIVE = (PayloadState.CLAIMED.value, PayloadState.RUNNING.value)
 PARK_RACE_RETRIES = 3  # a release tried again when messages parked behind it as it was on its way
+
+
+def flagged(reason: dict[str, Any], name: str) -> bool:
+    """A release's lease item refused only for the ``awaited`` flag: ``name`` still holds it."""
+    found = reason.get("Item") or {}
+    return (
+        reason.get("Code") == "ConditionalCheckFailed"
+        and found.get("holder", {}).get("S") == name
+        and "awaited" in found
+    )
 
 
 class ReleasesTable:
@@ -61,8 +74,9 @@ class ReleasesTable:
                 kept_once.append(output(record) if output is not None else None)
             return kept_once[0]
 
-        for _ in range(PARK_RACE_RETRIES):
-            record = self.execution(name)
+        record = self.execution(name)
+        awaited = False
+        for _ in range(PARK_RACE_RETRIES + 1):
             if record is None or not record.state.holds_lease:
                 return None
             if confirm is not None and record.adopted_at is not None and not confirm(record):
@@ -76,9 +90,13 @@ class ReleasesTable:
                 ended_at=ended_at,
                 fence=fence,
                 output=output_once,
+                awaited=awaited,
             )
             if reasons is None:
-                return record
+                return replace(record, awaited=awaited)
+            if flagged(reasons[1], name):
+                awaited = True  # a waiter parked on the key: release again, then read its waiters
+                continue
             # A message parked behind it between the read above and the transaction: the record
             # returned must list it, or nothing would wake it. Read again and release again.
             if reasons[2].get("Code") != "ConditionalCheckFailed":
@@ -86,6 +104,7 @@ class ReleasesTable:
             fresh = self.execution(name)
             if fresh is None or not fresh.state.holds_lease or fresh.parked == record.parked:
                 return None  # released by someone else, or renewed (a fence) meanwhile
+            record = fresh
         return None
 
     def _release_as_read(
@@ -99,8 +118,10 @@ class ReleasesTable:
         ended_at: float | None,
         fence: ClaimFence | None,
         output: Callable[[ExecutionRecord], ReceiptOutput | None],
+        awaited: bool = False,
     ) -> list[dict[str, Any]] | None:
-        """One try of the release of ``record`` as read: None when it committed, else the reasons."""
+        """One try of the release of ``record`` as read: None when it committed, else the reasons.
+        Refused for a key flagged as awaited unless ``awaited`` (the caller then reads its waiters)."""
         name = record.name
         expires = int(now) + self.retention_seconds
         ended = ended_at if ended_at is not None else now
@@ -173,9 +194,11 @@ class ReleasesTable:
                     "TableName": self.table,
                     "Key": {"pk": {"S": payload_pk(record.key)}},
                     "UpdateExpression": payload_set + payload_remove,
-                    "ConditionExpression": "holder = :name",
+                    "ConditionExpression": "holder = :name"
+                    + ("" if awaited else " AND attribute_not_exists(awaited)"),
                     "ExpressionAttributeNames": payload_names,
                     "ExpressionAttributeValues": payload_values,
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                 }
             },
             {

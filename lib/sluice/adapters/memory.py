@@ -323,7 +323,8 @@ class MemoryStore(MemoryAwaits, MemoryKeys):
             )
             if kept is not None and kept.effects is not None:
                 self._effects[name] = kept.effects  # in the release's own write (sluice.effects)
-            return record
+            # Flagged as awaited once a waiter parked on the key (MemoryAwaits keeps every such key).
+            return replace(record, awaited=record.key in self._await_rooms()[1])
 
     def adopt(self, *, name: str, now: float) -> bool:
         with self._lock:
