@@ -42,10 +42,11 @@ def emit(summary: TickSummary) -> dict[str, object]:
         "Duplicates", MetricUnit.Count, summary.n(Outcome.DUPLICATE) + summary.n(Outcome.DEFERRED)
     )
     metrics.add_metric("Invalid", MetricUnit.Count, summary.n(Outcome.INVALID))
-    metrics.add_metric("Running", MetricUnit.Count, summary.running_after)
+    if summary.counted:  # a completion's hand-over reads no count of the slots
+        metrics.add_metric("Running", MetricUnit.Count, summary.running_after)
+        metrics.add_metric("FreeSlots", MetricUnit.Count, summary.free_after)
     if summary.max_concurrency is not None:
         metrics.add_metric("Max", MetricUnit.Count, summary.max_concurrency)
-    metrics.add_metric("FreeSlots", MetricUnit.Count, summary.free_after)
     if summary.drift is not None:
         metrics.add_metric("LedgerDrift", MetricUnit.Count, summary.drift)
     for lane, figures in summary.lanes.items():

@@ -29,12 +29,12 @@ import logging
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from sluice import keys
 from sluice.awaits import on_receipt
 from sluice.effects import Effects, around
-from sluice.model import ClaimFence, ExecutionInfo, ExecutionRecord, ExecutionStatus, PayloadState
+from sluice.model import ClaimFence, ExecutionInfo, ExecutionRecord, ExecutionStatus, PayloadState, Successor
 from sluice.parking import wake
 from sluice.ports import Executions, Queue, Store
 from sluice.receipts import Outputs, ReceiptOutput
@@ -96,23 +96,23 @@ def complete(
     confirm: Callable[[ExecutionRecord], bool] | None = None,
     output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
     effects: Effects | None = None,
+    offer: Offer | None = None,
 ) -> ExecutionRecord | None:
     """Release ``name``, record ``state`` (with the receipt: ``output`` is asked for what to keep of
     the output, only when the release happens) and wake what waits for it. The one path every
     release takes. A SUCCEEDED output's effects are sent before the release and marked in it
-    (``sluice.effects``; ``effects``: how, by default without a payload bucket)."""
+    (``sluice.effects``; ``effects``: how, by default without a payload bucket). With ``offer`` (a
+    completion's refill) the freed slot is handed to the successor it offers, in the release's own
+    transaction (``Store.hand_over``); ``offer.settled`` then says whether it took it."""
     output = around(output, effects, store=store, queue=queue, name=name, state=state, now=now)
-    released = store.release(
-        name=name,
-        state=state,
-        now=now,
-        error=error,
-        cause=cause,
-        ended_at=ended_at,
-        fence=fence,
-        confirm=confirm,
-        output=output,
-    )
+    ending: dict[str, Any] = {"error": error, "cause": cause, "ended_at": ended_at, "confirm": confirm}
+    if offer is None:
+        released = store.release(name=name, state=state, now=now, fence=fence, output=output, **ending)
+    else:
+        assert fence is None, "a hand-over ends a run; a fenced release gives an unstarted claim back"
+        handed = store.hand_over(name=name, state=state, now=now, offer=offer.take, output=output, **ending)
+        released = handed.released
+        offer.settled(handed.claimed)
     if released is not None and released.parked:
         wake(store=store, queue=queue, record=released, now=now)
     if released is not None and released.ckey is not None:
@@ -133,6 +133,18 @@ def complete(
             },
         )
     return released
+
+
+class Offer(Protocol):
+    """A completion's refill, offered the slot its release frees (``sluice.launcher``)."""
+
+    def take(self, record: ExecutionRecord, room: bool) -> Successor | None:
+        """The claim to hand the freed slot to, or None (asked once, before the release's write)."""
+        ...
+
+    def settled(self, claimed: bool) -> None:
+        """The release committed, or did not; ``claimed``: with the successor in it."""
+        ...
 
 
 def handle_status_change(
@@ -168,10 +180,11 @@ def settle_status_change(
     executions: Executions | None = None,
     outputs: Outputs | None = None,
     effects: Effects | None = None,
+    offer: Offer | None = None,
 ) -> ExecutionRecord | None:
     """Apply one status-change event. The released execution's record as it was (its ``shard`` is
     the slot freed), or None when the event freed nothing. ``state_machine_arn``: the stack's state
-    machine, or every one it starts (the lanes' own too)."""
+    machine, or every one it starts (the lanes' own too). ``offer``: see ``complete``."""
     arns = {state_machine_arn} if isinstance(state_machine_arn, str) else set(state_machine_arn)
     if change.state_machine_arn not in arns:
         log.info(
@@ -196,6 +209,7 @@ def settle_status_change(
         ended_at=change.stop_date,
         output=_event_output(change, executions, outputs or Outputs()),
         effects=effects,
+        offer=offer,
     )
 
 

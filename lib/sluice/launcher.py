@@ -32,9 +32,10 @@ from sluice.effects import Effects
 from sluice.errors import ConfigurationError, InvalidPayload, SlotsFull, TransientError
 from sluice.fair import tenant as fair_tenant
 from sluice.fanout import Pacer, fanout
+from sluice.handover import HandOverOffer
 from sluice.lane_admission import RECEIVE_BATCH, LaneAdmission
 from sluice.lanes import Lane
-from sluice.model import Ledger, Message, Outcome, StartedExecution, TickSummary
+from sluice.model import ExecutionRecord, Ledger, Message, Outcome, StartedExecution, TickSummary
 from sluice.per_message import MessageProtocol
 from sluice.pointers import PayloadObjects
 from sluice.ports import Clock, Executions, Fanout, MaxSource, Queue, Store, state_machine_arns
@@ -122,27 +123,87 @@ class Launcher(LaneAdmission, MessageProtocol):
     def on_status_change(
         self, change: StatusChange, *, remaining_ms: Callable[[], int] | None = None
     ) -> tuple[bool, TickSummary | None, str]:
-        """What the completion function does with one status event: release the execution's slot,
-        then fill the one slot it freed. Returns (released, the refill's summary, why it was skipped)."""
-        released = settle_status_change(
-            change,
-            store=self.store,
-            queue=self.queue,
-            state_machine_arn=state_machine_arns(self.executions),
-            now=self.clock.now(),
-            executions=self.executions,
-            outputs=self.outputs,
-            effects=self.effects,
-        )
-        if released is None:
-            return False, None, ""
-        freed = None if released.shard is None else (released.shard,)
+        """What the completion function does with one status event: release the execution's slot
+        and fill the one slot it freed, handing it to the next payload in the release's own write
+        (``sluice.handover``; on a stack with lanes, a refill after the release offers it to the
+        lanes by priority). Returns (released, the refill's summary, why it was skipped)."""
+        offer = None
+        if not self.settings.lanes:
+            self._check_state_machine()
+            offer = HandOverOffer(
+                queue=self.queue,
+                executions=self.executions,
+                now=self.clock.now,
+                claim_timeout=self.settings.claim_timeout_seconds,
+                wait_seconds=self.settings.receive_wait_seconds,
+                time_left=lambda: self._time_left(remaining_ms),
+            )
         try:
-            return True, self.refill(freed=freed, remaining_ms=remaining_ms), ""
+            released = settle_status_change(
+                change,
+                store=self.store,
+                queue=self.queue,
+                state_machine_arn=state_machine_arns(self.executions),
+                now=self.clock.now(),
+                executions=self.executions,
+                outputs=self.outputs,
+                effects=self.effects,
+                offer=offer,
+            )
+        except Exception:
+            if offer is not None and offer.message is not None and not offer.claimed:
+                self.queue.release([offer.message])  # received for a release that failed: back at once
+            raise
+        try:
+            if released is None:
+                # Nothing freed (a repeated event that lost to another): a message received for
+                # it is claimed its own way, under the slots in force, rather than sent back.
+                taken = offer is not None and offer.message is not None
+                return False, self._admit_received(offer) if taken else None, ""  # type: ignore[arg-type]
+            if offer is None or not offer.room:
+                # Lanes, or nothing received: a frozen or paused pool, a slot from before the
+                # shards. The refill reads the freed shard (and thaws the pool when runs fit again).
+                freed = None if released.shard is None else (released.shard,)
+                return True, self.refill(freed=freed, remaining_ms=remaining_ms), ""
+            return True, self._after_hand_over(offer, released, remaining_ms), ""
         except TransientError as exc:
             # The release is done; the next tick fills the slot. Retrying the event would not help.
             self.log.warning("refill skipped: AWS is throttling or unavailable", extra={"error": str(exc)})
             return True, None, str(exc)
+
+    def _after_hand_over(
+        self, offer: HandOverOffer, released: ExecutionRecord, remaining_ms: Callable[[], int] | None
+    ) -> TickSummary:
+        """Start what the hand-over claimed, or claim the message it received its own way; when that
+        took no slot (parked, a duplicate, dead-lettered), the freed slot is refilled as before."""
+        summary = self._admit_received(offer)
+        filled = summary.n(Outcome.STARTED) + summary.n(Outcome.RESUMED)
+        # Received before the release, so before its wake-ups: what it sent back (deferred
+        # duplicates, a key's waiters, waiters whose awaits it met) is received now.
+        woke = bool(released.parked) or released.ckey is not None or released.awaited
+        if filled:
+            summary.stopped = "full"  # the one slot the completion freed is filled
+        elif woke if offer.message is None else not summary.stopped:
+            # The slot it freed is as free as the hand-over read it: no read before this receive.
+            room = Ledger(room=1, complete=False)
+            more = self.admit(remaining_ms=remaining_ms, max_new=1, ledger=room)
+            summary.received += more.received
+            for outcome, n in more.outcomes.items():
+                summary.outcomes[outcome] = summary.outcomes.get(outcome, 0) + n
+            summary.stopped = more.stopped
+            summary.counted, summary.limit, summary.running_after = True, more.limit, more.running_after
+        return summary
+
+    def _admit_received(self, offer: HandOverOffer) -> TickSummary:
+        """The message a hand-over received, started (claimed in the release) or claimed its own way."""
+        summary = TickSummary(counted=False)  # no read of the slots: limit and running not known
+        if offer.message is None:
+            summary.stopped = "empty"
+            return summary
+        summary.received = 1
+        _, stop = self._process_batch([offer.message], summary, handed=offer.handed)
+        summary.stopped = stop
+        return summary
 
     def refill(
         self, *, freed: tuple[int, ...] | None, remaining_ms: Callable[[], int] | None = None
@@ -269,14 +330,17 @@ class Launcher(LaneAdmission, MessageProtocol):
             messages.extend(extra.value or ())
         return messages
 
-    def _process_batch(self, messages: list[Message], summary: TickSummary) -> tuple[int, str]:
+    def _process_batch(
+        self, messages: list[Message], summary: TickSummary, handed: Mapping[str, str] | None = None
+    ) -> tuple[int, str]:
         """Process the messages received. Returns (slots filled, why to stop or "").
 
         Message groups run side by side (``fan``); the messages of one group run one after another,
         in the group's order, as SQS FIFO hands them out. The executions started are then marked
         RUNNING in one write, and the messages handled deleted in one call per 10, also when an
         error ends a group early. A crash (``BaseException``: timeout, kill) does neither, like the
-        real thing.
+        real thing. ``handed``: message id → the name a completion's hand-over claimed it under
+        (``sluice.handover``): started without a claim of its own, and not marked RUNNING.
         """
         by_group: dict[str, list[Message]] = {}
         for message in messages:  # groups in the order of their first message, each in its order
@@ -285,12 +349,16 @@ class Launcher(LaneAdmission, MessageProtocol):
         runs = [_Run() for _ in groups]
         halt = _Halt()
         ahead = read_ahead(self.store, messages)  # type: ignore[arg-type]
+        handed = handed or {}
         results = self.fan.each(
-            [lambda g=g, r=r: self._run_group(g, r, halt, ahead) for g, r in zip(groups, runs, strict=True)]
+            [
+                lambda g=g, r=r: self._run_group(g, r, halt, ahead, handed)
+                for g, r in zip(groups, runs, strict=True)
+            ]
         )
         self._settle(
             [m for r in runs for m in r.done],
-            [e for r in runs for e in r.started],
+            [e for r in runs for e in r.started if e.name not in handed.values()],
         )
         filled, stops = 0, set()
         for run in runs:
@@ -304,7 +372,9 @@ class Launcher(LaneAdmission, MessageProtocol):
         stop = next((s for s in ("transient", "full") if s in stops), "")
         return filled, stop
 
-    def _run_group(self, messages: list[Message], run: _Run, halt: _Halt, ahead: ReadAhead) -> None:
+    def _run_group(
+        self, messages: list[Message], run: _Run, halt: _Halt, ahead: ReadAhead, handed: Mapping[str, str]
+    ) -> None:
         """One group's messages in order. Once any group of the batch finds the slots full or AWS
         failing, the others hand back what they have not begun instead of trying."""
         for i, message in enumerate(messages):
@@ -315,7 +385,7 @@ class Launcher(LaneAdmission, MessageProtocol):
                 run.stop = halt.reason
                 return
             try:
-                outcome = self._process(message, run.done, run.started, ahead)
+                outcome = self._process(message, run.done, run.started, ahead, handed.get(message.message_id))
             except SlotsFull:
                 # Another launcher took the slot since our ledger read, or the caps came down.
                 self.queue.release(rest)

@@ -190,6 +190,28 @@ class ExecutionRecord:
         return ClaimFence(self.claim_version, self.suspect_since)
 
 
+@dataclass(frozen=True, slots=True)
+class Successor:
+    """A claim offered the slot a release frees, in the release's own transaction (a completion's
+    hand-over, ``Store.hand_over``): the same lease and record a claim writes, on the freed shard."""
+
+    key: str
+    name: str
+    message_id: str
+    arn: str | None
+    claim_expires_at: float
+    once: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class HandOver:
+    """What a hand-over did: the record it released (None: released by someone else, or not
+    holding), and whether the successor took the freed slot (else the release went alone)."""
+
+    released: ExecutionRecord | None
+    claimed: bool = False
+
+
 # How long ``EFFECTS#<name>`` is kept: as long as Step Functions keeps a name from running again, so
 # as long as any copy of a message that names that execution can come back (SQS keeps 14 days at most).
 EFFECTS_RETENTION_SECONDS = 90 * 86_400
@@ -405,6 +427,7 @@ class TickSummary:
     released_by_reconcile: int = 0
     drift: int | None = None
     stopped: str = ""  # why the loop ended: full, empty, paused, time, transient
+    counted: bool = True  # limit and running were read (a completion's hand-over reads neither)
     lanes: dict[str, dict[str, int]] = field(default_factory=dict)  # per lane: received, started
 
     def add_lane(self, lane: str, part: TickSummary) -> None:

@@ -95,7 +95,12 @@ class MessageProtocol:
         done: list[Message],
         started: list[StartedExecution],
         ahead: ReadAhead | None = None,
+        handed: str | None = None,
     ) -> Outcome:
+        """``handed``: the name this message was claimed under already, by the hand-over of a
+        completion's release (``sluice.handover``): it is started, nothing more."""
+        if handed is not None:
+            return self._launch(validate_message(message), handed, done, started, fresh=True)
         outcome = self._one(message, done, started, ahead)
         if outcome not in (Outcome.STARTED, Outcome.KEY_WAITING, Outcome.INVALID):
             # A waiter woken from its key's line that did not claim (a duplicate, already run, ...):
@@ -194,7 +199,21 @@ class MessageProtocol:
             if not self.store.renew(name=name, now=now, claim_expires_at=claim_expires_at):
                 return self._renewal_refused(payload, name, done, started)
             fresh = False
+        return self._launch(payload, name, done, started, fresh=fresh)
 
+    def _launch(
+        self,
+        payload: Payload,
+        name: str,
+        done: list[Message],
+        started: list[StartedExecution],
+        *,
+        fresh: bool,
+    ) -> Outcome:
+        """Start ``payload`` under ``name``, whose claim is held (``fresh``: taken just now, so given
+        back if StartExecution refuses it for sure; else a resumed claim, kept)."""
+        ckey = self._ckey(payload.message)
+        now = self.clock.now()
         try:
             result = self._start(name, payload.body)
         except AmbiguousStartError:

@@ -16,6 +16,7 @@ from sluice.model import (
     EffectsLog,
     ExecutionInfo,
     ExecutionRecord,
+    HandOver,
     Ledger,
     LimitSource,
     MaxReading,
@@ -26,6 +27,7 @@ from sluice.model import (
     Rooms,
     StartedExecution,
     StartResult,
+    Successor,
 )
 from sluice.receipts import ReceiptOutput
 
@@ -238,8 +240,31 @@ class Store(Protocol):
         With ``confirm``, an execution adopted after a redrive is released only if ``confirm``
         (asked with the record the release reads) says it has really ended.
         Returns the record as it was before, or ``None`` when nothing was released (a redelivered
-        event, an execution Sluice did not start, a renewed claim): never a second slot.
+        event, an execution Sluice did not start, a renewed claim): never a second slot. The
+        record's ``awaited`` says whether a waiter ever parked on its key (then read its waiters).
         """
+        ...
+
+    def hand_over(
+        self,
+        *,
+        name: str,
+        state: PayloadState,
+        now: float,
+        offer: Callable[[ExecutionRecord, bool], Successor | None],
+        error: str | None = None,
+        cause: str | None = None,
+        ended_at: float | None = None,
+        confirm: Callable[[ExecutionRecord], bool] | None = None,
+        output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
+    ) -> HandOver:
+        """``release``, handing the slot it frees to a successor in the same write (a completion's
+        refill). ``offer`` is asked once, with the record read and whether the freed slot can pass
+        to a successor as it stands (a shard of the pool, which is neither frozen nor paused): a
+        claim for that slot, or None. The successor takes exactly what a claim takes (its lease,
+        its record, the freed slot under its shard's cap); where it cannot (its key held or the
+        same as the ended run's, the cap lowered meanwhile), the release goes alone and the
+        hand-over says so: the caller claims it its own way."""
         ...
 
     def adopt(self, *, name: str, now: float) -> bool:

@@ -314,9 +314,9 @@ def test_a_waiter_parked_while_the_release_is_on_its_way_is_woken_by_it(stack):
     stack.send({"id": "a"}, group="a")
     stack.launcher().tick()
     holder = running_key(stack, "a")
-    waiter_id = stack.send({"id": "c"}, group="c", sluice_awaits=awaiting("a"))
     completion = stack.runtime()
     fired = {"parked": 0}
+    sent: list[str] = []
 
     def park_in_between(params, **_):
         ends = [
@@ -325,7 +325,9 @@ def test_a_waiter_parked_while_the_release_is_on_its_way_is_woken_by_it(stack):
             if "ended_at" in i.get("Update", {}).get("UpdateExpression", "")
         ]
         if ends and not fired["parked"]:
-            fired["parked"] += stack.launcher().tick().n(Outcome.WAITING)  # another launcher
+            # Sent now, after the completion's own receive: another launcher receives and parks it.
+            sent.append(stack.send({"id": "c"}, group="c", sluice_awaits=awaiting("a")))
+            fired["parked"] += stack.launcher().tick().n(Outcome.WAITING)
 
     completion.client("dynamodb").meta.events.register(
         "before-parameter-build.dynamodb.TransactWriteItems", park_in_between
@@ -335,4 +337,4 @@ def test_a_waiter_parked_while_the_release_is_on_its_way_is_woken_by_it(stack):
     )
     assert released and fired["parked"] == 1  # the fault fired: parked as the holder ended
     assert stack.runtime().store().waiting() == frozenset(), "the waiter parked during the release waits on"
-    assert refill.n(Outcome.STARTED) == 1 and stack.running() == [execution_name("c", waiter_id)]
+    assert refill.n(Outcome.STARTED) == 1 and stack.running() == [execution_name("c", sent[0])]

@@ -119,6 +119,8 @@ INTERLEAVE_ACTORS = ("tick", "tick", "deliver", "finish_newest", "set_max", "key
 COMPLETION_CRASH_POINTS = (
     "before_release",
     "after_release",
+    "before_hand_over",
+    "after_hand_over",
     "after_claim",
     "after_renew",
     "after_start",
@@ -139,6 +141,7 @@ COMPLETION_CRASH_POINTS = (
 COMPLETION_THROTTLES = (
     "GetItem",
     "release",
+    "hand_over",
     "ReceiveMessage",
     "claim",
     "StartExecution",

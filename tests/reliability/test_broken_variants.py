@@ -71,6 +71,7 @@ from sluice.settings import DuplicatePolicy
 from sluice.slots import Capacity
 from tests.contract import test_store_fences as fences
 from tests.integration import test_awaits_moto as awaits_moto
+from tests.integration import test_handover_moto as handover_moto
 from tests.integration import test_keys_breaks as keys_breaks
 from tests.integration import test_keys_moto as keys_moto
 from tests.integration import test_launcher_moto as launching
@@ -675,6 +676,54 @@ def test_a_wake_up_that_clears_every_parked_id_is_caught(monkeypatch):
     with pytest.raises(AssertionError, match="erased what parked"), moto_session() as session:
         stack = build_stack(session, clock=FakeClock(), duplicate_policy=DuplicatePolicy.DEFER)
         parking_moto.test_a_late_wake_up_leaves_what_parked_behind_a_new_claim_of_the_name(stack)
+
+
+# -- a completion's refill by hand-over (issue 10, item 3) ----------------------------------------------
+
+
+def test_a_hand_over_that_ignores_the_shards_cap_is_caught(monkeypatch):
+    """The swap passes the freed slot on whatever the shard's cap: a MAX lowered between the
+    hand-over's read and its write is not obeyed."""
+    real = sluice.adapters.dynamo_release.swap_item
+
+    def uncapped(*args, **kwargs):
+        item = real(*args, **kwargs)
+        update = item["Update"]
+        update["ConditionExpression"] = update["ConditionExpression"].replace(" AND size(holders) <= cap", "")
+        return item
+
+    monkeypatch.setattr(sluice.adapters.dynamo_release, "swap_item", uncapped)
+    with pytest.raises(AssertionError, match="past the lowered MAX"), moto_session() as session:
+        handover_moto.test_max_lowered_between_the_read_and_the_hand_over_is_obeyed(
+            build_stack(session, clock=FakeClock(), max_concurrency=2)
+        )
+
+
+def test_a_hand_over_offered_whatever_the_pool_is_caught(monkeypatch):
+    """The hand-over receives whatever the pool item says (frozen, paused): a completion under a
+    lowered MAX spends a receive of a message it cannot start, at every end until runs fit."""
+    real = sluice.adapters.dynamo_release.ReleasesTable._end
+
+    def always_room(self, record, ending, *, offer=None, room=False):
+        return real(self, record, ending, offer=offer, room=offer is not None)
+
+    monkeypatch.setattr(sluice.adapters.dynamo_release.ReleasesTable, "_end", always_room)
+    with pytest.raises(AssertionError), moto_session() as session:
+        handover_moto.test_a_refill_under_a_lowered_max_receives_nothing(
+            build_stack(session, clock=FakeClock(), max_concurrency=2)
+        )
+
+
+def test_a_hand_over_whose_claim_keeps_no_lease_is_caught(monkeypatch):
+    """The successor takes the slot without its payload's lease: a second message of its key then
+    claims beside it (promise 2), which the property suite finds."""
+    real = sluice.adapters.dynamo_release.ReleasesTable._successor_items
+
+    def slot_only(self, successor, shard, now):
+        return real(self, successor, shard, now)[1:]  # its record, not its lease
+
+    monkeypatch.setattr(sluice.adapters.dynamo_release.ReleasesTable, "_successor_items", slot_only)
+    property_suite_fails()
 
 
 # -- parallel fill: the tick's claims and starts side by side (issue 10, item 4) ---------------------

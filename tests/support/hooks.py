@@ -121,6 +121,16 @@ def count_calls(*clients: Any) -> Counter:
     return calls
 
 
+def receipts_of(client: Any) -> list[str]:
+    """The receipt handles of the messages a client receives, in order."""
+    seen: list[str] = []
+    client.meta.events.register(
+        "after-call.sqs.ReceiveMessage",
+        lambda parsed, **_: seen.extend(m["ReceiptHandle"] for m in parsed.get("Messages", [])),
+    )
+    return seen
+
+
 def unregister_all(client: Any, event: str, handler: Callable[..., Any]) -> None:
     client.meta.events.unregister(event, handler)
 

@@ -399,7 +399,7 @@ class Model:
     def saw(self, call: Call, status: int, parsed: dict[str, Any]) -> None:
         with self.lock:
             if status >= 300:
-                if call.step == "claim":
+                if call.step in ("claim", "hand_over"):
                     self._refused_claim(call, parsed)
                 elif call.step == "delete":
                     self._delete_failed(call)
@@ -502,6 +502,7 @@ class Model:
                 i
                 for i, e in enumerate(entries)
                 if e.get("Update", {}).get("Key", {}).get("pk", {}).get("S", "").startswith("PAYLOAD#")
+                and ":claimed" in e["Update"].get("ExpressionAttributeValues", {})  # the claim's lease
             ),
             1,
         )
@@ -511,6 +512,12 @@ class Model:
         if holder:
             message_id = self.logical(self._claimed_item(call)["message_id"]["S"])
             self.refused_by[message_id] = (holder, holder in self.finished)
+
+    def _on_hand_over(self, call: Call, parsed: dict[str, Any]) -> None:
+        """A completion's release handing its slot to the next payload's claim, in one write: the
+        release, then the claim (promise 1 is judged with the slot already given back)."""
+        self._on_release(call, parsed)
+        self._on_claim(call, parsed)
 
     def _on_release(self, call: Call, parsed: dict[str, Any]) -> None:
         given = slot_names(call.params, "give")

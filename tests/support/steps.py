@@ -20,7 +20,8 @@ LANE_POOL_PREFIX = "SLOTS#lane-"  # a lane's slot pool (sluice.lanes): SLOTS#lan
 TICKET_ATTRIBUTE = "sluice-key-ticket"  # on a waiter woken from its key's line: "<ticket>@<ms>"
 # A woken waiter's deduplication id ends with the digest of the awaits feature's wake-up "holder".
 WAKE_DEDUP_SUFFIX = "-" + hashlib.sha256(b"sluice-awaits").hexdigest()[:32]
-AWAITED_FLAG = "SET awaited = :yes"  # a waiter's park flags each key it awaits (``PAYLOAD#<key>``)
+AWAITED_FLAG = "SET awaited = :yes"
+SWAP = "REMOVE holders.#old SET holders.#new = :now"  # a shard's slot handed from one holder to the next  # a waiter's park flags each key it awaits (``PAYLOAD#<key>``)
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,16 @@ def slot_names(params: dict[str, Any], verb: str) -> list[str]:
             prefix = "SET holders.#n" if verb == "take" else "REMOVE holders.#n"
             if expression.startswith(prefix):
                 out.append(u["ExpressionAttributeNames"]["#n"])
+            elif expression == SWAP:  # a hand-over: one name gives the slot, the other takes it
+                out.append(u["ExpressionAttributeNames"]["#new" if verb == "take" else "#old"])
     return out
+
+
+def hand_over(params: dict[str, Any]) -> bool:
+    """A release that hands its slot to a successor's claim in the same transaction."""
+    return any(
+        _pk(u).startswith("SLOTS#launcher#") and u.get("UpdateExpression") == SWAP for u in _updates(params)
+    )
 
 
 def limit_change(params: dict[str, Any]) -> bool:
@@ -122,7 +132,9 @@ def key_wake_dedup(attributes: dict[str, Any]) -> str | None:
 def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
     """Name a call by the protocol step it performs (launcher.py's timeline, reconciliation's).
 
-    Transactions: a Put of ``PARK#`` parks a deferred duplicate; a slot given back (with or without
+    Transactions: a slot passed from one holder to the next on a shard hands a completion's slot
+    over (``hand_over``: the release and the successor's claim); a Put of ``PARK#`` parks a
+    deferred duplicate; a slot given back (with or without
     the Put of ``EFFECTS#<name>``, the mark of the effects sent) releases; a write to ``WAIT#`` (with
     the flags ``SET awaited`` on the awaited keys, or those flags alone: ``await_flag``) or
     adding to the awaits sets (``AWAITING``, ``AWAITED#``) parks a waiter (``wait``), deleting from
@@ -145,6 +157,8 @@ def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
     (``lane_setting``).
     """
     if operation == "TransactWriteItems":
+        if hand_over(params):
+            return "hand_over"  # a completion's release and its refill's claim (sluice.handover)
         puts = [_pk(p) for p in _puts(params)]
         if any(pk.startswith("PARK#") for pk in puts):
             return "park"
@@ -269,6 +283,9 @@ SITUATIONAL_POINTS: dict[str, tuple[str, str]] = {
     "after_park": ("after", "park"),
     "before_unpark": ("before", "unpark"),
     "after_unpark": ("after", "unpark"),
+    # a completion's refill: after the receive, before the release that hands its slot on; after it
+    "before_hand_over": ("before", "hand_over"),
+    "after_hand_over": ("after", "hand_over"),
 }
 # Points of awaits, run-once keys and effects (issue 13): the release writing a key's receipt (then
 # the wake-up of its waiters), a waiter parked, sent back (before the mark), marked released (before
@@ -321,6 +338,7 @@ THROTTLE_TARGETS = (
     "lane_limit",
     "mark",
     "release",
+    "hand_over",
     "GetItem",
     "BatchGetItem",
     "UpdateItem",

@@ -182,3 +182,14 @@ def to_parked(raw: dict[str, Any]) -> ParkedMessage:
         attributes=json.loads(raw.get("attributes") or "{}"),
         parked_at=float(raw.get("parked_at", 0)),
     )
+
+
+def only_once(items: list[dict[str, Any]]) -> None:
+    """Make a claim's items (``_claim_items``) those of a run-once message: the payload's update is
+    refused when the key has SUCCEEDED already, in the claim's own transaction (``sluice.receipts``),
+    and the execution record remembers it."""
+    update = items[1]["Update"]
+    update["ConditionExpression"] = (
+        f"({update['ConditionExpression']}) AND attribute_not_exists(succeeded_by)"
+    )
+    items[2]["Put"]["Item"]["once"] = {"BOOL": True}

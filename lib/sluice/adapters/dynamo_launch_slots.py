@@ -225,6 +225,22 @@ class LaunchSlots:
     def took(self, shard: int, name: str, now: float) -> None:
         self._change(shard, lambda s: {**s.holders, name: now})
 
+    def freed(self, shard: int, name: str, meta: dict[str, Any]) -> None:
+        """``name`` gave its slot on ``shard`` back (a completion's release, ``meta`` the pool item
+        it read): the next claim tries that shard first, with no read of the pool (it is
+        conditioned on the shard as ever: a slot taken meanwhile is found then)."""
+        with self._lock:
+            if self.view is None:
+                held = {"pk": shard_pk(POOL, shard), "holders": {}, "cap": 1}
+                self.view = to_occupancy(POOL, meta, [held], 0)
+            else:
+                shards = {s.index: s for s in self.view.shards}
+                was = shards.get(shard, Shard(shard, 1, {}))
+                rest = {k: v for k, v in was.holders.items() if k != name}
+                shards[shard] = Shard(shard, max(was.cap, len(rest) + 1), rest)
+                self.view = replace(self.view, shards=tuple(shards[i] for i in sorted(shards)))
+            self.fresh = frozenset({shard})
+
     def full(self, shard: int, seen: dict[str, Any] | None) -> None:
         """A claim on ``shard`` found no room: remember the shard as it was (or as full)."""
         if seen:

@@ -19,17 +19,71 @@ twice. Mixed into ``sluice.adapters.dynamodb.DynamoStore``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from sluice.adapters.dynamo_codec import effects_item, execution_pk, payload_pk, values
+from sluice.adapters.dynamo_codec import (
+    effects_item,
+    execution_pk,
+    only_once,
+    payload_pk,
+    to_execution,
+    values,
+)
 from sluice.adapters.dynamo_lanes import LaneSlots
 from sluice.adapters.dynamo_launch_slots import POOL, LaunchSlots
-from sluice.model import EFFECTS_RETENTION_SECONDS, ClaimFence, ExecutionRecord, PayloadState, record_expiry
+from sluice.adapters.dynamo_slots import pool_pk, swap_item
+from sluice.model import (
+    EFFECTS_RETENTION_SECONDS,
+    ClaimFence,
+    ExecutionRecord,
+    HandOver,
+    PayloadState,
+    Successor,
+    record_expiry,
+)
 from sluice.receipts import ReceiptOutput
 
 LIVE = (PayloadState.CLAIMED.value, PayloadState.RUNNING.value)
 PARK_RACE_RETRIES = 3  # a release tried again when messages parked behind it as it was on its way
+
+
+@dataclass(frozen=True)
+class _Ending:
+    """How a run ended, as a release writes it down."""
+
+    state: PayloadState
+    now: float
+    error: str | None
+    cause: str | None
+    ended_at: float | None
+    fence: ClaimFence | None
+    confirm: Callable[[ExecutionRecord], bool] | None
+    output: Callable[[ExecutionRecord], ReceiptOutput | None]
+
+
+def once(
+    output: Callable[[ExecutionRecord], ReceiptOutput | None] | None,
+) -> Callable[[ExecutionRecord], ReceiptOutput | None]:
+    """``output``, asked once however many times the release is tried (it may send effects)."""
+    kept: list[ReceiptOutput | None] = []
+
+    def ask(record: ExecutionRecord) -> ReceiptOutput | None:
+        if not kept:
+            kept.append(output(record) if output is not None else None)
+        return kept[0]
+
+    return ask
+
+
+def _failed(reason: dict[str, Any]) -> bool:
+    return reason.get("Code") == "ConditionalCheckFailed"
+
+
+def _released_from(reason: dict[str, Any], name: str) -> bool:
+    """A swap refused because ``name`` no longer holds a slot on the shard (released by another)."""
+    holders = (reason.get("Item") or {}).get("holders", {}).get("M", {})
+    return _failed(reason) and "Item" in reason and name not in holders
 
 
 def flagged(reason: dict[str, Any], name: str) -> bool:
@@ -51,6 +105,8 @@ class ReleasesTable:
     lane_slots: LaneSlots
     execution: Callable[[str], ExecutionRecord | None]
     _transact: Callable[[list[dict[str, Any]]], list[dict[str, Any]] | None]
+    _batch_get: Callable[[list[str]], list[dict[str, Any]]]
+    _claim_items: Callable[..., list[dict[str, Any]]]
     key_release_item: Callable[[str, str], dict[str, Any]]
     key_adopt_item: Callable[[str, str], dict[str, Any]]
 
@@ -67,61 +123,98 @@ class ReleasesTable:
         confirm: Callable[[ExecutionRecord], bool] | None = None,
         output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
     ) -> ExecutionRecord | None:
-        kept_once: list[ReceiptOutput | None] = []
+        ending = _Ending(state, now, error, cause, ended_at, fence, confirm, once(output))
+        return self._end(self.execution(name), ending).released
 
-        def output_once(record: ExecutionRecord) -> ReceiptOutput | None:
-            if not kept_once:  # asked once however many times the release is tried
-                kept_once.append(output(record) if output is not None else None)
-            return kept_once[0]
+    def hand_over(
+        self,
+        *,
+        name: str,
+        state: PayloadState,
+        now: float,
+        offer: Callable[[ExecutionRecord, bool], Successor | None],
+        error: str | None = None,
+        cause: str | None = None,
+        ended_at: float | None = None,
+        confirm: Callable[[ExecutionRecord], bool] | None = None,
+        output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
+    ) -> HandOver:
+        # The record and the pool item in one read: a frozen or paused pool has no slot to pass on,
+        # and the caller then receives nothing (no receive spent on a message that cannot start).
+        found = {raw["pk"]: raw for raw in self._batch_get([execution_pk(name), pool_pk(POOL)])}
+        raw = found.get(execution_pk(name))
+        pool = found.get(pool_pk(POOL)) or {}
+        room = bool(pool) and not pool.get("frozen") and int(pool.get("limit", 0)) > 0
+        ending = _Ending(state, now, error, cause, ended_at, None, confirm, once(output))
+        handed = self._end(to_execution(raw) if raw else None, ending, offer=offer, room=room)
+        freed = handed.released
+        if freed is not None and not handed.claimed and freed.shard is not None and room:
+            self.launch_slots.freed(freed.shard, name, pool)  # the caller's own claim tries it first
+        return handed
 
-        record = self.execution(name)
+    def _end(
+        self,
+        record: ExecutionRecord | None,
+        ending: _Ending,
+        *,
+        offer: Callable[[ExecutionRecord, bool], Successor | None] | None = None,
+        room: bool = False,
+    ) -> HandOver:
+        """Release ``record`` as read (with a successor in the same transaction when ``offer`` gives
+        one), trying again as the races below require."""
         awaited = False
-        for _ in range(PARK_RACE_RETRIES + 1):
+        successor: Successor | None = None
+        for _ in range(PARK_RACE_RETRIES + 2):
             if record is None or not record.state.holds_lease:
-                return None
-            if confirm is not None and record.adopted_at is not None and not confirm(record):
-                return None
-            reasons = self._release_as_read(
-                record,
-                state=state,
-                now=now,
-                error=error,
-                cause=cause,
-                ended_at=ended_at,
-                fence=fence,
-                output=output_once,
-                awaited=awaited,
-            )
+                return HandOver(None)
+            if ending.confirm is not None and record.adopted_at is not None and not ending.confirm(record):
+                return HandOver(None)
+            if offer is not None:
+                if ending.state.ended:
+                    ending.output(record)  # its effects are sent first, so the offer may receive one
+                successor, offer = offer(record, room and record.shard is not None), None
+                if successor is not None and successor.key == record.key:
+                    successor = None  # one item cannot be written twice in one transaction
+                if successor is not None and successor.name == record.name:
+                    successor = None  # its own message back: it ran, and is settled its own way
+            items = self._release_items(record, ending, awaited=awaited)
+            claim_at = len(items)
+            if successor is not None:
+                assert record.shard is not None
+                items[0] = swap_item(self.table, POOL, record.shard, record.name, successor.name, ending.now)
+                items.extend(self._successor_items(successor, record.shard, ending.now))
+            reasons = self._transact(items)
             if reasons is None:
-                return replace(record, awaited=awaited)
+                if successor is not None:
+                    self.launch_slots.took(record.shard, successor.name, ending.now)  # type: ignore[arg-type]
+                return HandOver(replace(record, awaited=awaited), claimed=successor is not None)
+            name = record.name
+            if (_failed(reasons[1]) and not flagged(reasons[1], name)) or _released_from(reasons[0], name):
+                return HandOver(None)  # someone released it first
+            if successor is not None and (_failed(reasons[0]) or any(map(_failed, reasons[claim_at:]))):
+                successor = None  # no room on the shard, or its lease or record refused: alone
+                continue
             if flagged(reasons[1], name):
                 awaited = True  # a waiter parked on the key: release again, then read its waiters
                 continue
             # A message parked behind it between the read above and the transaction: the record
             # returned must list it, or nothing would wake it. Read again and release again.
-            if reasons[2].get("Code") != "ConditionalCheckFailed":
-                return None  # someone released it first
+            if not _failed(reasons[2]):
+                return HandOver(None)
             fresh = self.execution(name)
             if fresh is None or not fresh.state.holds_lease or fresh.parked == record.parked:
-                return None  # released by someone else, or renewed (a fence) meanwhile
+                return HandOver(None)  # released by someone else, or renewed (a fence) meanwhile
             record = fresh
-        return None
+        return HandOver(None)
 
-    def _release_as_read(
-        self,
-        record: ExecutionRecord,
-        *,
-        state: PayloadState,
-        now: float,
-        error: str | None,
-        cause: str | None,
-        ended_at: float | None,
-        fence: ClaimFence | None,
-        output: Callable[[ExecutionRecord], ReceiptOutput | None],
-        awaited: bool = False,
-    ) -> list[dict[str, Any]] | None:
-        """One try of the release of ``record`` as read: None when it committed, else the reasons.
-        Refused for a key flagged as awaited unless ``awaited`` (the caller then reads its waiters)."""
+    def _release_items(
+        self, record: ExecutionRecord, ending: _Ending, *, awaited: bool
+    ) -> list[dict[str, Any]]:
+        """The release of ``record`` as read: its slot first, its lease second, its record third.
+        The lease is refused for a key flagged as awaited unless ``awaited`` (the caller then reads
+        its waiters)."""
+        state, now, error, cause = ending.state, ending.now, ending.error, ending.cause
+        ended_at, fence, output = ending.ended_at, ending.fence, ending.output
         name = record.name
         expires = int(now) + self.retention_seconds
         ended = ended_at if ended_at is not None else now
@@ -228,7 +321,22 @@ class ReleasesTable:
                     }
                 }
             )
-        return self._transact(items)
+        return items
+
+    def _successor_items(self, successor: Successor, shard: int, now: float) -> list[dict[str, Any]]:
+        """A claim's lease and record (``_claim_items`` but its slot, which the swap takes)."""
+        claim = self._claim_items(
+            successor.key,
+            successor.name,
+            successor.message_id,
+            shard,
+            now,
+            successor.claim_expires_at,
+            successor.arn,
+        )
+        if successor.once:
+            only_once(claim)
+        return claim[1:]
 
     def adopt(self, *, name: str, now: float) -> bool:
         """Take a slot and the lease back for ``name``, an ended execution RUNNING again (a redrive).

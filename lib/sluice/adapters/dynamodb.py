@@ -45,6 +45,7 @@ from sluice.adapters.dynamo_codec import (
     create_table,
     execution_pk,
     item,
+    only_once,
     payload_pk,
     plain,
     to_payload,
@@ -198,7 +199,7 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
         while True:
             items = self._claim_items(key, name, message_id, shard, now, claim_expires_at, arn)
             if once:
-                _only_once(items)
+                only_once(items)
             if carried:
                 _carry_parked(items, carried)
             key_at = lane_at = -1
@@ -471,14 +472,3 @@ def _carry_parked(items: list[dict[str, Any]], parked: list[str]) -> None:
     put["Item"]["parked"] = {"SS": parked}
     put["ConditionExpression"] = "attribute_not_exists(parked) OR size(parked) = :nparked"
     put["ExpressionAttributeValues"] = {":nparked": {"N": str(len(parked))}}
-
-
-def _only_once(items: list[dict[str, Any]]) -> None:
-    """Make a claim's items (``_claim_items``) those of a run-once message: the payload's update is
-    refused when the key has SUCCEEDED already, in the claim's own transaction (``sluice.receipts``),
-    and the execution record remembers it."""
-    update = items[1]["Update"]
-    update["ConditionExpression"] = (
-        f"({update['ConditionExpression']}) AND attribute_not_exists(succeeded_by)"
-    )
-    items[2]["Put"]["Item"]["once"] = {"BOOL": True}

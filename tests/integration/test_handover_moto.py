@@ -1,0 +1,172 @@
+"""A completion's refill by hand-over, on moto with the real adapters (``sluice.handover``): the
+freed slot passes to the next payload in the release's own transaction. Calls counted by
+operation; crashes and refusals injected through botocore hooks, each asserted to have fired."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from sluice.clock import FakeClock
+from sluice.completion import StatusChange
+from sluice.model import Outcome, PayloadState
+from sluice.names import execution_name
+from sluice.ops.maximum import set_max
+from tests.support.aws import build_stack
+from tests.support.hooks import Crash, count_calls, crash_after, error_answer, receipts_of, throttle
+
+
+@pytest.fixture
+def stack(session):
+    return build_stack(session, clock=FakeClock(), max_concurrency=2)
+
+
+def warm(stack) -> Any:
+    """A completion container that has run before (its state machine check is done)."""
+    rt = stack.runtime()
+    rt.launcher().tick()
+    return rt
+
+
+def end(rt, stack, name: str, status: str = "SUCCEEDED"):
+    return rt.launcher().on_status_change(StatusChange.from_event(stack.finish(name, status)))
+
+
+def test_a_refill_is_a_read_a_receive_one_write_a_start_and_a_delete(stack):
+    stack.send({"id": "p0"}, group="g0")
+    stack.send({"id": "p1"}, group="g1")
+    rt = warm(stack)
+    first = sorted(stack.running())[0]
+    waiting = stack.send({"id": "p2"}, group="g2")
+    calls = count_calls(rt.client("dynamodb"), rt.client("sqs"), rt.client("stepfunctions"))
+    released, refill, _ = end(rt, stack, first)
+    assert released and refill.n(Outcome.STARTED) == 1
+    assert calls == Counter(
+        BatchGetItem=1, ReceiveMessage=1, TransactWriteItems=1, StartExecution=1, DeleteMessageBatch=1
+    )
+    name = execution_name("p2", waiting)
+    assert name in stack.running() and stack.queue_counts() == (0, 0)
+    store = stack.runtime().store()
+    assert store.payload("p2").holder == name and store.execution(name).state is PayloadState.CLAIMED
+    assert store.payload(store.execution(first).key).state is PayloadState.SUCCEEDED
+    assert len(store.ledger().holders) == 2
+
+
+def test_a_refill_under_a_lowered_max_receives_nothing(stack):
+    """MAX lowered below the runs: the pool is frozen, so the completion receives no message it
+    could not start (each receive would walk a healthy message toward the DLQ)."""
+    stack.send({"id": "p0"}, group="g0")
+    stack.send({"id": "p1"}, group="g1")
+    rt = warm(stack)
+    stack.send({"id": "p2"}, group="g2")
+    set_max(stack.runtime(), 1)
+    calls = count_calls(rt.client("sqs"))
+    released, refill, _ = end(rt, stack, sorted(stack.running())[0])
+    assert released and refill.n(Outcome.STARTED) == 0
+    assert calls["ReceiveMessage"] == 0 and stack.queue_counts() == (1, 0)
+    assert len(stack.running()) == 1
+
+
+def test_a_crash_after_the_hand_over_resumes_the_claim_and_runs_it_once(stack):
+    stack.send({"id": "p0"}, group="g0")
+    rt = warm(stack)
+    (first,) = stack.running()
+    waiting = stack.send({"id": "p1"}, group="g1")
+    received = receipts_of(rt.client("sqs"))
+    fired = crash_after(rt.client("dynamodb"), "TransactWriteItems")  # the hand-over, then dies
+    with pytest.raises(Crash):
+        end(rt, stack, first)
+    assert fired["calls"] == 1
+    name = execution_name("p1", waiting)
+    store = stack.runtime().store()
+    assert store.payload("p1").holder == name and stack.running() == []  # claimed, not started
+    visible_again(stack, received)  # its visibility timeout runs out
+    summary = stack.launcher().admit()
+    assert summary.n(Outcome.RESUMED) == 1 and stack.running() == [name]
+    assert stack.queue_counts() == (0, 0) and len(stack.executions()) == 2
+
+
+def test_a_start_refused_for_sure_after_the_hand_over_gives_the_claim_back(stack):
+    stack.send({"id": "p0"}, group="g0")
+    rt = warm(stack)
+    (first,) = stack.running()
+    waiting = stack.send({"id": "p1"}, group="g1")
+    refused = throttle(rt.client("stepfunctions"), "StartExecution")
+    released, _, _ = end(rt, stack, first)
+    assert released and refused["throttled"] == 5  # backed off and called again, then gave up
+    name = execution_name("p1", waiting)
+    store = stack.runtime().store()
+    assert store.payload("p1").holder is None and store.execution(name).state is PayloadState.RELEASED
+    assert store.ledger().holders == frozenset() and stack.queue_counts() == (1, 0)  # back, visible
+    stack.launcher().admit()
+    assert stack.running() == [name]
+
+
+def test_an_unsure_start_after_the_hand_over_keeps_the_claim(stack):
+    stack.send({"id": "p0"}, group="g0")
+    rt = warm(stack)
+    (first,) = stack.running()
+    waiting = stack.send({"id": "p1"}, group="g1")
+    fired: Counter = Counter()
+
+    def unsure(**_: Any):
+        fired["calls"] += 1
+        return error_answer("InternalServerError", 500)
+
+    rt.client("stepfunctions").meta.events.register("before-call.sfn.StartExecution", unsure)
+    released, _, _ = end(rt, stack, first)
+    assert released and fired["calls"] == 1
+    name = execution_name("p1", waiting)
+    store = stack.runtime().store()
+    assert store.payload("p1").holder == name  # it may have started: the claim stays
+    stack.launcher().admit()  # the message is back: the same name resumes
+    assert stack.running() == [name] and stack.queue_counts() == (0, 0)
+
+
+def test_a_message_that_cannot_ride_the_release_is_claimed_its_own_way(stack):
+    """The head of the queue is a second message of the ended run's own key: the release goes
+    alone, and the message claims the key it has just freed."""
+    first_id = stack.send({"id": "p0"}, group="g0")
+    rt = warm(stack)
+    (first,) = stack.running()
+    again = stack.send({"id": "p0", "v": 2}, group="g0")
+    released, refill, _ = end(rt, stack, first)
+    assert released and refill.n(Outcome.STARTED) == 1
+    assert stack.running() == [execution_name("p0", again)] and first == execution_name("p0", first_id)
+    assert stack.runtime().store().payload("p0").state is PayloadState.RUNNING  # claimed, marked
+
+
+def visible_again(stack, receipts: list[str]) -> None:
+    """Messages in flight become visible again, as when their visibility timeout ends."""
+    sqs = stack.client("sqs")
+    for receipt in receipts:
+        sqs.change_message_visibility(
+            QueueUrl=stack.settings.queue_url, ReceiptHandle=receipt, VisibilityTimeout=0
+        )
+
+
+def test_max_lowered_between_the_read_and_the_hand_over_is_obeyed(stack):
+    """The operator lowers MAX below the runs after the hand-over read the pool (not frozen then)
+    and before its write: the swap is conditioned on the shard's cap, which the lowering froze,
+    so the release goes alone and the message goes back to the queue, unstarted."""
+    stack.send({"id": "p0"}, group="g0")
+    stack.send({"id": "p1"}, group="g1")
+    rt = warm(stack)
+    waiting = stack.send({"id": "p2"}, group="g2")
+    fired: Counter = Counter()
+
+    def lower(http_response: Any = None, **_: Any) -> None:
+        if not fired["lowered"]:
+            fired["lowered"] += 1
+            set_max(stack.runtime(), 1)  # another process: the operator's `sluice set-max 1`
+
+    rt.client("sqs").meta.events.register("after-call.sqs.ReceiveMessage", lower)
+    released, refill, _ = end(rt, stack, sorted(stack.running())[0])
+    assert released and fired["lowered"] == 1  # the fault fired: lowered between read and write
+    assert len(stack.running()) == 1, "the hand-over started a payload past the lowered MAX"
+    assert refill.n(Outcome.STARTED) == 0 and stack.queue_counts() == (1, 0)
+    set_max(stack.runtime(), 2)
+    stack.launcher().admit()
+    assert execution_name("p2", waiting) in stack.running()
