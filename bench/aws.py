@@ -13,7 +13,6 @@ method, as ``lib/sluice/adapters/dynamodb.py``, ``sqs.py``, ``sfn.py`` and ``ssm
     Store.claim()               dynamodb:TransactWriteItems      (one shard + PAYLOAD + EXEC, 2 WRU per KB
                                 each)
     Store.mark_running()        dynamodb:TransactWriteItems      (PAYLOAD + EXEC)
-    Store.mark_running_many()   dynamodb:TransactWriteItems per 50 (one by one if one of them fails)
     Store.release()             dynamodb:GetItem (+ TransactWriteItems when the name holds a lease:
                                 its shard + PAYLOAD + EXEC)
     Store.record_duplicate()    dynamodb:UpdateItem
@@ -67,6 +66,7 @@ from sluice.lanes import POOL_PREFIX, LaneRoom, LaneSetting
 from sluice.model import (
     ExecutionInfo,
     ExecutionRecord,
+    HandOver,
     Ledger,
     LimitSource,
     Message,
@@ -112,7 +112,6 @@ LEDGER_FIXED_BYTES = 60  # pk, external, drift, reconciled_at and the attribute 
 SMALL_ITEM_KB = 1  # PAYLOAD#, EXEC# and counter items stay under 1 KB here
 SHARD_FIXED_BYTES = 30  # a shard item's pk, cap and the holders map's own bytes
 SHARD_ENTRY_BYTES = 10  # per holder: the map entry and its claimed_at number
-MARKS_PER_TRANSACTION = 50  # DynamoStore.mark_running_many: two items each, 100 per transaction
 LANE_FIRST_READ = (
     4  # sluice.adapters.dynamo_lanes.FIRST_READ: a lane pool's shards read before its size is known
 )
@@ -406,42 +405,6 @@ class CountingStore:
         self.meter.wait("dynamodb:TransactWriteItems")
         return result
 
-    def mark_running_many(self, started: Sequence[Any], *, now: float) -> int:
-        """One transaction per 50 (two items each); if one of them fails, one by one (as DynamoStore)."""
-        if self.skip_mark:
-            return len(started)
-        if len(started) == 1:
-            s = started[0]
-            return int(self.mark_running(key=s.key, name=s.name, arn=s.arn, started_at=s.started_at, now=now))
-        marked = 0
-        for i in range(0, len(started), MARKS_PER_TRANSACTION):
-            chunk = started[i : i + MARKS_PER_TRANSACTION]
-            self.meter.call("dynamodb:TransactWriteItems")
-            self.meter.wru += 2 * 2 * SMALL_ITEM_KB * len(chunk)
-            if all(self._markable(s.key, s.name) for s in chunk):
-                for s in chunk:
-                    self.inner.mark_running(
-                        key=s.key, name=s.name, arn=s.arn, started_at=s.started_at, now=now
-                    )
-                marked += len(chunk)
-                self.meter.wait("dynamodb:TransactWriteItems")
-                continue
-            self.meter.wait("dynamodb:TransactWriteItems")
-            marked += sum(
-                self.mark_running(key=s.key, name=s.name, arn=s.arn, started_at=s.started_at, now=now)
-                for s in chunk
-            )
-        return marked
-
-    def _markable(self, key: str, name: str) -> bool:
-        payload, record = self.inner._payloads.get(key), self.inner._executions.get(name)
-        return (
-            payload is not None
-            and payload.holder == name
-            and record is not None
-            and record.state is PayloadState.CLAIMED
-        )
-
     def release(self, *, name: str, state: PayloadState, now: float, **kwargs: Any) -> ExecutionRecord | None:
         if not self.release_without_read:
             self.meter.call("dynamodb:GetItem")
@@ -450,13 +413,48 @@ class CountingStore:
         record = self.inner._executions.get(name)
         if record is None or not record.state.holds_lease:
             return None
-        self.meter.call("dynamodb:TransactWriteItems")
         result = self.inner.release(name=name, state=state, now=now, **kwargs)
+        self._release_writes(record, name, result)
+        return result if result is None else replace(result, shard=self._shard_of(name))
+
+    def _release_writes(self, record: ExecutionRecord, name: str, result: ExecutionRecord | None) -> None:
+        """The release's transaction; twice for a key flagged as awaited (refused, then again)."""
         keyed = SMALL_ITEM_KB if record.ckey is not None else 0  # CKEY#<key>
         laned = self._lane_shard_write(record.lane, name) if record.lane is not None else 0
-        self.meter.wru += 2 * (self._shard_write(name) + 2 * SMALL_ITEM_KB + keyed + laned)
-        self.meter.wait("dynamodb:TransactWriteItems")
-        return result if result is None else replace(result, shard=self._shard_of(name))
+        for _ in range(2 if result is not None and result.awaited else 1):
+            self.meter.call("dynamodb:TransactWriteItems")
+            self.meter.wru += 2 * (self._shard_write(name) + 2 * SMALL_ITEM_KB + keyed + laned)
+            self.meter.wait("dynamodb:TransactWriteItems")
+
+    def hand_over(self, *, name: str, state: PayloadState, now: float, offer: Any, **kwargs: Any) -> HandOver:
+        """``DynamoStore.hand_over``: one BatchGetItem (the record, the pool item), the offer's
+        receive, one transaction (the release and, when offered, the successor's lease and record
+        on the freed shard), and a release alone after a refused successor."""
+        self._batch_get(2)
+        record = self.inner._executions.get(name)
+        if record is None or not record.state.holds_lease:
+            return HandOver(None)
+        offered: list[Any] = []
+
+        def counted(seen: ExecutionRecord, room: bool) -> Any:
+            offered.append(offer(seen, room))
+            return offered[-1]
+
+        handed = self.inner.hand_over(name=name, state=state, now=now, offer=counted, **kwargs)
+        if offered and offered[0] is not None:
+            self.meter.call("dynamodb:TransactWriteItems")  # with the successor: 2 items more
+            self.meter.wru += 2 * (self._shard_write(name) + 4 * SMALL_ITEM_KB)
+            self.meter.wait("dynamodb:TransactWriteItems")
+            if handed.claimed:
+                if handed.released is not None and handed.released.awaited:
+                    self._release_writes(record, name, None)  # refused once for the flag
+                return replace(handed, released=replace(handed.released, shard=self._shard_of(name)))  # type: ignore[arg-type]
+        if handed.released is not None:
+            self._release_writes(record, name, handed.released)
+        released = handed.released
+        return replace(
+            handed, released=None if released is None else replace(released, shard=self._shard_of(name))
+        )
 
     def record_duplicate(self, *, key: str, message_id: str, now: float) -> None:
         self.meter.call("dynamodb:UpdateItem")

@@ -34,6 +34,7 @@ from bench.sluice_system import (
     SluiceLean,
     SluiceLinger,
     SluiceRefillOne,
+    SluiceReleaseThenRefill,
     SluiceSystem,
     SluiceWide,
 )
@@ -48,6 +49,7 @@ SYSTEMS: dict[str, type[System]] = {
         SluiceLinger,
         PollerSystem,
         CounterSemaphoreSystem,
+        SluiceReleaseThenRefill,
         SluiceRefillOne,
         SluiceLean,
         SluiceWide,

@@ -32,7 +32,8 @@ from sluice.lanes import DEFAULT_LANE, parse_lanes
 
 WORKLOADS = ("fixed30", "exp30", "lognormal", "fixed5")
 MAXES = (5, 100, 1000)
-VARIANTS = ("sluice-lean",)  # the floor of the design, on every workload
+# The completion before the hand-over, and the floor of that design, on every workload.
+VARIANTS = ("sluice-release-then-refill", "sluice-lean")
 REFILL_ONE = ("sluice-refill-one", ("fixed30", "fixed5"))  # prices a completion's ledger read
 TRICKLE_SYSTEMS = MAIN_SYSTEMS
 IDLE_SYSTEMS = MAIN_SYSTEMS

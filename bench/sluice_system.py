@@ -1,19 +1,20 @@
-"""Sluice as built: the real ``Launcher`` and ``settle_status_change`` on the counting adapters.
+"""Sluice as built: the real ``Launcher`` and its completion path on the counting adapters.
 
 Two Lambda functions, configured as ``serverless.yml`` deploys them (arm64; launcher 128 MB, timeout
 120 s; completion 256 MB, 60 s; MAX from SSM cached 5 s; receive wait 1 s; consistency window 60 s;
 queue visibility 180 s; maxReceiveCount 10; the launcher lingers 55 s):
 
     schedule ──► launcher:   launcher.tick(reconcile_first=True, remaining_ms=...)
-    status event ──► completion: settle_status_change(...) ──► if released: launcher.admit(max_new=1,
-                                                                                  freed=its shard)
+    status event ──► completion: launcher.on_status_change(...): the release hands its slot to the
+                                 next payload in its own transaction (sluice.handover)
 
 exactly as ``handlers/launcher.py`` and ``handlers/completion.py`` do. Each warm container keeps its own
 ``Launcher`` (and so its own SSM cache and state machine check), like the handlers' warm runtime.
 
 Only the scheduled tick lingers (``tick()`` calls ``admit(linger=True)``); a completion's admission
 never does, whatever ``SLUICE_LINGER_SECONDS`` says. A completion refills at most the one slot it
-freed, and reads that slot's shard (and the pool item) first.
+freed: it reads the ended run's record and the pool item, receives one message and hands the slot
+to it in the release's own transaction.
 
 Systems (the ids predate the change of default; they change no core code):
 
@@ -22,14 +23,17 @@ Systems (the ids predate the change of default; they change no core code):
   ignores it.
 - ``sluice``: the same with ``lingerSeconds=0``: a payload enqueued between ticks waits for the next.
   The variants below are built on it, so that they differ from it by one thing only.
-- ``sluice-refill-one``: ``sluice``, but a completion's admission skips its read of the freed shard and
+- ``sluice-release-then-refill``: ``sluice`` with the completion as it was before the hand-over: the
+  release, then a refill that reads the freed shard, claims in a transaction of its own and marks
+  it RUNNING. The two variants below are built on it.
+- ``sluice-refill-one``: ``sluice-release-then-refill``, but a completion's admission skips its read of the freed shard and
   assumes the one slot it freed is free (``CountingStore.hint_one_free``). It prices the read that
   stays in the core: without it, a completion after MAX was lowered would receive the head of the
   queue, fail the claim (``SlotsFull``) and return the message, spending one of its
   ``maxReceiveCount`` receives per completion; the read sees there is no slot and receives nothing.
 - ``sluice-wide``: ``sluice-linger`` with ``startConcurrency=100`` and ``launcherMemory=1024``, the
   settings docs/deploy.md gives for a MAX in the thousands (MAX 10,000 runs only).
-- ``sluice-lean``: ``sluice`` without the mark step and without the read before a release, the
+- ``sluice-lean``: ``sluice-release-then-refill`` without the mark step and without the read before a release, the
   ledger read kept: the floor of this design (ledger read, receive, claim, start, delete, release).
 - ``sluice-lanes``: ``sluice-linger`` with ``SLUICE_LANES=fast:10:1,bulk:50:0`` (the lanes workload):
   one queue per lane (``default``, implied with the global MAX, is the payload queue), handed to
@@ -128,6 +132,10 @@ class SluiceSystem(System):
     lean = False  # no mark step, no read before a release
     key_concurrency = 1  # the cap of a concurrency key (only the tenants workload's jobs carry one)
     refill_one = False  # a completion's admission skips the ledger read
+    # A completion hands its slot to the next payload in its release (``Launcher.on_status_change``,
+    # ``sluice.handover``); False: the design before it, a release and then a refill that reads the
+    # freed shard (``settle_status_change``, then ``Launcher.refill``).
+    hand_over = True
     lanes = ""  # SLUICE_LANES (only the lanes workload's jobs name a lane); "{max}": the global MAX
     receive_wait = 1  # SLUICE_RECEIVE_WAIT_SECONDS
 
@@ -246,11 +254,19 @@ class SluiceSystem(System):
                 "status": info.status,
                 "startDate": int((info.start_date or 0) * 1000),
                 "stopDate": int((info.stop_date or 0) * 1000),
+                # The output rides in the event (EventBridge leaves it out only past ~248 KiB).
+                "output": "{}",
+                "outputDetails": {"included": True},
             },
         }
 
         def handler(launcher: Launcher, remaining_ms: Any) -> None:
             change = StatusChange.from_event(event)
+            if self.hand_over:
+                _, summary, _ = launcher.on_status_change(change, remaining_ms=remaining_ms)
+                if summary is not None:
+                    self._emit(summary)
+                return
             released = settle_status_change(
                 change,
                 store=launcher.store,
@@ -311,11 +327,19 @@ class SluiceLanesNoWait(SluiceLanes):
     receive_wait = 0
 
 
-class SluiceLean(SluiceSystem):
+class SluiceReleaseThenRefill(SluiceSystem):
+    """The completion before the hand-over: the release, then a refill that reads the freed shard
+    and claims in a transaction of its own, marked RUNNING (the variants below are built on it)."""
+
+    name = "sluice-release-then-refill"
+    hand_over = False
+
+
+class SluiceLean(SluiceReleaseThenRefill):
     name = "sluice-lean"
     lean = True
 
 
-class SluiceRefillOne(SluiceSystem):
+class SluiceRefillOne(SluiceReleaseThenRefill):
     name = "sluice-refill-one"
     refill_one = True

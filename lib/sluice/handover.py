@@ -6,7 +6,7 @@ delete (``Store.hand_over``).
     ────────────────────────────              ────────        ────────                       ──────────────
     BatchGet EXEC#E + SLOTS#launcher ─────────────────────────► E holds shard i; the pool is
                                                                 neither frozen nor paused
-    receive 1 ◄──────────────────────────────  M (name N)
+    receive 1 (no wait) ◄────────────────────  M (name N)
     validate M: plain? (no awaits, no key, no pointer, not E's key)
     TransactWrite ────────────────────────────────────────────► shard i: REMOVE E, SET N
                                                                   IF E there AND size ≤ cap
@@ -25,8 +25,11 @@ CLAIMED: no RUNNING mark is written (a redelivered M resumes it, StartExecution 
 same ARN; reconciliation asks DescribeExecution of a claim it does not see listed). Where the
 successor cannot ride the release (its key held, or the same as E's; a run-once key that has
 SUCCEEDED; no room on the shard) the release goes alone and M is claimed its own way, as a refill
-did before. Where the pool has no room (frozen, paused) or E holds a slot from before the shards,
-nothing is received and the refill reads the slots as before.
+did before. Where the queue had nothing (the receive does not wait: the release is on hold meanwhile),
+the refill after the release receives as before, waiting, and takes what the release woke (a
+deferred duplicate, a key's waiter, a waiter whose awaits it met, an effect) or what arrived. Where
+the pool has no room (frozen, paused) or E holds a slot from before the shards, nothing is received
+and the refill reads the slots as before.
 
 Crash points:
 
@@ -45,19 +48,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sluice.awaits import AWAITS_ATTRIBUTE
-from sluice.errors import InvalidPayload
-from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE, TICKET_ATTRIBUTE
+from sluice.errors import InvalidPayload, TransientError
+from sluice.lanes import LANE_ATTRIBUTE
 from sluice.model import ExecutionRecord, Message, Payload, Successor
-from sluice.names import execution_name, origin_id
+from sluice.names import ORIGIN_ATTRIBUTE, execution_name, origin_id
 from sluice.pointers import POINTER_FIELD
 from sluice.ports import Executions, Queue
-from sluice.receipts import is_once
-from sluice.validation import validate_message
+from sluice.receipts import ONCE_ATTRIBUTE, is_once
+from sluice.validation import KEY_ATTRIBUTE, validate_message
 
-# A message that does more than claim before its start is claimed its own way after the release:
-# it waits for keys, lines up behind a concurrency key, or carries a pointer to check in S3.
-NOT_PLAIN = (AWAITS_ATTRIBUTE, CONCURRENCY_KEY_ATTRIBUTE, TICKET_ATTRIBUTE)
+# The only Sluice attributes a message may carry to ride a release: its key, its origin (a parked
+# message sent back), run-once, its lane's stamp. Any other (awaits and their policy, a concurrency
+# key or its ticket, anything added later) means more than a claim before its start: it is claimed
+# its own way after the release, where every attribute is checked (a bad one dead-lettered).
+PLAIN_ATTRIBUTES = frozenset({KEY_ATTRIBUTE, ORIGIN_ATTRIBUTE, ONCE_ATTRIBUTE, LANE_ATTRIBUTE})
 
 
 class HandOverOffer:
@@ -71,11 +75,10 @@ class HandOverOffer:
         executions: Executions,
         now: Callable[[], float],
         claim_timeout: float,
-        wait_seconds: int,
         time_left: Callable[[], bool],
     ) -> None:
         self.queue, self.executions, self.now = queue, executions, now
-        self.claim_timeout, self.wait_seconds, self.time_left = claim_timeout, wait_seconds, time_left
+        self.claim_timeout, self.time_left = claim_timeout, time_left
         self.asked = False  # the release read its record and asked (it holds the lease)
         self.room = False  # and the freed slot could pass on: a receive was made
         self.message: Message | None = None
@@ -86,7 +89,12 @@ class HandOverOffer:
         self.asked, self.room = True, room and self.time_left()
         if not self.room:
             return None
-        received = self.queue.receive(1, self.wait_seconds)
+        # No wait: the release is on hold until this returns. With the queue empty the refill after
+        # the release receives as before, waiting, and finds what that release woke.
+        try:
+            received = self.queue.receive(1, 0)
+        except TransientError:
+            return None  # the release goes on alone; the refill after it receives, or is skipped
         if not received:
             return None
         self.message = received[0]
@@ -118,7 +126,7 @@ class HandOverOffer:
 def _plain(message: Message) -> Payload | None:
     """The payload, when claiming is all it needs before its start; else None (claimed, parked or
     dead-lettered its own way after the release, with the reason that path gives)."""
-    if any(attribute in message.attributes for attribute in NOT_PLAIN):
+    if any(a.startswith("sluice-") and a not in PLAIN_ATTRIBUTES for a in message.attributes):
         return None
     try:
         payload = validate_message(message)

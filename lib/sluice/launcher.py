@@ -24,18 +24,18 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sluice.awaits import ReadAhead, read_ahead
 from sluice.completion import StatusChange, settle_status_change
 from sluice.effects import Effects
-from sluice.errors import ConfigurationError, InvalidPayload, SlotsFull, TransientError
+from sluice.errors import ConfigurationError, InvalidPayload, SlotsFull, SluiceError, TransientError
 from sluice.fair import tenant as fair_tenant
 from sluice.fanout import Pacer, fanout
 from sluice.handover import HandOverOffer
 from sluice.lane_admission import RECEIVE_BATCH, LaneAdmission
 from sluice.lanes import Lane
-from sluice.model import ExecutionRecord, Ledger, Message, Outcome, StartedExecution, TickSummary
+from sluice.model import ExecutionRecord, Ledger, Message, Outcome, TickSummary
 from sluice.per_message import MessageProtocol
 from sluice.pointers import PayloadObjects
 from sluice.ports import Clock, Executions, Fanout, MaxSource, Queue, Store, state_machine_arns
@@ -128,14 +128,12 @@ class Launcher(LaneAdmission, MessageProtocol):
         (``sluice.handover``; on a stack with lanes, a refill after the release offers it to the
         lanes by priority). Returns (released, the refill's summary, why it was skipped)."""
         offer = None
-        if not self.settings.lanes:
-            self._check_state_machine()
+        if not self.settings.lanes and self._checked_for_hand_over():
             offer = HandOverOffer(
                 queue=self.queue,
                 executions=self.executions,
                 now=self.clock.now,
                 claim_timeout=self.settings.claim_timeout_seconds,
-                wait_seconds=self.settings.receive_wait_seconds,
                 time_left=lambda: self._time_left(remaining_ms),
             )
         try:
@@ -171,19 +169,29 @@ class Launcher(LaneAdmission, MessageProtocol):
             self.log.warning("refill skipped: AWS is throttling or unavailable", extra={"error": str(exc)})
             return True, None, str(exc)
 
+    def _checked_for_hand_over(self) -> bool:
+        """The state machine check a start needs, before a hand-over claims one. When it fails (AWS
+        throttling, or the machine gone) the release goes first, alone, and the refill after it
+        checks again and says why, as a refill did: the ended run never keeps its slot for it."""
+        try:
+            self._check_state_machine()
+        except SluiceError:
+            return False
+        return True
+
     def _after_hand_over(
         self, offer: HandOverOffer, released: ExecutionRecord, remaining_ms: Callable[[], int] | None
     ) -> TickSummary:
-        """Start what the hand-over claimed, or claim the message it received its own way; when that
-        took no slot (parked, a duplicate, dead-lettered), the freed slot is refilled as before."""
+        """Start what the hand-over claimed, or claim the message it received its own way; when it
+        received none, or that took no slot (parked, a duplicate, dead-lettered), the freed slot is
+        refilled as before, without a read of the slots."""
         summary = self._admit_received(offer)
-        filled = summary.n(Outcome.STARTED) + summary.n(Outcome.RESUMED)
-        # Received before the release, so before its wake-ups: what it sent back (deferred
-        # duplicates, a key's waiters, waiters whose awaits it met) is received now.
-        woke = bool(released.parked) or released.ckey is not None or released.awaited
-        if filled:
+        if summary.n(Outcome.STARTED):  # a resumed message held a slot of its own already
             summary.stopped = "full"  # the one slot the completion freed is filled
-        elif woke if offer.message is None else not summary.stopped:
+        elif offer.message is None or not summary.stopped:
+            # The hand-over's receive does not wait, and came before the release's wake-ups:
+            # what it sent back (deferred duplicates, a key's waiters, waiters whose awaits it met,
+            # effects) and what arrives within the receive wait is received now, as a refill did.
             # The slot it freed is as free as the hand-over read it: no read before this receive.
             room = Ledger(room=1, complete=False)
             more = self.admit(remaining_ms=remaining_ms, max_new=1, ledger=room)
@@ -309,7 +317,19 @@ class Launcher(LaneAdmission, MessageProtocol):
                 # launcher that took it meanwhile makes the claim fail (SlotsFull): that message
                 # returns, as it would have after a read a moment before its claim.
                 known = ledger
+            elif max_new is None and self.lane is None and ledger.free - filled >= self._look_margin:
+                # A fill with room to spare as read: the next receive is sized by that room less
+                # what this round took, without a read (claims obey the caps as ever; a room taken
+                # meanwhile by another launcher, or a MAX lowered, returns a round's messages at
+                # most, as after a read a moment before).
+                known = replace(ledger, room=ledger.free - filled, complete=False, estimated=running + filled)
         return summary
+
+    @property
+    def _look_margin(self) -> int:
+        """Known free room a fill needs to skip the read before its next receive: a round's worth
+        more than the next round takes."""
+        return self.fan.workers + RECEIVE_BATCH
 
     # -- one batch ----------------------------------------------------------------------------
 
@@ -336,11 +356,12 @@ class Launcher(LaneAdmission, MessageProtocol):
         """Process the messages received. Returns (slots filled, why to stop or "").
 
         Message groups run side by side (``fan``); the messages of one group run one after another,
-        in the group's order, as SQS FIFO hands them out. The executions started are then marked
-        RUNNING in one write, and the messages handled deleted in one call per 10, also when an
-        error ends a group early. A crash (``BaseException``: timeout, kill) does neither, like the
-        real thing. ``handed``: message id → the name a completion's hand-over claimed it under
-        (``sluice.handover``): started without a claim of its own, and not marked RUNNING.
+        in the group's order, as SQS FIFO hands them out. The messages handled are then deleted in
+        one call per 10, also when an error ends a group early. A crash (``BaseException``: timeout,
+        kill) does not delete, like the real thing. No RUNNING mark is written: a claim holds its
+        lease until its release, started or not, and a redelivered message resumes it (StartExecution
+        answers with the same ARN). ``handed``: message id → the name a completion's hand-over
+        claimed it under (``sluice.handover``): started without a claim of its own.
         """
         by_group: dict[str, list[Message]] = {}
         for message in messages:  # groups in the order of their first message, each in its order
@@ -356,10 +377,9 @@ class Launcher(LaneAdmission, MessageProtocol):
                 for g, r in zip(groups, runs, strict=True)
             ]
         )
-        self._settle(
-            [m for r in runs for m in r.done],
-            [e for r in runs for e in r.started if e.name not in handed.values()],
-        )
+        done = [m for r in runs for m in r.done]
+        if done:
+            self.queue.delete(done)
         filled, stops = 0, set()
         for run in runs:
             filled += run.filled
@@ -385,7 +405,7 @@ class Launcher(LaneAdmission, MessageProtocol):
                 run.stop = halt.reason
                 return
             try:
-                outcome = self._process(message, run.done, run.started, ahead, handed.get(message.message_id))
+                outcome = self._process(message, run.done, ahead, handed.get(message.message_id))
             except SlotsFull:
                 # Another launcher took the slot since our ledger read, or the caps came down.
                 self.queue.release(rest)
@@ -420,12 +440,6 @@ class Launcher(LaneAdmission, MessageProtocol):
                 pass  # dead-lettered when its turn comes
         return _group(message)
 
-    def _settle(self, done: list[Message], started: list[StartedExecution]) -> None:
-        if started:
-            self.store.mark_running_many(started, now=self.clock.now())
-        if done:
-            self.queue.delete(done)
-
     # -- helpers ------------------------------------------------------------------------------
 
     def _check_state_machine(self) -> None:
@@ -453,7 +467,6 @@ class _Run:
     """What one message group's run did, merged into the tick's summary by the caller's thread."""
 
     done: list[Message] = field(default_factory=list)
-    started: list[StartedExecution] = field(default_factory=list)
     outcomes: dict[Outcome, int] = field(default_factory=dict)
     filled: int = 0
     stop: str = ""

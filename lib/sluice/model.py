@@ -398,16 +398,6 @@ class ExecutionInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class StartedExecution:
-    """An execution this launcher saw start, to be marked RUNNING with its batch."""
-
-    key: str
-    name: str
-    arn: str
-    started_at: float
-
-
-@dataclass(frozen=True, slots=True)
 class StartResult:
     arn: str
     already_existed: bool = False  # ExecutionAlreadyExists: this name ran before

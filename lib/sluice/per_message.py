@@ -57,7 +57,7 @@ from sluice.errors import (
 from sluice.fanout import Pacer
 from sluice.keys import concurrency_key, ticket_of
 from sluice.lanes import Lane
-from sluice.model import ClaimFence, Message, Outcome, Payload, PayloadState, StartedExecution, StartResult
+from sluice.model import ClaimFence, Message, Outcome, Payload, PayloadState, StartResult
 from sluice.names import execution_name, origin_id
 from sluice.parking import park
 from sluice.pointers import PayloadObjects, check_pointer
@@ -93,15 +93,14 @@ class MessageProtocol:
         self,
         message: Message,
         done: list[Message],
-        started: list[StartedExecution],
         ahead: ReadAhead | None = None,
         handed: str | None = None,
     ) -> Outcome:
         """``handed``: the name this message was claimed under already, by the hand-over of a
         completion's release (``sluice.handover``): it is started, nothing more."""
         if handed is not None:
-            return self._launch(validate_message(message), handed, done, started, fresh=True)
-        outcome = self._one(message, done, started, ahead)
+            return self._launch(validate_message(message), handed, done, fresh=True)
+        outcome = self._one(message, done, ahead)
         if outcome not in (Outcome.STARTED, Outcome.KEY_WAITING, Outcome.INVALID):
             # A waiter woken from its key's line that did not claim (a duplicate, already run, ...):
             # the slot kept for it is given back now rather than after INFLIGHT_SECONDS.
@@ -114,7 +113,6 @@ class MessageProtocol:
         self,
         message: Message,
         done: list[Message],
-        started: list[StartedExecution],
         ahead: ReadAhead | None = None,
     ) -> Outcome:
         try:
@@ -133,15 +131,13 @@ class MessageProtocol:
             return self._line_up(payload, done, None)  # other tenants in its batch: all line up
         name = execution_name(payload.key, origin_id(message.message_id, message.attributes))
         for _ in range(ATTEMPTS):
-            outcome = self._attempt(payload, name, done, started)
+            outcome = self._attempt(payload, name, done)
             if outcome is not None:
                 return outcome
         # The lease kept changing hands under us: try again later, as if the slot had been taken.
         raise SlotsFull(0)
 
-    def _attempt(
-        self, payload: Payload, name: str, done: list[Message], started: list[StartedExecution]
-    ) -> Outcome | None:
+    def _attempt(self, payload: Payload, name: str, done: list[Message]) -> Outcome | None:
         """One claim-and-start of ``payload``. None when the lease changed meanwhile: look again."""
         now = self.clock.now()
         claim_expires_at = now + self.settings.claim_timeout_seconds
@@ -197,23 +193,21 @@ class MessageProtocol:
             # Re-take the claim first: reconciliation may be judging it abandoned right now, and
             # a renewal is what makes its release fail. Released or started meanwhile: look again.
             if not self.store.renew(name=name, now=now, claim_expires_at=claim_expires_at):
-                return self._renewal_refused(payload, name, done, started)
+                return self._renewal_refused(payload, name, done)
             fresh = False
-        return self._launch(payload, name, done, started, fresh=fresh)
+        return self._launch(payload, name, done, fresh=fresh)
 
     def _launch(
         self,
         payload: Payload,
         name: str,
         done: list[Message],
-        started: list[StartedExecution],
         *,
         fresh: bool,
     ) -> Outcome:
         """Start ``payload`` under ``name``, whose claim is held (``fresh``: taken just now, so given
         back if StartExecution refuses it for sure; else a resumed claim, kept)."""
         ckey = self._ckey(payload.message)
-        now = self.clock.now()
         try:
             result = self._start(name, payload.body)
         except AmbiguousStartError:
@@ -237,8 +231,7 @@ class MessageProtocol:
             raise
 
         if result.already_existed:
-            return self._already_exists(payload, name, done, started)
-        started.append(StartedExecution(payload.key, name, result.arn, now))
+            return self._already_exists(payload, name, done)
         done.append(payload.message)
         outcome = Outcome.STARTED if fresh else Outcome.RESUMED
         self._log("execution started", payload, name, outcome, arn=result.arn)
@@ -371,9 +364,7 @@ class MessageProtocol:
         if not runs or not self.store.adopt(name=redriven, now=self.clock.now()):
             self.store.clear_redriven(key=key, name=redriven)
 
-    def _renewal_refused(
-        self, payload: Payload, name: str, done: list[Message], started: list[StartedExecution]
-    ) -> Outcome | None:
+    def _renewal_refused(self, payload: Payload, name: str, done: list[Message]) -> Outcome | None:
         """Our claim could not be renewed. Released or started meanwhile: look again. Blocked
         (reconciliation saw a redriven run of its key, ``Store.block``) and never started: hand the
         key to that run, which is then adopted, and look again: this message is its duplicate."""
@@ -382,7 +373,7 @@ class MessageProtocol:
             return None
         if self.executions.describe(name) is not None:
             # An earlier attempt did start it: it runs beside the redriven one; carry on.
-            return self._already_exists(payload, name, done, started)
+            return self._already_exists(payload, name, done)
         self._rollback(
             name,
             f"yielded to {record.blocked_by}, a redriven run of the same key",
@@ -393,9 +384,7 @@ class MessageProtocol:
             self.store.adopt(name=record.blocked_by, now=self.clock.now())
         return None
 
-    def _already_exists(
-        self, payload: Payload, name: str, done: list[Message], started: list[StartedExecution]
-    ) -> Outcome:
+    def _already_exists(self, payload: Payload, name: str, done: list[Message]) -> Outcome:
         """StartExecution says this name exists with other input or has ended: this message ran."""
         info = self.executions.describe(name)
         if info is None:
@@ -404,7 +393,6 @@ class MessageProtocol:
                 f"execution {name} exists but cannot be described yet", operation="DescribeExecution"
             )
         if not info.ended:
-            started.append(StartedExecution(payload.key, name, info.arn, info.start_date or self.clock.now()))
             done.append(payload.message)
             self._log("redelivered message already running", payload, name, Outcome.RESUMED)
             return Outcome.RESUMED

@@ -25,7 +25,6 @@ from sluice.model import (
     PayloadRecord,
     PayloadState,
     Rooms,
-    StartedExecution,
     StartResult,
     Successor,
 )
@@ -205,14 +204,8 @@ class Store(Protocol):
         ...
 
     def mark_running(self, *, key: str, name: str, arn: str, started_at: float, now: float) -> bool:
-        """CLAIMED → RUNNING if ``name`` still holds the lease and has not ended. False otherwise."""
-        ...
-
-    def mark_running_many(self, started: Sequence[StartedExecution], *, now: float) -> int:
-        """``mark_running`` for a batch, in one write when all still hold their leases.
-
-        Returns how many were marked; one already released (it ended first) is skipped.
-        """
+        """CLAIMED → RUNNING if ``name`` still holds the lease and has not ended. False otherwise.
+        Reconciliation's, on DescribeExecution's word: the launcher writes no mark after a start."""
         ...
 
     def release(

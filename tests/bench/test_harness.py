@@ -63,7 +63,7 @@ def test_completions_ending_together_dead_letter_nothing():
 
 def test_the_variants_drop_exactly_the_calls_they_model():
     jobs = _jobs("fixed30", 60, max_=10)
-    default = run("sluice", "fixed30", 10, 7, jobs=jobs)["calls_by_api"]
+    default = run("sluice-release-then-refill", "fixed30", 10, 7, jobs=jobs)["calls_by_api"]
     refill_one = run("sluice-refill-one", "fixed30", 10, 7, jobs=jobs)["calls_by_api"]
     lean = run("sluice-lean", "fixed30", 10, 7, jobs=jobs)["calls_by_api"]
     refills = 60 - 10  # every completion but the last ten found a message
@@ -251,3 +251,22 @@ def test_a_lambda_function_is_billed_by_its_memory():
     sim.run()
     assert small.gb_seconds == pytest.approx(2.0 * 128 / 1024)
     assert large.gb_seconds == pytest.approx(2 * small.gb_seconds)
+
+
+def test_a_completion_hands_its_slot_over_in_its_release():
+    """The hand-over against the completion before it, on the same jobs: per completion that finds
+    a message, one read (the record and the pool item), one receive, one transaction, the start
+    and the delete, with no RUNNING mark and no read of its key's waiters."""
+    jobs = _jobs("fixed30", 60, max_=10)
+    before = run("sluice-release-then-refill", "fixed30", 10, 7, jobs=jobs)
+    after = run("sluice", "fixed30", 10, 7, jobs=jobs)
+    assert after["completed"] == before["completed"] == 60
+    assert after["peak_concurrency"] <= 10 and after["dead_lettered"] == 0
+    b, a = before["calls_by_api"], after["calls_by_api"]
+    refills = 60 - 10  # every completion but the last ten found a message
+    assert b["dynamodb:GetItem"] - a["dynamodb:GetItem"] >= 60  # the record is read with the pool item
+    assert (
+        b["dynamodb:TransactWriteItems"] - a["dynamodb:TransactWriteItems"] >= 2 * refills
+    )  # no claim, no mark
+    assert a["states:StartExecution"] == b["states:StartExecution"] == 60
+    assert after["api_calls_per_start"] < before["api_calls_per_start"] - 2

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from sluice.errors import LeaseHeld, SlotsFull
-from sluice.model import LimitSource, PayloadState, StartedExecution
+from sluice.model import LimitSource, PayloadState
 from tests.contract.stores import NOW, claim
 
 
@@ -106,22 +106,6 @@ def test_mark_running_only_while_claimed_by_that_name(store):
     assert not store.mark_running(key="k", name="n1", arn="arn:x", started_at=NOW + 2, now=NOW + 2)
     assert store.payload("k").state is PayloadState.RUNNING
     assert store.execution("n1").arn == "arn:x"
-
-
-def test_mark_running_many_marks_a_batch_and_skips_what_already_ended(store):
-    for i in range(4):
-        claim(store, f"k{i}", f"n{i}")
-    store.release(name="n2", state=PayloadState.SUCCEEDED, now=NOW)  # ended before the mark
-    batch = [StartedExecution(f"k{i}", f"n{i}", f"arn:{i}", NOW + i) for i in range(4)]
-    assert store.mark_running_many(batch, now=NOW + 9) == 3
-    assert [store.payload(f"k{i}").state for i in range(4)] == [
-        PayloadState.RUNNING,
-        PayloadState.RUNNING,
-        PayloadState.SUCCEEDED,
-        PayloadState.RUNNING,
-    ]
-    assert store.execution("n3").arn == "arn:3" and store.execution("n3").started_at == NOW + 3
-    assert store.mark_running_many(batch[:2], now=NOW + 10) == 0  # already marked
 
 
 def test_release_frees_once_and_records_the_outcome(store):
@@ -343,10 +327,3 @@ def test_a_release_that_does_not_happen_writes_no_effects(store):
     out = lambda record: ReceiptOutput(effects=late)  # noqa: E731
     assert store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW + 2, output=out) is None
     assert store.effects("n1") is None
-
-
-def test_mark_running_many_takes_two_copies_of_one_start(store):
-    claim(store, "k", "n1")
-    s = StartedExecution("k", "n1", "arn:n1", NOW + 1)
-    assert store.mark_running_many([s, s], now=NOW + 1) >= 1
-    assert store.payload("k").state is PayloadState.RUNNING

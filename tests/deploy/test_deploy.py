@@ -611,7 +611,7 @@ def test_one_payload_through_the_deployed_stack(deployed):
     assert json.loads(described["input"]) == {"id": "order-1001", "amount": 42}
     assert store.ledger().holders == {name}
     assert store.payload("order-1001").holder == name
-    assert store.execution(name).state is PayloadState.RUNNING
+    assert store.execution(name).state is PayloadState.CLAIMED  # its lease held; started
     assert _depth(sqs, out["QueueUrl"]) == 0
 
     # Step Functions finishes it (the CloudFormation-created machine never runs its states in moto).

@@ -244,13 +244,15 @@ def test_status_of_one_payload_shows_its_record_and_history(env, cli, monkeypatc
 
     assert run.code == 0
     payload, runs = run.json["payload"], run.json["executions"]
-    assert payload["key"] == "scene-9" and payload["state"] == "RUNNING" and payload["attempts"] == 2
-    assert [r["state"] for r in runs] == ["FAILED", "RUNNING"]
+    assert payload["key"] == "scene-9" and payload["state"] == "CLAIMED" and payload["attempts"] == 2
+    assert [r["state"] for r in runs] == ["FAILED", "CLAIMED"]
+    assert run.json["holder_status"] == "RUNNING"  # Step Functions' word on the run holding the lease
+    assert "; Step Functions: RUNNING" in cli("status", "scene-9").out
     assert runs[0]["name"] == name and runs[0]["error"] == "States.TaskFailed"
     assert all(r["arn"].endswith(r["name"]) for r in runs)
 
     human = cli("status", "scene-9").out
-    assert "state       RUNNING  (lease held by" in human
+    assert "state       CLAIMED  (lease held by" in human and "; Step Functions: RUNNING" in human
     assert f"  FAILED     {name}" in human
     assert "error: States.TaskFailed: States.TaskFailed cause" in human
 

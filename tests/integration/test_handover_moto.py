@@ -135,7 +135,7 @@ def test_a_message_that_cannot_ride_the_release_is_claimed_its_own_way(stack):
     released, refill, _ = end(rt, stack, first)
     assert released and refill.n(Outcome.STARTED) == 1
     assert stack.running() == [execution_name("p0", again)] and first == execution_name("p0", first_id)
-    assert stack.runtime().store().payload("p0").state is PayloadState.RUNNING  # claimed, marked
+    assert stack.runtime().store().payload("p0").holder == execution_name("p0", again)
 
 
 def visible_again(stack, receipts: list[str]) -> None:
@@ -170,3 +170,92 @@ def test_max_lowered_between_the_read_and_the_hand_over_is_obeyed(stack):
     set_max(stack.runtime(), 2)
     stack.launcher().admit()
     assert execution_name("p2", waiting) in stack.running()
+
+
+# -- found by an independent attempt to break the hand-over (each failed before its fix) ------------------
+
+
+def test_a_message_with_a_bad_attribute_is_dead_lettered_by_a_completion_too(stack):
+    """A Sluice attribute the hand-over does not know (here an awaits policy that is neither 'run'
+    nor 'dead-letter') sends the message the normal way, which checks it: dead-lettered with its
+    reason, as a tick would, never started by the hand-over."""
+    stack.send({"id": "p0"}, group="g0")
+    rt = warm(stack)
+    (first,) = stack.running()
+    stack.send({"id": "p1"}, group="g1", sluice_on_await_failure="bogus")
+    released, refill, _ = end(rt, stack, first)
+    assert released and refill.n(Outcome.INVALID) == 1 and stack.running() == []
+    (dead,) = stack.dlq_messages()
+    assert "sluice-on-await-failure" in dead["MessageAttributes"]["sluice-error"]["StringValue"]
+
+
+def test_a_resumed_message_does_not_fill_the_slot_it_freed(stack):
+    """The hand-over received a message whose run is going already (its launcher died after the
+    start): resuming it takes no slot, so the freed one is filled by the next message."""
+    stack.send({"id": "p0"}, group="g0")
+    stack.send({"id": "p1"}, group="g1")
+    rt = warm(stack)
+    first, second = sorted(stack.running())
+    behind = stack.send({"id": "p2"}, group="g2")
+    received = receipts_of(rt.client("sqs"))
+    fired = crash_after(rt.client("stepfunctions"), "StartExecution")
+    with pytest.raises(Crash):
+        end(rt, stack, first)  # p2 handed the slot and started, then the container died
+    assert fired["calls"] == 1
+    visible_again(stack, received)
+    later = stack.send({"id": "p3"}, group="g3")
+    released, refill, _ = end(stack.runtime(), stack, second)
+    assert released and refill.n(Outcome.RESUMED) == 1 and refill.n(Outcome.STARTED) == 1
+    assert sorted(stack.running()) == sorted([execution_name("p2", behind), execution_name("p3", later)])
+
+
+def test_a_throttled_receive_does_not_keep_the_ended_run_holding(stack):
+    stack.send({"id": "p0"}, group="g0")
+    rt = warm(stack)
+    (first,) = stack.running()
+    stack.send({"id": "p1"}, group="g1")
+    refused = throttle(rt.client("sqs"), "ReceiveMessage", times=1)
+    released, refill, _ = end(rt, stack, first)
+    assert refused["throttled"] == 1 and released
+    assert not stack.runtime().store().execution(first).state.holds_lease
+    assert refill is not None and refill.n(Outcome.STARTED) == 1  # the refill after it received
+
+
+def test_a_throttled_state_machine_check_does_not_keep_the_ended_run_holding(stack):
+    stack.send({"id": "p0"}, group="g0")
+    stack.launcher().tick()
+    (first,) = stack.running()
+    rt = stack.runtime()  # a cold completion container: it checks the state machine first
+    stack.send({"id": "p1"}, group="g1")
+    refused = throttle(rt.client("stepfunctions"), "DescribeStateMachine", times=1)
+    released, _, _ = end(rt, stack, first)
+    assert refused["throttled"] == 1 and released
+    assert not stack.runtime().store().execution(first).state.holds_lease
+
+
+def test_an_event_delivered_twice_at_once_costs_the_loser_one_receive_and_loses_nothing(stack):
+    """EventBridge delivers one status event twice at once. Both read the run holding its slot and
+    receive a message; one hands the slot over, the other's release finds nothing to free. The
+    loser's message is claimed its own way: with the pool full it goes back to the queue, visible at
+    once, having spent one receive (of maxReceiveCount 10). It then starts at the next free slot."""
+    stack.send({"id": "p0"}, group="g0")
+    stack.send({"id": "p1"}, group="g1")
+    rt_a = warm(stack)
+    rt_b = stack.runtime()
+    head = stack.send({"id": "p2"}, group="g2")
+    behind = stack.send({"id": "p3"}, group="g3")
+    first = sorted(stack.running())[0]
+    change = StatusChange.from_event(stack.finish(first))
+    other: dict[str, Any] = {}
+
+    def the_other_delivery(http_response: Any = None, **_: Any) -> None:
+        if not other:
+            other["result"] = rt_b.launcher().on_status_change(change)
+
+    rt_a.client("sqs").meta.events.register("after-call.sqs.ReceiveMessage", the_other_delivery)
+    released_a, refill_a, _ = rt_a.launcher().on_status_change(change)
+    assert other["result"][0] and not released_a  # the fault fired: B released first, A freed nothing
+    assert execution_name("p3", behind) in stack.running() and len(stack.running()) == 2
+    assert refill_a.n(Outcome.RETURNED) == 1 and stack.queue_counts() == (1, 0)
+    end(rt_b, stack, sorted(n for n in stack.running() if not n.startswith("p3"))[0])
+    assert execution_name("p2", head) in stack.running()

@@ -157,7 +157,7 @@ def test_killed_mid_message_then_retried_after_the_visibility_timeout_starts_not
     assert [i["id"] for i in stack.inputs()] == ["only"]
     assert stack.queue_counts() == (0, 0)
     record = stack.runtime().store().payload("only")
-    assert (record.state, record.attempts, len(record.executions)) == (PayloadState.RUNNING, 1, 1)
+    assert (record.state, record.attempts, len(record.executions)) == (PayloadState.CLAIMED, 1, 1)
 
 
 def test_max_change_in_ssm_takes_effect_on_the_next_tick(stack):

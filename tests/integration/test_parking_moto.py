@@ -99,7 +99,7 @@ def test_a_parked_message_goes_back_in_its_group_with_its_attributes_and_origina
         ORIGIN_ATTRIBUTE: original,
     }
     assert stack.running() == [execution_name("k", original)]  # the completion's refill ran it
-    assert stack.runtime().store().payload("k").state is PayloadState.RUNNING
+    assert stack.runtime().store().payload("k").holder == execution_name("k", original)
 
 
 def test_a_park_that_lands_while_the_release_is_on_its_way_is_woken_by_that_release(deferring):

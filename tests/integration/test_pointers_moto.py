@@ -82,7 +82,7 @@ def test_a_600_kib_payload_is_stored_encrypted_and_runs_from_its_pointer(stack, 
     assert summary.n(Outcome.STARTED) == 1
     [started] = stack.inputs()
     assert started == {"id": "scene-42", POINTER_FIELD: {"uri": uri, "sha256": SHA, "size": len(BODY)}}
-    assert payload_record(stack).state.value == "RUNNING"
+    assert payload_record(stack).state.value == "CLAIMED"  # its lease held; started
     assert stack.queue_counts() == (0, 0) and stack.dlq_messages() == []
 
 

@@ -104,7 +104,6 @@ INTERLEAVE_POINTS = (
     "before_start",
     "after_start",
     "after_renew",
-    "after_mark",
     "after_dead_letter",
     "before_delete",
     "after_delete",

@@ -197,7 +197,7 @@ def test_payloads_at_the_limits_run(stack, case):
 
     assert summary.n(Outcome.STARTED) == 1
     assert started_inputs(stack) == [payload]
-    assert payload_record(stack, payload["id"])["state"]["S"] == "RUNNING"
+    assert payload_record(stack, payload["id"])["state"]["S"] == "CLAIMED"  # its lease held; started
 
 
 def test_an_id_an_execution_name_may_not_hold_runs(stack):
@@ -257,4 +257,4 @@ def test_a_message_without_sluice_attributes_runs_under_the_derived_key(stack, b
 
     assert (summary.n(Outcome.STARTED), summary.n(Outcome.DUPLICATE)) == (1, 1)
     record = payload_record(stack, key)
-    assert record["state"]["S"] == "RUNNING" and int(record["duplicates"]["N"]) == 1
+    assert record["state"]["S"] == "CLAIMED" and int(record["duplicates"]["N"]) == 1

@@ -23,6 +23,7 @@ from tests.support.faults import (
     CrashAt,
     Fault,
     Interleave,
+    StaleList,
     Throttle,
 )
 from tests.support.hooks import retry_sleeps
@@ -458,7 +459,29 @@ def given_back(world: World, faults: list[Fault]) -> str:
     return world.tick("A", [Throttle("claim"), *faults])
 
 
+def handed_over(world: World, faults: list[Fault]) -> str:
+    """A run ends with a payload waiting: the completion hands the freed slot to it in its release."""
+    world.send(body("p0"), group="g0")
+    world.tick("A")
+    (p0,) = world.model.running
+    world.send(body("p1"), group="g1")
+    world.end(p0)
+    return world.deliver(0, faults)
+
+
+def confirmed(world: World, faults: list[Fault]) -> str:
+    """A started claim missing from a stale listing: reconciliation asks DescribeExecution, which
+    says it runs, and marks it RUNNING."""
+    world.send(body("p0"), group="g0")
+    world.tick("A")
+    world.advance(WINDOW + 1)
+    return world.tick("B", [StaleList("empty"), *faults])
+
+
 REACHED_BY = {
+    "after_mark": confirmed,
+    "before_hand_over": handed_over,
+    "after_hand_over": handed_over,
     "before_start": resumed,
     "after_renew": resumed,
     "after_suspect": sighted,

@@ -257,7 +257,6 @@ CRASH_POINTS: dict[str, tuple[str, str]] = {
     "after_receive": ("after", "receive"),
     "after_claim": ("after", "claim"),
     "after_start": ("after", "start"),
-    "after_mark": ("after", "mark"),
     "before_delete": ("before", "delete"),
     "after_delete": ("after", "delete"),
     "after_duplicate": ("after", "duplicate"),
@@ -283,6 +282,8 @@ SITUATIONAL_POINTS: dict[str, tuple[str, str]] = {
     "after_park": ("after", "park"),
     "before_unpark": ("before", "unpark"),
     "after_unpark": ("after", "unpark"),
+    # reconciliation's mark of a claim Step Functions says runs (the launcher writes none after a start)
+    "after_mark": ("after", "mark"),
     # a completion's refill: after the receive, before the release that hands its slot on; after it
     "before_hand_over": ("before", "hand_over"),
     "after_hand_over": ("after", "hand_over"),

@@ -128,7 +128,7 @@ def test_resubmission_after_the_run_ended_runs_again():
     w.send({"id": "p"})
     assert w.launcher.tick().n(Outcome.STARTED) == 1
     record = w.store.payload("p")
-    assert record.attempts == 2 and len(record.executions) == 2 and record.state is PayloadState.RUNNING
+    assert record.attempts == 2 and len(record.executions) == 2 and record.state is PayloadState.CLAIMED
 
 
 def test_invalid_payload_goes_to_the_dlq_with_its_reason_and_the_tick_goes_on():
@@ -189,7 +189,7 @@ def test_redelivery_after_a_crash_between_claim_and_start_resumes_with_the_same_
     w.clock.advance(181)  # visibility timeout: the message comes back
     s = w.launcher.tick()
     assert s.n(Outcome.RESUMED) == 1 and list(w.sfn.running) == [name]
-    assert w.store.payload("p").state is PayloadState.RUNNING and len(w.queue) == 0
+    assert w.store.payload("p").holder == name and len(w.queue) == 0
 
 
 def test_redelivery_after_the_execution_ended_does_not_run_it_again():

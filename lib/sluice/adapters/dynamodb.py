@@ -67,7 +67,6 @@ from sluice.model import (
     LimitSource,
     PayloadState,
     Rooms,
-    StartedExecution,
 )
 from sluice.slots import DEFAULT_PER_SHARD
 
@@ -81,7 +80,6 @@ __all__ = [
     "payload_pk",
 ]
 
-MARKS_PER_TRANSACTION = 50  # two items each; TransactWriteItems takes 100
 HISTORY_LIMIT = 20  # execution names kept on a payload record; trimmed to the newest HISTORY_KEEP
 HISTORY_KEEP = 10
 
@@ -403,49 +401,29 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
         )
 
     def mark_running(self, *, key: str, name: str, arn: str, started_at: float, now: float) -> bool:
-        items = self._mark_items(StartedExecution(key, name, arn, started_at), now)
+        items = self._mark_items(key, name, arn, started_at, now)
         return self._transact(items) is None
 
-    def mark_running_many(self, started: Sequence[StartedExecution], *, now: float) -> int:
-        # Two copies of one message (same origin id, so same name: a re-sent effect or parked message
-        # past SQS's deduplication window) can both resume it in one batch; one transaction may not
-        # name an item twice.
-        started = list({s.name: s for s in started}.values())
-        if len(started) == 1:
-            s = started[0]
-            return int(self.mark_running(key=s.key, name=s.name, arn=s.arn, started_at=s.started_at, now=now))
-        marked = 0
-        for i in range(0, len(started), MARKS_PER_TRANSACTION):
-            chunk = started[i : i + MARKS_PER_TRANSACTION]
-            items = [entry for s in chunk for entry in self._mark_items(s, now)]
-            if self._transact(items) is None:
-                marked += len(chunk)
-                continue
-            # One of them ended (and was released) before we marked it: mark the others one by one.
-            marked += sum(
-                self.mark_running(key=s.key, name=s.name, arn=s.arn, started_at=s.started_at, now=now)
-                for s in chunk
-            )
-        return marked
-
-    def _mark_items(self, s: StartedExecution, now: float) -> list[dict[str, Any]]:
+    def _mark_items(
+        self, key: str, name: str, arn: str, started_at: float, now: float
+    ) -> list[dict[str, Any]]:
         return [
             {
                 "Update": {
                     "TableName": self.table,
-                    "Key": {"pk": {"S": payload_pk(s.key)}},
+                    "Key": {"pk": {"S": payload_pk(key)}},
                     "UpdateExpression": "SET #state = :running, updated_at = :now REMOVE expires_at",
                     "ConditionExpression": "holder = :name",
                     "ExpressionAttributeNames": {"#state": "state"},
                     "ExpressionAttributeValues": values(
-                        running=PayloadState.RUNNING.value, now=now, name=s.name
+                        running=PayloadState.RUNNING.value, now=now, name=name
                     ),
                 }
             },
             {
                 "Update": {
                     "TableName": self.table,
-                    "Key": {"pk": {"S": execution_pk(s.name)}},
+                    "Key": {"pk": {"S": execution_pk(name)}},
                     "UpdateExpression": (
                         "SET #state = :running, arn = :arn, started_at = :started "
                         "REMOVE expires_at, suspect_since, suspect_by"
@@ -454,8 +432,8 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
                     "ExpressionAttributeNames": {"#state": "state"},
                     "ExpressionAttributeValues": values(
                         running=PayloadState.RUNNING.value,
-                        arn=s.arn,
-                        started=s.started_at,
+                        arn=arn,
+                        started=started_at,
                         claimed=PayloadState.CLAIMED.value,
                     ),
                 }

@@ -24,7 +24,6 @@ from sluice.model import (
     PayloadRecord,
     PayloadState,
     Rooms,
-    StartedExecution,
     Successor,
     record_expiry,
 )
@@ -257,12 +256,6 @@ class MemoryStore(MemoryAwaits, MemoryKeys):
                 suspect_by=None,
             )
             return True
-
-    def mark_running_many(self, started: Sequence[StartedExecution], *, now: float) -> int:
-        return sum(
-            self.mark_running(key=s.key, name=s.name, arn=s.arn, started_at=s.started_at, now=now)
-            for s in started
-        )
 
     def release(
         self,

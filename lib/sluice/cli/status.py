@@ -38,7 +38,9 @@ def cmd_status(ctx: Context) -> int:
     expires = when(p["expires_at"]) if p["expires_at"] else ("never while it runs" if p["holder"] else "-")
     lines = [
         f"payload     {p['key']}",
-        f"state       {p['state']}" + (f"  (lease held by {p['holder']})" if p["holder"] else ""),
+        f"state       {p['state']}"
+        + (f"  (lease held by {p['holder']})" if p["holder"] else "")
+        + (f"; Step Functions: {data['holder_status']}" if data.get("holder_status") else ""),
         f"attempts    {p['attempts']}    duplicates suppressed {p['duplicates']}",
         f"updated     {when(p['updated_at'])}    record expires {expires}",
     ]

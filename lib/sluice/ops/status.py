@@ -128,11 +128,24 @@ def payload_history(rt: Runtime, key: str) -> dict[str, Any] | None:
             history[found.name] = found
     receipt = receipt_of(record, history.get(record.receipt)) if record.receipt else None
     return {
+        "holder_status": _holder_status(rt, history.get(record.holder) if record.holder else None),
         "payload": asdict(record),
         "executions": [asdict(r) for r in runs],
         "receipt": receipt.as_dict() if receipt is not None else None,
         "effects": _effects(store, receipt.name) if receipt is not None and receipt.succeeded else None,
     }
+
+
+def _holder_status(rt: Runtime, holder: Any) -> str | None:
+    """What Step Functions says of the run holding the lease: the launcher writes no RUNNING mark
+    after a start, so a ``CLAIMED`` lease is asked about (``NOT STARTED``: no such execution yet)."""
+    if holder is None or holder.state.value != "CLAIMED":
+        return None
+    try:
+        info = rt.executions().describe(holder.name, holder.arn)
+    except SluiceError:
+        return None
+    return "NOT STARTED" if info is None else info.status
 
 
 def _effects(store: Any, name: str) -> dict[str, Any] | None:
