@@ -1,14 +1,18 @@
 """The launcher: admit queued payloads into free slots and start one execution per payload.
 
-    tick ──► reconcile ──► admit ──► look ──► receive ≤ free ──► groups side by side ──► settle
-                             ▲          (one read)                  (one message each:     (mark RUNNING,
-                             │                                       sluice.per_message)    delete)
+    tick ──► reconcile ──► admit ──► look ──► receive ≤ free ──► groups side by side ──► delete
+                             ▲          (one read;                  (one message each:     (per batch)
+                             │           skipped while              sluice.per_message)
+                             │           room remains)
                              └── again while slots are free, messages come and time is left
+
+    status event ──► on_status_change ──► release, handing the freed slot to the next payload in
+                                          its own transaction (sluice.handover) ──► start, delete
 
 This module is the admission loop: how many messages to take and when to stop (``admit``), the
 receives, the message groups run side by side (``startConcurrency``, ``sluice.fanout``) and the one
-mark and delete per batch. What happens to each message, and why each step is safe to die after, is
-``sluice.per_message``.
+delete per batch; and a completion's refill. What happens to each message, and why each step is
+safe to die after, is ``sluice.per_message``.
 
 Admission is exact across concurrent launchers because the slot is taken by a conditional write
 on one shard of the slots (``size(holders) < cap``), in the same transaction as the payload's
@@ -237,8 +241,9 @@ class Launcher(LaneAdmission, MessageProtocol):
     ) -> TickSummary:
         """Receive and start payloads while slots are free, the queue has messages and time remains.
 
-        The ledger is read again before every receive; each claim is admitted by the caps in force
-        at its write. With ``sync_limit`` (the scheduled tick) MAX is read before every receive too
+        The ledger is read again before a receive, unless the room last read, less what was taken
+        since, covers a whole round more than the next (a fill, ``_look_margin``); each claim is
+        admitted by the caps in force at its write. With ``sync_limit`` (the scheduled tick) MAX is read before every receive too
         and the caps are brought to MAX − external (``Store.set_limit``), so a MAX changed in SSM by
         any means reaches the caps within one tick, also while the tick lingers. The read before a
         receive is ``Store.look``: one call whatever MAX is; ``freed`` (a completion's refill) reads

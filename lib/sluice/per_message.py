@@ -2,25 +2,28 @@
 
 Per message the order is fixed; each step is safe to die after:
 
-    receive ──► validate ──► claim(lease + slot) ──► StartExecution ──► mark RUNNING ──► delete
-                                                                      (per batch)     (per batch)
-                   │               │                       │                  │              │
-              invalid: DLQ    LeaseHeld by us:         already exists:        │              │
-              with reason     resume (same name)       describe, record       │              │
-                              LeaseHeld by other:      refused for sure:      │              │
-                              holder ended? settle,    roll the claim back    │              │
-                              claim again; else        (a retried call is     │              │
-                              duplicate / park         never "for sure")      │              │
-                              SlotsFull: return msg    unsure: keep claim     │              │
+    receive ──► validate ──► claim(lease + slot) ──► StartExecution ──► delete (per batch)
+                   │               │                       │
+              invalid: DLQ    LeaseHeld by us:         already exists: describe, record
+              with reason     resume (same name)       refused for sure: roll the claim back
+                              LeaseHeld by other:        (a retried call is never "for sure")
+                              holder ended? settle,    unsure: keep the claim
+                              claim again; else
+                              duplicate / park
+                              SlotsFull: return msg
 
     dies after claim    message returns with the same id, so the same name: the claim is
                         ours; renew it (fenced by its version), then start it. If it never
                         returns, reconciliation asks DescribeExecution, marks the claim, and
                         releases it a claim timeout later only if nobody renewed it since.
-    dies after start    the retry's StartExecution returns the same ARN (same name, same
-                        input, still running) or ExecutionAlreadyExists (ended): no second run.
-    dies after mark     the lease names this very message: delete it, start nothing.
+    dies after start    the retry renews the claim and calls StartExecution again: the same
+                        ARN (same name, same input, still running) or ExecutionAlreadyExists
+                        (ended): no second run. No RUNNING mark is written after a start; a
+                        lease reconciliation marked RUNNING is deleted, nothing started.
     dies after delete   nothing left to do.
+
+A completion's hand-over (``sluice.handover``) claims in its release; its message joins here at
+StartExecution (``handed``).
 
 A run-once message (``sluice-once: true``) whose key has SUCCEEDED already fails its claim with
 ``AlreadyDone`` (the check is in the claim's own condition): it is deleted and recorded, nothing
@@ -57,7 +60,7 @@ from sluice.errors import (
 from sluice.fanout import Pacer
 from sluice.keys import concurrency_key, ticket_of
 from sluice.lanes import Lane
-from sluice.model import ClaimFence, Message, Outcome, Payload, PayloadState, StartResult
+from sluice.model import ClaimFence, ExecutionInfo, Message, Outcome, Payload, PayloadState, StartResult
 from sluice.names import execution_name, origin_id
 from sluice.parking import park
 from sluice.pointers import PayloadObjects, check_pointer
@@ -190,9 +193,17 @@ class MessageProtocol:
                 self._log("redelivered message already running", payload, name, Outcome.RESUMED)
                 done.append(payload.message)
                 return Outcome.RESUMED
+            # No mark is written after a start, so the launcher that claimed it may have started
+            # it before it died: ask Step Functions by the ARN the claim recorded. A start on the
+            # state machine in use now would run it twice if the stack was switched since.
+            started = self._started_before(name)
+            if started is not None:
+                return self._already_exists(payload, name, done, started)
             # Re-take the claim first: reconciliation may be judging it abandoned right now, and
             # a renewal is what makes its release fail. Released or started meanwhile: look again.
-            if not self.store.renew(name=name, now=now, claim_expires_at=claim_expires_at):
+            # It starts on the state machine in use now, and its record says so from here on.
+            arn = self.executions.arn_for(name)
+            if not self.store.renew(name=name, now=now, claim_expires_at=claim_expires_at, arn=arn):
                 return self._renewal_refused(payload, name, done)
             fresh = False
         return self._launch(payload, name, done, fresh=fresh)
@@ -371,9 +382,10 @@ class MessageProtocol:
         record = self.store.execution(name)
         if record is None or record.state is not PayloadState.CLAIMED or not record.blocked_by:
             return None
-        if self.executions.describe(name) is not None:
+        info = self.executions.describe(name, record.arn)
+        if info is not None:
             # An earlier attempt did start it: it runs beside the redriven one; carry on.
-            return self._already_exists(payload, name, done)
+            return self._already_exists(payload, name, done, info)
         self._rollback(
             name,
             f"yielded to {record.blocked_by}, a redriven run of the same key",
@@ -384,9 +396,18 @@ class MessageProtocol:
             self.store.adopt(name=record.blocked_by, now=self.clock.now())
         return None
 
-    def _already_exists(self, payload: Payload, name: str, done: list[Message]) -> Outcome:
-        """StartExecution says this name exists with other input or has ended: this message ran."""
-        info = self.executions.describe(name)
+    def _started_before(self, name: str) -> ExecutionInfo | None:
+        """Our own claim, back: what Step Functions says of it, asked by the ARN it was claimed for
+        (None: never started)."""
+        record = self.store.execution(name)
+        return self.executions.describe(name, record.arn if record is not None else None)
+
+    def _already_exists(
+        self, payload: Payload, name: str, done: list[Message], info: ExecutionInfo | None = None
+    ) -> Outcome:
+        """StartExecution says this name exists with other input or has ended, or a resumed claim
+        was found started (``info``): this message ran, or runs."""
+        info = info or self.executions.describe(name)
         if info is None:
             # Contradicts StartExecution; Step Functions has not caught up. Keep the claim and retry.
             raise AmbiguousStartError(

@@ -180,12 +180,13 @@ class Store(Protocol):
         """
         ...
 
-    def renew(self, *, name: str, now: float, claim_expires_at: float) -> bool:
+    def renew(self, *, name: str, now: float, claim_expires_at: float, arn: str | None = None) -> bool:
         """Re-take ``name``'s claim before resuming it: only while it is still ``CLAIMED``.
 
         Moves its expiry, bumps its version and clears a reconciler's suspicion, so a release
-        judged on the claim as it was fails. False when it was released or has started meanwhile,
-        or when it was blocked (``block``).
+        judged on the claim as it was fails; with ``arn``, records the execution it starts as now
+        (the stack's state machine may have changed since the claim). False when it was released
+        or has started meanwhile, or when it was blocked (``block``).
         """
         ...
 

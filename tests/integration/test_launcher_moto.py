@@ -11,11 +11,20 @@ from freezegun import freeze_time
 
 from sluice.clock import FakeClock
 from sluice.completion import StatusChange, handle_status_change
-from sluice.errors import ConfigurationError
+from sluice.errors import ConfigurationError, TransientError
 from sluice.model import Outcome, PayloadState
+from sluice.names import execution_name
 from sluice.per_message import THROTTLED_STARTS
 from tests.support.aws import build_stack, status_change_event
-from tests.support.hooks import Crash, count_calls, crash_after, crash_before, error_answer, throttle
+from tests.support.hooks import (
+    Crash,
+    count_calls,
+    crash_after,
+    crash_before,
+    error_answer,
+    receipts_of,
+    throttle,
+)
 
 
 def deliver(stack, event) -> bool:
@@ -129,8 +138,7 @@ def test_two_ticks_at_once_never_exceed_max(session):
 @pytest.mark.parametrize(
     ("service", "operation", "where"),
     [
-        ("stepfunctions", "StartExecution", "after"),  # started, not marked, not deleted
-        ("dynamodb", "TransactWriteItems", "after-mark"),  # marked RUNNING, not deleted
+        ("stepfunctions", "StartExecution", "after"),  # started, not deleted (no mark is written)
         ("sqs", "DeleteMessageBatch", "before"),  # about to delete
         ("dynamodb", "TransactWriteItems", "after-claim"),  # claimed, not started
     ],
@@ -147,7 +155,7 @@ def test_killed_mid_message_then_retried_after_the_visibility_timeout_starts_not
             crash_before(client, operation)
         else:
             # The stack's first claim creates the slot pool first (one TransactWriteItems of its own).
-            crash_after(client, operation, after={"after": 1, "after-claim": 2, "after-mark": 3}[where])
+            crash_after(client, operation, after={"after": 1, "after-claim": 2}[where])
         with pytest.raises(Crash):
             rt.launcher().tick(reconcile_first=False)
         assert stack.queue_counts() == (0, 1)  # in flight, not deleted
@@ -327,7 +335,7 @@ def test_records_never_expire_while_live_and_expire_the_retention_after_the_end(
 
 
 def test_api_calls_per_start_and_tick_cost_independent_of_backlog(session):
-    """Two calls per start (claim, StartExecution) in a tick that fills 10 slots, plus a fixed 13."""
+    """Two calls per start (claim, StartExecution) in a tick that fills 10 slots, plus a fixed 12."""
 
     def measure(backlog: int) -> tuple[float, int]:
         # MAX cached for 5 s, as deployed: the read before each claim costs no call within a tick.
@@ -351,8 +359,8 @@ def test_api_calls_per_start_and_tick_cost_independent_of_backlog(session):
     # Per start: claim, StartExecution. Per tick: DescribeStateMachine, reconciliation (2 ledger
     # reads, ListExecutions, the waiting rooms' three indexes in one read, numbering its count,
     # GetParameter and the count recorded on the caps, save), the read before the receive, receive,
-    # one mark for the batch, delete.
-    assert small_total == 2 * 10 + 13 and small_per_start == 3.3
+    # delete (no RUNNING mark).
+    assert small_total == 2 * 10 + 12 and small_per_start == 3.2
 
 
 def test_switching_the_state_machine_with_executions_running_leaks_no_slot(session):
@@ -379,3 +387,94 @@ def test_switching_the_state_machine_with_executions_running_leaks_no_slot(sessi
     assert switched.store().payload("old").state is PayloadState.SUCCEEDED
     new_runs = stack.client("stepfunctions").list_executions(stateMachineArn=new_arn)["executions"]
     assert [e["name"].split("-")[0] for e in new_runs] == ["new"]
+
+
+# -- a claim that comes back after the stack was switched to another state machine -------------------
+# No RUNNING mark is written after a start, so a returning message of a started claim is told apart
+# from an unstarted one by Step Functions, asked by the ARN the claim recorded (found by an
+# independent attempt to break the change; each failed before the fix).
+
+
+def new_machine(stack) -> str:
+    return stack.client("stepfunctions").create_state_machine(
+        name="sluice-test-workflow-v2",
+        definition=json.dumps({"StartAt": "W", "States": {"W": {"Type": "Pass", "End": True}}}),
+        roleArn="arn:aws:iam::123456789012:role/sluice-test-sfn",
+    )["stateMachineArn"]
+
+
+def runs_of_key(stack, key: str, *machines: str) -> list[tuple[str, str]]:
+    sfn = stack.client("stepfunctions")
+    return [
+        (machine.rsplit(":", 1)[1], e["name"])
+        for machine in machines
+        for e in sfn.list_executions(stateMachineArn=machine, statusFilter="RUNNING")["executions"]
+        if e["name"].startswith(f"{key}-")
+    ]
+
+
+@pytest.mark.parametrize("fault", ["crash", "throttled delete"])
+def test_a_started_claim_back_after_a_switch_is_not_started_on_the_new_machine(session, fault):
+    """x starts on the old machine and its message is not deleted (the launcher died, or the delete
+    was throttled). The stack is switched; x's message comes back: it runs already, on the old
+    machine, so it is resumed there, and nothing starts on the new one."""
+    clock = FakeClock()
+    stack = build_stack(session, clock=clock, max_concurrency=2)
+    old_arn = stack.settings.state_machine_arn
+    stack.send({"id": "x"}, group="gx")
+    rt = stack.runtime()
+    received = receipts_of(rt.client("sqs"))
+    if fault == "crash":
+        crash_before(rt.client("sqs"), "DeleteMessageBatch")
+        with pytest.raises(Crash):
+            rt.launcher().tick()
+    else:
+        refused = throttle(rt.client("sqs"), "DeleteMessageBatch", times=1)
+        with pytest.raises(TransientError):
+            rt.launcher().tick()  # the tick fails loudly; the message stays in flight
+        assert refused["throttled"] == 1
+    new_arn = new_machine(stack)
+    switched = stack.runtime(state_machine_arn=new_arn)
+    visible_again(stack, received)
+    clock.advance(5)
+    summary = switched.launcher().tick()
+    assert summary.n(Outcome.RESUMED) == 1 and stack.queue_counts() == (0, 0)
+    assert [m for m, _ in runs_of_key(stack, "x", old_arn, new_arn)] == ["sluice-test-workflow"]
+
+
+def test_an_unstarted_claim_back_after_a_switch_starts_on_the_new_machine_and_records_it(session):
+    """x is claimed on the old machine and its launcher dies before the start. The stack is
+    switched; x comes back and starts on the new machine, and its record names that execution:
+    reconciliation, asking by it, finds its end when the status event is lost. Its success stands:
+    a run-once message of x afterwards is already done."""
+    clock = FakeClock()
+    stack = build_stack(session, clock=clock, max_concurrency=2)
+    x_id = stack.send({"id": "x"}, group="gx", sluice_once="true")
+    rt = stack.runtime()
+    received = receipts_of(rt.client("sqs"))
+    crash_before(rt.client("stepfunctions"), "StartExecution")
+    with pytest.raises(Crash):
+        rt.launcher().tick()
+    new_arn = new_machine(stack)
+    switched = stack.runtime(state_machine_arn=new_arn)
+    visible_again(stack, received)
+    clock.advance(5)
+    assert switched.launcher().tick().n(Outcome.RESUMED) == 1
+    name = execution_name("x", x_id)
+    store = switched.store()
+    assert store.execution(name).arn.startswith(new_arn.replace(":stateMachine:", ":execution:"))
+    stack.finish(name, "SUCCEEDED")  # its status event lost
+    for step in (61, 901):
+        clock.advance(step)
+        switched.launcher().tick()
+    assert store.payload("x").state is PayloadState.SUCCEEDED and store.payload("x").succeeded_by == name
+    stack.send({"id": "x"}, group="gx2", sluice_once="true")
+    assert switched.launcher().tick().n(Outcome.ALREADY_DONE) == 1
+
+
+def visible_again(stack, receipts: list[str]) -> None:
+    sqs = stack.client("sqs")
+    for receipt in receipts:
+        sqs.change_message_visibility(
+            QueueUrl=stack.settings.queue_url, ReceiptHandle=receipt, VisibilityTimeout=0
+        )

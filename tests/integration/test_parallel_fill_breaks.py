@@ -345,7 +345,7 @@ def test_crash_before_a_claim_in_one_thread(session: Any, atomic: None, monitor:
 def test_ambiguous_start_then_throttles_on_the_resume(session: Any, atomic: None, monitor: Monitor) -> None:
     """One group's StartExecution starts the execution but answers 500 while five other groups start
     beside it (the claim is kept, its message returns); on the resume Step Functions throttles every
-    call 5 times: the resumed claim must stay, and the execution must never run twice nor lose its
+    start 5 times: the resumed claim must stay, and the execution must never run twice nor lose its
     slot."""
     stack = make_stack(session, monitor, 8)
     sent = [send(stack, f"k{i}", f"g{i}") for i in range(6)]
@@ -356,10 +356,14 @@ def test_ambiguous_start_then_throttles_on_the_resume(session: Any, atomic: None
     assert lost["lost"] == 1
     # The one whose answer was lost runs, and the groups that had begun: those not yet begun when
     # the ambiguous answer halted the batch handed their messages back (how many: thread timing).
-    assert 1 <= len(stack.running()) <= 6
+    begun = len(stack.running())
+    assert 1 <= begun <= 6
     throttled = throttle_when(sfn, lambda body: True)
     launcher.admit()  # no reconciliation first: the resume finds its claim still CLAIMED
-    assert throttled["throttled"] >= 5  # the resume's 5, and the handed-back ones' own, if any
+    # The resume asks Step Functions first (no mark is written after a start) and finds it started:
+    # it calls StartExecution no more. The handed-back ones' starts (as many as begin side by side
+    # before the first gives up) are throttled 5 times each.
+    assert throttled["throttled"] % 5 == 0 and (throttled["throttled"] > 0) == (begun < 6)
     running = set(stack.running())
     holders = stack.runtime().store().ledger().holders
     assert running <= holders, f"running without a slot: {running - holders}"

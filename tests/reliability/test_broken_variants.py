@@ -693,6 +693,15 @@ def test_a_wake_up_that_clears_every_parked_id_is_caught(monkeypatch):
         parking_moto.test_a_late_wake_up_leaves_what_parked_behind_a_new_claim_of_the_name(stack)
 
 
+def test_a_resume_that_starts_without_asking_step_functions_is_caught(monkeypatch):
+    """With no RUNNING mark, a returning message of a started claim is told from an unstarted one
+    only by asking Step Functions; a resume that starts at once starts it a second time on the state
+    machine the stack was switched to."""
+    monkeypatch.setattr(sluice.per_message.MessageProtocol, "_started_before", lambda self, name: None)
+    with pytest.raises(AssertionError), moto_session() as session:
+        launching.test_a_started_claim_back_after_a_switch_is_not_started_on_the_new_machine(session, "crash")
+
+
 # -- a completion's refill by hand-over (issue 10, item 3) ----------------------------------------------
 
 

@@ -335,13 +335,19 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
         )
         return True
 
-    def renew(self, *, name: str, now: float, claim_expires_at: float) -> bool:
+    def renew(self, *, name: str, now: float, claim_expires_at: float, arn: str | None = None) -> bool:
+        named = values(exp=claim_expires_at, now=now, zero=0, one=1, claimed=PayloadState.CLAIMED.value)
+        moved = ""
+        if arn is not None:
+            moved, named[":arn"] = ", arn = :arn", {"S": arn}
         return self._update_if(
             execution_pk(name),
             "SET claim_expires_at = :exp, renewed_at = :now, "
-            "claim_version = if_not_exists(claim_version, :zero) + :one REMOVE suspect_since, suspect_by",
+            "claim_version = if_not_exists(claim_version, :zero) + :one"
+            + moved
+            + " REMOVE suspect_since, suspect_by",
             "#state = :claimed AND attribute_not_exists(blocked_by)",
-            values(exp=claim_expires_at, now=now, zero=0, one=1, claimed=PayloadState.CLAIMED.value),
+            named,
         )
 
     def block(self, *, name: str, by: str, now: float) -> bool:

@@ -198,13 +198,14 @@ class MemoryStore(MemoryAwaits, MemoryKeys):
     def thaw_lane(self, lane: str) -> None:
         pass  # one count against one limit: never frozen
 
-    def renew(self, *, name: str, now: float, claim_expires_at: float) -> bool:
+    def renew(self, *, name: str, now: float, claim_expires_at: float, arn: str | None = None) -> bool:
         with self._lock:
             record = self._executions.get(name)
             if record is None or record.state is not PayloadState.CLAIMED or record.blocked_by:
                 return False
             self._executions[name] = replace(
                 record,
+                arn=arn or record.arn,
                 claim_expires_at=claim_expires_at,
                 claim_version=record.claim_version + 1,
                 suspect_since=None,
