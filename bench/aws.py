@@ -203,8 +203,8 @@ class Meter:
 class CountingStore:
     """``MemoryStore`` behind the calls ``DynamoStore`` makes for each method.
 
-    ``skip_mark`` and ``release_without_read`` model possible core changes (the ``sluice-lean``
-    variant): no mark step, and no read before a release. ``hint_one_free`` models a completion's
+    ``release_without_read`` models a possible core change (the ``sluice-lean`` variant): no read
+    before a release; ``skip_mark`` drops reconciliation's RUNNING marks with it. ``hint_one_free`` models a completion's
     admission that skips its read of the freed shard (the ``sluice-refill-one`` variant): the read is
     not made and shows exactly one free slot.
     """

@@ -30,6 +30,7 @@ NO_LINGER = "sluice"
 SYSTEM_ORDER = [
     "sluice-linger",
     "sluice",
+    "sluice-release-then-refill",
     "sluice-refill-one",
     "sluice-lean",
     "sluice-wide",
@@ -39,6 +40,7 @@ SYSTEM_ORDER = [
 LABEL = {
     "sluice-linger": "Sluice",
     "sluice": "Sluice, no linger (lingerSeconds=0)",
+    "sluice-release-then-refill": "Sluice, release then refill*",
     "sluice-refill-one": "Sluice, refill one*",
     "sluice-lean": "Sluice, lean*",
     "sluice-wide": "Sluice, startConcurrency=100, launcherMemory=1024",
@@ -48,6 +50,7 @@ LABEL = {
 COLOR = {
     "sluice-linger": "#1f77b4",
     "sluice": "#17becf",
+    "sluice-release-then-refill": "#98df8a",
     "sluice-refill-one": "#c7c7c7",
     "sluice-lean": "#aec7e8",
     "sluice-wide": "#9467bd",
@@ -416,7 +419,7 @@ def plots(
     outdir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     runs = data["runs"]
-    main = [DEPLOYED, NO_LINGER, "sluice-lean", "poller", "counter-semaphore"]
+    main = [DEPLOYED, NO_LINGER, "sluice-release-then-refill", "poller", "counter-semaphore"]
 
     def save(fig: Any, name: str) -> None:
         path = outdir / name

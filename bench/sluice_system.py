@@ -129,7 +129,7 @@ class SluiceSystem(System):
     linger = 0
     start_concurrency = START_CONCURRENCY
     launcher_memory_mb = SLUICE_LAUNCHER_MEMORY_MB
-    lean = False  # no mark step, no read before a release
+    lean = False  # no read before a release
     key_concurrency = 1  # the cap of a concurrency key (only the tenants workload's jobs carry one)
     refill_one = False  # a completion's admission skips the ledger read
     # A completion hands its slot to the next payload in its release (``Launcher.on_status_change``,
