@@ -53,6 +53,7 @@ class StatusChange:
     state_machine_arn: str
     execution_arn: str
     stop_date: float | None = None
+    start_date: float | None = None
     error: str | None = None
     cause: str | None = None
     output: str | None = None  # ``detail.output``: the output as JSON text, when the event carries it
@@ -73,6 +74,7 @@ class StatusChange:
             state_machine_arn=str(detail.get("stateMachineArn", "")),
             execution_arn=str(detail.get("executionArn", "")),
             stop_date=_epoch(stop),
+            start_date=_epoch(detail.get("startDate")),
             error=detail.get("error"),
             cause=detail.get("cause"),
         )
@@ -92,6 +94,7 @@ def complete(
     error: str | None = None,
     cause: str | None = None,
     ended_at: float | None = None,
+    started_at: float | None = None,
     fence: ClaimFence | None = None,
     confirm: Callable[[ExecutionRecord], bool] | None = None,
     output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
@@ -105,7 +108,13 @@ def complete(
     completion's refill) the freed slot is handed to the successor it offers, in the release's own
     transaction (``Store.hand_over``); ``offer.settled`` then says whether it took it."""
     output = around(output, effects, store=store, queue=queue, name=name, state=state, now=now)
-    ending: dict[str, Any] = {"error": error, "cause": cause, "ended_at": ended_at, "confirm": confirm}
+    ending: dict[str, Any] = {
+        "error": error,
+        "cause": cause,
+        "ended_at": ended_at,
+        "started_at": started_at,
+        "confirm": confirm,
+    }
     if offer is None:
         released = store.release(name=name, state=state, now=now, fence=fence, output=output, **ending)
     else:
@@ -207,6 +216,7 @@ def settle_status_change(
         error=change.error,
         cause=change.cause,
         ended_at=change.stop_date,
+        started_at=change.start_date,
         output=_event_output(change, executions, outputs or Outputs()),
         effects=effects,
         offer=offer,

@@ -345,6 +345,7 @@ class MessageProtocol:
                 error=info.error,
                 cause=info.cause,
                 ended_at=info.stop_date,
+                started_at=info.start_date,
                 output=output_from(info.output, self.outputs),
                 effects=self.effects,
             )
@@ -426,6 +427,7 @@ class MessageProtocol:
             error=info.error,
             cause=info.cause,
             ended_at=info.stop_date,
+            started_at=info.start_date,
             output=output_from(info.output, self.outputs),
             effects=self.effects,
         )

@@ -218,13 +218,16 @@ class Store(Protocol):
         error: str | None = None,
         cause: str | None = None,
         ended_at: float | None = None,
+        started_at: float | None = None,
         fence: ClaimFence | None = None,
         confirm: Callable[[ExecutionRecord], bool] | None = None,
         output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
     ) -> ExecutionRecord | None:
         """Free ``name``'s slot and lease and record ``state``; only if ``name`` holds them.
 
-        An ended ``state`` is the key's receipt (``sluice.receipts``): the payload record names
+        ``started_at``: when Step Functions says it started (the status event's, DescribeExecution's),
+        kept on the execution record unless one is there already. An ended ``state`` is the key's
+        receipt (``sluice.receipts``): the payload record names
         ``name`` as its receipt (and as ``succeeded_by`` on the key's first SUCCEEDED), and the
         execution record keeps what ``output`` (asked with the record, only when it is released)
         returns, all in the release's own write; with the effects it sent (``ReceiptOutput.effects``),
@@ -249,6 +252,7 @@ class Store(Protocol):
         error: str | None = None,
         cause: str | None = None,
         ended_at: float | None = None,
+        started_at: float | None = None,
         confirm: Callable[[ExecutionRecord], bool] | None = None,
         output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
     ) -> HandOver:

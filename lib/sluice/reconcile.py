@@ -127,6 +127,7 @@ def reconcile(
                 error=info.error,
                 cause=info.cause,
                 ended_at=info.stop_date,
+                started_at=info.start_date,
                 output=output_from(info.output, outputs),
                 effects=effects,  # an end whose event was lost: its effects go now (sluice.effects)
             )

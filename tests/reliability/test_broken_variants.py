@@ -368,7 +368,7 @@ def test_a_mark_never_lifted_after_the_redriven_run_ended_is_caught(monkeypatch)
 def test_a_resume_that_ignores_the_block_is_caught(monkeypatch):
     renew = DynamoStore.renew
 
-    def ignoring_the_block(self, *, name, now, claim_expires_at):
+    def ignoring_the_block(self, *, name, now, claim_expires_at, **more):
         record = self.execution(name)
         if record is not None and record.blocked_by:
             self.client.update_item(
@@ -376,7 +376,7 @@ def test_a_resume_that_ignores_the_block_is_caught(monkeypatch):
                 Key={"pk": {"S": f"EXEC#{name}"}},
                 UpdateExpression="REMOVE blocked_by",
             )
-        return renew(self, name=name, now=now, claim_expires_at=claim_expires_at)
+        return renew(self, name=name, now=now, claim_expires_at=claim_expires_at, **more)
 
     monkeypatch.setattr(DynamoStore, "renew", ignoring_the_block)
     caught(breaks.test_a_claim_of_a_key_whose_earlier_run_was_redriven_never_starts)
@@ -547,43 +547,49 @@ def test_limits_ordered_as_one_stamp_are_caught(monkeypatch):
     caught(set_max_with_an_older_external_count)
 
 
-def resume_throttled(make_world: Callable[..., World]) -> None:
-    """A launcher dies after StartExecution; the message returns to a completion's refill, whose
-    StartExecution of the resumed claim is throttled. The claim must stay: the execution runs, and
-    the next refill (no reconciliation in between) must not start its key again."""
+def resume_throttled(make_world: Callable[..., World], *, started: bool = True) -> None:
+    """A launcher dies after StartExecution (``started``; else after its claim, before the start);
+    the message returns to a completion's refill, where Step Functions throttles StartExecution. The
+    claim must stay: the execution runs, and the next refill (no reconciliation in between) must not
+    start its key again. Started, the resume finds it so (it asks Step Functions by the ARN its claim
+    recorded) and calls StartExecution no more; not started, its start is throttled and it stays."""
     world = make_world(max_concurrency=3)
     for key in ("e1", "e2"):
         world.send(body(key), group=f"g{key}")
     world.tick("A")
     e1, e2 = sorted(world.model.running)
     world.send(body("p0"), group="g0")
-    assert world.tick("A", [CrashAt("after_start")]) == "crashed"
+    assert world.tick("A", [CrashAt("after_start" if started else "after_claim")]) == "crashed"
     world.advance(VISIBILITY + 1)
     world.end(e1)
-    # The refill's resume is throttled (every call, backing off), and the function dies before it
-    # gives the message back, so the message stays in flight: the next refill can only receive the
-    # re-submission.
+    # Not started: the function dies before it gives the message back, so the message stays in
+    # flight: the next refill can only receive the re-submission.
     throttled = Throttle("StartExecution", times=THROTTLED_STARTS)
-    assert world.deliver(0, [throttled, CrashAt("before_return")]) == "crashed"
-    assert throttled.fired == THROTTLED_STARTS
+    assert world.deliver(0, [throttled, CrashAt("before_return")]) == ("ok" if started else "crashed")
+    assert throttled.fired == (0 if started else THROTTLED_STARTS)
     world.check()
     world.send(body("p0"), group="g1")  # a re-submission
-    world.end(e2)
-    world.deliver(1)  # a refill, with no reconciliation first
+    event = world.end(e2)
+    world.deliver(world.pending.index(event))  # a refill, with no reconciliation first
     world.check()
     world.settle()
 
 
 def test_the_throttled_resume_scenario_holds():
     run(resume_throttled)
+    run(resume_throttled, started=False)
 
 
 def test_a_resumed_claim_rolled_back_when_its_start_is_throttled_is_caught(monkeypatch):
+    """Rolling back a resumed claim whose StartExecution was refused would let the key start again
+    beside a run an earlier attempt started. The resume asks Step Functions first, so such a claim
+    reaches StartExecution only if it never started; the rollback breaks a promise only beside a
+    resume that does not ask, which is how it is caught here."""
     attempt = Launcher._attempt
 
-    def rolls_back_resumes(self, payload, name, done, started):
+    def rolls_back_resumes(self, payload, name, done):
         try:
-            return attempt(self, payload, name, done, started)
+            return attempt(self, payload, name, done)
         except AmbiguousStartError:
             raise
         except TransientError as exc:
@@ -593,7 +599,8 @@ def test_a_resumed_claim_rolled_back_when_its_start_is_throttled_is_caught(monke
             raise
 
     monkeypatch.setattr(Launcher, "_attempt", rolls_back_resumes)
-    caught(resume_throttled)
+    monkeypatch.setattr(Launcher, "_started_before", lambda self, name: None)
+    caught(resume_throttled, started=True)
 
 
 def lost_wake_up(make_world: Callable[..., World]) -> None:

@@ -60,6 +60,7 @@ class _Ending:
     fence: ClaimFence | None
     confirm: Callable[[ExecutionRecord], bool] | None
     output: Callable[[ExecutionRecord], ReceiptOutput | None]
+    started_at: float | None = None
 
 
 def once(
@@ -119,11 +120,12 @@ class ReleasesTable:
         error: str | None = None,
         cause: str | None = None,
         ended_at: float | None = None,
+        started_at: float | None = None,
         fence: ClaimFence | None = None,
         confirm: Callable[[ExecutionRecord], bool] | None = None,
         output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
     ) -> ExecutionRecord | None:
-        ending = _Ending(state, now, error, cause, ended_at, fence, confirm, once(output))
+        ending = _Ending(state, now, error, cause, ended_at, fence, confirm, once(output), started_at)
         return self._end(self.execution(name), ending).released
 
     def hand_over(
@@ -136,6 +138,7 @@ class ReleasesTable:
         error: str | None = None,
         cause: str | None = None,
         ended_at: float | None = None,
+        started_at: float | None = None,
         confirm: Callable[[ExecutionRecord], bool] | None = None,
         output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
     ) -> HandOver:
@@ -145,7 +148,7 @@ class ReleasesTable:
         raw = found.get(execution_pk(name))
         pool = found.get(pool_pk(POOL)) or {}
         room = bool(pool) and not pool.get("frozen") and int(pool.get("limit", 0)) > 0
-        ending = _Ending(state, now, error, cause, ended_at, None, confirm, once(output))
+        ending = _Ending(state, now, error, cause, ended_at, None, confirm, once(output), started_at)
         handed = self._end(to_execution(raw) if raw else None, ending, offer=offer, room=room)
         freed = handed.released
         if freed is not None and not handed.claimed and freed.shard is not None and room:
@@ -225,6 +228,8 @@ class ReleasesTable:
         else:
             payload_set += ", expires_at = :expires"
         exec_set = "SET #state = :state, ended_at = :ended, expires_at = :expires"
+        if ending.started_at is not None:
+            exec_set += ", started_at = if_not_exists(started_at, :started)"
         payload_values = values(state=state.value, now=now, name=name, expires=expires)
         if ":expires" not in payload_set:
             del payload_values[":expires"]
@@ -244,6 +249,8 @@ class ReleasesTable:
             live0=LIVE[0],
             live1=LIVE[1],
         )
+        if ending.started_at is not None:
+            exec_values[":started"] = {"N": repr(float(ending.started_at))}
         exec_condition = "#state IN (:live0, :live1)"
         # Its parked messages as read (the set only grows while it is live): see ``release``.
         if record.parked:

@@ -267,6 +267,7 @@ class MemoryStore(MemoryAwaits, MemoryKeys):
         error: str | None = None,
         cause: str | None = None,
         ended_at: float | None = None,
+        started_at: float | None = None,
         fence: ClaimFence | None = None,
         confirm: Callable[[ExecutionRecord], bool] | None = None,
         output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
@@ -312,6 +313,7 @@ class MemoryStore(MemoryAwaits, MemoryKeys):
             self._executions[name] = replace(
                 record,
                 state=state,
+                started_at=record.started_at if record.started_at is not None else started_at,
                 ended_at=ended,
                 error=error or record.error,
                 cause=cause[:4_000] if cause else record.cause,
@@ -333,6 +335,7 @@ class MemoryStore(MemoryAwaits, MemoryKeys):
         error: str | None = None,
         cause: str | None = None,
         ended_at: float | None = None,
+        started_at: float | None = None,
         confirm: Callable[[ExecutionRecord], bool] | None = None,
         output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
     ) -> HandOver:
@@ -351,7 +354,14 @@ class MemoryStore(MemoryAwaits, MemoryKeys):
             successor = None
         with self._lock:  # the release and the claim as one write
             released = self.release(
-                name=name, state=state, now=now, error=error, cause=cause, ended_at=ended_at, output=output
+                name=name,
+                state=state,
+                now=now,
+                error=error,
+                cause=cause,
+                ended_at=ended_at,
+                started_at=started_at,
+                output=output,
             )
             if released is None or successor is None:
                 return HandOver(released)
