@@ -196,7 +196,13 @@ class MessageProtocol:
             # No mark is written after a start, so the launcher that claimed it may have started
             # it before it died: ask Step Functions by the ARN the claim recorded. A start on the
             # state machine in use now would run it twice if the stack was switched since.
-            started = self._started_before(name)
+            try:
+                started = self._started_before(name)
+            except ConfigurationError as exc:
+                # Claimed on a state machine this role may not ask about (the stack was switched
+                # without previousStateMachineArn): it may run there, so it is not started here.
+                reason = f"its claim {name} is on a state machine Sluice may not describe ({exc}); set previousStateMachineArn"
+                return self._dead_letter(payload.message, InvalidPayload(reason, key=payload.key), done)
             if started is not None:
                 return self._already_exists(payload, name, done, started)
             # Re-take the claim first: reconciliation may be judging it abandoned right now, and

@@ -478,3 +478,40 @@ def visible_again(stack, receipts: list[str]) -> None:
         sqs.change_message_visibility(
             QueueUrl=stack.settings.queue_url, ReceiptHandle=receipt, VisibilityTimeout=0
         )
+
+
+def test_a_claim_back_after_a_switch_without_leave_to_describe_the_old_machine_is_dead_lettered(session):
+    """Switched without previousStateMachineArn, the role may not describe the old machine's
+    executions: whether the claim runs there cannot be known, so it is not started on the new one.
+    Its message goes to the DLQ with the reason (what to set), never a crash, never a second run."""
+    clock = FakeClock()
+    stack = build_stack(session, clock=clock, max_concurrency=2)
+    old_arn = stack.settings.state_machine_arn
+    stack.send({"id": "x"}, group="gx")
+    rt = stack.runtime()
+    received = receipts_of(rt.client("sqs"))
+    crash_before(rt.client("sqs"), "DeleteMessageBatch")
+    with pytest.raises(Crash):
+        rt.launcher().tick()
+    new_arn = new_machine(stack)
+    switched = stack.runtime(state_machine_arn=new_arn)
+    old_executions = old_arn.replace(":stateMachine:", ":execution:")
+    denied = {"calls": 0}
+
+    def deny_the_old_machine(params, **_):
+        asked = json.loads(params.get("body") or b"{}").get("executionArn", "")  # the request as sent
+        if asked.startswith(old_executions + ":"):
+            denied["calls"] += 1
+            return error_answer("AccessDeniedException", 400)
+        return None
+
+    switched.client("stepfunctions").meta.events.register(
+        "before-call.sfn.DescribeExecution", deny_the_old_machine
+    )
+    visible_again(stack, received)
+    clock.advance(5)
+    summary = switched.launcher().tick(reconcile_first=False)
+    assert denied["calls"] >= 1 and summary.n(Outcome.INVALID) == 1
+    (dead,) = stack.dlq_messages()
+    assert "previousStateMachineArn" in dead["MessageAttributes"]["sluice-error"]["StringValue"]
+    assert [m for m, _ in runs_of_key(stack, "x", old_arn, new_arn)] == ["sluice-test-workflow"]
