@@ -201,3 +201,17 @@ def wait_for(
             return None
         sleep(pause if left is None else min(pause, left))
         pause = min(longest, pause * 2)
+
+
+def asked_once(
+    output: Callable[[ExecutionRecord], ReceiptOutput | None] | None,
+) -> Callable[[ExecutionRecord], ReceiptOutput | None]:
+    """``output``, asked once however many times a release is tried (it may send effects)."""
+    kept: list[ReceiptOutput | None] = []
+
+    def ask(record: ExecutionRecord) -> ReceiptOutput | None:
+        if not kept:
+            kept.append(output(record) if output is not None else None)
+        return kept[0]
+
+    return ask

@@ -188,10 +188,7 @@ def test_a_crash_after_the_release_sends_nothing_again(stack):
     # The release handed its slot to the first effect (received before it, claimed in it), which
     # is in flight until its visibility timeout runs out.
     assert stack.queue_counts() == (1, 1) and len(received) == 1
-    sqs = stack.client("sqs")
-    sqs.change_message_visibility(
-        QueueUrl=stack.settings.queue_url, ReceiptHandle=received[0], VisibilityTimeout=0
-    )
+    stack.visible_again(received)
     assert not deliver(stack, event)
     stack.launcher(consistency_window_seconds=0).tick()
     assert ids(stack) == ["child-a", "child-b"]  # started by that tick; nothing sent again

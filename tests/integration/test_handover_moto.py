@@ -82,7 +82,7 @@ def test_a_crash_after_the_hand_over_resumes_the_claim_and_runs_it_once(stack):
     name = execution_name("p1", waiting)
     store = stack.runtime().store()
     assert store.payload("p1").holder == name and stack.running() == []  # claimed, not started
-    visible_again(stack, received)  # its visibility timeout runs out
+    stack.visible_again(received)  # its visibility timeout runs out
     summary = stack.launcher().admit()
     assert summary.n(Outcome.RESUMED) == 1 and stack.running() == [name]
     assert stack.queue_counts() == (0, 0) and len(stack.executions()) == 2
@@ -136,15 +136,6 @@ def test_a_message_that_cannot_ride_the_release_is_claimed_its_own_way(stack):
     assert released and refill.n(Outcome.STARTED) == 1
     assert stack.running() == [execution_name("p0", again)] and first == execution_name("p0", first_id)
     assert stack.runtime().store().payload("p0").holder == execution_name("p0", again)
-
-
-def visible_again(stack, receipts: list[str]) -> None:
-    """Messages in flight become visible again, as when their visibility timeout ends."""
-    sqs = stack.client("sqs")
-    for receipt in receipts:
-        sqs.change_message_visibility(
-            QueueUrl=stack.settings.queue_url, ReceiptHandle=receipt, VisibilityTimeout=0
-        )
 
 
 def test_max_lowered_between_the_read_and_the_hand_over_is_obeyed(stack):
@@ -202,7 +193,7 @@ def test_a_resumed_message_does_not_fill_the_slot_it_freed(stack):
     with pytest.raises(Crash):
         end(rt, stack, first)  # p2 handed the slot and started, then the container died
     assert fired["calls"] == 1
-    visible_again(stack, received)
+    stack.visible_again(received)
     later = stack.send({"id": "p3"}, group="g3")
     released, refill, _ = end(stack.runtime(), stack, second)
     assert released and refill.n(Outcome.RESUMED) == 1 and refill.n(Outcome.STARTED) == 1

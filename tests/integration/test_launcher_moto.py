@@ -435,7 +435,7 @@ def test_a_started_claim_back_after_a_switch_is_not_started_on_the_new_machine(s
         assert refused["throttled"] == 1
     new_arn = new_machine(stack)
     switched = stack.runtime(state_machine_arn=new_arn)
-    visible_again(stack, received)
+    stack.visible_again(received)
     clock.advance(5)
     summary = switched.launcher().tick()
     assert summary.n(Outcome.RESUMED) == 1 and stack.queue_counts() == (0, 0)
@@ -457,7 +457,7 @@ def test_an_unstarted_claim_back_after_a_switch_starts_on_the_new_machine_and_re
         rt.launcher().tick()
     new_arn = new_machine(stack)
     switched = stack.runtime(state_machine_arn=new_arn)
-    visible_again(stack, received)
+    stack.visible_again(received)
     clock.advance(5)
     assert switched.launcher().tick().n(Outcome.RESUMED) == 1
     name = execution_name("x", x_id)
@@ -470,14 +470,6 @@ def test_an_unstarted_claim_back_after_a_switch_starts_on_the_new_machine_and_re
     assert store.payload("x").state is PayloadState.SUCCEEDED and store.payload("x").succeeded_by == name
     stack.send({"id": "x"}, group="gx2", sluice_once="true")
     assert switched.launcher().tick().n(Outcome.ALREADY_DONE) == 1
-
-
-def visible_again(stack, receipts: list[str]) -> None:
-    sqs = stack.client("sqs")
-    for receipt in receipts:
-        sqs.change_message_visibility(
-            QueueUrl=stack.settings.queue_url, ReceiptHandle=receipt, VisibilityTimeout=0
-        )
 
 
 def test_a_claim_back_after_a_switch_without_leave_to_describe_the_old_machine_is_dead_lettered(session):
@@ -508,7 +500,7 @@ def test_a_claim_back_after_a_switch_without_leave_to_describe_the_old_machine_i
     switched.client("stepfunctions").meta.events.register(
         "before-call.sfn.DescribeExecution", deny_the_old_machine
     )
-    visible_again(stack, received)
+    stack.visible_again(received)
     clock.advance(5)
     summary = switched.launcher().tick(reconcile_first=False)
     assert denied["calls"] >= 1 and summary.n(Outcome.INVALID) == 1

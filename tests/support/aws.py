@@ -124,6 +124,15 @@ class Stack:
             for e in self.executions()
         ]
 
+    def visible_again(self, receipts: list[str]) -> None:
+        """Messages in flight become visible again, as when their visibility timeout ends (moto's
+        runs in real time; ``tests.support.hooks.receipts_of`` gives the receipts)."""
+        sqs = self.client("sqs")
+        for receipt in receipts:
+            sqs.change_message_visibility(
+                QueueUrl=self.settings.queue_url, ReceiptHandle=receipt, VisibilityTimeout=0
+            )
+
     def queue_counts(self, url: str | None = None) -> tuple[int, int]:
         attrs = self.client("sqs").get_queue_attributes(
             QueueUrl=url or self.settings.queue_url,

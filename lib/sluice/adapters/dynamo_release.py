@@ -42,7 +42,7 @@ from sluice.model import (
     Successor,
     record_expiry,
 )
-from sluice.receipts import ReceiptOutput
+from sluice.receipts import ReceiptOutput, asked_once
 
 LIVE = (PayloadState.CLAIMED.value, PayloadState.RUNNING.value)
 PARK_RACE_RETRIES = 3  # a release tried again when messages parked behind it as it was on its way
@@ -61,20 +61,6 @@ class _Ending:
     confirm: Callable[[ExecutionRecord], bool] | None
     output: Callable[[ExecutionRecord], ReceiptOutput | None]
     started_at: float | None = None
-
-
-def once(
-    output: Callable[[ExecutionRecord], ReceiptOutput | None] | None,
-) -> Callable[[ExecutionRecord], ReceiptOutput | None]:
-    """``output``, asked once however many times the release is tried (it may send effects)."""
-    kept: list[ReceiptOutput | None] = []
-
-    def ask(record: ExecutionRecord) -> ReceiptOutput | None:
-        if not kept:
-            kept.append(output(record) if output is not None else None)
-        return kept[0]
-
-    return ask
 
 
 def _failed(reason: dict[str, Any]) -> bool:
@@ -125,7 +111,7 @@ class ReleasesTable:
         confirm: Callable[[ExecutionRecord], bool] | None = None,
         output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
     ) -> ExecutionRecord | None:
-        ending = _Ending(state, now, error, cause, ended_at, fence, confirm, once(output), started_at)
+        ending = _Ending(state, now, error, cause, ended_at, fence, confirm, asked_once(output), started_at)
         return self._end(self.execution(name), ending).released
 
     def hand_over(
@@ -148,7 +134,7 @@ class ReleasesTable:
         raw = found.get(execution_pk(name))
         pool = found.get(pool_pk(POOL)) or {}
         room = bool(pool) and not pool.get("frozen") and int(pool.get("limit", 0)) > 0
-        ending = _Ending(state, now, error, cause, ended_at, None, confirm, once(output), started_at)
+        ending = _Ending(state, now, error, cause, ended_at, None, confirm, asked_once(output), started_at)
         handed = self._end(to_execution(raw) if raw else None, ending, offer=offer, room=room)
         freed = handed.released
         if freed is not None and not handed.claimed and freed.shard is not None and room:

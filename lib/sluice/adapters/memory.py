@@ -7,8 +7,8 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
-from sluice.adapters.dynamo_release import once
 from sluice.adapters.memory_awaits import MemoryAwaits
+from sluice.adapters.memory_handover import MemoryHandOver
 from sluice.adapters.memory_keys import MemoryKeys
 from sluice.errors import AlreadyDone, KeyFull, LeaseHeld, SlotsFull
 from sluice.keys import DEFAULT_KEY_CONCURRENCY, KeyState
@@ -17,14 +17,12 @@ from sluice.model import (
     ClaimFence,
     EffectsLog,
     ExecutionRecord,
-    HandOver,
     Ledger,
     LimitSource,
     ParkedMessage,
     PayloadRecord,
     PayloadState,
     Rooms,
-    Successor,
     record_expiry,
 )
 from sluice.receipts import ReceiptOutput
@@ -34,7 +32,7 @@ HISTORY_KEEP = 10
 DEFAULT_RETENTION = 30 * 86_400
 
 
-class MemoryStore(MemoryAwaits, MemoryKeys):
+class MemoryStore(MemoryHandOver, MemoryAwaits, MemoryKeys):
     def __init__(
         self, *, retention_seconds: int = DEFAULT_RETENTION, key_concurrency: int = DEFAULT_KEY_CONCURRENCY
     ) -> None:
@@ -324,60 +322,6 @@ class MemoryStore(MemoryAwaits, MemoryKeys):
                 self._effects[name] = kept.effects  # in the release's own write (sluice.effects)
             # Flagged as awaited once a waiter parked on the key (MemoryAwaits keeps every such key).
             return replace(record, awaited=record.key in self._await_rooms()[1])
-
-    def hand_over(
-        self,
-        *,
-        name: str,
-        state: PayloadState,
-        now: float,
-        offer: Callable[[ExecutionRecord, bool], Successor | None],
-        error: str | None = None,
-        cause: str | None = None,
-        ended_at: float | None = None,
-        started_at: float | None = None,
-        confirm: Callable[[ExecutionRecord], bool] | None = None,
-        output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
-    ) -> HandOver:
-        seen = self.execution(name)
-        if seen is None or not seen.state.holds_lease:
-            return HandOver(None)
-        if confirm is not None and seen.adopted_at is not None and not confirm(seen):
-            return HandOver(None)
-        with self._lock:
-            room = (self._limit or 0) > 0 and len(self._holders) <= (self._limit or 0)
-        output = once(output)
-        if state.ended:
-            output(seen)  # its effects are sent first, so the offer may receive one
-        successor = offer(seen, room)
-        if successor is not None and (successor.key == seen.key or successor.name == seen.name):
-            successor = None
-        with self._lock:  # the release and the claim as one write
-            released = self.release(
-                name=name,
-                state=state,
-                now=now,
-                error=error,
-                cause=cause,
-                ended_at=ended_at,
-                started_at=started_at,
-                output=output,
-            )
-            if released is None or successor is None:
-                return HandOver(released)
-            try:
-                self.claim(
-                    key=successor.key,
-                    name=successor.name,
-                    message_id=successor.message_id,
-                    now=now,
-                    claim_expires_at=successor.claim_expires_at,
-                    arn=successor.arn,
-                    once=successor.once,
-                )
-            except (LeaseHeld, AlreadyDone, SlotsFull):
-                return HandOver(released)  # the release alone; the caller claims it its own way
-            return HandOver(released, claimed=True)
 
     def adopt(self, *, name: str, now: float) -> bool:
         with self._lock:
