@@ -36,7 +36,7 @@ def test_enqueue_after_parks_the_payload_until_the_key_has_succeeded(env, capsys
     assert shown.code == 0
     assert "awaits    a  CLAIMED  (missing)" in shown.out and "awaits    b  UNSEEN  (missing)" in shown.out
     tree = sluice(capsys, "status", "c", "--tree", session=env.session).out
-    assert "c  WAITING" in tree and "awaits a  RUNNING" in tree and "awaits b  UNSEEN" in tree
+    assert "c  WAITING" in tree and "awaits a  CLAIMED" in tree and "awaits b  UNSEEN" in tree
     as_json = json.loads(sluice(capsys, "status", "a", "--tree", "--json", session=env.session).out)
     assert as_json["awaits"]["awaited_by"] == ["c"]
 
