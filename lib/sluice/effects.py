@@ -9,7 +9,7 @@ is read or written for an output that names no effects.
 
 **Where.** In the release itself (``complete``, the one path every end takes: status event,
 reconciliation, a redelivered message that already ran): the release reads the execution record,
-asks for the output (``Store.release(output=...)``), and only a release that is about to happen asks.
+asks for the output (``PayloadLeases.release(output=...)``), and only a release that is about to happen asks.
 ``around`` wraps that question: it sends the effects *before* the release's transaction and hands
 their log back, and the transaction writes ``EFFECTS#<name>`` (count, keys sent, reasons refused)
 beside the slot, the lease and the receipt. So:
@@ -72,7 +72,7 @@ from sluice.lanes import DEFAULT_LANE, LANE_ATTRIBUTE
 from sluice.model import EffectsLog, ExecutionRecord, Message, ParkedMessage, PayloadState
 from sluice.names import ORIGIN_ATTRIBUTE
 from sluice.pointers import DEFAULT_THRESHOLD, MAX_STORED_BYTES, SQS_MAX_BYTES, PayloadObjects, store
-from sluice.ports import Queue, Store
+from sluice.ports import Queue, Records
 from sluice.receipts import ONCE_ATTRIBUTE, ReceiptOutput
 from sluice.validation import KEY_ATTRIBUTE, MAX_INPUT_BYTES, check_key, parse_object
 
@@ -210,13 +210,13 @@ def around(
     output: Output | None,
     effects: Effects | None,
     *,
-    store: Store,
+    store: Records,
     queue: Queue,
     name: str,
     state: PayloadState,
     now: float,
 ) -> Output | None:
-    """The release's output question (``Store.release(output=...)``), sending the effects the output
+    """The release's output question (``PayloadLeases.release(output=...)``), sending the effects the output
     names before the release writes them down. Asked only by a release that is about to happen."""
     if output is None or state is not PayloadState.SUCCEEDED:
         return output

@@ -7,7 +7,7 @@ service faults, ``ConfigurationError`` for setup problems. Nothing here ever rai
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, runtime_checkable
 
 from sluice.fanout import Done
 from sluice.lanes import LaneRoom, LaneSetting
@@ -125,13 +125,11 @@ class MaxSource(Protocol):
         ...
 
 
-class Store(Protocol):
-    """Ledger, payload leases, execution records and parked messages (DynamoDB in production).
-
-    The claim and every release are atomic over the ledger and the records they touch: there is
-    never a slot without a lease or a lease without a slot. Live records never expire; a record
-    gets its ``expires_at`` (the table's TTL) when its run ends.
-    """
+@runtime_checkable
+class SlotPools(Protocol):
+    """The launcher's slot pool and each lane's (``sluice.slots``): what a claimer reads before it
+    receives, and the limit moves. The caps carry the limit: a claim (``PayloadLeases.claim``) obeys
+    them at its write and passes no limit of its own."""
 
     def ledger(self) -> Ledger:
         """Every holder, the limit in force and reconciliation's figures, read consistently."""
@@ -149,6 +147,37 @@ class Store(Protocol):
         limit in force (the newer MAX and the newer external count win: ``LimitSource.merged``).
         Never evicts a holder. Returns the limit in force after (``Ledger.in_force``)."""
         ...
+
+    def lane_rooms(self, lanes: Sequence[str], *, whole: bool = False) -> dict[str, LaneRoom]:
+        """Each lane's pool as read now (one read for all): limit in force, holders, free slots. A
+        big lane may be read by a sample of its shards (``LaneRoom.complete`` False: ``free`` and
+        ``running`` count the shards read) unless ``whole``."""
+        ...
+
+    def lane_settings(self, lanes: Sequence[str]) -> dict[str, LaneSetting]:
+        """The operator's run-time settings of those lanes that have one."""
+        ...
+
+    def set_lane_limit(self, lane: str, limit: int, stamp: float) -> int | None:
+        """Put ``limit`` in force in ``lane``'s pool, unless its limit in force has a newer stamp;
+        never evicts a holder. The limit written, or None when refused."""
+        ...
+
+    def write_lane_setting(self, setting: LaneSetting) -> None:
+        """Record the operator's run-time setting of a lane (``LANE#<name>``)."""
+        ...
+
+    def thaw_lane(self, lane: str) -> None:
+        """Plan a frozen lane's caps again under its limit in force (``LaneRoom.frozen``): once its
+        holders fit under the limit again, it admits again; until then it stays frozen."""
+        ...
+
+
+@runtime_checkable
+class PayloadLeases(Protocol):
+    """Per-payload leases, each taken and given back with a slot and the execution record in one
+    write: there is never a slot without a lease or a lease without a slot. A claim names the
+    capacity it draws on (the pool, ``lane``'s pool, ``ckey``'s cap) rather than a limit."""
 
     def claim(
         self,
@@ -273,30 +302,6 @@ class Store(Protocol):
         """
         ...
 
-    def lane_rooms(self, lanes: Sequence[str], *, whole: bool = False) -> dict[str, LaneRoom]:
-        """Each lane's pool as read now (one read for all): limit in force, holders, free slots. A
-        big lane may be read by a sample of its shards (``LaneRoom.complete`` False: ``free`` and
-        ``running`` count the shards read) unless ``whole``."""
-        ...
-
-    def lane_settings(self, lanes: Sequence[str]) -> dict[str, LaneSetting]:
-        """The operator's run-time settings of those lanes that have one."""
-        ...
-
-    def set_lane_limit(self, lane: str, limit: int, stamp: float) -> int | None:
-        """Put ``limit`` in force in ``lane``'s pool, unless its limit in force has a newer stamp;
-        never evicts a holder. The limit written, or None when refused."""
-        ...
-
-    def write_lane_setting(self, setting: LaneSetting) -> None:
-        """Record the operator's run-time setting of a lane (``LANE#<name>``)."""
-        ...
-
-    def thaw_lane(self, lane: str) -> None:
-        """Plan a frozen lane's caps again under its limit in force (``LaneRoom.frozen``): once its
-        holders fit under the limit again, it admits again; until then it stays frozen."""
-        ...
-
     def mark_redriven(self, *, key: str, name: str, now: float) -> bool:
         """``name``, a run of ``key`` redriven behind Sluice's back, could not be adopted: another
         run holds the lease. Until ``name`` is adopted or ``clear_redriven`` lifts the mark, no claim
@@ -308,17 +313,17 @@ class Store(Protocol):
         """Lift ``key``'s mark if it still names ``name`` (which has ended, or was never found)."""
         ...
 
-    def record_duplicate(self, *, key: str, message_id: str, now: float) -> None: ...
 
-    def record_already_done(self, *, key: str, message_id: str, now: float) -> None:
-        """Count a run-once message of a key that had SUCCEEDED already (``already_done``)."""
-        ...
-
-    def record_invalid(self, *, key: str, reason: str, now: float) -> None: ...
+@runtime_checkable
+class Records(Protocol):
+    """Payload and execution history: what each key and each run did, and reconciliation's figures.
+    Live records never expire; a record gets its ``expires_at`` (the table's TTL) when its run ends."""
 
     def payload(self, key: str) -> PayloadRecord | None: ...
 
     def execution(self, name: str) -> ExecutionRecord | None: ...
+
+    def executions(self, names: Iterable[str]) -> dict[str, ExecutionRecord]: ...
 
     def effects(self, name: str) -> EffectsLog | None:
         """The effects ``name``'s release sent (``EFFECTS#<name>``, ``sluice.effects``), or None
@@ -326,7 +331,13 @@ class Store(Protocol):
         by a later claim of the same name."""
         ...
 
-    def executions(self, names: Iterable[str]) -> dict[str, ExecutionRecord]: ...
+    def record_duplicate(self, *, key: str, message_id: str, now: float) -> None: ...
+
+    def record_already_done(self, *, key: str, message_id: str, now: float) -> None:
+        """Count a run-once message of a key that had SUCCEEDED already (``already_done``)."""
+        ...
+
+    def record_invalid(self, *, key: str, reason: str, now: float) -> None: ...
 
     def next_count(self) -> int:
         """Number an external count about to be taken: one more than any before (atomic)."""
@@ -337,7 +348,11 @@ class Store(Protocol):
         since (then False: the ledger keeps the newer count)."""
         ...
 
-    # -- the waiting room (deferred duplicates) --
+
+@runtime_checkable
+class WaitingRoom(Protocol):
+    """Deferred duplicates parked behind the execution that holds their key, woken when it ends
+    (``sluice.parking``), and the waiting rooms' indexes reconciliation sweeps."""
 
     def park(self, parked: ParkedMessage) -> bool:
         """Park a message behind its holder. False when the holder is no longer live."""
@@ -356,3 +371,14 @@ class Store(Protocol):
     def rooms(self) -> Rooms:
         """The waiting rooms' indexes in one read (reconciliation's sweeps)."""
         ...
+
+
+class Store(SlotPools, PayloadLeases, Records, WaitingRoom, Protocol):
+    """The launcher's store: slots, leases, records and the waiting room in one DynamoDB table.
+
+    One adapter implements the four ports because a start composes them: a claim writes a slot
+    shard, the payload's lease and the execution record in one transaction, and a release (or a
+    completion's hand-over) gives them back the same way. Code that needs one of them takes that
+    port (``sluice.effects`` reads ``Records``); ``tests/contract/test_ports_contract.py`` checks
+    that both adapters implement each port and that ``Store`` has nothing outside them.
+    """
