@@ -203,7 +203,8 @@ class Launcher(LaneAdmission, MessageProtocol):
             for outcome, n in more.outcomes.items():
                 summary.outcomes[outcome] = summary.outcomes.get(outcome, 0) + n
             summary.stopped = more.stopped
-            summary.counted, summary.limit, summary.running_after = True, more.limit, more.running_after
+            summary.limit, summary.running_after = more.limit, more.running_after
+            summary.counted = more.counted  # False unless it read the slots after a message took none
         return summary
 
     def _admit_received(self, offer: HandOverOffer) -> TickSummary:
@@ -271,6 +272,7 @@ class Launcher(LaneAdmission, MessageProtocol):
                     ledger = self.store.look()
             running = ledger.running
             summary.limit, summary.running_after = ledger.in_force or 0, running
+            summary.counted = ledger.counted
             if first:
                 summary.running_before, first = running, False
             if sync_limit and summary.max_concurrency == 0:

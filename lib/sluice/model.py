@@ -378,6 +378,12 @@ class Ledger:
             return len(self.holders)
         return self.estimated
 
+    @property
+    def counted(self) -> bool:
+        """The holders were read (every one, or a sample scaled up): False for a room known without
+        a read of the slots (a completion's hand-over freed one), whose ``running`` means nothing."""
+        return self.complete or self.estimated is not None
+
 
 @dataclass(frozen=True, slots=True)
 class ExecutionInfo:
@@ -445,12 +451,14 @@ class TickSummary:
         return max(0, self.limit - self.running_after)
 
     def as_dict(self) -> dict[str, object]:
+        """What the handlers return and log; the slots' figures are None when none was read."""
+        known = self.counted
         return {
             "max": self.max_concurrency,
-            "limit": self.limit,
-            "running_before": self.running_before,
-            "running": self.running_after,
-            "free_slots": self.free_after,
+            "limit": self.limit if known else None,
+            "running_before": self.running_before if known else None,
+            "running": self.running_after if known else None,
+            "free_slots": self.free_after if known else None,
             "received": self.received,
             **{o.value: self.n(o) for o in Outcome},
             "reconciled": self.reconciled,

@@ -88,6 +88,22 @@ def test_completion_releases_and_refills_at_once(deployed, capsys):
     assert len(store.ledger().holders) == 5
 
 
+def test_a_completion_that_reads_no_count_emits_none(deployed, capsys):
+    """The hand-over reads the ended run's record and the pool item, not the slots: with nothing to
+    hand over (an empty queue) the completion knows no running count, and says so rather than 0."""
+    for i in range(3):
+        deployed.send({"id": f"p{i}"}, group=f"p{i}")
+    launcher_handler.handler(scheduled_event(), LambdaContext())
+    capsys.readouterr()
+    event = deployed.finish(deployed.running()[0], "SUCCEEDED")
+    result = completion_handler.handler(event, LambdaContext(function_name="sluice-dev-completion"))
+    assert result["released"] is True and result["admission"]["received"] == 0
+    assert (result["admission"]["running"], result["admission"]["free_slots"]) == (None, None)
+    metrics = emf_metrics(capsys.readouterr().out)
+    assert metrics["Released"] == 1 and "Running" not in metrics and "FreeSlots" not in metrics
+    assert len(deployed.running()) == 2 and len(deployed.runtime().store().ledger().holders) == 2
+
+
 def test_events_that_are_not_ours_change_nothing(deployed):
     deployed.send({"id": "p"})
     launcher_handler.handler(scheduled_event(), LambdaContext())
