@@ -4,8 +4,8 @@ One scripted scenario runs twice: once with Sluice's real AWS adapters on moto (
 every botocore call with a ``before-call`` event hook, and once with the benchmark's counting wrappers
 on the in-memory adapters. The per-API counts must be the same.
 
-    send N payloads ──► tick ──► repeat: end the oldest running execution, apply its status event,
-                                         admit(max_new=1) ──► final tick
+    send N payloads ──► tick ──► repeat: end the oldest running execution, its status event
+                                         through Launcher.on_status_change ──► final tick
 
 With ``lanes`` (``SLUICE_LANES``), each payload goes to a lane's queue in turn, and the launcher gets
 one queue per lane and a seeded draw for the completions' order among lanes of one priority.

@@ -21,8 +21,8 @@ delete (``Store.hand_over``).
 
 The swap is the claim: N takes E's slot only where E holds it and the shard is within its cap, so
 a lowered MAX that froze the pool, or a cap an adoption overran, hands nothing over. N is left
-CLAIMED: no RUNNING mark is written (a redelivered M resumes it, StartExecution answering with the
-same ARN; reconciliation asks DescribeExecution of a claim it does not see listed). Where the
+CLAIMED: no RUNNING mark is written (a redelivered M finds N's claim and asks DescribeExecution
+before it starts anything; reconciliation asks it of a claim it does not see listed). Where the
 successor cannot ride the release (its key held, or the same as E's; a run-once key that has
 SUCCEEDED; no room on the shard) the release goes alone and M is claimed its own way, as a refill
 did before. Where the queue had nothing (the receive does not wait: the release is on hold meanwhile),
@@ -39,7 +39,7 @@ Crash points:
     after the write, before the start     E released, N CLAIMED; M returns with the same id, so
                                           the same name: the claim is N's own, it resumes. E's
                                           wake-ups (parked, key line, waiters) are the sweeps'.
-    after the start, before the delete    M returns; StartExecution answers with N's ARN.
+    after the start, before the delete    M returns; DescribeExecution finds N running: deleted.
     StartExecution refused for sure       N's claim is rolled back (fenced by its version) and M
                                           returned, as any refused start.
 """

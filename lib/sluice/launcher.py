@@ -366,8 +366,8 @@ class Launcher(LaneAdmission, MessageProtocol):
         in the group's order, as SQS FIFO hands them out. The messages handled are then deleted in
         one call per 10, also when an error ends a group early. A crash (``BaseException``: timeout,
         kill) does not delete, like the real thing. No RUNNING mark is written: a claim holds its
-        lease until its release, started or not, and a redelivered message resumes it (StartExecution
-        answers with the same ARN). ``handed``: message id → the name a completion's hand-over
+        lease until its release, started or not, and a redelivered message resumes it (asking
+        DescribeExecution first: ``per_message``). ``handed``: message id → the name a completion's hand-over
         claimed it under (``sluice.handover``): started without a claim of its own.
         """
         by_group: dict[str, list[Message]] = {}

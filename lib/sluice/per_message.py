@@ -16,10 +16,11 @@ Per message the order is fixed; each step is safe to die after:
                         ours; renew it (fenced by its version), then start it. If it never
                         returns, reconciliation asks DescribeExecution, marks the claim, and
                         releases it a claim timeout later only if nobody renewed it since.
-    dies after start    the retry renews the claim and calls StartExecution again: the same
-                        ARN (same name, same input, still running) or ExecutionAlreadyExists
-                        (ended): no second run. No RUNNING mark is written after a start; a
-                        lease reconciliation marked RUNNING is deleted, nothing started.
+    dies after start    no RUNNING mark is written after a start, so the retry asks
+                        DescribeExecution by the ARN the claim recorded: running, the message
+                        is deleted (resumed); ended, settled (already ran); never started, the
+                        claim is renewed and started. No second run. A lease reconciliation
+                        marked RUNNING is deleted, nothing started.
     dies after delete   nothing left to do.
 
 A completion's hand-over (``sluice.handover``) claims in its release; its message joins here at

@@ -9,7 +9,7 @@
 
 A park is one transaction (WAIT#, AWAITING, one AWAITED# per missing key: at most 100 items, so
 at most 98 awaited keys). The flags on the missing keys' payload records ride in it when they fit
-(up to 48 keys), else go first in transactions of their own. Its sets are ``ADD``ed, so a redelivered message parks again as a no-op;
+(up to 49 keys: 2 + 2 × 49 = 100 items), else go first in transactions of their own. Its sets are ``ADD``ed, so a redelivered message parks again as a no-op;
 a WAIT# item still parked is kept as it is (its ``parked_at`` is the first park's, which the
 horizon counts from); one released before is parked afresh. The release marks WAIT# released (conditional on it not being released yet)
 and ``DELETE``s it from the sets, in one transaction too. Why the park needs no condition on the
