@@ -49,8 +49,8 @@ released and taken off the sets. A crash at any point leaves it parked, and reco
     send W ─✗ crash before the mark: W still parked ─► sweep: send W again. Within 5 minutes SQS
         drops it (same deduplication id). Later it is a second copy with the same origin id, so the
         same execution name: the lease refuses it while the first copy's run is live (it resumes or
-        is a duplicate of it), and once that run has ended StartExecution answers
-        ExecutionAlreadyExists: it is settled as already run. A name runs once.
+        is a duplicate of it), and once that run has ended the claim refuses its name
+        (``AlreadyRan``): it is settled as already run. A name runs once.
 
 **Horizon.** A waiter parked longer than the await horizon (``SLUICE_AWAIT_HORIZON_SECONDS``, 7 days)
 on a key that has no SUCCEEDED run and no live lease (never seen, or seen and gone) is dead-lettered

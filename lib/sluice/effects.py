@@ -15,9 +15,9 @@ their log back, and the transaction writes ``EFFECTS#<name>`` (count, keys sent,
 beside the slot, the lease and the receipt. So:
 
 * a repeated or late event of a released execution releases nothing, so asks nothing, sends nothing;
-* ``EFFECTS#<name>`` exists once and only once the effects were sent; a release that finds it (a
-  later claim of the same name by a redelivered message, which writes ``EXEC#<name>`` afresh, then
-  finds the execution ended and releases it again) sends nothing. It is its own item for that reason.
+* ``EFFECTS#<name>`` exists once and only once the effects were sent; a release that finds it sends
+  nothing. A redelivered message of a name that ran is refused at its claim (``AlreadyRan``), so its
+  execution is never released twice; the check stays as a second guard.
 
 **Exactly once.** Sending to SQS and writing DynamoDB cannot be one transaction, so the window
 between them is closed by names, not by time:

@@ -12,6 +12,8 @@ domain code never sees botocore.
         ├── SlotsFull             no free slot under the current limit
         ├── KeyFull               the payload's concurrency key is at its cap; carries its state
         ├── LeaseHeld             the payload's lease is live; carries the existing record
+        ├── AlreadyRan            the execution name ran and ended already; carries its record
+        ├── AlreadyDone           a run-once key has SUCCEEDED already; carries its record
         └── lease.Busy            a key's lease (``@exclusive``) is held; carries its holders
 """
 
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from sluice.keys import KeyState
-    from sluice.model import PayloadRecord
+    from sluice.model import ExecutionRecord, PayloadRecord
 
 
 class SluiceError(Exception):
@@ -91,6 +93,17 @@ class LeaseHeld(ClaimRejected):
 
     def __init__(self, existing: PayloadRecord) -> None:
         super().__init__(f"payload {existing.key!r} is held by execution {existing.holder!r}")
+        self.existing = existing
+
+
+class AlreadyRan(ClaimRejected):
+    """A claim of an execution name that ran and ended already (its message back after its run was
+    released). Names are unique per state machine only: a start on a machine the stack switched to
+    since would run it a second time, so the claim refuses it. ``existing`` is the execution record
+    as the failed claim saw it."""
+
+    def __init__(self, existing: ExecutionRecord) -> None:
+        super().__init__(f"execution {existing.name!r} ran already and ended {existing.state.value}")
         self.existing = existing
 
 

@@ -50,6 +50,7 @@ from sluice.completion import complete, output_from
 from sluice.effects import Effects
 from sluice.errors import (
     AlreadyDone,
+    AlreadyRan,
     AmbiguousStartError,
     ConfigurationError,
     InvalidPayload,
@@ -172,6 +173,12 @@ class MessageProtocol:
             # found its room taken by another waker's, or a lowered MAX): in line rather than back
             # to the queue, where it would spend receives.
             return self._line_up(payload, done, None)
+        except AlreadyRan as ran:
+            # Its message back after its run ended and was released: it ran. Not started again,
+            # on this state machine or on one the stack switched to since.
+            done.append(payload.message)
+            self._log("redelivered message already ran", payload, ran.existing.name, Outcome.ALREADY_RAN)
+            return Outcome.ALREADY_RAN
         except AlreadyDone as done_before:
             # A run-once message of a key that has SUCCEEDED: acknowledged, recorded, not started.
             self.store.record_already_done(
@@ -337,9 +344,12 @@ class MessageProtocol:
             return None
         holder = held.existing.holder or ""
         # The holder may have ended with its status event still on the way: ask Step Functions
-        # before turning a re-submission away. Ended: settle it and claim again.
+        # before turning a re-submission away, on the machine the holder was claimed on (another
+        # lane's, or the one before a switch: names are unique per machine only). Ended: settle
+        # it and claim again.
+        record = self.store.execution(holder)
         try:
-            info = self.executions.describe(holder)
+            info = self.executions.describe(holder, record.arn if record is not None else None)
         except ConfigurationError:
             info = None  # a holder on a state machine this role may not ask about: assume it runs
         if info is not None and info.ended:

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from sluice.errors import LeaseHeld, SlotsFull
+from sluice.errors import AlreadyRan, LeaseHeld, SlotsFull
 from sluice.model import LimitSource, PayloadState
 from tests.contract.stores import NOW, claim
 
@@ -153,6 +153,32 @@ def test_a_released_payload_can_be_claimed_again(store):
     assert (payload.holder, payload.executions, payload.attempts) == ("n2", ("n1", "n2"), 2)
 
 
+@pytest.mark.parametrize("ended", ["SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"])
+def test_a_name_that_ran_and_ended_cannot_be_claimed_again(store, ended):
+    """Its message back after the release: the claim refuses the name, with its record, and takes
+    nothing (a start on another state machine would accept the name and run it twice)."""
+    claim(store, "k", "n1")
+    store.release(
+        name="n1", state=PayloadState(ended), now=NOW + 5, error="E" if ended != "SUCCEEDED" else None
+    )
+    with pytest.raises(AlreadyRan) as ran:
+        claim(store, "k", "n1", now=NOW + 9)
+    assert (ran.value.existing.name, ran.value.existing.state) == ("n1", PayloadState(ended))
+    assert store.ledger().holders == frozenset() and store.payload("k").holder is None
+    assert store.execution("n1").state is PayloadState(ended)
+    claim(store, "k", "n2", now=NOW + 10)  # a re-submission (another name) claims as ever
+    assert store.payload("k").holder == "n2"
+
+
+def test_a_name_released_unstarted_can_be_claimed_again(store):
+    """RELEASED (reconciliation found no such execution, or the start was refused for sure): it
+    never ran, so its message back claims it again under the same name."""
+    claim(store, "k", "n1")
+    store.release(name="n1", state=PayloadState.RELEASED, now=NOW + 5)
+    claim(store, "k", "n1", now=NOW + 9)
+    assert store.payload("k").holder == "n1" and store.execution("n1").state is PayloadState.CLAIMED
+
+
 def test_duplicates_and_invalid_are_recorded(store):
     claim(store, "k", "n1")
     store.record_duplicate(key="k", message_id="m2", now=NOW)
@@ -296,7 +322,7 @@ def test_already_done_is_counted(store):
 # -- effects (sluice.effects) ---------------------------------------------------------------------
 
 
-def test_a_release_writes_the_effects_it_sent_and_a_later_claim_of_the_name_keeps_them(store):
+def test_a_release_writes_the_effects_it_sent_and_the_name_is_never_claimed_again(store):
     from sluice.model import EffectsLog
     from sluice.receipts import ReceiptOutput
 
@@ -310,10 +336,9 @@ def test_a_release_writes_the_effects_it_sent_and_a_later_claim_of_the_name_keep
         output=lambda record: ReceiptOutput(inline="{}", size=2, effects=sent),
     )
     assert released is not None and store.effects("n1") == sent
-    # A redelivered message claims the same name again (a fresh execution record): the mark stays.
-    claim(store, "k", "n1", now=NOW + 20)
-    assert store.effects("n1") == sent
-    assert store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW + 21) is not None
+    # A redelivered message of the name: it ran, so no claim, no second release, no second send.
+    with pytest.raises(AlreadyRan):
+        claim(store, "k", "n1", now=NOW + 20)
     assert store.effects("n1") == sent
 
 

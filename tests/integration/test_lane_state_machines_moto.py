@@ -4,12 +4,15 @@ the other lanes keep the stack's workflow."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from sluice.clock import FakeClock
 from sluice.completion import StatusChange
 from sluice.errors import ConfigurationError
 from sluice.lanes import parse_lane_state_machines, parse_lanes
+from sluice.model import Outcome, PayloadState
 from sluice.settings import Settings
 from tests.support.aws import build_stack
 from tests.support.hooks import count_calls
@@ -68,6 +71,38 @@ def test_reconciliation_lists_and_describes_every_machine(stack):
     assert gpu_run not in stack.runtime().store().ledger().holders
     assert calls["ListExecutions"] == 2  # one per state machine
     assert calls["DescribeStateMachine"] == 2  # a new container checks every machine once
+
+
+def described(rt) -> list[str]:
+    """The execution ARNs DescribeExecution is asked about on ``rt``'s client, as sent."""
+    asked: list[str] = []
+    rt.client("stepfunctions").meta.events.register(
+        "before-call.sfn.DescribeExecution",
+        lambda params, **_: asked.append(json.loads(params.get("body") or b"{}").get("executionArn", "")),
+    )
+    return asked
+
+
+@pytest.mark.parametrize("again", ["default", "gpu"])
+def test_a_re_submission_in_any_lane_asks_about_its_holder_on_the_holders_machine(stack, again):
+    """x ran on the gpu lane's machine and ended, its event late. x sent again, on either lane:
+    the duplicate check asks Step Functions about the holder where it ran, finds it ended, settles
+    it and starts the re-submission. Asked on the default lane's machine, it would find no such
+    execution, take it as running, and drop the re-submission as a duplicate."""
+    stack.send({"id": "x"}, group="g1", lane="gpu")
+    stack.launcher().tick()
+    (old,) = stack.running()
+    stack.finish(old)  # its status event not delivered yet
+    stack.clock.advance(5)
+    stack.send({"id": "x", "v": 2}, group="g2", lane=again)
+    rt = stack.runtime()
+    asked = described(rt)
+    summary = rt.launcher().tick()
+    assert asked and all(":execution:sluice-test-gpu-workflow:" in arn for arn in asked), asked
+    assert summary.n(Outcome.DUPLICATE) == 0 and summary.n(Outcome.STARTED) == 1
+    (new,) = stack.running()
+    assert new != old and stack.queue_counts() == (0, 0)
+    assert rt.store().execution(old).state is PayloadState.SUCCEEDED
 
 
 def test_the_setting_names_configured_lanes_and_state_machine_arns():

@@ -442,6 +442,71 @@ def test_a_started_claim_back_after_a_switch_is_not_started_on_the_new_machine(s
     assert [m for m, _ in runs_of_key(stack, "x", old_arn, new_arn)] == ["sluice-test-workflow"]
 
 
+@pytest.mark.parametrize("fault", ["crash", "throttled delete"])
+def test_a_message_whose_run_ended_before_a_switch_is_not_run_again_on_the_new_machine(session, fault):
+    """x starts on the old machine and its message is not deleted; x ends and its event releases it.
+    The stack is switched, and x's message comes back. Names are unique per state machine only, so
+    StartExecution on the new machine would accept x's name: the claim itself refuses a name that
+    ran and ended (``AlreadyRan``), and nothing starts anywhere."""
+    clock = FakeClock()
+    stack = build_stack(session, clock=clock, max_concurrency=2)
+    old_arn = stack.settings.state_machine_arn
+    stack.send({"id": "x"}, group="gx")
+    rt = stack.runtime()
+    received = receipts_of(rt.client("sqs"))
+    if fault == "crash":
+        crash_before(rt.client("sqs"), "DeleteMessageBatch")
+        with pytest.raises(Crash):
+            rt.launcher().tick()
+    else:
+        refused = throttle(rt.client("sqs"), "DeleteMessageBatch", times=1)
+        with pytest.raises(TransientError):
+            rt.launcher().tick()
+        assert refused["throttled"] == 1
+    (x,) = stack.running()
+    released, _, _ = stack.runtime().launcher().on_status_change(StatusChange.from_event(stack.finish(x)))
+    assert released
+    new_arn = new_machine(stack)
+    switched = stack.runtime(state_machine_arn=new_arn)
+    starts = count_calls(switched.client("stepfunctions"))
+    stack.visible_again(received)
+    clock.advance(5)
+    summary = switched.launcher().tick()
+    assert summary.n(Outcome.ALREADY_RAN) == 1 and summary.n(Outcome.STARTED) == 0
+    assert starts["StartExecution"] == 0 and stack.queue_counts() == (0, 0)
+    sfn = stack.client("stepfunctions")
+    assert sfn.list_executions(stateMachineArn=new_arn)["executions"] == []
+    assert [e["status"] for e in sfn.list_executions(stateMachineArn=old_arn)["executions"]] == ["SUCCEEDED"]
+    assert switched.store().execution(x).state is PayloadState.SUCCEEDED  # its record stands
+
+
+def test_a_re_submission_after_a_switch_asks_about_its_holder_on_the_old_machine(session):
+    """x runs on the old machine when the stack is switched, and ends there; its event matches the
+    old rule only and is lost. x is sent again: the duplicate check asks Step Functions about the
+    holder by the ARN it was claimed on, finds it ended, settles it and starts the re-submission on
+    the new machine. Asked on the new machine, it would take the holder as running and drop x."""
+    clock = FakeClock()
+    stack = build_stack(session, clock=clock, max_concurrency=2)
+    stack.send({"id": "x"}, group="g1")
+    stack.launcher().tick()
+    (old,) = stack.running()
+    new_arn = new_machine(stack)
+    switched = stack.runtime(state_machine_arn=new_arn)
+    stack.finish(old, "SUCCEEDED")
+    clock.advance(5)
+    stack.send({"id": "x", "v": 2}, group="g2")
+    asked: list[str] = []
+    switched.client("stepfunctions").meta.events.register(
+        "before-call.sfn.DescribeExecution",
+        lambda params, **_: asked.append(json.loads(params.get("body") or b"{}").get("executionArn", "")),
+    )
+    summary = switched.launcher().tick()
+    assert asked and all(":execution:sluice-test-workflow:" in arn for arn in asked), asked
+    assert summary.n(Outcome.DUPLICATE) == 0 and summary.n(Outcome.STARTED) == 1
+    assert [m for m, _ in runs_of_key(stack, "x", new_arn)] == ["sluice-test-workflow-v2"]
+    assert switched.store().execution(old).state is PayloadState.SUCCEEDED
+
+
 def test_an_unstarted_claim_back_after_a_switch_starts_on_the_new_machine_and_records_it(session):
     """x is claimed on the old machine and its launcher dies before the start. The stack is
     switched; x comes back and starts on the new machine, and its record names that execution:

@@ -709,6 +709,41 @@ def test_a_resume_that_starts_without_asking_step_functions_is_caught(monkeypatc
         launching.test_a_started_claim_back_after_a_switch_is_not_started_on_the_new_machine(session, "crash")
 
 
+def test_a_claim_over_a_name_that_ran_and_ended_is_caught(monkeypatch):
+    """Without the claim's guard on an ended record, a message back after its run was released
+    claims its name afresh, and StartExecution on a state machine the stack switched to accepts it:
+    one message, two runs. (On the same machine, ExecutionAlreadyExists would have saved it.)"""
+    real = DynamoStore._claim_items
+
+    def over_ended_runs(self, *args, **kwargs):
+        items = real(self, *args, **kwargs)
+        put = items[2]["Put"]
+        put["ConditionExpression"] = "attribute_not_exists(parked)"
+        put.pop("ExpressionAttributeNames", None)
+        put.pop("ExpressionAttributeValues", None)
+        return items
+
+    monkeypatch.setattr(DynamoStore, "_claim_items", over_ended_runs)
+    with pytest.raises(AssertionError), moto_session() as session:
+        launching.test_a_message_whose_run_ended_before_a_switch_is_not_run_again_on_the_new_machine(
+            session, "crash"
+        )
+
+
+def test_a_duplicate_check_on_the_machine_in_use_is_caught(monkeypatch):
+    """Asking about a key's holder on the stack's state machine rather than the one it was claimed
+    on (before a switch) finds no such execution, so an ended holder passes for running and the
+    re-submission is dropped as a duplicate."""
+    real = sluice.adapters.sfn.StepFunctionsExecutions.describe
+    monkeypatch.setattr(
+        sluice.adapters.sfn.StepFunctionsExecutions,
+        "describe",
+        lambda self, name, arn=None: real(self, name, None),
+    )
+    with pytest.raises(AssertionError), moto_session() as session:
+        launching.test_a_re_submission_after_a_switch_asks_about_its_holder_on_the_old_machine(session)
+
+
 # -- a completion's refill by hand-over (issue 10, item 3) ----------------------------------------------
 
 

@@ -48,6 +48,7 @@ from sluice.adapters.dynamo_codec import (
     only_once,
     payload_pk,
     plain,
+    to_execution,
     to_payload,
     values,
 )
@@ -59,7 +60,7 @@ from sluice.adapters.dynamo_records import RecordsTable
 from sluice.adapters.dynamo_release import ReleasesTable
 from sluice.adapters.dynamo_slots import DynamoSlots
 from sluice.adapters.dynamo_table import DEFAULT_RETENTION
-from sluice.errors import AlreadyDone, KeyFull, LeaseHeld, SlotsFull, TransientError
+from sluice.errors import AlreadyDone, AlreadyRan, KeyFull, LeaseHeld, SlotsFull, TransientError
 from sluice.keys import DEFAULT_KEY_CONCURRENCY
 from sluice.lanes import LaneRoom, LaneSetting
 from sluice.model import (
@@ -230,6 +231,13 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
                     trims += 1
                     continue  # the history was full, not the lease: trimmed, claim again
                 raise LeaseHeld(to_payload(existing, default_key=key))
+            earlier = (
+                plain(reasons[2].get("Item", {}))
+                if reasons[2].get("Code") == "ConditionalCheckFailed"
+                else {}
+            )
+            if earlier and PayloadState(earlier.get("state", PayloadState.CLAIMED.value)).ended:
+                raise AlreadyRan(to_execution(earlier))  # before any other refusal: no shard would do
             if waiting_at >= 0 and reasons[waiting_at].get("Code") == "ConditionalCheckFailed":
                 raise KeyFull(to_key_state(ckey or "", None))  # someone waits: this one lines up too
             if key_at >= 0 and reasons[key_at].get("Code") == "ConditionalCheckFailed":
@@ -314,8 +322,11 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
                         claim_version=0,
                         shard=shard,
                     ),
-                    # Never over a record whose parked messages were not woken (``_carry_parked``).
-                    "ConditionExpression": "attribute_not_exists(parked)",
+                    # Never over a record whose parked messages were not woken (``_carry_parked``),
+                    # nor over a run that ended: its name may start afresh on another state machine.
+                    "ConditionExpression": f"attribute_not_exists(parked) AND {NOT_ENDED}",
+                    "ExpressionAttributeNames": {"#state": "state"},
+                    "ExpressionAttributeValues": dict(NOT_ENDED_VALUES),
                     "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                 }
             },
@@ -447,6 +458,16 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
         ]
 
 
+# An execution record that is not of a run that ended (a claim's Put over a name that ran is refused).
+NOT_ENDED = "NOT #state IN (:ended_s, :ended_f, :ended_t, :ended_a)"
+NOT_ENDED_VALUES = values(
+    ended_s=PayloadState.SUCCEEDED.value,
+    ended_f=PayloadState.FAILED.value,
+    ended_t=PayloadState.TIMED_OUT.value,
+    ended_a=PayloadState.ABORTED.value,
+)
+
+
 def _carry_parked(items: list[dict[str, Any]], parked: list[str]) -> None:
     """Make a claim's items (``_claim_items``) keep the messages parked behind an earlier claim of
     the same name: the earlier one was released and its wake-up lost (a crash, or a park that
@@ -454,5 +475,5 @@ def _carry_parked(items: list[dict[str, Any]], parked: list[str]) -> None:
     it ends (``sluice.parking``). Nothing parks behind a released record, so the list is as read."""
     put = items[2]["Put"]
     put["Item"]["parked"] = {"SS": parked}
-    put["ConditionExpression"] = "attribute_not_exists(parked) OR size(parked) = :nparked"
-    put["ExpressionAttributeValues"] = {":nparked": {"N": str(len(parked))}}
+    put["ConditionExpression"] = f"(attribute_not_exists(parked) OR size(parked) = :nparked) AND {NOT_ENDED}"
+    put["ExpressionAttributeValues"] = {**NOT_ENDED_VALUES, ":nparked": {"N": str(len(parked))}}

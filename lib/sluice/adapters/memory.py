@@ -10,7 +10,7 @@ from dataclasses import replace
 from sluice.adapters.memory_awaits import MemoryAwaits
 from sluice.adapters.memory_handover import MemoryHandOver
 from sluice.adapters.memory_keys import MemoryKeys
-from sluice.errors import AlreadyDone, KeyFull, LeaseHeld, SlotsFull
+from sluice.errors import AlreadyDone, AlreadyRan, KeyFull, LeaseHeld, SlotsFull
 from sluice.keys import DEFAULT_KEY_CONCURRENCY, KeyState
 from sluice.lanes import LaneRoom, LaneSetting
 from sluice.model import (
@@ -116,6 +116,9 @@ class MemoryStore(MemoryHandOver, MemoryAwaits, MemoryKeys):
                 raise AlreadyDone(current)
             if current is not None and (current.holder is not None or current.redriven is not None):
                 raise LeaseHeld(current)
+            earlier = self._executions.get(name)
+            if earlier is not None and earlier.state.ended:
+                raise AlreadyRan(earlier)
             if ckey is not None:
                 self._key_admits(ckey, ticket=ticket, uncapped=uncapped)
             if fair_newcomer:
@@ -147,7 +150,6 @@ class MemoryStore(MemoryHandOver, MemoryAwaits, MemoryKeys):
                 expires_at=0,
                 reason=None,
             )
-            earlier = self._executions.get(name)
             self._executions[name] = ExecutionRecord(
                 name=name,
                 key=key,
