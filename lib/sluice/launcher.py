@@ -204,7 +204,7 @@ class Launcher(LaneAdmission, MessageProtocol):
                 summary.outcomes[outcome] = summary.outcomes.get(outcome, 0) + n
             summary.stopped = more.stopped
             summary.limit, summary.running_after = more.limit, more.running_after
-            summary.counted = more.counted  # False unless it read the slots after a message took none
+            summary.counted = more.counted  # False: the hand-over's room alone, no count read
         return summary
 
     def _admit_received(self, offer: HandOverOffer) -> TickSummary:
