@@ -276,6 +276,11 @@ class Semaphores:
                 or (record.gen, record.ticket) != (ticket.gen, number)
                 or record.state is State.RELEASED
             ):
+                if record is not None and record.state is State.RELEASED and record.ticket == number:
+                    # A waiter released in line: its release may have stopped between its two
+                    # steps (a crash after the mark), and a waiter holds no permit for the sweep
+                    # to find. Its index entry goes here (IF RELEASED; a permit stays the sweep's).
+                    self.store.free(name, ticket.holder, None)
                 self.store.advance(name, number, drop=True)
                 done.skipped.append(
                     Waiter(number, ticket.execution_arn, ticket.acquisition_id, ticket.enqueued_at)

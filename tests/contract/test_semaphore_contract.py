@@ -134,6 +134,21 @@ def test_a_waiter_released_before_its_turn_leaves_the_line(world):
     assert ask(world, "c")[0].outcome is Outcome.GRANTED
 
 
+def test_a_waiter_whose_release_stopped_after_its_mark_leaves_no_index_entry(world):
+    """b waits; its execution ends and the release dies between its two steps: b's record is
+    RELEASED, its index entry still there, and b holds no permit for a sweep to find. The hand-off
+    that passes b's ticket takes the entry out (found by the soak)."""
+    world.semaphores().set_limit(S, 1)
+    ask(world, "a")
+    ask(world, "b")
+    record = world.store.acquisition(S, holder_name(arn("b"), SECTION))
+    assert world.store.end(S, record.holder, record.gen, world.clock.now(), "released")  # then it died
+    assert world.store.held_by(arn("b")) == [(S, SECTION)]
+    release(world, "a")
+    assert world.store.held_by(arn("b")) == [] and world.running(S) == 0
+    assert ask(world, "c")[0].outcome is Outcome.GRANTED
+
+
 def test_a_repeated_release_or_a_late_event_frees_nothing_of_another_holder(world):
     world.semaphores().set_limit(S, 1)
     _, token_a = ask(world, "a")

@@ -232,9 +232,10 @@ def test_reconciliation_after_a_lost_event_sends_them_once(stack):
 
 
 def test_a_redelivered_message_that_already_ran_sends_nothing_again(session):
-    """The parent's message comes back after its execution ended and sent its effects: the launcher
-    claims the same name again (a fresh EXEC record), finds it ended and releases it once more. The
-    mark is an item of its own, so that second release sends nothing."""
+    """The parent's message comes back after its execution ended and sent its effects: the claim
+    refuses the name that ran (``AlreadyRan``), so nothing is released a second time and nothing is
+    sent. (Were it claimed again, the mark, an item of its own, would stop a second send: the broken
+    variants check that guard too.)"""
     with freeze_time("2027-01-01 00:00:00") as frozen:
         stack = build_stack(session, visibility_timeout=400)  # returns past SQS's 5-minute window
         stack.send({"id": "parent"}, group="parent")

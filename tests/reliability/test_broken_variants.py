@@ -655,7 +655,7 @@ def test_a_claim_again_that_erases_what_waits_behind_the_name_is_caught(monkeypa
 
     def erase(items, parked):
         put = items[2]["Put"]
-        put.pop("ConditionExpression", None)
+        put["ConditionExpression"] = sluice.adapters.dynamodb.NOT_ENDED  # the parked guard alone gone
         put.pop("ReturnValuesOnConditionCheckFailure", None)
 
     monkeypatch.setattr(sluice.adapters.dynamodb, "_carry_parked", erase)
@@ -1328,9 +1328,22 @@ def test_effects_sent_on_every_event_are_caught(monkeypatch):
 
 
 def test_effects_sent_again_when_their_execution_is_released_again_are_caught(monkeypatch):
-    """The mark not consulted (or kept on EXEC#<name>, which a later claim of the name writes afresh):
-    the second release of a name, by a redelivered message that already ran, sends them again."""
+    """The mark is the second guard: were a name that ran claimed again (the claim's guard on an
+    ended record gone too), a release that does not consult the mark (or one kept on EXEC#<name>,
+    which such a claim writes afresh) would send the effects again."""
     import sluice.effects
+
+    real = DynamoStore._claim_items
+
+    def over_ended_runs(self, *args, **kwargs):
+        items = real(self, *args, **kwargs)
+        put = items[2]["Put"]
+        put["ConditionExpression"] = "attribute_not_exists(parked)"
+        put.pop("ExpressionAttributeNames", None)
+        put.pop("ExpressionAttributeValues", None)
+        return items
+
+    monkeypatch.setattr(DynamoStore, "_claim_items", over_ended_runs)
 
     class Forgetful:
         def __init__(self, store: Any) -> None:
