@@ -293,8 +293,11 @@ class Promises:
             if key not in started and all(awaited_keys(s) for s in self.model.sent.values() if s.key == key):
                 continue  # only waiters: still parked, or dead-lettered (checked below)
             item = items.get(f"PAYLOAD#{key}")
-            if item is None and f"PAYLOAD#{key}" in self.expired:
-                continue  # settled, kept for the retention period, and deleted by TTL since
+            if (item is None or "state" not in item) and f"PAYLOAD#{key}" in self.expired:
+                # Settled, kept for the retention period, and deleted by TTL since; a waiter that
+                # parked on the key afterwards flags it (``awaited``), a flag-only item that the
+                # store reads as no record.
+                continue
             state = item.get("state", {}).get("S") if item else None
             if state == "INVALID" and key in dead_waiters:
                 continue  # a waiter of this key was dead-lettered after its last run
