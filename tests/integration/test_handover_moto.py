@@ -11,6 +11,7 @@ import pytest
 
 from sluice.clock import FakeClock
 from sluice.completion import StatusChange
+from sluice.errors import TransientError
 from sluice.model import Outcome, PayloadState
 from sluice.names import execution_name
 from sluice.ops.maximum import set_max
@@ -250,3 +251,32 @@ def test_an_event_delivered_twice_at_once_costs_the_loser_one_receive_and_loses_
     assert refill_a.n(Outcome.RETURNED) == 1 and stack.queue_counts() == (1, 0)
     end(rt_b, stack, sorted(n for n in stack.running() if not n.startswith("p3"))[0])
     assert execution_name("p2", head) in stack.running()
+
+
+def test_a_message_whose_run_ended_is_refused_in_the_hand_over_and_settled_as_already_ran(stack):
+    """x ran, its message was not deleted (a throttled delete), and its end released it. The message
+    comes back while another run ends: the hand-over receives it, the successor's claim in the
+    release's transaction is refused (x's record says it ran), the release goes alone, and x is
+    settled as already ran. Nothing starts, and the queue is empty."""
+    stack.send({"id": "x"}, group="gx")
+    rt = stack.runtime()
+    received = receipts_of(rt.client("sqs"))
+    refused = throttle(rt.client("sqs"), "DeleteMessageBatch", times=1)
+    with pytest.raises(TransientError):
+        rt.launcher().tick()
+    assert refused["throttled"] == 1
+    x_receipts = list(received)
+    (x,) = stack.running()
+    assert end(rt, stack, x)[0]  # released; its message still in flight
+    stack.send({"id": "e"}, group="ge")
+    rt.launcher().tick()
+    (e,) = stack.running()
+    stack.visible_again(x_receipts)
+    calls = count_calls(rt.client("stepfunctions"))
+    released, refill, _ = end(rt, stack, e)
+    assert released and refill.n(Outcome.ALREADY_RAN) == 1 and refill.n(Outcome.STARTED) == 0
+    assert calls["StartExecution"] == 0 and stack.running() == [] and stack.queue_counts() == (0, 0)
+    store = stack.runtime().store()
+    assert store.execution(x).state is PayloadState.SUCCEEDED and store.ledger().holders == frozenset()
+    runs = stack.client("stepfunctions").list_executions(stateMachineArn=stack.settings.state_machine_arn)
+    assert sorted(r["name"] for r in runs["executions"]) == sorted([x, e])
