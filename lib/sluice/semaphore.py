@@ -277,10 +277,11 @@ class Semaphores:
                 or record.state is State.RELEASED
             ):
                 if record is not None and record.state is State.RELEASED and record.ticket == number:
-                    # A waiter released in line: its release may have stopped between its two
-                    # steps (a crash after the mark), and a waiter holds no permit for the sweep
-                    # to find. Its index entry goes here (IF RELEASED; a permit stays the sweep's).
-                    self.store.free(name, ticket.holder, None)
+                    # Released at its place in line, and its release may have stopped between its
+                    # two steps (a crash after the mark): a waiter holds no permit for the sweep to
+                    # find, and a granted one's retried event would find no index entry left. Its
+                    # permit, if any, and its index entry go here together (IF RELEASED).
+                    self._free(name, ticket.holder)
                 self.store.advance(name, number, drop=True)
                 done.skipped.append(
                     Waiter(number, ticket.execution_arn, ticket.acquisition_id, ticket.enqueued_at)

@@ -149,6 +149,33 @@ def test_a_waiter_whose_release_stopped_after_its_mark_leaves_no_index_entry(wor
     assert ask(world, "c")[0].outcome is Outcome.GRANTED
 
 
+def test_a_granted_holder_whose_release_stopped_after_its_mark_frees_its_permit_when_passed(world):
+    """a is granted and its hand-off dies after SendTaskSuccess (its ticket still the head); a's
+    execution ends and its release dies after the mark. The hand-off that passes a's ticket frees
+    its permit and its index entry together, so b is granted at once. Dropping the entry alone would
+    leave the permit to the sweep, and a's retried event would find nothing to free (found by a
+    helper breaking the fix above)."""
+    sems = world.semaphores()
+    sems.set_limit(S, 1)
+
+    def crash(token: str, answer: Delivery | None = None) -> None:
+        raise Crash("after SendTaskSuccess")
+
+    world.tokens.after_send = crash
+    with pytest.raises(Crash):
+        sems.acquire(S, arn("a"), SECTION, world.tokens.issue(arn("a")))
+    world.tokens.after_send = None
+    world.tokens.end(arn("a"), "FAILED")
+    record = world.store.acquisition(S, holder_name(arn("a"), SECTION))
+    assert world.store.end(S, record.holder, record.gen, world.clock.now(), "released")  # then it died
+    assert world.running(S) == 1 and world.store.held_by(arn("a")) == [(S, SECTION)]
+    sems.acquire(S, arn("b"), SECTION, world.tokens.issue(arn("b")))
+    assert world.delivered()[-1:] == ["b"] and world.holders(S) == {"b"} and world.running(S) == 1
+    assert world.store.held_by(arn("a")) == []
+    sems.release_execution(arn("a"))  # EventBridge's retry of a's event: nothing of b's is freed
+    assert world.holders(S) == {"b"} and world.running(S) == 1
+
+
 def test_a_repeated_release_or_a_late_event_frees_nothing_of_another_holder(world):
     world.semaphores().set_limit(S, 1)
     _, token_a = ask(world, "a")
