@@ -413,14 +413,9 @@ def runs_of_key(stack, key: str, *machines: str) -> list[tuple[str, str]]:
     ]
 
 
-@pytest.mark.parametrize("fault", ["crash", "throttled delete"])
-def test_a_started_claim_back_after_a_switch_is_not_started_on_the_new_machine(session, fault):
-    """x starts on the old machine and its message is not deleted (the launcher died, or the delete
-    was throttled). The stack is switched; x's message comes back: it runs already, on the old
-    machine, so it is resumed there, and nothing starts on the new one."""
-    clock = FakeClock()
-    stack = build_stack(session, clock=clock, max_concurrency=2)
-    old_arn = stack.settings.state_machine_arn
+def start_x_and_fail_its_delete(stack, fault: str) -> list[str]:
+    """x starts and its message is not deleted: the launcher dies before the delete (``crash``), or
+    the delete is throttled (the tick fails loudly). Returns the receipts, to make it visible again."""
     stack.send({"id": "x"}, group="gx")
     rt = stack.runtime()
     received = receipts_of(rt.client("sqs"))
@@ -431,8 +426,20 @@ def test_a_started_claim_back_after_a_switch_is_not_started_on_the_new_machine(s
     else:
         refused = throttle(rt.client("sqs"), "DeleteMessageBatch", times=1)
         with pytest.raises(TransientError):
-            rt.launcher().tick()  # the tick fails loudly; the message stays in flight
+            rt.launcher().tick()
         assert refused["throttled"] == 1
+    return list(received)
+
+
+@pytest.mark.parametrize("fault", ["crash", "throttled delete"])
+def test_a_started_claim_back_after_a_switch_is_not_started_on_the_new_machine(session, fault):
+    """x starts on the old machine and its message is not deleted (the launcher died, or the delete
+    was throttled). The stack is switched; x's message comes back: it runs already, on the old
+    machine, so it is resumed there, and nothing starts on the new one."""
+    clock = FakeClock()
+    stack = build_stack(session, clock=clock, max_concurrency=2)
+    old_arn = stack.settings.state_machine_arn
+    received = start_x_and_fail_its_delete(stack, fault)
     new_arn = new_machine(stack)
     switched = stack.runtime(state_machine_arn=new_arn)
     stack.visible_again(received)
@@ -451,18 +458,7 @@ def test_a_message_whose_run_ended_before_a_switch_is_not_run_again_on_the_new_m
     clock = FakeClock()
     stack = build_stack(session, clock=clock, max_concurrency=2)
     old_arn = stack.settings.state_machine_arn
-    stack.send({"id": "x"}, group="gx")
-    rt = stack.runtime()
-    received = receipts_of(rt.client("sqs"))
-    if fault == "crash":
-        crash_before(rt.client("sqs"), "DeleteMessageBatch")
-        with pytest.raises(Crash):
-            rt.launcher().tick()
-    else:
-        refused = throttle(rt.client("sqs"), "DeleteMessageBatch", times=1)
-        with pytest.raises(TransientError):
-            rt.launcher().tick()
-        assert refused["throttled"] == 1
+    received = start_x_and_fail_its_delete(stack, fault)
     (x,) = stack.running()
     released, _, _ = stack.runtime().launcher().on_status_change(StatusChange.from_event(stack.finish(x)))
     assert released

@@ -709,10 +709,8 @@ def test_a_resume_that_starts_without_asking_step_functions_is_caught(monkeypatc
         launching.test_a_started_claim_back_after_a_switch_is_not_started_on_the_new_machine(session, "crash")
 
 
-def test_a_claim_over_a_name_that_ran_and_ended_is_caught(monkeypatch):
-    """Without the claim's guard on an ended record, a message back after its run was released
-    claims its name afresh, and StartExecution on a state machine the stack switched to accepts it:
-    one message, two runs. (On the same machine, ExecutionAlreadyExists would have saved it.)"""
+def claims_over_ended_runs(monkeypatch) -> None:
+    """The claim's Put of EXEC#<name> without its guard on a run that ended (``AlreadyRan``)."""
     real = DynamoStore._claim_items
 
     def over_ended_runs(self, *args, **kwargs):
@@ -724,6 +722,13 @@ def test_a_claim_over_a_name_that_ran_and_ended_is_caught(monkeypatch):
         return items
 
     monkeypatch.setattr(DynamoStore, "_claim_items", over_ended_runs)
+
+
+def test_a_claim_over_a_name_that_ran_and_ended_is_caught(monkeypatch):
+    """Without the claim's guard on an ended record, a message back after its run was released
+    claims its name afresh, and StartExecution on a state machine the stack switched to accepts it:
+    one message, two runs. (On the same machine, ExecutionAlreadyExists would have saved it.)"""
+    claims_over_ended_runs(monkeypatch)
     with pytest.raises(AssertionError), moto_session() as session:
         launching.test_a_message_whose_run_ended_before_a_switch_is_not_run_again_on_the_new_machine(
             session, "crash"
@@ -1333,17 +1338,7 @@ def test_effects_sent_again_when_their_execution_is_released_again_are_caught(mo
     which such a claim writes afresh) would send the effects again."""
     import sluice.effects
 
-    real = DynamoStore._claim_items
-
-    def over_ended_runs(self, *args, **kwargs):
-        items = real(self, *args, **kwargs)
-        put = items[2]["Put"]
-        put["ConditionExpression"] = "attribute_not_exists(parked)"
-        put.pop("ExpressionAttributeNames", None)
-        put.pop("ExpressionAttributeValues", None)
-        return items
-
-    monkeypatch.setattr(DynamoStore, "_claim_items", over_ended_runs)
+    claims_over_ended_runs(monkeypatch)
 
     class Forgetful:
         def __init__(self, store: Any) -> None:
