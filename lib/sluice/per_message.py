@@ -41,13 +41,11 @@ only a waiter its lane's waker sent back claims; one that finds no room parks ag
 
 from __future__ import annotations
 
-import logging
 from dataclasses import replace
 
 from sluice import fair, keys
 from sluice.awaits import ReadAhead, gate
-from sluice.completion import complete, output_from
-from sluice.effects import Effects
+from sluice.completion import complete
 from sluice.errors import (
     AlreadyDone,
     AlreadyRan,
@@ -59,40 +57,25 @@ from sluice.errors import (
     SlotsFull,
     TransientError,
 )
-from sluice.fanout import Pacer
 from sluice.keys import concurrency_key, ticket_of
-from sluice.lanes import Lane
-from sluice.model import ClaimFence, ExecutionInfo, Message, Outcome, Payload, PayloadState, StartResult
+from sluice.message_branches import MessageBranches
+from sluice.model import ClaimFence, Message, Outcome, Payload, PayloadState, StartResult
 from sluice.names import execution_name, origin_id
-from sluice.parking import park
-from sluice.pointers import PayloadObjects, check_pointer
-from sluice.ports import Clock, Executions, Queue, Store
-from sluice.receipts import Outputs, is_once
-from sluice.settings import DuplicatePolicy, Settings
+from sluice.pointers import check_pointer
+from sluice.receipts import is_once
 from sluice.validation import validate_message
 
 ATTEMPTS = 3  # claims per message when the lease changes hands under us
 THROTTLED_STARTS = 5  # StartExecution calls per payload while Step Functions throttles (backing off)
 
 
-class MessageProtocol:
+class MessageProtocol(MessageBranches):
     """Validate, check, claim and start one message; the launcher's per-message steps. Mixed into
-    ``sluice.launcher.Launcher``, which owns the adapters below."""
+    ``sluice.launcher.Launcher``, which owns the adapters (``MessageBranches``)."""
 
-    queue: Queue
-    executions: Executions
-    store: Store
-    clock: Clock
-    settings: Settings
-    log: logging.Logger | logging.LoggerAdapter
-    pacer: Pacer
-    payloads: PayloadObjects | None
     # A fair lane's pass that saw several tenants in a batch, or lined one message up: its new
     # messages line up, so the waker sees every tenant before it shares the room out (sluice.fair).
     line_all: bool = False
-    outputs: Outputs
-    effects: Effects
-    lane: Lane | None
 
     def _process(
         self,
@@ -336,138 +319,6 @@ class MessageProtocol:
             return result
         raise AssertionError("unreachable")
 
-    # -- the branches -------------------------------------------------------------------------
-
-    def _duplicate(self, payload: Payload, held: LeaseHeld, done: list[Message]) -> Outcome | None:
-        if held.existing.holder is None and held.existing.redriven is not None:
-            self._take_redriven(payload.key, held.existing.redriven)
-            return None
-        holder = held.existing.holder or ""
-        # The holder may have ended with its status event still on the way: ask Step Functions
-        # before turning a re-submission away, on the machine the holder was claimed on (another
-        # lane's, or the one before a switch: names are unique per machine only). Ended: settle
-        # it and claim again.
-        record = self.store.execution(holder)
-        try:
-            info = self.executions.describe(holder, record.arn if record is not None else None)
-        except ConfigurationError:
-            info = None  # a holder on a state machine this role may not ask about: assume it runs
-        if info is not None and info.ended:
-            complete(
-                store=self.store,
-                queue=self.queue,
-                name=holder,
-                state=PayloadState.after(info.status),
-                now=self.clock.now(),
-                error=info.error,
-                cause=info.cause,
-                ended_at=info.stop_date,
-                started_at=info.start_date,
-                output=output_from(info.output, self.outputs),
-                effects=self.effects,
-            )
-            return None
-        if self.settings.duplicate_policy is DuplicatePolicy.DEFER:
-            if not park(store=self.store, payload=payload, holder=holder, now=self.clock.now()):
-                return None  # the holder was released meanwhile: the lease is free
-            done.append(payload.message)
-            self._log("payload already running; parked until it ends", payload, holder, Outcome.DEFERRED)
-            return Outcome.DEFERRED
-        self.store.record_duplicate(
-            key=payload.key, message_id=payload.message.message_id, now=self.clock.now()
-        )
-        done.append(payload.message)
-        self._log("payload already running; duplicate suppressed", payload, holder, Outcome.DUPLICATE)
-        return Outcome.DUPLICATE
-
-    def _take_redriven(self, key: str, redriven: str) -> None:
-        """The lease is free but a run of the key was redriven behind Sluice's back while another
-        held it (``Store.mark_redriven``): adopt it if it still runs, else lift the mark. The caller
-        looks again and finds the adopted run, or a free lease."""
-        record = self.store.execution(redriven)
-        try:
-            info = self.executions.describe(redriven, record.arn) if record is not None else None
-            runs = info is not None and not info.ended
-        except ConfigurationError:
-            runs = True  # a state machine this role may not ask about: assume it runs
-        if not runs or not self.store.adopt(name=redriven, now=self.clock.now()):
-            self.store.clear_redriven(key=key, name=redriven)
-
-    def _renewal_refused(self, payload: Payload, name: str, done: list[Message]) -> Outcome | None:
-        """Our claim could not be renewed. Released or started meanwhile: look again. Blocked
-        (reconciliation saw a redriven run of its key, ``Store.block``) and never started: hand the
-        key to that run, which is then adopted, and look again: this message is its duplicate."""
-        record = self.store.execution(name)
-        if record is None or record.state is not PayloadState.CLAIMED or not record.blocked_by:
-            return None
-        info = self.executions.describe(name, record.arn)
-        if info is not None:
-            # An earlier attempt did start it: it runs beside the redriven one; carry on.
-            return self._already_exists(payload, name, done, info)
-        self._rollback(
-            name,
-            f"yielded to {record.blocked_by}, a redriven run of the same key",
-            version=record.claim_version,
-        )
-        redriven = self.executions.describe(record.blocked_by)
-        if redriven is not None and not redriven.ended:
-            self.store.adopt(name=record.blocked_by, now=self.clock.now())
-        return None
-
-    def _started_before(self, name: str) -> ExecutionInfo | None:
-        """Our own claim, back: what Step Functions says of it, asked by the ARN it was claimed for
-        (None: never started)."""
-        record = self.store.execution(name)
-        return self.executions.describe(name, record.arn if record is not None else None)
-
-    def _already_exists(
-        self, payload: Payload, name: str, done: list[Message], info: ExecutionInfo | None = None
-    ) -> Outcome:
-        """StartExecution says this name exists with other input or has ended, or a resumed claim
-        was found started (``info``): this message ran, or runs."""
-        info = info or self.executions.describe(name)
-        if info is None:
-            # Contradicts StartExecution; Step Functions has not caught up. Keep the claim and retry.
-            raise AmbiguousStartError(
-                f"execution {name} exists but cannot be described yet", operation="DescribeExecution"
-            )
-        if not info.ended:
-            done.append(payload.message)
-            self._log("redelivered message already running", payload, name, Outcome.RESUMED)
-            return Outcome.RESUMED
-        complete(
-            store=self.store,
-            queue=self.queue,
-            name=name,
-            state=PayloadState.after(info.status),
-            now=self.clock.now(),
-            error=info.error,
-            cause=info.cause,
-            ended_at=info.stop_date,
-            started_at=info.start_date,
-            output=output_from(info.output, self.outputs),
-            effects=self.effects,
-        )
-        done.append(payload.message)
-        self._log("redelivered message already ran", payload, name, Outcome.ALREADY_RAN)
-        return Outcome.ALREADY_RAN
-
-    def _dead_letter(self, message: Message, exc: InvalidPayload, done: list[Message]) -> Outcome:
-        self.queue.send_to_dlq(message, exc.reason)
-        if exc.key:
-            self.store.record_invalid(key=exc.key, reason=exc.reason, now=self.clock.now())
-        done.append(message)
-        self.log.warning(
-            "invalid payload dead-lettered",
-            extra={
-                "message_id": message.message_id,
-                "reason": exc.reason,
-                "outcome": Outcome.INVALID.value,
-                "correlation_id": exc.key or message.message_id,
-            },
-        )
-        return Outcome.INVALID
-
     def _rollback(self, name: str, reason: str, *, version: int) -> None:
         """Give back a claim of ours that never started, only while it is still the claim at
         ``version``: two copies of one message (one name) may run side by side, and the other copy
@@ -488,17 +339,4 @@ class MessageProtocol:
             now=self.clock.now(),
             error=reason,
             fence=ClaimFence(version),
-        )
-
-    def _log(self, text: str, payload: Payload, name: str | None, outcome: Outcome, **more: object) -> None:
-        self.log.info(
-            text,
-            extra={
-                "correlation_id": payload.key,
-                "payload_key": payload.key,
-                "message_id": payload.message.message_id,
-                "execution_name": name,
-                "outcome": outcome.value,
-                **more,
-            },
         )
