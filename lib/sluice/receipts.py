@@ -45,9 +45,13 @@ With the condition in the claim, each order ends the same way:
     complete(e1): release, succeeded_by = e1 ✓  ── or the completion's own release wins; this one is a no-op
     claim(k) again                             ✗ AlreadyDone: delete m2, record it, start nothing
 
-A once-key whose success is recorded keeps its payload record without expiry (the release writes no
-``expires_at`` for a SUCCEEDED run claimed with once), so the promise outlives ``retentionDays``.
-Messages without the attribute run as before, whatever the receipt says.
+A once-key whose success is recorded keeps its payload record without expiry (the release of a
+SUCCEEDED run claimed with once writes ``once_by = <name>`` and no ``expires_at``), so the promise
+outlives ``retentionDays``. No later write puts it back under TTL: every write that sets
+``expires_at`` on ``PAYLOAD#<key>`` (a release, a dead letter's ``record_invalid``) is conditioned on
+``attribute_not_exists(once_by)`` and written again without the expiry when refused
+(``sluice.adapters.dynamo_release`` has the timeline). Messages without the attribute run as before,
+whatever the receipt says.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 records, a payload's duplicate and invalid marks, and reconciliation's figures in LEDGER.
 
     PAYLOAD#<key>   duplicates, last_duplicate; already_done, last_already_done (run-once
-                    messages of a key that had SUCCEEDED); state INVALID with a reason (only while unleased)
+                    messages of a key that had SUCCEEDED); state INVALID with a reason (only while
+                    unleased; with an expiry unless a once-run's success keeps it: ``once_by``)
     EXEC#<name>     read here, written with the slots and leases (sluice.adapters.dynamodb)
     EFFECTS#<name>  read here (the effects an execution's release sent, sluice.effects), written by
                     that release (sluice.adapters.dynamodb)
@@ -73,19 +74,23 @@ class RecordsTable(ParkingTable):
             )
 
     def record_invalid(self, *, key: str, reason: str, now: float) -> None:
-        # A live lease keeps its state: the running payload is not the invalid message.
-        self._update_if(
+        # A live lease keeps its state: the running payload is not the invalid message. A once-key's
+        # success keeps its record without expiry (sluice.receipts): the mark only, then. Each write
+        # names the case it covers, so a lease taken or given up between the two writes leaves
+        # the record as one of them would (``once_by`` is never removed).
+        mark = "SET #key = :key, #state = :invalid, reason = :reason, updated_at = :now"
+        named = values(key=key, invalid=PayloadState.INVALID.value, reason=reason, now=now)
+        names = {"#key": "key", "#state": "state"}
+        if self._update_if(
             payload_pk(key),
-            "SET #key = :key, #state = :invalid, reason = :reason, updated_at = :now, expires_at = :exp",
-            "attribute_not_exists(holder)",
-            values(
-                key=key,
-                invalid=PayloadState.INVALID.value,
-                reason=reason,
-                now=now,
-                exp=int(now) + self.retention_seconds,
-            ),
-            names={"#key": "key", "#state": "state"},
+            mark + ", expires_at = :exp",
+            "attribute_not_exists(holder) AND attribute_not_exists(once_by)",
+            {**named, **values(exp=int(now) + self.retention_seconds)},
+            names=names,
+        ):
+            return
+        self._update_if(
+            payload_pk(key), mark, "attribute_not_exists(holder) AND attribute_exists(once_by)", named, names
         )
 
     def next_count(self) -> int:

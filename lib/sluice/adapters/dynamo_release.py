@@ -5,6 +5,8 @@ receipt and effects mark in one transaction) and the adoption of an execution ru
                  PAYLOAD#<key>     REMOVE holder, receipt = N IF holder = N (and, unless told,
                                                               not flagged as awaited: then again,
                                                               and its waiters are read)
+                                   SET expires_at            IF no once_by (a once-key's success
+                                                              is kept: then again, without it)
                  EXEC#N            SET state, ended_at       IF CLAIMED or RUNNING (a fence: and
                                                               the claim version and mark judged)
                                                               and its parked set as read
@@ -73,14 +75,17 @@ def _released_from(reason: dict[str, Any], name: str) -> bool:
     return _failed(reason) and "Item" in reason and name not in holders
 
 
-def flagged(reason: dict[str, Any], name: str) -> bool:
-    """A release's lease item refused only for the ``awaited`` flag: ``name`` still holds it."""
+MARKS = ("awaited", "once_by")  # what refuses a release's lease item while its run still holds it
+
+
+def marks(reason: dict[str, Any], name: str) -> frozenset[str]:
+    """The marks a release's lease item was refused for while ``name`` still holds it: the
+    ``awaited`` flag (its waiters must be read), the ``once_by`` mark (no expiry may be set). Empty
+    when it was not refused, or refused because ``name`` no longer holds the lease."""
     found = reason.get("Item") or {}
-    return (
-        reason.get("Code") == "ConditionalCheckFailed"
-        and found.get("holder", {}).get("S") == name
-        and "awaited" in found
-    )
+    if not _failed(reason) or found.get("holder", {}).get("S") != name:
+        return frozenset()
+    return frozenset(m for m in MARKS if m in found)
 
 
 class ReleasesTable:
@@ -151,7 +156,7 @@ class ReleasesTable:
     ) -> HandOver:
         """Release ``record`` as read (with a successor in the same transaction when ``offer`` gives
         one), trying again as the races below require."""
-        awaited = False
+        awaited = kept = False
         successor: Successor | None = None
         for _ in range(PARK_RACE_RETRIES + 2):
             if record is None or not record.state.holds_lease:
@@ -166,7 +171,7 @@ class ReleasesTable:
                     successor = None  # one item cannot be written twice in one transaction
                 if successor is not None and successor.name == record.name:
                     successor = None  # its own message back: it ran, and is settled its own way
-            items = self._release_items(record, ending, awaited=awaited)
+            items = self._release_items(record, ending, awaited=awaited, kept=kept)
             claim_at = len(items)
             if successor is not None:
                 assert record.shard is not None
@@ -178,13 +183,16 @@ class ReleasesTable:
                     self.launch_slots.took(record.shard, successor.name, ending.now)  # type: ignore[arg-type]
                 return HandOver(replace(record, awaited=awaited), claimed=successor is not None)
             name = record.name
-            if (_failed(reasons[1]) and not flagged(reasons[1], name)) or _released_from(reasons[0], name):
+            held = marks(reasons[1], name)
+            if (_failed(reasons[1]) and not held) or _released_from(reasons[0], name):
                 return HandOver(None)  # someone released it first
             if successor is not None and (_failed(reasons[0]) or any(map(_failed, reasons[claim_at:]))):
                 successor = None  # no room on the shard, or its lease or record refused: alone
                 continue
-            if flagged(reasons[1], name):
-                awaited = True  # a waiter parked on the key: release again, then read its waiters
+            if held:
+                # A waiter parked on the key: release again, then read its waiters. A once-key's
+                # success: release again, setting no expiry.
+                awaited, kept = awaited or "awaited" in held, kept or "once_by" in held
                 continue
             # A message parked behind it between the read above and the transaction: the record
             # returned must list it, or nothing would wake it. Read again and release again.
@@ -197,11 +205,11 @@ class ReleasesTable:
         return HandOver(None)
 
     def _release_items(
-        self, record: ExecutionRecord, ending: _Ending, *, awaited: bool
+        self, record: ExecutionRecord, ending: _Ending, *, awaited: bool, kept: bool = False
     ) -> list[dict[str, Any]]:
         """The release of ``record`` as read: its slot first, its lease second, its record third.
         The lease is refused for a key flagged as awaited unless ``awaited`` (the caller then reads
-        its waiters)."""
+        its waiters), and for a once-key's success unless ``kept`` (then no expiry is set)."""
         state, now, error, cause = ending.state, ending.now, ending.error, ending.cause
         ended_at, fence, output = ending.ended_at, ending.fence, ending.output
         name = record.name
@@ -209,10 +217,28 @@ class ReleasesTable:
         ended = ended_at if ended_at is not None else now
         payload_set = "SET #state = :state, updated_at = :now"
         payload_remove = " REMOVE holder"
+        payload_condition = "holder = :name" + ("" if awaited else " AND attribute_not_exists(awaited)")
         if record.once and state is PayloadState.SUCCEEDED:
-            payload_remove += ", expires_at"  # a once-key's success is kept: it must never run again
+            # A once-key's success is kept: it must never run again (sluice.receipts).
+            payload_set += ", once_by = if_not_exists(once_by, :name)"
+            payload_remove += ", expires_at"
+        elif kept:
+            payload_remove += ", expires_at"
         else:
+            # No write may put a once-key's success back under TTL; reading PAYLOAD#<key> first
+            # would cost every end a read, so the expiry is set under a condition instead and the
+            # release tried again without it when refused (``kept``). Only a run holding the lease
+            # writes ``once_by``, and this run holds it: the mark cannot appear after the check.
+            #
+            #   once-run e1 of k              plain run e2 of k (or any other run, later)
+            #   ────────────────              ──────────────────────────────────────────
+            #   release(e1) SUCCEEDED:
+            #     once_by = e1, no expiry
+            #                                 claim(e2): REMOVE expires_at (a live record)
+            #                                 release(e2): SET expires_at IF no once_by    ✗
+            #                                 release(e2) again, kept: no expiry           ✓
             payload_set += ", expires_at = :expires"
+            payload_condition += " AND attribute_not_exists(once_by)"
         exec_set = "SET #state = :state, ended_at = :ended, expires_at = :expires"
         if ending.started_at is not None:
             exec_set += ", started_at = if_not_exists(started_at, :started)"
@@ -280,8 +306,7 @@ class ReleasesTable:
                     "TableName": self.table,
                     "Key": {"pk": {"S": payload_pk(record.key)}},
                     "UpdateExpression": payload_set + payload_remove,
-                    "ConditionExpression": "holder = :name"
-                    + ("" if awaited else " AND attribute_not_exists(awaited)"),
+                    "ConditionExpression": payload_condition,
                     "ExpressionAttributeNames": payload_names,
                     "ExpressionAttributeValues": payload_values,
                     "ReturnValuesOnConditionCheckFailure": "ALL_OLD",

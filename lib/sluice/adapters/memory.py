@@ -287,9 +287,11 @@ class MemoryStore(MemoryHandOver, MemoryAwaits, MemoryKeys):
             payload = self._payloads.get(record.key)
             if payload is None or payload.holder != name:
                 return None
-            expires = int(now) + self.retention_seconds
+            once_by = payload.once_by
             if record.once and state is PayloadState.SUCCEEDED:
-                expires = 0  # a once-key's success is kept: it must never run again
+                once_by = once_by or name
+            # A once-key's success is kept: it must never run again, whatever ran after it.
+            expires = 0 if once_by is not None else int(now) + self.retention_seconds
             self._holders.discard(name)
             if record.ckey is not None:
                 self._key_free(record.ckey, name)
@@ -305,6 +307,7 @@ class MemoryStore(MemoryHandOver, MemoryAwaits, MemoryKeys):
                 receipt=name if state.ended else payload.receipt,
                 receipt_state=state if state.ended else payload.receipt_state,
                 succeeded_by=payload.succeeded_by or (name if state is PayloadState.SUCCEEDED else None),
+                once_by=once_by,
             )
             ended = ended_at if ended_at is not None else now
             outputs = {}
@@ -392,7 +395,8 @@ class MemoryStore(MemoryHandOver, MemoryAwaits, MemoryKeys):
                 state=PayloadState.INVALID,
                 reason=reason,
                 updated_at=now,
-                expires_at=int(now) + self.retention_seconds,
+                # A once-key's success keeps its record without expiry (sluice.receipts).
+                expires_at=0 if base.once_by is not None else int(now) + self.retention_seconds,
             )
 
     def next_count(self) -> int:
