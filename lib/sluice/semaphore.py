@@ -441,6 +441,12 @@ class Semaphores:
         self.hand_off(name, now)
         return out
 
+    def create(self, semaphore: str, limit: int) -> bool:
+        """Create the semaphore with ``limit`` if it does not exist: the pool item and its shards in
+        one conditional create (``attribute_not_exists``). False when it exists, however recently:
+        its limit stays. A new pool has nobody in line (an acquire is refused until it exists)."""
+        return self.slots.set_limit(Capacity(pool_of(semaphore), limit, only_new=True)) is not None
+
     def set_limit(self, semaphore: str, limit: int, now: float | None = None) -> Plan | None:
         """Put ``limit`` in force (a lowering evicts nobody: see ``sluice.slots``); then hand off."""
         plan = self.slots.set_limit(Capacity(pool_of(semaphore), limit))

@@ -11,7 +11,8 @@ Bad input raises ``BadSemaphoreRequest`` before any AWS call: Lambda reports the
 error, which a workflow's Retry or Catch matches by ``ErrorEquals``.
 
 Configured limits only create a semaphore: one that exists keeps the limit it has, so a limit changed
-at run time (``Semaphores.set_limit``, the CLI) is never undone by a redeploy or a cold start.
+at run time (``Semaphores.set_limit``, the CLI) is never undone by a redeploy or a cold start. The
+create is conditional (``Semaphores.create``), so this holds while both create it at once (``ensure``).
 """
 
 from __future__ import annotations
@@ -170,10 +171,17 @@ class SemaphoreService:
         """Create a configured semaphore that does not exist yet, with its configured limit."""
         if semaphore not in self.limits or semaphore in self._exists:
             return
-        # Race: a set_limit (the CLI) creating it between this read and ours is overwritten by the
-        # configured limit; the two writes are ordered by the pool's version, never lost half-way.
-        if self.semaphores.slots.occupancy(pool_of(semaphore)).version == 0:
-            self.semaphores.set_limit(semaphore, self.limits[semaphore])
+        # The configured limit is written only where no pool exists: a conditional create, whose
+        # refusal means someone else created it, whose limit stays. A read then a plain write
+        # would undo the operator's limit:
+        #
+        #   cold start (configured 5)            operator (`sluice semaphore set db 1`)
+        #   ─────────────────────────            ──────────────────────────────────────
+        #   read SLOTS#sem:db: absent
+        #                                        create the pool, limit 1
+        #   write limit 5                   ✗    (5 in force: the operator's 1 undone)
+        #   create IF attribute_not_exists  ✓    refused: read again, the pool exists → keep 1
+        if self.semaphores.create(semaphore, self.limits[semaphore]):
             self.log.info(
                 "semaphore created", extra={"semaphore": semaphore, "limit": self.limits[semaphore]}
             )

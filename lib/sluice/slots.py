@@ -99,9 +99,13 @@ class Capacity:
     limit: int
     stamp: tuple[float, ...] = ()
     replaces: tuple[float, ...] | None = None  # written only while the pool's stamp is still this
+    only_new: bool = False  # written only where the pool does not exist yet (a conditional create)
 
     def refused_by(self, occupancy: Occupancy) -> bool:
-        """The pool as read keeps its limit: its stamp is newer, or not the one this change replaces."""
+        """The pool as read keeps its limit: its stamp is newer, or not the one this change replaces,
+        or it exists and this change only creates."""
+        if self.only_new and occupancy.version:
+            return True
         if self.replaces is not None and occupancy.version and occupancy.stamp != self.replaces:
             return True
         return occupancy.newer_than(self)

@@ -4,12 +4,21 @@ MemoryStore and DynamoStore (moto); MemorySemaphoreStore and DynamoSemaphoreStor
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from sluice.awaits import Waiter
+from sluice.clock import FakeClock
 from sluice.model import LimitSource, PayloadState
+from sluice.semaphore_model import Outcome
+from sluice.semaphore_service import SemaphoreService
+from tests.contract.semaphore_fixtures import CountingTokens, World, open_harness
 from tests.contract.stores import NOW, RETENTION, claim
 from tests.contract.test_handover_contract import Offer, successor
+from tests.contract.test_semaphore_contract import ask
+from tests.support.aws import scheduled_event
+from tests.support.cli import Run, sluice, use_env
 
 # -- a run-once key's success is kept (sluice.receipts) -------------------------------------------
 
@@ -97,3 +106,69 @@ def test_a_dead_letter_of_a_live_key_leaves_its_record_as_it_is(store):
         None,
         0,
     )
+
+
+# -- a configured semaphore limit only creates its pool (sluice.semaphore_service) ----------------
+
+
+@pytest.fixture(params=["memory", "dynamodb"])
+def sems_world(request):
+    harness = open_harness(request)
+    return World(harness, harness.store(), CountingTokens(), FakeClock())
+
+
+def test_a_configured_limit_creates_a_semaphore_and_never_replaces_one_that_exists(sems_world):
+    cold = sems_world.semaphores()
+    assert cold.create("db", 5) is True
+    assert cold.status("db").limit == 5
+    operator = sems_world.semaphores(seed=1)
+    operator.set_limit("db", 1)
+    assert cold.create("db", 5) is False and sems_world.semaphores(seed=2).create("db", 7) is False
+    assert cold.status("db").limit == 1
+    assert sems_world.semaphores().create("api", 0) is True and cold.status("api").limit == 0
+
+
+def test_a_cold_start_keeps_the_limit_an_operator_set_since_its_read(sems_world):
+    """The service reads "no pool"; the operator's ``set`` creates it with 1; the service's write of
+    its configured 5 is refused (on moto, a hook runs the operator between the two), and 1 stays."""
+    operator_sets: list[int] = []
+
+    def operator() -> None:
+        if not operator_sets:  # once, and not for the operator's own write
+            operator_sets.append(1)
+            sems_world.semaphores(seed=1).set_limit("db", 1)
+
+    if sems_world.harness.kind == "dynamodb":
+        sems_world.harness.client.meta.events.register(
+            "before-call.dynamodb.TransactWriteItems", lambda **_: operator()
+        )
+    else:
+        operator()  # one lock: an operator's set comes before the create, or after it
+    service = SemaphoreService(sems_world.semaphores(), {"db": 5})
+    service.ensure("db")
+    assert operator_sets == [1], "the operator's set never ran"
+    assert sems_world.semaphores(seed=2).status("db").limit == 1, "a cold start undid the operator's limit"
+    granted = [ask(sems_world, f"e{i}")[0].outcome for i in range(2)]
+    assert granted == [Outcome.GRANTED, Outcome.WAITING]
+
+
+def test_a_cold_start_of_the_semaphore_function_keeps_the_limit_set_by_the_cli(stack, monkeypatch, capsys):
+    """The real handler's sweep and ``sluice semaphore set`` on moto: the CLI runs after the sweep's
+    read of the pool and before its write (a botocore hook on the function's client)."""
+    use_env(monkeypatch, stack)
+    service = stack.runtime(semaphore_limits=(("db", 5),)).semaphore_service()
+    set_by_cli: list[Run] = []
+
+    def operator(**_: Any) -> None:
+        if not set_by_cli:
+            set_by_cli.append(sluice(capsys, "semaphore", "set", "db", "1", session=stack.session))
+
+    service.semaphores.store.client.meta.events.register("before-call.dynamodb.TransactWriteItems", operator)
+    swept = service.handle(scheduled_event())
+    assert [run.code for run in set_by_cli] == [0], "the operator's set never ran"
+    assert swept == {"swept": {"db": {"freed": []}}}
+    assert stack.runtime().semaphores().status("db").limit == 1, "a cold start undid the operator's limit"
+    pool = stack.client("dynamodb").get_item(
+        TableName=stack.settings.table_name, Key={"pk": {"S": "SLOTS#sem:db"}}, ConsistentRead=True
+    )["Item"]
+    assert (pool["limit"]["N"], pool["version"]["N"]) == ("1", "1")

@@ -3,16 +3,25 @@ passes on Sluice as it is and must fail with the variant, on a broken promise or
 
 - A run-once key's success put back under TTL (sluice.receipts): by a plain run's release, or by
   a dead letter of the key (tests/integration/test_once_ttl_moto.py).
+- A cold start's configured semaphore limit written over the operator's (sluice.semaphore_service):
+  a read of "no pool" then a plain write, or a create that does not refuse an existing pool
+  (tests/contract/test_once_and_semaphore_fences.py, on moto with the operator run by a hook).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from sluice.adapters.dynamodb import DynamoStore
+from sluice.adapters.dynamodb import DynamoStore, create_table
+from sluice.clock import FakeClock
 from sluice.model import PayloadState
+from sluice.semaphore import Semaphores
+from sluice.semaphore_model import pool_of
+from tests.contract import test_once_and_semaphore_fences as fences
+from tests.contract.semaphore_fixtures import TABLE, CountingTokens, Harness, World
 from tests.integration import test_once_ttl_moto as once_ttl
 from tests.support.aws import moto_session
 
@@ -58,3 +67,34 @@ def test_a_dead_letter_that_sets_an_expiry_on_a_once_keys_success_is_caught(monk
         once_ttl.test_a_once_success_outlives_retention_whatever_touches_its_key_after_it(
             session, (once_ttl.DEAD_LETTER,)
         )
+
+
+# -- a cold start undoes the operator's semaphore limit -------------------------------------------
+
+
+def semaphores_on_moto(scenario: Callable[[World], None]) -> None:
+    with moto_session() as session:
+        client = session.client("dynamodb")
+        create_table(client, TABLE)
+        harness = Harness("dynamodb", client)
+        scenario(World(harness, harness.store(), CountingTokens(), FakeClock()))
+
+
+def test_a_cold_start_that_reads_then_writes_its_configured_limit_is_caught(monkeypatch):
+    def read_then_write(self: Semaphores, semaphore: str, limit: int) -> bool:
+        if self.slots.occupancy(pool_of(semaphore)).version:
+            return False
+        self.set_limit(semaphore, limit)
+        return True
+
+    monkeypatch.setattr(Semaphores, "create", read_then_write)
+    with pytest.raises(AssertionError, match="a cold start undid the operator's limit"):
+        semaphores_on_moto(fences.test_a_cold_start_keeps_the_limit_an_operator_set_since_its_read)
+
+
+def test_a_create_that_does_not_refuse_an_existing_pool_is_caught(monkeypatch):
+    monkeypatch.setattr(
+        Semaphores, "create", lambda self, semaphore, limit: self.set_limit(semaphore, limit) is not None
+    )
+    with pytest.raises(AssertionError, match="a cold start undid the operator's limit"):
+        semaphores_on_moto(fences.test_a_cold_start_keeps_the_limit_an_operator_set_since_its_read)
