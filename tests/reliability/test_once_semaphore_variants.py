@@ -10,6 +10,7 @@ passes on Sluice as it is and must fail with the variant, on a broken promise or
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -21,11 +22,17 @@ from sluice.model import PayloadState
 from sluice.semaphore import Semaphores
 from sluice.semaphore_model import pool_of
 from tests.contract import test_once_and_semaphore_fences as fences
-from tests.contract.semaphore_fixtures import TABLE, CountingTokens, Harness, World
+from tests.contract.semaphore_fixtures import TABLE, CountingTokens, Harness
+from tests.contract.semaphore_fixtures import World as SemaphoreWorld
 from tests.integration import test_once_ttl_moto as once_ttl
+from tests.reliability.world import PromiseBroken, World
 from tests.support.aws import moto_session
 
 # -- a run-once key's success re-armed for TTL ----------------------------------------------------
+
+
+def body(key: str) -> str:
+    return json.dumps({"id": key})
 
 
 def test_a_release_that_sets_an_expiry_on_a_once_keys_success_is_caught(monkeypatch):
@@ -72,12 +79,12 @@ def test_a_dead_letter_that_sets_an_expiry_on_a_once_keys_success_is_caught(monk
 # -- a cold start undoes the operator's semaphore limit -------------------------------------------
 
 
-def semaphores_on_moto(scenario: Callable[[World], None]) -> None:
+def semaphores_on_moto(scenario: Callable[[SemaphoreWorld], None]) -> None:
     with moto_session() as session:
         client = session.client("dynamodb")
         create_table(client, TABLE)
         harness = Harness("dynamodb", client)
-        scenario(World(harness, harness.store(), CountingTokens(), FakeClock()))
+        scenario(SemaphoreWorld(harness, harness.store(), CountingTokens(), FakeClock()))
 
 
 def test_a_cold_start_that_reads_then_writes_its_configured_limit_is_caught(monkeypatch):
@@ -98,3 +105,51 @@ def test_a_create_that_does_not_refuse_an_existing_pool_is_caught(monkeypatch):
     )
     with pytest.raises(AssertionError, match="a cold start undid the operator's limit"):
         semaphores_on_moto(fences.test_a_cold_start_keeps_the_limit_an_operator_set_since_its_read)
+
+
+def once_key_through_ttl(make: Callable[..., World]) -> None:
+    """The reliability world's model holds a run-once key to its promise through TTL: a once-message
+    of k SUCCEEDED, a dead letter of k, a plain run of k, the retention period and DynamoDB's TTL,
+    then a once-message of k again, which must not run (the model's run-once check at its claim)."""
+    world = make(max_concurrency=2, retention_days=1)
+    once = {"sluice-once": "true"}
+    world.send(body("k"), group="g0", attributes=once)
+    world.tick("A")
+    (first,) = world.model.running
+    world.end(first)
+    assert world.deliver(0) == "ok"
+    world.send("\x7fnot json", group="g1", valid=False, attributes={"sluice-key": "k"})
+    world.tick("A")
+    world.send(body("k"), group="g2")
+    world.tick("A")
+    (plain,) = world.model.running
+    world.end(plain)
+    assert world.deliver(0) == "ok"
+    world.advance(2 * 86_400)
+    deleted = world.expire_ttl()
+    assert deleted["EXEC"] >= 2, "the TTL process ran and deleted the runs' records"
+    world.send(body("k"), group="g3", attributes=once)
+    world.tick("A")
+    world.check()
+    assert [s.name for s in world.model.starts if s.key == "k"] == [first, plain]
+    world.settle()
+
+
+def test_the_reliability_world_holds_a_once_key_through_ttl(make_world):
+    once_key_through_ttl(make_world)
+
+
+def test_the_reliability_world_catches_a_once_key_re_armed_for_ttl(monkeypatch, make_world):
+    release_items = DynamoStore._release_items
+
+    def expiring(self: DynamoStore, record: Any, ending: Any, *, awaited: bool, kept: bool = False) -> Any:
+        items = release_items(self, record, ending, awaited=awaited, kept=False)
+        lease = items[1]["Update"]
+        lease["ConditionExpression"] = lease["ConditionExpression"].replace(
+            " AND attribute_not_exists(once_by)", ""
+        )
+        return items
+
+    monkeypatch.setattr(DynamoStore, "_release_items", expiring)
+    with pytest.raises(PromiseBroken, match="run once"):
+        once_key_through_ttl(make_world)

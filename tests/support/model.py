@@ -22,7 +22,8 @@ so the invariants that run after every step stay cheap (they only read ``violati
   SUCCEEDED end seen (the test ends executions, so it knows);
 * run once: a claim of a ``sluice-once`` message must not commit after another run of its key
   was seen to end SUCCEEDED (unless DynamoDB's TTL deleted the key's record since: its success is
-  forgotten, as docs/protocol.md says of a success not claimed by a once-message);
+  forgotten, as docs/protocol.md says of a success not claimed by a once-message; one claimed by a
+  once-message never is);
 * effects: each effect's message (origin id ``fx-…`` of its execution and index) must be named by
   a SUCCEEDED output the test ended an execution with, and must not be sent again once that
   execution's release has committed (the release marks the effects sent); and no effect may have
@@ -348,11 +349,17 @@ class Model:
                     )
 
     def forget_key(self, key: str) -> None:
-        """DynamoDB's TTL deleted the key's record: its ends are forgotten (a run-once key's success
-        never expires, so it is never forgotten this way)."""
+        """DynamoDB's TTL deleted the key's record: its ends are forgotten, but a success of a run
+        a run-once message claimed, which the record keeps for good (docs/protocol.md)."""
         with self.lock:
-            self.succeeded_runs.pop(key, None)
+            kept = {n for n in self.succeeded_runs.pop(key, set()) if self._claimed_once(n)}
+            if kept:
+                self.succeeded_runs[key] = kept
             self.ended_keys.discard(key)
+
+    def _claimed_once(self, name: str) -> bool:
+        sent = self.sent.get(self.claims.get(name) or "")
+        return sent is not None and sent.once
 
     def running_again(self, name: str) -> None:
         """An ended execution RUNNING again (an operator's redrive): it counts against MAX and its key."""
