@@ -31,6 +31,7 @@ from sluice.adapters.dynamo_codec import (
 )
 from sluice.adapters.dynamo_launch_slots import LEDGER_PK
 from sluice.adapters.dynamo_parking import ParkingTable
+from sluice.adapters.dynamo_release import UNLESS_ONCE_DONE
 from sluice.adapters.errors import translated
 from sluice.errors import ConditionFailed
 from sluice.model import EffectsLog, ExecutionRecord, PayloadRecord, PayloadState
@@ -77,14 +78,20 @@ class RecordsTable(ParkingTable):
         # A live lease keeps its state: the running payload is not the invalid message. A once-key's
         # success keeps its record without expiry (sluice.receipts): the mark only, then. Each write
         # names the case it covers, so a lease taken or given up between the two writes leaves
-        # the record as one of them would (``once_by`` is never removed).
+        # the record as one of them would (``once_by`` is never removed):
+        #
+        #   dead letter of k                                release of once-run e1 of k
+        #   ────────────────                                ───────────────────────────
+        #   SET …, expires_at IF no holder AND no once_by ✗ (e1 holds k)
+        #                                                   SUCCEEDED: once_by = e1, holder removed
+        #   SET … (no expiry) IF no holder AND once_by    ✓ INVALID, kept for good
         mark = "SET #key = :key, #state = :invalid, reason = :reason, updated_at = :now"
         named = values(key=key, invalid=PayloadState.INVALID.value, reason=reason, now=now)
         names = {"#key": "key", "#state": "state"}
         if self._update_if(
             payload_pk(key),
             mark + ", expires_at = :exp",
-            "attribute_not_exists(holder) AND attribute_not_exists(once_by)",
+            f"attribute_not_exists(holder) AND {UNLESS_ONCE_DONE}",
             {**named, **values(exp=int(now) + self.retention_seconds)},
             names=names,
         ):

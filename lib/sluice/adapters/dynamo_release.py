@@ -47,6 +47,10 @@ from sluice.model import (
 from sluice.receipts import ReceiptOutput, asked_once
 
 LIVE = (PayloadState.CLAIMED.value, PayloadState.RUNNING.value)
+# The condition of every write that sets ``expires_at`` on ``PAYLOAD#<key>`` (a release here, a dead
+# letter's ``record_invalid``): a once-key's success is kept without expiry (sluice.receipts). A write
+# refused on it is made again without the expiry; the race is drawn in ``_release_items``.
+UNLESS_ONCE_DONE = "attribute_not_exists(once_by)"
 PARK_RACE_RETRIES = 3  # a release tried again when messages parked behind it as it was on its way
 
 
@@ -238,7 +242,7 @@ class ReleasesTable:
             #                                 release(e2): SET expires_at IF no once_by    ✗
             #                                 release(e2) again, kept: no expiry           ✓
             payload_set += ", expires_at = :expires"
-            payload_condition += " AND attribute_not_exists(once_by)"
+            payload_condition += f" AND {UNLESS_ONCE_DONE}"
         exec_set = "SET #state = :state, ended_at = :ended, expires_at = :expires"
         if ending.started_at is not None:
             exec_set += ", started_at = if_not_exists(started_at, :started)"
