@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from datetime import datetime
 from typing import Any
 
@@ -13,14 +14,36 @@ from sluice.ports import Clock
 
 log = logging.getLogger("sluice.max")
 
+MAX_CEILING = 10_000  # MAX's ceiling, and a lane's or a key's: maxConcurrency's in stack/config.js
+WHOLE = re.compile(r"[0-9]+", re.ASCII)  # str.isdigit and int() also take "²" and other scripts' digits
+
+
+class MaxAboveCeiling(ConfigurationError):
+    """A whole number above ``MAX_CEILING``: refused, never put in force."""
+
+
+def whole_number(raw: str, *, ceiling: int) -> int | None:
+    """``raw`` as a whole number from 0 to ``ceiling``, in ASCII digits; None when it is not one.
+    Raises ``MaxAboveCeiling`` for a larger one, however many digits it has (no ``int`` is built)."""
+    text = str(raw).strip()
+    if not WHOLE.fullmatch(text):
+        return None
+    digits = text.lstrip("0") or "0"
+    if len(digits) > len(str(ceiling)) or int(digits) > ceiling:
+        shown = digits if len(digits) <= 30 else f"a number of {len(digits):,} digits"
+        raise MaxAboveCeiling(f"{shown} is above the ceiling: at most {ceiling:,}")
+    return int(digits)
+
 
 def parse_max(raw: str, *, source: str) -> int:
     try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise ConfigurationError(f"{source}={raw!r}: MAX must be a whole number >= 0 (0 pauses)") from None
-    if value < 0:
-        raise ConfigurationError(f"{source}={value}: MAX must be >= 0 (0 pauses)")
+        value = whole_number(raw, ceiling=MAX_CEILING)
+    except MaxAboveCeiling as exc:
+        raise MaxAboveCeiling(f"{source}: MAX {exc} (0 pauses)") from None
+    if value is None:
+        raise ConfigurationError(
+            f"{source}={str(raw)[:40]!r}: MAX must be a whole number from 0 to {MAX_CEILING:,} (0 pauses)"
+        )
     return value
 
 
@@ -54,7 +77,10 @@ class SsmMax:
     """The run-time override in SSM; the deployed default when the parameter is missing.
 
     A value that is not a whole number >= 0 is a configuration error: the tick fails loudly and
-    starts nothing, rather than guessing what the operator meant.
+    starts nothing, rather than guessing what the operator meant. A whole number above
+    ``MAX_CEILING`` is refused without failing the tick (``_refused``): the MAX this container last
+    read valid stays, with its own change time, or else the deployed default, stamped older than
+    any change; so it never undoes a newer limit in force, and never raises MAX.
     """
 
     def __init__(
@@ -66,6 +92,7 @@ class SsmMax:
         self.clock = clock
         self.cache_seconds = cache_seconds
         self._cached: tuple[float, MaxReading] | None = None
+        self._valid: MaxReading | None = None  # the last MAX read that was in range
 
     def reading(self) -> MaxReading:
         now = self.clock.now()
@@ -75,6 +102,9 @@ class SsmMax:
             with translated("GetParameter"):
                 parameter = self.client.get_parameter(Name=self.name)["Parameter"]
             value = reading_of(parameter, self.name)
+            self._valid = value
+        except MaxAboveCeiling as exc:
+            value = self._refused(parameter, str(exc))
         except NotFound:
             log.warning(
                 "MAX parameter missing; using the deployed default",
@@ -87,3 +117,17 @@ class SsmMax:
             raise
         self._cached = (now, value)
         return value
+
+    def _refused(self, parameter: dict[str, Any], reason: str) -> MaxReading:
+        """MAX while the parameter holds a number above the ceiling. The value kept carries its own
+        change time, not the refused one's: the slots' stamp keeps whichever is newer, so a lower
+        MAX another launcher or the operator put in force since stays in force."""
+        kept = self._valid if self._valid is not None else MaxReading(self.default, 0.0)
+        log.error(
+            "MAX parameter refused: %s; keeping MAX %d until it is set to a whole number from 0 to %d",
+            reason,
+            kept.value,
+            MAX_CEILING,
+            extra={"parameter": self.name, "max": kept.value, "event": "MaxParameterRefused"},
+        )
+        return kept
