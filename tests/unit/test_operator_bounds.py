@@ -12,6 +12,7 @@ from sluice.enqueue import read_items
 from sluice.errors import ConfigurationError
 from sluice.lanes import parse_lanes
 from sluice.settings import Settings
+from tests.unit import test_stack_config as stack_config
 
 HUGE = "1" + "0" * 5000
 
@@ -88,3 +89,14 @@ def test_a_value_that_is_not_one_whole_json_value_is_read_as_json_lines():
     assert [i.where for i in read_items("[1, 2\n[3]")] == ["line 1", "line 2"]
     assert [i.where for i in read_items('{"n": ' + HUGE + "\n}")] == ["line 1"]
     assert [i.body for i in read_items("[]")] == []
+
+
+# -- the stack's parameters: keyConcurrency stops at maxConcurrency's ceiling --------------------------
+
+
+@pytest.mark.skipif(stack_config.NODE is None, reason="node is not installed (osls needs it too)")
+def test_key_concurrency_stops_at_max_concurrencys_ceiling():
+    assert stack_config.config(keyConcurrency=10000, maxConcurrency=10000)["keyConcurrency"] == 10000
+    assert "keyConcurrency must be between 1 and 10000" in stack_config.refusal(keyConcurrency=10001)
+    assert "maxConcurrency must be between 1 and 10000" in stack_config.refusal(maxConcurrency=10001)
+    assert "keyConcurrency must be a whole number" in stack_config.refusal(keyConcurrency="²")
