@@ -74,9 +74,14 @@ class LaneSetting:
     changed_at: float = 0.0  # orders the lane's limits: a tick holding an older one does not undo it
 
     def limit(self, lane: Lane) -> int:
+        """The lane's limit: 0 when paused, else the operator's MAX, else the configured one. An
+        operator's MAX above ``MAX_LANE_LIMIT`` (written by hand: the CLI refuses it) is refused for
+        the configured MAX, never planned: no lane's pool grows past the ceiling."""
         if self.paused:
             return 0
-        return lane.max if self.max is None else self.max
+        if self.max is None or not 0 <= self.max <= MAX_LANE_LIMIT:
+            return lane.max
+        return self.max
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,9 @@ import pytest
 
 from handlers import _shared
 from sluice.adapters.ssm import SsmMax, changed_at
+from sluice.clock import FakeClock
 from sluice.model import MaxReading, Outcome
+from tests.support.aws import build_stack
 from tests.support.cli import parameter, receive_all, sluice, use_env
 
 HUGE = "1" + "0" * 5000  # a number Python will not read (more than 4,300 digits)
@@ -176,6 +178,16 @@ def test_an_array_with_a_huge_number_sends_the_other_items(env, capsys, calls, t
     assert sorted(json.loads(m["Body"])["id"] for m in receive_all(env)) == ["a", "c"]
 
 
+def test_broken_variant_an_array_read_as_json_lines_loses_its_valid_items(env, capsys, tmp_path, monkeypatch):
+    """Without the split by structure, an array Python cannot build whole is read line by line:
+    every line is refused, the valid items with them."""
+    monkeypatch.setattr("sluice.enqueue._one_value", lambda text: False)
+    text = '[{"id": "a"},\n {"id": "big", "n": ' + HUGE + '},\n {"id": "c"}]'
+    run = cli(env, capsys, "enqueue", payload_file(tmp_path, text))
+    assert run.out.strip() == "sent 0 of 3 payloads; 3 refused (see above)"
+    assert env.queue_counts() == (0, 0)  # the valid a and c were lost: caught
+
+
 def test_an_array_with_a_deeply_nested_item_sends_the_other_items(env, capsys, tmp_path):
     text = json.dumps([{"id": "a"}, {"id": "deep"}, {"id": "c"}]).replace(
         '{"id": "deep"}', '{"id": "deep", "x": ' + "[" * 5000 + "]" * 5000 + "}"
@@ -201,3 +213,15 @@ def test_json_lines_whose_first_line_holds_a_huge_number_send_the_others(env, ca
     assert run.code == 1
     assert "line 1: a number has more than 4,300 digits" in run.err
     assert sorted(json.loads(m["Body"])["id"] for m in receive_all(env)) == ["b", "c"]
+
+
+def test_a_lane_max_above_the_ceiling_in_the_table_falls_back_to_the_configured_one(session):
+    stack = build_stack(session, clock=FakeClock(), max_concurrency=5, lanes="gpu:2:1,default:10")
+    for i in range(4):
+        stack.send({"id": f"gpu-{i}"}, group=f"gpu-{i}", lane="gpu")
+    stack.client("dynamodb").put_item(  # written by hand: the CLI refuses it
+        TableName=stack.settings.table_name,
+        Item={"pk": {"S": "LANE#gpu"}, "max": {"N": "5000000000000"}, "changed_at": {"N": "1"}},
+    )
+    assert stack.launcher().tick().n(Outcome.STARTED) == 2  # gpu's configured MAX
+    assert stack.runtime().store().lane_rooms(["gpu"])["gpu"].limit == 2
