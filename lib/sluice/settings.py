@@ -189,13 +189,12 @@ def pointer_threshold(raw: str, *, source: str) -> int:
     the largest body a message carries with room for its attributes."""
     if not raw:
         return DEFAULT_THRESHOLD
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigurationError(f"{source}={raw!r} is not a whole number") from None
-    if not 0 <= value <= DEFAULT_THRESHOLD:
+    if not WHOLE.fullmatch(raw):  # ASCII digits only: int() also reads "١٠"
+        raise ConfigurationError(f"{source}={raw[:40]!r} is not a whole number")
+    if len(raw.lstrip("0")) > 9 or int(raw) > DEFAULT_THRESHOLD:
         raise ConfigurationError(
-            f"{source}={value} must be from 0 to {DEFAULT_THRESHOLD:,} (a larger body does not fit a message "
+            f"{source}={raw[:40]} must be from 0 to {DEFAULT_THRESHOLD:,} (a larger body does not fit a message "
             "beside its attributes)"
         )
+    value = int(raw)
     return value

@@ -114,6 +114,39 @@ def test_an_empty_key_or_field_is_refused(env, capsys, calls, tmp_path, argv, op
     assert env.queue_counts() == (0, 0)
 
 
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        (["semaphore", "set", "db", "١٠"], "N"),
+        (["semaphore", "set", "db", HUGE], "N"),
+        (["set-max", "²"], "N"),
+        (["dlq", "list", "--limit", "0"], "--limit"),
+        (["dlq", "list", "--limit", "-3"], "--limit"),
+        (["dlq", "list", "--width", "0"], "--width"),
+        (["tick", "--time-limit", "nan"], "--time-limit"),
+        (["tick", "--time-limit", "-1"], "--time-limit"),
+        (["enqueue", "FILE", "--pointer-threshold", "١٠"], "--pointer-threshold"),
+    ],
+    ids=[
+        "arabic-limit",
+        "huge-limit",
+        "superscript-max",
+        "limit-0",
+        "limit-neg",
+        "width-0",
+        "nan",
+        "neg",
+        "threshold",
+    ],
+)
+def test_other_numbers_out_of_their_range_are_refused(env, capsys, calls, tmp_path, argv, option):
+    path = payload_file(tmp_path, json.dumps({"id": "a"}))
+    run = cli(env, capsys, *[str(path) if a == "FILE" else a for a in argv])
+    assert run.code == 2
+    assert f"argument {option}:" in run.err and "Traceback" not in run.err and len(run.err) < 1_000
+    assert calls == Counter()
+
+
 # -- break 9: a MAX above the ceiling in SSM never crashes a tick -----------------------------------
 
 

@@ -70,7 +70,8 @@ def _not_empty(what: str) -> Any:
     return check
 
 
-def _timeout(raw: str) -> float:
+def _seconds(raw: str) -> float:
+    """Seconds: a finite number above 0 (``float`` also reads nan, inf and -5)."""
     try:
         value = float(raw)
     except ValueError:
@@ -78,6 +79,21 @@ def _timeout(raw: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"{raw[:40]!r}: seconds must be a number above 0 (not nan or inf)")
     return value
+
+
+def _count(low: int, high: int) -> Any:
+    """A whole number from ``low`` to ``high``, in ASCII digits."""
+
+    def check(raw: str) -> int:
+        try:
+            value = whole_number(raw, ceiling=high)
+        except MaxAboveCeiling as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        if value is None or value < low:
+            raise argparse.ArgumentTypeError(f"{raw[:40]!r}: a whole number from {low} to {high:,}")
+        return value
+
+    return check
 
 
 def _pointer_threshold(raw: str) -> int:
@@ -197,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("payload_id", help="payload key (its 'id')")
     p.add_argument(
         "--timeout",
-        type=_timeout,
+        type=_seconds,
         default=None,
         metavar="S",
         help="give up after S seconds, a number above 0 (exit 2)",
@@ -239,8 +255,15 @@ def build_parser() -> argparse.ArgumentParser:
     dlq = sub.add_parser("dlq", parents=common, help="list, redrive or delete dead-lettered messages")
     dsub = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
     p = dsub.add_parser("list", parents=common, help="show DLQ messages without consuming them")
-    p.add_argument("--limit", type=int, default=100, help="list at most this many (default 100)")
-    p.add_argument("--width", type=int, default=100, help="characters of reason and body shown (default 100)")
+    p.add_argument(
+        "--limit", type=_count(1, 100_000), default=100, help="list at most this many (default 100)"
+    )
+    p.add_argument(
+        "--width",
+        type=_count(1, 1_000_000),
+        default=100,
+        help="characters of reason and body shown (default 100)",
+    )
     p.set_defaults(func=cmd_dlq_list)
     p = dsub.add_parser(
         "redrive",
@@ -307,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tick", parents=common, help="run one launcher tick here, with the deployed settings")
     p.add_argument(
         "--time-limit",
-        type=float,
+        type=_seconds,
         help=f"seconds the tick may run (default: the launcher function's timeout, else {DEFAULT_TICK_SECONDS})",
     )
     p.add_argument(
