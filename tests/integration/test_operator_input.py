@@ -258,3 +258,13 @@ def test_a_lane_max_above_the_ceiling_in_the_table_falls_back_to_the_configured_
     )
     assert stack.launcher().tick().n(Outcome.STARTED) == 2  # gpu's configured MAX
     assert stack.runtime().store().lane_rooms(["gpu"])["gpu"].limit == 2
+
+
+def test_status_shows_a_max_above_the_ceiling_as_invalid_and_the_cli_tick_runs(env, capsys):
+    _over_ceiling(env)
+    status = cli(env, capsys, "status")
+    assert status.code == 0
+    assert "INVALID" in status.out and "at most 10,000" in status.out
+    assert cli(env, capsys, "tick").code == 0  # keeps the deployed MAX (5): no crash
+    run = cli(env, capsys, "set-max", "4")
+    assert run.code == 0 and run.out.startswith("MAX 5000000000000 → 4")
