@@ -168,12 +168,16 @@ def test_a_max_above_the_ceiling_keeps_the_limit_in_force(env, capsys, caplog):
 
     with caplog.at_level(logging.ERROR, logger="sluice.max"):
         summary = warm.tick()  # reconciles, then admits: neither dies
-    assert summary.max_concurrency == 2 and summary.n(Outcome.STARTED) == 0
+    assert summary.limit == 2 and summary.n(Outcome.STARTED) == 0  # the MAX in force stays
     cold = env.launcher(max_cache_seconds=0)  # a new container: it never read a valid MAX
     assert cold.tick().n(Outcome.STARTED) == 0
     assert len(env.running()) == 2 and env.runtime().store().ledger().in_force == 2
     refused = [r for r in caplog.records if r.getMessage().startswith("MAX parameter refused")]
-    assert refused and "at most 10,000" in refused[0].getMessage()
+    assert (
+        refused
+        and "at most 10,000" in refused[0].getMessage()
+        and "MAX in force stays" in refused[0].getMessage()
+    )
     assert env.queue_counts()[0] == 4  # the others wait for a valid MAX or an end
 
     assert cli(env, capsys, "set-max", "4").code == 0  # the operator repairs it

@@ -78,9 +78,7 @@ class SsmMax:
 
     A value that is not a whole number >= 0 is a configuration error: the tick fails loudly and
     starts nothing, rather than guessing what the operator meant. A whole number above
-    ``MAX_CEILING`` is refused without failing the tick (``_refused``): the MAX this container last
-    read valid stays, with its own change time, or else the deployed default, stamped older than
-    any change; so it never undoes a newer limit in force, and never raises MAX.
+    ``MAX_CEILING`` is refused without failing the tick (``_refused``): the limit in force stays.
     """
 
     def __init__(
@@ -92,7 +90,6 @@ class SsmMax:
         self.clock = clock
         self.cache_seconds = cache_seconds
         self._cached: tuple[float, MaxReading] | None = None
-        self._valid: MaxReading | None = None  # the last MAX read that was in range
 
     def reading(self) -> MaxReading:
         now = self.clock.now()
@@ -102,7 +99,6 @@ class SsmMax:
             with translated("GetParameter"):
                 parameter = self.client.get_parameter(Name=self.name)["Parameter"]
             value = reading_of(parameter, self.name)
-            self._valid = value
         except MaxAboveCeiling as exc:
             value = self._refused(parameter, str(exc))
         except NotFound:
@@ -119,15 +115,18 @@ class SsmMax:
         return value
 
     def _refused(self, parameter: dict[str, Any], reason: str) -> MaxReading:
-        """MAX while the parameter holds a number above the ceiling. The value kept carries its own
-        change time, not the refused one's: the slots' stamp keeps whichever is newer, so a lower
-        MAX another launcher or the operator put in force since stays in force."""
-        kept = self._valid if self._valid is not None else MaxReading(self.default, 0.0)
+        """MAX while the parameter holds a number above the ceiling: the deployed default, stamped
+        older than any change of the parameter. The slots keep the newer of their stamp and a
+        writer's, so the MAX last put in force from the parameter stays in force, whatever this
+        container read before; only a pool never set from the parameter takes the default. Not
+        this container's last reading: a pool whose stamp is unfenced (the parameter was missing)
+        would take it as it is, and it may be older than the default in force."""
         log.error(
-            "MAX parameter refused: %s; keeping MAX %d until it is set to a whole number from 0 to %d",
+            "MAX parameter refused: %s; the MAX in force stays (the deployed default, %d, where none was "
+            "set from the parameter) until it is set to a whole number from 0 to %d",
             reason,
-            kept.value,
+            self.default,
             MAX_CEILING,
-            extra={"parameter": self.name, "max": kept.value, "event": "MaxParameterRefused"},
+            extra={"parameter": self.name, "max": self.default, "event": "MaxParameterRefused"},
         )
-        return kept
+        return MaxReading(self.default, 0.0)
