@@ -253,7 +253,7 @@ async function derive({ resolveVariable }) {
   // them to (0: Step Functions' quota in the stack's region, sluice.settings.start_bucket).
   const startConcurrency = integer('startConcurrency', await param('startConcurrency'), 1, 100);
   // Runs of one concurrency key at once, unless the key has its own cap (sluice.keys).
-  const keyConcurrency = integer('keyConcurrency', await param('keyConcurrency'), 1, 100000);
+  const keyConcurrency = integer('keyConcurrency', await param('keyConcurrency'), 1, 10000); // maxConcurrency's ceiling
   const startRate = integer('startRate', await param('startRate'), 0, 100000);
   const startBurst = integer('startBurst', await param('startBurst'), 0, 100000);
   const oldestMessageAlarmSeconds = integer(

@@ -72,27 +72,92 @@ class EnqueueReport:
 
 def read_items(text: str) -> Iterator[Item]:
     """Split input into items: a JSON array gives its elements, one JSON value gives itself,
-    anything else is read as JSON Lines (blank lines skipped). Parsing errors surface in ``prepare``."""
+    anything else is read as JSON Lines (blank lines skipped). Parsing errors surface in ``prepare``,
+    item by item: an element Python cannot build (a number of more than 4,300 digits, nesting past
+    the recursion limit) is one bad item, its neighbours are sent."""
     stripped = text.strip()
     if not stripped:
         return
     try:
         whole = json.loads(stripped)
-    except (json.JSONDecodeError, RecursionError):
-        whole = None
-        is_whole = False
+    except json.JSONDecodeError:
+        pass
+    except (ValueError, RecursionError):
+        # Well-formed as far as the parser went, but one value cannot be built: split by structure.
+        if _one_value(stripped):
+            elements = _elements(stripped)
+            if elements is None:
+                yield Item("line 1", stripped)
+            else:
+                yield from (Item(f"item {i}", body) for i, body in enumerate(elements, start=1))
+            return
     else:
-        is_whole = True
-    if is_whole and isinstance(whole, list):
-        for i, element in enumerate(whole, start=1):
-            yield Item(f"item {i}", json.dumps(element, ensure_ascii=False, separators=(",", ":")))
-        return
-    if is_whole:
-        yield Item("line 1", stripped)
+        if isinstance(whole, list):
+            for i, element in enumerate(whole, start=1):
+                yield Item(f"item {i}", json.dumps(element, ensure_ascii=False, separators=(",", ":")))
+        else:
+            yield Item("line 1", stripped)
         return
     for lineno, line in enumerate(text.splitlines(), start=1):
         if line.strip():
             yield Item(f"line {lineno}", line.strip())
+
+
+def _ends(text: str) -> Iterator[tuple[int, int, str]]:
+    """(index, depth before it, character) of each bracket and comma outside strings."""
+    depth, inside, escaped = 0, False, False
+    for i, c in enumerate(text):
+        if inside:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                inside = False
+        elif c == '"':
+            inside = True
+        elif c in "[{":
+            yield i, depth, c
+            depth += 1
+        elif c in "]}":
+            depth -= 1
+            yield i, depth, c
+        elif c == ",":
+            yield i, depth, c
+
+
+def _one_value(text: str) -> bool:
+    """Whether ``text`` (stripped) is one bracketed value, its first bracket closed by its last character."""
+    if text[:1] not in ("[", "{"):
+        return False
+    for i, depth, c in _ends(text):
+        if depth == 0 and c in "]}":
+            return i == len(text) - 1
+    return False
+
+
+def _elements(text: str) -> list[str] | None:
+    """The elements of a JSON array (``text``, one value) as written, split at its top-level commas;
+    None when it is not an array."""
+    if not text.startswith("["):
+        return None
+    out: list[str] = []
+    start = 1
+    for i, depth, c in _ends(text):
+        if (c == "," and depth == 1) or (c == "]" and depth == 0):
+            out.append(text[start:i].strip())
+            start = i + 1
+    if out == [""]:
+        return []
+    # A body JSON can read again is written compactly, as for an array read whole.
+    return [_compact(body) for body in out]
+
+
+def _compact(body: str) -> str:
+    try:
+        return json.dumps(json.loads(body), ensure_ascii=False, separators=(",", ":"))
+    except (ValueError, RecursionError):
+        return body
 
 
 def prepare(

@@ -42,6 +42,7 @@ LANE_ATTRIBUTE = "sluice-lane"  # stamped on a lane's messages when received: a 
 MAX_LANES = 20
 MAX_NAME = 20
 MAX_LANE_LIMIT = 10_000
+_DIGITS = re.compile(r"[0-9]+", re.ASCII)
 MAX_PRIORITY = 100
 MAX_WEIGHT = 100
 NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
@@ -73,9 +74,14 @@ class LaneSetting:
     changed_at: float = 0.0  # orders the lane's limits: a tick holding an older one does not undo it
 
     def limit(self, lane: Lane) -> int:
+        """The lane's limit: 0 when paused, else the operator's MAX, else the configured one. An
+        operator's MAX above ``MAX_LANE_LIMIT`` (written by hand: the CLI refuses it) is refused for
+        the configured MAX, never planned: no lane's pool grows past the ceiling."""
         if self.paused:
             return 0
-        return lane.max if self.max is None else self.max
+        if self.max is None or not 0 <= self.max <= MAX_LANE_LIMIT:
+            return lane.max
+        return self.max
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +150,8 @@ def _resource_id(name: str) -> str:
 
 def _whole(part: str, what: str, raw: str, low: int, high: int) -> int:
     text = raw.strip()
-    if not text.isdigit() or not low <= int(text) <= high:
+    # ASCII digits only: "²".isdigit() is true and int("²") raises ValueError; a short one only.
+    if not _DIGITS.fullmatch(text) or len(text) > 9 or not low <= int(text) <= high:
         raise ConfigurationError(f"lanes: {part!r}: {what} must be a whole number from {low} to {high}")
     return int(text)
 

@@ -18,6 +18,7 @@ create is conditional (``Semaphores.create``), so this holds while both create i
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -31,6 +32,7 @@ from sluice.semaphore_model import BadSemaphoreName, check_acquisition_id, check
 log = logging.getLogger("sluice.semaphore")
 
 MAX_LIMIT = 10_000
+_DIGITS = re.compile(r"[0-9]+", re.ASCII)
 SCHEDULED = "Scheduled Event"
 
 
@@ -97,9 +99,10 @@ def parse_limits(text: str, *, variable: str = "SLUICE_SEMAPHORES") -> tuple[tup
             pool_of(name)
         except (BadSemaphoreName, ValueError) as exc:
             raise ConfigurationError(f"{variable}: {exc}") from None
-        if not number.isdigit() or int(number) > MAX_LIMIT:
+        # ASCII digits only: "²".isdigit() is true and int("²") raises ValueError.
+        if not _DIGITS.fullmatch(number) or len(number) > 9 or int(number) > MAX_LIMIT:
             raise ConfigurationError(
-                f"{variable}: limit of {name!r} must be 0 to {MAX_LIMIT}, got {number!r}"
+                f"{variable}: limit of {name!r} must be 0 to {MAX_LIMIT}, got {number[:40]!r}"
             )
         if name in out:
             raise ConfigurationError(f"{variable}: {name!r} is given twice")

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from sluice.adapters.ssm import MAX_CEILING, WHOLE
 from sluice.errors import ConfigurationError
 from sluice.lanes import DEFAULT_LANE, Lane, parse_lane_queues, parse_lane_state_machines, parse_lanes
 from sluice.pointers import DEFAULT_THRESHOLD
@@ -83,16 +84,21 @@ class Settings:
         def text(name: str, default: str = "") -> str:
             return env.get(name, default).strip()
 
-        def integer(name: str, default: int, minimum: int = 0) -> int:
+        def integer(name: str, default: int, minimum: int = 0, maximum: int | None = None) -> int:
             raw = text(name)
             if not raw:
                 return default
-            try:
-                value = int(raw)
-            except ValueError:
-                raise ConfigurationError(f"{name}={raw!r} is not a whole number") from None
+            number = raw[1:] if raw.startswith("-") else raw
+            if not WHOLE.fullmatch(number):  # ASCII digits only: int() also reads "١٠" and "1_0"
+                raise ConfigurationError(f"{name}={raw[:40]!r} is not a whole number")
+            digits = number.lstrip("0") or "0"
+            if len(digits) > 18:  # no setting needs more; int() refuses beyond 4,300 digits
+                raise ConfigurationError(f"{name}={raw[:40]}... is too large")
+            value = -int(digits) if raw.startswith("-") else int(digits)
             if value < minimum:
                 raise ConfigurationError(f"{name}={value} must be at least {minimum}")
+            if maximum is not None and value > maximum:
+                raise ConfigurationError(f"{name}={value} must be at most {maximum:,}")
             return value
 
         rate, burst = start_bucket(text("AWS_REGION") or text("AWS_DEFAULT_REGION"))
@@ -103,7 +109,7 @@ class Settings:
             raise ConfigurationError(
                 f"SLUICE_DUPLICATE_POLICY={policy!r}: use one of {', '.join(p.value for p in DuplicatePolicy)}"
             ) from None
-        max_concurrency = integer("SLUICE_MAX_CONCURRENCY", 10)
+        max_concurrency = integer("SLUICE_MAX_CONCURRENCY", 10, maximum=MAX_CEILING)
         lanes = parse_lanes(text("SLUICE_LANES"), max_concurrency)
         lane_queue_urls = parse_lane_queues(text("SLUICE_LANE_QUEUES"))
         missing = [
@@ -139,7 +145,7 @@ class Settings:
                 text("SLUICE_POINTER_THRESHOLD"), source="SLUICE_POINTER_THRESHOLD"
             ),
             await_horizon_seconds=integer("SLUICE_AWAIT_HORIZON_SECONDS", 7 * 86_400, minimum=1),
-            key_concurrency=integer("SLUICE_KEY_CONCURRENCY", 1, minimum=1),
+            key_concurrency=integer("SLUICE_KEY_CONCURRENCY", 1, minimum=1, maximum=MAX_CEILING),
             receipt_inline_bytes=inline_bytes(integer("SLUICE_RECEIPT_INLINE_BYTES", DEFAULT_INLINE_BYTES)),
         )
 
@@ -183,13 +189,12 @@ def pointer_threshold(raw: str, *, source: str) -> int:
     the largest body a message carries with room for its attributes."""
     if not raw:
         return DEFAULT_THRESHOLD
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigurationError(f"{source}={raw!r} is not a whole number") from None
-    if not 0 <= value <= DEFAULT_THRESHOLD:
+    if not WHOLE.fullmatch(raw):  # ASCII digits only: int() also reads "١٠"
+        raise ConfigurationError(f"{source}={raw[:40]!r} is not a whole number")
+    if len(raw.lstrip("0")) > 9 or int(raw) > DEFAULT_THRESHOLD:
         raise ConfigurationError(
-            f"{source}={value} must be from 0 to {DEFAULT_THRESHOLD:,} (a larger body does not fit a message "
+            f"{source}={raw[:40]} must be from 0 to {DEFAULT_THRESHOLD:,} (a larger body does not fit a message "
             "beside its attributes)"
         )
+    value = int(raw)
     return value

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from datetime import datetime
 from typing import Any
 
@@ -13,14 +14,36 @@ from sluice.ports import Clock
 
 log = logging.getLogger("sluice.max")
 
+MAX_CEILING = 10_000  # MAX's ceiling, and a lane's or a key's: maxConcurrency's in stack/config.js
+WHOLE = re.compile(r"[0-9]+", re.ASCII)  # str.isdigit and int() also take "²" and other scripts' digits
+
+
+class MaxAboveCeiling(ConfigurationError):
+    """A whole number above ``MAX_CEILING``: refused, never put in force."""
+
+
+def whole_number(raw: str, *, ceiling: int) -> int | None:
+    """``raw`` as a whole number from 0 to ``ceiling``, in ASCII digits; None when it is not one.
+    Raises ``MaxAboveCeiling`` for a larger one, however many digits it has (no ``int`` is built)."""
+    text = str(raw).strip()
+    if not WHOLE.fullmatch(text):
+        return None
+    digits = text.lstrip("0") or "0"
+    if len(digits) > len(str(ceiling)) or int(digits) > ceiling:
+        shown = digits if len(digits) <= 30 else f"a number of {len(digits):,} digits"
+        raise MaxAboveCeiling(f"{shown} is above the ceiling: at most {ceiling:,}")
+    return int(digits)
+
 
 def parse_max(raw: str, *, source: str) -> int:
     try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise ConfigurationError(f"{source}={raw!r}: MAX must be a whole number >= 0 (0 pauses)") from None
-    if value < 0:
-        raise ConfigurationError(f"{source}={value}: MAX must be >= 0 (0 pauses)")
+        value = whole_number(raw, ceiling=MAX_CEILING)
+    except MaxAboveCeiling as exc:
+        raise MaxAboveCeiling(f"{source}: MAX {exc} (0 pauses)") from None
+    if value is None:
+        raise ConfigurationError(
+            f"{source}={str(raw)[:40]!r}: MAX must be a whole number from 0 to {MAX_CEILING:,} (0 pauses)"
+        )
     return value
 
 
@@ -54,7 +77,8 @@ class SsmMax:
     """The run-time override in SSM; the deployed default when the parameter is missing.
 
     A value that is not a whole number >= 0 is a configuration error: the tick fails loudly and
-    starts nothing, rather than guessing what the operator meant.
+    starts nothing, rather than guessing what the operator meant. A whole number above
+    ``MAX_CEILING`` is refused without failing the tick (``_refused``): the limit in force stays.
     """
 
     def __init__(
@@ -75,6 +99,8 @@ class SsmMax:
             with translated("GetParameter"):
                 parameter = self.client.get_parameter(Name=self.name)["Parameter"]
             value = reading_of(parameter, self.name)
+        except MaxAboveCeiling as exc:
+            value = self._refused(parameter, str(exc))
         except NotFound:
             log.warning(
                 "MAX parameter missing; using the deployed default",
@@ -87,3 +113,20 @@ class SsmMax:
             raise
         self._cached = (now, value)
         return value
+
+    def _refused(self, parameter: dict[str, Any], reason: str) -> MaxReading:
+        """MAX while the parameter holds a number above the ceiling: the deployed default, stamped
+        older than any change of the parameter. The slots keep the newer of their stamp and a
+        writer's, so the MAX last put in force from the parameter stays in force, whatever this
+        container read before; only a pool never set from the parameter takes the default. Not
+        this container's last reading: a pool whose stamp is unfenced (the parameter was missing)
+        would take it as it is, and it may be older than the default in force."""
+        log.error(
+            "MAX parameter refused: %s; the MAX in force stays (the deployed default, %d, where none was "
+            "set from the parameter) until it is set to a whole number from 0 to %d",
+            reason,
+            self.default,
+            MAX_CEILING,
+            extra={"parameter": self.name, "max": self.default, "event": "MaxParameterRefused"},
+        )
+        return MaxReading(self.default, 0.0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Iterator
@@ -11,6 +12,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from sluice.adapters.errors import THROTTLING, error_code, translate_client_error
+from sluice.adapters.ssm import MAX_CEILING, MaxAboveCeiling, whole_number
 from sluice.cli.context import DEFAULT_REGION, make_context
 from sluice.cli.dlq import cmd_dlq_delete, cmd_dlq_list, cmd_dlq_redrive
 from sluice.cli.enqueue import cmd_enqueue
@@ -40,18 +42,58 @@ CREDENTIALS_HELP = (
 
 
 def _max_value(raw: str) -> int:
+    """MAX, a lane's or a key's cap: 0 (pauses) to the ceiling, ``maxConcurrency``'s."""
     try:
-        value = int(raw.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{raw!r}: MAX must be a whole number >= 0 (0 pauses)") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value}: MAX must be >= 0 (0 pauses)")
+        value = whole_number(raw, ceiling=MAX_CEILING)
+    except MaxAboveCeiling as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (maxConcurrency's ceiling)") from None
+    if value is None:
+        raise argparse.ArgumentTypeError(
+            f"{raw[:40]!r}: MAX must be a whole number from 0 to {MAX_CEILING:,} (0 pauses)"
+        )
     return value
 
 
 def _max_or_default(raw: str) -> int | None:
     """MAX, or (with ``--key``) ``default``: the key back on the stack's cap."""
     return None if raw.strip().lower() == "default" else _max_value(raw)
+
+
+def _not_empty(what: str) -> Any:
+    """An argument type refusing an empty (or blank) value: no key, field or lane is named ''."""
+
+    def check(raw: str) -> str:
+        if not raw.strip():
+            raise argparse.ArgumentTypeError(f"{what} is empty")
+        return raw
+
+    return check
+
+
+def _seconds(raw: str) -> float:
+    """Seconds: a finite number above 0 (``float`` also reads nan, inf and -5)."""
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{raw[:40]!r}: seconds must be a number above 0 (not nan or inf)")
+    return value
+
+
+def _count(low: int, high: int) -> Any:
+    """A whole number from ``low`` to ``high``, in ASCII digits."""
+
+    def check(raw: str) -> int:
+        try:
+            value = whole_number(raw, ceiling=high)
+        except MaxAboveCeiling as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        if value is None or value < low:
+            raise argparse.ArgumentTypeError(f"{raw[:40]!r}: a whole number from {low} to {high:,}")
+        return value
+
+    return check
 
 
 def _pointer_threshold(raw: str) -> int:
@@ -95,9 +137,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("enqueue", parents=common, help="send payloads (JSON object, array or JSON Lines)")
     p.add_argument("file", help="file to read, or - for standard input")
-    p.add_argument("--key-field", help="field that identifies a payload when it has no string 'id'")
     p.add_argument(
-        "--group-by", help="field whose value is the FIFO message group (default: the payload key)"
+        "--key-field",
+        type=_not_empty("the field name"),
+        help="field that identifies a payload when it has no string 'id'",
+    )
+    p.add_argument(
+        "--group-by",
+        type=_not_empty("the field name"),
+        help="field whose value is the FIFO message group (default: the payload key)",
     )
     p.add_argument("--dedup-id", help="deduplication id for a single payload (default: hash of the payload)")
     p.add_argument(
@@ -130,18 +178,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--lane",
         default=DEFAULT_LANE,
+        type=_not_empty("the lane name"),
         metavar="NAME",
         help="send to lane NAME's queue (stack parameter lanes; default: the lane 'default', the stack's queue)",
     )
     keyed = p.add_mutually_exclusive_group()
     keyed.add_argument(
         "--concurrency-key",
+        type=_not_empty("the concurrency key"),
         metavar="KEY",
         help="run at most the key's cap of these payloads at once (stack parameter keyConcurrency, or "
         "set-max --key); the others wait in the key's line (message attribute sluice-concurrency-key)",
     )
     keyed.add_argument(
         "--concurrency-key-field",
+        type=_not_empty("the field name"),
         metavar="FIELD",
         help="the same, with each payload's concurrency key taken from its field FIELD (a string or number)",
     )
@@ -161,21 +212,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("payload_id", help="payload key (its 'id')")
     p.add_argument(
-        "--timeout", type=float, default=None, metavar="S", help="give up after S seconds (exit 2)"
+        "--timeout",
+        type=_seconds,
+        default=None,
+        metavar="S",
+        help="give up after S seconds, a number above 0 (exit 2)",
     )
     p.set_defaults(func=cmd_wait)
 
-    p = sub.add_parser("set-max", parents=common, help="set MAX at run time (a whole number >= 0; 0 pauses)")
+    p = sub.add_parser(
+        "set-max",
+        parents=common,
+        help=f"set MAX at run time (a whole number from 0 to {MAX_CEILING:,}; 0 pauses)",
+    )
     p.add_argument("value", type=_max_or_default, metavar="N")
     which = p.add_mutually_exclusive_group()
     which.add_argument(
         "--key",
+        type=_not_empty("the concurrency key"),
         metavar="KEY",
         help="set concurrency key KEY's own cap instead (0 pauses the key; N 'default' puts it back on the "
         "stack's keyConcurrency)",
     )
     which.add_argument(
         "--lane",
+        type=_not_empty("the lane name"),
         metavar="NAME",
         help="set lane NAME's MAX instead (N 'default' puts it back on the configured MAX; a paused lane "
         "stays paused)",
@@ -194,8 +255,15 @@ def build_parser() -> argparse.ArgumentParser:
     dlq = sub.add_parser("dlq", parents=common, help="list, redrive or delete dead-lettered messages")
     dsub = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
     p = dsub.add_parser("list", parents=common, help="show DLQ messages without consuming them")
-    p.add_argument("--limit", type=int, default=100, help="list at most this many (default 100)")
-    p.add_argument("--width", type=int, default=100, help="characters of reason and body shown (default 100)")
+    p.add_argument(
+        "--limit", type=_count(1, 100_000), default=100, help="list at most this many (default 100)"
+    )
+    p.add_argument(
+        "--width",
+        type=_count(1, 1_000_000),
+        default=100,
+        help="characters of reason and body shown (default 100)",
+    )
     p.set_defaults(func=cmd_dlq_list)
     p = dsub.add_parser(
         "redrive",
@@ -262,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tick", parents=common, help="run one launcher tick here, with the deployed settings")
     p.add_argument(
         "--time-limit",
-        type=float,
+        type=_seconds,
         help=f"seconds the tick may run (default: the launcher function's timeout, else {DEFAULT_TICK_SECONDS})",
     )
     p.add_argument(

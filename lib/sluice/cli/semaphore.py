@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from sluice.adapters.ssm import MaxAboveCeiling, whole_number
 from sluice.asl import ERROR_PATH, StateNames, semaphore_states, wrap_definition
 from sluice.cli.context import Context
 from sluice.cli.render import EXIT_OK, EXIT_PARTIAL, plural, table, usage, when
@@ -23,11 +24,13 @@ def semaphore_name(raw: str) -> str:
 
 def semaphore_limit(raw: str) -> int:
     try:
-        value = int(raw.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{raw!r}: N must be a whole number >= 0 (0 pauses)") from None
-    if not 0 <= value <= MAX_LIMIT:
-        raise argparse.ArgumentTypeError(f"{value}: N must be 0 to {MAX_LIMIT} (0 pauses)")
+        value = whole_number(raw.strip().removeprefix("-"), ceiling=MAX_LIMIT)  # ASCII: int() reads "١٠"
+    except MaxAboveCeiling:
+        value = MAX_LIMIT + 1
+    if value is None:
+        raise argparse.ArgumentTypeError(f"{raw[:40]!r}: N must be a whole number >= 0 (0 pauses)")
+    if (raw.strip().startswith("-") and value) or value > MAX_LIMIT:
+        raise argparse.ArgumentTypeError(f"{raw[:40]}: N must be 0 to {MAX_LIMIT} (0 pauses)")
     return value
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from sluice import keys
+from sluice.adapters.ssm import MAX_CEILING
+from sluice.errors import ConfigurationError
 from sluice.keys import KeyState
 from sluice.runtime import Runtime
 
@@ -23,7 +25,10 @@ def describe(state: KeyState, default: int, now: float) -> dict[str, Any]:
 
 def set_key_max(rt: Runtime, key: str, cap: int | None) -> dict[str, Any]:
     """Give ``key`` its own cap (None: back on the stack's ``keyConcurrency``), then wake its line:
-    a higher cap starts its oldest waiters now, not at the key's next end."""
+    a higher cap starts its oldest waiters now, not at the key's next end. A cap is 0 (pauses the
+    key) to ``MAX_CEILING``, as MAX."""
+    if cap is not None and not 0 <= cap <= MAX_CEILING:
+        raise ConfigurationError(f"a key's cap must be from 0 to {MAX_CEILING:,}, not {cap}")
     store = rt.store()
     now = rt.clock.now()
     before = describe(store.key_state(key), store.key_concurrency, now)
