@@ -1,0 +1,144 @@
+"""Forged Sluice attributes on moto, through the real launcher and completion (breaks 6, 7 and 8):
+a producer can write any attribute Sluice writes itself. Each is dead-lettered at receipt with the
+attribute named in its reason; the ticks and completions after it go on, and its batch-mates run.
+
+SQS refuses a deduplication id that is not 1-128 alphanumeric or punctuation characters; moto does
+not, so ``sqs_rules`` answers as SQS does, and every test asserts that nothing was refused.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from sluice.awaits import AWAITS_ATTRIBUTE
+from sluice.clock import FakeClock
+from sluice.completion import StatusChange
+from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE, TICKET_ATTRIBUTE
+from sluice.model import Outcome
+from sluice.names import ORIGIN_ATTRIBUTE, execution_name
+from sluice.settings import DuplicatePolicy
+from tests.support.aws import Stack, build_stack
+from tests.support.sqs_rules import SqsRules, sqs_rules
+
+FORGED_ORIGIN = "not a valid dedup id"
+
+
+@pytest.fixture
+def rules(session: Any) -> Any:
+    with sqs_rules(session) as r:
+        yield r
+
+
+def make(session: Any, **settings: Any) -> Stack:
+    settings.setdefault("max_receive_count", 1000)
+    return build_stack(session, clock=FakeClock(), max_concurrency=10, key_concurrency=1, **settings)
+
+
+def attrs(**named: str) -> dict[str, str]:
+    return {k.replace("-", "_"): v for k, v in named.items()}
+
+
+def reasons(stack: Stack) -> list[str]:
+    return [m["MessageAttributes"]["sluice-error"]["StringValue"] for m in stack.dlq_messages()]
+
+
+def finish(stack: Stack, launcher: Any, key: str, message_id: str) -> Any:
+    name = execution_name(key, message_id)
+    return launcher.on_status_change(StatusChange.from_event(stack.finish(name, "SUCCEEDED")))
+
+
+# Each way Sluice sends a message of the queue back to it: a key's line, a deferred duplicate, an
+# awaits waiter. The forged message waits behind "a" in each.
+RESEND_PATHS = {
+    "key line": ({}, {CONCURRENCY_KEY_ATTRIBUTE: "k"}, {"id": "b"}),
+    "deferred duplicate": ({"duplicate_policy": DuplicatePolicy.DEFER}, {}, {"id": "a"}),
+    "awaits waiter": ({}, {AWAITS_ATTRIBUTE: json.dumps(["a"])}, {"id": "b"}),
+}
+
+
+@pytest.mark.parametrize("path", list(RESEND_PATHS))
+def test_a_forged_origin_id_is_dead_lettered_at_receipt_and_the_completion_and_ticks_go_on(
+    session: Any, rules: SqsRules, path: str
+) -> None:
+    settings, extra, body = RESEND_PATHS[path]
+    stack = make(session, **settings)
+    keyed = attrs(**{CONCURRENCY_KEY_ATTRIBUTE: "k"}) if path == "key line" else {}
+    first = stack.send({"id": "a"}, group="g1", **keyed)
+    stack.send(body, group="g2", **attrs(**extra, **{ORIGIN_ATTRIBUTE: FORGED_ORIGIN}))
+    launcher = stack.launcher()
+    launcher.tick()
+
+    released, _, _ = finish(stack, launcher, "a", first)  # its release would send the forged one back
+    assert released
+    for _ in range(2):
+        launcher.tick()  # the sweeps of keys, parked messages and waiters
+
+    assert rules.refused == []
+    assert [e["name"] for e in stack.executions()] == [execution_name("a", first)]
+    [reason] = reasons(stack)
+    assert ORIGIN_ATTRIBUTE in reason
+    assert stack.queue_counts() == (0, 0)
+
+
+def test_a_forged_ticket_with_a_unicode_digit_is_dead_lettered_and_the_key_goes_on(
+    session: Any, rules: SqsRules
+) -> None:
+    # "²".isdigit() is True: a ticket "1@²" would claim a free key, be noted as landed in its
+    # item, and int("²") would then raise in every wake of the key: the parker's, the sweep's and
+    # the completion's.
+    stack = make(session)
+    keyed = attrs(**{CONCURRENCY_KEY_ATTRIBUTE: "k"})
+    stack.send({"id": "b"}, group="g1", **keyed, **attrs(**{TICKET_ATTRIBUTE: "1@²"}))
+    first = stack.send({"id": "a"}, group="g2", **keyed)
+    later = stack.send({"id": "c"}, group="g3", **keyed)
+    launcher = stack.launcher()
+    launcher.tick()
+    assert [e["name"] for e in stack.executions()] == [execution_name("a", first)]
+
+    released, _, _ = finish(stack, launcher, "a", first)  # wakes c, the next in k's line
+    assert released
+    launcher.tick()
+    finish(stack, launcher, "c", later)
+    launcher.tick()
+
+    assert rules.refused == []
+    assert sorted(e["name"] for e in stack.executions()) == sorted(
+        [execution_name("a", first), execution_name("c", later)]
+    )
+    [reason] = reasons(stack)
+    assert TICKET_ATTRIBUTE in reason
+    state = stack.runtime().store().key_state("k")
+    assert (state.holders, state.landed, state.inflight, state.waiting) == (
+        frozenset(),
+        frozenset(),
+        frozenset(),
+        0,
+    )
+
+
+def test_awaits_nested_past_the_recursion_limit_dead_letters_that_message_and_its_batch_mates_run(
+    session: Any, rules: SqsRules
+) -> None:
+    stack = make(session)
+    awaited = [stack.send({"id": "p"}, group="gp")]
+    healthy = [
+        stack.send({"id": f"w{n}"}, group=f"g{n}", **attrs(**{AWAITS_ATTRIBUTE: json.dumps(["p"])}))
+        for n in range(3)
+    ]
+    stack.send({"id": "bad"}, group="gb", **attrs(**{AWAITS_ATTRIBUTE: "[" * 5000}))
+    launcher = stack.launcher()
+    summary = launcher.tick()
+
+    assert summary.n(Outcome.INVALID) == 1
+    assert stack.queue_counts() == (0, 0)  # nothing left in flight
+    finish(stack, launcher, "p", awaited[0])
+    launcher.tick()
+    assert rules.refused == []
+    assert sorted(e["name"] for e in stack.executions()) == sorted(
+        [execution_name("p", awaited[0])] + [execution_name(f"w{n}", m) for n, m in enumerate(healthy)]
+    )
+    [reason] = reasons(stack)
+    assert AWAITS_ATTRIBUTE in reason and "nested" in reason
