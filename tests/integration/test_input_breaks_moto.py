@@ -9,7 +9,8 @@ not, so ``sqs_rules`` answers as SQS does, and every test asserts that nothing w
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import pytest
 
@@ -24,6 +25,7 @@ from tests.support.aws import Stack, build_stack
 from tests.support.sqs_rules import SqsRules, sqs_rules
 
 FORGED_ORIGIN = "not a valid dedup id"
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -41,13 +43,25 @@ def attrs(**named: str) -> dict[str, str]:
     return {k.replace("-", "_"): v for k, v in named.items()}
 
 
+def survive(what: str, call: Callable[[], T]) -> T:
+    """Bad input never crashes a tick or a completion: an error escaping one is a broken promise."""
+    try:
+        return call()
+    except Exception as exc:
+        raise AssertionError(f"{what} crashed on bad input: {exc!r}") from exc
+
+
+def tick(launcher: Any) -> Any:
+    return survive("a tick", launcher.tick)
+
+
 def reasons(stack: Stack) -> list[str]:
     return [m["MessageAttributes"]["sluice-error"]["StringValue"] for m in stack.dlq_messages()]
 
 
 def finish(stack: Stack, launcher: Any, key: str, message_id: str) -> Any:
-    name = execution_name(key, message_id)
-    return launcher.on_status_change(StatusChange.from_event(stack.finish(name, "SUCCEEDED")))
+    change = StatusChange.from_event(stack.finish(execution_name(key, message_id), "SUCCEEDED"))
+    return survive("a completion", lambda: launcher.on_status_change(change))
 
 
 # Each way Sluice sends a message of the queue back to it: a key's line, a deferred duplicate, an
@@ -69,12 +83,12 @@ def test_a_forged_origin_id_is_dead_lettered_at_receipt_and_the_completion_and_t
     first = stack.send({"id": "a"}, group="g1", **keyed)
     stack.send(body, group="g2", **attrs(**extra, **{ORIGIN_ATTRIBUTE: FORGED_ORIGIN}))
     launcher = stack.launcher()
-    launcher.tick()
+    tick(launcher)
 
     released, _, _ = finish(stack, launcher, "a", first)  # its release would send the forged one back
     assert released
     for _ in range(2):
-        launcher.tick()  # the sweeps of keys, parked messages and waiters
+        tick(launcher)  # the sweeps of keys, parked messages and waiters
 
     assert rules.refused == []
     assert [e["name"] for e in stack.executions()] == [execution_name("a", first)]
@@ -95,14 +109,14 @@ def test_a_forged_ticket_with_a_unicode_digit_is_dead_lettered_and_the_key_goes_
     first = stack.send({"id": "a"}, group="g2", **keyed)
     later = stack.send({"id": "c"}, group="g3", **keyed)
     launcher = stack.launcher()
-    launcher.tick()
+    tick(launcher)
     assert [e["name"] for e in stack.executions()] == [execution_name("a", first)]
 
     released, _, _ = finish(stack, launcher, "a", first)  # wakes c, the next in k's line
     assert released
-    launcher.tick()
+    tick(launcher)
     finish(stack, launcher, "c", later)
-    launcher.tick()
+    tick(launcher)
 
     assert rules.refused == []
     assert sorted(e["name"] for e in stack.executions()) == sorted(
@@ -130,12 +144,12 @@ def test_awaits_nested_past_the_recursion_limit_dead_letters_that_message_and_it
     ]
     stack.send({"id": "bad"}, group="gb", **attrs(**{AWAITS_ATTRIBUTE: "[" * 5000}))
     launcher = stack.launcher()
-    summary = launcher.tick()
+    summary = tick(launcher)
 
     assert summary.n(Outcome.INVALID) == 1
     assert stack.queue_counts() == (0, 0)  # nothing left in flight
     finish(stack, launcher, "p", awaited[0])
-    launcher.tick()
+    tick(launcher)
     assert rules.refused == []
     assert sorted(e["name"] for e in stack.executions()) == sorted(
         [execution_name("p", awaited[0])] + [execution_name(f"w{n}", m) for n, m in enumerate(healthy)]

@@ -1,0 +1,86 @@
+"""Broken variants of the attribute checks (breaks 6, 7 and 8), each patched in for one test: the
+scenario of ``tests/integration/test_input_breaks_moto.py`` that pins the break down must then
+fail with a broken promise (a tick or completion that crashes on bad input, a message lost) or a
+wrong AWS state. Any other error fails the test.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+
+import pytest
+
+import sluice.awaits
+import sluice.keys
+import sluice.names
+from sluice import attributes
+from sluice.awaits import AWAITS_ATTRIBUTE, check_awaits
+from sluice.errors import InvalidPayload
+from sluice.keys import TICKET_ATTRIBUTE
+from tests.integration import test_input_breaks_moto as breaks
+from tests.support.aws import moto_session
+from tests.support.sqs_rules import sqs_rules
+
+
+def test_an_origin_rule_on_length_alone_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rule before break 6: any origin of 1 to 128 characters. The forged one waits in a key's
+    line, and the completion that wakes it has SQS refuse its deduplication id."""
+    monkeypatch.setattr(sluice.names, "ORIGIN_PATTERN", re.compile(r".{1,128}", re.DOTALL))
+    with (
+        pytest.raises(AssertionError, match="crashed on bad input"),
+        moto_session() as session,
+        sqs_rules(session) as rules,
+    ):
+        try:
+            breaks.test_a_forged_origin_id_is_dead_lettered_at_receipt_and_the_completion_and_ticks_go_on(
+                session, rules, "key line"
+            )
+        finally:
+            assert rules.refused, "SQS refused no deduplication id"
+
+
+def test_a_ticket_read_with_unicode_digits_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The read before break 7: ``str.isdigit`` takes "²", which ``int`` refuses."""
+
+    def isdigit_ticket(raw: str) -> str:
+        ticket, at, ms = raw.partition("@")
+        if not (ticket.isdigit() and at and ms.isdigit() and len(raw) <= 40):
+            raise InvalidPayload(f"{TICKET_ATTRIBUTE!r} is {raw!r}, not <ticket>@<ms>")
+        return raw
+
+    monkeypatch.setattr(sluice.keys, "parse_ticket", isdigit_ticket)
+    monkeypatch.setattr(sluice.keys, "sent_at", lambda entry: int(entry.partition("@")[2]) / 1000)
+    rule = attributes.RULES[TICKET_ATTRIBUTE]
+    monkeypatch.setitem(attributes.RULES, TICKET_ATTRIBUTE, replace(rule, check=isdigit_ticket))
+    with (
+        pytest.raises(AssertionError, match="crashed on bad input"),
+        moto_session() as session,
+        sqs_rules(session) as rules,
+    ):
+        breaks.test_a_forged_ticket_with_a_unicode_digit_is_dead_lettered_and_the_key_goes_on(session, rules)
+
+
+def test_awaits_read_without_a_depth_guard_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The read before break 8: ``json.loads`` with ValueError caught, not RecursionError, and no
+    check at receipt: the batch's read-ahead raises and the whole batch stays in flight."""
+
+    def unguarded(raw: str, *, key: str | None = None) -> tuple[str, ...]:
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            raise InvalidPayload(f"{AWAITS_ATTRIBUTE} is not JSON", key=key) from None
+        return check_awaits(value, key=key)
+
+    monkeypatch.setattr(sluice.awaits, "parse_awaits", unguarded)
+    rule = attributes.RULES[AWAITS_ATTRIBUTE]
+    monkeypatch.setitem(attributes.RULES, AWAITS_ATTRIBUTE, replace(rule, check=lambda raw: raw))
+    with (
+        pytest.raises(AssertionError, match="crashed on bad input"),
+        moto_session() as session,
+        sqs_rules(session) as rules,
+    ):
+        breaks.test_awaits_nested_past_the_recursion_limit_dead_letters_that_message_and_its_batch_mates_run(
+            session, rules
+        )
