@@ -44,8 +44,8 @@ RECEIVES_ATTRIBUTE = "sluice-receive-count"
 MAX_REASON_BYTES = 4_096
 _COUNT = re.compile(r"[0-9]{1,10}", re.ASCII)
 _INDEX = re.compile(r"-1|[0-9]{1,3}", re.ASCII)
-# Text SQS takes in a string attribute, without the control characters it does take (tab, LF, CR).
-_TEXT = re.compile(r"[\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]*")
+# Text SQS takes in a string attribute (a reason may span lines).
+_TEXT = re.compile(r"[\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +86,18 @@ def _matching(pattern: re.Pattern[str], shape: str) -> Callable[[str], object]:
     return check
 
 
+def _lane(raw: str) -> str:
+    if len(raw) > MAX_NAME or not LANE_NAME.fullmatch(raw):
+        raise InvalidPayload(
+            f"is {raw[:40]!r}: a lane is at most {MAX_NAME} lowercase letters, digits and single dashes, "
+            "starting with a letter"
+        )
+    return raw
+
+
 def _reason(raw: str) -> str:
     if len(raw.encode("utf-8", "surrogatepass")) > MAX_REASON_BYTES or not _TEXT.fullmatch(raw):
-        raise InvalidPayload(f"is over {MAX_REASON_BYTES:,} bytes or holds control characters")
+        raise InvalidPayload(f"is over {MAX_REASON_BYTES:,} bytes or holds characters SQS refuses")
     return raw
 
 
@@ -153,7 +162,7 @@ CATALOGUE: tuple[AttributeRule, ...] = (
     ),
     AttributeRule(
         LANE_ATTRIBUTE,
-        _matching(LANE_NAME, f"a lane is lowercase letters, digits and dashes, at most {MAX_NAME}"),
+        _lane,
         f"a lane name (at most {MAX_NAME} lowercase letters, digits and dashes)",
         "the lane a message was received in, so that a parked message goes back to that lane's "
         "queue; on a stack with lanes the queue it arrives in overrides it",
@@ -170,7 +179,7 @@ CATALOGUE: tuple[AttributeRule, ...] = (
     AttributeRule(
         REASON_ATTRIBUTE,
         _reason,
-        f"text, at most {MAX_REASON_BYTES:,} bytes without control characters",
+        f"text, at most {MAX_REASON_BYTES:,} bytes",
         "on a dead-letter copy: why it was dead-lettered. Ignored on the queue (a redriven copy)",
         sluice_writes=True,
     ),

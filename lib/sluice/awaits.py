@@ -159,9 +159,7 @@ def awaits_of(message: Message, key: str | None = None) -> tuple[tuple[str, ...]
     awaited key ended badly. Raises ``InvalidPayload`` for a malformed attribute."""
     raw = message.attributes.get(AWAITS_ATTRIBUTE)
     run_anyway = parse_policy(message.attributes.get(ON_FAILURE_ATTRIBUTE, ""), key=key)
-    if raw is None or not raw.strip():
-        return (), run_anyway
-    return parse_awaits(raw, key=key), run_anyway
+    return (() if raw is None else parse_awaits(raw, key=key)), run_anyway
 
 
 def parse_policy(raw: str, *, key: str | None = None) -> bool:
@@ -175,7 +173,9 @@ def parse_policy(raw: str, *, key: str | None = None) -> bool:
 def parse_awaits(raw: str, *, key: str | None = None) -> tuple[str, ...]:
     """A ``sluice-awaits`` value: a JSON array of keys. Bounded before it is read (its size, its
     nesting) and read with every error caught: a deep array raises RecursionError, a 5,000-digit
-    number ValueError, and either would otherwise escape the batch's read-ahead."""
+    number ValueError, and either would otherwise escape the batch's read-ahead. Blank: none."""
+    if not raw.strip():
+        return ()
     if len(raw) > MAX_AWAITS_CHARS:
         raise InvalidPayload(
             f"{AWAITS_ATTRIBUTE} is {len(raw):,} characters; at most {MAX_AWAITS_CHARS:,}", key=key
