@@ -14,10 +14,10 @@ from typing import Any, TypeVar
 
 import pytest
 
-from sluice.awaits import AWAITS_ATTRIBUTE
+from sluice.awaits import AWAITS_ATTRIBUTE, Waiter
 from sluice.clock import FakeClock
 from sluice.completion import StatusChange
-from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE, TICKET_ATTRIBUTE
+from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE, TICKET_ATTRIBUTE, KeyWaiter
 from sluice.model import Outcome
 from sluice.names import ORIGIN_ATTRIBUTE, execution_name
 from sluice.settings import DuplicatePolicy
@@ -156,3 +156,90 @@ def test_awaits_nested_past_the_recursion_limit_dead_letters_that_message_and_it
     )
     [reason] = reasons(stack)
     assert AWAITS_ATTRIBUTE in reason and "nested" in reason
+
+
+def test_a_waiter_parked_with_a_forged_origin_before_the_check_is_sent_back_and_then_dead_lettered(
+    session: Any, rules: SqsRules
+) -> None:
+    """A line written before origins were checked at receipt (or by any other way in) may hold a
+    waiter whose id SQS refuses in a deduplication id: its wake sends it back all the same (the
+    deduplication id then derives from a digest of it), and its receipt dead-letters it."""
+    stack = make(session)
+    first = stack.send({"id": "a"}, group="g1", **attrs(**{CONCURRENCY_KEY_ATTRIBUTE: "k"}))
+    launcher = stack.launcher()
+    tick(launcher)
+    store = stack.runtime().store()
+    waiter = KeyWaiter(
+        ckey="k",
+        ticket=0,
+        message_id=FORGED_ORIGIN,
+        key="b",
+        body=json.dumps({"id": "b"}),
+        group_id="g2",
+        attributes={CONCURRENCY_KEY_ATTRIBUTE: "k"},
+        parked_at=stack.clock.now(),
+    )
+    assert store.park_for_key(waiter, tickets=store.key_state("k").tickets)
+
+    released, _, _ = finish(stack, launcher, "a", first)  # wakes k: sends the waiter back
+    assert released
+    tick(launcher)
+    tick(launcher)
+
+    assert rules.refused == []
+    assert [e["name"] for e in stack.executions()] == [execution_name("a", first)]
+    [reason] = reasons(stack)
+    assert ORIGIN_ATTRIBUTE in reason
+    state = store.key_state("k")
+    assert (state.holders, state.waiting) == (frozenset(), 0)
+    assert stack.queue_counts() == (0, 0)
+
+
+def test_a_plain_message_with_a_forged_origin_does_not_ride_a_release(session: Any, rules: SqsRules) -> None:
+    """The completion's hand-over takes a plain message into the release it is making; one whose
+    attributes fail their rules is left to admission, which dead-letters it."""
+    stack = make(session)
+    first = stack.send({"id": "a"}, group="g1")
+    launcher = stack.launcher()
+    tick(launcher)
+    stack.send({"id": "b"}, group="g2", **attrs(**{ORIGIN_ATTRIBUTE: FORGED_ORIGIN}))
+    released, _, _ = finish(stack, launcher, "a", first)
+    assert released
+    tick(launcher)
+
+    assert rules.refused == []
+    assert [e["name"] for e in stack.executions()] == [execution_name("a", first)]
+    [reason] = reasons(stack)
+    assert ORIGIN_ATTRIBUTE in reason
+
+
+def test_an_awaits_waiter_parked_with_a_forged_origin_before_the_check_is_dead_lettered(
+    session: Any, rules: SqsRules
+) -> None:
+    """Its awaited key ends FAILED: the waiter's dead-letter copy goes to the FIFO DLQ with a
+    deduplication id SQS takes, not its forged id."""
+    stack = make(session)
+    first = stack.send({"id": "a"}, group="g1")
+    launcher = stack.launcher()
+    tick(launcher)
+    store = stack.runtime().store()
+    waiter = Waiter(
+        message_id=FORGED_ORIGIN,
+        key="b",
+        body=json.dumps({"id": "b"}),
+        group_id="g2",
+        attributes={AWAITS_ATTRIBUTE: json.dumps(["a"])},
+        awaits=("a",),
+        run_anyway=False,
+        parked_at=stack.clock.now(),
+    )
+    store.park_waiter(waiter, ["a"])
+
+    change = StatusChange.from_event(stack.finish(execution_name("a", first), "FAILED", error="E"))
+    survive("a completion", lambda: launcher.on_status_change(change))
+    tick(launcher)
+
+    assert rules.refused == []
+    [reason] = reasons(stack)
+    assert reason == "awaited a ended FAILED"
+    assert store.waiting() == frozenset()

@@ -12,7 +12,9 @@ from dataclasses import replace
 
 import pytest
 
+import sluice.adapters.sqs
 import sluice.awaits
+import sluice.handover
 import sluice.keys
 import sluice.names
 from sluice import attributes
@@ -26,8 +28,19 @@ from tests.support.sqs_rules import sqs_rules
 
 def test_an_origin_rule_on_length_alone_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """The rule before break 6: any origin of 1 to 128 characters. The forged one waits in a key's
-    line, and the completion that wakes it has SQS refuse its deduplication id."""
+    line, is sent back when the key frees, and runs under the forged origin instead of being
+    dead-lettered (with the re-send's raw deduplication id too, the completion fails: below)."""
     monkeypatch.setattr(sluice.names, "ORIGIN_PATTERN", re.compile(r".{1,128}", re.DOTALL))
+    with pytest.raises(AssertionError), moto_session() as session, sqs_rules(session) as rules:
+        breaks.test_a_forged_origin_id_is_dead_lettered_at_receipt_and_the_completion_and_ticks_go_on(
+            session, rules, "key line"
+        )
+
+
+def test_the_origin_rule_and_the_resend_before_break_6_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both as they were: SQS refuses the re-send's deduplication id, and the completion fails."""
+    monkeypatch.setattr(sluice.names, "ORIGIN_PATTERN", re.compile(r".{1,128}", re.DOTALL))
+    monkeypatch.setattr(sluice.adapters.sqs, "_dedup_stem", lambda message_id, limit=90: message_id[:limit])
     with (
         pytest.raises(AssertionError, match="crashed on bad input"),
         moto_session() as session,
@@ -84,3 +97,27 @@ def test_awaits_read_without_a_depth_guard_is_caught(monkeypatch: pytest.MonkeyP
         breaks.test_awaits_nested_past_the_recursion_limit_dead_letters_that_message_and_its_batch_mates_run(
             session, rules
         )
+
+
+def test_a_resend_that_uses_the_raw_id_in_its_deduplication_id_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A line holding a forged origin from before the receipt check: sent back with the raw id in
+    its deduplication id, SQS refuses it and the completion that wakes the line fails."""
+    monkeypatch.setattr(sluice.adapters.sqs, "_dedup_stem", lambda message_id, limit=90: message_id[:limit])
+    with (
+        pytest.raises(AssertionError, match="crashed on bad input"),
+        moto_session() as session,
+        sqs_rules(session) as rules,
+    ):
+        breaks.test_a_waiter_parked_with_a_forged_origin_before_the_check_is_sent_back_and_then_dead_lettered(
+            session, rules
+        )
+
+
+def test_a_hand_over_that_skips_the_receipt_check_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The completion's hand-over claims a plain message without the catalogue: a forged origin
+    names its execution, and it runs."""
+    monkeypatch.setattr(sluice.handover, "check_attributes", lambda message: None)
+    with pytest.raises(AssertionError), moto_session() as session, sqs_rules(session) as rules:
+        breaks.test_a_plain_message_with_a_forged_origin_does_not_ride_a_release(session, rules)
