@@ -60,7 +60,6 @@ horizon is waited for.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
@@ -72,6 +71,7 @@ from sluice.keys import waiter_attributes
 from sluice.model import Message, ParkedMessage, Payload, PayloadRecord, PayloadState
 from sluice.names import origin_id
 from sluice.ports import Queue
+from sluice.validation import json_depth
 
 log = logging.getLogger("sluice.awaits")
 
@@ -81,6 +81,8 @@ RUN_ANYWAY = "run"
 # One park is one transaction of at most 100 items: WAIT#, AWAITING and one AWAITED# per key.
 MAX_AWAITS = 98
 MAX_AWAITED_KEY_BYTES = 1_024
+# The longest value holding MAX_AWAITS keys of MAX_AWAITED_KEY_BYTES, each character escaped (\uXXXX)
+MAX_AWAITS_CHARS = MAX_AWAITS * (MAX_AWAITED_KEY_BYTES * 6 + 4) + 2
 DEFAULT_HORIZON_SECONDS = 7 * 86_400
 WAKE_HOLDER = "sluice-awaits"  # the "holder" a woken waiter's deduplication id is derived from
 BAD_ENDS = (PayloadState.FAILED, PayloadState.TIMED_OUT, PayloadState.ABORTED)
@@ -156,18 +158,33 @@ def awaits_of(message: Message, key: str | None = None) -> tuple[tuple[str, ...]
     """The keys a message awaits (in order, without repeats) and whether it runs anyway after an
     awaited key ended badly. Raises ``InvalidPayload`` for a malformed attribute."""
     raw = message.attributes.get(AWAITS_ATTRIBUTE)
-    policy = message.attributes.get(ON_FAILURE_ATTRIBUTE, "").strip().lower()
+    run_anyway = parse_policy(message.attributes.get(ON_FAILURE_ATTRIBUTE, ""), key=key)
+    return (() if raw is None else parse_awaits(raw, key=key)), run_anyway
+
+
+def parse_policy(raw: str, *, key: str | None = None) -> bool:
+    """A ``sluice-on-await-failure`` value: True for ``run``; ``dead-letter`` or empty: False."""
+    policy = raw.strip().lower()
     if policy not in ("", RUN_ANYWAY, "dead-letter"):
-        raise InvalidPayload(f"{ON_FAILURE_ATTRIBUTE}={policy!r}: use 'run' or 'dead-letter'", key=key)
-    if raw is None or not raw.strip():
-        return (), policy == RUN_ANYWAY
-    return parse_awaits(raw, key=key), policy == RUN_ANYWAY
+        raise InvalidPayload(f"{ON_FAILURE_ATTRIBUTE}={raw[:40]!r}: use 'run' or 'dead-letter'", key=key)
+    return policy == RUN_ANYWAY
 
 
 def parse_awaits(raw: str, *, key: str | None = None) -> tuple[str, ...]:
+    """A ``sluice-awaits`` value: a JSON array of keys. Bounded before it is read (its size, its
+    nesting) and read with every error caught: a deep array raises RecursionError, a 5,000-digit
+    number ValueError, and either would otherwise escape the batch's read-ahead. Blank: none."""
+    if not raw.strip():
+        return ()
+    if len(raw) > MAX_AWAITS_CHARS:
+        raise InvalidPayload(
+            f"{AWAITS_ATTRIBUTE} is {len(raw):,} characters; at most {MAX_AWAITS_CHARS:,}", key=key
+        )
+    if json_depth(raw) > 1:
+        raise InvalidPayload(f"{AWAITS_ATTRIBUTE} is nested: use a flat JSON array of keys", key=key)
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise InvalidPayload(f"{AWAITS_ATTRIBUTE} is not JSON: use an array of keys", key=key) from None
     return check_awaits(value, key=key)
 
@@ -459,11 +476,6 @@ def _message(waiter: Waiter) -> Message:
         group_id=waiter.group_id,
         attributes=dict(waiter.attributes),
     )
-
-
-def wake_dedup_id(message_id: str) -> str:
-    """The deduplication id of a woken waiter's send (``SqsQueue.requeue`` with ``WAKE_HOLDER``)."""
-    return f"{message_id[:90]}-{hashlib.sha256(WAKE_HOLDER.encode()).hexdigest()[:32]}"
 
 
 # -- the graph (sluice enqueue, sluice status --tree) -----------------------------------------------

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from sluice.attributes import check_attributes
 from sluice.errors import InvalidPayload, TransientError
 from sluice.lanes import LANE_ATTRIBUTE
 from sluice.model import ExecutionRecord, Message, Payload, Successor
@@ -128,6 +129,8 @@ def _plain(message: Message) -> Payload | None:
     dead-lettered its own way after the release, with the reason that path gives)."""
     if any(a.startswith("sluice-") and a not in PLAIN_ATTRIBUTES for a in message.attributes):
         return None
+    if check_attributes(message) is not None:
+        return None  # dead-lettered by admission, with the attribute named
     try:
         payload = validate_message(message)
     except InvalidPayload:

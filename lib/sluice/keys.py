@@ -82,6 +82,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -104,6 +105,8 @@ INFLIGHT_SECONDS = 300.0  # how long a woken waiter's slot is kept for its claim
 # A waiter is one DynamoDB item (400 KB): its body and attributes, beside its keys and ids. SQS takes
 # messages of up to 1 MiB, body and attributes.
 WAITER_MAX_BYTES = 400_000
+# A ticket and the time it was sent back, in ASCII digits ("²".isdigit() is True, int("²") raises).
+TICKET_PATTERN = re.compile(r"([0-9]{1,18})@([0-9]{1,18})", re.ASCII)
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,18 +252,25 @@ def entry(ticket: int, at: float) -> str:
 
 
 def sent_at(entry: str) -> float:
-    return int(entry.partition("@")[2]) / 1000
+    """When the entry's waiter was sent back; 0 (long past: dropped at the next wake) for an entry
+    that is not ``<ticket>@<ms>``, which no claim checked at receipt can write."""
+    match = TICKET_PATTERN.fullmatch(entry)
+    return int(match.group(2)) / 1000 if match else 0.0
+
+
+def parse_ticket(raw: str) -> str:
+    """A ``sluice-key-ticket`` value, checked (``sluice.attributes``): ``<ticket>@<ms>``."""
+    if not TICKET_PATTERN.fullmatch(raw):
+        raise InvalidPayload(
+            f"message attribute {TICKET_ATTRIBUTE!r} is {raw[:40]!r}, not <ticket>@<ms> (ASCII digits)"
+        )
+    return raw
 
 
 def ticket_of(message: Message) -> str | None:
     """The in-flight entry a woken waiter carries (its claim passes the line), or None."""
     raw = message.attributes.get(TICKET_ATTRIBUTE)
-    if raw is None:
-        return None
-    ticket, at, ms = raw.partition("@")
-    if not (ticket.isdigit() and at and ms.isdigit() and len(raw) <= 40):
-        raise InvalidPayload(f"message attribute {TICKET_ATTRIBUTE!r} is {raw[:40]!r}, not <ticket>@<ms>")
-    return raw
+    return None if raw is None else parse_ticket(raw)
 
 
 def check_cap(cap: int) -> int:

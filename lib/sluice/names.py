@@ -21,6 +21,8 @@ import hashlib
 import re
 from collections.abc import Mapping
 
+from sluice.errors import InvalidPayload
+
 MAX_NAME_LENGTH = 80
 PREFIX_LENGTH = 40
 DIGEST_LENGTH = 32  # 128 bits of SHA-256
@@ -28,12 +30,27 @@ NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 ORIGIN_ATTRIBUTE = "sluice-origin-message-id"
 MAX_ORIGIN_LENGTH = 128
+# What SQS takes in a deduplication id, which a re-sent message's is made from: 1-128 alphanumeric
+# or punctuation characters (ASCII).
+ORIGIN_PATTERN = re.compile(r"[!-~]{1,128}", re.ASCII)
+
+
+def parse_origin(raw: str) -> str:
+    """A ``sluice-origin-message-id`` value, checked (``sluice.attributes``)."""
+    if not ORIGIN_PATTERN.fullmatch(raw):
+        raise InvalidPayload(
+            f"is {raw[:40]!r}{'...' if len(raw) > 40 else ''}: an origin id is 1 to {MAX_ORIGIN_LENGTH} "
+            "ASCII letters, digits or punctuation (it becomes part of an SQS deduplication id)"
+        )
+    return raw
 
 
 def origin_id(message_id: str, attributes: Mapping[str, str]) -> str:
-    """The id a message's execution name derives from: its original id when Sluice re-sent it."""
+    """The id a message's execution name derives from: its original id when Sluice re-sent it. A
+    message whose origin is malformed is dead-lettered at receipt (``sluice.attributes``); one seen
+    before that check is named by its own id."""
     origin = attributes.get(ORIGIN_ATTRIBUTE, "")
-    return origin if 0 < len(origin) <= MAX_ORIGIN_LENGTH else message_id
+    return origin if ORIGIN_PATTERN.fullmatch(origin) else message_id
 
 
 def execution_name(key: str, message_id: str) -> str:

@@ -30,6 +30,9 @@ A run-once message (``sluice-once: true``) whose key has SUCCEEDED already fails
 ``AlreadyDone`` (the check is in the claim's own condition): it is deleted and recorded, nothing
 starts. Why the check cannot be a read before the claim: ``sluice.receipts``.
 
+Every ``sluice-*`` attribute is checked first, against one catalogue (``sluice.attributes``): a
+message with a malformed one, or one Sluice does not know, is dead-lettered with the attribute named.
+
 A message that awaits keys (``sluice-awaits``) is checked before its claim (``sluice.awaits.gate``):
 all SUCCEEDED, it goes on to the claim; otherwise it is parked in the table and deleted, or, when an
 awaited key ended badly, dead-lettered with the reason. A woken waiter is checked again on arrival.
@@ -44,6 +47,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sluice import fair, keys
+from sluice.attributes import check_attributes
 from sluice.awaits import ReadAhead, gate
 from sluice.completion import complete
 from sluice.errors import (
@@ -103,6 +107,9 @@ class MessageProtocol(MessageBranches):
         done: list[Message],
         ahead: ReadAhead | None = None,
     ) -> Outcome:
+        rejected = check_attributes(message)  # every sluice-* attribute, before anything reads one
+        if rejected is not None:
+            return self._dead_letter(message, rejected.error(), done)
         try:
             payload = validate_message(message)
             check_pointer(payload, self.payloads)  # before any claim; S3 throttled: TransientError

@@ -63,6 +63,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sluice.errors import InvalidPayload
 from sluice.model import EffectsLog, ExecutionRecord, Message, PayloadRecord, PayloadState
 from sluice.pointers import PayloadObjects, Pointer
 
@@ -73,8 +74,21 @@ MAX_INLINE_BYTES = 100_000  # the execution record stays well under DynamoDB's 4
 
 
 def is_once(message: Message) -> bool:
-    """Whether a message asks to run its key successfully at most once (``sluice-once: true``)."""
-    return message.attributes.get(ONCE_ATTRIBUTE, "").strip().lower() == "true"
+    """Whether a message asks to run its key successfully at most once (``sluice-once: true``). A
+    value other than ``true`` or ``false`` is dead-lettered at receipt (``sluice.attributes``)."""
+    raw = message.attributes.get(ONCE_ATTRIBUTE)
+    try:
+        return raw is not None and parse_once(raw)
+    except InvalidPayload:
+        return False
+
+
+def parse_once(raw: str) -> bool:
+    """A ``sluice-once`` value: ``true`` or ``false``, in any case."""
+    value = raw.strip().lower()
+    if value not in ("true", "false"):
+        raise InvalidPayload(f"is {raw[:40]!r}: use 'true' or 'false'")
+    return value == "true"
 
 
 @dataclass(frozen=True, slots=True)

@@ -114,6 +114,29 @@ def validate_message(message: Message) -> Payload:
     return Payload(key=key, body=message.body, message=message)
 
 
+def json_depth(text: str) -> int:
+    """How deep JSON text's arrays and objects nest (strings skipped), without parsing it: a guard
+    to take before ``json.loads``, whose recursion a deep text exhausts."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for c in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth -= 1
+    return deepest
+
+
 def _parse_int(digits: str) -> int:
     n = len(digits) - digits.startswith("-")
     if n > MAX_INT_DIGITS:

@@ -23,7 +23,7 @@ from sluice.adapters.errors import translated
 from sluice.errors import TransientError
 from sluice.lanes import DEFAULT_LANE, LANE_ATTRIBUTE
 from sluice.model import Message, ParkedMessage
-from sluice.names import ORIGIN_ATTRIBUTE
+from sluice.names import ORIGIN_ATTRIBUTE, ORIGIN_PATTERN
 from sluice.validation import TRUNCATED_ATTRIBUTE
 
 BATCH = 10
@@ -155,7 +155,7 @@ class SqsQueue:
         }
         if self.dlq_url.endswith(".fifo"):
             request["MessageGroupId"] = message.group_id or "sluice-invalid"
-            request["MessageDeduplicationId"] = message.message_id
+            request["MessageDeduplicationId"] = _dedup_stem(message.message_id, 128)
         with translated("SendMessage"):
             self.client.send_message(**request)
 
@@ -175,7 +175,7 @@ class SqsQueue:
                 QueueUrl=self.url_for(attributes),
                 MessageBody=parked.body,
                 MessageGroupId=parked.group_id or "sluice-parked",
-                MessageDeduplicationId=f"{parked.message_id[:90]}-{holder}",
+                MessageDeduplicationId=f"{_dedup_stem(parked.message_id)}-{holder}",
                 MessageAttributes={k: _string(v) for k, v in kept.items()},
             )
 
@@ -191,6 +191,16 @@ class SqsQueue:
                 ],
             )["Attributes"]
         return {k: int(v) for k, v in attrs.items()}
+
+
+def _dedup_stem(message_id: str, limit: int = 90) -> str:
+    """The message id as (the start of) a deduplication id, or a digest of it when SQS would refuse
+    it there (an origin forged before origins were checked at receipt, ``sluice.attributes``): the
+    message is sent all the same, and its receipt dead-letters it with the reason."""
+    stem = message_id[:limit]
+    if ORIGIN_PATTERN.fullmatch(stem):
+        return stem
+    return hashlib.sha256(message_id.encode("utf-8", "surrogatepass")).hexdigest()[: min(64, limit)]
 
 
 def message_size(body: str, attributes: Attributes) -> int:
