@@ -92,9 +92,10 @@ class MessageBranches:
             self.store.clear_redriven(key=key, name=redriven)
 
     def _renewal_refused(self, payload: Payload, name: str, done: list[Message]) -> Outcome | None:
-        """Our claim could not be renewed. Released or started meanwhile: look again. Blocked
-        (reconciliation saw a redriven run of its key, ``Store.block``) and never started: hand the
-        key to that run, which is then adopted, and look again: this message is its duplicate."""
+        """Our claim could not be renewed or marked starting. Released or started meanwhile: look
+        again. Blocked (reconciliation saw a redriven run of its key, ``Store.block``) and never
+        started: hand the key to that run, which is then adopted, and look again: this message is
+        its duplicate."""
         record = self.store.execution(name)
         if record is None or record.state is not PayloadState.CLAIMED or not record.blocked_by:
             return None

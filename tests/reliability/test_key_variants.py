@@ -1,0 +1,58 @@
+"""Broken variants for issue 25's breaks 3 and 4 and DescribeExecution's staleness (section 2):
+each patched in for one test, and the scenario that pins the fix down (it passes on Sluice as it is,
+in tests/integration/test_key_breaks_moto.py and test_stale_describe_moto.py) must then fail with a
+broken promise or a wrong AWS state. Any other error fails the test."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from sluice.adapters.dynamodb import DynamoStore
+from sluice.model import PayloadState
+from tests.integration import test_key_breaks_moto as breaks
+from tests.reliability.promises import PromiseBroken
+
+CAUGHT = (PromiseBroken, AssertionError)
+
+
+def caught(scenario: Callable[[Any], None], make_world: Any, match: str) -> None:
+    with pytest.raises(CAUGHT, match=match):
+        scenario(make_world)
+
+
+def unfenced_mark(self: DynamoStore, *, name: str, now: float) -> bool:
+    """A start mark that ignores a block: the start goes ahead whatever reconciliation wrote."""
+    return self._update_if(
+        f"EXEC#{name}",
+        "SET starting_at = :now",
+        "#state = :claimed",
+        {":now": {"N": str(now)}, ":claimed": {"S": PayloadState.CLAIMED.value}},
+    )
+
+
+def unfenced_block(self: DynamoStore, *, name: str, by: str, now: float) -> bool:
+    """A block that ignores the start mark (as before the fix): it lands after the commit point."""
+    return self._update_if(
+        f"EXEC#{name}",
+        "SET blocked_by = :by",
+        "#state = :claimed",
+        {":by": {"S": by}, ":claimed": {"S": PayloadState.CLAIMED.value}},
+    )
+
+
+def test_a_start_that_ignores_its_block_is_caught(monkeypatch, make_world):
+    monkeypatch.setattr(DynamoStore, "mark_starting", unfenced_mark)
+    caught(breaks.test_a_claim_blocked_before_its_start_never_starts, make_world, "promise 2")
+
+
+def test_a_hand_over_start_that_ignores_its_block_is_caught(monkeypatch, make_world):
+    monkeypatch.setattr(DynamoStore, "mark_starting", unfenced_mark)
+    caught(breaks.test_a_hand_over_blocked_before_its_start_never_starts, make_world, "promise 2")
+
+
+def test_a_block_past_the_start_mark_is_caught(monkeypatch, make_world):
+    monkeypatch.setattr(DynamoStore, "block", unfenced_block)
+    caught(breaks.test_a_block_after_the_start_mark_is_refused_and_the_key_marked, make_world, "block landed")
