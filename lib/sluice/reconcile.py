@@ -12,7 +12,9 @@ and only once it is older than the consistency window:
     h in H1 − R, older than the window:
         DescribeExecution(h) ended        → release through the completion path
         DescribeExecution(h) RUNNING      → mark RUNNING if still CLAIMED
-        DescribeExecution(h) absent       → an unstarted claim: see below
+        DescribeExecution(h) absent       → CLAIMED: an unstarted claim, see below; RUNNING (it was
+                                            seen running, so absent means its state machine was
+                                            deleted): release through the completion path
     r in R − H2:
         its record ended or released      → DescribeExecution(r): RUNNING again (a redrive) →
                                             adopt: it takes its slot and lease back; if another run
@@ -117,6 +119,8 @@ def reconcile(
                 released += _settle_unstarted(
                     store, queue, record, now, reconciler, settings.claim_timeout_seconds
                 )
+            else:
+                released += _release_vanished(store, queue, record, now, logger)
         elif info.ended:
             complete(
                 store=store,
@@ -254,6 +258,32 @@ def _settle_unstarted(
         now=now,
         error="claim abandoned: no execution was ever started",
         fence=fence,
+    )
+    return int(done is not None)
+
+
+def _release_vanished(
+    store: Store,
+    queue: Queue,
+    record: ExecutionRecord,
+    now: float,
+    logger: logging.Logger | logging.LoggerAdapter,
+) -> int:
+    """A holder past the staleness bound that Step Functions once said runs (marked RUNNING, or
+    adopted) and now says does not exist: its state machine was deleted (after a switch), and with
+    it the execution, which had ended. Released through the completion path with the reason: its
+    outcome is unknown, so it is recorded as released, not as an end."""
+    logger.warning(
+        "holder's execution does not exist in Step Functions; released",
+        extra={"execution_name": record.name, "arn": record.arn},
+    )
+    done = complete(
+        store=store,
+        queue=queue,
+        name=record.name,
+        state=PayloadState.RELEASED,
+        now=now,
+        error=f"execution {record.arn or record.name} does not exist in Step Functions (its state machine was deleted?)",
     )
     return int(done is not None)
 

@@ -5,12 +5,18 @@ the issue tells it (moto in-process, atomic requests, a fake clock, faults throu
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Iterator
 
 import pytest
 
+from sluice.clock import FakeClock
+from sluice.errors import ConfigurationError
+from sluice.model import Outcome, PayloadState
 from tests.reliability.world import WINDOW, World
+from tests.support.aws import build_stack
 from tests.support.faults import Interleave
+from tests.support.hooks import error_answer
 
 
 @pytest.fixture
@@ -118,3 +124,94 @@ def test_a_block_after_the_start_mark_is_refused_and_the_key_marked(make_world):
     world.check()
     assert world.holders(world.table()) == {e1}, "the redriven run was adopted"
     world.settle()
+
+
+# -- break 4: a holder whose state machine was deleted ------------------------------------------------
+
+
+def v2_machine(stack) -> str:
+    return stack.client("stepfunctions").create_state_machine(
+        name="sluice-test-workflow-v2",
+        definition=json.dumps({"StartAt": "W", "States": {"W": {"Type": "Pass", "End": True}}}),
+        roleArn="arn:aws:iam::123456789012:role/sluice-test-sfn",
+    )["stateMachineArn"]
+
+
+def marked_running_then_deleted(session, clock: FakeClock):
+    """A holder on M1, marked RUNNING after a switch to M2 (its run missing from M2's listing,
+    DescribeExecution by its recorded ARN said RUNNING); then M1 is deleted."""
+    stack = build_stack(session, clock=clock, max_concurrency=1)
+    stack.send({"id": "old"})
+    stack.launcher().tick()
+    (old,) = stack.running()
+    switched = stack.runtime(state_machine_arn=v2_machine(stack))
+    clock.advance(61)
+    switched.launcher().tick()
+    assert switched.store().execution(old).state is PayloadState.RUNNING
+    sfn = stack.client("stepfunctions")
+    sfn.delete_state_machine(stateMachineArn=stack.settings.state_machine_arn)
+    return stack, switched, old
+
+
+def test_a_holder_of_a_deleted_state_machine_is_released(session):
+    """Break 4. Failed before the fix: the slot and the lease stayed held for good (reconciliation
+    released only CLAIMED holders Step Functions said did not exist), so "new" never started."""
+    clock = FakeClock()
+    stack, switched, old = marked_running_then_deleted(session, clock)
+    stack.send({"id": "new"})
+    clock.advance(61)
+    summary = switched.launcher().tick()
+    assert summary.released_by_reconcile == 1 and summary.n(Outcome.STARTED) == 1
+    record = switched.store().execution(old)
+    assert record.state is PayloadState.RELEASED and "does not exist" in (record.error or "")
+    assert switched.store().payload("old").holder is None
+
+
+def answer_describe(client, code: str, arn_part: str) -> Counter:
+    """Answer DescribeExecution with ``code`` for the ARNs containing ``arn_part``, as Step Functions
+    would (moto answers ExecutionDoesNotExist for a deleted machine's executions)."""
+    fired: Counter = Counter()
+
+    def hook(params, **_) -> tuple | None:
+        body = params.get("body", b"")  # the serialized request: {"executionArn": ...}
+        if arn_part not in (body.decode() if isinstance(body, bytes) else str(body)):
+            return None
+        fired[code] += 1
+        return error_answer(code, 400)
+
+    client.meta.events.register("before-call.sfn.DescribeExecution", hook)
+    return fired
+
+
+def test_a_holder_whose_state_machine_does_not_exist_is_released(session):
+    """Break 4, StateMachineDoesNotExist: Step Functions' other answer for a deleted machine's
+    execution. Failed before the fix: a ConfigurationError for a machine the stack no longer uses,
+    logged and skipped each tick; the slot and lease stayed held."""
+    clock = FakeClock()
+    stack, switched, old = marked_running_then_deleted(session, clock)
+    fired = answer_describe(
+        switched.client("stepfunctions"), "StateMachineDoesNotExist", ":sluice-test-workflow:"
+    )
+    stack.send({"id": "new"})
+    clock.advance(61)
+    summary = switched.launcher().tick()
+    assert fired["StateMachineDoesNotExist"] >= 1
+    assert summary.released_by_reconcile == 1 and summary.n(Outcome.STARTED) == 1
+    assert switched.store().execution(old).state is PayloadState.RELEASED
+
+
+def test_the_stacks_own_missing_state_machine_stays_a_configuration_error(session):
+    """StateMachineDoesNotExist for the machine the stack uses is a misconfigured stack: loud, and
+    nothing is released on its word."""
+    clock = FakeClock()
+    stack = build_stack(session, clock=clock, max_concurrency=1)
+    stack.send({"id": "old"})
+    stack.launcher().tick()
+    (old,) = stack.running()
+    rt = stack.runtime()
+    fired = answer_describe(rt.client("stepfunctions"), "StateMachineDoesNotExist", old)
+    clock.advance(61)
+    with pytest.raises(ConfigurationError):
+        rt.executions().describe(old)
+    assert fired["StateMachineDoesNotExist"] == 1
+    assert rt.store().execution(old).state.holds_lease

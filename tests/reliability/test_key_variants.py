@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+import sluice.adapters.sfn
+import sluice.reconcile
 from sluice.adapters.dynamodb import DynamoStore
 from sluice.model import PayloadState
 from tests.integration import test_key_breaks_moto as breaks
@@ -56,3 +58,15 @@ def test_a_hand_over_start_that_ignores_its_block_is_caught(monkeypatch, make_wo
 def test_a_block_past_the_start_mark_is_caught(monkeypatch, make_world):
     monkeypatch.setattr(DynamoStore, "block", unfenced_block)
     caught(breaks.test_a_block_after_the_start_mark_is_refused_and_the_key_marked, make_world, "block landed")
+
+
+def test_a_reconciliation_that_keeps_a_vanished_holder_is_caught(monkeypatch, session):
+    monkeypatch.setattr(sluice.reconcile, "_release_vanished", lambda *args: 0)
+    with pytest.raises(AssertionError, match="released_by_reconcile"):
+        breaks.test_a_holder_of_a_deleted_state_machine_is_released(session)
+
+
+def test_a_deleted_machine_taken_for_a_configuration_error_is_caught(monkeypatch, session):
+    monkeypatch.setattr(sluice.adapters.sfn, "_machine_of", lambda arn: "every machine is current")
+    with pytest.raises(AssertionError, match="released_by_reconcile"):
+        breaks.test_a_holder_whose_state_machine_does_not_exist_is_released(session)
