@@ -11,11 +11,15 @@ from typing import Any
 import pytest
 
 import sluice.adapters.sfn
+import sluice.completion
+import sluice.message_branches
 import sluice.reconcile
 from sluice.adapters.dynamodb import DynamoStore
 from sluice.model import PayloadState
 from tests.integration import test_key_breaks_moto as breaks
+from tests.integration import test_stale_describe_moto as stale
 from tests.reliability.promises import PromiseBroken
+from tests.reliability.world import World
 
 CAUGHT = (PromiseBroken, AssertionError)
 
@@ -70,3 +74,39 @@ def test_a_deleted_machine_taken_for_a_configuration_error_is_caught(monkeypatch
     monkeypatch.setattr(sluice.adapters.sfn, "_machine_of", lambda arn: "every machine is current")
     with pytest.raises(AssertionError, match="released_by_reconcile"):
         breaks.test_a_holder_whose_state_machine_does_not_exist_is_released(session)
+
+
+# -- section 2: DescribeExecution answering stale (tests/integration/test_stale_describe_moto.py) --------
+
+
+def test_an_earlier_end_taken_for_a_new_one_is_caught(monkeypatch):
+    monkeypatch.setattr(sluice.message_branches, "earlier_end", lambda info, record: False)
+    with pytest.raises(CAUGHT, match="promise 2"):
+        run_stale(stale.test_a_marked_key_answered_with_its_redriven_runs_earlier_end_is_not_lifted)
+
+
+def test_a_duplicate_check_that_trusts_an_earlier_end_is_caught(monkeypatch):
+    monkeypatch.setattr(sluice.message_branches, "earlier_end", lambda info, record: False)
+    with pytest.raises(CAUGHT, match="promise 2"):
+        run_stale(stale.test_a_duplicate_of_a_just_adopted_run_answered_with_its_earlier_end)
+
+
+def test_a_completion_that_asks_about_an_earlier_end_is_caught(monkeypatch):
+    monkeypatch.setattr(sluice.completion, "_not_its_earlier_end", lambda change: lambda record: True)
+    with pytest.raises(CAUGHT, match="released by its earlier end"):
+        run_stale(stale.test_an_event_of_the_earlier_run_after_an_adoption_releases_nothing)
+
+
+def run_stale(scenario: Callable[[Any], None]) -> None:
+    """Run a scenario of test_stale_describe_moto.py with worlds closed afterwards."""
+    worlds: list[World] = []
+
+    def make(**kwargs: Any) -> World:
+        worlds.append(World(**kwargs))
+        return worlds[-1]
+
+    try:
+        scenario(make)
+    finally:
+        for world in worlds:
+            world.close()

@@ -356,6 +356,7 @@ class MemoryStore(MemoryHandOver, MemoryAwaits, MemoryKeys):
                 record,
                 state=PayloadState.RUNNING,
                 ended_at=None,
+                earlier_end_at=record.ended_at,
                 expires_at=0,
                 adopted_at=now,
                 output=None,
