@@ -205,7 +205,10 @@ def settle_status_change(
     confirm = None
     if executions is not None:
         executions = _Described(executions)  # one DescribeExecution at most, whoever asks
-        confirm = _both(_ended_by_its_own_word(executions), _ended_at_this_events_stop(executions, change))
+        confirm = _both(
+            _not_its_earlier_end(change),
+            _both(_ended_by_its_own_word(executions), _ended_at_this_events_stop(executions, change)),
+        )
     return complete(
         store=store,
         queue=queue,
@@ -221,6 +224,22 @@ def settle_status_change(
         effects=effects,
         offer=offer,
     )
+
+
+def earlier_end(info: ExecutionInfo, record: ExecutionRecord | None) -> bool:
+    """DescribeExecution says ``record``'s execution ended, with an end from before it ran again: the
+    end its record already holds (a redriven run refused adoption), or the one it had before its
+    adoption (``earlier_end_at``). DescribeExecution is eventually consistent, and within its
+    staleness bound of a redrive it may still answer with that end (docs/protocol.md,
+    "Staleness"): no proof that the run it has now ended. A new end has another stop date (Step
+    Functions' own, to the millisecond), so no clock is compared with Sluice's."""
+    if record is None or not info.ended:
+        return False
+    return _same_stop(info.stop_date, record.ended_at) or _same_stop(info.stop_date, record.earlier_end_at)
+
+
+def _same_stop(a: float | None, b: float | None) -> bool:
+    return a is not None and b is not None and abs(a - b) < 0.002
 
 
 def output_from(
@@ -284,6 +303,23 @@ def _ended_at_this_events_stop(
         log.info(
             "event of an earlier end of a redriven execution ignored",
             extra={"execution_name": record.name},
+        )
+        return False
+
+    return confirm
+
+
+def _not_its_earlier_end(change: StatusChange) -> Callable[[ExecutionRecord], bool]:
+    """An event with the stop date of the end an adopted execution had before its redrive is of
+    that earlier run (late, or repeated): it releases nothing, and DescribeExecution is not asked,
+    since within the staleness bound of the redrive it may still answer with that very end and
+    confirm it. Asked of adopted executions only."""
+
+    def confirm(record: ExecutionRecord) -> bool:
+        if not _same_stop(change.stop_date, record.earlier_end_at):
+            return True
+        log.info(
+            "event of an earlier run of a redriven execution ignored", extra={"execution_name": record.name}
         )
         return False
 

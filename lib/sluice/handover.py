@@ -16,6 +16,7 @@ delete (``Store.hand_over``).
                                                                 PAYLOAD#<M's key>: holder = N
                                                                                        IF free
                                                                 EXEC#N: CLAIMED      IF no parked
+    start mark on EXEC#N ─────────────────────────────────────► IF CLAIMED AND not blocked
     StartExecution(N, M's body) ───────────────────────────────────────────────────────► RUNNING
     delete M ──────────────────────────────►
 
@@ -39,6 +40,8 @@ Crash points:
     after the write, before the start     E released, N CLAIMED; M returns with the same id, so
                                           the same name: the claim is N's own, it resumes. E's
                                           wake-ups (parked, key line, waiters) are the sweeps'.
+    reconciliation blocks N before its     the start mark is refused: N is rolled back, the redriven
+    start mark (a redriven run of its key) run adopted, and M claimed its own way: its duplicate.
     after the start, before the delete    M returns; DescribeExecution finds N running: deleted.
     StartExecution refused for sure       N's claim is rolled back (fenced by its version) and M
                                           returned, as any refused start.

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from sluice.completion import complete, output_from
+from sluice.completion import complete, earlier_end, output_from
 from sluice.effects import Effects
 from sluice.errors import AmbiguousStartError, ConfigurationError, InvalidPayload, LeaseHeld
 from sluice.fanout import Pacer
@@ -50,7 +50,8 @@ class MessageBranches:
             info = self.executions.describe(holder, record.arn if record is not None else None)
         except ConfigurationError:
             info = None  # a holder on a state machine this role may not ask about: assume it runs
-        if info is not None and info.ended:
+        # An end from before the holder ran again (a redrive adopted) is a stale answer: it runs.
+        if info is not None and info.ended and not earlier_end(info, record):
             complete(
                 store=self.store,
                 queue=self.queue,
@@ -85,16 +86,19 @@ class MessageBranches:
         record = self.store.execution(redriven)
         try:
             info = self.executions.describe(redriven, record.arn) if record is not None else None
-            runs = info is not None and not info.ended
+            # An end its record knew already is the one before the redrive a reconciliation saw
+            # running since: a stale answer, not proof that the redriven run ended.
+            runs = info is not None and (not info.ended or earlier_end(info, record))
         except ConfigurationError:
             runs = True  # a state machine this role may not ask about: assume it runs
         if not runs or not self.store.adopt(name=redriven, now=self.clock.now()):
             self.store.clear_redriven(key=key, name=redriven)
 
     def _renewal_refused(self, payload: Payload, name: str, done: list[Message]) -> Outcome | None:
-        """Our claim could not be renewed. Released or started meanwhile: look again. Blocked
-        (reconciliation saw a redriven run of its key, ``Store.block``) and never started: hand the
-        key to that run, which is then adopted, and look again: this message is its duplicate."""
+        """Our claim could not be renewed or marked starting. Released or started meanwhile: look
+        again. Blocked (reconciliation saw a redriven run of its key, ``Store.block``) and never
+        started: hand the key to that run, which is then adopted, and look again: this message is
+        its duplicate."""
         record = self.store.execution(name)
         if record is None or record.state is not PayloadState.CLAIMED or not record.blocked_by:
             return None

@@ -172,7 +172,9 @@ class ExecutionRecord:
     suspect_by: str | None = None  # which reconciler: only the one that marked it judges its age
     parked: frozenset[str] = frozenset()  # message ids of deferred duplicates waiting for this run
     adopted_at: float | None = None  # ran again after its release (a redrive) and was taken back
+    earlier_end_at: float | None = None  # adopted: the stop date of the end before (Step Functions')
     blocked_by: str | None = None  # an unstarted claim that must yield to a redriven run of its key
+    starting_at: float | None = None  # the launcher's mark just before StartExecution: no block after it
     shard: int | None = None  # the slot shard it holds (None: claimed before the shards, in LEDGER)
     once: bool = False  # claimed by a run-once message (``sluice-once: true``)
     output: str | None = None  # its output as JSON text, when at most the inline size (sluice.receipts)

@@ -23,8 +23,11 @@ Per message the order is fixed; each step is safe to die after:
                         marked RUNNING is deleted, nothing started.
     dies after delete   nothing left to do.
 
+Every StartExecution is preceded by the start mark (``Store.mark_starting``), the fence against
+reconciliation's block of a claim whose key a redriven run holds: see ``_launch``.
+
 A completion's hand-over (``sluice.handover``) claims in its release; its message joins here at
-StartExecution (``handed``).
+the start mark (``handed``).
 
 A run-once message (``sluice-once: true``) whose key has SUCCEEDED already fails its claim with
 ``AlreadyDone`` (the check is in the claim's own condition): it is deleted and recorded, nothing
@@ -91,7 +94,10 @@ class MessageProtocol(MessageBranches):
         """``handed``: the name this message was claimed under already, by the hand-over of a
         completion's release (``sluice.handover``): it is started, nothing more."""
         if handed is not None:
-            return self._launch(validate_message(message), handed, done, fresh=True)
+            launched = self._launch(validate_message(message), handed, done, fresh=True)
+            if launched is not None:
+                return launched
+            # Blocked before its start (or released meanwhile): claimed its own way, as if received.
         outcome = self._one(message, done, ahead)
         if outcome not in (Outcome.STARTED, Outcome.KEY_WAITING, Outcome.INVALID):
             # A waiter woken from its key's line that did not claim (a duplicate, already run, ...):
@@ -219,10 +225,33 @@ class MessageProtocol(MessageBranches):
         done: list[Message],
         *,
         fresh: bool,
-    ) -> Outcome:
+    ) -> Outcome | None:
         """Start ``payload`` under ``name``, whose claim is held (``fresh``: taken just now, so given
-        back if StartExecution refuses it for sure; else a resumed claim, kept)."""
+        back if StartExecution refuses it for sure; else a resumed claim, kept). None when the claim
+        was blocked (settled: ``_renewal_refused``), released or marked meanwhile: look again.
+
+        The start mark is the fence against reconciliation's block (a redriven run of the key,
+        ``sluice.reconcile._hold_for_redriven``); each is conditional on the other's absence, so
+        whichever lands first wins and no StartExecution follows a block:
+
+            launcher (claim N of key k)         reconciliation
+            claim N (CLAIMED)
+                                                lists R (k's run, redriven): adopt(R) ✗ (N holds k)
+                                                block(N) IF CLAIMED AND no starting_at    ✓
+            mark_starting(N) IF no blocked_by ✗ → N rolled back, R adopted: a duplicate of R
+          or
+            mark_starting(N) IF no blocked_by ✓
+                                                block(N) IF no starting_at ✗: N runs (or is about
+                                                to) beside R, as if R had been redriven after N's
+                                                start; k is marked, so N's successor adopts R
+            StartExecution(N)
+
+        The mark is lifted only by a renewal, made by a later copy of the message: that copy is
+        visible again only after the visibility timeout, which exceeds the launcher's timeout, so
+        the invocation that marked is over and starts nothing after a block."""
         ckey = self._ckey(payload.message)
+        if not self.store.mark_starting(name=name, now=self.clock.now()):
+            return self._renewal_refused(payload, name, done)
         try:
             result = self._start(name, payload.body)
         except AmbiguousStartError:

@@ -214,14 +214,23 @@ class PayloadLeases(Protocol):
 
         Moves its expiry, bumps its version and clears a reconciler's suspicion, so a release
         judged on the claim as it was fails; with ``arn``, records the execution it starts as now
-        (the stack's state machine may have changed since the claim). False when it was released
-        or has started meanwhile, or when it was blocked (``block``).
+        (the stack's state machine may have changed since the claim); lifts a start mark
+        (``mark_starting``). False when it was released or has started meanwhile, or when it was
+        blocked (``block``).
         """
         ...
 
     def block(self, *, name: str, by: str, now: float) -> bool:
-        """Stop ``name``'s unstarted claim from being resumed: ``by``, a redriven execution of the
-        same key, runs. Only while ``name`` is ``CLAIMED``; its renewals fail from now on."""
+        """Stop ``name``'s unstarted claim from being started: ``by``, a redriven execution of the
+        same key, runs. Only while ``name`` is ``CLAIMED`` and not marked starting
+        (``mark_starting``); its renewals and start marks fail from now on."""
+        ...
+
+    def mark_starting(self, *, name: str, now: float) -> bool:
+        """The launcher's last write before StartExecution of ``name``: only while it is
+        ``CLAIMED`` and not blocked. From then on ``block`` is refused, until a renewal (a later copy
+        of the message, whose earlier copy's invocation has ended) lifts the mark. False when it was
+        blocked, released, marked RUNNING or ended meanwhile: nothing may start."""
         ...
 
     def suspect(

@@ -1,9 +1,10 @@
 """Reconciliation: make the ledger agree with Step Functions without ever starting a duplicate.
 
 Status events can be lost and ListExecutions is eventually consistent, so neither alone may free
-a slot. A holder is only released on the word of DescribeExecution (consistent, asked by the ARN
-recorded at its claim, so executions of a state machine the stack no longer uses are found too),
-and only once it is older than the consistency window:
+a slot. A holder is only released on the word of DescribeExecution (asked by the ARN recorded at
+its claim, so executions of a state machine the stack no longer uses are found too), and only once
+its claim, start and adoption are older than the consistency window, the bound on how stale
+DescribeExecution's answer may be (docs/protocol.md, "Staleness"):
 
     t0  read ledger H1          (holders)
     t1  ListExecutions → R      (RUNNING, may miss starts younger than the window)
@@ -12,7 +13,9 @@ and only once it is older than the consistency window:
     h in H1 − R, older than the window:
         DescribeExecution(h) ended        → release through the completion path
         DescribeExecution(h) RUNNING      → mark RUNNING if still CLAIMED
-        DescribeExecution(h) absent       → an unstarted claim: see below
+        DescribeExecution(h) absent       → CLAIMED: an unstarted claim, see below; RUNNING (it was
+                                            seen running, so absent means its state machine was
+                                            deleted): release through the completion path
     r in R − H2:
         its record ended or released      → DescribeExecution(r): RUNNING again (a redrive) →
                                             adopt: it takes its slot and lease back; if another run
@@ -42,7 +45,7 @@ import logging
 from dataclasses import asdict, dataclass
 
 from sluice.awaits import sweep as sweep_awaits
-from sluice.completion import complete, output_from
+from sluice.completion import complete, earlier_end, output_from
 from sluice.effects import Effects
 from sluice.errors import ConfigurationError, TransientError
 from sluice.keys import sweep as sweep_keys
@@ -96,7 +99,9 @@ def reconcile(
         if record is None:
             logger.error("ledger holder without an execution record", extra={"execution_name": name})
             continue
-        seen_at = record.started_at or record.claimed_at
+        # Its claim, its start, or its adoption (a redrive): DescribeExecution may still answer as
+        # before any of them (docs/protocol.md, "Staleness"), ListExecutions too.
+        seen_at = max(record.started_at or record.claimed_at, record.adopted_at or 0.0)
         if now - seen_at < settings.consistency_window_seconds:
             continue  # too young: ListExecutions may not show it yet
         judged += 1
@@ -117,7 +122,9 @@ def reconcile(
                 released += _settle_unstarted(
                     store, queue, record, now, reconciler, settings.claim_timeout_seconds
                 )
-        elif info.ended:
+            else:
+                released += _release_vanished(store, queue, record, now, logger)
+        elif info.ended and not earlier_end(info, record):
             complete(
                 store=store,
                 queue=queue,
@@ -132,6 +139,8 @@ def reconcile(
                 effects=effects,  # an end whose event was lost: its effects go now (sluice.effects)
             )
             released += 1
+        elif info.ended:
+            continue  # an end from before its adoption (a stale answer): it runs; asked again later
         elif record.state is PayloadState.CLAIMED:
             store.mark_running(
                 key=record.key, name=name, arn=info.arn, started_at=info.start_date or now, now=now
@@ -254,6 +263,32 @@ def _settle_unstarted(
         now=now,
         error="claim abandoned: no execution was ever started",
         fence=fence,
+    )
+    return int(done is not None)
+
+
+def _release_vanished(
+    store: Store,
+    queue: Queue,
+    record: ExecutionRecord,
+    now: float,
+    logger: logging.Logger | logging.LoggerAdapter,
+) -> int:
+    """A holder past the staleness bound that Step Functions once said runs (marked RUNNING, or
+    adopted) and now says does not exist: its state machine was deleted (after a switch), and with
+    it the execution, which had ended. Released through the completion path with the reason: its
+    outcome is unknown, so it is recorded as released, not as an end."""
+    logger.warning(
+        "holder's execution does not exist in Step Functions; released",
+        extra={"execution_name": record.name, "arn": record.arn},
+    )
+    done = complete(
+        store=store,
+        queue=queue,
+        name=record.name,
+        state=PayloadState.RELEASED,
+        now=now,
+        error=f"execution {record.arn or record.name} does not exist in Step Functions (its state machine was deleted?)",
     )
     return int(done is not None)
 

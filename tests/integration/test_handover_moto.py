@@ -44,8 +44,14 @@ def test_a_refill_is_a_read_a_receive_one_write_a_start_and_a_delete(stack):
     calls = count_calls(rt.client("dynamodb"), rt.client("sqs"), rt.client("stepfunctions"))
     released, refill, _ = end(rt, stack, first)
     assert released and refill.n(Outcome.STARTED) == 1
+    # UpdateItem: the start mark, the fence against reconciliation's block (sluice.per_message).
     assert calls == Counter(
-        BatchGetItem=1, ReceiveMessage=1, TransactWriteItems=1, StartExecution=1, DeleteMessageBatch=1
+        BatchGetItem=1,
+        ReceiveMessage=1,
+        TransactWriteItems=1,
+        UpdateItem=1,
+        StartExecution=1,
+        DeleteMessageBatch=1,
     )
     name = execution_name("p2", waiting)
     assert name in stack.running() and stack.queue_counts() == (0, 0)

@@ -335,7 +335,8 @@ def test_records_never_expire_while_live_and_expire_the_retention_after_the_end(
 
 
 def test_api_calls_per_start_and_tick_cost_independent_of_backlog(session):
-    """Two calls per start (claim, StartExecution) in a tick that fills 10 slots, plus a fixed 12."""
+    """Three calls per start (claim, start mark, StartExecution) in a tick that fills 10 slots,
+    plus a fixed 12."""
 
     def measure(backlog: int) -> tuple[float, int]:
         # MAX cached for 5 s, as deployed: the read before each claim costs no call within a tick.
@@ -356,11 +357,11 @@ def test_api_calls_per_start_and_tick_cost_independent_of_backlog(session):
     small_per_start, small_total = measure(12)
     _, large_total = measure(60)
     assert small_total == large_total  # same work for 12 or 60 queued
-    # Per start: claim, StartExecution. Per tick: DescribeStateMachine, reconciliation (2 ledger
+    # Per start: claim, the start mark (the fence against a block: sluice.per_message), StartExecution. Per tick: DescribeStateMachine, reconciliation (2 ledger
     # reads, ListExecutions, the waiting rooms' three indexes in one read, numbering its count,
     # GetParameter and the count recorded on the caps, save), the read before the receive, receive,
     # delete (no RUNNING mark).
-    assert small_total == 2 * 10 + 12 and small_per_start == 3.2
+    assert small_total == 3 * 10 + 12 and small_per_start == 4.2
 
 
 def test_switching_the_state_machine_with_executions_running_leaks_no_slot(session):

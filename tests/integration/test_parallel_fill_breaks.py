@@ -530,9 +530,15 @@ def test_copies_of_one_message_in_two_groups(session: Any, atomic: None, monitor
         body = params.get("body")
         text = body.decode() if isinstance(body, bytes) else str(body)
         context["renew"] = "renewed_at" in text
+        context["mark"] = "starting_at = :now" in text
 
     def on_update(http_response: Any, context: dict[str, Any], **_: Any) -> None:
-        if context.get("renew") and http_response.status_code < 300:
+        # B has renewed the claim as its own and marked it starting: its start will follow.
+        if http_response.status_code >= 300:
+            return
+        if context.get("renew"):
+            calls["renewed"] += 1
+        elif context.get("mark") and calls["renewed"]:
             renewed.set()
 
     def on_transact(**_: Any) -> None:

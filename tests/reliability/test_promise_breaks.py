@@ -329,9 +329,10 @@ def test_a_fresh_claim_survives_a_reconciler_with_a_skewed_clock(make_world, ske
     claimer = "A" if skew > 0 else "B"
     world.send(body("p0"), group="g0")
     world.send(body("p1"), group="g1")
-    before = FAULTS["interleave:after_claim"]
-    world.tick_interleaved(claimer, "after_claim", "tick")  # the other launcher's tick cuts in
-    assert FAULTS["interleave:after_claim"] == before + 1
+    # The other launcher's tick cuts in once the claim is marked starting (nothing can stop its start).
+    before = FAULTS["interleave:after_start_mark"]
+    world.tick_interleaved(claimer, "after_start_mark", "tick")
+    assert FAULTS["interleave:after_start_mark"] == before + 1
     world.check()
     assert len(world.model.starts) == 1
     world.settle()

@@ -188,6 +188,9 @@ class Model:
         self.outside_since: dict[str, int] = {}  # outside name -> the event count when it went outside
         self.listing: dict[str, tuple[int, set[str]]] = {}  # container -> (event count, names listed)
         self.known_outside: set[str] = set()  # outside names the last completed reconciliation listed
+        # A start is judged by its start mark (``Store.mark_starting``, the commit point a block
+        # must precede): the outside runs known when it was written. name -> known_outside then.
+        self.known_at_mark: dict[str, set[str]] = {}
         self.events = 0
         self.max_receive_count = 0
         # Awaits, run-once keys and effects (issue 13).
@@ -670,6 +673,7 @@ class Model:
         name = call.params["name"]
         if name in self.started:
             return  # same name, same input, still running: Step Functions returned the same ARN
+        known = self.known_at_mark.pop(name, self.known_outside)
         message_id = self.claims.get(name)
         sent = self.sent.get(message_id or "")
         key = sent.key if sent else None
@@ -687,7 +691,7 @@ class Model:
         twins = sorted(
             n
             for n, k in self.running.items()
-            if key is not None and k == key and (n not in self.outside or n in self.known_outside)
+            if key is not None and k == key and (n not in self.outside or n in known)
         )
         if twins:
             self.violations.append(
@@ -709,6 +713,14 @@ class Model:
             self.started_by_message.setdefault(message_id, set()).add(name)
         self.running[name] = key
         self.starts.append(start)
+
+    def _on_start_mark(self, call: Call, parsed: dict[str, Any]) -> None:
+        name = call.params["Key"]["pk"]["S"].removeprefix("EXEC#")
+        self.known_at_mark[name] = set(self.known_outside)
+
+    def _on_renew(self, call: Call, parsed: dict[str, Any]) -> None:
+        if call.operation == "UpdateItem":  # a renewal lifts the start mark
+            self.known_at_mark.pop(call.params["Key"]["pk"]["S"].removeprefix("EXEC#"), None)
 
     def _on_list(self, call: Call, parsed: dict[str, Any]) -> None:
         """A page of RUNNING executions, as the reconciler saw it (after any stale rewriting)."""

@@ -141,7 +141,8 @@ def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
     them clears a released waiter off them (``unwait``); a Put of ``EXEC#`` is a claim;
     a write to the pool item moves the caps (``limit``); a slot given back releases; a slot taken
     without a Put adopts an execution running again (a redrive); the rest marks RUNNING. Single updates: ``renewed_at`` renews
-    a resumed claim; ``suspect_since`` is reconciliation's first sighting of an unstarted claim.
+    a resumed claim; ``suspect_since`` is reconciliation's first sighting of an unstarted claim;
+    ``SET starting_at`` is the launcher's mark just before StartExecution (``start_mark``).
 
     Concurrency keys (``sluice.keys``): a Put of ``KWAIT#`` parks a message in its key's line
     (``key_park``); a transaction that moves ``woken`` on ``CKEY#`` advances the line (``key_advance``);
@@ -197,6 +198,8 @@ def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
         expression = params.get("UpdateExpression", "")
         if "renewed_at" in expression:
             return "renew"
+        if expression == "SET starting_at = :now":
+            return "start_mark"  # the launcher's last write before StartExecution
         if "suspect_since" in expression and "REMOVE suspect_since" not in expression:
             return "suspect"
         if (
@@ -256,6 +259,8 @@ def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
 CRASH_POINTS: dict[str, tuple[str, str]] = {
     "after_receive": ("after", "receive"),
     "after_claim": ("after", "claim"),
+    "before_start_mark": ("before", "start_mark"),  # the launcher's fence against a block
+    "after_start_mark": ("after", "start_mark"),
     "after_start": ("after", "start"),
     "before_delete": ("before", "delete"),
     "after_delete": ("after", "delete"),

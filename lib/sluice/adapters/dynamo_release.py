@@ -393,12 +393,18 @@ class ReleasesTable:
                     "Key": {"pk": {"S": execution_pk(name)}},
                     "UpdateExpression": (
                         "SET #state = :running, adopted_at = :now, #shard = :shard "
-                        "REMOVE expires_at, ended_at, #output, output_ref, output_size"
+                        # the end before: a stale DescribeExecution may still answer with it
+                        + ("" if record.ended_at is None else ", earlier_end_at = :earlier ")
+                        + "REMOVE expires_at, ended_at, #output, output_ref, output_size"
                     ),
                     "ConditionExpression": "#state = :was",
                     "ExpressionAttributeNames": {"#state": "state", "#shard": "shard", "#output": "output"},
                     "ExpressionAttributeValues": values(
-                        running=PayloadState.RUNNING.value, now=now, was=record.state.value, shard=shard
+                        running=PayloadState.RUNNING.value,
+                        now=now,
+                        was=record.state.value,
+                        shard=shard,
+                        **({} if record.ended_at is None else {"earlier": record.ended_at}),
                     ),
                 }
             },

@@ -356,7 +356,7 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
             "SET claim_expires_at = :exp, renewed_at = :now, "
             "claim_version = if_not_exists(claim_version, :zero) + :one"
             + moved
-            + " REMOVE suspect_since, suspect_by",
+            + " REMOVE suspect_since, suspect_by, starting_at",
             "#state = :claimed AND attribute_not_exists(blocked_by)",
             named,
         )
@@ -365,8 +365,16 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
         return self._update_if(
             execution_pk(name),
             "SET blocked_by = :by, blocked_at = :now",
-            "#state = :claimed",
+            "#state = :claimed AND attribute_not_exists(starting_at)",
             values(by=by, now=now, claimed=PayloadState.CLAIMED.value),
+        )
+
+    def mark_starting(self, *, name: str, now: float) -> bool:
+        return self._update_if(
+            execution_pk(name),
+            "SET starting_at = :now",
+            "#state = :claimed AND attribute_not_exists(blocked_by)",
+            values(now=now, claimed=PayloadState.CLAIMED.value),
         )
 
     # -- lanes (sluice.lanes) ------------------------------------------------------------------------

@@ -210,15 +210,24 @@ class MemoryStore(MemoryHandOver, MemoryAwaits, MemoryKeys):
                 claim_version=record.claim_version + 1,
                 suspect_since=None,
                 suspect_by=None,
+                starting_at=None,
             )
             return True
 
     def block(self, *, name: str, by: str, now: float) -> bool:
         with self._lock:
             record = self._executions.get(name)
-            if record is None or record.state is not PayloadState.CLAIMED:
+            if record is None or record.state is not PayloadState.CLAIMED or record.starting_at is not None:
                 return False
             self._executions[name] = replace(record, blocked_by=by)
+            return True
+
+    def mark_starting(self, *, name: str, now: float) -> bool:
+        with self._lock:
+            record = self._executions.get(name)
+            if record is None or record.state is not PayloadState.CLAIMED or record.blocked_by:
+                return False
+            self._executions[name] = replace(record, starting_at=now)
             return True
 
     def suspect(
@@ -350,6 +359,7 @@ class MemoryStore(MemoryHandOver, MemoryAwaits, MemoryKeys):
                 record,
                 state=PayloadState.RUNNING,
                 ended_at=None,
+                earlier_end_at=record.ended_at,
                 expires_at=0,
                 adopted_at=now,
                 output=None,

@@ -9,7 +9,7 @@ from typing import Any
 from botocore.exceptions import ClientError, ConnectionError, HTTPClientError, ReadTimeoutError
 
 from sluice.adapters.errors import THROTTLING, error_code, translate_client_error, translated
-from sluice.errors import AmbiguousStartError, InvalidPayload, NotFound, TransientError
+from sluice.errors import AmbiguousStartError, ConfigurationError, InvalidPayload, NotFound, TransientError
 from sluice.model import ExecutionInfo, StartResult
 from sluice.names import execution_arn
 
@@ -68,11 +68,24 @@ class StepFunctionsExecutions:
         return StartResult(arn=response["executionArn"])
 
     def describe(self, name: str, arn: str | None = None) -> ExecutionInfo | None:
+        """None: Step Functions says no such execution; on a state machine the stack no longer
+        uses, also when it says that machine does not exist (deleted: a state machine is deleted
+        only once its executions have ended). The stack's own machine missing stays a
+        ConfigurationError: the stack is misconfigured."""
+        asked = arn or self.arn_for(name)
         try:
             with translated("DescribeExecution"):
-                raw = self.client.describe_execution(executionArn=arn or self.arn_for(name))
+                raw = self.client.describe_execution(executionArn=asked)
         except NotFound:
             return None
+        except ConfigurationError as exc:
+            gone = (
+                isinstance(exc.__cause__, ClientError)
+                and error_code(exc.__cause__) == "StateMachineDoesNotExist"
+            )
+            if gone and _machine_of(asked) not in {_machine_of(m) for m in self.state_machine_arns}:
+                return None
+            raise
         return ExecutionInfo(
             name=raw.get("name", name),
             arn=raw["executionArn"],
@@ -114,6 +127,11 @@ class StepFunctionsExecutions:
         for arn in self.state_machine_arns:
             with translated("DescribeStateMachine"):
                 self.client.describe_state_machine(stateMachineArn=arn)
+
+
+def _machine_of(arn: str) -> str:
+    """The state machine's name in a state machine or execution ARN (field 7)."""
+    return ":".join(arn.split(":")[6:7])
 
 
 def _ts(value: Any) -> float | None:

@@ -1,0 +1,217 @@
+"""Issue 25, breaks 3 and 4: a blocked claim started anyway (promise 2), and a holder of a deleted
+state machine that leaked its slot (promise 4). Each reproduced in the reliability world exactly as
+the issue tells it (moto in-process, atomic requests, a fake clock, faults through botocore hooks)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from sluice.clock import FakeClock
+from sluice.errors import ConfigurationError
+from sluice.model import Outcome, PayloadState
+from tests.reliability.world import WINDOW, World
+from tests.support.aws import build_stack
+from tests.support.faults import Interleave
+from tests.support.hooks import error_answer
+
+
+@pytest.fixture
+def make_world() -> Iterator[Callable[..., World]]:
+    worlds: list[World] = []
+
+    def make(**kwargs) -> World:
+        worlds.append(World(**kwargs))
+        return worlds[-1]
+
+    try:
+        yield make
+    finally:
+        for world in worlds:
+            world.close()
+
+
+def body(key: str) -> str:
+    return json.dumps({"id": key})
+
+
+def runs_of(world, key: str) -> list[str]:
+    return [s.name for s in world.model.starts if s.key == key]
+
+
+def failed(world) -> str:
+    """j's first run e1 FAILED and was released."""
+    world.send(body("j"), group="g0")
+    world.tick("A")
+    (e1,) = world.model.running
+    world.end(e1, "FAILED")
+    assert world.deliver(0) == "ok"
+    world.advance(WINDOW + 1)
+    return e1
+
+
+def test_a_claim_blocked_before_its_start_never_starts(make_world):
+    """Break 3. Tick A claims n2 of j; before its StartExecution, tick B's reconciliation is refused
+    the adoption of the redriven e1 (n2 holds j's lease) and blocks n2. Failed before the fix:
+    promise 2 (n2 started for j while e1 still runs): only a resumed claim checked ``blocked_by``."""
+    world = make_world(max_concurrency=3)
+    e1 = failed(world)
+    world.send(body("j"), group="g1")  # a new message of j: n2
+    # The operator redrives e1 once tick A's reconciliation has listed (so A does not adopt it).
+    redrive = Interleave("after_list", lambda: world.redrive(e1))
+    blocking = Interleave("before_start_mark", lambda: world.tick("B"))
+    assert world.tick("A", [redrive, blocking]) == "ok"
+    assert redrive.seen >= 1
+    assert blocking.seen >= 1, "tick A never reached StartExecution"
+    world.check()
+    assert runs_of(world, "j") == [e1], "j ran twice"
+    assert world.holders(world.table()) == {e1}, "the redriven run holds j's slot"
+    world.tick("A")
+    world.check()
+    assert world.queue_depth() == 0, "n2's message was settled as a duplicate of e1"
+    world.settle()
+
+
+def test_a_hand_over_blocked_before_its_start_never_starts(make_world):
+    """Break 3, the hand-over's StartExecution: a completion's release hands x's slot to n2 of j;
+    before n2's start the operator redrives e1 and tick B blocks n2. Failed before the fix like
+    the tick's start: the hand-over's claim was started whatever its record said."""
+    world = make_world(max_concurrency=3)
+    e1 = failed(world)
+    world.send(body("x"), group="gx")
+    world.tick("A")
+    (x,) = world.model.running
+    world.send(body("j"), group="g1")  # n2, received by x's completion
+    world.end(x)
+
+    def redrive_and_reconcile() -> None:
+        world.redrive(e1)
+        world.tick("B")
+
+    blocking = Interleave("before_start_mark", redrive_and_reconcile)
+    assert world.deliver(0, [blocking]) == "ok"
+    assert blocking.seen == 1, "the completion's hand-over never reached its start"
+    world.check()
+    assert runs_of(world, "j") == [e1], "j ran twice"
+    assert world.holders(world.table()) == {e1}, "the redriven run holds j's slot"
+    assert world.queue_depth() == 0, "n2's message was settled as a duplicate of e1"
+    world.settle()
+
+
+def test_a_block_after_the_start_mark_is_refused_and_the_key_marked(make_world):
+    """Break 3, the other order: n2's start mark lands before tick B's block, so the block is
+    refused and n2 starts (it had committed to start before the redrive was seen, as if e1 had been
+    redriven after n2's start). j's lease is marked: once n2 ends, the next claim adopts e1."""
+    world = make_world(max_concurrency=3)
+    e1 = failed(world)
+    world.send(body("j"), group="g1")
+    redrive = Interleave("after_list", lambda: world.redrive(e1))
+    late = Interleave("before_start", lambda: world.tick("B"))
+    assert world.tick("A", [redrive, late]) == "ok"
+    assert redrive.seen >= 1 and late.seen == 1
+    world.check()
+    (n2,) = [n for n in runs_of(world, "j") if n != e1]
+    record = world.table()[f"EXEC#{n2}"]
+    assert "blocked_by" not in record, "a block landed after the start mark"
+    assert world.table()["PAYLOAD#j"].get("redriven", {}).get("S") == e1, "j's lease is marked"
+    world.end(n2)
+    assert world.deliver(len(world.pending) - 1) == "ok"
+    world.send(body("j"), group="g2")
+    world.tick("A")
+    world.check()
+    assert world.holders(world.table()) == {e1}, "the redriven run was adopted"
+    world.settle()
+
+
+# -- break 4: a holder whose state machine was deleted ------------------------------------------------
+
+
+def v2_machine(stack) -> str:
+    return stack.client("stepfunctions").create_state_machine(
+        name="sluice-test-workflow-v2",
+        definition=json.dumps({"StartAt": "W", "States": {"W": {"Type": "Pass", "End": True}}}),
+        roleArn="arn:aws:iam::123456789012:role/sluice-test-sfn",
+    )["stateMachineArn"]
+
+
+def marked_running_then_deleted(session, clock: FakeClock):
+    """A holder on M1, marked RUNNING after a switch to M2 (its run missing from M2's listing,
+    DescribeExecution by its recorded ARN said RUNNING); then M1 is deleted."""
+    stack = build_stack(session, clock=clock, max_concurrency=1)
+    stack.send({"id": "old"})
+    stack.launcher().tick()
+    (old,) = stack.running()
+    switched = stack.runtime(state_machine_arn=v2_machine(stack))
+    clock.advance(61)
+    switched.launcher().tick()
+    assert switched.store().execution(old).state is PayloadState.RUNNING
+    sfn = stack.client("stepfunctions")
+    sfn.delete_state_machine(stateMachineArn=stack.settings.state_machine_arn)
+    return stack, switched, old
+
+
+def test_a_holder_of_a_deleted_state_machine_is_released(session):
+    """Break 4. Failed before the fix: the slot and the lease stayed held for good (reconciliation
+    released only CLAIMED holders Step Functions said did not exist), so "new" never started."""
+    clock = FakeClock()
+    stack, switched, old = marked_running_then_deleted(session, clock)
+    stack.send({"id": "new"})
+    clock.advance(61)
+    summary = switched.launcher().tick()
+    assert summary.released_by_reconcile == 1 and summary.n(Outcome.STARTED) == 1
+    record = switched.store().execution(old)
+    assert record.state is PayloadState.RELEASED and "does not exist" in (record.error or "")
+    assert switched.store().payload("old").holder is None
+
+
+def answer_describe(client, code: str, arn_part: str) -> Counter:
+    """Answer DescribeExecution with ``code`` for the ARNs containing ``arn_part``, as Step Functions
+    would (moto answers ExecutionDoesNotExist for a deleted machine's executions)."""
+    fired: Counter = Counter()
+
+    def hook(params, **_) -> tuple | None:
+        body = params.get("body", b"")  # the serialized request: {"executionArn": ...}
+        if arn_part not in (body.decode() if isinstance(body, bytes) else str(body)):
+            return None
+        fired[code] += 1
+        return error_answer(code, 400)
+
+    client.meta.events.register("before-call.sfn.DescribeExecution", hook)
+    return fired
+
+
+def test_a_holder_whose_state_machine_does_not_exist_is_released(session):
+    """Break 4, StateMachineDoesNotExist: Step Functions' other answer for a deleted machine's
+    execution. Failed before the fix: a ConfigurationError for a machine the stack no longer uses,
+    logged and skipped each tick; the slot and lease stayed held."""
+    clock = FakeClock()
+    stack, switched, old = marked_running_then_deleted(session, clock)
+    fired = answer_describe(
+        switched.client("stepfunctions"), "StateMachineDoesNotExist", ":sluice-test-workflow:"
+    )
+    stack.send({"id": "new"})
+    clock.advance(61)
+    summary = switched.launcher().tick()
+    assert fired["StateMachineDoesNotExist"] >= 1
+    assert summary.released_by_reconcile == 1 and summary.n(Outcome.STARTED) == 1
+    assert switched.store().execution(old).state is PayloadState.RELEASED
+
+
+def test_the_stacks_own_missing_state_machine_stays_a_configuration_error(session):
+    """StateMachineDoesNotExist for the machine the stack uses is a misconfigured stack: loud, and
+    nothing is released on its word."""
+    clock = FakeClock()
+    stack = build_stack(session, clock=clock, max_concurrency=1)
+    stack.send({"id": "old"})
+    stack.launcher().tick()
+    (old,) = stack.running()
+    rt = stack.runtime()
+    fired = answer_describe(rt.client("stepfunctions"), "StateMachineDoesNotExist", old)
+    clock.advance(61)
+    with pytest.raises(ConfigurationError):
+        rt.executions().describe(old)
+    assert fired["StateMachineDoesNotExist"] == 1
+    assert rt.store().execution(old).state.holds_lease

@@ -1,0 +1,112 @@
+"""Broken variants for issue 25's breaks 3 and 4 and DescribeExecution's staleness (section 2):
+each patched in for one test, and the scenario that pins the fix down (it passes on Sluice as it is,
+in tests/integration/test_key_breaks_moto.py and test_stale_describe_moto.py) must then fail with a
+broken promise or a wrong AWS state. Any other error fails the test."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import sluice.adapters.sfn
+import sluice.completion
+import sluice.message_branches
+import sluice.reconcile
+from sluice.adapters.dynamodb import DynamoStore
+from sluice.model import PayloadState
+from tests.integration import test_key_breaks_moto as breaks
+from tests.integration import test_stale_describe_moto as stale
+from tests.reliability.promises import PromiseBroken
+from tests.reliability.world import World
+
+CAUGHT = (PromiseBroken, AssertionError)
+
+
+def caught(scenario: Callable[[Any], None], make_world: Any, match: str) -> None:
+    with pytest.raises(CAUGHT, match=match):
+        scenario(make_world)
+
+
+def unfenced_mark(self: DynamoStore, *, name: str, now: float) -> bool:
+    """A start mark that ignores a block: the start goes ahead whatever reconciliation wrote."""
+    return self._update_if(
+        f"EXEC#{name}",
+        "SET starting_at = :now",
+        "#state = :claimed",
+        {":now": {"N": str(now)}, ":claimed": {"S": PayloadState.CLAIMED.value}},
+    )
+
+
+def unfenced_block(self: DynamoStore, *, name: str, by: str, now: float) -> bool:
+    """A block that ignores the start mark (as before the fix): it lands after the commit point."""
+    return self._update_if(
+        f"EXEC#{name}",
+        "SET blocked_by = :by",
+        "#state = :claimed",
+        {":by": {"S": by}, ":claimed": {"S": PayloadState.CLAIMED.value}},
+    )
+
+
+def test_a_start_that_ignores_its_block_is_caught(monkeypatch, make_world):
+    monkeypatch.setattr(DynamoStore, "mark_starting", unfenced_mark)
+    caught(breaks.test_a_claim_blocked_before_its_start_never_starts, make_world, "promise 2")
+
+
+def test_a_hand_over_start_that_ignores_its_block_is_caught(monkeypatch, make_world):
+    monkeypatch.setattr(DynamoStore, "mark_starting", unfenced_mark)
+    caught(breaks.test_a_hand_over_blocked_before_its_start_never_starts, make_world, "promise 2")
+
+
+def test_a_block_past_the_start_mark_is_caught(monkeypatch, make_world):
+    monkeypatch.setattr(DynamoStore, "block", unfenced_block)
+    caught(breaks.test_a_block_after_the_start_mark_is_refused_and_the_key_marked, make_world, "block landed")
+
+
+def test_a_reconciliation_that_keeps_a_vanished_holder_is_caught(monkeypatch, session):
+    monkeypatch.setattr(sluice.reconcile, "_release_vanished", lambda *args: 0)
+    with pytest.raises(AssertionError, match="released_by_reconcile"):
+        breaks.test_a_holder_of_a_deleted_state_machine_is_released(session)
+
+
+def test_a_deleted_machine_taken_for_a_configuration_error_is_caught(monkeypatch, session):
+    monkeypatch.setattr(sluice.adapters.sfn, "_machine_of", lambda arn: "every machine is current")
+    with pytest.raises(AssertionError, match="released_by_reconcile"):
+        breaks.test_a_holder_whose_state_machine_does_not_exist_is_released(session)
+
+
+# -- section 2: DescribeExecution answering stale (tests/integration/test_stale_describe_moto.py) --------
+
+
+def test_an_earlier_end_taken_for_a_new_one_is_caught(monkeypatch):
+    monkeypatch.setattr(sluice.message_branches, "earlier_end", lambda info, record: False)
+    with pytest.raises(CAUGHT, match="promise 2"):
+        run_stale(stale.test_a_marked_key_answered_with_its_redriven_runs_earlier_end_is_not_lifted)
+
+
+def test_a_duplicate_check_that_trusts_an_earlier_end_is_caught(monkeypatch):
+    monkeypatch.setattr(sluice.message_branches, "earlier_end", lambda info, record: False)
+    with pytest.raises(CAUGHT, match="promise 2"):
+        run_stale(stale.test_a_duplicate_of_a_just_adopted_run_answered_with_its_earlier_end)
+
+
+def test_a_completion_that_asks_about_an_earlier_end_is_caught(monkeypatch):
+    monkeypatch.setattr(sluice.completion, "_not_its_earlier_end", lambda change: lambda record: True)
+    with pytest.raises(CAUGHT, match="released by its earlier end"):
+        run_stale(stale.test_an_event_of_the_earlier_run_after_an_adoption_releases_nothing)
+
+
+def run_stale(scenario: Callable[[Any], None]) -> None:
+    """Run a scenario of test_stale_describe_moto.py with worlds closed afterwards."""
+    worlds: list[World] = []
+
+    def make(**kwargs: Any) -> World:
+        worlds.append(World(**kwargs))
+        return worlds[-1]
+
+    try:
+        scenario(make)
+    finally:
+        for world in worlds:
+            world.close()
