@@ -1,6 +1,7 @@
 """The launcher's slots: the sharded pool ``launcher`` (``sluice.slots``) in the Sluice table.
 
-    LEDGER                 external, drift, reconciled_at; ``holders`` only on a table written by a
+    LEDGER                 external (external_count, external_from: its listing's numbers, see
+                           ``sluice.external``), drift, reconciled_at; ``holders`` only on a table written by a
                            version before the shards (legacy holders, released as they end)
     SLOTS#launcher         limit, shards, per_shard, frozen, version       (sluice.adapters.dynamo_slots)
     SLOTS#launcher#<i>     holders (map name -> claimed_at), cap
@@ -67,8 +68,8 @@ class LaunchSlots:
         self.rng = rng or random.Random()
         self.view: Occupancy | None = None  # the pool as last read, with this store's own claims
         self.legacy: frozenset[str] = frozenset()  # LEDGER.holders as last read
-        # LEDGER as last read: external, reconciled_at, drift, the external count's number
-        self.figures: tuple[int, float | None, int, int] = (0, None, 0, 0)
+        # LEDGER as last read: external, reconciled_at, drift, the external count's numbers, the counter
+        self.figures: tuple[int, float | None, int, int, int, int] = (0, None, 0, 0, 0, 0)
         self.fresh: frozenset[int] = frozenset()  # the shards the last read covered
         self.ledger_read = False  # LEDGER read at least once (a shard's look does not read it)
         self._count = FIRST_READ
@@ -138,11 +139,13 @@ class LaunchSlots:
                 None if raw.get("reconciled_at") is None else float(raw["reconciled_at"]),
                 int(raw.get("drift", 0)),
                 int(raw.get("external_count", 0)),
+                int(raw.get("external_from", 0)),  # absent: written before listings were numbered twice
+                int(raw.get("counts", 0)),
             )
         view = self.view
         assert view is not None
         seen = sampled or view
-        external, reconciled_at, drift, count = self.figures
+        external, reconciled_at, drift, count, listed_after, numbered = self.figures
         return Ledger(
             holders=frozenset(self.legacy.union(*(s.holders for s in seen.shards))),
             external=external,
@@ -153,6 +156,8 @@ class LaunchSlots:
             complete=sampled is None,
             estimated=None if sampled is None else self._estimate(view),
             count=count,
+            listed_after=listed_after,
+            numbered=numbered,
         )
 
     def _estimate(self, view: Occupancy) -> int:
