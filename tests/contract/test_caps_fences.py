@@ -1,5 +1,5 @@
 """The store contract for the caps, on MemoryStore and DynamoStore (moto) alike: the external count
-ordered by its listing.
+ordered by its listing, and an adoption that never leaves caps admitting past the limit.
 
 A reconciliation numbers its listing on both sides (``listed_after`` before ListExecutions, ``count``
 after it): a count replaces the one in force only when its listing began after that one was
@@ -8,8 +8,16 @@ numbered; two listings that overlap keep the larger count (``sluice.external``).
 
 from __future__ import annotations
 
-from sluice.model import LimitSource
-from tests.contract.stores import NOW
+from collections import Counter
+
+import pytest
+
+from sluice.adapters.dynamodb import DynamoStore, create_table
+from sluice.errors import SlotsFull
+from sluice.model import LimitSource, PayloadState
+from sluice.slots import plan_caps
+from tests.contract.stores import NOW, claim
+from tests.support.hooks import Crash
 
 MAX_AT = 1000.0  # when MAX was last set: both sources read the same MAX
 
@@ -82,3 +90,136 @@ def test_a_listing_older_than_the_count_in_force_changes_nothing(store):
     assert not store.save_reconciliation(external=3, drift=0, now=NOW + 1, count=old[1], listed_after=old[0])
     ledger = store.ledger()
     assert (ledger.external, ledger.count, ledger.reconciled_at) == (1, new[1], NOW)
+
+
+# -- an adoption never leaves caps that admit past the limit -------------------------------------------
+
+
+def full_with_a_redriven_run(store, limit: int = 4) -> str:
+    """``limit`` holders (the pool full) and ``z``, released earlier, now running again."""
+    claim(store, "kz", "z", limit=limit)
+    store.release(name="z", state=PayloadState.FAILED, now=NOW)
+    for i in range(limit):
+        claim(store, f"k{i}", f"n{i}", limit=limit)
+    return "z"
+
+
+def admitted(store, tries: int, limit: int = 4, prefix: str = "new") -> int:
+    count = 0
+    for i in range(tries):
+        try:
+            claim(store, f"{prefix}{i}", f"{prefix}{i}", limit=limit)
+            count += 1
+        except SlotsFull:
+            pass
+    return count
+
+
+def test_an_adoption_into_a_full_pool_admits_nothing_until_the_holders_are_under_the_limit(store):
+    z = full_with_a_redriven_run(store)
+    assert store.adopt(name=z, now=NOW + 1)  # 5 run under 4
+    for i in range(4):  # whichever shard each end frees
+        store.release(name=f"n{i}", state=PayloadState.SUCCEEDED, now=NOW + 2 + i)
+        running = len(store.ledger().holders)
+        assert admitted(store, 3, prefix=f"after{i}-") == max(0, 4 - running)
+        assert len(store.ledger().holders) == max(4, running)
+
+
+def test_an_adoption_with_room_takes_a_free_slot_and_moves_no_cap(store):
+    claim(store, "kz", "z", limit=4)
+    store.release(name="z", state=PayloadState.FAILED, now=NOW)
+    for i in range(3):
+        claim(store, f"k{i}", f"n{i}", limit=4)
+    assert store.adopt(name="z", now=NOW + 1)  # 4 of 4
+    assert admitted(store, 3) == 0
+    store.release(name="n0", state=PayloadState.SUCCEEDED, now=NOW + 2)
+    assert admitted(store, 3, prefix="later") == 1
+
+
+def test_an_adoption_into_a_full_lane_admits_nothing_in_it_until_under_its_limit(store):
+    """The same in a lane's pool (``sluice.lanes``): the lane's caps bound its holders too."""
+    store.set_lane_limit("gpu", 4, 0.0)
+    claim(store, "kz", "z", limit=10, lane="gpu")
+    store.release(name="z", state=PayloadState.FAILED, now=NOW)
+    for i in range(4):
+        claim(store, f"k{i}", f"n{i}", limit=10, lane="gpu")
+    assert store.adopt(name="z", now=NOW + 1)  # 5 run in a lane of 4
+    for i in range(4):
+        store.release(name=f"n{i}", state=PayloadState.SUCCEEDED, now=NOW + 2 + i)
+        running = store.lane_rooms(["gpu"])["gpu"].running
+        store.thaw_lane("gpu")  # as lane admission does for a frozen lane (a no-op while its runs do not fit)
+        got = 0
+        for j in range(3):
+            try:
+                claim(store, f"l{i}-{j}", f"l{i}-{j}", limit=10, lane="gpu")
+                got += 1
+            except SlotsFull:
+                pass
+        assert got == max(0, 4 - running)
+        assert store.lane_rooms(["gpu"])["gpu"].running == max(4, running)
+
+
+# -- DynamoDB: the adopter dies right after the adoption's transaction -----------------------------------
+
+
+def crash_after_the_adoption(client) -> Counter:
+    """Die right after the transaction that adopts (its record gets ``adopted_at``) took effect."""
+    seen: Counter = Counter()
+
+    def before(params, context, **_):
+        context["adoption"] = "adopted_at" in str(params.get("body", ""))
+
+    def after(http_response, context, **_):
+        if context.get("adoption") and http_response.status_code < 300:
+            seen["crashed"] += 1
+            raise Crash("stopped after the adoption's transaction")
+
+    client.meta.events.register("before-call.dynamodb.TransactWriteItems", before)
+    client.meta.events.register("after-call.dynamodb.TransactWriteItems", after)
+    return seen
+
+
+@pytest.mark.parametrize("lane", [None, "gpu"])
+def test_an_adopter_that_dies_before_it_plans_again_leaves_caps_that_admit_nothing_past_the_limit(
+    session, lane
+):
+    client = session.client("dynamodb")
+    create_table(client, "adoption")
+    store = DynamoStore(client, "adoption", slots_per_shard=2)
+    limit = 4 if lane is None else 10
+    extra = {} if lane is None else {"lane": lane}
+    if lane is not None:
+        store.set_lane_limit(lane, 4, 0.0)
+    claim(store, "kz", "z", limit=limit, **extra)
+    store.release(name="z", state=PayloadState.FAILED, now=NOW)
+    for i in range(4):
+        claim(store, f"k{i}", f"n{i}", limit=limit, **extra)
+    died = crash_after_the_adoption(client)
+    with pytest.raises(Crash):
+        store.adopt(name="z", now=NOW + 1)
+    assert died["crashed"] == 1
+    fresh = DynamoStore(client, "adoption", slots_per_shard=2)  # the next container
+    assert "z" in fresh.ledger().holders
+    for i in range(4):  # the other shard's ends first: the adopted run's shard is full past its cap
+        fresh.release(name=f"n{i}", state=PayloadState.SUCCEEDED, now=NOW + 2 + i)
+        running = 4 - i  # z and the n's left
+        if lane is not None:
+            fresh.thaw_lane(lane)  # as lane admission does for a frozen lane
+        got = 0
+        for j in range(3):
+            try:
+                claim(fresh, f"m{i}-{j}", f"m{i}-{j}", limit=limit, **extra)
+                got += 1
+            except SlotsFull:
+                pass
+        assert got == max(0, 4 - running), f"{got} admitted beside {running} running under 4"
+        for j in range(got):
+            fresh.release(name=f"m{i}-{j}", state=PayloadState.SUCCEEDED, now=NOW + 2 + i)
+
+
+def test_a_limit_above_ten_thousand_is_refused_before_any_plan():
+    """``set-max 5000000000000`` once made the planner build a list of caps per shard until memory
+    ran out; the planner refuses a limit above maxConcurrency's ceiling with a clear error instead."""
+    with pytest.raises(ValueError, match="10000"):
+        plan_caps(5_000_000_000_000, 8, [(4, 2)])
+    assert plan_caps(10_000, 8, []).shard_count == 1250

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import random
 import threading
-import zlib
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -44,7 +43,6 @@ from sluice.adapters.dynamo_slots import (
     pool_pk,
     release_item,
     shard_pk,
-    take_item,
     to_occupancy,
 )
 from sluice.model import Ledger, LimitSource
@@ -280,12 +278,13 @@ class LaunchSlots:
             }
         return release_item(self.table, POOL, shard, name)
 
-    def adopt_item(self, name: str, now: float) -> tuple[int, dict[str, Any]]:
-        """A slot for an execution that runs already: no cap condition (the caller rebalances after).
+    def adopt_items(self, name: str, now: float) -> tuple[int, list[dict[str, Any]]]:
+        """A slot for an execution that runs already, as items of the adoption's transaction: a claim
+        of a shard with room, else a slot past a cap of the pool frozen first
+        (``DynamoSlots.adoption``: the caps bound the holders whatever point the adopter dies at).
 
         Adoptions are rare: the pool is read again first, so a view cached before the pool existed
-        never stands in for it. A shard with room is preferred, so that the caps still bound the
-        holders; the shard's item is created (cap 0) if no cap was ever written to it."""
+        never stands in for it."""
         self.ledger()
         view = self.view
         assert view is not None
@@ -293,8 +292,4 @@ class LaunchSlots:
             self.set_limit(LimitSource(0, None))  # no pool yet: create it; the next tick sets its caps
             view = self.view
             assert view is not None
-        roomy = candidates(view, self.rng)
-        shard = roomy[0] if roomy else zlib.crc32(name.encode("utf-8", "surrogatepass")) % view.shard_count
-        if shard not in {s.index for s in view.shards}:
-            self.slots.ensure_shard(POOL, shard)
-        return shard, take_item(self.table, POOL, shard, name, now)
+        return self.slots.adoption(POOL, name, now, view)
