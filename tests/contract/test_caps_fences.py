@@ -136,6 +136,13 @@ def test_an_adoption_with_room_takes_a_free_slot_and_moves_no_cap(store):
     assert admitted(store, 3, prefix="later") == 1
 
 
+def thaw_as_admission_does(store, lane: str, limit: int) -> None:
+    """Lane admission re-plans a frozen lane whose runs fit under its limit again (and only then)."""
+    room = store.lane_rooms([lane])[lane]
+    if room.frozen and room.running < limit:
+        store.thaw_lane(lane)
+
+
 def test_an_adoption_into_a_full_lane_admits_nothing_in_it_until_under_its_limit(store):
     """The same in a lane's pool (``sluice.lanes``): the lane's caps bound its holders too."""
     store.set_lane_limit("gpu", 4, 0.0)
@@ -147,7 +154,7 @@ def test_an_adoption_into_a_full_lane_admits_nothing_in_it_until_under_its_limit
     for i in range(4):
         store.release(name=f"n{i}", state=PayloadState.SUCCEEDED, now=NOW + 2 + i)
         running = store.lane_rooms(["gpu"])["gpu"].running
-        store.thaw_lane("gpu")  # as lane admission does for a frozen lane (a no-op while its runs do not fit)
+        thaw_as_admission_does(store, "gpu", 4)
         got = 0
         for j in range(3):
             try:
@@ -200,11 +207,18 @@ def test_an_adopter_that_dies_before_it_plans_again_leaves_caps_that_admit_nothi
     assert died["crashed"] == 1
     fresh = DynamoStore(client, "adoption", slots_per_shard=2)  # the next container
     assert "z" in fresh.ledger().holders
-    for i in range(4):  # the other shard's ends first: the adopted run's shard is full past its cap
-        fresh.release(name=f"n{i}", state=PayloadState.SUCCEEDED, now=NOW + 2 + i)
+
+    def shard(name: str) -> int | None:
+        record = fresh.execution(name)
+        return record.shard if lane is None else record.lane_shard
+
+    # The other shards' ends first: the adopted run's shard stays past its cap.
+    ending = sorted((f"n{i}" for i in range(4)), key=lambda n: (shard(n) == shard("z"), n))
+    for i, name in enumerate(ending):
+        fresh.release(name=name, state=PayloadState.SUCCEEDED, now=NOW + 2 + i)
         running = 4 - i  # z and the n's left
         if lane is not None:
-            fresh.thaw_lane(lane)  # as lane admission does for a frozen lane
+            thaw_as_admission_does(fresh, lane, 4)
         got = 0
         for j in range(3):
             try:

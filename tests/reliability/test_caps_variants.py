@@ -2,7 +2,8 @@
 fence down (tests/integration/test_caps_breaks.py) must then fail with a broken promise.
 
 A variant is caught only by ``PromiseBroken`` (more RUNNING than MAX, or a claim the model judges
-past it); any other error fails the test, so a variant cannot pass by crashing the scenario.
+past it), or, on the store alone, by more claims admitted than the limit leaves room for; any other
+error fails the test, so a variant cannot pass by crashing the scenario.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 from sluice.adapters.dynamo_slots import DynamoSlots, take_item
 from sluice.external import ExternalCount
 from sluice.slots import candidates
+from tests.contract import test_caps_fences as fences
 from tests.integration import test_caps_breaks as breaks
 from tests.reliability.world import PromiseBroken, World
 
@@ -85,3 +87,14 @@ def test_a_take_not_conditioned_on_the_pool_still_frozen_is_caught(monkeypatch):
 
     monkeypatch.setattr(DynamoSlots, "adoption", unchecked)
     caught(breaks.test_a_replan_between_the_adopters_freeze_and_its_take_never_lets_it_past_the_caps)
+
+
+@pytest.mark.parametrize("lane", [None, "gpu"])
+def test_an_adopter_dying_before_its_replan_without_the_freeze_is_caught(session, monkeypatch, lane):
+    """The same on the store alone, the launcher's pool and a lane's (a crash right after the
+    adoption's transaction): more admitted than the limit leaves room for."""
+    monkeypatch.setattr(DynamoSlots, "adoption", past_the_cap)
+    with pytest.raises(AssertionError, match="admitted beside"):
+        fences.test_an_adopter_that_dies_before_it_plans_again_leaves_caps_that_admit_nothing_past_the_limit(
+            session, lane
+        )
