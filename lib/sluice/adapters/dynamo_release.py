@@ -344,6 +344,8 @@ class ReleasesTable:
         record = self.execution(name)
         if record is None or record.state.holds_lease:
             return False
+        if any(raw.get("holder") for raw in self._batch_get([payload_pk(record.key)])):
+            return False  # another run holds the key: refused before any pool is frozen for it
         for _ in range(ADOPT_ROUNDS):
             shard, takes = self.launch_slots.adopt_items(name, now)
             lane_take = (
