@@ -346,9 +346,13 @@ class DynamoSlots(Table):
         roomy = candidates(view, self.rng)
         if roomy:
             return roomy[0], [claim_item(self.table, pool, roomy[0], name, now)]
-        if not view.frozen:
+        if not (view.frozen and view.complete and view.caps == 0):
+            # (A freeze in steps whose planner died leaves ``frozen`` set with some caps not yet 0.)
             self.freeze(pool)
             view = self.occupancy(pool)
+        # Only a pool frozen whole may hold a slot past a cap: after a freeze that another planner
+        # overtook (or that gave up between its steps), the check below cannot hold: read again.
+        version = view.version if view.frozen and view.caps == 0 else -1
         shard = zlib.crc32(name.encode("utf-8", "surrogatepass")) % max(1, view.shard_count)
         if shard not in {s.index for s in view.shards}:
             self.ensure_shard(pool, shard)
@@ -357,7 +361,7 @@ class DynamoSlots(Table):
                 "TableName": self.table,
                 "Key": _key(pool_pk(pool)),
                 "ConditionExpression": "version = :version AND frozen = :frozen",
-                "ExpressionAttributeValues": values(version=view.version, frozen=True),
+                "ExpressionAttributeValues": values(version=version, frozen=True),
             }
         }
         return shard, [take_item(self.table, pool, shard, name, now), check]
