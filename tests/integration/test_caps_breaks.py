@@ -85,6 +85,26 @@ def test_a_listing_taken_before_a_newer_one_never_raises_the_caps_back(worlds):
     assert len(claimed(world)) == 1
 
 
+def test_a_listing_overlapping_a_fresher_one_never_lowers_its_count_whichever_saves_last(worlds):
+    """The other order. Tick B lists (none outside Sluice); X is started by hand and tick A runs
+    whole: it lists X, counts external 1 and fills MAX − 1. B then numbers and saves last, with the
+    higher number: its listing overlapped A's, so the larger count stands and B admits nothing."""
+    world = make(worlds, max_concurrency=2)
+    for i in range(3):
+        world.send(body(f"p{i}"), group=f"g{i}")
+
+    def behind_b() -> None:
+        world.start_by_hand("x")
+        assert world.tick("A") == "ok"
+        at_most(world, 2)
+
+    meanwhile = Interleave("after_list", behind_b)
+    assert world.tick("B", [meanwhile]) == "ok"
+    assert meanwhile.seen == 1
+    at_most(world, 2)
+    assert len(claimed(world)) == 1  # A's: X takes the other slot
+
+
 # -- break 2: a crash between an adoption and its re-plan --------------------------------------------
 
 

@@ -52,6 +52,11 @@ def test_counts_ordered_by_the_number_taken_after_the_listing_are_caught(monkeyp
     caught(breaks.test_a_listing_taken_before_a_newer_one_never_raises_the_caps_back)
 
 
+def test_counts_ordered_by_one_number_are_caught_in_the_other_order(monkeypatch):
+    monkeypatch.setattr(ExternalCount, "began", property(lambda self: self.count))
+    caught(breaks.test_a_listing_overlapping_a_fresher_one_never_lowers_its_count_whichever_saves_last)
+
+
 # -- break 2: an adoption past the caps --------------------------------------------------------------
 
 
