@@ -503,6 +503,9 @@ class CountingStore:
         record = self.inner._executions.get(name)
         if record is None or record.state.holds_lease:
             return False
+        self.meter.call("dynamodb:BatchGetItem")  # its key's lease, read before any pool moves
+        self.meter.rru += 1
+        self.meter.wait("dynamodb:BatchGetItem")
         laned = 0
         if record.lane is not None:
             self._read_lanes([record.lane])  # LaneSlots.adopt_item reads the lane's pool
@@ -749,12 +752,16 @@ class CountingStore:
         self.meter.wait("dynamodb:UpdateItem")
         return result
 
-    def save_reconciliation(self, *, external: int, drift: int, now: float, count: int = 0) -> bool:
+    def save_reconciliation(
+        self, *, external: int, drift: int, now: float, count: int = 0, listed_after: int | None = None
+    ) -> bool:
         self.meter.call("dynamodb:UpdateItem")
         kb = _kb(self.ledger_bytes)
         self.meter.wru += kb
         self.meter.hot("LEDGER", kb, self.ledger_bytes)
-        saved = self.inner.save_reconciliation(external=external, drift=drift, now=now, count=count)
+        saved = self.inner.save_reconciliation(
+            external=external, drift=drift, now=now, count=count, listed_after=listed_after
+        )
         self.meter.wait("dynamodb:UpdateItem")
         return saved
 

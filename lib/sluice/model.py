@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from sluice.external import ExternalCount
+
 
 class ExecutionStatus(StrEnum):
     """A Step Functions execution's status, as DescribeExecution, ListExecutions and the status
@@ -290,14 +292,15 @@ class MaxReading:
 @dataclass(frozen=True, slots=True)
 class LimitSource:
     """What the launcher's limit (MAX − external) is worked out from, with the order of each part:
-    MAX by when the parameter last changed (then its version), and the external count by its number
-    (reconciliations number their counts in LEDGER, one atomic counter: no clock is compared).
+    MAX by when the parameter last changed (then its version), and the external count by its
+    listing's numbers (``ExternalCount``).
 
     Writers hold readings of different ages (a launcher's cached MAX, an operator's fresh one, a
     newer external count), so the limit in force keeps its source (the slot pool's stamp) and a
-    writer merges: the newer MAX and the newer external count of the two. Neither part ever goes
-    back, whoever writes last. A MAX whose change time is unknown (the parameter is missing and
-    the deployed default applies) is unfenced: written as it is.
+    writer merges: the newer MAX and the newer external count of the two (``ExternalCount.merged``:
+    the larger when their listings overlap). Neither part ever goes back to an older reading,
+    whoever writes last. A MAX whose change time is unknown (the parameter is missing and the
+    deployed default applies) is unfenced: written as it is.
     """
 
     max_value: int
@@ -305,6 +308,7 @@ class LimitSource:
     external: int = 0
     count: int = 0
     max_version: int = 0
+    listed_after: int | None = None  # see ExternalCount; a pool's stamp does not keep it (unknown: 0)
 
     @property
     def limit(self) -> int:
@@ -313,6 +317,10 @@ class LimitSource:
     @property
     def fenced(self) -> bool:
         return self.max_changed_at is not None
+
+    @property
+    def counted(self) -> ExternalCount:
+        return ExternalCount(self.external, self.count, self.listed_after)
 
     def stamp(self) -> tuple[float, ...]:
         if self.max_changed_at is None:
@@ -329,7 +337,7 @@ class LimitSource:
     def from_stamp(cls, stamp: tuple[float, ...]) -> LimitSource | None:
         if len(stamp) != 5:
             return None
-        return cls(int(stamp[2]), stamp[0], int(stamp[4]), int(stamp[3]), int(stamp[1]))
+        return cls(int(stamp[2]), stamp[0], int(stamp[4]), int(stamp[3]), int(stamp[1]), listed_after=0)
 
     def merged(self, other: LimitSource | None) -> LimitSource:
         """The newer MAX and the newer external count of ``self`` and ``other`` (ties: ``self``)."""
@@ -337,13 +345,14 @@ class LimitSource:
             return self
         mine, theirs = (self.max_changed_at, self.max_version), (other.max_changed_at, other.max_version)
         newer_max = other if theirs > mine else self  # type: ignore[operator]
-        newer_count = other if other.count > self.count else self
+        counted = self.counted.merged(other.counted)
         return LimitSource(
             newer_max.max_value,
             newer_max.max_changed_at,
-            newer_count.external,
-            newer_count.count,
+            counted.external,
+            counted.count,
             newer_max.max_version,
+            counted.listed_after,
         )
 
 
@@ -360,6 +369,8 @@ class Ledger:
     complete: bool = True  # every holder was read (False: ``Store.look`` read a sample of the shards)
     estimated: int | None = None  # holders, scaled up from the shards last read, when not complete
     count: int = 0  # the number of the external count saved (reconciliations number theirs)
+    listed_after: int | None = 0  # the number taken before its listing (``ExternalCount``; 0: unknown)
+    numbered: int = 0  # LEDGER's counter as read: how many counts were numbered so far
 
     def limit(self, max_concurrency: int) -> int:
         """Slots Sluice may fill: MAX less what others run on the same state machine."""
@@ -367,7 +378,9 @@ class Ledger:
 
     def source(self, reading: MaxReading) -> LimitSource:
         """The limit's source from ``reading`` and this ledger's external count."""
-        return LimitSource(reading.value, reading.changed_at, self.external, self.count, reading.version)
+        return LimitSource(
+            reading.value, reading.changed_at, self.external, self.count, reading.version, self.listed_after
+        )
 
     @property
     def free(self) -> int:

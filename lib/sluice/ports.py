@@ -352,9 +352,12 @@ class Records(Protocol):
         """Number an external count about to be taken: one more than any before (atomic)."""
         ...
 
-    def save_reconciliation(self, *, external: int, drift: int, now: float, count: int = 0) -> bool:
-        """Save a reconciliation's figures, unless one with a higher ``count`` number was saved
-        since (then False: the ledger keeps the newer count)."""
+    def save_reconciliation(
+        self, *, external: int, drift: int, now: float, count: int = 0, listed_after: int | None = None
+    ) -> bool:
+        """Save a reconciliation's figures: its external count merged with the saved one
+        (``ExternalCount.merged``: the newer listing, or the larger count when the listings overlap),
+        and its drift and time unless a count numbered higher was saved since (then False)."""
         ...
 
 

@@ -7,7 +7,8 @@ its claim, start and adoption are older than the consistency window, the bound o
 DescribeExecution's answer may be (docs/protocol.md, "Staleness"):
 
     t0  read ledger H1          (holders)
-    t1  ListExecutions → R      (RUNNING, may miss starts younger than the window)
+    t1  ListExecutions → R      (RUNNING, may miss starts younger than the window), between two
+                                numbers of LEDGER's counter: the external count's place in time
     t2  read ledger H2          (claims made during the listing are in H2, not in R)
 
     h in H1 − R, older than the window:
@@ -23,7 +24,10 @@ DescribeExecution's answer may be (docs/protocol.md, "Staleness"):
         no record                         → external: occupies the state machine, so admission
                                             uses limit = MAX − external: the caps move to it
                                             before the count is saved, so by the time anyone can
-                                            read the new count, the caps already obey it
+                                            read the new count, the caps already obey it. A
+                                            count replaces the one in force only if its listing
+                                            began after that one was numbered; listings that
+                                            overlap keep the larger count (sluice.external)
     drift = judged holders missing from R + R − H2 (not the listing's lag) → LedgerDrift metric
 
 An unstarted claim is released in two sightings, each by this reconciler's own clock, so no clock
@@ -49,7 +53,7 @@ from sluice.completion import complete, earlier_end, output_from
 from sluice.effects import Effects
 from sluice.errors import ConfigurationError, TransientError
 from sluice.keys import sweep as sweep_keys
-from sluice.model import ExecutionRecord, LimitSource, PayloadState
+from sluice.model import ExecutionRecord, ExternalCount, LimitSource, PayloadState
 from sluice.parking import sweep
 from sluice.ports import Clock, Executions, MaxSource, Queue, Store, state_machine_arns
 from sluice.receipts import Outputs
@@ -84,8 +88,13 @@ def reconcile(
     effects: Effects | None = None,
 ) -> ReconcileReport:
     logger = logger or log
-    h1 = store.ledger().holders
+    before = store.ledger()  # read consistently, with LEDGER's counter
+    h1 = before.holders
+    # The external count is ordered by its listing, numbered on both sides (sluice.external): every
+    # count numbered below ``listed_after`` was numbered before this read, so before the listing.
+    listed_after = before.numbered + 1
     running = executions.list_running()
+    count = store.next_count()
     h2 = store.ledger().holders
     now = clock.now()
 
@@ -182,10 +191,10 @@ def reconcile(
         fair_lanes=[lane.name for lane in settings.lanes if lane.fair],  # their wakers wake them
     )
     drift = judged + external + adopted
-    count = store.next_count()
+    counted = ExternalCount(external, count, listed_after)
     if max_source is not None:
-        _caps_for(store, max_source, external, count, logger)
-    store.save_reconciliation(external=external, drift=drift, now=now, count=count)
+        _caps_for(store, max_source, counted, logger)
+    store.save_reconciliation(external=external, drift=drift, now=now, count=count, listed_after=listed_after)
     report = ReconcileReport(
         holders=len(h2),
         running=len(running),
@@ -304,15 +313,24 @@ def _on(execution_arn: str | None, state_machine_arn: str) -> bool:
 def _caps_for(
     store: Store,
     max_source: MaxSource,
-    external: int,
-    count: int,
+    counted: ExternalCount,
     logger: logging.Logger | logging.LoggerAdapter,
 ) -> None:
-    """Move the caps to MAX − the external count just taken (numbered ``count``), before it is saved."""
+    """Move the caps to MAX − the external count just taken, before it is saved (merged with the
+    count in force: the newer listing, or the larger count when the two listings overlap)."""
     try:
         reading = max_source.reading()
     except TransientError as exc:
         # Admission reads MAX again before its first receive, and ends the tick if it still cannot.
         logger.warning("caps not moved: MAX could not be read", extra={"error": str(exc)})
         return
-    store.set_limit(LimitSource(reading.value, reading.changed_at, external, count, reading.version))
+    store.set_limit(
+        LimitSource(
+            reading.value,
+            reading.changed_at,
+            counted.external,
+            counted.count,
+            reading.version,
+            counted.listed_after,
+        )
+    )

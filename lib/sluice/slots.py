@@ -42,6 +42,11 @@ rebalance's read and its write each shard's holders only shrink. Caps with cap_i
 read, summing to the limit, still cover the holders when written; the condition checks it again.
 A holder is never evicted: a frozen shard simply waits for its holders to end.
 
+A holder that runs already (an adoption: a redriven run) takes a shard with room like a claim; when
+no shard has room it freezes the pool first and takes a slot past a cap only while the pool is still
+frozen, so an unfrozen pool never holds a shard past its cap, whatever point the adopter stops at
+(``sluice.adapters.dynamo_slots.DynamoSlots.adoption``).
+
 Two planners (``set_limit``, ``rebalance``) racing are ordered by the pool's ``version``: a change
 commits only if the version it read is still in force (the adapters say how).
 
@@ -79,6 +84,7 @@ from sluice.errors import SlotsFull
 DEFAULT_PER_SHARD = 8  # holders per shard item; see sluice.adapters.dynamo_slots for the bytes
 LOOK_SHARDS = 99  # one BatchGetItem reads 100 keys: the pool item and 99 shards
 MAX_POOL_LENGTH = 64
+MAX_LIMIT = 10_000  # maxConcurrency's ceiling: a larger limit is refused, not planned shard by shard
 
 
 def check_pool(pool: str) -> str:
@@ -218,6 +224,8 @@ def plan_caps(limit: int, per_shard: int, loads: Sequence[tuple[int, int]]) -> P
     """
     if limit < 0 or per_shard < 1:
         raise ValueError(f"limit {limit} and per_shard {per_shard}")
+    if limit > MAX_LIMIT:
+        raise ValueError(f"limit {limit} is above {MAX_LIMIT}, the most a pool plans for")
     count = max(len(loads), shards_needed(limit, per_shard))
     old = [c for c, _ in loads] + [0] * (count - len(loads))
     held = [h for _, h in loads] + [0] * (count - len(loads))
@@ -236,6 +244,17 @@ def plan_caps(limit: int, per_shard: int, loads: Sequence[tuple[int, int]]) -> P
     moves = [Move(i, o, n) for i, (o, n) in enumerate(zip(old, caps, strict=True)) if o != n]
     ordered = [m for m in moves if m.decrease] + [m for m in moves if not m.decrease]
     return Plan(limit=limit, frozen=frozen, caps=tuple(caps), moves=tuple(ordered))
+
+
+def plan_freeze(limit: int, per_shard: int, loads: Sequence[tuple[int, int]]) -> Plan:
+    """Every cap 0 with ``limit`` kept (frozen), whatever the holders: for an adoption about to take
+    a slot of a pool with no room (``sluice.adapters.dynamo_slots.DynamoSlots.adoption``). Pure."""
+    if limit < 0 or per_shard < 1:
+        raise ValueError(f"limit {limit} and per_shard {per_shard}")
+    count = max(len(loads), shards_needed(limit, per_shard))
+    old = [c for c, _ in loads] + [0] * (count - len(loads))
+    moves = tuple(Move(i, o, 0) for i, o in enumerate(old) if o)
+    return Plan(limit=limit, frozen=True, caps=(0,) * count, moves=moves)
 
 
 def _raise(base: list[int], old: list[int], limit: int, per_shard: int) -> list[int]:

@@ -264,8 +264,22 @@ def test_an_adoption_past_the_limit_admits_nothing_until_below_it(table):
     assert len(store.ledger().holders) == 4
 
 
+def past_the_cap(self, pool, name, now, view):
+    """An adoption's slot past a full shard's cap, the pool not frozen first (as it was)."""
+    import zlib
+
+    from sluice.adapters.dynamo_slots import take_item
+    from sluice.slots import candidates
+
+    roomy = candidates(view, self.rng)
+    shard = roomy[0] if roomy else zlib.crc32(name.encode()) % view.shard_count
+    return shard, [take_item(self.table, pool, shard, name, now)]
+
+
 def test_an_adoption_that_does_not_plan_the_caps_again_is_caught(table, monkeypatch):
-    """Broken on purpose: the adopted holder past its shard's cap, the other caps left as they were."""
+    """Broken on purpose: the adopted holder past its shard's cap of a pool not frozen first, and
+    the other caps left as they were (the re-plan after it lost)."""
+    monkeypatch.setattr(DynamoSlots, "adoption", past_the_cap)
     monkeypatch.setattr(DynamoSlots, "rebalance", lambda self, pool: None)
     with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
         test_an_adoption_past_the_limit_admits_nothing_until_below_it(table)

@@ -183,14 +183,14 @@ def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
             return "unwait" if deleting else "wait"
         if puts:
             return "claim"
+        if slot_names(params, "take") and not slot_names(params, "give"):
+            return "adopt"  # with a check of the pool item when it takes a slot of a frozen pool
         if limit_change(params):
             return "limit"
         if lane_limit_change(params):
             return "lane_limit"
         if slot_names(params, "give"):
             return "release"
-        if slot_names(params, "take"):
-            return "adopt"
         if any("renewed_at" in u.get("UpdateExpression", "") for u in _updates(params)):
             return "renew"
         return "mark"

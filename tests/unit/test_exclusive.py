@@ -329,6 +329,7 @@ def test_importing_it_loads_no_launcher_and_no_aws_client():
         "sluice.clock",
         "sluice.concurrency",
         "sluice.errors",
+        "sluice.external",
         "sluice.lease",
         "sluice.model",
         "sluice.validation",

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import random
 import threading
-import zlib
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -36,7 +35,6 @@ from sluice.adapters.dynamo_slots import (
     pool_pk,
     release_item,
     shard_pk,
-    take_item,
     to_occupancy,
 )
 from sluice.adapters.errors import translated
@@ -220,18 +218,15 @@ class LaneSlots:
     def release_item(self, lane: str, shard: int, name: str) -> dict[str, Any]:
         return release_item(self.table, POOL_PREFIX + lane, shard, name)
 
-    def adopt_item(self, lane: str, name: str, now: float) -> tuple[int, dict[str, Any]] | None:
-        """A slot of ``lane`` for a run that runs already, whatever the cap (the caller rebalances
-        after). None when the lane has no pool (it was removed from the stack's lanes)."""
+    def adopt_items(self, lane: str, name: str, now: float) -> tuple[int, list[dict[str, Any]]] | None:
+        """A slot of ``lane`` for a run that runs already, as items of the adoption's transaction
+        (``DynamoSlots.adoption``: a shard with room, else past a cap of the lane's pool frozen
+        first). None when the lane has no pool (it was removed from the stack's lanes)."""
         self.rooms([lane], whole=True)
         view = self.views[lane]
         if view.version == 0:
             return None
-        roomy = candidates(view, self.rng)
-        shard = roomy[0] if roomy else zlib.crc32(name.encode("utf-8", "surrogatepass")) % view.shard_count
-        if shard not in {s.index for s in view.shards}:
-            self.slots.ensure_shard(POOL_PREFIX + lane, shard)
-        return shard, take_item(self.table, POOL_PREFIX + lane, shard, name, now)
+        return self.slots.adoption(POOL_PREFIX + lane, name, now, view)
 
     def rebalance(self, lane: str) -> None:
         """Plan the lane's caps again under its limit in force: a frozen pool whose holders fit under

@@ -1,6 +1,7 @@
 """The launcher's slots: the sharded pool ``launcher`` (``sluice.slots``) in the Sluice table.
 
-    LEDGER                 external, drift, reconciled_at; ``holders`` only on a table written by a
+    LEDGER                 external (external_count, external_from: its listing's numbers, see
+                           ``sluice.external``), drift, reconciled_at; ``holders`` only on a table written by a
                            version before the shards (legacy holders, released as they end)
     SLOTS#launcher         limit, shards, per_shard, frozen, version       (sluice.adapters.dynamo_slots)
     SLOTS#launcher#<i>     holders (map name -> claimed_at), cap
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import random
 import threading
-import zlib
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -43,7 +43,6 @@ from sluice.adapters.dynamo_slots import (
     pool_pk,
     release_item,
     shard_pk,
-    take_item,
     to_occupancy,
 )
 from sluice.model import Ledger, LimitSource
@@ -67,8 +66,8 @@ class LaunchSlots:
         self.rng = rng or random.Random()
         self.view: Occupancy | None = None  # the pool as last read, with this store's own claims
         self.legacy: frozenset[str] = frozenset()  # LEDGER.holders as last read
-        # LEDGER as last read: external, reconciled_at, drift, the external count's number
-        self.figures: tuple[int, float | None, int, int] = (0, None, 0, 0)
+        # LEDGER as last read: external, reconciled_at, drift, the external count's numbers, the counter
+        self.figures: tuple[int, float | None, int, int, int, int] = (0, None, 0, 0, 0, 0)
         self.fresh: frozenset[int] = frozenset()  # the shards the last read covered
         self.ledger_read = False  # LEDGER read at least once (a shard's look does not read it)
         self._count = FIRST_READ
@@ -138,11 +137,13 @@ class LaunchSlots:
                 None if raw.get("reconciled_at") is None else float(raw["reconciled_at"]),
                 int(raw.get("drift", 0)),
                 int(raw.get("external_count", 0)),
+                int(raw.get("external_from", 0)),  # absent: written before listings were numbered twice
+                int(raw.get("counts", 0)),
             )
         view = self.view
         assert view is not None
         seen = sampled or view
-        external, reconciled_at, drift, count = self.figures
+        external, reconciled_at, drift, count, listed_after, numbered = self.figures
         return Ledger(
             holders=frozenset(self.legacy.union(*(s.holders for s in seen.shards))),
             external=external,
@@ -153,6 +154,8 @@ class LaunchSlots:
             complete=sampled is None,
             estimated=None if sampled is None else self._estimate(view),
             count=count,
+            listed_after=listed_after,
+            numbered=numbered,
         )
 
     def _estimate(self, view: Occupancy) -> int:
@@ -275,12 +278,13 @@ class LaunchSlots:
             }
         return release_item(self.table, POOL, shard, name)
 
-    def adopt_item(self, name: str, now: float) -> tuple[int, dict[str, Any]]:
-        """A slot for an execution that runs already: no cap condition (the caller rebalances after).
+    def adopt_items(self, name: str, now: float) -> tuple[int, list[dict[str, Any]]]:
+        """A slot for an execution that runs already, as items of the adoption's transaction: a claim
+        of a shard with room, else a slot past a cap of the pool frozen first
+        (``DynamoSlots.adoption``: the caps bound the holders whatever point the adopter dies at).
 
         Adoptions are rare: the pool is read again first, so a view cached before the pool existed
-        never stands in for it. A shard with room is preferred, so that the caps still bound the
-        holders; the shard's item is created (cap 0) if no cap was ever written to it."""
+        never stands in for it."""
         self.ledger()
         view = self.view
         assert view is not None
@@ -288,8 +292,4 @@ class LaunchSlots:
             self.set_limit(LimitSource(0, None))  # no pool yet: create it; the next tick sets its caps
             view = self.view
             assert view is not None
-        roomy = candidates(view, self.rng)
-        shard = roomy[0] if roomy else zlib.crc32(name.encode("utf-8", "surrogatepass")) % view.shard_count
-        if shard not in {s.index for s in view.shards}:
-            self.slots.ensure_shard(POOL, shard)
-        return shard, take_item(self.table, POOL, shard, name, now)
+        return self.slots.adoption(POOL, name, now, view)

@@ -7,12 +7,12 @@ records, a payload's duplicate and invalid marks, and reconciliation's figures i
     EXEC#<name>     read here, written with the slots and leases (sluice.adapters.dynamodb)
     EFFECTS#<name>  read here (the effects an execution's release sent, sluice.effects), written by
                     that release (sluice.adapters.dynamodb)
-    LEDGER          external (with external_count, its number), counts (the numbering counter),
-                    drift, reconciled_at
+    LEDGER          external (with external_count and external_from, its listing's numbers),
+                    counts (the numbering counter), drift, reconciled_at
 
-Reconciliations number their external counts with ``counts`` (ADD, atomic), and a count is saved
-only if no higher-numbered one was: the limit's source (``sluice.model.LimitSource``) orders counts
-by that number, never by a launcher's clock.
+Reconciliations number each listing on both sides with ``counts`` (ADD, atomic), and a count is
+saved merged with the one saved (``sluice.external``: the newer listing, or the larger count when
+the two listings overlap), never ordered by a launcher's clock.
 """
 
 from __future__ import annotations
@@ -33,8 +33,10 @@ from sluice.adapters.dynamo_launch_slots import LEDGER_PK
 from sluice.adapters.dynamo_parking import ParkingTable
 from sluice.adapters.dynamo_release import UNLESS_ONCE_DONE
 from sluice.adapters.errors import translated
-from sluice.errors import ConditionFailed
-from sluice.model import EffectsLog, ExecutionRecord, PayloadRecord, PayloadState
+from sluice.errors import ConditionFailed, TransientError
+from sluice.model import EffectsLog, ExecutionRecord, ExternalCount, PayloadRecord, PayloadState
+
+SAVE_ROUNDS = 5  # read-merge-write rounds of a reconciliation's figures when others keep saving
 
 
 class RecordsTable(ParkingTable):
@@ -111,19 +113,66 @@ class RecordsTable(ParkingTable):
             )
         return int(answer["Attributes"]["counts"]["N"])
 
-    def save_reconciliation(self, *, external: int, drift: int, now: float, count: int = 0) -> bool:
+    def save_reconciliation(
+        self, *, external: int, drift: int, now: float, count: int = 0, listed_after: int | None = None
+    ) -> bool:
+        """The external count merged with LEDGER's (``ExternalCount.merged``). One write when its
+        listing began after LEDGER's count was numbered (the usual tick after tick); else read,
+        merge, and write while LEDGER still holds the count merged with. Drift and the time are
+        written only when no count numbered higher was saved."""
+        mine = ExternalCount(external, count, listed_after)
+        newer = "attribute_not_exists(external_count) OR external_count < :began"
+        if self._save_figures(mine, drift, now, newer, values(began=mine.began)):
+            return True
+        for _ in range(SAVE_ROUNDS):
+            seen = self._get(LEDGER_PK) or {}
+            saved = ExternalCount(
+                int(seen.get("external", 0)),
+                int(seen.get("external_count", 0)),
+                int(seen.get("external_from", 0)),  # absent: unknown
+            )
+            # Compare-and-set on the figures merged with: a save between the read and this write is
+            # merged again, never overwritten.
+            same = "external_count = :was_count AND #external = :was_external AND "
+            same += (
+                "external_from = :was_from"
+                if "external_from" in seen
+                else "attribute_not_exists(external_from)"
+            )
+            was = values(was_count=saved.count, was_external=saved.external, was_from=saved.began)
+            if "external_from" not in seen:
+                was.pop(":was_from")
+            if "external_count" not in seen:
+                same, was = "attribute_not_exists(external_count)", {}
+            latest = count >= saved.count
+            if self._save_figures(mine.merged(saved), drift if latest else None, now, same, was):
+                return latest
+        raise TransientError(
+            "UpdateItem: LEDGER's external count kept changing",
+            operation="UpdateItem",
+            code="ConditionalCheckFailed",
+        )
+
+    def _save_figures(
+        self, counted: ExternalCount, drift: int | None, now: float, condition: str, condition_values: dict
+    ) -> bool:
+        """Write LEDGER's external count (and drift and the time, unless ``drift`` is None) IF
+        ``condition``; False when it failed."""
+        sets = "#external = :external, external_count = :count, external_from = :from_"
+        figures = values(external=counted.external, count=counted.count, from_=counted.began)
+        if drift is not None:
+            sets += ", drift = :drift, reconciled_at = :now"
+            figures.update(values(drift=drift, now=now))
         try:
             with translated("UpdateItem"):
                 self.client.update_item(
                     TableName=self.table,
                     Key={"pk": {"S": LEDGER_PK}},
-                    UpdateExpression=(
-                        "SET #external = :external, drift = :drift, reconciled_at = :now, external_count = :count"
-                    ),
-                    ConditionExpression="attribute_not_exists(external_count) OR external_count <= :count",
+                    UpdateExpression="SET " + sets,
+                    ConditionExpression=condition,
                     ExpressionAttributeNames={"#external": "external"},
-                    ExpressionAttributeValues=values(external=external, drift=drift, now=now, count=count),
+                    ExpressionAttributeValues={**figures, **condition_values},
                 )
         except ConditionFailed:
-            return False  # a reconciliation that counted later saved first: its figures stay
+            return False
         return True

@@ -53,6 +53,8 @@ LIVE = (PayloadState.CLAIMED.value, PayloadState.RUNNING.value)
 UNLESS_ONCE_DONE = "attribute_not_exists(once_by)"
 PARK_RACE_RETRIES = 3  # a release tried again when messages parked behind it as it was on its way
 
+ADOPT_ROUNDS = 3  # an adoption whose slot conditions failed (the pool moved) is tried again
+
 
 @dataclass(frozen=True)
 class _Ending:
@@ -363,67 +365,88 @@ class ReleasesTable:
     def adopt(self, *, name: str, now: float) -> bool:
         """Take a slot and the lease back for ``name``, an ended execution RUNNING again (a redrive).
 
-        No limit condition: it runs already, so it counts against MAX whatever MAX is. Refused when
-        the key's lease is held by another execution (then it counts as external).
+        It runs already, so it counts against MAX whatever MAX is: a shard with room, else past a
+        cap of a pool frozen first (``DynamoSlots.adoption``), so no crash leaves caps that admit
+        beside it. Refused when the key's lease is held by another execution (then it counts as
+        external). A slot condition that failed (the pool moved since the read) is tried again.
         """
         record = self.execution(name)
         if record is None or record.state.holds_lease:
             return False
-        shard, take = self.launch_slots.adopt_item(name, now)
-        items = [
-            take,
-            {
-                "Update": {
-                    "TableName": self.table,
-                    "Key": {"pk": {"S": payload_pk(record.key)}},
-                    "UpdateExpression": (
-                        "SET #key = :key, #state = :running, holder = :name, updated_at = :now "
-                        "REMOVE expires_at, redriven"
-                    ),
-                    "ConditionExpression": "attribute_not_exists(holder)",
-                    "ExpressionAttributeNames": {"#key": "key", "#state": "state"},
-                    "ExpressionAttributeValues": values(
-                        key=record.key, running=PayloadState.RUNNING.value, name=name, now=now
-                    ),
-                }
-            },
-            {
-                "Update": {
-                    "TableName": self.table,
-                    "Key": {"pk": {"S": execution_pk(name)}},
-                    "UpdateExpression": (
-                        "SET #state = :running, adopted_at = :now, #shard = :shard "
-                        # the end before: a stale DescribeExecution may still answer with it
-                        + ("" if record.ended_at is None else ", earlier_end_at = :earlier ")
-                        + "REMOVE expires_at, ended_at, #output, output_ref, output_size"
-                    ),
-                    "ConditionExpression": "#state = :was",
-                    "ExpressionAttributeNames": {"#state": "state", "#shard": "shard", "#output": "output"},
-                    "ExpressionAttributeValues": values(
-                        running=PayloadState.RUNNING.value,
-                        now=now,
-                        was=record.state.value,
-                        shard=shard,
-                        **({} if record.ended_at is None else {"earlier": record.ended_at}),
-                    ),
-                }
-            },
-        ]
-        if record.ckey is not None:
-            items.append(self.key_adopt_item(record.ckey, name))
-        lane_take = self.lane_slots.adopt_item(record.lane, name, now) if record.lane is not None else None
+        if any(raw.get("holder") for raw in self._batch_get([payload_pk(record.key)])):
+            return False  # another run holds the key: refused before any pool is frozen for it
+        for _ in range(ADOPT_ROUNDS):
+            shard, takes = self.launch_slots.adopt_items(name, now)
+            lane_take = (
+                self.lane_slots.adopt_items(record.lane, name, now) if record.lane is not None else None
+            )
+            items = [
+                self._adopt_lease(record, name, now),
+                self._adopt_record(record, name, now, shard, lane_take),
+            ]
+            if record.ckey is not None:
+                items.append(self.key_adopt_item(record.ckey, name))
+            slots = len(items)  # the slot items follow: their conditions alone are retried
+            items.extend(takes)
+            if lane_take is not None:
+                items.extend(lane_take[1])
+            reasons = self._transact(items)
+            if reasons is None:
+                break
+            if any(r.get("Code") == "ConditionalCheckFailed" for r in reasons[:slots]):
+                return False
+        else:
+            return False  # the pools kept moving: counted as external this tick, adopted at the next
+        if lane_take is not None and record.lane is not None:
+            self.lane_slots.rebalance(record.lane)
+        # A slot taken past a cap left the pool frozen: thaw it now if the holders fit under the limit
+        # (a crash before this leaves it frozen, admitting nothing, until a claim or a tick thaws it).
+        self.launch_slots.slots.rebalance(POOL)
+        return True
+
+    def _adopt_lease(self, record: ExecutionRecord, name: str, now: float) -> dict[str, Any]:
+        return {
+            "Update": {
+                "TableName": self.table,
+                "Key": {"pk": {"S": payload_pk(record.key)}},
+                "UpdateExpression": (
+                    "SET #key = :key, #state = :running, holder = :name, updated_at = :now "
+                    "REMOVE expires_at, redriven"
+                ),
+                "ConditionExpression": "attribute_not_exists(holder)",
+                "ExpressionAttributeNames": {"#key": "key", "#state": "state"},
+                "ExpressionAttributeValues": values(
+                    key=record.key, running=PayloadState.RUNNING.value, name=name, now=now
+                ),
+            }
+        }
+
+    def _adopt_record(
+        self,
+        record: ExecutionRecord,
+        name: str,
+        now: float,
+        shard: int,
+        lane_take: tuple[int, list[dict[str, Any]]] | None,
+    ) -> dict[str, Any]:
+        sets = "SET #state = :running, adopted_at = :now, #shard = :shard "
+        # the end before: a stale DescribeExecution may still answer with it
+        earlier = {} if record.ended_at is None else {"earlier": record.ended_at}
+        if earlier:
+            sets += ", earlier_end_at = :earlier "
+        update = {
+            "TableName": self.table,
+            "Key": {"pk": {"S": execution_pk(name)}},
+            "UpdateExpression": sets + "REMOVE expires_at, ended_at, #output, output_ref, output_size",
+            "ConditionExpression": "#state = :was",
+            "ExpressionAttributeNames": {"#state": "state", "#shard": "shard", "#output": "output"},
+            "ExpressionAttributeValues": values(
+                running=PayloadState.RUNNING.value, now=now, was=record.state.value, shard=shard, **earlier
+            ),
+        }
         if lane_take is not None:
-            update = items[2]["Update"]
             update["UpdateExpression"] = update["UpdateExpression"].replace(
                 "#shard = :shard ", "#shard = :shard, lane_shard = :lane_shard ", 1
             )
             update["ExpressionAttributeValues"].update(values(lane_shard=lane_take[0]))
-            items.append(lane_take[1])
-        if self._transact(items) is not None:
-            return False
-        if lane_take is not None and record.lane is not None:
-            self.lane_slots.rebalance(record.lane)
-        # Taken past its shard's cap if that shard had no room: the caps must again add up to what
-        # may run beside it. Plan again (lowering other caps, or freezing if more run than the limit).
-        self.launch_slots.slots.rebalance(POOL)
-        return True
+        return {"Update": update}

@@ -9,7 +9,8 @@ alone; the same writes are offered as TransactWriteItems items (``claim_item``, 
 ``swap_item``) for a caller that moves a slot together with its own records:
 
     claim    SET holders.#n = :now                     IF size(holders) < cap AND no holders.#n
-    take     SET holders.#n = :now                     IF no holders.#n  (no cap: already running)
+    take     SET holders.#n = :now                     IF no holders.#n  (no cap: already running;
+                                                          an adoption, with the pool frozen first)
     release  REMOVE holders.#n                         IF holders.#n exists
     swap     REMOVE holders.#old SET holders.#new      IF holders.#old exists AND no holders.#new
                                                           AND size(holders) <= cap
@@ -55,6 +56,7 @@ from __future__ import annotations
 
 import random
 import time
+import zlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -72,8 +74,10 @@ from sluice.slots import (
     Occupancy,
     Plan,
     Shard,
+    candidates,
     check_pool,
     plan_caps,
+    plan_freeze,
     sample_shards,
 )
 
@@ -314,8 +318,61 @@ class DynamoSlots(Table):
     def set_limit(self, capacity: Capacity) -> Plan | None:
         return self._plan(capacity.pool, capacity)
 
+    # -- adoption ---------------------------------------------------------------------------------
+
+    def adoption(self, pool: str, name: str, now: float, view: Occupancy) -> tuple[int, list[dict[str, Any]]]:
+        """A slot of ``pool`` for ``name``, which runs already (an adoption): the shard and the
+        TransactWriteItems items for the caller's transaction, from ``view`` (every shard, read
+        consistently). A failed condition on them means: read the pool again and retry.
+
+        An unfrozen pool never holds a shard past its cap, so the caps bound the holders at every
+        instant, whatever point an adopter dies at:
+
+            a shard with room   → a claim on it (IF size(holders) < cap)
+            no room anywhere    → freeze the pool first (every cap 0), then take a slot past the cap
+                                  IF the pool is still frozen at the version read after the freeze;
+                                  the caller re-plans after (frozen while more run than the limit)
+
+            adopter (pool full: 4 of 4)                 launchers, completions
+            ───────────────────────────                 ──────────────────────
+            freeze: caps 2+2 → 0+0, version v
+                                                        claim IF size < cap  ✗ (nothing admitted)
+            take r IF frozen AND version v  ✓  5 held
+            ✝ dies before it re-plans                   a holder ends: 4 held; claims still ✗
+                                                        3 held < 4: thaw (rebalance): caps cover
+                                                        the 3 and leave 1 free
+        Without the freeze, a slot taken past a full shard's cap while the caps still summed to the
+        limit let every other shard refill its ends: 5 ran under 4 until the adopted run ended."""
+        roomy = candidates(view, self.rng)
+        if roomy:
+            return roomy[0], [claim_item(self.table, pool, roomy[0], name, now)]
+        if not (view.frozen and view.complete and view.caps == 0):
+            # (A freeze in steps whose planner died leaves ``frozen`` set with some caps not yet 0.)
+            self.freeze(pool)
+            view = self.occupancy(pool)
+        # Only a pool frozen whole may hold a slot past a cap: after a freeze that another planner
+        # overtook (or that gave up between its steps), the check below cannot hold: read again.
+        version = view.version if view.frozen and view.caps == 0 else -1
+        shard = zlib.crc32(name.encode("utf-8", "surrogatepass")) % max(1, view.shard_count)
+        if shard not in {s.index for s in view.shards}:
+            self.ensure_shard(pool, shard)
+        check = {
+            "ConditionCheck": {
+                "TableName": self.table,
+                "Key": _key(pool_pk(pool)),
+                "ConditionExpression": "version = :version AND frozen = :frozen",
+                "ExpressionAttributeValues": values(version=version, frozen=True),
+            }
+        }
+        return shard, [take_item(self.table, pool, shard, name, now), check]
+
     def rebalance(self, pool: str) -> Plan | None:
         return self._plan(check_pool(pool), None)
+
+    def freeze(self, pool: str) -> Plan | None:
+        """Every cap to 0, the limit kept (``frozen``): nothing is admitted until ``rebalance``
+        finds the holders under the limit. None when the pool is absent."""
+        return self._plan(check_pool(pool), None, freeze=True)
 
     def restamp(self, pool: str, stamp: tuple[float, ...], replaces: tuple[float, ...]) -> bool:
         """``SET stamp = :new, version = version + 1 IF stamp = :old`` on the pool item (or IF no
@@ -333,7 +390,7 @@ class DynamoSlots(Table):
             update["ConditionExpression"] = "attribute_exists(version) AND attribute_not_exists(stamp)"
         return self._update(update) is None
 
-    def _plan(self, pool: str, target: Capacity | None) -> Plan | None:
+    def _plan(self, pool: str, target: Capacity | None, *, freeze: bool = False) -> Plan | None:
         took_version = False
         for _ in range(PLAN_ROUNDS):
             current = self.occupancy(pool)
@@ -347,7 +404,7 @@ class DynamoSlots(Table):
             limit = current.limit if target is None else target.limit
             stamp = current.stamp if target is None else target.stamp
             per_shard = current.per_shard if current.version else self.per_shard
-            plan = plan_caps(limit, per_shard, current.loads())
+            plan = (plan_freeze if freeze else plan_caps)(limit, per_shard, current.loads())
             if current.version and not plan.moves and _same(current, plan) and stamp == current.stamp:
                 return plan
             existing = {s.index for s in current.shards}

@@ -17,6 +17,7 @@ from sluice.model import (
     ClaimFence,
     EffectsLog,
     ExecutionRecord,
+    ExternalCount,
     Ledger,
     LimitSource,
     ParkedMessage,
@@ -44,6 +45,7 @@ class MemoryStore(MemoryHandOver, MemoryAwaits, MemoryKeys):
         self._source: LimitSource | None = None
         self._external = 0
         self._count = 0  # the number of the external count saved
+        self._listed_after: int | None = 0  # the number taken before its listing (0: unknown)
         self._counts = 0  # the numbering counter
         self._drift = 0
         self._reconciled_at: float | None = None
@@ -66,6 +68,8 @@ class MemoryStore(MemoryHandOver, MemoryAwaits, MemoryKeys):
                 self._drift,
                 self._limit,
                 count=self._count,
+                listed_after=self._listed_after,
+                numbered=self._counts,
             )
 
     def look(self, shards: Sequence[int] | None = None) -> Ledger:
@@ -73,7 +77,8 @@ class MemoryStore(MemoryHandOver, MemoryAwaits, MemoryKeys):
 
     def set_limit(self, source: LimitSource) -> int | None:
         with self._lock:
-            self._source = source.merged(self._source)
+            # The pool's stamp keeps no listing start (as in DynamoDB): a later merge takes it as unknown.
+            self._source = replace(source.merged(self._source), listed_after=0)
             self._limit = self._source.limit
             return self._limit
 
@@ -414,11 +419,16 @@ class MemoryStore(MemoryHandOver, MemoryAwaits, MemoryKeys):
             self._counts += 1
             return self._counts
 
-    def save_reconciliation(self, *, external: int, drift: int, now: float, count: int = 0) -> bool:
+    def save_reconciliation(
+        self, *, external: int, drift: int, now: float, count: int = 0, listed_after: int | None = None
+    ) -> bool:
         with self._lock:
-            if count < self._count:
+            saved = ExternalCount(self._external, self._count, self._listed_after)
+            merged = ExternalCount(external, count, listed_after).merged(saved)
+            self._external, self._count, self._listed_after = merged.external, merged.count, merged.began
+            if count < saved.count:
                 return False
-            self._external, self._drift, self._reconciled_at, self._count = external, drift, now, count
+            self._drift, self._reconciled_at = drift, now
             return True
 
     # -- the waiting room ---------------------------------------------------------------------
