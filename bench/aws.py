@@ -487,6 +487,9 @@ class CountingStore:
     def suspect(self, **kwargs: Any) -> bool:
         return self._update(self.inner.suspect(**kwargs))
 
+    def mark_starting(self, **kwargs: Any) -> bool:  # a conditional UpdateItem of EXEC#<name>
+        return self._update(self.inner.mark_starting(**kwargs))
+
     def block(self, **kwargs: Any) -> bool:  # a conditional UpdateItem of EXEC#<name>
         return self._update(self.inner.block(**kwargs))
 
