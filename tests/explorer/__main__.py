@@ -6,6 +6,7 @@
     --steps S         steps per run (default 40)
     --schedule 0,3,1  replay these draws (with --seed and --steps): the line a failure prints
     --shrink S        seconds to spend shrinking a failure (default 120; 0: no shrinking)
+    --without a,b     leave these producers out (tests/explorer/actors.py, PRODUCERS: e.g. forged)
 
 Stops at the first failure: prints its seed, the failure, the shrunk schedule as a ``make explore``
 line and as a pytest function, and exits 1. Runs with PYTHONHASHSEED=0 (it re-executes itself if
@@ -25,14 +26,19 @@ from tests.explorer.sim import explore
 from tests.support.faults import FAULTS
 
 
-def replay_text(seed: int, steps: int, draws: list[int]) -> str:
+def replay_text(seed: int, steps: int, draws: list[int], without: frozenset[str]) -> str:
     schedule = ",".join(map(str, draws))
+    left_out = ",".join(sorted(without))
     return (
-        f"  make explore SEED={seed} STEPS={steps} SCHEDULE={schedule}\n"
+        f"  make explore SEED={seed} STEPS={steps} SCHEDULE={schedule}"
+        + (f" WITHOUT={left_out}" if left_out else "")
+        + "\n"
         "or, as a test (tests/explorer/):\n\n"
         "from tests.explorer.replay import replays\n\n\n"
         f"def test_explorer_seed_{seed}():\n"
-        f"    replays(seed={seed}, steps={steps}, schedule=[{', '.join(map(str, draws))}])\n"
+        f"    replays(seed={seed}, steps={steps}, schedule=[{', '.join(map(str, draws))}]"
+        + (f", without={tuple(sorted(without))!r}" if without else "")
+        + ")\n"
     )
 
 
@@ -47,12 +53,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--schedule", default="")
     parser.add_argument("--shrink", type=float, default=120.0)
+    parser.add_argument("--without", default="")
     parser.add_argument("--trace", action="store_true", help="print every run's trace")
     args = parser.parse_args(argv)
+    without = frozenset(x for x in args.without.split(",") if x)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 2**31)
     if args.schedule:
         draws = [int(x) for x in args.schedule.split(",") if x.strip()]
-        outcome = explore(seed, args.steps, draws)
+        outcome = explore(seed, args.steps, draws, without=without)
         print("\n".join(outcome.trace))
         print(
             f"replayed seed {seed}, {args.steps} steps, {len(draws)} draws: "
@@ -71,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         elif n >= runs:
             break
         run_seed = seed + n
-        outcome = explore(run_seed, args.steps)
+        outcome = explore(run_seed, args.steps, without=without)
         n += 1
         calls += outcome.calls
         if args.trace:
@@ -88,16 +96,16 @@ def main(argv: list[str] | None = None) -> int:
                 f"\nseed {run_seed} broke a promise after {cpu:.1f} s CPU (this process):\n{outcome.failure}\n"
             )
             if args.shrink > 0:
-                shrunk = shrink(run_seed, args.steps, outcome, budget=args.shrink)
+                shrunk = shrink(run_seed, args.steps, outcome, budget=args.shrink, without=without)
                 print(
                     f"\nshrunk in {shrunk.runs} runs, {shrunk.seconds:.0f} s: {len(shrunk.draws)} draws, {shrunk.steps} steps"
                 )
                 print("\n".join(shrunk.outcome.trace))
                 print(
-                    f"\n{shrunk.failure}\n\nreplay it:\n{replay_text(run_seed, shrunk.steps, shrunk.draws)}"
+                    f"\n{shrunk.failure}\n\nreplay it:\n{replay_text(run_seed, shrunk.steps, shrunk.draws, without)}"
                 )
             else:
-                print(f"replay it:\n{replay_text(run_seed, args.steps, outcome.draws)}")
+                print(f"replay it:\n{replay_text(run_seed, args.steps, outcome.draws, without)}")
             return 1
     print(f"\n{n} runs, {calls} calls, {time.process_time() - started:.1f} s CPU: no promise broken")
     print(

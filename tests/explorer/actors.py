@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sluice.completion import StatusChange
+from sluice.ops.dlq import dlq_redrive
 from tests.reliability.world import Container, Event
 from tests.support.aws import status_change_event
 from tests.support.faults import count
@@ -33,6 +34,16 @@ MAX_BY_HAND = 3
 PAYLOADS = 6  # payload ids p0..p5: copies of one payload arise by themselves
 CKEYS = 2
 ADVANCES = (1.0, 10.0, 61.0, 200.0, 1000.0)
+# What a producer sends, and how often (``--without NAME`` leaves one out).
+PRODUCERS = (
+    ("valid", 6),
+    ("keyed", 2),
+    ("unusable", 1),
+    ("awaiting", 1),
+    ("once", 1),
+    ("forged", 1),
+    ("duplicate_id", 1),
+)
 FORGED = (
     {"sluice-origin-message-id": "not a valid dedup id", "sluice-concurrency-key": "ck0"},
     {"sluice-key-ticket": "1@\u00b2", "sluice-concurrency-key": "ck0"},
@@ -108,6 +119,8 @@ class Actors:
         if self.by_hand < MAX_BY_HAND:
             out.append(("by_hand", 0.3, self.do_by_hand))
         out.append(("ttl", 0.2, self.do_ttl))
+        if w.model.dead_lettered:
+            out.append(("dlq_redrive", 0.2, self.do_dlq_redrive))
         if self.ex.switch.old is None:
             out.append(("switch_machine", 0.15, self.do_switch_machine))
         elif self.ex.switch.deletable():
@@ -167,15 +180,18 @@ class Actors:
         names = sorted(w.model.running)
         name = names[self.choices.draw(len(names))]
         status = STATUSES[self.choices.draw(len(STATUSES), (4, 2, 1, 1))]
-        self.note(f"{name[:12]} ends {status}")
-        w.end(name, status)
+        effects = None
+        if status == "SUCCEEDED" and w.model.claims.get(name) and self.choices.chance(0.15):
+            effects = [{"payload": {"id": f"p{self.choices.draw(PAYLOADS)}", "effect": 0}}]
+        self.note(f"{name[:12]} ends {status}" + (f" naming effect {effects}" if effects else ""))
+        w.end(name, status, effects)
         self.history.record(name, status)
 
     def do_send(self) -> None:
         w = self.world
         draw = self.choices.draw
         self.sent_count += 1
-        kind = draw(7, (6, 2, 1, 1, 1, 1, 1))
+        kind = draw(7, [0 if name in self.ex.without else w for name, w in PRODUCERS])
         payload = f"p{draw(PAYLOADS)}"
         body = json.dumps({"id": payload})
         group = f"g{draw(3)}"
@@ -251,3 +267,8 @@ class Actors:
     def do_delete_old_machine(self) -> None:
         self.note("operator: delete the old state machine")
         self.ex.switch.delete()
+
+    def do_dlq_redrive(self) -> None:
+        self.note("operator: sluice dlq redrive")
+        count("explorer:dlq_redrive")
+        dlq_redrive(self.world.operator)

@@ -27,6 +27,8 @@ class Choices:
         if self.replay is not None:
             i = len(self.made)
             value = min(self.replay[i], n - 1) if i < len(self.replay) else 0
+            if weights is not None and not weights[value]:
+                value = next(v for v, w in enumerate(weights) if w)  # a choice this run leaves out
         elif weights is not None:
             value = self.rng.choices(range(n), weights=weights)[0]
         else:

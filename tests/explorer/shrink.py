@@ -52,7 +52,13 @@ class Shrunk:
 
 
 def shrink(
-    seed: int, steps: int, outcome: Outcome, *, budget: float = 120.0, log: Callable[[str], None] = print
+    seed: int,
+    steps: int,
+    outcome: Outcome,
+    *,
+    budget: float = 120.0,
+    without: frozenset[str] = frozenset(),
+    log: Callable[[str], None] = print,
 ) -> Shrunk:
     assert outcome.failure is not None
     kind = category(outcome.failure)
@@ -68,7 +74,7 @@ def shrink(
         if time.monotonic() > deadline:
             return False
         runs += 1
-        out = explore(seed, n_steps, draws)
+        out = explore(seed, n_steps, draws, without=without)
         if out.failure is None or category(out.failure) != kind:
             return False
         best, best_steps, best_outcome = normal(out.draws), n_steps, out

@@ -143,10 +143,10 @@ class Outcome:
 
 
 class Explorer:
-    def __init__(self, choices: Choices, steps: int, *, verbose: bool = False) -> None:
+    def __init__(self, choices: Choices, steps: int, *, without: frozenset[str] = frozenset()) -> None:
         self.choices = choices
         self.steps = steps
-        self.verbose = verbose
+        self.without = without  # producers left out
         self.trace: list[str] = []
         self.calls = 0
         self.faulty = True  # switch points yield and may fault (off while the run winds down)
@@ -273,7 +273,9 @@ class Explorer:
         self.world.close()
 
 
-def explore(seed: int, steps: int, replay: list[int] | None = None, *, verbose: bool = False) -> Outcome:
+def explore(
+    seed: int, steps: int, replay: list[int] | None = None, *, without: frozenset[str] = frozenset()
+) -> Outcome:
     """One run: seed ``seed`` (the world's own randomness, and the draws unless ``replay`` gives them)."""
     choices = Choices(seed, replay)
     started = time.process_time()
@@ -281,7 +283,7 @@ def explore(seed: int, steps: int, replay: list[int] | None = None, *, verbose: 
     explorer = None
     with deterministic(seed), faster_moto():
         try:
-            explorer = Explorer(choices, steps, verbose=verbose)
+            explorer = Explorer(choices, steps, without=without)
             explorer.run()
         except Failure as exc:
             failure = str(exc)
