@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sluice.completion import StatusChange
-from sluice.ops.dlq import dlq_redrive
+from sluice.ops.dlq import dlq_list, dlq_redrive
 from tests.reliability.world import Container, Event
 from tests.support.aws import status_change_event
 from tests.support.faults import count
@@ -271,4 +271,10 @@ class Actors:
     def do_dlq_redrive(self) -> None:
         self.note("operator: sluice dlq redrive")
         count("explorer:dlq_redrive")
-        dlq_redrive(self.world.operator)
+        w = self.world
+        source = {m.message_id: m.source_message_id for m in dlq_list(w.operator).messages}
+        report = dlq_redrive(w.operator)
+        for done in report.done:  # a redriven copy is the message it came from, to the model
+            origin = source.get(done["dlq_message_id"])
+            if origin and done.get("message_id"):
+                w.model.origin[done["message_id"]] = w.model.logical(origin)
