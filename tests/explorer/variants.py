@@ -26,7 +26,7 @@ import sluice.per_message
 import sluice.reconcile
 from sluice.adapters.dynamodb import DynamoStore
 from sluice.model import LimitSource
-from tests.explorer.shrink import shrink
+from tests.explorer.shrink import category, shrink
 from tests.explorer.sim import explore
 
 
@@ -88,32 +88,45 @@ def hunt(
     without: frozenset[str],
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Fresh runs from ``seed`` on, the variant applied, until a failure or ``minutes`` of CPU."""
+    """Fresh runs from ``seed`` on, the variant applied, until a failure the variant causes or
+    ``minutes`` of CPU. A failure is the variant's when the same draws, replayed on the code as it
+    is, do not fail the same way (the code as it is may break promises of its own)."""
     started = time.process_time()
     n = 0
-    with applied(name):
-        while time.process_time() - started < minutes * 60:
-            outcome = explore(seed + n, steps, without=without)
-            n += 1
-            if outcome.failure:
-                cpu = time.process_time() - started
-                shrunk = shrink(seed + n - 1, steps, outcome, budget=60, without=without, log=lambda _: None)
-                return {
-                    "variant": name,
-                    "seed": seed,
-                    "found": True,
-                    "runs": n,
-                    "cpu_to_failure": round(cpu, 1),
-                    "failing_seed": seed + n - 1,
-                    "shrunk_draws": len(shrunk.draws),
-                    "shrunk_steps": shrunk.steps,
-                    "failure": shrunk.failure.splitlines()[0][:300],
-                }
+    baseline = 0  # failures the code as it is makes too
+    while time.process_time() - started < minutes * 60:
+        run_seed = seed + n
+        with applied(name):
+            outcome = explore(run_seed, steps, without=without)
+        n += 1
+        if not outcome.failure:
+            continue
+        unpatched = explore(run_seed, steps, outcome.draws, without=without)
+        if unpatched.failure and category(unpatched.failure) == category(outcome.failure):
+            baseline += 1
+            continue
+        cpu = time.process_time() - started
+        with applied(name):
+            shrunk = shrink(run_seed, steps, outcome, budget=60, without=without, log=lambda _: None)
+        return {
+            "variant": name,
+            "seed": seed,
+            "found": True,
+            "runs": n,
+            "baseline_failures_skipped": baseline,
+            "cpu_to_failure": round(cpu, 1),
+            "failing_seed": run_seed,
+            "shrunk_draws": len(shrunk.draws),
+            "shrunk_steps": shrunk.steps,
+            "schedule": ",".join(map(str, shrunk.draws)),
+            "failure": shrunk.failure.splitlines()[0][:300],
+        }
     return {
         "variant": name,
         "seed": seed,
         "found": False,
         "runs": n,
+        "baseline_failures_skipped": baseline,
         "cpu": round(time.process_time() - started, 1),
     }
 
