@@ -24,7 +24,8 @@ SEEDS = [
         0,
         id="seed-3",
         marks=pytest.mark.xfail(
-            strict=False, reason="issue 25 section 2: a duplicate suppressed on a stale DescribeExecution"
+            strict=False,
+            reason="a duplicate suppressed behind a holder that had ended (found by the explorer)",
         ),
     ),
 ]
