@@ -34,8 +34,13 @@ class MachineSwitch:
         self.redeploy: set[str] = set()  # containers busy when the deploy landed
 
     def switch(self, previous: bool) -> None:
+        """``previous``: with ``previousStateMachineArn``; docs/operations.md asks for it while any of
+        the machine's runs holds a slot or runs, so it is set then whatever was drawn."""
         ex = self.explorer
         w = ex.world
+        current = w.settings.state_machine_arn
+        if any(ex.history.machine.get(n) == current for n in set(w.model.running) | w.model.holders):
+            previous = True
         name = w.settings.state_machine_arn.rsplit(":", 1)[-1] + "-2"
         new = w.sfn.create_state_machine(
             name=name,

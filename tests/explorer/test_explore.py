@@ -23,10 +23,7 @@ SEEDS = [
         3,
         0,
         id="seed-3",
-        marks=pytest.mark.xfail(
-            strict=False,
-            reason="a duplicate suppressed behind a holder that had ended (found by the explorer)",
-        ),
+        marks=pytest.mark.xfail(strict=False, reason=KNOWN.format("6 (a forged sluice-origin-message-id)")),
     ),
 ]
 
