@@ -8,6 +8,7 @@ checks expect. Sluice's calls are unchanged: only the suite's own observation is
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,19 +47,24 @@ class ExplorerWorld(World):
         return items
 
     def end(self, name: str, status: str = "SUCCEEDED", effects: list[dict[str, Any]] | None = None) -> Event:
-        """``World.end``, for an execution of whichever machine the stack has driven (the stack's
-        ``finish`` finds it by its record's ARN, or the current machine's)."""
-        if effects is not None or self._machine_of(name) in (None, self.settings.state_machine_arn):
-            return super().end(name, status, effects)
-        arn = self._machine_of(name).replace(":stateMachine:", ":execution:") + f":{name}"
-        execution = stepfunctions_backends[DEFAULT_ACCOUNT_ID][REGION].describe_execution(arn)
+        """``World.end``, for the RUNNING execution of that name on whichever machine the stack has
+        driven (the stack's ``finish`` goes by the claim's recorded ARN, which a resume after a switch
+        of the state machine no longer matches)."""
+        output = None
+        if effects is not None and status == "SUCCEEDED":
+            output = json.dumps({"sluiceEffects": effects})
+            self.model.expect_effects(name, len(effects))
+            self.count("ended:with_effects")
+            self.count("effects:named", len(effects))
+        execution = self._execution(name)
         execution.status = status
         execution.stop_date = datetime.now(UTC)
+        execution.output = output
         error = END_ERRORS.get(status)
         if error:
             execution.error, execution.cause = error, f"{error} cause"
         body = status_change_event(
-            execution.state_machine_arn, name, status, error=error, stop=execution.stop_date
+            execution.state_machine_arn, name, status, error=error, stop=execution.stop_date, output=output
         )
         self.model.ended(name, status)
         self.ended_as[name] = status
@@ -76,11 +82,15 @@ class ExplorerWorld(World):
         return [n for n in super().redrivable() if self._machine_of(n) is not None]
 
     def _machine_of(self, name: str) -> str | None:
+        """The machine that has an execution of that name: the one where it runs, if one does."""
         backend = stepfunctions_backends[DEFAULT_ACCOUNT_ID][REGION]
-        for machine in backend.state_machines:
-            if any(e.name == name for e in machine.executions):
-                return machine.arn
-        return None
+        found = [
+            (e.status == "RUNNING", m.arn)
+            for m in backend.state_machines
+            for e in m.executions
+            if e.name == name
+        ]
+        return max(found)[1] if found else None
 
     def running_in_step_functions(self) -> set[str]:
         backend = stepfunctions_backends[DEFAULT_ACCOUNT_ID][REGION]
