@@ -1,0 +1,280 @@
+"""The explorer's actors besides the invocations: what may happen at a step, and each one's act.
+
+At each step ``Actors.step`` draws one of the things that may happen now (``options``, weighted):
+an invocation waiting at a switch point proceeds (``resume``), a scheduled tick starts in an idle
+launcher container, EventBridge delivers a pending status event to a free completion container
+(in any order: late, reordered), loses one, repeats a delivered one or delivers a RUNNING event
+late; an execution ends (SUCCEEDED, FAILED, TIMED_OUT, ABORTED); a producer sends (valid, keyed,
+unusable, awaiting, run-once, forged Sluice attributes, a duplicate deduplication id); time passes;
+the operator sets MAX, a key's cap, pauses (MAX 0) and resumes, redrives an ended run, switches the
+state machine (with or without ``previousStateMachineArn``) and deletes the old one; someone starts
+an execution by hand on the stack's machine; DynamoDB's TTL sweeps.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from sluice.completion import StatusChange
+from sluice.ops.dlq import dlq_list, dlq_redrive
+from tests.reliability.world import Container, Event
+from tests.support.aws import status_change_event
+from tests.support.faults import count
+
+if TYPE_CHECKING:
+    from tests.explorer.sim import Explorer
+
+LAUNCHERS = ("A", "B", "C")
+COMPLETIONS = ("completion", "completion2", "completion3")
+STATUSES = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
+MAX_MESSAGES = 20
+MAX_BY_HAND = 3
+PAYLOADS = 6  # payload ids p0..p5: copies of one payload arise by themselves
+CKEYS = 2
+ADVANCES = (1.0, 10.0, 61.0, 200.0, 1000.0)
+# What a producer sends, and how often (``--without NAME`` leaves one out).
+PRODUCERS = (
+    ("valid", 6),
+    ("keyed", 2),
+    ("unusable", 1),
+    ("awaiting", 1),
+    ("once", 1),
+    ("forged", 1),
+    ("duplicate_id", 1),
+)
+FORGED = (
+    {"sluice-origin-message-id": "not a valid dedup id", "sluice-concurrency-key": "ck0"},
+    {"sluice-key-ticket": "1@\u00b2", "sluice-concurrency-key": "ck0"},
+    {"sluice-awaits": "[" * 5000},
+    {"sluice-awaits": '"p0"'},
+)
+
+
+class Actors:
+    def __init__(self, explorer: Explorer) -> None:
+        self.ex = explorer
+        self.sent_count = 0
+        self.by_hand = 0
+
+    @property
+    def world(self) -> Any:
+        return self.ex.world
+
+    @property
+    def choices(self) -> Any:
+        return self.ex.choices
+
+    @property
+    def waiting(self) -> list[Any]:
+        return self.ex.waiting
+
+    @property
+    def history(self) -> Any:
+        return self.ex.history
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.ex.config
+
+    @property
+    def machine(self) -> str:
+        return self.ex.world.settings.state_machine_arn
+
+    def note(self, text: str) -> None:
+        self.ex.note(text)
+
+    def busy(self) -> set[str]:
+        return self.ex.busy()
+
+    def spawn(self, *args: Any) -> None:
+        self.ex.spawn(*args)
+
+    def options(self) -> list[tuple[str, float, Callable[[], None]]]:
+        w = self.world
+        out: list[tuple[str, float, Callable[[], None]]] = []
+        if self.waiting:
+            out.append(("resume", 30.0, self.do_resume))
+        idle = [n for n in LAUNCHERS if n not in self.busy()]
+        if idle:
+            out.append(("tick", 3.0, lambda: self.do_tick(idle)))
+        free = [n for n in COMPLETIONS if n not in self.busy()]
+        if w.pending and free:
+            out.append(("deliver", 3.0, lambda: self.do_deliver(free)))
+        if w.model.running:
+            out.append(("end", 2.0, self.do_end))
+        if self.sent_count < MAX_MESSAGES:
+            out.append(("send", 3.0, self.do_send))
+        out.append(("advance", 1.0, self.do_advance))
+        if w.pending:
+            out.append(("lose", 0.5, self.do_lose))
+        if w.delivered:
+            out.append(("redeliver", 0.4, self.do_redeliver))
+        if w.model.starts:
+            out.append(("running_event", 0.2, self.do_running_event))
+        out.append(("operator", 0.6, self.do_operator))
+        if w.redrivable():
+            out.append(("redrive", 0.4, self.do_redrive))
+        if self.by_hand < MAX_BY_HAND:
+            out.append(("by_hand", 0.3, self.do_by_hand))
+        out.append(("ttl", 0.2, self.do_ttl))
+        if w.model.dead_lettered:
+            out.append(("dlq_redrive", 0.2, self.do_dlq_redrive))
+        if self.ex.switch.old is None:
+            out.append(("switch_machine", 0.15, self.do_switch_machine))
+        elif self.ex.switch.deletable():
+            out.append(("delete_old_machine", 0.3, self.do_delete_old_machine))
+        return out
+
+    def step(self) -> None:
+        options = self.options()
+        _, _, act = options[self.choices.draw(len(options), [o[1] for o in options])]
+        act()
+
+    def do_resume(self) -> None:
+        inv = self.waiting[self.choices.draw(len(self.waiting))]
+        self.ex.resume(inv)
+
+    def do_tick(self, idle: list[str]) -> None:
+        name = idle[self.choices.draw(len(idle))]
+        self.world.ticks += 1
+        self.spawn("tick", name, lambda c: c.launcher.tick())
+
+    def do_deliver(self, free: list[str]) -> None:
+        w = self.world
+        event = w.pending.pop(self.choices.draw(len(w.pending)))
+        self.complete(free[0], event)
+
+    def complete(self, container: str, event: Event) -> None:
+        def work(c: Container) -> None:
+            c.launcher.on_status_change(StatusChange.from_event(event.body))
+
+        self.spawn("completion", container, work, event)
+
+    def do_redeliver(self) -> None:
+        free = [n for n in COMPLETIONS if n not in self.busy()]
+        w = self.world
+        event = w.delivered[self.choices.draw(len(w.delivered))]
+        if free:
+            count("explorer:event_repeated")
+            self.complete(free[0], event)
+
+    def do_lose(self) -> None:
+        w = self.world
+        event = w.pending.pop(self.choices.draw(len(w.pending)))
+        count("explorer:event_lost")
+        self.note(f"lose the {event.status} event of {event.name[:12]}")
+
+    def do_running_event(self) -> None:
+        free = [n for n in COMPLETIONS if n not in self.busy()]
+        w = self.world
+        name = w.model.starts[self.choices.draw(len(w.model.starts))].name
+        if free:
+            count("explorer:event_running_late")
+            body = status_change_event(self.history.machine.get(name, self.machine), name, "RUNNING")
+            self.complete(free[0], Event(0, name, "RUNNING", body, w.ticks))
+
+    def do_end(self) -> None:
+        w = self.world
+        names = sorted(w.model.running)
+        name = names[self.choices.draw(len(names))]
+        status = STATUSES[self.choices.draw(len(STATUSES), (4, 2, 1, 1))]
+        effects = None
+        if status == "SUCCEEDED" and w.model.claims.get(name) and self.choices.chance(0.15):
+            effects = [{"payload": {"id": f"p{self.choices.draw(PAYLOADS)}", "effect": 0}}]
+        self.note(f"{name[:12]} ends {status}" + (f" naming effect {effects}" if effects else ""))
+        w.end(name, status, effects)
+        self.history.record(name, status)
+
+    def do_send(self) -> None:
+        w = self.world
+        draw = self.choices.draw
+        self.sent_count += 1
+        kind = draw(7, [0 if name in self.ex.without else w for name, w in PRODUCERS])
+        payload = f"p{draw(PAYLOADS)}"
+        body = json.dumps({"id": payload})
+        group = f"g{draw(3)}"
+        attributes: dict[str, str] = {}
+        valid = True
+        if kind == 1:
+            attributes["sluice-concurrency-key"] = f"ck{draw(CKEYS)}"
+        elif kind == 2:
+            body, valid = "{not json", False
+        elif kind == 3:
+            other = (int(payload[1:]) + 1 + draw(PAYLOADS - 1)) % PAYLOADS  # never itself: a cycle
+            attributes["sluice-awaits"] = json.dumps([f"p{other}"])
+        elif kind == 4:
+            attributes["sluice-once"] = "true"
+        elif kind == 5:
+            attributes, valid = dict(FORGED[draw(len(FORGED))]), False
+        dedup = None
+        if kind == 6 and w.model.sent:
+            earlier = sorted(w.model.sent.values(), key=lambda s: s.message_id)
+            dedup = earlier[draw(len(earlier))].dedup
+        sent = w.send(body, group=group, valid=valid, attributes=attributes or None, dedup=dedup)
+        forged = {k: v[:24] for k, v in attributes.items()}
+        self.note(f"send {body[:20]} {forged} {'(invalid) ' if not valid else ''}-> {sent}")
+
+    def do_advance(self) -> None:
+        seconds = ADVANCES[self.choices.draw(len(ADVANCES), (4, 3, 2, 1, 1))]
+        self.note(f"advance {seconds:g} s")
+        self.world.advance(seconds)
+
+    def do_operator(self) -> None:
+        w = self.world
+        draw = self.choices.draw
+        what = draw(3)
+        if what == 0:
+            value = draw(self.config["max_concurrency"] + 2)
+            self.note(f"operator: set-max {value}")
+            w.set_max(value)
+        elif what == 1:
+            ckey, cap = f"ck{draw(CKEYS)}", (None, 0, 1, 2)[draw(4)]
+            self.note(f"operator: set-max {cap} --key {ckey}")
+            w.set_key_cap(ckey, cap)
+        else:
+            self.note(f"operator: set-max {self.config['max_concurrency']} (back)")
+            w.set_max(self.config["max_concurrency"])
+
+    def do_redrive(self) -> None:
+        w = self.world
+        names = sorted(w.redrivable())
+        name = names[self.choices.draw(len(names))]
+        self.note(f"operator: redrive {name[:12]}")
+        w.redrive(name)
+        self.history.record(name, "RUNNING")
+
+    def do_by_hand(self) -> None:
+        self.by_hand += 1
+        name = self.world.start_by_hand(f"p{self.choices.draw(PAYLOADS)}")
+        self.note(f"someone starts {name[:12]} by hand")
+        self.history.record(name, "RUNNING", self.machine)
+
+    def do_ttl(self) -> None:
+        self.note("TTL sweep")
+        self.world.expire_ttl()
+
+    # -- a run ---------------------------------------------------------------------------------------
+
+    def do_switch_machine(self) -> None:
+        previous = self.choices.draw(2) == 0
+        self.note(
+            "operator: switch the state machine" + (" (previousStateMachineArn set)" if previous else "")
+        )
+        self.ex.switch.switch(previous)
+
+    def do_delete_old_machine(self) -> None:
+        self.note("operator: delete the old state machine")
+        self.ex.switch.delete()
+
+    def do_dlq_redrive(self) -> None:
+        self.note("operator: sluice dlq redrive")
+        count("explorer:dlq_redrive")
+        w = self.world
+        source = {m.message_id: m.source_message_id for m in dlq_list(w.operator).messages}
+        report = dlq_redrive(w.operator)
+        for done in report.done:  # a redriven copy is the message it came from, to the model
+            origin = source.get(done["dlq_message_id"])
+            if origin and done.get("message_id"):
+                w.model.origin[done["message_id"]] = w.model.logical(origin)

@@ -1,0 +1,302 @@
+"""The explorer: Sluice's real code on in-process moto, every AWS call a switch point.
+
+A run builds a small world (tests/reliability/world.py: the stack, launcher containers with their
+own Runtime and caches, the Model observing every call) and then takes ``steps`` steps. At each step
+the seeded scheduler (``Choices``) picks one thing to happen: an invocation waiting at a switch point
+proceeds to its next AWS call, a new invocation starts (a scheduled tick in an idle launcher
+container; a completion for a status event, in one of several completion containers), or an actor
+of the world acts at once (a producer sends, an execution ends, EventBridge loses or repeats an
+event, the operator changes a limit or redrives, someone starts an execution by hand, time passes,
+DynamoDB's TTL sweeps). Invocations are greenlets: a botocore hook on every container client
+(``Switch``) hands control back to the scheduler before each call, and, when the scheduler resumes
+it, may crash the container before the call or after it took effect, throttle it, or lose its
+response after it took effect. Step Functions' reads answer from a view up to a minute old
+(tests/explorer/view.py). After every step the world's promises are checked (the Model's record,
+the ledger against the leases, the keys' caps); at the end every invocation runs to its end with no
+fault, and the world settles and checks what holds at rest.
+
+Everything is deterministic given the list of draws, so a failure replays from it (``replay``).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from botocore.exceptions import ReadTimeoutError
+from greenlet import greenlet
+from moto.moto_api._internal import mock_random
+
+from sluice.errors import TransientError
+from tests.explorer.actors import Actors
+from tests.explorer.choices import Choices
+from tests.explorer.fast_moto import faster_moto
+from tests.explorer.switch import MachineSwitch
+from tests.explorer.view import History, StaleView
+from tests.explorer.world import ExplorerWorld
+from tests.reliability.world import Container, Event
+from tests.support.faults import Call, Crash, Fault, Injector, count, throttled
+
+SKEWS = (0.0, 30.0, -30.0, 3600.0, -3600.0)  # launcher B's clock; docs/protocol.md: up to an hour
+# What may happen at a switch point once the invocation is resumed (weights of a fresh draw).
+NOTHING, CRASH_BEFORE, THROTTLE, CRASH_AFTER, LOST = range(5)
+AT_CALL = (60, 1, 1, 1, 1)
+FAULT_NAMES = ("", "crash before", "throttle", "crash after", "lost response")
+
+
+class Failure(AssertionError):
+    """A promise broken, or an invocation that raised what a tick must never raise."""
+
+
+@dataclass
+class Invocation:
+    kind: str  # tick or completion
+    container: Container
+    label: str
+    event: Event | None = None
+    glet: Any = None
+    at: str = ""  # the call it waits to make
+    faulted: bool = False  # a throttle or a lost response reached it: it may fail with a TransientError
+    after: int = NOTHING  # what happens once the call it is making took effect
+
+
+class Switch(Fault):
+    """Every call of a container: a switch point, then maybe a fault drawn by the scheduler."""
+
+    def __init__(self, explorer: Explorer, inv: Invocation) -> None:
+        self.explorer = explorer
+        self.inv = inv
+
+    def before(self, injector: Injector, call: Call) -> tuple[Any, dict[str, Any]] | None:
+        ex = self.explorer
+        self.inv.after = NOTHING
+        self.inv.at = f"{call.operation}/{call.step}"
+        if ex.faulty:
+            ex.waiting.append(self.inv)
+            ex.main.switch()  # the scheduler resumes this invocation when it draws it
+        answer = ex.switch.answer(call)  # IAM, or a deleted state machine
+        if answer is not None or not ex.faulty:
+            return answer
+        what = ex.choices.draw(len(AT_CALL), AT_CALL)
+        if what:
+            ex.note(f"{self.inv.label} at {self.inv.at}: {FAULT_NAMES[what]}")
+        if what == CRASH_BEFORE:
+            count("explorer:crash_before")
+            injector.dead = True
+            raise Crash(f"{injector.name} died before {call.operation}")
+        if what == THROTTLE:
+            count("explorer:throttle")
+            self.inv.faulted = True
+            return throttled(call.service)
+        self.inv.after = what
+        return None
+
+    def after(self, injector: Injector, call: Call, status: int, parsed: dict[str, Any]) -> None:
+        what, self.inv.after = self.inv.after, NOTHING
+        if status >= 300:
+            return
+        if what == CRASH_AFTER:
+            count("explorer:crash_after")
+            injector.dead = True
+            raise Crash(f"{injector.name} died after {call.operation}")
+        if what == LOST:
+            count("explorer:lost_response")
+            self.inv.faulted = True
+            raise ReadTimeoutError(endpoint_url=f"https://{call.service}.invalid/")
+
+
+@contextmanager
+def deterministic(seed: int) -> Iterator[None]:
+    """moto's ids, uuid4 and every ``random.Random()`` made without a seed (Sluice's shard and lane
+    orders, a launcher's identity) drawn from ``seed``, so that a run is a function of its draws."""
+    mock_random.seed(seed)
+    rng = random.Random(seed)
+    original_random, original_uuid4 = random.Random, uuid.uuid4
+
+    class Seeded(original_random):  # type: ignore[misc, valid-type]
+        def __init__(self, x: Any = None) -> None:
+            super().__init__(rng.getrandbits(64) if x is None else x)
+
+    random.Random = Seeded  # type: ignore[misc]
+    uuid.uuid4 = lambda: uuid.UUID(int=rng.getrandbits(128), version=4)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        random.Random = original_random  # type: ignore[misc]
+        uuid.uuid4 = original_uuid4
+
+
+@dataclass
+class Outcome:
+    failure: str | None
+    draws: list[int]
+    steps: int
+    calls: int
+    cpu: float
+    trace: list[str] = field(default_factory=list)
+
+
+class Explorer:
+    def __init__(self, choices: Choices, steps: int, *, without: frozenset[str] = frozenset()) -> None:
+        self.choices = choices
+        self.steps = steps
+        self.without = without  # producers left out
+        self.trace: list[str] = []
+        self.calls = 0
+        self.faulty = True  # switch points yield and may fault (off while the run winds down)
+        self.waiting: list[Invocation] = []
+        self.running: list[Invocation] = []
+        self.failure: str | None = None
+        self.main = greenlet.getcurrent()
+        self.actors = Actors(self)
+        self.switch = MachineSwitch(self)
+        draw = choices.draw
+        self.config = {
+            "max_concurrency": 2 + draw(3),
+            "skew": SKEWS[draw(len(SKEWS))],
+            "slots_per_shard": (8, 2, 1)[draw(3)],
+            "key_concurrency": 1 + draw(2),
+        }
+        self.world = ExplorerWorld(**self.config)
+        observe = self.world.model.saw
+
+        def saw(call: Call, status: int, parsed: dict[str, Any]) -> None:
+            self.calls += 1  # every call of Sluice's code that reached AWS or a fault: the rate's numerator
+            observe(call, status, parsed)
+
+        self.world.model.saw = saw  # type: ignore[method-assign]
+        self.history = History(self.world.clock)
+
+    def note(self, text: str) -> None:
+        self.trace.append(f"[{len(self.choices.made)}] {text}")
+
+    # -- invocations ---------------------------------------------------------------------------------
+
+    def container(self, name: str) -> Container:
+        if name not in self.world.containers:
+            self.world.add_container(name)
+        return self.world.containers[name]
+
+    def busy(self) -> set[str]:
+        return {inv.container.name for inv in self.running}
+
+    def spawn(
+        self, kind: str, name: str, work: Callable[[Container], Any], event: Event | None = None
+    ) -> None:
+        inv = Invocation(kind, self.container(name), f"{kind}@{name}", event)
+        self.note(f"start {inv.label}" + (f" for {event.status} of {event.name[:12]}" if event else ""))
+
+        def body() -> None:
+            c = inv.container
+            c.injector.faults[:] = [Switch(self, inv), StaleView(self)]
+            outcome = "ok"
+            try:
+                work(c)
+            except Crash:
+                outcome = "crashed"
+            except TransientError as exc:
+                outcome = "refused"
+                if not inv.faulted:
+                    self.failure = f"{inv.label} failed with no fault injected: {exc!r}"
+            except Exception as exc:
+                outcome = "raised"
+                self.failure = (
+                    f"bad input or a race crashed an invocation: {inv.label} raised {exc!r}\n"
+                    + "".join(traceback.format_exception(exc)[-6:])
+                )
+            finally:
+                c.injector.faults.clear()
+            self.world.model.invocation_ended(c.name, "crashed" if c.injector.dead else outcome)
+            if outcome == "crashed" or c.injector.dead:
+                c.restart()
+            if c.name in self.switch.redeploy:
+                self.switch.restart(c.name)
+            if kind == "tick" and outcome == "ok":
+                self.world.model.tick_returned()
+            if event is not None:
+                (self.world.delivered if outcome == "ok" else self.world.pending).append(event)
+            self.running.remove(inv)
+            self.note(f"end {inv.label}: {outcome}")
+
+        inv.glet = greenlet(body, parent=self.main)
+        self.running.append(inv)
+        self.resume(inv)
+
+    def resume(self, inv: Invocation) -> None:
+        if inv in self.waiting:
+            self.waiting.remove(inv)
+        inv.glet.switch()
+        if self.failure:
+            raise Failure(self.failure)
+
+    # -- the step ------------------------------------------------------------------------------------
+
+    def check(self, when: str) -> None:
+        try:
+            self.world.check()
+        except AssertionError as exc:
+            raise Failure(f"{exc} ({when})") from exc
+
+    def wind_down(self) -> None:
+        """Every invocation runs to its end with no fault."""
+        self.faulty = False
+        while self.waiting:
+            self.resume(self.waiting[0])
+        self.check("winding down")
+
+    def run(self) -> None:
+        for i in range(self.steps):
+            self.actors.step()
+            self.check(f"step {i}")
+        self.wind_down()
+        try:
+            self.world.settle()
+        except AssertionError as exc:
+            raise Failure(f"{exc} (at rest)") from exc
+        except Exception as exc:
+            # moto's own exception out of the suite's settling (not through a client): the harness.
+            who = "the harness" if type(exc).__module__.startswith("moto") else "bad input or a race"
+            raise Failure(
+                f"{who} crashed an invocation: settling raised {exc!r} (at rest)\n"
+                + "".join(traceback.format_exception(exc)[-6:])
+            ) from exc
+
+    def close(self) -> None:
+        self.faulty = False
+        for inv in list(self.running):
+            if not inv.glet.dead:
+                inv.glet.throw(greenlet.GreenletExit)
+        self.world.close()
+
+
+def explore(
+    seed: int, steps: int, replay: list[int] | None = None, *, without: frozenset[str] = frozenset()
+) -> Outcome:
+    """One run: seed ``seed`` (the world's own randomness, and the draws unless ``replay`` gives them)."""
+    choices = Choices(seed, replay)
+    started = time.process_time()
+    failure = None
+    explorer = None
+    with deterministic(seed), faster_moto():
+        try:
+            explorer = Explorer(choices, steps, without=without)
+            explorer.run()
+        except Failure as exc:
+            failure = str(exc)
+        finally:
+            if explorer is not None:
+                explorer.close()
+    return Outcome(
+        failure,
+        list(choices.made),
+        steps,
+        explorer.calls if explorer else 0,
+        time.process_time() - started,
+        explorer.trace if explorer else [],
+    )

@@ -1,0 +1,132 @@
+"""Step Functions as an eventually consistent reader sees it: DescribeExecution and ListExecutions
+answer from a view up to ``BOUND`` seconds old.
+
+``History`` keeps each execution's status by virtual time (every start, end and redrive the explorer
+sees or makes). ``StaleView`` is a ``StaleList`` fault on a container's clients (the injector runs
+it before the model observes the call, so the model sees what the caller got): when an execution's
+status changed within the bound, the explorer draws how old the view is, and the answer is the
+status at that moment: a just-started execution reads as missing (``ExecutionDoesNotExist``), a
+just-ended one as RUNNING, a just-redriven one as ended.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from tests.support.faults import Call, Injector, StaleList, count
+from tests.support.hooks import error_answer
+
+BOUND = 60.0  # seconds: the oldest view Step Functions may answer from (docs/protocol.md)
+LAGS = (0.0, 1.0, 15.0, 45.0, BOUND)  # how old a view may be drawn (0: fresh)
+
+
+@dataclass
+class History:
+    """Each execution's statuses, by virtual time: name -> [(t, status)], oldest first."""
+
+    clock: Any
+    by_name: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
+    machine: dict[str, str] = field(default_factory=dict)  # name -> its state machine's ARN
+
+    def record(self, name: str, status: str, machine: str | None = None) -> None:
+        self.by_name.setdefault(name, []).append((self.clock.now(), status))
+        if machine:
+            self.machine.setdefault(name, machine)
+
+    def started(self, name: str, machine: str) -> None:
+        if name not in self.by_name:
+            self.record(name, "RUNNING", machine)
+
+    def at(self, name: str, t: float) -> str | None:
+        """The status at ``t`` (None: it did not exist yet)."""
+        status = None
+        for when, s in self.by_name.get(name, []):
+            if when > t:
+                break
+            status = s
+        return status
+
+    def changed_since(self, name: str, t: float) -> bool:
+        return any(when > t for when, _ in self.by_name.get(name, []))
+
+    def recent(self, t: float) -> list[str]:
+        return sorted(n for n, h in self.by_name.items() if any(when > t for when, _ in h))
+
+
+def _name(arn: str) -> str:
+    return arn.rsplit(":", 1)[-1]
+
+
+class StaleView(StaleList):
+    """The stale answers of one container's DescribeExecution and ListExecutions."""
+
+    def __init__(self, explorer: Any) -> None:
+        super().__init__("explorer")
+        self.explorer = explorer
+        self.lag: dict[int, float] = {}  # id(call) -> how old its view is
+
+    def _draw(self, call: Call, changed: bool) -> float:
+        if not changed or not self.explorer.faulty:
+            return 0.0
+        lag = LAGS[self.explorer.choices.draw(len(LAGS), (6, 1, 1, 1, 1))]
+        if lag:
+            self.lag[id(call)] = lag
+        return lag
+
+    def before(self, injector: Injector, call: Call) -> tuple[Any, dict[str, Any]] | None:
+        history: History = self.explorer.history
+        now = self.explorer.world.clock.now()
+        if call.operation == "DescribeExecution":
+            name = _name(call.params.get("executionArn", ""))
+            lag = self._draw(call, history.changed_since(name, now - BOUND))
+            if lag and history.at(name, now - lag) is None:
+                self.lag.pop(id(call), None)
+                count("stale:describe_missing")
+                return error_answer("ExecutionDoesNotExist", 400)
+        elif call.operation == "ListExecutions" and "nextToken" not in call.params:
+            self._draw(call, bool(history.recent(now - BOUND)))
+        return None
+
+    def after(self, injector: Injector, call: Call, status: int, parsed: dict[str, Any]) -> None:
+        lag = self.lag.pop(id(call), 0.0)
+        if not lag or status >= 300:
+            if call.operation == "StartExecution" and status < 300:
+                self.explorer.history.started(call.params["name"], call.params["stateMachineArn"])
+            return
+        history: History = self.explorer.history
+        then = self.explorer.world.clock.now() - lag
+        if call.operation == "DescribeExecution":
+            was = history.at(_name(parsed.get("executionArn", "")), then)
+            if was is not None and was != parsed.get("status"):
+                count(f"stale:describe_{was.lower()}")
+                parsed["status"] = was
+                if was == "RUNNING":
+                    for gone in ("stopDate", "output", "error", "cause"):
+                        parsed.pop(gone, None)
+                else:
+                    parsed.setdefault("stopDate", datetime.now(UTC))
+        elif call.operation == "ListExecutions" and call.params.get("statusFilter") == "RUNNING":
+            machine = call.params.get("stateMachineArn")
+            listed = {e["name"]: e for e in parsed.get("executions", [])}
+            view = {n: e for n, e in listed.items() if history.at(n, then) in (None, "RUNNING")}
+            for name in history.recent(then):
+                if history.machine.get(name) == machine and history.at(name, then) == "RUNNING":
+                    view.setdefault(
+                        name,
+                        {
+                            "executionArn": machine.replace(":stateMachine:", ":execution:") + f":{name}",
+                            "stateMachineArn": machine,
+                            "name": name,
+                            "status": "RUNNING",
+                            "startDate": datetime.now(UTC),
+                        },
+                    )
+            # Started after the view was taken: not in it.
+            view = {
+                n: e for n, e in view.items() if not (n in history.by_name and history.at(n, then) is None)
+            }
+            if set(view) != set(listed):
+                count("stale:list")
+            parsed["executions"] = list(view.values())

@@ -1,0 +1,121 @@
+"""The reliability world, its own reads made straight from moto's backends.
+
+The checks after every step read the whole table (the ledger against the leases) and Step
+Functions' RUNNING executions. Through boto3 each read is a request that moto parses, runs and
+serialises; here the same items and names are read from moto's backends, in the wire format the
+checks expect. Sluice's calls are unchanged: only the suite's own observation is cheaper.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from moto.core import DEFAULT_ACCOUNT_ID
+from moto.dynamodb.models import dynamodb_backends
+from moto.stepfunctions.models import stepfunctions_backends
+
+from tests.reliability.world import END_ERRORS, Event, World
+from tests.support.aws import REGION, status_change_event
+from tests.support.faults import Call
+from tests.support.model import Model
+
+
+def _wire(value: Any) -> dict[str, Any]:
+    kind, raw = value.type, value.value
+    if kind == "M":
+        return {"M": {k: _wire(v) for k, v in raw.items()}}
+    if kind == "L":
+        return {"L": [_wire(v) for v in raw]}
+    return {kind: list(raw) if isinstance(raw, list) else raw}
+
+
+class ExplorerWorld(World):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.model.__class__ = ExplorerModel
+        self.machines = [self.settings.state_machine_arn]  # every state machine the stack has driven
+
+    def table(self, *attributes: str) -> dict[str, dict[str, Any]]:
+        table = dynamodb_backends[DEFAULT_ACCOUNT_ID][REGION].get_table(self.settings.table_name)
+        wanted = {"pk", *attributes} if attributes else None
+        items: dict[str, dict[str, Any]] = {}
+        for item in list(table.items.values()):
+            attrs = {k: _wire(v) for k, v in item.attrs.items() if wanted is None or k in wanted}
+            items[attrs["pk"]["S"]] = attrs
+        return items
+
+    def end(self, name: str, status: str = "SUCCEEDED", effects: list[dict[str, Any]] | None = None) -> Event:
+        """``World.end``, for the RUNNING execution of that name on whichever machine the stack has
+        driven (the stack's ``finish`` goes by the claim's recorded ARN, which a resume after a switch
+        of the state machine no longer matches)."""
+        output = None
+        if effects is not None and status == "SUCCEEDED":
+            output = json.dumps({"sluiceEffects": effects})
+            self.model.expect_effects(name, len(effects))
+            self.count("ended:with_effects")
+            self.count("effects:named", len(effects))
+        execution = self._execution(name)
+        execution.status = status
+        execution.stop_date = datetime.now(UTC)
+        execution.output = output
+        error = END_ERRORS.get(status)
+        if error:
+            execution.error, execution.cause = error, f"{error} cause"
+        body = status_change_event(
+            execution.state_machine_arn, name, status, error=error, stop=execution.stop_date, output=output
+        )
+        self.model.ended(name, status)
+        self.ended_as[name] = status
+        self.ended_when[name] = self.clock.now()
+        self.count(f"ended:{status}")
+        return self.owe_event(name, status, body)
+
+    def _execution(self, name: str) -> Any:
+        machine = self._machine_of(name) or self.settings.state_machine_arn
+        arn = machine.replace(":stateMachine:", ":execution:") + f":{name}"
+        return stepfunctions_backends[DEFAULT_ACCOUNT_ID][REGION].describe_execution(arn)
+
+    def redrivable(self) -> list[str]:
+        """What RedriveExecution accepts, of the machines not deleted."""
+        return [n for n in super().redrivable() if self._machine_of(n) is not None]
+
+    def _machine_of(self, name: str) -> str | None:
+        """The machine that has an execution of that name: the one where it runs, if one does."""
+        backend = stepfunctions_backends[DEFAULT_ACCOUNT_ID][REGION]
+        found = [
+            (e.status == "RUNNING", m.arn)
+            for m in backend.state_machines
+            for e in m.executions
+            if e.name == name
+        ]
+        return max(found)[1] if found else None
+
+    def running_in_step_functions(self) -> set[str]:
+        backend = stepfunctions_backends[DEFAULT_ACCOUNT_ID][REGION]
+        names: set[str] = set()
+        for arn in self.machines:
+            machine = next((m for m in backend.state_machines if m.arn == arn), None)
+            if machine is not None:
+                names.update(e.name for e in machine.executions if e.status == "RUNNING")
+        return names
+
+
+class ExplorerModel(Model):
+    """The suite's model, with the external count ordered by when its listing was taken.
+
+    Promise 1 counts an execution outside Sluice once a reconciliation whose listing showed it has
+    completed. Two reconciliations may complete in the other order than they listed: the count in
+    force is the newest listing's, whichever saved last (an older listing saved later would hide
+    an execution the newer one saw, and admit past MAX)."""
+
+    known_at = 0  # the event count at which the listing now in force was taken
+
+    def _on_save_reconciliation(self, call: Call, parsed: dict[str, Any]) -> None:
+        at, _ = self.listing.get(call.container, (0, set()))
+        if at < self.known_at:
+            self.listing.pop(call.container, None)
+            return
+        super()._on_save_reconciliation(call, parsed)
+        self.known_at = at
