@@ -15,17 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 100
-KNOWN = "issue 25 break {}, fixed on another branch"
-SEEDS = [
-    *(pytest.param(seed, 20, id=f"seed-{seed}") for seed in (1, 2, 4, 5, 6, 7, 9)),
-    pytest.param(12, 0, id="seed-12", marks=pytest.mark.xfail(strict=False, reason=KNOWN.format(8))),
-    pytest.param(
-        3,
-        0,
-        id="seed-3",
-        marks=pytest.mark.xfail(strict=False, reason=KNOWN.format("6 (a forged sluice-origin-message-id)")),
-    ),
-]
+SEEDS = [pytest.param(seed, 20, id=f"seed-{seed}") for seed in (1, 2, 3, 4, 5, 6, 7, 9, 12)]
 
 
 @pytest.mark.parametrize(("seed", "shrink"), SEEDS)
@@ -74,9 +64,6 @@ def test_every_fault_fires() -> None:
     from tests.support.faults import FAULTS
 
     before = dict(FAULTS)
-    for seed in (21, 22, 23, 24):
-        explore(seed, 120, without=frozenset({"forged"}))
-    fired = {k for k, v in FAULTS.items() if v > before.get(k, 0)}
     expected = {
         "explorer:crash_before",
         "explorer:crash_after",
@@ -85,5 +72,11 @@ def test_every_fault_fires() -> None:
         "explorer:event_lost",
         "stale:list",
     }
+    # Seeds until every fault has fired (at most 12 runs): a change of Sluice's calls moves the draws.
+    for seed in range(21, 33):
+        explore(seed, 120, without=frozenset({"forged"}))
+        fired = {k for k, v in FAULTS.items() if v > before.get(k, 0)}
+        if expected <= fired and any(k.startswith("stale:describe_") for k in fired):
+            break
     assert expected <= fired, sorted(expected - fired)
     assert any(k.startswith("stale:describe_") for k in fired), sorted(fired)

@@ -92,7 +92,11 @@ def effect_origin(name: str, index: int) -> str:
 def awaited_keys(sent: Sent | None) -> list[str]:
     """The keys a sent message awaits (its ``sluice-awaits`` attribute)."""
     raw = sent.attributes.get(AWAITS_ATTRIBUTE) if sent is not None else None
-    return [str(k) for k in json.loads(raw)] if raw else []
+    try:
+        keys = json.loads(raw) if raw else []
+    except (ValueError, RecursionError):
+        return []  # a forged value: its message is dead-lettered as invalid, it awaits nothing
+    return [str(k) for k in keys] if isinstance(keys, list) else []
 
 
 def canonical_key(body: str, attributes: dict[str, str] | None = None) -> str:
