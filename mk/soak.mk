@@ -2,11 +2,13 @@
 # the semaphore step's and @exclusive's (the moto-backed ones run a quarter of SOAK_EXAMPLES).
 #   SOAK_EXAMPLES  programs to run (default 100)    SOAK_STEPS  actions per program, at most (default 50)
 #   SOAK_SEED      Hypothesis seed (random unless given; printed, so a run can be repeated)
+#   SOAK_EXPLORE_MINUTES  CPU minutes of the explorer after the property tests (mk/explore.mk; default 30)
 # A failure shrinks to a short program, printed as Python with its @reproduce_failure blob, and is
 # kept in .hypothesis/examples: the next `make soak` replays it first, whatever the seed.
 SOAK_EXAMPLES ?= 100
 SOAK_STEPS ?= 50
 SOAK_REPORT ?= .hypothesis/soak-report.json
+SOAK_EXPLORE_MINUTES ?= 30
 ifndef SOAK_SEED
 SOAK_SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
 endif
@@ -19,4 +21,5 @@ soak: $(STAMP)
 		$(VENV)/bin/pytest -q --timeout=0 tests/reliability/test_stateful.py \
 		tests/reliability/test_semaphore_stateful.py tests/reliability/test_exclusive_stateful.py \
 		--hypothesis-seed=$(SOAK_SEED) --hypothesis-show-statistics
+	$(MAKE) --no-print-directory explore-long MINUTES=$(SOAK_EXPLORE_MINUTES)
 	@echo "soak: seed $(SOAK_SEED); figures in $(SOAK_REPORT)"
