@@ -3,7 +3,9 @@ real launcher and handlers. Each is strict-xfail: it fails on the code as it is,
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -13,7 +15,7 @@ from moto.stepfunctions.models import stepfunctions_backends
 from sluice.clock import FakeClock
 from sluice.completion import StatusChange, handle_status_change
 from sluice.model import PayloadState
-from tests.support.aws import REGION, build_stack
+from tests.support.aws import REGION, WORKFLOW, build_stack
 from tests.support.hooks import Crash, receipts_of
 
 
@@ -147,3 +149,42 @@ def test_an_adoption_on_a_stale_running_answer_leaks_its_slot_for_good(session):
     stack.launcher().tick()
     assert len(stack.running()) == 2, f"MAX 2, nothing else runs, yet only {stack.running()} started"
     assert store.ledger().holders == set(stack.running())
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a run-once holder released as vanished (machine deleted, its SUCCEEDED event lost) is no success: the key's next once-message runs again",
+)
+def test_a_vanished_run_once_success_lets_the_key_run_once_more(session):
+    """A once-message of k starts e1 on machine M1. The stack switches to M2 (the documented upgrade
+    path); a tick marks e1 RUNNING by its ARN. e1 SUCCEEDED, its status event lost; the operator
+    deletes M1. Reconciliation: e1 does not exist, so it is released with an unknown outcome, and
+    no ``succeeded_by`` is written. A new once-message of k then claims and starts: k, run-once,
+    runs successfully twice."""
+    clock = FakeClock()
+    stack = build_stack(session, max_concurrency=2, clock=clock)
+    stack.send({"id": "k"}, group="a", sluice_once="true")
+    stack.launcher().tick()
+    (e1,) = stack.running()
+    m2 = stack.client("stepfunctions").create_state_machine(
+        name="sluice-test-workflow-v2",
+        definition=json.dumps(WORKFLOW),
+        roleArn=f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/sluice-test-sfn",
+    )["stateMachineArn"]
+    m1 = stack.settings.state_machine_arn
+    stack.settings = replace(stack.settings, state_machine_arn=m2)
+    clock.advance(61)
+    stack.launcher().tick()
+    store = stack.runtime().store()
+    assert store.execution(e1).once
+    assert store.execution(e1).state is PayloadState.RUNNING  # asked by its ARN on M1: running
+
+    stack.finish(e1, "SUCCEEDED", output="{}")  # its status event is lost
+    stack.client("stepfunctions").delete_state_machine(stateMachineArn=m1)
+    clock.advance(61)
+    stack.launcher().tick()
+    assert store.ledger().holders == frozenset()
+
+    stack.send({"id": "k"}, group="b", sluice_once="true")
+    stack.launcher().tick()
+    assert stack.running() == [], "a run-once key whose run SUCCEEDED started again"
