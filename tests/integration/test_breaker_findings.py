@@ -188,3 +188,42 @@ def test_a_vanished_run_once_success_lets_the_key_run_once_more(session):
     stack.send({"id": "k"}, group="b", sluice_once="true")
     stack.launcher().tick()
     assert stack.running() == [], "a run-once key whose run SUCCEEDED started again"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a stale RUNNING answer for a just-ended run, its key held by another, marks the key redriven; every later message of the key is then held back by a run that ended",
+)
+def test_a_stale_running_answer_marks_a_key_redriven_and_holds_its_messages_back_for_good(session):
+    """e1 of k FAILED and its event released it. n2 of k is claimed and started. Within seconds a
+    reconciliation gets the stale answers the bound allows for e1 (listed RUNNING, described
+    RUNNING): adoption is refused (n2 holds k), so k is marked redriven by e1. n2 ends and is
+    released. A new message n3 of k: the claim finds the mark, DescribeExecution(e1) says FAILED at
+    the stop date e1's record holds, taken for a stale answer ("it runs"): e1 is adopted and n3 is
+    its duplicate. e1 never runs again, and n3 never starts, however long the ticks go on."""
+    clock = FakeClock()
+    stack = build_stack(session, max_concurrency=3, clock=clock)
+    stack.send({"id": "k", "n": 1}, group="a")
+    stack.launcher().tick()
+    (e1,) = stack.running()
+    assert deliver(stack, stack.finish(e1, "FAILED", error="Boom"))
+    stack.send({"id": "k", "n": 2}, group="b")
+    stack.launcher().tick(reconcile_first=False)
+    (n2,) = stack.running()
+    store = stack.runtime().store()
+    assert n2 != e1 and store.payload("k").holder == n2
+    rt = stack.runtime()
+    stale = stale_once(rt.client("stepfunctions"), e1)
+    rt.launcher().tick()  # adopt(e1) refused: n2 holds k; k marked redriven by e1
+    assert stale == Counter(listed=1, described=1)
+    assert store.payload("k").redriven == e1
+    assert deliver(stack, stack.finish(n2, "SUCCEEDED"))
+
+    stack.send({"id": "k", "n": 3}, group="c")
+    for _ in range(20):  # twenty minutes of ticks, every answer fresh
+        clock.advance(61)
+        stack.launcher().tick()
+    started = {json.dumps(i, sort_keys=True) for i in stack.inputs()}
+    assert json.dumps({"id": "k", "n": 3}, sort_keys=True) in started, (
+        f"n3 of k never started; k held by {store.payload('k').holder} (e1 is {e1}), queue {stack.queue_counts()}"
+    )
