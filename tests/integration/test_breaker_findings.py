@@ -16,7 +16,7 @@ from sluice.clock import FakeClock
 from sluice.completion import StatusChange, handle_status_change
 from sluice.model import PayloadState
 from tests.support.aws import REGION, WORKFLOW, build_stack
-from tests.support.hooks import Crash, receipts_of
+from tests.support.hooks import Crash, crash_after, receipts_of
 
 
 def deliver(stack, event) -> bool:
@@ -256,3 +256,39 @@ def test_a_misspelt_concurrency_key_is_refused_not_run_uncapped(session, name):
     assert len(stack.running()) <= 1 or len(dead) == 2, (
         f"{name}: {len(stack.running())} of concurrency key c run under a cap of 1; dead-lettered {len(dead)}"
     )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a resumed claim whose first start ran on a machine since deleted reads StateMachineDoesNotExist as never started, and starts the payload again",
+)
+def test_a_resumed_claim_on_a_deleted_machine_starts_its_payload_again(session):
+    """The launcher starts N (payload p) on M1 and dies before deleting its message. The stack
+    switches to M2 (its completion ignores M1's events); N SUCCEEDED; the operator deletes M1 (its
+    executions have ended). The message returns: the resume asks about N by its ARN on M1;
+    DescribeExecution answers ExecutionDoesNotExist (moto; AWS may say StateMachineDoesNotExist,
+    which ``describe`` now reads the same way for a machine the stack no longer uses), taken for
+    "never started": the claim is renewed onto M2 and N starts again: p ran twice from one message."""
+    clock = FakeClock()
+    stack = build_stack(session, max_concurrency=2, clock=clock)
+    stack.send({"id": "p"}, group="a")
+    rt = stack.runtime()
+    crashed = crash_after(rt.client("stepfunctions"), "StartExecution")
+    receipts = receipts_of(rt.client("sqs"))
+    with pytest.raises(Crash):
+        rt.launcher().tick()
+    assert crashed["calls"] == 1
+    (n,) = stack.running()
+    m1 = stack.settings.state_machine_arn
+    m2 = stack.client("stepfunctions").create_state_machine(
+        name="sluice-test-workflow-v2",
+        definition=json.dumps(WORKFLOW),
+        roleArn=f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/sluice-test-sfn",
+    )["stateMachineArn"]
+    stack.finish(n, "SUCCEEDED")  # its event is M1's: the switched stack's completion ignores it
+    stack.settings = replace(stack.settings, state_machine_arn=m2)
+    stack.client("stepfunctions").delete_state_machine(stateMachineArn=m1)
+
+    stack.visible_again(receipts)
+    stack.launcher().tick()
+    assert stack.executions() == [], f"p started again on M2: {[e['name'] for e in stack.executions()]}"
