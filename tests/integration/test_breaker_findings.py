@@ -292,3 +292,43 @@ def test_a_resumed_claim_on_a_deleted_machine_starts_its_payload_again(session):
     stack.visible_again(receipts)
     stack.launcher().tick()
     assert stack.executions() == [], f"p started again on M2: {[e['name'] for e in stack.executions()]}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a key holds one redriven mark: a second redriven run overwrites the first's, its adoption removes it, and the completion's refill starts beside the first",
+)
+def test_two_redriven_runs_of_a_held_key_leave_one_unmarked_and_a_refill_starts_beside_it(session):
+    """e1 and e2 of k FAILED and were released; n3 of k runs. The operator redrives e1 and e2. A
+    reconciliation is refused both adoptions (n3 holds k) and marks k redriven by e1, then by e2
+    (one attribute: e1's mark is gone). n3 ends; n4 of k finds the mark and adopts e2 (its
+    duplicate). e2 ends: its completion releases it and refills the freed slot with n5 of k: the
+    lease is free and unmarked, so n5 starts while e1, which Sluice saw running, still runs."""
+    from sluice.completion import StatusChange
+
+    clock = FakeClock()
+    stack = build_stack(session, max_concurrency=5, clock=clock)
+    ended = []
+    for n in (1, 2):
+        stack.send({"id": "k", "n": n}, group=f"g{n}")
+        stack.launcher().tick()
+        (e,) = stack.running()
+        assert deliver(stack, stack.finish(e, "FAILED", error="Boom"))
+        ended.append(e)
+    e1, e2 = sorted(ended)  # reconciliation goes through unknown runs in name order
+    stack.send({"id": "k", "n": 3}, group="g3")
+    stack.launcher().tick()
+    (n3,) = stack.running()
+    redrive(stack, e1)
+    redrive(stack, e2)
+    stack.launcher().tick()  # both adoptions refused: n3 holds k
+    store = stack.runtime().store()
+    assert store.payload("k").holder == n3 and store.payload("k").redriven == e2
+    assert deliver(stack, stack.finish(n3, "SUCCEEDED"))
+
+    stack.send({"id": "k", "n": 4}, group="g4")
+    stack.launcher().tick(reconcile_first=False)  # n4: the mark → e2 adopted; n4 its duplicate
+    assert store.payload("k").holder == e2
+    stack.send({"id": "k", "n": 5}, group="g5")
+    stack.launcher().on_status_change(StatusChange.from_event(stack.finish(e2, "SUCCEEDED")))
+    assert running_of_key(stack, "k") == [e1], f"runs of k at once: {running_of_key(stack, 'k')}"
