@@ -16,7 +16,7 @@ from sluice.clock import FakeClock
 from sluice.completion import StatusChange, handle_status_change
 from sluice.model import PayloadState
 from tests.support.aws import REGION, WORKFLOW, build_stack
-from tests.support.hooks import Crash, crash_after, receipts_of
+from tests.support.hooks import Crash, crash_after, error_answer, receipts_of
 
 
 def deliver(stack, event) -> bool:
@@ -340,3 +340,41 @@ def test_two_redriven_runs_of_a_held_key_leave_one_unmarked_and_a_refill_starts_
     stack.send({"id": "k", "n": 5}, group="g5")
     stack.launcher().on_status_change(StatusChange.from_event(stack.finish(e2, "SUCCEEDED")))
     assert running_of_key(stack, "k") == [e1], f"runs of k at once: {running_of_key(stack, 'k')}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a start mark kept by an unsure start fences off the block; the retry's renewal lifts it and starts beside the redriven run",
+)
+def test_an_unsure_start_after_the_mark_then_a_redrive_runs_the_key_twice(session):
+    """As above without a crash: n2's StartExecution answers 500 and did not start it (an unsure
+    start: claim and mark kept, the message returned). e1 of j is redriven; the next tick's
+    reconciliation is refused the adoption and the block (the mark), then its admission resumes n2:
+    renewal (the mark lifted), mark, StartExecution: e1 and n2 of j run at once."""
+    stack = build_stack(session, max_concurrency=5, clock=FakeClock())
+    stack.send({"id": "j", "n": 1}, group="a")
+    stack.launcher().tick()
+    (e1,) = stack.running()
+    assert deliver(stack, stack.finish(e1, "FAILED", error="Boom"))
+
+    stack.send({"id": "j", "n": 2}, group="b")
+    rt = stack.runtime()
+    seen: Counter = Counter()
+
+    def unsure(**_: Any) -> Any:
+        if seen["answered"]:
+            return None
+        seen["answered"] += 1
+        return error_answer("InternalFailure", 500)
+
+    rt.client("stepfunctions").meta.events.register("before-call.sfn.StartExecution", unsure)
+    assert rt.launcher().tick(reconcile_first=False).stopped == "transient"
+    assert seen["answered"] == 1 and stack.running() == []
+    store = stack.runtime().store()
+    (n2,) = store.ledger().holders
+    assert store.execution(n2).starting_at is not None
+
+    redrive(stack, e1)
+    stack.launcher().tick()  # reconciliation: adopt(e1) refused, block(n2) refused; then n2 resumed
+    assert store.payload("j").redriven == e1
+    assert len(running_of_key(stack, "j")) <= 1, f"two runs of key j at once: {running_of_key(stack, 'j')}"
