@@ -12,7 +12,9 @@ The rules bound every value: digits are ASCII digits (``"²".isdigit()`` is True
 raises), lengths are bounded, JSON is bounded in size and nesting before it is parsed, and values
 Sluice sends again (a re-sent message keeps its attributes; an origin id becomes part of an SQS
 deduplication id) hold only what SQS accepts there. An attribute named ``sluice-*`` that is not in
-the catalogue is refused too: a misspelt ``sluice-concurency-key`` would otherwise run uncapped.
+the catalogue is refused too: a misspelt ``sluice-concurency-key`` would otherwise run uncapped. So
+is one spelt in another case or with ``_`` for ``-`` (``Sluice-Concurrency-Key``), and one sent as
+Binary: SQS names are case-sensitive and the catalogue reads string values only.
 
 The attribute reference in docs/configuration.md is this catalogue (``reference_table``; a test
 keeps the two equal).
@@ -215,18 +217,33 @@ CATALOGUE: tuple[AttributeRule, ...] = (
 RULES: dict[str, AttributeRule] = {rule.name: rule for rule in CATALOGUE}
 
 
+def is_sluices(name: str) -> bool:
+    """Whether an attribute name is Sluice's: ``sluice-*`` in any case, ``_`` read as ``-``. SQS
+    names are case-sensitive, so ``Sluice-Concurrency-Key`` is not ``sluice-concurrency-key``: it is
+    refused, not read as the producer's own (its payload would run uncapped)."""
+    return name.casefold().replace("_", "-").startswith(PREFIX)
+
+
 def check_attributes(message: Message) -> Rejection | None:
-    """The first of the message's ``sluice-*`` attributes that breaks its rule (or is no attribute
-    Sluice knows), or None when all pass. Attributes without the prefix are the producer's own."""
-    for name in sorted(message.attributes):
-        if not name.startswith(PREFIX):
+    """The first of the message's Sluice attributes (``is_sluices``) that breaks its rule, is no
+    attribute Sluice knows by its exact name, or has no string value (SQS's Binary), or None when
+    all pass. Other attributes are the producer's own."""
+    for name in sorted({*message.attributes, *message.binary_attributes}):
+        if not is_sluices(name):
             continue
         rule = RULES.get(name)
         if rule is None:
             return Rejection(
                 name,
                 f"message attribute {name[:64]!r} is not one Sluice knows (attributes named {PREFIX}* "
-                "are Sluice's; see docs/configuration.md)",
+                "in any case, or with _ for -, are Sluice's; see docs/configuration.md)",
+            )
+        if name in message.binary_attributes:
+            data_type = message.binary_attributes[name]
+            return Rejection(
+                name,
+                f"message attribute {name!r} is of data type {data_type[:64]!r}: Sluice reads it only "
+                "as String or Number",
             )
         try:
             rule.check(message.attributes[name])

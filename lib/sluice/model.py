@@ -113,6 +113,9 @@ class Message:
     group_id: str = ""
     receive_count: int = 1
     attributes: dict[str, str] = field(default_factory=dict)
+    # Attributes received without a string value (SQS's Binary), by name: their data types. Sluice
+    # reads none of them, but a ``sluice-*`` one among them is refused (``sluice.attributes``).
+    binary_attributes: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

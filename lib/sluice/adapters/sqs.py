@@ -276,11 +276,14 @@ def _bytes(text: str) -> int:
 
 def _message(raw: dict[str, Any]) -> Message:
     system = raw.get("Attributes", {})
-    attributes = {
-        name: value.get("StringValue", "")
-        for name, value in raw.get("MessageAttributes", {}).items()
-        if value.get("DataType", "").startswith(("String", "Number"))
-    }
+    attributes: dict[str, str] = {}
+    binary: dict[str, str] = {}
+    for name, value in raw.get("MessageAttributes", {}).items():
+        data_type = value.get("DataType", "")
+        if data_type.startswith(("String", "Number")):
+            attributes[name] = value.get("StringValue", "")
+        else:
+            binary[name] = data_type  # its name and type only: the catalogue refuses a sluice-* one
     return Message(
         message_id=raw["MessageId"],
         receipt_handle=raw["ReceiptHandle"],
@@ -288,6 +291,7 @@ def _message(raw: dict[str, Any]) -> Message:
         group_id=system.get("MessageGroupId", ""),
         receive_count=int(system.get("ApproximateReceiveCount", "1")),
         attributes=attributes,
+        binary_attributes=binary,
     )
 
 
