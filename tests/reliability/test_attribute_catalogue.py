@@ -272,6 +272,36 @@ def test_the_catalogue_agrees_with_the_documented_rules(name: str) -> None:
     agree()
 
 
+def respelt(name: str) -> st.SearchStrategy[str]:
+    """The name in another case, or with ``_`` for some of its ``-``: a name SQS holds apart."""
+    flips = st.lists(st.booleans(), min_size=len(name), max_size=len(name))
+    return flips.map(
+        lambda flip: "".join(
+            ("_" if c == "-" else c.upper()) if f else c for c, f in zip(name, flip, strict=True)
+        )
+    ).filter(lambda spelt: spelt != name)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_name_spelt_another_way_is_refused_naming_it(name: str) -> None:
+    @PURE
+    @given(respelt(name), values(name))
+    def refused(spelt: str, value: str) -> None:
+        rejected = check_attributes(Message("m", "r", "{}", "g", attributes={spelt: value}))
+        assert rejected is not None and rejected.attribute == spelt and spelt in rejected.reason, (
+            spelt,
+            rejected,
+        )
+
+    refused()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_binary_value_is_refused_naming_it(name: str) -> None:
+    rejected = check_attributes(Message("m", "r", "{}", "g", binary_attributes={name: "Binary"}))
+    assert rejected is not None and rejected.attribute == name and name in rejected.reason, rejected
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_an_invalid_value_is_dead_lettered_naming_it_and_changes_nothing_else(name: str) -> None:
     @E2E
