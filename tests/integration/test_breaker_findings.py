@@ -115,10 +115,6 @@ def stale_once(client: Any, name: str) -> Counter:
     return seen
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an adoption taken on a stale RUNNING answer records the real end as earlier_end_at; that end is then never taken: slot and lease leak",
-)
 def test_an_adoption_on_a_stale_running_answer_leaks_its_slot_for_good(session):
     """p ends FAILED and its event releases it. Within seconds a tick's reconciliation gets the
     stale answers the bound allows: ListExecutions lists p RUNNING, DescribeExecution says RUNNING.

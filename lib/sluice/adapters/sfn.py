@@ -95,6 +95,8 @@ class StepFunctionsExecutions:
             error=raw.get("error"),
             cause=raw.get("cause"),
             output=raw.get("output"),
+            redrive_count=raw.get("redriveCount"),
+            redrive_date=_ts(raw.get("redriveDate")),
         )
 
     def list_running(self) -> set[str]:
