@@ -262,10 +262,6 @@ def test_a_misspelt_concurrency_key_is_refused_not_run_uncapped(session, name, v
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a resumed claim whose first start ran on a machine since deleted reads StateMachineDoesNotExist as never started, and starts the payload again",
-)
 def test_a_resumed_claim_on_a_deleted_machine_starts_its_payload_again(session):
     """The launcher starts N (payload p) on M1 and dies before deleting its message. The stack
     switches to M2 (its completion ignores M1's events); N SUCCEEDED; the operator deletes M1 (its

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+import sluice.adapters.sfn
 import sluice.reconcile
 from sluice.completion import earlier_end
 from tests.integration import test_breaker_findings as findings
@@ -19,3 +20,11 @@ def test_a_reconciliation_that_keeps_an_adoption_taken_on_a_stale_answer_is_caug
     )
     with pytest.raises(AssertionError, match="only"):
         findings.test_an_adoption_on_a_stale_running_answer_leaks_its_slot_for_good(session)
+
+
+def test_a_resume_that_takes_a_vanished_machine_for_never_started_is_caught(monkeypatch, session):
+    """A claim on a machine switched from and deleted, read as "never started": its payload starts
+    again on the machine in use."""
+    monkeypatch.setattr(sluice.adapters.sfn.StepFunctionsExecutions, "vanished", lambda self, arn: False)
+    with pytest.raises(AssertionError, match="started again on M2"):
+        findings.test_a_resumed_claim_on_a_deleted_machine_starts_its_payload_again(session)
