@@ -38,6 +38,11 @@ class NotFound(ConfigurationError):
     """The resource or record asked for does not exist (adapters say when that is not an error)."""
 
 
+class MachineVanished(ConfigurationError):
+    """An execution asked about by its ARN is on a state machine the stack no longer uses, and
+    Step Functions says that machine does not exist: whether it ran there can no longer be known."""
+
+
 class ConditionFailed(SluiceError):
     """A conditional write was refused because the item was not as expected. Nothing was written."""
 

@@ -9,7 +9,7 @@ import logging
 
 from sluice.completion import complete, earlier_end, output_from
 from sluice.effects import Effects
-from sluice.errors import AmbiguousStartError, ConfigurationError, InvalidPayload, LeaseHeld
+from sluice.errors import AmbiguousStartError, ConfigurationError, InvalidPayload, LeaseHeld, MachineVanished
 from sluice.fanout import Pacer
 from sluice.lanes import Lane
 from sluice.model import ExecutionInfo, Message, Outcome, Payload, PayloadState
@@ -120,7 +120,15 @@ class MessageBranches:
         """Our own claim, back: what Step Functions says of it, asked by the ARN it was claimed for
         (None: never started)."""
         record = self.store.execution(name)
-        return self.executions.describe(name, record.arn if record is not None else None)
+        info = self.executions.describe(name, record.arn if record is not None else None)
+        if info is None and record is not None and self.executions.vanished(record.arn):
+            # Claimed on a machine since switched from and deleted: "no such execution" no longer
+            # says it never started there. Not started again (sluice.per_message dead-letters it).
+            raise MachineVanished(
+                f"its claim {name} is on state machine {(record.arn or '').split(':')[6]}, no longer used and "
+                "deleted: whether it ran there cannot be known, so it is not started again"
+            )
+        return info
 
     def _already_exists(
         self, payload: Payload, name: str, done: list[Message], info: ExecutionInfo | None = None

@@ -418,10 +418,21 @@ class ExecutionInfo:
     error: str | None = None
     cause: str | None = None
     output: str | None = None  # DescribeExecution's output (JSON text), when it ended with one
+    redrive_count: int | None = None  # DescribeExecution's redriveCount; None when not reported
+    redrive_date: float | None = None  # DescribeExecution's redriveDate: its last redrive
 
     @property
     def ended(self) -> bool:
         return ExecutionStatus.terminal(self.status)
+
+    def not_redriven_since(self, ended_at: float | None) -> bool:
+        """Step Functions says no redrive followed the end at ``ended_at``: a RUNNING answer for
+        that run is then a stale one. Unknown (the fields not reported) is not proof either way."""
+        if self.redrive_count == 0:
+            return True
+        if self.redrive_date is not None and ended_at is not None:
+            return self.redrive_date <= ended_at
+        return False
 
 
 @dataclass(frozen=True, slots=True)

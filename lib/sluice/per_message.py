@@ -61,6 +61,7 @@ from sluice.errors import (
     InvalidPayload,
     KeyFull,
     LeaseHeld,
+    MachineVanished,
     SlotsFull,
     TransientError,
 )
@@ -206,6 +207,8 @@ class MessageProtocol(MessageBranches):
                 # Claimed on a state machine this role may not ask about (the stack was switched
                 # without previousStateMachineArn): it may run there, so it is not started here.
                 reason = f"its claim {name} is on a state machine Sluice may not describe ({exc}); set previousStateMachineArn"
+                if isinstance(exc, MachineVanished):
+                    reason = str(exc)
                 return self._dead_letter(payload.message, InvalidPayload(reason, key=payload.key), done)
             if started is not None:
                 return self._already_exists(payload, name, done, started)

@@ -98,6 +98,11 @@ class Executions(Protocol):
         """
         ...
 
+    def vanished(self, arn: str | None) -> bool:
+        """Whether execution ``arn`` is on a state machine the stack no longer uses that Step
+        Functions says does not exist (deleted after a switch)."""
+        ...
+
     def list_running(self) -> set[str]:
         """Names of RUNNING executions. Eventually consistent: a fresh start may be missing."""
         ...

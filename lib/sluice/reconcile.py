@@ -49,11 +49,11 @@ import logging
 from dataclasses import asdict, dataclass
 
 from sluice.awaits import sweep as sweep_awaits
-from sluice.completion import complete, earlier_end, output_from
+from sluice.completion import complete, output_from
 from sluice.effects import Effects
 from sluice.errors import ConfigurationError, TransientError
 from sluice.keys import sweep as sweep_keys
-from sluice.model import ExecutionRecord, ExternalCount, LimitSource, PayloadState
+from sluice.model import ExecutionInfo, ExecutionRecord, ExternalCount, LimitSource, PayloadState
 from sluice.parking import sweep
 from sluice.ports import Clock, Executions, MaxSource, Queue, Store, state_machine_arns
 from sluice.receipts import Outputs
@@ -133,7 +133,7 @@ def reconcile(
                 )
             else:
                 released += _release_vanished(store, queue, record, now, logger)
-        elif info.ended and not earlier_end(info, record):
+        elif info.ended and _its_end(info, record):
             complete(
                 store=store,
                 queue=queue,
@@ -163,6 +163,8 @@ def reconcile(
             info = executions.describe(name, record.arn)
             if info is None or info.ended:
                 continue  # ended and released; the listing is behind
+            if info.not_redriven_since(record.ended_at):
+                continue  # Step Functions says it was not redriven: a stale RUNNING answer
             # Running again although it ended (an operator's RedriveExecution): it holds a slot
             # and its key again, so nothing new starts beside it.
             if store.adopt(name=name, now=now):
@@ -207,6 +209,21 @@ def reconcile(
     )
     logger.info("reconciled", extra={"reconcile": asdict(report)})
     return report
+
+
+def _its_end(info: ExecutionInfo, record: ExecutionRecord) -> bool:
+    """Whether an end DescribeExecution gives for a holder judged past the staleness bound (its
+    claim, start and adoption older than the consistency window) is that holder's end: always. Even
+    the stop date it had before its adoption (``earlier_end_at``): a real redrive came before the
+    adoption that saw it, so an answer a window after the adoption can no longer be older than it.
+    That end then means the adoption took a stale RUNNING answer, and the run ended long ago::
+
+        p FAILED at s1, released     ListExecutions + DescribeExecution (stale): p RUNNING
+        adopt(p): earlier_end_at s1  a window later: DescribeExecution(p) FAILED at s1 → release
+
+    Within the window the holder is not judged at all (``reconcile``), so a stale end is never
+    taken for the end of a redriven run."""
+    return info.ended
 
 
 def _hold_for_redriven(

@@ -115,10 +115,6 @@ def stale_once(client: Any, name: str) -> Counter:
     return seen
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an adoption taken on a stale RUNNING answer records the real end as earlier_end_at; that end is then never taken: slot and lease leak",
-)
 def test_an_adoption_on_a_stale_running_answer_leaks_its_slot_for_good(session):
     """p ends FAILED and its event releases it. Within seconds a tick's reconciliation gets the
     stale answers the bound allows: ListExecutions lists p RUNNING, DescribeExecution says RUNNING.
@@ -262,10 +258,6 @@ def test_a_misspelt_concurrency_key_is_refused_not_run_uncapped(session, name, v
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a resumed claim whose first start ran on a machine since deleted reads StateMachineDoesNotExist as never started, and starts the payload again",
-)
 def test_a_resumed_claim_on_a_deleted_machine_starts_its_payload_again(session):
     """The launcher starts N (payload p) on M1 and dies before deleting its message. The stack
     switches to M2 (its completion ignores M1's events); N SUCCEEDED; the operator deletes M1 (its

@@ -145,5 +145,8 @@ class MemoryExecutions:
         self.calls["ListExecutions"] += max(0, (len(self.running) - 1) // 1000)
         return set(self.running)
 
+    def vanished(self, arn: str | None) -> bool:
+        return False  # one state machine, never deleted
+
     def check(self) -> None:
         self._count("DescribeStateMachine")

@@ -95,7 +95,24 @@ class StepFunctionsExecutions:
             error=raw.get("error"),
             cause=raw.get("cause"),
             output=raw.get("output"),
+            redrive_count=raw.get("redriveCount"),
+            redrive_date=_ts(raw.get("redriveDate")),
         )
+
+    def vanished(self, arn: str | None) -> bool:
+        """Whether execution ``arn`` is on a state machine the stack no longer uses that Step
+        Functions says does not exist (deleted after a switch: its executions went with it)."""
+        if not arn or _machine_of(arn) in {_machine_of(m) for m in self.state_machine_arns}:
+            return False
+        parts = arn.split(":")
+        machine = ":".join([*parts[:5], "stateMachine", *parts[6:7]])
+        try:
+            self.client.describe_state_machine(stateMachineArn=machine)
+        except ClientError as exc:
+            if error_code(exc) == "StateMachineDoesNotExist":
+                return True
+            raise translate_client_error(exc, "DescribeStateMachine") from exc
+        return False
 
     def list_running(self) -> set[str]:
         """The RUNNING executions of every state machine the stack starts (names are unique across
