@@ -83,16 +83,54 @@ class MessageBranches:
         """The lease is free but a run of the key was redriven behind Sluice's back while another
         held it (``Store.mark_redriven``): adopt it if it still runs, else lift the mark. The caller
         looks again and finds the adopted run, or a free lease."""
+        if not self._still_runs(redriven) or not self.store.adopt(name=redriven, now=self.clock.now()):
+            self.store.clear_redriven(key=key, name=redriven)
+
+    def _still_runs(self, redriven: str) -> bool:
+        """Whether ``redriven``, a run a reconciliation saw redriven, runs still."""
         record = self.store.execution(redriven)
         try:
             info = self.executions.describe(redriven, record.arn) if record is not None else None
             # An end its record knew already is the one before the redrive a reconciliation saw
             # running since: a stale answer, not proof that the redriven run ended.
-            runs = info is not None and (not info.ended or earlier_end(info, record))
+            return info is not None and (not info.ended or earlier_end(info, record))
         except ConfigurationError:
-            runs = True  # a state machine this role may not ask about: assume it runs
-        if not runs or not self.store.adopt(name=redriven, now=self.clock.now()):
-            self.store.clear_redriven(key=key, name=redriven)
+            return True  # a state machine this role may not ask about: assume it runs
+
+    def _yield_to_redriven(self, payload: Payload, name: str) -> bool:
+        """Our resumed claim ``name`` was just renewed, which lifts any start mark: if its key is
+        marked redriven by another run that still runs, give the claim back and adopt that run
+        (True: look again; this message is then its duplicate), as a block would have.
+
+        A start mark refuses reconciliation's block, and the renewal lifts the mark; reading the
+        key's mark after the renewal closes the gap, as reconciliation marks before it blocks:
+
+            launcher (resume N of key k)        reconciliation
+            (N: CLAIMED, start mark left)
+                                                lists R: adopt(R) ✗ → mark_redriven(k, R)
+                                                block(N) IF no starting_at ✗ (the mark)
+            renew(N): mark lifted
+            payload(k).redriven = R, R runs → roll N back, adopt(R)
+          or
+            renew(N): mark lifted
+            payload(k): no mark
+                                                mark_redriven(k, R); block(N) ✓ (no mark now)
+            mark_starting(N) IF no blocked_by ✗ → ``_renewal_refused``: yields"""
+        seen = self.store.payload(payload.key)
+        redriven = seen.redriven if seen is not None else None
+        if redriven is None or redriven == name:
+            return False
+        if not self._still_runs(redriven):
+            self.store.clear_redriven(key=payload.key, name=redriven)
+            return False
+        record = self.store.execution(name)
+        self._rollback(
+            name,
+            f"yielded to {redriven}, a redriven run of the same key",
+            version=record.claim_version if record is not None else 0,
+        )
+        self.store.adopt(name=redriven, now=self.clock.now())
+        return True
 
     def _renewal_refused(self, payload: Payload, name: str, done: list[Message]) -> Outcome | None:
         """Our claim could not be renewed or marked starting. Released or started meanwhile: look

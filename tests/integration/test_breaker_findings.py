@@ -57,10 +57,6 @@ def running_of_key(stack, key: str) -> list[str]:
     return [n for n in stack.running() if (r := store.execution(n)) is not None and r.key == key]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a start mark left by a crash fences off the block; the resumed claim starts beside a redriven run of its key",
-)
 def test_a_crash_after_the_start_mark_then_a_redrive_runs_the_key_twice(session):
     """e1 of key j FAILED and was released. n2 of j is claimed and marked starting; the launcher
     dies before StartExecution. The operator redrives e1. Reconciliation lists e1 running: adopt
@@ -342,10 +338,6 @@ def test_two_redriven_runs_of_a_held_key_leave_one_unmarked_and_a_refill_starts_
     assert running_of_key(stack, "k") == [e1], f"runs of k at once: {running_of_key(stack, 'k')}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a start mark kept by an unsure start fences off the block; the retry's renewal lifts it and starts beside the redriven run",
-)
 def test_an_unsure_start_after_the_mark_then_a_redrive_runs_the_key_twice(session):
     """As above without a crash: n2's StartExecution answers 500 and did not start it (an unsure
     start: claim and mark kept, the message returned). e1 of j is redriven; the next tick's
@@ -376,5 +368,6 @@ def test_an_unsure_start_after_the_mark_then_a_redrive_runs_the_key_twice(sessio
 
     redrive(stack, e1)
     stack.launcher().tick()  # reconciliation: adopt(e1) refused, block(n2) refused; then n2 resumed
-    assert store.payload("j").redriven == e1
     assert len(running_of_key(stack, "j")) <= 1, f"two runs of key j at once: {running_of_key(stack, 'j')}"
+    # n2's resume yields to the key's redriven mark: n2 rolled back, e1 adopted (the mark lifted).
+    assert store.payload("j").holder == e1 and store.payload("j").redriven is None
