@@ -37,8 +37,9 @@ class MessageBranches:
     lane: Lane | None
 
     def _duplicate(self, payload: Payload, held: LeaseHeld, done: list[Message]) -> Outcome | None:
-        if held.existing.holder is None and held.existing.redriven is not None:
-            self._take_redriven(payload.key, held.existing.redriven)
+        marked = held.existing.redriven or min(held.existing.redriven_more, default=None)
+        if held.existing.holder is None and marked is not None:
+            self._take_redriven(payload.key, marked)
             return None
         holder = held.existing.holder or ""
         # The holder may have ended with its status event still on the way: ask Step Functions
@@ -117,12 +118,16 @@ class MessageBranches:
                                                 mark_redriven(k, R); block(N) ✓ (no mark now)
             mark_starting(N) IF no blocked_by ✗ → ``_renewal_refused``: yields"""
         seen = self.store.payload(payload.key)
-        redriven = seen.redriven if seen is not None else None
-        if redriven is None or redriven == name:
-            return False
-        if not self._still_runs(redriven):
+        marks = [] if seen is None else [seen.redriven, *sorted(seen.redriven_more)]
+        running = None
+        for redriven in (mark for mark in marks if mark is not None and mark != name):
+            if self._still_runs(redriven):
+                running = redriven
+                break
             self.store.clear_redriven(key=payload.key, name=redriven)
+        if running is None:
             return False
+        redriven = running
         record = self.store.execution(name)
         self._rollback(
             name,
