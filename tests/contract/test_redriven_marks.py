@@ -34,3 +34,14 @@ def test_no_claim_takes_the_lease_until_every_redriven_mark_is_lifted(store):
     assert not store.clear_redriven(key="k", name="r2")
     claim(store, "k", "n2")
     assert store.payload("k").holder == "n2"
+
+
+def test_an_adoption_lifts_its_own_further_mark(store):
+    claim(store, "k", "r2")
+    assert store.release(name="r2", state=PayloadState.FAILED, now=NOW) is not None
+    claim(store, "k", "n1")
+    store.mark_redriven(key="k", name="r1", now=NOW)
+    store.mark_redriven(key="k", name="r2", now=NOW)  # r2 redriven: a further mark
+    assert store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW) is not None
+    assert store.adopt(name="r2", now=NOW + 1)
+    assert store.payload("k").holder == "r2" and store.payload("k").redriven_more == frozenset()

@@ -360,7 +360,13 @@ class MemoryStore(MemoryHandOver, MemoryAwaits, MemoryKeys):
             if record.lane is not None and record.lane in self._lane_limits:
                 self._lane_holders.setdefault(record.lane, set()).add(name)  # whatever the lane's cap
             self._payloads[record.key] = replace(
-                payload, state=PayloadState.RUNNING, holder=name, updated_at=now, expires_at=0, redriven=None
+                payload,
+                state=PayloadState.RUNNING,
+                holder=name,
+                updated_at=now,
+                expires_at=0,
+                redriven=None,
+                redriven_more=payload.redriven_more - {name},
             )
             self._executions[name] = replace(
                 record,
