@@ -37,8 +37,9 @@ class MessageBranches:
     lane: Lane | None
 
     def _duplicate(self, payload: Payload, held: LeaseHeld, done: list[Message]) -> Outcome | None:
-        if held.existing.holder is None and held.existing.redriven is not None:
-            self._take_redriven(payload.key, held.existing.redriven)
+        marked = held.existing.redriven or min(held.existing.redriven_more, default=None)
+        if held.existing.holder is None and marked is not None:
+            self._take_redriven(payload.key, marked)
             return None
         holder = held.existing.holder or ""
         # The holder may have ended with its status event still on the way: ask Step Functions
@@ -83,16 +84,58 @@ class MessageBranches:
         """The lease is free but a run of the key was redriven behind Sluice's back while another
         held it (``Store.mark_redriven``): adopt it if it still runs, else lift the mark. The caller
         looks again and finds the adopted run, or a free lease."""
+        if not self._still_runs(redriven) or not self.store.adopt(name=redriven, now=self.clock.now()):
+            self.store.clear_redriven(key=key, name=redriven)
+
+    def _still_runs(self, redriven: str) -> bool:
+        """Whether ``redriven``, a run a reconciliation saw redriven, runs still."""
         record = self.store.execution(redriven)
         try:
             info = self.executions.describe(redriven, record.arn) if record is not None else None
             # An end its record knew already is the one before the redrive a reconciliation saw
             # running since: a stale answer, not proof that the redriven run ended.
-            runs = info is not None and (not info.ended or earlier_end(info, record))
+            return info is not None and (not info.ended or earlier_end(info, record))
         except ConfigurationError:
-            runs = True  # a state machine this role may not ask about: assume it runs
-        if not runs or not self.store.adopt(name=redriven, now=self.clock.now()):
-            self.store.clear_redriven(key=key, name=redriven)
+            return True  # a state machine this role may not ask about: assume it runs
+
+    def _yield_to_redriven(self, payload: Payload, name: str) -> bool:
+        """Our resumed claim ``name`` was just renewed, which lifts any start mark: if its key is
+        marked redriven by another run that still runs, give the claim back and adopt that run
+        (True: look again; this message is then its duplicate), as a block would have.
+
+        A start mark refuses reconciliation's block, and the renewal lifts the mark; reading the
+        key's mark after the renewal closes the gap, as reconciliation marks before it blocks:
+
+            launcher (resume N of key k)        reconciliation
+            (N: CLAIMED, start mark left)
+                                                lists R: adopt(R) ✗ → mark_redriven(k, R)
+                                                block(N) IF no starting_at ✗ (the mark)
+            renew(N): mark lifted
+            payload(k).redriven = R, R runs → roll N back, adopt(R)
+          or
+            renew(N): mark lifted
+            payload(k): no mark
+                                                mark_redriven(k, R); block(N) ✓ (no mark now)
+            mark_starting(N) IF no blocked_by ✗ → ``_renewal_refused``: yields"""
+        seen = self.store.payload(payload.key)
+        marks = [] if seen is None else [seen.redriven, *sorted(seen.redriven_more)]
+        running = None
+        for redriven in (mark for mark in marks if mark is not None and mark != name):
+            if self._still_runs(redriven):
+                running = redriven
+                break
+            self.store.clear_redriven(key=payload.key, name=redriven)
+        if running is None:
+            return False
+        redriven = running
+        record = self.store.execution(name)
+        self._rollback(
+            name,
+            f"yielded to {redriven}, a redriven run of the same key",
+            version=record.claim_version if record is not None else 0,
+        )
+        self.store.adopt(name=redriven, now=self.clock.now())
+        return True
 
     def _renewal_refused(self, payload: Payload, name: str, done: list[Message]) -> Outcome | None:
         """Our claim could not be renewed or marked starting. Released or started meanwhile: look

@@ -149,6 +149,9 @@ class PayloadRecord:
     # A run of this key redriven behind Sluice's back while another run held the lease: no claim
     # until that run is adopted (it takes the lease) or has ended (sluice.reconcile).
     redriven: str | None = None
+    # Further redriven runs of this key seen while ``redriven`` was set (a key keeps each one it
+    # saw): no claim either until each is adopted or has ended.
+    redriven_more: frozenset[str] = frozenset()
     # The run-once execution whose success keeps this record without expiry (sluice.receipts): no
     # later write puts it back under TTL. Never removed.
     once_by: str | None = None

@@ -218,6 +218,11 @@ class MessageProtocol(MessageBranches):
             arn = self.executions.arn_for(name)
             if not self.store.renew(name=name, now=now, claim_expires_at=claim_expires_at, arn=arn):
                 return self._renewal_refused(payload, name, done)
+            # The renewal lifted a start mark an earlier attempt left (a crash, an unsure start),
+            # which may have refused a reconciliation's block: honour that reconciliation's word,
+            # the key's redriven mark, read after the renewal (see ``_yield_to_redriven``).
+            if self._yield_to_redriven(payload, name):
+                return None
             fresh = False
         return self._launch(payload, name, done, fresh=fresh)
 

@@ -320,11 +320,13 @@ class PayloadLeases(Protocol):
         """``name``, a run of ``key`` redriven behind Sluice's back, could not be adopted: another
         run holds the lease. Until ``name`` is adopted or ``clear_redriven`` lifts the mark, no claim
         of ``key`` succeeds (it raises ``LeaseHeld`` with the mark in the record). Only while some
-        other execution holds the lease."""
+        other execution holds the lease. A key keeps a mark for each such run: the first in
+        ``redriven``, any other (seen while that one is marked) in ``redriven_more``."""
         ...
 
     def clear_redriven(self, *, key: str, name: str) -> bool:
-        """Lift ``key``'s mark if it still names ``name`` (which has ended, or was never found)."""
+        """Lift ``key``'s mark of ``name`` if it is still there (``name`` has ended, or was never
+        found), whichever of the key's marks it is."""
         ...
 
 

@@ -125,6 +125,7 @@ def to_payload(raw: dict[str, Any], default_key: str = "") -> PayloadRecord:
         already_done=int(raw.get("already_done", 0)),
         receipt_state=PayloadState(raw["receipt_state"]) if raw.get("receipt_state") else None,
         redriven=raw.get("redriven"),
+        redriven_more=frozenset(raw.get("redriven_more") or ()),
         once_by=raw.get("once_by"),
     )
 

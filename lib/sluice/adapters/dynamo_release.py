@@ -411,13 +411,14 @@ class ReleasesTable:
                 "Key": {"pk": {"S": payload_pk(record.key)}},
                 "UpdateExpression": (
                     "SET #key = :key, #state = :running, holder = :name, updated_at = :now "
-                    "REMOVE expires_at, redriven"
+                    "REMOVE expires_at, redriven DELETE redriven_more :names"
                 ),
                 "ConditionExpression": "attribute_not_exists(holder)",
                 "ExpressionAttributeNames": {"#key": "key", "#state": "state"},
-                "ExpressionAttributeValues": values(
-                    key=record.key, running=PayloadState.RUNNING.value, name=name, now=now
-                ),
+                "ExpressionAttributeValues": {
+                    **values(key=record.key, running=PayloadState.RUNNING.value, name=name, now=now),
+                    ":names": {"SS": [name]},  # its own mark, if it was one of the key's further marks
+                },
             }
         }
 

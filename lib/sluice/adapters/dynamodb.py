@@ -226,7 +226,11 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
                 existing = plain(lease_reason.get("Item", {}))
                 if once and existing.get("succeeded_by") is not None:
                     raise AlreadyDone(to_payload(existing, default_key=key))
-                free = existing.get("holder") is None and existing.get("redriven") is None
+                free = (
+                    existing.get("holder") is None
+                    and existing.get("redriven") is None
+                    and not existing.get("redriven_more")
+                )
                 if free and trims < 1 and self._trim_history(key, existing):
                     trims += 1
                     continue  # the history was full, not the lease: trimmed, claim again
@@ -290,7 +294,7 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
                         "ADD attempts :one REMOVE reason, expires_at"
                     ),
                     "ConditionExpression": (
-                        "attribute_not_exists(holder) AND attribute_not_exists(redriven) AND "
+                        "attribute_not_exists(holder) AND attribute_not_exists(redriven) AND attribute_not_exists(redriven_more) AND "
                         "(attribute_not_exists(executions) OR size(executions) < :history)"
                     ),
                     "ExpressionAttributeNames": {"#key": "key", "#state": "state"},
@@ -395,18 +399,24 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
         self.lane_slots.rebalance(lane)
 
     def mark_redriven(self, *, key: str, name: str, now: float) -> bool:
-        return self._update_if(
-            payload_pk(key),
-            "SET redriven = :name, updated_at = :now",
-            "attribute_exists(holder) AND holder <> :name",
-            values(name=name, now=now),
-            names={},
-        )
+        # The key's first mark in ``redriven``; one more while it names another run goes into the
+        # set ``redriven_more``, never over it (each unadopted redriven run keeps the key marked).
+        held, named = "attribute_exists(holder) AND holder <> :name AND ", values(name=name, now=now)
+        free = held + "(attribute_not_exists(redriven) OR redriven = :name)"
+        if self._update_if(payload_pk(key), "SET redriven = :name, updated_at = :now", free, named, names={}):
+            return True
+        more, named[":names"] = "SET updated_at = :now ADD redriven_more :names", {"SS": [name]}
+        return self._update_if(payload_pk(key), more, held + "redriven <> :name", named, names={})
 
     def clear_redriven(self, *, key: str, name: str) -> bool:
-        return self._update_if(
+        named = {**values(name=name), ":names": {"SS": [name]}}
+        first = self._update_if(
             payload_pk(key), "REMOVE redriven", "redriven = :name", values(name=name), names={}
         )
+        more = self._update_if(
+            payload_pk(key), "DELETE redriven_more :names", "contains(redriven_more, :name)", named, names={}
+        )
+        return first or more
 
     def suspect(
         self, *, name: str, claim_version: int, reconciler: str, now: float, replacing: float | None = None

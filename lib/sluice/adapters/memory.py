@@ -119,7 +119,9 @@ class MemoryStore(MemoryHandOver, MemoryAwaits, MemoryKeys):
             current = self._payloads.get(key)
             if once and current is not None and current.succeeded_by is not None:
                 raise AlreadyDone(current)
-            if current is not None and (current.holder is not None or current.redriven is not None):
+            if current is not None and (
+                current.holder is not None or current.redriven is not None or current.redriven_more
+            ):
                 raise LeaseHeld(current)
             earlier = self._executions.get(name)
             if earlier is not None and earlier.state.ended:
@@ -358,7 +360,13 @@ class MemoryStore(MemoryHandOver, MemoryAwaits, MemoryKeys):
             if record.lane is not None and record.lane in self._lane_limits:
                 self._lane_holders.setdefault(record.lane, set()).add(name)  # whatever the lane's cap
             self._payloads[record.key] = replace(
-                payload, state=PayloadState.RUNNING, holder=name, updated_at=now, expires_at=0, redriven=None
+                payload,
+                state=PayloadState.RUNNING,
+                holder=name,
+                updated_at=now,
+                expires_at=0,
+                redriven=None,
+                redriven_more=payload.redriven_more - {name},
             )
             self._executions[name] = replace(
                 record,
@@ -378,15 +386,22 @@ class MemoryStore(MemoryHandOver, MemoryAwaits, MemoryKeys):
             payload = self._payloads.get(key)
             if payload is None or payload.holder is None or payload.holder == name:
                 return False
-            self._payloads[key] = replace(payload, redriven=name, updated_at=now)
+            if payload.redriven is None or payload.redriven == name:
+                self._payloads[key] = replace(payload, redriven=name, updated_at=now)
+            else:
+                more = payload.redriven_more | {name}
+                self._payloads[key] = replace(payload, redriven_more=more, updated_at=now)
             return True
 
     def clear_redriven(self, *, key: str, name: str) -> bool:
         with self._lock:
             payload = self._payloads.get(key)
-            if payload is None or payload.redriven != name:
+            if payload is None or (payload.redriven != name and name not in payload.redriven_more):
                 return False
-            self._payloads[key] = replace(payload, redriven=None)
+            redriven = None if payload.redriven == name else payload.redriven
+            self._payloads[key] = replace(
+                payload, redriven=redriven, redriven_more=payload.redriven_more - {name}
+            )
             return True
 
     def record_duplicate(self, *, key: str, message_id: str, now: float) -> None:

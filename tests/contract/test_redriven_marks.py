@@ -1,0 +1,47 @@
+"""The Store port's redriven marks, on MemoryStore and DynamoStore (moto): a key keeps a mark for
+each redriven run seen while another run held its lease, and no claim takes the lease until each
+is lifted."""
+
+from __future__ import annotations
+
+import pytest
+
+from sluice.errors import LeaseHeld
+from sluice.model import PayloadState
+from tests.contract.stores import NOW, claim
+
+
+def test_a_second_redriven_mark_is_kept_beside_the_first(store):
+    claim(store, "k", "n1")
+    assert store.mark_redriven(key="k", name="r1", now=NOW)
+    assert store.mark_redriven(key="k", name="r2", now=NOW)
+    assert store.mark_redriven(key="k", name="r1", now=NOW)  # seen again: unchanged
+    payload = store.payload("k")
+    assert (payload.redriven, payload.redriven_more) == ("r1", frozenset({"r2"}))
+    assert not store.mark_redriven(key="k", name="n1", now=NOW)  # the holder itself
+
+
+def test_no_claim_takes_the_lease_until_every_redriven_mark_is_lifted(store):
+    claim(store, "k", "n1")
+    store.mark_redriven(key="k", name="r1", now=NOW)
+    store.mark_redriven(key="k", name="r2", now=NOW)
+    assert store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW) is not None
+    assert store.clear_redriven(key="k", name="r1")
+    with pytest.raises(LeaseHeld) as held:
+        claim(store, "k", "n2")
+    assert held.value.existing.holder is None and held.value.existing.redriven_more == {"r2"}
+    assert store.clear_redriven(key="k", name="r2")
+    assert not store.clear_redriven(key="k", name="r2")
+    claim(store, "k", "n2")
+    assert store.payload("k").holder == "n2"
+
+
+def test_an_adoption_lifts_its_own_further_mark(store):
+    claim(store, "k", "r2")
+    assert store.release(name="r2", state=PayloadState.FAILED, now=NOW) is not None
+    claim(store, "k", "n1")
+    store.mark_redriven(key="k", name="r1", now=NOW)
+    store.mark_redriven(key="k", name="r2", now=NOW)  # r2 redriven: a further mark
+    assert store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW) is not None
+    assert store.adopt(name="r2", now=NOW + 1)
+    assert store.payload("k").holder == "r2" and store.payload("k").redriven_more == frozenset()
