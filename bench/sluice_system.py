@@ -74,8 +74,9 @@ from sluice.completion import StatusChange, settle_status_change
 from sluice.fanout import Done, Serial
 from sluice.lanes import DEFAULT_LANE, parse_lanes
 from sluice.launcher import Launcher
-from sluice.model import ExecutionInfo, TickSummary
+from sluice.model import ExecutionInfo
 from sluice.settings import Settings
+from sluice.summary import TickSummary
 
 PARAMETER = "/sluice/bench/max-concurrency"
 LINGER_SECONDS = 55

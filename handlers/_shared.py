@@ -8,9 +8,10 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
-from sluice.model import Outcome, TickSummary
+from sluice.model import Outcome
 from sluice.runtime import Runtime
 from sluice.settings import Settings
+from sluice.summary import TickSummary
 
 logger = Logger()
 metrics = Metrics()
