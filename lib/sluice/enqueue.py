@@ -31,6 +31,7 @@ from sluice.validation import (
     MAX_INPUT_BYTES,
     check_key,
     content_hash,
+    json_structure,
     parse_object,
     payload_key,
 )
@@ -103,34 +104,11 @@ def read_items(text: str) -> Iterator[Item]:
             yield Item(f"line {lineno}", line.strip())
 
 
-def _ends(text: str) -> Iterator[tuple[int, int, str]]:
-    """(index, depth before it, character) of each bracket and comma outside strings."""
-    depth, inside, escaped = 0, False, False
-    for i, c in enumerate(text):
-        if inside:
-            if escaped:
-                escaped = False
-            elif c == "\\":
-                escaped = True
-            elif c == '"':
-                inside = False
-        elif c == '"':
-            inside = True
-        elif c in "[{":
-            yield i, depth, c
-            depth += 1
-        elif c in "]}":
-            depth -= 1
-            yield i, depth, c
-        elif c == ",":
-            yield i, depth, c
-
-
 def _one_value(text: str) -> bool:
     """Whether ``text`` (stripped) is one bracketed value, its first bracket closed by its last character."""
     if text[:1] not in ("[", "{"):
         return False
-    for i, depth, c in _ends(text):
+    for i, depth, c in json_structure(text):
         if depth == 0 and c in "]}":
             return i == len(text) - 1
     return False
@@ -143,7 +121,7 @@ def _elements(text: str) -> list[str] | None:
         return None
     out: list[str] = []
     start = 1
-    for i, depth, c in _ends(text):
+    for i, depth, c in json_structure(text):
         if (c == "," and depth == 1) or (c == "]" and depth == 0):
             out.append(text[start:i].strip())
             start = i + 1

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Iterator
 from typing import Any, NoReturn
 
 from sluice.errors import InvalidPayload
@@ -114,12 +115,11 @@ def validate_message(message: Message) -> Payload:
     return Payload(key=key, body=message.body, message=message)
 
 
-def json_depth(text: str) -> int:
-    """How deep JSON text's arrays and objects nest (strings skipped), without parsing it: a guard
-    to take before ``json.loads``, whose recursion a deep text exhausts."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for c in text:
+def json_structure(text: str) -> Iterator[tuple[int, int, str]]:
+    """(index, depth before it, character) of each bracket and comma of JSON text outside its strings,
+    read without parsing it."""
+    depth, in_string, escaped = 0, False, False
+    for i, c in enumerate(text):
         if in_string:
             if escaped:
                 escaped = False
@@ -130,11 +130,19 @@ def json_depth(text: str) -> int:
         elif c == '"':
             in_string = True
         elif c in "[{":
+            yield i, depth, c
             depth += 1
-            deepest = max(deepest, depth)
         elif c in "]}":
             depth -= 1
-    return deepest
+            yield i, depth, c
+        elif c == ",":
+            yield i, depth, c
+
+
+def json_depth(text: str) -> int:
+    """How deep JSON text's arrays and objects nest (strings skipped), without parsing it: a guard
+    to take before ``json.loads``, whose recursion a deep text exhausts."""
+    return max((depth + 1 for _, depth, c in json_structure(text) if c in "[{"), default=0)
 
 
 def _parse_int(digits: str) -> int:
