@@ -6,6 +6,8 @@
     --steps S         steps per run (default 40)
     --schedule 0,3,1  replay these draws (with --seed and --steps): the line a failure prints
     --shrink S        seconds to spend shrinking a failure (default 120; 0: no shrinking)
+    --swarm           each run draws a profile: some actors and faults left out, others more
+                      frequent (swarm testing; the profile is part of the run's draws)
     --without a,b     leave these producers out (tests/explorer/actors.py, PRODUCERS: e.g. forged)
     --ignore 'a;b'    a failure whose text holds one of these is counted and passed over (a known
                       break, while its fix is elsewhere): the exploration goes on to the next seed
@@ -28,18 +30,20 @@ from tests.explorer.sim import explore
 from tests.support.faults import FAULTS
 
 
-def replay_text(seed: int, steps: int, draws: list[int], without: frozenset[str]) -> str:
+def replay_text(seed: int, steps: int, draws: list[int], without: frozenset[str], swarm: bool = False) -> str:
     schedule = ",".join(map(str, draws))
     left_out = ",".join(sorted(without))
     return (
         f"  make explore SEED={seed} STEPS={steps} SCHEDULE={schedule}"
         + (f" WITHOUT={left_out}" if left_out else "")
+        + (" SWARM=1" if swarm else "")
         + "\n"
         "or, as a test (tests/explorer/):\n\n"
         "from tests.explorer.replay import replays\n\n\n"
         f"def test_explorer_seed_{seed}():\n"
         f"    replays(seed={seed}, steps={steps}, schedule=[{', '.join(map(str, draws))}]"
         + (f", without={tuple(sorted(without))!r}" if without else "")
+        + (", swarm=True" if swarm else "")
         + ")\n"
     )
 
@@ -56,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--schedule", default="")
     parser.add_argument("--shrink", type=float, default=120.0)
     parser.add_argument("--without", default="")
+    parser.add_argument("--swarm", action="store_true")
     parser.add_argument("--ignore", default="")
     parser.add_argument("--trace", action="store_true", help="print every run's trace")
     args = parser.parse_args(argv)
@@ -63,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 2**31)
     if args.schedule:
         draws = [int(x) for x in args.schedule.split(",") if x.strip()]
-        outcome = explore(seed, args.steps, draws, without=without)
+        outcome = explore(seed, args.steps, draws, without=without, swarm=args.swarm)
         print("\n".join(outcome.trace))
         print(
             f"replayed seed {seed}, {args.steps} steps, {len(draws)} draws: "
@@ -84,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         elif n >= runs:
             break
         run_seed = seed + n
-        outcome = explore(run_seed, args.steps, without=without)
+        outcome = explore(run_seed, args.steps, without=without, swarm=args.swarm)
         n += 1
         calls += outcome.calls
         if args.trace:
@@ -105,16 +110,18 @@ def main(argv: list[str] | None = None) -> int:
                 f"\nseed {run_seed} broke a promise after {cpu:.1f} s CPU (this process):\n{outcome.failure}\n"
             )
             if args.shrink > 0:
-                shrunk = shrink(run_seed, args.steps, outcome, budget=args.shrink, without=without)
+                shrunk = shrink(
+                    run_seed, args.steps, outcome, budget=args.shrink, without=without, swarm=args.swarm
+                )
                 print(
                     f"\nshrunk in {shrunk.runs} runs, {shrunk.seconds:.0f} s: {len(shrunk.draws)} draws, {shrunk.steps} steps"
                 )
                 print("\n".join(shrunk.outcome.trace))
                 print(
-                    f"\n{shrunk.failure}\n\nreplay it:\n{replay_text(run_seed, shrunk.steps, shrunk.draws, without)}"
+                    f"\n{shrunk.failure}\n\nreplay it:\n{replay_text(run_seed, shrunk.steps, shrunk.draws, without, args.swarm)}"
                 )
             else:
-                print(f"replay it:\n{replay_text(run_seed, args.steps, outcome.draws, without)}")
+                print(f"replay it:\n{replay_text(run_seed, args.steps, outcome.draws, without, args.swarm)}")
             return 1
     print(
         f"\n{n} runs ({ignored} passed over), {calls} calls, {time.process_time() - started:.1f} s CPU: no promise broken"

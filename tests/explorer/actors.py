@@ -129,7 +129,10 @@ class Actors:
 
     def step(self) -> None:
         options = self.options()
-        _, _, act = options[self.choices.draw(len(options), [o[1] for o in options])]
+        weights = [weight * self.ex.scale.get(name, 1.0) for name, weight, _ in options]
+        if not any(weights):  # every option this step offers is left out of the run's profile
+            weights = [weight for _, weight, _ in options]
+        _, _, act = options[self.choices.draw(len(options), weights)]
         act()
 
     def do_resume(self) -> None:
@@ -191,7 +194,11 @@ class Actors:
         w = self.world
         draw = self.choices.draw
         self.sent_count += 1
-        kind = draw(7, [0 if name in self.ex.without else w for name, w in PRODUCERS])
+        weights = [
+            0 if name in self.ex.without else w * self.ex.scale.get(f"send:{name}", 1.0)
+            for name, w in PRODUCERS
+        ]
+        kind = draw(7, weights if any(weights) else [0 if n in self.ex.without else w for n, w in PRODUCERS])
         payload = f"p{draw(PAYLOADS)}"
         body = json.dumps({"id": payload})
         group = f"g{draw(3)}"

@@ -58,6 +58,7 @@ def shrink(
     *,
     budget: float = 120.0,
     without: frozenset[str] = frozenset(),
+    swarm: bool = False,
     log: Callable[[str], None] = print,
 ) -> Shrunk:
     assert outcome.failure is not None
@@ -74,7 +75,7 @@ def shrink(
         if time.monotonic() > deadline:
             return False
         runs += 1
-        out = explore(seed, n_steps, draws, without=without)
+        out = explore(seed, n_steps, draws, without=without, swarm=swarm)
         if out.failure is None or category(out.failure) != kind:
             return False
         best, best_steps, best_outcome = normal(out.draws), n_steps, out

@@ -48,6 +48,28 @@ SKEWS = (0.0, 30.0, -30.0, 3600.0, -3600.0)  # launcher B's clock; docs/protocol
 NOTHING, CRASH_BEFORE, THROTTLE, CRASH_AFTER, LOST = range(5)
 AT_CALL = (60, 1, 1, 1, 1)
 FAULT_NAMES = ("", "crash before", "throttle", "crash after", "lost response")
+# Swarm testing (Groce et al., "Swarm Testing", ISSTA 2012): a run may draw a profile that leaves
+# some actors and faults out and makes others four to eight times as frequent, so that rare
+# situations (two reconciliations in a row, a redrive right after a release) arise in some runs.
+# Draw 0 of each is the plain weight, so a shrunk schedule falls back to the plain profile.
+SWARM_ACTORS = (
+    "tick",
+    "deliver",
+    "end",
+    "send",
+    "advance",
+    "lose",
+    "redeliver",
+    "running_event",
+    "operator",
+    "redrive",
+    "by_hand",
+    "ttl",
+    "dlq_redrive",
+    "switch_machine",
+)
+SWARM_SCALES = (1.0, 0.0, 4.0)
+FAULT_SCALES = (1.0, 0.0, 8.0)
 
 
 class Failure(AssertionError):
@@ -83,7 +105,7 @@ class Switch(Fault):
         answer = ex.switch.answer(call)  # IAM, or a deleted state machine
         if answer is not None or not ex.faulty:
             return answer
-        what = ex.choices.draw(len(AT_CALL), AT_CALL)
+        what = ex.choices.draw(len(AT_CALL), ex.at_call)
         if what:
             ex.note(f"{self.inv.label} at {self.inv.at}: {FAULT_NAMES[what]}")
         if what == CRASH_BEFORE:
@@ -143,7 +165,9 @@ class Outcome:
 
 
 class Explorer:
-    def __init__(self, choices: Choices, steps: int, *, without: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, choices: Choices, steps: int, *, without: frozenset[str] = frozenset(), swarm: bool = False
+    ) -> None:
         self.choices = choices
         self.steps = steps
         self.without = without  # producers left out
@@ -163,7 +187,18 @@ class Explorer:
             "slots_per_shard": (8, 2, 1)[draw(3)],
             "key_concurrency": 1 + draw(2),
         }
-        self.world = ExplorerWorld(**self.config)
+        self.scale: dict[str, float] = {}  # an actor's or a producer's weight multiplied (swarm)
+        self.at_call = AT_CALL
+        if swarm:
+            from tests.explorer.actors import PRODUCERS
+
+            for name in (*SWARM_ACTORS, *(f"send:{p}" for p, _ in PRODUCERS)):
+                self.scale[name] = SWARM_SCALES[draw(len(SWARM_SCALES))]
+            self.at_call = (AT_CALL[0], *(w * FAULT_SCALES[draw(len(FAULT_SCALES))] for w in AT_CALL[1:]))
+            self.config["swarm"] = {k: v for k, v in self.scale.items() if v != 1.0} | {
+                "faults": self.at_call[1:]
+            }
+        self.world = ExplorerWorld(**{k: v for k, v in self.config.items() if k != "swarm"})
         observe = self.world.model.saw
 
         def saw(call: Call, status: int, parsed: dict[str, Any]) -> None:
@@ -276,7 +311,12 @@ class Explorer:
 
 
 def explore(
-    seed: int, steps: int, replay: list[int] | None = None, *, without: frozenset[str] = frozenset()
+    seed: int,
+    steps: int,
+    replay: list[int] | None = None,
+    *,
+    without: frozenset[str] = frozenset(),
+    swarm: bool = False,
 ) -> Outcome:
     """One run: seed ``seed`` (the world's own randomness, and the draws unless ``replay`` gives them)."""
     choices = Choices(seed, replay)
@@ -285,7 +325,7 @@ def explore(
     explorer = None
     with deterministic(seed), faster_moto():
         try:
-            explorer = Explorer(choices, steps, without=without)
+            explorer = Explorer(choices, steps, without=without, swarm=swarm)
             explorer.run()
         except Failure as exc:
             failure = str(exc)

@@ -16,10 +16,14 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.dynamodb.models import dynamodb_backends
 from moto.stepfunctions.models import stepfunctions_backends
 
+from tests.reliability.actors import pool
 from tests.reliability.world import END_ERRORS, Event, World
 from tests.support.aws import REGION, status_change_event
 from tests.support.faults import Call
 from tests.support.model import Model
+from tests.support.sqs_rules import sqs_rules
+
+CONTAINERS = ("A", "B", "C", "completion", "completion2", "completion3")  # tests/explorer/actors.py
 
 
 def _wire(value: Any) -> dict[str, Any]:
@@ -34,6 +38,14 @@ def _wire(value: Any) -> dict[str, Any]:
 class ExplorerWorld(World):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        # SQS refuses what moto takes (a deduplication id of any characters, ...): as SQS does, on
+        # every client of the process's pool (the containers' clients are made once per process).
+        clients = pool()
+        for name in CONTAINERS:
+            clients.container(name)
+        sqs = [c for (service, _), c in clients._plain.items() if service == "sqs"]
+        sqs += [made["sqs"] for _, made in clients._containers.values()]
+        self.sqs_rules = self._exit.enter_context(sqs_rules(None, *sqs))
         self.model.__class__ = ExplorerModel
         self.machines = [self.settings.state_machine_arn]  # every state machine the stack has driven
 

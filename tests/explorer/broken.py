@@ -1,0 +1,220 @@
+"""The broken variants the explorer hunts (``python -m tests.explorer.variants NAME``).
+
+Each is a patch of Sluice's code for the duration of a run: the code as it was before one of the
+breaks of docs/reliability.md was fixed (``b1`` .. ``b8``), or one of the project's broken variants
+(tests/reliability/test_*variants.py), applied as that test applies it. A patch is
+``(owner, attribute, replacement)``; an owner that is a dict has the item replaced.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import uuid
+from dataclasses import replace
+from typing import Any
+
+import sluice.adapters.sfn
+import sluice.adapters.sqs
+import sluice.awaits
+import sluice.completion
+import sluice.handover
+import sluice.keys
+import sluice.message_branches
+import sluice.names
+import sluice.per_message
+import sluice.reconcile
+from sluice import attributes
+from sluice.adapters.dynamo_slots import DynamoSlots
+from sluice.adapters.dynamodb import DynamoStore
+from sluice.awaits import AWAITS_ATTRIBUTE, check_awaits
+from sluice.errors import InvalidPayload
+from sluice.external import ExternalCount
+from sluice.keys import TICKET_ATTRIBUTE
+from sluice.model import ExecutionInfo, LimitSource, PayloadState
+from tests.reliability.test_caps_variants import past_the_cap
+from tests.reliability.test_key_variants import unfenced_block, unfenced_mark
+from tests.reliability.test_redriven_variants import one_redriven_mark
+
+Patch = tuple[Any, str, Any]
+
+
+def _random_name(key: str, message_id: str) -> str:
+    return f"run-{uuid.uuid4().hex}"
+
+
+_release_items = DynamoStore._release_items
+
+
+def _expiring_release(
+    self: DynamoStore, record: Any, ending: Any, *, awaited: bool, kept: bool = False
+) -> Any:
+    """Break 5: a release that puts a run-once key's success back under TTL."""
+    items = _release_items(self, record, ending, awaited=awaited, kept=False)
+    lease = items[1]["Update"]
+    lease["ConditionExpression"] = lease["ConditionExpression"].replace(
+        " AND attribute_not_exists(once_by)", ""
+    )
+    return items
+
+
+def _expiring_invalid(self: DynamoStore, *, key: str, reason: str, now: float) -> None:
+    """Break 5: a dead letter that puts a run-once key's success back under TTL."""
+    self._update_if(
+        f"PAYLOAD#{key}",
+        "SET #key = :key, #state = :invalid, reason = :reason, updated_at = :now, expires_at = :exp",
+        "attribute_not_exists(holder)",
+        {
+            ":key": {"S": key},
+            ":invalid": {"S": PayloadState.INVALID.value},
+            ":reason": {"S": reason},
+            ":now": {"N": repr(now)},
+            ":exp": {"N": str(int(now) + self.retention_seconds)},
+        },
+        names={"#key": "key", "#state": "state"},
+    )
+
+
+def _isdigit_ticket(raw: str) -> str:
+    """Break 7: ``str.isdigit`` takes "²", which ``int`` refuses."""
+    ticket, at, ms = raw.partition("@")
+    if not (ticket.isdigit() and at and ms.isdigit() and len(raw) <= 40):
+        raise InvalidPayload(f"{TICKET_ATTRIBUTE!r} is {raw!r}, not <ticket>@<ms>")
+    return raw
+
+
+def _unguarded_awaits(raw: str, *, key: str | None = None) -> tuple[str, ...]:
+    """Break 8: ``json.loads`` with ValueError caught, not RecursionError."""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise InvalidPayload(f"{AWAITS_ATTRIBUTE} is not JSON", key=key) from None
+    return check_awaits(value, key=key)
+
+
+RULES = attributes.RULES
+
+# name -> (what the variant breaks, its patches)
+VARIANTS: dict[str, tuple[str, list[Patch]]] = {
+    # -- the breaks, as the code was before each fix -----------------------------------------------
+    "b1_listing_order": (
+        "break 1: external counts ordered by when they were saved, not by their listing",
+        [(ExternalCount, "began", property(lambda self: self.count))],
+    ),
+    "b2_adopt_past_cap": (
+        "break 2: an adoption past a full shard's cap with no freeze first",
+        [(DynamoSlots, "adoption", past_the_cap)],
+    ),
+    "b3_start_after_block": (
+        "break 3: a start mark and a block that ignore each other (a blocked claim starts anyway)",
+        [(DynamoStore, "mark_starting", unfenced_mark), (DynamoStore, "block", unfenced_block)],
+    ),
+    "b4_vanished_kept": (
+        "break 4: a holder on a deleted state machine kept for good",
+        [(sluice.reconcile, "_release_vanished", lambda *args, **kwargs: 0)],
+    ),
+    "b5_once_ttl": (
+        "break 5: a run-once success put back under TTL by a release or a dead letter of its key",
+        [
+            (DynamoStore, "_release_items", _expiring_release),
+            (DynamoStore, "record_invalid", _expiring_invalid),
+        ],
+    ),
+    "b6_forged_origin": (
+        "break 6: any 1 to 128 characters taken as an origin id, and re-sent raw as a deduplication id",
+        [
+            (sluice.names, "ORIGIN_PATTERN", re.compile(r".{1,128}", re.DOTALL)),
+            (sluice.adapters.sqs, "_dedup_stem", lambda message_id, limit=90: message_id[:limit]),
+        ],
+    ),
+    "b7_ticket_digits": (
+        "break 7: a key ticket read with str.isdigit (unicode digits pass)",
+        [
+            (sluice.keys, "parse_ticket", _isdigit_ticket),
+            (sluice.keys, "sent_at", lambda entry: int(entry.partition("@")[2]) / 1000),
+            (RULES, TICKET_ATTRIBUTE, replace(RULES[TICKET_ATTRIBUTE], check=_isdigit_ticket)),
+        ],
+    ),
+    "b8_awaits_depth": (
+        "break 8: sluice-awaits parsed with no depth guard, and not checked at receipt",
+        [
+            (sluice.awaits, "parse_awaits", _unguarded_awaits),
+            (RULES, AWAITS_ATTRIBUTE, replace(RULES[AWAITS_ATTRIBUTE], check=lambda raw: raw)),
+        ],
+    ),
+    # -- held out until the actors and faults were frozen ------------------------------------------
+    "renew_always": (
+        "a resume that does not renew its claim (test_a_resume_that_does_not_renew_its_claim_is_caught)",
+        [(DynamoStore, "renew", lambda self, **_: True)],
+    ),
+    "adopt_never": (
+        "a redriven execution left out of the ledger (test_a_redriven_execution_left_out_of_the_ledger_is_caught)",
+        [(DynamoStore, "adopt", lambda self, **_: False)],
+    ),
+    "one_stamp": (
+        "limits ordered as one stamp (test_limits_ordered_as_one_stamp_are_caught)",
+        [(LimitSource, "merged", lambda self, other: self)],
+    ),
+    "never_sweeps": (
+        "a reconciliation that never sweeps the waiting room "
+        "(test_a_reconciliation_that_never_sweeps_the_waiting_room_is_caught)",
+        [(sluice.reconcile, "sweep", lambda **_: 0)],
+    ),
+    # -- more of the project's broken variants -------------------------------------------------------
+    "random_names": (
+        "execution names drawn at random (test_random_execution_names_are_caught)",
+        [
+            (sluice.per_message, "execution_name", _random_name),
+            (sluice.handover, "execution_name", _random_name),
+        ],
+    ),
+    "start_without_asking": (
+        "a resume that starts without asking Step Functions "
+        "(test_a_resume_that_starts_without_asking_step_functions_is_caught)",
+        [(sluice.per_message.MessageProtocol, "_started_before", lambda self, name: None)],
+    ),
+    "ignores_redriven_mark": (
+        "a resume that ignores the redriven mark (test_a_resume_that_ignores_the_redriven_mark_after_a_crash_is_caught)",
+        [(sluice.message_branches.MessageBranches, "_yield_to_redriven", lambda *args: False)],
+    ),
+    "one_redriven_mark": (
+        "a key that keeps one redriven mark (test_a_key_that_keeps_one_redriven_mark_is_caught)",
+        [(DynamoStore, "mark_redriven", one_redriven_mark)],
+    ),
+    "earlier_end_taken_as_new": (
+        "an earlier end taken for a new one (test_an_earlier_end_taken_for_a_new_one_is_caught)",
+        [(sluice.message_branches, "earlier_end", lambda info, record: False)],
+    ),
+    "completion_asks_earlier_end": (
+        "a completion that asks about an earlier end (test_a_completion_that_asks_about_an_earlier_end_is_caught)",
+        [(sluice.completion, "_not_its_earlier_end", lambda change: lambda record: True)],
+    ),
+    "redrive_count_ignored": (
+        "an adoption that ignores the reported redrive count "
+        "(test_an_adoption_that_ignores_the_reported_redrive_count_is_caught)",
+        [(ExecutionInfo, "not_redriven_since", lambda self, ended_at: False)],
+    ),
+    "vanished_as_unstarted": (
+        "a resume that takes a vanished machine for never started "
+        "(test_a_resume_that_takes_a_vanished_machine_for_never_started_is_caught)",
+        [(sluice.adapters.sfn.StepFunctionsExecutions, "vanished", lambda self, arn: False)],
+    ),
+    "hand_over_unchecked": (
+        "a hand-over that skips the receipt check (test_a_hand_over_that_skips_the_receipt_check_is_caught)",
+        [(sluice.handover, "check_attributes", lambda message: None)],
+    ),
+}
+
+
+def patch(patches: list[Patch]) -> list[Patch]:
+    """Apply ``patches``; the saved values, to ``patch`` back."""
+    saved: list[Patch] = []
+    for owner, attr, value in patches:
+        if isinstance(owner, dict):
+            saved.append((owner, attr, owner[attr]))
+            owner[attr] = value
+        else:
+            saved.append((owner, attr, inspect.getattr_static(owner, attr)))
+            setattr(owner, attr, value)
+    return saved
