@@ -17,11 +17,13 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import sluice.enqueue
 from sluice.completion import StatusChange
 from sluice.ops.dlq import dlq_list, dlq_redrive
 from tests.reliability.world import Container, Event
 from tests.support.aws import status_change_event
 from tests.support.faults import count
+from tests.support.model import Sent, canonical_key
 
 if TYPE_CHECKING:
     from tests.explorer.sim import Explorer
@@ -50,6 +52,24 @@ FORGED = (
     {"sluice-awaits": "[" * 5000},
     {"sluice-awaits": '"p0"'},
 )
+
+CONSOLE_VALUES = ("10001", "5000000000000", "99999999999999999999999", "1" * 4000)  # SSM: at most 4 KB
+
+ENQUEUE_ITEMS = ('{"id":"P"}', '{"id":"P","n":7}', "1" * 5000, "[" * 3000 + "]" * 3000, '"text"', "null")
+
+
+class _Recording:
+    """An SQS client that keeps what its batches sent: (message id, entry)."""
+
+    def __init__(self, sqs: Any) -> None:
+        self.sqs = sqs
+        self.sent: list[tuple[str, dict[str, Any]]] = []
+
+    def send_message_batch(self, **request: Any) -> Any:
+        answer = self.sqs.send_message_batch(**request)
+        entries = {e["Id"]: e for e in request["Entries"]}
+        self.sent += [(ok["MessageId"], entries[ok["Id"]]) for ok in answer.get("Successful", [])]
+        return answer
 
 
 class Actors:
@@ -121,6 +141,10 @@ class Actors:
         out.append(("ttl", 0.2, self.do_ttl))
         if w.model.dead_lettered:
             out.append(("dlq_redrive", 0.2, self.do_dlq_redrive))
+        if self.ex.scale:  # widened after the plain actors were frozen: swarm runs only
+            out.append(("console", 0.2, self.do_console))
+            if self.sent_count < MAX_MESSAGES:
+                out.append(("enqueue", 0.3, self.do_enqueue))
         if self.ex.switch.old is None:
             out.append(("switch_machine", 0.15, self.do_switch_machine))
         elif self.ex.switch.deletable():
@@ -243,6 +267,52 @@ class Actors:
         else:
             self.note(f"operator: set-max {self.config['max_concurrency']} (back)")
             w.set_max(self.config["max_concurrency"])
+
+    def do_console(self) -> None:
+        """Someone writes MAX in the parameter by hand (the console, a script), above its ceiling:
+        Sluice must refuse it and keep the MAX in force (docs/operations.md)."""
+        value = CONSOLE_VALUES[self.choices.draw(len(CONSOLE_VALUES))]
+        self.note(f"console: the MAX parameter set to {value[:24]}")
+        count("explorer:console_max")
+        w = self.world
+        w.ssm.put_parameter(Name=w.settings.max_parameter, Value=value, Type="String", Overwrite=True)
+
+    def do_enqueue(self) -> None:
+        """The operator runs ``sluice enqueue`` on a JSON array: payloads and values no payload is
+        (a number of 5,000 digits, nesting past the recursion limit, a string, null). Every item
+        is sent or reported, and the command never raises."""
+        draw = self.choices.draw
+        items = [ENQUEUE_ITEMS[draw(len(ENQUEUE_ITEMS))] for _ in range(1 + draw(3))]
+        text = "[" + ",".join(item.replace("P", f"p{draw(PAYLOADS)}") for item in items) + "]"
+        self.note(f"operator: sluice enqueue {text[:60]}")
+        count("explorer:enqueue")
+        from tests.explorer.sim import Failure
+
+        w = self.world
+        sqs = _Recording(w.sqs)
+        try:
+            items_read = list(sluice.enqueue.read_items(text))
+            report = sluice.enqueue.enqueue(sqs, w.settings.queue_url, items_read, key_field="id")
+        except Exception as exc:
+            self.ex.failure = f"sluice enqueue raised on bad input: {exc!r} ({text[:80]})"
+            raise Failure(self.ex.failure) from exc
+        if len(report.sent) + len(report.failed) != len(items):
+            self.ex.failure = f"sluice enqueue lost items: {len(items)} in, {report} out"
+            raise Failure(self.ex.failure)
+        for message_id, entry in sqs.sent:
+            self.sent_count += 1
+            attributes = {k: v["StringValue"] for k, v in entry.get("MessageAttributes", {}).items()}
+            body = entry["MessageBody"]
+            w.model.sent_message(
+                Sent(
+                    message_id,
+                    body,
+                    entry["MessageGroupId"],
+                    entry["MessageDeduplicationId"],
+                    canonical_key(body, attributes),
+                    attributes,
+                )
+            )
 
     def do_redrive(self) -> None:
         w = self.world

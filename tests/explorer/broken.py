@@ -17,8 +17,10 @@ from typing import Any
 
 import sluice.adapters.sfn
 import sluice.adapters.sqs
+import sluice.adapters.ssm
 import sluice.awaits
 import sluice.completion
+import sluice.enqueue
 import sluice.handover
 import sluice.keys
 import sluice.message_branches
@@ -29,6 +31,7 @@ from sluice import attributes
 from sluice.adapters.dynamo_slots import DynamoSlots
 from sluice.adapters.dynamodb import DynamoStore
 from sluice.awaits import AWAITS_ATTRIBUTE, check_awaits
+from sluice.enqueue import Item
 from sluice.errors import InvalidPayload
 from sluice.external import ExternalCount
 from sluice.keys import TICKET_ATTRIBUTE
@@ -93,6 +96,28 @@ def _unguarded_awaits(raw: str, *, key: str | None = None) -> tuple[str, ...]:
     return check_awaits(value, key=key)
 
 
+def _read_items_whole(text: str) -> Any:
+    """Break 10: an array or an object parsed whole, so one element Python cannot build (a number
+    of 5,000 digits, nesting past the recursion limit) fails the command (JSON Lines went line by line)."""
+    stripped = text.strip()
+    if not stripped:
+        return
+    try:
+        whole = json.loads(stripped)
+    except json.JSONDecodeError:
+        pass
+    else:
+        if isinstance(whole, list):
+            for i, element in enumerate(whole, start=1):
+                yield Item(f"item {i}", json.dumps(element, ensure_ascii=False, separators=(",", ":")))
+        else:
+            yield Item("line 1", stripped)
+        return
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            yield Item(f"line {lineno}", line.strip())
+
+
 RULES = attributes.RULES
 
 # name -> (what the variant breaks, its patches)
@@ -142,6 +167,14 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
             (sluice.awaits, "parse_awaits", _unguarded_awaits),
             (RULES, AWAITS_ATTRIBUTE, replace(RULES[AWAITS_ATTRIBUTE], check=lambda raw: raw)),
         ],
+    ),
+    "b9_max_unbounded": (
+        "break 9: a MAX above the ceiling read from the parameter and planned (no ceiling)",
+        [(sluice.adapters.ssm, "MAX_CEILING", 10**40)],
+    ),
+    "b10_enqueue_whole": (
+        "break 10: sluice enqueue parses an array whole, and one unbuildable item fails the command",
+        [(sluice.enqueue, "read_items", _read_items_whole)],
     ),
     # -- held out until the actors and faults were frozen ------------------------------------------
     "renew_always": (

@@ -67,6 +67,8 @@ SWARM_ACTORS = (
     "ttl",
     "dlq_redrive",
     "switch_machine",
+    "console",
+    "enqueue",
 )
 SWARM_SCALES = (1.0, 0.0, 4.0)
 FAULT_SCALES = (1.0, 0.0, 8.0)
