@@ -17,11 +17,17 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from moto.core import DEFAULT_ACCOUNT_ID
+from moto.sqs.models import sqs_backends
+
 import sluice.enqueue
 from sluice.completion import StatusChange
 from sluice.ops.dlq import dlq_list, dlq_redrive
+from sluice.ops.semaphore import semaphore_set
+from sluice.semaphore_model import pool_of
+from sluice.semaphore_service import SemaphoreService
 from tests.reliability.world import Container, Event
-from tests.support.aws import status_change_event
+from tests.support.aws import REGION, status_change_event
 from tests.support.faults import count
 from tests.support.model import Sent, canonical_key
 
@@ -57,6 +63,14 @@ CONSOLE_VALUES = ("10001", "5000000000000", "99999999999999999999999", "1" * 400
 
 ENQUEUE_ITEMS = ('{"id":"P"}', '{"id":"P","n":7}', "1" * 5000, "[" * 3000 + "]" * 3000, '"text"', "null")
 
+SEMAPHORE, SEMAPHORE_CONFIGURED = "db", 5  # SLUICE_SEMAPHORES=db:5 in the semaphore function
+
+
+def _queued(queue_url: str) -> set[str]:
+    """The ids of the messages in the queue, from moto's backend."""
+    queue = sqs_backends[DEFAULT_ACCOUNT_ID][REGION].queues[queue_url.rsplit("/", 1)[1]]
+    return {m.id for m in queue._messages}
+
 
 class _Recording:
     """An SQS client that keeps what its batches sent: (message id, entry)."""
@@ -77,6 +91,7 @@ class Actors:
         self.ex = explorer
         self.sent_count = 0
         self.by_hand = 0
+        self.semaphore_limit: int | None = None  # the operator's last ``sluice semaphore set``
 
     @property
     def world(self) -> Any:
@@ -143,8 +158,12 @@ class Actors:
             out.append(("dlq_redrive", 0.2, self.do_dlq_redrive))
         if self.ex.scale:  # widened after the plain actors were frozen: swarm runs only
             out.append(("console", 0.2, self.do_console))
+            out.append(("quiet_month", 0.1, self.do_quiet_month))
             if self.sent_count < MAX_MESSAGES:
                 out.append(("enqueue", 0.3, self.do_enqueue))
+            if "semaphore" not in self.busy():
+                out.append(("semaphore_cold_start", 0.5, self.do_semaphore_cold_start))
+            out.append(("semaphore_set", 0.5, self.do_semaphore_set))
         if self.ex.switch.old is None:
             out.append(("switch_machine", 0.15, self.do_switch_machine))
         elif self.ex.switch.deletable():
@@ -268,6 +287,12 @@ class Actors:
             self.note(f"operator: set-max {self.config['max_concurrency']} (back)")
             w.set_max(self.config["max_concurrency"])
 
+    def do_quiet_month(self) -> None:
+        """A month passes (retention is 30 days): records past their retention may go to TTL."""
+        self.note("advance 31 days")
+        count("explorer:quiet_month")
+        self.world.advance(31 * 86400.0)
+
     def do_console(self) -> None:
         """Someone writes MAX in the parameter by hand (the console, a script), above its ceiling:
         Sluice must refuse it and keep the MAX in force (docs/operations.md)."""
@@ -299,7 +324,11 @@ class Actors:
         if len(report.sent) + len(report.failed) != len(items):
             self.ex.failure = f"sluice enqueue lost items: {len(items)} in, {report} out"
             raise Failure(self.ex.failure)
+        queued = _queued(w.settings.queue_url)
         for message_id, entry in sqs.sent:
+            if message_id not in queued:  # SQS took it for a copy of one sent within 5 minutes
+                count("sqs:deduplicated")
+                continue
             self.sent_count += 1
             attributes = {k: v["StringValue"] for k, v in entry.get("MessageAttributes", {}).items()}
             body = entry["MessageBody"]
@@ -313,6 +342,37 @@ class Actors:
                     attributes,
                 )
             )
+
+    def do_semaphore_cold_start(self) -> None:
+        """A new container of the semaphore function: it creates the configured semaphore if absent
+        (``SemaphoreService.ensure``), its calls switch points like every invocation's."""
+        container = self.ex.container("semaphore")
+        container.injector.observer = None  # the semaphore's items are not the launcher's protocol
+
+        def work(c: Container) -> None:
+            SemaphoreService(c.runtime.semaphores(), {SEMAPHORE: SEMAPHORE_CONFIGURED}).ensure(SEMAPHORE)
+
+        self.spawn("semaphore", "semaphore", work)
+
+    def do_semaphore_set(self) -> None:
+        """``sluice semaphore set``: from its return on, that limit is in force until the next set."""
+        limit = (0, 1, 2)[self.choices.draw(3)]
+        self.note(f"operator: sluice semaphore set {SEMAPHORE} {limit}")
+        count("explorer:semaphore_set")
+        semaphore_set(self.world.operator, SEMAPHORE, limit)
+        self.semaphore_limit = limit
+
+    def check(self) -> str | None:
+        """What the actors themselves know must hold after every step."""
+        if self.semaphore_limit is not None:
+            pool = self.world.table("limit").get(f"SLOTS#{pool_of(SEMAPHORE)}", {})
+            limit = int(pool.get("limit", {}).get("N", -1))
+            if limit != self.semaphore_limit:
+                return (
+                    f"semaphore {SEMAPHORE}: limit {limit} in force, but the operator set {self.semaphore_limit} "
+                    "and nobody set it since (a cold start undid the operator's limit)"
+                )
+        return None
 
     def do_redrive(self) -> None:
         w = self.world

@@ -36,6 +36,7 @@ from sluice.errors import InvalidPayload
 from sluice.external import ExternalCount
 from sluice.keys import TICKET_ATTRIBUTE
 from sluice.model import ExecutionInfo, LimitSource, PayloadState
+from sluice.semaphore import Semaphores, pool_of
 from tests.reliability.test_caps_variants import past_the_cap
 from tests.reliability.test_key_variants import unfenced_block, unfenced_mark
 from tests.reliability.test_redriven_variants import one_redriven_mark
@@ -118,6 +119,14 @@ def _read_items_whole(text: str) -> Any:
             yield Item(f"line {lineno}", line.strip())
 
 
+def _read_then_write(self: Semaphores, semaphore: str, limit: int) -> bool:
+    """Break 11: absent when read, so the configured limit is written whatever came since."""
+    if self.slots.occupancy(pool_of(semaphore)).version:
+        return False
+    self.set_limit(semaphore, limit)
+    return True
+
+
 RULES = attributes.RULES
 
 # name -> (what the variant breaks, its patches)
@@ -175,6 +184,10 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
     "b10_enqueue_whole": (
         "break 10: sluice enqueue parses an array whole, and one unbuildable item fails the command",
         [(sluice.enqueue, "read_items", _read_items_whole)],
+    ),
+    "b11_semaphore_cold_start": (
+        "break 11: a cold start that reads the semaphore, then writes its configured limit unfenced",
+        [(Semaphores, "create", _read_then_write)],
     ),
     # -- held out until the actors and faults were frozen ------------------------------------------
     "renew_always": (

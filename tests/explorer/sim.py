@@ -68,9 +68,15 @@ SWARM_ACTORS = (
     "dlq_redrive",
     "switch_machine",
     "console",
+    "quiet_month",
     "enqueue",
+    "semaphore_cold_start",
+    "semaphore_set",
 )
 SWARM_SCALES = (1.0, 0.0, 4.0)
+# How fast invocations move against the world: slower widens every race window (more happens
+# between one call of an invocation and its next).
+RESUME_SCALES = (1.0, 0.1, 0.3)
 FAULT_SCALES = (1.0, 0.0, 8.0)
 
 
@@ -196,6 +202,7 @@ class Explorer:
 
             for name in (*SWARM_ACTORS, *(f"send:{p}" for p, _ in PRODUCERS)):
                 self.scale[name] = SWARM_SCALES[draw(len(SWARM_SCALES))]
+            self.scale["resume"] = RESUME_SCALES[draw(len(RESUME_SCALES))]
             self.at_call = (AT_CALL[0], *(w * FAULT_SCALES[draw(len(FAULT_SCALES))] for w in AT_CALL[1:]))
             self.config["swarm"] = {k: v for k, v in self.scale.items() if v != 1.0} | {
                 "faults": self.at_call[1:]
@@ -279,6 +286,9 @@ class Explorer:
             self.world.check()
         except AssertionError as exc:
             raise Failure(f"{exc} ({when})") from exc
+        broken = self.actors.check()
+        if broken:
+            raise Failure(f"{broken} ({when})")
 
     def wind_down(self) -> None:
         """Every invocation runs to its end with no fault."""

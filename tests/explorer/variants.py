@@ -46,6 +46,7 @@ def hunt(
     without: frozenset[str],
     ignore: tuple[str, ...] = (),
     swarm: bool = False,
+    shrink_budget: float = 60.0,
 ) -> dict[str, Any]:
     """Fresh runs from ``seed`` on, the variant applied, until a failure the variant causes or
     ``minutes`` of CPU. A failure is the variant's when the same draws, replayed on the code as it
@@ -70,7 +71,13 @@ def hunt(
         cpu = time.process_time() - started
         with applied(name):
             shrunk = shrink(
-                run_seed, steps, outcome, budget=60, without=without, swarm=swarm, log=lambda _: None
+                run_seed,
+                steps,
+                outcome,
+                budget=shrink_budget,
+                without=without,
+                swarm=swarm,
+                log=lambda _: None,
             )
         return {
             "variant": name,
@@ -106,6 +113,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=120)
     parser.add_argument("--without", default="")
     parser.add_argument("--swarm", action="store_true")
+    parser.add_argument("--shrink", type=float, default=60.0, help="seconds to shrink a failure")
     parser.add_argument(
         "--ignore", default="", help="failures holding one of these ';'-separated texts are passed over"
     )
@@ -120,7 +128,7 @@ def main() -> int:
         print(f"variant {name}: {VARIANTS[name][0]}", flush=True)
         for _ in range(args.seeds):
             seed = random.SystemRandom().randrange(1, 2**31)
-            result = hunt(name, seed, args.minutes, args.steps, without, ignore, args.swarm)
+            result = hunt(name, seed, args.minutes, args.steps, without, ignore, args.swarm, args.shrink)
             print(json.dumps(result), flush=True)
     return 0
 
