@@ -303,7 +303,9 @@ def _release_vanished(
     """A holder past the staleness bound that Step Functions once said runs (marked RUNNING, or
     adopted) and now says does not exist: its state machine was deleted (after a switch), and with
     it the execution, which had ended. Released through the completion path with the reason: its
-    outcome is unknown, so it is recorded as released, not as an end."""
+    outcome is unknown, so it is recorded as released, not as an end. A run-once holder marks its
+    key ``once_unknown``: it may have SUCCEEDED, so no run-once message of the key runs by itself
+    after it (``sluice.receipts``)."""
     logger.warning(
         "holder's execution does not exist in Step Functions; released",
         extra={"execution_name": record.name, "arn": record.arn},
@@ -315,6 +317,7 @@ def _release_vanished(
         state=PayloadState.RELEASED,
         now=now,
         error=f"execution {record.arn or record.name} does not exist in Step Functions (its state machine was deleted?)",
+        outcome_unknown=True,
     )
     return int(done is not None)
 
