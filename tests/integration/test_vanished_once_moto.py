@@ -148,3 +148,73 @@ def test_the_operator_clears_the_mark_and_redrives(session, succeeded):
     else:
         assert len(stack.running()) == 1 and summary.n(Outcome.STARTED) == 1
     assert stack.queue_counts() == (0, 0) and stack.queue_counts(stack.settings.dlq_url) == (0, 0)
+
+
+def switch_and_delete_with_the_claim_unmarked(stack: Stack, *, once: bool) -> str:
+    """A message of k starts e1 on M1 (its record stays CLAIMED: no tick marks it RUNNING); the
+    stack switches to M2; e1 SUCCEEDED (its event lost); M1 is deleted. Returns e1."""
+    stack.send({"id": "k"}, group="a", **({"sluice_once": "true"} if once else {}))
+    stack.launcher().tick()
+    (e1,) = stack.running()
+    store = stack.runtime().store()
+    assert store.execution(e1).state is PayloadState.CLAIMED
+    m2 = stack.client("stepfunctions").create_state_machine(
+        name="sluice-test-workflow-v2",
+        definition=json.dumps(WORKFLOW),
+        roleArn=f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/sluice-test-sfn",
+    )["stateMachineArn"]
+    m1 = stack.settings.state_machine_arn
+    stack.settings = replace(stack.settings, state_machine_arn=m2)
+    stack.finish(e1, "SUCCEEDED", output="{}")  # its status event is lost
+    stack.client("stepfunctions").delete_state_machine(stateMachineArn=m1)
+    return e1
+
+
+def test_a_once_claim_on_a_deleted_machine_is_released_as_vanished_and_marks_its_key(session):
+    """Absent on a deleted machine is no proof that a claim never started: e1 may have SUCCEEDED
+    there. Released at once (nothing can start on a deleted machine), its outcome unknown."""
+    stack = build_stack(session, max_concurrency=2, clock=FakeClock())
+    e1 = switch_and_delete_with_the_claim_unmarked(stack, once=True)
+    stack.clock.advance(61)
+    stack.launcher().tick()
+    store = stack.runtime().store()
+    assert store.ledger().holders == frozenset(), "a claim on a deleted machine kept its slot"
+    assert store.execution(e1).state is PayloadState.RELEASED
+    assert payload_item(stack, "k")["once_unknown"]["S"] == e1
+
+    stack.clock.advance(2_000)  # past any claim timeout
+    stack.send({"id": "k"}, group="b", sluice_once="true")
+    stack.launcher().tick()
+    assert stack.running() == [], "a run-once key whose run SUCCEEDED started again"
+    (reason,) = dead_reasons(stack)
+    assert e1 in reason
+
+
+def test_a_once_claim_on_a_deleted_machine_never_lets_its_key_run_again(session):
+    """However long reconciliation goes on (one container: its own two sightings would release an
+    abandoned claim), a once-message of the key does not run by itself."""
+    stack = build_stack(session, max_concurrency=2, clock=FakeClock())
+    e1 = switch_and_delete_with_the_claim_unmarked(stack, once=True)
+    launcher = stack.launcher()
+    for _ in range(3):
+        stack.clock.advance(1_000)
+        launcher.tick()
+    assert stack.runtime().store().ledger().holders == frozenset()
+    stack.send({"id": "k"}, group="b", sluice_once="true")
+    launcher.tick()
+    assert stack.running() == [], "a run-once key whose run SUCCEEDED started again"
+    (reason,) = dead_reasons(stack)
+    assert e1 in reason
+
+
+def test_a_plain_claim_on_a_deleted_machine_frees_its_key_at_once(session):
+    stack = build_stack(session, max_concurrency=2, clock=FakeClock())
+    e1 = switch_and_delete_with_the_claim_unmarked(stack, once=False)
+    stack.clock.advance(61)
+    stack.launcher().tick()
+    assert stack.runtime().store().ledger().holders == frozenset()
+    assert "once_unknown" not in payload_item(stack, "k")
+    stack.send({"id": "k", "n": 2}, group="b")
+    stack.launcher().tick()
+    (e2,) = stack.running()
+    assert e2 != e1

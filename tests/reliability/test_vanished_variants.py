@@ -14,6 +14,7 @@ import pytest
 import sluice.adapters.dynamo_codec
 import sluice.adapters.dynamo_release
 import sluice.adapters.dynamodb
+import sluice.launcher
 import sluice.reconcile
 from sluice.adapters.dynamo_release import ReleasesTable
 from tests.integration import test_breaker_findings as findings
@@ -22,6 +23,7 @@ from tests.integration import test_vanished_once_moto as vanished
 ORIGINAL_ONLY_ONCE = sluice.adapters.dynamo_codec.only_once
 ORIGINAL_RELEASE_ITEMS = ReleasesTable._release_items
 ORIGINAL_COMPLETE = sluice.reconcile.complete
+ORIGINAL_RECONCILE = sluice.reconcile.reconcile
 
 
 def caught(scenario: Callable[[Any], None], session: Any, match: str) -> None:
@@ -57,6 +59,25 @@ def release_items_under_ttl(self: ReleasesTable, record: Any, ending: Any, **kw:
     return items
 
 
+class _NeverVanished:
+    """Step Functions as reconciliation asked it before: a claim absent on a deleted machine is
+    taken for one that never started (two sightings, released as abandoned, no mark)."""
+
+    def __init__(self, executions: Any) -> None:
+        self._executions = executions
+
+    def vanished(self, arn: str | None) -> bool:
+        return False
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._executions, attr)
+
+
+def reconcile_never_vanished(**kwargs: Any) -> Any:
+    kwargs["executions"] = _NeverVanished(kwargs["executions"])
+    return ORIGINAL_RECONCILE(**kwargs)
+
+
 def test_a_once_claim_that_ignores_the_mark_is_caught(monkeypatch, session):
     monkeypatch.setattr(sluice.adapters.dynamodb, "only_once", only_once_unmarked)
     monkeypatch.setattr(sluice.adapters.dynamo_release, "only_once", only_once_unmarked)
@@ -82,4 +103,22 @@ def test_a_mark_left_under_ttl_is_caught(monkeypatch, session):
         vanished.test_the_mark_outlives_retention,
         session,
         "the mark expired",
+    )
+
+
+def test_a_claim_on_a_deleted_machine_taken_for_an_unstarted_one_is_caught(monkeypatch, session):
+    monkeypatch.setattr(sluice.launcher, "reconcile", reconcile_never_vanished)
+    caught(
+        vanished.test_a_once_claim_on_a_deleted_machine_is_released_as_vanished_and_marks_its_key,
+        session,
+        "a claim on a deleted machine kept its slot",
+    )
+
+
+def test_a_claim_on_a_deleted_machine_released_as_abandoned_runs_its_once_key_again(monkeypatch, session):
+    monkeypatch.setattr(sluice.launcher, "reconcile", reconcile_never_vanished)
+    caught(
+        vanished.test_a_once_claim_on_a_deleted_machine_never_lets_its_key_run_again,
+        session,
+        "a run-once key whose run SUCCEEDED started again",
     )
