@@ -59,6 +59,7 @@ class MachineSwitch:
             else:
                 self.restart(c.name)
         ex.machine = new
+        w.model.machine_switched(new)
         count("explorer:machine_switched" + (":with_previous" if previous else ":without_previous"))
 
     def restart(self, name: str) -> None:
@@ -81,6 +82,7 @@ class MachineSwitch:
         assert self.old is not None
         self.explorer.world.sfn.delete_state_machine(stateMachineArn=self.old)
         self.deleted = True
+        self.explorer.world.model.machine_deleted(self.old)
         count("explorer:old_machine_deleted")
 
     def answer(self, call: Call) -> tuple[Any, dict[str, Any]] | None:
