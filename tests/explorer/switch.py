@@ -35,11 +35,15 @@ class MachineSwitch:
 
     def switch(self, previous: bool) -> None:
         """``previous``: with ``previousStateMachineArn``; docs/operations.md asks for it while any of
-        the machine's runs holds a slot or runs, so it is set then whatever was drawn."""
+        the machine's runs holds a slot or runs, so it is set then whatever was drawn. Also while an
+        invocation is in flight: it goes on with the old settings and may still claim and start on
+        the old machine after the deploy (the procedure without it pauses first, so none can)."""
         ex = self.explorer
         w = ex.world
         current = w.settings.state_machine_arn
         if any(ex.history.machine.get(n) == current for n in set(w.model.running) | w.model.holders):
+            previous = True
+        if ex.busy():
             previous = True
         name = w.settings.state_machine_arn.rsplit(":", 1)[-1] + "-2"
         new = w.sfn.create_state_machine(
