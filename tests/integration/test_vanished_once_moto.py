@@ -17,6 +17,7 @@ from sluice.model import Outcome, PayloadState
 from sluice.ops.dlq import dlq_redrive
 from tests.integration.test_once_ttl_moto import expire_ttl
 from tests.support.aws import WORKFLOW, Stack, build_stack
+from tests.support.cli import sluice, use_env
 
 DAY = 86_400
 
@@ -218,3 +219,13 @@ def test_a_plain_claim_on_a_deleted_machine_frees_its_key_at_once(session):
     stack.launcher().tick()
     (e2,) = stack.running()
     assert e2 != e1
+
+
+def test_sluice_status_shows_the_mark(session, monkeypatch, capsys):
+    stack = build_stack(session, max_concurrency=2, clock=FakeClock())
+    e1 = vanish_a_once_run(stack)
+    use_env(monkeypatch, stack)
+    shown = sluice(capsys, "status", "k", session=session)
+    assert f"outcome of run {e1} unknown" in shown.out
+    as_json = json.loads(sluice(capsys, "status", "k", "--json", session=session).out)
+    assert as_json["payload"]["once_unknown"] == e1
