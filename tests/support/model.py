@@ -383,14 +383,17 @@ class Model:
         return sent is not None and sent.once
 
     def running_again(self, name: str) -> None:
-        """An ended execution RUNNING again (an operator's redrive): it counts against MAX and its key."""
+        """An ended execution RUNNING again (an operator's redrive): it counts against MAX and its key.
+        Outside Sluice until adopted, unless its slot was never given back (its end's event lost, and
+        no reconciliation released it before the redrive): then Sluice holds it still."""
         with self.lock:
             message_id = self.claims.get(name)
             sent = self.sent.get(message_id or "")
             self.running[name] = sent.key if sent else None
             self.finished.discard(name)
             self.adopted_at.pop(name, None)
-            self._went_outside(name)
+            if name not in self.holders:
+                self._went_outside(name)
 
     def started_outside(self, name: str, key: str | None = None) -> None:
         """An execution Sluice did not start (ListExecutions shows it; MAX counts it)."""
