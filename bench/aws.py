@@ -1018,6 +1018,9 @@ class SimExecutions:
         self.meter.wait("states:DescribeExecution")
         return result
 
+    def vanished(self, arn: str | None) -> bool:
+        return self.inner.vanished(arn)  # one state machine, never deleted: no call
+
     def list_running(self) -> set[str]:
         names = set(self.inner.running)
         if self.lag > 0:

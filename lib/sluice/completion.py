@@ -100,13 +100,15 @@ def complete(
     output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
     effects: Effects | None = None,
     offer: Offer | None = None,
+    outcome_unknown: bool = False,
 ) -> ExecutionRecord | None:
     """Release ``name``, record ``state`` (with the receipt: ``output`` is asked for what to keep of
     the output, only when the release happens) and wake what waits for it. The one path every
     release takes. A SUCCEEDED output's effects are sent before the release and marked in it
     (``sluice.effects``; ``effects``: how, by default without a payload bucket). With ``offer`` (a
     completion's refill) the freed slot is handed to the successor it offers, in the release's own
-    transaction (``Store.hand_over``); ``offer.settled`` then says whether it took it."""
+    transaction (``Store.hand_over``); ``offer.settled`` then says whether it took it.
+    ``outcome_unknown``: its execution vanished (``Store.release``)."""
     output = around(output, effects, store=store, queue=queue, name=name, state=state, now=now)
     ending: dict[str, Any] = {
         "error": error,
@@ -115,6 +117,9 @@ def complete(
         "started_at": started_at,
         "confirm": confirm,
     }
+    if outcome_unknown:
+        assert offer is None and not state.ended, "an unknown outcome is a release, not an end"
+        ending["outcome_unknown"] = True
     if offer is None:
         released = store.release(name=name, state=state, now=now, fence=fence, output=output, **ending)
     else:

@@ -14,6 +14,7 @@ domain code never sees botocore.
         ├── LeaseHeld             the payload's lease is live; carries the existing record
         ├── AlreadyRan            the execution name ran and ended already; carries its record
         ├── AlreadyDone           a run-once key has SUCCEEDED already; carries its record
+        ├── OnceUnknown           a run-once key's run has an unknown outcome; carries its record
         └── lease.Busy            a key's lease (``@exclusive``) is held; carries its holders
 """
 
@@ -118,4 +119,20 @@ class AlreadyDone(ClaimRejected):
 
     def __init__(self, existing: PayloadRecord) -> None:
         super().__init__(f"payload {existing.key!r} succeeded already ({existing.succeeded_by})")
+        self.existing = existing
+
+
+class OnceUnknown(ClaimRejected):
+    """A run-once claim of a key whose run-once execution vanished with its state machine (deleted
+    after a switch) before Sluice saw it end: whether the key SUCCEEDED cannot be known, so it does
+    not run once more by itself (``sluice.receipts``). ``existing`` is the payload record as the
+    failed claim saw it (``once_unknown`` set)."""
+
+    def __init__(self, existing: PayloadRecord) -> None:
+        super().__init__(
+            f"run-once key {existing.key!r}: the outcome of its run {existing.once_unknown} is unknown "
+            "(its execution no longer exists in Step Functions: its state machine was deleted), so it "
+            "is not run again; once its outcome is known, clear the key's once_unknown mark "
+            "(docs/operations.md) and redrive"
+        )
         self.existing = existing

@@ -153,8 +153,11 @@ class PayloadRecord:
     # saw): no claim either until each is adopted or has ended.
     redriven_more: frozenset[str] = frozenset()
     # The run-once execution whose success keeps this record without expiry (sluice.receipts): no
-    # later write puts it back under TTL. Never removed.
+    # later write puts it back under TTL. Never removed. Also set by ``once_unknown``'s release.
     once_by: str | None = None
+    # A run-once execution released with an unknown outcome (it vanished with its state machine):
+    # no run-once claim of the key until the operator clears it (sluice.receipts).
+    once_unknown: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,8 @@ the start mark (``handed``).
 
 A run-once message (``sluice-once: true``) whose key has SUCCEEDED already fails its claim with
 ``AlreadyDone`` (the check is in the claim's own condition): it is deleted and recorded, nothing
-starts. Why the check cannot be a read before the claim: ``sluice.receipts``.
+starts. Why the check cannot be a read before the claim: ``sluice.receipts``. One whose key's
+run-once run vanished with an unknown outcome (``OnceUnknown``) is dead-lettered with the reason.
 
 Every ``sluice-*`` attribute is checked first, against one catalogue (``sluice.attributes``): a
 message with a malformed one, or one Sluice does not know, is dead-lettered with the attribute named.
@@ -62,6 +63,7 @@ from sluice.errors import (
     KeyFull,
     LeaseHeld,
     MachineVanished,
+    OnceUnknown,
     SlotsFull,
     TransientError,
 )
@@ -189,6 +191,10 @@ class MessageProtocol(MessageBranches):
                 Outcome.ALREADY_DONE,
             )
             return Outcome.ALREADY_DONE
+        except OnceUnknown as unknown:
+            # A run-once message of a key whose run-once run vanished with an unknown outcome: it
+            # may have SUCCEEDED, so not run by itself; dead-lettered with the way out in its reason.
+            return self._dead_letter(payload.message, InvalidPayload(str(unknown), key=payload.key), done)
         except LeaseHeld as held:
             if held.existing.holder != name:
                 return self._duplicate(payload, held, done)

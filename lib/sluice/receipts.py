@@ -52,6 +52,14 @@ outlives ``retentionDays``. No later write puts it back under TTL: every write t
 ``attribute_not_exists(once_by)`` and written again without the expiry when refused
 (``sluice.adapters.dynamo_release`` has the timeline). Messages without the attribute run as before,
 whatever the receipt says.
+
+A run-once run whose outcome cannot be known (its execution vanished with its state machine,
+deleted after a switch, before Sluice saw it end: ``sluice.reconcile``) may have SUCCEEDED. Its
+release marks the record ``once_unknown = <name>`` (and ``once_by``: kept without expiry), and a
+run-once claim also carries ``attribute_not_exists(once_unknown)``: it fails as ``OnceUnknown`` and
+the message is dead-lettered with the reason, until the operator, knowing the outcome, removes the
+mark (docs/operations.md). The mark is written by the release of the run holding the lease, so no
+once-claim of the key commits between that run and its mark.
 """
 
 from __future__ import annotations

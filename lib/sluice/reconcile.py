@@ -16,7 +16,9 @@ DescribeExecution's answer may be (docs/protocol.md, "Staleness"):
         DescribeExecution(h) RUNNING      → mark RUNNING if still CLAIMED
         DescribeExecution(h) absent       → CLAIMED: an unstarted claim, see below; RUNNING (it was
                                             seen running, so absent means its state machine was
-                                            deleted): release through the completion path
+                                            deleted), or CLAIMED on a machine switched from and
+                                            deleted (it may have run there): release through the
+                                            completion path, the outcome unknown
     r in R − H2:
         its record ended or released      → DescribeExecution(r): RUNNING again (a redrive) →
                                             adopt: it takes its slot and lease back; if another run
@@ -53,7 +55,14 @@ from sluice.completion import complete, output_from
 from sluice.effects import Effects
 from sluice.errors import ConfigurationError, TransientError
 from sluice.keys import sweep as sweep_keys
-from sluice.model import ExecutionInfo, ExecutionRecord, ExternalCount, LimitSource, PayloadState
+from sluice.model import (
+    ClaimFence,
+    ExecutionInfo,
+    ExecutionRecord,
+    ExternalCount,
+    LimitSource,
+    PayloadState,
+)
 from sluice.parking import sweep
 from sluice.ports import Clock, Executions, MaxSource, Queue, Store, state_machine_arns
 from sluice.receipts import Outputs
@@ -127,7 +136,7 @@ def reconcile(
             )
             continue
         if info is None:
-            if record.state is PayloadState.CLAIMED:
+            if record.state is PayloadState.CLAIMED and not executions.vanished(record.arn):
                 released += _settle_unstarted(
                     store, queue, record, now, reconciler, settings.claim_timeout_seconds
                 )
@@ -302,12 +311,30 @@ def _release_vanished(
 ) -> int:
     """A holder past the staleness bound that Step Functions once said runs (marked RUNNING, or
     adopted) and now says does not exist: its state machine was deleted (after a switch), and with
-    it the execution, which had ended. Released through the completion path with the reason: its
-    outcome is unknown, so it is recorded as released, not as an end."""
+    it the execution, which had ended. Or a claim on a machine switched from and deleted: it may
+    have started there (a start's answer lost, a launcher dead after it), and nothing can start
+    there any more. Released through the completion path with the reason: its outcome is unknown,
+    so it is recorded as released, not as an end. A run-once holder marks its key
+    ``once_unknown``: it may have SUCCEEDED, so no run-once message of the key runs by itself after
+    it (``sluice.receipts``).
+
+    A claim is released fenced by its version: a launcher resuming it asks Step Functions first and
+    dead-letters it (``MachineVanished``) without renewing it; one that had renewed it (moved it to
+    the machine in use, before the deletion was visible to it) bumped the version, and the release
+    fails::
+
+        launcher L (resumes c)                   reconciler R
+        describe(c on M1): absent, M1 exists
+                                                 read c (CLAIMED, M1, version v)
+                                                 describe(c): absent; M1 deleted
+        renew(c): version v+1, arn on M2
+                                                 release(c) IF version v   ✗ (L starts it on M2)
+    """
     logger.warning(
         "holder's execution does not exist in Step Functions; released",
         extra={"execution_name": record.name, "arn": record.arn},
     )
+    claimed = record.state is PayloadState.CLAIMED
     done = complete(
         store=store,
         queue=queue,
@@ -315,6 +342,8 @@ def _release_vanished(
         state=PayloadState.RELEASED,
         now=now,
         error=f"execution {record.arn or record.name} does not exist in Step Functions (its state machine was deleted?)",
+        fence=ClaimFence(record.claim_version) if claimed else None,
+        outcome_unknown=True,
     )
     return int(done is not None)
 

@@ -94,6 +94,10 @@ class Invocation:
     at: str = ""  # the call it waits to make
     faulted: bool = False  # a throttle or a lost response reached it: it may fail with a TransientError
     after: int = NOTHING  # what happens once the call it is making took effect
+    born: float = 0.0  # when it began, by the world's clock
+
+
+LAMBDA_TIMEOUT = {"tick": 120, "completion": 60}  # seconds: the launcher's and completion's timeouts
 
 
 class Switch(Fault):
@@ -110,6 +114,12 @@ class Switch(Fault):
         if ex.faulty:
             ex.waiting.append(self.inv)
             ex.main.switch()  # the scheduler resumes this invocation when it draws it
+        if ex.world.clock.now() - self.inv.born > LAMBDA_TIMEOUT[self.inv.kind]:
+            # Lambda ends an invocation at its timeout (serverless.yml), before the visibility
+            # timeout of the messages it received runs out: none of its calls is made after that.
+            count("explorer:lambda_timeout")
+            injector.dead = True
+            raise Crash(f"{injector.name} killed at its Lambda timeout before {call.operation}")
         answer = ex.switch.answer(call)  # IAM, or a deleted state machine
         if answer is not None or not ex.faulty:
             return answer
@@ -234,6 +244,7 @@ class Explorer:
         self, kind: str, name: str, work: Callable[[Container], Any], event: Event | None = None
     ) -> None:
         inv = Invocation(kind, self.container(name), f"{kind}@{name}", event)
+        inv.born = self.world.clock.now()
         self.note(f"start {inv.label}" + (f" for {event.status} of {event.name[:12]}" if event else ""))
 
         def body() -> None:

@@ -35,11 +35,15 @@ class MachineSwitch:
 
     def switch(self, previous: bool) -> None:
         """``previous``: with ``previousStateMachineArn``; docs/operations.md asks for it while any of
-        the machine's runs holds a slot or runs, so it is set then whatever was drawn."""
+        the machine's runs holds a slot or runs, so it is set then whatever was drawn. Also while an
+        invocation is in flight: it goes on with the old settings and may still claim and start on
+        the old machine after the deploy (the procedure without it pauses first, so none can)."""
         ex = self.explorer
         w = ex.world
         current = w.settings.state_machine_arn
         if any(ex.history.machine.get(n) == current for n in set(w.model.running) | w.model.holders):
+            previous = True
+        if ex.busy():
             previous = True
         name = w.settings.state_machine_arn.rsplit(":", 1)[-1] + "-2"
         new = w.sfn.create_state_machine(
@@ -59,6 +63,7 @@ class MachineSwitch:
             else:
                 self.restart(c.name)
         ex.machine = new
+        w.model.machine_switched(new)
         count("explorer:machine_switched" + (":with_previous" if previous else ":without_previous"))
 
     def restart(self, name: str) -> None:
@@ -81,6 +86,7 @@ class MachineSwitch:
         assert self.old is not None
         self.explorer.world.sfn.delete_state_machine(stateMachineArn=self.old)
         self.deleted = True
+        self.explorer.world.model.machine_deleted(self.old)
         count("explorer:old_machine_deleted")
 
     def answer(self, call: Call) -> tuple[Any, dict[str, Any]] | None:

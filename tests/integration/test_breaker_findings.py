@@ -143,10 +143,6 @@ def test_an_adoption_on_a_stale_running_answer_leaks_its_slot_for_good(session):
     assert store.ledger().holders == set(stack.running())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a run-once holder released as vanished (machine deleted, its SUCCEEDED event lost) is no success: the key's next once-message runs again",
-)
 def test_a_vanished_run_once_success_lets_the_key_run_once_more(session):
     """A once-message of k starts e1 on machine M1. The stack switches to M2 (the documented upgrade
     path); a tick marks e1 RUNNING by its ARN. e1 SUCCEEDED, its status event lost; the operator

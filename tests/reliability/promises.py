@@ -303,6 +303,8 @@ class Promises:
             state = item.get("state", {}).get("S") if item else None
             if state == "INVALID" and key in dead_waiters:
                 continue  # a waiter of this key was dead-lettered after its last run
+            if state in ("INVALID", "RELEASED") and key in self.model.vanished_keys:
+                continue  # its claim on a deleted state machine: outcome unknown (model_machines)
             if state not in TERMINAL_STATUSES:
                 raise PromiseBroken(
                     f"promise 4 (nothing leaks): payload {key!r} has no final record: state {state}"
@@ -376,6 +378,7 @@ class Promises:
                     or sent.message_id in self.model.already_done
                     or (bool(awaited_keys(sent)) and sent.message_id in waiting)
                     or (bool(awaited_keys(sent)) and dlq.get(sent.message_id, "").startswith(AWAIT_REASON))
+                    or (sent.message_id in self.model.vanished_messages and sent.message_id in dlq)
                 )
                 if not accounted:
                     raise PromiseBroken(

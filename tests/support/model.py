@@ -67,6 +67,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.support.model_machines import Machines
 from tests.support.steps import (
     AWAITS_ATTRIBUTE,
     CONCURRENCY_KEY_ATTRIBUTE,
@@ -230,12 +231,25 @@ class Model:
         self.lane_lowered: dict[str, int | None] = {}  # lowered in LANE# only: binding once a tick ran
         self.lane_of: dict[str, str] = {}  # execution name -> its lane (its claim's EXEC# Put)
         self.lane_holders: dict[str, str] = {}  # execution name -> the lane whose slot it holds
+        # State machines: each claim's, and those switched from and deleted (tests.support.model_machines).
+        self.machines = Machines()
+        # Messages dead-lettered as ``Machines.excused`` accepts it, and their keys.
+        self.vanished_messages: set[str] = set()
+        self.vanished_keys: set[str] = set()
 
     # -- the test's own actions ------------------------------------------------------------------
 
     def sent_message(self, sent: Sent) -> None:
         with self.lock:
             self.sent[sent.message_id] = sent
+
+    def machine_switched(self, state_machine_arn: str) -> None:
+        with self.lock:
+            self.machines.switched(state_machine_arn)
+
+    def machine_deleted(self, state_machine_arn: str) -> None:
+        with self.lock:
+            self.machines.deleted_machine(state_machine_arn)
 
     def ended(self, name: str, status: str | None = None) -> None:
         with self.lock:
@@ -369,14 +383,17 @@ class Model:
         return sent is not None and sent.once
 
     def running_again(self, name: str) -> None:
-        """An ended execution RUNNING again (an operator's redrive): it counts against MAX and its key."""
+        """An ended execution RUNNING again (an operator's redrive): it counts against MAX and its key.
+        Outside Sluice until adopted, unless its slot was never given back (its end's event lost, and
+        no reconciliation released it before the redrive): then Sluice holds it still."""
         with self.lock:
             message_id = self.claims.get(name)
             sent = self.sent.get(message_id or "")
             self.running[name] = sent.key if sent else None
             self.finished.discard(name)
             self.adopted_at.pop(name, None)
-            self._went_outside(name)
+            if name not in self.holders:
+                self._went_outside(name)
 
     def started_outside(self, name: str, key: str | None = None) -> None:
         """An execution Sluice did not start (ListExecutions shows it; MAX counts it)."""
@@ -462,6 +479,7 @@ class Model:
             self._lane_claim(call, name, message_id, item.get("lane", {}).get("S"))
         self.holders.add(name)
         self.claims[name] = message_id
+        self.machines.claimed(name, item)
         self.claimed_under[name] = self.max
         self.taken_at_claim[name] = len(taken)
         self.seq += 1
@@ -725,6 +743,7 @@ class Model:
     def _on_renew(self, call: Call, parsed: dict[str, Any]) -> None:
         if call.operation == "UpdateItem":  # a renewal lifts the start mark
             self.known_at_mark.pop(call.params["Key"]["pk"]["S"].removeprefix("EXEC#"), None)
+            self.machines.renewed(call.params["Key"]["pk"]["S"].removeprefix("EXEC#"), call.params)
 
     def _on_list(self, call: Call, parsed: dict[str, Any]) -> None:
         """A page of RUNNING executions, as the reconciler saw it (after any stale rewriting)."""
@@ -819,8 +838,23 @@ class Model:
             self.violations.append(f"message {message_id} dead-lettered without a reason")
         sent = self.sent.get(message_id)
         waiter = awaited_keys(sent) and reason.startswith(AWAIT_REASON)
-        if sent is not None and sent.valid and not waiter:
+        vanished = sent is not None and sent.valid and self._vanished_machine(message_id, reason)
+        if vanished and sent is not None and sent.key is not None:
+            self.vanished_keys.add(sent.key)
+            self.vanished_messages.add(message_id)
+        if sent is not None and sent.valid and not waiter and not vanished:
             self.violations.append(
                 f"valid payload {sent.key!r} (message {message_id}) dead-lettered: {reason}"
             )
         self.dead_lettered[message_id] = reason
+
+    def _vanished_machine(self, message_id: str, reason: str) -> bool:
+        """A documented dead letter after a switch and the old machine's deletion (model_machines)."""
+
+        def key_of(m: str) -> str | None:
+            return self.sent[m].key if m in self.sent else None
+
+        def once(m: str) -> bool:
+            return m in self.sent and self.sent[m].once
+
+        return self.machines.excused(message_id, reason, claims=self.claims, key_of=key_of, once=once)

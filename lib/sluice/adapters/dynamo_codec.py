@@ -127,6 +127,7 @@ def to_payload(raw: dict[str, Any], default_key: str = "") -> PayloadRecord:
         redriven=raw.get("redriven"),
         redriven_more=frozenset(raw.get("redriven_more") or ()),
         once_by=raw.get("once_by"),
+        once_unknown=raw.get("once_unknown"),
     )
 
 
@@ -190,10 +191,12 @@ def to_parked(raw: dict[str, Any]) -> ParkedMessage:
 
 def only_once(items: list[dict[str, Any]]) -> None:
     """Make a claim's items (``_claim_items``) those of a run-once message: the payload's update is
-    refused when the key has SUCCEEDED already, in the claim's own transaction (``sluice.receipts``),
-    and the execution record remembers it."""
+    refused when the key has SUCCEEDED already, or a run-once run of it has an unknown outcome
+    (``once_unknown``), in the claim's own transaction (``sluice.receipts``), and the execution
+    record remembers it."""
     update = items[1]["Update"]
     update["ConditionExpression"] = (
         f"({update['ConditionExpression']}) AND attribute_not_exists(succeeded_by)"
+        " AND attribute_not_exists(once_unknown)"
     )
     items[2]["Put"]["Item"]["once"] = {"BOOL": True}

@@ -7,6 +7,8 @@ receipt and effects mark in one transaction) and the adoption of an execution ru
                                                               and its waiters are read)
                                    SET expires_at            IF no once_by (a once-key's success
                                                               is kept: then again, without it)
+                                   SET once_unknown, once_by (a once-run that vanished: outcome
+                                                              unknown, sluice.receipts)
                  EXEC#N            SET state, ended_at       IF CLAIMED or RUNNING (a fence: and
                                                               the claim version and mark judged)
                                                               and its parked set as read
@@ -69,6 +71,7 @@ class _Ending:
     confirm: Callable[[ExecutionRecord], bool] | None
     output: Callable[[ExecutionRecord], ReceiptOutput | None]
     started_at: float | None = None
+    outcome_unknown: bool = False  # its execution vanished: a run-once one marks its key (sluice.receipts)
 
 
 def _failed(reason: dict[str, Any]) -> bool:
@@ -121,8 +124,20 @@ class ReleasesTable:
         fence: ClaimFence | None = None,
         confirm: Callable[[ExecutionRecord], bool] | None = None,
         output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
+        outcome_unknown: bool = False,
     ) -> ExecutionRecord | None:
-        ending = _Ending(state, now, error, cause, ended_at, fence, confirm, asked_once(output), started_at)
+        ending = _Ending(
+            state,
+            now,
+            error,
+            cause,
+            ended_at,
+            fence,
+            confirm,
+            asked_once(output),
+            started_at,
+            outcome_unknown,
+        )
         return self._end(self.execution(name), ending).released
 
     def hand_over(
@@ -227,6 +242,12 @@ class ReleasesTable:
         if record.once and state is PayloadState.SUCCEEDED:
             # A once-key's success is kept: it must never run again (sluice.receipts).
             payload_set += ", once_by = if_not_exists(once_by, :name)"
+            payload_remove += ", expires_at"
+        elif record.once and ending.outcome_unknown:
+            # A once-run that vanished may have SUCCEEDED: no once-claim of the key until the
+            # operator says (its claim's condition reads the mark), and the record is kept as a
+            # success would be. Written by the holder's own release, so no once-claim got in between.
+            payload_set += ", once_unknown = :name, once_by = if_not_exists(once_by, :name)"
             payload_remove += ", expires_at"
         elif kept:
             payload_remove += ", expires_at"

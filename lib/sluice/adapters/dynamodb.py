@@ -60,7 +60,7 @@ from sluice.adapters.dynamo_records import RecordsTable
 from sluice.adapters.dynamo_release import ReleasesTable
 from sluice.adapters.dynamo_slots import DynamoSlots
 from sluice.adapters.dynamo_table import DEFAULT_RETENTION
-from sluice.errors import AlreadyDone, AlreadyRan, KeyFull, LeaseHeld, SlotsFull, TransientError
+from sluice.errors import AlreadyDone, AlreadyRan, KeyFull, LeaseHeld, OnceUnknown, SlotsFull, TransientError
 from sluice.keys import DEFAULT_KEY_CONCURRENCY
 from sluice.lanes import LaneRoom, LaneSetting
 from sluice.model import (
@@ -226,6 +226,8 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
                 existing = plain(lease_reason.get("Item", {}))
                 if once and existing.get("succeeded_by") is not None:
                     raise AlreadyDone(to_payload(existing, default_key=key))
+                if once and existing.get("once_unknown") is not None:
+                    raise OnceUnknown(to_payload(existing, default_key=key))
                 free = (
                     existing.get("holder") is None
                     and existing.get("redriven") is None

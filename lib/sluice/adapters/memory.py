@@ -10,7 +10,7 @@ from dataclasses import replace
 from sluice.adapters.memory_awaits import MemoryAwaits
 from sluice.adapters.memory_handover import MemoryHandOver
 from sluice.adapters.memory_keys import MemoryKeys
-from sluice.errors import AlreadyDone, AlreadyRan, KeyFull, LeaseHeld, SlotsFull
+from sluice.errors import AlreadyDone, AlreadyRan, KeyFull, LeaseHeld, OnceUnknown, SlotsFull
 from sluice.keys import DEFAULT_KEY_CONCURRENCY, KeyState
 from sluice.lanes import LaneRoom, LaneSetting
 from sluice.model import (
@@ -119,6 +119,8 @@ class MemoryStore(MemoryHandOver, MemoryAwaits, MemoryKeys):
             current = self._payloads.get(key)
             if once and current is not None and current.succeeded_by is not None:
                 raise AlreadyDone(current)
+            if once and current is not None and current.once_unknown is not None:
+                raise OnceUnknown(current)
             if current is not None and (
                 current.holder is not None or current.redriven is not None or current.redriven_more
             ):
@@ -287,6 +289,7 @@ class MemoryStore(MemoryHandOver, MemoryAwaits, MemoryKeys):
         fence: ClaimFence | None = None,
         confirm: Callable[[ExecutionRecord], bool] | None = None,
         output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
+        outcome_unknown: bool = False,
     ) -> ExecutionRecord | None:
         seen = self.execution(name)
         if confirm is not None and seen is not None and seen.adopted_at is not None and not confirm(seen):
@@ -303,9 +306,9 @@ class MemoryStore(MemoryHandOver, MemoryAwaits, MemoryKeys):
             payload = self._payloads.get(record.key)
             if payload is None or payload.holder != name:
                 return None
-            once_by = payload.once_by
-            if record.once and state is PayloadState.SUCCEEDED:
-                once_by = once_by or name
+            once_by, unknown = payload.once_by, payload.once_unknown
+            if record.once and (state is PayloadState.SUCCEEDED or outcome_unknown):
+                once_by, unknown = once_by or name, name if outcome_unknown else unknown
             # A once-key's success is kept: it must never run again, whatever ran after it.
             expires = 0 if once_by is not None else int(now) + self.retention_seconds
             self._holders.discard(name)
@@ -324,6 +327,7 @@ class MemoryStore(MemoryHandOver, MemoryAwaits, MemoryKeys):
                 receipt_state=state if state.ended else payload.receipt_state,
                 succeeded_by=payload.succeeded_by or (name if state is PayloadState.SUCCEEDED else None),
                 once_by=once_by,
+                once_unknown=unknown,
             )
             ended = ended_at if ended_at is not None else now
             outputs = {}

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from sluice.errors import AlreadyDone, AlreadyRan, LeaseHeld, SlotsFull
+from sluice.errors import AlreadyDone, AlreadyRan, LeaseHeld, OnceUnknown, SlotsFull
 from sluice.model import ExecutionRecord, HandOver, PayloadState, Successor
 from sluice.receipts import ReceiptOutput, asked_once
 
@@ -70,6 +70,6 @@ class MemoryHandOver:
                     arn=successor.arn,
                     once=successor.once,
                 )
-            except (LeaseHeld, AlreadyDone, AlreadyRan, SlotsFull):
+            except (LeaseHeld, AlreadyDone, OnceUnknown, AlreadyRan, SlotsFull):
                 return HandOver(released)  # the release alone; the caller claims it its own way
             return HandOver(released, claimed=True)

@@ -48,6 +48,10 @@ def cmd_status(ctx: Context) -> int:
         lines.append(f"reason      {p['reason']}")
     if p["already_done"]:
         lines.append(f"once        {p['already_done']} run-once message(s) acknowledged as already done")
+    if p.get("once_unknown"):
+        lines.append(
+            f"once        outcome of run {p['once_unknown']} unknown: run-once messages dead-lettered"
+        )
     receipt = data["receipt"]
     if receipt is None:
         lines.append("receipt     none yet")

@@ -1,0 +1,68 @@
+"""A run-once execution released with an unknown outcome (``Store.release(outcome_unknown=True)``: it
+vanished with its state machine) marks its key ``once_unknown``: no run-once claim of the key passes,
+in the claim's own condition (a hand-over's too); a plain claim does; the record is kept without
+expiry whatever is written after it. MemoryStore and DynamoStore (moto)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sluice.errors import OnceUnknown
+from sluice.model import PayloadState
+from tests.contract.stores import NOW, claim
+from tests.contract.test_handover_contract import Offer, successor
+
+
+def vanished(store, key: str = "k", name: str = "n1", *, once: bool = True) -> None:
+    claim(store, key, name, once=once)
+    store.mark_running(key=key, name=name, arn=f"arn:x:{name}", started_at=NOW, now=NOW)
+    released = store.release(
+        name=name, state=PayloadState.RELEASED, now=NOW + 1, error="vanished", outcome_unknown=True
+    )
+    assert released is not None and released.name == name
+
+
+def test_a_vanished_once_run_marks_its_key_and_keeps_it(store):
+    vanished(store)
+    record = store.payload("k")
+    assert (record.once_unknown, record.once_by, record.succeeded_by) == ("n1", "n1", None)
+    assert record.holder is None and record.expires_at == 0 and record.state is PayloadState.RELEASED
+    assert store.ledger().holders == frozenset()
+
+
+def test_a_once_claim_of_the_marked_key_is_refused_and_a_plain_claim_passes(store):
+    vanished(store)
+    with pytest.raises(OnceUnknown) as refused:
+        claim(store, "k", "n2", message_id="m2", now=NOW + 5, once=True)
+    assert refused.value.existing.once_unknown == "n1"
+    assert store.execution("n2") is None and store.ledger().holders == frozenset()
+    claim(store, "k", "n3", message_id="m3", now=NOW + 6)
+    assert store.payload("k").holder == "n3"
+
+
+@pytest.mark.parametrize("state", [PayloadState.SUCCEEDED, PayloadState.FAILED, PayloadState.RELEASED])
+def test_later_writes_keep_the_mark_and_no_expiry(store, state):
+    vanished(store)
+    claim(store, "k", "n2", message_id="m2", now=NOW + 5)
+    assert store.release(name="n2", state=state, now=NOW + 6) is not None
+    store.record_invalid(key="k", reason="not JSON", now=NOW + 7)
+    record = store.payload("k")
+    assert record.once_unknown == "n1" and record.expires_at == 0
+
+
+def test_a_hand_over_does_not_claim_a_once_successor_of_the_marked_key(store):
+    vanished(store)
+    claim(store, "a", "na", limit=1, message_id="ma", now=NOW + 5)
+    handed = store.hand_over(
+        name="na", state=PayloadState.SUCCEEDED, now=NOW + 6, offer=Offer(successor("k", "n2", once=True))
+    )
+    assert handed.released is not None and not handed.claimed
+    assert store.execution("n2") is None and store.payload("k").holder is None
+
+
+def test_a_plain_run_released_with_an_unknown_outcome_marks_nothing(store):
+    vanished(store, once=False)
+    record = store.payload("k")
+    assert record.once_unknown is None and record.once_by is None and record.expires_at > 0
+    claim(store, "k", "n2", message_id="m2", now=NOW + 5, once=True)
+    assert store.payload("k").holder == "n2"
