@@ -97,7 +97,7 @@ class Invocation:
     born: float = 0.0  # when it began, by the world's clock
 
 
-LAMBDA_TIMEOUT = {"tick": 120, "completion": 60}  # seconds: the launcher's and completion's timeouts
+LAMBDA_TIMEOUT = {"tick": 120, "completion": 60, "semaphore": 30}  # seconds, as serverless.yml deploys them
 
 
 class Switch(Fault):
