@@ -1,0 +1,161 @@
+"""The duplicate check under a stale DescribeExecution (issue 25, section 2; docs/protocol.md,
+"Staleness"). A message whose claim a live lease refuses asks Step Functions about the holder; an
+answer may be up to the bound (60 s) stale, so a holder that ended just before the message was sent
+may still read RUNNING. Under the suppressing policy a message is dropped only on an answer that is
+known to be no older than the message: the first RUNNING answer sends it back to the queue for the
+consistency window, and the message is dropped only if the holder still reads RUNNING when it is
+seen again. The stale answer is a botocore hook on the deciding container's client; each test
+asserts it fired."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from sluice.model import Outcome
+from tests.integration.test_stale_describe_moto import RUNNING, body, runs_of, sfn_of, stale_describe
+from tests.reliability.world import WINDOW, World
+
+
+@pytest.fixture
+def make_world() -> Iterator[Callable[..., World]]:
+    worlds: list[World] = []
+
+    def make(**kwargs: Any) -> World:
+        worlds.append(World(**kwargs))
+        return worlds[-1]
+
+    try:
+        yield make
+    finally:
+        for world in worlds:
+            world.close()
+
+
+def admit(world: World, name: str = "A") -> dict[str, int]:
+    """One admission pass of container ``name`` without reconciliation (a completion's refill, or a
+    tick whose reconciliation has not judged the holder yet): only the duplicate check settles."""
+    seen: dict[str, int] = {}
+
+    def work(c: Any) -> None:
+        seen.update(c.launcher.admit().outcomes)
+
+    assert world.run(name, work) == "ok"
+    return seen
+
+
+def ended_holder(world: World) -> str:
+    """p's run, ended a moment ago; its status event is on the way (pending, not delivered)."""
+    world.send(body("p"), group="g0")
+    world.tick("A")
+    (p,) = world.model.running
+    world.end(p)
+    return p
+
+
+def test_a_resubmission_sent_after_its_keys_run_ended_runs(make_world):
+    """p's run ended; a re-submission of p is sent after that end, and its claim is refused by p's
+    lease (the event not yet delivered). DescribeExecution still says RUNNING (stale, within the
+    bound). Failed before the fix: promise 3: the re-submission was suppressed as a duplicate of a
+    run that had ended before it was sent, and never ran. Now it goes back to the queue for the
+    consistency window; seen again, the answer is fresh: p ended, its lease is settled, and the
+    re-submission runs."""
+    world = make_world(max_concurrency=2)
+    p = ended_holder(world)
+    world.send(body("p"), group="g1")
+    with stale_describe(sfn_of(world, "A"), p, RUNNING) as fired:
+        outcomes = admit(world)
+    assert fired[RUNNING] == 1
+    world.check()
+    assert outcomes.get(Outcome.DUPLICATE.value, 0) == 0
+    assert outcomes.get(Outcome.RECHECK.value) == 1
+    assert world.queue_depth() == 1, "the re-submission is kept in the queue"
+    world.advance(WINDOW + 1)
+    outcomes = admit(world)
+    world.check()
+    assert outcomes.get(Outcome.STARTED.value) == 1, outcomes
+    assert len(runs_of(world, "p")) == 2 and world.queue_depth() == 0
+    assert world.table()["PAYLOAD#p"].get("duplicates") is None
+    world.settle()
+
+
+def test_a_resubmission_is_not_seen_again_before_the_window(make_world):
+    """The re-submission sent back after a stale RUNNING answer stays out of the queue for the
+    consistency window: a pass within it does not receive it, so it is not judged on an answer
+    as stale as the first."""
+    world = make_world(max_concurrency=2)
+    p = ended_holder(world)
+    world.send(body("p"), group="g1")
+    with stale_describe(sfn_of(world, "A"), p, RUNNING) as fired:
+        admit(world)
+        world.advance(WINDOW - 1)
+        outcomes = admit(world, "B")
+    world.check()
+    assert fired[RUNNING] == 1
+    assert not outcomes.get(Outcome.DUPLICATE.value) and not outcomes.get(Outcome.STARTED.value)
+    world.advance(2)
+    admit(world, "B")
+    world.check()
+    assert len(runs_of(world, "p")) == 2
+    world.settle()
+
+
+def test_a_message_sent_while_its_key_runs_is_still_suppressed(make_world):
+    """A true duplicate: sent while p runs. The first RUNNING answer sends it back for the window;
+    seen again, p still runs: it is suppressed and counted, and nothing new starts."""
+    world = make_world(max_concurrency=2)
+    world.send(body("p"), group="g0")
+    world.tick("A")
+    (p,) = world.model.running
+    world.send(body("p"), group="g1")
+    first = admit(world)
+    assert first.get(Outcome.RECHECK.value) == 1
+    world.advance(WINDOW + 1)
+    second = admit(world, "B")
+    world.check()
+    assert second.get(Outcome.DUPLICATE.value) == 1, second
+    assert runs_of(world, "p") == [p] and world.queue_depth() == 0
+    assert world.table()["PAYLOAD#p"]["duplicates"]["N"] == "1"
+    world.settle()
+
+
+def test_the_group_behind_a_rechecked_message_waits_in_order(make_world):
+    """Messages of one group start in order: the message sent back for the window holds its
+    group's later messages back with it, and they start after it."""
+    world = make_world(max_concurrency=3)
+    p = ended_holder(world)
+    world.send(body("p"), group="g1")
+    world.send(body("q"), group="g1")
+    with stale_describe(sfn_of(world, "A"), p, RUNNING) as fired:
+        outcomes = admit(world)
+    assert fired[RUNNING] == 1
+    assert runs_of(world, "q") == [], "q started before the message ahead of it in its group"
+    assert outcomes.get(Outcome.RECHECK.value) == 1 and not outcomes.get(Outcome.STARTED.value)
+    world.check()
+    world.advance(WINDOW + 1)
+    admit(world)
+    world.check()
+    starts = [s.key for s in world.model.starts]
+    assert starts[-2:] == ["p", "q"], starts
+    world.settle()
+
+
+def test_a_deferred_duplicate_of_a_just_ended_run_is_parked_and_runs(make_world):
+    """Under the deferring policy a stale RUNNING answer parks the message behind the holder at
+    once (no second look): the holder's release, from its event, wakes it, and it runs."""
+    world = make_world(max_concurrency=2, duplicate_policy="defer")
+    p = ended_holder(world)
+    world.send(body("p"), group="g1")
+    with stale_describe(sfn_of(world, "A"), p, RUNNING) as fired:
+        outcomes = admit(world)
+    assert fired[RUNNING] == 1
+    assert outcomes.get(Outcome.DEFERRED.value) == 1, outcomes
+    world.check()
+    assert world.deliver(0) == "ok"
+    world.check()
+    admit(world)
+    world.check()
+    assert len(runs_of(world, "p")) == 2
+    world.settle()
