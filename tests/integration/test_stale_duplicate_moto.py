@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from sluice.adapters.dynamodb import DynamoStore, create_table
+from sluice.adapters.memory import MemoryStore
 from sluice.model import Outcome
 from tests.integration.test_stale_describe_moto import RUNNING, body, runs_of, sfn_of, stale_describe
 from tests.reliability.world import WINDOW, World
@@ -159,3 +161,21 @@ def test_a_deferred_duplicate_of_a_just_ended_run_is_parked_and_runs(make_world)
     world.check()
     assert len(runs_of(world, "p")) == 2
     world.settle()
+
+
+@pytest.mark.parametrize("kind", ["memory", "dynamodb"])
+def test_a_sighting_is_first_once_per_message(kind, session):
+    """The store's side (both adapters): the first sighting of a message is first once; another
+    message of the same key has its own."""
+    if kind == "memory":
+        store: Any = MemoryStore()
+    else:
+        client = session.client("dynamodb")
+        create_table(client, "sightings")
+        store = DynamoStore(client, "sightings")
+    assert store.first_sighting(key="k", message_id="m1", now=1.0)
+    assert not store.first_sighting(key="k", message_id="m1", now=70.0)
+    assert store.first_sighting(key="k", message_id="m2", now=70.0)
+    if kind == "dynamodb":
+        item = client.get_item(TableName="sightings", Key={"pk": {"S": "SIGHT#m1"}})["Item"]
+        assert item["key"]["S"] == "k" and float(item["sighted_at"]["N"]) == 1.0 and "expires_at" in item
