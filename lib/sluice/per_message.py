@@ -104,9 +104,10 @@ class MessageProtocol(MessageBranches):
                 return launched
             # Blocked before its start (or released meanwhile): claimed its own way, as if received.
         outcome = self._one(message, done, ahead, claims)
-        if outcome not in (Outcome.STARTED, Outcome.KEY_WAITING, Outcome.INVALID):
+        if outcome not in (Outcome.STARTED, Outcome.KEY_WAITING, Outcome.INVALID, Outcome.RECHECK):
             # A waiter woken from its key's line that did not claim (a duplicate, already run, ...):
-            # the slot kept for it is given back now rather than after INFLIGHT_SECONDS.
+            # the slot kept for it is given back now rather than after INFLIGHT_SECONDS. One sent
+            # back for a second look keeps it: it claims, or is a duplicate, within the window.
             ckey, ticket = self._ckey(message), ticket_of(message)
             if ckey is not None and ticket is not None:
                 keys.forgo(store=self.store, ckey=ckey, ticket=ticket)  # type: ignore[arg-type]
