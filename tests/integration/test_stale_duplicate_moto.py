@@ -9,6 +9,7 @@ asserts it fired."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,9 +17,12 @@ import pytest
 
 from sluice.adapters.dynamodb import DynamoStore, create_table
 from sluice.adapters.memory import MemoryStore
+from sluice.clock import FakeClock
 from sluice.model import Outcome
+from tests.integration import test_breaker_findings as findings
 from tests.integration.test_stale_describe_moto import RUNNING, body, runs_of, sfn_of, stale_describe
 from tests.reliability.world import WINDOW, World
+from tests.support.aws import build_stack
 
 
 @pytest.fixture
@@ -179,3 +183,29 @@ def test_a_sighting_is_first_once_per_message(kind, session):
     if kind == "dynamodb":
         item = client.get_item(TableName="sightings", Key={"pk": {"S": "SIGHT#m1"}})["Item"]
         assert item["key"]["S"] == "k" and float(item["sighted_at"]["N"]) == 1.0 and "expires_at" in item
+
+
+def test_a_resubmission_behind_an_adoption_taken_on_a_stale_answer_runs(session):
+    """p FAILED and was released; a reconciliation got stale answers (listed and described RUNNING)
+    and adopted it. A window later a re-submission of p is refused by p's lease, and
+    DescribeExecution answers with the end p's record had before the adoption: past the adoption's
+    window that answer is fresh (the adoption took a stale one), so p is released on it and the
+    re-submission runs, with no reconciliation in between."""
+    clock = FakeClock()
+    stack = build_stack(session, max_concurrency=2, clock=clock)
+    stack.send({"id": "p"}, group="a")
+    stack.launcher().tick()
+    (p,) = stack.running()
+    assert findings.deliver(stack, stack.finish(p, "FAILED", error="Boom"))
+    rt = stack.runtime()
+    stale = findings.stale_once(rt.client("stepfunctions"), p)
+    rt.launcher().tick()
+    assert stale == Counter(listed=1, described=1)
+    store = stack.runtime().store()
+    assert store.ledger().holders == {p}  # adopted on the stale answer
+    clock.advance(WINDOW + 1)
+    stack.send({"id": "p", "n": 2}, group="b")
+    summary = stack.runtime().launcher().admit()  # the duplicate check alone settles p
+    assert summary.n(Outcome.STARTED) == 1, summary.outcomes
+    (again,) = stack.running()
+    assert again != p and store.ledger().holders == {again}

@@ -82,3 +82,13 @@ def test_a_redriven_mark_lifted_on_any_end_its_record_holds_is_caught(monkeypatc
     monkeypatch.setattr(sluice.message_branches.MessageBranches, "_window_past", lambda self, since: True)
     with pytest.raises((AssertionError, PromiseBroken)):
         stale_describe.test_a_marked_key_answered_with_its_redriven_runs_earlier_end_is_not_lifted(make_world)
+
+
+def test_an_adopted_holders_earlier_end_taken_for_stale_for_good_is_caught(monkeypatch, session):
+    """The end an adopted holder had before its adoption taken for a stale answer however old the
+    adoption: the re-submission is held back behind a run that ended, and nothing starts."""
+    monkeypatch.setattr(
+        sluice.message_branches.MessageBranches, "_adopted_long_ago", lambda self, record: False
+    )
+    with pytest.raises(AssertionError, match="assert 0 == 1"):
+        stale_duplicate.test_a_resubmission_behind_an_adoption_taken_on_a_stale_answer_runs(session)
