@@ -84,6 +84,18 @@ class MessageBranches:
             done.append(payload.message)
             self._log("payload already running; parked until it ends", payload, holder, Outcome.DEFERRED)
             return Outcome.DEFERRED
+        if info is None and self._vanished(record):
+            # It ran, and Step Functions no longer knows it: its state machine was switched from
+            # and deleted, so it runs no more, and reconciliation releases it. No answer says it
+            # runs: back for the window, however often, rather than dropped behind it.
+            self.queue.release([payload.message], delay_seconds=self.settings.consistency_window_seconds)
+            self._log(
+                "payload behind a run whose state machine is gone; looked at again later",
+                payload,
+                holder,
+                Outcome.RECHECK,
+            )
+            return Outcome.RECHECK
         if holder not in claims and self._first_sighting(payload):
             self.queue.release([payload.message], delay_seconds=self.settings.consistency_window_seconds)
             self._log(
@@ -128,6 +140,16 @@ class MessageBranches:
         return self.store.first_sighting(
             key=payload.key, message_id=payload.message.message_id, now=self.clock.now()
         )
+
+    def _vanished(self, record: ExecutionRecord | None) -> bool:
+        """Whether ``record``'s run, confirmed running once (RUNNING: marked or adopted), is on a
+        state machine the stack no longer uses that Step Functions says does not exist."""
+        if record is None or record.state is not PayloadState.RUNNING:
+            return False
+        try:
+            return self.executions.vanished(record.arn)
+        except ConfigurationError:
+            return False  # a state machine this role may not ask about: as before, assume it runs
 
     def _adopted_long_ago(self, record: ExecutionRecord | None) -> bool:
         """Whether ``record``'s adoption is at least the consistency window old (reconciliation's

@@ -9,20 +9,24 @@ asserts it fired."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
+from moto.core import DEFAULT_ACCOUNT_ID
 
 from sluice.adapters.dynamodb import DynamoStore, create_table
 from sluice.adapters.memory import MemoryStore
 from sluice.clock import FakeClock
-from sluice.model import Outcome
+from sluice.model import Outcome, PayloadState
 from tests.integration import test_breaker_findings as findings
 from tests.integration.test_stale_describe_moto import RUNNING, body, runs_of, sfn_of, stale_describe
 from tests.reliability.world import WINDOW, World
-from tests.support.aws import build_stack
+from tests.support.aws import WORKFLOW, build_stack
+from tests.support.hooks import receipts_of
 
 
 @pytest.fixture
@@ -209,3 +213,42 @@ def test_a_resubmission_behind_an_adoption_taken_on_a_stale_answer_runs(session)
     assert summary.n(Outcome.STARTED) == 1, summary.outcomes
     (again,) = stack.running()
     assert again != p and store.ledger().holders == {again}
+
+
+def test_a_resubmission_behind_a_holder_on_a_deleted_machine_runs(session):
+    """p runs on M1 and is marked RUNNING after the stack switched to M2; p SUCCEEDED, its event
+    lost, and the operator deleted M1. A re-submission of p is refused by p's lease, and
+    DescribeExecution says p does not exist (its machine is gone): no answer says it runs, so the
+    second look does not drop the message either. Failed before the fix: promise 3: seen again, it
+    was suppressed as a duplicate of a run that had ended before it was sent. Now it waits in the
+    queue until reconciliation releases p (a vanished holder), then runs."""
+    clock = FakeClock()
+    stack = build_stack(session, max_concurrency=2, clock=clock)
+    stack.send({"id": "p"}, group="a")
+    stack.launcher().tick()
+    (p,) = stack.running()
+    m1 = stack.settings.state_machine_arn
+    m2 = stack.client("stepfunctions").create_state_machine(
+        name="sluice-test-workflow-v2",
+        definition=json.dumps(WORKFLOW),
+        roleArn=f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/sluice-test-sfn",
+    )["stateMachineArn"]
+    stack.settings = replace(stack.settings, state_machine_arn=m2)
+    clock.advance(WINDOW + 1)
+    stack.launcher().tick()  # p asked by its ARN on M1: RUNNING, marked so
+    store = stack.runtime().store()
+    assert store.execution(p).state is PayloadState.RUNNING
+    stack.finish(p, "SUCCEEDED")  # its event is lost
+    stack.client("stepfunctions").delete_state_machine(stateMachineArn=m1)
+    stack.send({"id": "p", "n": 2}, group="b")
+    rt = stack.runtime()
+    receipts = receipts_of(rt.client("sqs"))
+    for _ in range(2):  # the first look and the second: the duplicate check alone, no reconciliation
+        summary = rt.launcher().admit()
+        assert summary.n(Outcome.DUPLICATE) == 0, "the re-submission was dropped behind a run that ended"
+        assert summary.n(Outcome.RECHECK) == 1
+        stack.visible_again(receipts[-1:])
+    stack.launcher().tick()  # reconciliation releases p; the re-submission then claims
+    started = [e["name"] for e in stack.executions()]
+    assert len(started) == 1 and started[0] != p, started
+    assert store.payload("p").holder == started[0]

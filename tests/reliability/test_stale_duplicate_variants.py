@@ -92,3 +92,11 @@ def test_an_adopted_holders_earlier_end_taken_for_stale_for_good_is_caught(monke
     )
     with pytest.raises(AssertionError, match="assert 0 == 1"):
         stale_duplicate.test_a_resubmission_behind_an_adoption_taken_on_a_stale_answer_runs(session)
+
+
+def test_a_duplicate_check_that_drops_behind_a_vanished_holder_is_caught(monkeypatch, session):
+    """A holder whose state machine was deleted taken for a running one: seen twice, the
+    re-submission is dropped behind a run that had ended before it was sent (promise 3)."""
+    monkeypatch.setattr(sluice.message_branches.MessageBranches, "_vanished", lambda self, record: False)
+    with pytest.raises(AssertionError, match="dropped behind a run that ended"):
+        stale_duplicate.test_a_resubmission_behind_a_holder_on_a_deleted_machine_runs(session)
