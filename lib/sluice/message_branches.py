@@ -85,9 +85,9 @@ class MessageBranches:
             self._log("payload already running; parked until it ends", payload, holder, Outcome.DEFERRED)
             return Outcome.DEFERRED
         if info is None and self._vanished(record):
-            # It ran, and Step Functions no longer knows it: its state machine was switched from
-            # and deleted, so it runs no more, and reconciliation releases it. No answer says it
-            # runs: back for the window, however often, rather than dropped behind it.
+            # Step Functions no longer knows it: its state machine was switched from and deleted,
+            # so it runs no more, and reconciliation releases it. No answer says it runs: back for
+            # the window, however often, rather than dropped behind it.
             self.queue.release([payload.message], delay_seconds=self.settings.consistency_window_seconds)
             self._log(
                 "payload behind a run whose state machine is gone; looked at again later",
@@ -142,9 +142,10 @@ class MessageBranches:
         )
 
     def _vanished(self, record: ExecutionRecord | None) -> bool:
-        """Whether ``record``'s run, confirmed running once (RUNNING: marked or adopted), is on a
-        state machine the stack no longer uses that Step Functions says does not exist."""
-        if record is None or record.state is not PayloadState.RUNNING:
+        """Whether ``record``'s run is on a state machine the stack no longer uses that Step
+        Functions says does not exist: it ran there and ended, or never started (its message is
+        then dead-lettered, ``sluice.per_message``); either way it runs no more."""
+        if record is None:
             return False
         try:
             return self.executions.vanished(record.arn)
