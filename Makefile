@@ -7,6 +7,7 @@ STAMP := $(VENV)/.installed
 # pytest-xdist workers for `make test` (auto: one per core); TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= auto
 PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadgroup
+PYTEST_ARGS ?=  # more pytest options for `make test`, e.g. PYTEST_ARGS=--durations=30
 
 .PHONY: help test lint unit integration lock clean
 .DEFAULT_GOAL := help
@@ -32,7 +33,7 @@ lint: $(STAMP)
 # node_modules: the deploy and demo tests package the stack with osls.
 # Tests of a module that share a module-scoped fixture stay on one worker (tests/conftest.py).
 test: lint node_modules/.installed
-	$(VENV)/bin/pytest -q $(PYTEST_PARALLEL)
+	$(VENV)/bin/pytest -q $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q tests/unit
