@@ -4,6 +4,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# pytest-xdist workers for `make test` (auto: one per core); TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= auto
+PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadgroup
+PYTEST_ARGS ?=  # more pytest options for `make test`, e.g. PYTEST_ARGS=--durations=30
 
 .PHONY: help test lint unit integration lock clean
 .DEFAULT_GOAL := help
@@ -27,14 +31,15 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check lib handlers tests bench
 
 # node_modules: the deploy and demo tests package the stack with osls.
+# Tests of a module that share a module-scoped fixture stay on one worker (tests/conftest.py).
 test: lint node_modules/.installed
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q tests/unit
 
 integration: $(STAMP)
-	$(VENV)/bin/pytest -q tests/integration
+	$(VENV)/bin/pytest -q $(PYTEST_PARALLEL) tests/integration
 
 # Re-resolve requirements/dev.txt from requirements/dev.in (needs the registry).
 lock:

@@ -1,5 +1,6 @@
-# make soak: the long run of the reliability suite's property tests (docs/reliability.md): the launcher's,
-# the semaphore step's and @exclusive's (the moto-backed ones run a quarter of SOAK_EXAMPLES).
+# make soak: the long run of the reliability suite's property tests (docs/reliability.md): the launcher's
+# and its two focused mixes, the semaphore step's and @exclusive's (the moto-backed ones run a quarter of
+# SOAK_EXAMPLES).
 #   SOAK_EXAMPLES  programs to run (default 100)    SOAK_STEPS  actions per program, at most (default 50)
 #   SOAK_SEED      Hypothesis seed (random unless given; printed, so a run can be repeated)
 #   SOAK_EXPLORE_MINUTES  CPU minutes of the explorer after the property tests (mk/explore.mk; default 30)
@@ -9,6 +10,11 @@ SOAK_EXAMPLES ?= 100
 SOAK_STEPS ?= 50
 SOAK_REPORT ?= .hypothesis/soak-report.json
 SOAK_EXPLORE_MINUTES ?= 30
+# The focused suites (keys; awaits, run-once and effects): 5 programs each in `make test`, the soak's here.
+SOAK_FOCUSED := test_the_focused_suite_passes_within_its_budget test_the_keys_focused_suite_passes_within_its_budget
+# Whole searches for variants that `make test` catches with the program each found (test_suite_programs.py).
+SOAK_VARIANTS := test_the_promises_alone_catch_the_counter test_effects_sent_on_every_event_are_caught_by_the_suite \
+	test_a_claim_that_ignores_sluice_once_is_caught_by_the_suite
 ifndef SOAK_SEED
 SOAK_SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
 endif
@@ -20,6 +26,7 @@ soak: $(STAMP)
 	HYPOTHESIS_PROFILE=soak SOAK_EXAMPLES=$(SOAK_EXAMPLES) SOAK_STEPS=$(SOAK_STEPS) RELIABILITY_REPORT=$(SOAK_REPORT) \
 		$(VENV)/bin/pytest -q --timeout=0 tests/reliability/test_stateful.py \
 		tests/reliability/test_semaphore_stateful.py tests/reliability/test_exclusive_stateful.py \
+		$(addprefix tests/reliability/test_broken_variants.py::,$(SOAK_FOCUSED) $(SOAK_VARIANTS)) \
 		--hypothesis-seed=$(SOAK_SEED) --hypothesis-show-statistics
 	$(MAKE) --no-print-directory explore-long MINUTES=$(SOAK_EXPLORE_MINUTES)
 	@echo "soak: seed $(SOAK_SEED); figures in $(SOAK_REPORT)"

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -22,6 +23,33 @@ from tests.support.moto_patches import serialise_dynamodb  # noqa: E402
 serialise_dynamodb()
 
 
+def pytest_sessionfinish(session):
+    """A pytest-xdist worker hands the reliability suite's counts to the controller."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        from tests.support.faults import FAULTS, STATS
+
+        output["reliability"] = json.dumps({"stats": STATS, "faults": FAULTS})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    from tests.support.faults import FAULTS, STATS
+
+    counts = json.loads(getattr(node, "workeroutput", {}).get("reliability", "{}"))
+    STATS.update(counts.get("stats", {}))
+    FAULTS.update(counts.get("faults", {}))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    from tests.support.faults import STATS
+
+    if STATS["examples"]:
+        from tests.reliability.conftest import summarise
+
+        summarise(terminalreporter, exitstatus)
+
+
 @pytest.fixture
 def session():
     from tests.support.aws import moto_session
@@ -35,3 +63,16 @@ def stack(session):
     from tests.support.aws import build_stack
 
     return build_stack(session)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`make test`: ``--dist loadgroup``), the tests of a module that share a
+    module- or class-scoped fixture (a packaged stack, a benchmark run) go to one worker, so the
+    fixture is built once, as in a serial run; every other test goes wherever a worker is free."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info is not None else ()
+        if any(d.scope in ("module", "class", "package") for chain in defs for d in chain):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))

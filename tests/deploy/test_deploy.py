@@ -37,7 +37,7 @@ import pytest
 from sluice.adapters.dynamodb import DynamoStore
 from sluice.adapters.s3 import S3PayloadObjects
 from sluice.enqueue import Item, enqueue
-from sluice.local.embedded import ACCOUNT, UPDATE_TEMPLATE, EmbeddedAws, package_stack
+from sluice.local.embedded import ACCOUNT, UPDATE_TEMPLATE, EmbeddedAws
 from sluice.model import PayloadState
 from sluice.names import execution_name
 from tests.support.aws import status_change_event
@@ -123,9 +123,9 @@ print(json.dumps({"modules": ours, "path": sys.path, "cli": cli}))
 """
 
 
-@pytest.fixture(scope="module")
-def package(tmp_path_factory):
-    return package_stack(tmp_path_factory.mktemp("package"), stage=STAGE)
+@pytest.fixture(scope="session")
+def package(packaged):
+    return packaged(STAGE)
 
 
 @pytest.fixture
@@ -297,13 +297,11 @@ def test_the_functions_run_on_arm64_and_the_launcher_lingers_at_128_mb_by_defaul
         assert [n for n in z.namelist() if n.endswith((".so", ".pyd")) or ".so." in n] == []
 
 
-def test_after_a_switch_reconciliation_may_describe_the_previous_machines_executions(tmp_path_factory):
+def test_after_a_switch_reconciliation_may_describe_the_previous_machines_executions(packaged):
     """Reconciliation describes each holder by the ARN recorded with it: after stateMachineArn changes,
     the old machine's executions. previousStateMachineArn adds them to both roles; by default nothing."""
     previous = f"arn:aws:states:us-east-1:{ACCOUNT}:stateMachine:old-flow"
-    package = package_stack(
-        tmp_path_factory.mktemp("switch"), stage=STAGE, params={"previousStateMachineArn": previous}
-    )
+    package = packaged(STAGE, previousStateMachineArn=previous)
     with EmbeddedAws() as aws:
         deployed = aws.deploy(package, STACK)
         for function in ("launcher", "completion"):
@@ -317,9 +315,9 @@ LANES = "gpu:2:1,backfill:8:0:3,default:10"
 LANE_QUEUES = {"gpu": "LaneGpuQueue", "backfill": "LaneBackfillQueue"}
 
 
-@pytest.fixture(scope="module")
-def lanes_package(tmp_path_factory):
-    return package_stack(tmp_path_factory.mktemp("lanes"), stage=STAGE, params={"lanes": LANES})
+@pytest.fixture(scope="session")
+def lanes_package(packaged):
+    return packaged(STAGE, lanes=LANES)
 
 
 def _policy_statements(resources: dict) -> dict[tuple[str, str], dict]:
@@ -345,15 +343,11 @@ def _listed(value) -> list:
 RENDER = f"arn:aws:states:us-east-1:{ACCOUNT}:stateMachine:render"
 
 
-def test_a_lanes_own_state_machine_is_started_listed_described_and_routed(tmp_path_factory):
+def test_a_lanes_own_state_machine_is_started_listed_described_and_routed(packaged):
     """laneStateMachines=gpu=<render>: the functions learn it (SLUICE_LANE_STATE_MACHINES), both roles
     may start, list and describe it and its executions, and the completion rule takes its ends
     beside the stack's workflow's. Deployed on the embedded AWS."""
-    package = package_stack(
-        tmp_path_factory.mktemp("machines"),
-        stage=STAGE,
-        params={"lanes": "gpu:2:1", "laneStateMachines": f"gpu={RENDER}"},
-    )
+    package = packaged(STAGE, lanes="gpu:2:1", laneStateMachines=f"gpu={RENDER}")
     template = json.loads((package / UPDATE_TEMPLATE).read_text())
     resources = template["Resources"]
     functions = [r for r in resources.values() if r["Type"] == "AWS::Lambda::Function"]

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from sluice.local.embedded import ACCOUNT, UPDATE_TEMPLATE, EmbeddedAws, package_stack
+from sluice.local.embedded import ACCOUNT, UPDATE_TEMPLATE, EmbeddedAws
 from sluice.local.lambdas import InvocationError
 from tests.deploy.test_deploy import STACK, STAGE, _resources, _statement
 from tests.support.aws import status_change_event
@@ -22,13 +22,9 @@ EXAMPLE = f"arn:aws:states:us-east-1:{ACCOUNT}:stateMachine:sluice-{STAGE}-semap
 OTHER = f"arn:aws:states:us-east-1:{ACCOUNT}:stateMachine:orders"
 
 
-@pytest.fixture(scope="module")
-def package(tmp_path_factory):
-    return package_stack(
-        tmp_path_factory.mktemp("semaphore"),
-        stage=STAGE,
-        params={"semaphores": "example=1,db=3", "semaphoreStateMachineArns": OTHER},
-    )
+@pytest.fixture(scope="session")
+def package(packaged):
+    return packaged(STAGE, semaphores="example=1,db=3", semaphoreStateMachineArns=OTHER)
 
 
 @pytest.fixture

@@ -52,7 +52,9 @@ def profile() -> settings:
     return settings.get_profile(profile_name())
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config):
+def summarise(terminalreporter, exitstatus) -> None:
+    """The section printed at the end of a run (tests/conftest.py's ``pytest_terminal_summary``, so
+    that the controller of a pytest-xdist run prints it too, with every worker's counts)."""
     if not STATS["examples"]:
         return
     chosen = profile()

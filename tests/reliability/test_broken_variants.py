@@ -82,6 +82,7 @@ from tests.integration import test_parallel_fill_breaks as breaks_moto
 from tests.integration import test_parking_moto as parking_moto
 from tests.reliability import machine as programs
 from tests.reliability import test_promise_breaks as breaks
+from tests.reliability.conftest import profile, profile_name
 from tests.reliability.exclusive_machine import MemoryExclusiveMachine
 from tests.reliability.machine import SluiceMachine
 from tests.reliability.semaphore_machine import MemorySemaphoreMachine
@@ -190,11 +191,21 @@ def test_random_execution_names_are_caught(monkeypatch):
     assert "exactly once" in str(failure)
 
 
+# A whole search for a variant that an explicit program also catches runs in `make soak` (SOAK_VARIANTS
+# in mk/soak.mk); `make test` replays the program the search reaches the variant with, on Sluice as it
+# is and with the variant in (tests/reliability/test_suite_programs.py).
+in_the_soak = pytest.mark.skipif(
+    profile_name() != "reliability-soak",
+    reason="a whole search, run by make soak; test_suite_programs.py replays the program it finds",
+)
+
+
 def test_a_counter_decremented_per_event_is_caught(monkeypatch):
     monkeypatch.setattr(sluice.runtime, "DynamoStore", CountingStore)
     property_suite_fails()
 
 
+@in_the_soak
 def test_the_promises_alone_catch_the_counter(monkeypatch):
     """Without the ledger-against-leases check, promise 1 (MAX) or 4 (no leak) still fails."""
     monkeypatch.setattr(sluice.runtime, "DynamoStore", CountingStore)
@@ -1383,6 +1394,15 @@ FOCUSED = programs.weighted(
 FOCUSED_BUDGET = settings(BUDGET, max_examples=20, stateful_step_count=25)
 
 
+def focused_pass_budget() -> settings:
+    """A focused suite on Sluice as it is: 5 derandomised programs in `make test`, the soak profile's
+    (100 random programs of up to 50 actions by default) in `make soak` (HYPOTHESIS_PROFILE=soak).
+    The variants the focused suites catch keep FOCUSED_BUDGET."""
+    if profile_name() == "reliability-soak":
+        return profile()
+    return settings(FOCUSED_BUDGET, max_examples=5)
+
+
 class AwaitsOnceEffectsMachine(SluiceMachine):
     """The property suite, drawing awaits, run-once messages and effects more often (on one queue:
     lanes are the usual mix's)."""
@@ -1414,7 +1434,7 @@ def effects_sent_from_every_event(output, effects, *, store, queue, name, state,
 
 
 def test_the_focused_suite_passes_within_its_budget():
-    run_state_machine_as_test(AwaitsOnceEffectsMachine, settings=FOCUSED_BUDGET)
+    run_state_machine_as_test(AwaitsOnceEffectsMachine, settings=focused_pass_budget())
 
 
 def test_a_launcher_that_skips_the_awaits_gate_is_caught_by_the_suite(monkeypatch):
@@ -1422,11 +1442,13 @@ def test_a_launcher_that_skips_the_awaits_gate_is_caught_by_the_suite(monkeypatc
     assert "awaits:" in str(focused_suite_fails())
 
 
+@in_the_soak
 def test_effects_sent_on_every_event_are_caught_by_the_suite(monkeypatch):
     monkeypatch.setattr(sluice.completion, "around", effects_sent_from_every_event)
     assert "effects once:" in str(focused_suite_fails())
 
 
+@in_the_soak
 def test_a_claim_that_ignores_sluice_once_is_caught_by_the_suite(monkeypatch):
     monkeypatch.setattr(sluice.per_message, "is_once", lambda message: False)
     assert "run once:" in str(focused_suite_fails())
@@ -1524,7 +1546,7 @@ def wait_undone_by_its_wake_up(*, store, queue, payload, ckey, now, seen=None, f
 
 
 def test_the_keys_focused_suite_passes_within_its_budget():
-    run_state_machine_as_test(ConcurrencyKeysMachine, settings=FOCUSED_BUDGET)
+    run_state_machine_as_test(ConcurrencyKeysMachine, settings=focused_pass_budget())
 
 
 # A park undone by its own wake-up's failure: the keys' suite flags it ("key line (no receive while

@@ -1,0 +1,356 @@
+"""The programs the property suite found for its whole-run variants, replayed as explicit
+(variant × program) items.
+
+``test_broken_variants.py`` requires a property suite to break a promise with a variant patched in,
+searching its derandomised budget from the first program on (a minute or more on moto each). Here
+each variant meets the program that search reaches it with: the program holds on Sluice as it is,
+and breaks the same promise with the variant in. The whole searches run in `make soak`
+(``SOAK_VARIANTS`` in mk/soak.mk); a change to the machines' strategies does not change a program
+written here, so a program that stops catching its variant fails here, never passes silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import sluice.completion
+import sluice.per_message
+import sluice.runtime
+from tests.reliability.machine import (
+    Deliver,
+    End,
+    EndWithEffects,
+    Enqueue,
+    EnqueueAwaiting,
+    EnqueueKeyed,
+    ExpireTTL,
+    Lose,
+    Outside,
+    Redeliver,
+    RunningEventLate,
+    SetLaneMax,
+    SluiceMachine,
+    Tick,
+)
+from tests.reliability.test_broken_variants import (
+    AwaitsOnceEffectsMachine,
+    CountingStore,
+    effects_sent_from_every_event,
+)
+from tests.reliability.world import PromiseBroken, World
+
+
+def replay(machine: type, program: Callable[[Any], None]) -> None:
+    """Run ``program`` on a fresh ``machine`` as Hypothesis runs a step list: the promises checked
+    after each step, and the machine's teardown (settle, then the promises at rest) at the end."""
+    state = machine()
+    try:
+        program(state)
+    finally:
+        state.teardown()
+
+
+def broken(machine: type, program: Callable[[Any], None]) -> PromiseBroken:
+    with pytest.raises(PromiseBroken) as failure:
+        replay(machine, program)
+    print(failure.value)
+    return failure.value
+
+
+# -- the focused suite (AwaitsOnceEffectsMachine) --------------------------------------------------
+
+
+def once_program(state: Any) -> None:
+    """Found by test_a_claim_that_ignores_sluice_once_is_caught_by_the_suite at its 4th program: fx0
+    SUCCEEDED from a run-once message, then another run-once message of fx0 arrives."""
+    state.build(
+        history=9000,
+        policy="suppress",
+        backlog=(
+            ("hash", "g1", False, True),
+            ("a/b", "g0", False, True),
+            ("a:b", "g2", True, False),
+            ("p2", "g2", False, True),
+            ("hash", "g1", False, False),
+            ("hash", "g2", True, True),
+            ("empty_object", "g0", False, True),
+        ),
+        lanes="",
+        max_concurrency=3,
+        skew=0.0,
+        fill=1,
+        key_concurrency=2,
+    )
+    state.promises_hold()
+    state.act(
+        action=EndWithEffects(
+            execution=4,
+            effects=(("w0", False, ()), ("p1", False, ()), ("fx0", False, ("never-enqueued", "w0"))),
+            delivery="twice",
+        )
+    )
+    state.promises_hold()
+    state.act(action=Deliver(6, None))
+    state.promises_hold()
+    state.act(action=Deliver(6, None))
+    state.promises_hold()
+    state.act(action=EnqueueAwaiting(name="w0", group="g1", awaits=("fx0",), once=False, lane=7))
+    state.promises_hold()
+    state.act(
+        action=EnqueueAwaiting(
+            name="w1", group="g0", awaits=("p2", "never-enqueued", "w0"), once=False, lane=0
+        )
+    )
+    state.promises_hold()
+    state.act(action=End(execution=2, status="TIMED_OUT", delivery="twice"))
+    state.promises_hold()
+    state.act(action=Deliver(2, ("crash", "after_renew", 1)))
+    state.promises_hold()
+    state.act(action=Lose(4))
+    state.promises_hold()
+    state.act(action=Deliver(5, ("crash", "before_wake", 1)))
+    state.promises_hold()
+    state.act(action=Tick(launcher="B", wait=5, fault=("attempts", "throttled_every_time", 0), new_max=None))
+    state.promises_hold()
+    state.act(action=EnqueueAwaiting(name="w2", group="g1", awaits=("fx0",), once=False, lane=7))
+    state.promises_hold()
+    state.act(action=Tick(launcher="A", wait=181, fault=("crash_on_call", "after", 2), new_max=None))
+    state.promises_hold()
+    state.act(action=End(execution=3, status="SUCCEEDED", delivery="now"))
+    state.promises_hold()
+    state.act(action=Tick(launcher="A", wait=181, fault=("throttle", "BatchGetItem", 1), new_max=None))
+    state.promises_hold()
+    state.act(action=End(execution=5, status="ABORTED", delivery="lost"))
+    state.promises_hold()
+    state.act(action=Enqueue((("too_deep", "g2", True, True), ("p1", "g0", False, False))))
+    state.promises_hold()
+    state.act(action=End(execution=4, status="FAILED", delivery="later"))
+    state.promises_hold()
+    state.act(
+        action=Enqueue(
+            (("p1", "g2", True, True), ("hash", "g2", True, False), ("p1", "g2", False, True)),
+        )
+    )
+    state.promises_hold()
+    state.act(action=Deliver(6, ("interleave", "after_claim", "tick")))
+    state.promises_hold()
+    state.act(
+        action=EndWithEffects(
+            execution=7,
+            effects=(("fx0", False, ("p1",)), ("fx0", True, ()), ("p1", False, ())),
+            delivery="lost",
+        )
+    )
+    state.promises_hold()
+    state.act(action=End(execution=0, status="FAILED", delivery="now"))
+    state.promises_hold()
+    state.act(
+        action=Tick(launcher="A", wait=901, fault=("throttle", "ListExecutions", 1000000), new_max=None)
+    )
+    state.promises_hold()
+    state.act(action=Enqueue((("a/b", "g1", False, False),)))
+    state.promises_hold()
+    state.act(action=Deliver(1, None))
+    state.promises_hold()
+
+
+def test_the_once_program_holds():
+    replay(AwaitsOnceEffectsMachine, once_program)
+
+
+def test_a_claim_that_ignores_sluice_once_is_caught_by_its_program(monkeypatch):
+    monkeypatch.setattr(sluice.per_message, "is_once", lambda message: False)
+    assert "run once:" in str(broken(AwaitsOnceEffectsMachine, once_program))
+
+
+def effects_program(state: Any) -> None:
+    """Found by test_effects_sent_on_every_event_are_caught_by_the_suite at its 5th program: an end
+    with effects whose status event is delivered again after its release."""
+    state.build(
+        history=0,
+        backlog=(
+            ("lone_surrogate", "g0", False, False),
+            ("p2", "g2", False, False),
+            ("lone_surrogate", "g1", False, False),
+            ("hash", "g2", False, False),
+            ("a:b", "g1", True, False),
+            ("p2", "g0", False, False),
+            ("a/b", "g1", False, True),
+            ("p2", "g2", True, True),
+        ),
+        skew=45.0,
+        max_concurrency=2,
+        policy="defer",
+        key_concurrency=1,
+        lanes="",
+        fill=1,
+    )
+    state.promises_hold()
+    state.act(action=Tick(launcher="both", wait=901, fault=("crash", "after_already_done", 2), new_max=None))
+    state.promises_hold()
+    state.act(action=Lose(1))
+    state.promises_hold()
+    state.act(action=Tick(launcher="both", wait=0, fault=("crash", "after_lane_limit", 1), new_max=None))
+    state.promises_hold()
+    state.act(action=EnqueueAwaiting(name="w2", group="g0", awaits=("w1",), once=True, lane=0))
+    state.promises_hold()
+    state.act(action=Tick(launcher="both", wait=181, fault=("crash_on_call", "before", 8), new_max=None))
+    state.promises_hold()
+    state.act(action=Tick(launcher="B", wait=0, fault=("interleave", "after_list", "set_max"), new_max=None))
+    state.promises_hold()
+    state.act(action=EnqueueAwaiting(name="w0", group="g1", awaits=("w0", "p1", "p2"), once=False, lane=5))
+    state.promises_hold()
+    state.act(action=Tick(launcher="both", wait=901, fault=("throttle_call", "", 11), new_max=None))
+    state.promises_hold()
+    state.act(
+        action=Tick(
+            launcher="A", wait=181, fault=("throttle_after", "key_park", "TransactWriteItems"), new_max=None
+        )
+    )
+    state.promises_hold()
+    state.act(action=Tick(launcher="both", wait=181, fault=("throttle", "ReceiveMessage", 2), new_max=None))
+    state.promises_hold()
+    state.act(
+        action=EndWithEffects(
+            execution=3,
+            effects=(("w0", False, ()), ("fx1", False, ()), ("fx1", True, ("w0", "never-enqueued"))),
+            delivery="now",
+        )
+    )
+    state.promises_hold()
+    state.act(action=Redeliver(7))
+    state.promises_hold()
+    state.act(action=Deliver(3, None))
+    state.promises_hold()
+    state.act(action=Redeliver(3))
+    state.promises_hold()
+    state.act(action=Enqueue((("lone_surrogate", "g1", False, True), ("a:b", "g0", False, True))))
+    state.promises_hold()
+    state.act(
+        action=Enqueue(
+            (("hash", "g0", True, False), ("hash", "g0", True, False), ("p0", "g2", True, False)),
+        )
+    )
+    state.promises_hold()
+    state.act(action=End(execution=5, status="FAILED", delivery="now"))
+    state.promises_hold()
+    state.act(action=Enqueue((("array", "g2", False, False),)))
+    state.promises_hold()
+    state.act(action=End(execution=2, status="ABORTED", delivery="twice"))
+    state.promises_hold()
+    state.act(action=Tick(launcher="B", wait=181, fault=("throttle_call", "", 5), new_max=0))
+    state.promises_hold()
+    state.act(action=Tick(launcher="A", wait=181, fault=("stale", "empty", 0), new_max=3))
+    state.promises_hold()
+    state.act(action=Redeliver(3))
+    state.promises_hold()
+
+
+def test_the_effects_program_holds():
+    replay(AwaitsOnceEffectsMachine, effects_program)
+
+
+def test_effects_sent_on_every_event_are_caught_by_their_program(monkeypatch):
+    monkeypatch.setattr(sluice.completion, "around", effects_sent_from_every_event)
+    assert "effects once:" in str(broken(AwaitsOnceEffectsMachine, effects_program))
+
+
+# -- the property suite's usual mix (SluiceMachine) ------------------------------------------------
+
+
+def counter_program(state: Any) -> None:
+    """Found by test_the_promises_alone_catch_the_counter at its 8th program: ends whose events are
+    lost, delivered twice and late, with redriven executions, on a stack with lanes."""
+    state.build(
+        policy="defer",
+        fill=4,
+        lanes="fast:1:1,default:2",
+        skew=0.0,
+        max_concurrency=3,
+        key_concurrency=2,
+        history=0,
+        backlog=(("p2", "g0", False, False), ("long_id", "g2", False, True), ("hash", "g1", False, True)),
+    )
+    state.promises_hold()
+    state.act(action=Outside(kind="redrive", execution=7, delivery="lost"))
+    state.promises_hold()
+    state.act(
+        action=Enqueue(
+            (("lone_surrogate", "g0", False, True), ("p2", "g1", False, False), ("p2", "g2", True, True)),
+            None,
+        )
+    )
+    state.promises_hold()
+    state.act(action=ExpireTTL())
+    state.promises_hold()
+    state.act(action=Outside(kind="redrive", execution=3, delivery="later"))
+    state.promises_hold()
+    state.act(action=End(execution=0, status="SUCCEEDED", delivery="now"))
+    state.promises_hold()
+    state.act(
+        action=Tick(launcher="both", wait=0, fault=("attempts", "throttled_every_time", 0), new_max=None)
+    )
+    state.promises_hold()
+    state.act(action=EnqueueKeyed((("k2", "g0", "t0"), ("p2", "g1", "t1")), lane=3))
+    state.promises_hold()
+    state.act(
+        action=EndWithEffects(
+            execution=4,
+            effects=(("fx0", False, ("never-enqueued",)), ("fx0", False, ("p0", "never-enqueued"))),
+            delivery="twice",
+        )
+    )
+    state.promises_hold()
+    state.act(action=Tick(launcher="A", wait=181, fault=("crash_on_call", "before", 3), new_max=None))
+    state.promises_hold()
+    state.act(action=End(execution=3, status="FAILED", delivery="now"))
+    state.promises_hold()
+    state.act(action=Enqueue((("p2", "g1", False, False), ("p1", "g0", False, True)), 5))
+    state.promises_hold()
+    state.act(action=End(execution=5, status="FAILED", delivery="now"))
+    state.promises_hold()
+    state.act(action=SetLaneMax(lane=7, value=1, paused=False, interrupted=False))
+    state.promises_hold()
+    state.act(action=Enqueue((("p2", "g2", True, True), ("p0", "g2", False, True)), 7))
+    state.promises_hold()
+    state.act(
+        action=Enqueue(
+            (("hash", "g1", False, False), ("lone_surrogate", "g0", False, True)),
+            None,
+        )
+    )
+    state.promises_hold()
+    state.act(action=RunningEventLate(2))
+    state.promises_hold()
+    state.act(action=End(execution=7, status="SUCCEEDED", delivery="now"))
+    state.promises_hold()
+    state.act(action=Tick(launcher="both", wait=5, fault=("crash_on_call", "before", 8), new_max=None))
+    state.promises_hold()
+    state.act(action=Redeliver(3))
+    state.promises_hold()
+    state.act(action=Deliver(0, ("interleave", "before_start", "tick")))
+    state.promises_hold()
+    state.act(action=End(execution=0, status="SUCCEEDED", delivery="twice"))
+    state.promises_hold()
+    state.act(action=End(execution=4, status="TIMED_OUT", delivery="lost"))
+    state.promises_hold()
+    state.act(action=End(execution=5, status="TIMED_OUT", delivery="lost"))
+    state.promises_hold()
+    state.act(action=End(execution=7, status="ABORTED", delivery="lost"))
+    state.promises_hold()
+
+
+def test_the_counter_program_holds():
+    replay(SluiceMachine, counter_program)
+
+
+def test_the_promises_alone_catch_the_counter_with_its_program(monkeypatch):
+    """A slot freed for every status event, the ledger-against-leases check off: promise 1 (MAX) or
+    4 (nothing leaks) breaks."""
+    monkeypatch.setattr(sluice.runtime, "DynamoStore", CountingStore)
+    monkeypatch.setattr(World, "check_ledger", False)
+    failure = broken(SluiceMachine, counter_program)
+    assert "promise 1" in str(failure) or "promise 4" in str(failure), failure
