@@ -117,10 +117,8 @@ class MemoryStore(MemoryHandOver, MemoryAwaits, MemoryKeys):
         with self._lock:
             limit = self._limit or 0
             current = self._payloads.get(key)
-            if once and current is not None and current.succeeded_by is not None:
-                raise AlreadyDone(current)
-            if once and current is not None and current.once_unknown is not None:
-                raise OnceUnknown(current)
+            if once and current is not None and (current.succeeded_by or current.once_unknown) is not None:
+                raise AlreadyDone(current) if current.succeeded_by is not None else OnceUnknown(current)
             if current is not None and (
                 current.holder is not None or current.redriven is not None or current.redriven_more
             ):
@@ -416,9 +414,7 @@ class MemoryStore(MemoryHandOver, MemoryAwaits, MemoryKeys):
     def first_sighting(self, *, key: str, message_id: str, now: float) -> bool:
         with self._lock:
             sighted: set[str] = self.__dict__.setdefault("_sighted", set())
-            first = message_id not in sighted
-            sighted.add(message_id)
-            return first
+            return not (message_id in sighted or sighted.add(message_id))  # add returns None
 
     def record_already_done(self, *, key: str, message_id: str, now: float) -> None:
         with self._lock:
