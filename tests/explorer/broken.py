@@ -35,10 +35,11 @@ from sluice.enqueue import Item
 from sluice.errors import InvalidPayload
 from sluice.external import ExternalCount
 from sluice.keys import TICKET_ATTRIBUTE
-from sluice.model import ExecutionInfo, LimitSource, PayloadState
+from sluice.model import ExecutionInfo, LimitSource
 from sluice.semaphore import Semaphores, pool_of
 from tests.reliability.test_caps_variants import past_the_cap
 from tests.reliability.test_key_variants import unfenced_block, unfenced_mark
+from tests.reliability.test_once_semaphore_variants import expiring_invalid, expiring_release
 from tests.reliability.test_redriven_variants import one_redriven_mark
 
 Patch = tuple[Any, str, Any]
@@ -46,38 +47,6 @@ Patch = tuple[Any, str, Any]
 
 def _random_name(key: str, message_id: str) -> str:
     return f"run-{uuid.uuid4().hex}"
-
-
-_release_items = DynamoStore._release_items
-
-
-def _expiring_release(
-    self: DynamoStore, record: Any, ending: Any, *, awaited: bool, kept: bool = False
-) -> Any:
-    """Break 5: a release that puts a run-once key's success back under TTL."""
-    items = _release_items(self, record, ending, awaited=awaited, kept=False)
-    lease = items[1]["Update"]
-    lease["ConditionExpression"] = lease["ConditionExpression"].replace(
-        " AND attribute_not_exists(once_by)", ""
-    )
-    return items
-
-
-def _expiring_invalid(self: DynamoStore, *, key: str, reason: str, now: float) -> None:
-    """Break 5: a dead letter that puts a run-once key's success back under TTL."""
-    self._update_if(
-        f"PAYLOAD#{key}",
-        "SET #key = :key, #state = :invalid, reason = :reason, updated_at = :now, expires_at = :exp",
-        "attribute_not_exists(holder)",
-        {
-            ":key": {"S": key},
-            ":invalid": {"S": PayloadState.INVALID.value},
-            ":reason": {"S": reason},
-            ":now": {"N": repr(now)},
-            ":exp": {"N": str(int(now) + self.retention_seconds)},
-        },
-        names={"#key": "key", "#state": "state"},
-    )
 
 
 def _isdigit_ticket(raw: str) -> str:
@@ -151,8 +120,8 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
     "b5_once_ttl": (
         "break 5: a run-once success put back under TTL by a release or a dead letter of its key",
         [
-            (DynamoStore, "_release_items", _expiring_release),
-            (DynamoStore, "record_invalid", _expiring_invalid),
+            (DynamoStore, "_release_items", expiring_release),
+            (DynamoStore, "record_invalid", expiring_invalid),
         ],
     ),
     "b6_forged_origin": (

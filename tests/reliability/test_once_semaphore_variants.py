@@ -35,18 +35,40 @@ def body(key: str) -> str:
     return json.dumps({"id": key})
 
 
+_release_items = DynamoStore._release_items
+
+
+def expiring_release(
+    self: DynamoStore, record: Any, ending: Any, *, awaited: bool, kept: bool = False
+) -> Any:
+    """A release that puts a run-once key's success back under TTL (break 5)."""
+    items = _release_items(self, record, ending, awaited=awaited, kept=False)
+    lease = items[1]["Update"]
+    lease["ConditionExpression"] = lease["ConditionExpression"].replace(
+        " AND attribute_not_exists(once_by)", ""
+    )
+    return items
+
+
+def expiring_invalid(self: DynamoStore, *, key: str, reason: str, now: float) -> None:
+    """A dead letter that puts a run-once key's success back under TTL (break 5)."""
+    self._update_if(
+        f"PAYLOAD#{key}",
+        "SET #key = :key, #state = :invalid, reason = :reason, updated_at = :now, expires_at = :exp",
+        "attribute_not_exists(holder)",
+        {
+            ":key": {"S": key},
+            ":invalid": {"S": PayloadState.INVALID.value},
+            ":reason": {"S": reason},
+            ":now": {"N": repr(now)},
+            ":exp": {"N": str(int(now) + self.retention_seconds)},
+        },
+        names={"#key": "key", "#state": "state"},
+    )
+
+
 def test_a_release_that_sets_an_expiry_on_a_once_keys_success_is_caught(monkeypatch):
-    release_items = DynamoStore._release_items
-
-    def expiring(self: DynamoStore, record: Any, ending: Any, *, awaited: bool, kept: bool = False) -> Any:
-        items = release_items(self, record, ending, awaited=awaited, kept=False)
-        lease = items[1]["Update"]
-        lease["ConditionExpression"] = lease["ConditionExpression"].replace(
-            " AND attribute_not_exists(once_by)", ""
-        )
-        return items
-
-    monkeypatch.setattr(DynamoStore, "_release_items", expiring)
+    monkeypatch.setattr(DynamoStore, "_release_items", expiring_release)
     with pytest.raises(AssertionError, match="ran again after retentionDays"), moto_session() as session:
         once_ttl.test_a_once_success_outlives_retention_whatever_touches_its_key_after_it(
             session, (once_ttl.PLAIN_RUN,)
@@ -54,22 +76,7 @@ def test_a_release_that_sets_an_expiry_on_a_once_keys_success_is_caught(monkeypa
 
 
 def test_a_dead_letter_that_sets_an_expiry_on_a_once_keys_success_is_caught(monkeypatch):
-    def expiring(self: DynamoStore, *, key: str, reason: str, now: float) -> None:
-        self._update_if(
-            f"PAYLOAD#{key}",
-            "SET #key = :key, #state = :invalid, reason = :reason, updated_at = :now, expires_at = :exp",
-            "attribute_not_exists(holder)",
-            {
-                ":key": {"S": key},
-                ":invalid": {"S": PayloadState.INVALID.value},
-                ":reason": {"S": reason},
-                ":now": {"N": repr(now)},
-                ":exp": {"N": str(int(now) + self.retention_seconds)},
-            },
-            names={"#key": "key", "#state": "state"},
-        )
-
-    monkeypatch.setattr(DynamoStore, "record_invalid", expiring)
+    monkeypatch.setattr(DynamoStore, "record_invalid", expiring_invalid)
     with pytest.raises(AssertionError, match="ran again after retentionDays"), moto_session() as session:
         once_ttl.test_a_once_success_outlives_retention_whatever_touches_its_key_after_it(
             session, (once_ttl.DEAD_LETTER,)
@@ -140,16 +147,6 @@ def test_the_reliability_world_holds_a_once_key_through_ttl(make_world):
 
 
 def test_the_reliability_world_catches_a_once_key_re_armed_for_ttl(monkeypatch, make_world):
-    release_items = DynamoStore._release_items
-
-    def expiring(self: DynamoStore, record: Any, ending: Any, *, awaited: bool, kept: bool = False) -> Any:
-        items = release_items(self, record, ending, awaited=awaited, kept=False)
-        lease = items[1]["Update"]
-        lease["ConditionExpression"] = lease["ConditionExpression"].replace(
-            " AND attribute_not_exists(once_by)", ""
-        )
-        return items
-
-    monkeypatch.setattr(DynamoStore, "_release_items", expiring)
+    monkeypatch.setattr(DynamoStore, "_release_items", expiring_release)
     with pytest.raises(PromiseBroken, match="run once"):
         once_key_through_ttl(make_world)
