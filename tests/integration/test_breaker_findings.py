@@ -15,7 +15,7 @@ from moto.stepfunctions.models import stepfunctions_backends
 from sluice.clock import FakeClock
 from sluice.completion import StatusChange, handle_status_change
 from sluice.model import PayloadState
-from tests.support.aws import REGION, WORKFLOW, build_stack
+from tests.support.aws import REGION, build_stack, new_machine
 from tests.support.hooks import Crash, crash_after, error_answer, receipts_of
 
 
@@ -154,11 +154,7 @@ def test_a_vanished_run_once_success_lets_the_key_run_once_more(session):
     stack.send({"id": "k"}, group="a", sluice_once="true")
     stack.launcher().tick()
     (e1,) = stack.running()
-    m2 = stack.client("stepfunctions").create_state_machine(
-        name="sluice-test-workflow-v2",
-        definition=json.dumps(WORKFLOW),
-        roleArn=f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/sluice-test-sfn",
-    )["stateMachineArn"]
+    m2 = new_machine(stack)
     m1 = stack.settings.state_machine_arn
     stack.settings = replace(stack.settings, state_machine_arn=m2)
     clock.advance(61)
@@ -268,11 +264,7 @@ def test_a_resumed_claim_on_a_deleted_machine_starts_its_payload_again(session):
     assert crashed["calls"] == 1
     (n,) = stack.running()
     m1 = stack.settings.state_machine_arn
-    m2 = stack.client("stepfunctions").create_state_machine(
-        name="sluice-test-workflow-v2",
-        definition=json.dumps(WORKFLOW),
-        roleArn=f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/sluice-test-sfn",
-    )["stateMachineArn"]
+    m2 = new_machine(stack)
     stack.finish(n, "SUCCEEDED")  # its event is M1's: the switched stack's completion ignores it
     stack.settings = replace(stack.settings, state_machine_arn=m2)
     stack.client("stepfunctions").delete_state_machine(stateMachineArn=m1)

@@ -14,7 +14,7 @@ from sluice.clock import FakeClock
 from sluice.errors import ConfigurationError
 from sluice.model import Outcome, PayloadState
 from tests.reliability.world import WINDOW, World
-from tests.support.aws import build_stack
+from tests.support.aws import build_stack, new_machine
 from tests.support.faults import Interleave
 from tests.support.hooks import error_answer
 
@@ -129,14 +129,6 @@ def test_a_block_after_the_start_mark_is_refused_and_the_key_marked(make_world):
 # -- break 4: a holder whose state machine was deleted ------------------------------------------------
 
 
-def v2_machine(stack) -> str:
-    return stack.client("stepfunctions").create_state_machine(
-        name="sluice-test-workflow-v2",
-        definition=json.dumps({"StartAt": "W", "States": {"W": {"Type": "Pass", "End": True}}}),
-        roleArn="arn:aws:iam::123456789012:role/sluice-test-sfn",
-    )["stateMachineArn"]
-
-
 def marked_running_then_deleted(session, clock: FakeClock):
     """A holder on M1, marked RUNNING after a switch to M2 (its run missing from M2's listing,
     DescribeExecution by its recorded ARN said RUNNING); then M1 is deleted."""
@@ -144,7 +136,7 @@ def marked_running_then_deleted(session, clock: FakeClock):
     stack.send({"id": "old"})
     stack.launcher().tick()
     (old,) = stack.running()
-    switched = stack.runtime(state_machine_arn=v2_machine(stack))
+    switched = stack.runtime(state_machine_arn=new_machine(stack))
     clock.advance(61)
     switched.launcher().tick()
     assert switched.store().execution(old).state is PayloadState.RUNNING

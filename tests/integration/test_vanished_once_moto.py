@@ -10,13 +10,12 @@ import json
 from dataclasses import replace
 
 import pytest
-from moto.core import DEFAULT_ACCOUNT_ID
 
 from sluice.clock import FakeClock
 from sluice.model import Outcome, PayloadState
 from sluice.ops.dlq import dlq_redrive
 from tests.integration.test_once_ttl_moto import expire_ttl
-from tests.support.aws import WORKFLOW, Stack, build_stack
+from tests.support.aws import Stack, build_stack, new_machine
 from tests.support.cli import sluice, use_env
 
 DAY = 86_400
@@ -37,11 +36,7 @@ def vanish_a_once_run(stack: Stack, *, once: bool = True) -> str:
     stack.send({"id": "k"}, group="a", **({"sluice_once": "true"} if once else {}))
     stack.launcher().tick()
     (e1,) = stack.running()
-    m2 = stack.client("stepfunctions").create_state_machine(
-        name="sluice-test-workflow-v2",
-        definition=json.dumps(WORKFLOW),
-        roleArn=f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/sluice-test-sfn",
-    )["stateMachineArn"]
+    m2 = new_machine(stack)
     m1 = stack.settings.state_machine_arn
     stack.settings = replace(stack.settings, state_machine_arn=m2)
     clock.advance(61)
@@ -159,11 +154,7 @@ def switch_and_delete_with_the_claim_unmarked(stack: Stack, *, once: bool) -> st
     (e1,) = stack.running()
     store = stack.runtime().store()
     assert store.execution(e1).state is PayloadState.CLAIMED
-    m2 = stack.client("stepfunctions").create_state_machine(
-        name="sluice-test-workflow-v2",
-        definition=json.dumps(WORKFLOW),
-        roleArn=f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/sluice-test-sfn",
-    )["stateMachineArn"]
+    m2 = new_machine(stack)
     m1 = stack.settings.state_machine_arn
     stack.settings = replace(stack.settings, state_machine_arn=m2)
     stack.finish(e1, "SUCCEEDED", output="{}")  # its status event is lost

@@ -267,6 +267,15 @@ class LambdaContext:
         return self.remaining_ms
 
 
+def new_machine(stack: Any, name: str = "sluice-test-workflow-v2") -> str:
+    """Another state machine for the stack to switch to (the documented upgrade path); its ARN."""
+    return stack.client("stepfunctions").create_state_machine(
+        name=name,
+        definition=json.dumps(WORKFLOW),
+        roleArn=f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/sluice-test-sfn",
+    )["stateMachineArn"]
+
+
 def build_stack(
     session: Any,
     *,
