@@ -195,12 +195,29 @@ def check(aws: Any, outputs: dict[str, str], extras: Extras, started: float) -> 
     sfn, s3 = aws.client("stepfunctions"), aws.client("s3")
     store = DynamoStore(aws.client("dynamodb"), outputs["TableName"])
     arn = outputs["StateMachineArn"]
-    r = DagResult(commands=list(extras.commands), problems=list(extras.errors))
+    r = check_dag(sfn, store, arn, extras.dag, started)
+    r.commands, r.problems = list(extras.commands), [*extras.errors, *r.problems]
+    r.pointer = _pointer(sfn, s3, arn, extras)
+    r.problems += r.pointer.get("problems", [])
+    r.tenant = _tenant(sfn, arn, extras)
+    r.problems += r.tenant.get("problems", [])
+    r.urgent = _urgent(sfn, arn, extras)
+    r.problems += r.urgent.get("problems", [])
+    return r
+
+
+def check_dag(sfn: Any, store: DynamoStore, arn: str, sent: list[Sent], started: float) -> DagResult:
+    """The DAG's nodes from Step Functions' own times and the table's ``WAIT#`` records.
+
+    A dependent must start only after everything it awaits SUCCEEDED. Whether it was parked is not
+    a rule: one whose awaits had all SUCCEEDED when the launcher received it goes on to its claim
+    and is never parked (protocol.md, Awaits); one received earlier is parked and sent back."""
+    r = DagResult()
     awaits = dict(DAG)
-    sent = {s.key: s for s in extras.dag}
-    waiters = {w.message_id: w for w in store.waiters([s.message_id for s in extras.dag])}
+    by_sent = {s.key: s for s in sent}
+    waiters = {w.message_id for w in store.waiters([s.message_id for s in sent])}
     for key, after in DAG:
-        s = sent.get(key)
+        s = by_sent.get(key)
         if s is None:
             r.problems.append(f"{key} was not sent")
             continue
@@ -220,6 +237,8 @@ def check(aws: Any, outputs: dict[str, str], extras: Extras, started: float) -> 
             continue
         if n.status != "SUCCEEDED":
             r.problems.append(f"{n.key} ended {n.status}")
+        if n.parked and not awaits[n.key]:
+            r.problems.append(f"{n.key} awaits nothing, yet it was parked")
         ends = [by_key[a] for a in awaits[n.key] if a in by_key]
         if not ends:
             continue
@@ -227,17 +246,9 @@ def check(aws: Any, outputs: dict[str, str], extras: Extras, started: float) -> 
             r.violations.append(n.key)
         else:
             n.after_last_await_s = round(n.start - max(e.stop for e in ends if e.stop is not None), 2)
-        if not n.parked:
-            r.problems.append(f"{n.key} has no WAIT# record: it was never parked")
     r.order = [n.key for n in sorted((n for n in r.nodes if n.start is not None), key=lambda n: n.start)]
     if r.violations:
         r.problems.append("started before what it awaits SUCCEEDED: " + ", ".join(r.violations))
-    r.pointer = _pointer(sfn, s3, arn, extras)
-    r.problems += r.pointer.get("problems", [])
-    r.tenant = _tenant(sfn, arn, extras)
-    r.problems += r.tenant.get("problems", [])
-    r.urgent = _urgent(sfn, arn, extras)
-    r.problems += r.urgent.get("problems", [])
     return r
 
 
@@ -337,10 +348,11 @@ def _describe(sfn: Any, arn: str) -> dict[str, Any] | None:
 
 def summary_lines(r: DagResult) -> list[str]:
     by_key = {n.key: n for n in r.nodes}
-    parked = sum(n.parked for n in r.nodes if n.awaits)
+    dependents = [n for n in r.nodes if n.awaits]
+    parked = sum(n.parked for n in dependents)
     lines = [
         f"  dag         : {len(r.nodes)} payloads by `sluice enqueue --after`: dag-extract-1..3 → dag-merge → "
-        f"dag-publish; {parked} dependents parked until their awaits SUCCEEDED",
+        f"dag-publish; {parked} of {len(dependents)} dependents parked until their awaits SUCCEEDED",
     ]
     steps = []
     for key in r.order:
@@ -352,6 +364,9 @@ def summary_lines(r: DagResult) -> list[str]:
         )
         steps.append(f"{key} {n.start:.1f} s{note}")
     lines.append("    started in order: " + ", ".join(steps))
+    for n in dependents:
+        if not n.parked and n.start is not None:
+            lines.append(f"    {n.key}: its awaits were met on arrival, never parked (protocol.md, Awaits)")
     mark = "ok" if not r.violations and len(r.order) == len(DAG) else "VIOLATED"
     lines.append(f"    every dependent started after all it awaits SUCCEEDED  {mark}")
     p = r.pointer

@@ -1,0 +1,111 @@
+"""The demo's DAG check follows the protocol at any MAX and batch size (issue 27, item 2).
+
+A dependent whose awaits had all SUCCEEDED when the launcher received it is never parked
+(docs/protocol.md, Awaits): the demo must not call that a failure. The demo's flow is played in
+lockstep on moto with the real launcher and completion: the batch, then the DAG's three commands
+one round apart, each round a tick and the end (SUCCEEDED, its status event delivered) of every
+execution running at its start. Whether ``dag-merge`` finds its awaits met depends on MAX and the
+batch, as in the demo; the check must pass either way, and from what Step Functions and the table
+say.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from sluice.clock import FakeClock
+from sluice.completion import StatusChange
+from sluice.local import demo_dag
+from sluice.local.demo_batch import Sent
+from tests.support.aws import build_stack
+
+# (MAX, batch size, schedule periods between two commands): the issue's --max 3 --count 20 and a few
+# small ones on either side; commands one period apart, or sent before the next tick.
+CASES = [(1, 2, 1), (2, 5, 1), (3, 20, 1), (10, 4, 0), (10, 4, 1)]
+
+
+def play_round(stack) -> None:
+    """One schedule period: a tick, then every execution that ran at its start ends SUCCEEDED and
+    its status event is delivered to the completion (which refills the slot it frees)."""
+    stack.launcher().tick()
+    for name in stack.running():
+        stack.launcher().on_status_change(StatusChange.from_event(stack.finish(name)))
+
+
+def play_demo(stack, count: int, gap: int) -> tuple[list[Sent], float]:
+    """The batch, then ``sluice enqueue`` of the DAG's three steps one round apart, until idle."""
+    started = time.time()
+    for i in range(count):
+        stack.send({"id": f"order-{i:04d}", "seconds": 1}, group=f"customer-{i % 8}")
+    play_round(stack)
+    sent: list[Sent] = []
+    steps = [[k for k, a in demo_dag.DAG if not a], *[[k] for k, a in demo_dag.DAG if a]]
+    for keys in steps:
+        for key in keys:
+            awaits = dict(demo_dag.DAG)[key]
+            attributes = {"sluice_awaits": json.dumps(list(awaits))} if awaits else {}
+            message_id = stack.send({"id": key, "seconds": 1}, group=key, **attributes)
+            sent.append(Sent("sluice enqueue", message_id, key, key, False, False))
+        for _ in range(gap):
+            play_round(stack)
+    for _ in range(count + 20):
+        if not stack.running() and stack.queue_counts() == (0, 0):
+            break
+        play_round(stack)
+    return sent, started
+
+
+@pytest.mark.parametrize(
+    ("maximum", "count", "gap"), CASES, ids=[f"max{m}-count{c}-gap{g}" for m, c, g in CASES]
+)
+def test_item2_the_dag_check_holds_whether_or_not_a_dependent_was_parked(session, maximum, count, gap):
+    stack = build_stack(session, max_concurrency=maximum, clock=FakeClock(time.time()))
+    sent, started = play_demo(stack, count, gap)
+    sfn = stack.client("stepfunctions")
+    store = stack.runtime().store()
+
+    r = demo_dag.check_dag(sfn, store, stack.settings.state_machine_arn, sent, started)
+
+    assert r.problems == [] and r.violations == []
+    nodes = {n.key: n for n in r.nodes}
+    assert set(nodes) == {k for k, _ in demo_dag.DAG}
+    for key, awaits in demo_dag.DAG:
+        node = nodes[key]
+        assert node.status == "SUCCEEDED"
+        assert all(nodes[a].stop <= node.start for a in awaits)
+        assert not node.parked or awaits  # only a dependent is ever parked
+    # What the summary says of each dependent agrees with the table.
+    text = "\n".join(demo_dag.summary_lines(r))
+    assert "VIOLATED" not in text
+    for key, awaits in demo_dag.DAG:
+        if awaits and not nodes[key].parked:
+            assert f"{key}: its awaits were met on arrival, never parked" in text
+    parked = sum(n.parked for n in r.nodes)
+    assert f"{parked} of 2 dependents parked until their awaits SUCCEEDED" in text
+
+
+def test_item2_a_dependent_that_started_before_its_awaits_ended_is_a_violation(session):
+    stack = build_stack(session, max_concurrency=10, clock=FakeClock(time.time()))
+    started = time.time()
+    sent = []
+    for key, _ in demo_dag.DAG:  # sent with no awaits: everything starts at once
+        message_id = stack.send({"id": key}, group=key)
+        sent.append(Sent("sluice enqueue", message_id, key, key, False, False))
+    stack.launcher().tick()
+    for name in stack.running():
+        stack.launcher().on_status_change(StatusChange.from_event(stack.finish(name)))
+
+    r = demo_dag.check_dag(
+        stack.client("stepfunctions"),
+        stack.runtime().store(),
+        stack.settings.state_machine_arn,
+        sent,
+        started,
+    )
+
+    assert r.violations == ["dag-merge", "dag-publish"]
+    assert any(p.startswith("started before what it awaits SUCCEEDED") for p in r.problems)
+    assert "VIOLATED" in "\n".join(demo_dag.summary_lines(r))
