@@ -67,6 +67,15 @@ class Container:
         self.log = log
         self._process: subprocess.Popen[bytes] | None = None
         self._buffer = b""
+        self.busy = False  # serving an invocation
+
+    def interrupt(self) -> None:
+        """Kill the process from another thread: the invocation in flight ends as a crash does (its
+        thread finds the pipe closed and cleans up)."""
+        process = self._process
+        if process is not None:
+            with contextlib.suppress(OSError):
+                process.kill()
 
     def start(self) -> None:
         """The init phase: start the process and import the handler. Raises ``InvocationError``."""
@@ -102,8 +111,12 @@ class Container:
 
     def invoke(self, event: Mapping[str, Any]) -> Any:
         """Run the handler with ``event``; its result, or ``InvocationError``."""
-        self.start()
-        answer = self._exchange(dict(event), self.function.timeout + GRACE_SECONDS)
+        self.busy = True
+        try:
+            self.start()
+            answer = self._exchange(dict(event), self.function.timeout + GRACE_SECONDS)
+        finally:
+            self.busy = False
         if "error" in answer:
             raise InvocationError(answer["error"])
         return answer["result"]
@@ -185,7 +198,14 @@ class Containers:
         return self.submit(event).result()
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        """Stop every container. One still serving an invocation (a launcher's tick lingering on an
+        empty queue, up to its timeout) is killed, as Lambda stops a function: waiting for it would
+        hold the caller for as long."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for container in self._all:
+            if container.busy:
+                container.interrupt()
+        self._pool.shutdown(wait=True)
         for container in self._all:
             container.stop()
 
