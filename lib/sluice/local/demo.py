@@ -163,22 +163,22 @@ class Demo:
                     extras: demo_dag.Extras = producer.then_result or demo_dag.Extras()
                     dag = demo_dag.check(aws, deployment.outputs, extras, started)
                     section = self._semaphore_section(package, deployment, containers)
+                    result = account(run, o, deployment, sent, started, timed_out, also=extras.sent)
+                    result.log = str(log)
+                    result.dag = dag.to_dict()
+                    result.problems += dag.problems
+                    result.ok = result.ok and dag.ok
+                    if section is not None:
+                        result.semaphore = section.to_dict()
+                        result.problems += section.problems()
+                        result.ok = result.ok and section.ok
+                    (o.out / "summary.json").write_text(json.dumps(asdict(result), indent=2, default=str))
+                    self._report(result)
+                    if o.keep:
+                        self._hold(aws, run, deployment, containers)
                 finally:
                     for pool in containers.values():
                         pool.close()
-                result = account(run, o, deployment, sent, started, timed_out, also=extras.sent)
-                result.log = str(log)
-                result.dag = dag.to_dict()
-                result.problems += dag.problems
-                result.ok = result.ok and dag.ok
-                if section is not None:
-                    result.semaphore = section.to_dict()
-                    result.problems += section.problems()
-                    result.ok = result.ok and section.ok
-                (o.out / "summary.json").write_text(json.dumps(asdict(result), indent=2, default=str))
-                self._report(result)
-                if o.keep:
-                    self._hold(aws)
         return result
 
     def _semaphore_section(
@@ -199,20 +199,26 @@ class Demo:
             style = "" if not line.startswith("RESULT") else ("bold green" if result.ok else "bold red")
             self.console.print(line, style=style, markup=False, highlight=False, soft_wrap=True)
 
-    def _hold(self, aws: EmbeddedAws) -> None:
-        """Keep the embedded AWS up for the operator CLI until Ctrl-C."""
+    def _hold(self, aws: EmbeddedAws, run: Run, deployment: Any, containers: dict[str, Any]) -> None:
+        """Keep the embedded AWS up for the operator CLI until Ctrl-C, still playing EventBridge: the
+        schedule fires and each execution that ends gets its status-change event, as on AWS."""
         exports = {**aws.environ()}
         self.console.print(
-            "\nThe embedded AWS stays up; in another shell:\n"
+            "\nThe embedded AWS stays up, and the demo goes on playing EventBridge: the schedule fires "
+            f"every {self.o.tick:g} s and each execution that ends gets its status-change event. "
+            "In another shell:\n"
             + "".join(f"  export {k}={v}\n" for k, v in exports.items())
             + f"  sluice status --stage {STAGE}\n"
             + "Ctrl-C stops it.",
             markup=False,
             highlight=False,
         )
+
+        def echo(line: str) -> None:
+            self.console.print(f"[{time.strftime('%H:%M:%S')}] {line}", markup=False, highlight=False)
+
         with contextlib.suppress(KeyboardInterrupt):
-            while True:
-                time.sleep(3600)
+            run.keep(deployment, containers, echo=echo)
 
     @contextlib.contextmanager
     def _step(self, text: str) -> Any:

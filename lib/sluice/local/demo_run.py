@@ -6,25 +6,46 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.adapters.dynamodb import DynamoStore
 from sluice.local.dashboard import Dashboard, Snapshot
 from sluice.local.deployment import Deployment
 from sluice.local.events import status_change_event
 from sluice.local.lambdas import Containers, InvocationError
-from sluice.model import ExecutionStatus
+from sluice.model import ExecutionStatus, Outcome
 
 if TYPE_CHECKING:
     from sluice.local.demo import Options
     from sluice.local.demo_batch import Producer
 
 
+# What a launcher's summary counts (``sluice.model.Outcome``) that the demo shows.
+OUTCOMES = ("started", "duplicate", "invalid", "resumed", "already_ran", "deferred", "returned")
+
+
+class Pacing(Protocol):
+    """The run's time: ``now`` in seconds (monotonic) and ``sleep``; a FakeClock in tests."""
+
+    def now(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class WallClock:
+    def now(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
 class Run:
     """What the run saw: executions, samples, events delivered, invocations that failed."""
 
-    def __init__(self, options: Options, console: Any, stack: str) -> None:
+    def __init__(self, options: Options, console: Any, stack: str, clock: Pacing | None = None) -> None:
         self.o = options
         self.console = console
         self.snapshot = Snapshot(stack=stack, maximum=options.maximum)
@@ -38,66 +59,41 @@ class Run:
         self.repeat: dict[str, Any] | None = None  # the event delivered twice on purpose
         self.repeated = 0
         self.repeated_released = 0
+        self.clock: Pacing = clock or WallClock()
+        self.echo: Callable[[str], None] | None = None  # the kept stack's lines (``keep``)
+        self._pending: dict[Future[Any], tuple[str, str]] = {}  # invocation → (what, execution status)
+        self._ticking: list[Future[Any]] = []
+        self._next_tick = self._next_full = 0.0
 
     def loop(
         self, deployment: Deployment, containers: dict[str, Containers], started: float, producer: Producer
     ) -> bool:
         """Play EventBridge until every message is dealt with and every execution has ended and been
         reported. True when it gave up (``--timeout``)."""
-        o = self.o
-        sfn, sqs = deployment.aws.client("stepfunctions"), deployment.aws.client("sqs")
+        o, clock = self.o, self.clock
+        sqs = deployment.aws.client("sqs")
         out = deployment.outputs
         live = self.console.is_terminal if o.live is None else o.live
-        deadline = time.monotonic() + o.timeout
-        next_tick = next_dlq = next_depth = next_full = 0.0
+        deadline = clock.now() + o.timeout
+        next_dlq = next_depth = 0.0
         dlq = 0
         depth: dict[str, int] = {}
-        ticking: list[Future[Any]] = []
-        pending: dict[Future[Any], tuple[str, str]] = {}  # future → (what, execution status)
         with Dashboard(self.console, live=live) as board:
             while True:
-                # The schedule rule fires; a tick still running is not doubled.
-                if time.monotonic() >= next_tick and all(f.done() for f in ticking):
-                    ticking = []
-                    for key, event in deployment.scheduled():
-                        future = containers[key].submit(event)
-                        ticking.append(future)
-                        pending[future] = ("tick", "")
-                    next_tick = time.monotonic() + o.tick
-                for future in [f for f in pending if f.done()]:
-                    self._harvest(future, *pending.pop(future), deployment, containers, pending)
-                # ListExecutions: RUNNING every round (the sample), everything every 2 s (the net
-                # for an execution that started and ended between two rounds).
-                full = time.monotonic() >= next_full
-                if full:
-                    next_full = time.monotonic() + 2.0
-                ended = self.poll(sfn, out["StateMachineArn"], full=full)
-                running = len(self.running)
+                running = self.play(deployment, containers)
                 self.samples.append((time.time() - started, running))
-                for name in ended:
-                    # EventBridge: the status-change event, to every target of the rules it matches.
-                    described = sfn.describe_execution(executionArn=self.executions[name]["executionArn"])
-                    if not ExecutionStatus.terminal(described["status"]):
-                        continue
-                    self.executions[name] = {**self.executions[name], **described}
-                    event = status_change_event(described)
-                    self.delivered.add(name)
-                    for key in deployment.route(event):
-                        pending[containers[key].submit(event)] = ("event", described["status"])
-                        if self.repeat is None:
-                            self.repeat = event
-                if time.monotonic() >= next_depth:
+                if clock.now() >= next_depth:
                     depth = queues_depth(sqs, out)
                     self.waiting.append((time.time() - started, depth["ApproximateNumberOfMessages"]))
-                    next_depth = time.monotonic() + 0.5
-                if time.monotonic() >= next_dlq:
+                    next_depth = clock.now() + 0.5
+                if clock.now() >= next_dlq:
                     dlq = queue_depth(sqs, out["DlqUrl"])["ApproximateNumberOfMessages"]
-                    next_dlq = time.monotonic() + 2.0
+                    next_dlq = clock.now() + 2.0
                 self._show(board, started, running, depth, dlq)
                 # A tick is always on its way; with the queue empty and nothing held it can do nothing.
                 if (
                     not producer.is_alive()
-                    and all(what == "tick" for what, _ in pending.values())
+                    and all(what == "tick" for what, _ in self._pending.values())
                     and sum(queues_depth(sqs, out).values()) == 0
                     and running == 0
                     and self._all_delivered()
@@ -107,10 +103,62 @@ class Run:
                 ):
                     board.update(self.snapshot, force=True)
                     return False
-                if time.monotonic() > deadline:
+                if clock.now() > deadline:
                     board.update(self.snapshot, force=True)
                     return True
-                time.sleep(o.poll)
+                clock.sleep(o.poll)
+
+    def keep(
+        self,
+        deployment: Deployment,
+        containers: dict[str, Containers],
+        *,
+        until: Callable[[], bool] = lambda: False,
+        periods: int | None = None,
+        echo: Callable[[str], None] | None = None,
+    ) -> None:
+        """The kept stack (``--keep``), after the summary: go on playing EventBridge as the run did
+        (the schedule every ``--tick`` s, each execution's status-change event once it ends) until
+        Ctrl-C, ``until()`` says so, or ``periods`` schedule periods have passed. ``echo`` gets one
+        line for each tick that did something and each event delivered."""
+        self.echo = echo
+        end = None if periods is None else self.clock.now() + periods * self.o.tick
+        while not until() and (end is None or self.clock.now() < end):
+            self.play(deployment, containers)
+            self.clock.sleep(self.o.poll)
+
+    def play(self, deployment: Deployment, containers: dict[str, Containers]) -> int:
+        """One round of EventBridge: the schedule rule fires when it is due (a tick still running is
+        not doubled), finished invocations are harvested, and each execution that ended gets its
+        status-change event, delivered to every target of the rules it matches. The RUNNING count."""
+        clock, pending = self.clock, self._pending
+        sfn = deployment.aws.client("stepfunctions")
+        if clock.now() >= self._next_tick and all(f.done() for f in self._ticking):
+            self._ticking = []
+            for key, event in deployment.scheduled():
+                future = containers[key].submit(event)
+                self._ticking.append(future)
+                pending[future] = ("tick", "")
+            self._next_tick = clock.now() + self.o.tick
+        for future in [f for f in pending if f.done()]:
+            self._harvest(future, *pending.pop(future), deployment, containers, pending)
+        # ListExecutions: RUNNING every round (the sample), everything every 2 s (the net for an
+        # execution that started and ended between two rounds).
+        full = clock.now() >= self._next_full
+        if full:
+            self._next_full = clock.now() + 2.0
+        for name in self.poll(sfn, deployment.outputs["StateMachineArn"], full=full):
+            described = sfn.describe_execution(executionArn=self.executions[name]["executionArn"])
+            if not ExecutionStatus.terminal(described["status"]):
+                continue
+            self.executions[name] = {**self.executions[name], **described}
+            event = status_change_event(described)
+            self.delivered.add(name)
+            for key in deployment.route(event):
+                pending[containers[key].submit(event)] = ("event", described["status"])
+                if self.repeat is None:
+                    self.repeat = event
+        return len(self.running)
 
     @staticmethod
     def _key_waiters(deployment: Any) -> int:
@@ -136,6 +184,8 @@ class Run:
             self.errors.append(f"{what}: {type(exc).__name__}: {exc}")
             self.counts["errors"] += 1
             return
+        if self.echo is not None and what != "repeat":
+            self._say(self.echo, what, result)
         if what == "tick":
             self._absorb(result)
             return
@@ -158,6 +208,26 @@ class Run:
             for key in deployment.route(self.repeat):
                 pending[containers[key].submit(self.repeat)] = ("repeat", "")
 
+    @staticmethod
+    def _say(echo: Callable[[str], None], what: str, result: Any) -> None:
+        if not isinstance(result, dict):
+            return
+        admission = result.get("admission") if what == "event" else result
+        done = {
+            k: v
+            for k, v in (admission if isinstance(admission, dict) else {}).items()
+            if k in {o.value for o in Outcome} and isinstance(v, int) and v
+        }
+        admitted = ", ".join(f"{k} {v}" for k, v in done.items())
+        if what == "event":
+            freed = "slot released" if result.get("released") else "nothing held"
+            echo(
+                f"status event: {result.get('execution')} {result.get('status')}: {freed}"
+                + (f"; refill: {admitted}" if admitted else "")
+            )
+        elif admitted:
+            echo(f"schedule tick: {admitted}")
+
     def poll(self, sfn: Any, arn: str, *, full: bool) -> list[str]:
         """Names of executions that have ended and were not reported yet."""
         before = set(self.running)
@@ -177,7 +247,7 @@ class Run:
         return sorted(n for n in left if n not in self.delivered)
 
     def _absorb(self, summary: dict[str, Any]) -> None:
-        for outcome in ("started", "duplicate", "invalid", "resumed", "already_ran", "deferred", "returned"):
+        for outcome in OUTCOMES:
             self.counts[outcome] += int(summary.get(outcome, 0) or 0)
 
     def _all_delivered(self) -> bool:
