@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from sluice.local.chart import peak
+from sluice.local.demo import ACCOUNTING
 from sluice.local.demo_dag import (
     DAG,
     SCENE,
@@ -64,6 +66,13 @@ def test_demo_small_batch_never_exceeds_max_and_accounts_for_every_message(tmp_p
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "RESULT: OK" in done.stdout
     assert f"chart       : {out / 'demo-chart.png'}" in done.stdout
+    # Between the run and the summary it says what it does; the last progress line and the summary
+    # count the same messages (the batch and `sluice enqueue`'s), every one of them settled.
+    assert f"{ACCOUNTING}: done in " in done.stdout
+    progress = [line for line in done.stdout.splitlines() if line.startswith("[") and "settled " in line]
+    settled = re.search(r"settled (\d+)/(\d+) messages", progress[-1]).groups()
+    accounted = re.search(r"accounted   : (\d+) / (\d+) messages settled", done.stdout).groups()
+    assert settled == accounted and settled[0] == settled[1]
 
     result = json.loads((out / "summary.json").read_text())
     timeline = result["timeline"]

@@ -18,8 +18,10 @@ import pytest
 
 from sluice.clock import FakeClock
 from sluice.completion import StatusChange
-from sluice.local import demo_dag
+from sluice.local import chart, demo_dag
+from sluice.local.dashboard import Snapshot, plain_line
 from sluice.local.demo_batch import Sent
+from sluice.local.demo_report import Result, summary_lines
 from tests.support.aws import build_stack
 
 # (MAX, batch size, schedule periods between two commands): the issue's --max 3 --count 20 and a few
@@ -109,3 +111,85 @@ def test_item2_a_dependent_that_started_before_its_awaits_ended_is_a_violation(s
     assert r.violations == ["dag-merge", "dag-publish"]
     assert any(p.startswith("started before what it awaits SUCCEEDED") for p in r.problems)
     assert "VIOLATED" in "\n".join(demo_dag.summary_lines(r))
+
+
+# -- the demo's output (issue 27, item 6) ----------------------------------------------------------
+
+
+def test_item6_the_last_progress_line_and_the_summary_count_the_same_messages():
+    """The progress line counts from AWS's side as the summary does: executions listed by Step
+    Functions, duplicates, the DLQ; every message sent (the batch and `sluice enqueue`'s) settled."""
+    snapshot = Snapshot(
+        stack="sluice-demo",
+        maximum=10,
+        batch=60,
+        extra=16,
+        statuses={"SUCCEEDED": 66, "FAILED": 7},
+        counts={"started": 70, "duplicate": 2, "invalid": 1},  # the handlers' own counts miss 3 starts
+        dlq=1,
+    )
+    result = Result(
+        ok=True,
+        maximum=10,
+        messages=60,
+        raw_messages=1,
+        fates={"started": 57, "duplicate": 2, "invalid": 1},
+        statuses={"SUCCEEDED": 66, "FAILED": 7},
+        also_messages=16,
+        also_started=16,
+    )
+
+    line = plain_line(snapshot)
+    summary = "\n".join(summary_lines(result))
+
+    assert "executions 73 started, 66 succeeded, 7 failed" in line
+    assert line.endswith("settled 76/76 messages (60 batch + 16 by sluice enqueue)")
+    assert "executions  : 73 started: 57 for the batch's messages + 16 for `sluice enqueue`'s" in summary
+    assert (
+        "accounted   : 76 / 76 messages settled (started, suppressed as a duplicate or dead-lettered)"
+        in summary
+    )
+    assert "the batch's 60 / 60, 0 lost; `sluice enqueue`'s 16 / 16" in summary
+
+
+def test_item6_the_chart_legend_leaves_the_plot_clear_and_the_running_line_is_on_top(tmp_path):
+    intervals = [(0.0, 3.0), (0.5, 2.5), (1.0, 4.0), (2.0, 5.0)]
+    lanes = {"default": (intervals[:3], 4), "urgent": (intervals[3:], 2)}
+    fig = chart.figure(
+        intervals=intervals,
+        samples=[(0.5, 2), (1.5, 3)],
+        waiting=[(0.0, 5), (2.0, 1)],
+        maximum=4,
+        title="demo",
+        lanes=lanes,
+    )
+    try:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        plot = fig.axes[0]
+        legends = [*fig.legends, *(a.get_legend() for a in fig.axes if a.get_legend() is not None)]
+        assert len(legends) == 1
+        box, area = legends[0].get_window_extent(renderer), plot.get_window_extent(renderer)
+        assert not box.overlaps(area), "the legend covers the plot"
+        lines = {line.get_label(): line for line in plot.get_lines()}
+        running = lines["running (start/stop times)"]
+        for lane in ("default", "urgent"):
+            own = lines[f"running in lane {lane}"]
+            assert running.get_zorder() > own.get_zorder()
+            assert (running.get_linewidth(), running.get_color()) != (own.get_linewidth(), own.get_color())
+            assert running.get_linewidth() > own.get_linewidth()
+            assert own.get_linestyle() != running.get_linestyle()
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+    path = chart.draw(
+        tmp_path / "chart.png",
+        intervals=intervals,
+        samples=[],
+        waiting=[],
+        maximum=4,
+        title="demo",
+        lanes=lanes,
+    )
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 LANE_COLOURS = ("#2ca02c", "#9467bd", "#8c564b", "#e377c2")
 
@@ -37,80 +38,111 @@ def draw(
     title: str,
     lanes: Mapping[str, tuple[Sequence[tuple[float, float]], int]] | None = None,
 ) -> Path:
-    """Write the PNG: the exact running count from start/stop times (step line), the ListExecutions
-    samples (dots), MAX (dashed) and the queue backlog (right axis); with ``lanes`` (name → the
-    lane's (start, stop) pairs and its MAX), each lane's running count and its MAX too."""
+    """Write the PNG of ``figure``."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(
+        intervals=intervals, samples=samples, waiting=waiting, maximum=maximum, title=title, lanes=lanes
+    )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def figure(
+    *,
+    intervals: Sequence[tuple[float, float]],
+    samples: Sequence[tuple[float, int]],
+    waiting: Sequence[tuple[float, int]],
+    maximum: int,
+    title: str,
+    lanes: Mapping[str, tuple[Sequence[tuple[float, float]], int]] | None = None,
+) -> Any:
+    """The chart: the exact running count from start/stop times (a thick step line, drawn over
+    everything else), the ListExecutions samples (dots), MAX (dashed) and the queue backlog (right
+    axis); with ``lanes`` (name → the lane's (start, stop) pairs and its MAX), each lane's running
+    count (thin, dash-dotted) and its MAX (dotted). The legend sits below the plot, never on it.
+    The caller closes the figure."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     steps = running_steps(intervals)
-    fig, ax = plt.subplots(figsize=(10, 4.8), dpi=110)
-    try:
-        if steps:
-            xs = [0.0] + [t for t, _ in steps]
-            ys = [0] + [n for _, n in steps]
-            ax.step(xs, ys, where="post", color="#1f6fb4", linewidth=1.6, label="running (start/stop times)")
-            ax.fill_between(xs, ys, step="post", color="#1f6fb4", alpha=0.15)
-        if samples:
-            ax.scatter(
-                [t for t, _ in samples],
-                [n for _, n in samples],
-                s=9,
-                color="#f28e2b",
-                zorder=3,
-                label="running (ListExecutions samples)",
-            )
-        ax.axhline(maximum, color="#d62728", linestyle="--", linewidth=1.4, label=f"MAX = {maximum}")
-        for (lane, (spans, lane_max)), colour in zip(
-            sorted((lanes or {}).items()), LANE_COLOURS, strict=False
-        ):
-            lane_steps = running_steps(spans)
-            if lane_steps:
-                ax.step(
-                    [0.0] + [t for t, _ in lane_steps],
-                    [0] + [n for _, n in lane_steps],
-                    where="post",
-                    color=colour,
-                    linewidth=1.1,
-                    label=f"running in lane {lane}",
-                )
-            if lane_max < maximum:  # a lane's MAX at the global one would hide it
-                ax.axhline(
-                    lane_max,
-                    color=colour,
-                    linestyle=":",
-                    linewidth=1.2,
-                    label=f"lane {lane} MAX = {lane_max}",
-                )
-        ax.set_ylim(0, maximum * 1.35 + 1)
-        ax.set_xlim(left=0)
-        ax.set_xlabel("seconds since the batch was enqueued")
-        ax.set_ylabel("running executions")
-        ax.grid(alpha=0.3)
-        ax.set_title(title, fontsize=11)
-        if waiting:
-            backlog = ax.twinx()
-            backlog.plot(
-                [t for t, _ in waiting],
-                [n for _, n in waiting],
-                color="#7f7f7f",
+    fig, ax = plt.subplots(figsize=(10, 5.6), dpi=110)
+    if steps:
+        xs = [0.0] + [t for t, _ in steps]
+        ys = [0] + [n for _, n in steps]
+        ax.step(
+            xs,
+            ys,
+            where="post",
+            color="#1f4e8c",
+            linewidth=2.2,
+            zorder=5,
+            label="running (start/stop times)",
+        )
+        ax.fill_between(xs, ys, step="post", color="#1f6fb4", alpha=0.12, zorder=1)
+    if samples:
+        ax.scatter(
+            [t for t, _ in samples],
+            [n for _, n in samples],
+            s=9,
+            color="#f28e2b",
+            zorder=6,
+            label="running (ListExecutions samples)",
+        )
+    ax.axhline(maximum, color="#d62728", linestyle="--", linewidth=1.4, zorder=4, label=f"MAX = {maximum}")
+    for (lane, (spans, lane_max)), colour in zip(sorted((lanes or {}).items()), LANE_COLOURS, strict=False):
+        lane_steps = running_steps(spans)
+        if lane_steps:
+            ax.step(
+                [0.0] + [t for t, _ in lane_steps],
+                [0] + [n for _, n in lane_steps],
+                where="post",
+                color=colour,
                 linewidth=1.1,
-                linestyle=":",
-                label="messages waiting in the queue",
+                linestyle="-.",
+                zorder=3,
+                label=f"running in lane {lane}",
             )
-            backlog.set_ylabel("messages waiting", color="#7f7f7f")
-            backlog.tick_params(axis="y", colors="#7f7f7f")
-            backlog.set_ylim(bottom=0)
-            lines, labels = ax.get_legend_handles_labels()
-            more, more_labels = backlog.get_legend_handles_labels()
-            ax.legend(lines + more, labels + more_labels, loc="upper right", fontsize=8, framealpha=0.9)
-        else:
-            ax.legend(loc="upper right", fontsize=8, framealpha=0.9)
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path)
-    finally:
-        plt.close(fig)
-    return path
+        if lane_max < maximum:  # a lane's MAX at the global one would hide it
+            ax.axhline(
+                lane_max,
+                color=colour,
+                linestyle=":",
+                linewidth=1.2,
+                zorder=3,
+                label=f"lane {lane} MAX = {lane_max}",
+            )
+    ax.set_ylim(0, maximum * 1.15 + 1)
+    ax.set_xlim(left=0)
+    ax.set_xlabel("seconds since the batch was enqueued")
+    ax.set_ylabel("running executions")
+    ax.grid(alpha=0.3)
+    ax.set_title(title, fontsize=11)
+    handles, labels = ax.get_legend_handles_labels()
+    if waiting:
+        backlog = ax.twinx()
+        backlog.plot(
+            [t for t, _ in waiting],
+            [n for _, n in waiting],
+            color="#7f7f7f",
+            linewidth=1.1,
+            linestyle=":",
+            label="messages waiting in the queue",
+        )
+        backlog.set_ylabel("messages waiting", color="#7f7f7f")
+        backlog.tick_params(axis="y", colors="#7f7f7f")
+        backlog.set_ylim(bottom=0)
+        ax.set_zorder(backlog.get_zorder() + 1)  # the running line over the backlog's axis
+        ax.patch.set_visible(False)
+        more, more_labels = backlog.get_legend_handles_labels()
+        handles, labels = handles + more, labels + more_labels
+    rows = -(-len(handles) // 3)
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.045 * rows + 0.02, 1, 1))
+    return fig

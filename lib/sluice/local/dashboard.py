@@ -11,21 +11,22 @@ SPARKS = "▁▂▃▄▅▆▇█"
 
 @dataclass
 class Snapshot:
-    """What the dashboard shows; the demo fills it in as it goes."""
+    """What the dashboard shows; the demo fills it in as it goes. Executions and the DLQ are counted
+    from AWS's side (ListExecutions, the queue's attributes), as the final reckoning counts them."""
 
     stack: str = ""
     endpoint: str = ""
     maximum: int = 0
-    messages: int = 0  # messages sent to the queue
+    batch: int = 0  # messages of the batch
+    extra: int = 0  # messages `sluice enqueue` sends after it (the DAG, the stored payload, ...)
     elapsed: float = 0.0
     running: int = 0  # RUNNING executions in the last ListExecutions
     peak: int = 0
     waiting: int = 0  # visible messages in the queue
     in_flight: int = 0
-    dlq: int = 0
-    counts: dict[str, int] = field(
-        default_factory=dict
-    )  # started, succeeded, failed, duplicate, invalid, ...
+    dlq: int = 0  # messages in the dead-letter queue
+    statuses: dict[str, int] = field(default_factory=dict)  # executions listed, by status
+    counts: dict[str, int] = field(default_factory=dict)  # what the handlers returned: duplicate, ...
     events: int = 0  # status-change events delivered
     repeated: int = 0  # events delivered a second time on purpose
     repeated_released: int = 0  # slots those freed (must stay 0)
@@ -34,14 +35,26 @@ class Snapshot:
     def n(self, name: str) -> int:
         return self.counts.get(name, 0)
 
+    def status(self, name: str) -> int:
+        return self.statuses.get(name, 0)
+
     @property
-    def handled(self) -> int:
-        """Messages the launcher has dealt with: started, suppressed or dead-lettered."""
-        return self.n("started") + self.n("duplicate") + self.n("invalid") + self.n("already_ran")
+    def messages(self) -> int:
+        return self.batch + self.extra
+
+    @property
+    def started(self) -> int:
+        """Executions Step Functions lists: one per message that started."""
+        return sum(self.statuses.values())
 
     @property
     def ended(self) -> int:
-        return self.n("succeeded") + self.n("failed") + self.n("timed_out") + self.n("aborted")
+        return self.started - self.status("RUNNING")
+
+    @property
+    def settled(self) -> int:
+        """Messages whose fate is known: started, suppressed as a duplicate, or dead-lettered."""
+        return self.started + self.n("duplicate") + self.dlq
 
 
 def sparkline(values: list[int], top: int, width: int = 48) -> str:
@@ -57,8 +70,9 @@ def plain_line(s: Snapshot) -> str:
     return (
         f"[{s.elapsed:6.1f}s] running {s.running:>3}/{s.maximum} (peak {s.peak}) | "
         f"queue {s.waiting} waiting, {s.in_flight} in flight | dlq {s.dlq} | "
-        f"started {s.n('started')} succeeded {s.n('succeeded')} failed {s.n('failed')} "
-        f"duplicate {s.n('duplicate')} invalid {s.n('invalid')} | handled {s.handled}/{s.messages}"
+        f"executions {s.started} started, {s.status('SUCCEEDED')} succeeded, {s.status('FAILED')} failed | "
+        f"duplicates {s.n('duplicate')} | settled {s.settled}/{s.messages} messages "
+        f"({s.batch} batch + {s.extra} by sluice enqueue)"
     )
 
 
@@ -90,14 +104,14 @@ def render(s: Snapshot) -> Any:
         ),
     )
     gauge.add_row(
-        "Admitted",
-        ProgressBar(total=max(s.messages, 1), completed=s.handled, width=40),
-        f"{s.handled:>3} / {s.messages} messages",
+        "Settled",
+        ProgressBar(total=max(s.messages, 1), completed=s.settled, width=40),
+        f"{s.settled:>3} / {s.messages} messages ({s.batch} batch + {s.extra} by sluice enqueue)",
     )
     gauge.add_row(
         "Finished",
-        ProgressBar(total=max(s.n("started"), 1), completed=s.ended, width=40),
-        f"{s.ended:>3} / {s.n('started')} executions",
+        ProgressBar(total=max(s.started, 1), completed=s.ended, width=40),
+        f"{s.ended:>3} / {s.started} executions",
     )
 
     queues = Text.assemble(
@@ -112,10 +126,10 @@ def render(s: Snapshot) -> Any:
         ("succeeded", "green"),
         ("failed", "red"),
         ("duplicate", "magenta"),
-        ("invalid", "yellow"),
+        ("dead-lettered", "yellow"),
     ):
         counts.add_column(title, justify="right", header_style=f"bold {style}")
-    counts.add_row(*(str(s.n(k)) for k in ("started", "succeeded", "failed", "duplicate", "invalid")))
+    counts.add_row(*map(str, (s.started, s.status("SUCCEEDED"), s.status("FAILED"), s.n("duplicate"), s.dlq)))
     events = Text(f"status events delivered {s.events}")
     if s.repeated:
         events.append(

@@ -62,6 +62,10 @@ STAGE = "demo"
 STACK = f"sluice-{STAGE}"
 WORKFLOW = "sluice-demo-jobs"
 WORKFLOW_ARN = f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:{WORKFLOW}"
+ACCOUNTING = (
+    "Accounting for every message from AWS's side (Step Functions, the table, the queues, the DLQ) "
+    "and drawing the chart"
+)
 
 
 @dataclass
@@ -138,12 +142,9 @@ class Demo:
                         o.payloads is None,
                         then=lambda: demo_dag.send(aws.environ(), STAGE),
                     )
-                    run.snapshot.messages = (
-                        len(planned)
-                        + len(demo_dag.DAG)
-                        + 1
-                        + len(demo_dag.TENANT_JOBS)
-                        + len(demo_dag.URGENT_JOBS)
+                    run.snapshot.batch = len(planned)
+                    run.snapshot.extra = (
+                        len(demo_dag.DAG) + 1 + len(demo_dag.TENANT_JOBS) + len(demo_dag.URGENT_JOBS)
                     )
                     print(
                         f"Enqueueing {len(planned)} messages while Sluice runs, then a DAG of "
@@ -161,9 +162,10 @@ class Demo:
                         raise producer.error
                     sent = producer.sent
                     extras: demo_dag.Extras = producer.then_result or demo_dag.Extras()
-                    dag = demo_dag.check(aws, deployment.outputs, extras, started)
                     section = self._semaphore_section(package, deployment, containers)
-                    result = account(run, o, deployment, sent, started, timed_out, also=extras.sent)
+                    with self._step(ACCOUNTING):
+                        dag = demo_dag.check(aws, deployment.outputs, extras, started)
+                        result = account(run, o, deployment, sent, started, timed_out, also=extras.sent)
                     result.log = str(log)
                     result.dag = dag.to_dict()
                     result.problems += dag.problems
@@ -229,7 +231,9 @@ class Demo:
         else:
             print(text + " …", flush=True)
             yield
-        self.console.print(f"{text}: done in {time.monotonic() - began:.1f} s", highlight=False)
+        self.console.print(
+            f"{text}: done in {time.monotonic() - began:.1f} s", markup=False, highlight=False, soft_wrap=True
+        )
 
 
 def parse_args(argv: list[str] | None = None) -> Options:

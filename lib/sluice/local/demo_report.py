@@ -27,7 +27,9 @@ class Result:
     problems: list[str] = field(default_factory=list)
     seconds: float = 0.0
     maximum: int = 0
-    messages: int = 0
+    messages: int = 0  # the batch's
+    also_messages: int = 0  # sent by `sluice enqueue` after the batch (checked in ``dag``)
+    also_started: int = 0  # of those, the ones whose execution exists
     payload_messages: int = 0
     raw_messages: int = 0
     resubmissions: int = 0
@@ -121,7 +123,9 @@ def account(
             r.order_violations.append(key)
     r.resubmission_fates = dict(resub)
     r.groups = len({s.group for s in sent})
-    expected |= {execution_name(s.key, s.message_id) for s in also if s.key is not None}
+    also_names = {execution_name(s.key, s.message_id) for s in also if s.key is not None}
+    expected |= also_names
+    r.also_messages, r.also_started = len(also), len(also_names & set(ran))
     r.unexpected_executions = sorted(set(ran) - expected)
     r.statuses = dict(Counter(e["status"] for e in ran.values()))
 
@@ -251,10 +255,11 @@ def summary_lines(r: Result) -> list[str]:
         f"{r.seconds:.1f} s",
         f"  peak running, ListExecutions samples : {r.peak_sampled:>3} / MAX {r.maximum}  ({r.samples} samples)",
         f"  peak running, start/stop times       : {r.peak_timed:>3} / MAX {r.maximum}  {mark}",
-        f"  executions  : {f.get('started', 0)} started"
+        f"  executions  : {sum(r.statuses.values())} started"
         + (
-            f" (+{sum(r.statuses.values()) - f.get('started', 0)} of the DAG, the stored payload and the tenant)"
-            if r.dag and sum(r.statuses.values()) > f.get("started", 0)
+            f": {f.get('started', 0)} for the batch's messages + {r.also_started} for `sluice enqueue`'s "
+            "(the DAG, the stored payload, the tenant, the lanes)"
+            if r.also_messages
             else ""
         )
         + ": "
@@ -273,9 +278,11 @@ def summary_lines(r: Result) -> list[str]:
             f"  dead-letter : {f['dead_lettered']} valid-looking payload(s) refused by Step Functions"
         )
     accounted = sum(n for k, n in f.items() if k != "lost")
+    also = f"; `sluice enqueue`'s {r.also_started} / {r.also_messages}" if r.also_messages else ""
     lines += [
-        f"  accounted   : {accounted} / {r.messages} messages, {f.get('lost', 0)} lost; queue {r.queue_left} left, "
-        f"ledger {r.ledger_holders} slot(s) held",
+        f"  accounted   : {accounted + r.also_started} / {r.messages + r.also_messages} messages settled "
+        f"(started, suppressed as a duplicate or dead-lettered): the batch's {accounted} / {r.messages}, "
+        f"{f.get('lost', 0)} lost{also}; queue {r.queue_left} left, ledger {r.ledger_holders} slot(s) held",
         f"  events      : {r.events_delivered} status changes delivered, "
         f"{r.repeated_events} repeated on purpose (released {r.repeated_released})",
         f"  chart       : {r.chart}",

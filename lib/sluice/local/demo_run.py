@@ -71,7 +71,7 @@ class Run:
         """Play EventBridge until every message is dealt with and every execution has ended and been
         reported. True when it gave up (``--timeout``)."""
         o, clock = self.o, self.clock
-        sqs = deployment.aws.client("sqs")
+        sfn, sqs = deployment.aws.client("stepfunctions"), deployment.aws.client("sqs")
         out = deployment.outputs
         live = self.console.is_terminal if o.live is None else o.live
         deadline = clock.now() + o.timeout
@@ -101,10 +101,16 @@ class Run:
                     and not ledger_store(deployment).waiting()  # no payload parked on its awaits
                     and not self._key_waiters(deployment)  # nor in a concurrency key's line
                 ):
-                    board.update(self.snapshot, force=True)
+                    # The last line is exact, as the summary will be: every execution listed, the
+                    # DLQ read now.
+                    if self.poll(sfn, out["StateMachineArn"], full=True):
+                        self._next_full = 0.0  # one ended unseen: deliver its event first
+                        continue
+                    dlq = queue_depth(sqs, out["DlqUrl"])["ApproximateNumberOfMessages"]
+                    self._show(board, started, running, queues_depth(sqs, out), dlq, force=True)
                     return False
                 if clock.now() > deadline:
-                    board.update(self.snapshot, force=True)
+                    self._show(board, started, running, depth, dlq, force=True)
                     return True
                 clock.sleep(o.poll)
 
@@ -176,13 +182,12 @@ class Run:
     ) -> None:
         try:
             result = future.result()
-        except InvocationError as exc:  # the function failed: Lambda would report and retry it
-            self.errors.append(f"{what}: {exc}")
+        except Exception as exc:  # the function failed: Lambda would report and retry it
+            error = str(exc) if isinstance(exc, InvocationError) else f"{type(exc).__name__}: {exc}"
+            self.errors.append(f"{what}: {error}")
             self.counts["errors"] += 1
-            return
-        except Exception as exc:
-            self.errors.append(f"{what}: {type(exc).__name__}: {exc}")
-            self.counts["errors"] += 1
+            if self.echo is not None:
+                self.echo(f"{what} failed: {error}")
             return
         if self.echo is not None and what != "repeat":
             self._say(self.echo, what, result)
@@ -253,7 +258,16 @@ class Run:
     def _all_delivered(self) -> bool:
         return all(e["status"] == "RUNNING" or n in self.delivered for n, e in self.executions.items())
 
-    def _show(self, board: Dashboard, started: float, running: int, depth: dict[str, int], dlq: int) -> None:
+    def _show(
+        self,
+        board: Dashboard,
+        started: float,
+        running: int,
+        depth: dict[str, int],
+        dlq: int,
+        *,
+        force: bool = False,
+    ) -> None:
         s = self.snapshot
         s.elapsed = time.time() - started
         s.running = running
@@ -261,11 +275,12 @@ class Run:
         s.waiting = depth["ApproximateNumberOfMessages"]
         s.in_flight = depth["ApproximateNumberOfMessagesNotVisible"]
         s.dlq = dlq
+        s.statuses = dict(Counter(e["status"] for e in self.executions.values()))
         s.counts = dict(self.counts)
         s.events = self.counts["events"]
         s.repeated, s.repeated_released = self.repeated, self.repeated_released
         s.history.append(running)
-        board.update(s)
+        board.update(s, force=force)
 
 
 def ledger_store(deployment: Deployment) -> DynamoStore:
