@@ -206,7 +206,7 @@ class Demo:
         schedule fires and each execution that ends gets its status-change event, as on AWS."""
         exports = {**aws.environ()}
         self.console.print(
-            "\nThe embedded AWS stays up, and the demo goes on playing EventBridge: the schedule fires "
+            "\nThe embedded AWS stays up, and the demo goes on playing EventBridge: the schedule fires\n"
             f"every {self.o.tick:g} s and each execution that ends gets its status-change event. "
             "In another shell:\n"
             + "".join(f"  export {k}={v}\n" for k, v in exports.items())
@@ -214,10 +214,13 @@ class Demo:
             + "Ctrl-C stops it.",
             markup=False,
             highlight=False,
+            soft_wrap=True,
         )
 
         def echo(line: str) -> None:
-            self.console.print(f"[{time.strftime('%H:%M:%S')}] {line}", markup=False, highlight=False)
+            self.console.print(
+                f"[{time.strftime('%H:%M:%S')}] {line}", markup=False, highlight=False, soft_wrap=True
+            )
 
         with contextlib.suppress(KeyboardInterrupt):
             run.keep(deployment, containers, echo=echo)
