@@ -16,6 +16,8 @@
           │
     the stack's semaphore example workflow, 6 executions at once, through the deployed semaphore
     function: never more inside its section than the semaphore's limit (demo_semaphore.py)
+          │
+    --keep: the loop goes on (schedule, status events) until Ctrl-C, for the operator CLI
 
 The launcher and completion functions run as deployed: the code of the zip fetched back from the
 deployment bucket, in warm worker processes (Lambda's containers, ``sluice.local.lambdas``), with the
