@@ -106,7 +106,7 @@ def render(s: Snapshot) -> Any:
     gauge.add_row(
         "Settled",
         ProgressBar(total=max(s.messages, 1), completed=s.settled, width=40),
-        f"{s.settled:>3} / {s.messages} messages ({s.batch} batch + {s.extra} by sluice enqueue)",
+        f"{s.settled:>3} / {s.messages} messages ({s.batch} + {s.extra})",
     )
     gauge.add_row(
         "Finished",
