@@ -240,6 +240,14 @@ async function derive({ resolveVariable }) {
   }
   const retentionDays = integer('retentionDays', await param('retentionDays'), 1, 3650);
   const awaitHorizon = integer('awaitHorizon', await param('awaitHorizon'), 60, 86400 * 3650);
+  // An awaited key's record expires retentionDays after its run: a waiter parked longer would see the
+  // key as never seen (docs/protocol.md "Awaits").
+  if (awaitHorizon >= retentionDays * 86400) {
+    fail(
+      `awaitHorizon (${awaitHorizon} s) must be under retentionDays (${retentionDays} days = ` +
+        `${retentionDays * 86400} s): an awaited key's record must outlive the wait`
+    );
+  }
   // A stored payload must outlive every message that points at it: the queue keeps one 14 days.
   const payloadExpiryDays = integer(
     'payloadExpiryDays',

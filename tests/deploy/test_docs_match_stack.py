@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from sluice.local.embedded import UPDATE_TEMPLATE
+from sluice.local.packaging import PackagingError
 
 pytestmark = pytest.mark.deploy
 
@@ -179,3 +180,47 @@ def test_item8_every_iam_action_the_docs_name_is_one_iam_knows():
             if prefix in prefixes and not fnmatch.filter(known, f"{prefix}:{action}".lower()):
                 unknown.append(f"{doc.name}: {prefix}:{action}")
     assert unknown == []
+
+
+def _statements_documented(after: str) -> dict[str, set[str]]:
+    """An IAM table of deploy.md: statement → its actions (`PutItem` after `dynamodb:GetItem` is
+    `dynamodb:PutItem`)."""
+    found = {}
+    for row in _table("deploy.md", after, "| Statement |"):
+        prefix, actions = "", set()
+        for name in re.findall(r"`([^`]+)`", row[1]):
+            prefix = name.partition(":")[0] if ":" in name else prefix
+            actions.add(name if ":" in name else f"{prefix}:{name}")
+        found[row[0].strip("`")] = actions
+    return found
+
+
+def _statements_packaged(template: dict, role: str) -> dict[str, set[str]]:
+    """A function role's statements: Sid (osls' own log statement: "logs") → its actions."""
+    found = {}
+    for policy in template["Resources"][role]["Properties"]["Policies"]:
+        for statement in policy["PolicyDocument"]["Statement"]:
+            actions = statement["Action"]
+            found[statement.get("Sid", "logs")] = {actions} if isinstance(actions, str) else set(actions)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("after", "roles"),
+    [
+        ("## IAM", ("LauncherIamRoleLambdaExecution", "CompletionIamRoleLambdaExecution")),
+        ("### Semaphore function IAM", ("SemaphoreIamRoleLambdaExecution",)),
+    ],
+)
+def test_item8_the_functions_iam_tables_are_their_roles_statements(templates, after, roles):
+    documented = _statements_documented(after)
+    for role in roles:
+        assert _statements_packaged(templates[0], role) == documented, role
+
+
+def test_item8_an_await_horizon_past_the_records_retention_is_refused_at_packaging(packaged):
+    """deploy.md: keep awaitHorizon under retentionDays, an awaited key's record must outlive the wait."""
+    with pytest.raises(
+        PackagingError, match=re.escape("awaitHorizon (172800 s) must be under retentionDays")
+    ):
+        packaged(STAGE, retentionDays="1", awaitHorizon="172800")
