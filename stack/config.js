@@ -15,6 +15,7 @@
 const fs = require('fs');
 const path = require('path');
 const { DEFAULT_LANE, queueId, laneStack } = require('./lanes');
+const { alarmActions, monitoring } = require('./monitoring');
 
 // Margin added to the launcher's Lambda timeout to give the queue's visibility timeout: a message
 // received at the very end of a tick must stay invisible until that tick is certainly over.
@@ -26,6 +27,14 @@ const TIME_RESERVE_SECONDS = 15;
 // Time the launcher needs besides that reserve to do any work: reconcile, then admit a batch.
 const MIN_WORKING_SECONDS = 15;
 const MIN_LAUNCHER_TIMEOUT = TIME_RESERVE_SECONDS + MIN_WORKING_SECONDS;
+// The completion function's timeout: below the queue visibility timeout too, since it also receives
+// from the queue. The semaphore function's: below the delivery grace (DELIVERY_GRACE, 60 s,
+// lib/sluice/semaphore.py), so a hand-off that may still be delivering a grant is never taken over
+// while it runs.
+const COMPLETION_TIMEOUT_SECONDS = 60;
+const SEMAPHORE_TIMEOUT_SECONDS = 30;
+// One address, as SNS's email protocol takes it.
+const EMAIL = /^[^\s@,;]+@[^\s@,;]+\.[^\s@,;]+$/;
 
 // The LedgerDrift alarm fires when drift stays above 0 for this many ticks in a row.
 const DRIFT_TICKS = 3;
@@ -231,6 +240,14 @@ async function derive({ resolveVariable }) {
   }
   const retentionDays = integer('retentionDays', await param('retentionDays'), 1, 3650);
   const awaitHorizon = integer('awaitHorizon', await param('awaitHorizon'), 60, 86400 * 3650);
+  // An awaited key's record expires retentionDays after its run: a waiter parked longer would see the
+  // key as never seen (docs/protocol.md "Awaits").
+  if (awaitHorizon >= retentionDays * 86400) {
+    fail(
+      `awaitHorizon (${awaitHorizon} s) must be under retentionDays (${retentionDays} days = ` +
+        `${retentionDays * 86400} s): an awaited key's record must outlive the wait`
+    );
+  }
   // A stored payload must outlive every message that points at it: the queue keeps one 14 days.
   const payloadExpiryDays = integer(
     'payloadExpiryDays',
@@ -300,6 +317,17 @@ async function derive({ resolveVariable }) {
   if (alarmTopicArn !== '' && !/^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[^:\s]{1,256}$/.test(alarmTopicArn)) {
     fail(`alarmTopicArn must be empty or an SNS topic ARN, got "${alarmTopicArn}"`);
   }
+  // Subscribed to the stack's own topic; an existing topic's subscriptions are its owner's to manage.
+  const alarmEmail = await param('alarmEmail');
+  if (alarmEmail !== '' && !EMAIL.test(alarmEmail)) {
+    fail(`alarmEmail must be empty or one email address, got "${alarmEmail}"`);
+  }
+  if (alarmEmail !== '' && alarmTopicArn !== '') {
+    fail(
+      'alarmEmail subscribes to the topic the stack creates: with alarmTopicArn, the stack creates none; ' +
+        `subscribe ${alarmEmail} to ${alarmTopicArn} instead, or leave alarmTopicArn empty`
+    );
+  }
 
   // Semaphores created when absent, with their first limit; the run-time limit is the CLI's to change.
   const semaphores = semaphoreLimits(await param('semaphores'));
@@ -347,6 +375,20 @@ async function derive({ resolveVariable }) {
     serviceName: `${service}-${stage}`,
     visibilityTimeout,
     maxReceiveCount,
+    oldestMessageAlarmSeconds,
+    alarmActions,
+  });
+  const functions = [
+    { name: 'launcher', timeout: launcherTimeout },
+    { name: 'completion', timeout: COMPLETION_TIMEOUT_SECONDS },
+    { name: 'semaphore', timeout: SEMAPHORE_TIMEOUT_SECONDS },
+  ];
+  const monitoringParts = monitoring({
+    functions,
+    lanes,
+    given: lanesText !== '',
+    alarmEmail,
+    serviceName: `${service}-${stage}`,
     oldestMessageAlarmSeconds,
   });
 
@@ -399,6 +441,11 @@ async function derive({ resolveVariable }) {
     stateMachineArn,
     previousStateMachineArn,
     alarmTopicArn,
+    alarmEmail,
+    // Every alarm's AlarmActions and OKActions: the stack's topic, or alarmTopicArn's.
+    alarmActions,
+    completionTimeout: COMPLETION_TIMEOUT_SECONDS,
+    semaphoreTimeout: SEMAPHORE_TIMEOUT_SECONDS,
     workflowDefinition,
     semaphores: semaphoreText,
     semaphoreSweepRate,
@@ -421,6 +468,8 @@ async function derive({ resolveVariable }) {
     // The semaphore function's: SLUICE_SEMAPHORES, and the lanes' as the other functions have them.
     semaphoreEnvironment: { SLUICE_SEMAPHORES: semaphoreText, ...laneEnvironment },
     laneResources: laneParts.resources,
+    // The alarm topic, the functions' alarms and the dashboard (stack/monitoring.js).
+    monitoringResources: monitoringParts,
     // The same numbers as strings, for Lambda environment variables and the SSM parameter value
     // (a whole-value variable keeps its type, and those properties take strings).
     text: {

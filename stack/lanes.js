@@ -5,8 +5,8 @@
 //   - its queue, dead-lettering to the same dead-letter queue, under the same TLS-only policy;
 //   - the same IAM grants as the payload queue (the functions' statements, the producer policy);
 //   - SLUICE_LANES and SLUICE_LANE_QUEUES in the functions' environment (docs/protocol.md "Lanes");
-//   - outputs with its queue URL, and an oldest-message-age alarm like the payload queue's;
-//   - and, with any lane given, a CloudWatch dashboard of the queues and Sluice's metrics.
+//   - outputs with its queue URL, and an oldest-message-age alarm like the payload queue's.
+// With any lane given, the dashboard (stack/monitoring.js) draws each lane's queue and metrics.
 // Without the parameter none of this is in the template, which is then exactly the one-queue stack.
 // Everything is built as CloudFormation JSON with Fn::Join, never Fn::Sub: osls would read a
 // "${...}" in a value from this file as one of its own variables.
@@ -16,15 +16,9 @@ const PAYLOAD_QUEUE = 'PayloadQueue';
 const DEAD_LETTER_QUEUE = 'DeadLetterQueue';
 // The same as serverless.yml's PayloadQueue: 14 days.
 const MESSAGE_RETENTION_SECONDS = 1209600;
-// Sluice's own metrics (POWERTOOLS_METRICS_NAMESPACE), with the Powertools "service" dimension.
-const METRIC_NAMESPACE = 'Sluice';
-// In the dashboard's body, a value CloudFormation puts in: "@@region", or "@@queue:<logical id>" for
-// that queue's name.
-const PLACEHOLDER = /"@@(region|queue:[A-Za-z0-9]+)"/;
 
 const ref = (logicalId) => ({ Ref: logicalId });
 const arn = (logicalId) => ({ 'Fn::GetAtt': [logicalId, 'Arn'] });
-const alarmActions = { 'Fn::If': ['HasAlarmTopic', [ref('AlarmTopicArn')], ref('AWS::NoValue')] };
 
 // "gpu-batch" → "GpuBatch"
 function pascal(name) {
@@ -70,7 +64,7 @@ function queue(name, { serviceName, visibilityTimeout, maxReceiveCount }) {
 }
 
 // The payload queue's OldestMessageAlarm, for one lane's queue.
-function oldestMessageAlarm(name, { serviceName, oldestMessageAlarmSeconds }) {
+function oldestMessageAlarm(name, { serviceName, oldestMessageAlarmSeconds, alarmActions }) {
   return {
     Type: 'AWS::CloudWatch::Alarm',
     Properties: {
@@ -91,86 +85,13 @@ function oldestMessageAlarm(name, { serviceName, oldestMessageAlarmSeconds }) {
   };
 }
 
-// One graph per queue metric (a line per lane), Sluice's slots and admissions, drift, the DLQ, and
-// each lane's running against its MAX and its starts (the metrics with the dimension lane).
-function dashboard(lanes, { serviceName, oldestMessageAlarmSeconds }) {
-  const queueName = (logicalId) => `@@queue:${logicalId}`;
-  const perLane = (metric) =>
-    lanes.map((lane) => [
-      'AWS/SQS',
-      metric,
-      'QueueName',
-      queueName(lane.name === DEFAULT_LANE ? PAYLOAD_QUEUE : queueId(lane.name)),
-      { label: lane.name },
-    ]);
-  const sluice = (metric, ...options) => [METRIC_NAMESPACE, metric, 'service', serviceName, ...options];
-  // The lane metrics (handlers/_shared.py): dimensions service and lane.
-  const laneMetric = (metric, lane, ...options) => [
-    METRIC_NAMESPACE,
-    metric,
-    'service',
-    serviceName,
-    'lane',
-    lane.name,
-    ...options,
-  ];
-  const graph = (x, y, title, stat, metrics, extra = {}) => ({
-    type: 'metric',
-    x,
-    y,
-    width: 12,
-    height: 6,
-    properties: { title, region: '@@region', view: 'timeSeries', stat, period: 60, metrics, ...extra },
-  });
-  const widgets = [
-    graph(0, 0, 'Queued payloads per lane', 'Maximum', perLane('ApproximateNumberOfMessagesVisible')),
-    graph(12, 0, 'Oldest queued payload per lane (s)', 'Maximum', perLane('ApproximateAgeOfOldestMessage'), {
-      annotations: { horizontal: [{ label: 'oldestMessageAlarmSeconds', value: oldestMessageAlarmSeconds }] },
-    }),
-    graph(0, 6, 'Slots: running, MAX, free', 'Maximum', [
-      sluice('Running'),
-      sluice('Max'),
-      sluice('FreeSlots', { stat: 'Minimum' }),
-    ]),
-    graph(12, 6, 'Admissions', 'Sum', [
-      sluice('Started'),
-      sluice('Released'),
-      sluice('Duplicates'),
-      sluice('Invalid'),
-    ]),
-    graph(
-      0,
-      18,
-      'Running vs MAX per lane',
-      'Maximum',
-      lanes.flatMap((lane) => [
-        laneMetric('LaneRunning', lane, { label: `${lane.name} running` }),
-        laneMetric('LaneMax', lane, { label: `${lane.name} MAX` }),
-      ]),
-    ),
-    graph(12, 18, 'Starts per lane', 'Sum', lanes.map((lane) => laneMetric('LaneStarted', lane, { label: lane.name }))),
-    graph(0, 12, 'Ledger drift', 'Minimum', [sluice('LedgerDrift')]),
-    graph(12, 12, 'Dead-lettered payloads', 'Maximum', [
-      ['AWS/SQS', 'ApproximateNumberOfMessagesVisible', 'QueueName', queueName(DEAD_LETTER_QUEUE)],
-    ]),
-  ];
-  // split() with a capturing group: text, placeholder, text, placeholder, ..., text.
-  const pieces = JSON.stringify({ widgets })
-    .split(PLACEHOLDER)
-    .map((piece, i) => {
-      if (i % 2 === 0) return piece;
-      const value = piece === 'region' ? ref('AWS::Region') : { 'Fn::GetAtt': [piece.slice(6), 'QueueName'] };
-      return ['"', value, '"'];
-    });
-  return {
-    Type: 'AWS::CloudWatch::Dashboard',
-    Properties: { DashboardName: serviceName, DashboardBody: join(pieces.flat()) },
-  };
-}
-
-// lanes: config.js's parsed lanes (the lane "default" among them); given: whether the parameter was set.
-function laneStack(lanes, { given, serviceName, visibilityTimeout, maxReceiveCount, oldestMessageAlarmSeconds }) {
-  const settings = { serviceName, visibilityTimeout, maxReceiveCount, oldestMessageAlarmSeconds };
+// lanes: config.js's parsed lanes (the lane "default" among them); given: whether the parameter was set;
+// alarmActions: what every alarm notifies (stack/monitoring.js).
+function laneStack(
+  lanes,
+  { given, serviceName, visibilityTimeout, maxReceiveCount, oldestMessageAlarmSeconds, alarmActions }
+) {
+  const settings = { serviceName, visibilityTimeout, maxReceiveCount, oldestMessageAlarmSeconds, alarmActions };
   const others = lanes.filter((lane) => lane.name !== DEFAULT_LANE);
   const laneQueues = join(
     others.flatMap((lane, i) => [`${i === 0 ? '' : ','}${lane.name}=`, ref(queueId(lane.name))])
@@ -189,7 +110,6 @@ function laneStack(lanes, { given, serviceName, visibilityTimeout, maxReceiveCou
       Value: laneQueues,
     };
   }
-  if (given) Resources.Dashboard = dashboard(lanes, settings);
 
   const laneIds = others.map((lane) => queueId(lane.name));
   // The lanes as given, without spaces (the implied lane "default" is not added).

@@ -530,13 +530,13 @@ def test_each_lane_has_a_queue_like_the_payload_queue_with_its_grants_outputs_an
 
 
 def test_without_lanes_the_stack_has_only_the_payload_queue(package):
-    """No lanes parameter: no lane queue, alarm, output, dashboard or lane environment variable."""
+    """No lanes parameter: no lane queue, alarm, output or lane environment variable (the dashboard
+    is there all the same: tests/deploy/test_alarms.py)."""
     template = json.loads((package / UPDATE_TEMPLATE).read_text())
     resources, outputs = template["Resources"], template["Outputs"]
-    assert [r for r in resources if r.startswith("Lane") or r == "Dashboard"] == []
+    assert [r for r in resources if r.startswith("Lane")] == []
     assert [o for o in outputs if o.startswith("Lane")] == []
     assert [r["Type"] for r in resources.values()].count("AWS::SQS::Queue") == 2
-    assert [r["Type"] for r in resources.values()].count("AWS::CloudWatch::Dashboard") == 0
     assert resources["QueueTlsOnlyPolicy"]["Properties"]["Queues"] == [
         {"Ref": "PayloadQueue"},
         {"Ref": "DeadLetterQueue"},

@@ -346,7 +346,6 @@ def test_lanes_are_parsed_with_their_defaults_and_default_is_implied_with_max_co
         "LaneGpuOldestMessageAlarm",
         "LaneBackfillOldestMessageAlarm",
         "LaneBulkLoadOldestMessageAlarm",
-        "Dashboard",
     }
     assert resources["LaneBulkLoadQueue"]["Properties"]["QueueName"] == "sluice-dev-lane-bulk-load.fifo"
     assert set(cfg["laneResources"]["Outputs"]) == {
@@ -367,16 +366,16 @@ def test_the_lane_default_may_be_named_to_set_its_own_max_priority_and_weight():
     assert list(cfg["laneResources"]["Resources"]) == [
         "LaneGpuQueue",
         "LaneGpuOldestMessageAlarm",
-        "Dashboard",
     ]
 
 
-def test_only_the_lane_default_adds_no_queue_but_the_environment_and_the_dashboard():
+def test_only_the_lane_default_adds_no_queue_but_the_environment_and_the_dashboards_lane_graphs():
     cfg = config(lanes="default:3")
     assert cfg["laneEnvironment"] == {"SLUICE_LANES": "default:3", "SLUICE_LANE_QUEUES": ""}
     assert cfg["queueArns"] == {"Fn::GetAtt": ["PayloadQueue", "Arn"]}
-    assert list(cfg["laneResources"]["Resources"]) == ["Dashboard"]
-    assert cfg["laneResources"]["Outputs"] == {}
+    assert cfg["laneResources"] == {"Resources": {}, "Outputs": {}}
+    assert "LaneRunning" in json.dumps(cfg["monitoringResources"]["Resources"]["Dashboard"])
+    assert "LaneRunning" not in json.dumps(config()["monitoringResources"]["Resources"]["Dashboard"])
 
 
 def test_twenty_lanes_at_most_the_lane_default_included():
