@@ -10,7 +10,8 @@
     sluice tick                      one launcher tick, run here
     sluice semaphore set NAME N      put a semaphore's limit in force (creates it; 0 pauses the section)
     sluice semaphore status [NAME]   one semaphore's holders and waiters, or every semaphore
-    sluice semaphore asl NAME --function ARN   the Acquire/Release states to copy (no AWS call)
+    sluice semaphore asl NAME [--function ARN]  the Acquire/Release states to copy (no AWS call
+                                     with --function; else the stack output SemaphoreFunctionArn)
 
 Resources are found from the CloudFormation stack's outputs (``--stage`` → stack ``sluice-<stage>``,
 or ``--stack``; ``--region``); any ``SLUICE_*`` environment variable set overrides its output, and
@@ -31,6 +32,7 @@ Exit codes:
     2  usage or configuration: bad arguments, stack or credentials missing, setting invalid
     3  AWS unavailable or throttling: nothing is known to be wrong, try again
   130  interrupted (Ctrl-C); DLQ messages in hand are made visible again first
+  141  standard output closed (``sluice ... | head``): stopped quietly, as shells report SIGPIPE
 """
 
 from sluice.cli.app import build_parser, main

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from sluice.cli.context import Context, local_env, stack_env
 from sluice.cli.render import EXIT_AWS, EXIT_OK, table
@@ -27,7 +29,8 @@ def cmd_tick(ctx: Context) -> int:
     rt = Runtime(settings, session=ctx.runtime.session)
     # As long as the deployed launcher may run: longer, and a message could reappear while in hand.
     time_limit = ctx.args.time_limit or launcher.timeout or DEFAULT_TICK_SECONDS
-    summary = tick(rt, time_limit=time_limit)
+    with _logs_shown(ctx.args.verbose):
+        summary = tick(rt, time_limit=time_limit)
     data = summary.as_dict()
     data["settings_source"] = source
     data["time_limit"] = time_limit
@@ -58,3 +61,18 @@ def cmd_tick(ctx: Context) -> int:
     ]
     ctx.out(table(rows), data)
     return EXIT_AWS if summary.stopped == "transient" else EXIT_OK
+
+
+@contextmanager
+def _logs_shown(verbose: bool) -> Iterator[None]:
+    """Without ``-v`` the tick logs nothing: its summary says what it did (a warning would otherwise
+    reach standard error through logging's last-resort handler, or a handler set up by the caller)."""
+    if verbose:
+        yield
+        return
+    before = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logging.disable(before)

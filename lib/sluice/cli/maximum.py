@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sluice.cli.context import Context
-from sluice.cli.render import EXIT_OK, in_force, lane_max, usage
+from sluice.cli.render import EXIT_OK, in_force, lane_max, plural, until_fewer, usage
 from sluice.errors import InvalidPayload
 from sluice.ops.keys import set_key_max
 from sluice.ops.lanes import change_lane
@@ -34,7 +34,7 @@ def cmd_set_max(ctx: Context) -> int:
     elif result["running"] > result["max"]:
         lines.append(
             f"{result['running']} are running, more than {result['max']}: "
-            f"no new start until fewer than {result['max']} run."
+            f"no new start {until_fewer(result['max'])}."
         )
     if result["cleared_resume_max"] is not None:
         lines.append(
@@ -63,7 +63,10 @@ def _set_key_max(ctx: Context) -> int:
         f"{after['running']} running, {after['waiting']} waiting, {after['on_the_way']} woken on the way."
     )
     if result["woken"]:
-        lines.append(f"{result['woken']} waiting payloads were sent back to the queue, oldest first.")
+        lines.append(
+            f"{plural(result['woken'], 'waiting payload')} "
+            f"{'was' if result['woken'] == 1 else 'were'} sent back to the queue, oldest first."
+        )
     elif "fair_lane" in after and after["waiting"]:
         lines.append(f"Its waiters are woken by fair lane {after['fair_lane']!r} at its next admission.")
     if after["cap"] == 0:
@@ -96,7 +99,7 @@ def _lane_lines(result: dict[str, Any], head: str) -> list[str]:
     elif after["running"] > after["wanted"]:
         lines.append(
             f"{after['running']} are running in lane {name}, more than {after['wanted']}: "
-            f"no new start there until fewer than {after['wanted']} run."
+            f"no new start there {until_fewer(after['wanted'])}."
         )
     return lines
 

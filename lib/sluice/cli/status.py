@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from sluice.cli.context import Context
-from sluice.cli.render import EXIT_OK, EXIT_PARTIAL, duration, lane_max, plural, table, when
+from sluice.cli.render import EXIT_OK, EXIT_PARTIAL, duration, lane_max, plural, table, until_fewer, when
 from sluice.ops.awaits import awaits_status, tree_lines
 from sluice.ops.keys import payload_place
 from sluice.ops.status import overview, payload_history
@@ -47,7 +47,9 @@ def cmd_status(ctx: Context) -> int:
     if p["reason"]:
         lines.append(f"reason      {p['reason']}")
     if p["already_done"]:
-        lines.append(f"once        {p['already_done']} run-once message(s) acknowledged as already done")
+        lines.append(
+            f"once        {plural(p['already_done'], 'run-once message')} acknowledged as already done"
+        )
     if p.get("once_unknown"):
         lines.append(
             f"once        outcome of run {p['once_unknown']} unknown: run-once messages dead-lettered"
@@ -129,7 +131,7 @@ def _overview(ctx: Context) -> int:
     if mx == 0:
         running += " (paused: a freed slot is not refilled)"
     elif data["limit"] is not None and data["running"] > data["limit"]:
-        running += f" of {data['limit']} (over the limit: no new start until fewer than {data['limit']} run)"
+        running += f" of {data['limit']} (over the limit: no new start {until_fewer(data['limit'])})"
     elif data["limit"] is not None:
         running += f" of {data['limit']} ({data['free']} free)"
     if data["limit_next_tick"] is not None:
