@@ -253,3 +253,138 @@ def test_item5_tick_prints_no_log_lines_without_v(server):
     verbose = sluice_child("tick", "-v", env=child_env(server))
     assert verbose.returncode == 0
     assert "WARNING sluice.launcher: invalid payload dead-lettered" in verbose.stderr
+
+
+# -- item 3: status of a payload with no record ----------------------------------------------------------
+
+LANES = "gpu:2:1,default:3"
+
+
+@pytest.fixture
+def laned(session, monkeypatch):
+    """A stack with lanes (gpu: MAX 2, priority 1; default: MAX 3) under MAX 5, found from its outputs
+    and its launcher's SLUICE_LANES."""
+    clear_sluice_env(monkeypatch)
+    _shared.reset()
+    stack = build_stack(session, max_concurrency=5, lanes=LANES)
+    deploy(stack, lanes=LANES)
+    yield stack
+    _shared.reset()
+
+
+@pytest.fixture
+def lcli(laned, capsys):
+    return lambda *argv: run_sluice(capsys, "--stack", STACK, *argv, session=laned.session)
+
+
+def fill(stack: Any, lane: str, n: int, prefix: str | None = None) -> None:
+    for i in range(n):
+        stack.send({"id": f"{prefix or lane}-{i}"}, group=f"{prefix or lane}-{i}", lane=lane)
+
+
+def test_item3_status_of_a_payload_still_in_the_queue_says_what_holds_it(env, cli):
+    cli("set-max", "2")
+    fill(env, "default", 3, prefix="job")
+    cli("tick")  # job-0 and job-1 start; job-2 waits in the queue
+    assert len(env.running()) == 2 and env.queue_counts() == (1, 0)
+
+    run = cli("status", "job-2")
+
+    assert run.code == 1
+    assert run.err == "sluice status: no record for payload 'job-2'\n"
+    assert run.out.splitlines() == [
+        "payload     job-2",
+        "record      none yet: not received by the launcher yet (still in a queue, or in flight), never "
+        "enqueued, or expired (records are kept retentionDays)",
+        "MAX         2",
+        "slots       2 running of 2 (0 free)",
+        "queue       1 waiting, 0 in flight, 0 delayed",
+        "holds       every slot is taken (2 running of 2)",
+    ]
+
+    data = cli("status", "job-2", "--json")
+    assert data.code == 1
+    doc = data.json  # a JSON document on stdout, as for every "not found"
+    assert (doc["payload"], doc["payload_id"], doc["found"]) == (None, "job-2", False)
+    room = doc["room"]
+    assert (room["max"], room["limit"], room["running"], room["free"]) == (2, 2, 2, 0)
+    assert [(q["lane"], q["waiting"], q["in_flight"]) for q in room["queues"]] == [("default", 1, 0)]
+    assert room["holds"] == [{"hold": "full", "lane": None, "concurrency_key": None}]
+
+    cli("pause")
+    paused = cli("status", "job-2")
+    assert paused.code == 1
+    assert "MAX         0, PAUSED (sluice resume restores 2)" in paused.out
+    assert (
+        paused.out.splitlines()[-1] == "holds       MAX is 0 (paused): nothing starts until `sluice resume`"
+    )
+
+    cli("resume")
+    cli("set-max", "3")
+    free = cli("status", "never-sent")
+    assert free.code == 1
+    assert "slots       2 running of 3 (1 free)" in free.out
+    assert free.out.splitlines()[-1].startswith("holds       nothing: slots are free")
+    assert len(env.running()) == 2 and env.queue_counts() == (1, 0), "status changes nothing"
+
+
+def test_item3_status_narrowed_to_a_lane_on_a_stack_with_lanes(laned, lcli):
+    fill(laned, "gpu", 4)
+    fill(laned, "default", 1)
+    lcli("tick")
+    assert sorted(e["name"].split("-")[0] for e in laned.executions("RUNNING")) == ["default", "gpu", "gpu"]
+
+    run = lcli("status", "gpu-3", "--lane", "gpu")
+
+    assert run.code == 1
+    lines = run.out.splitlines()
+    assert [line for line in lines if line.startswith("lane ")] == [
+        "lane        gpu  MAX 2 (configured): 2 running of 2 (0 free); queue 2 waiting, 0 in flight, 0 delayed"
+    ]
+    assert lines[-1] == "holds       lane gpu is full (2 running of 2, 2 waiting)"
+
+    every = lcli("status", "gpu-3", "--json").json
+    assert [q["lane"] for q in every["room"]["queues"]] == ["gpu", "default"]
+    assert every["room"]["holds"] == [{"hold": "lane full", "lane": "gpu", "concurrency_key": None}]
+
+    unknown = lcli("status", "gpu-3", "--lane", "cpu")
+    assert unknown.code == 2 and "no lane 'cpu'" in unknown.err and unknown.out == ""
+
+    overview = lcli("status", "--lane", "default", "--json").json
+    assert [lane["lane"] for lane in overview["lanes"]] == ["default"]
+
+
+def test_item3_status_narrowed_to_a_concurrency_key(env, cli, tmp_path):
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(json.dumps({"id": f"k-{i}"}) for i in range(3)))
+    assert cli("enqueue", path, "--concurrency-key", "tenant-a").code == 0
+    assert cli("set-max", "1", "--key", "tenant-a").code == 0
+    cli("tick")  # k-0 starts, k-1 and k-2 wait in the key's line
+    assert len(env.running()) == 1
+
+    run = cli("status", "k-9", "--concurrency-key", "tenant-a")
+
+    assert run.code == 1
+    assert "key         tenant-a: 1 of 1 running, 2 waiting in its line" in run.out
+    assert run.out.splitlines()[-1] == "holds       concurrency key tenant-a is at its cap (1 of 1 running)"
+    assert "queue       0 waiting, 0 in flight, 0 delayed, 2 in concurrency keys' lines" in run.out
+
+    parked = cli("status", "k-2", "--concurrency-key", "tenant-a", "--json")
+    assert parked.code == 0 and parked.json["line"]["waiting"] is True
+    assert parked.json["room"]["key"]["waiting"] == 2
+
+    overview = cli("status", "--concurrency-key", "tenant-b", "--json").json
+    assert [(k["key"], k["running"], k["waiting"]) for k in overview["keys"]] == [("tenant-b", 0, 0)]
+
+
+def test_item3_every_not_found_prints_json_with_json(env, cli):
+    status = cli("status", "nobody", "--json")
+    assert status.code == 1 and status.json["found"] is False
+
+    semaphore = cli("semaphore", "status", "nothing-here", "--json")
+    assert semaphore.code == 1
+    assert semaphore.json == {"semaphore": "nothing-here", "found": False}
+    assert "no semaphore named 'nothing-here'" in semaphore.err
+
+    deleted = cli("dlq", "delete", "--id", "no-such-id", "--json")
+    assert deleted.code == 1 and deleted.json["not_found"] == ["no-such-id"]

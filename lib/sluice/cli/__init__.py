@@ -1,7 +1,8 @@
 """``sluice``: the operator's command line.
 
     sluice enqueue FILE|-            send payloads (one JSON object, a JSON array, or JSON Lines)
-    sluice status [PAYLOAD_ID]       overview, or one payload's record and execution history
+    sluice status [PAYLOAD_ID]       overview, or one payload's record and execution history (no
+                                     record: what holds starts; --lane, --concurrency-key narrow it)
     sluice set-max N                 change MAX at run time (0 pauses)
     sluice pause | resume            MAX to 0 and back to the value it had
     sluice dlq list                  show dead-lettered messages without consuming them

@@ -204,6 +204,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--tree", action="store_true", help="with a key: what it awaits and what awaits it, with states"
     )
+    p.add_argument(
+        "--lane",
+        type=_not_empty("the lane name"),
+        metavar="NAME",
+        help="lane NAME only: its MAX, pool and queue (with a payload key: what holds starts there)",
+    )
+    p.add_argument(
+        "--concurrency-key",
+        type=_not_empty("the concurrency key"),
+        metavar="KEY",
+        help="concurrency key KEY's cap, runs and line (with a payload key: whether the key holds it)",
+    )
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser(

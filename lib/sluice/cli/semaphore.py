@@ -74,6 +74,8 @@ def cmd_semaphore_status(ctx: Context) -> int:
             f"(create it with `sluice semaphore set {ctx.args.name} N`)",
             file=sys.stderr,
         )
+        if ctx.args.json:
+            ctx.out("", {"semaphore": ctx.args.name, "found": False})
         return EXIT_PARTIAL
     limit, holding = data["limit"], data["holding"]
     if data["frozen"]:

@@ -8,15 +8,26 @@ from typing import Any
 
 from sluice.cli.context import Context
 from sluice.cli.render import EXIT_OK, EXIT_PARTIAL, duration, lane_max, plural, table, until_fewer, when
+from sluice.lanes import DEFAULT_LANE
 from sluice.ops.awaits import awaits_status, tree_lines
-from sluice.ops.keys import payload_place
+from sluice.ops.keys import key_status, payload_place
+from sluice.ops.room import Held, Hold, Room, read_room
 from sluice.ops.status import overview, payload_history
 from sluice.receipts import Receipt, read_receipt, wait_for
 
 EXIT_TIMEOUT = 2  # sluice wait: no receipt within --timeout
+NO_RECORD = (
+    "not received by the launcher yet (still in a queue, or in flight), never enqueued, or expired "
+    "(records are kept retentionDays)"
+)
+NO_QUEUE = "SLUICE_TABLE_NAME alone names no queue: set SLUICE_QUEUE_URL, or let the stack be read"
+NOTHING_HOLDS = "nothing: slots are free; the next tick, or a completion's refill, receives what waits"
 
 
 def cmd_status(ctx: Context) -> int:
+    lane = ctx.args.lane
+    if lane is not None and (lane != DEFAULT_LANE or ctx.lanes()):
+        ctx.lane(lane)  # an unknown lane: a configuration error naming the lanes there are
     if ctx.args.payload_id is None:
         return _overview(ctx)
     key = ctx.args.payload_id
@@ -24,16 +35,26 @@ def cmd_status(ctx: Context) -> int:
     waits = awaits_status(ctx.runtime, key, tree=getattr(ctx.args, "tree", False))
     place = payload_place(ctx.runtime, key)
     if data is None and (waits["waiting"] or waits.get("awaited_by") or place):
+        narrowed = _narrowed_room(ctx)
         ctx.out(
-            "\n".join([f"payload     {key}", *_await_lines(waits), *_place_lines(place)]),
-            {"payload": None, "awaits": waits, "line": place},
+            "\n".join(
+                [f"payload     {key}", *_await_lines(waits), *_place_lines(place), *_room_lines(narrowed)]
+            ),
+            {
+                "payload": None,
+                "awaits": waits,
+                "line": place,
+                **({"room": narrowed.as_dict()} if narrowed else {}),
+            },
         )
         return EXIT_OK
     if data is None:
-        print(f"sluice status: no record for payload {key!r}", file=sys.stderr)
-        return EXIT_PARTIAL
+        return _no_record(ctx, key, waits)
     data["awaits"] = waits
     data["line"] = place
+    narrowed = _narrowed_room(ctx)
+    if narrowed is not None:
+        data["room"] = narrowed.as_dict()
     p = data["payload"]
     expires = when(p["expires_at"]) if p["expires_at"] else ("never while it runs" if p["holder"] else "-")
     lines = [
@@ -77,8 +98,115 @@ def cmd_status(ctx: Context) -> int:
             )
     lines.extend(_await_lines(waits))
     lines.extend(_place_lines(place))
+    lines.extend(_room_lines(narrowed))
     ctx.out("\n".join(lines), data)
     return EXIT_OK
+
+
+def _room(ctx: Context) -> Room:
+    return read_room(
+        ctx.runtime,
+        ctx.lanes(),
+        lane=ctx.args.lane,
+        concurrency_key=ctx.args.concurrency_key,
+        deployed_default=ctx.deployed_default,
+    )
+
+
+def _narrowed_room(ctx: Context) -> Room | None:
+    """With ``--lane`` or ``--concurrency-key``, a payload's answer also shows that lane's or key's room."""
+    if ctx.args.lane is None and ctx.args.concurrency_key is None:
+        return None
+    return _room(ctx)
+
+
+def _no_record(ctx: Context, key: str, waits: dict[str, Any]) -> int:
+    """No record of the payload: what is known instead (exit 1, as any "not found")."""
+    print(f"sluice status: no record for payload {key!r}", file=sys.stderr)
+    head = [f"payload     {key}", f"record      none yet: {NO_RECORD}"]
+    data: dict[str, Any] = {"payload": None, "payload_id": key, "found": False, "awaits": waits, "line": None}
+    if not ctx.settings.queue_url:  # the environment named the table alone: no queue to look at
+        data["room"] = None
+        ctx.out("\n".join([*head, f"room        unknown: {NO_QUEUE}"]), data)
+        return EXIT_PARTIAL
+    room = _room(ctx)
+    data["room"] = room.as_dict()
+    ctx.out("\n".join([*head, *_room_lines(room)]), data)
+    return EXIT_PARTIAL
+
+
+def _room_lines(room: Room | None) -> list[str]:
+    """MAX, the slots, each lane's (or the stack's) queue and pool, a key's line, and what holds starts."""
+    if room is None:
+        return []
+    if room.max_error:
+        mx = f"INVALID: {room.max_error}"
+    elif room.paused:
+        mx = "0, PAUSED" + (
+            f" (sluice resume restores {room.resume_max})" if room.resume_max is not None else ""
+        )
+    else:
+        mx = str(room.max if room.max is not None else "unknown")
+    lines = [f"MAX         {mx}"]
+    if room.limit is not None:
+        lines.append(f"slots       {room.running} running of {room.limit} ({room.free} free)")
+    for q in room.queues:
+        queue = f"{q.waiting} waiting, {q.in_flight} in flight, {q.delayed} delayed" + (
+            f", {q.in_key_lines} in concurrency keys' lines" if q.in_key_lines else ""
+        )
+        if room.lanes and q.state is not None:
+            pool = f"{q.running} running" + (
+                f" of {q.limit} ({q.free} free)" if q.limit is not None else " (no limit in force yet)"
+            )
+            lines.append(f"lane        {q.lane}  {lane_max(q.state)}: {pool}; queue {queue}")
+        else:
+            lines.append(f"queue       {queue}")
+    k = room.key
+    if k is not None:
+        lines.append(
+            f"key         {k['key']}: {k['running']} of {k['cap']} running, {k['waiting']} waiting in its line"
+            + (f", {k['on_the_way']} on the way" if k["on_the_way"] else "")
+        )
+    holds = room.holds()
+    lines.append("holds       " + ("; ".join(hold_text(room, h) for h in holds) if holds else NOTHING_HOLDS))
+    return lines
+
+
+def hold_text(room: Room, held: Held) -> str:
+    """One reason in words, with its figures (``sluice.ops.room``)."""
+    q = room.queue(held.lane) if held.lane is not None else None
+    where = f"lane {held.lane}" if held.lane is not None and room.lanes else "the queue"
+    waiting = f", {q.waiting} waiting" if q is not None and q.waiting else ""
+    match held.hold:
+        case Hold.MAX_INVALID:
+            return "MAX is invalid: nothing starts until it is fixed (sluice set-max N)"
+        case Hold.PAUSED:
+            return "MAX is 0 (paused): nothing starts until `sluice resume`"
+        case Hold.FULL:
+            return f"every slot is taken ({room.running} running of {room.limit})"
+        case Hold.LANE_PAUSED:
+            return f"lane {held.lane} is paused{waiting} (sluice resume --lane {held.lane})"
+        case Hold.LANE_FULL if q is not None:
+            return f"lane {held.lane} is full ({q.running} running of {q.limit}{waiting})"
+        case Hold.KEY_FULL if room.key is not None:
+            k = room.key
+            if k["cap"] == 0:
+                return f"concurrency key {k['key']} is paused (cap 0)"
+            return f"concurrency key {k['key']} is at its cap ({k['running']} of {k['cap']} running)"
+        case Hold.NOT_RECEIVED if q is not None:
+            return (
+                f"{where}: {plural(q.waiting, 'message')} not received (behind messages of their FIFO "
+                "groups in flight, or sent after the tick's receive)"
+            )
+        case Hold.KEY_LINES if q is not None:
+            return f"{where} is empty; {q.in_key_lines} wait in concurrency keys' lines (keys at their caps)"
+        case Hold.EMPTY:
+            return f"{where} is empty"
+        case Hold.TIME:
+            return "the time limit was reached"
+        case Hold.TRANSIENT:
+            return "AWS throttled or failed; the rest returns to the queue"
+    return held.hold.value
 
 
 def _place_lines(place: dict[str, Any] | None) -> list[str]:
@@ -114,8 +242,13 @@ def _await_lines(waits: dict[str, Any]) -> list[str]:
 
 
 def _overview(ctx: Context) -> int:
-    data = overview(ctx.runtime, deployed_default=ctx.deployed_default, lanes=ctx.lanes())
+    lanes = ctx.lanes()
+    if ctx.args.lane is not None:
+        lanes = tuple(lane for lane in lanes if lane.name == ctx.args.lane)
+    data = overview(ctx.runtime, deployed_default=ctx.deployed_default, lanes=lanes)
     data["stack"] = ctx.stack
+    if ctx.args.concurrency_key is not None:
+        data["keys"] = [key_status(ctx.runtime, ctx.args.concurrency_key)]
     mx = data["max"]
     if data["max_error"]:
         max_line = (
