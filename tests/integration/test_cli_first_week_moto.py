@@ -1,38 +1,25 @@
-"""Issue 27, items 3 to 5: the ``sluice`` an operator uses in the first week, against moto.
+"""Issue 27, items 3 and 4: the ``sluice`` an operator uses in the first week, against moto.
 
 Item 3: ``status KEY`` for a payload with no record answers with what is known. Item 4: ``set-max``
-and ``tick`` on a stack with lanes say what is in force per lane and why a tick stopped. Item 5:
-loose arguments refused, the stack's semaphore function found, a closed pipe and logs kept quiet,
-plurals right. In-process runs use ``sluice.cli.main`` with the test's session; the pipe and the
-log lines run the real entry point (``python -m sluice.cli``) in a child process against a moto
-server.
+and ``tick`` on a stack with lanes say what is in force per lane and why a tick stopped. Item 5 is
+in test_cli_first_week_args_moto.py. Each runs ``sluice.cli.main`` with the test's session.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import os
-import subprocess
-import sys
 import zipfile
-from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 
-import sluice
 from handlers import _shared
-from sluice.asl import StateNames
-from sluice.local.moto_server import start_server, stop_server
-from tests.support.aws import REGION, build_stack
+from tests.support.aws import build_stack
 from tests.support.cli import clear_sluice_env, parameter, use_env
 from tests.support.cli import sluice as run_sluice
 
 STACK = "sluice-week"
-FUNCTION = "arn:aws:lambda:us-east-1:123456789012:function:sluice-week-semaphore"
-LIB = Path(sluice.__file__).resolve().parents[1]
 
 
 def deploy(stack: Any, *, lanes: str = "", outputs: dict[str, str] | None = None) -> None:
@@ -95,164 +82,6 @@ def env(stack, monkeypatch):
 @pytest.fixture
 def cli(env, capsys):
     return lambda *argv: run_sluice(capsys, *argv, session=env.session)
-
-
-# -- item 5: loose arguments -------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("argv", "words"),
-    [
-        (("dlq", "list", "--limit", "-1"), "--limit: '-1': a whole number from 1"),
-        (("dlq", "list", "--limit=0"), "--limit: '0': a whole number from 1"),
-        (("dlq", "list", "--width", "-3"), "--width: '-3': a whole number from 1"),
-        (("status", "--tree"), "status --tree needs a payload key"),
-        (("enqueue", "-", "--on-await-failure", "run"), "--on-await-failure needs --after"),
-        (("pause", "--lane", ""), "the lane name is empty"),
-        (("resume", "--lane", " "), "the lane name is empty"),
-        (("dlq", "redrive", "--all", "--lane", ""), "the lane name is empty"),
-        (("semaphore", "asl", "db", "--function", ""), "the function ARN is empty"),
-    ],
-)
-def test_item5_loose_arguments_are_refused_by_the_parser(env, cli, argv, words):
-    env.send("{broken")
-    env.send("[1]")
-    cli("tick")  # both dead-lettered
-    assert env.queue_counts(env.settings.dlq_url) == (2, 0)
-
-    run = cli(*argv)
-
-    assert run.code == 2, run.out
-    assert words in run.err and run.out == ""
-    assert env.queue_counts(env.settings.dlq_url) == (2, 0), "nothing received, nothing moved"
-    assert parameter(env) == "5"
-
-
-def test_item5_asl_takes_the_semaphore_function_from_the_stack_output(stack, monkeypatch, capsys):
-    clear_sluice_env(monkeypatch)
-    deploy(stack, outputs={"SemaphoreFunctionArn": FUNCTION})
-
-    run = run_sluice(capsys, "--stack", STACK, "semaphore", "asl", "db", session=stack.session)
-
-    assert run.code == 0, run.err
-    states = run.json
-    assert states[StateNames.of("db").acquire]["Parameters"]["FunctionName"] == FUNCTION
-    assert f"stack output SemaphoreFunctionArn: {FUNCTION}" in run.err
-
-    # SLUICE_* variables name no semaphore function: the stack is read all the same.
-    use_env(monkeypatch, stack)
-    again = run_sluice(capsys, "--stack", STACK, "semaphore", "asl", "db", "--json", session=stack.session)
-    assert again.code == 0 and json.loads(again.out) == states
-
-
-def test_item5_asl_on_a_stack_without_the_output_says_to_pass_function(stack, monkeypatch, capsys):
-    clear_sluice_env(monkeypatch)
-    deploy(stack)
-
-    run = run_sluice(capsys, "--stack", STACK, "semaphore", "asl", "db", session=stack.session)
-
-    assert run.code == 2 and run.out == ""
-    assert "has no output SemaphoreFunctionArn" in run.err and "--function ARN" in run.err
-
-    missing = run_sluice(capsys, "--stack", "sluice-nowhere", "semaphore", "asl", "db", session=stack.session)
-    assert missing.code == 2 and "not found" in missing.err and "--function ARN" in missing.err
-
-
-def test_item5_plurals(env, cli, tmp_path):
-    one = cli("set-max", "1")
-    assert "In force now: the next start obeys it (1 slot for Sluice)." in one.out
-
-    env.send({"id": "a"}, group="a")
-    env.send({"id": "b"}, group="b")
-    env.send("{broken", group="c")
-    assert cli("set-max", "3").code == 0
-    cli("tick")
-    assert len(env.running()) == 2
-    lowered = cli("set-max", "1")
-    assert "2 are running, more than 1: no new start until none runs." in lowered.out
-    assert "fewer than 1" not in cli("status").out
-
-    (dead,) = [m["message_id"] for m in cli("dlq", "list", "--json").json["messages"]]
-    assert cli("dlq", "delete", "--id", dead).out.startswith("deleted 1 message from the DLQ\n")
-    assert env.queue_counts(env.settings.dlq_url) == (0, 0)
-
-
-# -- item 5: the real entry point in a child process ---------------------------------------------------
-
-
-@pytest.fixture
-def server(monkeypatch):
-    """A moto server, a stack on it, and the environment a child ``sluice`` needs to reach it."""
-    endpoint = start_server()
-    try:
-        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
-        on_server = build_stack(boto3.session.Session(region_name=REGION), name="week-child")
-        yield on_server
-    finally:
-        stop_server(endpoint)
-
-
-def child_env(stack: Any | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(LIB), str(LIB.parent)])
-    if stack is not None:
-        s = stack.settings
-        env.update(
-            SLUICE_QUEUE_URL=s.queue_url,
-            SLUICE_DLQ_URL=s.dlq_url,
-            SLUICE_TABLE_NAME=s.table_name,
-            SLUICE_STATE_MACHINE_ARN=s.state_machine_arn,
-            SLUICE_MAX_PARAMETER=s.max_parameter or "",
-            SLUICE_RECEIVE_WAIT_SECONDS="0",
-        )
-    return env
-
-
-def sluice_child(
-    *argv: str, env: dict[str, str], stdout: Any = subprocess.PIPE
-) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "sluice.cli", *argv],
-        env=env,
-        stdout=stdout,
-        stderr=subprocess.PIPE,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
-def test_item5_a_closed_pipe_ends_quietly_with_141():
-    """``sluice ... | head``: the reader is gone before the first write (its end closed before
-    the child starts), so every write meets a closed pipe."""
-    read, write = os.pipe()
-    os.close(read)
-    try:
-        done = sluice_child("semaphore", "asl", "db", "--function", FUNCTION, env=child_env(), stdout=write)
-    finally:
-        os.close(write)
-    assert "Broken pipe" not in done.stderr and "Traceback" not in done.stderr, done.stderr
-    assert "Exception ignored" not in done.stderr
-    assert done.returncode == 141
-
-
-def test_item5_tick_prints_no_log_lines_without_v(server):
-    server.send("{broken")  # dead-lettered: the launcher logs a warning
-    server.send({"id": "a"}, group="a")
-
-    quiet = sluice_child("tick", env=child_env(server))
-
-    assert quiet.returncode == 0, quiet.stderr
-    assert quiet.stderr == ""
-    outcomes = quiet.stdout.splitlines()[0].split(None, 1)
-    assert outcomes[0] == "outcomes" and set(outcomes[1].split(", ")) == {"started 1", "invalid 1"}
-    assert not [line for line in quiet.stdout.splitlines() if line.startswith("{")], "no JSON log line"
-    assert len(server.running()) == 1 and server.queue_counts(server.settings.dlq_url) == (1, 0)
-
-    server.send("[1]", group="b")
-    verbose = sluice_child("tick", "-v", env=child_env(server))
-    assert verbose.returncode == 0
-    assert "WARNING sluice.launcher: invalid payload dead-lettered" in verbose.stderr
 
 
 # -- item 3: status of a payload with no record ----------------------------------------------------------
@@ -388,3 +217,114 @@ def test_item3_every_not_found_prints_json_with_json(env, cli):
 
     deleted = cli("dlq", "delete", "--id", "no-such-id", "--json")
     assert deleted.code == 1 and deleted.json["not_found"] == ["no-such-id"]
+
+
+# -- item 4: set-max and tick on a stack with lanes --------------------------------------------------------
+
+
+def test_item4_set_max_says_what_each_lane_allows(laned, lcli):
+    run = lcli("set-max", "8")
+
+    assert run.code == 0, run.err
+    assert parameter(laned) == "8"
+    assert run.out.splitlines()[1:] == [
+        "In force now: the next start obeys it (8 slots for Sluice). Nothing running is stopped.",
+        "With lanes, each lane's own limit holds too: at most 5 run at once (the lanes' limits add up to 5; "
+        "raise one with `sluice set-max N --lane NAME`):",
+        "  gpu  MAX 2 (configured): limit 2 from the next tick, 0 running",
+        "  default  MAX 3 (configured): limit 3 from the next tick, 0 running",
+    ]
+    fill(laned, "default", 7)
+    assert lcli("tick").code == 0
+    assert len(laned.running()) == 3, "lane default's 3, not MAX's 8"
+
+    lowered = lcli("set-max", "2", "--json").json
+    assert lowered["at_most"] == 2
+    assert [(x["lane"], x["next_limit"], x["limit"]) for x in lowered["lanes"]] == [
+        ("gpu", 2, 2),
+        ("default", 3, 3),
+    ]
+
+
+def test_item4_set_max_shows_the_implied_default_lane_following_max(session, monkeypatch, capsys):
+    clear_sluice_env(monkeypatch)
+    stack = build_stack(session, max_concurrency=5, lanes="gpu:2:1")
+    deploy(stack, lanes="gpu:2:1")
+    cli = lambda *argv: run_sluice(capsys, "--stack", STACK, *argv, session=session)  # noqa: E731
+    fill(stack, "default", 6)
+    cli("tick")
+    assert len(stack.running()) == 5
+
+    run = cli("set-max", "6")
+
+    assert run.code == 0, run.err
+    assert "With lanes, each lane's own limit holds too: at most 6 run at once:" in run.out
+    assert "  default  follows MAX: limit 6 from the next tick (5 in force now), 5 running" in run.out
+    cli("tick")
+    assert len(stack.running()) == 6
+
+
+def test_item4_tick_says_why_it_stopped_in_each_lane(laned, lcli):
+    lcli("set-max", "8")
+    fill(laned, "default", 7)
+
+    first = lcli("tick")
+
+    assert first.code == 0, first.err
+    rows = dict(line.split(None, 1) for line in first.out.splitlines() if not line.startswith("lane "))
+    assert rows["slots"] == "MAX 8 (limit 8): running 0 → 3, 5 free"
+    assert rows["stopped"] == "lane default is full (3 running of 3, 4 waiting); lane gpu's queue is empty"
+    assert [line.split(None, 1)[1] for line in first.out.splitlines() if line.startswith("lane ")] == [
+        "gpu  MAX 2 (configured): 0 running of 2 (2 free), 0 waiting; started 0 this tick",
+        "default  MAX 3 (configured): 3 running of 3 (0 free), 4 waiting; started 3 this tick",
+    ]
+    again = lcli("tick", "--json").json
+    assert again["stopped"] == "lane full"
+    assert again["stop_reasons"] == [
+        {"hold": "lane full", "lane": "default", "concurrency_key": None},
+        {"hold": "empty", "lane": "gpu", "concurrency_key": None},
+    ]
+    assert len(laned.running()) == 3 and laned.queue_counts() == (4, 0)
+
+    fill(laned, "gpu", 3)
+    lcli("pause", "--lane", "gpu")
+    held = lcli("tick")
+    assert "lane gpu is paused, 3 waiting (sluice resume --lane gpu)" in held.out
+    assert len(laned.running()) == 3
+
+    lcli("resume", "--lane", "gpu")
+    lcli("set-max", "4")
+    full = lcli("tick")
+    assert "stopped     every slot is taken (4 running of 4)" in full.out
+    assert len(laned.running()) == 4
+
+
+def test_item4_tick_paused_says_max_0_not_none(laned, lcli):
+    fill(laned, "gpu", 3)
+    lcli("tick")
+    lcli("pause")
+
+    run = lcli("tick")
+
+    assert run.code == 0, run.err
+    assert "None" not in run.out
+    rows = dict(line.split(None, 1) for line in run.out.splitlines() if not line.startswith("lane "))
+    assert rows["slots"] == "MAX 0, PAUSED (limit 0): running 2 → 2, 0 free"
+    assert rows["stopped"] == "MAX is 0 (paused): nothing starts until `sluice resume`"
+    data = lcli("tick", "--json").json
+    assert (data["stopped"], data["room"]["max"]) == ("paused", 0)
+    assert len(laned.running()) == 2 and laned.queue_counts(laned.settings.lane_queue_url("gpu")) == (1, 0)
+
+
+def test_item4_tick_names_payloads_waiting_in_key_lines(env, cli, tmp_path):
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(json.dumps({"id": f"k-{i}"}) for i in range(3)))
+    cli("enqueue", path, "--concurrency-key", "tenant-a")
+    cli("set-max", "1", "--key", "tenant-a")
+
+    run = cli("tick")
+
+    assert run.code == 0, run.err
+    assert "stopped     the queue is empty; 2 wait in concurrency keys' lines (keys at their caps)" in run.out
+    assert cli("tick", "--json").json["stopped"] == "key lines"
+    assert len(env.running()) == 1 and env.queue_counts() == (0, 0)

@@ -7,12 +7,16 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 
 from sluice.cli.context import Context, local_env, stack_env
-from sluice.cli.render import EXIT_AWS, EXIT_OK, table
+from sluice.cli.render import EXIT_AWS, EXIT_OK, lane_max, table
+from sluice.cli.room import hold_text
 from sluice.ops.local_tick import tick
+from sluice.ops.room import QueueRoom, Room, read_room
 from sluice.runtime import Runtime
 from sluice.settings import Settings
+from sluice.summary import TickSummary
 
 DEFAULT_TICK_SECONDS = 120  # the stack's default launcherTimeout
 
@@ -35,22 +39,22 @@ def cmd_tick(ctx: Context) -> int:
     data["settings_source"] = source
     data["time_limit"] = time_limit
     data["overrides"] = overrides
+    # What holds starts, read after the tick: the launcher's own word is its last loop's, and on a
+    # stack with lanes that loop may have been an empty lane's while another is full.
+    room = read_room(rt, settings.lanes, deployed_default=ctx.deployed_default)
+    reasons = room.stop_reasons(summary.stopped)
+    data.update(
+        stopped=reasons[0].hold.value,
+        launcher_stopped=summary.stopped,
+        stop_reasons=[asdict(r) for r in reasons],
+        room=room.as_dict(),
+    )
     outcomes = ", ".join(f"{k} {v}" for k, v in summary.outcomes.items() if v) or "nothing received"
-    stopped = {
-        "full": "every slot is taken",
-        "empty": "the queue is empty",
-        "paused": "MAX is 0",
-        "time": "the time limit was reached",
-        "transient": "AWS throttled or failed; the rest returns to the queue",
-    }.get(summary.stopped, summary.stopped)
     rows = [
         ("outcomes", outcomes),
-        (
-            "slots",
-            f"MAX {summary.max_concurrency} (limit {summary.limit}): running {summary.running_before} → "
-            f"{summary.running_after}, {summary.free_after} free",
-        ),
-        ("stopped", stopped),
+        ("slots", _slots(summary, room)),
+        *(("lane", _lane(q, summary.lanes.get(q.lane, {}))) for q in (room.queues if room.lanes else ())),
+        ("stopped", "; ".join(hold_text(room, r) for r in reasons)),
         (
             "reconciled",
             f"released {summary.released_by_reconcile}, drift {summary.drift}"
@@ -61,6 +65,30 @@ def cmd_tick(ctx: Context) -> int:
     ]
     ctx.out(table(rows), data)
     return EXIT_AWS if summary.stopped == "transient" else EXIT_OK
+
+
+def _slots(summary: TickSummary, room: Room) -> str:
+    """``MAX 5 (limit 5): running 0 → 3, 2 free``, the figures read after the tick (MAX as the
+    parameter holds it: a tick with lanes that found no room reads none)."""
+    if room.max_error:
+        mx = "INVALID"
+    elif room.paused:
+        mx = "0, PAUSED"
+    else:
+        mx = str(room.max if room.max is not None else summary.max_concurrency)
+    limit = room.limit if room.limit is not None else summary.limit
+    free = room.free if room.free is not None else summary.free_after
+    return f"MAX {mx} (limit {limit}): running {summary.running_before} → {room.running}, {free} free"
+
+
+def _lane(q: QueueRoom, figures: dict[str, int]) -> str:
+    """``gpu  MAX 2 (configured): 2 running of 2 (0 free), 2 waiting; started 2 this tick``."""
+    assert q.state is not None
+    pool = f"{q.running} running" + (f" of {q.limit} ({q.free} free)" if q.limit is not None else "")
+    waiting = f"{q.waiting} waiting" + (
+        f", {q.in_key_lines} in concurrency keys' lines" if q.in_key_lines else ""
+    )
+    return f"{q.lane}  {lane_max(q.state)}: {pool}, {waiting}; started {figures.get('started', 0)} this tick"
 
 
 @contextmanager
