@@ -24,6 +24,7 @@ from tests.integration.test_cli_first_week_moto import STACK, deploy
 from tests.support.aws import REGION, build_stack
 from tests.support.cli import clear_sluice_env, parameter, use_env
 from tests.support.cli import sluice as run_sluice
+from tests.support.hooks import error_answer
 
 FUNCTION = "arn:aws:lambda:us-east-1:123456789012:function:sluice-week-semaphore"
 LIB = Path(sluice.__file__).resolve().parents[1]
@@ -58,6 +59,12 @@ def cli(env, capsys):
         (("resume", "--lane", " "), "the lane name is empty"),
         (("dlq", "redrive", "--all", "--lane", ""), "the lane name is empty"),
         (("semaphore", "asl", "db", "--function", ""), "the function ARN is empty"),
+        (("semaphore", "asl", "db", "--function", FUNCTION, "--wrap", "-", "--next", "X"), "--next are for"),
+        (
+            ("semaphore", "asl", "db", "--function", FUNCTION, "--wrap", "-", "--section", "W"),
+            "--section are",
+        ),
+        (("enqueue", "-", "--after", ""), "the awaited key is empty"),
     ],
 )
 def test_item5_loose_arguments_are_refused_by_the_parser(env, cli, argv, words):
@@ -199,3 +206,30 @@ def test_item5_tick_prints_no_log_lines_without_v(server):
     verbose = sluice_child("tick", "-v", env=child_env(server))
     assert verbose.returncode == 0
     assert "WARNING sluice.launcher: invalid payload dead-lettered" in verbose.stderr
+
+
+def test_item5_tick_that_cannot_read_the_room_after_says_the_launchers_word(env, cli):
+    """The tick is done when the room is read: a refused read (here the MAX parameter's tags) never
+    turns a tick that started payloads into a failure."""
+    refused = []
+
+    def deny(**_: Any) -> Any:
+        refused.append(1)
+        return error_answer("AccessDeniedException", 400)
+
+    env.session.events.register("before-call.ssm.ListTagsForResource", deny)
+    env.send({"id": "a"}, group="a")
+
+    run = cli("tick")
+
+    assert refused, "the fault fired"
+    assert run.code == 0, run.err
+    assert len(env.running()) == 1 and env.queue_counts() == (0, 0)
+    rows = dict(line.split(None, 1) for line in run.out.splitlines())
+    assert rows["slots"] == "MAX 5 (limit 5): running 0 → 1, 4 free"
+    assert rows["stopped"].startswith(
+        "the queue is empty, as the launcher's last admission loop saw it (what holds starts could not be read:"
+    )
+    assert "AccessDenied" in rows["stopped"]
+    data = cli("tick", "--json").json
+    assert (data["stopped"], data["room"]) == ("empty", None) and "AccessDenied" in data["room_error"]

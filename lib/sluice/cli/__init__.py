@@ -23,6 +23,7 @@ Tables for people by default, ``--json`` for scripts (``render.py``).
     app.py         the parser, ``main`` and what an error means for the exit code
     context.py     finding the stack and the deployed launcher's settings
     render.py      exit codes, tables, times, the progress bar
+    room.py        what holds starts, in words (status of a payload with no record; why a tick stopped)
     enqueue.py, status.py, maximum.py, dlq.py, local_tick.py, semaphore.py: one command group each
 
 Nothing here runs in Lambda; the package is left out of the Lambda zip (serverless.yml).

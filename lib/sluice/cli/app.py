@@ -20,6 +20,7 @@ from sluice.cli.local_tick import DEFAULT_TICK_SECONDS, cmd_tick
 from sluice.cli.maximum import cmd_pause, cmd_resume, cmd_set_max
 from sluice.cli.render import EXIT_AWS, EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_PIPE
 from sluice.cli.semaphore import (
+    DEFAULT_SECTION,
     cmd_semaphore_asl,
     cmd_semaphore_set,
     cmd_semaphore_status,
@@ -164,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--after",
+        type=_not_empty("the awaited key"),
         action="append",
         default=[],
         metavar="KEY",
@@ -337,9 +339,15 @@ def build_parser() -> argparse.ArgumentParser:
         "given, no AWS call is made)",
     )
     p.add_argument(
-        "--section", default="CriticalSection", help="first state of your section (default %(default)s)"
+        "--section",
+        metavar="STATE",
+        help=f"first state of your section (default {DEFAULT_SECTION}; not with --wrap)",
     )
-    p.add_argument("--next", help="state after the section (default: the execution ends after Release)")
+    p.add_argument(
+        "--next",
+        metavar="STATE",
+        help="state after the section (default: the execution ends after Release; not with --wrap)",
+    )
     p.add_argument(
         "--acquisition-id", help="names this acquisition in the execution (default: from --section)"
     )
@@ -392,6 +400,13 @@ def _check_together(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error("status --tree needs a payload key: sluice status KEY --tree")
     if command == "enqueue" and args.on_await_failure is not None and not args.after:
         parser.error("enqueue --on-await-failure needs --after KEY: without it nothing is awaited")
+    if command == "semaphore" and args.semaphore_command == "asl" and args.wrap is not None:
+        given = [option for option, value in (("--section", args.section), ("--next", args.next)) if value]
+        if given:
+            parser.error(
+                f"semaphore asl --wrap holds the whole definition under the semaphore: {' and '.join(given)} "
+                "are for the states to copy (without --wrap)"
+            )
 
 
 def _offline(args: argparse.Namespace) -> bool:

@@ -12,6 +12,7 @@ from dataclasses import asdict
 from sluice.cli.context import Context, local_env, stack_env
 from sluice.cli.render import EXIT_AWS, EXIT_OK, lane_max, table
 from sluice.cli.room import hold_text
+from sluice.errors import SluiceError
 from sluice.ops.local_tick import tick
 from sluice.ops.room import QueueRoom, Room, read_room
 from sluice.runtime import Runtime
@@ -39,22 +40,28 @@ def cmd_tick(ctx: Context) -> int:
     data["settings_source"] = source
     data["time_limit"] = time_limit
     data["overrides"] = overrides
+    data["launcher_stopped"] = summary.stopped
     # What holds starts, read after the tick: the launcher's own word is its last loop's, and on a
     # stack with lanes that loop may have been an empty lane's while another is full.
-    room = read_room(rt, settings.lanes, deployed_default=ctx.deployed_default)
-    reasons = room.stop_reasons(summary.stopped)
-    data.update(
-        stopped=reasons[0].hold.value,
-        launcher_stopped=summary.stopped,
-        stop_reasons=[asdict(r) for r in reasons],
-        room=room.as_dict(),
-    )
+    try:
+        room = read_room(rt, settings.lanes, deployed_default=ctx.deployed_default)
+    except SluiceError as exc:  # the tick is done: say what it did, and that the rest is unknown
+        data.update(stop_reasons=None, room=None, room_error=str(exc))
+        rows = [("slots", _launcher_slots(summary)), ("stopped", _launcher_stopped(summary, exc))]
+    else:
+        reasons = room.stop_reasons(summary.stopped)
+        data.update(
+            stopped=reasons[0].hold.value, stop_reasons=[asdict(r) for r in reasons], room=room.as_dict()
+        )
+        rows = [
+            ("slots", _slots(summary, room)),
+            *(("lane", _lane(q, summary.lanes.get(q.lane, {}))) for q in (room.queues if room.lanes else ())),
+            ("stopped", "; ".join(hold_text(room, r) for r in reasons)),
+        ]
     outcomes = ", ".join(f"{k} {v}" for k, v in summary.outcomes.items() if v) or "nothing received"
     rows = [
         ("outcomes", outcomes),
-        ("slots", _slots(summary, room)),
-        *(("lane", _lane(q, summary.lanes.get(q.lane, {}))) for q in (room.queues if room.lanes else ())),
-        ("stopped", "; ".join(hold_text(room, r) for r in reasons)),
+        *rows,
         (
             "reconciled",
             f"released {summary.released_by_reconcile}, drift {summary.drift}"
@@ -65,6 +72,28 @@ def cmd_tick(ctx: Context) -> int:
     ]
     ctx.out(table(rows), data)
     return EXIT_AWS if summary.stopped == "transient" else EXIT_OK
+
+
+LAUNCHER_WORDS = {
+    "full": "every slot is taken",
+    "empty": "the queue is empty",
+    "paused": "MAX is 0",
+    "time": "the time limit was reached",
+    "transient": "AWS throttled or failed; the rest returns to the queue",
+}
+
+
+def _launcher_slots(summary: TickSummary) -> str:
+    mx = summary.max_concurrency if summary.max_concurrency is not None else "unknown"
+    return (
+        f"MAX {mx} (limit {summary.limit}): running {summary.running_before} → {summary.running_after}, "
+        f"{summary.free_after} free"
+    )
+
+
+def _launcher_stopped(summary: TickSummary, unread: Exception) -> str:
+    word = LAUNCHER_WORDS.get(summary.stopped, summary.stopped)
+    return f"{word}, as the launcher's last admission loop saw it (what holds starts could not be read: {unread})"
 
 
 def _slots(summary: TickSummary, room: Room) -> str:

@@ -141,6 +141,7 @@ def _list(ctx: Context) -> int:
 
 
 FUNCTION_OUTPUT = "SemaphoreFunctionArn"
+DEFAULT_SECTION = "CriticalSection"
 
 
 def cmd_semaphore_asl(given: argparse.Namespace | Context) -> int:
@@ -150,6 +151,7 @@ def cmd_semaphore_asl(given: argparse.Namespace | Context) -> int:
         args, function = given.args, _function_of(given)
     else:
         args, function = given, given.function
+    section = args.section or DEFAULT_SECTION
     options: dict[str, Any] = {
         "semaphore": args.name,
         "function_arn": function,
@@ -165,7 +167,7 @@ def cmd_semaphore_asl(given: argparse.Namespace | Context) -> int:
                 definition = json.load(source)
             print(json.dumps(wrap_definition(definition, **options), indent=2))
             return EXIT_OK
-        states = semaphore_states(section=args.section, next=args.next, **options)
+        states = semaphore_states(section=section, next=args.next, **options)
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
         return usage(f"semaphore asl: {exc}")
     print(json.dumps(states, indent=2))
@@ -177,7 +179,7 @@ def cmd_semaphore_asl(given: argparse.Namespace | Context) -> int:
         names = StateNames(*states)
         print(
             f'Splice these into "States": point the state before your section at {names.acquire!r} (it goes on '
-            f"to {args.section!r}); point your section's last state at {names.release!r}; add to every Task, "
+            f"to {section!r}); point your section's last state at {names.release!r}; add to every Task, "
             f"Parallel and Map state of the section the Catch "
             f'{{"ErrorEquals": ["States.ALL"], "ResultPath": "{ERROR_PATH}", "Next": "{names.release_on_error}"}}. '
             "Or let `--wrap FILE` do it for a whole definition, or call sluice.asl.with_semaphore.",
