@@ -328,3 +328,19 @@ def test_item4_tick_names_payloads_waiting_in_key_lines(env, cli, tmp_path):
     assert "stopped     the queue is empty; 2 wait in concurrency keys' lines (keys at their caps)" in run.out
     assert cli("tick", "--json").json["stopped"] == "key lines"
     assert len(env.running()) == 1 and env.queue_counts() == (0, 0)
+
+
+def test_item3_status_with_the_table_alone_says_the_queues_are_unknown(stack, monkeypatch, capsys):
+    clear_sluice_env(monkeypatch)
+    monkeypatch.setenv("SLUICE_TABLE_NAME", stack.settings.table_name)
+    stack.send({"id": "job-1"}, group="job-1")
+
+    run = run_sluice(capsys, "status", "job-1", session=stack.session)
+
+    assert run.code == 1
+    assert run.out.splitlines()[-1] == (
+        "room        unknown: SLUICE_TABLE_NAME alone names no queue: set SLUICE_QUEUE_URL, or let the stack be read"
+    )
+    doc = run_sluice(capsys, "status", "job-1", "--json", session=stack.session).json
+    assert (doc["found"], doc["room"]) == (False, None)
+    assert stack.queue_counts() == (1, 0)
