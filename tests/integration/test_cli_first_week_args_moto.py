@@ -65,6 +65,14 @@ def cli(env, capsys):
             "--section are",
         ),
         (("enqueue", "-", "--after", ""), "the awaited key is empty"),
+        (
+            ("semaphore", "asl", "db", "--function", FUNCTION, "--timeout", "0"),
+            "--timeout: '0': a whole number",
+        ),
+        (
+            ("semaphore", "asl", "db", "--function", FUNCTION, "--heartbeat", "-5"),
+            "--heartbeat: '-5': a whole",
+        ),
     ],
 )
 def test_item5_loose_arguments_are_refused_by_the_parser(env, cli, argv, words):

@@ -13,6 +13,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from sluice.adapters.errors import THROTTLING, error_code, translate_client_error
 from sluice.adapters.ssm import MAX_CEILING, MaxAboveCeiling, whole_number
+from sluice.asl import MAX_SECONDS
 from sluice.cli.context import DEFAULT_REGION, make_context
 from sluice.cli.dlq import cmd_dlq_delete, cmd_dlq_list, cmd_dlq_redrive
 from sluice.cli.enqueue import cmd_enqueue
@@ -352,9 +353,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--acquisition-id", help="names this acquisition in the execution (default: from --section)"
     )
     p.add_argument(
-        "--timeout", type=int, metavar="SECONDS", help="TimeoutSeconds of Acquire: the longest wait"
+        "--timeout",
+        type=_count(1, MAX_SECONDS),
+        metavar="SECONDS",
+        help="TimeoutSeconds of Acquire: the longest wait",
     )
-    p.add_argument("--heartbeat", type=int, metavar="SECONDS", help="HeartbeatSeconds of Acquire")
+    p.add_argument(
+        "--heartbeat", type=_count(1, MAX_SECONDS), metavar="SECONDS", help="HeartbeatSeconds of Acquire"
+    )
     p.add_argument("--label", help="names the added states (default: the semaphore's name)")
     p.add_argument(
         "--wrap",
