@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -147,14 +148,19 @@ def server(monkeypatch):
     endpoint = start_server()
     try:
         monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
-        on_server = build_stack(boto3.session.Session(region_name=REGION), name="week-child")
+        # moto's backends outlive a server in this process: a name of its own for each stack
+        name = f"week-{uuid.uuid4().hex[:8]}"
+        on_server = build_stack(boto3.session.Session(region_name=REGION), name=name)
         yield on_server
     finally:
         stop_server(endpoint)
 
 
 def child_env(stack: Any | None = None) -> dict[str, str]:
-    variables = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
+    # As from a user's shell: standard output buffered (a test runner may set PYTHONUNBUFFERED).
+    variables = {
+        k: v for k, v in os.environ.items() if not k.startswith("SLUICE_") and k != "PYTHONUNBUFFERED"
+    }
     variables["PYTHONPATH"] = os.pathsep.join([str(LIB), str(LIB.parent)])
     if stack is not None:
         s = stack.settings
@@ -241,3 +247,15 @@ def test_item5_tick_that_cannot_read_the_room_after_says_the_launchers_word(env,
     assert "AccessDenied" in rows["stopped"]
     data = cli("tick", "--json").json
     assert (data["stopped"], data["room"]) == ("empty", None) and "AccessDenied" in data["room_error"]
+
+
+def test_item5_a_closed_pipe_after_a_short_answer_ends_quietly_too(server):
+    """A short answer sits in standard output's buffer until the flush: the closed pipe shows there."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = sluice_child("dlq", "list", env=child_env(server), stdout=write)
+    finally:
+        os.close(write)
+    assert done.stderr == ""
+    assert done.returncode == 141
