@@ -249,13 +249,24 @@ def test_item5_tick_that_cannot_read_the_room_after_says_the_launchers_word(env,
     assert (data["stopped"], data["room"]) == ("empty", None) and "AccessDenied" in data["room_error"]
 
 
-def test_item5_a_closed_pipe_after_a_short_answer_ends_quietly_too(server):
-    """A short answer sits in standard output's buffer until the flush: the closed pipe shows there."""
+def closed_pipe_run(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     read, write = os.pipe()
     os.close(read)
     try:
-        done = sluice_child("dlq", "list", env=child_env(server), stdout=write)
+        return sluice_child(*argv, env=env, stdout=write)
     finally:
         os.close(write)
+
+
+def test_item5_a_closed_pipe_after_a_short_answer_ends_quietly_too(server):
+    """A short answer sits in standard output's buffer until the flush: the closed pipe shows there."""
+    done = closed_pipe_run("dlq", "list", env=child_env(server))
+    assert done.stderr == ""
+    assert done.returncode == 141
+
+
+@pytest.mark.parametrize("argv", [("--help",), ("dlq", "list", "--help")])
+def test_item5_help_into_a_closed_pipe_ends_quietly(argv):
+    done = closed_pipe_run(*argv, env=child_env())
     assert done.stderr == ""
     assert done.returncode == 141

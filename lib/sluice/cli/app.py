@@ -385,18 +385,22 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, *, session: Any = None, clock: Any = None) -> int:
     """Run one command; returns the exit code. ``session`` (a boto3 Session) and ``clock`` (a
     ``Clock``, with ``sleep`` for ``sluice wait``) are for embedding and tests."""
+    try:
+        code = _parse_and_run(argv, session, clock)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+    except BrokenPipeError:
+        return _pipe_closed()
+    return code
+
+
+def _parse_and_run(argv: list[str] | None, session: Any, clock: Any) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
         _check_together(parser, args)
     except SystemExit as exc:  # usage errors (2) and --help (0); returned so main() can run in-process
         return int(exc.code or 0) if not isinstance(exc.code, str) else EXIT_CONFIG
-    try:
-        code = _run(args, session, clock)
-        sys.stdout.flush()  # a closed pipe shows here, not at exit
-    except BrokenPipeError:
-        return _pipe_closed()
-    return code
+    return _run(args, session, clock)
 
 
 def _check_together(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
