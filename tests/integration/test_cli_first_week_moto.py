@@ -176,6 +176,10 @@ def test_item3_status_narrowed_to_a_lane_on_a_stack_with_lanes(laned, lcli):
     assert [q["lane"] for q in every["room"]["queues"]] == ["gpu", "default"]
     assert every["room"]["holds"] == [{"hold": "lane full", "lane": "gpu", "concurrency_key": None}]
 
+    running = lcli("status", "gpu-0", "--lane", "gpu")  # a record: the lane's room after it
+    assert running.code == 0 and running.out.startswith("payload     gpu-0\nstate       CLAIMED")
+    assert running.out.splitlines()[-1] == "holds       lane gpu is full (2 running of 2, 2 waiting)"
+
     unknown = lcli("status", "gpu-3", "--lane", "cpu")
     assert unknown.code == 2 and "no lane 'cpu'" in unknown.err and unknown.out == ""
 
