@@ -305,6 +305,8 @@ class Promises:
                 continue  # a waiter of this key was dead-lettered after its last run
             if state in ("INVALID", "RELEASED") and key in self.model.vanished_keys:
                 continue  # its claim on a deleted state machine: outcome unknown (model_machines)
+            if state == "RELEASED" and self.model.machines.unknown_outcome(key):
+                continue  # held on a state machine deleted before its release: outcome unknown (idem)
             if state not in TERMINAL_STATUSES:
                 raise PromiseBroken(
                     f"promise 4 (nothing leaks): payload {key!r} has no final record: state {state}"

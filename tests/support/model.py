@@ -571,6 +571,7 @@ class Model:
             self.lane_holders.pop(name, None)
         marked = {execution for execution, _ in self.effects.values()}
         self.effects_marked.update(n for n in given if n in marked)
+        self.machines.released(call.params)
 
     def _on_wait(self, call: Call, parsed: dict[str, Any]) -> None:
         """A waiter parked (its WAIT# item and the awaits sets): its message may be deleted."""

@@ -15,6 +15,14 @@ and the model accepts them only in exactly their situation:
 
 Anything else (another reason, a machine not deleted, the machine in use, another message's claim)
 is still a valid payload dead-lettered: a broken promise.
+
+One final record is documented too (docs/operations.md, "Switch the state machine"): a holder whose
+claim was recorded on a machine switched from and deleted before Sluice released it (its end's
+event is not heard after the switch, and reconciliation had not asked yet) is released by
+reconciliation as ``RELEASED`` with the reason ``execution … does not exist in Step Functions …``:
+its outcome is unknown. At rest, a key whose last release is exactly that may be ``RELEASED``
+(``unknown_outcome``); a later release of the key (a run of it on the new machine) takes the excuse
+back.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from typing import Any
 
 VANISHED_REASON = "its claim {name} is on state machine {machine}, no longer used and deleted"
 ONCE_UNKNOWN_REASON = "run-once key {key!r}: the outcome of its run {name} is unknown"
+VANISHED_RELEASE = "does not exist in Step Functions"  # in the reason of reconciliation's release
 
 
 def machine_of(arn: str) -> str:
@@ -39,6 +48,7 @@ class Machines:
         self.current: str | None = None  # the stack's machine, once the test switched it
         self.deleted: set[str] = set()
         self.claimed_on: dict[str, str] = {}  # execution name -> the machine its record names
+        self.unknown: dict[str, str] = {}  # key -> its run last released as vanished (outcome unknown)
 
     # -- the test's own actions ------------------------------------------------------------------
 
@@ -61,6 +71,29 @@ class Machines:
         arn = params.get("ExpressionAttributeValues", {}).get(":arn", {}).get("S")
         if arn:
             self.claimed_on[name] = machine_of(arn)
+
+    def released(self, params: Mapping[str, Any]) -> None:
+        """A committed release (``TransactItems``): each lease it frees (``PAYLOAD#<key>``, ``REMOVE
+        holder``) is the key's last release, documented as of unknown outcome or not."""
+        for entry in params.get("TransactItems", []):
+            update = entry.get("Update", {})
+            pk = update.get("Key", {}).get("pk", {}).get("S", "")
+            if not pk.startswith("PAYLOAD#") or "REMOVE holder" not in update.get("UpdateExpression", ""):
+                continue
+            key, given = pk.removeprefix("PAYLOAD#"), update.get("ExpressionAttributeValues", {})
+            name = given.get(":name", {}).get("S", "")
+            if (
+                given.get(":state", {}).get("S") == "RELEASED"
+                and VANISHED_RELEASE in given.get(":reason", {}).get("S", "")
+                and self.vanished(name) is not None
+            ):
+                self.unknown[key] = name
+            else:
+                self.unknown.pop(key, None)
+
+    def unknown_outcome(self, key: str) -> str | None:
+        """The run of ``key`` whose release as vanished is the key's last release, if it is."""
+        return self.unknown.get(key)
 
     def vanished(self, name: str) -> str | None:
         """The machine ``name``'s claim is on, when it was deleted and is not the stack's."""
