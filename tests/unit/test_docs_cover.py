@@ -160,3 +160,10 @@ def test_item8_maxconcurrency_bounds_are_stated_as_the_code_checks_them():
     assert f"{low} to {high:,}" in row[2]
     assert high == MAX_CEILING
     assert f"0 to {MAX_CEILING:,}" in section("operations.md", "### `sluice set-max N`")
+
+
+def test_item10_every_setting_the_functions_read_is_in_configuration_md():
+    read = set(re.findall(r'"(SLUICE_[A-Z_]+)"', (ROOT / "lib" / "sluice" / "settings.py").read_text()))
+    assert len(read) > 20
+    documented = set(re.findall(r"`(SLUICE_[A-Z_]+)`", (ROOT / "docs" / "configuration.md").read_text()))
+    assert sorted(read - documented) == []
