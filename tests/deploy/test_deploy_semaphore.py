@@ -94,7 +94,7 @@ def test_the_role_may_make_every_dynamodb_request_the_semaphore_adapters_make(pa
 
 
 def test_the_example_workflow_acquires_runs_its_section_and_releases_on_every_path(package):
-    """The ASL to copy (docs/deploy.md): the Acquire and Release tasks call the deployed function with
+    """The example workflow (docs/concurrency.md): the Acquire and Release tasks call the deployed function with
     the payload shape the handler reads, and every failure path goes through a release."""
     template = json.loads((package / UPDATE_TEMPLATE).read_text())
     machine = template["Resources"]["SemaphoreExampleStateMachine"]["Properties"]

@@ -17,18 +17,18 @@ from pathlib import Path
 
 import cfnlint
 import pytest
-import yaml
 
 from sluice.local.embedded import UPDATE_TEMPLATE
 from sluice.local.packaging import PackagingError
+from tests.support.docs import DOCS, stack_parameters
+from tests.support.docs import names as _names
+from tests.support.docs import table as _table
 
 pytestmark = pytest.mark.deploy
 
 STAGE = "test"
 STACK = f"sluice-{STAGE}"
 LANE = "gpu-batch"
-ROOT = Path(__file__).resolve().parents[2]
-DOCS = ROOT / "docs"
 SCHEMAS = Path(cfnlint.__file__).parent / "data" / "schemas"
 IAM_ACTIONS = Path(cfnlint.__file__).parent / "data" / "AdditionalSpecs" / "Policies.json"
 # The IAM prefix of a resource type's service, where it is not the type's service name in lowercase.
@@ -54,23 +54,6 @@ def _generic(name: str) -> str:
     return re.sub(r"LambdaVersion\w+$", "LambdaVersion…", name)
 
 
-def _table(doc: str, after: str, header: str) -> list[list[str]]:
-    """The cells of the first table after the line ``after`` whose header row starts with ``header``."""
-    text = ("\n" + (DOCS / doc).read_text()).split(f"\n{after}\n", 1)[1]
-    lines = text.split(f"\n{header}", 1)[1].split("\n")[2:]
-    rows = []
-    for line in lines:
-        if not line.startswith("|"):
-            break
-        rows.append([cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1]])
-    assert rows, f"no table {header!r} after {after!r} in {doc}"
-    return rows
-
-
-def _names(cell: str) -> set[str]:
-    return set(re.findall(r"`([^`]+)`", cell))
-
-
 def test_item8_every_resource_is_in_the_resources_table_and_every_one_listed_exists(templates):
     documented = set().union(
         *(_names(row[1]) for row in _table("deploy.md", "# Deploying Sluice", "| What |"))
@@ -87,15 +70,11 @@ def test_item8_every_output_is_in_the_outputs_table_and_every_one_listed_exists(
 
 
 def test_item8_every_parameter_is_in_the_parameters_table_and_every_one_listed_exists():
-    class IgnoreTags(yaml.SafeLoader):
-        pass
-
-    IgnoreTags.add_multi_constructor("!", lambda loader, suffix, node: None)
-    params = yaml.load((ROOT / "serverless.yml").read_text(), Loader=IgnoreTags)["params"]["default"]
+    params = stack_parameters()
     documented = set().union(
         *(_names(row[0]) for row in _table("deploy.md", "## Parameters", "| Parameter |"))
     )
-    assert sorted(set(params) ^ documented) == []
+    assert sorted(params ^ documented) == []
 
 
 def test_item8_every_alarm_is_in_the_alarms_table_and_every_one_listed_exists(templates):

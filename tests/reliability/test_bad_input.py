@@ -4,7 +4,7 @@ Each unusable message is sent first in its group, with a valid payload behind it
 group. One tick must survive it, dead-letter it (body untouched, the reason in the ``sluice-error``
 attribute) and start the payload behind it. A body too big to dead-letter beside the reason (a copy
 is at most 262,144 bytes as SQS counts them) is replaced in the copy by a note that points at it.
-The catalogue, with the reason each entry gets, is in docs/reliability.md; the entries at SQS's,
+The catalogue, with the reason each entry gets, is in tests/reliability/README.md; the entries at SQS's,
 DynamoDB's and Python's limits are in ``tests/support/bad_input.py``.
 
 Three entries are not bad input, and the tests say so: an id with characters an execution name
