@@ -7,13 +7,13 @@ current tree, both with the same parameters. One version is deployed into the em
 and left with executions running, a payload queued and payloads parked in each of the table's
 waiting places: a deferred duplicate (``PARK#``), a payload awaiting a running key (``WAIT#``) and
 one waiting in its concurrency key's line (``KWAIT#``). The other version is then deployed over the
-same stack (``sls deploy``'s update: same table, queues and names, new code), and only its functions
-run from then on. Every execution is ended in turn and its status event delivered, with a tick
-after each.
+same stack (``sls deploy``'s update: same table, queues and names, new code), and its functions run
+from then on (``side by side``: its completion, beside the first version's launcher, as during the
+deploy). Every execution is ended in turn and its status event delivered, with a tick after each.
 
 Asserted from AWS's side: MAX is never passed and no key runs twice at once (ListExecutions after
-every invocation), every payload starts exactly as often as it was sent (the deferred duplicate under
-its own message's name), nothing is dead-lettered or left in the queue or the table's waiting places,
+every invocation), every message starts exactly one execution, named from its own message id by
+either version (the deferred duplicate's too), nothing is dead-lettered or left in the queue or the table's waiting places,
 and every slot is free again (a tick then starts MAX new payloads at once).
 
 Adding a case: a change that alters what the table, the queues or the stack's names hold (a record's
@@ -92,27 +92,35 @@ def versions(request, packaged, tmp_path_factory) -> tuple[Upgrade, Path, Path]:
     return upgrade, previous, packaged(STAGE, **PARAMS)
 
 
-@pytest.mark.parametrize("direction", ["upgrade", "rollback"])
+# upgrade: the previous version leaves the work, this one finishes it; rollback: the other way round;
+# side by side: during the deploy, invocations already running finish on the code they started with,
+# so the previous version's launcher ticks while this version's completion takes the status events.
+DIRECTIONS = ("upgrade", "rollback", "side by side")
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
 def test_a_version_deployed_over_a_running_stage_finishes_its_work(versions, direction):
     upgrade, previous, current = versions
-    first, second = (previous, current) if direction == "upgrade" else (current, previous)
+    first, second = (current, previous) if direction == "rollback" else (previous, current)
     with EmbeddedAws() as aws:
         before = aws.deploy(first, STACK)
         stage = Stage(aws, before.outputs)
         sent = stage.leave_work(before)
-        # The queue, the table and the state machine are the stack's: the update keeps them.
-        before.close()
+        if direction != "side by side":
+            before.close()  # from now on only the version deployed last runs
         after = aws.deploy(second, STACK)
         assert after.functions["launcher"].code != before.functions["launcher"].code
+        # The queue, the table and the state machine are the stack's: the update keeps them.
         kept = ("QueueUrl", "DlqUrl", "TableName", "StateMachineArn", "MaxConcurrencyParameter")
         assert [after.outputs[k] for k in kept] == [before.outputs[k] for k in kept], upgrade.changes
         assert stage.table_items().keys() >= stage.left_in_table
-        stage.finish(after)
+        stage.finish(events=after, ticks=before if direction == "side by side" else after)
 
         started = stage.started()
+        # Each version names a message's execution as the other does: every message ran once, under
+        # the name of its own message id (the deferred duplicate too: it came back from the table).
+        assert set(started) == {execution_name(key, message_id) for key, message_id in sent}
         assert Counter(stage.key_of(n) for n in started) == Counter(key for key, _ in sent)
-        # The deferred duplicate ran under its own message's name: it came back from the table.
-        assert execution_name("run-1", stage.duplicate_id) in started
         # What waited for another run started after that run ended.
         assert started[stage.named("after-run-2")][0] >= started[stage.named("run-2")][1]
         assert started[stage.named("acme-2")][0] >= started[stage.named("acme-1")][1]
@@ -120,7 +128,7 @@ def test_a_version_deployed_over_a_running_stage_finishes_its_work(versions, dir
         assert stage.depth(after.outputs["DlqUrl"]) == 0
         stage.assert_nothing_parked()
         assert stage.store.ledger().holders == frozenset()
-        # Every slot is usable again: one tick starts MAX new payloads.
+        # Every slot is usable again: one tick of the version deployed last starts MAX new payloads.
         for i in range(MAX):
             stage.send(f"fresh-{i}")
         stage.invoke(after, "tick")
@@ -136,7 +144,6 @@ class Stage:
         self.ddb = aws.client("dynamodb")
         self.store = DynamoStore(self.ddb, outputs["TableName"])
         self.machine = outputs["StateMachineArn"]
-        self.duplicate_id = ""
         self.left_in_table: set[str] = set()
 
     def leave_work(self, deployment) -> list[tuple[str, str]]:
@@ -145,7 +152,6 @@ class Stage:
         self.invoke(deployment, "tick")
         assert len(self.running()) == 3
         duplicate = self.send("run-1")  # its key runs: parked behind run-1 (defer)
-        self.duplicate_id = duplicate[1]
         sent += [duplicate, self.send("after-run-2", awaits=["run-2"]), self.send("acme-2", ckey="acme")]
         self.invoke(deployment, "tick")
         assert len(self.running()) == 3  # all three parked, none started
@@ -161,19 +167,20 @@ class Stage:
         assert len(self.left_in_table) == 3, sorted(items)
         return sent
 
-    def finish(self, deployment) -> None:
-        """End the oldest running execution, deliver its event, tick; until nothing runs or waits."""
+    def finish(self, *, events, ticks) -> None:
+        """End the oldest running execution, deliver its event (to ``events``' completion), tick
+        (``ticks``' launcher); until nothing runs or waits."""
         for _ in range(40):
             running = self.running()
             if not running:
-                self.invoke(deployment, "tick")
+                self.invoke(ticks, "tick")
                 if not self.running():
                     return
                 continue
             oldest = min(running, key=lambda e: e["startDate"])
             self.end(oldest["name"])
-            self.invoke(deployment, status_change_event(self.machine, oldest["name"], "SUCCEEDED"))
-            self.invoke(deployment, "tick")
+            self.invoke(events, status_change_event(self.machine, oldest["name"], "SUCCEEDED"))
+            self.invoke(ticks, "tick")
         raise AssertionError("the stage did not drain in 40 rounds")
 
     # -- producers and EventBridge ---------------------------------------------------------------
