@@ -13,12 +13,17 @@ deploy). Every execution is ended in turn and its status event delivered, with a
 
 Asserted from AWS's side: MAX is never passed and no key runs twice at once (ListExecutions after
 every invocation), every message starts exactly one execution, named from its own message id by
-either version (the deferred duplicate's too), nothing is dead-lettered or left in the queue or the table's waiting places,
-and every slot is free again (a tick then starts MAX new payloads at once).
+either version (the deferred duplicate's too), nothing is dead-lettered or left in the queue or the
+table's waiting places, and every slot is free again (a tick then starts MAX new payloads at once).
+
+Each version also does the same work alone, and the records it leaves are compared by kind and
+attribute name: they may differ only as the case says (``Upgrade.layout``). So a change of layout on
+these paths fails here until it is named.
 
 Adding a case: a change that alters what the table, the queues or the stack's names hold (a record's
 key or attribute, a message attribute, a resource's name) appends an ``Upgrade`` to ``UPGRADES`` naming
-the commit just before it and what changed, and docs/upgrade.md says whether a stage must drain.
+the commit just before it and what changed, names the change in the earlier cases' ``layout``, and
+docs/upgrade.md says whether a stage must drain.
 
 moto deploys the update in place (UpdateStack with the new template; the table and the queues are
 kept); the functions run from the code the template names, as in the other deploy tests.
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import tarfile
 import uuid
@@ -57,6 +63,9 @@ PARAMS = {"maxConcurrency": str(MAX), "lingerSeconds": "0", "duplicatePolicy": "
 class Upgrade:
     previous: str  # a commit of main's history: the version a stage runs before the deploy
     changes: str  # what the table, the queues and the names hold differently since then
+    # The record attributes ("KIND.attribute") the same work leaves on one version's table and not on
+    # the other's (test_the_records_differ_only_as_the_case_says).
+    layout: frozenset[str] = frozenset()
 
 
 UPGRADES = (
@@ -133,6 +142,23 @@ def test_a_version_deployed_over_a_running_stage_finishes_its_work(versions, dir
             stage.send(f"fresh-{i}")
         stage.invoke(after, "tick")
         assert len(stage.running()) == MAX
+
+
+def test_the_records_differ_only_as_the_case_says(versions):
+    """Each version alone through the same work, left and then finished: the records it wrote, by kind
+    and attribute name. A change of layout on these paths fails here until the case names it, and a
+    case from the commit before it is added."""
+    upgrade, previous, current = versions
+    layouts = []
+    for package in (previous, current):
+        with EmbeddedAws() as aws:
+            deployment = aws.deploy(package, STACK)
+            stage = Stage(aws, deployment.outputs)
+            stage.leave_work(deployment)
+            left = stage.layout()
+            stage.finish(events=deployment, ticks=deployment)
+            layouts.append(left | stage.layout())
+    assert layouts[0] ^ layouts[1] == upgrade.layout, upgrade.changes
 
 
 class Stage:
@@ -259,6 +285,15 @@ class Stage:
     def table_items(self) -> dict[str, dict]:
         pages = self.ddb.get_paginator("scan").paginate(TableName=self.out["TableName"])
         return {i["pk"]["S"]: i for page in pages for i in page["Items"]}
+
+    def layout(self) -> frozenset[str]:
+        """ "KIND.attribute" for every attribute of every item, KIND its key without the last part
+        (``PAYLOAD#run-1`` is ``PAYLOAD#``, ``SLOTS#launcher#0`` is ``SLOTS#launcher#``)."""
+        return frozenset(
+            f"{re.sub(r'#[^#]*$', '#', pk)}.{name}"
+            for pk, item in self.table_items().items()
+            for name in item
+        )
 
     def assert_nothing_parked(self) -> None:
         items = self.table_items()
