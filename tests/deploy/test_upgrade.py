@@ -57,6 +57,13 @@ STACK = f"sluice-{STAGE}"
 MAX = 4
 # defer: a duplicate parks in the table; lingerSeconds 0: a tick returns when it finds nothing to do.
 PARAMS = {"maxConcurrency": str(MAX), "lingerSeconds": "0", "duplicatePolicy": "defer"}
+# What docs/upgrade.md's drain counts: payloads in a key's line, deferred duplicates and waiters not
+# yet sent back.
+PARKED = (
+    "begins_with(pk, :k) OR (begins_with(pk, :p) AND attribute_not_exists(woken_at)) "
+    "OR (begins_with(pk, :w) AND attribute_not_exists(released_at))"
+)
+PARKED_VALUES = '{":k":{"S":"KWAIT#"},":p":{"S":"PARK#"},":w":{"S":"WAIT#"}}'
 
 
 @dataclass(frozen=True)
@@ -144,6 +151,12 @@ def test_a_version_deployed_over_a_running_stage_finishes_its_work(versions, dir
         assert len(stage.running()) == MAX
 
 
+def test_the_drain_in_the_docs_counts_what_this_test_parks():
+    doc = re.sub(r"\s*\\\n\s*", " ", (ROOT / "docs" / "upgrade.md").read_text())
+    assert f'--filter-expression "{PARKED}"' in doc
+    assert f"--expression-attribute-values '{PARKED_VALUES}'" in doc
+
+
 def test_the_records_differ_only_as_the_case_says(versions):
     """Each version alone through the same work, left and then finished: the records it wrote, by kind
     and attribute name. A change of layout on these paths fails here until the case names it, and a
@@ -191,6 +204,7 @@ class Stage:
             *(pk for pk in items if pk.startswith("KWAIT#acme#")),
         }
         assert len(self.left_in_table) == 3, sorted(items)
+        assert self.parked() == 3
         return sent
 
     def finish(self, *, events, ticks) -> None:
@@ -295,7 +309,18 @@ class Stage:
             for name in item
         )
 
+    def parked(self) -> int:
+        """docs/upgrade.md's count of what is parked, as the AWS CLI pages it."""
+        pages = self.ddb.get_paginator("scan").paginate(
+            TableName=self.out["TableName"],
+            Select="COUNT",
+            FilterExpression=PARKED,
+            ExpressionAttributeValues=json.loads(PARKED_VALUES),
+        )
+        return sum(page["Count"] for page in pages)
+
     def assert_nothing_parked(self) -> None:
+        assert self.parked() == 0
         items = self.table_items()
         waiting = {pk for pk in items if pk.startswith("KWAIT#")}
         waiting |= {pk for pk in items if pk.startswith("PARK#") and "woken_at" not in items[pk]}
