@@ -8,7 +8,7 @@ and left with executions running, a payload queued and payloads parked in each o
 waiting places: a deferred duplicate (``PARK#``), a payload awaiting a running key (``WAIT#``) and
 one waiting in its concurrency key's line (``KWAIT#``). The other version is then deployed over the
 same stack (``sls deploy``'s update: same table, queues and names, new code), and its functions run
-from then on (``side by side``: its completion, beside the first version's launcher, as during the
+from then on (``side by side``: both versions' launchers and completions in turn, as during the
 deploy). Every execution is ended in turn and its status event delivered, with a tick after each.
 
 Asserted from AWS's side: MAX is never passed and no key runs twice at once (ListExecutions after
@@ -109,8 +109,9 @@ def versions(request, packaged, tmp_path_factory) -> tuple[Upgrade, Path, Path]:
 
 
 # upgrade: the previous version leaves the work, this one finishes it; rollback: the other way round;
-# side by side: during the deploy, invocations already running finish on the code they started with,
-# so the previous version's launcher ticks while this version's completion takes the status events.
+# side by side: during the deploy, invocations already running finish on the code they started with
+# and CloudFormation replaces one function after the other, so either version's launcher may tick
+# while either version's completion takes the status events: both pairings, in turn.
 DIRECTIONS = ("upgrade", "rollback", "side by side")
 
 
@@ -130,7 +131,10 @@ def test_a_version_deployed_over_a_running_stage_finishes_its_work(versions, dir
         kept = ("QueueUrl", "DlqUrl", "TableName", "StateMachineArn", "MaxConcurrencyParameter")
         assert [after.outputs[k] for k in kept] == [before.outputs[k] for k in kept], upgrade.changes
         assert stage.table_items().keys() >= stage.left_in_table
-        stage.finish(events=after, ticks=before if direction == "side by side" else after)
+        if direction == "side by side":
+            stage.finish(events=(after, before), ticks=(before, after))
+        else:
+            stage.finish(events=(after,), ticks=(after,))
 
         started = stage.started()
         # Each version names a message's execution as the other does: every message ran once, under
@@ -169,7 +173,7 @@ def test_the_records_differ_only_as_the_case_says(versions):
             stage = Stage(aws, deployment.outputs)
             stage.leave_work(deployment)
             left = stage.layout()
-            stage.finish(events=deployment, ticks=deployment)
+            stage.finish(events=(deployment,), ticks=(deployment,))
             layouts.append(left | stage.layout())
     assert layouts[0] ^ layouts[1] == upgrade.layout, upgrade.changes
 
@@ -207,20 +211,21 @@ class Stage:
         assert self.parked() == 3
         return sent
 
-    def finish(self, *, events, ticks) -> None:
-        """End the oldest running execution, deliver its event (to ``events``' completion), tick
-        (``ticks``' launcher); until nothing runs or waits."""
-        for _ in range(40):
+    def finish(self, *, events: tuple, ticks: tuple) -> None:
+        """End the oldest running execution, deliver its event, tick; until nothing runs or waits.
+        Round i delivers to ``events[i % len(events)]``'s completion and ticks ``ticks[i % ...]``."""
+        for i in range(40):
+            completion, launcher = events[i % len(events)], ticks[i % len(ticks)]
             running = self.running()
             if not running:
-                self.invoke(ticks, "tick")
+                self.invoke(launcher, "tick")
                 if not self.running():
                     return
                 continue
             oldest = min(running, key=lambda e: e["startDate"])
             self.end(oldest["name"])
-            self.invoke(events, status_change_event(self.machine, oldest["name"], "SUCCEEDED"))
-            self.invoke(ticks, "tick")
+            self.invoke(completion, status_change_event(self.machine, oldest["name"], "SUCCEEDED"))
+            self.invoke(launcher, "tick")
         raise AssertionError("the stage did not drain in 40 rounds")
 
     # -- producers and EventBridge ---------------------------------------------------------------
