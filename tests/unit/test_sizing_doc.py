@@ -12,6 +12,7 @@ import pytest
 
 from bench.aws import QUOTAS
 from bench.pricing import PRICES
+from bench.report import LABEL
 from sluice.adapters.sqs import BATCH as RECEIVE_BATCH
 from sluice.enqueue import BATCH as SEND_BATCH
 from sluice.settings import LARGE_BUCKET, LARGE_BUCKET_REGIONS, SMALL_BUCKET
@@ -70,6 +71,16 @@ def test_the_max_10000_row_is_the_large_run_as_deployed():
         "",
         "",
     ]
+
+
+def test_the_fill_times_are_the_large_runs():
+    rows = {r["system"]: r for r in RESULTS["large"]["rows"]}
+    deployed, wide = rows[SYSTEM]["fill_s"], rows["sluice-wide"]["fill_s"]
+    assert LABEL["sluice-wide"] == "Sluice, startConcurrency=100, launcherMemory=1024"
+    assert (
+        f"{deployed:.1f} s at MAX 10,000 as deployed, {wide:.1f} s with `startConcurrency=100` and "
+        "`launcherMemory=1024`"
+    ) in _text()
 
 
 def test_the_quotas_are_the_launchers_and_the_benchs():
