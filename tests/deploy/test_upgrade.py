@@ -1,9 +1,9 @@
 """A new version deployed over a running stage, and the previous one deployed back over it.
 
-Each case packages a previous commit of this project (``git archive`` into a temporary directory,
-packaged with osls by the same ``package_stack`` as the current tree, with the current
-``node_modules``: the npm packages must be those of the commit's ``package-lock.json``) and the
-current tree, both with the same parameters. One version is deployed into the embedded moto server
+Each case packages a previous commit of this project (``packaged(..., commit=...)``: ``git archive``
+into the run's cache, packaged with osls as the current tree is, with the current ``node_modules``,
+which holds the npm packages of the commit's ``package-lock.json`` while that file is unchanged) and
+the current tree, both with the same parameters. One version is deployed into the embedded moto server
 and left with executions running, a payload queued and payloads parked in each of the table's
 waiting places: a deferred duplicate (``PARK#``), a payload awaiting a running key (``WAIT#``) and
 one waiting in its concurrency key's line (``KWAIT#``). The other version is then deployed over the
@@ -31,11 +31,8 @@ kept); the functions run from the code the template names, as in the other deplo
 
 from __future__ import annotations
 
-import io
 import json
 import re
-import subprocess
-import tarfile
 import uuid
 from collections import Counter
 from dataclasses import dataclass
@@ -45,7 +42,7 @@ from pathlib import Path
 import pytest
 
 from sluice.adapters.dynamodb import DynamoStore
-from sluice.local.embedded import EmbeddedAws, package_stack
+from sluice.local.embedded import EmbeddedAws
 from sluice.names import execution_name
 from tests.support.aws import status_change_event
 
@@ -89,23 +86,10 @@ UPGRADES = (
 
 
 @pytest.fixture(scope="module", params=UPGRADES, ids=lambda u: u.previous[:8])
-def versions(request, packaged, tmp_path_factory) -> tuple[Upgrade, Path, Path]:
-    """(the case, the previous commit's package, this tree's package): each packaged once."""
+def versions(request, packaged) -> tuple[Upgrade, Path, Path]:
+    """(the case, the previous commit's package, this tree's package)."""
     upgrade: Upgrade = request.param
-    where = tmp_path_factory.mktemp(f"previous-{upgrade.previous[:8]}")
-    source = where / "source"
-    source.mkdir()
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", "--format=tar", upgrade.previous],
-        capture_output=True,
-        check=False,
-    )
-    assert archive.returncode == 0, f"commit {upgrade.previous} is not in this clone: {archive.stderr!r}"
-    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-        tar.extractall(source, filter="data")
-    (source / "node_modules").symlink_to(ROOT / "node_modules", target_is_directory=True)
-    previous = package_stack(where / "package", stage=STAGE, params=PARAMS, root=source)
-    return upgrade, previous, packaged(STAGE, **PARAMS)
+    return upgrade, packaged(STAGE, commit=upgrade.previous, **PARAMS), packaged(STAGE, **PARAMS)
 
 
 # upgrade: the previous version leaves the work, this one finishes it; rollback: the other way round;
