@@ -139,8 +139,10 @@ def test_a_version_deployed_over_a_running_stage_finishes_its_work(versions, dir
         assert len(stage.running()) == MAX
 
 
-def test_the_drain_in_the_docs_counts_what_this_test_parks():
+def test_the_docs_name_each_case_and_count_what_this_test_parks():
     doc = re.sub(r"\s*\\\n\s*", " ", (ROOT / "docs" / "upgrade.md").read_text())
+    for upgrade in UPGRADES:
+        assert f"({upgrade.previous[:7]})" in doc, "docs/upgrade.md has no row for this case"
     assert f'--filter-expression "{PARKED}"' in doc
     assert f"--expression-attribute-values '{PARKED_VALUES}'" in doc
 
