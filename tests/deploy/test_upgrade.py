@@ -292,7 +292,7 @@ class Stage:
         return {i["pk"]["S"]: i for page in pages for i in page["Items"]}
 
     def layout(self) -> frozenset[str]:
-        """ "KIND.attribute" for every attribute of every item, KIND its key without the last part
+        """Every attribute of every item as "KIND.attribute", KIND its key without the last part
         (``PAYLOAD#run-1`` is ``PAYLOAD#``, ``SLOTS#launcher#0`` is ``SLOTS#launcher#``)."""
         return frozenset(
             f"{re.sub(r'#[^#]*$', '#', pk)}.{name}"
