@@ -413,7 +413,7 @@ class Launcher(LaneAdmission, MessageProtocol):
                 run.stop = halt.reason
                 return
             try:
-                outcome = self._process(message, run.done, ahead, handed.get(message.message_id))
+                outcome = self._process(message, run.done, ahead, handed.get(message.message_id), halt.claims)
             except SlotsFull:
                 # Another launcher took the slot since our ledger read, or the caps came down.
                 self.queue.release(rest)
@@ -434,6 +434,10 @@ class Launcher(LaneAdmission, MessageProtocol):
                 halt.reason = "error"
                 raise
             run.add(outcome)
+            if outcome is Outcome.RECHECK:  # back for the consistency window: its group waits behind it
+                self.queue.release(rest[1:])
+                run.add(Outcome.RETURNED, len(rest) - 1)
+                return
             if outcome is Outcome.STARTED:
                 run.filled += 1
 
@@ -488,6 +492,7 @@ class _Halt:
     """Why the groups of a batch should stop beginning messages: "full", "transient", "error"."""
 
     reason: str = ""
+    claims: set[str] = field(default_factory=set)  # names claimed since the batch was received
 
 
 def _group(message: Message) -> str:

@@ -12,7 +12,7 @@ from sluice.effects import Effects
 from sluice.errors import AmbiguousStartError, ConfigurationError, InvalidPayload, LeaseHeld, MachineVanished
 from sluice.fanout import Pacer
 from sluice.lanes import Lane
-from sluice.model import ExecutionInfo, Message, Outcome, Payload, PayloadState
+from sluice.model import ExecutionInfo, ExecutionRecord, Message, Outcome, Payload, PayloadState
 from sluice.parking import park
 from sluice.pointers import PayloadObjects
 from sluice.ports import Clock, Executions, Queue, Store
@@ -36,10 +36,13 @@ class MessageBranches:
     effects: Effects
     lane: Lane | None
 
-    def _duplicate(self, payload: Payload, held: LeaseHeld, done: list[Message]) -> Outcome | None:
+    def _duplicate(
+        self, payload: Payload, held: LeaseHeld, done: list[Message], claims: set[str]
+    ) -> Outcome | None:
+        """``claims``: names claimed since the message's batch was received (``_first_sighting``)."""
         marked = held.existing.redriven or min(held.existing.redriven_more, default=None)
         if held.existing.holder is None and marked is not None:
-            self._take_redriven(payload.key, marked)
+            self._take_redriven(payload.key, marked, held.existing.updated_at)
             return None
         holder = held.existing.holder or ""
         # The holder may have ended with its status event still on the way: ask Step Functions
@@ -51,8 +54,14 @@ class MessageBranches:
             info = self.executions.describe(holder, record.arn if record is not None else None)
         except ConfigurationError:
             info = None  # a holder on a state machine this role may not ask about: assume it runs
-        # An end from before the holder ran again (a redrive adopted) is a stale answer: it runs.
-        if info is not None and info.ended and not earlier_end(info, record):
+        # An end from before the holder ran again (a redrive adopted) is a stale answer, and it
+        # runs, while the adoption is younger than the consistency window; past it, the answer is
+        # fresh: the adoption took a stale RUNNING answer, and that end is the holder's.
+        if (
+            info is not None
+            and info.ended
+            and (not earlier_end(info, record) or self._adopted_long_ago(record))
+        ):
             complete(
                 store=self.store,
                 queue=self.queue,
@@ -68,11 +77,34 @@ class MessageBranches:
             )
             return None
         if self.settings.duplicate_policy is DuplicatePolicy.DEFER:
+            # Safe on a stale answer: parked behind the holder, woken by its release, which follows
+            # its end (its event, or the next reconciliation) whenever that end came.
             if not park(store=self.store, payload=payload, holder=holder, now=self.clock.now()):
                 return None  # the holder was released meanwhile: the lease is free
             done.append(payload.message)
             self._log("payload already running; parked until it ends", payload, holder, Outcome.DEFERRED)
             return Outcome.DEFERRED
+        if info is None and self._vanished(record):
+            # Step Functions no longer knows it: its state machine was switched from and deleted,
+            # so it runs no more, and reconciliation releases it. No answer says it runs: back for
+            # the window, however often, rather than dropped behind it.
+            self.queue.release([payload.message], delay_seconds=self.settings.consistency_window_seconds)
+            self._log(
+                "payload behind a run whose state machine is gone; looked at again later",
+                payload,
+                holder,
+                Outcome.RECHECK,
+            )
+            return Outcome.RECHECK
+        if holder not in claims and self._first_sighting(payload):
+            self.queue.release([payload.message], delay_seconds=self.settings.consistency_window_seconds)
+            self._log(
+                "payload may duplicate a run that just ended; looked at again later",
+                payload,
+                holder,
+                Outcome.RECHECK,
+            )
+            return Outcome.RECHECK
         self.store.record_duplicate(
             key=payload.key, message_id=payload.message.message_id, now=self.clock.now()
         )
@@ -80,23 +112,89 @@ class MessageBranches:
         self._log("payload already running; duplicate suppressed", payload, holder, Outcome.DUPLICATE)
         return Outcome.DUPLICATE
 
-    def _take_redriven(self, key: str, redriven: str) -> None:
+    def _first_sighting(self, payload: Payload) -> bool:
+        """Whether this is the first time this SQS message is refused by a holder that reads as
+        running. The answer may be stale by up to S (docs/protocol.md, "Staleness"): the holder may
+        have ended just before the message was sent, and a suppressed message never runs. So the
+        message goes back to the queue, and is dropped only when it is refused again on a later
+        receive, whose answer is no older than the first refusal, so later than its send:
+
+            holder h of k                  message m of k (suppress)
+            h ends (event on the way)
+                                           sent; received; claim ✗ (h holds k)
+                                           DescribeExecution(h): RUNNING (stale)
+                                           first sighting: SIGHT#m; back for the window (≥ S)
+            released (event, or reconciliation)
+                                           received again: claim ✓ (k free), or ✗ and
+                                           DescribeExecution(h) ended → settle, claim ✓;
+                                           RUNNING now means h ran after m was sent: a duplicate
+
+        A later receive comes at least S after the first sighting whatever happens in between:
+        after the visibility change (S), or, if that change or this invocation is lost, after the
+        visibility timeout, which exceeds the launcher's timeout by at least S.
+
+        No second look is needed when the holder was claimed after the message was received (in
+        its batch, by this launcher: ``claims``): the message was sent before the holder's claim,
+        so before its end, whatever the answer's age. Copies of one key in one batch are dropped
+        at once, as before."""
+        return self.store.first_sighting(
+            key=payload.key, message_id=payload.message.message_id, now=self.clock.now()
+        )
+
+    def _vanished(self, record: ExecutionRecord | None) -> bool:
+        """Whether ``record``'s run is on a state machine the stack no longer uses that Step
+        Functions says does not exist: it ran there and ended, or never started (its message is
+        then dead-lettered, ``sluice.per_message``); either way it runs no more."""
+        if record is None:
+            return False
+        try:
+            return self.executions.vanished(record.arn)
+        except ConfigurationError:
+            return False  # a state machine this role may not ask about: as before, assume it runs
+
+    def _adopted_long_ago(self, record: ExecutionRecord | None) -> bool:
+        """Whether ``record``'s adoption is at least the consistency window old (reconciliation's
+        rule, ``sluice.reconcile._its_end``): an answer now cannot be from before it."""
+        adopted_at = record.adopted_at if record is not None else None
+        return adopted_at is not None and self._window_past(adopted_at)
+
+    def _window_past(self, since: float) -> bool:
+        return self.clock.now() - since >= self.settings.consistency_window_seconds
+
+    def _take_redriven(self, key: str, redriven: str, marked_by: float) -> None:
         """The lease is free but a run of the key was redriven behind Sluice's back while another
         held it (``Store.mark_redriven``): adopt it if it still runs, else lift the mark. The caller
-        looks again and finds the adopted run, or a free lease."""
-        if not self._still_runs(redriven) or not self.store.adopt(name=redriven, now=self.clock.now()):
+        looks again and finds the adopted run, or a free lease. ``marked_by``: the payload record's
+        ``updated_at``, written by the mark and by every later write, so no earlier than the mark."""
+        if not self._still_runs(redriven, marked_by) or not self.store.adopt(
+            name=redriven, now=self.clock.now()
+        ):
             self.store.clear_redriven(key=key, name=redriven)
 
-    def _still_runs(self, redriven: str) -> bool:
-        """Whether ``redriven``, a run a reconciliation saw redriven, runs still."""
+    def _still_runs(self, redriven: str, marked_by: float) -> bool:
+        """Whether ``redriven``, a run a reconciliation saw redriven (marked no later than
+        ``marked_by``), runs still.
+
+        An end its record knew already (the one before the redrive) may be a stale answer: the
+        mark may have been made just after a real redrive. Once the mark is the consistency
+        window old, an answer can no longer be from before that redrive, so that end is fresh:
+        the reconciliation that marked took a stale RUNNING answer of a run that never ran
+        again, and the mark is lifted:
+
+            e1 of k FAILED at s1, released; n2 holds k
+            reconciliation: e1 listed and described RUNNING (stale) → adopt ✗ (n2) → mark k: e1
+            n2 ends, released
+            claim of k ✗ (marked) → DescribeExecution(e1): FAILED at s1
+                within the window of the mark: it may run (a redrive just before the mark) → adopt
+                past it: it ended at s1, never ran again → lift the mark, claim"""
         record = self.store.execution(redriven)
         try:
             info = self.executions.describe(redriven, record.arn) if record is not None else None
-            # An end its record knew already is the one before the redrive a reconciliation saw
-            # running since: a stale answer, not proof that the redriven run ended.
-            return info is not None and (not info.ended or earlier_end(info, record))
         except ConfigurationError:
             return True  # a state machine this role may not ask about: assume it runs
+        if info is None or not info.ended:
+            return info is not None
+        return earlier_end(info, record) and not self._window_past(marked_by)
 
     def _yield_to_redriven(self, payload: Payload, name: str) -> bool:
         """Our resumed claim ``name`` was just renewed, which lifts any start mark: if its key is
@@ -121,7 +219,7 @@ class MessageBranches:
         marks = [] if seen is None else [seen.redriven, *sorted(seen.redriven_more)]
         running = None
         for redriven in (mark for mark in marks if mark is not None and mark != name):
-            if self._still_runs(redriven):
+            if self._still_runs(redriven, seen.updated_at if seen is not None else 0.0):
                 running = redriven
                 break
             self.store.clear_redriven(key=payload.key, name=redriven)

@@ -93,6 +93,10 @@ class Outcome(StrEnum):
     DEFERRED = "deferred"  # same, under the defer policy: parked in the table, re-sent when the lease ends
     INVALID = "invalid"  # dead-lettered with a reason
     RETURNED = "returned"  # no slot after all (lost a race): made visible again, untouched
+    # Refused by a live lease whose holder reads RUNNING on an answer that may be stale (its holder
+    # may have ended just before it was sent): back in the queue for the consistency window, then
+    # judged again (sluice.message_branches); its group's later messages wait behind it.
+    RECHECK = "recheck"
     INTERRUPTED = "interrupted"  # a transient AWS error stopped the tick; retried later
     ALREADY_DONE = "already_done"  # a run-once message whose key has SUCCEEDED already: deleted, recorded
     WAITING = (

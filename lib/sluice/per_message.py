@@ -93,18 +93,23 @@ class MessageProtocol(MessageBranches):
         done: list[Message],
         ahead: ReadAhead | None = None,
         handed: str | None = None,
+        claims: set[str] | None = None,
     ) -> Outcome:
         """``handed``: the name this message was claimed under already, by the hand-over of a
-        completion's release (``sluice.handover``): it is started, nothing more."""
+        completion's release (``sluice.handover``): it is started, nothing more. ``claims``: the
+        names claimed since this message's batch was received (its duplicate check's witness)."""
+        claims = set() if claims is None else claims
         if handed is not None:
+            claims.add(handed)
             launched = self._launch(validate_message(message), handed, done, fresh=True)
             if launched is not None:
                 return launched
             # Blocked before its start (or released meanwhile): claimed its own way, as if received.
-        outcome = self._one(message, done, ahead)
-        if outcome not in (Outcome.STARTED, Outcome.KEY_WAITING, Outcome.INVALID):
+        outcome = self._one(message, done, ahead, claims)
+        if outcome not in (Outcome.STARTED, Outcome.KEY_WAITING, Outcome.INVALID, Outcome.RECHECK):
             # A waiter woken from its key's line that did not claim (a duplicate, already run, ...):
-            # the slot kept for it is given back now rather than after INFLIGHT_SECONDS.
+            # the slot kept for it is given back now rather than after INFLIGHT_SECONDS. One sent
+            # back for a second look keeps it: it claims, or is a duplicate, within the window.
             ckey, ticket = self._ckey(message), ticket_of(message)
             if ckey is not None and ticket is not None:
                 keys.forgo(store=self.store, ckey=ckey, ticket=ticket)  # type: ignore[arg-type]
@@ -115,6 +120,7 @@ class MessageProtocol(MessageBranches):
         message: Message,
         done: list[Message],
         ahead: ReadAhead | None = None,
+        claims: set[str] | None = None,
     ) -> Outcome:
         rejected = check_attributes(message)  # every sluice-* attribute, before anything reads one
         if rejected is not None:
@@ -135,14 +141,15 @@ class MessageProtocol(MessageBranches):
             return self._line_up(payload, done, None)  # other tenants in its batch: all line up
         name = execution_name(payload.key, origin_id(message.message_id, message.attributes))
         for _ in range(ATTEMPTS):
-            outcome = self._attempt(payload, name, done)
+            outcome = self._attempt(payload, name, done, set() if claims is None else claims)
             if outcome is not None:
                 return outcome
         # The lease kept changing hands under us: try again later, as if the slot had been taken.
         raise SlotsFull(0)
 
-    def _attempt(self, payload: Payload, name: str, done: list[Message]) -> Outcome | None:
-        """One claim-and-start of ``payload``. None when the lease changed meanwhile: look again."""
+    def _attempt(self, payload: Payload, name: str, done: list[Message], claims: set[str]) -> Outcome | None:
+        """One claim-and-start of ``payload``. None when the lease changed meanwhile: look again.
+        ``claims``: names claimed since its batch was received; this claim joins them."""
         now = self.clock.now()
         claim_expires_at = now + self.settings.claim_timeout_seconds
         fresh = True
@@ -197,7 +204,7 @@ class MessageProtocol(MessageBranches):
             return self._dead_letter(payload.message, InvalidPayload(str(unknown), key=payload.key), done)
         except LeaseHeld as held:
             if held.existing.holder != name:
-                return self._duplicate(payload, held, done)
+                return self._duplicate(payload, held, done, claims)
             # Our own earlier claim: this message was received before and the launcher stopped
             # somewhere after claiming. Same message id, same name: carry on from where it stopped.
             if held.existing.state is PayloadState.RUNNING:
@@ -230,6 +237,8 @@ class MessageProtocol(MessageBranches):
             if self._yield_to_redriven(payload, name):
                 return None
             fresh = False
+        else:
+            claims.add(name)  # after every message of its batch was received
         return self._launch(payload, name, done, fresh=fresh)
 
     def _launch(

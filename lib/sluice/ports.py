@@ -353,6 +353,12 @@ class Records(Protocol):
 
     def record_duplicate(self, *, key: str, message_id: str, now: float) -> None: ...
 
+    def first_sighting(self, *, key: str, message_id: str, now: float) -> bool:
+        """Record that SQS message ``message_id`` of ``key`` was refused by a holder that may have
+        ended (``sluice.message_branches``). True the first time; False when an earlier receive of
+        the same message recorded it (that receive was at least the consistency window ago)."""
+        ...
+
     def record_already_done(self, *, key: str, message_id: str, now: float) -> None:
         """Count a run-once message of a key that had SUCCEEDED already (``already_done``)."""
         ...

@@ -174,10 +174,6 @@ def test_a_vanished_run_once_success_lets_the_key_run_once_more(session):
     assert stack.running() == [], "a run-once key whose run SUCCEEDED started again"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a stale RUNNING answer for a just-ended run, its key held by another, marks the key redriven; every later message of the key is then held back by a run that ended",
-)
 def test_a_stale_running_answer_marks_a_key_redriven_and_holds_its_messages_back_for_good(session):
     """e1 of k FAILED and its event released it. n2 of k is claimed and started. Within seconds a
     reconciliation gets the stale answers the bound allows for e1 (listed RUNNING, described

@@ -281,7 +281,7 @@ def test_set_max_changes_the_parameter_and_the_next_tick_obeys(env, cli, tmp_pat
     assert len(env.running()) == 2
 
     lowered = cli("set-max", 1)
-    assert "2 are running, more than 1: no new start until fewer than 1 run." in lowered.out
+    assert "2 are running, more than 1: no new start until none runs." in lowered.out
     assert cli("tick", "--json").json["started"] == 0
 
 

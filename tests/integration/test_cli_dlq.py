@@ -114,7 +114,7 @@ def test_redrive_all_and_an_invalid_payload_comes_back(env, cli, dead):
     run = cli("dlq", "redrive", "--all")
 
     assert run.code == 0
-    assert run.out.startswith("redrove 2 message(s) to the main queue")
+    assert run.out.startswith("redrove 2 messages to the main queue")
     assert "comes back to the DLQ unless it was fixed" in run.out
     assert env.queue_counts(env.settings.dlq_url) == (0, 0)
     assert env.queue_counts() == (2, 0)
@@ -167,7 +167,7 @@ def test_a_redrive_that_dies_before_the_delete_is_not_sent_twice(env, cli, dead)
 
 def test_delete_drops_only_the_named_message(env, cli, dead):
     run = cli("dlq", "delete", "--id", dead["invalid_dlq"])
-    assert run.code == 0 and run.out.startswith("deleted 1 message(s) from the DLQ")
+    assert run.code == 0 and run.out.startswith("deleted 1 message from the DLQ")
     assert [m["MessageId"] for m in _peek(env)] == [dead["moved"]]
     assert env.queue_counts() == (0, 0)
     assert cli("dlq", "delete").code == 2  # --id is required

@@ -397,7 +397,7 @@ def test_redrive_sends_a_lanes_dead_letters_back_to_its_queue(deployed, cli, tmp
     run = cli("dlq", "redrive", "--all")
 
     assert run.code == 0, run.err
-    assert run.out.startswith("redrove 2 message(s) to their lanes' queues")
+    assert run.out.startswith("redrove 2 messages to their lanes' queues")
     assert "(lane gpu)" in run.out and "(lane backfill)" in run.out
     assert counts(deployed) == {"gpu": (1, 0), "backfill": (1, 0), "default": (0, 0)}
     assert deployed.queue_counts(deployed.settings.dlq_url) == (0, 0)
@@ -419,7 +419,7 @@ def test_redrive_leaves_a_message_whose_lane_is_unknown_here_unless_told(stack, 
     monkeypatch.setenv("SLUICE_LANE_QUEUES", lane_queues(stack))
     run = sluice(capsys, "dlq", "redrive", "--all", "--lane", "backfill", session=stack.session)
     assert run.code == 0, run.err
-    assert run.out.startswith("redrove 1 message(s) to lane backfill's queue")
+    assert run.out.startswith("redrove 1 message to lane backfill's queue")
     (m,) = receive_all(stack, url(stack, "backfill"))
     assert m["MessageAttributes"][LANE_ATTRIBUTE]["StringValue"] == "backfill"
 

@@ -102,4 +102,4 @@ def test_enqueue_once_is_not_started_again_after_a_success(env, capsys, tmp_path
     summary = env.launcher().tick()
     assert [e["name"] for e in env.executions()] == [first]
     assert summary.n(Outcome.ALREADY_DONE) == 1
-    assert "1 run-once message(s) acknowledged" in sluice(capsys, "status", "k1", session=env.session).out
+    assert "1 run-once message acknowledged" in sluice(capsys, "status", "k1", session=env.session).out

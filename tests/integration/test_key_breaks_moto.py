@@ -69,6 +69,7 @@ def test_a_claim_blocked_before_its_start_never_starts(make_world):
     world.check()
     assert runs_of(world, "j") == [e1], "j ran twice"
     assert world.holders(world.table()) == {e1}, "the redriven run holds j's slot"
+    world.advance(WINDOW + 1)  # n2's message, refused by e1 (RUNNING), is looked at again a window later
     world.tick("A")
     world.check()
     assert world.queue_depth() == 0, "n2's message was settled as a duplicate of e1"
@@ -97,6 +98,9 @@ def test_a_hand_over_blocked_before_its_start_never_starts(make_world):
     world.check()
     assert runs_of(world, "j") == [e1], "j ran twice"
     assert world.holders(world.table()) == {e1}, "the redriven run holds j's slot"
+    world.advance(WINDOW + 1)  # n2's message, refused by e1 (RUNNING), is looked at again a window later
+    world.tick("A")
+    world.check()
     assert world.queue_depth() == 0, "n2's message was settled as a duplicate of e1"
     world.settle()
 

@@ -268,11 +268,12 @@ def test_a_start_refused_as_existing_and_reported_missing_keeps_its_claim(make_w
 # -- the duplicate check: a just-ended holder reported RUNNING ---------------------------------------
 
 
-def test_a_resubmission_just_after_its_keys_run_ended_is_its_duplicate(session):
+def test_a_resubmission_just_after_its_keys_run_ended_is_looked_at_again(session):
     """p's run ended a moment ago; its status event is on the way. A re-submission of p finds the
-    lease held and DescribeExecution still says RUNNING: it is suppressed as a duplicate of that run,
-    as if it had arrived up to the bound earlier, while it ran (docs/protocol.md, "Staleness"). The
-    run's release then comes from its event, and the slot is free."""
+    lease held and DescribeExecution still says RUNNING: the answer may be stale, so it is not
+    dropped but sent back to the queue for the consistency window (docs/protocol.md, "Staleness";
+    tests/integration/test_stale_duplicate_moto.py follows it to its start). The run's release
+    then comes from its event, and the slot is free."""
     stack = build_stack(session, max_concurrency=2)
     stack.send({"id": "p"}, group="g0")
     stack.launcher().tick()
@@ -283,8 +284,8 @@ def test_a_resubmission_just_after_its_keys_run_ended_is_its_duplicate(session):
     with stale_describe(rt.client("stepfunctions"), p, RUNNING) as fired:
         summary = rt.launcher().admit()
     assert fired[RUNNING] == 1
-    assert summary.n(Outcome.DUPLICATE) == 1 and stack.queue_counts() == (0, 0)
-    assert stack.runtime().store().payload("p").duplicates == 1
+    assert summary.n(Outcome.RECHECK) == 1 and stack.queue_counts() == (0, 1)
+    assert stack.runtime().store().payload("p").duplicates == 0
     event = status_change_event(stack.settings.state_machine_arn, p, "SUCCEEDED")
     from sluice.completion import StatusChange, settle_status_change
 

@@ -80,6 +80,7 @@ from tests.integration import test_launcher_moto as launching
 from tests.integration import test_parallel_fill as fill
 from tests.integration import test_parallel_fill_breaks as breaks_moto
 from tests.integration import test_parking_moto as parking_moto
+from tests.integration import test_stale_duplicate_moto as stale_duplicate
 from tests.reliability import machine as programs
 from tests.reliability import test_promise_breaks as breaks
 from tests.reliability.conftest import profile, profile_name
@@ -442,18 +443,39 @@ def test_live_records_with_a_ttl_are_caught(monkeypatch):
 
 
 def test_suppressing_a_duplicate_without_asking_whether_its_holder_ended_is_caught(monkeypatch):
+    """The second look, a window after a stale RUNNING answer, suppresses without asking: the
+    holder ended before the re-submission was sent, its event is still on the way, and no
+    reconciliation has judged it yet (promise 3)."""
     duplicate = Launcher._duplicate
 
-    def without_asking(self, payload, held, done):
+    def without_asking(self, payload, held, *rest):
         ask = self.executions.describe
         self.executions.describe = lambda *args, **kwargs: None
         try:
-            return duplicate(self, payload, held, done)
+            return duplicate(self, payload, held, *rest)
         finally:
             self.executions.describe = ask
 
     monkeypatch.setattr(Launcher, "_duplicate", without_asking)
-    caught(breaks.test_a_resubmission_after_the_end_and_before_the_release_runs)
+    assert "promise 3" in str(caught(resubmission_judged_twice))
+
+
+def test_the_resubmission_judged_twice_scenario_holds():
+    run(resubmission_judged_twice)
+
+
+def resubmission_judged_twice(make_world: Callable[..., World]) -> None:
+    """p ended, its event on the way; a re-submission of p is sent, refused by p's lease, sent back
+    for the window and judged again, with no reconciliation in between: it must run."""
+    world = make_world(max_concurrency=2)
+    p = stale_duplicate.ended_holder(world)
+    world.send(body("p"), group="g1")
+    stale_duplicate.admit(world)
+    world.advance(WINDOW + 1)
+    stale_duplicate.admit(world)
+    world.check()
+    assert len(breaks.runs_of(world, "p")) == 2, f"the re-submission never ran beside {p}'s end"
+    world.settle()
 
 
 def test_an_unbounded_payload_history_is_caught(monkeypatch):
@@ -602,9 +624,9 @@ def test_a_resumed_claim_rolled_back_when_its_start_is_throttled_is_caught(monke
     resume that does not ask, which is how it is caught here."""
     attempt = Launcher._attempt
 
-    def rolls_back_resumes(self, payload, name, done):
+    def rolls_back_resumes(self, payload, name, *rest):
         try:
-            return attempt(self, payload, name, done)
+            return attempt(self, payload, name, *rest)
         except AmbiguousStartError:
             raise
         except TransientError as exc:

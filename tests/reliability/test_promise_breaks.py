@@ -234,6 +234,9 @@ def test_a_claim_of_a_key_whose_earlier_run_was_redriven_never_starts(make_world
     world.check()
     assert runs_of(world, "p2") == [first], "p2 ran twice"
     assert world.holders(world.table()) == {first}, "the redriven run holds p2's slot"
+    world.advance(WINDOW + 1)  # refused by the adopted run (RUNNING): looked at again a window later
+    world.tick("A")
+    world.check()
     assert world.queue_depth() == 0, "the re-submission was settled as a duplicate"
     world.settle()
 
@@ -271,6 +274,9 @@ def test_a_redriven_run_refused_adoption_keeps_its_key_when_the_holder_ends(make
     world.check()
     assert runs_of(world, "p0") == [first, second], "p0 ran beside its redriven run"
     assert world.holders(world.table()) == {first}, "the redriven run took p0's slot and lease"
+    world.advance(WINDOW + 1)  # refused by the adopted run (RUNNING): looked at again a window later
+    world.tick("A")
+    world.check()
     assert world.queue_depth() == 0, "the re-submission was settled as a duplicate"
     world.settle()
 

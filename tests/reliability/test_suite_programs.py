@@ -26,6 +26,7 @@ from tests.reliability.machine import (
     Enqueue,
     EnqueueAwaiting,
     EnqueueKeyed,
+    EnqueueOnce,
     ExpireTTL,
     Lose,
     Outside,
@@ -64,96 +65,82 @@ def broken(machine: type, program: Callable[[Any], None]) -> PromiseBroken:
 
 
 def once_program(state: Any) -> None:
-    """Found by test_a_claim_that_ignores_sluice_once_is_caught_by_the_suite at its 4th program: fx0
-    SUCCEEDED from a run-once message, then another run-once message of fx0 arrives."""
+    """Found by test_a_claim_that_ignores_sluice_once_is_caught_by_the_suite at its 4th program
+    (unshrunk, as the budget runs it): run-once messages of a/b and p1 arrive after their keys'
+    run-once runs SUCCEEDED."""
     state.build(
-        history=9000,
+        history=0,
         policy="suppress",
-        backlog=(
-            ("hash", "g1", False, True),
-            ("a/b", "g0", False, True),
-            ("a:b", "g2", True, False),
-            ("p2", "g2", False, True),
-            ("hash", "g1", False, False),
-            ("hash", "g2", True, True),
-            ("empty_object", "g0", False, True),
-        ),
-        lanes="",
-        max_concurrency=3,
-        skew=0.0,
         fill=1,
+        backlog=(
+            ("p2", "g0", False, False),
+            ("p1", "g1", False, False),
+            ("a:b", "g2", False, True),
+            ("a/b", "g1", True, False),
+        ),
+        max_concurrency=1,
+        skew=-3600.0,
+        lanes="a:1:0:2,b:2:0:1",
         key_concurrency=2,
     )
     state.promises_hold()
+    state.act(action=Deliver(5, ("interleave", "after_release", "tick")))
+    state.promises_hold()
+    state.act(action=Tick(launcher="A", wait=181, fault=("crash_on_call", "before", 6), new_max=None))
+    state.promises_hold()
+    state.act(action=Tick(launcher="both", wait=181, fault=None, new_max=5))
+    state.promises_hold()
+    state.act(action=Deliver(5, None))
+    state.promises_hold()
+    state.act(action=EnqueueOnce(name="p2", group="g0"))
+    state.promises_hold()
+    state.act(action=End(execution=7, status="ABORTED", delivery="now"))
+    state.promises_hold()
     state.act(
-        action=EndWithEffects(
-            execution=4,
-            effects=(("w0", False, ()), ("p1", False, ()), ("fx0", False, ("never-enqueued", "w0"))),
-            delivery="twice",
+        action=Tick(
+            launcher="B", wait=901, fault=("throttle_after", "key_wake", "DeleteMessageBatch"), new_max=3
         )
     )
     state.promises_hold()
-    state.act(action=Deliver(6, None))
+    state.act(action=Deliver(6, ("throttle", "SendMessage", 1000000)))
     state.promises_hold()
-    state.act(action=Deliver(6, None))
+    state.act(action=Tick(launcher="both", wait=901, fault=("throttle", "lane_limit", 2), new_max=None))
     state.promises_hold()
-    state.act(action=EnqueueAwaiting(name="w0", group="g1", awaits=("fx0",), once=False, lane=7))
+    state.act(action=Deliver(6, ("throttle", "BatchGetItem", 1)))
+    state.promises_hold()
+    state.act(action=Tick(launcher="A", wait=5, fault=("crash_on_call", "before", 1), new_max=None))
+    state.promises_hold()
+    state.act(action=End(execution=0, status="ABORTED", delivery="later"))
+    state.promises_hold()
+    state.act(action=Redeliver(6))
+    state.promises_hold()
+    state.act(action=Deliver(5, ("crash", "after_key_advance", 1)))
+    state.promises_hold()
+    state.act(action=Tick(launcher="both", wait=61, fault=("crash_on_call", "after", 1), new_max=None))
+    state.promises_hold()
+    state.act(action=Tick(launcher="both", wait=61, fault=("crash_on_call", "after", 2), new_max=None))
+    state.promises_hold()
+    state.act(action=EnqueueOnce(name="a/b", group="g2"))
     state.promises_hold()
     state.act(
         action=EnqueueAwaiting(
-            name="w1", group="g0", awaits=("p2", "never-enqueued", "w0"), once=False, lane=0
+            name="w2", group="g2", awaits=("w0", "p0", "never-enqueued"), once=False, lane=None
         )
     )
     state.promises_hold()
-    state.act(action=End(execution=2, status="TIMED_OUT", delivery="twice"))
+    state.act(action=Enqueue((("a:b", "g0", True, False), ("a/b", "g2", False, False))))
     state.promises_hold()
-    state.act(action=Deliver(2, ("crash", "after_renew", 1)))
-    state.promises_hold()
-    state.act(action=Lose(4))
-    state.promises_hold()
-    state.act(action=Deliver(5, ("crash", "before_wake", 1)))
-    state.promises_hold()
-    state.act(action=Tick(launcher="B", wait=5, fault=("attempts", "throttled_every_time", 0), new_max=None))
-    state.promises_hold()
-    state.act(action=EnqueueAwaiting(name="w2", group="g1", awaits=("fx0",), once=False, lane=7))
-    state.promises_hold()
-    state.act(action=Tick(launcher="A", wait=181, fault=("crash_on_call", "after", 2), new_max=None))
-    state.promises_hold()
-    state.act(action=End(execution=3, status="SUCCEEDED", delivery="now"))
-    state.promises_hold()
-    state.act(action=Tick(launcher="A", wait=181, fault=("throttle", "BatchGetItem", 1), new_max=None))
-    state.promises_hold()
-    state.act(action=End(execution=5, status="ABORTED", delivery="lost"))
-    state.promises_hold()
-    state.act(action=Enqueue((("too_deep", "g2", True, True), ("p1", "g0", False, False))))
-    state.promises_hold()
-    state.act(action=End(execution=4, status="FAILED", delivery="later"))
+    state.act(action=Enqueue((("p0", "g2", True, False),)))
     state.promises_hold()
     state.act(
-        action=Enqueue(
-            (("p1", "g2", True, True), ("hash", "g2", True, False), ("p1", "g2", False, True)),
-        )
+        action=Tick(launcher="A", wait=0, fault=("throttle_after", "key_park", "SendMessage"), new_max=None)
     )
     state.promises_hold()
-    state.act(action=Deliver(6, ("interleave", "after_claim", "tick")))
+    state.act(action=EndWithEffects(execution=2, effects=(("fx1", True, ()),), delivery="later"))
     state.promises_hold()
-    state.act(
-        action=EndWithEffects(
-            execution=7,
-            effects=(("fx0", False, ("p1",)), ("fx0", True, ()), ("p1", False, ())),
-            delivery="lost",
-        )
-    )
+    state.act(action=EnqueueOnce(name="p1", group="g1"))
     state.promises_hold()
-    state.act(action=End(execution=0, status="FAILED", delivery="now"))
-    state.promises_hold()
-    state.act(
-        action=Tick(launcher="A", wait=901, fault=("throttle", "ListExecutions", 1000000), new_max=None)
-    )
-    state.promises_hold()
-    state.act(action=Enqueue((("a/b", "g1", False, False),)))
-    state.promises_hold()
-    state.act(action=Deliver(1, None))
+    state.act(action=EnqueueOnce(name="hash", group="g1"))
     state.promises_hold()
 
 

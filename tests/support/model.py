@@ -185,6 +185,13 @@ class Model:
         self.dead_lettered: dict[str, str] = {}  # message id -> reason
         # message id -> (holder named by its refused claim, whether that holder had ended by then)
         self.refused_by: dict[str, tuple[str, bool]] = {}
+        # A duplicate is one of a run that ended after the message was sent (docs/protocol.md,
+        # "Staleness": a re-submission sent after its key's run ended must run): the order of each
+        # message's send (else its first refused claim) and of each execution's latest end.
+        self.sent_order: dict[str, int] = {}
+        self.first_refused: dict[str, int] = {}
+        self.ended_order: dict[str, int] = {}
+        self.order = 0
         self.finished: set[str] = set()  # ended in Step Functions, and not running again
         self.outside: set[str] = set()  # RUNNING, not held by Sluice: started by hand, or redriven
         self.parked: set[str] = set()  # message ids parked in the table (deferred duplicates)
@@ -242,6 +249,8 @@ class Model:
     def sent_message(self, sent: Sent) -> None:
         with self.lock:
             self.sent[sent.message_id] = sent
+            self.order += 1
+            self.sent_order[sent.message_id] = self.order
 
     def machine_switched(self, state_machine_arn: str) -> None:
         with self.lock:
@@ -255,6 +264,8 @@ class Model:
         with self.lock:
             key = self.running.pop(name, None)
             self.finished.add(name)
+            self.order += 1
+            self.ended_order[name] = self.order
             self.outside.discard(name)
             if key is None or status is None:
                 return
@@ -543,6 +554,8 @@ class Model:
         holder = reasons[lease].get("Item", {}).get("holder", {}).get("S")
         if holder:
             message_id = self.logical(self._claimed_item(call)["message_id"]["S"])
+            self.order += 1
+            self.first_refused.setdefault(message_id, self.order)
             self.refused_by[message_id] = (holder, holder in self.finished)
 
     def _on_hand_over(self, call: Call, parsed: dict[str, Any]) -> None:
@@ -809,6 +822,9 @@ class Model:
     def _on_duplicate(self, call: Call, parsed: dict[str, Any]) -> None:
         message_id = self.logical(call.params["ExpressionAttributeValues"][":mid"]["S"])
         holder, holder_had_ended = self.refused_by.get(message_id, (None, False))
+        # Ended, and before the message was sent: the message came after its end.
+        first = self.sent_order.get(message_id, self.first_refused.get(message_id, 0))
+        holder_had_ended = holder_had_ended and self.ended_order.get(holder or "", first) < first
         holder_message = self.claims.get(holder or "")
         if holder_message is None:
             self.violations.append(
@@ -822,7 +838,7 @@ class Model:
         elif holder_had_ended and self.check_ended_holders:
             self.violations.append(
                 f"promise 3: a re-submission was suppressed as a duplicate of an execution that had already "
-                f"ended: message {message_id} behind {holder}, which had ended before its claim was refused"
+                f"ended: message {message_id} behind {holder}, which had ended before it was sent"
             )
             self.duplicates.add(message_id)  # reported once, here, not again at its delete
         else:

@@ -95,6 +95,9 @@ def test_duplicate_of_a_running_payload_is_suppressed_and_counted():
     w.send({"id": "same", "v": 1})
     w.launcher.tick()
     w.send({"id": "same", "v": 2})
+    # The holder reads RUNNING, an answer that may be stale: looked at again a window later.
+    assert w.launcher.tick().n(Outcome.RECHECK) == 1 and len(w.queue) == 1
+    w.clock.advance(w.settings.consistency_window_seconds)
     s = w.launcher.tick()
     assert s.n(Outcome.DUPLICATE) == 1 and len(w.sfn.running) == 1 and len(w.queue) == 0
     assert w.store.payload("same").duplicates == 1

@@ -1,7 +1,8 @@
 """``sluice``: the operator's command line.
 
     sluice enqueue FILE|-            send payloads (one JSON object, a JSON array, or JSON Lines)
-    sluice status [PAYLOAD_ID]       overview, or one payload's record and execution history
+    sluice status [PAYLOAD_ID]       overview, or one payload's record and execution history (no
+                                     record: what holds starts; --lane, --concurrency-key narrow it)
     sluice set-max N                 change MAX at run time (0 pauses)
     sluice pause | resume            MAX to 0 and back to the value it had
     sluice dlq list                  show dead-lettered messages without consuming them
@@ -10,7 +11,8 @@
     sluice tick                      one launcher tick, run here
     sluice semaphore set NAME N      put a semaphore's limit in force (creates it; 0 pauses the section)
     sluice semaphore status [NAME]   one semaphore's holders and waiters, or every semaphore
-    sluice semaphore asl NAME --function ARN   the Acquire/Release states to copy (no AWS call)
+    sluice semaphore asl NAME [--function ARN]  the Acquire/Release states to copy (no AWS call
+                                     with --function; else the stack output SemaphoreFunctionArn)
 
 Resources are found from the CloudFormation stack's outputs (``--stage`` → stack ``sluice-<stage>``,
 or ``--stack``; ``--region``); any ``SLUICE_*`` environment variable set overrides its output, and
@@ -21,6 +23,7 @@ Tables for people by default, ``--json`` for scripts (``render.py``).
     app.py         the parser, ``main`` and what an error means for the exit code
     context.py     finding the stack and the deployed launcher's settings
     render.py      exit codes, tables, times, the progress bar
+    room.py        what holds starts, in words (status of a payload with no record; why a tick stopped)
     enqueue.py, status.py, maximum.py, dlq.py, local_tick.py, semaphore.py: one command group each
 
 Nothing here runs in Lambda; the package is left out of the Lambda zip (serverless.yml).
@@ -31,6 +34,7 @@ Exit codes:
     2  usage or configuration: bad arguments, stack or credentials missing, setting invalid
     3  AWS unavailable or throttling: nothing is known to be wrong, try again
   130  interrupted (Ctrl-C); DLQ messages in hand are made visible again first
+  141  standard output closed (``sluice ... | head``): stopped quietly, as shells report SIGPIPE
 """
 
 from sluice.cli.app import build_parser, main

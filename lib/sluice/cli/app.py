@@ -13,13 +13,15 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from sluice.adapters.errors import THROTTLING, error_code, translate_client_error
 from sluice.adapters.ssm import MAX_CEILING, MaxAboveCeiling, whole_number
+from sluice.asl import MAX_SECONDS
 from sluice.cli.context import DEFAULT_REGION, make_context
 from sluice.cli.dlq import cmd_dlq_delete, cmd_dlq_list, cmd_dlq_redrive
 from sluice.cli.enqueue import cmd_enqueue
 from sluice.cli.local_tick import DEFAULT_TICK_SECONDS, cmd_tick
 from sluice.cli.maximum import cmd_pause, cmd_resume, cmd_set_max
-from sluice.cli.render import EXIT_AWS, EXIT_CONFIG, EXIT_INTERRUPTED
+from sluice.cli.render import EXIT_AWS, EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_PIPE
 from sluice.cli.semaphore import (
+    DEFAULT_SECTION,
     cmd_semaphore_asl,
     cmd_semaphore_set,
     cmd_semaphore_status,
@@ -130,7 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sluice",
         description="Operate Sluice: enqueue payloads, watch and tune concurrency, handle the DLQ.",
-        epilog="Exit codes: 0 ok, 1 partly done or not found, 2 usage or configuration, 3 AWS unavailable.",
+        epilog="Exit codes: 0 ok, 1 partly done or not found, 2 usage or configuration, 3 AWS unavailable, "
+        "130 interrupted, 141 standard output closed (`| head`).",
         parents=[_common(defaults=True)],
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -163,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--after",
+        type=_not_empty("the awaited key"),
         action="append",
         default=[],
         metavar="KEY",
@@ -202,6 +206,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("payload_id", nargs="?", help="payload key (its 'id')")
     p.add_argument(
         "--tree", action="store_true", help="with a key: what it awaits and what awaits it, with states"
+    )
+    p.add_argument(
+        "--lane",
+        type=_not_empty("the lane name"),
+        metavar="NAME",
+        help="lane NAME only: its MAX, pool and queue (with a payload key: what holds starts there)",
+    )
+    p.add_argument(
+        "--concurrency-key",
+        type=_not_empty("the concurrency key"),
+        metavar="KEY",
+        help="concurrency key KEY's cap, runs and line (with a payload key: whether the key holds it)",
     )
     p.set_defaults(func=cmd_status)
 
@@ -245,11 +261,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("pause", parents=common, help="set MAX to 0, remembering the current value")
     p.add_argument(
-        "--lane", metavar="NAME", help="pause lane NAME only: nothing starts there, the other lanes go on"
+        "--lane",
+        type=_not_empty("the lane name"),
+        metavar="NAME",
+        help="pause lane NAME only: nothing starts there, the other lanes go on",
     )
     p.set_defaults(func=cmd_pause)
     p = sub.add_parser("resume", parents=common, help="restore the MAX that pause remembered")
-    p.add_argument("--lane", metavar="NAME", help="resume lane NAME, with the MAX it had")
+    p.add_argument(
+        "--lane",
+        type=_not_empty("the lane name"),
+        metavar="NAME",
+        help="resume lane NAME, with the MAX it had",
+    )
     p.set_defaults(func=cmd_resume)
 
     dlq = sub.add_parser("dlq", parents=common, help="list, redrive or delete dead-lettered messages")
@@ -275,6 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--all", action="store_true", help="every message in the DLQ")
     p.add_argument(
         "--lane",
+        type=_not_empty("the lane name"),
         metavar="NAME",
         help="send them to lane NAME's queue (default: each message's own lane, from the queue it came from "
         "or its sluice-lane attribute)",
@@ -307,25 +332,42 @@ def build_parser() -> argparse.ArgumentParser:
         "asl", parents=common, help="print the Acquire/Release states to copy into a workflow (no AWS call)"
     )
     p.add_argument("name", type=semaphore_name, metavar="NAME")
-    p.add_argument("--function", required=True, metavar="ARN", help="ARN of Sluice's semaphore function")
     p.add_argument(
-        "--section", default="CriticalSection", help="first state of your section (default %(default)s)"
+        "--function",
+        type=_not_empty("the function ARN"),
+        metavar="ARN",
+        help="ARN of Sluice's semaphore function (default: the stack output SemaphoreFunctionArn; "
+        "given, no AWS call is made)",
     )
-    p.add_argument("--next", help="state after the section (default: the execution ends after Release)")
+    p.add_argument(
+        "--section",
+        metavar="STATE",
+        help=f"first state of your section (default {DEFAULT_SECTION}; not with --wrap)",
+    )
+    p.add_argument(
+        "--next",
+        metavar="STATE",
+        help="state after the section (default: the execution ends after Release; not with --wrap)",
+    )
     p.add_argument(
         "--acquisition-id", help="names this acquisition in the execution (default: from --section)"
     )
     p.add_argument(
-        "--timeout", type=int, metavar="SECONDS", help="TimeoutSeconds of Acquire: the longest wait"
+        "--timeout",
+        type=_count(1, MAX_SECONDS),
+        metavar="SECONDS",
+        help="TimeoutSeconds of Acquire: the longest wait",
     )
-    p.add_argument("--heartbeat", type=int, metavar="SECONDS", help="HeartbeatSeconds of Acquire")
+    p.add_argument(
+        "--heartbeat", type=_count(1, MAX_SECONDS), metavar="SECONDS", help="HeartbeatSeconds of Acquire"
+    )
     p.add_argument("--label", help="names the added states (default: the semaphore's name)")
     p.add_argument(
         "--wrap",
         metavar="FILE",
         help="print this state machine definition (- for standard input) held under NAME",
     )
-    p.set_defaults(func=cmd_semaphore_asl, offline=True)
+    p.set_defaults(func=cmd_semaphore_asl)
 
     p = sub.add_parser("tick", parents=common, help="run one launcher tick here, with the deployed settings")
     p.add_argument(
@@ -343,13 +385,59 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, *, session: Any = None, clock: Any = None) -> int:
     """Run one command; returns the exit code. ``session`` (a boto3 Session) and ``clock`` (a
     ``Clock``, with ``sleep`` for ``sluice wait``) are for embedding and tests."""
+    try:
+        code = _parse_and_run(argv, session, clock)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+    except BrokenPipeError:
+        return _pipe_closed()
+    return code
+
+
+def _parse_and_run(argv: list[str] | None, session: Any, clock: Any) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        _check_together(parser, args)
     except SystemExit as exc:  # usage errors (2) and --help (0); returned so main() can run in-process
         return int(exc.code or 0) if not isinstance(exc.code, str) else EXIT_CONFIG
+    return _run(args, session, clock)
+
+
+def _check_together(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Options that mean nothing without another: refused, never silently ignored."""
+    command = args.command
+    if command == "status" and args.payload_id is None and args.tree:
+        parser.error("status --tree needs a payload key: sluice status KEY --tree")
+    if command == "enqueue" and args.on_await_failure is not None and not args.after:
+        parser.error("enqueue --on-await-failure needs --after KEY: without it nothing is awaited")
+    if command == "semaphore" and args.semaphore_command == "asl" and args.wrap is not None:
+        given = [option for option, value in (("--section", args.section), ("--next", args.next)) if value]
+        if given:
+            parser.error(
+                f"semaphore asl --wrap holds the whole definition under the semaphore: {' and '.join(given)} "
+                "are for the states to copy (without --wrap)"
+            )
+
+
+def _offline(args: argparse.Namespace) -> bool:
+    """A command that needs no AWS: ``semaphore asl`` given ``--function``."""
+    return args.command == "semaphore" and args.semaphore_command == "asl" and args.function is not None
+
+
+def _pipe_closed() -> int:
+    """Standard output's reader went away (``sluice ... | head``): stop quietly, as the Python docs
+    advise: point standard output at /dev/null so that the flush at exit raises nothing more."""
     try:
-        if getattr(args, "offline", False):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor (standard output replaced in-process)
+        pass
+    return EXIT_PIPE
+
+
+def _run(args: argparse.Namespace, session: Any, clock: Any) -> int:
+    try:
+        if _offline(args):
             return int(args.func(args))
         return int(args.func(make_context(args, session, clock)))
     except TransientError as exc:
@@ -358,7 +446,7 @@ def main(argv: list[str] | None = None, *, session: Any = None, clock: Any = Non
         )
         return EXIT_AWS
     except SluiceError as exc:
-        print(f"sluice: {_credentials_problem(exc) or exc}", file=sys.stderr)
+        print(f"sluice: {_credentials_problem(exc) or exc}{_hint(args)}", file=sys.stderr)
         return EXIT_CONFIG
     except ClientError as exc:  # a call not wrapped in an adapter
         code = error_code(exc)
@@ -371,6 +459,8 @@ def main(argv: list[str] | None = None, *, session: Any = None, clock: Any = Non
     except BotoCoreError as exc:
         print(f"sluice: {_credentials_problem(exc) or exc}{_endpoint_hint()}", file=sys.stderr)
         return EXIT_AWS if "Could not connect" in str(exc) else EXIT_CONFIG
+    except BrokenPipeError:
+        raise  # main's: the reader of standard output went away
     except OSError as exc:
         print(f"sluice: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -394,6 +484,12 @@ def _credentials_problem(exc: BaseException) -> str | None:
         if isinstance(e, ClientError) and error_code(e) in CREDENTIAL_CODES:
             return f"{CREDENTIALS_HELP} (AWS said {error_code(e)})"
     return None
+
+
+def _hint(args: argparse.Namespace) -> str:
+    if args.command == "semaphore" and args.semaphore_command == "asl":
+        return " (or name the semaphore function with --function ARN: then no AWS call is made)"
+    return ""
 
 
 def _endpoint_hint() -> str:

@@ -51,6 +51,7 @@ DEFAULT_NEEDS = ("queue_url", "dlq_url", "table_name", "state_machine_arn", "max
 LAUNCHER_OUTPUT = "LauncherLambdaFunctionQualifiedArn"
 LAUNCHER_RESOURCE = "LauncherLambdaFunction"
 DEFAULT_REGION = "us-east-1"  # the stack's region when nothing names one (stack/region.js)
+STACK_OUTPUTS = "stack outputs"  # a need no SLUICE_* variable meets: the stack is read
 
 
 @dataclass
@@ -252,7 +253,8 @@ def _needs(args: argparse.Namespace) -> tuple[str, ...]:
     if command == "dlq":
         command = f"dlq {args.dlq_command}"
     if command == "semaphore":
-        return ("table_name",)
+        # ``asl`` without --function: the stack's output SemaphoreFunctionArn, which no variable names
+        return (STACK_OUTPUTS,) if args.semaphore_command == "asl" else ("table_name",)
     if command == "status" and getattr(args, "payload_id", None) is not None:
         return ("table_name",)
     lane = getattr(args, "lane", None)
@@ -278,7 +280,7 @@ def _needs(args: argparse.Namespace) -> tuple[str, ...]:
 def _resolve(args: argparse.Namespace, session: Any) -> tuple[Settings, str | None, dict[str, str]]:
     local = local_env()
     names = {**ENV_NAMES, "lane_queue_urls": LANE_QUEUES_ENV, "lanes": LANES_ENV}
-    if all(local.get(names[field]) for field in _needs(args)):
+    if all(local.get(names.get(field, "")) for field in _needs(args)):
         return Settings.from_env(local), None, {}
     stack = _stack_name(args)
     outputs = read_outputs(session, stack)

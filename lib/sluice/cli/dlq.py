@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from sluice.cli.context import Context
-from sluice.cli.render import EXIT_AWS, EXIT_OK, EXIT_PARTIAL, preview, usage, when
+from sluice.cli.render import EXIT_AWS, EXIT_OK, EXIT_PARTIAL, plural, preview, usage, when
 from sluice.ops.dlq import DlqReport, dlq_delete, dlq_list, dlq_redrive
 
 
@@ -68,7 +68,7 @@ def cmd_dlq_redrive(ctx: Context) -> int:
         where = "their lanes' queues"
     else:
         where = "the main queue"
-    lines = [f"redrove {len(report.done)} message(s) to {where}"]
+    lines = [f"redrove {plural(len(report.done), 'message')} to {where}"]
     for d in report.done:
         lines.append(
             f"  {d['dlq_message_id']} → {d['message_id']}" + (f" (lane {d['lane']})" if "lane" in d else "")
@@ -82,7 +82,7 @@ def cmd_dlq_redrive(ctx: Context) -> int:
 
 def cmd_dlq_delete(ctx: Context) -> int:
     report = dlq_delete(ctx.runtime, ctx.args.ids)
-    lines = [f"deleted {len(report.done)} message(s) from the DLQ"]
+    lines = [f"deleted {plural(len(report.done), 'message')} from the DLQ"]
     lines.extend(f"  {d['dlq_message_id']}" for d in report.done)
     return _finish_dlq(ctx, report, lines)
 

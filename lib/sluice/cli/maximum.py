@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from sluice.cli.context import Context
-from sluice.cli.render import EXIT_OK, in_force, lane_max, usage
+from sluice.cli.render import EXIT_OK, in_force, lane_max, plural, until_fewer, usage
 from sluice.errors import InvalidPayload
 from sluice.ops.keys import set_key_max
-from sluice.ops.lanes import change_lane
+from sluice.ops.lanes import change_lane, lane_states
 from sluice.ops.maximum import pause, resume, set_max
 from sluice.validation import check_key
 
@@ -34,14 +34,44 @@ def cmd_set_max(ctx: Context) -> int:
     elif result["running"] > result["max"]:
         lines.append(
             f"{result['running']} are running, more than {result['max']}: "
-            f"no new start until fewer than {result['max']} run."
+            f"no new start {until_fewer(result['max'])}."
         )
     if result["cleared_resume_max"] is not None:
         lines.append(
             f"This ends the pause: the value it remembered ({result['cleared_resume_max']}) is dropped."
         )
+    if result["max"] > 0:
+        lines.extend(_lanes_in_force(ctx, result))
     ctx.out("\n".join(lines), result)
     return EXIT_OK
+
+
+def _lanes_in_force(ctx: Context, result: dict[str, Any]) -> list[str]:
+    """On a stack with lanes, MAX is not the whole story: each lane's own limit holds too, and a
+    start takes a slot of both. Says each lane's limit and how many can run at once; adds
+    ``lanes`` and ``at_most`` to ``result``."""
+    lanes = ctx.lanes()
+    if not lanes:
+        return []
+    states = lane_states(ctx.runtime, lanes)
+    rows, total = [], 0
+    for lane, state in zip(lanes, states, strict=True):
+        follows = lane.implied and state["max"] is None and not state["paused"]
+        limit = result["max"] if follows else state["wanted"]  # the implied default lane follows MAX
+        total += limit
+        row = f"  {lane.name}  " + ("follows MAX" if follows else lane_max(state)) + f": limit {limit}"
+        if state["limit"] is None:
+            row += " from the next tick"
+        elif state["limit"] != limit:
+            row += f" from the next tick ({state['limit']} in force now)"
+        rows.append(row + f", {state['running']} running")
+        state["next_limit"] = limit
+    at_most = min(total, result["limit"])
+    result.update(lanes=states, at_most=at_most)
+    head = f"With lanes, each lane's own limit holds too: at most {at_most} run at once"
+    if total < result["limit"]:
+        head += f" (the lanes' limits add up to {total}; raise one with `sluice set-max N --lane NAME`)"
+    return [head + ":", *rows]
 
 
 def _set_key_max(ctx: Context) -> int:
@@ -63,7 +93,10 @@ def _set_key_max(ctx: Context) -> int:
         f"{after['running']} running, {after['waiting']} waiting, {after['on_the_way']} woken on the way."
     )
     if result["woken"]:
-        lines.append(f"{result['woken']} waiting payloads were sent back to the queue, oldest first.")
+        lines.append(
+            f"{plural(result['woken'], 'waiting payload')} "
+            f"{'was' if result['woken'] == 1 else 'were'} sent back to the queue, oldest first."
+        )
     elif "fair_lane" in after and after["waiting"]:
         lines.append(f"Its waiters are woken by fair lane {after['fair_lane']!r} at its next admission.")
     if after["cap"] == 0:
@@ -96,7 +129,7 @@ def _lane_lines(result: dict[str, Any], head: str) -> list[str]:
     elif after["running"] > after["wanted"]:
         lines.append(
             f"{after['running']} are running in lane {name}, more than {after['wanted']}: "
-            f"no new start there until fewer than {after['wanted']} run."
+            f"no new start there {until_fewer(after['wanted'])}."
         )
     return lines
 
@@ -181,9 +214,13 @@ def cmd_resume(ctx: Context) -> int:
             source = (
                 "the deployed default: nothing was remembered (paused by other means than `sluice pause`)"
             )
-        human = (
-            f"resumed: MAX {result['before'] if result['before'] is not None else result['before_raw']} → "
-            f"{result['max']} on {result['parameter']} ({source}).\n" + in_force(result)
+        human = "\n".join(
+            [
+                f"resumed: MAX {result['before'] if result['before'] is not None else result['before_raw']} → "
+                f"{result['max']} on {result['parameter']} ({source}).",
+                in_force(result),
+                *_lanes_in_force(ctx, result),
+            ]
         )
     ctx.out(human, result)
     return EXIT_OK

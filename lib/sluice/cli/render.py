@@ -9,6 +9,7 @@ from typing import Any
 
 EXIT_OK, EXIT_PARTIAL, EXIT_CONFIG, EXIT_AWS = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
+EXIT_PIPE = 141  # standard output's reader went away (`| head`), as shells report SIGPIPE
 
 
 def usage(message: str) -> int:
@@ -19,7 +20,7 @@ def usage(message: str) -> int:
 def in_force(result: dict[str, object]) -> str:
     """What ``apply_max`` put in force, for set-max, pause and resume."""
     outside = f", MAX less {result['external']} running outside Sluice" if result.get("external") else ""
-    return f"In force now: the next start obeys it ({result['limit']} slots for Sluice{outside})."
+    return f"In force now: the next start obeys it ({plural(result['limit'], 'slot')} for Sluice{outside})."
 
 
 def lane_max(state: dict[str, Any]) -> str:
@@ -35,6 +36,12 @@ def lane_max(state: dict[str, Any]) -> str:
 
 def plural(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def until_fewer(limit: int, verb: str = "run") -> str:
+    """When a start is allowed again over a lowered limit: ``until fewer than 3 run``, ``until none
+    runs`` (a limit of 1)."""
+    return "until none " + verb + "s" if limit <= 1 else f"until fewer than {limit} {verb}"
 
 
 def table(rows: list[tuple[str, str]]) -> str:

@@ -10,7 +10,8 @@ from typing import Any
 from sluice.adapters.ssm import MaxAboveCeiling, whole_number
 from sluice.asl import ERROR_PATH, StateNames, semaphore_states, wrap_definition
 from sluice.cli.context import Context
-from sluice.cli.render import EXIT_OK, EXIT_PARTIAL, plural, table, usage, when
+from sluice.cli.render import EXIT_OK, EXIT_PARTIAL, plural, table, until_fewer, usage, when
+from sluice.errors import ConfigurationError
 from sluice.ops.semaphore import MAX_LIMIT, semaphore_list, semaphore_set, semaphore_status
 from sluice.semaphore_model import BadSemaphoreName, check_name
 
@@ -52,8 +53,8 @@ def cmd_semaphore_set(ctx: Context) -> int:
         )
     elif r["holding"] > limit or r["frozen"]:
         lines.append(
-            f"{r['holding']} hold permits, more than {limit}: nobody is admitted until fewer than {limit} "
-            "hold (the semaphore is frozen until then)."
+            f"{r['holding']} hold permits, more than {limit}: nobody is admitted {until_fewer(limit, 'hold')} "
+            "(the semaphore is frozen until then)."
         )
     if r["granted"]:
         lines.append(f"{plural(len(r['granted']), 'waiter')} granted at once:")
@@ -73,10 +74,12 @@ def cmd_semaphore_status(ctx: Context) -> int:
             f"(create it with `sluice semaphore set {ctx.args.name} N`)",
             file=sys.stderr,
         )
+        if ctx.args.json:
+            ctx.out("", {"semaphore": ctx.args.name, "found": False})
         return EXIT_PARTIAL
     limit, holding = data["limit"], data["holding"]
     if data["frozen"]:
-        state = f"FROZEN: {holding} hold permits; nobody is admitted until fewer than {limit} hold"
+        state = f"FROZEN: {holding} hold permits; nobody is admitted {until_fewer(limit, 'hold')}"
     elif limit == 0:
         state = "PAUSED (limit 0): nobody is admitted"
     else:
@@ -137,11 +140,21 @@ def _list(ctx: Context) -> int:
     return EXIT_OK
 
 
-def cmd_semaphore_asl(args: argparse.Namespace) -> int:
-    """Print the states to copy (or a whole definition wrapped); needs no AWS."""
+FUNCTION_OUTPUT = "SemaphoreFunctionArn"
+DEFAULT_SECTION = "CriticalSection"
+
+
+def cmd_semaphore_asl(given: argparse.Namespace | Context) -> int:
+    """Print the states to copy (or a whole definition wrapped); needs no AWS when ``--function``
+    names the semaphore function, else the stack output ``SemaphoreFunctionArn`` names it."""
+    if isinstance(given, Context):
+        args, function = given.args, _function_of(given)
+    else:
+        args, function = given, given.function
+    section = args.section or DEFAULT_SECTION
     options: dict[str, Any] = {
         "semaphore": args.name,
-        "function_arn": args.function,
+        "function_arn": function,
         "acquisition_id": args.acquisition_id,
         "timeout_seconds": args.timeout,
         "heartbeat_seconds": args.heartbeat,
@@ -154,18 +167,31 @@ def cmd_semaphore_asl(args: argparse.Namespace) -> int:
                 definition = json.load(source)
             print(json.dumps(wrap_definition(definition, **options), indent=2))
             return EXIT_OK
-        states = semaphore_states(section=args.section, next=args.next, **options)
+        states = semaphore_states(section=section, next=args.next, **options)
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
         return usage(f"semaphore asl: {exc}")
     print(json.dumps(states, indent=2))
+    if function != args.function:
+        print(
+            f"(the semaphore function from the stack output {FUNCTION_OUTPUT}: {function})", file=sys.stderr
+        )
     if not args.json:
         names = StateNames(*states)
         print(
             f'Splice these into "States": point the state before your section at {names.acquire!r} (it goes on '
-            f"to {args.section!r}); point your section's last state at {names.release!r}; add to every Task, "
+            f"to {section!r}); point your section's last state at {names.release!r}; add to every Task, "
             f"Parallel and Map state of the section the Catch "
             f'{{"ErrorEquals": ["States.ALL"], "ResultPath": "{ERROR_PATH}", "Next": "{names.release_on_error}"}}. '
             "Or let `--wrap FILE` do it for a whole definition, or call sluice.asl.with_semaphore.",
             file=sys.stderr,
         )
     return EXIT_OK
+
+
+def _function_of(ctx: Context) -> str:
+    function = ctx.outputs.get(FUNCTION_OUTPUT, "").strip()
+    if not function:
+        raise ConfigurationError(
+            f"stack {ctx.stack} has no output {FUNCTION_OUTPUT} (deployed before the semaphore function?)"
+        )
+    return function

@@ -7,16 +7,27 @@ import time
 from typing import Any
 
 from sluice.cli.context import Context
-from sluice.cli.render import EXIT_OK, EXIT_PARTIAL, duration, lane_max, plural, table, when
+from sluice.cli.render import EXIT_OK, EXIT_PARTIAL, duration, lane_max, plural, table, until_fewer, when
+from sluice.cli.room import room_lines
+from sluice.lanes import DEFAULT_LANE
 from sluice.ops.awaits import awaits_status, tree_lines
-from sluice.ops.keys import payload_place
+from sluice.ops.keys import key_status, payload_place
+from sluice.ops.room import Room, read_room
 from sluice.ops.status import overview, payload_history
 from sluice.receipts import Receipt, read_receipt, wait_for
 
 EXIT_TIMEOUT = 2  # sluice wait: no receipt within --timeout
+NO_RECORD = (
+    "not received by the launcher yet (still in a queue, or in flight), never enqueued, or expired "
+    "(records are kept retentionDays)"
+)
+NO_QUEUE = "SLUICE_TABLE_NAME alone names no queue: set SLUICE_QUEUE_URL, or let the stack be read"
 
 
 def cmd_status(ctx: Context) -> int:
+    lane = ctx.args.lane
+    if lane is not None and (lane != DEFAULT_LANE or ctx.lanes()):
+        ctx.lane(lane)  # an unknown lane: a configuration error naming the lanes there are
     if ctx.args.payload_id is None:
         return _overview(ctx)
     key = ctx.args.payload_id
@@ -24,16 +35,26 @@ def cmd_status(ctx: Context) -> int:
     waits = awaits_status(ctx.runtime, key, tree=getattr(ctx.args, "tree", False))
     place = payload_place(ctx.runtime, key)
     if data is None and (waits["waiting"] or waits.get("awaited_by") or place):
+        narrowed = _narrowed_room(ctx)
         ctx.out(
-            "\n".join([f"payload     {key}", *_await_lines(waits), *_place_lines(place)]),
-            {"payload": None, "awaits": waits, "line": place},
+            "\n".join(
+                [f"payload     {key}", *_await_lines(waits), *_place_lines(place), *room_lines(narrowed)]
+            ),
+            {
+                "payload": None,
+                "awaits": waits,
+                "line": place,
+                **({"room": narrowed.as_dict()} if narrowed else {}),
+            },
         )
         return EXIT_OK
     if data is None:
-        print(f"sluice status: no record for payload {key!r}", file=sys.stderr)
-        return EXIT_PARTIAL
+        return _no_record(ctx, key, waits)
     data["awaits"] = waits
     data["line"] = place
+    narrowed = _narrowed_room(ctx)
+    if narrowed is not None:
+        data["room"] = narrowed.as_dict()
     p = data["payload"]
     expires = when(p["expires_at"]) if p["expires_at"] else ("never while it runs" if p["holder"] else "-")
     lines = [
@@ -47,7 +68,9 @@ def cmd_status(ctx: Context) -> int:
     if p["reason"]:
         lines.append(f"reason      {p['reason']}")
     if p["already_done"]:
-        lines.append(f"once        {p['already_done']} run-once message(s) acknowledged as already done")
+        lines.append(
+            f"once        {plural(p['already_done'], 'run-once message')} acknowledged as already done"
+        )
     if p.get("once_unknown"):
         lines.append(
             f"once        outcome of run {p['once_unknown']} unknown: run-once messages dead-lettered"
@@ -75,8 +98,41 @@ def cmd_status(ctx: Context) -> int:
             )
     lines.extend(_await_lines(waits))
     lines.extend(_place_lines(place))
+    lines.extend(room_lines(narrowed))
     ctx.out("\n".join(lines), data)
     return EXIT_OK
+
+
+def _room(ctx: Context) -> Room:
+    return read_room(
+        ctx.runtime,
+        ctx.lanes(),
+        lane=ctx.args.lane,
+        concurrency_key=ctx.args.concurrency_key,
+        deployed_default=ctx.deployed_default,
+    )
+
+
+def _narrowed_room(ctx: Context) -> Room | None:
+    """With ``--lane`` or ``--concurrency-key``, a payload's answer also shows that lane's or key's room."""
+    if ctx.args.lane is None and ctx.args.concurrency_key is None:
+        return None
+    return _room(ctx)
+
+
+def _no_record(ctx: Context, key: str, waits: dict[str, Any]) -> int:
+    """No record of the payload: what is known instead (exit 1, as any "not found")."""
+    print(f"sluice status: no record for payload {key!r}", file=sys.stderr)
+    head = [f"payload     {key}", f"record      none yet: {NO_RECORD}"]
+    data: dict[str, Any] = {"payload": None, "payload_id": key, "found": False, "awaits": waits, "line": None}
+    if not ctx.settings.queue_url:  # the environment named the table alone: no queue to look at
+        data["room"] = None
+        ctx.out("\n".join([*head, f"room        unknown: {NO_QUEUE}"]), data)
+        return EXIT_PARTIAL
+    room = _room(ctx)
+    data["room"] = room.as_dict()
+    ctx.out("\n".join([*head, *room_lines(room)]), data)
+    return EXIT_PARTIAL
 
 
 def _place_lines(place: dict[str, Any] | None) -> list[str]:
@@ -112,8 +168,13 @@ def _await_lines(waits: dict[str, Any]) -> list[str]:
 
 
 def _overview(ctx: Context) -> int:
-    data = overview(ctx.runtime, deployed_default=ctx.deployed_default, lanes=ctx.lanes())
+    lanes = ctx.lanes()
+    if ctx.args.lane is not None:
+        lanes = tuple(lane for lane in lanes if lane.name == ctx.args.lane)
+    data = overview(ctx.runtime, deployed_default=ctx.deployed_default, lanes=lanes)
     data["stack"] = ctx.stack
+    if ctx.args.concurrency_key is not None:
+        data["keys"] = [key_status(ctx.runtime, ctx.args.concurrency_key)]
     mx = data["max"]
     if data["max_error"]:
         max_line = (
@@ -129,7 +190,7 @@ def _overview(ctx: Context) -> int:
     if mx == 0:
         running += " (paused: a freed slot is not refilled)"
     elif data["limit"] is not None and data["running"] > data["limit"]:
-        running += f" of {data['limit']} (over the limit: no new start until fewer than {data['limit']} run)"
+        running += f" of {data['limit']} (over the limit: no new start {until_fewer(data['limit'])})"
     elif data["limit"] is not None:
         running += f" of {data['limit']} ({data['free']} free)"
     if data["limit_next_tick"] is not None:

@@ -6,6 +6,7 @@ that the CLI prints as a table or as JSON. AWS failures arrive as ``sluice.error
     maximum.py     read MAX, set-max, pause, resume (the SSM parameter and its tags)
     lanes.py       a lane's MAX, pause and resume (its LANE# setting and its pool's caps), every lane
     status.py      the overview and one payload's history
+    room.py        what holds starts now (MAX, pause, the pools, lanes, a key's line), why a tick stopped
     dlq.py         list, redrive and delete dead-lettered messages
     local_tick.py  one launcher tick, run here
     semaphore.py   a semaphore's limit, one semaphore's holders and waiters, every semaphore

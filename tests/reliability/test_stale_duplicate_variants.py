@@ -1,0 +1,102 @@
+"""Broken variants of the duplicate check's and the redriven mark's rules under a stale
+DescribeExecution (docs/protocol.md, "Staleness"): each patched in for one test, the scenario of
+tests/integration/test_stale_duplicate_moto.py or tests/integration/test_breaker_findings.py must
+then fail with a broken promise or a wrong AWS state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import sluice.adapters.dynamodb
+import sluice.adapters.sqs
+import sluice.launcher
+import sluice.message_branches
+from sluice.completion import earlier_end
+from sluice.model import Outcome
+from tests.integration import test_breaker_findings as findings
+from tests.integration import test_stale_describe_moto as stale_describe
+from tests.integration import test_stale_duplicate_moto as stale_duplicate
+from tests.reliability.promises import PromiseBroken
+
+
+def test_a_duplicate_check_that_drops_on_its_first_running_answer_is_caught(monkeypatch, make_world):
+    """The sighting read as made already: the first RUNNING answer, stale, drops a re-submission sent
+    after its key's run ended (promise 3)."""
+    monkeypatch.setattr(sluice.adapters.dynamodb.DynamoStore, "first_sighting", lambda self, **_: False)
+    with pytest.raises(PromiseBroken, match="promise 3"):
+        stale_duplicate.test_a_resubmission_sent_after_its_keys_run_ended_runs(make_world)
+
+
+def test_a_recheck_that_returns_the_message_at_once_is_caught(monkeypatch, make_world):
+    """The message sent back without the consistency window: seen again at once, its answer is as
+    stale as the first, and the re-submission is dropped (promise 3)."""
+    release = sluice.adapters.sqs.SqsQueue.release
+
+    def at_once(self: Any, messages: Any, delay_seconds: int = 0) -> None:
+        release(self, messages, 0)
+
+    monkeypatch.setattr(sluice.adapters.sqs.SqsQueue, "release", at_once)
+    with pytest.raises(PromiseBroken, match="promise 3"):
+        stale_duplicate.test_a_resubmission_is_not_seen_again_before_the_window(make_world)
+
+
+def test_a_recheck_that_lets_its_group_run_ahead_is_caught(monkeypatch, make_world):
+    """The message sent back for the window, the pass going on with its group's later messages:
+    q of the same group starts before p's re-submission, out of order."""
+
+    class NoStop:
+        """``Outcome`` as the launcher sees it, with a RECHECK that never matches."""
+
+        RECHECK = object()
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(Outcome, name)
+
+    monkeypatch.setattr(sluice.launcher, "Outcome", NoStop())
+    with pytest.raises(AssertionError, match="q started before"):
+        stale_duplicate.test_the_group_behind_a_rechecked_message_waits_in_order(make_world)
+
+
+def test_a_redriven_mark_judged_by_a_stale_rule_for_good_is_caught(monkeypatch, session):
+    """The end a marked run's record holds taken for a stale answer however old the mark: the run
+    is adopted on it, the key's next message is its duplicate, and it never starts."""
+
+    def old_rule(self: Any, redriven: str, marked_by: float) -> bool:
+        record = self.store.execution(redriven)
+        info = self.executions.describe(redriven, record.arn) if record is not None else None
+        return info is not None and (not info.ended or earlier_end(info, record))
+
+    monkeypatch.setattr(sluice.message_branches.MessageBranches, "_still_runs", old_rule)
+    with pytest.raises(AssertionError, match="n3 of k never started"):
+        findings.test_a_stale_running_answer_marks_a_key_redriven_and_holds_its_messages_back_for_good(
+            session
+        )
+
+
+def test_a_redriven_mark_lifted_on_any_end_its_record_holds_is_caught(monkeypatch, make_world):
+    """The window of the mark ignored: a marked run answered with its earlier end (stale, just
+    after a real redrive) is taken as ended, the mark lifted, and the key claimed beside it
+    (promise 2)."""
+    monkeypatch.setattr(sluice.message_branches.MessageBranches, "_window_past", lambda self, since: True)
+    with pytest.raises((AssertionError, PromiseBroken)):
+        stale_describe.test_a_marked_key_answered_with_its_redriven_runs_earlier_end_is_not_lifted(make_world)
+
+
+def test_an_adopted_holders_earlier_end_taken_for_stale_for_good_is_caught(monkeypatch, session):
+    """The end an adopted holder had before its adoption taken for a stale answer however old the
+    adoption: the re-submission is held back behind a run that ended, and nothing starts."""
+    monkeypatch.setattr(
+        sluice.message_branches.MessageBranches, "_adopted_long_ago", lambda self, record: False
+    )
+    with pytest.raises(AssertionError, match="assert 0 == 1"):
+        stale_duplicate.test_a_resubmission_behind_an_adoption_taken_on_a_stale_answer_runs(session)
+
+
+def test_a_duplicate_check_that_drops_behind_a_vanished_holder_is_caught(monkeypatch, session):
+    """A holder whose state machine was deleted taken for a running one: seen twice, the
+    re-submission is dropped behind a run that had ended before it was sent (promise 3)."""
+    monkeypatch.setattr(sluice.message_branches.MessageBranches, "_vanished", lambda self, record: False)
+    with pytest.raises(AssertionError, match="dropped behind a run that ended"):
+        stale_duplicate.test_a_resubmission_behind_a_holder_on_a_deleted_machine_runs(session)
