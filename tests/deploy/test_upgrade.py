@@ -78,8 +78,10 @@ UPGRADES = (
         previous="9d81abe6729e20b964742deaa4be92942843ff53",
         changes=(
             "PAYLOAD#<key> gains redriven_more and once_unknown (written only in rare cases, read as "
-            "absent by the previous version); the stack gains an alarm topic, function alarms and a "
-            "dashboard; no record key, attribute meaning, message attribute or resource name changed"
+            "absent by the previous version); SIGHT#<message id> is new (under the suppress policy "
+            "only, cleanup by TTL, never read by the previous version); the stack gains an alarm "
+            "topic, function alarms and a dashboard; no record key, attribute meaning, message "
+            "attribute or resource name changed"
         ),
     ),
 )
