@@ -7,6 +7,9 @@
     sluice.zip            ──► PutObject into that bucket, under the S3 key the update template names
     update-stack template ──► UpdateStack (every resource; --param values were baked in at package time)
 
+Deployed again over a stack that exists (a new version over a running stage), the first step is
+skipped, as ``sls deploy`` skips it.
+
 ``EmbeddedAws.deploy`` does the same against the moto server and returns a ``Deployment``
 (``sluice.local.deployment``): the stack outputs, each function as deployed (handler, timeout,
 environment read back with GetFunctionConfiguration, and its code: the zip fetched back from the
@@ -213,13 +216,17 @@ class EmbeddedAws:
     # -- deploy -------------------------------------------------------------------------------
 
     def deploy(self, package_dir: Path, stack_name: str) -> Deployment:
-        """Deploy what ``osls package`` wrote to ``package_dir``, as ``sls deploy`` does."""
+        """Deploy what ``osls package`` wrote to ``package_dir``, as ``sls deploy`` does: over the
+        stack ``stack_name`` when it exists (an upgrade), else into a new one."""
         cfn = self.client("cloudformation")
         create = json.loads((package_dir / CREATE_TEMPLATE).read_text())
         update = json.loads((package_dir / UPDATE_TEMPLATE).read_text())
 
-        cfn.create_stack(StackName=stack_name, TemplateBody=json.dumps(create), Capabilities=CAPABILITIES)
-        stack = self._settled(stack_name, "CREATE_COMPLETE")
+        if self._stack_exists(stack_name):
+            stack = cfn.describe_stacks(StackName=stack_name)["Stacks"][0]
+        else:
+            cfn.create_stack(StackName=stack_name, TemplateBody=json.dumps(create), Capabilities=CAPABILITIES)
+            stack = self._settled(stack_name, "CREATE_COMPLETE")
         bucket = _outputs(stack)["ServerlessDeploymentBucketName"]
 
         s3 = self.client("s3")
@@ -263,6 +270,17 @@ class EmbeddedAws:
         )
         self._deployments.append(deployment)
         return deployment
+
+    def _stack_exists(self, stack_name: str) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            stacks = self.client("cloudformation").describe_stacks(StackName=stack_name)["Stacks"]
+        except ClientError as error:
+            if "does not exist" in str(error):
+                return False
+            raise
+        return any(s["StackStatus"] != "DELETE_COMPLETE" for s in stacks)
 
     def _settled(self, stack_name: str, wanted: str) -> dict[str, Any]:
         cfn = self.client("cloudformation")
