@@ -39,6 +39,7 @@ COMPLETIONS = ("completion", "completion2", "completion3")
 STATUSES = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
 MAX_MESSAGES = 20
 MAX_BY_HAND = 3
+MAX_RESUBMITS = 10  # swarm runs: re-submissions of a just-ended payload, beyond MAX_MESSAGES
 PAYLOADS = 6  # payload ids p0..p5: copies of one payload arise by themselves
 CKEYS = 2
 ADVANCES = (1.0, 10.0, 61.0, 200.0, 1000.0)
@@ -91,6 +92,8 @@ class Actors:
         self.ex = explorer
         self.sent_count = 0
         self.by_hand = 0
+        self.ended_keys: list[str] = []  # the payload ids of ended runs, latest last (swarm: re-submits)
+        self.resubmitted = 0
         self.semaphore_limit: int | None = None  # the operator's last ``sluice semaphore set``
 
     @property
@@ -164,6 +167,8 @@ class Actors:
             if "semaphore" not in self.busy():
                 out.append(("semaphore_cold_start", 0.5, self.do_semaphore_cold_start))
             out.append(("semaphore_set", 0.5, self.do_semaphore_set))
+            if self.ended_keys and self.resubmitted < MAX_RESUBMITS:
+                out.append(("resubmit", 2.0 * self.ex.scale.get("resubmit", 0.0), self.do_resubmit))
         if self.ex.switch.old is None:
             out.append(("switch_machine", 0.15, self.do_switch_machine))
         elif self.ex.switch.deletable():
@@ -232,6 +237,9 @@ class Actors:
         self.note(f"{name[:12]} ends {status}" + (f" naming effect {effects}" if effects else ""))
         w.end(name, status, effects)
         self.history.record(name, status)
+        self.ended_keys.append(name.rsplit("-", 1)[0])
+        if self.ex.scale.get("resubmit") and self.resubmitted < MAX_RESUBMITS and self.choices.chance(0.5):
+            self.do_resubmit()  # the producer saw its run end: sent again before the event is delivered
 
     def do_send(self) -> None:
         w = self.world
@@ -265,6 +273,14 @@ class Actors:
         sent = w.send(body, group=group, valid=valid, attributes=attributes or None, dedup=dedup)
         forged = {k: v[:24] for k, v in attributes.items()}
         self.note(f"send {body[:20]} {forged} {'(invalid) ' if not valid else ''}-> {sent}")
+
+    def do_resubmit(self) -> None:
+        """A producer sends the payload whose run ended last again (a retry of a run that just
+        failed, the next day's job of the same id), maybe before its status event is delivered."""
+        self.resubmitted += 1
+        payload = self.ended_keys[-1]
+        sent = self.world.send(json.dumps({"id": payload}), group=f"g{self.choices.draw(3)}")
+        self.note(f"re-submit {payload} -> {sent}")
 
     def do_advance(self) -> None:
         seconds = ADVANCES[self.choices.draw(len(ADVANCES), (4, 3, 2, 1, 1))]

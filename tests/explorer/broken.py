@@ -215,6 +215,19 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
         "(test_a_resume_that_takes_a_vanished_machine_for_never_started_is_caught)",
         [(sluice.adapters.sfn.StepFunctionsExecutions, "vanished", lambda self, arn: False)],
     ),
+    "drop_on_first_running": (
+        "a duplicate dropped on its first RUNNING answer, which may be stale "
+        "(test_a_duplicate_check_that_drops_on_its_first_running_answer_is_caught)",
+        [(DynamoStore, "first_sighting", lambda self, **_: False)],
+    ),
+    "vanished_holder_runs": (
+        "a holder whose state machine was deleted taken for a running one "
+        "(test_a_duplicate_check_that_drops_behind_a_vanished_holder_is_caught)",
+        [
+            (DynamoStore, "first_sighting", lambda self, **_: False),
+            (sluice.message_branches.MessageBranches, "_vanished", lambda self, record: False),
+        ],
+    ),
     "hand_over_unchecked": (
         "a hand-over that skips the receipt check (test_a_hand_over_that_skips_the_receipt_check_is_caught)",
         [(sluice.handover, "check_attributes", lambda message: None)],

@@ -78,6 +78,15 @@ SWARM_SCALES = (1.0, 0.0, 4.0)
 # between one call of an invocation and its next).
 RESUME_SCALES = (1.0, 0.1, 0.3)
 FAULT_SCALES = (1.0, 0.0, 8.0)
+# All faults at once: at the plain density about one call in sixteen faults, and an invocation of
+# twenty calls rarely gets through its admission; a calm run lets the protocol's own races play out.
+FAULT_DENSITIES = (1.0, 0.1)
+# The weight of a producer re-submitting the payload whose run ended last (a retry of a run that
+# just failed, the next day's job of the same id), its status event maybe still on the way.
+RESUBMIT_CHANCES = (0.0, 1.0, 4.0)
+# How often a read of Step Functions answers from an older view (weights of view.LAGS: fresh, 1 s,
+# 15 s, 45 s, 60 s old): the plain weights, or mostly stale.
+LAG_WEIGHTS = ((6, 1, 1, 1, 1), (1, 1, 1, 1, 4))
 
 
 class Failure(AssertionError):
@@ -207,15 +216,21 @@ class Explorer:
         }
         self.scale: dict[str, float] = {}  # an actor's or a producer's weight multiplied (swarm)
         self.at_call = AT_CALL
+        self.lag_weights = LAG_WEIGHTS[0]
         if swarm:
             from tests.explorer.actors import PRODUCERS
 
             for name in (*SWARM_ACTORS, *(f"send:{p}" for p, _ in PRODUCERS)):
                 self.scale[name] = SWARM_SCALES[draw(len(SWARM_SCALES))]
             self.scale["resume"] = RESUME_SCALES[draw(len(RESUME_SCALES))]
+            self.scale["resubmit"] = RESUBMIT_CHANCES[draw(len(RESUBMIT_CHANCES))]
+            self.lag_weights = LAG_WEIGHTS[draw(len(LAG_WEIGHTS))]
             self.at_call = (AT_CALL[0], *(w * FAULT_SCALES[draw(len(FAULT_SCALES))] for w in AT_CALL[1:]))
+            calm = FAULT_DENSITIES[draw(len(FAULT_DENSITIES))]
+            self.at_call = (self.at_call[0], *(w * calm for w in self.at_call[1:]))
             self.config["swarm"] = {k: v for k, v in self.scale.items() if v != 1.0} | {
-                "faults": self.at_call[1:]
+                "faults": self.at_call[1:],
+                "lags": self.lag_weights,
             }
         self.world = ExplorerWorld(**{k: v for k, v in self.config.items() if k != "swarm"})
         observe = self.world.model.saw

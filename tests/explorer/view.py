@@ -70,7 +70,7 @@ class StaleView(StaleList):
     def _draw(self, call: Call, changed: bool) -> float:
         if not changed or not self.explorer.faulty:
             return 0.0
-        lag = LAGS[self.explorer.choices.draw(len(LAGS), (6, 1, 1, 1, 1))]
+        lag = LAGS[self.explorer.choices.draw(len(LAGS), self.explorer.lag_weights)]
         if lag:
             self.lag[id(call)] = lag
         return lag
