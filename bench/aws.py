@@ -62,7 +62,6 @@ from sluice.adapters.dynamo_launch_slots import FIRST_READ, NEARLY_FULL, SAMPLE
 from sluice.adapters.memory import MemoryStore
 from sluice.adapters.memory_aws import MemoryExecutions, MemoryQueue, _Queued
 from sluice.errors import SlotsFull
-from sluice.lanes import POOL_PREFIX, LaneRoom, LaneSetting
 from sluice.model import (
     ExecutionInfo,
     ExecutionRecord,
@@ -74,6 +73,7 @@ from sluice.model import (
     PayloadState,
     StartResult,
 )
+from sluice.records import POOL_PREFIX, LaneRoom, LaneSetting
 from sluice.slots import DEFAULT_PER_SHARD, shards_needed
 
 # Median in-region latency of one call from Lambda, in seconds (assumed; see docs/benchmarks.md).

@@ -40,7 +40,8 @@ from bench.sluice_system import (
 )
 from sluice.awaits import AWAITS_ATTRIBUTE
 from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE
-from sluice.lanes import DEFAULT_LANE, Lane
+from sluice.lanes import DEFAULT_LANE
+from sluice.records import Lane
 
 SYSTEMS: dict[str, type[System]] = {
     cls.name: cls

@@ -71,10 +71,11 @@ from sluice.adapters.memory import MemoryStore
 from sluice.adapters.memory_aws import MemoryExecutions
 from sluice.adapters.ssm import SsmMax
 from sluice.completion import StatusChange, settle_status_change
-from sluice.fanout import Done, Serial
+from sluice.fanout import Serial
 from sluice.lanes import DEFAULT_LANE, parse_lanes
 from sluice.launcher import Launcher
 from sluice.model import ExecutionInfo
+from sluice.records import Done
 from sluice.settings import Settings
 from sluice.summary import TickSummary
 

@@ -37,7 +37,8 @@ from sluice.effects import Effects, around
 from sluice.model import ClaimFence, ExecutionInfo, ExecutionRecord, ExecutionStatus, PayloadState, Successor
 from sluice.parking import wake
 from sluice.ports import Executions, Queue, Store
-from sluice.receipts import Outputs, ReceiptOutput
+from sluice.receipts import Outputs
+from sluice.records import ReceiptOutput
 
 log = logging.getLogger("sluice.completion")
 

@@ -73,7 +73,8 @@ from sluice.model import EffectsLog, ExecutionRecord, Message, ParkedMessage, Pa
 from sluice.names import ORIGIN_ATTRIBUTE
 from sluice.pointers import DEFAULT_THRESHOLD, MAX_STORED_BYTES, SQS_MAX_BYTES, PayloadObjects, store
 from sluice.ports import Queue, Records
-from sluice.receipts import ONCE_ATTRIBUTE, ReceiptOutput
+from sluice.receipts import ONCE_ATTRIBUTE
+from sluice.records import ReceiptOutput
 from sluice.validation import KEY_ATTRIBUTE, MAX_INPUT_BYTES, check_key, parse_object
 
 log = logging.getLogger("sluice.effects")

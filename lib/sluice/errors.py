@@ -23,8 +23,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sluice.keys import KeyState
     from sluice.model import ExecutionRecord, PayloadRecord
+    from sluice.records import KeyState
 
 
 class SluiceError(Exception):

@@ -45,10 +45,10 @@ import heapq
 import random
 from collections.abc import Mapping
 
-from sluice.keys import FAIR_UNCAPPED, KeyState, KeyStore, concurrency_key, wake
-from sluice.lanes import Lane
+from sluice.keys import FAIR_UNCAPPED, KeyStore, concurrency_key, wake
 from sluice.model import Message
 from sluice.ports import Queue, Store
+from sluice.records import KeyState, Lane
 
 UNKEYED = "lane:"  # + the lane's name: the tenant of a fair lane's messages without a key
 

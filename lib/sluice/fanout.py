@@ -21,8 +21,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+from sluice.records import Done
 
 if TYPE_CHECKING:
     from sluice.ports import Clock
@@ -31,14 +32,6 @@ T = TypeVar("T")
 
 BACKOFF = 0.25  # first wait after a throttled start (s); doubled per throttle in a row
 MAX_BACKOFF = 4.0
-
-
-@dataclass(frozen=True, slots=True)
-class Done(Generic[T]):
-    """One call's result: its value, or the ``Exception`` it raised."""
-
-    value: T | None = None
-    error: Exception | None = None
 
 
 def _capture(call: Callable[[], T]) -> Done[T]:

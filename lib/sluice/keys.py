@@ -82,7 +82,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -91,6 +90,7 @@ from sluice.errors import InvalidPayload, TransientError
 from sluice.model import Message, ParkedMessage, Payload
 from sluice.names import ORIGIN_ATTRIBUTE, origin_id
 from sluice.ports import Queue
+from sluice.records import TICKET_PATTERN, KeyState
 from sluice.validation import check_key
 
 log = logging.getLogger("sluice.keys")
@@ -101,51 +101,9 @@ DEFAULT_KEY_CONCURRENCY = 1
 WAKE_BATCH = 50  # waiters one wake sends at most (their items and CKEY# in one transaction)
 PARK_ATTEMPTS = 20  # parkers of one key racing for the next ticket
 FAIR_UNCAPPED = 10_000  # a fair lane's tenant without its own cap: only its lane's MAX holds it
-INFLIGHT_SECONDS = 300.0  # how long a woken waiter's slot is kept for its claim
 # A waiter is one DynamoDB item (400 KB): its body and attributes, beside its keys and ids. SQS takes
 # messages of up to 1 MiB, body and attributes.
 WAITER_MAX_BYTES = 400_000
-# A ticket and the time it was sent back, in ASCII digits ("²".isdigit() is True, int("²") raises).
-TICKET_PATTERN = re.compile(r"([0-9]{1,18})@([0-9]{1,18})", re.ASCII)
-
-
-@dataclass(frozen=True, slots=True)
-class KeyState:
-    """Item ``CKEY#<key>`` as read: the runs holding a slot of the key and its waiting line."""
-
-    key: str
-    holders: frozenset[str] = frozenset()
-    cap: int | None = None  # the key's own cap; None: the default applies
-    tickets: int = 0
-    woken: int = 0
-    inflight: frozenset[str] = frozenset()  # entries "<ticket>@<ms>" (``entry``)
-    fair: str | None = None  # the fair lane whose tenant it is (``sluice.fair``): its waker wakes it
-    # Entries whose claim landed before the wake that sent them recorded them in ``inflight``
-    # (``wake``'s timeline): not kept, and dropped from both sets by the next wake.
-    landed: frozenset[str] = frozenset()
-
-    def limit(self, default: int) -> int:
-        return default if self.cap is None else self.cap
-
-    def kept(self, now: float) -> int:
-        """Slots kept for woken waiters whose claim has not landed yet."""
-        return sum(1 for e in self.inflight - self.landed if sent_at(e) > now - INFLIGHT_SECONDS)
-
-    def stale(self, now: float) -> tuple[str, ...]:
-        """Entries to drop: kept past ``INFLIGHT_SECONDS``, or whose claim has landed."""
-        done = self.inflight & self.landed
-        return tuple(
-            sorted(
-                e for e in self.inflight | self.landed if e in done or sent_at(e) <= now - INFLIGHT_SECONDS
-            )
-        )
-
-    def room(self, default: int, now: float) -> int:
-        return max(0, self.limit(default) - len(self.holders) - self.kept(now))
-
-    @property
-    def waiting(self) -> int:
-        return self.tickets - self.woken
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,13 +207,6 @@ def check_fits_line(message: Message, *, key: str) -> None:
 def entry(ticket: int, at: float) -> str:
     """A woken waiter's in-flight entry, and the ticket attribute it is sent back with."""
     return f"{ticket}@{int(at * 1000)}"
-
-
-def sent_at(entry: str) -> float:
-    """When the entry's waiter was sent back; 0 (long past: dropped at the next wake) for an entry
-    that is not ``<ticket>@<ms>``, which no claim checked at receipt can write."""
-    match = TICKET_PATTERN.fullmatch(entry)
-    return int(match.group(2)) / 1000 if match else 0.0
 
 
 def parse_ticket(raw: str) -> str:

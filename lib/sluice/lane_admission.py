@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from sluice import fair
 from sluice.errors import TransientError
-from sluice.lanes import Lane, LaneSetting, by_priority, refill_order, split
+from sluice.lanes import by_priority, refill_order, split
 from sluice.model import Ledger, Message, Outcome
 from sluice.ports import Clock, Executions, Fanout, MaxSource, Queue, Store, lane_executions
+from sluice.records import Lane, LaneSetting
 from sluice.settings import Settings
 from sluice.summary import TickSummary
 

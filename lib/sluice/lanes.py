@@ -33,67 +33,18 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from sluice.errors import ConfigurationError
+from sluice.records import MAX_LANE_LIMIT, Lane
 
 DEFAULT_LANE = "default"
 LANE_ATTRIBUTE = "sluice-lane"  # stamped on a lane's messages when received: a parked one goes back there
 MAX_LANES = 20
 MAX_NAME = 20
-MAX_LANE_LIMIT = 10_000
 _DIGITS = re.compile(r"[0-9]+", re.ASCII)
 MAX_PRIORITY = 100
 MAX_WEIGHT = 100
 NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
-POOL_PREFIX = "lane-"
-
-
-@dataclass(frozen=True, slots=True)
-class Lane:
-    name: str
-    max: int
-    priority: int = 0
-    weight: int = 1
-    fair: bool = False
-    implied: bool = False  # the lane default, not named by the setting: it follows the global MAX
-
-    @property
-    def pool(self) -> str:
-        """The lane's slot pool (``sluice.slots``)."""
-        return POOL_PREFIX + self.name
-
-
-@dataclass(frozen=True, slots=True)
-class LaneSetting:
-    """Item ``LANE#<name>``: a lane's run-time MAX, written by the operator's commands."""
-
-    name: str
-    max: int | None = None  # None: the configured MAX
-    paused: bool = False
-    changed_at: float = 0.0  # orders the lane's limits: a tick holding an older one does not undo it
-
-    def limit(self, lane: Lane) -> int:
-        """The lane's limit: 0 when paused, else the operator's MAX, else the configured one. An
-        operator's MAX above ``MAX_LANE_LIMIT`` (written by hand: the CLI refuses it) is refused for
-        the configured MAX, never planned: no lane's pool grows past the ceiling."""
-        if self.paused:
-            return 0
-        if self.max is None or not 0 <= self.max <= MAX_LANE_LIMIT:
-            return lane.max
-        return self.max
-
-
-@dataclass(frozen=True, slots=True)
-class LaneRoom:
-    """A lane's pool as read: the limit in force, its holders, its free slots."""
-
-    limit: int
-    running: int
-    free: int
-    exists: bool = True  # False before the lane's first tick wrote its caps
-    complete: bool = True  # False: a sample of a big lane's shards (``free`` counts those read)
-    frozen: bool = False  # its limit was lowered below its holders: no cap has room until re-planned
 
 
 def check_lane_name(name: str) -> str:

@@ -38,13 +38,13 @@ from sluice.fair import tenant as fair_tenant
 from sluice.fanout import Pacer, fanout
 from sluice.handover import HandOverOffer
 from sluice.lane_admission import RECEIVE_BATCH, LaneAdmission
-from sluice.lanes import Lane
 from sluice.model import ExecutionRecord, Ledger, Message, Outcome
 from sluice.per_message import MessageProtocol
 from sluice.pointers import PayloadObjects
 from sluice.ports import Clock, Executions, Fanout, MaxSource, Queue, Store, state_machine_arns
 from sluice.receipts import Outputs
 from sluice.reconcile import reconcile
+from sluice.records import Lane
 from sluice.settings import Settings
 from sluice.summary import TickSummary
 

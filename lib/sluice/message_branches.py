@@ -11,12 +11,12 @@ from sluice.completion import complete, earlier_end, output_from
 from sluice.effects import Effects
 from sluice.errors import AmbiguousStartError, ConfigurationError, InvalidPayload, LeaseHeld, MachineVanished
 from sluice.fanout import Pacer
-from sluice.lanes import Lane
 from sluice.model import ExecutionInfo, ExecutionRecord, Message, Outcome, Payload, PayloadState
 from sluice.parking import park
 from sluice.pointers import PayloadObjects
 from sluice.ports import Clock, Executions, Queue, Store
 from sluice.receipts import Outputs
+from sluice.records import Lane
 from sluice.settings import DuplicatePolicy, Settings
 
 

@@ -73,6 +73,7 @@ from sluice.model import ClaimFence, Message, Outcome, Payload, PayloadState, St
 from sluice.names import execution_name, origin_id
 from sluice.pointers import check_pointer
 from sluice.receipts import is_once
+from sluice.records import KeyState
 from sluice.validation import validate_message
 
 ATTEMPTS = 3  # claims per message when the lease changes hands under us
@@ -313,7 +314,7 @@ class MessageProtocol(MessageBranches):
             return fair.tenant(message, self.lane)
         return concurrency_key(message)
 
-    def _line_up(self, payload: Payload, done: list[Message], seen: keys.KeyState | None) -> Outcome:
+    def _line_up(self, payload: Payload, done: list[Message], seen: KeyState | None) -> Outcome:
         """Park ``payload`` in its key's line (``sluice.keys``); its message is then deleted."""
         ckey = self._ckey(payload.message)
         assert ckey is not None

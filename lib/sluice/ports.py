@@ -9,8 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, TypeVar, runtime_checkable
 
-from sluice.fanout import Done
-from sluice.lanes import LaneRoom, LaneSetting
 from sluice.model import (
     ClaimFence,
     EffectsLog,
@@ -28,7 +26,7 @@ from sluice.model import (
     StartResult,
     Successor,
 )
-from sluice.receipts import ReceiptOutput
+from sluice.records import Done, LaneRoom, LaneSetting, ReceiptOutput
 
 
 class Clock(Protocol):

@@ -68,12 +68,13 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sluice.errors import InvalidPayload
-from sluice.model import EffectsLog, ExecutionRecord, Message, PayloadRecord, PayloadState
+from sluice.model import ExecutionRecord, Message, PayloadRecord, PayloadState
 from sluice.pointers import PayloadObjects, Pointer
+from sluice.records import ReceiptOutput
 
 ONCE_ATTRIBUTE = "sluice-once"
 OUTPUT_PREFIX = "outputs/"
@@ -97,19 +98,6 @@ def parse_once(raw: str) -> bool:
     if value not in ("true", "false"):
         raise InvalidPayload(f"is {raw[:40]!r}: use 'true' or 'false'")
     return value == "true"
-
-
-@dataclass(frozen=True, slots=True)
-class ReceiptOutput:
-    """What a receipt keeps of an output: the text inline, or a pointer to it (JSON), and its size."""
-
-    inline: str | None = None
-    pointer: str | None = None
-    size: int | None = None
-    # The output's text as it was in hand at the release (not stored here; ``sluice.effects`` reads
-    # the effects it names), and the effects sent from it, written by the release (``EFFECTS#<name>``).
-    text: str | None = field(default=None, compare=False, repr=False)
-    effects: EffectsLog | None = None
 
 
 class Outputs:

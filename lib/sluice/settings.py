@@ -9,9 +9,10 @@ from enum import StrEnum
 
 from sluice.adapters.ssm import MAX_CEILING, WHOLE
 from sluice.errors import ConfigurationError
-from sluice.lanes import DEFAULT_LANE, Lane, parse_lane_queues, parse_lane_state_machines, parse_lanes
+from sluice.lanes import DEFAULT_LANE, parse_lane_queues, parse_lane_state_machines, parse_lanes
 from sluice.pointers import DEFAULT_THRESHOLD
 from sluice.receipts import DEFAULT_INLINE_BYTES, MAX_INLINE_BYTES
+from sluice.records import Lane
 from sluice.semaphore_service import parse_limits
 
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from sluice.errors import KeyFull, LeaseHeld
-from sluice.keys import KeyState, KeyWaiter, entry
+from sluice.keys import KeyWaiter, entry
 from sluice.model import PayloadState
+from sluice.records import KeyState
 from tests.contract.stores import NOW, claim
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from sluice.errors import SlotsFull
-from sluice.lanes import LaneSetting
 from sluice.model import PayloadState
+from sluice.records import LaneSetting
 from tests.contract.stores import NOW
 from tests.contract.stores import claim as claim_under
 

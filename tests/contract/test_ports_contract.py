@@ -14,7 +14,7 @@ from sluice.clock import FakeClock
 from sluice.effects import EFFECTS_FIELD, around
 from sluice.model import PayloadState
 from sluice.ports import PayloadLeases, Records, SlotPools, Store, WaitingRoom
-from sluice.receipts import ReceiptOutput
+from sluice.records import ReceiptOutput
 from tests.contract.stores import NOW, claim
 
 PORTS = (SlotPools, PayloadLeases, Records, WaitingRoom)

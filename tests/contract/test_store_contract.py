@@ -233,7 +233,8 @@ def once_claim(store, key: str, name: str, *, now: float = NOW) -> None:
 
 
 def test_an_ended_release_writes_the_receipt_with_its_output(store):
-    from sluice.receipts import ReceiptOutput, read_receipt
+    from sluice.receipts import read_receipt
+    from sluice.records import ReceiptOutput
 
     claim(store, "k", "n1")
     store.mark_running(key="k", name="n1", arn="arn:n1", started_at=NOW + 1, now=NOW + 1)
@@ -259,7 +260,8 @@ def test_an_ended_release_writes_the_receipt_with_its_output(store):
 
 
 def test_a_later_run_replaces_the_receipt_but_not_the_first_success(store):
-    from sluice.receipts import ReceiptOutput, read_receipt
+    from sluice.receipts import read_receipt
+    from sluice.records import ReceiptOutput
 
     claim(store, "k", "n1")
     store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW + 1)
@@ -324,7 +326,7 @@ def test_already_done_is_counted(store):
 
 def test_a_release_writes_the_effects_it_sent_and_the_name_is_never_claimed_again(store):
     from sluice.model import EffectsLog
-    from sluice.receipts import ReceiptOutput
+    from sluice.records import ReceiptOutput
 
     sent = EffectsLog("n1", "k", 3, ("a", "b"), ((2, "effect 2: no key"),), NOW + 9)
     claim(store, "k", "n1")
@@ -344,7 +346,7 @@ def test_a_release_writes_the_effects_it_sent_and_the_name_is_never_claimed_agai
 
 def test_a_release_that_does_not_happen_writes_no_effects(store):
     from sluice.model import EffectsLog
-    from sluice.receipts import ReceiptOutput
+    from sluice.records import ReceiptOutput
 
     claim(store, "k", "n1")
     store.release(name="n1", state=PayloadState.FAILED, now=NOW + 1)

@@ -27,6 +27,7 @@ import sluice.message_branches
 import sluice.names
 import sluice.per_message
 import sluice.reconcile
+import sluice.records
 from sluice import attributes
 from sluice.adapters.dynamo_slots import DynamoSlots
 from sluice.adapters.dynamodb import DynamoStore
@@ -135,7 +136,7 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
         "break 7: a key ticket read with str.isdigit (unicode digits pass)",
         [
             (sluice.keys, "parse_ticket", _isdigit_ticket),
-            (sluice.keys, "sent_at", lambda entry: int(entry.partition("@")[2]) / 1000),
+            (sluice.records, "sent_at", lambda entry: int(entry.partition("@")[2]) / 1000),
             (RULES, TICKET_ATTRIBUTE, replace(RULES[TICKET_ATTRIBUTE], check=_isdigit_ticket)),
         ],
     ),

@@ -23,9 +23,10 @@ from moto.stepfunctions import models as sfn_models
 from sluice import keys
 from sluice.clock import FakeClock
 from sluice.completion import StatusChange
-from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE, INFLIGHT_SECONDS, TICKET_ATTRIBUTE
+from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE, TICKET_ATTRIBUTE
 from sluice.model import Outcome
 from sluice.names import execution_name
+from sluice.records import INFLIGHT_SECONDS
 from tests.support.aws import Stack, build_stack
 from tests.support.hooks import Crash, error_answer
 from tests.support.moto_patches import atomic_fast_moto

@@ -11,8 +11,9 @@ import pytest
 from sluice.clock import FakeClock
 from sluice.completion import StatusChange
 from sluice.errors import ConfigurationError
-from sluice.lanes import LANE_ATTRIBUTE, LaneSetting
+from sluice.lanes import LANE_ATTRIBUTE
 from sluice.model import Outcome
+from sluice.records import LaneSetting
 from tests.support.aws import build_stack
 from tests.support.hooks import count_calls
 

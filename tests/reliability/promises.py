@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from sluice.keys import INFLIGHT_SECONDS
 from sluice.lanes import DEFAULT_LANE, by_priority
 from sluice.model import TERMINAL_STATUSES
+from sluice.records import INFLIGHT_SECONDS
 from tests.support.model import AWAIT_REASON, awaited_keys
 
 if TYPE_CHECKING:

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from sluice.keys import INFLIGHT_SECONDS
 from sluice.lanes import parse_lanes
 from sluice.per_message import THROTTLED_STARTS
+from sluice.records import INFLIGHT_SECONDS
 from sluice.runtime import Runtime
 from tests.reliability.actors import Container
 from tests.reliability.test_promise_breaks import (

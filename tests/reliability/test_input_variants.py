@@ -17,6 +17,7 @@ import sluice.awaits
 import sluice.handover
 import sluice.keys
 import sluice.names
+import sluice.records
 from sluice import attributes
 from sluice.awaits import AWAITS_ATTRIBUTE, check_awaits
 from sluice.errors import InvalidPayload
@@ -64,7 +65,7 @@ def test_a_ticket_read_with_unicode_digits_is_caught(monkeypatch: pytest.MonkeyP
         return raw
 
     monkeypatch.setattr(sluice.keys, "parse_ticket", isdigit_ticket)
-    monkeypatch.setattr(sluice.keys, "sent_at", lambda entry: int(entry.partition("@")[2]) / 1000)
+    monkeypatch.setattr(sluice.records, "sent_at", lambda entry: int(entry.partition("@")[2]) / 1000)
     rule = attributes.RULES[TICKET_ATTRIBUTE]
     monkeypatch.setitem(attributes.RULES, TICKET_ATTRIBUTE, replace(rule, check=isdigit_ticket))
     with (

@@ -37,9 +37,10 @@ from moto import mock_aws
 from sluice.clock import FakeClock
 from sluice.completion import StatusChange
 from sluice.errors import TransientError
-from sluice.lanes import DEFAULT_LANE, LaneSetting
+from sluice.lanes import DEFAULT_LANE
 from sluice.ops.keys import set_key_max
 from sluice.ops.maximum import set_max
+from sluice.records import LaneSetting
 from sluice.runtime import Runtime
 from sluice.settings import DuplicatePolicy
 from tests.reliability.actors import (

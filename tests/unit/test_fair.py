@@ -9,9 +9,9 @@ import pytest
 
 from sluice.errors import InvalidPayload
 from sluice.fair import share_out, tenant
-from sluice.keys import KeyState, entry
-from sluice.lanes import Lane
+from sluice.keys import entry
 from sluice.model import Message
+from sluice.records import KeyState, Lane
 
 NOW = 1_000.0
 LANE = Lane("shared", 8, fair=True)

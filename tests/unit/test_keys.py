@@ -10,17 +10,9 @@ from sluice.adapters.memory import MemoryStore
 from sluice.adapters.memory_aws import MemoryQueue
 from sluice.clock import FakeClock
 from sluice.errors import InvalidPayload
-from sluice.keys import (
-    CONCURRENCY_KEY_ATTRIBUTE,
-    INFLIGHT_SECONDS,
-    TICKET_ATTRIBUTE,
-    KeyState,
-    concurrency_key,
-    entry,
-    sent_at,
-    ticket_of,
-)
+from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE, TICKET_ATTRIBUTE, concurrency_key, entry, ticket_of
 from sluice.model import LimitSource, Message, Payload, PayloadState
+from sluice.records import INFLIGHT_SECONDS, KeyState, sent_at
 
 NOW = 1_800_000_000.0
 

@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sluice.errors import ConfigurationError
-from sluice.lanes import Lane, LaneSetting, by_priority, parse_lane_queues, parse_lanes, refill_order, split
+from sluice.lanes import by_priority, parse_lane_queues, parse_lanes, refill_order, split
+from sluice.records import Lane, LaneSetting
 
 
 def test_no_lanes_is_one_lane_without_a_pool():

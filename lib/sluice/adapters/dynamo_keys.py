@@ -23,7 +23,8 @@ from typing import Any
 from sluice.adapters.dynamo_codec import item, values
 from sluice.adapters.dynamo_table import Table
 from sluice.adapters.errors import translated
-from sluice.keys import DEFAULT_KEY_CONCURRENCY, FAIR_UNCAPPED, KeyState, KeyWaiter, check_cap, entry
+from sluice.keys import DEFAULT_KEY_CONCURRENCY, FAIR_UNCAPPED, KeyWaiter, check_cap, entry
+from sluice.records import KeyState
 
 KEYS_WAITING_PK = "KEYS_WAITING"
 NAMES = {

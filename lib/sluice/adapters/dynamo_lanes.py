@@ -38,7 +38,7 @@ from sluice.adapters.dynamo_slots import (
     to_occupancy,
 )
 from sluice.adapters.errors import translated
-from sluice.lanes import POOL_PREFIX, LaneRoom, LaneSetting
+from sluice.records import POOL_PREFIX, LaneRoom, LaneSetting
 from sluice.slots import Capacity, Occupancy, Shard, candidates, sample_shards
 
 LANE_PK = "LANE#"

@@ -46,7 +46,8 @@ from sluice.model import (
     Successor,
     record_expiry,
 )
-from sluice.receipts import ReceiptOutput, asked_once
+from sluice.receipts import asked_once
+from sluice.records import ReceiptOutput
 
 LIVE = (PayloadState.CLAIMED.value, PayloadState.RUNNING.value)
 # The condition of every write that sets ``expires_at`` on ``PAYLOAD#<key>`` (a release here, a dead

@@ -62,13 +62,13 @@ from sluice.adapters.dynamo_slots import DynamoSlots
 from sluice.adapters.dynamo_table import DEFAULT_RETENTION
 from sluice.errors import AlreadyDone, AlreadyRan, KeyFull, LeaseHeld, OnceUnknown, SlotsFull, TransientError
 from sluice.keys import DEFAULT_KEY_CONCURRENCY
-from sluice.lanes import LaneRoom, LaneSetting
 from sluice.model import (
     Ledger,
     LimitSource,
     PayloadState,
     Rooms,
 )
+from sluice.records import LaneRoom, LaneSetting
 from sluice.slots import DEFAULT_PER_SHARD
 
 __all__ = [

@@ -11,8 +11,7 @@ from sluice.adapters.memory_awaits import MemoryAwaits
 from sluice.adapters.memory_handover import MemoryHandOver
 from sluice.adapters.memory_keys import MemoryKeys
 from sluice.errors import AlreadyDone, AlreadyRan, KeyFull, LeaseHeld, OnceUnknown, SlotsFull
-from sluice.keys import DEFAULT_KEY_CONCURRENCY, KeyState
-from sluice.lanes import LaneRoom, LaneSetting
+from sluice.keys import DEFAULT_KEY_CONCURRENCY
 from sluice.model import (
     ClaimFence,
     EffectsLog,
@@ -26,7 +25,7 @@ from sluice.model import (
     Rooms,
     record_expiry,
 )
-from sluice.receipts import ReceiptOutput
+from sluice.records import KeyState, LaneRoom, LaneSetting, ReceiptOutput
 
 HISTORY_LIMIT = 20
 HISTORY_KEEP = 10

@@ -9,7 +9,8 @@ from typing import Any
 
 from sluice.errors import AlreadyDone, AlreadyRan, LeaseHeld, OnceUnknown, SlotsFull
 from sluice.model import ExecutionRecord, HandOver, PayloadState, Successor
-from sluice.receipts import ReceiptOutput, asked_once
+from sluice.receipts import asked_once
+from sluice.records import ReceiptOutput
 
 
 class MemoryHandOver:

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from sluice.errors import KeyFull
-from sluice.keys import DEFAULT_KEY_CONCURRENCY, FAIR_UNCAPPED, KeyState, KeyWaiter, check_cap, entry
+from sluice.keys import DEFAULT_KEY_CONCURRENCY, FAIR_UNCAPPED, KeyWaiter, check_cap, entry
+from sluice.records import KeyState
 
 
 class MemoryKeys:

@@ -18,7 +18,8 @@ from botocore.exceptions import ClientError
 
 from sluice.adapters.errors import error_code, translate_client_error
 from sluice.errors import ConfigurationError
-from sluice.lanes import DEFAULT_LANE, Lane, parse_lane_queues, parse_lane_state_machines, parse_lanes
+from sluice.lanes import DEFAULT_LANE, parse_lane_queues, parse_lane_state_machines, parse_lanes
+from sluice.records import Lane
 from sluice.runtime import Runtime
 from sluice.settings import Settings
 

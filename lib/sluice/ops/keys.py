@@ -7,7 +7,7 @@ from typing import Any
 from sluice import keys
 from sluice.adapters.ssm import MAX_CEILING
 from sluice.errors import ConfigurationError
-from sluice.keys import KeyState
+from sluice.records import KeyState
 from sluice.runtime import Runtime
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sluice.lanes import Lane, LaneRoom, LaneSetting
 from sluice.ops.parked import parked_by_lane
+from sluice.records import Lane, LaneRoom, LaneSetting
 from sluice.runtime import Runtime
 
 STAMP_STEP = 0.001  # a setting's stamp is after the one it replaces, whatever this machine's clock says

@@ -11,12 +11,12 @@ from typing import Any
 
 from sluice.adapters.errors import translated
 from sluice.errors import SluiceError
-from sluice.lanes import Lane
 from sluice.ops.dlq import dlq_counts
 from sluice.ops.keys import describe
 from sluice.ops.lanes import lane_overview
 from sluice.ops.maximum import read_max
 from sluice.receipts import receipt_of
+from sluice.records import Lane
 from sluice.runtime import Runtime
 
 AGE_METRIC = "ApproximateAgeOfOldestMessage"
