@@ -11,7 +11,7 @@ import logging
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from sluice import fair
 from sluice.errors import TransientError
@@ -21,9 +21,6 @@ from sluice.ports import Clock, Executions, Fanout, MaxSource, Queue, Store, lan
 from sluice.records import Lane, LaneSetting
 from sluice.settings import Settings
 from sluice.summary import TickSummary
-
-if TYPE_CHECKING:
-    from sluice.launcher import Launcher
 
 RECEIVE_BATCH = 10  # SQS ReceiveMessage returns at most 10
 SORT_RECEIVES = 2_000  # receives one pass over a fair lane's queue makes at most (then the next pass)
@@ -54,7 +51,7 @@ class LaneAdmission:
         def _process_batch(self, messages: list[Message], summary: TickSummary) -> tuple[int, str]: ...
         def _batch_group(self, message: Message) -> str: ...
 
-    def _for_lane(self, lane: Lane) -> Launcher:
+    def _for_lane(self, lane: Lane) -> Self:
         """This launcher receiving from ``lane``'s queue, its claims taking a slot of ``lane`` too."""
         view = copy.copy(self)  # type: ignore[var-annotated]
         view.queue = self.lane_queues.get(lane.name, self.queue)

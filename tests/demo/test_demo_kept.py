@@ -19,8 +19,9 @@ from rich.console import Console
 
 from sluice.adapters.dynamodb import DynamoStore
 from sluice.clock import FakeClock
-from sluice.local.demo import STAGE, WORKFLOW, WORKFLOW_ARN, Options
+from sluice.local.demo import STAGE, WORKFLOW, WORKFLOW_ARN
 from sluice.local.demo_batch import DEMO_WORKFLOW
+from sluice.local.demo_options import Options
 from sluice.local.demo_run import Run
 from sluice.local.embedded import ACCOUNT, EmbeddedAws
 from sluice.model import PayloadState

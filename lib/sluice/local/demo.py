@@ -41,12 +41,13 @@ import signal
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from sluice.local import demo_dag
 from sluice.local.demo_batch import DEMO_WORKFLOW, Producer, generate_batch, load_batch
+from sluice.local.demo_options import Options
 from sluice.local.demo_report import Result, account, summary_lines
 from sluice.local.demo_run import Run
 from sluice.local.demo_semaphore import SectionResult, SemaphoreSection
@@ -68,21 +69,6 @@ ACCOUNTING = (
     "Accounting for every message from AWS's side (Step Functions, the table, the queues, the DLQ) "
     "and drawing the chart"
 )
-
-
-@dataclass
-class Options:
-    maximum: int = 10
-    count: int = 200
-    payloads: Path | None = None
-    seed: int = 7
-    out: Path = Path("demo-out")
-    tick: float = 2.0  # how often the demo fires the launcher's schedule rule
-    workers: int = 4  # completion invocations at once (Lambda containers)
-    poll: float = 0.25  # how often it looks for ended executions
-    timeout: float = 300.0  # gives up (and fails) after this long in the run loop
-    live: bool | None = None  # None: live dashboard when stdout is a terminal
-    keep: bool = False  # keep the embedded AWS up after the summary, for the operator CLI
 
 
 class Demo:

@@ -18,7 +18,7 @@ from sluice.local.deployment import Deployment
 from sluice.names import execution_name
 
 if TYPE_CHECKING:
-    from sluice.local.demo import Options
+    from sluice.local.demo_options import Options
 
 
 @dataclass

@@ -18,8 +18,8 @@ from sluice.local.lambdas import Containers, InvocationError
 from sluice.model import ExecutionStatus, Outcome
 
 if TYPE_CHECKING:
-    from sluice.local.demo import Options
     from sluice.local.demo_batch import Producer
+    from sluice.local.demo_options import Options
 
 
 # What a launcher's summary counts (``sluice.model.Outcome``) that the demo shows.

@@ -19,17 +19,24 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sluice.local.events import scheduled_event
 from sluice.local.lambdas import Containers, FunctionCode
 
-if TYPE_CHECKING:
-    from sluice.local.embedded import EmbeddedAws
-
 # What this machine's environment does not hand to a function: its AWS and Sluice settings, and
 # whatever would change how Python finds modules. Lambda sets its own.
 NOT_INHERITED = ("AWS_", "SLUICE_", "POWERTOOLS_", "LAMBDA_", "PYTHON", "_HANDLER")
+
+
+class Aws(Protocol):
+    """What a deployment uses of the AWS it was deployed into (``sluice.local.embedded.EmbeddedAws``)."""
+
+    region: str
+
+    def client(self, service: str) -> Any: ...
+
+    def environ(self) -> dict[str, str]: ...
 
 
 @dataclass(frozen=True)
@@ -67,7 +74,7 @@ class Rule:
 
 @dataclass
 class Deployment:
-    aws: EmbeddedAws
+    aws: Aws
     stack_name: str
     outputs: dict[str, str]
     functions: dict[str, Function]
