@@ -36,9 +36,10 @@ from sluice.awaits import on_receipt
 from sluice.effects import Effects, around
 from sluice.model import ClaimFence, ExecutionInfo, ExecutionRecord, ExecutionStatus, PayloadState, Successor
 from sluice.parking import wake
-from sluice.ports import Executions, Queue, Store
+from sluice.ports import Executions, Queue
 from sluice.receipts import Outputs
 from sluice.records import ReceiptOutput
+from sluice.stores import LaunchStore
 
 log = logging.getLogger("sluice.completion")
 
@@ -87,7 +88,7 @@ class StatusChange:
 
 def complete(
     *,
-    store: Store,
+    store: LaunchStore,
     queue: Queue,
     name: str,
     state: PayloadState,
@@ -131,7 +132,7 @@ def complete(
     if released is not None and released.parked:
         wake(store=store, queue=queue, record=released, now=now)
     if released is not None and released.ckey is not None:
-        keys.wake(store=store, queue=queue, ckey=released.ckey, now=now)  # type: ignore[arg-type]
+        keys.wake(store=store, queue=queue, ckey=released.ckey, now=now)
     if released is not None and state.ended and released.awaited:
         succeeded = name if state is PayloadState.SUCCEEDED else None
         on_receipt(store=store, queue=queue, key=released.key, now=now, succeeded_by=succeeded)  # its waiters
@@ -165,7 +166,7 @@ class Offer(Protocol):
 def handle_status_change(
     change: StatusChange,
     *,
-    store: Store,
+    store: LaunchStore,
     queue: Queue,
     state_machine_arn: str,
     now: float,
@@ -188,7 +189,7 @@ def handle_status_change(
 def settle_status_change(
     change: StatusChange,
     *,
-    store: Store,
+    store: LaunchStore,
     queue: Queue,
     state_machine_arn: str | Collection[str],
     now: float,

@@ -47,8 +47,9 @@ from collections.abc import Mapping
 
 from sluice.keys import FAIR_UNCAPPED, KeyStore, concurrency_key, wake
 from sluice.model import Message
-from sluice.ports import Queue, Store
+from sluice.ports import Queue
 from sluice.records import KeyState, Lane
+from sluice.stores import LaunchStore
 
 UNKEYED = "lane:"  # + the lane's name: the tenant of a fair lane's messages without a key
 
@@ -80,11 +81,17 @@ def share_out(free: int, states: Mapping[str, KeyState], *, now: float, rng: ran
 
 
 def wake_lane(
-    *, store: Store, queue: Queue, lane: Lane, now: float, rng: random.Random, at_most: int | None = None
+    *,
+    store: LaunchStore,
+    queue: Queue,
+    lane: Lane,
+    now: float,
+    rng: random.Random,
+    at_most: int | None = None,
 ) -> int:
     """Share fair ``lane``'s free slots (at most ``at_most``) among its backlogged tenants and send
     their waiters back to the queue. Returns how many were sent."""
-    keys: KeyStore = store  # type: ignore[assignment]
+    keys: KeyStore = store
     waiting = sorted(keys.keys_waiting())
     if not waiting:
         return 0

@@ -17,9 +17,10 @@ from sluice import fair
 from sluice.errors import TransientError
 from sluice.lanes import by_priority, refill_order, split
 from sluice.model import Ledger, Message, Outcome
-from sluice.ports import Clock, Executions, Fanout, MaxSource, Queue, Store, lane_executions
+from sluice.ports import Clock, Executions, Fanout, MaxSource, Queue, lane_executions
 from sluice.records import Lane, LaneSetting
 from sluice.settings import Settings
+from sluice.stores import LaunchStore
 from sluice.summary import TickSummary
 
 RECEIVE_BATCH = 10  # SQS ReceiveMessage returns at most 10
@@ -33,7 +34,7 @@ class LaneAdmission:
     lane_queues: Mapping[str, Queue]
     lane: Lane | None
     rng: random.Random
-    store: Store
+    store: LaunchStore
     executions: Executions
     max_source: MaxSource
     clock: Clock
@@ -53,7 +54,7 @@ class LaneAdmission:
 
     def _for_lane(self, lane: Lane) -> Self:
         """This launcher receiving from ``lane``'s queue, its claims taking a slot of ``lane`` too."""
-        view = copy.copy(self)  # type: ignore[var-annotated]
+        view = copy.copy(self)
         view.queue = self.lane_queues.get(lane.name, self.queue)
         view.executions = lane_executions(self.executions, lane.name)  # its own state machine, if any
         view.lane = lane

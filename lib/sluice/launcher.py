@@ -41,11 +41,11 @@ from sluice.lane_admission import RECEIVE_BATCH, LaneAdmission
 from sluice.model import ExecutionRecord, Ledger, Message, Outcome
 from sluice.per_message import MessageProtocol
 from sluice.pointers import PayloadObjects
-from sluice.ports import Clock, Executions, Fanout, MaxSource, Queue, Store, state_machine_arns
+from sluice.ports import Clock, Executions, Fanout, MaxSource, Queue, state_machine_arns
 from sluice.receipts import Outputs
 from sluice.reconcile import reconcile
-from sluice.records import Lane
 from sluice.settings import Settings
+from sluice.stores import LaunchStore
 from sluice.summary import TickSummary
 
 LONG_POLL = 20  # SQS WaitTimeSeconds maximum
@@ -60,7 +60,7 @@ class Launcher(LaneAdmission, MessageProtocol):
         *,
         queue: Queue,
         executions: Executions,
-        store: Store,
+        store: LaunchStore,
         max_source: MaxSource,
         clock: Clock,
         settings: Settings,
@@ -75,7 +75,7 @@ class Launcher(LaneAdmission, MessageProtocol):
         # Lanes (sluice.lanes): each lane's queue (the default lane's is ``queue``); ``lane`` is set
         # on the launcher of one lane (``_for_lane``), whose claims take a slot of that lane too.
         self.lane_queues: Mapping[str, Queue] = lane_queues or {}
-        self.lane: Lane | None = None
+        self.lane = None
         self.rng = rng or random.Random()
         self.executions = executions
         self.store = store
@@ -377,7 +377,7 @@ class Launcher(LaneAdmission, MessageProtocol):
         groups = list(by_group.values())
         runs = [_Run() for _ in groups]
         halt = _Halt()
-        ahead = read_ahead(self.store, messages)  # type: ignore[arg-type]
+        ahead = read_ahead(self.store, messages)
         handed = handed or {}
         results = self.fan.each(
             [

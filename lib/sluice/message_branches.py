@@ -14,10 +14,11 @@ from sluice.fanout import Pacer
 from sluice.model import ExecutionInfo, ExecutionRecord, Message, Outcome, Payload, PayloadState
 from sluice.parking import park
 from sluice.pointers import PayloadObjects
-from sluice.ports import Clock, Executions, Queue, Store
+from sluice.ports import Clock, Executions, Queue
 from sluice.receipts import Outputs
 from sluice.records import Lane
 from sluice.settings import DuplicatePolicy, Settings
+from sluice.stores import LaunchStore
 
 
 class MessageBranches:
@@ -26,7 +27,7 @@ class MessageBranches:
 
     queue: Queue
     executions: Executions
-    store: Store
+    store: LaunchStore
     clock: Clock
     settings: Settings
     log: logging.Logger | logging.LoggerAdapter

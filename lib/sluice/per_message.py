@@ -113,7 +113,7 @@ class MessageProtocol(MessageBranches):
             # back for a second look keeps it: it claims, or is a duplicate, within the window.
             ckey, ticket = self._ckey(message), ticket_of(message)
             if ckey is not None and ticket is not None:
-                keys.forgo(store=self.store, ckey=ckey, ticket=ticket)  # type: ignore[arg-type]
+                keys.forgo(store=self.store, ckey=ckey, ticket=ticket)
         return outcome
 
     def _one(
@@ -132,7 +132,7 @@ class MessageProtocol(MessageBranches):
             if self._ckey(message) is not None:  # a bad key is dead-lettered, not claimed
                 keys.check_fits_line(message, key=payload.key)
             ticket_of(message)
-            if gate(store=self.store, queue=self.queue, payload=payload, now=self.clock.now(), ahead=ahead):  # type: ignore[arg-type]
+            if gate(store=self.store, queue=self.queue, payload=payload, now=self.clock.now(), ahead=ahead):
                 done.append(message)  # parked until its awaits have SUCCEEDED (sluice.awaits)
                 self._log("payload awaits keys not yet SUCCEEDED; parked", payload, None, Outcome.WAITING)
                 return Outcome.WAITING
@@ -294,7 +294,7 @@ class MessageProtocol(MessageBranches):
                 if ckey is not None and ticket is not None:
                     # A woken waiter going back to the queue keeps its slot in the key: else the
                     # release below wakes the next waiter into it, and this one loses its place.
-                    self.store.keep_inflight(ckey, [ticket])  # type: ignore[attr-defined]
+                    self.store.keep_inflight(ckey, [ticket])
                 self._rollback(name, f"StartExecution refused: {exc}", version=0)
             raise
 
@@ -326,7 +326,7 @@ class MessageProtocol(MessageBranches):
             attributes = {**message.attributes, keys.CONCURRENCY_KEY_ATTRIBUTE: ckey}
             payload = replace(payload, message=replace(message, attributes=attributes))
         ticket = keys.wait(
-            store=self.store,  # type: ignore[arg-type]
+            store=self.store,
             queue=self.queue,
             payload=payload,
             ckey=ckey,

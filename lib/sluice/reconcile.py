@@ -67,6 +67,7 @@ from sluice.parking import sweep
 from sluice.ports import Clock, Executions, MaxSource, Queue, Store, state_machine_arns
 from sluice.receipts import Outputs
 from sluice.settings import Settings
+from sluice.stores import LaunchStore
 
 log = logging.getLogger("sluice.reconcile")
 
@@ -85,7 +86,7 @@ class ReconcileReport:
 
 def reconcile(
     *,
-    store: Store,
+    store: LaunchStore,
     executions: Executions,
     queue: Queue,
     clock: Clock,
@@ -188,14 +189,14 @@ def reconcile(
     rooms = store.rooms()  # the three waiting rooms' indexes, in one read
     woken = sweep(store=store, queue=queue, now=now, holders=rooms.parked_holders)
     sweep_awaits(
-        store=store,  # type: ignore[arg-type]
+        store=store,
         queue=queue,
         now=now,
         horizon=settings.await_horizon_seconds,
         ids=rooms.awaiting,
     )
     sweep_keys(
-        store=store,  # type: ignore[arg-type]
+        store=store,
         queue=queue,
         now=now,
         ckeys=rooms.keys_waiting,
@@ -270,7 +271,12 @@ def _hold_for_redriven(
 
 
 def _settle_unstarted(
-    store: Store, queue: Queue, record: ExecutionRecord, now: float, reconciler: str, claim_timeout: float
+    store: LaunchStore,
+    queue: Queue,
+    record: ExecutionRecord,
+    now: float,
+    reconciler: str,
+    claim_timeout: float,
 ) -> int:
     """Sighting 1 marks the claim; sighting 2, a claim timeout later by the same clock, releases it."""
     fence = record.fence
@@ -303,7 +309,7 @@ def _settle_unstarted(
 
 
 def _release_vanished(
-    store: Store,
+    store: LaunchStore,
     queue: Queue,
     record: ExecutionRecord,
     now: float,

@@ -10,11 +10,14 @@ import json
 import pytest
 
 from sluice.adapters.memory_aws import MemoryQueue
+from sluice.awaits import AwaitStore
 from sluice.clock import FakeClock
 from sluice.effects import EFFECTS_FIELD, around
+from sluice.keys import KeyStore
 from sluice.model import PayloadState
 from sluice.ports import PayloadLeases, Records, SlotPools, Store, WaitingRoom
 from sluice.records import ReceiptOutput
+from sluice.stores import LaunchStore
 from tests.contract.stores import NOW, claim
 
 PORTS = (SlotPools, PayloadLeases, Records, WaitingRoom)
@@ -43,6 +46,15 @@ def test_both_adapters_implement_each_port(store, port):
     assert isinstance(store, port)
     missing = {name for name in members(port) if not callable(getattr(store, name, None))}
     assert missing == set()
+
+
+def test_both_adapters_are_a_launch_store(store):
+    """``LaunchStore`` (``sluice.stores``) adds the key lines' and the awaits' rooms to ``Store``, and
+    nothing of its own: the store the launcher, a completion and reconciliation hold offers all of it."""
+    assert members(LaunchStore) == set()
+    assert set(LaunchStore.__mro__) >= {Store, KeyStore, AwaitStore}
+    wanted = members(KeyStore) | members(AwaitStore)
+    assert wanted and {name for name in wanted if not callable(getattr(store, name, None))} == set()
 
 
 def test_the_store_is_the_four_ports_and_nothing_more():
