@@ -175,13 +175,15 @@ class Actors:
             out.append(("delete_old_machine", 0.3, self.do_delete_old_machine))
         return out
 
-    def step(self) -> None:
+    def step(self) -> str:
+        """One action, drawn; its name."""
         options = self.options()
         weights = [weight * self.ex.scale.get(name, 1.0) for name, weight, _ in options]
         if not any(weights):  # every option this step offers is left out of the run's profile
             weights = [weight for _, weight, _ in options]
-        _, _, act = options[self.choices.draw(len(options), weights)]
+        name, _, act = options[self.choices.draw(len(options), weights)]
         act()
+        return name
 
     def do_resume(self) -> None:
         inv = self.waiting[self.choices.draw(len(self.waiting))]
