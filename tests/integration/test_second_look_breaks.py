@@ -7,14 +7,19 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from sluice.clock import FakeClock
 from sluice.model import Outcome
+from sluice.runtime import CLIENT_CONFIG
+from tests.integration.test_stale_describe_moto import RUNNING, body, sfn_of, stale_describe
+from tests.reliability.world import World
 from tests.support.aws import build_stack
-from tests.support.hooks import receipts_of
+from tests.support.faults import AttemptFaults
+from tests.support.hooks import receipts_of, retry_sleeps
 
 
 def _visible_again(stack: Any, receipts: list[str]) -> None:
@@ -67,3 +72,104 @@ def test_duplicates_ahead_in_a_group_walk_a_fresh_message_to_the_dlq(session):
     assert "j" in _started_keys(stack), (
         f"promise 3: j never started; moved to the DLQ by SQS, no reason: {by_sqs}; outcomes {seen}"
     )
+
+
+# -- a lost answer to the sighting's write ---------------------------------------------------------
+
+
+class LostSighting(AttemptFaults):
+    """The first ``SIGHT#`` write of the invocation reaches DynamoDB, which carries it out, and its
+    answer is lost (``plan`` per attempt, as ``AttemptFaults``)."""
+
+    def before(self, injector: Any, call: Any) -> None:
+        pk = call.params.get("Key", {}).get("pk", {}).get("S", "")
+        if self.call is None and call.operation == "UpdateItem" and pk.startswith("SIGHT#"):
+            self.call = call
+
+
+@pytest.fixture
+def make_world() -> Iterator[Callable[..., World]]:
+    worlds: list[World] = []
+
+    def make(**kwargs: Any) -> World:
+        worlds.append(World(**kwargs))
+        return worlds[-1]
+
+    try:
+        yield make
+    finally:
+        for world in worlds:
+            world.close()
+
+
+def _admit(world: World, name: str, faults: list[Any] | None = None) -> dict[str, int]:
+    """One admission pass of container ``name``, without reconciliation (a completion's refill)."""
+    seen: dict[str, int] = {}
+
+    def work(c: Any) -> None:
+        seen.update(c.launcher.admit().outcomes)
+
+    world.run(name, work, faults or [])
+    return seen
+
+
+def _ended_holder(world: World) -> str:
+    """p's run, ended a moment ago; its status event is on the way (pending, not delivered)."""
+    world.send(body("p"), group="g0")
+    world.tick("A")
+    (p,) = world.model.running
+    world.end(p)
+    return p
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a sighting whose write landed but whose answer was lost returns the message at once: "
+    "its next receive, as stale, drops a re-submission sent after its key's run ended",
+)
+def test_a_lost_answer_to_the_sighting_returns_the_message_within_the_window(make_world):
+    """p ended; its event is on the way. A re-submission m of p is sent after that end. Its claim is
+    refused by p's lease and DescribeExecution says RUNNING (stale, within the bound). SIGHT#m is
+    written, and the answer is lost (a read timeout: TransientError): ``_run_group`` returns the rest
+    of the group, m itself included, with no delay. m is received again a second later, before the
+    window: refused again, as stale an answer, and SIGHT#m is there: dropped as a duplicate of a
+    run that had ended before it was sent. Promise 3."""
+    world = make_world(max_concurrency=2)
+    p = _ended_holder(world)
+    world.send(body("p"), group="g1")
+    lost = LostSighting("UpdateItem", ("lost",))
+    with stale_describe(sfn_of(world, "A"), p, RUNNING) as fired:
+        first = _admit(world, "A", [lost])
+        world.advance(1)
+        second = _admit(world, "A")
+    assert lost.fired == {"lost": 1} and fired[RUNNING] == 2, (lost.fired, fired)
+    assert "SIGHT#" in " ".join(world.table())  # the write landed
+    print(first, second)
+    world.check()
+    assert not second.get(Outcome.DUPLICATE.value), second
+    world.settle()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a retried sighting write whose first attempt landed reads as a second sighting: "
+    "a re-submission sent after its key's run ended is dropped on its first receive",
+)
+def test_a_retried_sighting_write_drops_the_message_at_first_sight(make_world):
+    """As deployed, clients retry (``sluice.runtime.CLIENT_CONFIG``). The first attempt of SIGHT#m's
+    conditional write lands and its answer is lost; botocore retries, and the retry's condition
+    (``attribute_not_exists(pk)``) fails on the item the first attempt wrote: ``first_sighting``
+    says False, so m, a re-submission sent after p ended, refused on a stale RUNNING answer at its
+    very first receive, is dropped as a duplicate with no second look. Promise 3."""
+    world = make_world(max_concurrency=2)
+    world.add_container("A-retrying", CLIENT_CONFIG)
+    p = _ended_holder(world)
+    world.send(body("p"), group="g1")
+    lost = LostSighting("UpdateItem", ("lost",))
+    with retry_sleeps(), stale_describe(sfn_of(world, "A-retrying"), p, RUNNING) as fired:
+        outcomes = _admit(world, "A-retrying", [lost])
+    assert lost.fired == {"lost": 1} and fired[RUNNING] == 1, (lost.fired, fired)
+    print(outcomes)
+    world.check()
+    assert not outcomes.get(Outcome.DUPLICATE.value), outcomes
+    world.settle()
