@@ -462,10 +462,10 @@ class CountingStore:
         self.inner.record_duplicate(key=key, message_id=message_id, now=now)
         self.meter.wait("dynamodb:UpdateItem")
 
-    def first_sighting(self, *, key: str, message_id: str, now: float) -> bool:
+    def first_sighting(self, *, key: str, message_id: str, receipt: str, now: float) -> bool:
         self.meter.call("dynamodb:UpdateItem")  # conditional: refused (still billed) when made before
         self.meter.wru += SMALL_ITEM_KB
-        first = self.inner.first_sighting(key=key, message_id=message_id, now=now)
+        first = self.inner.first_sighting(key=key, message_id=message_id, receipt=receipt, now=now)
         self.meter.wait("dynamodb:UpdateItem")
         return first
 

@@ -5,11 +5,19 @@ that cannot run. The other half of ``sluice.per_message``, whose docstring has t
 
 from __future__ import annotations
 
+import hashlib
 import logging
 
 from sluice.completion import complete, earlier_end, output_from
 from sluice.effects import Effects
-from sluice.errors import AmbiguousStartError, ConfigurationError, InvalidPayload, LeaseHeld, MachineVanished
+from sluice.errors import (
+    AmbiguousStartError,
+    ConfigurationError,
+    InvalidPayload,
+    LeaseHeld,
+    MachineVanished,
+    TransientError,
+)
 from sluice.fanout import Pacer
 from sluice.model import ExecutionInfo, ExecutionRecord, Message, Outcome, Payload, PayloadState
 from sluice.parking import park
@@ -137,10 +145,25 @@ class MessageBranches:
         No second look is needed when the holder was claimed after the message was received (in
         its batch, by this launcher: ``claims``): the message was sent before the holder's claim,
         so before its end, whatever the answer's age. Copies of one key in one batch are dropped
-        at once, as before."""
-        return self.store.first_sighting(
-            key=payload.key, message_id=payload.message.message_id, now=self.clock.now()
-        )
+        at once, as before.
+
+        The sighting names the receive that made it (its receipt handle's digest), so a retried
+        write of that receive, whose first attempt landed with its answer lost, is still the first
+        sighting; and a write that failed is taken as a first sighting, since it may have landed:
+        the message goes back for the window either way, never at once as a transient error's batch
+        would go back:
+
+            receive 1 of m: SIGHT#m (receipt r1) lands, its answer lost
+                            retry: condition ✓ (receipt r1 is this receive's) → first, back for S
+            or: the write raises → first, back for S (not with the batch, at once)
+            receive 2 of m, ≥ S later: receipt r2 ≠ r1 → a second sighting"""
+        receipt = hashlib.sha256(payload.message.receipt_handle.encode()).hexdigest()[:32]
+        try:
+            return self.store.first_sighting(
+                key=payload.key, message_id=payload.message.message_id, receipt=receipt, now=self.clock.now()
+            )
+        except TransientError:
+            return True
 
     def _vanished(self, record: ExecutionRecord | None) -> bool:
         """Whether ``record``'s run is on a state machine the stack no longer uses that Step

@@ -351,10 +351,11 @@ class Records(Protocol):
 
     def record_duplicate(self, *, key: str, message_id: str, now: float) -> None: ...
 
-    def first_sighting(self, *, key: str, message_id: str, now: float) -> bool:
+    def first_sighting(self, *, key: str, message_id: str, receipt: str, now: float) -> bool:
         """Record that SQS message ``message_id`` of ``key`` was refused by a holder that may have
-        ended (``sluice.message_branches``). True the first time; False when an earlier receive of
-        the same message recorded it (that receive was at least the consistency window ago)."""
+        ended (``sluice.message_branches``), on the receive ``receipt`` names. True the first time,
+        and again for the same ``receipt`` (a retried write); False when an earlier receive of the
+        same message recorded it (that receive was at least the consistency window ago)."""
         ...
 
     def record_already_done(self, *, key: str, message_id: str, now: float) -> None:

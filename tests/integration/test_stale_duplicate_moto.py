@@ -173,17 +173,19 @@ def test_a_deferred_duplicate_of_a_just_ended_run_is_parked_and_runs(make_world)
 
 @pytest.mark.parametrize("kind", ["memory", "dynamodb"])
 def test_a_sighting_is_first_once_per_message(kind, session):
-    """The store's side (both adapters): the first sighting of a message is first once; another
-    message of the same key has its own."""
+    """The store's side (both adapters): the first sighting of a message is first once, and again
+    for a retried write of the same receive; another receive of it is not; another message of the
+    same key has its own."""
     if kind == "memory":
         store: Any = MemoryStore()
     else:
         client = session.client("dynamodb")
         create_table(client, "sightings")
         store = DynamoStore(client, "sightings")
-    assert store.first_sighting(key="k", message_id="m1", now=1.0)
-    assert not store.first_sighting(key="k", message_id="m1", now=70.0)
-    assert store.first_sighting(key="k", message_id="m2", now=70.0)
+    assert store.first_sighting(key="k", message_id="m1", receipt="r1", now=1.0)
+    assert store.first_sighting(key="k", message_id="m1", receipt="r1", now=1.5), "a retry of that write"
+    assert not store.first_sighting(key="k", message_id="m1", receipt="r2", now=70.0)
+    assert store.first_sighting(key="k", message_id="m2", receipt="r3", now=70.0)
     if kind == "dynamodb":
         item = client.get_item(TableName="sightings", Key={"pk": {"S": "SIGHT#m1"}})["Item"]
         assert item["key"]["S"] == "k" and float(item["sighted_at"]["N"]) == 1.0 and "expires_at" in item

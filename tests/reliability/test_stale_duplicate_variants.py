@@ -16,6 +16,7 @@ import sluice.message_branches
 from sluice.completion import earlier_end
 from sluice.model import Outcome
 from tests.integration import test_breaker_findings as findings
+from tests.integration import test_second_look_breaks as second_look
 from tests.integration import test_stale_describe_moto as stale_describe
 from tests.integration import test_stale_duplicate_moto as stale_duplicate
 from tests.reliability.promises import PromiseBroken
@@ -100,3 +101,38 @@ def test_a_duplicate_check_that_drops_behind_a_vanished_holder_is_caught(monkeyp
     monkeypatch.setattr(sluice.message_branches.MessageBranches, "_vanished", lambda self, record: False)
     with pytest.raises(AssertionError, match="dropped behind a run that ended"):
         stale_duplicate.test_a_resubmission_behind_a_holder_on_a_deleted_machine_runs(session)
+
+
+def test_a_sighting_that_ignores_its_receive_is_caught(monkeypatch, make_world):
+    """The sighting's condition without the receive that made it: the retry of a write whose first
+    attempt landed reads as a second sighting, and the re-submission is dropped at first sight."""
+
+    def any_receive(self: Any, *, key: str, message_id: str, receipt: str, now: float) -> bool:
+        return self._update_if(
+            f"SIGHT#{message_id}",
+            "SET #key = :key, sighted_at = :now",
+            "attribute_not_exists(pk)",
+            {":key": {"S": key}, ":now": {"N": str(now)}},
+            names={"#key": "key"},
+        )
+
+    monkeypatch.setattr(sluice.adapters.dynamodb.DynamoStore, "first_sighting", any_receive)
+    with pytest.raises(PromiseBroken, match="promise 3"):
+        second_look.test_a_retried_sighting_write_drops_the_message_at_first_sight(make_world)
+
+
+def test_a_failed_sighting_taken_for_a_failure_of_the_tick_is_caught(monkeypatch, make_world):
+    """A sighting write that raised handled as any transient error: the message goes back with its
+    batch at once, is received again within the window and dropped on as stale an answer."""
+
+    def raises(self: Any, payload: Any) -> bool:
+        return self.store.first_sighting(
+            key=payload.key,
+            message_id=payload.message.message_id,
+            receipt=payload.message.receipt_handle[:32],
+            now=self.clock.now(),
+        )
+
+    monkeypatch.setattr(sluice.message_branches.MessageBranches, "_first_sighting", raises)
+    with pytest.raises(AssertionError):
+        second_look.test_a_lost_answer_to_the_sighting_returns_the_message_within_the_window(make_world)

@@ -6,7 +6,8 @@ records, a payload's duplicate and invalid marks, and reconciliation's figures i
                     unleased; with an expiry unless a once-run's success keeps it: ``once_by``)
     EXEC#<name>     read here, written with the slots and leases (sluice.adapters.dynamodb)
     SIGHT#<message id>  a message refused by a holder that may have ended, sent back for the
-                    consistency window: ``key``, ``sighted_at``, an expiry (sluice.message_branches)
+                    consistency window: ``key``, ``sighted_at``, the ``receipt`` of the receive that
+                    saw it (a digest), an expiry (sluice.message_branches)
     EFFECTS#<name>  read here (the effects an execution's release sent, sluice.effects), written by
                     that release (sluice.adapters.dynamodb)
     LEDGER          external (with external_count and external_from, its listing's numbers),
@@ -69,13 +70,13 @@ class RecordsTable(ParkingTable):
                 ExpressionAttributeValues=values(now=now, mid=message_id, one=1),
             )
 
-    def first_sighting(self, *, key: str, message_id: str, now: float) -> bool:
+    def first_sighting(self, *, key: str, message_id: str, receipt: str, now: float) -> bool:
         expires = int(now) + self.retention_seconds  # cleanup only: a lost sighting is made again
         return self._update_if(
             f"SIGHT#{message_id}",
-            "SET #key = :key, sighted_at = :now, expires_at = :expires",
-            "attribute_not_exists(pk)",
-            values(key=key, now=now, expires=expires),
+            "SET #key = :key, sighted_at = if_not_exists(sighted_at, :now), expires_at = :expires, receipt = :receipt",
+            "attribute_not_exists(pk) OR receipt = :receipt",  # a retry of this receive's write
+            values(key=key, now=now, expires=expires, receipt=receipt),
             names={"#key": "key"},
         )
 

@@ -410,10 +410,10 @@ class MemoryStore(MemoryHandOver, MemoryAwaits, MemoryKeys):
             payload = self._payloads.get(key) or PayloadRecord(key=key, state=PayloadState.RELEASED)
             self._payloads[key] = replace(payload, duplicates=payload.duplicates + 1, updated_at=now)
 
-    def first_sighting(self, *, key: str, message_id: str, now: float) -> bool:
+    def first_sighting(self, *, key: str, message_id: str, receipt: str, now: float) -> bool:
         with self._lock:
-            sighted: set[str] = self.__dict__.setdefault("_sighted", set())
-            return not (message_id in sighted or sighted.add(message_id))  # add returns None
+            sighted: dict[str, str] = self.__dict__.setdefault("_sighted", {})
+            return sighted.setdefault(message_id, receipt) == receipt  # the same receive: a retry
 
     def record_already_done(self, *, key: str, message_id: str, now: float) -> None:
         with self._lock:
