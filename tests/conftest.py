@@ -76,3 +76,21 @@ def pytest_collection_modifyitems(config, items):
         defs = info.name2fixturedefs.values() if info is not None else ()
         if any(d.scope in ("module", "class", "package") for chain in defs for d in chain):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
+@pytest.fixture
+def make_world():
+    """Worlds made by a scenario (``tests.reliability.world.World(**kwargs)``), closed afterwards."""
+    from tests.reliability.world import World
+
+    worlds: list[World] = []
+
+    def make(**kwargs):
+        worlds.append(World(**kwargs))
+        return worlds[-1]
+
+    try:
+        yield make
+    finally:
+        for world in worlds:
+            world.close()

@@ -6,32 +6,16 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Iterator
 
 import pytest
 
 from sluice.clock import FakeClock
 from sluice.errors import ConfigurationError
 from sluice.model import Outcome, PayloadState
-from tests.reliability.world import WINDOW, World
+from tests.reliability.world import WINDOW
 from tests.support.aws import build_stack, new_machine
 from tests.support.faults import Interleave
 from tests.support.hooks import error_answer
-
-
-@pytest.fixture
-def make_world() -> Iterator[Callable[..., World]]:
-    worlds: list[World] = []
-
-    def make(**kwargs) -> World:
-        worlds.append(World(**kwargs))
-        return worlds[-1]
-
-    try:
-        yield make
-    finally:
-        for world in worlds:
-            world.close()
 
 
 def body(key: str) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -85,21 +84,6 @@ class LostSighting(AttemptFaults):
         pk = call.params.get("Key", {}).get("pk", {}).get("S", "")
         if self.call is None and call.operation == "UpdateItem" and pk.startswith("SIGHT#"):
             self.call = call
-
-
-@pytest.fixture
-def make_world() -> Iterator[Callable[..., World]]:
-    worlds: list[World] = []
-
-    def make(**kwargs: Any) -> World:
-        worlds.append(World(**kwargs))
-        return worlds[-1]
-
-    try:
-        yield make
-    finally:
-        for world in worlds:
-            world.close()
 
 
 def _admit(world: World, name: str, faults: list[Any] | None = None) -> dict[str, int]:

@@ -9,33 +9,16 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
-
-import pytest
 
 from sluice.model import Outcome, PayloadState
 from tests.reliability.world import CLAIM_TIMEOUT, VISIBILITY, WINDOW, World
 from tests.support.aws import build_stack, status_change_event
 from tests.support.faults import CrashAt, Interleave, StaleList
 from tests.support.hooks import _Http, error_answer
-
-
-@pytest.fixture
-def make_world() -> Iterator[Callable[..., World]]:
-    worlds: list[World] = []
-
-    def make(**kwargs: Any) -> World:
-        worlds.append(World(**kwargs))
-        return worlds[-1]
-
-    try:
-        yield make
-    finally:
-        for world in worlds:
-            world.close()
 
 
 def body(key: str) -> str:

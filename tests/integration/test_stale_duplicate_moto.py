@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -27,21 +26,6 @@ from tests.integration.test_stale_describe_moto import RUNNING, body, runs_of, s
 from tests.reliability.world import WINDOW, World
 from tests.support.aws import WORKFLOW, build_stack
 from tests.support.hooks import receipts_of
-
-
-@pytest.fixture
-def make_world() -> Iterator[Callable[..., World]]:
-    worlds: list[World] = []
-
-    def make(**kwargs: Any) -> World:
-        worlds.append(World(**kwargs))
-        return worlds[-1]
-
-    try:
-        yield make
-    finally:
-        for world in worlds:
-            world.close()
 
 
 def admit(world: World, name: str = "A") -> dict[str, int]:

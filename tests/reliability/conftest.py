@@ -8,15 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from tests.reliability.world import World
 from tests.support.faults import FAULTS, STATS
 
 _SLOW_IS_FINE = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
@@ -90,19 +86,3 @@ def summarise(terminalreporter, exitstatus) -> None:
             )
             + "\n"
         )
-
-
-@pytest.fixture
-def make_world() -> Iterator[Callable[..., World]]:
-    """Worlds made by a scenario (``World(**kwargs)``), closed afterwards."""
-    worlds: list[World] = []
-
-    def make(**kwargs: Any) -> World:
-        worlds.append(World(**kwargs))
-        return worlds[-1]
-
-    try:
-        yield make
-    finally:
-        for world in worlds:
-            world.close()
