@@ -127,4 +127,4 @@ function laneStack(
   };
 }
 
-module.exports = { DEFAULT_LANE, pascal, queueId, laneStack };
+module.exports = { DEFAULT_LANE, join, pascal, queueId, laneStack };

@@ -10,7 +10,7 @@
 // Built as CloudFormation JSON with Fn::Join, never Fn::Sub: osls would read a "${...}" in a value
 // from this file as one of its own variables.
 
-const { DEFAULT_LANE, queueId } = require('./lanes');
+const { DEFAULT_LANE, join, queueId } = require('./lanes');
 
 const PAYLOAD_QUEUE = 'PayloadQueue';
 const DEAD_LETTER_QUEUE = 'DeadLetterQueue';
@@ -32,21 +32,6 @@ const LAUNCHER_TIMEOUT_MARGIN_SECONDS = 5;
 const ref = (logicalId) => ({ Ref: logicalId });
 // Every alarm's AlarmActions and OKActions: the stack's topic, or the one alarmTopicArn names.
 const alarmActions = [{ 'Fn::If': ['CreateAlarmTopic', ref('AlarmTopic'), ref('AlarmTopicArn')] }];
-
-// Joins strings and CloudFormation values into one string (a bare string when there is nothing to join).
-function join(pieces) {
-  const merged = [];
-  for (const piece of pieces) {
-    if (typeof piece === 'string' && typeof merged[merged.length - 1] === 'string') {
-      merged[merged.length - 1] += piece;
-    } else {
-      merged.push(piece);
-    }
-  }
-  if (merged.length === 0) return '';
-  if (merged.length === 1 && typeof merged[0] === 'string') return merged[0];
-  return { 'Fn::Join': ['', merged] };
-}
 
 // The duration alarm's threshold, ms.
 function durationThreshold({ name, timeout }) {
