@@ -18,6 +18,7 @@ from sluice.adapters.s3 import S3PayloadObjects
 from sluice.adapters.sfn import StepFunctionsExecutions
 from sluice.adapters.sfn_tokens import SfnTokens
 from sluice.adapters.sqs import SqsQueue
+from sluice.adapters.sqs_dead_letters import DeadLetterQueue
 from sluice.adapters.ssm import FixedMax, SsmMax
 from sluice.clock import SystemClock
 from sluice.launcher import Launcher
@@ -69,6 +70,10 @@ class Runtime:
             self.settings.dlq_url,
             lane_urls=self.settings.lane_queue_urls,
         )
+
+    def dead_letters(self) -> DeadLetterQueue:
+        """The DLQ as the operator's commands use it (``sluice.ops.dlq``)."""
+        return DeadLetterQueue(self.client("sqs"), self.settings.dlq_url)
 
     def executions(self) -> StepFunctionsExecutions:
         return StepFunctionsExecutions(

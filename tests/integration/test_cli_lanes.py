@@ -11,10 +11,11 @@ import zipfile
 import pytest
 
 from handlers import _shared
+from sluice.adapters.sqs_dead_letters import DlqMessage, dlq_message_of
 from sluice.completion import StatusChange
 from sluice.lanes import LANE_ATTRIBUTE
 from sluice.model import Outcome
-from sluice.ops.dlq import DlqMessage, _dlq_message, redrive_lane
+from sluice.ops.dlq import redrive_lane
 from sluice.settings import DuplicatePolicy
 from tests.support.aws import build_stack
 from tests.support.cli import clear_sluice_env, receive_all, sluice, use_env
@@ -442,7 +443,7 @@ def test_a_message_sqs_moved_goes_back_to_the_queue_it_came_from(stack):
             "Attributes": system,
             "MessageAttributes": attributes,
         }
-        return _dlq_message(raw)
+        return dlq_message_of(raw)
 
     s = stack.settings
     assert redrive_lane(s, dead(url(stack, "backfill"), None)) == "backfill"

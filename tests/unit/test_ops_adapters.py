@@ -1,0 +1,149 @@
+"""The adapters behind the operator's commands (``sluice.ops``), each on moto with its real client:
+what each call leaves in AWS, how many calls it makes, and the domain error a refusal becomes."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from sluice.adapters.sqs_dead_letters import (
+    MOVED_BY_SQS,
+    DeadLetterQueue,
+    Resend,
+    dlq_message_of,
+    redrive_dedup_id,
+)
+from sluice.errors import ConfigurationError, TransientError
+from sluice.lanes import LANE_ATTRIBUTE
+from tests.support.aws import NO_RETRY
+from tests.support.hooks import error_answer
+
+
+def counted(session: Any, service: str) -> tuple[Any, Counter]:
+    """A client of ``service`` and a count of the calls it makes, by operation."""
+    client = session.client(service, config=NO_RETRY)
+    calls: Counter = Counter()
+
+    def hook(model: Any, **_: Any) -> None:
+        calls[model.name] += 1
+
+    client.meta.events.register("before-call.*.*", hook)
+    return client, calls
+
+
+def refuse(client: Any, operation: str, code: str, status: int) -> None:
+    client.meta.events.register(f"before-call.*.{operation}", lambda **_: error_answer(code, status))
+
+
+# -- the dead-letter queue ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def queues(session):
+    sqs = session.client("sqs")
+    fifo = {"FifoQueue": "true", "ContentBasedDeduplication": "false"}
+    dlq = sqs.create_queue(QueueName="dead.fifo", Attributes=fifo)["QueueUrl"]
+    main = sqs.create_queue(QueueName="main.fifo", Attributes=fifo)["QueueUrl"]
+    return sqs, dlq, main
+
+
+def dead_letter(sqs: Any, url: str, i: int, **attributes: str) -> str:
+    return sqs.send_message(
+        QueueUrl=url,
+        MessageBody=f'{{"id": "p-{i}"}}',
+        MessageGroupId=f"g-{i}",
+        MessageDeduplicationId=f"d-{i}",
+        MessageAttributes={k: {"DataType": "String", "StringValue": v} for k, v in attributes.items()},
+    )["MessageId"]
+
+
+def receive_all(sqs: Any, url: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    while got := sqs.receive_message(
+        QueueUrl=url,
+        MaxNumberOfMessages=10,
+        VisibilityTimeout=600,
+        MessageAttributeNames=["All"],
+        MessageSystemAttributeNames=["All"],
+    ).get("Messages", []):
+        out.extend(got)
+    return out
+
+
+def test_a_redrive_of_25_messages_sends_and_deletes_in_batches_of_10(session, queues):
+    sqs, dlq_url, main = queues
+    ids = [
+        dead_letter(sqs, dlq_url, i, **{"sluice-error": "boom", "sluice-key": f"p-{i}"}) for i in range(25)
+    ]
+    client, calls = counted(session, "sqs")
+    dlq = DeadLetterQueue(client, dlq_url)
+    looked = []
+    while got := dlq.peek(10):
+        looked.extend(got)
+    assert sorted(m.message_id for m in looked) == sorted(ids)
+    sent, refused = dlq.send_back(main, [Resend(m, "default") for m in looked])
+    assert refused == [] and len(sent) == 25
+    assert dlq.delete([r.message for r in sent]) == set(ids)
+    assert calls["SendMessageBatch"] == 3 and calls["DeleteMessageBatch"] == 3
+    back = receive_all(sqs, main)
+    assert sorted(m["Body"] for m in back) == sorted(f'{{"id": "p-{i}"}}' for i in range(25))
+    first = next(m for m in back if m["Body"] == '{"id": "p-0"}')
+    assert first["Attributes"]["MessageDeduplicationId"] == redrive_dedup_id(ids[0])
+    assert set(first["MessageAttributes"]) == {"sluice-key"}, "the DLQ annotations are left behind"
+    assert receive_all(sqs, dlq_url) == []
+
+
+def test_a_message_sent_back_to_a_lane_says_its_lane_again(session, queues):
+    sqs, dlq_url, main = queues
+    dead_letter(sqs, dlq_url, 0, **{LANE_ATTRIBUTE: "old"})
+    dlq = DeadLetterQueue(session.client("sqs"), dlq_url)
+    (m,) = dlq.peek(10)
+    assert m.lane == "old" and m.reason == MOVED_BY_SQS
+    sent, _ = dlq.send_back(main, [Resend(m, "gpu")])
+    assert [r.lane for r in sent] == ["gpu"]
+    (back,) = receive_all(sqs, main)
+    assert back["MessageAttributes"][LANE_ATTRIBUTE]["StringValue"] == "gpu"
+
+
+def test_counts_and_a_look_that_leaves_every_message_in_place(session, queues):
+    sqs, dlq_url, _ = queues
+    for i in range(12):
+        dead_letter(sqs, dlq_url, i)
+    client, calls = counted(session, "sqs")
+    dlq = DeadLetterQueue(client, dlq_url)
+    assert (dlq.counts().visible, dlq.counts().in_flight) == (12, 0)
+    looked = dlq.peek(10) + dlq.peek(10)
+    assert len(looked) == 12 and (dlq.counts().visible, dlq.counts().in_flight) == (0, 12)
+    dlq.show_again(looked)
+    assert calls["ChangeMessageVisibilityBatch"] == 2
+    assert (dlq.counts().visible, dlq.counts().in_flight) == (12, 0)
+
+
+def test_show_again_is_best_effort_and_refusals_become_domain_errors(session, queues):
+    sqs, dlq_url, main = queues
+    dead_letter(sqs, dlq_url, 0)
+    client = session.client("sqs", config=NO_RETRY)
+    dlq = DeadLetterQueue(client, dlq_url)
+    looked = dlq.peek(10)
+    refuse(client, "ChangeMessageVisibilityBatch", "ThrottlingException", 400)
+    dlq.show_again(looked)  # no error: the message reappears after its visibility timeout anyway
+    refuse(client, "SendMessageBatch", "ThrottlingException", 400)
+    with pytest.raises(TransientError):
+        dlq.send_back(main, [Resend(looked[0], "default")])
+    refuse(client, "GetQueueAttributes", "AWS.SimpleQueueService.NonExistentQueue", 400)
+    with pytest.raises(ConfigurationError):
+        dlq.counts()
+
+
+def test_a_dead_letter_names_the_queue_sqs_moved_it_from():
+    raw = {
+        "MessageId": "m",
+        "ReceiptHandle": "r",
+        "Body": "{}",
+        "Attributes": {"DeadLetterQueueSourceArn": "arn:aws:sqs:us-east-1:123456789012:gpu.fifo"},
+        "MessageAttributes": {"sluice-receive-count": {"DataType": "Number", "StringValue": "6"}},
+    }
+    m = dlq_message_of(raw)
+    assert (m.source_queue, m.receive_count, m.reason) == ("gpu.fifo", 6, MOVED_BY_SQS)
