@@ -4,10 +4,16 @@ what each call leaves in AWS, how many calls it makes, and the domain error a re
 from __future__ import annotations
 
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from sluice.adapters.cloudwatch import QueueMetrics, Window
+from sluice.adapters.dynamo_codec import create_table
+from sluice.adapters.dynamo_semaphore import DynamoSemaphoreStore
+from sluice.adapters.semaphore_catalogue import SemaphoreCatalogue
+from sluice.adapters.sfn_tokens import SfnTokens
 from sluice.adapters.sqs_dead_letters import (
     MOVED_BY_SQS,
     DeadLetterQueue,
@@ -15,8 +21,11 @@ from sluice.adapters.sqs_dead_letters import (
     dlq_message_of,
     redrive_dedup_id,
 )
-from sluice.errors import ConfigurationError, TransientError
+from sluice.adapters.ssm import MaxParameter
+from sluice.clock import FakeClock
+from sluice.errors import ConfigurationError, NotFound, TransientError
 from sluice.lanes import LANE_ATTRIBUTE
+from sluice.semaphore import Semaphores
 from tests.support.aws import NO_RETRY
 from tests.support.hooks import error_answer
 
@@ -147,3 +156,107 @@ def test_a_dead_letter_names_the_queue_sqs_moved_it_from():
     }
     m = dlq_message_of(raw)
     assert (m.source_queue, m.receive_count, m.reason) == ("gpu.fifo", 6, MOVED_BY_SQS)
+
+
+# -- the MAX parameter -----------------------------------------------------------------------------------
+
+
+def test_the_max_parameter_created_tagged_written_read_and_untagged(session):
+    client, calls = counted(session, "ssm")
+    parameter = MaxParameter(client, "/sluice/max")
+    assert parameter.raw() is None, "missing: no value, no error"
+    with pytest.raises(NotFound):
+        parameter.reading()
+    parameter.create(0, {"sluice:resume-max": "7", "sluice:paused-at": "2026-01-01T00:00:00Z"})
+    assert parameter.raw() == "0" and parameter.reading().value == 0
+    assert parameter.tags() == {"sluice:resume-max": "7", "sluice:paused-at": "2026-01-01T00:00:00Z"}
+    parameter.write(7)
+    parameter.untag(["sluice:resume-max", "sluice:paused-at"])
+    reading = parameter.reading()
+    assert (reading.value, reading.version) == (7, 2) and reading.changed_at > 0
+    assert parameter.tags() == {}
+    parameter.tag({"team": "ops"})
+    assert parameter.tags() == {"team": "ops"}
+    assert calls["PutParameter"] == 2 and calls["GetParameter"] == 5
+
+
+def test_an_unusable_max_and_a_refusal_are_domain_errors(session):
+    client = session.client("ssm", config=NO_RETRY)
+    client.put_parameter(Name="/sluice/max", Value="lots", Type="String")
+    parameter = MaxParameter(client, "/sluice/max")
+    assert parameter.raw() == "lots"
+    with pytest.raises(ConfigurationError, match="whole number"):
+        parameter.reading()
+    refuse(client, "ListTagsForResource", "ThrottlingException", 400)
+    with pytest.raises(TransientError):
+        parameter.tags()
+    refuse(client, "PutParameter", "AccessDeniedException", 400)
+    with pytest.raises(ConfigurationError):
+        parameter.write(3)
+
+
+# -- CloudWatch ------------------------------------------------------------------------------------------
+
+
+def test_queue_metrics_are_the_maxima_of_the_window_oldest_first(session):
+    client, calls = counted(session, "cloudwatch")
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    for minutes, value in ((3, 40.0), (3, 55.0), (1, 12.0)):
+        client.put_metric_data(
+            Namespace="AWS/SQS",
+            MetricData=[
+                {
+                    "MetricName": "ApproximateAgeOfOldestMessage",
+                    "Dimensions": [{"Name": "QueueName", "Value": "main.fifo"}],
+                    "Timestamp": now - timedelta(minutes=minutes),
+                    "Value": value,
+                }
+            ],
+        )
+    metrics = QueueMetrics(client)
+    window = Window(now - timedelta(minutes=15), now + timedelta(minutes=1))
+    points = metrics.maxima("main.fifo", "ApproximateAgeOfOldestMessage", window)
+    assert [p.value for p in points] == [55.0, 12.0]
+    assert points[0].at < points[1].at
+    assert metrics.maxima("other.fifo", "ApproximateAgeOfOldestMessage", window) == []
+    assert calls["GetMetricStatistics"] == 2
+    refuse(client, "GetMetricStatistics", "AccessDenied", 403)
+    with pytest.raises(ConfigurationError):
+        metrics.maxima("main.fifo", "ApproximateAgeOfOldestMessage", window)
+
+
+# -- the semaphores of the table -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def catalogue(session):
+    ddb = session.client("dynamodb", config=NO_RETRY)
+    create_table(ddb, "sluice")
+    store = DynamoSemaphoreStore(ddb, "sluice", sleep=lambda _: None)
+    sems = Semaphores(store, SfnTokens(session.client("stepfunctions")), FakeClock())
+    client, calls = counted(session, "dynamodb")
+    return sems, SemaphoreCatalogue(client, "sluice"), calls
+
+
+def test_the_catalogue_finds_every_semaphore_with_its_permits_and_line(catalogue):
+    sems, found, calls = catalogue
+    for name, limit in (("db", 2), ("api", 20), ("zero", 0)):
+        sems.set_limit(name, limit)
+    scan = found.scan(limit=100, max_pages=10)
+    assert [(s.name, s.occupancy.limit, s.occupancy.running, s.line) for s in scan.semaphores] == [
+        ("api", 20, 0, 0),
+        ("db", 2, 0, 0),
+        ("zero", 0, 0, 0),
+    ]
+    assert scan.pages == 1 and not scan.truncated
+    assert scan.scanned_items >= 3
+    assert calls["Scan"] == 1 and calls["BatchGetItem"] == 1
+
+
+def test_the_catalogue_stops_at_its_bound_and_says_so(catalogue):
+    sems, found, _ = catalogue
+    for i in range(5):
+        sems.set_limit(f"s{i}", 1)
+    cut = found.scan(limit=2, max_pages=10)
+    assert [s.name for s in cut.semaphores] == ["s0", "s1"] and cut.truncated
+    assert found.scan(limit=0, max_pages=10).semaphores == ()
