@@ -13,6 +13,7 @@ from typing import Any
 from botocore.config import Config
 
 from sluice.adapters.cloudwatch import QueueMetrics
+from sluice.adapters.deployment import Functions, Stacks
 from sluice.adapters.dynamo_semaphore import DynamoSemaphoreStore
 from sluice.adapters.dynamodb import DynamoStore
 from sluice.adapters.s3 import S3PayloadObjects
@@ -81,6 +82,14 @@ class Runtime:
     def queue_metrics(self) -> QueueMetrics:
         """The queues' CloudWatch metrics (``sluice status``)."""
         return QueueMetrics(self.client("cloudwatch"))
+
+    def stacks(self) -> Stacks:
+        """CloudFormation stacks (the deployed stack's resources, for the ``sluice`` command)."""
+        return Stacks(self.client("cloudformation"))
+
+    def functions(self) -> Functions:
+        """Lambda functions (the deployed launcher's configuration, for the ``sluice`` command)."""
+        return Functions(self.client("lambda"))
 
     def executions(self) -> StepFunctionsExecutions:
         return StepFunctionsExecutions(

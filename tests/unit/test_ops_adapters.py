@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from sluice.adapters.cloudwatch import QueueMetrics, Window
+from sluice.adapters.deployment import Functions, StackNotFound, Stacks
 from sluice.adapters.dynamo_codec import create_table
 from sluice.adapters.dynamo_semaphore import DynamoSemaphoreStore
 from sluice.adapters.semaphore_catalogue import SemaphoreCatalogue
@@ -26,7 +27,8 @@ from sluice.clock import FakeClock
 from sluice.errors import ConfigurationError, NotFound, TransientError
 from sluice.lanes import LANE_ATTRIBUTE
 from sluice.semaphore import Semaphores
-from tests.support.aws import NO_RETRY
+from tests.support.aws import NO_RETRY, build_stack
+from tests.support.cli import deploy
 from tests.support.hooks import error_answer
 
 
@@ -260,3 +262,31 @@ def test_the_catalogue_stops_at_its_bound_and_says_so(catalogue):
     cut = found.scan(limit=2, max_pages=10)
     assert [s.name for s in cut.semaphores] == ["s0", "s1"] and cut.truncated
     assert found.scan(limit=0, max_pages=10).semaphores == ()
+
+
+# -- the deployed stack ----------------------------------------------------------------------------------
+
+
+def test_the_stacks_outputs_its_launchers_resource_and_configuration(session):
+    stack = build_stack(session)
+    deploy(stack, "sluice-qa", variables={"SLUICE_MAX_CONCURRENCY": "7"})
+    stacks = Stacks(session.client("cloudformation"))
+    outputs = stacks.outputs("sluice-qa")
+    assert outputs["QueueUrl"] == stack.settings.queue_url
+    assert stacks.physical_id("sluice-qa", "Marker") == "/sluice-qa/marker"
+    assert stacks.physical_id("sluice-qa", "LauncherLambdaFunction") is None
+    with pytest.raises(StackNotFound, match="sluice-nowhere"):
+        stacks.outputs("sluice-nowhere")
+    config = Functions(session.client("lambda")).configuration(outputs["LauncherLambdaFunctionQualifiedArn"])
+    assert (config.name, config.timeout) == ("sluice-qa-launcher", 90)
+    assert config.environment["SLUICE_MAX_CONCURRENCY"] == "7"
+
+
+def test_a_missing_function_and_a_throttled_stack_are_domain_errors(session):
+    functions = Functions(session.client("lambda", config=NO_RETRY))
+    with pytest.raises(ConfigurationError, match="ResourceNotFoundException"):
+        functions.configuration("sluice-nowhere-launcher")
+    client = session.client("cloudformation", config=NO_RETRY)
+    refuse(client, "DescribeStackResources", "Throttling", 400)
+    with pytest.raises(TransientError):
+        Stacks(client).physical_id("sluice-qa", "LauncherLambdaFunction")
