@@ -12,14 +12,19 @@ from typing import Any
 
 from botocore.config import Config
 
+from sluice.adapters.cloudwatch import QueueMetrics
+from sluice.adapters.deployment import Functions, Stacks
 from sluice.adapters.dynamo_semaphore import DynamoSemaphoreStore
 from sluice.adapters.dynamodb import DynamoStore
 from sluice.adapters.s3 import S3PayloadObjects
+from sluice.adapters.semaphore_catalogue import SemaphoreCatalogue
 from sluice.adapters.sfn import StepFunctionsExecutions
 from sluice.adapters.sfn_tokens import SfnTokens
 from sluice.adapters.sqs import SqsQueue
-from sluice.adapters.ssm import FixedMax, SsmMax
+from sluice.adapters.sqs_dead_letters import DeadLetterQueue
+from sluice.adapters.ssm import FixedMax, MaxParameter, SsmMax
 from sluice.clock import SystemClock
+from sluice.errors import ConfigurationError
 from sluice.launcher import Launcher
 from sluice.ports import Clock, MaxSource
 from sluice.semaphore import Semaphores
@@ -70,6 +75,22 @@ class Runtime:
             lane_urls=self.settings.lane_queue_urls,
         )
 
+    def dead_letters(self) -> DeadLetterQueue:
+        """The DLQ as the operator's commands use it (``sluice.ops.dlq``)."""
+        return DeadLetterQueue(self.client("sqs"), self.settings.dlq_url)
+
+    def queue_metrics(self) -> QueueMetrics:
+        """The queues' CloudWatch metrics (``sluice status``)."""
+        return QueueMetrics(self.client("cloudwatch"))
+
+    def stacks(self) -> Stacks:
+        """CloudFormation stacks (the deployed stack's resources, for the ``sluice`` command)."""
+        return Stacks(self.client("cloudformation"))
+
+    def functions(self) -> Functions:
+        """Lambda functions (the deployed launcher's configuration, for the ``sluice`` command)."""
+        return Functions(self.client("lambda"))
+
     def executions(self) -> StepFunctionsExecutions:
         return StepFunctionsExecutions(
             self.client("stepfunctions"), self.settings.state_machine_arn, self.settings.lane_state_machines
@@ -85,6 +106,12 @@ class Runtime:
                 cache_seconds=self.settings.max_cache_seconds,
             )
         return FixedMax(self.settings.max_concurrency)
+
+    def max_parameter(self) -> MaxParameter:
+        """The MAX parameter as the operator's commands use it (``sluice.ops.maximum``)."""
+        if not self.settings.max_parameter:
+            raise ConfigurationError("no MAX parameter (SLUICE_MAX_PARAMETER)")
+        return MaxParameter(self.client("ssm"), self.settings.max_parameter)
 
     def payload_objects(self) -> S3PayloadObjects | None:
         """The bucket of stored payloads (``sluice.pointers``); None when the stack names none."""
@@ -124,6 +151,11 @@ class Runtime:
             per_shard=self.settings.slots_per_shard,
         )
         return Semaphores(store, SfnTokens(self.client("stepfunctions")), self.clock)
+
+    def semaphore_catalogue(self) -> SemaphoreCatalogue:
+        """Every semaphore of the table, found by a bounded Scan (``sluice semaphore status``)."""
+        self.settings.require("table_name")
+        return SemaphoreCatalogue(self.client("dynamodb"), self.settings.table_name)
 
     def semaphore_service(self, logger: Any = None) -> SemaphoreService:
         if self._semaphore_service is None:

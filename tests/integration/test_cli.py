@@ -11,27 +11,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from handlers import _shared
 from handlers import completion as completion_handler
 from sluice.ops import PAUSED_AT_TAG, RESUME_TAG
 from sluice.validation import content_hash
 from tests.support.aws import LambdaContext
-from tests.support.cli import parameter, parameter_tags, receive_all, sluice, use_env
+from tests.support.cli import parameter, parameter_tags, receive_all
 from tests.support.hooks import error_answer
-
-
-@pytest.fixture
-def env(stack, monkeypatch):
-    use_env(monkeypatch, stack, SLUICE_MAX_CONCURRENCY="5")
-    _shared.reset()
-    yield stack
-    _shared.reset()
-
-
-@pytest.fixture
-def cli(env, capsys):
-    """``sluice`` with the test's boto3 session: service models load once, not per command."""
-    return lambda *argv: sluice(capsys, *argv, session=env.session)
 
 
 def payloads(n: int, prefix: str = "p") -> str:

@@ -4,20 +4,9 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
-from handlers import _shared
 from sluice.completion import StatusChange
 from sluice.model import Outcome
-from tests.support.cli import sluice, use_env
-
-
-@pytest.fixture
-def env(stack, monkeypatch):
-    use_env(monkeypatch, stack, SLUICE_MAX_CONCURRENCY="5")
-    _shared.reset()
-    yield stack
-    _shared.reset()
+from tests.support.cli import sluice
 
 
 def enqueue(env, capsys, tmp_path, body, *args):

@@ -8,22 +8,11 @@ import json
 import pytest
 
 from sluice.ops import MOVED_BY_SQS, redrive_dedup_id
-from tests.support.cli import receive_all, sluice, use_env
+from tests.support.cli import receive_all
 
 
 class Crash(BaseException):
     pass
-
-
-@pytest.fixture
-def env(stack, monkeypatch):
-    use_env(monkeypatch, stack, SLUICE_MAX_CONCURRENCY="5")
-    return stack
-
-
-@pytest.fixture
-def cli(env, capsys):
-    return lambda *argv: sluice(capsys, *argv, session=env.session)
 
 
 @pytest.fixture

@@ -18,31 +18,16 @@ import boto3
 import pytest
 
 import sluice
-from handlers import _shared
 from sluice.asl import StateNames
 from sluice.local.moto_server import start_server, stop_server
-from tests.integration.test_cli_first_week_moto import STACK, deploy
+from tests.integration.test_cli_first_week_moto import STACK
 from tests.support.aws import REGION, build_stack
-from tests.support.cli import clear_sluice_env, parameter, use_env
+from tests.support.cli import clear_sluice_env, deploy, parameter, use_env
 from tests.support.cli import sluice as run_sluice
 from tests.support.hooks import error_answer
 
 FUNCTION = "arn:aws:lambda:us-east-1:123456789012:function:sluice-week-semaphore"
 LIB = Path(sluice.__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def env(stack, monkeypatch):
-    """The plain stack (MAX 5, no lanes), named by SLUICE_* variables."""
-    use_env(monkeypatch, stack, SLUICE_MAX_CONCURRENCY="5")
-    _shared.reset()
-    yield stack
-    _shared.reset()
-
-
-@pytest.fixture
-def cli(env, capsys):
-    return lambda *argv: run_sluice(capsys, *argv, session=env.session)
 
 
 # -- item 5: loose arguments -------------------------------------------------------------------------
@@ -92,7 +77,7 @@ def test_item5_loose_arguments_are_refused_by_the_parser(env, cli, argv, words):
 
 def test_item5_asl_takes_the_semaphore_function_from_the_stack_output(stack, monkeypatch, capsys):
     clear_sluice_env(monkeypatch)
-    deploy(stack, outputs={"SemaphoreFunctionArn": FUNCTION})
+    deploy(stack, STACK, outputs={"SemaphoreFunctionArn": FUNCTION})
 
     run = run_sluice(capsys, "--stack", STACK, "semaphore", "asl", "db", session=stack.session)
 
@@ -109,7 +94,7 @@ def test_item5_asl_takes_the_semaphore_function_from_the_stack_output(stack, mon
 
 def test_item5_asl_on_a_stack_without_the_output_says_to_pass_function(stack, monkeypatch, capsys):
     clear_sluice_env(monkeypatch)
-    deploy(stack)
+    deploy(stack, STACK)
 
     run = run_sluice(capsys, "--stack", STACK, "semaphore", "asl", "db", session=stack.session)
 

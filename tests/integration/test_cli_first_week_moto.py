@@ -7,81 +7,17 @@ in test_cli_first_week_args_moto.py. Each runs ``sluice.cli.main`` with the test
 
 from __future__ import annotations
 
-import io
 import json
-import zipfile
 from typing import Any
 
 import pytest
 
 from handlers import _shared
 from tests.support.aws import build_stack
-from tests.support.cli import clear_sluice_env, parameter, use_env
+from tests.support.cli import clear_sluice_env, deploy, parameter
 from tests.support.cli import sluice as run_sluice
 
 STACK = "sluice-week"
-
-
-def deploy(stack: Any, *, lanes: str = "", outputs: dict[str, str] | None = None) -> None:
-    """A CloudFormation stack whose outputs name the moto resources, and a launcher function whose
-    environment holds the deployed settings (``SLUICE_LANES`` with ``lanes``), as the deploy does."""
-    s = stack.settings
-    role = stack.client("iam").create_role(RoleName=f"{STACK}-launcher", AssumeRolePolicyDocument="{}")
-    code = io.BytesIO()
-    with zipfile.ZipFile(code, "w") as z:
-        z.writestr("handlers/launcher.py", "def handler(event, context):\n    return {}\n")
-    queues = ",".join(f"{name}={url}" for name, url in s.lane_queue_urls.items())
-    variables = {
-        "SLUICE_QUEUE_URL": s.queue_url,
-        "SLUICE_MAX_CONCURRENCY": str(s.max_concurrency),
-        "SLUICE_RECEIVE_WAIT_SECONDS": "0",
-        "SLUICE_MAX_CACHE_SECONDS": "0",
-        **({"SLUICE_LANES": lanes, "SLUICE_LANE_QUEUES": queues} if lanes else {}),
-    }
-    function = stack.client("lambda").create_function(
-        FunctionName=f"{STACK}-launcher",
-        Runtime="python3.12",
-        Role=role["Role"]["Arn"],
-        Handler="handlers/launcher.handler",
-        Code={"ZipFile": code.getvalue()},
-        Publish=True,
-        Timeout=90,
-        Environment={"Variables": variables},
-    )
-    values = {
-        "QueueUrl": s.queue_url,
-        "DlqUrl": s.dlq_url,
-        "TableName": s.table_name,
-        "StateMachineArn": s.state_machine_arn,
-        "MaxConcurrencyParameter": s.max_parameter,
-        "LauncherLambdaFunctionQualifiedArn": f"{function['FunctionArn']}:{function['Version']}",
-        **({"LaneQueueUrls": queues} if lanes else {}),
-        **(outputs or {}),
-    }
-    template = {
-        "Resources": {
-            "Marker": {
-                "Type": "AWS::SSM::Parameter",
-                "Properties": {"Name": f"/{STACK}/marker", "Type": "String", "Value": "week"},
-            }
-        },
-        "Outputs": {k: {"Value": v} for k, v in values.items()},
-    }
-    stack.client("cloudformation").create_stack(StackName=STACK, TemplateBody=json.dumps(template))
-
-
-@pytest.fixture
-def env(stack, monkeypatch):
-    """The plain stack (MAX 5, no lanes), named by SLUICE_* variables."""
-    use_env(monkeypatch, stack, SLUICE_MAX_CONCURRENCY="5")
-    _shared.reset()
-    yield stack
-    _shared.reset()
-
-
-@pytest.fixture
-def cli(env, capsys):
-    return lambda *argv: run_sluice(capsys, *argv, session=env.session)
 
 
 # -- item 3: status of a payload with no record ----------------------------------------------------------
@@ -96,7 +32,7 @@ def laned(session, monkeypatch):
     clear_sluice_env(monkeypatch)
     _shared.reset()
     stack = build_stack(session, max_concurrency=5, lanes=LANES)
-    deploy(stack, lanes=LANES)
+    deploy(stack, STACK, lanes=LANES)
     yield stack
     _shared.reset()
 
@@ -253,7 +189,7 @@ def test_item4_set_max_says_what_each_lane_allows(laned, lcli):
 def test_item4_set_max_shows_the_implied_default_lane_following_max(session, monkeypatch, capsys):
     clear_sluice_env(monkeypatch)
     stack = build_stack(session, max_concurrency=5, lanes="gpu:2:1")
-    deploy(stack, lanes="gpu:2:1")
+    deploy(stack, STACK, lanes="gpu:2:1")
     cli = lambda *argv: run_sluice(capsys, "--stack", STACK, *argv, session=session)  # noqa: E731
     fill(stack, "default", 6)
     cli("tick")

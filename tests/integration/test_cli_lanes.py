@@ -4,20 +4,20 @@ pause and resume in force at once; lanes in status; a lane's dead letters redriv
 
 from __future__ import annotations
 
-import io
 import json
-import zipfile
 
 import pytest
 
 from handlers import _shared
+from sluice.adapters.sqs_dead_letters import DlqMessage, dlq_message_of
 from sluice.completion import StatusChange
 from sluice.lanes import LANE_ATTRIBUTE
 from sluice.model import Outcome
-from sluice.ops.dlq import DlqMessage, _dlq_message, redrive_lane
+from sluice.ops.dlq import redrive_lane
 from sluice.settings import DuplicatePolicy
 from tests.support.aws import build_stack
-from tests.support.cli import clear_sluice_env, receive_all, sluice, use_env
+from tests.support.cli import clear_sluice_env, lane_queues, receive_all, sluice, use_env
+from tests.support.cli import deploy as shared_deploy
 
 LANES = "gpu:2:1,backfill:8:0:3,default:10"
 NAMES = ["gpu", "backfill", "default"]
@@ -29,56 +29,10 @@ def stack(session):
     return build_stack(session, max_concurrency=5, lanes=LANES)
 
 
-def lane_queues(stack) -> str:
-    return ",".join(f"{name}={url}" for name, url in stack.settings.lane_queue_urls.items())
-
-
 def deploy(stack, *, lanes: bool = True) -> None:
-    """A CloudFormation stack whose outputs name the moto resources (LaneQueueUrls among them, with
-    lanes) and a launcher function whose environment holds SLUICE_LANES, as the deploy leaves them."""
-    s = stack.settings
-    role = stack.client("iam").create_role(RoleName="sluice-qa-launcher", AssumeRolePolicyDocument="{}")
-    code = io.BytesIO()
-    with zipfile.ZipFile(code, "w") as z:
-        z.writestr("handlers/launcher.py", "def handler(event, context):\n    return {}\n")
-    variables = {
-        "SLUICE_QUEUE_URL": s.queue_url,
-        "SLUICE_MAX_CONCURRENCY": "5",
-        "SLUICE_RECEIVE_WAIT_SECONDS": "0",
-        "SLUICE_MAX_CACHE_SECONDS": "0",
-    }
-    if lanes:
-        variables.update(SLUICE_LANES=LANES, SLUICE_LANE_QUEUES=lane_queues(stack))
-    function = stack.client("lambda").create_function(
-        FunctionName="sluice-qa-launcher",
-        Runtime="python3.12",
-        Role=role["Role"]["Arn"],
-        Handler="handlers/launcher.handler",
-        Code={"ZipFile": code.getvalue()},
-        Publish=True,
-        Timeout=90,
-        Environment={"Variables": variables},
-    )
-    outputs = {
-        "QueueUrl": s.queue_url,
-        "DlqUrl": s.dlq_url,
-        "TableName": s.table_name,
-        "StateMachineArn": s.state_machine_arn,
-        "MaxConcurrencyParameter": s.max_parameter,
-        "LauncherLambdaFunctionQualifiedArn": f"{function['FunctionArn']}:{function['Version']}",
-    }
-    if lanes:
-        outputs["LaneQueueUrls"] = lane_queues(stack)
-    template = {
-        "Resources": {
-            "Marker": {
-                "Type": "AWS::SSM::Parameter",
-                "Properties": {"Name": "/sluice-qa/marker", "Type": "String", "Value": "qa"},
-            }
-        },
-        "Outputs": {k: {"Value": v} for k, v in outputs.items()},
-    }
-    stack.client("cloudformation").create_stack(StackName=STACK, TemplateBody=json.dumps(template))
+    """The stack deployed with its lanes (LaneQueueUrls among its outputs, SLUICE_LANES in its
+    launcher's environment), or without."""
+    shared_deploy(stack, STACK, lanes=LANES if lanes else "", variables={"SLUICE_MAX_CONCURRENCY": "5"})
 
 
 @pytest.fixture
@@ -442,7 +396,7 @@ def test_a_message_sqs_moved_goes_back_to_the_queue_it_came_from(stack):
             "Attributes": system,
             "MessageAttributes": attributes,
         }
-        return _dlq_message(raw)
+        return dlq_message_of(raw)
 
     s = stack.settings
     assert redrive_lane(s, dead(url(stack, "backfill"), None)) == "backfill"

@@ -20,20 +20,9 @@ from sluice.clock import FakeClock
 from sluice.semaphore import Semaphores
 from sluice.semaphore_model import Outcome
 from tests.support.aws import NO_RETRY
-from tests.support.cli import clear_sluice_env, sluice, use_env
+from tests.support.cli import clear_sluice_env, sluice
 
 FUNCTION = "arn:aws:lambda:us-east-1:123456789012:function:sluice-test-semaphore"
-
-
-@pytest.fixture
-def env(stack, monkeypatch):
-    use_env(monkeypatch, stack)
-    return stack
-
-
-@pytest.fixture
-def cli(env, capsys):
-    return lambda *argv: sluice(capsys, *argv, session=env.session)
 
 
 @pytest.fixture

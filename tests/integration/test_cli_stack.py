@@ -3,16 +3,13 @@ settings; and what it says when the stack, the credentials or AWS itself are mis
 
 from __future__ import annotations
 
-import io
-import json
 import socket
-import zipfile
 
 import pytest
 
 from sluice.adapters.dynamodb import execution_pk
 from tests.support.aws import REGION, build_stack
-from tests.support.cli import clear_sluice_env, parameter, sluice
+from tests.support.cli import clear_sluice_env, deploy, parameter, sluice
 from tests.support.hooks import error_answer
 
 STACK = "sluice-qa"
@@ -23,48 +20,12 @@ def deployed(stack, monkeypatch):
     """A CloudFormation stack whose outputs name the moto resources, and a launcher function whose
     environment holds the deployed settings, as `sls deploy` leaves them."""
     clear_sluice_env(monkeypatch)
-    s = stack.settings
-    role = stack.client("iam").create_role(RoleName="sluice-qa-launcher", AssumeRolePolicyDocument="{}")
-    code = io.BytesIO()
-    with zipfile.ZipFile(code, "w") as z:
-        z.writestr("handlers/launcher.py", "def handler(event, context):\n    return {}\n")
-    function = stack.client("lambda").create_function(
-        FunctionName="sluice-qa-launcher",
-        Runtime="python3.12",
-        Role=role["Role"]["Arn"],
-        Handler="handlers/launcher.handler",
-        Code={"ZipFile": code.getvalue()},
-        Publish=True,
-        Timeout=90,
-        Environment={
-            "Variables": {
-                "SLUICE_QUEUE_URL": s.queue_url,
-                "SLUICE_MAX_CONCURRENCY": "7",
-                "SLUICE_CLAIM_TIMEOUT_SECONDS": "777",
-                "SLUICE_RECEIVE_WAIT_SECONDS": "0",
-                "SLUICE_MAX_CACHE_SECONDS": "0",
-                "POWERTOOLS_SERVICE_NAME": "sluice-qa",
-            }
-        },
-    )
-    outputs = {
-        "QueueUrl": s.queue_url,
-        "DlqUrl": s.dlq_url,
-        "TableName": s.table_name,
-        "StateMachineArn": s.state_machine_arn,
-        "MaxConcurrencyParameter": s.max_parameter,
-        "LauncherLambdaFunctionQualifiedArn": f"{function['FunctionArn']}:{function['Version']}",
+    variables = {
+        "SLUICE_MAX_CONCURRENCY": "7",
+        "SLUICE_CLAIM_TIMEOUT_SECONDS": "777",
+        "POWERTOOLS_SERVICE_NAME": "sluice-qa",
     }
-    template = {
-        "Resources": {
-            "Marker": {
-                "Type": "AWS::SSM::Parameter",
-                "Properties": {"Name": "/sluice-qa/marker", "Type": "String", "Value": "qa"},
-            }
-        },
-        "Outputs": {k: {"Value": v} for k, v in outputs.items()},
-    }
-    stack.client("cloudformation").create_stack(StackName=STACK, TemplateBody=json.dumps(template))
+    deploy(stack, STACK, variables=variables)
     return stack
 
 

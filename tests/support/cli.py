@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import zipfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,3 +82,62 @@ def receive_all(stack: Stack, url: str | None = None) -> list[dict[str, Any]]:
         if not got:
             return out
         out.extend(got)
+
+
+def lane_queues(stack: Stack) -> str:
+    """The stack's lane queues as ``SLUICE_LANE_QUEUES`` and the ``LaneQueueUrls`` output say them."""
+    return ",".join(f"{name}={url}" for name, url in stack.settings.lane_queue_urls.items())
+
+
+def deploy(
+    stack: Stack,
+    name: str,
+    *,
+    lanes: str = "",
+    variables: dict[str, str] | None = None,
+    outputs: dict[str, str] | None = None,
+) -> None:
+    """CloudFormation stack ``name`` whose outputs name the moto resources, and a launcher function
+    whose environment holds the deployed settings, as `sls deploy` leaves them: ``SLUICE_LANES``
+    with ``lanes`` (and the lanes' queues, there and in the output ``LaneQueueUrls``), and
+    ``variables`` over the defaults; ``outputs`` over the stack's outputs."""
+    s = stack.settings
+    role = stack.client("iam").create_role(RoleName=f"{name}-launcher", AssumeRolePolicyDocument="{}")
+    code = io.BytesIO()
+    with zipfile.ZipFile(code, "w") as z:
+        z.writestr("handlers/launcher.py", "def handler(event, context):\n    return {}\n")
+    queues = lane_queues(stack)
+    environment = {
+        "SLUICE_QUEUE_URL": s.queue_url,
+        "SLUICE_MAX_CONCURRENCY": str(s.max_concurrency),
+        "SLUICE_RECEIVE_WAIT_SECONDS": "0",
+        "SLUICE_MAX_CACHE_SECONDS": "0",
+        **({"SLUICE_LANES": lanes, "SLUICE_LANE_QUEUES": queues} if lanes else {}),
+        **(variables or {}),
+    }
+    function = stack.client("lambda").create_function(
+        FunctionName=f"{name}-launcher",
+        Runtime="python3.12",
+        Role=role["Role"]["Arn"],
+        Handler="handlers/launcher.handler",
+        Code={"ZipFile": code.getvalue()},
+        Publish=True,
+        Timeout=90,
+        Environment={"Variables": environment},
+    )
+    values = {
+        "QueueUrl": s.queue_url,
+        "DlqUrl": s.dlq_url,
+        "TableName": s.table_name,
+        "StateMachineArn": s.state_machine_arn,
+        "MaxConcurrencyParameter": s.max_parameter,
+        "LauncherLambdaFunctionQualifiedArn": f"{function['FunctionArn']}:{function['Version']}",
+        **({"LaneQueueUrls": queues} if lanes else {}),
+        **(outputs or {}),
+    }
+    marker = {"Name": f"/{name}/marker", "Type": "String", "Value": name.removeprefix("sluice-")}
+    template = {
+        "Resources": {"Marker": {"Type": "AWS::SSM::Parameter", "Properties": marker}},
+        "Outputs": {k: {"Value": v} for k, v in values.items()},
+    }
+    stack.client("cloudformation").create_stack(StackName=name, TemplateBody=json.dumps(template))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -61,6 +62,60 @@ def reading_of(parameter: dict[str, Any], name: str) -> MaxReading:
     return MaxReading(
         parse_max(parameter["Value"], source=name), changed_at(parameter), int(parameter.get("Version", 0))
     )
+
+
+class MaxParameter:
+    """The MAX parameter as the operator's commands use it (``sluice.ops.maximum``): its value, its
+    reading, writes, and the tags ``pause`` remembers the value in force with."""
+
+    def __init__(self, client: Any, name: str) -> None:
+        self.client = client
+        self.name = name
+
+    def _get(self) -> dict[str, Any]:
+        with translated("GetParameter"):
+            return dict(self.client.get_parameter(Name=self.name)["Parameter"])
+
+    def raw(self) -> str | None:
+        """The value as it is written (None: no such parameter)."""
+        try:
+            return str(self._get()["Value"])
+        except NotFound:
+            return None
+
+    def reading(self) -> MaxReading:
+        """MAX with when it changed; ``NotFound`` when missing, ``ConfigurationError`` when unusable."""
+        return reading_of(self._get(), self.name)
+
+    def write(self, value: int) -> None:
+        with translated("PutParameter"):
+            self.client.put_parameter(Name=self.name, Value=str(value), Type="String", Overwrite=True)
+
+    def create(self, value: int, tags: Mapping[str, str]) -> None:
+        """Create the parameter with ``value`` and ``tags`` (it must not exist)."""
+        with translated("PutParameter"):
+            self.client.put_parameter(Name=self.name, Value=str(value), Type="String", Tags=_tag_list(tags))
+
+    def tags(self) -> dict[str, str]:
+        with translated("ListTagsForResource"):
+            answer = self.client.list_tags_for_resource(ResourceType="Parameter", ResourceId=self.name)
+        return {t["Key"]: t["Value"] for t in answer.get("TagList", [])}
+
+    def tag(self, tags: Mapping[str, str]) -> None:
+        with translated("AddTagsToResource"):
+            self.client.add_tags_to_resource(
+                ResourceType="Parameter", ResourceId=self.name, Tags=_tag_list(tags)
+            )
+
+    def untag(self, keys: Sequence[str]) -> None:
+        with translated("RemoveTagsFromResource"):
+            self.client.remove_tags_from_resource(
+                ResourceType="Parameter", ResourceId=self.name, TagKeys=list(keys)
+            )
+
+
+def _tag_list(tags: Mapping[str, str]) -> list[dict[str, str]]:
+    return [{"Key": k, "Value": v} for k, v in tags.items()]
 
 
 class FixedMax:

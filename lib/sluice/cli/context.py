@@ -16,8 +16,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from sluice.adapters.errors import error_code, translate_client_error
-from sluice.errors import ConfigurationError
+from sluice.adapters.deployment import StackNotFound, stacks_of
+from sluice.adapters.errors import error_code
+from sluice.errors import ConfigurationError, SluiceError
 from sluice.lanes import DEFAULT_LANE, parse_lane_queues, parse_lane_state_machines, parse_lanes
 from sluice.records import Lane
 from sluice.runtime import Runtime
@@ -183,41 +184,39 @@ def _read_launcher(ctx: Context) -> DeployedLauncher:
     if not ctx.stack:
         return DeployedLauncher({}, "no stack: the defaults and this shell's SLUICE_* variables")
     failures: list[str] = []
-    for function in _launcher_candidates(ctx, failures):
+    for function in _launcher_candidates(ctx, ctx.stack, failures):
         try:
-            config = ctx.runtime.client("lambda").get_function_configuration(FunctionName=function)
+            config = ctx.runtime.functions().configuration(function)
         except Exception as exc:  # best effort, as above
             failures.append(f"{function}: {_short(exc)}")
             continue
-        variables = (config.get("Environment") or {}).get("Variables") or {}
-        name = config.get("FunctionName", function)
-        environment = {k: v for k, v in variables.items() if k.startswith("SLUICE_")}
-        return DeployedLauncher(environment, f"launcher function {name}", config.get("Timeout"))
+        environment = {k: v for k, v in config.environment.items() if k.startswith("SLUICE_")}
+        return DeployedLauncher(environment, f"launcher function {config.name}", config.timeout)
     unread = "; ".join(failures)
     return DeployedLauncher(
         {}, f"the defaults and this shell's SLUICE_* variables (launcher not readable: {unread})"
     )
 
 
-def _launcher_candidates(ctx: Context, failures: list[str]) -> Iterator[str]:
+def _launcher_candidates(ctx: Context, stack: str, failures: list[str]) -> Iterator[str]:
     if ctx.outputs.get(LAUNCHER_OUTPUT):
         yield ctx.outputs[LAUNCHER_OUTPUT]
     try:
-        resources = ctx.runtime.client("cloudformation").describe_stack_resources(StackName=ctx.stack)[
-            "StackResources"
-        ]
+        physical = ctx.runtime.stacks().physical_id(stack, LAUNCHER_RESOURCE)
     except Exception as exc:  # best effort: any failure means "use the defaults, and say so"
         failures.append(f"{LAUNCHER_RESOURCE}: {_short(exc)}")
         return
-    for resource in resources:
-        if resource.get("LogicalResourceId") == LAUNCHER_RESOURCE and resource.get("PhysicalResourceId"):
-            yield resource["PhysicalResourceId"]
-            return
-    failures.append(f"stack {ctx.stack} has no {LAUNCHER_RESOURCE}")
+    if physical:
+        yield physical
+        return
+    failures.append(f"stack {stack} has no {LAUNCHER_RESOURCE}")
 
 
 def _short(exc: Exception) -> str:
-    text = error_code(exc) if isinstance(exc, ClientError) else str(exc).splitlines()[0]
+    """A failure in a few words: AWS's error code when AWS answered, else the first line of what
+    went wrong (an adapter's error says it through the botocore error it was raised from)."""
+    cause = exc.__cause__ if isinstance(exc, SluiceError) and exc.__cause__ is not None else exc
+    text = error_code(cause) if isinstance(cause, ClientError) else str(cause).splitlines()[0]
     return text if len(text) <= 100 else text[:99] + "…"
 
 
@@ -227,24 +226,19 @@ def _stack_name(args: argparse.Namespace) -> str:
 
 def read_outputs(session: Any, stack: str) -> dict[str, str]:
     """The stack's outputs. Raises ``ConfigurationError`` with what to do when it cannot be read."""
-    cfn = session.client("cloudformation")
     try:
-        stacks = cfn.describe_stacks(StackName=stack)["Stacks"]
-    except ClientError as exc:
-        code = error_code(exc)
-        if code == "ValidationError" and "does not exist" in str(exc):
-            where = session.region_name or "the default region"
-            endpoint = os.environ.get("AWS_ENDPOINT_URL")
-            raise ConfigurationError(
-                f"stack {stack!r} not found in {where}"
-                + (f" at {endpoint} (AWS_ENDPOINT_URL)" if endpoint else "")
-                + ". Deploy it first (`npx sls deploy --stage <stage>`, or `make demo` for the embedded AWS), "
-                "point at another one with --stage, --stack or --region, or name every resource with "
-                + ", ".join(ENV_NAMES.values())
-                + "."
-            ) from exc
-        raise translate_client_error(exc, f"DescribeStacks({stack})") from exc
-    return {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
+        return stacks_of(session).outputs(stack)
+    except StackNotFound as exc:
+        where = session.region_name or "the default region"
+        endpoint = os.environ.get("AWS_ENDPOINT_URL")
+        raise ConfigurationError(
+            f"stack {stack!r} not found in {where}"
+            + (f" at {endpoint} (AWS_ENDPOINT_URL)" if endpoint else "")
+            + ". Deploy it first (`npx sls deploy --stage <stage>`, or `make demo` for the embedded AWS), "
+            "point at another one with --stage, --stack or --region, or name every resource with "
+            + ", ".join(ENV_NAMES.values())
+            + "."
+        ) from exc
 
 
 def _needs(args: argparse.Namespace) -> tuple[str, ...]:

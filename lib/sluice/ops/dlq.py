@@ -18,131 +18,41 @@ send it to.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sluice.adapters.errors import translated
-from sluice.adapters.sqs import REASON_ATTRIBUTE
-from sluice.errors import ConfigurationError, SluiceError, TransientError
-from sluice.lanes import DEFAULT_LANE, LANE_ATTRIBUTE
+from sluice.adapters.sqs_dead_letters import (
+    MOVED_BY_SQS,
+    DeadLetterQueue,
+    DlqMessage,
+    Resend,
+    queue_name,
+    redrive_dedup_id,
+)
+from sluice.errors import ConfigurationError, TransientError
+from sluice.lanes import DEFAULT_LANE
 from sluice.runtime import Runtime
 from sluice.settings import Settings
-from sluice.validation import KEY_ATTRIBUTE
 
-SOURCE_ATTRIBUTE = "sluice-source-message-id"
-RECEIVES_ATTRIBUTE = "sluice-receive-count"
-SOURCE_ARN = "DeadLetterQueueSourceArn"  # system attribute: the queue SQS moved the message from
-DLQ_ANNOTATIONS = frozenset({REASON_ATTRIBUTE, SOURCE_ATTRIBUTE, RECEIVES_ATTRIBUTE})
-MOVED_BY_SQS = "moved by SQS after maxReceiveCount receives (no sluice-error attribute)"
-HIDE_SECONDS = 30  # how long a listed or selected DLQ message stays hidden before it is made visible again
-REDRIVE_PREFIX = "redrive-"
-COUNTS = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+__all__ = [
+    "MOVED_BY_SQS",
+    "DlqListing",
+    "DlqMessage",
+    "DlqReport",
+    "dlq_counts",
+    "dlq_delete",
+    "dlq_list",
+    "dlq_redrive",
+    "redrive_dedup_id",
+    "redrive_lane",
+]
 
 
 def dlq_counts(rt: Runtime) -> tuple[int, int]:
     """The DLQ's approximate (visible, in flight) message counts."""
-    with translated("GetQueueAttributes"):
-        attrs = rt.client("sqs").get_queue_attributes(QueueUrl=rt.settings.dlq_url, AttributeNames=COUNTS)[
-            "Attributes"
-        ]
-    return int(attrs.get(COUNTS[0], 0)), int(attrs.get(COUNTS[1], 0))
-
-
-@dataclass(frozen=True, slots=True)
-class DlqMessage:
-    message_id: str
-    group_id: str
-    reason: str
-    source_message_id: str
-    receive_count: int
-    sent_at: float | None
-    key: str | None
-    body: str
-    attributes: dict[str, Any] = field(repr=False)  # raw SQS message attributes
-    receipt_handle: str = field(default="", repr=False)
-    lane: str | None = None  # its sluice-lane attribute (sluice.lanes)
-    source_queue: str | None = None  # the queue SQS moved it from (DeadLetterQueueSourceArn), by name
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "message_id": self.message_id,
-            "group_id": self.group_id,
-            "reason": self.reason,
-            "source_message_id": self.source_message_id,
-            "receive_count": self.receive_count,
-            "sent_at": self.sent_at,
-            "key": self.key,
-            "body": self.body,
-            **({"lane": self.lane} if self.lane else {}),
-        }
-
-
-def _dlq_message(raw: dict[str, Any]) -> DlqMessage:
-    system = raw.get("Attributes", {})
-    attributes = raw.get("MessageAttributes", {})
-
-    def text(name: str) -> str | None:
-        value = attributes.get(name, {}).get("StringValue")
-        return value or None
-
-    sent = system.get("SentTimestamp")
-    receives = text(RECEIVES_ATTRIBUTE) or system.get("ApproximateReceiveCount", "0")
-    return DlqMessage(
-        message_id=raw["MessageId"],
-        group_id=system.get("MessageGroupId", ""),
-        reason=text(REASON_ATTRIBUTE) or MOVED_BY_SQS,
-        source_message_id=text(SOURCE_ATTRIBUTE) or raw["MessageId"],
-        receive_count=int(receives),
-        sent_at=int(sent) / 1000 if sent else None,
-        key=text(KEY_ATTRIBUTE),
-        body=raw.get("Body", ""),
-        attributes=attributes,
-        receipt_handle=raw["ReceiptHandle"],
-        lane=text(LANE_ATTRIBUTE),
-        source_queue=_queue_name(system.get(SOURCE_ARN, "")) or None,
-    )
-
-
-def _queue_name(arn_or_url: str) -> str:
-    """A queue's name from its ARN (``arn:aws:sqs:REGION:ACCOUNT:NAME``) or URL (``…/ACCOUNT/NAME``)."""
-    return re.split(r"[:/]", arn_or_url.rstrip("/"))[-1] if arn_or_url else ""
-
-
-def _receive_dlq(rt: Runtime, n: int) -> list[DlqMessage]:
-    with translated("ReceiveMessage"):
-        got = (
-            rt.client("sqs")
-            .receive_message(
-                QueueUrl=rt.settings.dlq_url,
-                MaxNumberOfMessages=max(1, min(10, n)),
-                WaitTimeSeconds=0,
-                VisibilityTimeout=HIDE_SECONDS,
-                MessageSystemAttributeNames=["All"],
-                MessageAttributeNames=["All"],
-            )
-            .get("Messages", [])
-        )
-    return [_dlq_message(raw) for raw in got]
-
-
-def _show_again(rt: Runtime, messages: Iterable[DlqMessage]) -> None:
-    """Make received DLQ messages visible again (best effort: they reappear after HIDE_SECONDS anyway)."""
-    pending = list(messages)
-    for i in range(0, len(pending), 10):
-        chunk = pending[i : i + 10]
-        try:
-            with translated("ChangeMessageVisibilityBatch"):
-                rt.client("sqs").change_message_visibility_batch(
-                    QueueUrl=rt.settings.dlq_url,
-                    Entries=[
-                        {"Id": str(j), "ReceiptHandle": m.receipt_handle, "VisibilityTimeout": 0}
-                        for j, m in enumerate(chunk)
-                    ],
-                )
-        except SluiceError:
-            pass
+    counts = rt.dead_letters().counts()
+    return counts.visible, counts.in_flight
 
 
 @dataclass
@@ -154,25 +64,22 @@ class DlqListing:
 
 def dlq_list(rt: Runtime, *, limit: int = 100) -> DlqListing:
     rt.settings.require("dlq_url")
-    visible, in_flight = dlq_counts(rt)
+    dlq = rt.dead_letters()
+    counts = dlq.counts()
     seen: dict[str, DlqMessage] = {}
     received: list[DlqMessage] = []
     try:
         while len(seen) < limit:
-            got = _receive_dlq(rt, limit - len(seen))
+            got = dlq.peek(limit - len(seen))
             if not got:
                 break
             received.extend(got)
             for m in got:
                 seen.setdefault(m.message_id, m)
     finally:
-        _show_again(rt, received)
+        dlq.show_again(received)
     messages = sorted(seen.values(), key=lambda m: (m.sent_at or 0, m.message_id))
-    return DlqListing(
-        messages=messages,
-        visible=visible,
-        in_flight=in_flight,
-    )
+    return DlqListing(messages=messages, visible=counts.visible, in_flight=counts.in_flight)
 
 
 @dataclass
@@ -190,17 +97,13 @@ class DlqReport:
         return asdict(self)
 
 
-def redrive_dedup_id(dlq_message_id: str) -> str:
-    return f"{REDRIVE_PREFIX}{dlq_message_id}"[:128]
-
-
 def dlq_redrive(rt: Runtime, ids: Iterable[str] | None = None, *, lane: str | None = None) -> DlqReport:
     """Send DLQ messages back to their lanes' queues (the main queue without lanes): those named in
     ``ids``, or every one when ``ids`` is None; with ``lane``, all to that lane's queue."""
     rt.settings.require("queue_url", "dlq_url")
     if lane is not None and lane != DEFAULT_LANE and lane not in rt.settings.lane_queue_urls:
         raise ConfigurationError(f"no queue known for lane {lane!r}")
-    return _drain(rt, ids, lambda rt, batch, report: _send_back(rt, batch, report, lane))
+    return _drain(rt, ids, lambda dlq, batch, report: _send_back(rt.settings, dlq, batch, report, lane))
 
 
 def redrive_lane(settings: Settings, m: DlqMessage) -> str:
@@ -208,7 +111,7 @@ def redrive_lane(settings: Settings, m: DlqMessage) -> str:
     if m.source_queue:
         urls = {DEFAULT_LANE: settings.queue_url, **settings.lane_queue_urls}
         for name, url in urls.items():
-            if _queue_name(url) == m.source_queue:
+            if queue_name(url) == m.source_queue:
                 return name
     return m.lane or DEFAULT_LANE
 
@@ -216,10 +119,10 @@ def redrive_lane(settings: Settings, m: DlqMessage) -> str:
 def dlq_delete(rt: Runtime, ids: Iterable[str]) -> DlqReport:
     """Delete the named DLQ messages (once their payload was fixed and enqueued again, say)."""
     rt.settings.require("dlq_url")
-    return _drain(rt, ids, lambda rt, batch, report: [(m, {"dlq_message_id": m.message_id}) for m in batch])
+    return _drain(rt, ids, lambda dlq, batch, report: [(m, {"dlq_message_id": m.message_id}) for m in batch])
 
 
-Action = Callable[[Runtime, list[DlqMessage], DlqReport], list[tuple[DlqMessage, dict[str, str]]]]
+Action = Callable[[DeadLetterQueue, list[DlqMessage], DlqReport], list[tuple[DlqMessage, dict[str, str]]]]
 
 
 def _drain(rt: Runtime, ids: Iterable[str] | None, act: Action) -> DlqReport:
@@ -228,12 +131,13 @@ def _drain(rt: Runtime, ids: Iterable[str] | None, act: Action) -> DlqReport:
     when the run stops half-way (an interrupt between send and delete: a second redrive within
     5 minutes is dropped by SQS deduplication)."""
     report = DlqReport()
+    dlq = rt.dead_letters()
     wanted = None if ids is None else set(ids)
     held: list[DlqMessage] = []  # received and kept: not selected, or not done
     pending: list[DlqMessage] = []  # selected and not yet deleted
     try:
         while wanted is None or wanted:
-            got = _receive_dlq(rt, 10)
+            got = dlq.peek(10)
             if not got:
                 break
             pending = [m for m in got if wanted is None or m.message_id in wanted]
@@ -244,8 +148,8 @@ def _drain(rt: Runtime, ids: Iterable[str] | None, act: Action) -> DlqReport:
             if not pending:
                 continue
             try:
-                done = act(rt, pending, report)
-                deleted = _delete_dlq(rt, [m for m, _ in done])
+                done = act(dlq, pending, report)
+                deleted = dlq.delete([m for m, _ in done])
             except TransientError as exc:
                 report.interrupted = str(exc)
                 break
@@ -257,18 +161,18 @@ def _drain(rt: Runtime, ids: Iterable[str] | None, act: Action) -> DlqReport:
             held.extend(m for m in pending if m.message_id not in deleted)
             pending = []
     finally:
-        _show_again(rt, held + pending)
+        dlq.show_again(held + pending)
     report.not_found = sorted(wanted or ())
     return report
 
 
 def _send_back(
-    rt: Runtime, batch: list[DlqMessage], report: DlqReport, lane: str | None = None
+    settings: Settings, dlq: DeadLetterQueue, batch: list[DlqMessage], report: DlqReport, lane: str | None
 ) -> list[tuple[DlqMessage, dict[str, str]]]:
-    by_queue: dict[str, list[tuple[DlqMessage, str]]] = {}  # queue URL -> its messages, in order
+    by_queue: dict[str, list[Resend]] = {}  # queue URL -> its messages, in order
     for m in batch:
-        target = lane or redrive_lane(rt.settings, m)
-        url = rt.settings.queue_url if target == DEFAULT_LANE else rt.settings.lane_queue_urls.get(target)
+        target = lane or redrive_lane(settings, m)
+        url = settings.queue_url if target == DEFAULT_LANE else settings.lane_queue_urls.get(target)
         if url is None:
             report.failed.append(
                 {
@@ -278,70 +182,12 @@ def _send_back(
                 }
             )
             continue
-        by_queue.setdefault(url, []).append((m, target))
+        by_queue.setdefault(url, []).append(Resend(m, target))
     done: list[tuple[DlqMessage, dict[str, str]]] = []
-    for url, messages in by_queue.items():
-        done.extend(_send_batch(rt, url, messages, report))
+    for url, resends in by_queue.items():
+        sent, refused = dlq.send_back(url, resends)
+        report.failed.extend({"dlq_message_id": r.message.message_id, "reason": r.reason} for r in refused)
+        for r in sent:
+            entry = {"dlq_message_id": r.message.message_id, "message_id": r.message_id}
+            done.append((r.message, {**entry, "lane": r.lane} if r.lane != DEFAULT_LANE else entry))
     return done
-
-
-def _send_batch(
-    rt: Runtime, url: str, batch: list[tuple[DlqMessage, str]], report: DlqReport
-) -> list[tuple[DlqMessage, dict[str, str]]]:
-    entries = []
-    for i, (m, lane) in enumerate(batch):
-        entry: dict[str, Any] = {"Id": str(i), "MessageBody": m.body}
-        attributes = _original_attributes(m)
-        attributes.pop(LANE_ATTRIBUTE, None)
-        if lane != DEFAULT_LANE:  # says its lane again, should SQS move it to the DLQ once more
-            attributes[LANE_ATTRIBUTE] = {"DataType": "String", "StringValue": lane}
-        if attributes:
-            entry["MessageAttributes"] = attributes
-        if url.endswith(".fifo"):
-            entry["MessageGroupId"] = m.group_id or m.key or "sluice-redrive"
-            entry["MessageDeduplicationId"] = redrive_dedup_id(m.message_id)
-        entries.append(entry)
-    with translated("SendMessageBatch"):
-        response = rt.client("sqs").send_message_batch(QueueUrl=url, Entries=entries)
-    for bad in response.get("Failed", []):
-        m, _ = batch[int(bad["Id"])]
-        report.failed.append(
-            {
-                "dlq_message_id": m.message_id,
-                "reason": f"SQS refused it: {bad.get('Code')}: {bad.get('Message', '')}",
-            }
-        )
-    done = []
-    for ok in response.get("Successful", []):
-        m, lane = batch[int(ok["Id"])]
-        entry = {"dlq_message_id": m.message_id, "message_id": ok["MessageId"]}
-        done.append((m, {**entry, "lane": lane} if lane != DEFAULT_LANE else entry))
-    return done
-
-
-def _original_attributes(m: DlqMessage) -> dict[str, Any]:
-    """The message's own attributes (``sluice-key`` among them), without Sluice's DLQ annotations."""
-    out: dict[str, Any] = {}
-    for name, value in m.attributes.items():
-        if name in DLQ_ANNOTATIONS:
-            continue
-        kind = value.get("DataType", "String")
-        if "BinaryValue" in value:
-            out[name] = {"DataType": kind, "BinaryValue": value["BinaryValue"]}
-        else:
-            out[name] = {"DataType": kind, "StringValue": value.get("StringValue", "")}
-    return out
-
-
-def _delete_dlq(rt: Runtime, messages: list[DlqMessage]) -> set[str]:
-    """Delete from the DLQ; the message ids that were deleted."""
-    deleted: set[str] = set()
-    for i in range(0, len(messages), 10):
-        chunk = messages[i : i + 10]
-        with translated("DeleteMessageBatch"):
-            response = rt.client("sqs").delete_message_batch(
-                QueueUrl=rt.settings.dlq_url,
-                Entries=[{"Id": str(j), "ReceiptHandle": m.receipt_handle} for j, m in enumerate(chunk)],
-            )
-        deleted.update(chunk[int(ok["Id"])].message_id for ok in response.get("Successful", []))
-    return deleted

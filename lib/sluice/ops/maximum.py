@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sluice.adapters.errors import translated
-from sluice.adapters.ssm import parse_max, reading_of
-from sluice.errors import ConfigurationError, NotFound
+from sluice.adapters.ssm import MaxParameter, parse_max
+from sluice.errors import ConfigurationError
 from sluice.runtime import Runtime
 
 RESUME_TAG = "sluice:resume-max"
 PAUSED_AT_TAG = "sluice:paused-at"
+REMEMBERED = (RESUME_TAG, PAUSED_AT_TAG)  # what ``resume`` and a MAX set since the pause remove
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,22 +45,20 @@ class MaxState:
         return self.value == 0
 
 
-def _parameter(rt: Runtime) -> str:
-    name = rt.settings.max_parameter
-    if not name:
+def _parameter(rt: Runtime) -> MaxParameter:
+    if not rt.settings.max_parameter:
         raise ConfigurationError(
             "no MAX parameter: the stack output MaxConcurrencyParameter is missing and SLUICE_MAX_PARAMETER "
             "is not set, so MAX is the fixed deployed default and cannot change at run time"
         )
-    return name
+    return rt.max_parameter()
 
 
 def read_max(rt: Runtime) -> MaxState:
-    name = _parameter(rt)
-    try:
-        with translated("GetParameter"):
-            raw = rt.client("ssm").get_parameter(Name=name)["Parameter"]["Value"]
-    except NotFound:
+    parameter = _parameter(rt)
+    name = parameter.name
+    raw = parameter.raw()
+    if raw is None:
         return MaxState(parameter=name, exists=False)
     value: int | None = None
     error: str | None = None
@@ -68,7 +66,7 @@ def read_max(rt: Runtime) -> MaxState:
         value = parse_max(raw, source=name)
     except ConfigurationError as exc:
         error = str(exc)
-    tags = _tags(rt, name)
+    tags = parameter.tags()
     remembered: int | None = None
     if RESUME_TAG in tags:
         try:
@@ -82,10 +80,7 @@ def apply_max(rt: Runtime) -> dict[str, Any]:
     """Put the parameter's MAX in force in the slots' caps now: MAX − external, merged with the
     source of the limit in force (``LimitSource``): a newer MAX or a newer external count that a
     tick put there is kept."""
-    name = _parameter(rt)
-    with translated("GetParameter"):
-        parameter = rt.client("ssm").get_parameter(Name=name)["Parameter"]
-    reading = reading_of(parameter, name)
+    reading = _parameter(rt).reading()
     store = rt.store()
     ledger = store.ledger()
     in_force = store.set_limit(ledger.source(reading))
@@ -96,10 +91,11 @@ def set_max(rt: Runtime, value: int) -> dict[str, Any]:
     """Write MAX, and put it in force. A value above 0 also ends a pause: the remembered value is dropped."""
     parse_max(str(value), source="MAX")
     before = read_max(rt)
-    _put(rt, before.parameter, value)
+    parameter = _parameter(rt)
+    parameter.write(value)
     cleared = None
     if value > 0 and before.remembered is not None:
-        _untag(rt, before.parameter)
+        parameter.untag(REMEMBERED)
         cleared = before.remembered
     return {
         "parameter": before.parameter,
@@ -122,21 +118,16 @@ def pause(rt: Runtime, deployed_default: Callable[[], int | None] = lambda: None
     # The value the launcher uses now: the parameter, or the deployed default when it is missing.
     in_force = state.value if state.exists else deployed_default()
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    parameter = _parameter(rt)
     if state.exists:
         if in_force is not None:
-            _tag(rt, state.parameter, {RESUME_TAG: str(in_force), PAUSED_AT_TAG: now})
-        _put(rt, state.parameter, 0)
+            parameter.tag({RESUME_TAG: str(in_force), PAUSED_AT_TAG: now})
+        parameter.write(0)
     else:
         tags = {PAUSED_AT_TAG: now}
         if in_force is not None:
             tags[RESUME_TAG] = str(in_force)
-        with translated("PutParameter"):
-            rt.client("ssm").put_parameter(
-                Name=state.parameter,
-                Value="0",
-                Type="String",
-                Tags=[{"Key": k, "Value": v} for k, v in tags.items()],
-            )
+        parameter.create(0, tags)
     result.update(
         changed=True,
         before=in_force,
@@ -157,9 +148,10 @@ def resume(rt: Runtime, deployed_default: Callable[[], int | None] = lambda: Non
         # The launcher uses the deployed default: nothing is paused.
         result.update(changed=False, max=None, dropped_resume_max=None)
         return result
+    parameter = _parameter(rt)
     if not state.paused and state.error is None:
         if state.remembered is not None:
-            _untag(rt, state.parameter)  # MAX was changed by other means since the pause
+            parameter.untag(REMEMBERED)  # MAX was changed by other means since the pause
         result.update(changed=False, max=state.value, dropped_resume_max=state.remembered)
         return result
     default = None if state.remembered is not None else deployed_default()
@@ -172,9 +164,9 @@ def resume(rt: Runtime, deployed_default: Callable[[], int | None] = lambda: Non
             f"nothing to resume to: {state.parameter} has no {RESUME_TAG} tag and the deployed default is "
             "unknown (set SLUICE_MAX_CONCURRENCY, or use `sluice set-max N`)"
         )
-    _put(rt, state.parameter, target)
+    parameter.write(target)
     if state.remembered is not None or state.paused_at is not None:
-        _untag(rt, state.parameter)
+        parameter.untag(REMEMBERED)
     result.update(
         changed=True,
         max=target,
@@ -183,28 +175,3 @@ def resume(rt: Runtime, deployed_default: Callable[[], int | None] = lambda: Non
         **apply_max(rt),
     )
     return result
-
-
-def _put(rt: Runtime, name: str, value: int) -> None:
-    with translated("PutParameter"):
-        rt.client("ssm").put_parameter(Name=name, Value=str(value), Type="String", Overwrite=True)
-
-
-def _tags(rt: Runtime, name: str) -> dict[str, str]:
-    with translated("ListTagsForResource"):
-        tags = rt.client("ssm").list_tags_for_resource(ResourceType="Parameter", ResourceId=name)
-    return {t["Key"]: t["Value"] for t in tags.get("TagList", [])}
-
-
-def _tag(rt: Runtime, name: str, tags: dict[str, str]) -> None:
-    with translated("AddTagsToResource"):
-        rt.client("ssm").add_tags_to_resource(
-            ResourceType="Parameter", ResourceId=name, Tags=[{"Key": k, "Value": v} for k, v in tags.items()]
-        )
-
-
-def _untag(rt: Runtime, name: str) -> None:
-    with translated("RemoveTagsFromResource"):
-        rt.client("ssm").remove_tags_from_resource(
-            ResourceType="Parameter", ResourceId=name, TagKeys=[RESUME_TAG, PAUSED_AT_TAG]
-        )

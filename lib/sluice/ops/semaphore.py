@@ -16,14 +16,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.adapters.dynamo_codec import plain
-from sluice.adapters.dynamo_semaphore import line_pk
-from sluice.adapters.dynamo_slots import shard_pk, to_occupancy
-from sluice.adapters.errors import translated
 from sluice.errors import ConfigurationError
 from sluice.runtime import Runtime
 from sluice.semaphore import Semaphores
-from sluice.semaphore_model import POOL_PREFIX, SemaphoreStatus, check_name, pool_of
+from sluice.semaphore_model import SemaphoreStatus, check_name, pool_of
 from sluice.slots import Occupancy
 
 MAX_LIMIT = 10_000  # permits of one semaphore: 1,250 shard items of 8
@@ -93,66 +89,14 @@ def semaphore_status(rt: Runtime, name: str, *, max_waiters: int = MAX_WAITERS) 
 def semaphore_list(rt: Runtime, *, limit: int = LIST_LIMIT, max_pages: int = SCAN_PAGES) -> dict[str, Any]:
     """Every semaphore of the table, one summary each, sorted by name (bounded: see the module)."""
     rt.settings.require("table_name")
-    client, table = rt.client("dynamodb"), rt.settings.table_name
-    metas: dict[str, dict[str, Any]] = {}
-    request: dict[str, Any] = {
-        "TableName": table,
-        "FilterExpression": "begins_with(pk, :prefix) AND attribute_exists(version)",
-        "ExpressionAttributeValues": {":prefix": {"S": f"SLOTS#{POOL_PREFIX}"}},
-    }
-    scanned = pages = 0
-    truncated = False
-    while True:
-        with translated("Scan"):
-            page = client.scan(**request)
-        pages += 1
-        scanned += int(page.get("ScannedCount", 0))
-        for raw in page.get("Items", []):
-            meta = plain(raw)
-            metas[str(meta["pk"]).removeprefix("SLOTS#").removeprefix(POOL_PREFIX)] = meta
-        more = page.get("LastEvaluatedKey")
-        if not more:
-            break
-        if len(metas) >= limit or pages >= max_pages:
-            truncated = True
-            break
-        request["ExclusiveStartKey"] = more
-    names = sorted(metas)
-    truncated = truncated or len(names) > limit
-    names = names[:limit]
-    keys = [line_pk(n) for n in names]
-    for n in names:
-        keys += [shard_pk(pool_of(n), i) for i in range(int(metas[n].get("shards", 0)))]
-    found = {str(r["pk"]): r for r in _batch_get(client, table, keys)}
-    out = []
-    for n in names:
-        pool = pool_of(n)
-        count = int(metas[n].get("shards", 0))
-        shards = [found[shard_pk(pool, i)] for i in range(count) if shard_pk(pool, i) in found]
-        occupancy = to_occupancy(pool, metas[n], shards, count)
-        line = found.get(line_pk(n)) or {}
-        out.append(_summary(n, occupancy, int(line.get("tail", 0)) - int(line.get("head", 0))))
+    found = rt.semaphore_catalogue().scan(limit=limit, max_pages=max_pages)
     return {
-        "semaphores": out,
-        "scanned_items": scanned,
-        "scan_pages": pages,
-        "truncated": truncated,
+        "semaphores": [_summary(s.name, s.occupancy, s.line) for s in found.semaphores],
+        "scanned_items": found.scanned_items,
+        "scan_pages": found.pages,
+        "truncated": found.truncated,
         "cost": SCAN_COST,
     }
-
-
-def _batch_get(client: Any, table: str, pks: list[str]) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = []
-    for start in range(0, len(pks), 100):
-        request: dict[str, Any] = {
-            table: {"Keys": [{"pk": {"S": pk}} for pk in pks[start : start + 100]], "ConsistentRead": True}
-        }
-        while request:
-            with translated("BatchGetItem"):
-                response = client.batch_get_item(RequestItems=request)
-            found.extend(plain(raw) for raw in response.get("Responses", {}).get(table, []))
-            request = response.get("UnprocessedKeys") or {}
-    return found
 
 
 def _summary(name: str, occupancy: Occupancy, line: int) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sluice.adapters.errors import translated
+from sluice.adapters.cloudwatch import Window
 from sluice.errors import SluiceError
 from sluice.ops.dlq import dlq_counts
 from sluice.ops.keys import describe
@@ -94,24 +94,16 @@ def oldest_age(rt: Runtime) -> tuple[float | None, str]:
     count of healthy messages (walking them towards the DLQ), so CloudWatch is the only honest source."""
     queue_name = rt.settings.queue_url.rstrip("/").rsplit("/", 1)[-1]
     end = datetime.now(UTC)
+    window = Window(end - AGE_LOOKBACK, end + timedelta(minutes=1))
     try:
-        with translated("GetMetricStatistics"):
-            points = rt.client("cloudwatch").get_metric_statistics(
-                Namespace="AWS/SQS",
-                MetricName=AGE_METRIC,
-                Dimensions=[{"Name": "QueueName", "Value": queue_name}],
-                StartTime=end - AGE_LOOKBACK,
-                EndTime=end + timedelta(minutes=1),
-                Period=60,
-                Statistics=["Maximum"],
-            )["Datapoints"]
+        points = rt.queue_metrics().maxima(queue_name, AGE_METRIC, window)
     except SluiceError as exc:
         return None, f"CloudWatch refused: {exc}"
     if not points:
         return None, f"no CloudWatch {AGE_METRIC} datapoint in the last 15 minutes"
-    latest = max(points, key=lambda p: p["Timestamp"])
-    at = latest["Timestamp"].astimezone(UTC).strftime("%H:%M:%SZ")
-    return float(latest["Maximum"]), f"CloudWatch {AGE_METRIC} at {at}"
+    latest = max(points, key=lambda p: p.at)
+    at = latest.at.astimezone(UTC).strftime("%H:%M:%SZ")
+    return latest.value, f"CloudWatch {AGE_METRIC} at {at}"
 
 
 def payload_history(rt: Runtime, key: str) -> dict[str, Any] | None:
