@@ -127,6 +127,23 @@ def _seconds(what: str, value: int | None) -> int | None:
     return value
 
 
+@dataclass(frozen=True)
+class _Acquisition:
+    """What the semaphore function is called with: the function, the semaphore, and the acquisition's
+    id, or the path that gives it at run time."""
+
+    function_arn: str
+    semaphore: str
+    acquisition_id: str | None
+    acquisition_id_path: str | None
+
+    def parameters(self, action: str) -> dict[str, Any]:
+        return {
+            "FunctionName": self.function_arn,
+            "Payload": _payload(action, self.semaphore, self.acquisition_id, self.acquisition_id_path),
+        }
+
+
 def semaphore_states(
     *,
     semaphore: str,
@@ -154,6 +171,32 @@ def semaphore_states(
         raise ValueError("function_arn: the ARN (or name) of Sluice's semaphore function is required")
     if not section:
         raise ValueError("section: the name of the section's first state is required")
+    call = _Acquisition(function_arn, semaphore, *_acquisition(section, acquisition_id, acquisition_id_path))
+    timeout, heartbeat = _timeouts(timeout_seconds, heartbeat_seconds)
+    names = StateNames.of(label or semaphore)
+    if section in set(names) or next in set(names):
+        raise ValueError(
+            f"state name {section if section in set(names) else next!r} is one the semaphore step adds"
+        )
+    done = _release(call, f"Give back the permit of semaphore {semaphore} (Sluice)")
+    done.update({"Next": next} if next else {"End": True})
+    return {
+        names.acquire: _acquire(call, names, section, result_path, timeout, heartbeat),
+        names.release: done,
+        names.release_on_error: _release_on_error(call, names),
+        names.reraise: {
+            "Type": "Fail",
+            "Comment": "The section's error, raised again once the permit is given back",
+            "ErrorPath": f"{ERROR_PATH}.Error",
+            "CausePath": f"{ERROR_PATH}.Cause",
+        },
+    }
+
+
+def _acquisition(
+    section: str, acquisition_id: str | None, acquisition_id_path: str | None
+) -> tuple[str | None, str | None]:
+    """The acquisition id (checked; default: from ``section``), or the path that gives it."""
     if acquisition_id is not None and acquisition_id_path is not None:
         raise ValueError("give acquisition_id or acquisition_id_path, not both")
     if acquisition_id_path is None:
@@ -162,24 +205,31 @@ def semaphore_states(
         raise ValueError(
             f"acquisition_id_path {acquisition_id_path!r}: a path ($...) or an intrinsic (States.*)"
         )
+    return acquisition_id, acquisition_id_path
+
+
+def _timeouts(timeout_seconds: int | None, heartbeat_seconds: int | None) -> tuple[int | None, int | None]:
     timeout = _seconds("timeout_seconds", timeout_seconds)
     heartbeat = _seconds("heartbeat_seconds", heartbeat_seconds)
     if timeout is not None and heartbeat is not None and heartbeat >= timeout:
         raise ValueError(f"heartbeat_seconds ({heartbeat}) must be less than timeout_seconds ({timeout})")
-    names = StateNames.of(label or semaphore)
-    if section in set(names) or next in set(names):
-        raise ValueError(
-            f"state name {section if section in set(names) else next!r} is one the semaphore step adds"
-        )
-    on_error = {"ErrorEquals": ["States.ALL"], "ResultPath": ERROR_PATH, "Next": names.release_on_error}
+    return timeout, heartbeat
+
+
+def _acquire(
+    call: _Acquisition,
+    names: StateNames,
+    section: str,
+    result_path: str | None,
+    timeout: int | None,
+    heartbeat: int | None,
+) -> dict[str, Any]:
+    """Wait in line for a permit (a task token the permit answers), then go on to ``section``."""
     acquire: dict[str, Any] = {
         "Type": "Task",
-        "Comment": f"Wait for a permit of semaphore {semaphore} (Sluice)",
+        "Comment": f"Wait for a permit of semaphore {call.semaphore} (Sluice)",
         "Resource": ACQUIRE_RESOURCE,
-        "Parameters": {
-            "FunctionName": function_arn,
-            "Payload": _payload("acquire", semaphore, acquisition_id, acquisition_id_path),
-        },
+        "Parameters": call.parameters("acquire"),
         "ResultPath": result_path,
     }
     if timeout is not None:
@@ -192,42 +242,33 @@ def semaphore_states(
             dict(_LAMBDA_RETRY),
             dict(_FAILED_RETRY),
         ],
-        Catch=[on_error],
+        Catch=[{"ErrorEquals": ["States.ALL"], "ResultPath": ERROR_PATH, "Next": names.release_on_error}],
         Next=section,
     )
+    return acquire
 
-    def release(comment: str) -> dict[str, Any]:
-        return {
-            "Type": "Task",
-            "Comment": comment,
-            "Resource": RELEASE_RESOURCE,
-            "Parameters": {
-                "FunctionName": function_arn,
-                "Payload": _payload("release", semaphore, acquisition_id, acquisition_id_path),
-            },
-            "ResultPath": None,
-            "Retry": [dict(_LAMBDA_RETRY), dict(_FAILED_RETRY)],
-        }
 
-    done = release(f"Give back the permit of semaphore {semaphore} (Sluice)")
-    done.update({"Next": next} if next else {"End": True})
-    failed = release(f"Give back the permit of semaphore {semaphore}, or leave its line; then re-raise")
+def _release(call: _Acquisition, comment: str) -> dict[str, Any]:
+    return {
+        "Type": "Task",
+        "Comment": comment,
+        "Resource": RELEASE_RESOURCE,
+        "Parameters": call.parameters("release"),
+        "ResultPath": None,
+        "Retry": [dict(_LAMBDA_RETRY), dict(_FAILED_RETRY)],
+    }
+
+
+def _release_on_error(call: _Acquisition, names: StateNames) -> dict[str, Any]:
+    """Release, or leave the line, after an error; then on to the re-raise, even if that fails."""
+    failed = _release(
+        call, f"Give back the permit of semaphore {call.semaphore}, or leave its line; then re-raise"
+    )
     failed["Catch"] = [
         {"ErrorEquals": ["States.ALL"], "ResultPath": RELEASE_ERROR_PATH, "Next": names.reraise}
     ]
     failed["Next"] = names.reraise
-    reraise = {
-        "Type": "Fail",
-        "Comment": "The section's error, raised again once the permit is given back",
-        "ErrorPath": f"{ERROR_PATH}.Error",
-        "CausePath": f"{ERROR_PATH}.Cause",
-    }
-    return {
-        names.acquire: acquire,
-        names.release: done,
-        names.release_on_error: failed,
-        names.reraise: reraise,
-    }
+    return failed
 
 
 def with_semaphore(

@@ -221,9 +221,23 @@ def enqueue(
             )
         except InvalidPayload as exc:
             report.failed.append((item.where, exc.reason))
-    extra: dict[str, dict[str, str]] = {}
     if after:
         ready = _acyclic(ready, after, known or {}, report)
+    extra = _shared_attributes(after, run_anyway, lane)
+    if payloads is not None:
+        ready = [_stored(p, payloads, report) if p.size > threshold else p for p in ready]
+    for batch in _batches(ready):
+        _send(sqs, queue_url, batch, [_entry(i, p, once, extra) for i, p in enumerate(batch)], report)
+        if progress:
+            progress(len(batch))
+    return report
+
+
+def _shared_attributes(after: tuple[str, ...], run_anyway: bool, lane: str) -> dict[str, dict[str, str]]:
+    """The message attributes every message of the call carries: the keys it awaits (sluice.awaits),
+    whether it runs anyway when one fails, its lane (sluice.lanes)."""
+    extra: dict[str, dict[str, str]] = {}
+    if after:
         extra[AWAITS_ATTRIBUTE] = {
             "DataType": "String",
             "StringValue": json.dumps(list(dict.fromkeys(after))),
@@ -232,41 +246,44 @@ def enqueue(
             extra[ON_FAILURE_ATTRIBUTE] = {"DataType": "String", "StringValue": RUN_ANYWAY}
     if lane != DEFAULT_LANE:
         extra[LANE_ATTRIBUTE] = {"DataType": "String", "StringValue": lane}
-    if payloads is not None:
-        ready = [_stored(p, payloads, report) if p.size > threshold else p for p in ready]
-    for batch in _batches(ready):
-        entries = [
-            {
-                "Id": str(i),
-                "MessageBody": p.body,
-                "MessageGroupId": p.group_id,
-                "MessageDeduplicationId": p.dedup_id,
-                "MessageAttributes": {
-                    KEY_ATTRIBUTE: {"DataType": "String", "StringValue": p.key},
-                    # run the key successfully at most once (sluice.receipts)
-                    **({ONCE_ATTRIBUTE: {"DataType": "String", "StringValue": "true"}} if once else {}),
-                    **extra,  # the keys it awaits (sluice.awaits), its lane (sluice.lanes)
-                    # how many of its concurrency key run at once (sluice.keys)
-                    **(
-                        {CONCURRENCY_KEY_ATTRIBUTE: {"DataType": "String", "StringValue": p.ckey}}
-                        if p.ckey is not None
-                        else {}
-                    ),
-                },
-            }
-            for i, p in enumerate(batch)
-        ]
-        with translated("SendMessageBatch"):
-            response = sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
-        for ok in response.get("Successful", []):
-            p = batch[int(ok["Id"])]
-            report.sent.append((p.where, p.key, ok["MessageId"]))
-        for bad in response.get("Failed", []):
-            p = batch[int(bad["Id"])]
-            report.failed.append((p.where, f"SQS refused it: {bad.get('Code')}: {bad.get('Message', '')}"))
-        if progress:
-            progress(len(batch))
-    return report
+    return extra
+
+
+def _entry(i: int, p: Prepared, once: bool, extra: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """The SendMessageBatch entry of ``p``, the batch's ``i``-th."""
+    return {
+        "Id": str(i),
+        "MessageBody": p.body,
+        "MessageGroupId": p.group_id,
+        "MessageDeduplicationId": p.dedup_id,
+        "MessageAttributes": {
+            KEY_ATTRIBUTE: {"DataType": "String", "StringValue": p.key},
+            # run the key successfully at most once (sluice.receipts)
+            **({ONCE_ATTRIBUTE: {"DataType": "String", "StringValue": "true"}} if once else {}),
+            **extra,  # the keys it awaits (sluice.awaits), its lane (sluice.lanes)
+            # how many of its concurrency key run at once (sluice.keys)
+            **(
+                {CONCURRENCY_KEY_ATTRIBUTE: {"DataType": "String", "StringValue": p.ckey}}
+                if p.ckey is not None
+                else {}
+            ),
+        },
+    }
+
+
+def _send(
+    sqs: Any, queue_url: str, batch: list[Prepared], entries: list[dict[str, Any]], report: EnqueueReport
+) -> None:
+    """Send one batch (``entries``, one for each of ``batch``); each message goes to ``report`` as
+    sent, or as failed with SQS's reason."""
+    with translated("SendMessageBatch"):
+        response = sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
+    for ok in response.get("Successful", []):
+        p = batch[int(ok["Id"])]
+        report.sent.append((p.where, p.key, ok["MessageId"]))
+    for bad in response.get("Failed", []):
+        p = batch[int(bad["Id"])]
+        report.failed.append((p.where, f"SQS refused it: {bad.get('Code')}: {bad.get('Message', '')}"))
 
 
 def _acyclic(

@@ -80,44 +80,12 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        env = os.environ if env is None else env
-
-        def text(name: str, default: str = "") -> str:
-            return env.get(name, default).strip()
-
-        def integer(name: str, default: int, minimum: int = 0, maximum: int | None = None) -> int:
-            raw = text(name)
-            if not raw:
-                return default
-            number = raw[1:] if raw.startswith("-") else raw
-            if not WHOLE.fullmatch(number):  # ASCII digits only: int() also reads "١٠" and "1_0"
-                raise ConfigurationError(f"{name}={raw[:40]!r} is not a whole number")
-            digits = number.lstrip("0") or "0"
-            if len(digits) > 18:  # no setting needs more; int() refuses beyond 4,300 digits
-                raise ConfigurationError(f"{name}={raw[:40]}... is too large")
-            value = -int(digits) if raw.startswith("-") else int(digits)
-            if value < minimum:
-                raise ConfigurationError(f"{name}={value} must be at least {minimum}")
-            if maximum is not None and value > maximum:
-                raise ConfigurationError(f"{name}={value} must be at most {maximum:,}")
-            return value
-
+        read = _Env(os.environ if env is None else env)
+        text, integer = read.text, read.integer
         rate, burst = start_bucket(text("AWS_REGION") or text("AWS_DEFAULT_REGION"))
-        policy = text("SLUICE_DUPLICATE_POLICY", DuplicatePolicy.SUPPRESS.value).lower()
-        try:
-            duplicate_policy = DuplicatePolicy(policy)
-        except ValueError:
-            raise ConfigurationError(
-                f"SLUICE_DUPLICATE_POLICY={policy!r}: use one of {', '.join(p.value for p in DuplicatePolicy)}"
-            ) from None
+        duplicate_policy = _duplicate_policy(text("SLUICE_DUPLICATE_POLICY", DuplicatePolicy.SUPPRESS.value))
         max_concurrency = integer("SLUICE_MAX_CONCURRENCY", 10, maximum=MAX_CEILING)
-        lanes = parse_lanes(text("SLUICE_LANES"), max_concurrency)
-        lane_queue_urls = parse_lane_queues(text("SLUICE_LANE_QUEUES"))
-        missing = [
-            lane.name for lane in lanes if lane.name != DEFAULT_LANE and lane.name not in lane_queue_urls
-        ]
-        if missing:
-            raise ConfigurationError(f"SLUICE_LANE_QUEUES names no queue for lane(s) {', '.join(missing)}")
+        lanes, lane_queue_urls = _lanes(read, max_concurrency)
         return cls(
             lanes=lanes,
             lane_queue_urls=lane_queue_urls,
@@ -173,6 +141,53 @@ class Settings:
         if missing:
             raise ConfigurationError(f"missing setting(s): {', '.join(missing)}")
         return self
+
+
+@dataclass(frozen=True)
+class _Env:
+    """The environment, read setting by setting: text stripped, whole numbers checked."""
+
+    env: Mapping[str, str]
+
+    def text(self, name: str, default: str = "") -> str:
+        return self.env.get(name, default).strip()
+
+    def integer(self, name: str, default: int, minimum: int = 0, maximum: int | None = None) -> int:
+        raw = self.text(name)
+        if not raw:
+            return default
+        number = raw[1:] if raw.startswith("-") else raw
+        if not WHOLE.fullmatch(number):  # ASCII digits only: int() also reads "١٠" and "1_0"
+            raise ConfigurationError(f"{name}={raw[:40]!r} is not a whole number")
+        digits = number.lstrip("0") or "0"
+        if len(digits) > 18:  # no setting needs more; int() refuses beyond 4,300 digits
+            raise ConfigurationError(f"{name}={raw[:40]}... is too large")
+        value = -int(digits) if raw.startswith("-") else int(digits)
+        if value < minimum:
+            raise ConfigurationError(f"{name}={value} must be at least {minimum}")
+        if maximum is not None and value > maximum:
+            raise ConfigurationError(f"{name}={value} must be at most {maximum:,}")
+        return value
+
+
+def _duplicate_policy(raw: str) -> DuplicatePolicy:
+    policy = raw.lower()
+    try:
+        return DuplicatePolicy(policy)
+    except ValueError:
+        raise ConfigurationError(
+            f"SLUICE_DUPLICATE_POLICY={policy!r}: use one of {', '.join(p.value for p in DuplicatePolicy)}"
+        ) from None
+
+
+def _lanes(read: _Env, max_concurrency: int) -> tuple[tuple[Lane, ...], dict[str, str]]:
+    """The lanes (SLUICE_LANES) and their queues (SLUICE_LANE_QUEUES): every lane but the default has one."""
+    lanes = parse_lanes(read.text("SLUICE_LANES"), max_concurrency)
+    lane_queue_urls = parse_lane_queues(read.text("SLUICE_LANE_QUEUES"))
+    missing = [lane.name for lane in lanes if lane.name != DEFAULT_LANE and lane.name not in lane_queue_urls]
+    if missing:
+        raise ConfigurationError(f"SLUICE_LANE_QUEUES names no queue for lane(s) {', '.join(missing)}")
+    return lanes, lane_queue_urls
 
 
 def inline_bytes(value: int) -> int:

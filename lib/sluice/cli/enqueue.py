@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from typing import Any
@@ -23,80 +24,24 @@ DEDUP_ID = re.compile(r"^[!-~]{1,128}$")
 def cmd_enqueue(ctx: Context) -> int:
     args = ctx.args
     ctx.settings.require("queue_url")
-    lane = args.lane
-    queue_url = ctx.lane_queue_url(lane)  # an unknown lane: nothing is read, nothing sent
+    queue_url = ctx.lane_queue_url(args.lane)  # an unknown lane: nothing is read, nothing sent
     if args.file == "-":
         text = sys.stdin.read()
     else:
         with open(args.file, encoding="utf-8") as handle:
             text = handle.read()
     items = list(read_items(text))
-    if args.dedup_id is not None:
-        if not DEDUP_ID.match(args.dedup_id):
-            return usage("--dedup-id must be 1 to 128 printable ASCII characters without spaces")
-        if len(items) > 1:
-            return usage(
-                f"--dedup-id gives every payload the same deduplication id, so SQS would keep only the first "
-                f"of these {len(items)}; use it with a single payload"
-            )
-    # A body over the threshold goes to the stack's payload bucket, and its pointer to the queue.
-    payloads = ctx.runtime.payload_objects()
-    threshold = ctx.settings.pointer_threshold if args.pointer_threshold is None else args.pointer_threshold
-    report = EnqueueReport()
-    known = _known_awaits(ctx) if args.after else {}
-    unsent = ""
-    error: SluiceError | None = None
-    with progress_bar(len(items), quiet=args.json or len(items) < PROGRESS_FROM) as advance:
-        for start in range(0, len(items), ENQUEUE_CHUNK):
-            chunk = items[start : start + ENQUEUE_CHUNK]
-            try:
-                part = enqueue(
-                    ctx.runtime.client("sqs"),
-                    queue_url,
-                    chunk,
-                    key_field=args.key_field,
-                    group_by=args.group_by,
-                    dedup_id=args.dedup_id,
-                    progress=advance,
-                    payloads=payloads,
-                    threshold=threshold,
-                    once=args.once,
-                    after=tuple(args.after),
-                    run_anyway=args.on_await_failure == "run",
-                    known=known,
-                    concurrency_key=args.concurrency_key,
-                    concurrency_key_field=args.concurrency_key_field,
-                    lane=lane,
-                )
-            except SluiceError as exc:
-                # Earlier chunks went; say exactly where sending stopped. Re-sending the whole input
-                # within 5 minutes is safe: SQS drops what it already has (same deduplication ids).
-                unsent = f"{chunk[0].where} and after were not sent: {exc}"
-                error = exc
-                break
-            report.sent.extend(part.sent)
-            report.failed.extend(part.failed)
-            report.stored.update(part.stored)
+    refused = _dedup_id_refused(args.dedup_id, len(items))
+    if refused:
+        return usage(refused)
+    report, unsent, error = _send(ctx, queue_url, items)
     for where, reason in report.failed:
         print(f"sluice enqueue: {where}: {reason}", file=sys.stderr)
     if unsent:
         print(f"sluice enqueue: {unsent}", file=sys.stderr)
     repeats = _repeats(items, {w for w, _, _ in report.sent}) if args.dedup_id is None else 0
-    human = f"sent {len(report.sent)} of {len(items)} payloads"
-    if lane != DEFAULT_LANE:
-        human += f" to lane {lane}"
-    stored = [(w, report.stored[w]) for w, _, _ in report.sent if w in report.stored]
-    if stored:
-        human += f"; {len(stored)} stored in s3://{ctx.settings.payload_bucket} and sent as pointers"
-    if report.failed:
-        human += f"; {len(report.failed)} refused (see above)"
-    if repeats:
-        human += (
-            f"; {repeats} repeated an earlier payload of this input, so SQS accepted and dropped them "
-            "(same deduplication id within 5 minutes)"
-        )
     ctx.out(
-        human,
+        _human(report, len(items), args.lane, repeats, ctx.settings.payload_bucket),
         {
             "total": len(items),
             "sent": [
@@ -111,12 +56,80 @@ def cmd_enqueue(ctx: Context) -> int:
             "failed": [{"where": w, "reason": r} for w, r in report.failed],
             "unsent": unsent or None,
             "repeats": repeats,
-            **({"lane": lane} if lane != DEFAULT_LANE else {}),
+            **({"lane": args.lane} if args.lane != DEFAULT_LANE else {}),
         },
     )
     if unsent:
         return EXIT_AWS if isinstance(error, TransientError) else EXIT_CONFIG
     return EXIT_OK if report.ok else EXIT_PARTIAL
+
+
+def _dedup_id_refused(dedup_id: str | None, count: int) -> str | None:
+    """Why ``--dedup-id`` cannot be used here, or None."""
+    if dedup_id is None:
+        return None
+    if not DEDUP_ID.match(dedup_id):
+        return "--dedup-id must be 1 to 128 printable ASCII characters without spaces"
+    if count > 1:
+        return (
+            f"--dedup-id gives every payload the same deduplication id, so SQS would keep only the first "
+            f"of these {count}; use it with a single payload"
+        )
+    return None
+
+
+def _send(ctx: Context, queue_url: str, items: list[Any]) -> tuple[EnqueueReport, str, SluiceError | None]:
+    """Send ``items`` in chunks: the report, and where sending stopped (with why) if it did."""
+    args = ctx.args
+    # A body over the threshold goes to the stack's payload bucket, and its pointer to the queue.
+    payloads = ctx.runtime.payload_objects()
+    threshold = ctx.settings.pointer_threshold if args.pointer_threshold is None else args.pointer_threshold
+    send = functools.partial(
+        enqueue,
+        key_field=args.key_field,
+        group_by=args.group_by,
+        dedup_id=args.dedup_id,
+        payloads=payloads,
+        threshold=threshold,
+        once=args.once,
+        after=tuple(args.after),
+        run_anyway=args.on_await_failure == "run",
+        known=_known_awaits(ctx) if args.after else {},
+        concurrency_key=args.concurrency_key,
+        concurrency_key_field=args.concurrency_key_field,
+        lane=args.lane,
+    )
+    report = EnqueueReport()
+    with progress_bar(len(items), quiet=args.json or len(items) < PROGRESS_FROM) as advance:
+        for start in range(0, len(items), ENQUEUE_CHUNK):
+            chunk = items[start : start + ENQUEUE_CHUNK]
+            try:
+                part = send(ctx.runtime.client("sqs"), queue_url, chunk, progress=advance)
+            except SluiceError as exc:
+                # Earlier chunks went; say exactly where sending stopped. Re-sending the whole input
+                # within 5 minutes is safe: SQS drops what it already has (same deduplication ids).
+                return report, f"{chunk[0].where} and after were not sent: {exc}", exc
+            report.sent.extend(part.sent)
+            report.failed.extend(part.failed)
+            report.stored.update(part.stored)
+    return report, "", None
+
+
+def _human(report: EnqueueReport, total: int, lane: str, repeats: int, bucket: str | None) -> str:
+    human = f"sent {len(report.sent)} of {total} payloads"
+    if lane != DEFAULT_LANE:
+        human += f" to lane {lane}"
+    stored = [(w, report.stored[w]) for w, _, _ in report.sent if w in report.stored]
+    if stored:
+        human += f"; {len(stored)} stored in s3://{bucket} and sent as pointers"
+    if report.failed:
+        human += f"; {len(report.failed)} refused (see above)"
+    if repeats:
+        human += (
+            f"; {repeats} repeated an earlier payload of this input, so SQS accepted and dropped them "
+            "(same deduplication id within 5 minutes)"
+        )
+    return human
 
 
 def _known_awaits(ctx: Context) -> dict[str, list[str]]:

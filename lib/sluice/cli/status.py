@@ -35,19 +35,7 @@ def cmd_status(ctx: Context) -> int:
     waits = awaits_status(ctx.runtime, key, tree=getattr(ctx.args, "tree", False))
     place = payload_place(ctx.runtime, key)
     if data is None and (waits["waiting"] or waits.get("awaited_by") or place):
-        narrowed = _narrowed_room(ctx)
-        ctx.out(
-            "\n".join(
-                [f"payload     {key}", *_await_lines(waits), *_place_lines(place), *room_lines(narrowed)]
-            ),
-            {
-                "payload": None,
-                "awaits": waits,
-                "line": place,
-                **({"room": narrowed.as_dict()} if narrowed else {}),
-            },
-        )
-        return EXIT_OK
+        return _not_received_yet(ctx, key, waits, place)
     if data is None:
         return _no_record(ctx, key, waits)
     data["awaits"] = waits
@@ -55,6 +43,32 @@ def cmd_status(ctx: Context) -> int:
     narrowed = _narrowed_room(ctx)
     if narrowed is not None:
         data["room"] = narrowed.as_dict()
+    lines = _record_lines(data)
+    lines.extend(_execution_lines(data["executions"]))
+    lines.extend(_await_lines(waits))
+    lines.extend(_place_lines(place))
+    lines.extend(room_lines(narrowed))
+    ctx.out("\n".join(lines), data)
+    return EXIT_OK
+
+
+def _not_received_yet(ctx: Context, key: str, waits: dict[str, Any], place: dict[str, Any] | None) -> int:
+    """No record, but the payload is parked: waiting for its awaited keys, or in a concurrency key's line."""
+    narrowed = _narrowed_room(ctx)
+    ctx.out(
+        "\n".join([f"payload     {key}", *_await_lines(waits), *_place_lines(place), *room_lines(narrowed)]),
+        {
+            "payload": None,
+            "awaits": waits,
+            "line": place,
+            **({"room": narrowed.as_dict()} if narrowed else {}),
+        },
+    )
+    return EXIT_OK
+
+
+def _record_lines(data: dict[str, Any]) -> list[str]:
+    """The payload's record and its receipt."""
     p = data["payload"]
     expires = when(p["expires_at"]) if p["expires_at"] else ("never while it runs" if p["holder"] else "-")
     lines = [
@@ -81,8 +95,12 @@ def cmd_status(ctx: Context) -> int:
     else:
         lines.extend(_receipt_lines(receipt))
         lines.extend(_effects_lines(data.get("effects")))
-    lines.append(f"executions  {len(data['executions'])}, oldest first")
-    for run in data["executions"]:
+    return lines
+
+
+def _execution_lines(executions: list[dict[str, Any]]) -> list[str]:
+    lines = [f"executions  {len(executions)}, oldest first"]
+    for run in executions:
         lines.append(f"  {run['state']:<10} {run['name']}")
         lines.append(
             f"             message {run['message_id']}, claimed {when(run['claimed_at'])}"
@@ -96,11 +114,7 @@ def cmd_status(ctx: Context) -> int:
             lines.append(
                 f"             error: {run['error']}" + (f": {run['cause']}" if run["cause"] else "")
             )
-    lines.extend(_await_lines(waits))
-    lines.extend(_place_lines(place))
-    lines.extend(room_lines(narrowed))
-    ctx.out("\n".join(lines), data)
-    return EXIT_OK
+    return lines
 
 
 def _room(ctx: Context) -> Room:
@@ -175,37 +189,11 @@ def _overview(ctx: Context) -> int:
     data["stack"] = ctx.stack
     if ctx.args.concurrency_key is not None:
         data["keys"] = [key_status(ctx.runtime, ctx.args.concurrency_key)]
-    mx = data["max"]
-    if data["max_error"]:
-        max_line = (
-            f"INVALID: {data['max_error']}. The launcher starts nothing until it is fixed: sluice set-max N"
-        )
-    elif mx == 0:
-        back = data["resume_max"]
-        max_line = "0, PAUSED" + (f" (sluice resume restores {back})" if back is not None else "")
-    else:
-        max_line = f"{mx if mx is not None else 'unknown'}"
-    max_line += f"  ({data['max_source']}" + (f" {data['max_parameter']})" if data["max_parameter"] else ")")
-    running = f"{data['running']} holding slots"
-    if mx == 0:
-        running += " (paused: a freed slot is not refilled)"
-    elif data["limit"] is not None and data["running"] > data["limit"]:
-        running += f" of {data['limit']} (over the limit: no new start {until_fewer(data['limit'])})"
-    elif data["limit"] is not None:
-        running += f" of {data['limit']} ({data['free']} free)"
-    if data["limit_next_tick"] is not None:
-        running += f" (the next tick moves the limit to {data['limit_next_tick']})"
-    running += f"; Step Functions lists {data['sfn_running']} RUNNING"
-    if data["running_not_in_ledger"] or data["ledger_not_running"]:
-        running += (
-            f" ({data['running_not_in_ledger']} not in the ledger, "
-            f"{data['ledger_not_running']} in the ledger but not listed)"
-        )
     age = data["oldest_message_age"]
     rows = [
         ("stack", ctx.stack or "(from SLUICE_* environment variables)"),
-        ("MAX", max_line),
-        ("running", running),
+        ("MAX", _max_line(data)),
+        ("running", _running_line(data)),
         ("external", f"{data['external']} RUNNING executions not started by Sluice (they count against MAX)"),
         (
             "queue",
@@ -233,19 +221,58 @@ def _overview(ctx: Context) -> int:
         ),
     ]
     rows.extend(("lane", _lane_row(lane)) for lane in data.get("lanes", ()))
-    for k in data["keys"]:
-        rows.append(
-            (
-                "key",
-                f"{k['key']}: {k['running']} "
-                + ("running" if k.get("fair_lane") and k["own_cap"] is None else f"of {k['cap']} running")
-                + f", {k['waiting']} waiting"
-                + (f", {k['on_the_way']} on the way" if k["on_the_way"] else "")
-                + (f" (tenant of fair lane {k['fair_lane']})" if k.get("fair_lane") else ""),
-            )
-        )
+    rows.extend(("key", _key_row(k)) for k in data["keys"])
     ctx.out(table(rows), data)
     return EXIT_OK
+
+
+def _max_line(data: dict[str, Any]) -> str:
+    """MAX in force and where it comes from: ``4  (parameter /sluice/dev/max)``."""
+    mx = data["max"]
+    if data["max_error"]:
+        max_line = (
+            f"INVALID: {data['max_error']}. The launcher starts nothing until it is fixed: sluice set-max N"
+        )
+    elif mx == 0:
+        back = data["resume_max"]
+        max_line = "0, PAUSED" + (f" (sluice resume restores {back})" if back is not None else "")
+    else:
+        max_line = f"{mx if mx is not None else 'unknown'}"
+    return (
+        max_line
+        + f"  ({data['max_source']}"
+        + (f" {data['max_parameter']})" if data["max_parameter"] else ")")
+    )
+
+
+def _running_line(data: dict[str, Any]) -> str:
+    """The slots held against the limit, and what Step Functions lists."""
+    running = f"{data['running']} holding slots"
+    if data["max"] == 0:
+        running += " (paused: a freed slot is not refilled)"
+    elif data["limit"] is not None and data["running"] > data["limit"]:
+        running += f" of {data['limit']} (over the limit: no new start {until_fewer(data['limit'])})"
+    elif data["limit"] is not None:
+        running += f" of {data['limit']} ({data['free']} free)"
+    if data["limit_next_tick"] is not None:
+        running += f" (the next tick moves the limit to {data['limit_next_tick']})"
+    running += f"; Step Functions lists {data['sfn_running']} RUNNING"
+    if data["running_not_in_ledger"] or data["ledger_not_running"]:
+        running += (
+            f" ({data['running_not_in_ledger']} not in the ledger, "
+            f"{data['ledger_not_running']} in the ledger but not listed)"
+        )
+    return running
+
+
+def _key_row(k: dict[str, Any]) -> str:
+    return (
+        f"{k['key']}: {k['running']} "
+        + ("running" if k.get("fair_lane") and k["own_cap"] is None else f"of {k['cap']} running")
+        + f", {k['waiting']} waiting"
+        + (f", {k['on_the_way']} on the way" if k["on_the_way"] else "")
+        + (f" (tenant of fair lane {k['fair_lane']})" if k.get("fair_lane") else "")
+    )
 
 
 def _lane_row(lane: dict[str, Any]) -> str:

@@ -71,8 +71,30 @@ def figure(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    steps = running_steps(intervals)
     fig, ax = plt.subplots(figsize=(10, 5.6), dpi=110)
+    _running(ax, intervals, samples, maximum)
+    _lanes(ax, lanes or {}, maximum)
+    ax.set_ylim(0, maximum * 1.15 + 1)
+    ax.set_xlim(left=0)
+    ax.set_xlabel("seconds since the batch was enqueued")
+    ax.set_ylabel("running executions")
+    ax.grid(alpha=0.3)
+    ax.set_title(title, fontsize=11)
+    handles, labels = ax.get_legend_handles_labels()
+    if waiting:
+        more, more_labels = _backlog(ax, waiting)
+        handles, labels = handles + more, labels + more_labels
+    rows = -(-len(handles) // 3)
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.045 * rows + 0.02, 1, 1))
+    return fig
+
+
+def _running(
+    ax: Any, intervals: Sequence[tuple[float, float]], samples: Sequence[tuple[float, int]], maximum: int
+) -> None:
+    """The running count from start/stop times, the samples, and MAX."""
+    steps = running_steps(intervals)
     if steps:
         xs = [0.0] + [t for t, _ in steps]
         ys = [0] + [n for _, n in steps]
@@ -96,7 +118,11 @@ def figure(
             label="running (ListExecutions samples)",
         )
     ax.axhline(maximum, color="#d62728", linestyle="--", linewidth=1.4, zorder=4, label=f"MAX = {maximum}")
-    for (lane, (spans, lane_max)), colour in zip(sorted((lanes or {}).items()), LANE_COLOURS, strict=False):
+
+
+def _lanes(ax: Any, lanes: Mapping[str, tuple[Sequence[tuple[float, float]], int]], maximum: int) -> None:
+    """Each lane's running count and, when below the global one, its MAX."""
+    for (lane, (spans, lane_max)), colour in zip(sorted(lanes.items()), LANE_COLOURS, strict=False):
         lane_steps = running_steps(spans)
         if lane_steps:
             ax.step(
@@ -118,31 +144,22 @@ def figure(
                 zorder=3,
                 label=f"lane {lane} MAX = {lane_max}",
             )
-    ax.set_ylim(0, maximum * 1.15 + 1)
-    ax.set_xlim(left=0)
-    ax.set_xlabel("seconds since the batch was enqueued")
-    ax.set_ylabel("running executions")
-    ax.grid(alpha=0.3)
-    ax.set_title(title, fontsize=11)
-    handles, labels = ax.get_legend_handles_labels()
-    if waiting:
-        backlog = ax.twinx()
-        backlog.plot(
-            [t for t, _ in waiting],
-            [n for _, n in waiting],
-            color="#7f7f7f",
-            linewidth=1.1,
-            linestyle=":",
-            label="messages waiting in the queue",
-        )
-        backlog.set_ylabel("messages waiting", color="#7f7f7f")
-        backlog.tick_params(axis="y", colors="#7f7f7f")
-        backlog.set_ylim(bottom=0)
-        ax.set_zorder(backlog.get_zorder() + 1)  # the running line over the backlog's axis
-        ax.patch.set_visible(False)
-        more, more_labels = backlog.get_legend_handles_labels()
-        handles, labels = handles + more, labels + more_labels
-    rows = -(-len(handles) // 3)
-    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.045 * rows + 0.02, 1, 1))
-    return fig
+
+
+def _backlog(ax: Any, waiting: Sequence[tuple[float, int]]) -> tuple[list[Any], list[str]]:
+    """The queue backlog on a right axis, under the running line; its legend entries."""
+    backlog = ax.twinx()
+    backlog.plot(
+        [t for t, _ in waiting],
+        [n for _, n in waiting],
+        color="#7f7f7f",
+        linewidth=1.1,
+        linestyle=":",
+        label="messages waiting in the queue",
+    )
+    backlog.set_ylabel("messages waiting", color="#7f7f7f")
+    backlog.tick_params(axis="y", colors="#7f7f7f")
+    backlog.set_ylim(bottom=0)
+    ax.set_zorder(backlog.get_zorder() + 1)  # the running line over the backlog's axis
+    ax.patch.set_visible(False)
+    return backlog.get_legend_handles_labels()

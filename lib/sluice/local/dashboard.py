@@ -79,11 +79,36 @@ def plain_line(s: Snapshot) -> str:
 def render(s: Snapshot) -> Any:
     from rich.console import Group
     from rich.panel import Panel
+    from rich.text import Text
+
+    over = s.running > s.maximum or s.peak > s.maximum
+    queues = Text.assemble(
+        ("Queue ", "bold"),
+        f"{s.waiting} waiting, {s.in_flight} in flight      ",
+        ("DLQ ", "bold"),
+        (str(s.dlq), "yellow" if s.dlq else ""),
+    )
+    events = Text(f"status events delivered {s.events}")
+    if s.repeated:
+        events.append(
+            f"   (+{s.repeated} repeated on purpose: released {s.repeated_released})",
+            style="red" if s.repeated_released else "dim",
+        )
+    history = Text.assemble(("Running over time  ", "bold"), (sparkline(s.history, s.maximum), "cyan"))
+    return Panel(
+        Group(_gauge(s, over), Text(""), queues, Text(""), _counts(s), Text(""), events, history),
+        title=f"Sluice demo · stack {s.stack} on {s.endpoint} · {s.elapsed:.1f} s",
+        title_align="left",
+        border_style="red" if over else "blue",
+    )
+
+
+def _gauge(s: Snapshot, over: bool) -> Any:
+    """Three bars: running against MAX, messages settled, executions finished."""
     from rich.progress_bar import ProgressBar
     from rich.table import Table
     from rich.text import Text
 
-    over = s.running > s.maximum or s.peak > s.maximum
     gauge = Table.grid(padding=(0, 2))
     gauge.add_column(width=10, style="bold")
     gauge.add_column(width=40)
@@ -113,13 +138,12 @@ def render(s: Snapshot) -> Any:
         ProgressBar(total=max(s.started, 1), completed=s.ended, width=40),
         f"{s.ended:>3} / {s.started} executions",
     )
+    return gauge
 
-    queues = Text.assemble(
-        ("Queue ", "bold"),
-        f"{s.waiting} waiting, {s.in_flight} in flight      ",
-        ("DLQ ", "bold"),
-        (str(s.dlq), "yellow" if s.dlq else ""),
-    )
+
+def _counts(s: Snapshot) -> Any:
+    from rich.table import Table
+
     counts = Table(box=None, padding=(0, 2), show_edge=False)
     for title, style in (
         ("started", "cyan"),
@@ -130,19 +154,7 @@ def render(s: Snapshot) -> Any:
     ):
         counts.add_column(title, justify="right", header_style=f"bold {style}")
     counts.add_row(*map(str, (s.started, s.status("SUCCEEDED"), s.status("FAILED"), s.n("duplicate"), s.dlq)))
-    events = Text(f"status events delivered {s.events}")
-    if s.repeated:
-        events.append(
-            f"   (+{s.repeated} repeated on purpose: released {s.repeated_released})",
-            style="red" if s.repeated_released else "dim",
-        )
-    history = Text.assemble(("Running over time  ", "bold"), (sparkline(s.history, s.maximum), "cyan"))
-    return Panel(
-        Group(gauge, Text(""), queues, Text(""), counts, Text(""), events, history),
-        title=f"Sluice demo · stack {s.stack} on {s.endpoint} · {s.elapsed:.1f} s",
-        title_align="left",
-        border_style="red" if over else "blue",
-    )
+    return counts
 
 
 class Dashboard:

@@ -41,12 +41,12 @@ import signal
 import sys
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from sluice.local import demo_dag
-from sluice.local.demo_batch import DEMO_WORKFLOW, Producer, generate_batch, load_batch
+from sluice.local.demo_batch import DEMO_WORKFLOW, Producer, Sent, generate_batch, load_batch
 from sluice.local.demo_options import Options
 from sluice.local.demo_report import Result, account, summary_lines
 from sluice.local.demo_run import Run
@@ -71,6 +71,16 @@ ACCOUNTING = (
 )
 
 
+@dataclass(frozen=True)
+class Played:
+    """What the run sent, and how it went: when it started, whether the time ran out."""
+
+    sent: list[Sent]
+    extras: demo_dag.Extras
+    started: float
+    timed_out: bool
+
+
 class Demo:
     def __init__(self, options: Options, console: Any) -> None:
         self.o = options
@@ -85,32 +95,13 @@ class Demo:
         log.write_text("")
         planned = load_batch(o.payloads) if o.payloads else generate_batch(o.count, o.seed)
         with tempfile.TemporaryDirectory(prefix="sluice-demo-") as work:
-            with self._step(f"Packaging the stack with osls (stage {STAGE}, MAX {o.maximum})"):
-                package = package_stack(
-                    Path(work),
-                    stage=STAGE,
-                    params={
-                        "maxConcurrency": str(o.maximum),
-                        "stateMachineArn": WORKFLOW_ARN,
-                        "lanes": demo_dag.lanes_param(o.maximum),
-                    },
-                )
+            package = self._package(Path(work))
             with EmbeddedAws(own_process=True, log=o.out / "moto.log") as aws:
                 run = Run(o, self.console, STACK)
                 run.snapshot.endpoint = aws.endpoint
-                with self._step(f"Deploying into the embedded AWS at {aws.endpoint}"):
-                    aws.execute_state_machines()
-                    aws.client("stepfunctions").create_state_machine(
-                        name=WORKFLOW,
-                        definition=json.dumps(DEMO_WORKFLOW),
-                        roleArn=f"arn:aws:iam::{ACCOUNT}:role/{WORKFLOW}",
-                    )
-                    deployment = aws.deploy(package, STACK)
-                if deployment.outputs["StateMachineArn"] != WORKFLOW_ARN:
-                    raise RuntimeError(f"the stack drives {deployment.outputs['StateMachineArn']}")
+                deployment = self._deploy(aws, package)
                 scheduled = {key for key, _ in deployment.scheduled()}
                 sizes = {key: 1 if key in scheduled else o.workers for key in deployment.functions}
-                section: SectionResult | None = None
                 containers = {
                     key: deployment.containers(key, size=size, log=log) for key, size in sizes.items()
                 }
@@ -121,47 +112,10 @@ class Demo:
                     ):
                         for pool in containers.values():
                             pool.warm()
-                    # A producer sends the batch while Sluice already runs, as producers do.
-                    # Then the small DAG and the 600 KiB payload, with the `sluice enqueue` command.
-                    producer = Producer(
-                        aws,
-                        deployment.outputs["QueueUrl"],
-                        planned,
-                        o.payloads is None,
-                        then=lambda: demo_dag.send(aws.environ(), STAGE),
-                    )
-                    run.snapshot.batch = len(planned)
-                    run.snapshot.extra = (
-                        len(demo_dag.DAG) + 1 + len(demo_dag.TENANT_JOBS) + len(demo_dag.URGENT_JOBS)
-                    )
-                    print(
-                        f"Enqueueing {len(planned)} messages while Sluice runs, then a DAG of "
-                        f"{len(demo_dag.DAG)}, a {demo_dag.SCENE_BYTES // 1024} KiB payload, a tenant's "
-                        f"{len(demo_dag.TENANT_JOBS)} under a concurrency key of cap {demo_dag.TENANT_CAP} "
-                        f"and {len(demo_dag.URGENT_JOBS)} in the lane {demo_dag.URGENT_LANE!r} (MAX "
-                        f"{demo_dag.URGENT_MAX}, priority 1) with `sluice enqueue` …",
-                        flush=True,
-                    )
-                    started = time.time()
-                    producer.start()
-                    timed_out = run.loop(deployment, containers, started, producer)
-                    producer.join()
-                    if producer.error is not None:
-                        raise producer.error
-                    sent = producer.sent
-                    extras: demo_dag.Extras = producer.then_result or demo_dag.Extras()
+                    played = self._play(aws, run, deployment, containers, planned)
                     section = self._semaphore_section(package, deployment, containers)
-                    with self._step(ACCOUNTING):
-                        dag = demo_dag.check(aws, deployment.outputs, extras, started)
-                        result = account(run, o, deployment, sent, started, timed_out, also=extras.sent)
+                    result = self._reckon(aws, run, deployment, played, section)
                     result.log = str(log)
-                    result.dag = dag.to_dict()
-                    result.problems += dag.problems
-                    result.ok = result.ok and dag.ok
-                    if section is not None:
-                        result.semaphore = section.to_dict()
-                        result.problems += section.problems()
-                        result.ok = result.ok and section.ok
                     (o.out / "summary.json").write_text(json.dumps(asdict(result), indent=2, default=str))
                     self._report(result)
                     if o.keep:
@@ -169,6 +123,88 @@ class Demo:
                 finally:
                     for pool in containers.values():
                         pool.close()
+        return result
+
+    def _package(self, work: Path) -> Path:
+        with self._step(f"Packaging the stack with osls (stage {STAGE}, MAX {self.o.maximum})"):
+            return package_stack(
+                work,
+                stage=STAGE,
+                params={
+                    "maxConcurrency": str(self.o.maximum),
+                    "stateMachineArn": WORKFLOW_ARN,
+                    "lanes": demo_dag.lanes_param(self.o.maximum),
+                },
+            )
+
+    def _deploy(self, aws: EmbeddedAws, package: Path) -> Any:
+        """The demo workflow, then the stack driving it."""
+        with self._step(f"Deploying into the embedded AWS at {aws.endpoint}"):
+            aws.execute_state_machines()
+            aws.client("stepfunctions").create_state_machine(
+                name=WORKFLOW,
+                definition=json.dumps(DEMO_WORKFLOW),
+                roleArn=f"arn:aws:iam::{ACCOUNT}:role/{WORKFLOW}",
+            )
+            deployment = aws.deploy(package, STACK)
+        if deployment.outputs["StateMachineArn"] != WORKFLOW_ARN:
+            raise RuntimeError(f"the stack drives {deployment.outputs['StateMachineArn']}")
+        return deployment
+
+    def _play(
+        self, aws: EmbeddedAws, run: Run, deployment: Any, containers: dict[str, Any], planned: list[Any]
+    ) -> Played:
+        """A producer sends the batch while Sluice already runs, as producers do; then the small DAG
+        and the 600 KiB payload, with the `sluice enqueue` command. The run loop plays EventBridge
+        until the work is done (or the time is up)."""
+        producer = Producer(
+            aws,
+            deployment.outputs["QueueUrl"],
+            planned,
+            self.o.payloads is None,
+            then=lambda: demo_dag.send(aws.environ(), STAGE),
+        )
+        run.snapshot.batch = len(planned)
+        run.snapshot.extra = len(demo_dag.DAG) + 1 + len(demo_dag.TENANT_JOBS) + len(demo_dag.URGENT_JOBS)
+        print(
+            f"Enqueueing {len(planned)} messages while Sluice runs, then a DAG of "
+            f"{len(demo_dag.DAG)}, a {demo_dag.SCENE_BYTES // 1024} KiB payload, a tenant's "
+            f"{len(demo_dag.TENANT_JOBS)} under a concurrency key of cap {demo_dag.TENANT_CAP} "
+            f"and {len(demo_dag.URGENT_JOBS)} in the lane {demo_dag.URGENT_LANE!r} (MAX "
+            f"{demo_dag.URGENT_MAX}, priority 1) with `sluice enqueue` …",
+            flush=True,
+        )
+        started = time.time()
+        producer.start()
+        timed_out = run.loop(deployment, containers, started, producer)
+        producer.join()
+        if producer.error is not None:
+            raise producer.error
+        extras: demo_dag.Extras = producer.then_result or demo_dag.Extras()
+        return Played(producer.sent, extras, started, timed_out)
+
+    def _reckon(
+        self, aws: EmbeddedAws, run: Run, deployment: Any, played: Played, section: SectionResult | None
+    ) -> Result:
+        """Every message accounted for, with the DAG's check and the semaphore section's."""
+        with self._step(ACCOUNTING):
+            dag = demo_dag.check(aws, deployment.outputs, played.extras, played.started)
+            result = account(
+                run,
+                self.o,
+                deployment,
+                played.sent,
+                played.started,
+                played.timed_out,
+                also=played.extras.sent,
+            )
+        result.dag = dag.to_dict()
+        result.problems += dag.problems
+        result.ok = result.ok and dag.ok
+        if section is not None:
+            result.semaphore = section.to_dict()
+            result.problems += section.problems()
+            result.ok = result.ok and section.ok
         return result
 
     def _semaphore_section(

@@ -20,6 +20,8 @@ from sluice.names import execution_name
 if TYPE_CHECKING:
     from sluice.local.demo_options import Options
 
+Span = tuple[float, float]  # seconds since the demo started
+
 
 @dataclass
 class Result:
@@ -76,12 +78,51 @@ def account(
     run.poll(sfn, out["StateMachineArn"], full=True)
     ran = dict(run.executions)
     dead = _dlq_messages(sqs, out["DlqUrl"])
-    dead_ids = {m["source"]: m["reason"] for m in dead}
 
     r = Result(maximum=o.maximum, messages=len(sent))
     r.payload_messages = sum(not s.raw for s in sent)
     r.raw_messages = sum(s.raw for s in sent)
     r.resubmissions = sum(s.resubmission for s in sent)
+    fates, resub, expected = _fates(sent, ran, {m["source"] for m in dead}, store)
+    r.fates = dict(fates)
+    r.order_violations = _order_violations(sent, ran)
+    r.resubmission_fates = dict(resub)
+    r.groups = len({s.group for s in sent})
+    also_names = {execution_name(s.key, s.message_id) for s in also if s.key is not None}
+    expected |= also_names
+    r.also_messages, r.also_started = len(also), len(also_names & set(ran))
+    r.unexpected_executions = sorted(set(ran) - expected)
+    r.statuses = dict(Counter(e["status"] for e in ran.values()))
+    records = store.executions(ran)
+    r.record_mismatches = _record_mismatches(ran, records)
+
+    intervals, by_lane = _spans(ran, records, started)
+    lane_max = {URGENT_LANE: URGENT_MAX, "default": o.maximum}
+    r.lane_peaks = {lane: chart.peak(spans) for lane, spans in sorted(by_lane.items())}
+    r.peak_timed = chart.peak(intervals)
+    _take_run(r, run)
+    r.ledger_holders = len(store.ledger().holders)
+    r.queue_left = sum(queues_depth(sqs, out).values())
+    r.dlq = len(dead)
+    r.dlq_reasons = {m["source"]: m["reason"] for m in dead}
+    r.seconds = round(time.time() - started, 1)
+    r.timeline = {
+        "intervals": [[round(a, 3), round(b, 3)] for a, b in sorted(intervals)],
+        "samples": [[round(t, 3), n] for t, n in run.samples],
+        "waiting": [[round(t, 3), n] for t, n in run.waiting],
+    }
+    r.problems += _problems(r, o, lane_max, timed_out)
+    lanes = {lane: (spans, lane_max.get(lane, o.maximum)) for lane, spans in sorted(by_lane.items())}
+    r.chart = _draw(r, run, o, intervals, lanes, executions=len(ran))
+    r.ok = not r.problems
+    return r
+
+
+def _fates(
+    sent: list[Sent], ran: dict[str, Any], dead: set[str], store: Any
+) -> tuple[Counter[str], Counter[str], set[str]]:
+    """Each message's fate (started, invalid, dead_lettered, duplicate or lost), the same for the
+    re-submissions alone, and the executions the messages ask for."""
     fates: Counter[str] = Counter()
     resub: Counter[str] = Counter()
     expected: set[str] = set()
@@ -92,7 +133,7 @@ def account(
             expected.add(name)
         if name is not None and name in ran:
             fate = "started"
-        elif s.message_id in dead_ids:
+        elif s.message_id in dead:
             fate = "invalid" if s.raw else "dead_lettered"
         elif s.key is not None:
             maybe_duplicate.setdefault(s.key, []).append(s)
@@ -110,65 +151,63 @@ def account(
             fates[fate] += 1
             if s.resubmission:
                 resub[fate] += 1
-    r.fates = dict(fates)
-    # FIFO order within a group: a payload's later message never runs when an earlier one was
-    # suppressed as its duplicate (that would mean the group was handed out twice at once).
+    return fates, resub, expected
+
+
+def _order_violations(sent: list[Sent], ran: dict[str, Any]) -> list[str]:
+    """FIFO order within a group: a payload's later message never runs when an earlier one was
+    suppressed as its duplicate (that would mean the group was handed out twice at once)."""
     by_key: dict[str, list[Sent]] = {}
     for s in sent:
         if s.key is not None:
             by_key.setdefault(s.key, []).append(s)
+    violations = []
     for key, messages in by_key.items():
         ran_flags = [execution_name(key, m.message_id) in ran for m in messages]
         if any(not earlier and later for i, earlier in enumerate(ran_flags) for later in ran_flags[i + 1 :]):
-            r.order_violations.append(key)
-    r.resubmission_fates = dict(resub)
-    r.groups = len({s.group for s in sent})
-    also_names = {execution_name(s.key, s.message_id) for s in also if s.key is not None}
-    expected |= also_names
-    r.also_messages, r.also_started = len(also), len(also_names & set(ran))
-    r.unexpected_executions = sorted(set(ran) - expected)
-    r.statuses = dict(Counter(e["status"] for e in ran.values()))
+            violations.append(key)
+    return violations
 
-    records = store.executions(ran)
+
+def _record_mismatches(ran: dict[str, Any], records: dict[str, Any]) -> list[str]:
+    mismatches = []
     for name, e in ran.items():
         record = records.get(name)
         if record is None or record.state.value != e["status"]:
-            r.record_mismatches.append(
-                f"{name}: Step Functions {e['status']}, record {record and record.state}"
-            )
+            mismatches.append(f"{name}: Step Functions {e['status']}, record {record and record.state}")
+    return mismatches
 
+
+def _spans(
+    ran: dict[str, Any], records: dict[str, Any], started: float
+) -> tuple[list[Span], dict[str, list[Span]]]:
+    """The finished executions' (start, stop) seconds since ``started``: all of them, and each lane's
+    (the lane its claim took a slot of)."""
     intervals = [
         (e["startDate"].timestamp() - started, e["stopDate"].timestamp() - started)
         for e in ran.values()
         if e.get("stopDate") is not None
     ]
-    # Each lane's executions (the lane its claim took a slot of), against the lane's MAX.
-    by_lane: dict[str, list[tuple[float, float]]] = {}
+    by_lane: dict[str, list[Span]] = {}
     for name, e in ran.items():
         record = records.get(name)
         if e.get("stopDate") is not None and record is not None and record.lane is not None:
             span = (e["startDate"].timestamp() - started, e["stopDate"].timestamp() - started)
             by_lane.setdefault(record.lane, []).append(span)
-    lane_max = {URGENT_LANE: URGENT_MAX, "default": o.maximum}
-    r.lane_peaks = {lane: chart.peak(spans) for lane, spans in sorted(by_lane.items())}
-    r.peak_timed = chart.peak(intervals)
+    return intervals, by_lane
+
+
+def _take_run(r: Result, run: Run) -> None:
+    """What the run itself saw: the sampled peak, the events delivered, the handlers' errors."""
     r.peak_sampled = max((n for _, n in run.samples), default=0)
     r.samples = len(run.samples)
     r.events_delivered = run.counts["events"]
     r.repeated_events, r.repeated_released = run.repeated, run.repeated_released
     r.handler_errors = run.errors
-    r.ledger_holders = len(store.ledger().holders)
-    r.queue_left = sum(queues_depth(sqs, out).values())
-    r.dlq = len(dead)
-    r.dlq_reasons = {m["source"]: m["reason"] for m in dead}
-    r.seconds = round(time.time() - started, 1)
-    r.timeline = {
-        "intervals": [[round(a, 3), round(b, 3)] for a, b in sorted(intervals)],
-        "samples": [[round(t, 3), n] for t, n in run.samples],
-        "waiting": [[round(t, 3), n] for t, n in run.waiting],
-    }
 
-    problems = r.problems
+
+def _problems(r: Result, o: Options, lane_max: dict[str, int], timed_out: bool) -> list[str]:
+    problems = []
     if timed_out:
         problems.append(f"gave up after {o.timeout:.0f} s with work left")
     if r.peak_sampled > o.maximum or r.peak_timed > o.maximum:
@@ -176,8 +215,8 @@ def account(
     for lane, lane_peak in r.lane_peaks.items():
         if lane_peak > lane_max.get(lane, o.maximum):
             problems.append(f"lane {lane!r}: MAX {lane_max.get(lane)} exceeded: peak {lane_peak}")
-    if fates["lost"]:
-        problems.append(f"{fates['lost']} message(s) unaccounted for")
+    if r.fates.get("lost"):
+        problems.append(f"{r.fates['lost']} message(s) unaccounted for")
     if r.unexpected_executions:
         problems.append(f"{len(r.unexpected_executions)} execution(s) no message asked for")
     if r.record_mismatches:
@@ -194,23 +233,26 @@ def account(
         problems.append("a repeated status event released a slot")
     if any(s not in ("SUCCEEDED", "FAILED") for s in r.statuses):
         problems.append(f"unexpected execution statuses: {r.statuses}")
+    return problems
 
-    r.chart = str(
+
+def _draw(
+    r: Result, run: Run, o: Options, intervals: list[Span], lanes: dict[str, Any], executions: int
+) -> str:
+    return str(
         chart.draw(
             o.out / "demo-chart.png",
             intervals=intervals,
             samples=run.samples,
             waiting=run.waiting,
             maximum=o.maximum,
-            lanes={lane: (spans, lane_max.get(lane, o.maximum)) for lane, spans in sorted(by_lane.items())},
+            lanes=lanes,
             title=(
-                f"Sluice demo: {len(ran)} executions from {len(sent)} messages, MAX {o.maximum}, "
+                f"Sluice demo: {executions} executions from {r.messages} messages, MAX {o.maximum}, "
                 f"peak {max(r.peak_timed, r.peak_sampled)}"
             ),
         )
     )
-    r.ok = not problems
-    return r
 
 
 def _dlq_messages(sqs: Any, url: str) -> list[dict[str, str]]:

@@ -85,17 +85,34 @@ def make_moto_atomic() -> None:
 
     Sluice's code is unchanged; this only makes the emulator behave as AWS documents.
     """
+    import moto.dynamodb.models as ddb_models
+
+    if getattr(ddb_models.DynamoDBBackend, "_sluice_atomic", False):
+        return
+    _atomic_dynamodb()
+    _atomic_sqs()
+    ddb_models.DynamoDBBackend._sluice_atomic = True  # type: ignore[attr-defined]
+
+
+def _locked(lock: Any, function: Any) -> Any:
+    @functools.wraps(function)
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with lock:
+            return function(self, *args, **kwargs)
+
+    return run
+
+
+def _atomic_dynamodb() -> None:
+    """Every item operation under one lock; a cancelled transaction puts back only the items it touched."""
     import copy
     import threading
 
     import moto.dynamodb.models as ddb_models
-    import moto.sqs.models as sqs_models
     from moto.dynamodb.models.dynamo_type import DynamoType
     from moto.dynamodb.models.table import Table
 
-    if getattr(ddb_models.DynamoDBBackend, "_sluice_atomic", False):
-        return
-    ddb_lock, sqs_lock = threading.RLock(), threading.RLock()
+    lock = threading.RLock()
     original_transact = ddb_models.DynamoDBBackend.transact_write_items
 
     class TableCopyIsFree:
@@ -127,29 +144,30 @@ def make_moto_atomic() -> None:
                     table.items[hash_value] = before
             raise
 
-    def wait_for_messages(self: Any, timeout: int) -> None:
-        sqs_lock.release()
-        try:
-            time.sleep(0.05)
-        finally:
-            sqs_lock.acquire()
-
-    def locked(lock: Any, function: Any) -> Any:
-        @functools.wraps(function)
-        def run(self: Any, *args: Any, **kwargs: Any) -> Any:
-            with lock:
-                return function(self, *args, **kwargs)
-
-        return run
-
     ddb_models.copy = TableCopyIsFree()  # type: ignore[assignment]
     ddb_models.DynamoDBBackend.transact_write_items = transact  # type: ignore[method-assign]
     for name in _DYNAMODB_OPERATIONS:
-        setattr(ddb_models.DynamoDBBackend, name, locked(ddb_lock, getattr(ddb_models.DynamoDBBackend, name)))
+        setattr(ddb_models.DynamoDBBackend, name, _locked(lock, getattr(ddb_models.DynamoDBBackend, name)))
+
+
+def _atomic_sqs() -> None:
+    """Every queue operation under one lock, released while a long poll waits (50 ms at a time)."""
+    import threading
+
+    import moto.sqs.models as sqs_models
+
+    lock = threading.RLock()
+
+    def wait_for_messages(self: Any, timeout: int) -> None:
+        lock.release()
+        try:
+            time.sleep(0.05)
+        finally:
+            lock.acquire()
+
     sqs_models.Queue.wait_for_messages = wait_for_messages  # type: ignore[method-assign]
     for name in _SQS_OPERATIONS:
-        setattr(sqs_models.SQSBackend, name, locked(sqs_lock, getattr(sqs_models.SQSBackend, name)))
-    ddb_models.DynamoDBBackend._sluice_atomic = True  # type: ignore[attr-defined]
+        setattr(sqs_models.SQSBackend, name, _locked(lock, getattr(sqs_models.SQSBackend, name)))
 
 
 def make_sqs_clock_cheap() -> None:
