@@ -173,8 +173,9 @@ class MessageBranches:
         """``message`` went back for a second look; ``behind``, its FIFO group's later messages of
         the batch, go back with it and are sighted on this receive. Each is received again only
         after ``message`` is (SQS FIFO delivers a group in order and holds it while a message is in
-        flight), so at least S from now: its next refusal by a holder that reads as running is a
-        second look, not a first one that would send the group back again. Without this each
+        flight), so at least S after ``message`` went back, a moment ago, and after its own send:
+        its next refusal by a holder that reads as running is a second look, not a first one that
+        would send the group back again. Without this each
         duplicate ahead costs every later message of its group one receive, and enough of them
         walk a fresh message to the DLQ through ``maxReceiveCount``:
 
