@@ -1,4 +1,4 @@
-"""Review scenarios for the second look's sighted group (``MessageBranches._sight_behind``).
+"""Attacks on the second look's sighted group (``MessageBranches._sight_behind``).
 
 The change: when a message goes back for its second look (``recheck``), its FIFO group's later
 messages of the batch are sighted on that receive, so a refusal on their next receive suppresses
