@@ -434,7 +434,8 @@ class Launcher(LaneAdmission, MessageProtocol):
                 halt.reason = "error"
                 raise
             run.add(outcome)
-            if outcome is Outcome.RECHECK:  # back for the consistency window: its group waits behind it
+            if outcome is Outcome.RECHECK:  # back for the window; its group waits behind it, sighted
+                self._sight_behind(message, rest[1:])
                 self.queue.release(rest[1:])
                 run.add(Outcome.RETURNED, len(rest) - 1)
                 return

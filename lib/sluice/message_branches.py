@@ -27,6 +27,7 @@ from sluice.receipts import Outputs
 from sluice.records import Lane
 from sluice.settings import DuplicatePolicy, Settings
 from sluice.stores import LaunchStore
+from sluice.validation import validate_message
 
 
 class MessageBranches:
@@ -157,13 +158,40 @@ class MessageBranches:
                             retry: condition ✓ (receipt r1 is this receive's) → first, back for S
             or: the write raises → first, back for S (not with the batch, at once)
             receive 2 of m, ≥ S later: receipt r2 ≠ r1 → a second sighting"""
-        receipt = hashlib.sha256(payload.message.receipt_handle.encode()).hexdigest()[:32]
         try:
-            return self.store.first_sighting(
-                key=payload.key, message_id=payload.message.message_id, receipt=receipt, now=self.clock.now()
-            )
+            return self._sight(payload)
         except TransientError:
             return True
+
+    def _sight(self, payload: Payload) -> bool:
+        receipt = hashlib.sha256(payload.message.receipt_handle.encode()).hexdigest()[:32]
+        return self.store.first_sighting(
+            key=payload.key, message_id=payload.message.message_id, receipt=receipt, now=self.clock.now()
+        )
+
+    def _sight_behind(self, message: Message, behind: list[Message]) -> None:
+        """``message`` went back for a second look; ``behind``, its FIFO group's later messages of
+        the batch, go back with it and are sighted on this receive. Each is received again only
+        after ``message`` is (SQS FIFO delivers a group in order and holds it while a message is in
+        flight), so at least S after ``message`` went back, a moment ago, and after its own send:
+        its next refusal by a holder that reads as running is a second look, not a first one that
+        would send the group back again. Without this each
+        duplicate ahead costs every later message of its group one receive, and enough of them
+        walk a fresh message to the DLQ through ``maxReceiveCount``:
+
+            group g: d1 d2 … d9 j        (d* re-submissions of a running key; j runs nothing's)
+            receive 1: d1 first look → back for S; d2 … j sighted, handed back (received once)
+            receive 2 (≥ S later): d1 … d9 second looks → suppressed; j claims and starts
+
+        Only ``message``'s own group: in a fair lane a batch's run of one tenant spans groups, and
+        another group is not held behind ``message``. Best effort: an unsighted one looks twice."""
+        for later in behind:
+            if later.group_id != message.group_id:
+                continue
+            try:
+                self._sight(validate_message(later))
+            except (InvalidPayload, TransientError):
+                continue  # dead-lettered on its turn; or looked at twice, as before
 
     def _vanished(self, record: ExecutionRecord | None) -> bool:
         """Whether ``record``'s run is on a state machine the stack no longer uses that Step

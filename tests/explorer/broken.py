@@ -229,6 +229,11 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
             (sluice.message_branches.MessageBranches, "_vanished", lambda self, record: False),
         ],
     ),
+    "behind_unsighted": (
+        "a recheck that hands its group back unsighted "
+        "(test_a_recheck_that_does_not_sight_its_group_behind_it_is_caught)",
+        [(sluice.message_branches.MessageBranches, "_sight_behind", lambda self, message, behind: None)],
+    ),
     "hand_over_unchecked": (
         "a hand-over that skips the receipt check (test_a_hand_over_that_skips_the_receipt_check_is_caught)",
         [(sluice.handover, "check_attributes", lambda message: None)],

@@ -136,3 +136,29 @@ def test_a_failed_sighting_taken_for_a_failure_of_the_tick_is_caught(monkeypatch
     monkeypatch.setattr(sluice.message_branches.MessageBranches, "_first_sighting", raises)
     with pytest.raises(AssertionError):
         second_look.test_a_lost_answer_to_the_sighting_returns_the_message_within_the_window(make_world)
+
+
+def test_a_recheck_that_does_not_sight_its_group_behind_it_is_caught(monkeypatch, session):
+    """The group's later messages handed back unsighted: each duplicate ahead is a first sighting in
+    turn, each returning the fresh message behind them, one receive each."""
+    monkeypatch.setattr(
+        sluice.message_branches.MessageBranches, "_sight_behind", lambda self, m, behind: None
+    )
+    with pytest.raises(AssertionError):
+        second_look.test_duplicates_ahead_in_a_group_cost_a_fresh_message_one_receive(session)
+
+
+def test_a_recheck_that_sights_other_groups_is_caught(monkeypatch, session):
+    """Every message handed back sighted, of any group: one of another group, not held behind the
+    rechecked message, is received again at once and its next refusal taken for a second look."""
+    sight = sluice.message_branches.MessageBranches._sight_behind
+
+    def any_group(self: Any, message: Any, behind: Any) -> None:
+        sight(self, message, [m.__class__(**{**_fields(m), "group_id": message.group_id}) for m in behind])
+
+    def _fields(m: Any) -> dict[str, Any]:
+        return {f: getattr(m, f) for f in m.__dataclass_fields__}
+
+    monkeypatch.setattr(sluice.message_branches.MessageBranches, "_sight_behind", any_group)
+    with pytest.raises(AssertionError):
+        second_look.test_only_the_rechecked_message_s_own_group_is_sighted_behind_it(session)
