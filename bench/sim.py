@@ -26,6 +26,7 @@ from typing import Any
 from greenlet import greenlet
 
 from sluice.clock import FakeClock
+from sluice.errors import TransientError
 
 T0 = 1_800_000_000.0  # virtual epoch of every run
 
@@ -211,8 +212,14 @@ class LambdaFunction:
     running: int = 0
     peak_running: int = 0
     log_bytes: int = 0
+    # An invocation that raises an AWS error it did not handle (a throttle past the SDK's retries) ends
+    # in error, counted; an asynchronous one is retried after these waits (Lambda, "Asynchronous
+    # invocation": two retries, about 1 and then 2 minutes after the error). The scheduled launcher's
+    # has none: the next tick comes first.
+    retry_after: tuple[float, ...] = ()
+    errors: int = 0
 
-    def invoke(self, handler: Callable[[Any, Callable[[], int]], None]) -> None:
+    def invoke(self, handler: Callable[[Any, Callable[[], int]], None], attempt: int = 0) -> None:
         """Invoke now (scheduler thread). ``handler(state, remaining_ms)`` runs in a container."""
         if self.idle:
             container, state = self.idle.pop()
@@ -235,7 +242,12 @@ class LambdaFunction:
                 self.cold_starts += 1
                 sim.sleep(self.cold_start_s)
                 state = self.make_state()
-            handler(state, remaining_ms)
+            try:
+                handler(state, remaining_ms)
+            except TransientError:
+                self.errors += 1
+                if attempt < len(self.retry_after):
+                    sim.at(sim.now + self.retry_after[attempt], self.invoke, handler, attempt + 1)
             duration = sim.now - start
             self.running -= 1
             self.invocations += 1
