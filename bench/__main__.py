@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench import oracle_report, report, semaphore_bench
 from bench import plan as plan_mod
-from bench import report, semaphore_bench
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SEED = 20261129
@@ -95,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         data["semaphore"] = report.semaphore_section(plan, semaphore_runs)
     if large_runs:
         data["large"] = report.large_section(plan, large_runs)
+    data["oracle"] = oracle_report.oracle_section(data["runs"], data.get("large"))
     if dag_runs:
         data["dag"] = report.dag_section(plan, dag_runs)
     if tenant_runs:
@@ -116,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "summary.md").write_text(summary)
     written = report.plots(data, results, cpu, img)
     print(report.table(data))
+    print(oracle_report.table(data))
     if "large" in data:
         print(report.large_table(data["large"]))
     if "dag" in data:
