@@ -148,3 +148,17 @@ def test_a_backlog_arriving_while_the_deployed_launcher_lingers_starts_at_once()
     assert linger["first_tick_s"] == -30.0 and plain["first_tick_s"] == 30.0
     assert linger["fill_s"] < 2.0  # from the arrival, not from a tick 30 s later
     assert linger["makespan_s"] <= plain["makespan_s"] - 28.0
+
+
+@pytest.mark.parametrize("system", ["sluice-linger", "sluice"])
+def test_sluice_rides_out_a_start_execution_bucket_that_refuses_its_starts(system):
+    """A bucket of 3 refilled at 2 a second for 10 slots: starts are refused (counted), and Sluice
+    backs off and calls again as the real code does; every job runs once, none is dead-lettered, and
+    MAX holds."""
+    jobs = _jobs("fixed5", 60)
+    r = run(system, "fixed5", 10, 7, jobs=jobs, quotas=Quotas(start_rate=2.0, start_burst=3))
+
+    assert r["refused_by_api"].get("states:StartExecution", 0) > 0
+    assert r["finished"] and r["completed"] == 60
+    assert r["duplicate_starts"] == 0 and r["dead_lettered"] == 0
+    assert r["peak_concurrency"] <= 10
