@@ -760,6 +760,7 @@ def run(
                 "peak_concurrent": f.peak_running,
                 "over_timeout": f.over_timeout,
                 "errors": f.errors,
+                "error_sites": dict(sorted(f.error_sites.items())),
             }
             for f in functions
         },

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import math
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -218,6 +219,7 @@ class LambdaFunction:
     # has none: the next tick comes first.
     retry_after: tuple[float, ...] = ()
     errors: int = 0
+    error_sites: dict[str, int] = field(default_factory=dict)  # "operation: outer → inner" -> errors
 
     def invoke(self, handler: Callable[[Any, Callable[[], int]], None], attempt: int = 0) -> None:
         """Invoke now (scheduler thread). ``handler(state, remaining_ms)`` runs in a container."""
@@ -244,8 +246,10 @@ class LambdaFunction:
                 state = self.make_state()
             try:
                 handler(state, remaining_ms)
-            except TransientError:
+            except TransientError as exc:
                 self.errors += 1
+                site = _site(exc)
+                self.error_sites[site] = self.error_sites.get(site, 0) + 1
                 if attempt < len(self.retry_after):
                     sim.at(sim.now + self.retry_after[attempt], self.invoke, handler, attempt + 1)
             duration = sim.now - start
@@ -263,3 +267,11 @@ class LambdaFunction:
     @property
     def gb_seconds(self) -> float:
         return self.billed_ms / 1000 * self.memory_mb / 1024
+
+
+def _site(exc: BaseException) -> str:
+    """Where an unhandled error left Sluice's code: its operation, the outermost and innermost
+    functions of ``sluice`` it passed through."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/sluice/" in f.filename]
+    path = f"{frames[0].name} → {frames[-1].name}" if frames else "outside sluice"
+    return f"{getattr(exc, 'operation', '') or type(exc).__name__}: {path}"
