@@ -308,6 +308,39 @@ def _dispatch(task: tuple[str, Any]) -> tuple[str, Any]:
     return kind, agreement()
 
 
+def oracle_tasks(plan: Plan) -> list[tuple[str, Any]]:
+    """What the summary against the oracle needs: Sluice as deployed and both oracles on every
+    (workload, MAX), MAX 10,000, the status event's sensitivity and the high-throughput runs."""
+    tasks: list[tuple[str, Any]] = [
+        ("backlog", (system, workload, max_, plan.backlog, plan.seed))
+        for workload in WORKLOADS
+        for max_ in MAXES
+        for system in ("sluice-linger", *ORACLES)
+    ]
+    tasks += [("large", (s, plan.large_max, plan.large_backlog, plan.seed)) for s in LARGE[1]]
+    return tasks + variant_tasks(plan)
+
+
+def run_tasks(tasks: list[tuple[str, Any]], workers: int | None = None) -> dict[str, list[Any]]:
+    """Run ``tasks`` (the slow ones first) on up to ``workers`` processes; their results by kind."""
+    order = sorted(range(len(tasks)), key=lambda i: -_cost(tasks[i]))
+    workers = workers or min(2, os.cpu_count() or 1)
+    results: list[tuple[str, Any] | None] = [None] * len(tasks)
+    if workers <= 1:
+        for i in order:
+            results[i] = _dispatch(tasks[i])
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = {i: pool.submit(_dispatch, tasks[i]) for i in order}
+            for i, f in futures.items():
+                results[i] = f.result()
+    out: dict[str, list[Any]] = {}
+    for item in results:
+        assert item is not None
+        out.setdefault(item[0], []).append(item[1])
+    return out
+
+
 def execute(plan: Plan, workers: int | None = None, *, moto: bool = True) -> dict[str, Any]:
     tasks: list[tuple[str, Any]] = []
     for workload in WORKLOADS:
@@ -327,35 +360,22 @@ def execute(plan: Plan, workers: int | None = None, *, moto: bool = True) -> dic
     tasks.append(("scale", plan))
     if moto:
         tasks.append(("moto", None))
-    order = sorted(range(len(tasks)), key=lambda i: -_cost(tasks[i]))
-    workers = workers or min(2, os.cpu_count() or 1)
-    results: list[tuple[str, Any] | None] = [None] * len(tasks)
-    if workers <= 1:
-        for i in order:
-            results[i] = _dispatch(tasks[i])
-    else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = {i: pool.submit(_dispatch, tasks[i]) for i in order}
-            for i, f in futures.items():
-                results[i] = f.result()
+    grouped = run_tasks(tasks, workers)
     out: dict[str, Any] = {
-        "backlog": [],
-        "trickle": [],
-        "idle": [],
-        "semaphore": [],
-        "large": [],
-        "dag": [],
-        "tenants": [],
-        "lanes": [],
-        "sensitivity": [],
-        "high-throughput": [],
-        "scale": None,
-        "moto": None,
+        kind: grouped.get(kind, [])
+        for kind in (
+            "backlog",
+            "trickle",
+            "idle",
+            "semaphore",
+            "large",
+            "dag",
+            "tenants",
+            "lanes",
+            "sensitivity",
+            "high-throughput",
+        )
     }
-    for item in results:
-        assert item is not None
-        if item[0] in ("scale", "moto"):
-            out[item[0]] = item[1]
-        else:
-            out[item[0]].append(item[1])
+    for kind in ("scale", "moto"):
+        out[kind] = grouped[kind][0] if kind in grouped else None
     return out
