@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.lanes_only:
         return _lanes_only(plan, out)
     if args.oracle_only:
-        return _oracle_only(plan, out, args.workers)
+        return _oracle_only(plan, out, args.workers, results_path)
     raw = out / ("raw-quick.pickle" if plan.quick else "raw.pickle")
     if args.report_only:
         results = pickle.loads(raw.read_bytes())
@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     if large_runs:
         data["large"] = report.large_section(plan, large_runs)
     data["oracle"] = oracle_report.oracle_section(data["runs"], data.get("large"))
+    data["oracle"].update(command=command, seed=plan.seed, backlog=plan.backlog)
     if dag_runs:
         data["dag"] = report.dag_section(plan, dag_runs)
     if tenant_runs:
@@ -192,23 +193,40 @@ def _tenants_only(plan: plan_mod.Plan, out: Path) -> int:
     return 0
 
 
-def _oracle_only(plan: plan_mod.Plan, out: Path, workers: int | None) -> int:
+def _oracle_only(plan: plan_mod.Plan, out: Path, workers: int | None, results_path: Path) -> int:
     """Sluice as deployed against the oracles alone: bench/out/results-oracle.json and
-    bench/out/summary-oracle.md; the results file is left as it is."""
+    bench/out/summary-oracle.md, and the sections ``oracle``, ``sensitivity`` and ``high_throughput``
+    of the results file (the others are kept as they are, as ``--semaphore-only`` does)."""
     began = time.monotonic()
     runs = plan_mod.run_tasks(plan_mod.oracle_tasks(plan), workers)
     backlog = sorted(runs.get("backlog", []), key=report._order)
     oracle_report.with_oracle(backlog)
     large = report.large_section(plan, runs.get("large", []))
     data: dict = {"oracle": oracle_report.oracle_section(backlog, large)}
+    data["oracle"]["command"] = "python -m bench --oracle-only" + (" --quick" if plan.quick else "")
+    data["oracle"]["seed"], data["oracle"]["backlog"] = plan.seed, plan.backlog
     data["sensitivity"] = oracle_report.sensitivity_section(runs.get("sensitivity", []))
     data["high_throughput"] = oracle_report.high_throughput_section(runs.get("high-throughput", []), backlog)
     (out / "results-oracle.json").write_text(json.dumps(data, indent=1) + "\n")
+    merge_sections(results_path, data)
     (out / "summary-oracle.md").write_text(oracle_report.markdown(data))
     print(oracle_report.table(data))
-    print("\nwrote bench/out/results-oracle.json and bench/out/summary-oracle.md")
+    print(
+        f"\nwrote bench/out/results-oracle.json, bench/out/summary-oracle.md and the summary's sections of "
+        f"{results_path.relative_to(ROOT)}"
+    )
     print(f"took {time.monotonic() - began:.0f} s")
     return 0
+
+
+def merge_sections(results_path: Path, sections: dict) -> None:
+    """Write ``sections`` into the results file, keeping its other sections."""
+    data = json.loads(results_path.read_text()) if results_path.exists() else {}
+    data.update(sections)
+    cpu = data.pop("cpu", None)
+    results_path.write_text(
+        json.dumps({**data, **({"cpu": cpu} if cpu is not None else {})}, indent=1) + "\n"
+    )
 
 
 def _lanes_only(plan: plan_mod.Plan, out: Path) -> int:

@@ -136,8 +136,10 @@ def markdown(data: dict[str, Any]) -> str:
     out: list[str] = []
     section = data.get("oracle")
     if section:
+        backlog = f", backlog {section['backlog']:,}" if "backlog" in section else ""
         out.append(
-            f"\n#### Sluice as deployed against O-event (target: ≥ {section['target']} × O-event's utilisation)\n"
+            f"\n#### Sluice as deployed against O-event (target: ≥ {section['target']} × O-event's utilisation"
+            f"{backlog}; `{section.get('command', 'make bench')}`)\n"
         )
         out.append(
             "| workload | MAX | Sluice | O-event | Sluice / O-event | O-0 | calls / start | write units / start "
