@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench import oracle_report, report, semaphore_bench
 from bench import plan as plan_mod
-from bench import report, semaphore_bench
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SEED = 20261129
@@ -47,6 +47,12 @@ def main(argv: list[str] | None = None) -> int:
         help="run only the lanes workload and write bench/out/results-lanes.json (the results file is kept)",
     )
     parser.add_argument(
+        "--oracle-only",
+        action="store_true",
+        help="run only Sluice as deployed and the oracles (the summary, the status event's sensitivity, "
+        "high throughput) and write bench/out/results-oracle.json (the results file is kept)",
+    )
+    parser.add_argument(
         "--report-only",
         action="store_true",
         help="redo the report and plots from the last run's bench/out/raw.pickle",
@@ -72,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         return _tenants_only(plan, out)
     if args.lanes_only:
         return _lanes_only(plan, out)
+    if args.oracle_only:
+        return _oracle_only(plan, out, args.workers, results_path)
     raw = out / ("raw-quick.pickle" if plan.quick else "raw.pickle")
     if args.report_only:
         results = pickle.loads(raw.read_bytes())
@@ -95,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         data["semaphore"] = report.semaphore_section(plan, semaphore_runs)
     if large_runs:
         data["large"] = report.large_section(plan, large_runs)
+    data["oracle"] = oracle_report.oracle_section(data["runs"], data.get("large"))
+    data["oracle"].update(command=command, seed=plan.seed, backlog=plan.backlog)
     if dag_runs:
         data["dag"] = report.dag_section(plan, dag_runs)
     if tenant_runs:
@@ -116,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "summary.md").write_text(summary)
     written = report.plots(data, results, cpu, img)
     print(report.table(data))
+    print(oracle_report.table(data))
     if "large" in data:
         print(report.large_table(data["large"]))
     if "dag" in data:
@@ -180,6 +191,42 @@ def _tenants_only(plan: plan_mod.Plan, out: Path) -> int:
     print("\nwrote bench/out/results-tenants.json and bench/out/summary-tenants.md")
     print(f"took {time.monotonic() - began:.0f} s")
     return 0
+
+
+def _oracle_only(plan: plan_mod.Plan, out: Path, workers: int | None, results_path: Path) -> int:
+    """Sluice as deployed against the oracles alone: bench/out/results-oracle.json and
+    bench/out/summary-oracle.md, and the sections ``oracle``, ``sensitivity`` and ``high_throughput``
+    of the results file (the others are kept as they are, as ``--semaphore-only`` does)."""
+    began = time.monotonic()
+    runs = plan_mod.run_tasks(plan_mod.oracle_tasks(plan), workers)
+    backlog = sorted(runs.get("backlog", []), key=report._order)
+    oracle_report.with_oracle(backlog)
+    large = report.large_section(plan, runs.get("large", []))
+    data: dict = {"oracle": oracle_report.oracle_section(backlog, large)}
+    data["oracle"]["command"] = "python -m bench --oracle-only" + (" --quick" if plan.quick else "")
+    data["oracle"]["seed"], data["oracle"]["backlog"] = plan.seed, plan.backlog
+    data["sensitivity"] = oracle_report.sensitivity_section(runs.get("sensitivity", []))
+    data["high_throughput"] = oracle_report.high_throughput_section(runs.get("high-throughput", []), backlog)
+    (out / "results-oracle.json").write_text(json.dumps(data, indent=1) + "\n")
+    merge_sections(results_path, data)
+    (out / "summary-oracle.md").write_text(oracle_report.markdown(data))
+    print(oracle_report.table(data))
+    print(
+        f"\nwrote bench/out/results-oracle.json, bench/out/summary-oracle.md and the summary's sections of "
+        f"{results_path.relative_to(ROOT)}"
+    )
+    print(f"took {time.monotonic() - began:.0f} s")
+    return 0
+
+
+def merge_sections(results_path: Path, sections: dict) -> None:
+    """Write ``sections`` into the results file, keeping its other sections."""
+    data = json.loads(results_path.read_text()) if results_path.exists() else {}
+    data.update(sections)
+    cpu = data.pop("cpu", None)
+    results_path.write_text(
+        json.dumps({**data, **({"cpu": cpu} if cpu is not None else {})}, indent=1) + "\n"
+    )
 
 
 def _lanes_only(plan: plan_mod.Plan, out: Path) -> int:

@@ -40,9 +40,12 @@ method, as ``lib/sluice/adapters/dynamodb.py``, ``sqs.py``, ``sfn.py`` and ``ssm
                                 finds the lane full (another launcher took its last slot since the read)
                                 fails its transaction and reads the lane's pool once more
 
-A call takes effect when it is issued and then costs its latency in virtual time. No call ever fails:
-throttling and transaction conflicts are not simulated; the peak request rates are reported instead and
-compared with the quotas that would throttle them (``QUOTAS``).
+A call takes effect when it is issued and then costs its latency in virtual time. With a run's
+``Quotas`` (``bench.quotas``), StartExecution and every SQS action are refused past their quota, as
+AWS refuses them: retried as the SDK retries, then raised as the adapters raise it
+(``TransientError(throttled=True)``), and counted (``Meter.refused``). Other APIs never fail, and
+transaction conflicts are not simulated; their peak request rates are compared with the quotas that
+would throttle them (``QUOTAS``) instead.
 """
 
 from __future__ import annotations
@@ -51,17 +54,19 @@ import heapq
 import json
 import logging
 import math
+import random
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from bench.quotas import SDK_ATTEMPTS, SDK_BACKOFF_BASE, Quotas
 from bench.sim import Sim
 from sluice.adapters.dynamo_launch_slots import FIRST_READ, NEARLY_FULL, SAMPLE
 from sluice.adapters.memory import MemoryStore
 from sluice.adapters.memory_aws import MemoryExecutions, MemoryQueue, _Queued
-from sluice.errors import SlotsFull
+from sluice.errors import SlotsFull, TransientError
 from sluice.model import (
     ExecutionInfo,
     ExecutionRecord,
@@ -128,10 +133,20 @@ def _rru(nbytes: int) -> int:
 class Meter:
     """Calls by API, DynamoDB capacity, log bytes and peak per-second rates of one system."""
 
-    def __init__(self, clock: Any, sim: Sim | None = None, latency_scale: float = 1.0) -> None:
+    def __init__(
+        self,
+        clock: Any,
+        sim: Sim | None = None,
+        latency_scale: float = 1.0,
+        quotas: Quotas | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
         self.clock = clock
         self.sim = sim
         self.latency_scale = latency_scale
+        self.quotas = quotas  # None: every call goes through (the counts alone: moto, scale)
+        self.rng = rng or random.Random(0)  # the SDK's jittered waits between retries
+        self.refused: dict[str, int] = {}  # calls AWS refused past a quota (bench.quotas)
         self.calls: dict[str, int] = {}
         self.rru = 0.0
         self.wru = 0.0
@@ -154,6 +169,25 @@ class Meter:
         else:
             r[0], r[1] = second, n
             r[2] = max(r[2], n)
+
+    def attempt(self, api: str, scope: object = None) -> None:
+        """One call of ``api`` through the SDK: refused past its quota, it is retried as boto3 does
+        (``bench.quotas``), each refusal counted and costing its round trip; after the last one the
+        adapter's ``TransientError(throttled=True)`` is raised and nothing was done."""
+        for attempt in range(1, SDK_ATTEMPTS + 1):
+            if self.quotas is None or self.quotas.admit(api, self.clock.now(), scope):
+                self.call(api)
+                return
+            self.refused[api] = self.refused.get(api, 0) + 1
+            self.wait(api)
+            if attempt == SDK_ATTEMPTS:
+                break
+            if self.sim is not None:
+                self.sim.sleep(self.rng.random() * SDK_BACKOFF_BASE ** (attempt - 1))
+        operation = api.split(":", 1)[1]
+        raise TransientError(
+            f"{operation}: Rate exceeded", operation=operation, code="ThrottlingException", throttled=True
+        )
 
     def hot(self, item: str, wcu: float, nbytes: int) -> None:
         self.hot_totals[item] = self.hot_totals.get(item, 0.0) + wcu
@@ -181,10 +215,11 @@ class Meter:
         return {item: h[2] for item, h in sorted(self._hot.items())}
 
     def quota_warnings(self) -> list[str]:
-        out = []
+        out = [f"{api}: {n:,} calls refused past the quota" for api, n in sorted(self.refused.items())]
         for api, peak in self.peak_rates().items():
             limit = QUOTAS.get(api)
-            if limit is not None and peak > limit:
+            enforced = self.quotas is not None and (api.startswith("sqs:") or api == "states:StartExecution")
+            if limit is not None and peak > limit and not enforced:
                 out.append(f"{api} peaks at {peak:.0f}/s, above the {limit:.0f}/s quota")
         for item, peak in self.peak_item_wcu().items():
             if peak > HOT_ITEM_WCU:
@@ -916,7 +951,7 @@ class SimQueue:
     # the consumer
 
     def receive(self, max_messages: int, wait_seconds: int) -> list[Message]:
-        self.meter.call("sqs:ReceiveMessage")
+        self.meter.attempt("sqs:ReceiveMessage", self)
         messages = self.inner.receive(max_messages, 0)
         sim = self.sim
         if not messages and wait_seconds > 0 and sim is not None and sim.current is not None:
@@ -936,31 +971,34 @@ class SimQueue:
 
     def delete(self, messages: Sequence[Message]) -> None:
         for i in range(0, len(messages), 10):
-            self.meter.call("sqs:DeleteMessageBatch")
+            self.meter.attempt("sqs:DeleteMessageBatch", self)
             self.inner.delete(messages[i : i + 10])
             self.meter.wait("sqs:DeleteMessageBatch")
 
     def delete_one(self, message: Message) -> None:
-        self.meter.call("sqs:DeleteMessage")
+        self.meter.attempt("sqs:DeleteMessage", self)
         self.inner.delete([message])
         self.meter.wait("sqs:DeleteMessage")
 
     def release(self, messages: Sequence[Message], delay_seconds: int = 0) -> None:
         for i in range(0, len(messages), 10):
-            self.meter.call("sqs:ChangeMessageVisibilityBatch")
+            try:
+                self.meter.attempt("sqs:ChangeMessageVisibilityBatch", self)
+            except TransientError:
+                continue  # SqsQueue.release: best effort, the visibility timeout returns them anyway
             self.inner.release(messages[i : i + 10], delay_seconds)
             self.meter.wait("sqs:ChangeMessageVisibilityBatch")
         if delay_seconds <= 0:
             self._wake()
 
     def send_to_dlq(self, message: Message, reason: str) -> None:
-        self.meter.call("sqs:SendMessage")
+        self.meter.attempt("sqs:SendMessage", self.inner.dead)  # the DLQ: a queue of its own
         self.inner.send_to_dlq(message, reason)
         self.meter.wait("sqs:SendMessage")
 
     def requeue(self, parked: Any) -> None:
         """A parked message sent back (a deferred duplicate, or a waiter whose awaits are met)."""
-        self.meter.call("sqs:SendMessage")
+        self.meter.attempt("sqs:SendMessage", self)
         self.requeued.setdefault(parked.key, self.sim.now if self.sim is not None else 0.0)
         self.inner.requeue(parked)
         self._wake()
@@ -1001,7 +1039,7 @@ class SimExecutions:
         return self.inner.arn_for(name)
 
     def start(self, name: str, input_json: str) -> StartResult:
-        self.meter.call("states:StartExecution")
+        self.meter.attempt("states:StartExecution")
         new = name not in self.inner.running and name not in self.inner.ended
         result = self.inner.start(name, input_json)
         if new:

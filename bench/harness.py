@@ -23,8 +23,10 @@ from typing import Any
 from bench.aws import Meter
 from bench.counter_semaphore import CounterSemaphoreSystem
 from bench.model import EVENT_DELAY, TICK_PHASE, TICK_SECONDS, Context, System
+from bench.oracle import OracleEvent, OracleZero
 from bench.poller import PollerSystem
 from bench.pricing import cost_usd, per_million
+from bench.quotas import Quotas
 from bench.sim import T0, Sim
 from bench.sluice_system import (
     SluiceFair,
@@ -58,8 +60,11 @@ SYSTEMS: dict[str, type[System]] = {
         SluiceFair,
         SluiceLanes,
         SluiceLanesNoWait,
+        OracleEvent,
+        OracleZero,
     )
 }
+ORACLES = (OracleEvent.name, OracleZero.name)
 MAIN_SYSTEMS = ("sluice", "sluice-linger", "poller", "counter-semaphore")
 
 
@@ -319,7 +324,12 @@ def _intersect(x: list[tuple[float, float]], y: list[tuple[float, float]]) -> li
 
 
 def lane_metrics(
-    jobs: list[Job], recorder: Recorder, lanes: Sequence[Lane], max_: int, lane_of: dict[str, str]
+    jobs: list[Job],
+    recorder: Recorder,
+    lanes: Sequence[Lane],
+    max_: int,
+    lane_of: dict[str, str],
+    first_tick: float = T0 + TICK_PHASE,
 ) -> dict[str, Any]:
     """Per lane, from Step Functions' starts and ends: start latency (start − enqueue) p50/p99 of its
     jobs enqueued while another lane was backlogged; the wait from the first slot freed after the
@@ -352,7 +362,6 @@ def lane_metrics(
         peak_total = max(peak_total, sum(running.values()))
         if k + 1 < len(events) and events[k + 1][0] > t:
             segments.append((t, events[k + 1][0], dict(running)))
-    first_tick = T0 + TICK_PHASE
     backlogged = {
         name: _merge(
             [
@@ -516,8 +525,17 @@ class Recorder:
     MAX) pairs with nothing and its slot is not freed again at its end.
     """
 
-    def __init__(self, sim: Sim, max_: int, jobs: list[Job], *, timeline: bool = False) -> None:
+    def __init__(
+        self,
+        sim: Sim,
+        max_: int,
+        jobs: list[Job],
+        *,
+        timeline: bool = False,
+        event_delay: float = EVENT_DELAY,
+    ) -> None:
         self.sim = sim
+        self.event_delay = event_delay
         self.max = max_
         self.jobs = jobs
         self.by_body = {j.body: j for j in jobs}
@@ -527,16 +545,16 @@ class Recorder:
         self.started = 0
         self.ended = 0
         self.busy = 0.0
-        self.last_end = sim.t0
+        self.last_end = T0
         self.first_start: dict[str, float] = {}
         self.ends: dict[str, tuple[float, str]] = {}  # job id -> (first end, status)
         self.duplicates = 0
         self.latencies: list[float] = []
         self.refill_latencies: list[float] = []
-        self.free_since: deque[tuple[float, bool]] = deque([(sim.t0, False)] * max_)
+        self.free_since: deque[tuple[float, bool]] = deque([(T0, False)] * max_)
         self.overdraft = 0
         self.over_max_seconds = 0.0
-        self._changed_at = sim.t0
+        self._changed_at = T0
         self.timeline: list[tuple[float, int]] | None = [(0.0, 0)] if timeline else None
 
     def _change(self, delta: int) -> None:
@@ -547,7 +565,7 @@ class Recorder:
         self.running += delta
         self.peak = max(self.peak, self.running)
         if self.timeline is not None:
-            self.timeline.append((round(now - self.sim.t0, 3), self.running))
+            self.timeline.append((round(now - T0, 3), self.running))
 
     def on_start(self, name: str, input_json: str) -> None:
         job = self.by_body[input_json]
@@ -559,7 +577,7 @@ class Recorder:
             self.first_start[job.id] = now
         if self.free_since:
             free, refill = self.free_since.popleft()
-            latency = now - max(self.sim.t0 + job.enqueue_at, free)
+            latency = now - max(T0 + job.enqueue_at, free)
             self.latencies.append(latency)
             if refill:
                 self.refill_latencies.append(latency)
@@ -582,7 +600,8 @@ class Recorder:
             self.free_since.append((now, True))
         self._change(-1)
         if self.system.status_events:
-            self.sim.at(now + EVENT_DELAY, self.system.on_status_event, info)
+            delay = self.system.event_delay if self.system.event_delay is not None else self.event_delay
+            self.sim.at(now + delay, self.system.on_status_event, info)
 
     def done(self) -> bool:
         assert self.system is not None
@@ -635,12 +654,18 @@ def run(
     tenant_of: dict[str, str] | None = None,
     lane_of: dict[str, str] | None = None,
     lanes: Sequence[Lane] = (),
+    event_delay: float = EVENT_DELAY,
+    high_throughput_fifo: bool = False,
+    quotas: Quotas | None = None,
 ) -> dict[str, Any]:
     """Simulate ``system_name`` on ``jobs`` under ``max_`` and return its metrics. ``tenant_of`` and
-    ``lane_of`` (each job's tenant, its lane among ``lanes``) add the tenants' and the lanes' metrics."""
-    sim = Sim()
-    meter = Meter(sim.clock, sim, latency_scale)
-    recorder = Recorder(sim, max_, jobs, timeline=timeline)
+    ``lane_of`` (each job's tenant, its lane among ``lanes``) add the tenants' and the lanes' metrics.
+    ``event_delay``: the status event's delay; ``high_throughput_fifo``: SQS's quotas with the
+    queues' high-throughput mode on (bench.quotas); ``quotas``: other quotas than AWS's (tests)."""
+    sim = Sim(T0 - TICK_SECONDS)  # room for a tick before the first payload (System.first_tick)
+    quotas = quotas or Quotas(high_throughput_fifo=high_throughput_fifo)
+    meter = Meter(sim.clock, sim, latency_scale, quotas, random.Random(f"{seed}/{system_name}/sdk"))
+    recorder = Recorder(sim, max_, jobs, timeline=timeline, event_delay=event_delay)
     ctx = Context(sim, meter, max_, recorder.on_start, random.Random(f"{seed}/{system_name}/names"))
     system = SYSTEMS[system_name](ctx)
     recorder.system = system
@@ -658,7 +683,8 @@ def run(
             system.on_tick()
             sim.at(now + TICK_SECONDS, tick)
 
-    sim.at(T0 + TICK_PHASE, tick)
+    first_tick = system.first_tick(T0) if jobs else T0 + TICK_PHASE
+    sim.at(first_tick, tick)
     total_work = sum(j.duration for j in jobs)
     ideal = max(total_work / max_, max((j.duration for j in jobs), default=0.0))
     if horizon is None:
@@ -706,10 +732,14 @@ def run(
         "refill_latency_p99_s": _r(percentile(recorder.refill_latencies, 99)),
         "peak_concurrency": recorder.peak,
         # From the first tick to the start that fills the last empty slot.
-        "fill_s": _r(firsts[first_round - 1] - (T0 + TICK_PHASE), 1)
+        "fill_s": _r(firsts[first_round - 1] - max(first_tick, T0), 1)
         if first_round and len(firsts) >= first_round
         else None,
         "over_max_seconds": _r(recorder.over_max_seconds, 1),
+        "first_tick_s": round(first_tick - T0, 1),
+        "status_event_delay_s": event_delay if system.event_delay is None else system.event_delay,
+        "high_throughput_fifo": high_throughput_fifo,
+        "refused_by_api": dict(sorted(meter.refused.items())),
         "cost_per_million_usd": per_million(costs, started)["total"],
         "cost_per_million_by_service_usd": per_million(costs, started),
         "dynamodb_capacity": {"rru": round(meter.rru), "wru": round(meter.wru)},
@@ -729,6 +759,8 @@ def run(
                 "cold_starts": f.cold_starts,
                 "peak_concurrent": f.peak_running,
                 "over_timeout": f.over_timeout,
+                "errors": f.errors,
+                "error_sites": dict(sorted(f.error_sites.items())),
             }
             for f in functions
         },
@@ -747,7 +779,7 @@ def run(
             jobs, recorder, tenant_of, getattr(system, "tenant_cap", None) if keyed else None
         )
     if lane_of is not None:
-        result["lanes"] = lane_metrics(jobs, recorder, lanes, max_, lane_of)
+        result["lanes"] = lane_metrics(jobs, recorder, lanes, max_, lane_of, max(first_tick, T0))
     if timeline:
         result["_timeline"] = recorder.timeline
     if keep_latencies:

@@ -10,11 +10,26 @@ from bench.aws import Meter, SimExecutions, SimQueue
 from bench.sim import LambdaFunction, Sim
 from sluice.model import ExecutionInfo
 
-TICK_SECONDS = 60.0  # EventBridge rate(1 minute), for every system
-TICK_PHASE = 30.0  # the first tick comes 30 s after the backlog is enqueued (the average wait)
-EVENT_DELAY = 0.5  # Step Functions status change → EventBridge → Lambda
-LIST_LAG = 3.0  # ListExecutions shows the state machine as it was this long ago
-COLD_START = 0.6  # Python Lambda init with boto3 (and Powertools for Sluice), billed
+# Each timing says where it comes from; those AWS publishes no figure for are assumptions, and
+# docs/benchmarks.md shows how the results move with the status event's (report.sensitivity_markdown).
+TICK_SECONDS = 60.0  # serverless.yml scheduleRate: rate(1 minute), for every system
+# A payload arrives at a uniformly random instant of the minute: on average 30 s after a tick and 30 s
+# before the next (the mean of a uniform wait; an assumption about producers, not about AWS).
+TICK_PHASE = 30.0
+# Assumed, no AWS figure: EventBridge reference, "AWS Step Functions events": Execution Status Change,
+# "Delivery type: Best effort" (an event may be late or, rarely, never delivered), and Lambda's
+# asynchronous invocation behind it. Sensitivity: 0.2 / 0.5 / 1 / 2 s in docs/benchmarks.md.
+EVENT_DELAY = 0.5
+SENSITIVITY_EVENT_DELAYS = (0.2, 0.5, 1.0, 2.0)
+# Assumed, no AWS figure: Step Functions API Reference, ListExecutions: "This operation is eventually
+# consistent. The results are best effort and may not reflect very recent updates and changes."
+LIST_LAG = 3.0
+# Assumed, no AWS figure (AWS Lambda Developer Guide, "Understanding the Lambda execution environment
+# lifecycle", gives none): a Python init with boto3 (and Powertools for Sluice), billed.
+COLD_START = 0.6
+# AWS Lambda Developer Guide, "How Lambda handles errors and retries with asynchronous invocation":
+# two retries after a function error, the first about 1 minute after it, the second about 2 minutes.
+ASYNC_RETRIES = (60.0, 120.0)
 # Lambda sizes and architectures, each function priced at its own (bench/pricing.py). Sluice's are
 # serverless.yml's defaults (tests/bench checks them against it): the launcher at launcherMemory, the
 # completion function at provider.memorySize, both arm64.
@@ -42,10 +57,13 @@ class Context:
 
 class System:
     """A launcher design under test. The harness calls ``on_tick`` on the schedule and, when
-    ``status_events`` is true, ``on_status_event`` ``EVENT_DELAY`` after each execution ends."""
+    ``status_events`` is true, ``on_status_event`` ``EVENT_DELAY`` after each execution ends
+    (``event_delay``, when a system sets one, instead: the oracle that waits for nothing)."""
 
     name = "system"
     status_events = False
+    event_delay: float | None = None
+    linger = 0  # seconds the scheduled launcher keeps receiving while slots are free
     fifo = True  # for the SQS price
     queue: SimQueue
     sfn: SimExecutions
@@ -65,6 +83,14 @@ class System:
     def dead(self) -> int:
         """Payloads dead-lettered."""
         return self.queue.dead
+
+    def first_tick(self, t0: float) -> float:
+        """The first tick of a run whose first payloads arrive at ``t0``: ``TICK_PHASE`` later; or,
+        for a launcher that lingers past the arrival, the tick before, which is still receiving when
+        they arrive (``lingerSeconds`` 55 > 30: the deployed stack takes a backlog as it lands)."""
+        if self.linger > TICK_SECONDS - TICK_PHASE:
+            return t0 + TICK_PHASE - TICK_SECONDS
+        return t0 + TICK_PHASE
 
     def on_tick(self) -> None:
         raise NotImplementedError

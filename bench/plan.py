@@ -14,6 +14,7 @@ from bench.harness import (
     LANE_FAST_BACKLOG,
     LANE_FAST_FOR,
     MAIN_SYSTEMS,
+    ORACLES,
     TENANT_HEAVY,
     TENANT_LIGHT,
     backlog,
@@ -27,6 +28,7 @@ from bench.harness import (
     without_keys,
     without_lanes,
 )
+from bench.model import EVENT_DELAY, SENSITIVITY_EVENT_DELAYS
 from bench.sluice_system import SluiceFair, SluiceLanes, SluiceLanesNoWait
 from sluice.lanes import DEFAULT_LANE, parse_lanes
 
@@ -35,10 +37,17 @@ MAXES = (5, 100, 1000)
 # The completion before the hand-over, and the floor of that design, on every workload.
 VARIANTS = ("sluice-release-then-refill", "sluice-lean")
 REFILL_ONE = ("sluice-refill-one", ("fixed30", "fixed5"))  # prices a completion's ledger read
-TRICKLE_SYSTEMS = MAIN_SYSTEMS
+TRICKLE_SYSTEMS = (*MAIN_SYSTEMS, ORACLES[0])  # O-event: what arrival-driven starts would give
 IDLE_SYSTEMS = MAIN_SYSTEMS
 TIMELINE = ("fixed30", 100)  # the run whose concurrency over time is plotted
-LARGE = ("fixed60", ("sluice-linger", "sluice-wide"))  # MAX 10,000 (issue 10, item 9)
+LARGE = ("fixed60", ("sluice-linger", "sluice-wide", *ORACLES))  # MAX 10,000 (issue 10, item 9)
+# How the results move with the status event's delay (an assumption: bench.model.EVENT_DELAY): Sluice
+# as deployed and O-event on these (workload, MAX), at each delay of SENSITIVITY_EVENT_DELAYS.
+SENSITIVITY = (("fixed30", 100), ("fixed5", 1000))
+SENSITIVITY_SYSTEMS = ("sluice-linger", "oracle-event")
+# Sluice as deployed with the queues' high-throughput mode on (bench.quotas): what SQS's 300 calls a
+# second per action cost it, on the runs where it refuses calls.
+HIGH_THROUGHPUT = (("fixed5", 1000), ("fixed30", 1000))
 DAG_SYSTEM = "sluice-linger"  # the DAG workload (issue 13): as deployed, awaits through the real code
 # The tenants workload (issue 11): each tenant a concurrency key under keyConcurrency; the same jobs
 # without keys; each tenant a tenant of a fair lane (the jobs keyed, the one lane fair). Each in the
@@ -113,6 +122,27 @@ def _backlog_task(args: tuple[str, str, int, int, int]) -> dict[str, Any]:
     system, workload, max_, n, seed = args
     jobs = backlog(workload, n, random.Random(f"{seed}/{workload}/{max_}"))
     return run(system, workload, max_, seed, jobs=jobs, timeline=(workload, max_) == TIMELINE)
+
+
+def _variant_task(args: tuple[str, str, int, int, int, float, bool]) -> dict[str, Any]:
+    """A backlog run under another model: a status event delay, or FIFO high-throughput mode."""
+    system, workload, max_, n, seed, delay, high_throughput = args
+    jobs = backlog(workload, n, random.Random(f"{seed}/{workload}/{max_}"))
+    return run(
+        system, workload, max_, seed, jobs=jobs, event_delay=delay, high_throughput_fifo=high_throughput
+    )
+
+
+def variant_tasks(plan: Plan) -> list[tuple[str, Any]]:
+    tasks: list[tuple[str, Any]] = []
+    for workload, max_ in SENSITIVITY:
+        for delay in SENSITIVITY_EVENT_DELAYS:
+            for system in SENSITIVITY_SYSTEMS:
+                tasks.append(("sensitivity", (system, workload, max_, plan.backlog, plan.seed, delay, False)))
+    for workload, max_ in HIGH_THROUGHPUT:
+        args = ("sluice-linger", workload, max_, plan.backlog, plan.seed, EVENT_DELAY, True)
+        tasks.append(("high-throughput", args))
+    return tasks
 
 
 def _large_task(args: tuple[str, int, int, int]) -> dict[str, Any]:
@@ -229,6 +259,8 @@ def _cost(task: tuple[str, Any]) -> float:
         return 50.0
     if kind == "large":
         return args[2] * 1.0
+    if kind in ("sensitivity", "high-throughput"):
+        return args[3] * (0.01 if args[0] in ORACLES else 1.0)
     if kind == "dag":
         return 2_000.0
     if kind == "tenants":
@@ -238,6 +270,8 @@ def _cost(task: tuple[str, Any]) -> float:
     if kind != "backlog":
         return 1.0
     system, _, max_, n, _ = args
+    if system in ORACLES:
+        return n * 0.01
     if system == "counter-semaphore":
         return n * (40.0 if max_ <= 5 else 1.0)
     if system == "poller":
@@ -253,6 +287,8 @@ def _dispatch(task: tuple[str, Any]) -> tuple[str, Any]:
         return kind, _trickle_task(args)
     if kind == "large":
         return kind, _large_task(args)
+    if kind in ("sensitivity", "high-throughput"):
+        return kind, _variant_task(args)
     if kind == "dag":
         return kind, _dag_task(args)
     if kind == "tenants":
@@ -272,24 +308,21 @@ def _dispatch(task: tuple[str, Any]) -> tuple[str, Any]:
     return kind, agreement()
 
 
-def execute(plan: Plan, workers: int | None = None, *, moto: bool = True) -> dict[str, Any]:
-    tasks: list[tuple[str, Any]] = []
-    for workload in WORKLOADS:
-        for max_ in MAXES:
-            for system in (*MAIN_SYSTEMS, *VARIANTS):
-                tasks.append(("backlog", (system, workload, max_, plan.backlog, plan.seed)))
-            if workload in REFILL_ONE[1]:
-                tasks.append(("backlog", (REFILL_ONE[0], workload, max_, plan.backlog, plan.seed)))
+def oracle_tasks(plan: Plan) -> list[tuple[str, Any]]:
+    """What the summary against the oracle needs: Sluice as deployed and both oracles on every
+    (workload, MAX), MAX 10,000, the status event's sensitivity and the high-throughput runs."""
+    tasks: list[tuple[str, Any]] = [
+        ("backlog", (system, workload, max_, plan.backlog, plan.seed))
+        for workload in WORKLOADS
+        for max_ in MAXES
+        for system in ("sluice-linger", *ORACLES)
+    ]
     tasks += [("large", (s, plan.large_max, plan.large_backlog, plan.seed)) for s in LARGE[1]]
-    tasks += dag_tasks(plan)
-    tasks += tenant_tasks(plan)
-    tasks += lane_tasks(plan)
-    tasks += [("trickle", (s, plan)) for s in TRICKLE_SYSTEMS]
-    tasks += [("idle", (s, plan)) for s in IDLE_SYSTEMS]
-    tasks += [("semaphore", a) for a in semaphore_bench.plan_runs(plan.semaphore_executions, plan.seed)]
-    tasks.append(("scale", plan))
-    if moto:
-        tasks.append(("moto", None))
+    return tasks + variant_tasks(plan)
+
+
+def run_tasks(tasks: list[tuple[str, Any]], workers: int | None = None) -> dict[str, list[Any]]:
+    """Run ``tasks`` (the slow ones first) on up to ``workers`` processes; their results by kind."""
     order = sorted(range(len(tasks)), key=lambda i: -_cost(tasks[i]))
     workers = workers or min(2, os.cpu_count() or 1)
     results: list[tuple[str, Any] | None] = [None] * len(tasks)
@@ -301,22 +334,48 @@ def execute(plan: Plan, workers: int | None = None, *, moto: bool = True) -> dic
             futures = {i: pool.submit(_dispatch, tasks[i]) for i in order}
             for i, f in futures.items():
                 results[i] = f.result()
-    out: dict[str, Any] = {
-        "backlog": [],
-        "trickle": [],
-        "idle": [],
-        "semaphore": [],
-        "large": [],
-        "dag": [],
-        "tenants": [],
-        "lanes": [],
-        "scale": None,
-        "moto": None,
-    }
+    out: dict[str, list[Any]] = {}
     for item in results:
         assert item is not None
-        if item[0] in ("scale", "moto"):
-            out[item[0]] = item[1]
-        else:
-            out[item[0]].append(item[1])
+        out.setdefault(item[0], []).append(item[1])
+    return out
+
+
+def execute(plan: Plan, workers: int | None = None, *, moto: bool = True) -> dict[str, Any]:
+    tasks: list[tuple[str, Any]] = []
+    for workload in WORKLOADS:
+        for max_ in MAXES:
+            for system in (*MAIN_SYSTEMS, *VARIANTS, *ORACLES):
+                tasks.append(("backlog", (system, workload, max_, plan.backlog, plan.seed)))
+            if workload in REFILL_ONE[1]:
+                tasks.append(("backlog", (REFILL_ONE[0], workload, max_, plan.backlog, plan.seed)))
+    tasks += [("large", (s, plan.large_max, plan.large_backlog, plan.seed)) for s in LARGE[1]]
+    tasks += dag_tasks(plan)
+    tasks += variant_tasks(plan)
+    tasks += tenant_tasks(plan)
+    tasks += lane_tasks(plan)
+    tasks += [("trickle", (s, plan)) for s in TRICKLE_SYSTEMS]
+    tasks += [("idle", (s, plan)) for s in IDLE_SYSTEMS]
+    tasks += [("semaphore", a) for a in semaphore_bench.plan_runs(plan.semaphore_executions, plan.seed)]
+    tasks.append(("scale", plan))
+    if moto:
+        tasks.append(("moto", None))
+    grouped = run_tasks(tasks, workers)
+    out: dict[str, Any] = {
+        kind: grouped.get(kind, [])
+        for kind in (
+            "backlog",
+            "trickle",
+            "idle",
+            "semaphore",
+            "large",
+            "dag",
+            "tenants",
+            "lanes",
+            "sensitivity",
+            "high-throughput",
+        )
+    }
+    for kind in ("scale", "moto"):
+        out[kind] = grouped[kind][0] if kind in grouped else None
     return out

@@ -14,12 +14,15 @@ from bench.model import (
     COLD_START,
     EVENT_DELAY,
     LIST_LAG,
+    SENSITIVITY_EVENT_DELAYS,
     SLUICE_ARCHITECTURE,
     SLUICE_COMPLETION_MEMORY_MB,
     SLUICE_LAUNCHER_MEMORY_MB,
     TICK_PHASE,
     TICK_SECONDS,
 )
+from bench.oracle_report import ORACLES, high_throughput_section, sensitivity_section, with_oracle
+from bench.oracle_report import markdown as oracle_markdown
 from bench.plan import MAXES, TIMELINE, WORKLOADS, Plan
 from bench.pricing import PRICES, PRICES_AS_OF, SECONDS_PER_MONTH
 
@@ -36,6 +39,8 @@ SYSTEM_ORDER = [
     "sluice-wide",
     "poller",
     "counter-semaphore",
+    "oracle-event",
+    "oracle-0",
 ]
 LABEL = {
     "sluice-linger": "Sluice",
@@ -46,6 +51,8 @@ LABEL = {
     "sluice-wide": "Sluice, startConcurrency=100, launcherMemory=1024",
     "poller": "SQS poller (Cui 2018)",
     "counter-semaphore": "Counter semaphore (Cumulus)",
+    "oracle-event": "O-event (oracle: refill at the status event)",
+    "oracle-0": "O-0 (oracle: refill at the end)",
 }
 COLOR = {
     "sluice-linger": "#1f77b4",
@@ -56,6 +63,8 @@ COLOR = {
     "sluice-wide": "#9467bd",
     "poller": "#ff7f0e",
     "counter-semaphore": "#2ca02c",
+    "oracle-event": "#7f7f7f",
+    "oracle-0": "#bcbd22",
 }
 
 
@@ -86,7 +95,9 @@ def assemble(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the deterministic results, the CPU section)."""
     runs = sorted(results["backlog"], key=_order)
+    with_oracle(runs)
     trickle = sorted(results["trickle"], key=lambda r: SYSTEM_ORDER.index(r["system"]))
+    with_oracle(trickle)
     idle = {r["system"]: r for r in results["idle"]}
 
     idle_month = {
@@ -136,8 +147,12 @@ def assemble(
 
     dead: dict[str, dict[str, dict[str, int]]] = {}
     for r in runs:
+        if r["system"] in ORACLES:
+            continue  # an oracle has no dead-letter queue
         dead.setdefault(r["system"], {}).setdefault(r["workload"], {})[str(r["max"])] = r["dead_lettered"]
     for r in trickle:
+        if r["system"] in ORACLES:
+            continue
         dead.setdefault(r["system"], {})["trickle"] = {str(r["max"]): r["dead_lettered"]}
     dead_lettered = {
         s: {"total": sum(n for by_max in by_wl.values() for n in by_max.values()), "runs": by_wl}
@@ -197,6 +212,11 @@ def assemble(
         "scale": scale_public,
         "moto_check": moto,
     }
+    data["meta"]["model"]["sensitivity_event_delays_s"] = list(SENSITIVITY_EVENT_DELAYS)
+    if results.get("sensitivity"):
+        data["sensitivity"] = sensitivity_section(results["sensitivity"])
+    if results.get("high-throughput"):
+        data["high_throughput"] = high_throughput_section(results["high-throughput"], runs)
     return data, cpu
 
 
@@ -342,7 +362,7 @@ def table(data: dict[str, Any]) -> str:
 
 
 def markdown(data: dict[str, Any], cpu: dict[str, Any]) -> str:
-    out = []
+    out = [oracle_markdown(data)]
     for max_ in MAXES:
         out.append(f"\n#### MAX {max_:,}, backlog {data['meta']['backlog']:,}\n")
         out.append(
@@ -419,7 +439,7 @@ def plots(
     outdir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     runs = data["runs"]
-    main = [DEPLOYED, NO_LINGER, "sluice-release-then-refill", "poller", "counter-semaphore"]
+    main = [DEPLOYED, NO_LINGER, "sluice-release-then-refill", "poller", "counter-semaphore", "oracle-event"]
 
     def save(fig: Any, name: str) -> None:
         path = outdir / name
@@ -444,7 +464,8 @@ def plots(
     fig.suptitle(f"Slot utilisation, backlog of {data['meta']['backlog']:,} (dashed: the 0.95 target)")
     save(fig, "bench-utilisation.png")
 
-    # 2. calls per start by API
+    # 2. calls per start by API (an oracle makes none)
+    main = main[:-1]
     wl, mx = "fixed30", 100
     fig, ax = plt.subplots(figsize=(10, 4.5))
     apis = sorted(
@@ -584,6 +605,7 @@ def large_section(plan: Plan, runs: list[dict[str, Any]]) -> dict[str, Any]:
     """MAX 10,000 (``plan.large_max``), 60 s jobs: the fill and the cost at scale, with the targets of
     issue 10, item 9 that concern it."""
     runs = sorted(runs, key=lambda r: SYSTEM_ORDER.index(r["system"]))
+    with_oracle(runs)
     rows = [
         {
             **{
@@ -603,6 +625,7 @@ def large_section(plan: Plan, runs: list[dict[str, Any]]) -> dict[str, Any]:
                     "cost_per_million_usd",
                 )
             },
+            **{k: r[k] for k in ("oracle_utilisation", "oracle_ratio", "refused_by_api") if k in r},
             "hottest_item_wcu_per_s": max(r["peak_item_wcu_per_s"].values(), default=0),
             "start_execution_peak_per_s": r["peak_rate_per_s"].get("states:StartExecution", 0),
         }
@@ -611,6 +634,8 @@ def large_section(plan: Plan, runs: list[dict[str, Any]]) -> dict[str, Any]:
     n = plan.large_max
     targets = []
     for row in rows:
+        if row["system"] in ORACLES:
+            continue
         who = LABEL[row["system"]]
         targets += [
             {

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import math
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,7 @@ from typing import Any
 from greenlet import greenlet
 
 from sluice.clock import FakeClock
+from sluice.errors import TransientError
 
 T0 = 1_800_000_000.0  # virtual epoch of every run
 
@@ -211,8 +213,15 @@ class LambdaFunction:
     running: int = 0
     peak_running: int = 0
     log_bytes: int = 0
+    # An invocation that raises an AWS error it did not handle (a throttle past the SDK's retries) ends
+    # in error, counted; an asynchronous one is retried after these waits (Lambda, "Asynchronous
+    # invocation": two retries, about 1 and then 2 minutes after the error). The scheduled launcher's
+    # has none: the next tick comes first.
+    retry_after: tuple[float, ...] = ()
+    errors: int = 0
+    error_sites: dict[str, int] = field(default_factory=dict)  # "operation: outer → inner" -> errors
 
-    def invoke(self, handler: Callable[[Any, Callable[[], int]], None]) -> None:
+    def invoke(self, handler: Callable[[Any, Callable[[], int]], None], attempt: int = 0) -> None:
         """Invoke now (scheduler thread). ``handler(state, remaining_ms)`` runs in a container."""
         if self.idle:
             container, state = self.idle.pop()
@@ -235,7 +244,14 @@ class LambdaFunction:
                 self.cold_starts += 1
                 sim.sleep(self.cold_start_s)
                 state = self.make_state()
-            handler(state, remaining_ms)
+            try:
+                handler(state, remaining_ms)
+            except TransientError as exc:
+                self.errors += 1
+                site = _site(exc)
+                self.error_sites[site] = self.error_sites.get(site, 0) + 1
+                if attempt < len(self.retry_after):
+                    sim.at(sim.now + self.retry_after[attempt], self.invoke, handler, attempt + 1)
             duration = sim.now - start
             self.running -= 1
             self.invocations += 1
@@ -251,3 +267,11 @@ class LambdaFunction:
     @property
     def gb_seconds(self) -> float:
         return self.billed_ms / 1000 * self.memory_mb / 1024
+
+
+def _site(exc: BaseException) -> str:
+    """Where an unhandled error left Sluice's code: its operation, the outermost and innermost
+    functions of ``sluice`` it passed through."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/sluice/" in f.filename]
+    path = f"{frames[0].name} → {frames[-1].name}" if frames else "outside sluice"
+    return f"{getattr(exc, 'operation', '') or type(exc).__name__}: {path}"

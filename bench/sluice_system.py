@@ -56,6 +56,7 @@ from typing import Any
 
 from bench.aws import CountingSsmClient, CountingStore, SimExecutions, SimQueue, counting_logger
 from bench.model import (
+    ASYNC_RETRIES,
     COLD_START,
     EMF_BYTES,
     LIST_LAG,
@@ -193,6 +194,7 @@ class SluiceSystem(System):
             lambda: self._launcher(settings),
             SLUICE_ARCHITECTURE,
         )
+        self.completion_fn.retry_after = ASYNC_RETRIES  # EventBridge invokes it asynchronously
         self.functions = [self.launcher_fn, self.completion_fn]
         self.settings = settings
 

@@ -2,6 +2,7 @@
 #   make bench              full run: bench/results.json and the plots in docs/img/ (a few minutes on 2 cores)
 #   make bench QUICK=1      smaller scale, under a minute: bench/out/
 #   make bench SEED=123     another seed (the default is fixed, so every run gives the same numbers)
+#   python -m bench --oracle-only   Sluice as deployed against the oracles alone: bench/out/results-oracle.json
 .PHONY: bench
 
 bench: $(STAMP)
