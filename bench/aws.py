@@ -272,8 +272,10 @@ class CountingStore:
 
     def resync(self) -> None:
         """Recompute the shards after the inner store was filled directly (scale setups)."""
-        if self.inner._holders:
-            self._pool_limit = self._pool_limit or self.inner.ledger().in_force or len(self.inner._holders)
+        if self.inner.table.holders:
+            self._pool_limit = (
+                self._pool_limit or self.inner.ledger().in_force or len(self.inner.table.holders)
+            )
             self._shards = max(self._shards, shards_needed(self._pool_limit, self.per_shard))
 
     @property
@@ -343,7 +345,7 @@ class CountingStore:
         sim = self.meter.sim
         hinted = self._hinted.pop(id(sim.current), None) if sim is not None and self._hinted else None
         if hinted is not None:
-            external = self.inner._external
+            external = self.inner.pool.external
             size = max(0, hinted - external - 1)
             if size not in self._placeholders:
                 self._placeholders[size] = frozenset(f"~{i}" for i in range(size))
@@ -396,7 +398,7 @@ class CountingStore:
     # writes
 
     def set_limit(self, source: LimitSource) -> int | None:
-        before = self.inner._source
+        before = self.inner.pool.source
         merged = source.merged(before)
         if self._pool_limit != merged.limit:
             self._move_caps(merged.limit)
@@ -408,7 +410,7 @@ class CountingStore:
 
     def claim(self, *, key: str, name: str, **kwargs: Any) -> None:
         limit = self._pool_limit or 0
-        if len(self.inner._holders) >= limit:
+        if len(self.inner.table.holders) >= limit:
             self._read_pool()  # no shard had room as read: DynamoStore reads once more, then gives up
             raise SlotsFull(limit)
         lane = kwargs.get("lane")
@@ -445,7 +447,7 @@ class CountingStore:
             self.meter.call("dynamodb:GetItem")
             self.meter.rru += 1
             self.meter.wait("dynamodb:GetItem")
-        record = self.inner._executions.get(name)
+        record = self.inner.table.executions.get(name)
         if record is None or not record.state.holds_lease:
             return None
         result = self.inner.release(name=name, state=state, now=now, **kwargs)
@@ -466,7 +468,7 @@ class CountingStore:
         receive, one transaction (the release and, when offered, the successor's lease and record
         on the freed shard), and a release alone after a refused successor."""
         self._batch_get(2)
-        record = self.inner._executions.get(name)
+        record = self.inner.table.executions.get(name)
         if record is None or not record.state.holds_lease:
             return HandOver(None)
         offered: list[Any] = []
@@ -545,7 +547,7 @@ class CountingStore:
         self.meter.call("dynamodb:GetItem")
         self.meter.rru += 1
         self.meter.wait("dynamodb:GetItem")
-        record = self.inner._executions.get(name)
+        record = self.inner.table.executions.get(name)
         if record is None or record.state.holds_lease:
             return False
         self.meter.call("dynamodb:BatchGetItem")  # its key's lease, read before any pool moves
@@ -654,7 +656,7 @@ class CountingStore:
         """``DynamoSlots.set_limit``: read the pool and its shards; unless a newer limit is in force
         or nothing moves, write the pool item and the shards' caps in one transaction."""
         self._read_lane_caps(lane)
-        current = self.inner._lane_limits.get(lane)
+        current = self.inner.lanes.limits.get(lane)
         if current is None or (current[1] <= stamp and current != (limit, stamp)):
             shards = max(self._lane_shards.get(lane, 0), shards_needed(limit, self.per_shard))
             self.meter.call("dynamodb:TransactWriteItems")

@@ -29,6 +29,7 @@ import sluice.per_message
 import sluice.reconcile
 import sluice.records
 from sluice import attributes
+from sluice.adapters.dynamo_release import ReleasesTable
 from sluice.adapters.dynamo_slots import DynamoSlots
 from sluice.adapters.dynamodb import DynamoStore
 from sluice.awaits import AWAITS_ATTRIBUTE, check_awaits
@@ -121,7 +122,7 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
     "b5_once_ttl": (
         "break 5: a run-once success put back under TTL by a release or a dead letter of its key",
         [
-            (DynamoStore, "_release_items", expiring_release),
+            (ReleasesTable, "_release_items", expiring_release),
             (DynamoStore, "record_invalid", expiring_invalid),
         ],
     ),

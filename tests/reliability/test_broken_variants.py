@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import Flaky
 from hypothesis.stateful import rule, run_state_machine_as_test
 
+import sluice.adapters.dynamo_claims
 import sluice.adapters.dynamo_keys
 import sluice.adapters.dynamo_parking
 import sluice.adapters.dynamo_release
@@ -48,6 +49,7 @@ import sluice.per_message
 import sluice.pointers
 import sluice.reconcile
 import sluice.runtime
+from sluice.adapters.dynamo_claims import ClaimsTable
 from sluice.adapters.dynamo_keys import KeysTable
 from sluice.adapters.dynamo_lanes import LaneSlots
 from sluice.adapters.dynamo_launch_slots import POOL
@@ -400,19 +402,19 @@ def test_a_resume_that_ignores_the_block_is_caught(monkeypatch):
 
 def test_a_claim_recording_another_shard_than_the_one_it_took_is_caught(monkeypatch):
     """Issue 10: the release finds the holder by the shard on its record; a wrong one leaks the slot."""
-    claim_items = DynamoStore._claim_items
+    claim_items = ClaimsTable._claim_items
 
     def recording_the_neighbour(self, key, name, message_id, shard, now, claim_expires_at, arn):
         items = claim_items(self, key, name, message_id, shard, now, claim_expires_at, arn)
         items[2]["Put"]["Item"]["shard"] = {"N": str(shard + 1)}
         return items
 
-    monkeypatch.setattr(DynamoStore, "_claim_items", recording_the_neighbour)
+    monkeypatch.setattr(ClaimsTable, "_claim_items", recording_the_neighbour)
     caught(breaks.test_an_execution_stopped_by_hand_frees_its_slot)
 
 
 def test_live_records_with_a_ttl_are_caught(monkeypatch):
-    claim_items = DynamoStore._claim_items
+    claim_items = ClaimsTable._claim_items
 
     def expiring(self, key, name, message_id, shard, now, claim_expires_at, arn):
         items = claim_items(self, key, name, message_id, shard, now, claim_expires_at, arn)
@@ -422,12 +424,12 @@ def test_live_records_with_a_ttl_are_caught(monkeypatch):
             .replace("updated_at = :now,", "updated_at = :now, expires_at = :ttl,")
             .replace("REMOVE reason, expires_at", "REMOVE reason")
         )
-        ttl = {"N": str(int(now) + self.retention_seconds)}
+        ttl = {"N": str(int(now) + self.db.retention_seconds)}
         lease["ExpressionAttributeValues"][":ttl"] = ttl
         items[2]["Put"]["Item"]["expires_at"] = ttl
         return items
 
-    mark_items = DynamoStore._mark_items
+    mark_items = ClaimsTable._mark_items
 
     def keeping_the_ttl(self, started, now):
         items = mark_items(self, started, now)
@@ -437,8 +439,8 @@ def test_live_records_with_a_ttl_are_caught(monkeypatch):
             update["UpdateExpression"] = update["UpdateExpression"].replace(" REMOVE expires_at", "")
         return items
 
-    monkeypatch.setattr(DynamoStore, "_claim_items", expiring)
-    monkeypatch.setattr(DynamoStore, "_mark_items", keeping_the_ttl)
+    monkeypatch.setattr(ClaimsTable, "_claim_items", expiring)
+    monkeypatch.setattr(ClaimsTable, "_mark_items", keeping_the_ttl)
     caught(breaks.test_records_of_a_running_execution_never_expire)
 
 
@@ -479,7 +481,7 @@ def resubmission_judged_twice(make_world: Callable[..., World]) -> None:
 
 
 def test_an_unbounded_payload_history_is_caught(monkeypatch):
-    monkeypatch.setattr(sluice.adapters.dynamodb, "HISTORY_LIMIT", 10**9)
+    monkeypatch.setattr(sluice.adapters.dynamo_claims, "HISTORY_LIMIT", 10**9)
     caught(breaks.test_a_key_with_a_long_history_keeps_running)
 
 
@@ -692,10 +694,10 @@ def test_a_claim_again_that_erases_what_waits_behind_the_name_is_caught(monkeypa
 
     def erase(items, parked):
         put = items[2]["Put"]
-        put["ConditionExpression"] = sluice.adapters.dynamodb.NOT_ENDED  # the parked guard alone gone
+        put["ConditionExpression"] = sluice.adapters.dynamo_claims.NOT_ENDED  # the parked guard alone gone
         put.pop("ReturnValuesOnConditionCheckFailure", None)
 
-    monkeypatch.setattr(sluice.adapters.dynamodb, "_carry_parked", erase)
+    monkeypatch.setattr(sluice.adapters.dynamo_claims, "_carry_parked", erase)
     with pytest.raises(AssertionError), moto_session() as session:
         client = session.client("dynamodb")
         create_table(client, "contract")
@@ -726,10 +728,10 @@ def test_a_wake_up_that_clears_every_parked_id_is_caught(monkeypatch):
 
     def clear_all(self, holder, message_ids, *, now):
         mark_woken(self, holder, message_ids, now=now)
-        self._update_if(
+        self.db.update_if(
             "PARKED", "DELETE holders :h", "attribute_exists(pk)", {":h": {"SS": [holder]}}, names={}
         )
-        self._update_if(f"EXEC#{holder}", "REMOVE parked", "attribute_exists(pk)", {}, names={})
+        self.db.update_if(f"EXEC#{holder}", "REMOVE parked", "attribute_exists(pk)", {}, names={})
 
     monkeypatch.setattr(table, "unpark", clear_all)
     with pytest.raises(AssertionError, match="erased what parked"), moto_session() as session:
@@ -748,7 +750,7 @@ def test_a_resume_that_starts_without_asking_step_functions_is_caught(monkeypatc
 
 def claims_over_ended_runs(monkeypatch) -> None:
     """The claim's Put of EXEC#<name> without its guard on a run that ended (``AlreadyRan``)."""
-    real = DynamoStore._claim_items
+    real = ClaimsTable._claim_items
 
     def over_ended_runs(self, *args, **kwargs):
         items = real(self, *args, **kwargs)
@@ -758,7 +760,7 @@ def claims_over_ended_runs(monkeypatch) -> None:
         put.pop("ExpressionAttributeValues", None)
         return items
 
-    monkeypatch.setattr(DynamoStore, "_claim_items", over_ended_runs)
+    monkeypatch.setattr(ClaimsTable, "_claim_items", over_ended_runs)
 
 
 def test_a_claim_over_a_name_that_ran_and_ended_is_caught(monkeypatch):
@@ -1225,7 +1227,7 @@ def test_a_launcher_that_ignores_sluice_once_is_caught(monkeypatch):
 
 
 def test_a_claim_without_the_once_condition_is_caught(monkeypatch):
-    monkeypatch.setattr(sluice.adapters.dynamodb, "only_once", lambda items: None)  # a claim's
+    monkeypatch.setattr(sluice.adapters.dynamo_claims, "only_once", lambda items: None)  # a claim's
     monkeypatch.setattr(sluice.adapters.dynamo_release, "only_once", lambda items: None)  # a hand-over's
     caught(once_twice)
 

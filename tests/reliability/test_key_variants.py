@@ -31,7 +31,7 @@ def caught(scenario: Callable[[Any], None], make_world: Any, match: str) -> None
 
 def unfenced_mark(self: DynamoStore, *, name: str, now: float) -> bool:
     """A start mark that ignores a block: the start goes ahead whatever reconciliation wrote."""
-    return self._update_if(
+    return self.db.update_if(
         f"EXEC#{name}",
         "SET starting_at = :now",
         "#state = :claimed",
@@ -41,7 +41,7 @@ def unfenced_mark(self: DynamoStore, *, name: str, now: float) -> bool:
 
 def unfenced_block(self: DynamoStore, *, name: str, by: str, now: float) -> bool:
     """A block that ignores the start mark (as before the fix): it lands after the commit point."""
-    return self._update_if(
+    return self.db.update_if(
         f"EXEC#{name}",
         "SET blocked_by = :by",
         "#state = :claimed",

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from sluice.adapters.dynamo_release import ReleasesTable
 from sluice.adapters.dynamodb import DynamoStore, create_table
 from sluice.clock import FakeClock
 from sluice.model import PayloadState
@@ -35,11 +36,11 @@ def body(key: str) -> str:
     return json.dumps({"id": key})
 
 
-_release_items = DynamoStore._release_items
+_release_items = ReleasesTable._release_items
 
 
 def expiring_release(
-    self: DynamoStore, record: Any, ending: Any, *, awaited: bool, kept: bool = False
+    self: ReleasesTable, record: Any, ending: Any, *, awaited: bool, kept: bool = False
 ) -> Any:
     """A release that puts a run-once key's success back under TTL (break 5)."""
     items = _release_items(self, record, ending, awaited=awaited, kept=False)
@@ -52,7 +53,7 @@ def expiring_release(
 
 def expiring_invalid(self: DynamoStore, *, key: str, reason: str, now: float) -> None:
     """A dead letter that puts a run-once key's success back under TTL (break 5)."""
-    self._update_if(
+    self.db.update_if(
         f"PAYLOAD#{key}",
         "SET #key = :key, #state = :invalid, reason = :reason, updated_at = :now, expires_at = :exp",
         "attribute_not_exists(holder)",
@@ -61,14 +62,14 @@ def expiring_invalid(self: DynamoStore, *, key: str, reason: str, now: float) ->
             ":invalid": {"S": PayloadState.INVALID.value},
             ":reason": {"S": reason},
             ":now": {"N": repr(now)},
-            ":exp": {"N": str(int(now) + self.retention_seconds)},
+            ":exp": {"N": str(int(now) + self.db.retention_seconds)},
         },
         names={"#key": "key", "#state": "state"},
     )
 
 
 def test_a_release_that_sets_an_expiry_on_a_once_keys_success_is_caught(monkeypatch):
-    monkeypatch.setattr(DynamoStore, "_release_items", expiring_release)
+    monkeypatch.setattr(ReleasesTable, "_release_items", expiring_release)
     with pytest.raises(AssertionError, match="ran again after retentionDays"), moto_session() as session:
         once_ttl.test_a_once_success_outlives_retention_whatever_touches_its_key_after_it(
             session, (once_ttl.PLAIN_RUN,)
@@ -147,6 +148,6 @@ def test_the_reliability_world_holds_a_once_key_through_ttl(make_world):
 
 
 def test_the_reliability_world_catches_a_once_key_re_armed_for_ttl(monkeypatch, make_world):
-    monkeypatch.setattr(DynamoStore, "_release_items", expiring_release)
+    monkeypatch.setattr(ReleasesTable, "_release_items", expiring_release)
     with pytest.raises(PromiseBroken, match="run once"):
         once_key_through_ttl(make_world)

@@ -30,7 +30,7 @@ def test_a_resume_that_ignores_the_redriven_mark_after_an_unsure_start_is_caught
 
 def one_redriven_mark(self: DynamoStore, *, key: str, name: str, now: float) -> bool:
     """A key that keeps one redriven mark: a second redriven run's mark overwrites the first's."""
-    return self._update_if(
+    return self.db.update_if(
         f"PAYLOAD#{key}",
         "SET redriven = :name, updated_at = :now",
         "attribute_exists(holder) AND holder <> :name",

@@ -108,7 +108,7 @@ def test_a_sighting_that_ignores_its_receive_is_caught(monkeypatch, make_world):
     attempt landed reads as a second sighting, and the re-submission is dropped at first sight."""
 
     def any_receive(self: Any, *, key: str, message_id: str, receipt: str, now: float) -> bool:
-        return self._update_if(
+        return self.db.update_if(
             f"SIGHT#{message_id}",
             "SET #key = :key, sighted_at = :now",
             "attribute_not_exists(pk)",

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+import sluice.adapters.dynamo_claims
 import sluice.adapters.dynamo_codec
 import sluice.adapters.dynamo_release
-import sluice.adapters.dynamodb
 import sluice.launcher
 import sluice.reconcile
 from sluice.adapters.dynamo_release import ReleasesTable
@@ -55,7 +55,7 @@ def release_items_under_ttl(self: ReleasesTable, record: Any, ending: Any, **kw:
         update["UpdateExpression"] = f"{set_part}, expires_at = :ttl REMOVE " + remove_part.replace(
             ", expires_at", ""
         )
-        update["ExpressionAttributeValues"][":ttl"] = {"N": str(int(ending.now) + self.retention_seconds)}
+        update["ExpressionAttributeValues"][":ttl"] = {"N": str(int(ending.now) + self.db.retention_seconds)}
     return items
 
 
@@ -79,7 +79,7 @@ def reconcile_never_vanished(**kwargs: Any) -> Any:
 
 
 def test_a_once_claim_that_ignores_the_mark_is_caught(monkeypatch, session):
-    monkeypatch.setattr(sluice.adapters.dynamodb, "only_once", only_once_unmarked)
+    monkeypatch.setattr(sluice.adapters.dynamo_claims, "only_once", only_once_unmarked)
     monkeypatch.setattr(sluice.adapters.dynamo_release, "only_once", only_once_unmarked)
     caught(
         findings.test_a_vanished_run_once_success_lets_the_key_run_once_more,

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sluice.adapters.dynamo_codec import item, values
-from sluice.adapters.dynamo_table import Table
+from sluice.adapters.dynamo_table import TableRef
 from sluice.adapters.errors import translated
 from sluice.keys import DEFAULT_KEY_CONCURRENCY, FAIR_UNCAPPED, KeyWaiter, check_cap, entry
 from sluice.records import KeyState
@@ -73,8 +73,10 @@ def to_key_state(ckey: str, raw: dict[str, Any] | None) -> KeyState:
     )
 
 
-class KeysTable(Table):
-    key_concurrency: int = DEFAULT_KEY_CONCURRENCY
+class KeysTable:
+    def __init__(self, db: TableRef, key_concurrency: int = DEFAULT_KEY_CONCURRENCY) -> None:
+        self.db = db
+        self.key_concurrency = key_concurrency  # the default cap; an operator may change it
 
     # -- in other transactions -----------------------------------------------------------------------
 
@@ -95,7 +97,7 @@ class KeysTable(Table):
         names = {k: v for k, v in NAMES.items() if k in condition or k in expression}
         return {
             "Update": {
-                "TableName": self.table,
+                "TableName": self.db.table,
                 "Key": {"pk": {"S": key_pk(ckey)}},
                 "UpdateExpression": expression,
                 "ConditionExpression": condition,
@@ -117,7 +119,7 @@ class KeysTable(Table):
         set is never empty: its last key removed, the attribute goes)."""
         return {
             "ConditionCheck": {
-                "TableName": self.table,
+                "TableName": self.db.table,
                 "Key": {"pk": {"S": KEYS_WAITING_PK}},
                 "ConditionExpression": "attribute_not_exists(#keys)",
                 "ExpressionAttributeNames": {"#keys": "keys"},
@@ -127,7 +129,7 @@ class KeysTable(Table):
     def key_release_item(self, ckey: str, name: str) -> dict[str, Any]:
         return {
             "Update": {
-                "TableName": self.table,
+                "TableName": self.db.table,
                 "Key": {"pk": {"S": key_pk(ckey)}},
                 "UpdateExpression": "DELETE #holders :name",
                 "ExpressionAttributeNames": {"#holders": "holders"},
@@ -139,7 +141,7 @@ class KeysTable(Table):
         """A redriven run of ``ckey`` runs already: it holds a slot whatever the key's cap."""
         return {
             "Update": {
-                "TableName": self.table,
+                "TableName": self.db.table,
                 "Key": {"pk": {"S": key_pk(ckey)}},
                 "UpdateExpression": "SET #ckey = :ckey ADD #holders :name",
                 "ExpressionAttributeNames": {"#holders": "holders", "#ckey": "ckey"},
@@ -150,43 +152,22 @@ class KeysTable(Table):
     # -- KeyStore ----------------------------------------------------------------------------------
 
     def key_state(self, ckey: str) -> KeyState:
-        return to_key_state(ckey, self._get(key_pk(ckey)))
+        return to_key_state(ckey, self.db.get(key_pk(ckey)))
 
     def key_states(self, ckeys: Sequence[str]) -> dict[str, KeyState]:
         found = {
-            str(raw["ckey"]): raw for raw in self._batch_get([key_pk(k) for k in ckeys]) if "ckey" in raw
+            str(raw["ckey"]): raw for raw in self.db.batch_get([key_pk(k) for k in ckeys]) if "ckey" in raw
         }
         return {k: to_key_state(k, found.get(k)) for k in ckeys}
 
     def park_for_key(
         self, waiter: KeyWaiter, *, tickets: int, replaces: str | None = None, fair: str | None = None
     ) -> bool:
-        condition = "attribute_not_exists(#tickets)" if tickets == 0 else "#tickets = :t"
-        expression = "SET #ckey = :ckey, #tickets = :next, #woken = if_not_exists(#woken, :zero)"
-        named = values(ckey=waiter.ckey, next=tickets + 1, zero=0, **({"t": tickets} if tickets else {}))
-        names = {"#tickets": "tickets", "#woken": "woken", "#ckey": "ckey"}
-        if fair is not None:
-            expression += ", #fair = :fair"  # a tenant of a fair lane (sluice.fair): its waker wakes it
-            names["#fair"] = "fair"
-            named[":fair"] = {"S": fair}
-        if replaces is not None:
-            expression += " DELETE #inflight :replaces"  # a woken waiter back in line: no slot kept
-            names["#inflight"] = "inflight"
-            named[":replaces"] = {"SS": [replaces]}
         items: list[dict[str, Any]] = [
-            {
-                "Update": {
-                    "TableName": self.table,
-                    "Key": {"pk": {"S": key_pk(waiter.ckey)}},
-                    "UpdateExpression": expression,
-                    "ConditionExpression": condition,
-                    "ExpressionAttributeNames": names,
-                    "ExpressionAttributeValues": named,
-                }
-            },
+            self._line_item(waiter.ckey, tickets, replaces=replaces, fair=fair),
             {
                 "Put": {
-                    "TableName": self.table,
+                    "TableName": self.db.table,
                     "Item": item(
                         pk=waiter_pk(waiter.ckey, tickets),
                         ckey=waiter.ckey,
@@ -202,20 +183,20 @@ class KeysTable(Table):
             },
             {
                 "Put": {
-                    "TableName": self.table,
+                    "TableName": self.db.table,
                     "Item": item(
                         pk=wait_of_pk(waiter.key),
                         ckey=waiter.ckey,
                         ticket=tickets,
                         message_id=waiter.message_id,
                         parked_at=waiter.parked_at,
-                        expires_at=int(waiter.parked_at) + self.retention_seconds,
+                        expires_at=int(waiter.parked_at) + self.db.retention_seconds,
                     ),
                 }
             },
             {
                 "Update": {
-                    "TableName": self.table,
+                    "TableName": self.db.table,
                     "Key": {"pk": {"S": KEYS_WAITING_PK}},
                     "UpdateExpression": "ADD #keys :k",
                     "ExpressionAttributeNames": {"#keys": "keys"},
@@ -223,10 +204,37 @@ class KeysTable(Table):
                 }
             },
         ]
-        return self._transact(items) is None
+        return self.db.transact(items) is None
+
+    def _line_item(
+        self, ckey: str, tickets: int, *, replaces: str | None, fair: str | None
+    ) -> dict[str, Any]:
+        """CKEY#<ckey>'s next ticket, taken if the line is as read (``tickets``)."""
+        condition = "attribute_not_exists(#tickets)" if tickets == 0 else "#tickets = :t"
+        expression = "SET #ckey = :ckey, #tickets = :next, #woken = if_not_exists(#woken, :zero)"
+        named = values(ckey=ckey, next=tickets + 1, zero=0, **({"t": tickets} if tickets else {}))
+        names = {"#tickets": "tickets", "#woken": "woken", "#ckey": "ckey"}
+        if fair is not None:
+            expression += ", #fair = :fair"  # a tenant of a fair lane (sluice.fair): its waker wakes it
+            names["#fair"] = "fair"
+            named[":fair"] = {"S": fair}
+        if replaces is not None:
+            expression += " DELETE #inflight :replaces"  # a woken waiter back in line: no slot kept
+            names["#inflight"] = "inflight"
+            named[":replaces"] = {"SS": [replaces]}
+        return {
+            "Update": {
+                "TableName": self.db.table,
+                "Key": {"pk": {"S": key_pk(ckey)}},
+                "UpdateExpression": expression,
+                "ConditionExpression": condition,
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": named,
+            }
+        }
 
     def key_waiters(self, ckey: str, tickets: Sequence[int]) -> list[KeyWaiter]:
-        found = self._batch_get([waiter_pk(ckey, t) for t in tickets])
+        found = self.db.batch_get([waiter_pk(ckey, t) for t in tickets])
         waiters = [
             KeyWaiter(
                 ckey=ckey,
@@ -248,7 +256,7 @@ class KeysTable(Table):
         items: list[dict[str, Any]] = [
             {
                 "Update": {
-                    "TableName": self.table,
+                    "TableName": self.db.table,
                     "Key": {"pk": {"S": key_pk(ckey)}},
                     "UpdateExpression": expression,
                     "ConditionExpression": "#woken = :woken",
@@ -263,11 +271,11 @@ class KeysTable(Table):
                 }
             },
             *(
-                {"Delete": {"TableName": self.table, "Key": {"pk": {"S": waiter_pk(ckey, t)}}}}
+                {"Delete": {"TableName": self.db.table, "Key": {"pk": {"S": waiter_pk(ckey, t)}}}}
                 for t in range(woken, to)
             ),
         ]
-        if self._transact(items) is not None:
+        if self.db.transact(items) is not None:
             return False
         if drop:
             # Entries past INFLIGHT_SECONDS: a set cannot be added to and taken from in one update.
@@ -276,8 +284,8 @@ class KeysTable(Table):
 
     def keep_inflight(self, ckey: str, entries: Sequence[str]) -> None:
         with translated("UpdateItem"):
-            self.client.update_item(
-                TableName=self.table,
+            self.db.client.update_item(
+                TableName=self.db.table,
                 Key={"pk": {"S": key_pk(ckey)}},
                 UpdateExpression="ADD #inflight :keep DELETE #landed :keep",
                 ExpressionAttributeNames={"#inflight": "inflight", "#landed": "landed"},
@@ -286,8 +294,8 @@ class KeysTable(Table):
 
     def drop_inflight(self, ckey: str, entries: Sequence[str]) -> None:
         with translated("UpdateItem"):
-            self.client.update_item(
-                TableName=self.table,
+            self.db.client.update_item(
+                TableName=self.db.table,
                 Key={"pk": {"S": key_pk(ckey)}},
                 UpdateExpression="DELETE #inflight :drop, #landed :drop",
                 ExpressionAttributeNames={"#inflight": "inflight", "#landed": "landed"},
@@ -297,11 +305,11 @@ class KeysTable(Table):
     def forget_key(self, ckey: str) -> None:
         # Off the sweep's list once nobody waits or is on the way; a park that landed meanwhile
         # keeps it there (and keeps it its fair lane's tenant).
-        self._transact(
+        self.db.transact(
             [
                 {
                     "Update": {
-                        "TableName": self.table,
+                        "TableName": self.db.table,
                         "Key": {"pk": {"S": key_pk(ckey)}},
                         "UpdateExpression": "REMOVE #fair",
                         "ConditionExpression": "#woken = #tickets AND attribute_not_exists(#inflight)",
@@ -315,7 +323,7 @@ class KeysTable(Table):
                 },
                 {
                     "Update": {
-                        "TableName": self.table,
+                        "TableName": self.db.table,
                         "Key": {"pk": {"S": KEYS_WAITING_PK}},
                         "UpdateExpression": "DELETE #keys :k",
                         "ExpressionAttributeNames": {"#keys": "keys"},
@@ -326,7 +334,7 @@ class KeysTable(Table):
         )
 
     def key_wait_of(self, key: str) -> KeyWaiter | None:
-        raw = self._get(wait_of_pk(key))
+        raw = self.db.get(wait_of_pk(key))
         if raw is None:
             return None
         return KeyWaiter(
@@ -341,12 +349,12 @@ class KeysTable(Table):
         )
 
     def keys_waiting(self) -> frozenset[str]:
-        raw = self._get(KEYS_WAITING_PK)
+        raw = self.db.get(KEYS_WAITING_PK)
         return frozenset(raw.get("keys", ())) if raw else frozenset()
 
     def set_key_cap(self, ckey: str, cap: int | None) -> None:
         request: dict[str, Any] = {
-            "TableName": self.table,
+            "TableName": self.db.table,
             "Key": {"pk": {"S": key_pk(ckey)}},
             "UpdateExpression": "SET #ckey = :ckey" + (" REMOVE #cap" if cap is None else ", #cap = :cap"),
             "ExpressionAttributeNames": {"#ckey": "ckey", "#cap": "cap"},
@@ -355,4 +363,4 @@ class KeysTable(Table):
             ),
         }
         with translated("UpdateItem"):
-            self.client.update_item(**request)
+            self.db.client.update_item(**request)

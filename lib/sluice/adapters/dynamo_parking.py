@@ -28,13 +28,16 @@ from collections.abc import Iterable
 from typing import Any
 
 from sluice.adapters.dynamo_codec import execution_pk, park_pk, parked_item, to_parked, values
-from sluice.adapters.dynamo_table import Table
+from sluice.adapters.dynamo_table import TableRef
 from sluice.model import ParkedMessage, PayloadState
 
 PARKED_PK = "PARKED"
 
 
-class ParkingTable(Table):
+class ParkingTable:
+    def __init__(self, db: TableRef) -> None:
+        self.db = db
+
     def park(self, parked: ParkedMessage) -> bool:
         """Park ``parked`` behind its holder. True when it is parked (now, or by an earlier delivery
         of the same message); False when the holder is no longer live: run the message instead."""
@@ -42,7 +45,7 @@ class ParkingTable(Table):
         items: list[dict[str, Any]] = [
             {
                 "Update": {
-                    "TableName": self.table,
+                    "TableName": self.db.table,
                     "Key": {"pk": {"S": execution_pk(parked.holder)}},
                     "UpdateExpression": "ADD parked :ids",
                     "ConditionExpression": "#state IN (:claimed, :running)",
@@ -55,7 +58,7 @@ class ParkingTable(Table):
             },
             {
                 "Put": {
-                    "TableName": self.table,
+                    "TableName": self.db.table,
                     "Item": put,
                     # A copy woken from an earlier holder may be parked again behind a new one.
                     "ConditionExpression": "attribute_not_exists(pk) OR holder <> :holder OR attribute_exists(woken_at)",
@@ -64,31 +67,31 @@ class ParkingTable(Table):
             },
             {
                 "Update": {
-                    "TableName": self.table,
+                    "TableName": self.db.table,
                     "Key": {"pk": {"S": PARKED_PK}},
                     "UpdateExpression": "ADD holders :holders",
                     "ExpressionAttributeValues": {":holders": {"SS": [parked.holder]}},
                 }
             },
         ]
-        reasons = self._transact(items)
+        reasons = self.db.transact(items)
         if reasons is None:
             return True
         return reasons[1].get("Code") == "ConditionalCheckFailed"  # parked already, by a redelivery
 
     def parked_messages(self, holder: str, message_ids: Iterable[str]) -> list[ParkedMessage]:
         """The messages still waiting for ``holder`` (not woken, not re-parked behind another)."""
-        found = self._batch_get([park_pk(m) for m in sorted(set(message_ids))])
+        found = self.db.batch_get([park_pk(m) for m in sorted(set(message_ids))])
         waiting = [to_parked(raw) for raw in found if raw.get("holder") == holder and "woken_at" not in raw]
         return sorted(waiting, key=lambda p: (p.parked_at, p.message_id))
 
     def unpark(self, holder: str, message_ids: Iterable[str], *, now: float) -> None:
         """Mark the re-sent messages woken (TTL removes them later), take them off ``holder``'s
         ``parked`` set, and take ``holder`` off the index once nothing else waits behind it."""
-        expires = int(now) + self.retention_seconds
+        expires = int(now) + self.db.retention_seconds
         woken = sorted(set(message_ids))
         for message_id in woken:
-            self._update_if(
+            self.db.update_if(
                 park_pk(message_id),
                 "SET woken_at = :now, expires_at = :expires",
                 "holder = :holder AND attribute_not_exists(woken_at)",
@@ -99,18 +102,18 @@ class ParkingTable(Table):
         # (its own message, back after a rollback), carrying them, and more parked behind the new
         # claim, which that claim's end must wake.
         if woken:
-            self._update_if(
+            self.db.update_if(
                 execution_pk(holder),
                 "DELETE parked :ids",
                 "attribute_exists(pk)",
                 {":ids": {"SS": woken}},
                 names={},
             )
-        self._transact(
+        self.db.transact(
             [
                 {
                     "Update": {
-                        "TableName": self.table,
+                        "TableName": self.db.table,
                         "Key": {"pk": {"S": PARKED_PK}},
                         "UpdateExpression": "DELETE holders :holders",
                         "ExpressionAttributeValues": {":holders": {"SS": [holder]}},
@@ -118,7 +121,7 @@ class ParkingTable(Table):
                 },
                 {
                     "ConditionCheck": {
-                        "TableName": self.table,
+                        "TableName": self.db.table,
                         "Key": {"pk": {"S": execution_pk(holder)}},
                         "ConditionExpression": "attribute_not_exists(parked)",
                     }
@@ -127,5 +130,5 @@ class ParkingTable(Table):
         )  # refused: messages wait behind the holder still, and it stays on the index for them
 
     def parked_holders(self) -> frozenset[str]:
-        raw = self._get(PARKED_PK)
+        raw = self.db.get(PARKED_PK)
         return frozenset(raw.get("holders", ())) if raw else frozenset()

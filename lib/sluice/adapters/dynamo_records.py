@@ -33,46 +33,53 @@ from sluice.adapters.dynamo_codec import (
     values,
 )
 from sluice.adapters.dynamo_launch_slots import LEDGER_PK
-from sluice.adapters.dynamo_parking import ParkingTable
-from sluice.adapters.dynamo_release import UNLESS_ONCE_DONE
+from sluice.adapters.dynamo_table import TableRef
 from sluice.adapters.errors import translated
 from sluice.errors import ConditionFailed, TransientError
 from sluice.model import EffectsLog, ExecutionRecord, ExternalCount, PayloadRecord, PayloadState
 
+# The condition of every write that sets ``expires_at`` on ``PAYLOAD#<key>`` (a release, a dead
+# letter's ``record_invalid``): a once-key's success is kept without expiry (sluice.receipts). A write
+# refused on it is made again without the expiry; the race is drawn in
+# ``sluice.adapters.dynamo_release.ReleasesTable._release_items`` and in ``record_invalid``.
+UNLESS_ONCE_DONE = "attribute_not_exists(once_by)"
 SAVE_ROUNDS = 5  # read-merge-write rounds of a reconciliation's figures when others keep saving
 
 
-class RecordsTable(ParkingTable):
+class RecordsTable:
+    def __init__(self, db: TableRef) -> None:
+        self.db = db
+
     def payload(self, key: str) -> PayloadRecord | None:
-        raw = self._get(payload_pk(key))
+        raw = self.db.get(payload_pk(key))
         return to_payload(raw) if is_payload(raw) else None
 
     def execution(self, name: str) -> ExecutionRecord | None:
-        raw = self._get(execution_pk(name))
+        raw = self.db.get(execution_pk(name))
         return to_execution(raw) if raw else None
 
     def effects(self, name: str) -> EffectsLog | None:
-        raw = self._get(effects_pk(name))
+        raw = self.db.get(effects_pk(name))
         return to_effects(raw) if raw else None
 
     def executions(self, names: Iterable[str]) -> dict[str, ExecutionRecord]:
-        found = self._batch_get([execution_pk(n) for n in sorted(set(names))])
+        found = self.db.batch_get([execution_pk(n) for n in sorted(set(names))])
         return {r.name: r for r in map(to_execution, found)}
 
     # -- small records ----------------------------------------------------------------------------
 
     def record_duplicate(self, *, key: str, message_id: str, now: float) -> None:
         with translated("UpdateItem"):
-            self.client.update_item(
-                TableName=self.table,
+            self.db.client.update_item(
+                TableName=self.db.table,
                 Key={"pk": {"S": payload_pk(key)}},
                 UpdateExpression="SET updated_at = :now, last_duplicate = :mid ADD duplicates :one",
                 ExpressionAttributeValues=values(now=now, mid=message_id, one=1),
             )
 
     def first_sighting(self, *, key: str, message_id: str, receipt: str, now: float) -> bool:
-        expires = int(now) + self.retention_seconds  # cleanup only: a lost sighting is made again
-        return self._update_if(
+        expires = int(now) + self.db.retention_seconds  # cleanup only: a lost sighting is made again
+        return self.db.update_if(
             f"SIGHT#{message_id}",
             "SET #key = :key, sighted_at = if_not_exists(sighted_at, :now), expires_at = :expires, receipt = :receipt",
             "attribute_not_exists(pk) OR receipt = :receipt",  # a retry of this receive's write
@@ -82,8 +89,8 @@ class RecordsTable(ParkingTable):
 
     def record_already_done(self, *, key: str, message_id: str, now: float) -> None:
         with translated("UpdateItem"):
-            self.client.update_item(
-                TableName=self.table,
+            self.db.client.update_item(
+                TableName=self.db.table,
                 Key={"pk": {"S": payload_pk(key)}},
                 UpdateExpression="SET updated_at = :now, last_already_done = :mid ADD already_done :one",
                 ExpressionAttributeValues=values(now=now, mid=message_id, one=1),
@@ -103,22 +110,22 @@ class RecordsTable(ParkingTable):
         mark = "SET #key = :key, #state = :invalid, reason = :reason, updated_at = :now"
         named = values(key=key, invalid=PayloadState.INVALID.value, reason=reason, now=now)
         names = {"#key": "key", "#state": "state"}
-        if self._update_if(
+        if self.db.update_if(
             payload_pk(key),
             mark + ", expires_at = :exp",
             f"attribute_not_exists(holder) AND {UNLESS_ONCE_DONE}",
-            {**named, **values(exp=int(now) + self.retention_seconds)},
+            {**named, **values(exp=int(now) + self.db.retention_seconds)},
             names=names,
         ):
             return
-        self._update_if(
+        self.db.update_if(
             payload_pk(key), mark, "attribute_not_exists(holder) AND attribute_exists(once_by)", named, names
         )
 
     def next_count(self) -> int:
         with translated("UpdateItem"):
-            answer = self.client.update_item(
-                TableName=self.table,
+            answer = self.db.client.update_item(
+                TableName=self.db.table,
                 Key={"pk": {"S": LEDGER_PK}},
                 UpdateExpression="ADD counts :one",
                 ExpressionAttributeValues=values(one=1),
@@ -138,7 +145,7 @@ class RecordsTable(ParkingTable):
         if self._save_figures(mine, drift, now, newer, values(began=mine.began)):
             return True
         for _ in range(SAVE_ROUNDS):
-            seen = self._get(LEDGER_PK) or {}
+            seen = self.db.get(LEDGER_PK) or {}
             saved = ExternalCount(
                 int(seen.get("external", 0)),
                 int(seen.get("external_count", 0)),
@@ -178,8 +185,8 @@ class RecordsTable(ParkingTable):
             figures.update(values(drift=drift, now=now))
         try:
             with translated("UpdateItem"):
-                self.client.update_item(
-                    TableName=self.table,
+                self.db.client.update_item(
+                    TableName=self.db.table,
                     Key={"pk": {"S": LEDGER_PK}},
                     UpdateExpression="SET " + sets,
                     ConditionExpression=condition,

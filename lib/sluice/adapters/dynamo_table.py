@@ -1,9 +1,14 @@
-"""Plumbing of the one Sluice table: consistent reads, conditional writes, transactions."""
+"""Plumbing of the one Sluice table: consistent reads, conditional writes, transactions.
+
+``TableRef`` is the table as each part of a store reaches it (the client, the table's name, the
+retention of ended records, the sleep between retries): one frozen value, held by every part.
+"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -17,30 +22,21 @@ CONFLICT_BACKOFF = 0.02  # seconds, doubled per retry
 DEFAULT_RETENTION = 30 * 86_400
 
 
-class Table:
-    def __init__(
-        self,
-        client: Any,
-        table_name: str,
-        *,
-        retention_seconds: int = DEFAULT_RETENTION,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        self.client = client
-        self.table = table_name
-        self.retention_seconds = retention_seconds
-        self.sleep = sleep
+@dataclass(frozen=True)
+class TableRef:
+    client: Any
+    table: str
+    retention_seconds: int = DEFAULT_RETENTION
+    sleep: Callable[[float], None] = time.sleep
 
-    # -- plumbing ---------------------------------------------------------------------------------
-
-    def _get(self, pk: str) -> dict[str, Any] | None:
+    def get(self, pk: str) -> dict[str, Any] | None:
         with translated("GetItem"):
             raw = self.client.get_item(TableName=self.table, Key={"pk": {"S": pk}}, ConsistentRead=True).get(
                 "Item"
             )
         return plain(raw) if raw else None
 
-    def _batch_get(self, pks: list[str]) -> list[dict[str, Any]]:
+    def batch_get(self, pks: list[str]) -> list[dict[str, Any]]:
         pending = [{"pk": {"S": pk}} for pk in pks]
         found: list[dict[str, Any]] = []
         while pending:
@@ -53,7 +49,7 @@ class Table:
                 request = response.get("UnprocessedKeys") or {}
         return found
 
-    def _update_if(
+    def update_if(
         self,
         pk: str,
         expression: str,
@@ -80,7 +76,18 @@ class Table:
             return False
         return True
 
-    def _transact(self, items: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    def update(self, pk: str, expression: str, named_values: dict[str, Any], **more: Any) -> dict[str, Any]:
+        """One unconditional UpdateItem (``more``: ExpressionAttributeNames, ReturnValues…)."""
+        with translated("UpdateItem"):
+            return self.client.update_item(
+                TableName=self.table,
+                Key={"pk": {"S": pk}},
+                UpdateExpression=expression,
+                ExpressionAttributeValues=named_values,
+                **more,
+            )
+
+    def transact(self, items: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
         """Run a transaction. None when it committed; the cancellation reasons when a condition failed.
 
         Conflicts with another writer are asked again with backoff through the injected ``sleep``.
@@ -107,3 +114,40 @@ class Table:
                 )
             self.sleep(CONFLICT_BACKOFF * 2**attempt)  # another writer held an item for a moment
         raise AssertionError("unreachable")
+
+
+class Table:
+    """The plumbing as methods, for the slot pools, the leases and the semaphore store."""
+
+    def __init__(
+        self,
+        client: Any,
+        table_name: str,
+        *,
+        retention_seconds: int = DEFAULT_RETENTION,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.db = TableRef(client, table_name, retention_seconds, sleep)
+        self.client = client
+        self.table = table_name
+        self.retention_seconds = retention_seconds
+        self.sleep = sleep
+
+    def _get(self, pk: str) -> dict[str, Any] | None:
+        return self.db.get(pk)
+
+    def _batch_get(self, pks: list[str]) -> list[dict[str, Any]]:
+        return self.db.batch_get(pks)
+
+    def _update_if(
+        self,
+        pk: str,
+        expression: str,
+        condition: str,
+        named_values: dict[str, Any],
+        names: dict[str, str] | None = None,
+    ) -> bool:
+        return self.db.update_if(pk, expression, condition, named_values, names)
+
+    def _transact(self, items: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        return self.db.transact(items)

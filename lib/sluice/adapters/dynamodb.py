@@ -1,6 +1,6 @@
 """The launcher's store in one DynamoDB table (partition key ``pk``): the slots it claims, the
-payload leases and the execution records, composed into one transaction per claim and per release
-(the release and the adoption: ``sluice.adapters.dynamo_release``).
+payload leases and the execution records, composed into one transaction per claim and per release.
+``DynamoStore`` holds one part per concern, each holding the table (``TableRef``):
 
     SLOTS#launcher[#i] the slot pool and its shards (sluice.adapters.dynamo_launch_slots)
     PAYLOAD#<key>     the lease (holder), latest state, the last executions, attempts, duplicates
@@ -8,67 +8,50 @@ payload leases and the execution records, composed into one transaction per clai
     LEDGER, PARK#...  reconciliation's figures, the waiting room (sluice.adapters.dynamo_records,
                       sluice.adapters.dynamo_parking)
 
-A claim is one TransactWriteItems over one slot shard, PAYLOAD#<key> and EXEC#<name>:
-
-    SLOTS#launcher#i  SET holders.name   IF size(holders) < cap AND name not among them
-    PAYLOAD#<key>     SET holder = name  IF holder absent AND history not full   (ALL_OLD on failure)
-    EXEC#<name>       PUT CLAIMED, arn, claim_expires_at, shard
-
-and a release is the mirror image, conditional on ``name`` still holding both. Two launchers
-claiming the last slot of a shard at once: DynamoDB serialises the transactions, one condition fails.
+The claim and the marks on a live claim: ``sluice.adapters.dynamo_claims``; the release and the
+hand-over: ``sluice.adapters.dynamo_release``; the adoption: ``sluice.adapters.dynamo_adoption``;
+concurrency keys and awaits: ``sluice.adapters.dynamo_keys``, ``sluice.adapters.dynamo_awaits``. A
+release is the mirror image of a claim, conditional on ``name`` still holding both.
 
 Live records carry no ``expires_at``: TTL can only delete a record once its run has ended.
-
-A resumed claim and reconciliation race on an unstarted claim; the claim's version fences them:
-
-    launcher (resume)                         reconciler
-    ─────────────────                         ──────────
-                                              DescribeExecution(N): no such execution
-                                              suspect(N, v1): suspect_since = t, by me
-    renew(N): IF CLAIMED                      …
-      claim_version = v2, REMOVE suspect
-    StartExecution(N)                         (a claim timeout later, by its own clock)
-                                              release(N) IF CLAIMED AND version v1 AND suspect t
-                                                → fails: the resume owns N
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from sluice.adapters.claim import Claim
+from sluice.adapters.dynamo_adoption import AdoptionsTable
 from sluice.adapters.dynamo_awaits import AWAITING_PK, AwaitsTable
-from sluice.adapters.dynamo_codec import (
-    TTL_ATTRIBUTE,
-    create_table,
-    execution_pk,
-    item,
-    only_once,
-    payload_pk,
-    plain,
-    to_execution,
-    to_payload,
-    values,
-)
-from sluice.adapters.dynamo_keys import KEYS_WAITING_PK, KeysTable, to_key_state
+from sluice.adapters.dynamo_claims import ClaimsTable
+from sluice.adapters.dynamo_codec import TTL_ATTRIBUTE, create_table, execution_pk, payload_pk
+from sluice.adapters.dynamo_keys import KEYS_WAITING_PK, KeysTable
 from sluice.adapters.dynamo_lanes import LaneSlots
 from sluice.adapters.dynamo_launch_slots import LEDGER_PK, LaunchSlots
-from sluice.adapters.dynamo_parking import PARKED_PK
+from sluice.adapters.dynamo_parking import PARKED_PK, ParkingTable
 from sluice.adapters.dynamo_records import RecordsTable
-from sluice.adapters.dynamo_release import ReleasesTable
+from sluice.adapters.dynamo_release import ReleaseParts, ReleasesTable
 from sluice.adapters.dynamo_slots import DynamoSlots
-from sluice.adapters.dynamo_table import DEFAULT_RETENTION
-from sluice.errors import AlreadyDone, AlreadyRan, KeyFull, LeaseHeld, OnceUnknown, SlotsFull, TransientError
-from sluice.keys import DEFAULT_KEY_CONCURRENCY
+from sluice.adapters.dynamo_table import DEFAULT_RETENTION, TableRef
+from sluice.awaits import Waiter
+from sluice.keys import DEFAULT_KEY_CONCURRENCY, KeyWaiter
 from sluice.model import (
+    ClaimFence,
+    EffectsLog,
+    ExecutionRecord,
+    HandOver,
     Ledger,
     LimitSource,
+    ParkedMessage,
+    PayloadRecord,
     PayloadState,
     Rooms,
+    Successor,
 )
-from sluice.records import LaneRoom, LaneSetting
+from sluice.records import KeyState, LaneRoom, LaneSetting, ReceiptOutput
 from sluice.slots import DEFAULT_PER_SHARD
 
 __all__ = [
@@ -81,11 +64,8 @@ __all__ = [
     "payload_pk",
 ]
 
-HISTORY_LIMIT = 20  # execution names kept on a payload record; trimmed to the newest HISTORY_KEEP
-HISTORY_KEEP = 10
 
-
-class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
+class DynamoStore:
     def __init__(
         self,
         client: Any,
@@ -97,16 +77,39 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
         rng: random.Random | None = None,
         key_concurrency: int = DEFAULT_KEY_CONCURRENCY,
     ) -> None:
-        super().__init__(client, table_name, retention_seconds=retention_seconds, sleep=sleep)
-        self.key_concurrency = key_concurrency
+        self.db = db = TableRef(client, table_name, retention_seconds, sleep)
         slots = DynamoSlots(client, table_name, per_shard=slots_per_shard, rng=rng, sleep=sleep)
         self.launch_slots = LaunchSlots(slots, rng=rng)
         self.lane_slots = LaneSlots(slots, rng=rng)
+        self.records = RecordsTable(db)
+        self.parking = ParkingTable(db)
+        self.awaits = AwaitsTable(db)
+        self.keys = KeysTable(db, key_concurrency)
+        self.claims = ClaimsTable(db, self.launch_slots, self.lane_slots, self.keys)
+        parts = ReleaseParts(self.records, self.keys, self.claims)
+        self.releases = ReleasesTable(db, self.launch_slots, self.lane_slots, parts)
+        self.adoptions = AdoptionsTable(db, self.launch_slots, self.lane_slots, parts)
 
-    # -- reads ---------------------------------------------------------------------------------
+    @property
+    def client(self) -> Any:
+        return self.db.client
+
+    @property
+    def table(self) -> str:
+        return self.db.table
+
+    @property
+    def key_concurrency(self) -> int:
+        return self.keys.key_concurrency
+
+    @key_concurrency.setter
+    def key_concurrency(self, cap: int) -> None:
+        self.keys.key_concurrency = cap
+
+    # -- the slot pools (SlotPools) ------------------------------------------------------------------
 
     def rooms(self) -> Rooms:
-        found = {raw["pk"]: raw for raw in self._batch_get([PARKED_PK, AWAITING_PK, KEYS_WAITING_PK])}
+        found = {raw["pk"]: raw for raw in self.db.batch_get([PARKED_PK, AWAITING_PK, KEYS_WAITING_PK])}
         return Rooms(
             parked_holders=frozenset(found.get(PARKED_PK, {}).get("holders", ())),
             awaiting=frozenset(found.get(AWAITING_PK, {}).get("waiters", ())),
@@ -119,10 +122,25 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
     def look(self, shards: Sequence[int] | None = None) -> Ledger:
         return self.launch_slots.look(shards)
 
-    # -- the claim ------------------------------------------------------------------------------
-
     def set_limit(self, source: LimitSource) -> int | None:
         return self.launch_slots.set_limit(source)
+
+    def lane_rooms(self, lanes: Sequence[str], *, whole: bool = False) -> dict[str, LaneRoom]:
+        return self.lane_slots.rooms(lanes, whole=whole)
+
+    def lane_settings(self, lanes: Sequence[str]) -> dict[str, LaneSetting]:
+        return self.lane_slots.settings(lanes)
+
+    def set_lane_limit(self, lane: str, limit: int, stamp: float) -> int | None:
+        return self.lane_slots.set_limit(lane, limit, stamp)
+
+    def write_lane_setting(self, setting: LaneSetting) -> None:
+        self.lane_slots.write_setting(setting)
+
+    def thaw_lane(self, lane: str) -> None:
+        self.lane_slots.rebalance(lane)
+
+    # -- the leases (PayloadLeases) ------------------------------------------------------------------
 
     def claim(
         self,
@@ -140,360 +158,210 @@ class DynamoStore(ReleasesTable, RecordsTable, AwaitsTable, KeysTable):
         fair_newcomer: bool = False,
         uncapped: bool = False,
     ) -> None:
-        if self.launch_slots.view is None:
-            self.launch_slots.ledger()
-        for round_ in range(2):
-            if round_:
-                self.launch_slots.ledger()  # no shard had room as last read: read the pool again, once
-            self.launch_slots.thaw()
-            for shard in self.launch_slots.choices():
-                if self._claim_on(
-                    shard,
-                    key,
-                    name,
-                    message_id,
-                    now,
-                    claim_expires_at,
-                    arn,
-                    once,
-                    ckey,
-                    ticket,
-                    lane,
-                    fair_newcomer,
-                    uncapped,
-                ):
-                    return
-        raise SlotsFull(self.launch_slots.view.limit if self.launch_slots.view else 0)
-
-    def _claim_on(
-        self,
-        shard: int,
-        key: str,
-        name: str,
-        message_id: str,
-        now: float,
-        claim_expires_at: float,
-        arn: str | None,
-        once: bool = False,
-        ckey: str | None = None,
-        ticket: str | None = None,
-        lane: str | None = None,
-        fair_newcomer: bool = False,
-        uncapped: bool = False,
-    ) -> bool:
-        """Claim on ``shard``: True when taken, False when the shard had no room. With ``lane``, a
-        slot of the lane's pool in the same transaction: SlotsFull when no lane shard had room.
-        ``fair_newcomer``: KeyFull while any concurrency key has waiters (``KEYS_WAITING``).
-        ``uncapped``: its key has no default cap (a claim from a fair lane, ``sluice.fair``)."""
-        lane_shards = self.lane_slots.choices(lane) if lane is not None else []
-        lane_reads = 0
-        if lane is not None and not lane_shards:
-            lane_shards, lane_reads = self.lane_slots.choices(lane, fresh=True), 1  # read once more
-            if not lane_shards:
-                raise SlotsFull(0)
-        trims = 0
-        carried: list[str] = []
-        carries = 0
-        landed = False
-        while True:
-            items = self._claim_items(key, name, message_id, shard, now, claim_expires_at, arn)
-            if once:
-                only_once(items)
-            if carried:
-                _carry_parked(items, carried)
-            key_at = lane_at = -1
-            if ckey is not None:
-                items[2]["Put"]["Item"]["ckey"] = {"S": ckey}
-                items.append(self.key_claim_item(ckey, name, ticket=ticket, uncapped=uncapped, landed=landed))
-                key_at = len(items) - 1
-            if lane is not None:
-                items[2]["Put"]["Item"]["lane"] = {"S": lane}
-                items[2]["Put"]["Item"]["lane_shard"] = {"N": str(lane_shards[0])}
-                items.append(self.lane_slots.claim_item(lane, lane_shards[0], name, now))
-                lane_at = len(items) - 1
-            waiting_at = -1
-            if fair_newcomer:
-                items.append(self.nobody_waiting_item())
-                waiting_at = len(items) - 1
-            reasons = self._transact(items)
-            if reasons is None:
-                self.launch_slots.took(shard, name, now)
-                if lane is not None:
-                    self.lane_slots.took(lane, lane_shards[0], name, now)
-                return True
-            slot_reason, lease_reason = reasons[0], reasons[1]
-            if lease_reason.get("Code") == "ConditionalCheckFailed":
-                existing = plain(lease_reason.get("Item", {}))
-                if once and existing.get("succeeded_by") is not None:
-                    raise AlreadyDone(to_payload(existing, default_key=key))
-                if once and existing.get("once_unknown") is not None:
-                    raise OnceUnknown(to_payload(existing, default_key=key))
-                free = (
-                    existing.get("holder") is None
-                    and existing.get("redriven") is None
-                    and not existing.get("redriven_more")
-                )
-                if free and trims < 1 and self._trim_history(key, existing):
-                    trims += 1
-                    continue  # the history was full, not the lease: trimmed, claim again
-                raise LeaseHeld(to_payload(existing, default_key=key))
-            earlier = (
-                plain(reasons[2].get("Item", {}))
-                if reasons[2].get("Code") == "ConditionalCheckFailed"
-                else {}
+        self.claims.claim(
+            Claim(
+                key,
+                name,
+                message_id,
+                now,
+                claim_expires_at,
+                arn,
+                once,
+                ckey,
+                ticket,
+                lane,
+                fair_newcomer,
+                uncapped,
             )
-            if earlier and PayloadState(earlier.get("state", PayloadState.CLAIMED.value)).ended:
-                raise AlreadyRan(to_execution(earlier))  # before any other refusal: no shard would do
-            if waiting_at >= 0 and reasons[waiting_at].get("Code") == "ConditionalCheckFailed":
-                raise KeyFull(to_key_state(ckey or "", None))  # someone waits: this one lines up too
-            if key_at >= 0 and reasons[key_at].get("Code") == "ConditionalCheckFailed":
-                state = to_key_state(ckey or "", plain(reasons[key_at].get("Item", {})) or None)
-                if ticket is not None and not landed and ticket not in state.inflight:
-                    # Claimed before the wake that sent it noted its entry (``sluice.keys``).
-                    landed = True
-                    continue
-                raise KeyFull(state)
-            if lane is not None and reasons[lane_at].get("Code") == "ConditionalCheckFailed":
-                # Another launcher took the lane shard's last slot: try the lane's next shard.
-                self.lane_slots.full(lane, lane_shards.pop(0), reasons[lane_at].get("Item"))
-                if not lane_shards and not lane_reads:
-                    lane_shards, lane_reads = self.lane_slots.choices(lane, fresh=True), 1
-                if not lane_shards:
-                    raise SlotsFull(0)
-                continue
-            if slot_reason.get("Code") == "ConditionalCheckFailed":
-                self.launch_slots.full(shard, slot_reason.get("Item"))
-                return False
-            if reasons[2].get("Code") == "ConditionalCheckFailed" and carries < 2:
-                # An earlier claim of this name (its message back after a rollback) still lists
-                # messages parked behind it and never woken: they wait for this claim instead.
-                carried = sorted(plain(reasons[2].get("Item", {})).get("parked", ()))
-                carries += 1
-                continue
-            raise TransientError(
-                f"claim cancelled: {reasons}", operation="TransactWriteItems", code="Cancelled"
-            )
-
-    def _claim_items(
-        self,
-        key: str,
-        name: str,
-        message_id: str,
-        shard: int,
-        now: float,
-        claim_expires_at: float,
-        arn: str | None,
-    ) -> list[dict[str, Any]]:
-        return [
-            self.launch_slots.claim_item(shard, name, now),
-            {
-                "Update": {
-                    "TableName": self.table,
-                    "Key": {"pk": {"S": payload_pk(key)}},
-                    "UpdateExpression": (
-                        "SET #key = :key, #state = :claimed, holder = :name, updated_at = :now, "
-                        "executions = list_append(if_not_exists(executions, :empty), :list) "
-                        "ADD attempts :one REMOVE reason, expires_at"
-                    ),
-                    "ConditionExpression": (
-                        "attribute_not_exists(holder) AND attribute_not_exists(redriven) AND attribute_not_exists(redriven_more) AND "
-                        "(attribute_not_exists(executions) OR size(executions) < :history)"
-                    ),
-                    "ExpressionAttributeNames": {"#key": "key", "#state": "state"},
-                    "ExpressionAttributeValues": values(
-                        key=key,
-                        claimed=PayloadState.CLAIMED.value,
-                        name=name,
-                        now=now,
-                        empty=[],
-                        list=[name],
-                        one=1,
-                        history=HISTORY_LIMIT,
-                    ),
-                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                }
-            },
-            {
-                "Put": {
-                    "TableName": self.table,
-                    "Item": item(
-                        pk=execution_pk(name),
-                        name=name,
-                        key=key,
-                        message_id=message_id,
-                        arn=arn,
-                        state=PayloadState.CLAIMED.value,
-                        claimed_at=now,
-                        claim_expires_at=claim_expires_at,
-                        claim_version=0,
-                        shard=shard,
-                    ),
-                    # Never over a record whose parked messages were not woken (``_carry_parked``),
-                    # nor over a run that ended: its name may start afresh on another state machine.
-                    "ConditionExpression": f"attribute_not_exists(parked) AND {NOT_ENDED}",
-                    "ExpressionAttributeNames": {"#state": "state"},
-                    "ExpressionAttributeValues": dict(NOT_ENDED_VALUES),
-                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                }
-            },
-        ]
-
-    def _trim_history(self, key: str, existing: dict[str, Any]) -> bool:
-        history = list(existing.get("executions", ()))
-        if len(history) < HISTORY_LIMIT:
-            return False
-        # Lost to another trim or a claim: either way the caller looks again.
-        self._update_if(
-            payload_pk(key),
-            "SET executions = :kept",
-            "attribute_not_exists(holder) AND size(executions) = :n",
-            values(kept=history[-HISTORY_KEEP:], n=len(history)),
-            names={},
         )
-        return True
 
     def renew(self, *, name: str, now: float, claim_expires_at: float, arn: str | None = None) -> bool:
-        named = values(exp=claim_expires_at, now=now, zero=0, one=1, claimed=PayloadState.CLAIMED.value)
-        moved = ""
-        if arn is not None:
-            moved, named[":arn"] = ", arn = :arn", {"S": arn}
-        return self._update_if(
-            execution_pk(name),
-            "SET claim_expires_at = :exp, renewed_at = :now, "
-            "claim_version = if_not_exists(claim_version, :zero) + :one"
-            + moved
-            + " REMOVE suspect_since, suspect_by, starting_at",
-            "#state = :claimed AND attribute_not_exists(blocked_by)",
-            named,
-        )
+        return self.claims.renew(name=name, now=now, claim_expires_at=claim_expires_at, arn=arn)
 
     def block(self, *, name: str, by: str, now: float) -> bool:
-        return self._update_if(
-            execution_pk(name),
-            "SET blocked_by = :by, blocked_at = :now",
-            "#state = :claimed AND attribute_not_exists(starting_at)",
-            values(by=by, now=now, claimed=PayloadState.CLAIMED.value),
-        )
+        return self.claims.block(name=name, by=by, now=now)
 
     def mark_starting(self, *, name: str, now: float) -> bool:
-        return self._update_if(
-            execution_pk(name),
-            "SET starting_at = :now",
-            "#state = :claimed AND attribute_not_exists(blocked_by)",
-            values(now=now, claimed=PayloadState.CLAIMED.value),
-        )
-
-    # -- lanes (sluice.lanes) ------------------------------------------------------------------------
-
-    def lane_rooms(self, lanes: Sequence[str], *, whole: bool = False) -> dict[str, LaneRoom]:
-        return self.lane_slots.rooms(lanes, whole=whole)
-
-    def lane_settings(self, lanes: Sequence[str]) -> dict[str, LaneSetting]:
-        return self.lane_slots.settings(lanes)
-
-    def set_lane_limit(self, lane: str, limit: int, stamp: float) -> int | None:
-        return self.lane_slots.set_limit(lane, limit, stamp)
-
-    def write_lane_setting(self, setting: LaneSetting) -> None:
-        self.lane_slots.write_setting(setting)
-
-    def thaw_lane(self, lane: str) -> None:
-        self.lane_slots.rebalance(lane)
-
-    def mark_redriven(self, *, key: str, name: str, now: float) -> bool:
-        # The key's first mark in ``redriven``; one more while it names another run goes into the
-        # set ``redriven_more``, never over it (each unadopted redriven run keeps the key marked).
-        held, named = "attribute_exists(holder) AND holder <> :name AND ", values(name=name, now=now)
-        free = held + "(attribute_not_exists(redriven) OR redriven = :name)"
-        if self._update_if(payload_pk(key), "SET redriven = :name, updated_at = :now", free, named, names={}):
-            return True
-        more, named[":names"] = "SET updated_at = :now ADD redriven_more :names", {"SS": [name]}
-        return self._update_if(payload_pk(key), more, held + "redriven <> :name", named, names={})
-
-    def clear_redriven(self, *, key: str, name: str) -> bool:
-        named = {**values(name=name), ":names": {"SS": [name]}}
-        first = self._update_if(
-            payload_pk(key), "REMOVE redriven", "redriven = :name", values(name=name), names={}
-        )
-        more = self._update_if(
-            payload_pk(key), "DELETE redriven_more :names", "contains(redriven_more, :name)", named, names={}
-        )
-        return first or more
+        return self.claims.mark_starting(name=name, now=now)
 
     def suspect(
         self, *, name: str, claim_version: int, reconciler: str, now: float, replacing: float | None = None
     ) -> bool:
-        condition = "#state = :claimed AND (claim_version = :v OR (attribute_not_exists(claim_version) AND :v = :zero))"
-        named = values(now=now, by=reconciler, claimed=PayloadState.CLAIMED.value, v=claim_version, zero=0)
-        if replacing is None:
-            condition += " AND attribute_not_exists(suspect_since)"
-        else:
-            condition += " AND suspect_since = :old"
-            named.update(values(old=replacing))
-        return self._update_if(
-            execution_pk(name),
-            "SET suspect_since = :now, suspect_by = :by, claim_version = :v",
-            condition,
-            named,
+        return self.claims.suspect(
+            name=name, claim_version=claim_version, reconciler=reconciler, now=now, replacing=replacing
         )
 
     def mark_running(self, *, key: str, name: str, arn: str, started_at: float, now: float) -> bool:
-        items = self._mark_items(key, name, arn, started_at, now)
-        return self._transact(items) is None
+        return self.claims.mark_running(key=key, name=name, arn=arn, started_at=started_at, now=now)
 
-    def _mark_items(
-        self, key: str, name: str, arn: str, started_at: float, now: float
-    ) -> list[dict[str, Any]]:
-        return [
-            {
-                "Update": {
-                    "TableName": self.table,
-                    "Key": {"pk": {"S": payload_pk(key)}},
-                    "UpdateExpression": "SET #state = :running, updated_at = :now REMOVE expires_at",
-                    "ConditionExpression": "holder = :name",
-                    "ExpressionAttributeNames": {"#state": "state"},
-                    "ExpressionAttributeValues": values(
-                        running=PayloadState.RUNNING.value, now=now, name=name
-                    ),
-                }
-            },
-            {
-                "Update": {
-                    "TableName": self.table,
-                    "Key": {"pk": {"S": execution_pk(name)}},
-                    "UpdateExpression": (
-                        "SET #state = :running, arn = :arn, started_at = :started "
-                        "REMOVE expires_at, suspect_since, suspect_by"
-                    ),
-                    "ConditionExpression": "#state = :claimed",
-                    "ExpressionAttributeNames": {"#state": "state"},
-                    "ExpressionAttributeValues": values(
-                        running=PayloadState.RUNNING.value,
-                        arn=arn,
-                        started=started_at,
-                        claimed=PayloadState.CLAIMED.value,
-                    ),
-                }
-            },
-        ]
+    def mark_redriven(self, *, key: str, name: str, now: float) -> bool:
+        return self.claims.mark_redriven(key=key, name=name, now=now)
 
+    def clear_redriven(self, *, key: str, name: str) -> bool:
+        return self.claims.clear_redriven(key=key, name=name)
 
-# An execution record that is not of a run that ended (a claim's Put over a name that ran is refused).
-NOT_ENDED = "NOT #state IN (:ended_s, :ended_f, :ended_t, :ended_a)"
-NOT_ENDED_VALUES = values(
-    ended_s=PayloadState.SUCCEEDED.value,
-    ended_f=PayloadState.FAILED.value,
-    ended_t=PayloadState.TIMED_OUT.value,
-    ended_a=PayloadState.ABORTED.value,
-)
+    def release(
+        self,
+        *,
+        name: str,
+        state: PayloadState,
+        now: float,
+        error: str | None = None,
+        cause: str | None = None,
+        ended_at: float | None = None,
+        started_at: float | None = None,
+        fence: ClaimFence | None = None,
+        confirm: Callable[[ExecutionRecord], bool] | None = None,
+        output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
+        outcome_unknown: bool = False,
+    ) -> ExecutionRecord | None:
+        return self.releases.release(
+            name=name,
+            state=state,
+            now=now,
+            error=error,
+            cause=cause,
+            ended_at=ended_at,
+            started_at=started_at,
+            fence=fence,
+            confirm=confirm,
+            output=output,
+            outcome_unknown=outcome_unknown,
+        )
 
+    def hand_over(
+        self,
+        *,
+        name: str,
+        state: PayloadState,
+        now: float,
+        offer: Callable[[ExecutionRecord, bool], Successor | None],
+        error: str | None = None,
+        cause: str | None = None,
+        ended_at: float | None = None,
+        started_at: float | None = None,
+        confirm: Callable[[ExecutionRecord], bool] | None = None,
+        output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
+    ) -> HandOver:
+        return self.releases.hand_over(
+            name=name,
+            state=state,
+            now=now,
+            offer=offer,
+            error=error,
+            cause=cause,
+            ended_at=ended_at,
+            started_at=started_at,
+            confirm=confirm,
+            output=output,
+        )
 
-def _carry_parked(items: list[dict[str, Any]], parked: list[str]) -> None:
-    """Make a claim's items (``_claim_items``) keep the messages parked behind an earlier claim of
-    the same name: the earlier one was released and its wake-up lost (a crash, or a park that
-    committed while the release was on its way); the new record lists them, so they are woken when
-    it ends (``sluice.parking``). Nothing parks behind a released record, so the list is as read."""
-    put = items[2]["Put"]
-    put["Item"]["parked"] = {"SS": parked}
-    put["ConditionExpression"] = f"(attribute_not_exists(parked) OR size(parked) = :nparked) AND {NOT_ENDED}"
-    put["ExpressionAttributeValues"] = {**NOT_ENDED_VALUES, ":nparked": {"N": str(len(parked))}}
+    def adopt(self, *, name: str, now: float) -> bool:
+        return self.adoptions.adopt(name=name, now=now)
+
+    # -- the records (Records) -----------------------------------------------------------------------
+
+    def payload(self, key: str) -> PayloadRecord | None:
+        return self.records.payload(key)
+
+    def execution(self, name: str) -> ExecutionRecord | None:
+        return self.records.execution(name)
+
+    def effects(self, name: str) -> EffectsLog | None:
+        return self.records.effects(name)
+
+    def executions(self, names: Iterable[str]) -> dict[str, ExecutionRecord]:
+        return self.records.executions(names)
+
+    def record_duplicate(self, *, key: str, message_id: str, now: float) -> None:
+        self.records.record_duplicate(key=key, message_id=message_id, now=now)
+
+    def first_sighting(self, *, key: str, message_id: str, receipt: str, now: float) -> bool:
+        return self.records.first_sighting(key=key, message_id=message_id, receipt=receipt, now=now)
+
+    def record_already_done(self, *, key: str, message_id: str, now: float) -> None:
+        self.records.record_already_done(key=key, message_id=message_id, now=now)
+
+    def record_invalid(self, *, key: str, reason: str, now: float) -> None:
+        self.records.record_invalid(key=key, reason=reason, now=now)
+
+    def next_count(self) -> int:
+        return self.records.next_count()
+
+    def save_reconciliation(
+        self, *, external: int, drift: int, now: float, count: int = 0, listed_after: int | None = None
+    ) -> bool:
+        return self.records.save_reconciliation(
+            external=external, drift=drift, now=now, count=count, listed_after=listed_after
+        )
+
+    # -- the waiting room (WaitingRoom) --------------------------------------------------------------
+
+    def park(self, parked: ParkedMessage) -> bool:
+        return self.parking.park(parked)
+
+    def parked_messages(self, holder: str, message_ids: Iterable[str]) -> list[ParkedMessage]:
+        return self.parking.parked_messages(holder, message_ids)
+
+    def unpark(self, holder: str, message_ids: Iterable[str], *, now: float) -> None:
+        self.parking.unpark(holder, message_ids, now=now)
+
+    def parked_holders(self) -> frozenset[str]:
+        return self.parking.parked_holders()
+
+    # -- awaits (sluice.awaits.AwaitStore) -----------------------------------------------------------
+
+    def payloads(self, keys: Iterable[str]) -> dict[str, PayloadRecord]:
+        return self.awaits.payloads(keys)
+
+    def park_waiter(self, waiter: Waiter, missing: Sequence[str]) -> None:
+        self.awaits.park_waiter(waiter, missing)
+
+    def waiters_on(self, key: str) -> frozenset[str]:
+        return self.awaits.waiters_on(key)
+
+    def waiting(self) -> frozenset[str]:
+        return self.awaits.waiting()
+
+    def waiters(self, message_ids: Iterable[str]) -> list[Waiter]:
+        return self.awaits.waiters(message_ids)
+
+    def release_waiter(self, waiter: Waiter, *, how: str, reason: str | None, now: float) -> bool:
+        return self.awaits.release_waiter(waiter, how=how, reason=reason, now=now)
+
+    # -- concurrency keys (sluice.keys.KeyStore) -----------------------------------------------------
+
+    def key_state(self, ckey: str) -> KeyState:
+        return self.keys.key_state(ckey)
+
+    def key_states(self, ckeys: Sequence[str]) -> dict[str, KeyState]:
+        return self.keys.key_states(ckeys)
+
+    def park_for_key(
+        self, waiter: KeyWaiter, *, tickets: int, replaces: str | None = None, fair: str | None = None
+    ) -> bool:
+        return self.keys.park_for_key(waiter, tickets=tickets, replaces=replaces, fair=fair)
+
+    def key_waiters(self, ckey: str, tickets: Sequence[int]) -> list[KeyWaiter]:
+        return self.keys.key_waiters(ckey, tickets)
+
+    def advance_key(self, ckey: str, *, woken: int, to: int, now: float, drop: Sequence[str] = ()) -> bool:
+        return self.keys.advance_key(ckey, woken=woken, to=to, now=now, drop=drop)
+
+    def keep_inflight(self, ckey: str, entries: Sequence[str]) -> None:
+        self.keys.keep_inflight(ckey, entries)
+
+    def drop_inflight(self, ckey: str, entries: Sequence[str]) -> None:
+        self.keys.drop_inflight(ckey, entries)
+
+    def forget_key(self, ckey: str) -> None:
+        self.keys.forget_key(ckey)
+
+    def key_wait_of(self, key: str) -> KeyWaiter | None:
+        return self.keys.key_wait_of(key)
+
+    def keys_waiting(self) -> frozenset[str]:
+        return self.keys.keys_waiting()
+
+    def set_key_cap(self, ckey: str, cap: int | None) -> None:
+        self.keys.set_key_cap(ckey, cap)

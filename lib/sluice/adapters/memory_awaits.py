@@ -2,61 +2,55 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
+from sluice.adapters.memory_table import MemoryTable
 from sluice.awaits import Waiter
-from sluice.model import PayloadRecord
 
 
 class MemoryAwaits:
-    _lock: threading.Lock
-    _payloads: dict[str, PayloadRecord]
+    def __init__(self, table: MemoryTable) -> None:
+        self.table = table
+        self.waiters_by_id: dict[str, Waiter] = {}
+        self.awaited: dict[str, set[str]] = {}  # every key a waiter ever parked on (the flag stays)
+        self.awaiting: set[str] = set()
 
-    def _await_rooms(self) -> tuple[dict[str, Waiter], dict[str, set[str]], set[str]]:
-        if not hasattr(self, "_waiters"):
-            self._waiters: dict[str, Waiter] = {}
-            self._awaited: dict[str, set[str]] = {}
-            self._awaiting: set[str] = set()
-        return self._waiters, self._awaited, self._awaiting
-
-    def payloads(self, keys: Iterable[str]) -> dict[str, PayloadRecord]:
-        with self._lock:
-            return {k: self._payloads[k] for k in set(keys) if k in self._payloads}
+    def is_awaited(self, key: str) -> bool:
+        """Called under the lock by a release: a waiter ever parked on ``key``."""
+        return key in self.awaited
 
     def park_waiter(self, waiter: Waiter, missing: Sequence[str]) -> None:
-        with self._lock:
-            waiters, awaited, awaiting = self._await_rooms()
-            existing = waiters.get(waiter.message_id)
+        with self.table.lock:
+            existing = self.waiters_by_id.get(waiter.message_id)
             if existing is None or not existing.parked:
-                waiters[waiter.message_id] = waiter
+                self.waiters_by_id[waiter.message_id] = waiter
             for key in missing:
-                awaited.setdefault(key, set()).add(waiter.message_id)
-            awaiting.add(waiter.message_id)
+                self.awaited.setdefault(key, set()).add(waiter.message_id)
+            self.awaiting.add(waiter.message_id)
 
     def waiters_on(self, key: str) -> frozenset[str]:
-        with self._lock:
-            return frozenset(self._await_rooms()[1].get(key, ()))
+        with self.table.lock:
+            return frozenset(self.awaited.get(key, ()))
 
     def waiting(self) -> frozenset[str]:
-        with self._lock:
-            return frozenset(self._await_rooms()[2])
+        with self.table.lock:
+            return frozenset(self.awaiting)
 
     def waiters(self, message_ids: Iterable[str]) -> list[Waiter]:
-        with self._lock:
-            waiters = self._await_rooms()[0]
-            found = [waiters[m] for m in set(message_ids) if m in waiters]
+        with self.table.lock:
+            found = [self.waiters_by_id[m] for m in set(message_ids) if m in self.waiters_by_id]
         return sorted(found, key=lambda w: (w.parked_at, w.message_id))
 
     def release_waiter(self, waiter: Waiter, *, how: str, reason: str | None, now: float) -> bool:
-        with self._lock:
-            waiters, awaited, awaiting = self._await_rooms()
-            current = waiters.get(waiter.message_id)
+        with self.table.lock:
+            current = self.waiters_by_id.get(waiter.message_id)
             first = current is not None and current.parked
             if first and current is not None:
-                waiters[waiter.message_id] = replace(current, released_at=now, how=how, reason=reason)
+                self.waiters_by_id[waiter.message_id] = replace(
+                    current, released_at=now, how=how, reason=reason
+                )
             for key in waiter.awaits:
-                awaited.get(key, set()).discard(waiter.message_id)
-            awaiting.discard(waiter.message_id)
+                self.awaited.get(key, set()).discard(waiter.message_id)
+            self.awaiting.discard(waiter.message_id)
             return first

@@ -3,74 +3,69 @@ one lock, as DynamoStore writes them in one transaction. For tests and the bench
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
-from typing import Any
 
+from sluice.adapters.claim import Claim
+from sluice.adapters.memory_claims import MemoryClaims
+from sluice.adapters.memory_releases import Ending, MemoryReleases
+from sluice.adapters.memory_table import MemoryPool, MemoryTable
 from sluice.errors import AlreadyDone, AlreadyRan, LeaseHeld, OnceUnknown, SlotsFull
-from sluice.model import ExecutionRecord, HandOver, PayloadState, Successor
+from sluice.model import ExecutionRecord, HandOver, Successor
 from sluice.receipts import asked_once
 from sluice.records import ReceiptOutput
 
 
 class MemoryHandOver:
-    _lock: threading.RLock
-    _limit: int | None
-    _holders: set[str]
-    execution: Callable[[str], ExecutionRecord | None]
-    release: Callable[..., ExecutionRecord | None]
-    claim: Callable[..., Any]
+    def __init__(
+        self, table: MemoryTable, pool: MemoryPool, releases: MemoryReleases, claims: MemoryClaims
+    ) -> None:
+        self.table = table
+        self.pool = pool
+        self.releases = releases
+        self.claims = claims
 
     def hand_over(
         self,
-        *,
         name: str,
-        state: PayloadState,
-        now: float,
+        ending: Ending,
         offer: Callable[[ExecutionRecord, bool], Successor | None],
-        error: str | None = None,
-        cause: str | None = None,
-        ended_at: float | None = None,
-        started_at: float | None = None,
+        *,
         confirm: Callable[[ExecutionRecord], bool] | None = None,
         output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
     ) -> HandOver:
-        seen = self.execution(name)
+        with self.table.lock:
+            seen = self.table.executions.get(name)
         if seen is None or not seen.state.holds_lease:
             return HandOver(None)
         if confirm is not None and seen.adopted_at is not None and not confirm(seen):
             return HandOver(None)
-        with self._lock:
-            room = (self._limit or 0) > 0 and len(self._holders) <= (self._limit or 0)
+        with self.table.lock:
+            limit = self.pool.limit or 0
+            room = limit > 0 and len(self.table.holders) <= limit
         output = asked_once(output)
-        if state.ended:
+        if ending.state.ended:
             output(seen)  # its effects are sent first, so the offer may receive one
         successor = offer(seen, room)
         if successor is not None and (successor.key == seen.key or successor.name == seen.name):
             successor = None
-        with self._lock:  # the release and the claim as one write
-            released = self.release(
-                name=name,
-                state=state,
-                now=now,
-                error=error,
-                cause=cause,
-                ended_at=ended_at,
-                started_at=started_at,
-                output=output,
-            )
+        with self.table.lock:  # the release and the claim as one write
+            released = self.releases.release(name, ending, output=output)
             if released is None or successor is None:
                 return HandOver(released)
             try:
-                self.claim(
-                    key=successor.key,
-                    name=successor.name,
-                    message_id=successor.message_id,
-                    now=now,
-                    claim_expires_at=successor.claim_expires_at,
-                    arn=successor.arn,
-                    once=successor.once,
-                )
+                self.claims.claim(_claim_of(successor, ending.now))
             except (LeaseHeld, AlreadyDone, OnceUnknown, AlreadyRan, SlotsFull):
                 return HandOver(released)  # the release alone; the caller claims it its own way
             return HandOver(released, claimed=True)
+
+
+def _claim_of(successor: Successor, now: float) -> Claim:
+    return Claim(
+        key=successor.key,
+        name=successor.name,
+        message_id=successor.message_id,
+        now=now,
+        claim_expires_at=successor.claim_expires_at,
+        arn=successor.arn,
+        once=successor.once,
+    )
