@@ -188,7 +188,7 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
     "start_without_asking": (
         "a resume that starts without asking Step Functions "
         "(test_a_resume_that_starts_without_asking_step_functions_is_caught)",
-        [(sluice.per_message.MessageProtocol, "_started_before", lambda self, name: None)],
+        [(sluice.message_branches.MessageBranches, "_started_before", lambda self, name: None)],
     ),
     "ignores_redriven_mark": (
         "a resume that ignores the redriven mark (test_a_resume_that_ignores_the_redriven_mark_after_a_crash_is_caught)",

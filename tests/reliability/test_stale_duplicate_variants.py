@@ -11,7 +11,7 @@ import pytest
 
 import sluice.adapters.dynamodb
 import sluice.adapters.sqs
-import sluice.launcher
+import sluice.admission
 import sluice.message_branches
 from sluice.completion import earlier_end
 from sluice.model import Outcome
@@ -55,7 +55,7 @@ def test_a_recheck_that_lets_its_group_run_ahead_is_caught(monkeypatch, make_wor
         def __getattr__(self, name: str) -> Any:
             return getattr(Outcome, name)
 
-    monkeypatch.setattr(sluice.launcher, "Outcome", NoStop())
+    monkeypatch.setattr(sluice.admission, "Outcome", NoStop())
     with pytest.raises(AssertionError, match="q started before"):
         stale_duplicate.test_the_group_behind_a_rechecked_message_waits_in_order(make_world)
 
@@ -65,8 +65,8 @@ def test_a_redriven_mark_judged_by_a_stale_rule_for_good_is_caught(monkeypatch, 
     is adopted on it, the key's next message is its duplicate, and it never starts."""
 
     def old_rule(self: Any, redriven: str, marked_by: float) -> bool:
-        record = self.store.execution(redriven)
-        info = self.executions.describe(redriven, record.arn) if record is not None else None
+        record = self.ctx.store.execution(redriven)
+        info = self.ctx.executions.describe(redriven, record.arn) if record is not None else None
         return info is not None and (not info.ended or earlier_end(info, record))
 
     monkeypatch.setattr(sluice.message_branches.MessageBranches, "_still_runs", old_rule)
@@ -126,11 +126,11 @@ def test_a_failed_sighting_taken_for_a_failure_of_the_tick_is_caught(monkeypatch
     batch at once, is received again within the window and dropped on as stale an answer."""
 
     def raises(self: Any, payload: Any) -> bool:
-        return self.store.first_sighting(
+        return self.ctx.store.first_sighting(
             key=payload.key,
             message_id=payload.message.message_id,
             receipt=payload.message.receipt_handle[:32],
-            now=self.clock.now(),
+            now=self.ctx.clock.now(),
         )
 
     monkeypatch.setattr(sluice.message_branches.MessageBranches, "_first_sighting", raises)
