@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from sluice.awaits import ReadAhead, read_ahead
 from sluice.errors import ConfigurationError, InvalidPayload, SlotsFull, TransientError
@@ -181,7 +182,7 @@ class Admission:
         if len(messages) < RECEIVE_BATCH or more <= 0:
             return messages
         sizes = [min(RECEIVE_BATCH, more - i) for i in range(0, more, RECEIVE_BATCH)]
-        for extra in self.ctx.fan.each([lambda n=n: self.ctx.queue.receive(n, 0) for n in sizes]):
+        for extra in self.ctx.fan.each([partial(self.ctx.queue.receive, n, 0) for n in sizes]):
             if extra.error is not None:
                 # The messages in hand are started; a receive that failed is tried at the next round.
                 self.ctx.log.warning("an extra receive failed", extra={"error": str(extra.error)})
@@ -211,10 +212,7 @@ class Admission:
         ahead = read_ahead(self.ctx.store, messages)
         handed = handed or {}
         results = self.ctx.fan.each(
-            [
-                lambda g=g, r=r: self._run_group(g, r, halt, ahead, handed)
-                for g, r in zip(groups, runs, strict=True)
-            ]
+            [partial(self._run_group, g, r, halt, ahead, handed) for g, r in zip(groups, runs, strict=True)]
         )
         done = [m for r in runs for m in r.done]
         if done:

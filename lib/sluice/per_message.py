@@ -50,6 +50,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from enum import Enum
+from typing import TypedDict
 
 from sluice import fair, keys
 from sluice.attributes import check_attributes
@@ -79,6 +80,16 @@ from sluice.validation import validate_message
 
 ATTEMPTS = 3  # claims per message when the lease changes hands under us
 THROTTLED_STARTS = 5  # StartExecution calls per payload while Step Functions throttles (backing off)
+
+
+class _ClaimOptions(TypedDict, total=False):
+    """The claim's arguments that apply to some messages only (``PayloadLeases.claim``)."""
+
+    ckey: str
+    ticket: str | None
+    lane: str
+    fair_newcomer: bool
+    uncapped: bool
 
 
 class _Resume(Enum):
@@ -215,6 +226,16 @@ class MessageProtocol:
     ) -> None:
         """The claim of ``payload`` under ``name``: its lease and a slot (and its key's, its lane's)."""
         lane = self.ctx.lane
+        options: _ClaimOptions = {}  # only what applies: the store's defaults otherwise
+        if ckey is not None:
+            options["ckey"], options["ticket"] = ckey, ticket_of(payload.message)
+        if lane is not None:
+            options["lane"] = lane.name
+        if self._fair_newcomer(payload.message):
+            # A fair lane's new message claims only while nobody waits; else it lines up.
+            options["fair_newcomer"] = True
+        if lane is not None and lane.fair:
+            options["uncapped"] = True
         self.ctx.store.claim(
             key=payload.key,
             name=name,
@@ -223,11 +244,7 @@ class MessageProtocol:
             now=now,
             claim_expires_at=claim_expires_at,
             once=is_once(payload.message),
-            **({"ckey": ckey, "ticket": ticket_of(payload.message)} if ckey is not None else {}),
-            **({"lane": lane.name} if lane is not None else {}),
-            # A fair lane's new message claims only while nobody waits; else it lines up.
-            **({"fair_newcomer": True} if self._fair_newcomer(payload.message) else {}),
-            **({"uncapped": True} if lane is not None and lane.fair else {}),
+            **options,
         )
 
     def _done_already(self, payload: Payload, done_before: AlreadyDone, done: list[Message]) -> Outcome:
