@@ -129,26 +129,34 @@ def complete(
         handed = store.hand_over(name=name, state=state, now=now, offer=offer.take, output=output, **ending)
         released = handed.released
         offer.settled(handed.claimed)
-    if released is not None and released.parked:
-        wake(store=store, queue=queue, record=released, now=now)
-    if released is not None and released.ckey is not None:
-        keys.wake(store=store, queue=queue, ckey=released.ckey, now=now)
-    if released is not None and state.ended and released.awaited:
-        succeeded = name if state is PayloadState.SUCCEEDED else None
-        on_receipt(store=store, queue=queue, key=released.key, now=now, succeeded_by=succeeded)  # its waiters
     if released is None:
         log.info("nothing to release", extra={"execution_name": name, "state": state.value})
-    else:
-        log.info(
-            "slot released",
-            extra={
-                "execution_name": name,
-                "state": state.value,
-                "correlation_id": released.key,
-                "payload_key": released.key,
-            },
-        )
+        return None
+    _wake_after(store, queue, released, name=name, state=state, now=now)
+    log.info(
+        "slot released",
+        extra={
+            "execution_name": name,
+            "state": state.value,
+            "correlation_id": released.key,
+            "payload_key": released.key,
+        },
+    )
     return released
+
+
+def _wake_after(
+    store: LaunchStore, queue: Queue, released: ExecutionRecord, *, name: str, state: PayloadState, now: float
+) -> None:
+    """What waits for the run ``released`` ended: its parked duplicates, its key's line, and, when
+    it ended, the messages awaiting its key."""
+    if released.parked:
+        wake(store=store, queue=queue, record=released, now=now)
+    if released.ckey is not None:
+        keys.wake(store=store, queue=queue, ckey=released.ckey, now=now)
+    if state.ended and released.awaited:
+        succeeded = name if state is PayloadState.SUCCEEDED else None
+        on_receipt(store=store, queue=queue, key=released.key, now=now, succeeded_by=succeeded)  # its waiters
 
 
 class Offer(Protocol):

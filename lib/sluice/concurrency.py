@@ -37,7 +37,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import jmespath
 
@@ -288,8 +288,9 @@ class _Hold:
             if self.held is not None and (exc is None or isinstance(exc, Exception)):
                 self.guard.release(self.held, exc)
         finally:
-            with _inside_lock:
-                _inside.discard(self._mark)  # type: ignore[arg-type]
+            if self._mark is not None:  # set by ``__enter__``, which came first
+                with _inside_lock:
+                    _inside.discard(self._mark)
 
 
 def _timing(
@@ -407,10 +408,16 @@ class _Exclusive:
                         return fn(*args, state=held.state, **kwargs)
                     return fn(*args, **kwargs)
 
-            run.exclusive = guard  # type: ignore[attr-defined]
-            return run  # type: ignore[return-value]
+            return _guarded(fn, run, guard)
 
         return decorate
+
+
+def _guarded(fn: F, run: Callable[..., Any], guard: _Guard) -> F:
+    """``run``, ``fn``'s wrapper, as the type of ``fn``: it takes ``fn``'s arguments and returns its
+    result (``functools.wraps`` gave it ``fn``'s name and docs), its guard at ``exclusive``."""
+    run.__dict__["exclusive"] = guard
+    return cast(F, run)
 
 
 exclusive = _Exclusive()

@@ -140,6 +140,24 @@ class Effects:
         return _logged(EffectsLog(record.name, record.key, len(listed), tuple(sent), tuple(rejected), now))
 
     def _message(self, record: ExecutionRecord, index: int, spec: Any, now: float) -> ParkedMessage:
+        """The message effect ``index`` of ``record``'s output sends, checked as the launcher would
+        check it (``InvalidPayload``: why it is refused)."""
+        lane, payload, body = self._checked(spec)
+        key, group = _key_and_group(spec, payload)
+        attributes = _attributes(spec, key, lane)
+        mid = effect_id(record.name, index)
+        return ParkedMessage(
+            message_id=mid,
+            key=key,
+            holder=record.name,
+            body=self._sized(body, key, attributes, mid),
+            group_id=group,
+            attributes=attributes,
+            parked_at=now,
+        )
+
+    def _checked(self, spec: Any) -> tuple[str, dict[str, Any], str]:
+        """The effect's fields, its lane and its payload checked: (lane, payload, the body as sent)."""
         if not isinstance(spec, dict):
             raise InvalidPayload(f"an effect must be a JSON object, got {_type(spec)}")
         unknown = sorted(set(spec) - FIELDS)
@@ -157,31 +175,11 @@ class Effects:
         body = _json(payload)
         # The launcher's own rules (sluice.validation), on the body as it will be sent.
         parse_object(body, max_bytes=MAX_STORED_BYTES if self.objects is not None else MAX_INPUT_BYTES)
-        key = spec.get("key", payload.get("id"))
-        if not isinstance(key, str) or not key:
-            raise InvalidPayload(
-                "no key: give the payload an 'id' or the effect a 'key' (a non-empty string)"
-            )
-        check_key(key, source="the effect's key")
-        group = spec.get("group", key if _GROUP_ID.match(key) else hashlib.sha256(key.encode()).hexdigest())
-        if not isinstance(group, str) or not _GROUP_ID.match(group):
-            raise InvalidPayload("'group' must be 1 to 128 printable ASCII characters")
-        attributes = {KEY_ATTRIBUTE: key}
-        if lane != DEFAULT_LANE:
-            attributes[LANE_ATTRIBUTE] = lane  # the queue adapter sends it to that lane's queue
-        once = spec.get("once", False)
-        if not isinstance(once, bool):
-            raise InvalidPayload(f"'once' must be true or false, got {_type(once)}")
-        if once:
-            attributes[ONCE_ATTRIBUTE] = "true"
-        if "awaits" in spec:
-            attributes[AWAITS_ATTRIBUTE] = _json(_awaits(spec["awaits"]))
-        if "concurrency_key" in spec:
-            ckey = spec["concurrency_key"]
-            if not isinstance(ckey, str) or not ckey:
-                raise InvalidPayload(f"'concurrency_key' must be a non-empty string, got {_type(ckey)}")
-            attributes[CONCURRENCY_KEY_ATTRIBUTE] = check_key(ckey, source="the effect's concurrency_key")
-        mid = effect_id(record.name, index)
+        return lane, payload, body
+
+    def _sized(self, body: str, key: str, attributes: dict[str, str], mid: str) -> str:
+        """The body as sent: stored in the payload bucket, a pointer in its place, when it is over
+        the threshold or, with its attributes, over SQS's size."""
         size = len(body.encode()) + sum(
             len(k.encode()) + len("String") + len(v.encode())
             for k, v in {**attributes, ORIGIN_ATTRIBUTE: mid}.items()
@@ -196,15 +194,39 @@ class Effects:
                     f"payload is {len(body.encode()):,} bytes; with its attributes over SQS's {SQS_MAX_BYTES:,} "
                     "bytes, and this stack has no payload bucket (SLUICE_PAYLOAD_BUCKET) to store it in"
                 )
-        return ParkedMessage(
-            message_id=mid,
-            key=key,
-            holder=record.name,
-            body=body,
-            group_id=group,
-            attributes=attributes,
-            parked_at=now,
-        )
+        return body
+
+
+def _key_and_group(spec: dict[str, Any], payload: dict[str, Any]) -> tuple[str, str]:
+    """The effect's key (its own, or its payload's id) and its FIFO group."""
+    key = spec.get("key", payload.get("id"))
+    if not isinstance(key, str) or not key:
+        raise InvalidPayload("no key: give the payload an 'id' or the effect a 'key' (a non-empty string)")
+    check_key(key, source="the effect's key")
+    group = spec.get("group", key if _GROUP_ID.match(key) else hashlib.sha256(key.encode()).hexdigest())
+    if not isinstance(group, str) or not _GROUP_ID.match(group):
+        raise InvalidPayload("'group' must be 1 to 128 printable ASCII characters")
+    return key, group
+
+
+def _attributes(spec: dict[str, Any], key: str, lane: str) -> dict[str, str]:
+    """The message attributes the effect's fields ask for: its key, lane, once, awaits, concurrency key."""
+    attributes = {KEY_ATTRIBUTE: key}
+    if lane != DEFAULT_LANE:
+        attributes[LANE_ATTRIBUTE] = lane  # the queue adapter sends it to that lane's queue
+    once = spec.get("once", False)
+    if not isinstance(once, bool):
+        raise InvalidPayload(f"'once' must be true or false, got {_type(once)}")
+    if once:
+        attributes[ONCE_ATTRIBUTE] = "true"
+    if "awaits" in spec:
+        attributes[AWAITS_ATTRIBUTE] = _json(_awaits(spec["awaits"]))
+    if "concurrency_key" in spec:
+        ckey = spec["concurrency_key"]
+        if not isinstance(ckey, str) or not ckey:
+            raise InvalidPayload(f"'concurrency_key' must be a non-empty string, got {_type(ckey)}")
+        attributes[CONCURRENCY_KEY_ATTRIBUTE] = check_key(ckey, source="the effect's concurrency_key")
+    return attributes
 
 
 def around(

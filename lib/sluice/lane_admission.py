@@ -1,106 +1,84 @@
 """The launcher's admission with lanes (``sluice.lanes``): the tick's rounds over the priorities and
-a completion's refill of the one slot it freed, each lane admitting from its own queue; a fair
-lane's admission (``sluice.fair``). Mixed into ``sluice.launcher.Launcher``, which owns the
-adapters and the admission loop (``admit``) every lane's own launcher view runs.
+a completion's refill of the one slot it freed, each lane admitting from its own queue by its own
+``sluice.admission.Admission`` (one per lane, held here); a fair lane's admission (``sluice.fair``).
 """
 
 from __future__ import annotations
 
-import copy
-import logging
-import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Self
 
 from sluice import fair
+from sluice.admission import RECEIVE_BATCH, Admission, time_left
 from sluice.errors import TransientError
 from sluice.lanes import by_priority, refill_order, split
-from sluice.model import Ledger, Message, Outcome
-from sluice.ports import Clock, Executions, Fanout, MaxSource, Queue, lane_executions
+from sluice.launch_context import LaunchContext, StateMachineCheck
+from sluice.model import Ledger, Outcome
 from sluice.records import Lane, LaneSetting
-from sluice.settings import Settings
-from sluice.stores import LaunchStore
 from sluice.summary import TickSummary
 
-RECEIVE_BATCH = 10  # SQS ReceiveMessage returns at most 10
+__all__ = ["RECEIVE_BATCH", "SORT_RECEIVES", "LaneAdmission"]
+
 SORT_RECEIVES = 2_000  # receives one pass over a fair lane's queue makes at most (then the next pass)
 
 
 class LaneAdmission:
-    """The lanes' side of ``Launcher``."""
+    """The lanes' side of the launcher: the rounds over the lanes, each lane admitting by its own
+    admission (``admission``)."""
 
-    queue: Queue
-    lane_queues: Mapping[str, Queue]
-    lane: Lane | None
-    rng: random.Random
-    store: LaunchStore
-    executions: Executions
-    max_source: MaxSource
-    clock: Clock
-    settings: Settings
-    log: logging.Logger | logging.LoggerAdapter
-    fan: Fanout
-    sleep: Callable[[float], None]
-    line_all: bool
+    def __init__(self, ctx: LaunchContext, checked: StateMachineCheck) -> None:
+        self.ctx = ctx
+        self.checked = checked  # the launcher's, shared by every lane's admission
+        self._lanes: dict[str, Admission] = {}
 
-    if TYPE_CHECKING:
-
-        def admit(self, **kwargs: Any) -> TickSummary: ...
-        def _time_left(self, remaining_ms: Callable[[], int] | None) -> bool: ...
-        def _receive(self, free: int, wait_seconds: int) -> list[Message]: ...
-        def _process_batch(self, messages: list[Message], summary: TickSummary) -> tuple[int, str]: ...
-        def _batch_group(self, message: Message) -> str: ...
-
-    def _for_lane(self, lane: Lane) -> Self:
-        """This launcher receiving from ``lane``'s queue, its claims taking a slot of ``lane`` too."""
-        view = copy.copy(self)
-        view.queue = self.lane_queues.get(lane.name, self.queue)
-        view.executions = lane_executions(self.executions, lane.name)  # its own state machine, if any
-        view.lane = lane
-        return view
+    def admission(self, lane: Lane) -> Admission:
+        """``lane``'s admission: receiving from its queue, its claims taking a slot of ``lane`` too."""
+        one = self._lanes.get(lane.name)
+        if one is None:
+            one = self._lanes[lane.name] = Admission(self.ctx.for_lane(lane), self.checked)
+        return one
 
     def sync_lanes(self) -> dict[str, int]:
         """Bring each lane's caps to its limit in force: the operator's setting (``LANE#``) or the
         configured MAX, stamped with the setting's time so that a tick holding an older one never
         undoes a newer one. Two reads; a write only for a lane whose limit moved."""
-        names = [lane.name for lane in self.settings.lanes]
-        settings = self.store.lane_settings(names)
-        rooms = self.store.lane_rooms(names, whole=True)
+        names = [lane.name for lane in self.ctx.settings.lanes]
+        settings = self.ctx.store.lane_settings(names)
+        rooms = self.ctx.store.lane_rooms(names, whole=True)
         limits = {}
-        for lane in self.settings.lanes:
+        for lane in self.ctx.settings.lanes:
             setting = settings.get(lane.name) or LaneSetting(lane.name)
             if lane.implied and setting.max is None:
                 lane = replace(lane, max=self._global_max(lane.max))
             limit = setting.limit(lane)
             if not rooms[lane.name].exists or rooms[lane.name].limit != limit:
-                written = self.store.set_lane_limit(lane.name, limit, setting.changed_at)
+                written = self.ctx.store.set_lane_limit(lane.name, limit, setting.changed_at)
                 if written is None:
-                    self.log.warning(
+                    self.ctx.log.warning(
                         "lane limit not moved: a newer one is in force",
                         extra={"lane": lane.name, "limit": limit, "stamp": setting.changed_at},
                     )
                 limit = rooms[lane.name].limit if written is None else written
             elif rooms[lane.name].frozen and rooms[lane.name].running < limit:
                 # Frozen by a lowered limit, and its runs fit under it again: plan its caps anew.
-                self.store.thaw_lane(lane.name)
+                self.ctx.store.thaw_lane(lane.name)
             limits[lane.name] = limit
         return limits
 
     def _global_max(self, fallback: int) -> int:
         """The global MAX as the tick reads it (cached), for the implied lane ``default``."""
         try:
-            return self.max_source.reading().value
+            return self.ctx.max_source.reading().value
         except TransientError:
             return fallback
 
-    def _admit_lanes(
+    def admit_lanes(
         self, summary: TickSummary, *, remaining_ms: Callable[[], int] | None, linger: bool
     ) -> TickSummary:
         """The scheduled tick with lanes (``_lane_rounds``), then each lane's figures as it ends
         (running and MAX in force, for the metrics: one more read per tick)."""
         self._lane_rounds(summary, remaining_ms=remaining_ms, linger=linger)
-        rooms = self.store.lane_rooms([lane.name for lane in self.settings.lanes], whole=True)
+        rooms = self.ctx.store.lane_rooms([lane.name for lane in self.ctx.settings.lanes], whole=True)
         for name, room in rooms.items():
             figures = summary.lanes.setdefault(name, {"received": 0, "started": 0})
             figures.update(running=room.running, limit=room.limit)
@@ -115,17 +93,17 @@ class LaneAdmission:
         priority whose lanes start nothing more hands the room to the next. While lingering, the
         rounds go on (each lane's receive waits ``receiveWaitSeconds``)."""
         self.sync_lanes()
-        names = [lane.name for lane in self.settings.lanes]
-        linger_until = self.clock.now() + (self.settings.linger_seconds if linger else 0)
+        names = [lane.name for lane in self.ctx.settings.lanes]
+        linger_until = self.ctx.clock.now() + (self.ctx.settings.linger_seconds if linger else 0)
         first = True
         while True:
             started = offered = 0
             waited = False  # an ordinary lane's receive waited receiveWaitSeconds this round
-            for group in by_priority(self.settings.lanes):
+            for group in by_priority(self.ctx.settings.lanes):
                 drained: set[str] = set()
                 while True:
-                    rooms = self.store.lane_rooms(names)
-                    ledger = self.store.look()
+                    rooms = self.ctx.store.lane_rooms(names)
+                    ledger = self.ctx.store.look()
                     if first:
                         summary.running_before, first = ledger.running, False
                     open_ = [lane for lane in group if lane.name not in drained]
@@ -137,12 +115,15 @@ class LaneAdmission:
                     for lane in open_:
                         if not shares[lane.name]:
                             continue
-                        part = self._for_lane(lane)._admit_lane(
-                            shares[lane.name], remaining_ms=remaining_ms, sync_limit=True
+                        part = self._admit_lane(
+                            self.admission(lane),
+                            shares[lane.name],
+                            remaining_ms=remaining_ms,
+                            sync_limit=True,
                         )
                         summary.add_lane(lane.name, part)
                         moved += part.n(Outcome.STARTED)
-                        waited = waited or (not lane.fair and self.settings.receive_wait_seconds > 0)
+                        waited = waited or (not lane.fair and self.ctx.settings.receive_wait_seconds > 0)
                         if part.stopped in ("paused", "time", "transient"):
                             summary.stopped = part.stopped
                             return summary
@@ -154,30 +135,33 @@ class LaneAdmission:
             if not offered:
                 summary.stopped = "full"  # no lane has room: nothing to linger for
                 return summary
-            if not (self.clock.now() < linger_until and self._time_left(remaining_ms)):
+            if not (self.ctx.clock.now() < linger_until and time_left(self.ctx.settings, remaining_ms)):
                 summary.stopped = "full" if started else "empty"
                 return summary
             if not started and not waited:
-                self.sleep(1.0)  # no receive waited (none does in a fair lane): pace the lingering rounds
+                self.ctx.sleep(1.0)  # no receive waited (none does in a fair lane): pace the lingering rounds
 
-    def _refill_lanes(
+    def refill_lanes(
         self, *, remaining_ms: Callable[[], int] | None, freed: tuple[int, ...] | None
     ) -> TickSummary:
         """A completion's refill with lanes: its one freed slot goes to the first lane with room and
         a message, by priority, then in a weighted draw among equal priorities
         (``sluice.lanes.refill_order``). One read of every lane's room; a receive per lane tried."""
         summary = TickSummary()
-        names = [lane.name for lane in self.settings.lanes]
-        rooms = self.store.lane_rooms(names)
+        names = [lane.name for lane in self.ctx.settings.lanes]
+        rooms = self.ctx.store.lane_rooms(names)
         for name, room in rooms.items():
             if room.frozen:
-                self.store.thaw_lane(name)  # rare: a lowered lane MAX; it may admit again now
-                rooms[name] = self.store.lane_rooms([name])[name]
-        open_ = [lane for lane in refill_order(self.settings.lanes, self.rng) if rooms[lane.name].free > 0]
-        ledger = self.store.look(freed) if open_ else None
+                self.ctx.store.thaw_lane(name)  # rare: a lowered lane MAX; it may admit again now
+                rooms[name] = self.ctx.store.lane_rooms([name])[name]
+        open_ = [
+            lane for lane in refill_order(self.ctx.settings.lanes, self.ctx.rng) if rooms[lane.name].free > 0
+        ]
+        ledger = self.ctx.store.look(freed) if open_ else None
         for i, lane in enumerate(open_):
             last = i == len(open_) - 1
-            part = self._for_lane(lane)._admit_lane(
+            part = self._admit_lane(
+                self.admission(lane),
                 1,
                 remaining_ms=remaining_ms,
                 lane_free=rooms[lane.name].free,
@@ -195,6 +179,7 @@ class LaneAdmission:
 
     def _admit_lane(
         self,
+        one: Admission,
         share: int,
         *,
         remaining_ms: Callable[[], int] | None,
@@ -203,11 +188,12 @@ class LaneAdmission:
         ledger: Ledger | None = None,
         wait_seconds: int | None = None,
     ) -> TickSummary:
-        """This lane's launcher view admitting at most ``share``: from its queue, or, in a fair lane,
-        from its tenants' lines (``sluice.fair``)."""
-        assert self.lane is not None
-        if not self.lane.fair:
-            return self.admit(
+        """A lane's admission ``one`` admitting at most ``share``: from its queue, or, in a fair
+        lane, from its tenants' lines (``sluice.fair``)."""
+        lane = one.ctx.lane
+        assert lane is not None
+        if not lane.fair:
+            return one.admit(
                 remaining_ms=remaining_ms,
                 max_new=share,
                 sync_limit=sync_limit,
@@ -218,35 +204,35 @@ class LaneAdmission:
         summary = TickSummary()
         # What is new, to its tenant's line. No receive waits: a wait here would only delay the
         # wake (the tick paces its lingering rounds instead, ``_lane_rounds``).
-        self._sort(summary, remaining_ms)
+        self._sort(one, summary, remaining_ms)
         if summary.stopped in ("time", "transient"):
             return summary
         sent = fair.wake_lane(
-            store=self.store,
-            queue=self.queue,
-            lane=self.lane,
-            now=self.clock.now(),
-            rng=self.rng,
+            store=one.ctx.store,
+            queue=one.ctx.queue,
+            lane=lane,
+            now=one.ctx.clock.now(),
+            rng=one.ctx.rng,
             at_most=share,
         )
         if sent:
-            self._sort(summary, remaining_ms)  # the woken claim (and what came meanwhile lines up)
+            self._sort(one, summary, remaining_ms)  # the woken claim (and what came meanwhile lines up)
         if summary.stopped == "empty" and summary.n(Outcome.STARTED) >= share:
             summary.stopped = "full"  # its share is taken: it may have more for the next round
         return summary
 
-    def _sort(self, summary: TickSummary, remaining_ms: Callable[[], int] | None) -> None:
-        """A pass over a fair lane's queue until it is empty (or time runs out): new messages go to
-        their tenants' lines, woken ones claim and start; nothing is handed back for want of room.
-        Every message is parked once, so a long pass happens once per backlog, and the waiters
-        woken after it are not left behind messages nobody has parked yet."""
+    def _sort(self, one: Admission, summary: TickSummary, remaining_ms: Callable[[], int] | None) -> None:
+        """A pass over a fair lane's queue (its admission ``one``'s) until it is empty (or time runs
+        out): new messages go to their tenants' lines, woken ones claim and start; nothing is handed
+        back for want of room. Every message is parked once, so a long pass happens once per
+        backlog, and the waiters woken after it are not left behind messages nobody has parked yet."""
         summary.stopped = "empty"
-        self.line_all = False
+        one.steps.line_all = False
         for _ in range(SORT_RECEIVES):
-            if not self._time_left(remaining_ms):
+            if not one.time_left(remaining_ms):
                 summary.stopped = "time"
                 return
-            messages = self._receive(max(RECEIVE_BATCH, self.fan.workers), 0)
+            messages = one.receive(max(RECEIVE_BATCH, one.ctx.fan.workers), 0)
             if not messages:
                 summary.stopped = "empty"
                 return
@@ -256,8 +242,8 @@ class LaneAdmission:
             # first. One tenant alone in sight, with nobody waiting, claims at once.
             # Once one message has lined up (``_line_up``), someone waits: the rest line up without
             # a claim that would be refused.
-            self.line_all = self.line_all or len({self._batch_group(m) for m in messages}) > 1
-            _, stop = self._process_batch(messages, summary)
+            one.steps.line_all = one.steps.line_all or len({one.batch_group(m) for m in messages}) > 1
+            _, stop = one.process_batch(messages, summary)
             if stop:
                 summary.stopped = stop
                 return

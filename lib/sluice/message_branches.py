@@ -6,10 +6,8 @@ that cannot run. The other half of ``sluice.per_message``, whose docstring has t
 from __future__ import annotations
 
 import hashlib
-import logging
 
 from sluice.completion import complete, earlier_end, output_from
-from sluice.effects import Effects
 from sluice.errors import (
     AmbiguousStartError,
     ConfigurationError,
@@ -18,33 +16,19 @@ from sluice.errors import (
     MachineVanished,
     TransientError,
 )
-from sluice.fanout import Pacer
-from sluice.model import ExecutionInfo, ExecutionRecord, Message, Outcome, Payload, PayloadState
+from sluice.launch_context import LaunchContext
+from sluice.model import ClaimFence, ExecutionInfo, ExecutionRecord, Message, Outcome, Payload, PayloadState
 from sluice.parking import park
-from sluice.pointers import PayloadObjects
-from sluice.ports import Clock, Executions, Queue
-from sluice.receipts import Outputs
-from sluice.records import Lane
-from sluice.settings import DuplicatePolicy, Settings
-from sluice.stores import LaunchStore
+from sluice.settings import DuplicatePolicy
 from sluice.validation import validate_message
 
 
 class MessageBranches:
-    """The branches of the per-message steps (``sluice.per_message.MessageProtocol``), and the
-    adapters both use, owned by ``sluice.launcher.Launcher``."""
+    """The branches of the per-message steps (``sluice.per_message.MessageProtocol``, which holds
+    one), over the launch's context."""
 
-    queue: Queue
-    executions: Executions
-    store: LaunchStore
-    clock: Clock
-    settings: Settings
-    log: logging.Logger | logging.LoggerAdapter
-    pacer: Pacer
-    payloads: PayloadObjects | None
-    outputs: Outputs
-    effects: Effects
-    lane: Lane | None
+    def __init__(self, ctx: LaunchContext) -> None:
+        self.ctx = ctx
 
     def _duplicate(
         self, payload: Payload, held: LeaseHeld, done: list[Message], claims: set[str]
@@ -59,68 +43,72 @@ class MessageBranches:
         # before turning a re-submission away, on the machine the holder was claimed on (another
         # lane's, or the one before a switch: names are unique per machine only). Ended: settle
         # it and claim again.
-        record = self.store.execution(holder)
+        record = self.ctx.store.execution(holder)
         try:
-            info = self.executions.describe(holder, record.arn if record is not None else None)
+            info = self.ctx.executions.describe(holder, record.arn if record is not None else None)
         except ConfigurationError:
             info = None  # a holder on a state machine this role may not ask about: assume it runs
-        # An end from before the holder ran again (a redrive adopted) is a stale answer, and it
-        # runs, while the adoption is younger than the consistency window; past it, the answer is
-        # fresh: the adoption took a stale RUNNING answer, and that end is the holder's.
-        if (
-            info is not None
-            and info.ended
-            and (not earlier_end(info, record) or self._adopted_long_ago(record))
-        ):
-            complete(
-                store=self.store,
-                queue=self.queue,
-                name=holder,
-                state=PayloadState.after(info.status),
-                now=self.clock.now(),
-                error=info.error,
-                cause=info.cause,
-                ended_at=info.stop_date,
-                started_at=info.start_date,
-                output=output_from(info.output, self.outputs),
-                effects=self.effects,
-            )
+        if info is not None and self._holder_ended(info, record):
+            self._settle_ended(holder, info)
             return None
-        if self.settings.duplicate_policy is DuplicatePolicy.DEFER:
-            # Safe on a stale answer: parked behind the holder, woken by its release, which follows
-            # its end (its event, or the next reconciliation) whenever that end came.
-            if not park(store=self.store, payload=payload, holder=holder, now=self.clock.now()):
-                return None  # the holder was released meanwhile: the lease is free
-            done.append(payload.message)
-            self._log("payload already running; parked until it ends", payload, holder, Outcome.DEFERRED)
-            return Outcome.DEFERRED
+        if self.ctx.settings.duplicate_policy is DuplicatePolicy.DEFER:
+            return self._defer(payload, holder, done)
         if info is None and self._vanished(record):
             # Step Functions no longer knows it: its state machine was switched from and deleted,
             # so it runs no more, and reconciliation releases it. No answer says it runs: back for
             # the window, however often, rather than dropped behind it.
-            self.queue.release([payload.message], delay_seconds=self.settings.consistency_window_seconds)
-            self._log(
-                "payload behind a run whose state machine is gone; looked at again later",
-                payload,
-                holder,
-                Outcome.RECHECK,
+            return self._recheck(
+                payload, holder, "payload behind a run whose state machine is gone; looked at again later"
             )
-            return Outcome.RECHECK
         if holder not in claims and self._first_sighting(payload):
-            self.queue.release([payload.message], delay_seconds=self.settings.consistency_window_seconds)
-            self._log(
-                "payload may duplicate a run that just ended; looked at again later",
-                payload,
-                holder,
-                Outcome.RECHECK,
+            return self._recheck(
+                payload, holder, "payload may duplicate a run that just ended; looked at again later"
             )
-            return Outcome.RECHECK
-        self.store.record_duplicate(
-            key=payload.key, message_id=payload.message.message_id, now=self.clock.now()
+        self.ctx.store.record_duplicate(
+            key=payload.key, message_id=payload.message.message_id, now=self.ctx.clock.now()
         )
         done.append(payload.message)
         self._log("payload already running; duplicate suppressed", payload, holder, Outcome.DUPLICATE)
         return Outcome.DUPLICATE
+
+    def _holder_ended(self, info: ExecutionInfo, record: ExecutionRecord | None) -> bool:
+        """Whether the holder's answer says it ended. An end from before the holder ran again (a
+        redrive adopted) is a stale answer, and it runs, while the adoption is younger than the
+        consistency window; past it, the answer is fresh: the adoption took a stale RUNNING answer,
+        and that end is the holder's."""
+        return info.ended and (not earlier_end(info, record) or self._adopted_long_ago(record))
+
+    def _settle_ended(self, name: str, info: ExecutionInfo) -> None:
+        """Release ``name``, whose run Step Functions says ended, as its status event would."""
+        complete(
+            store=self.ctx.store,
+            queue=self.ctx.queue,
+            name=name,
+            state=PayloadState.after(info.status),
+            now=self.ctx.clock.now(),
+            error=info.error,
+            cause=info.cause,
+            ended_at=info.stop_date,
+            started_at=info.start_date,
+            output=output_from(info.output, self.ctx.outputs),
+            effects=self.ctx.effects,
+        )
+
+    def _defer(self, payload: Payload, holder: str, done: list[Message]) -> Outcome | None:
+        """The duplicate policy DEFER: parked behind the holder, woken by its release. Safe on a
+        stale answer: the release follows its end (its event, or the next reconciliation) whenever
+        that end came. None: the holder was released meanwhile, the lease is free."""
+        if not park(store=self.ctx.store, payload=payload, holder=holder, now=self.ctx.clock.now()):
+            return None
+        done.append(payload.message)
+        self._log("payload already running; parked until it ends", payload, holder, Outcome.DEFERRED)
+        return Outcome.DEFERRED
+
+    def _recheck(self, payload: Payload, holder: str, text: str) -> Outcome:
+        """Back to the queue for the consistency window, to be looked at again."""
+        self.ctx.queue.release([payload.message], delay_seconds=self.ctx.settings.consistency_window_seconds)
+        self._log(text, payload, holder, Outcome.RECHECK)
+        return Outcome.RECHECK
 
     def _first_sighting(self, payload: Payload) -> bool:
         """Whether this is the first time this SQS message is refused by a holder that reads as
@@ -165,19 +153,19 @@ class MessageBranches:
 
     def _sight(self, payload: Payload) -> bool:
         receipt = hashlib.sha256(payload.message.receipt_handle.encode()).hexdigest()[:32]
-        return self.store.first_sighting(
-            key=payload.key, message_id=payload.message.message_id, receipt=receipt, now=self.clock.now()
+        return self.ctx.store.first_sighting(
+            key=payload.key, message_id=payload.message.message_id, receipt=receipt, now=self.ctx.clock.now()
         )
 
-    def _sight_behind(self, message: Message, behind: list[Message]) -> None:
+    def sight_behind(self, message: Message, behind: list[Message]) -> None:
         """``message`` went back for a second look; ``behind``, its FIFO group's later messages of
         the batch, go back with it and are sighted on this receive. Each is received again only
         after ``message`` is (SQS FIFO delivers a group in order and holds it while a message is in
         flight), so at least S after ``message`` went back, a moment ago, and after its own send:
         its next refusal by a holder that reads as running is a second look, not a first one that
-        would send the group back again. Without this each
-        duplicate ahead costs every later message of its group one receive, and enough of them
-        walk a fresh message to the DLQ through ``maxReceiveCount``:
+        would send the group back again. Without this each duplicate ahead costs every later
+        message of its group one receive, and enough of them walk a fresh message to the DLQ
+        through ``maxReceiveCount``:
 
             group g: d1 d2 … d9 j        (d* re-submissions of a running key; j runs nothing's)
             receive 1: d1 first look → back for S; d2 … j sighted, handed back (received once)
@@ -200,7 +188,7 @@ class MessageBranches:
         if record is None:
             return False
         try:
-            return self.executions.vanished(record.arn)
+            return self.ctx.executions.vanished(record.arn)
         except ConfigurationError:
             return False  # a state machine this role may not ask about: as before, assume it runs
 
@@ -211,17 +199,17 @@ class MessageBranches:
         return adopted_at is not None and self._window_past(adopted_at)
 
     def _window_past(self, since: float) -> bool:
-        return self.clock.now() - since >= self.settings.consistency_window_seconds
+        return self.ctx.clock.now() - since >= self.ctx.settings.consistency_window_seconds
 
     def _take_redriven(self, key: str, redriven: str, marked_by: float) -> None:
         """The lease is free but a run of the key was redriven behind Sluice's back while another
         held it (``Store.mark_redriven``): adopt it if it still runs, else lift the mark. The caller
         looks again and finds the adopted run, or a free lease. ``marked_by``: the payload record's
         ``updated_at``, written by the mark and by every later write, so no earlier than the mark."""
-        if not self._still_runs(redriven, marked_by) or not self.store.adopt(
-            name=redriven, now=self.clock.now()
+        if not self._still_runs(redriven, marked_by) or not self.ctx.store.adopt(
+            name=redriven, now=self.ctx.clock.now()
         ):
-            self.store.clear_redriven(key=key, name=redriven)
+            self.ctx.store.clear_redriven(key=key, name=redriven)
 
     def _still_runs(self, redriven: str, marked_by: float) -> bool:
         """Whether ``redriven``, a run a reconciliation saw redriven (marked no later than
@@ -239,9 +227,9 @@ class MessageBranches:
             claim of k ✗ (marked) → DescribeExecution(e1): FAILED at s1
                 within the window of the mark: it may run (a redrive just before the mark) → adopt
                 past it: it ended at s1, never ran again → lift the mark, claim"""
-        record = self.store.execution(redriven)
+        record = self.ctx.store.execution(redriven)
         try:
-            info = self.executions.describe(redriven, record.arn) if record is not None else None
+            info = self.ctx.executions.describe(redriven, record.arn) if record is not None else None
         except ConfigurationError:
             return True  # a state machine this role may not ask about: assume it runs
         if info is None or not info.ended:
@@ -267,24 +255,24 @@ class MessageBranches:
             payload(k): no mark
                                                 mark_redriven(k, R); block(N) ✓ (no mark now)
             mark_starting(N) IF no blocked_by ✗ → ``_renewal_refused``: yields"""
-        seen = self.store.payload(payload.key)
+        seen = self.ctx.store.payload(payload.key)
         marks = [] if seen is None else [seen.redriven, *sorted(seen.redriven_more)]
         running = None
         for redriven in (mark for mark in marks if mark is not None and mark != name):
             if self._still_runs(redriven, seen.updated_at if seen is not None else 0.0):
                 running = redriven
                 break
-            self.store.clear_redriven(key=payload.key, name=redriven)
+            self.ctx.store.clear_redriven(key=payload.key, name=redriven)
         if running is None:
             return False
         redriven = running
-        record = self.store.execution(name)
+        record = self.ctx.store.execution(name)
         self._rollback(
             name,
             f"yielded to {redriven}, a redriven run of the same key",
             version=record.claim_version if record is not None else 0,
         )
-        self.store.adopt(name=redriven, now=self.clock.now())
+        self.ctx.store.adopt(name=redriven, now=self.ctx.clock.now())
         return True
 
     def _renewal_refused(self, payload: Payload, name: str, done: list[Message]) -> Outcome | None:
@@ -292,10 +280,10 @@ class MessageBranches:
         again. Blocked (reconciliation saw a redriven run of its key, ``Store.block``) and never
         started: hand the key to that run, which is then adopted, and look again: this message is
         its duplicate."""
-        record = self.store.execution(name)
+        record = self.ctx.store.execution(name)
         if record is None or record.state is not PayloadState.CLAIMED or not record.blocked_by:
             return None
-        info = self.executions.describe(name, record.arn)
+        info = self.ctx.executions.describe(name, record.arn)
         if info is not None:
             # An earlier attempt did start it: it runs beside the redriven one; carry on.
             return self._already_exists(payload, name, done, info)
@@ -304,17 +292,17 @@ class MessageBranches:
             f"yielded to {record.blocked_by}, a redriven run of the same key",
             version=record.claim_version,
         )
-        redriven = self.executions.describe(record.blocked_by)
+        redriven = self.ctx.executions.describe(record.blocked_by)
         if redriven is not None and not redriven.ended:
-            self.store.adopt(name=record.blocked_by, now=self.clock.now())
+            self.ctx.store.adopt(name=record.blocked_by, now=self.ctx.clock.now())
         return None
 
     def _started_before(self, name: str) -> ExecutionInfo | None:
         """Our own claim, back: what Step Functions says of it, asked by the ARN it was claimed for
         (None: never started)."""
-        record = self.store.execution(name)
-        info = self.executions.describe(name, record.arn if record is not None else None)
-        if info is None and record is not None and self.executions.vanished(record.arn):
+        record = self.ctx.store.execution(name)
+        info = self.ctx.executions.describe(name, record.arn if record is not None else None)
+        if info is None and record is not None and self.ctx.executions.vanished(record.arn):
             # Claimed on a machine since switched from and deleted: "no such execution" no longer
             # says it never started there. Not started again (sluice.per_message dead-letters it).
             raise MachineVanished(
@@ -328,7 +316,7 @@ class MessageBranches:
     ) -> Outcome:
         """StartExecution says this name exists with other input or has ended, or a resumed claim
         was found started (``info``): this message ran, or runs."""
-        info = info or self.executions.describe(name)
+        info = info or self.ctx.executions.describe(name)
         if info is None:
             # Contradicts StartExecution; Step Functions has not caught up. Keep the claim and retry.
             raise AmbiguousStartError(
@@ -338,29 +326,39 @@ class MessageBranches:
             done.append(payload.message)
             self._log("redelivered message already running", payload, name, Outcome.RESUMED)
             return Outcome.RESUMED
-        complete(
-            store=self.store,
-            queue=self.queue,
-            name=name,
-            state=PayloadState.after(info.status),
-            now=self.clock.now(),
-            error=info.error,
-            cause=info.cause,
-            ended_at=info.stop_date,
-            started_at=info.start_date,
-            output=output_from(info.output, self.outputs),
-            effects=self.effects,
-        )
+        self._settle_ended(name, info)
         done.append(payload.message)
         self._log("redelivered message already ran", payload, name, Outcome.ALREADY_RAN)
         return Outcome.ALREADY_RAN
 
+    def _rollback(self, name: str, reason: str, *, version: int) -> None:
+        """Give back a claim of ours that never started, only while it is still the claim at
+        ``version``: two copies of one message (one name) may run side by side, and the other copy
+        may have renewed the claim as its own resume and started it meanwhile.
+
+            copy A                               copy B
+            claim N (version 0)
+                                                 claim N: LeaseHeld by N → resume: renew (v1)
+            StartExecution(N): refused for sure
+                                                 StartExecution(N): started
+            roll back N IF version 0  ✗          (N keeps its slot and lease)
+        """
+        complete(
+            store=self.ctx.store,
+            queue=self.ctx.queue,
+            name=name,
+            state=PayloadState.RELEASED,
+            now=self.ctx.clock.now(),
+            error=reason,
+            fence=ClaimFence(version),
+        )
+
     def _dead_letter(self, message: Message, exc: InvalidPayload, done: list[Message]) -> Outcome:
-        self.queue.send_to_dlq(message, exc.reason)
+        self.ctx.queue.send_to_dlq(message, exc.reason)
         if exc.key:
-            self.store.record_invalid(key=exc.key, reason=exc.reason, now=self.clock.now())
+            self.ctx.store.record_invalid(key=exc.key, reason=exc.reason, now=self.ctx.clock.now())
         done.append(message)
-        self.log.warning(
+        self.ctx.log.warning(
             "invalid payload dead-lettered",
             extra={
                 "message_id": message.message_id,
@@ -372,7 +370,7 @@ class MessageBranches:
         return Outcome.INVALID
 
     def _log(self, text: str, payload: Payload, name: str | None, outcome: Outcome, **more: object) -> None:
-        self.log.info(
+        self.ctx.log.info(
             text,
             extra={
                 "correlation_id": payload.key,

@@ -354,10 +354,10 @@ class LimitSource:
 
     def merged(self, other: LimitSource | None) -> LimitSource:
         """The newer MAX and the newer external count of ``self`` and ``other`` (ties: ``self``)."""
-        if other is None or not self.fenced or not other.fenced:
-            return self
+        if other is None or self.max_changed_at is None or other.max_changed_at is None:
+            return self  # either not fenced
         mine, theirs = (self.max_changed_at, self.max_version), (other.max_changed_at, other.max_version)
-        newer_max = other if theirs > mine else self  # type: ignore[operator]
+        newer_max = other if theirs > mine else self
         counted = self.counted.merged(other.counted)
         return LimitSource(
             newer_max.max_value,

@@ -49,11 +49,12 @@ only a waiter its lane's waker sent back claims; one that finds no room parks ag
 from __future__ import annotations
 
 from dataclasses import replace
+from enum import Enum
+from typing import TypedDict
 
 from sluice import fair, keys
 from sluice.attributes import check_attributes
 from sluice.awaits import ReadAhead, gate
-from sluice.completion import complete
 from sluice.errors import (
     AlreadyDone,
     AlreadyRan,
@@ -68,8 +69,9 @@ from sluice.errors import (
     TransientError,
 )
 from sluice.keys import concurrency_key, ticket_of
+from sluice.launch_context import LaunchContext
 from sluice.message_branches import MessageBranches
-from sluice.model import ClaimFence, Message, Outcome, Payload, PayloadState, StartResult
+from sluice.model import Message, Outcome, Payload, PayloadState, StartResult
 from sluice.names import execution_name, origin_id
 from sluice.pointers import check_pointer
 from sluice.receipts import is_once
@@ -80,15 +82,32 @@ ATTEMPTS = 3  # claims per message when the lease changes hands under us
 THROTTLED_STARTS = 5  # StartExecution calls per payload while Step Functions throttles (backing off)
 
 
-class MessageProtocol(MessageBranches):
-    """Validate, check, claim and start one message; the launcher's per-message steps. Mixed into
-    ``sluice.launcher.Launcher``, which owns the adapters (``MessageBranches``)."""
+class _ClaimOptions(TypedDict, total=False):
+    """The claim's arguments that apply to some messages only (``PayloadLeases.claim``)."""
 
-    # A fair lane's pass that saw several tenants in a batch, or lined one message up: its new
-    # messages line up, so the waker sees every tenant before it shares the room out (sluice.fair).
-    line_all: bool = False
+    ckey: str
+    ticket: str | None
+    lane: str
+    fair_newcomer: bool
+    uncapped: bool
 
-    def _process(
+
+class _Resume(Enum):
+    RENEWED = "renewed"  # our own earlier claim, renewed: start it
+
+
+class MessageProtocol:
+    """Validate, check, claim and start one message; the launcher's per-message steps, over the
+    launch's context. What a claim or start runs into is settled by its ``branches``."""
+
+    def __init__(self, ctx: LaunchContext) -> None:
+        self.ctx = ctx
+        self.branches = MessageBranches(ctx)
+        # A fair lane's pass that saw several tenants in a batch, or lined one message up: its new
+        # messages line up, so the waker sees every tenant before it shares the room out (sluice.fair).
+        self.line_all = False
+
+    def process(
         self,
         message: Message,
         done: list[Message],
@@ -113,7 +132,7 @@ class MessageProtocol(MessageBranches):
             # back for a second look keeps it: it claims, or is a duplicate, within the window.
             ckey, ticket = self._ckey(message), ticket_of(message)
             if ckey is not None and ticket is not None:
-                keys.forgo(store=self.store, ckey=ckey, ticket=ticket)
+                keys.forgo(store=self.ctx.store, ckey=ckey, ticket=ticket)
         return outcome
 
     def _one(
@@ -125,19 +144,27 @@ class MessageProtocol(MessageBranches):
     ) -> Outcome:
         rejected = check_attributes(message)  # every sluice-* attribute, before anything reads one
         if rejected is not None:
-            return self._dead_letter(message, rejected.error(), done)
+            return self.branches._dead_letter(message, rejected.error(), done)
         try:
             payload = validate_message(message)
-            check_pointer(payload, self.payloads)  # before any claim; S3 throttled: TransientError
+            check_pointer(payload, self.ctx.payloads)  # before any claim; S3 throttled: TransientError
             if self._ckey(message) is not None:  # a bad key is dead-lettered, not claimed
                 keys.check_fits_line(message, key=payload.key)
             ticket_of(message)
-            if gate(store=self.store, queue=self.queue, payload=payload, now=self.clock.now(), ahead=ahead):
+            if gate(
+                store=self.ctx.store,
+                queue=self.ctx.queue,
+                payload=payload,
+                now=self.ctx.clock.now(),
+                ahead=ahead,
+            ):
                 done.append(message)  # parked until its awaits have SUCCEEDED (sluice.awaits)
-                self._log("payload awaits keys not yet SUCCEEDED; parked", payload, None, Outcome.WAITING)
+                self.branches._log(
+                    "payload awaits keys not yet SUCCEEDED; parked", payload, None, Outcome.WAITING
+                )
                 return Outcome.WAITING
         except InvalidPayload as exc:
-            return self._dead_letter(message, exc, done)
+            return self.branches._dead_letter(message, exc, done)
         if self.line_all and self._fair_newcomer(message):
             return self._line_up(payload, done, None)  # other tenants in its batch: all line up
         name = execution_name(payload.key, origin_id(message.message_id, message.attributes))
@@ -151,30 +178,17 @@ class MessageProtocol(MessageBranches):
     def _attempt(self, payload: Payload, name: str, done: list[Message], claims: set[str]) -> Outcome | None:
         """One claim-and-start of ``payload``. None when the lease changed meanwhile: look again.
         ``claims``: names claimed since its batch was received; this claim joins them."""
-        now = self.clock.now()
-        claim_expires_at = now + self.settings.claim_timeout_seconds
+        now = self.ctx.clock.now()
+        claim_expires_at = now + self.ctx.settings.claim_timeout_seconds
         fresh = True
         ckey = self._ckey(payload.message)
         try:
-            self.store.claim(
-                key=payload.key,
-                name=name,
-                message_id=origin_id(payload.message.message_id, payload.message.attributes),
-                arn=self.executions.arn_for(name),
-                now=now,
-                claim_expires_at=claim_expires_at,
-                once=is_once(payload.message),
-                **({"ckey": ckey, "ticket": ticket_of(payload.message)} if ckey is not None else {}),
-                **({"lane": self.lane.name} if self.lane is not None else {}),
-                # A fair lane's new message claims only while nobody waits; else it lines up.
-                **({"fair_newcomer": True} if self._fair_newcomer(payload.message) else {}),
-                **({"uncapped": True} if self.lane is not None and self.lane.fair else {}),
-            )
+            self._claim(payload, name, ckey, now=now, claim_expires_at=claim_expires_at)
         except KeyFull as full:
             # Its concurrency key is at its cap: it waits in the key's line, out of the queue.
             return self._line_up(payload, done, full.state)
         except SlotsFull:
-            if self.lane is None or not self.lane.fair:
+            if self.ctx.lane is None or not self.ctx.lane.fair:
                 raise
             # A fair lane's message with no room (a newcomer to a full lane; a woken waiter that
             # found its room taken by another waker's, or a lowered MAX): in line rather than back
@@ -184,63 +198,112 @@ class MessageProtocol(MessageBranches):
             # Its message back after its run ended and was released: it ran. Not started again,
             # on this state machine or on one the stack switched to since.
             done.append(payload.message)
-            self._log("redelivered message already ran", payload, ran.existing.name, Outcome.ALREADY_RAN)
+            self.branches._log(
+                "redelivered message already ran", payload, ran.existing.name, Outcome.ALREADY_RAN
+            )
             return Outcome.ALREADY_RAN
         except AlreadyDone as done_before:
-            # A run-once message of a key that has SUCCEEDED: acknowledged, recorded, not started.
-            self.store.record_already_done(
-                key=payload.key, message_id=payload.message.message_id, now=self.clock.now()
-            )
-            done.append(payload.message)
-            self._log(
-                "run-once payload succeeded already; not started",
-                payload,
-                done_before.existing.succeeded_by,
-                Outcome.ALREADY_DONE,
-            )
-            return Outcome.ALREADY_DONE
+            return self._done_already(payload, done_before, done)
         except OnceUnknown as unknown:
             # A run-once message of a key whose run-once run vanished with an unknown outcome: it
             # may have SUCCEEDED, so not run by itself; dead-lettered with the way out in its reason.
-            return self._dead_letter(payload.message, InvalidPayload(str(unknown), key=payload.key), done)
+            return self.branches._dead_letter(
+                payload.message, InvalidPayload(str(unknown), key=payload.key), done
+            )
         except LeaseHeld as held:
             if held.existing.holder != name:
-                return self._duplicate(payload, held, done, claims)
-            # Our own earlier claim: this message was received before and the launcher stopped
-            # somewhere after claiming. Same message id, same name: carry on from where it stopped.
-            if held.existing.state is PayloadState.RUNNING:
-                self._log("redelivered message already running", payload, name, Outcome.RESUMED)
-                done.append(payload.message)
-                return Outcome.RESUMED
-            # No mark is written after a start, so the launcher that claimed it may have started
-            # it before it died: ask Step Functions by the ARN the claim recorded. A start on the
-            # state machine in use now would run it twice if the stack was switched since.
-            try:
-                started = self._started_before(name)
-            except ConfigurationError as exc:
-                # Claimed on a state machine this role may not ask about (the stack was switched
-                # without previousStateMachineArn): it may run there, so it is not started here.
-                reason = f"its claim {name} is on a state machine Sluice may not describe ({exc}); set previousStateMachineArn"
-                if isinstance(exc, MachineVanished):
-                    reason = str(exc)
-                return self._dead_letter(payload.message, InvalidPayload(reason, key=payload.key), done)
-            if started is not None:
-                return self._already_exists(payload, name, done, started)
-            # Re-take the claim first: reconciliation may be judging it abandoned right now, and
-            # a renewal is what makes its release fail. Released or started meanwhile: look again.
-            # It starts on the state machine in use now, and its record says so from here on.
-            arn = self.executions.arn_for(name)
-            if not self.store.renew(name=name, now=now, claim_expires_at=claim_expires_at, arn=arn):
-                return self._renewal_refused(payload, name, done)
-            # The renewal lifted a start mark an earlier attempt left (a crash, an unsure start),
-            # which may have refused a reconciliation's block: honour that reconciliation's word,
-            # the key's redriven mark, read after the renewal (see ``_yield_to_redriven``).
-            if self._yield_to_redriven(payload, name):
-                return None
+                return self.branches._duplicate(payload, held, done, claims)
+            resumed = self._resume(payload, name, done, held, now=now, claim_expires_at=claim_expires_at)
+            if resumed is not _Resume.RENEWED:
+                return resumed
             fresh = False
         else:
             claims.add(name)  # after every message of its batch was received
         return self._launch(payload, name, done, fresh=fresh)
+
+    def _claim(
+        self, payload: Payload, name: str, ckey: str | None, *, now: float, claim_expires_at: float
+    ) -> None:
+        """The claim of ``payload`` under ``name``: its lease and a slot (and its key's, its lane's)."""
+        lane = self.ctx.lane
+        options: _ClaimOptions = {}  # only what applies: the store's defaults otherwise
+        if ckey is not None:
+            options["ckey"], options["ticket"] = ckey, ticket_of(payload.message)
+        if lane is not None:
+            options["lane"] = lane.name
+        if self._fair_newcomer(payload.message):
+            # A fair lane's new message claims only while nobody waits; else it lines up.
+            options["fair_newcomer"] = True
+        if lane is not None and lane.fair:
+            options["uncapped"] = True
+        self.ctx.store.claim(
+            key=payload.key,
+            name=name,
+            message_id=origin_id(payload.message.message_id, payload.message.attributes),
+            arn=self.ctx.executions.arn_for(name),
+            now=now,
+            claim_expires_at=claim_expires_at,
+            once=is_once(payload.message),
+            **options,
+        )
+
+    def _done_already(self, payload: Payload, done_before: AlreadyDone, done: list[Message]) -> Outcome:
+        """A run-once message of a key that has SUCCEEDED: acknowledged, recorded, not started."""
+        self.ctx.store.record_already_done(
+            key=payload.key, message_id=payload.message.message_id, now=self.ctx.clock.now()
+        )
+        done.append(payload.message)
+        self.branches._log(
+            "run-once payload succeeded already; not started",
+            payload,
+            done_before.existing.succeeded_by,
+            Outcome.ALREADY_DONE,
+        )
+        return Outcome.ALREADY_DONE
+
+    def _resume(
+        self,
+        payload: Payload,
+        name: str,
+        done: list[Message],
+        held: LeaseHeld,
+        *,
+        now: float,
+        claim_expires_at: float,
+    ) -> Outcome | _Resume | None:
+        """Our own earlier claim: this message was received before and the launcher stopped
+        somewhere after claiming. Same message id, same name: carry on from where it stopped.
+        ``RENEWED``: the claim is renewed, start it; None: look again."""
+        if held.existing.state is PayloadState.RUNNING:
+            self.branches._log("redelivered message already running", payload, name, Outcome.RESUMED)
+            done.append(payload.message)
+            return Outcome.RESUMED
+        # No mark is written after a start, so the launcher that claimed it may have started
+        # it before it died: ask Step Functions by the ARN the claim recorded. A start on the
+        # state machine in use now would run it twice if the stack was switched since.
+        try:
+            started = self.branches._started_before(name)
+        except ConfigurationError as exc:
+            # Claimed on a state machine this role may not ask about (the stack was switched
+            # without previousStateMachineArn): it may run there, so it is not started here.
+            reason = f"its claim {name} is on a state machine Sluice may not describe ({exc}); set previousStateMachineArn"
+            if isinstance(exc, MachineVanished):
+                reason = str(exc)
+            return self.branches._dead_letter(payload.message, InvalidPayload(reason, key=payload.key), done)
+        if started is not None:
+            return self.branches._already_exists(payload, name, done, started)
+        # Re-take the claim first: reconciliation may be judging it abandoned right now, and
+        # a renewal is what makes its release fail. Released or started meanwhile: look again.
+        # It starts on the state machine in use now, and its record says so from here on.
+        arn = self.ctx.executions.arn_for(name)
+        if not self.ctx.store.renew(name=name, now=now, claim_expires_at=claim_expires_at, arn=arn):
+            return self.branches._renewal_refused(payload, name, done)
+        # The renewal lifted a start mark an earlier attempt left (a crash, an unsure start),
+        # which may have refused a reconciliation's block: honour that reconciliation's word,
+        # the key's redriven mark, read after the renewal (see ``_yield_to_redriven``).
+        if self.branches._yield_to_redriven(payload, name):
+            return None
+        return _Resume.RENEWED
 
     def _launch(
         self,
@@ -274,8 +337,8 @@ class MessageProtocol(MessageBranches):
         visible again only after the visibility timeout, which exceeds the launcher's timeout, so
         the invocation that marked is over and starts nothing after a block."""
         ckey = self._ckey(payload.message)
-        if not self.store.mark_starting(name=name, now=self.clock.now()):
-            return self._renewal_refused(payload, name, done)
+        if not self.ctx.store.mark_starting(name=name, now=self.ctx.clock.now()):
+            return self.branches._renewal_refused(payload, name, done)
         try:
             result = self._start(name, payload.body)
         except AmbiguousStartError:
@@ -284,41 +347,44 @@ class MessageProtocol(MessageBranches):
             raise
         except InvalidPayload as exc:
             if fresh:
-                self._rollback(name, exc.reason, version=0)
-            return self._dead_letter(payload.message, exc, done)
+                self.branches._rollback(name, exc.reason, version=0)
+            return self.branches._dead_letter(payload.message, exc, done)
         except (TransientError, ConfigurationError) as exc:
             # Refused for certain: nothing started, so the claim goes back (a resumed claim stays:
             # an earlier attempt may have started it).
             if fresh:
-                ticket = ticket_of(payload.message)
-                if ckey is not None and ticket is not None:
-                    # A woken waiter going back to the queue keeps its slot in the key: else the
-                    # release below wakes the next waiter into it, and this one loses its place.
-                    self.store.keep_inflight(ckey, [ticket])
-                self._rollback(name, f"StartExecution refused: {exc}", version=0)
+                self._give_back(payload, name, ckey, exc)
             raise
-
         if result.already_existed:
-            return self._already_exists(payload, name, done)
+            return self.branches._already_exists(payload, name, done)
         done.append(payload.message)
         outcome = Outcome.STARTED if fresh else Outcome.RESUMED
-        self._log("execution started", payload, name, outcome, arn=result.arn)
+        self.branches._log("execution started", payload, name, outcome, arn=result.arn)
         return outcome
 
+    def _give_back(self, payload: Payload, name: str, ckey: str | None, exc: Exception) -> None:
+        """Roll back our fresh claim ``name``, whose StartExecution was refused for certain."""
+        ticket = ticket_of(payload.message)
+        if ckey is not None and ticket is not None:
+            # A woken waiter going back to the queue keeps its slot in the key: else the
+            # release below wakes the next waiter into it, and this one loses its place.
+            self.ctx.store.keep_inflight(ckey, [ticket])
+        self.branches._rollback(name, f"StartExecution refused: {exc}", version=0)
+
     def _fair_newcomer(self, message: Message) -> bool:
-        return self.lane is not None and self.lane.fair and ticket_of(message) is None
+        return self.ctx.lane is not None and self.ctx.lane.fair and ticket_of(message) is None
 
     def _ckey(self, message: Message) -> str | None:
         """The key whose line the message waits in: its concurrency key; in a fair lane, its tenant."""
-        if self.lane is not None and self.lane.fair:
-            return fair.tenant(message, self.lane)
+        if self.ctx.lane is not None and self.ctx.lane.fair:
+            return fair.tenant(message, self.ctx.lane)
         return concurrency_key(message)
 
     def _line_up(self, payload: Payload, done: list[Message], seen: KeyState | None) -> Outcome:
         """Park ``payload`` in its key's line (``sluice.keys``); its message is then deleted."""
         ckey = self._ckey(payload.message)
         assert ckey is not None
-        fair_lane = self.lane.name if self.lane is not None and self.lane.fair else None
+        fair_lane = self.ctx.lane.name if self.ctx.lane is not None and self.ctx.lane.fair else None
         if fair_lane is not None and concurrency_key(payload.message) is None:
             # An unkeyed message of a fair lane waits as its tenant, lane:<name>, and carries it as
             # its key from now on: woken, in whatever lane, its claim is of that key's line.
@@ -326,18 +392,18 @@ class MessageProtocol(MessageBranches):
             attributes = {**message.attributes, keys.CONCURRENCY_KEY_ATTRIBUTE: ckey}
             payload = replace(payload, message=replace(message, attributes=attributes))
         ticket = keys.wait(
-            store=self.store,
-            queue=self.queue,
+            store=self.ctx.store,
+            queue=self.ctx.queue,
             payload=payload,
             ckey=ckey,
-            now=self.clock.now(),
+            now=self.ctx.clock.now(),
             seen=seen,
             fair=fair_lane,
         )
         done.append(payload.message)
         if fair_lane:
             self.line_all = True  # someone waits now: the rest of this pass lines up too
-        self._log(
+        self.branches._log(
             "in its tenant's line (fair lane)"
             if fair_lane
             else "concurrency key at its cap; parked in its line",
@@ -357,16 +423,16 @@ class MessageProtocol(MessageBranches):
         say it did not: the error stays ambiguous, so the claim is kept."""
         unsure: AmbiguousStartError | None = None
         for attempt in range(THROTTLED_STARTS):
-            self.pacer.take()
+            self.ctx.pacer.take()
             try:
-                result = self.executions.start(name, body)
+                result = self.ctx.executions.start(name, body)
             except Exception as exc:
                 if isinstance(exc, AmbiguousStartError):
                     unsure = exc
                 last = attempt + 1 == THROTTLED_STARTS
                 if isinstance(exc, TransientError) and exc.throttled and not last:
-                    self.log.info("StartExecution throttled; backing off", extra={"execution_name": name})
-                    self.pacer.throttled()
+                    self.ctx.log.info("StartExecution throttled; backing off", extra={"execution_name": name})
+                    self.ctx.pacer.throttled()
                     continue
                 if unsure is not None and exc is not unsure:
                     raise AmbiguousStartError(
@@ -375,28 +441,6 @@ class MessageProtocol(MessageBranches):
                         code=getattr(exc, "code", ""),
                     ) from exc
                 raise
-            self.pacer.passed()
+            self.ctx.pacer.passed()
             return result
         raise AssertionError("unreachable")
-
-    def _rollback(self, name: str, reason: str, *, version: int) -> None:
-        """Give back a claim of ours that never started, only while it is still the claim at
-        ``version``: two copies of one message (one name) may run side by side, and the other copy
-        may have renewed the claim as its own resume and started it meanwhile.
-
-            copy A                               copy B
-            claim N (version 0)
-                                                 claim N: LeaseHeld by N → resume: renew (v1)
-            StartExecution(N): refused for sure
-                                                 StartExecution(N): started
-            roll back N IF version 0  ✗          (N keeps its slot and lease)
-        """
-        complete(
-            store=self.store,
-            queue=self.queue,
-            name=name,
-            state=PayloadState.RELEASED,
-            now=self.clock.now(),
-            error=reason,
-            fence=ClaimFence(version),
-        )

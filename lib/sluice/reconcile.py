@@ -48,6 +48,8 @@ timeout old by this reconciler's clock.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import asdict, dataclass
 
 from sluice.awaits import sweep as sweep_awaits
@@ -107,101 +109,14 @@ def reconcile(
     count = store.next_count()
     h2 = store.ledger().holders
     now = clock.now()
+    p = _Pass(store, executions, queue, settings, reconciler, now, logger, outputs, effects)
 
     missing = h1 - running
     unknown_running = running - h2
     records = store.executions(missing | unknown_running)
-
-    released = confirmed = judged = 0
-    for name in sorted(missing):
-        record = records.get(name)
-        if record is None:
-            logger.error("ledger holder without an execution record", extra={"execution_name": name})
-            continue
-        # Its claim, its start, or its adoption (a redrive): DescribeExecution may still answer as
-        # before any of them (docs/protocol.md, "Staleness"), ListExecutions too.
-        seen_at = max(record.started_at or record.claimed_at, record.adopted_at or 0.0)
-        if now - seen_at < settings.consistency_window_seconds:
-            continue  # too young: ListExecutions may not show it yet
-        judged += 1
-        try:
-            info = executions.describe(name, record.arn)
-        except ConfigurationError as exc:
-            if any(_on(record.arn, arn) for arn in state_machine_arns(executions)):
-                raise
-            # A holder of a state machine the stack no longer uses, which this role may not ask
-            # about (previousStateMachineArn unset): it stays drift; the tick goes on.
-            logger.error(
-                "cannot describe a holder of another state machine",
-                extra={"execution_name": name, "arn": record.arn, "error": str(exc)},
-            )
-            continue
-        if info is None:
-            if record.state is PayloadState.CLAIMED and not executions.vanished(record.arn):
-                released += _settle_unstarted(
-                    store, queue, record, now, reconciler, settings.claim_timeout_seconds
-                )
-            else:
-                released += _release_vanished(store, queue, record, now, logger)
-        elif info.ended and _its_end(info, record):
-            complete(
-                store=store,
-                queue=queue,
-                name=name,
-                state=PayloadState.after(info.status),
-                now=now,
-                error=info.error,
-                cause=info.cause,
-                ended_at=info.stop_date,
-                started_at=info.start_date,
-                output=output_from(info.output, outputs),
-                effects=effects,  # an end whose event was lost: its effects go now (sluice.effects)
-            )
-            released += 1
-        elif info.ended:
-            continue  # an end from before its adoption (a stale answer): it runs; asked again later
-        elif record.state is PayloadState.CLAIMED:
-            store.mark_running(
-                key=record.key, name=name, arn=info.arn, started_at=info.start_date or now, now=now
-            )
-            confirmed += 1
-
-    external = adopted = 0
-    for name in sorted(unknown_running):
-        record = records.get(name)
-        if record is not None and not record.state.holds_lease:
-            info = executions.describe(name, record.arn)
-            if info is None or info.ended:
-                continue  # ended and released; the listing is behind
-            if info.not_redriven_since(record.ended_at):
-                continue  # Step Functions says it was not redriven: a stale RUNNING answer
-            # Running again although it ended (an operator's RedriveExecution): it holds a slot
-            # and its key again, so nothing new starts beside it.
-            if store.adopt(name=name, now=now):
-                adopted += 1
-                logger.warning(
-                    "execution running again; slot and lease taken back", extra={"execution_name": name}
-                )
-                continue
-            _hold_for_redriven(store, record.key, name, running, now, logger)
-        external += 1
-
-    rooms = store.rooms()  # the three waiting rooms' indexes, in one read
-    woken = sweep(store=store, queue=queue, now=now, holders=rooms.parked_holders)
-    sweep_awaits(
-        store=store,
-        queue=queue,
-        now=now,
-        horizon=settings.await_horizon_seconds,
-        ids=rooms.awaiting,
-    )
-    sweep_keys(
-        store=store,
-        queue=queue,
-        now=now,
-        ckeys=rooms.keys_waiting,
-        fair_lanes=[lane.name for lane in settings.lanes if lane.fair],  # their wakers wake them
-    )
+    released, confirmed, judged = _judge_missing(p, missing, records)
+    external, adopted = _count_unknown(p, unknown_running, records, running)
+    woken = _sweep_rooms(p)
     drift = judged + external + adopted
     counted = ExternalCount(external, count, listed_after)
     if max_source is not None:
@@ -219,6 +134,142 @@ def reconcile(
     )
     logger.info("reconciled", extra={"reconcile": asdict(report)})
     return report
+
+
+@dataclass(frozen=True, slots=True)
+class _Pass:
+    """What one reconciliation works with, and when it runs."""
+
+    store: LaunchStore
+    executions: Executions
+    queue: Queue
+    settings: Settings
+    reconciler: str
+    now: float
+    logger: logging.Logger | logging.LoggerAdapter
+    outputs: Outputs | None
+    effects: Effects | None
+
+
+def _judge_missing(
+    p: _Pass, missing: AbstractSet[str], records: Mapping[str, ExecutionRecord]
+) -> tuple[int, int, int]:
+    """The holders the listing did not show, each judged by DescribeExecution once its claim, start
+    and adoption are older than the consistency window. Returns (released, confirmed running,
+    judged)."""
+    released = confirmed = judged = 0
+    for name in sorted(missing):
+        record = records.get(name)
+        if record is None:
+            p.logger.error("ledger holder without an execution record", extra={"execution_name": name})
+            continue
+        # Its claim, its start, or its adoption (a redrive): DescribeExecution may still answer as
+        # before any of them (docs/protocol.md, "Staleness"), ListExecutions too.
+        seen_at = max(record.started_at or record.claimed_at, record.adopted_at or 0.0)
+        if p.now - seen_at < p.settings.consistency_window_seconds:
+            continue  # too young: ListExecutions may not show it yet
+        judged += 1
+        freed, marked = _judge(p, name, record)
+        released += freed
+        confirmed += marked
+    return released, confirmed, judged
+
+
+def _judge(p: _Pass, name: str, record: ExecutionRecord) -> tuple[int, int]:
+    """One holder past the window, by DescribeExecution's word. Returns (released, marked running)."""
+    try:
+        info = p.executions.describe(name, record.arn)
+    except ConfigurationError as exc:
+        if any(_on(record.arn, arn) for arn in state_machine_arns(p.executions)):
+            raise
+        # A holder of a state machine the stack no longer uses, which this role may not ask
+        # about (previousStateMachineArn unset): it stays drift; the tick goes on.
+        p.logger.error(
+            "cannot describe a holder of another state machine",
+            extra={"execution_name": name, "arn": record.arn, "error": str(exc)},
+        )
+        return 0, 0
+    if info is None:
+        if record.state is PayloadState.CLAIMED and not p.executions.vanished(record.arn):
+            return _settle_unstarted(
+                p.store, p.queue, record, p.now, p.reconciler, p.settings.claim_timeout_seconds
+            ), 0
+        return _release_vanished(p.store, p.queue, record, p.now, p.logger), 0
+    if info.ended and _its_end(info, record):
+        complete(
+            store=p.store,
+            queue=p.queue,
+            name=name,
+            state=PayloadState.after(info.status),
+            now=p.now,
+            error=info.error,
+            cause=info.cause,
+            ended_at=info.stop_date,
+            started_at=info.start_date,
+            output=output_from(info.output, p.outputs),
+            effects=p.effects,  # an end whose event was lost: its effects go now (sluice.effects)
+        )
+        return 1, 0
+    if info.ended:
+        return 0, 0  # an end from before its adoption (a stale answer): it runs; asked again later
+    if record.state is PayloadState.CLAIMED:
+        p.store.mark_running(
+            key=record.key, name=name, arn=info.arn, started_at=info.start_date or p.now, now=p.now
+        )
+        return 0, 1
+    return 0, 0
+
+
+def _count_unknown(
+    p: _Pass,
+    unknown_running: AbstractSet[str],
+    records: Mapping[str, ExecutionRecord],
+    running: set[str],
+) -> tuple[int, int]:
+    """The listed runs the ledger does not hold: a redrive of one that ended is adopted (or its key
+    held for it); the rest are external. Returns (external, adopted)."""
+    external = adopted = 0
+    for name in sorted(unknown_running):
+        record = records.get(name)
+        if record is not None and not record.state.holds_lease:
+            info = p.executions.describe(name, record.arn)
+            if info is None or info.ended:
+                continue  # ended and released; the listing is behind
+            if info.not_redriven_since(record.ended_at):
+                continue  # Step Functions says it was not redriven: a stale RUNNING answer
+            # Running again although it ended (an operator's RedriveExecution): it holds a slot
+            # and its key again, so nothing new starts beside it.
+            if p.store.adopt(name=name, now=p.now):
+                adopted += 1
+                p.logger.warning(
+                    "execution running again; slot and lease taken back", extra={"execution_name": name}
+                )
+                continue
+            _hold_for_redriven(p.store, record.key, name, running, p.now, p.logger)
+        external += 1
+    return external, adopted
+
+
+def _sweep_rooms(p: _Pass) -> int:
+    """The three waiting rooms swept (parked duplicates, awaits, key lines). Returns how many
+    parked messages were woken."""
+    rooms = p.store.rooms()  # the three waiting rooms' indexes, in one read
+    woken = sweep(store=p.store, queue=p.queue, now=p.now, holders=rooms.parked_holders)
+    sweep_awaits(
+        store=p.store,
+        queue=p.queue,
+        now=p.now,
+        horizon=p.settings.await_horizon_seconds,
+        ids=rooms.awaiting,
+    )
+    sweep_keys(
+        store=p.store,
+        queue=p.queue,
+        now=p.now,
+        ckeys=rooms.keys_waiting,
+        fair_lanes=[lane.name for lane in p.settings.lanes if lane.fair],  # their wakers wake them
+    )
+    return woken
 
 
 def _its_end(info: ExecutionInfo, record: ExecutionRecord) -> bool:

@@ -189,7 +189,7 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
     "start_without_asking": (
         "a resume that starts without asking Step Functions "
         "(test_a_resume_that_starts_without_asking_step_functions_is_caught)",
-        [(sluice.per_message.MessageProtocol, "_started_before", lambda self, name: None)],
+        [(sluice.message_branches.MessageBranches, "_started_before", lambda self, name: None)],
     ),
     "ignores_redriven_mark": (
         "a resume that ignores the redriven mark (test_a_resume_that_ignores_the_redriven_mark_after_a_crash_is_caught)",
@@ -233,7 +233,7 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
     "behind_unsighted": (
         "a recheck that hands its group back unsighted "
         "(test_a_recheck_that_does_not_sight_its_group_behind_it_is_caught)",
-        [(sluice.message_branches.MessageBranches, "_sight_behind", lambda self, message, behind: None)],
+        [(sluice.message_branches.MessageBranches, "sight_behind", lambda self, message, behind: None)],
     ),
     "hand_over_unchecked": (
         "a hand-over that skips the receipt check (test_a_hand_over_that_skips_the_receipt_check_is_caught)",

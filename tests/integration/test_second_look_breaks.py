@@ -167,7 +167,7 @@ def test_only_the_rechecked_message_s_own_group_is_sighted_behind_it(session):
     messages = launcher.queue.receive(10, 0)
     assert len(messages) == 4
     first = next(m for m in messages if m.group_id == "g")
-    launcher._sight_behind(first, [m for m in messages if m is not first])
+    launcher.admission.steps.branches.sight_behind(first, [m for m in messages if m is not first])
     table = stack.client("dynamodb")
     sighted = {
         m.group_id + ":" + m.body

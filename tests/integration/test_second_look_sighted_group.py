@@ -1,4 +1,4 @@
-"""Attacks on the second look's sighted group (``MessageBranches._sight_behind``).
+"""Attacks on the second look's sighted group (``MessageBranches.sight_behind``).
 
 The change: when a message goes back for its second look (``recheck``), its FIFO group's later
 messages of the batch are sighted on that receive, so a refusal on their next receive suppresses
@@ -113,7 +113,7 @@ def adversary(world: World) -> Iterator[Adversary]:
 def change(monkeypatch: pytest.MonkeyPatch, on: bool) -> None:
     """The change under review, or the scratch run without it (the group handed back unsighted)."""
     if not on:
-        monkeypatch.setattr(MessageBranches, "_sight_behind", lambda self, message, behind: None)
+        monkeypatch.setattr(MessageBranches, "sight_behind", lambda self, message, behind: None)
 
 
 @dataclass

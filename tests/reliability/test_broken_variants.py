@@ -35,6 +35,7 @@ import sluice.adapters.dynamo_release
 import sluice.adapters.dynamodb
 import sluice.adapters.sfn
 import sluice.adapters.sqs
+import sluice.admission
 import sluice.completion
 import sluice.concurrency
 import sluice.fair
@@ -61,8 +62,10 @@ from sluice.clock import FakeClock
 from sluice.completion import complete
 from sluice.errors import AmbiguousStartError, InvalidPayload, NotFound, SluiceError, TransientError
 from sluice.keys import TICKET_ATTRIBUTE
+from sluice.lane_admission import LaneAdmission
 from sluice.launcher import Launcher
 from sluice.lease import LeaseSlot
+from sluice.message_branches import MessageBranches
 from sluice.model import LimitSource, MaxReading, PayloadState
 from sluice.names import ORIGIN_ATTRIBUTE, origin_id
 from sluice.per_message import THROTTLED_STARTS, MessageProtocol
@@ -448,17 +451,17 @@ def test_suppressing_a_duplicate_without_asking_whether_its_holder_ended_is_caug
     """The second look, a window after a stale RUNNING answer, suppresses without asking: the
     holder ended before the re-submission was sent, its event is still on the way, and no
     reconciliation has judged it yet (promise 3)."""
-    duplicate = Launcher._duplicate
+    duplicate = MessageBranches._duplicate
 
     def without_asking(self, payload, held, *rest):
-        ask = self.executions.describe
-        self.executions.describe = lambda *args, **kwargs: None
+        ask = self.ctx.executions.describe
+        self.ctx.executions.describe = lambda *args, **kwargs: None
         try:
             return duplicate(self, payload, held, *rest)
         finally:
-            self.executions.describe = ask
+            self.ctx.executions.describe = ask
 
-    monkeypatch.setattr(Launcher, "_duplicate", without_asking)
+    monkeypatch.setattr(MessageBranches, "_duplicate", without_asking)
     assert "promise 3" in str(caught(resubmission_judged_twice))
 
 
@@ -624,7 +627,7 @@ def test_a_resumed_claim_rolled_back_when_its_start_is_throttled_is_caught(monke
     beside a run an earlier attempt started. The resume asks Step Functions first, so such a claim
     reaches StartExecution only if it never started; the rollback breaks a promise only beside a
     resume that does not ask, which is how it is caught here."""
-    attempt = Launcher._attempt
+    attempt = MessageProtocol._attempt
 
     def rolls_back_resumes(self, payload, name, *rest):
         try:
@@ -633,12 +636,12 @@ def test_a_resumed_claim_rolled_back_when_its_start_is_throttled_is_caught(monke
             raise
         except TransientError as exc:
             if exc.operation == "StartExecution":
-                record = self.store.execution(name)  # the renewed claim, as it stands
-                self._rollback(name, f"StartExecution refused: {exc}", version=record.claim_version)
+                record = self.ctx.store.execution(name)  # the renewed claim, as it stands
+                self.branches._rollback(name, f"StartExecution refused: {exc}", version=record.claim_version)
             raise
 
-    monkeypatch.setattr(Launcher, "_attempt", rolls_back_resumes)
-    monkeypatch.setattr(Launcher, "_started_before", lambda self, name: None)
+    monkeypatch.setattr(MessageProtocol, "_attempt", rolls_back_resumes)
+    monkeypatch.setattr(MessageBranches, "_started_before", lambda self, name: None)
     caught(resume_throttled, started=True)
 
 
@@ -743,7 +746,7 @@ def test_a_resume_that_starts_without_asking_step_functions_is_caught(monkeypatc
     """With no RUNNING mark, a returning message of a started claim is told from an unstarted one
     only by asking Step Functions; a resume that starts at once starts it a second time on the state
     machine the stack was switched to."""
-    monkeypatch.setattr(sluice.per_message.MessageProtocol, "_started_before", lambda self, name: None)
+    monkeypatch.setattr(MessageBranches, "_started_before", lambda self, name: None)
     with pytest.raises(AssertionError), moto_session() as session:
         launching.test_a_started_claim_back_after_a_switch_is_not_started_on_the_new_machine(session, "crash")
 
@@ -850,15 +853,15 @@ def test_a_rollback_not_fenced_by_its_claims_version_is_caught(monkeypatch):
 
     def unfenced(self, name, reason, *, version):
         complete(
-            store=self.store,
-            queue=self.queue,
+            store=self.ctx.store,
+            queue=self.ctx.queue,
             name=name,
             state=PayloadState.RELEASED,
-            now=self.clock.now(),
+            now=self.ctx.clock.now(),
             error=reason,
         )
 
-    monkeypatch.setattr(MessageProtocol, "_rollback", unfenced)
+    monkeypatch.setattr(MessageBranches, "_rollback", unfenced)
     with pytest.raises(AssertionError, match="orphans"), moto_session() as session, atomic_fast_moto():
         breaks_moto.test_copies_of_one_message_in_two_groups(
             session, None, breaks_moto.install_monitor(monkeypatch)
@@ -971,13 +974,15 @@ def test_a_keyed_claim_that_ignores_the_keys_cap_is_caught_by_the_property_suite
 
 
 def test_a_fill_that_runs_one_groups_messages_side_by_side_is_caught(monkeypatch):
-    monkeypatch.setattr(sluice.launcher, "_group", lambda message: message.message_id)
+    monkeypatch.setattr(sluice.admission, "_group", lambda message: message.message_id)
     with pytest.raises(AssertionError):
         on_moto(fill.test_the_messages_of_one_group_start_in_their_order)
 
 
 def test_a_fill_that_returns_a_throttled_start_at_once_is_caught(monkeypatch):
-    monkeypatch.setattr(Launcher, "_start", lambda self, name, body: self.executions.start(name, body))
+    monkeypatch.setattr(
+        MessageProtocol, "_start", lambda self, name, body: self.ctx.executions.start(name, body)
+    )
     with pytest.raises(AssertionError):
         on_moto(launching.test_a_throttled_start_backs_off_and_keeps_its_claim_and_message)
 
@@ -1655,18 +1660,18 @@ def test_a_completion_that_ignores_the_lanes_priority_is_caught(monkeypatch):
     assert "the freed slot went to 'default'" in str(failure)
 
 
-def creating_the_lanes_pools_only(self: Launcher) -> dict[str, int]:
+def creating_the_lanes_pools_only(self: LaneAdmission) -> dict[str, int]:
     """``sync_lanes`` that writes each lane's pool once, with its configured MAX, and never moves it."""
-    names = [lane.name for lane in self.settings.lanes]
-    rooms = self.store.lane_rooms(names)
-    for lane in self.settings.lanes:
+    names = [lane.name for lane in self.ctx.settings.lanes]
+    rooms = self.ctx.store.lane_rooms(names)
+    for lane in self.ctx.settings.lanes:
         if not rooms[lane.name].exists:
-            self.store.set_lane_limit(lane.name, lane.max, 0.0)
-    return {name: room.limit for name, room in self.store.lane_rooms(names).items()}
+            self.ctx.store.set_lane_limit(lane.name, lane.max, 0.0)
+    return {name: room.limit for name, room in self.ctx.store.lane_rooms(names).items()}
 
 
 def test_a_tick_that_never_moves_a_lanes_limit_is_caught(monkeypatch):
-    monkeypatch.setattr(Launcher, "sync_lanes", creating_the_lanes_pools_only)
+    monkeypatch.setattr(LaneAdmission, "sync_lanes", creating_the_lanes_pools_only)
     failure = caught(breaks.test_a_lane_max_whose_command_died_is_put_in_force_by_the_next_tick)
     assert "promise 7 (lane MAX)" in str(failure)
 

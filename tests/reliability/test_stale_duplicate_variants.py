@@ -11,7 +11,7 @@ import pytest
 
 import sluice.adapters.dynamodb
 import sluice.adapters.sqs
-import sluice.launcher
+import sluice.admission
 import sluice.message_branches
 from sluice.completion import earlier_end
 from sluice.model import Outcome
@@ -55,7 +55,7 @@ def test_a_recheck_that_lets_its_group_run_ahead_is_caught(monkeypatch, make_wor
         def __getattr__(self, name: str) -> Any:
             return getattr(Outcome, name)
 
-    monkeypatch.setattr(sluice.launcher, "Outcome", NoStop())
+    monkeypatch.setattr(sluice.admission, "Outcome", NoStop())
     with pytest.raises(AssertionError, match="q started before"):
         stale_duplicate.test_the_group_behind_a_rechecked_message_waits_in_order(make_world)
 
@@ -65,8 +65,8 @@ def test_a_redriven_mark_judged_by_a_stale_rule_for_good_is_caught(monkeypatch, 
     is adopted on it, the key's next message is its duplicate, and it never starts."""
 
     def old_rule(self: Any, redriven: str, marked_by: float) -> bool:
-        record = self.store.execution(redriven)
-        info = self.executions.describe(redriven, record.arn) if record is not None else None
+        record = self.ctx.store.execution(redriven)
+        info = self.ctx.executions.describe(redriven, record.arn) if record is not None else None
         return info is not None and (not info.ended or earlier_end(info, record))
 
     monkeypatch.setattr(sluice.message_branches.MessageBranches, "_still_runs", old_rule)
@@ -126,11 +126,11 @@ def test_a_failed_sighting_taken_for_a_failure_of_the_tick_is_caught(monkeypatch
     batch at once, is received again within the window and dropped on as stale an answer."""
 
     def raises(self: Any, payload: Any) -> bool:
-        return self.store.first_sighting(
+        return self.ctx.store.first_sighting(
             key=payload.key,
             message_id=payload.message.message_id,
             receipt=payload.message.receipt_handle[:32],
-            now=self.clock.now(),
+            now=self.ctx.clock.now(),
         )
 
     monkeypatch.setattr(sluice.message_branches.MessageBranches, "_first_sighting", raises)
@@ -141,9 +141,7 @@ def test_a_failed_sighting_taken_for_a_failure_of_the_tick_is_caught(monkeypatch
 def test_a_recheck_that_does_not_sight_its_group_behind_it_is_caught(monkeypatch, session):
     """The group's later messages handed back unsighted: each duplicate ahead is a first sighting in
     turn, each returning the fresh message behind them, one receive each."""
-    monkeypatch.setattr(
-        sluice.message_branches.MessageBranches, "_sight_behind", lambda self, m, behind: None
-    )
+    monkeypatch.setattr(sluice.message_branches.MessageBranches, "sight_behind", lambda self, m, behind: None)
     with pytest.raises(AssertionError):
         second_look.test_duplicates_ahead_in_a_group_cost_a_fresh_message_one_receive(session)
 
@@ -151,7 +149,7 @@ def test_a_recheck_that_does_not_sight_its_group_behind_it_is_caught(monkeypatch
 def test_a_recheck_that_sights_other_groups_is_caught(monkeypatch, session):
     """Every message handed back sighted, of any group: one of another group, not held behind the
     rechecked message, is received again at once and its next refusal taken for a second look."""
-    sight = sluice.message_branches.MessageBranches._sight_behind
+    sight = sluice.message_branches.MessageBranches.sight_behind
 
     def any_group(self: Any, message: Any, behind: Any) -> None:
         sight(self, message, [m.__class__(**{**_fields(m), "group_id": message.group_id}) for m in behind])
@@ -159,6 +157,6 @@ def test_a_recheck_that_sights_other_groups_is_caught(monkeypatch, session):
     def _fields(m: Any) -> dict[str, Any]:
         return {f: getattr(m, f) for f in m.__dataclass_fields__}
 
-    monkeypatch.setattr(sluice.message_branches.MessageBranches, "_sight_behind", any_group)
+    monkeypatch.setattr(sluice.message_branches.MessageBranches, "sight_behind", any_group)
     with pytest.raises(AssertionError):
         second_look.test_only_the_rechecked_message_s_own_group_is_sighted_behind_it(session)
