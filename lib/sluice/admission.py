@@ -128,7 +128,11 @@ class Admission:
             if state.wait_seconds is None
             else state.wait_seconds
         )
-        messages = self.receive(free, wait)
+        try:
+            messages = self.receive(free, wait)
+        except TransientError as exc:  # SQS throttled past the SDK's retries: the next round or tick
+            self._interrupted("a receive failed", exc)
+            return "transient"
         if not messages:
             if lingering and self.time_left(remaining_ms):
                 return ""  # completions may have freed slots and MAX may have moved meanwhile
@@ -215,9 +219,15 @@ class Admission:
             [partial(self._run_group, g, r, halt, ahead, handed) for g, r in zip(groups, runs, strict=True)]
         )
         done = [m for r in runs for m in r.done]
-        if done:
-            self.ctx.queue.delete(done)
         filled, stops = 0, set()
+        if done:
+            try:
+                self.ctx.queue.delete(done)
+            except TransientError as exc:
+                # Each message kept comes back after its visibility timeout and is settled by its
+                # lease and its name: resumed, already ran, or a duplicate of the copy in flight.
+                self._interrupted("a delete of handled messages failed; they come back and are settled", exc)
+                stops.add("transient")
         for run in runs:
             filled += run.filled
             for outcome, n in run.outcomes.items():
@@ -228,6 +238,12 @@ class Admission:
             raise errors[0]
         stop = next((s for s in ("transient", "full") if s in stops), "")
         return filled, stop
+
+    def _interrupted(self, what: str, exc: TransientError) -> None:
+        self.ctx.log.warning(
+            f"tick interrupted by a transient AWS error: {what}",
+            extra={"operation": exc.operation, "code": exc.code, "error": str(exc)},
+        )
 
     def _run_group(
         self, messages: list[Message], run: _Run, halt: _Halt, ahead: ReadAhead, handed: Mapping[str, str]

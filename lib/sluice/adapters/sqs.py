@@ -119,14 +119,23 @@ class SqsQueue:
         return messages
 
     def delete(self, messages: Sequence[Message]) -> None:
+        """Every chunk is tried; the first error is raised after the last chunk."""
+        failed: TransientError | None = None
         for chunk in _chunks(messages):
-            with translated("DeleteMessageBatch"):
-                self.client.delete_message_batch(
-                    QueueUrl=self.queue_url,
-                    Entries=[{"Id": str(i), "ReceiptHandle": m.receipt_handle} for i, m in enumerate(chunk)],
-                )
+            try:
+                with translated("DeleteMessageBatch"):
+                    self.client.delete_message_batch(
+                        QueueUrl=self.queue_url,
+                        Entries=[
+                            {"Id": str(i), "ReceiptHandle": m.receipt_handle} for i, m in enumerate(chunk)
+                        ],
+                    )
+            except TransientError as exc:
+                failed = failed or exc
             # A failed entry is a receipt that expired: the message comes back and is recognised
             # by its lease (same message id, same name), so it is deleted then.
+        if failed is not None:
+            raise failed
 
     def release(self, messages: Sequence[Message], delay_seconds: int = 0) -> None:
         for chunk in _chunks(messages):
