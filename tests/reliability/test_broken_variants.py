@@ -434,8 +434,8 @@ def test_live_records_with_a_ttl_are_caught(monkeypatch):
 
     mark_items = ClaimsTable._mark_items
 
-    def keeping_the_ttl(self, started, now):
-        items = mark_items(self, started, now)
+    def keeping_the_ttl(self, key, name, arn, started_at, now):
+        items = mark_items(self, key, name, arn, started_at, now)
         for entry in items:
             update = entry["Update"]
             update["UpdateExpression"] = update["UpdateExpression"].replace(" REMOVE expires_at,", " REMOVE")
