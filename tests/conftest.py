@@ -18,9 +18,11 @@ os.environ.update(
     POWERTOOLS_TRACE_DISABLED="1",
 )
 
+from tests.support.botocore_models import share_botocore_loader  # noqa: E402
 from tests.support.moto_patches import serialise_dynamodb  # noqa: E402
 
 serialise_dynamodb()
+share_botocore_loader()
 
 
 def pytest_sessionfinish(session):
