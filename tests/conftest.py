@@ -24,6 +24,9 @@ from tests.support.moto_patches import serialise_dynamodb  # noqa: E402
 serialise_dynamodb()
 share_botocore_loader()
 
+# `--cpu-durations=N`: CPU seconds per test, module and directory (wall times are noisy on a shared machine).
+pytest_plugins = ["tests.support.cpu_durations"]
+
 
 def pytest_sessionfinish(session):
     """A pytest-xdist worker hands the reliability suite's counts to the controller."""

@@ -1,9 +1,10 @@
 """CPU seconds per test, for a machine whose wall times are noisy (issue #26).
 
-``pytest -p tests.support.cpu_durations --cpu-durations=30`` prints, after the run, the tests whose
-setup, call and teardown took the most CPU (user + system, of the process running the test and of the
-child processes it waited for: osls, a moto server, a demo), then the CPU seconds per module and per
-directory. Under pytest-xdist each worker measures its own tests and the controller adds them up.
+``pytest --cpu-durations=30`` (tests/conftest.py loads this plugin; ``make test
+PYTEST_ARGS=--cpu-durations=30``) prints, after the run, the tests whose setup, call and teardown took
+the most CPU (user + system, of the process running the test and of the child processes it waited for:
+osls, a moto server, a demo), then the CPU seconds per module and per directory. Under pytest-xdist
+each worker measures its own tests and the controller adds them up. Without the option it prints nothing.
 """
 
 from __future__ import annotations
