@@ -18,9 +18,14 @@ os.environ.update(
     POWERTOOLS_TRACE_DISABLED="1",
 )
 
+from tests.support.botocore_models import share_botocore_loader  # noqa: E402
 from tests.support.moto_patches import serialise_dynamodb  # noqa: E402
 
 serialise_dynamodb()
+share_botocore_loader()
+
+# `--cpu-durations=N`: CPU seconds per test, module and directory (wall times are noisy on a shared machine).
+pytest_plugins = ["tests.support.cpu_durations"]
 
 
 def pytest_sessionfinish(session):
