@@ -33,6 +33,10 @@ def start_bucket(region: str) -> tuple[int, int]:
     return LARGE_BUCKET if region in LARGE_BUCKET_REGIONS else SMALL_BUCKET
 
 
+# SQS's longest visibility timeout: a message sent back for the window cannot wait longer.
+SQS_MAX_VISIBILITY = 43_200
+
+
 @dataclass(frozen=True)
 class Settings:
     queue_url: str = ""
@@ -102,7 +106,9 @@ class Settings:
             duplicate_policy=duplicate_policy,
             receive_wait_seconds=min(20, integer("SLUICE_RECEIVE_WAIT_SECONDS", 1)),
             linger_seconds=integer("SLUICE_LINGER_SECONDS", 0),
-            consistency_window_seconds=integer("SLUICE_CONSISTENCY_WINDOW_SECONDS", 60),
+            consistency_window_seconds=integer(
+                "SLUICE_CONSISTENCY_WINDOW_SECONDS", 60, minimum=60, maximum=SQS_MAX_VISIBILITY
+            ),
             time_reserve_seconds=integer("SLUICE_TIME_RESERVE_SECONDS", 15),
             slots_per_shard=integer("SLUICE_SLOTS_PER_SHARD", 8, minimum=1),
             semaphore_limits=parse_limits(text("SLUICE_SEMAPHORES")),

@@ -20,6 +20,14 @@ def test_defaults_and_overrides():
         ({"SLUICE_MAX_CONCURRENCY": "-1"}, "SLUICE_MAX_CONCURRENCY=-1 must be at least 0"),
         ({"SLUICE_DUPLICATE_POLICY": "drop"}, "use one of suppress, defer"),
         ({"SLUICE_CLAIM_TIMEOUT_SECONDS": "0"}, "must be at least 1"),
+        # The second look and reconciliation trust an answer only this long after: below the
+        # staleness bound a stale RUNNING answer suppresses a message that should run (promise 3).
+        (
+            {"SLUICE_CONSISTENCY_WINDOW_SECONDS": "0"},
+            "SLUICE_CONSISTENCY_WINDOW_SECONDS=0 must be at least 60",
+        ),
+        ({"SLUICE_CONSISTENCY_WINDOW_SECONDS": "59"}, "must be at least 60"),
+        ({"SLUICE_CONSISTENCY_WINDOW_SECONDS": "43201"}, "must be at most 43,200"),
         ({"SLUICE_SEMAPHORES": "db"}, "SLUICE_SEMAPHORES: 'db' is not name=limit"),
         ({"SLUICE_SEMAPHORES": "=3"}, "'=3' is not name=limit"),
         ({"SLUICE_SEMAPHORES": "db=five"}, "limit of 'db' must be 0 to 10000, got 'five'"),
