@@ -242,6 +242,10 @@ class Actors:
         self.ended_keys.append(name.rsplit("-", 1)[0])
         if self.ex.scale.get("resubmit") and self.resubmitted < MAX_RESUBMITS and self.choices.chance(0.5):
             self.do_resubmit()  # the producer saw its run end: sent again before the event is delivered
+        idle = [n for n in LAUNCHERS if n not in self.busy()]
+        if idle and self.ex.scale.get("tick_on_end") and self.choices.chance(self.ex.scale["tick_on_end"]):
+            count("explorer:tick_on_end")
+            self.do_tick(idle)  # the scheduled tick fires with the end's status event on its way
 
     def do_send(self) -> None:
         w = self.world

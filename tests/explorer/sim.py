@@ -74,9 +74,16 @@ SWARM_ACTORS = (
     "semaphore_set",
 )
 SWARM_SCALES = (1.0, 0.0, 4.0)
+# At Lambda's pace, the chance that the scheduled tick fires right after an execution ends, while
+# its status event is on the way: EventBridge delivers within about a second and the tick fires
+# every minute, so on a busy stack a tick meets an end whose event is not yet delivered many times
+# a day (at a slower pace the tick would not reach its admission before the event anyway).
+LAMBDA_PACE, TICK_ON_END = 10.0, 0.5
 # How fast invocations move against the world: slower widens every race window (more happens
-# between one call of an invocation and its next).
-RESUME_SCALES = (1.0, 0.1, 0.3)
+# between one call of an invocation and its next); ten times faster is Lambda's own pace, an
+# invocation's calls milliseconds apart against the seconds between the world's moves, so that a
+# tick reaches its admission before the world has moved on (an end's status event still on the way).
+RESUME_SCALES = (1.0, 0.1, 0.3, LAMBDA_PACE)
 FAULT_SCALES = (1.0, 0.0, 8.0)
 # All faults at once: at the plain density about one call in sixteen faults, and an invocation of
 # twenty calls rarely gets through its admission; a calm run lets the protocol's own races play out.
@@ -234,6 +241,7 @@ class Explorer:
             calm = FAULT_DENSITIES[draw(len(FAULT_DENSITIES))]
             self.free_resumes = draw(2) == 1
             self.at_call = (self.at_call[0], *(w * calm for w in self.at_call[1:]))
+            self.scale["tick_on_end"] = TICK_ON_END if self.scale["resume"] == LAMBDA_PACE else 0.0
             self.config["swarm"] = {k: v for k, v in self.scale.items() if v != 1.0} | {
                 "faults": self.at_call[1:],
                 "lags": self.lag_weights,

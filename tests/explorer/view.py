@@ -55,6 +55,12 @@ class History:
         return sorted(n for n, h in self.by_name.items() if any(when > t for when, _ in h))
 
 
+def _started(history: History, name: str) -> datetime | None:
+    """When ``name`` started by the world's clock (its first status), if the explorer saw it start."""
+    first = history.by_name.get(name)
+    return datetime.fromtimestamp(first[0][0], UTC) if first else None
+
+
 def _name(arn: str) -> str:
     return arn.rsplit(":", 1)[-1]
 
@@ -75,6 +81,22 @@ class StaleView(StaleList):
             self.lag[id(call)] = lag
         return lag
 
+    def _on_the_clock(self, call: Call, parsed: dict[str, Any]) -> None:
+        """moto stamps ``startDate`` by the wall clock, days away from the world's virtual clock that
+        Sluice reads; AWS stamps it by the same time Sluice's clocks keep (within their skew).
+        Reconciliation judges a holder's age from it, so an answer names the start by the world's
+        clock."""
+        history: History = self.explorer.history
+        if call.operation == "DescribeExecution":
+            started = _started(history, _name(parsed.get("executionArn", "")))
+            if started is not None and "startDate" in parsed:
+                parsed["startDate"] = started
+        elif call.operation == "ListExecutions":
+            for execution in parsed.get("executions", []):
+                started = _started(history, execution.get("name", ""))
+                if started is not None:
+                    execution["startDate"] = started
+
     def before(self, injector: Injector, call: Call) -> tuple[Any, dict[str, Any]] | None:
         history: History = self.explorer.history
         now = self.explorer.world.clock.now()
@@ -90,6 +112,8 @@ class StaleView(StaleList):
         return None
 
     def after(self, injector: Injector, call: Call, status: int, parsed: dict[str, Any]) -> None:
+        if status < 300:
+            self._on_the_clock(call, parsed)
         lag = self.lag.pop(id(call), 0.0)
         if not lag or status >= 300:
             if call.operation == "StartExecution" and status < 300:

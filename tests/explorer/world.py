@@ -124,6 +124,32 @@ class ExplorerModel(Model):
 
     known_at = 0  # the event count at which the listing now in force was taken
 
+    def running_again(self, name: str) -> None:
+        """A redrive while Sluice still holds the run (its end's event not yet applied): Sluice
+        holds it still, until it releases it (``_on_release``)."""
+        with self.lock:
+            if name in self.holders:
+                self.redriven_held.add(name)
+        super().running_again(name)
+
+    def _on_release(self, call: Call, parsed: dict[str, Any]) -> None:
+        """A release, on the word of the end before a redrive Sluice was never told of: the
+        operator redrove the run after it ended and before its end's event was applied, and the
+        event (or a reconciliation's stale DescribeExecution) released it. Sluice's ledger is then
+        as if the redrive came just after the release: a run redriven behind Sluice's back, which
+        counts once a reconciliation has listed it (docs/protocol.md, "What counts against MAX":
+        until then Sluice may start up to MAX of its own beside it), and is adopted then."""
+        before = set(self.holders)
+        super()._on_release(call, parsed)
+        for name in sorted(before - self.holders):
+            if name in self.redriven_held and name in self.running and name not in self.adopted_at:
+                self._went_outside(name)
+            self.redriven_held.discard(name)
+
+    @property
+    def redriven_held(self) -> set[str]:
+        return self.__dict__.setdefault("_redriven_held", set())
+
     def _on_save_reconciliation(self, call: Call, parsed: dict[str, Any]) -> None:
         at, _ = self.listing.get(call.container, (0, set()))
         if at < self.known_at:
