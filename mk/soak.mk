@@ -10,7 +10,7 @@ SOAK_EXAMPLES ?= 100
 SOAK_STEPS ?= 50
 SOAK_REPORT ?= .hypothesis/soak-report.json
 SOAK_EXPLORE_MINUTES ?= 30
-# The focused suites (keys; awaits, run-once and effects): 5 programs each in `make test`, the soak's here.
+# The focused suites (keys; awaits, run-once and effects): 3 programs each in `make test`, the soak's here.
 SOAK_FOCUSED := test_the_focused_suite_passes_within_its_budget test_the_keys_focused_suite_passes_within_its_budget
 # Whole searches for variants that `make test` catches with the program each found (test_suite_programs.py).
 SOAK_VARIANTS := test_the_promises_alone_catch_the_counter test_effects_sent_on_every_event_are_caught_by_the_suite \

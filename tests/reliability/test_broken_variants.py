@@ -1433,12 +1433,12 @@ FOCUSED_BUDGET = settings(BUDGET, max_examples=20, stateful_step_count=25)
 
 
 def focused_pass_budget() -> settings:
-    """A focused suite on Sluice as it is: 5 derandomised programs in `make test`, the soak profile's
-    (100 random programs of up to 50 actions by default) in `make soak` (HYPOTHESIS_PROFILE=soak).
-    The variants the focused suites catch keep FOCUSED_BUDGET."""
+    """A focused suite on Sluice as it is: 3 derandomised programs of up to 25 actions in `make test`,
+    the soak profile's (100 random programs of up to 50 actions by default) in `make soak`
+    (HYPOTHESIS_PROFILE=soak). The variants the focused suites catch keep FOCUSED_BUDGET."""
     if profile_name() == "reliability-soak":
         return profile()
-    return settings(FOCUSED_BUDGET, max_examples=5)
+    return settings(FOCUSED_BUDGET, max_examples=3)
 
 
 class AwaitsOnceEffectsMachine(SluiceMachine):
