@@ -10,11 +10,13 @@ SOAK_EXAMPLES ?= 100
 SOAK_STEPS ?= 50
 SOAK_REPORT ?= .hypothesis/soak-report.json
 SOAK_EXPLORE_MINUTES ?= 30
-# The focused suites (keys; awaits, run-once and effects): 5 programs each in `make test`, the soak's here.
+# The focused suites (keys; awaits, run-once and effects): 3 programs each in `make test`, the soak's here.
 SOAK_FOCUSED := test_the_focused_suite_passes_within_its_budget test_the_keys_focused_suite_passes_within_its_budget
 # Whole searches for variants that `make test` catches with the program each found (test_suite_programs.py).
 SOAK_VARIANTS := test_the_promises_alone_catch_the_counter test_effects_sent_on_every_event_are_caught_by_the_suite \
-	test_a_claim_that_ignores_sluice_once_is_caught_by_the_suite
+	test_a_claim_that_ignores_sluice_once_is_caught_by_the_suite test_a_counter_decremented_per_event_is_caught \
+	test_a_keyed_claim_that_ignores_the_keys_cap_is_caught_by_the_property_suite \
+	test_a_hand_over_whose_claim_keeps_no_lease_is_caught
 ifndef SOAK_SEED
 SOAK_SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
 endif

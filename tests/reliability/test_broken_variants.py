@@ -206,6 +206,7 @@ in_the_soak = pytest.mark.skipif(
 )
 
 
+@in_the_soak
 def test_a_counter_decremented_per_event_is_caught(monkeypatch):
     monkeypatch.setattr(sluice.runtime, "DynamoStore", CountingStore)
     property_suite_fails()
@@ -827,15 +828,21 @@ def test_a_hand_over_offered_whatever_the_pool_is_caught(monkeypatch):
         )
 
 
-def test_a_hand_over_whose_claim_keeps_no_lease_is_caught(monkeypatch):
-    """The successor takes the slot without its payload's lease: a second message of its key then
-    claims beside it (promise 2), which the property suite finds."""
+def successor_without_its_lease(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Patch in a hand-over whose successor takes the slot without its payload's lease."""
     real = sluice.adapters.dynamo_release.ReleasesTable._successor_items
 
     def slot_only(self, successor, shard, now):
         return real(self, successor, shard, now)[1:]  # its record, not its lease
 
     monkeypatch.setattr(sluice.adapters.dynamo_release.ReleasesTable, "_successor_items", slot_only)
+
+
+@in_the_soak
+def test_a_hand_over_whose_claim_keeps_no_lease_is_caught(monkeypatch):
+    """The successor takes the slot without its payload's lease: a second message of its key then
+    claims beside it (promise 2), which the property suite finds."""
+    successor_without_its_lease(monkeypatch)
     property_suite_fails()
 
 
@@ -876,12 +883,17 @@ def on_keyed_stack(test: Callable[..., None]) -> None:
         test(keys_moto.keyed_stack(session))
 
 
-def test_a_keyed_claim_that_ignores_the_keys_cap_is_caught(monkeypatch):
+def claims_ignoring_the_keys_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Patch in a keyed claim that takes the key's slot whatever its cap, as an adoption takes it."""
     monkeypatch.setattr(
         KeysTable,
         "key_claim_item",
         lambda self, ckey, name, *, ticket, uncapped=False, landed=False: self.key_adopt_item(ckey, name),
     )
+
+
+def test_a_keyed_claim_that_ignores_the_keys_cap_is_caught(monkeypatch):
+    claims_ignoring_the_keys_cap(monkeypatch)
     with pytest.raises(AssertionError):
         on_keyed_stack(
             keys_moto.test_a_key_runs_at_most_its_cap_the_rest_wait_out_of_the_queue_and_others_go_on
@@ -962,14 +974,11 @@ def test_a_requeue_that_drops_sluices_own_attributes_first_is_caught(monkeypatch
         )
 
 
+@in_the_soak
 def test_a_keyed_claim_that_ignores_the_keys_cap_is_caught_by_the_property_suite(monkeypatch):
     """The property suite's own budget, its usual mix (keyed messages among the rest): a key's
     slot taken whatever its cap, as an adoption takes it, is a "key cap:" break."""
-    monkeypatch.setattr(
-        KeysTable,
-        "key_claim_item",
-        lambda self, ckey, name, *, ticket, uncapped=False, landed=False: self.key_adopt_item(ckey, name),
-    )
+    claims_ignoring_the_keys_cap(monkeypatch)
     assert "key cap:" in str(property_suite_fails())
 
 
@@ -1424,12 +1433,12 @@ FOCUSED_BUDGET = settings(BUDGET, max_examples=20, stateful_step_count=25)
 
 
 def focused_pass_budget() -> settings:
-    """A focused suite on Sluice as it is: 5 derandomised programs in `make test`, the soak profile's
-    (100 random programs of up to 50 actions by default) in `make soak` (HYPOTHESIS_PROFILE=soak).
-    The variants the focused suites catch keep FOCUSED_BUDGET."""
+    """A focused suite on Sluice as it is: 3 derandomised programs of up to 25 actions in `make test`,
+    the soak profile's (100 random programs of up to 50 actions by default) in `make soak`
+    (HYPOTHESIS_PROFILE=soak). The variants the focused suites catch keep FOCUSED_BUDGET."""
     if profile_name() == "reliability-soak":
         return profile()
-    return settings(FOCUSED_BUDGET, max_examples=5)
+    return settings(FOCUSED_BUDGET, max_examples=3)
 
 
 class AwaitsOnceEffectsMachine(SluiceMachine):

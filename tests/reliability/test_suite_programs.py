@@ -27,11 +27,10 @@ from tests.reliability.machine import (
     EnqueueAwaiting,
     EnqueueKeyed,
     EnqueueOnce,
-    ExpireTTL,
     Lose,
     Outside,
     Redeliver,
-    RunningEventLate,
+    SetKeyCap,
     SetLaneMax,
     SluiceMachine,
     Tick,
@@ -39,7 +38,9 @@ from tests.reliability.machine import (
 from tests.reliability.test_broken_variants import (
     AwaitsOnceEffectsMachine,
     CountingStore,
+    claims_ignoring_the_keys_cap,
     effects_sent_from_every_event,
+    successor_without_its_lease,
 )
 from tests.reliability.world import PromiseBroken, World
 
@@ -249,8 +250,11 @@ def test_effects_sent_on_every_event_are_caught_by_their_program(monkeypatch):
 
 
 def counter_program(state: Any) -> None:
-    """Found by test_the_promises_alone_catch_the_counter at its 8th program: ends whose events are
-    lost, delivered twice and late, with redriven executions, on a stack with lanes."""
+    """Found by test_the_promises_alone_catch_the_counter at its 8th program (ends whose events are
+    lost, delivered twice and late, with redriven executions, on a stack with lanes), and by
+    test_a_counter_decremented_per_event_is_caught at the same program's 8th action; shrunk to the
+    three actions that break the variant: a retried start throttled every time, keyed messages, and
+    an end with effects whose event is delivered twice."""
     state.build(
         policy="defer",
         fill=4,
@@ -261,21 +265,6 @@ def counter_program(state: Any) -> None:
         history=0,
         backlog=(("p2", "g0", False, False), ("long_id", "g2", False, True), ("hash", "g1", False, True)),
     )
-    state.promises_hold()
-    state.act(action=Outside(kind="redrive", execution=7, delivery="lost"))
-    state.promises_hold()
-    state.act(
-        action=Enqueue(
-            (("lone_surrogate", "g0", False, True), ("p2", "g1", False, False), ("p2", "g2", True, True)),
-            None,
-        )
-    )
-    state.promises_hold()
-    state.act(action=ExpireTTL())
-    state.promises_hold()
-    state.act(action=Outside(kind="redrive", execution=3, delivery="later"))
-    state.promises_hold()
-    state.act(action=End(execution=0, status="SUCCEEDED", delivery="now"))
     state.promises_hold()
     state.act(
         action=Tick(launcher="both", wait=0, fault=("attempts", "throttled_every_time", 0), new_max=None)
@@ -291,47 +280,17 @@ def counter_program(state: Any) -> None:
         )
     )
     state.promises_hold()
-    state.act(action=Tick(launcher="A", wait=181, fault=("crash_on_call", "before", 3), new_max=None))
-    state.promises_hold()
-    state.act(action=End(execution=3, status="FAILED", delivery="now"))
-    state.promises_hold()
-    state.act(action=Enqueue((("p2", "g1", False, False), ("p1", "g0", False, True)), 5))
-    state.promises_hold()
-    state.act(action=End(execution=5, status="FAILED", delivery="now"))
-    state.promises_hold()
-    state.act(action=SetLaneMax(lane=7, value=1, paused=False, interrupted=False))
-    state.promises_hold()
-    state.act(action=Enqueue((("p2", "g2", True, True), ("p0", "g2", False, True)), 7))
-    state.promises_hold()
-    state.act(
-        action=Enqueue(
-            (("hash", "g1", False, False), ("lone_surrogate", "g0", False, True)),
-            None,
-        )
-    )
-    state.promises_hold()
-    state.act(action=RunningEventLate(2))
-    state.promises_hold()
-    state.act(action=End(execution=7, status="SUCCEEDED", delivery="now"))
-    state.promises_hold()
-    state.act(action=Tick(launcher="both", wait=5, fault=("crash_on_call", "before", 8), new_max=None))
-    state.promises_hold()
-    state.act(action=Redeliver(3))
-    state.promises_hold()
-    state.act(action=Deliver(0, ("interleave", "before_start", "tick")))
-    state.promises_hold()
-    state.act(action=End(execution=0, status="SUCCEEDED", delivery="twice"))
-    state.promises_hold()
-    state.act(action=End(execution=4, status="TIMED_OUT", delivery="lost"))
-    state.promises_hold()
-    state.act(action=End(execution=5, status="TIMED_OUT", delivery="lost"))
-    state.promises_hold()
-    state.act(action=End(execution=7, status="ABORTED", delivery="lost"))
-    state.promises_hold()
 
 
 def test_the_counter_program_holds():
     replay(SluiceMachine, counter_program)
+
+
+def test_a_counter_decremented_per_event_is_caught_by_its_program(monkeypatch):
+    """A slot freed for every status event: the ledger against the leases breaks."""
+    monkeypatch.setattr(sluice.runtime, "DynamoStore", CountingStore)
+    failure = broken(SluiceMachine, counter_program)
+    assert "slot without lease or lease without slot" in str(failure), failure
 
 
 def test_the_promises_alone_catch_the_counter_with_its_program(monkeypatch):
@@ -341,3 +300,149 @@ def test_the_promises_alone_catch_the_counter_with_its_program(monkeypatch):
     monkeypatch.setattr(World, "check_ledger", False)
     failure = broken(SluiceMachine, counter_program)
     assert "promise 1" in str(failure) or "promise 4" in str(failure), failure
+
+
+def keys_program(state: Any) -> None:
+    """Found by test_a_keyed_claim_that_ignores_the_keys_cap_is_caught_by_the_property_suite at its
+    1st program (unshrunk, as the budget runs it): keyed messages of ``t0`` and ``t1``, then ``t0``'s
+    cap set to 0 while one of its messages still waits."""
+    state.build(
+        skew=45.0,
+        fill=1,
+        policy="suppress",
+        lanes="",
+        backlog=(
+            ("p2", "g1", False, True),
+            ("a/b", "g0", False, True),
+            ("hash", "g2", False, False),
+            ("a/b", "g0", False, False),
+            ("long_id", "g1", True, True),
+        ),
+        max_concurrency=5,
+        key_concurrency=2,
+        history=0,
+    )
+    state.promises_hold()
+    state.act(action=End(execution=6, status="FAILED", delivery="lost"))
+    state.promises_hold()
+    state.act(action=End(execution=3, status="FAILED", delivery="twice"))
+    state.promises_hold()
+    state.act(action=SetLaneMax(lane=0, value=2, paused=False, interrupted=True))
+    state.promises_hold()
+    state.act(action=Tick(launcher="both", wait=0, fault=None, new_max=None))
+    state.promises_hold()
+    state.act(
+        action=Tick(launcher="both", wait=0, fault=("throttle_after", "key_park", "GetItem"), new_max=2)
+    )
+    state.promises_hold()
+    state.act(
+        action=EnqueueKeyed(
+            messages=(("p2", "g1", "t0"), ("k1", "g1", "t1"), ("p2", "g2", "t0"), ("new", "g0", "t1")), lane=2
+        )
+    )
+    state.promises_hold()
+    state.act(action=EnqueueAwaiting(name="w0", group="g2", awaits=("never-enqueued",), once=True, lane=1))
+    state.promises_hold()
+    state.act(action=Outside(kind="start", execution=2, delivery="lost"))
+    state.promises_hold()
+    state.act(
+        action=EndWithEffects(
+            execution=3,
+            effects=(("fx0", False, ()), ("fx1", False, ("fx0",)), ("w0", False, ())),
+            delivery="now",
+        )
+    )
+    state.promises_hold()
+    state.act(action=Enqueue((("p0", "g2", False, True), ("p2", "g0", False, True)), None))
+    state.promises_hold()
+    state.act(action=End(execution=5, status="FAILED", delivery="now"))
+    state.promises_hold()
+    state.act(action=Tick(launcher="A", wait=61, fault=("crash", "after_delete", 2), new_max=None))
+    state.promises_hold()
+    state.act(action=EnqueueAwaiting(name="w1", group="g2", awaits=("p0", "p1", "p2"), once=True, lane=1))
+    state.promises_hold()
+    state.act(action=SetKeyCap(ckey="lane:<fair>", cap=1))
+    state.promises_hold()
+    state.act(action=Outside(kind="redrive", execution=7, delivery="later"))
+    state.promises_hold()
+    state.act(action=End(execution=5, status="ABORTED", delivery="now"))
+    state.promises_hold()
+    state.act(action=Redeliver(0))
+    state.promises_hold()
+    state.act(action=Redeliver(7))
+    state.promises_hold()
+    state.act(
+        action=EnqueueKeyed(
+            messages=(("new", "g1", "t1"), ("p2", "g2", "t1"), ("new", "g1", "t1"), ("k1", "g2", "t0")),
+            lane=None,
+        )
+    )
+    state.promises_hold()
+    state.act(
+        action=Tick(launcher="A", wait=0, fault=("throttle_after", "key_park", "SendMessage"), new_max=None)
+    )
+    state.promises_hold()
+    state.act(action=SetKeyCap(ckey="t0", cap=0))
+    state.promises_hold()
+    state.act(action=Enqueue((("a:b", "g1", True, True),), 2))
+    state.promises_hold()
+    state.act(action=End(execution=6, status="ABORTED", delivery="now"))
+    state.promises_hold()
+
+
+def test_the_keys_program_holds():
+    replay(SluiceMachine, keys_program)
+
+
+def test_a_keyed_claim_that_ignores_the_keys_cap_is_caught_by_its_program(monkeypatch):
+    claims_ignoring_the_keys_cap(monkeypatch)
+    assert "key cap:" in str(broken(SluiceMachine, keys_program))
+
+
+def handover_program(state: Any) -> None:
+    """Found by test_a_hand_over_whose_claim_keeps_no_lease_is_caught at its 1st program (the keys
+    program above and one more end, broken at rest); shrunk to the six of its actions that break the
+    variant at the last of them: two ticks, one under a lowered MAX, a payload of the pool sent
+    again, and ends whose release hands the freed slot over."""
+    state.build(
+        skew=45.0,
+        fill=1,
+        policy="suppress",
+        lanes="",
+        backlog=(
+            ("p2", "g1", False, True),
+            ("a/b", "g0", False, True),
+            ("hash", "g2", False, False),
+            ("a/b", "g0", False, False),
+            ("long_id", "g1", True, True),
+        ),
+        max_concurrency=5,
+        key_concurrency=2,
+        history=0,
+    )
+    state.promises_hold()
+    state.act(action=Tick(launcher="both", wait=0, fault=None, new_max=None))
+    state.promises_hold()
+    state.act(
+        action=Tick(launcher="both", wait=0, fault=("throttle_after", "key_park", "GetItem"), new_max=2)
+    )
+    state.promises_hold()
+    state.act(action=Enqueue((("p0", "g2", False, True), ("p2", "g0", False, True)), None))
+    state.promises_hold()
+    state.act(action=End(execution=5, status="FAILED", delivery="now"))
+    state.promises_hold()
+    state.act(action=Tick(launcher="A", wait=61, fault=("crash", "after_delete", 2), new_max=None))
+    state.promises_hold()
+    state.act(action=End(execution=5, status="ABORTED", delivery="now"))
+    state.promises_hold()
+
+
+def test_the_handover_program_holds():
+    replay(SluiceMachine, handover_program)
+
+
+def test_a_hand_over_whose_claim_keeps_no_lease_is_caught_by_its_program(monkeypatch):
+    """The successor holds a slot without its payload's lease: the ledger against the leases breaks."""
+    successor_without_its_lease(monkeypatch)
+    failure = broken(SluiceMachine, handover_program)
+    assert "slot without lease or lease without slot" in str(failure), failure
