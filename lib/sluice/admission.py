@@ -271,10 +271,7 @@ class Admission:
                 self.ctx.queue.release(rest)
                 run.add(Outcome.INTERRUPTED, len(rest))
                 run.stop = halt.reason = "transient"
-                self.ctx.log.warning(
-                    "tick interrupted by a transient AWS error; the rest of the batch returns to the queue",
-                    extra={"operation": exc.operation, "code": exc.code, "error": str(exc)},
-                )
+                self._interrupted("the rest of the batch returns to the queue", exc)
                 return
             except ConfigurationError:
                 self.ctx.queue.release(rest)
