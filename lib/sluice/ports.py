@@ -278,8 +278,8 @@ class PayloadLeases(Protocol):
         With ``fence``, only if the claim is still CLAIMED, unrenewed and marked as the fence says.
         With ``confirm``, an execution adopted after a redrive is released only if ``confirm``
         (asked with the record the release reads) says it has really ended.
-        With ``outcome_unknown`` (its execution vanished with its state machine), a run-once
-        execution marks its key ``once_unknown`` (and ``once_by``: kept without expiry), so no
+        With ``outcome_unknown`` (its execution vanished with its state machine), the execution,
+        run-once or not, marks its key ``once_unknown`` (and ``once_by``: kept without expiry), so no
         run-once claim of the key passes until the mark is cleared (``sluice.receipts``).
         Returns the record as it was before, or ``None`` when nothing was released (a redelivered
         event, an execution Sluice did not start, a renewed claim): never a second slot. The

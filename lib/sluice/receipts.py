@@ -53,8 +53,9 @@ outlives ``retentionDays``. No later write puts it back under TTL: every write t
 (``sluice.adapters.dynamo_release`` has the timeline). Messages without the attribute run as before,
 whatever the receipt says.
 
-A run-once run whose outcome cannot be known (its execution vanished with its state machine,
-deleted after a switch, before Sluice saw it end: ``sluice.reconcile``) may have SUCCEEDED. Its
+A run whose outcome cannot be known (its execution vanished with its state machine, deleted
+after a switch, before Sluice saw it end: ``sluice.reconcile``) may have SUCCEEDED, whether a
+run-once message claimed it or not: a run-once message of its key must not run after it. Its
 release marks the record ``once_unknown = <name>`` (and ``once_by``: kept without expiry), and a
 run-once claim also carries ``attribute_not_exists(once_unknown)``: it fails as ``OnceUnknown`` and
 the message is dead-lettered with the reason, until the operator, knowing the outcome, removes the

@@ -371,8 +371,8 @@ def _release_vanished(
     it the execution, which had ended. Or a claim on a machine switched from and deleted: it may
     have started there (a start's answer lost, a launcher dead after it), and nothing can start
     there any more. Released through the completion path with the reason: its outcome is unknown,
-    so it is recorded as released, not as an end. A run-once holder marks its key
-    ``once_unknown``: it may have SUCCEEDED, so no run-once message of the key runs by itself after
+    so it is recorded as released, not as an end. It marks its key ``once_unknown``, run-once
+    holder or not: it may have SUCCEEDED, so no run-once message of the key runs by itself after
     it (``sluice.receipts``).
 
     A claim is released fenced by its version: a launcher resuming it asks Step Functions first and

@@ -1,5 +1,5 @@
-"""A run-once execution released with an unknown outcome (``Store.release(outcome_unknown=True)``: it
-vanished with its state machine) marks its key ``once_unknown``: no run-once claim of the key passes,
+"""An execution, run-once or not, released with an unknown outcome (``Store.release(outcome_unknown=True)``:
+it vanished with its state machine) marks its key ``once_unknown``: no run-once claim of the key passes,
 in the claim's own condition (a hand-over's too); a plain claim does; the record is kept without
 expiry whatever is written after it. MemoryStore and DynamoStore (moto)."""
 
@@ -60,9 +60,12 @@ def test_a_hand_over_does_not_claim_a_once_successor_of_the_marked_key(store):
     assert store.execution("n2") is None and store.payload("k").holder is None
 
 
-def test_a_plain_run_released_with_an_unknown_outcome_marks_nothing(store):
+def test_a_plain_run_released_with_an_unknown_outcome_marks_its_key_too(store):
+    """It may have SUCCEEDED as well: a run-once message of its key must not run after it."""
     vanished(store, once=False)
     record = store.payload("k")
-    assert record.once_unknown is None and record.once_by is None and record.expires_at > 0
-    claim(store, "k", "n2", message_id="m2", now=NOW + 5, once=True)
-    assert store.payload("k").holder == "n2"
+    assert (record.once_unknown, record.once_by, record.expires_at) == ("n1", "n1", 0)
+    with pytest.raises(OnceUnknown):
+        claim(store, "k", "n2", message_id="m2", now=NOW + 5, once=True)
+    claim(store, "k", "n3", message_id="m3", now=NOW + 6)
+    assert store.payload("k").holder == "n3"

@@ -107,13 +107,16 @@ def test_a_plain_message_of_the_marked_key_still_runs_and_the_mark_outlives_it(s
     assert e1 in reason
 
 
-def test_a_plain_holder_that_vanished_leaves_no_mark(session):
+def test_a_plain_holder_that_vanished_marks_its_key_too(session):
+    """It may have SUCCEEDED: a run-once message of its key is dead-lettered, a plain one runs."""
     stack = build_stack(session, max_concurrency=2, clock=FakeClock())
-    vanish_a_once_run(stack, once=False)
-    assert "once_unknown" not in payload_item(stack, "k")
+    e1 = vanish_a_once_run(stack, once=False)
+    assert payload_item(stack, "k")["once_unknown"] == {"S": e1}
     stack.send({"id": "k"}, group="b", sluice_once="true")
     stack.launcher().tick()
-    assert len(stack.running()) == 1 and dead_reasons(stack) == []
+    assert stack.running() == []
+    (reason,) = dead_reasons(stack)
+    assert e1 in reason
 
 
 def clear_the_mark(stack: Stack, name: str, *, succeeded: bool) -> None:
@@ -205,7 +208,7 @@ def test_a_plain_claim_on_a_deleted_machine_frees_its_key_at_once(session):
     stack.clock.advance(61)
     stack.launcher().tick()
     assert stack.runtime().store().ledger().holders == frozenset()
-    assert "once_unknown" not in payload_item(stack, "k")
+    assert payload_item(stack, "k")["once_unknown"] == {"S": e1}  # it may have run there
     stack.send({"id": "k", "n": 2}, group="b")
     stack.launcher().tick()
     (e2,) = stack.running()
@@ -220,3 +223,20 @@ def test_sluice_status_shows_the_mark(session, monkeypatch, capsys):
     assert f"outcome of run {e1} unknown" in shown.out
     as_json = json.loads(sluice(capsys, "status", "k", "--json", session=session).out)
     assert as_json["payload"]["once_unknown"] == e1
+
+
+@pytest.mark.parametrize("run_anyway", [False, True])
+def test_a_waiter_on_a_key_whose_run_vanished_is_not_left_parked(session, run_anyway):
+    """Whether the vanished run SUCCEEDED is unknown: the waiter is dead-lettered with that reason,
+    or, with ``sluice-on-await-failure: run``, starts (the key has ended, whichever way)."""
+    stack = build_stack(session, max_concurrency=2, clock=FakeClock())
+    e1 = vanish_a_once_run(stack, once=False)
+    extra = {"sluice_on_await_failure": "run"} if run_anyway else {}
+    stack.send({"id": "w"}, group="b", sluice_awaits=json.dumps(["k"]), **extra)
+    stack.launcher().tick()
+    if run_anyway:
+        (started,) = stack.running()
+        assert started != e1 and dead_reasons(stack) == []
+    else:
+        assert stack.running() == []
+        assert dead_reasons(stack) == [f"awaited k ended with an unknown outcome (its run {e1})"]

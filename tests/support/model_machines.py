@@ -8,8 +8,8 @@ and the model accepts them only in exactly their situation:
   was deleted and is not the stack's machine, and the DLQ entry's reason is
   ``its claim N is on state machine M, no longer used and deleted: …`` (whether it ran there cannot
   be known, so it is not started again);
-* a run-once key whose run-once run vanished: a ``sluice-once`` message of key ``k``, and a run
-  ``N`` of ``k`` claimed for a ``sluice-once`` message on a machine vanished as above, named by the
+* a run-once key whose run vanished: a ``sluice-once`` message of key ``k``, and a run ``N`` of
+  ``k`` (claimed for a run-once message or not) on a machine vanished as above, named by the
   reason ``run-once key 'k': the outcome of its run N is unknown …`` (it may have SUCCEEDED, so the
   key does not run once more by itself).
 
@@ -125,7 +125,6 @@ class Machines:
             if (
                 key is not None
                 and once(message_id)
-                and once(claimed_for)
                 and key_of(message_id) == key
                 and reason.startswith(ONCE_UNKNOWN_REASON.format(key=key, name=name))
             ):

@@ -7,7 +7,7 @@ receipt and effects mark in one transaction), alone or with a successor's claim 
                                                               and its waiters are read)
                                    SET expires_at            IF no once_by (a once-key's success
                                                               is kept: then again, without it)
-                                   SET once_unknown, once_by (a once-run that vanished: outcome
+                                   SET once_unknown, once_by (a run that vanished: outcome
                                                               unknown, sluice.receipts)
                  EXEC#N            SET state, ended_at       IF CLAIMED or RUNNING (a fence: and
                                                               the claim version and mark judged)
@@ -366,10 +366,11 @@ def _lease_terms(record: ExecutionRecord, ending: _Ending, *, kept: bool) -> tup
     if record.once and ending.state is PayloadState.SUCCEEDED:
         # A once-key's success is kept: it must never run again (sluice.receipts).
         return sets + ", once_by = if_not_exists(once_by, :name)", removes + ", expires_at", ""
-    if record.once and ending.outcome_unknown:
-        # A once-run that vanished may have SUCCEEDED: no once-claim of the key until the
-        # operator says (its claim's condition reads the mark), and the record is kept as a
-        # success would be. Written by the holder's own release, so no once-claim got in between.
+    if ending.outcome_unknown:
+        # A run that vanished (a run-once one or not) may have SUCCEEDED: no once-claim of the
+        # key until the operator says (its claim's condition reads the mark), and the record is
+        # kept as a success would be. Written by the holder's own release, so no once-claim got
+        # in between.
         sets += ", once_unknown = :name, once_by = if_not_exists(once_by, :name)"
         return sets, removes + ", expires_at", ""
     if kept:

@@ -80,7 +80,7 @@ class MemoryReleases:
     ) -> PayloadRecord:
         name, state = record.name, ending.state
         once_by, unknown = payload.once_by, payload.once_unknown
-        if record.once and (state is PayloadState.SUCCEEDED or ending.outcome_unknown):
+        if (record.once and state is PayloadState.SUCCEEDED) or ending.outcome_unknown:
             once_by, unknown = once_by or name, name if ending.outcome_unknown else unknown
         # A once-key's success is kept: it must never run again, whatever ran after it.
         expires = 0 if once_by is not None else int(ending.now) + self.table.retention_seconds
