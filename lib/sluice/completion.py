@@ -20,7 +20,8 @@ back may have ended a second time before an event of its first end arrives late:
                                           ──► nothing (reconciliation releases A as SUCCEEDED)
 
 So an adopted execution is released by an event only when Step Functions reports it ended, and
-ended at that event's stop date.
+ended at that event's stop date. A SUCCEEDED event that releases nothing but stopped after the end
+its released record holds is a redriven run's success: recorded without a slot (``_later_success``).
 """
 
 from __future__ import annotations
@@ -224,7 +225,7 @@ def settle_status_change(
             _not_its_earlier_end(change),
             _both(_ended_by_its_own_word(executions), _ended_at_this_events_stop(executions, change)),
         )
-    return complete(
+    released = complete(
         store=store,
         queue=queue,
         confirm=confirm,
@@ -239,6 +240,52 @@ def settle_status_change(
         effects=effects,
         offer=offer,
     )
+    if released is None and change.status == ExecutionStatus.SUCCEEDED:
+        output = _event_output(change, executions, outputs or Outputs())
+        _later_success(change, store=store, queue=queue, now=now, output=output, effects=effects)
+    return released
+
+
+REDRIVABLE_ENDS = frozenset({PayloadState.FAILED, PayloadState.TIMED_OUT, PayloadState.ABORTED})
+
+
+def _later_success(
+    change: StatusChange,
+    *,
+    store: LaunchStore,
+    queue: Queue,
+    now: float,
+    output: Callable[[ExecutionRecord], ReceiptOutput | None],
+    effects: Effects | None,
+) -> None:
+    """A SUCCEEDED event that released nothing, with a stop date after the end the execution's
+    record holds: redriven after its release, it ran again without a slot and ended before any
+    reconciliation adopted it (or a late event of its earlier end released it first). No slot is
+    freed; its success is written as its release would have written it (the key's
+    ``succeeded_by`` for run-once and awaits, its effects sent and marked), and its waiters woken:
+
+        e FAILED (t1), released    operator: redrive e    e SUCCEEDED (t2), event
+        release(e): not held  ─►  read EXEC#e: FAILED, ended t1 < t2  ─►  send e's effects
+        ─►  record_later_success (conditioned on EXEC#e FAILED at t1)  ─►  waiters on e's key
+
+    A repeated event reads EXEC#e SUCCEEDED: nothing. Two at once: one write wins, and SQS drops
+    the other's effect sends (same deduplication ids). A run-once message claimed between the
+    redriven run's end and this write may run: the redrive was behind Sluice's back."""
+    record = store.execution(change.name)
+    if record is None or record.state not in REDRIVABLE_ENDS or record.ended_at is None:
+        return
+    if change.stop_date is None or change.stop_date <= record.ended_at + 0.002:
+        return  # a repeat or a late copy of an end the record has, or one from before it
+    state = PayloadState.SUCCEEDED
+    keep = around(output, effects, store=store, queue=queue, name=change.name, state=state, now=now)
+    receipt = keep(record) if keep is not None else None
+    if not store.record_later_success(record=record, ended_at=change.stop_date, now=now, receipt=receipt):
+        return
+    log.info(
+        "success of a redriven run recorded after its release",
+        extra={"execution_name": change.name, "payload_key": record.key},
+    )
+    on_receipt(store=store, queue=queue, key=record.key, now=now, succeeded_by=change.name)
 
 
 def earlier_end(info: ExecutionInfo, record: ExecutionRecord | None) -> bool:

@@ -310,6 +310,18 @@ class PayloadLeases(Protocol):
         hand-over says so: the caller claims it its own way."""
         ...
 
+    def record_later_success(
+        self, *, record: ExecutionRecord, ended_at: float, now: float, receipt: ReceiptOutput | None
+    ) -> bool:
+        """A SUCCEEDED end, stopped at ``ended_at``, of ``record``'s execution, released before on an
+        earlier end that ``record`` holds (FAILED, TIMED_OUT or ABORTED): redriven, it ran again
+        without a slot or the lease, so none is freed. Written as its release would have: the record
+        SUCCEEDED, the key's ``succeeded_by`` (``once_by`` too, kept without expiry, when a run-once
+        message claimed it), the key's receipt when it is still this execution's, its output and
+        the mark of its effects (``receipt``). Only while the record holds the end it was read with;
+        False otherwise (recorded by another, or adopted meanwhile), or with no key record left."""
+        ...
+
     def adopt(self, *, name: str, now: float) -> bool:
         """Take a slot and the lease back for an ended execution that runs again (a redrive).
 

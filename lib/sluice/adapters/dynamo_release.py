@@ -239,6 +239,47 @@ class ReleasesTable:
             record = fresh
         return HandOver(None)
 
+    def record_later_success(
+        self, record: ExecutionRecord, *, ended_at: float, now: float, receipt: ReceiptOutput | None
+    ) -> bool:
+        """``Store.record_later_success``: the record, conditioned on the end it was read with (so
+        one of two completions of the same event writes it), and the key's success; the receipt
+        too while it is still this execution's, else tried again without it."""
+        for receipt_too in (True, False):
+            items = [
+                {"Update": self._later_end(record, ended_at, now, receipt)},
+                {"Update": _later_success_lease(self.db.table, record, now, receipt_too=receipt_too)},
+            ]
+            if receipt is not None and receipt.effects is not None:
+                effects = effects_item(receipt.effects, expires_at=int(now) + EFFECTS_RETENTION_SECONDS)
+                items.append({"Put": {"TableName": self.db.table, "Item": effects}})
+            reasons = self.db.transact(items)
+            if reasons is None:
+                return True
+            if _failed(reasons[0]) or not receipt_too:
+                return False
+        return False
+
+    def _later_end(
+        self, record: ExecutionRecord, ended_at: float, now: float, receipt: ReceiptOutput | None
+    ) -> dict[str, Any]:
+        state = PayloadState.SUCCEEDED
+        expires = record_expiry(state, now=now, retention_seconds=self.db.retention_seconds)
+        named = values(state=state.value, ended=ended_at, expires=expires)
+        named.update(values(was=record.state.value, was_ended=record.ended_at))
+        names = {"#state": "state", "#error": "error", "#cause": "cause"}
+        sets = "SET #state = :state, ended_at = :ended, expires_at = :expires"
+        if receipt is not None:
+            sets += _output_terms(receipt, named, names)
+        return {
+            "TableName": self.db.table,
+            "Key": {"pk": {"S": execution_pk(record.name)}},
+            "UpdateExpression": sets + " REMOVE #error, #cause",
+            "ConditionExpression": "#state = :was AND ended_at = :was_ended",
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": named,
+        }
+
     def _release_items(
         self, record: ExecutionRecord, ending: _Ending, *, awaited: bool, kept: bool = False
     ) -> list[dict[str, Any]]:
@@ -388,6 +429,30 @@ def _lease_terms(record: ExecutionRecord, ending: _Ending, *, kept: bool) -> tup
     #                                 release(e2): SET expires_at IF no once_by    ✗
     #                                 release(e2) again, kept: no expiry           ✓
     return sets + ", expires_at = :expires", removes, f" AND {UNLESS_ONCE_DONE}"
+
+
+def _later_success_lease(
+    table: str, record: ExecutionRecord, now: float, *, receipt_too: bool
+) -> dict[str, Any]:
+    """PAYLOAD#<key>'s update for a success recorded after its release: ``succeeded_by`` (and a
+    run-once claim's ``once_by``, kept without expiry), the receipt only while it is this run's."""
+    sets, removes = "SET succeeded_by = if_not_exists(succeeded_by, :name)", ""
+    named = values(name=record.name)
+    condition = "attribute_exists(pk)"
+    if record.once:
+        sets += ", once_by = if_not_exists(once_by, :name)"
+        removes = " REMOVE expires_at"
+    if receipt_too:
+        sets += ", receipt_state = :succeeded"
+        named.update(values(succeeded=PayloadState.SUCCEEDED.value))
+        condition += " AND receipt = :name"
+    return {
+        "TableName": table,
+        "Key": {"pk": {"S": payload_pk(record.key)}},
+        "UpdateExpression": sets + removes,
+        "ConditionExpression": condition,
+        "ExpressionAttributeValues": named,
+    }
 
 
 def _output_terms(receipt: ReceiptOutput, named: dict[str, Any], names: dict[str, str]) -> str:

@@ -256,6 +256,11 @@ class DynamoStore:
             output=output,
         )
 
+    def record_later_success(
+        self, *, record: ExecutionRecord, ended_at: float, now: float, receipt: ReceiptOutput | None
+    ) -> bool:
+        return self.releases.record_later_success(record, ended_at=ended_at, now=now, receipt=receipt)
+
     def adopt(self, *, name: str, now: float) -> bool:
         return self.adoptions.adopt(name=name, now=now)
 

@@ -184,6 +184,11 @@ class MemoryStore:
         ending = Ending(state, now, error, cause, ended_at, started_at)
         return self.hand_overs.hand_over(name, ending, offer, confirm=confirm, output=output)
 
+    def record_later_success(
+        self, *, record: ExecutionRecord, ended_at: float, now: float, receipt: ReceiptOutput | None
+    ) -> bool:
+        return self.releases.record_later_success(record, ended_at=ended_at, now=now, receipt=receipt)
+
     def adopt(self, *, name: str, now: float) -> bool:
         return self.releases.adopt(name=name, now=now)
 

@@ -68,6 +68,32 @@ class MemoryReleases:
             # Flagged as awaited once a waiter parked on the key (MemoryAwaits keeps every such key).
             return replace(record, awaited=self.awaits.is_awaited(record.key))
 
+    def record_later_success(
+        self, record: ExecutionRecord, *, ended_at: float, now: float, receipt: ReceiptOutput | None
+    ) -> bool:
+        with self.table.lock:
+            current = self.table.executions.get(record.name)
+            payload = self.table.payloads.get(record.key)
+            if current is None or payload is None:
+                return False
+            if current.state is not record.state or current.ended_at != record.ended_at:
+                return False
+            ending = Ending(PayloadState.SUCCEEDED, now, ended_at=ended_at)
+            ended = self._ended_record(current, ending, receipt)
+            self.table.executions[record.name] = replace(ended, error=None, cause=None)
+            self.table.payloads[record.key] = replace(
+                payload,
+                succeeded_by=payload.succeeded_by or record.name,
+                once_by=payload.once_by or (record.name if record.once else None),
+                expires_at=0 if record.once else payload.expires_at,
+                receipt_state=PayloadState.SUCCEEDED
+                if payload.receipt == record.name
+                else payload.receipt_state,
+            )
+            if receipt is not None and receipt.effects is not None:
+                self.table.effects[record.name] = receipt.effects
+            return True
+
     def _free(self, record: ExecutionRecord) -> None:
         self.table.holders.discard(record.name)
         if record.ckey is not None:
