@@ -15,6 +15,7 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
+import sluice.adapters.dynamo_release
 import sluice.adapters.sfn
 import sluice.adapters.sqs
 import sluice.adapters.ssm
@@ -101,6 +102,15 @@ def _read_then_write(self: Semaphores, semaphore: str, limit: int) -> bool:
 RULES = attributes.RULES
 
 # name -> (what the variant breaks, its patches)
+_LEASE_TERMS = sluice.adapters.dynamo_release._lease_terms
+
+
+def _plain_vanished_unmarked(record: Any, ending: Any, *, kept: bool) -> Any:
+    if ending.outcome_unknown and not record.once:
+        ending = replace(ending, outcome_unknown=False)
+    return _LEASE_TERMS(record, ending, kept=kept)
+
+
 VARIANTS: dict[str, tuple[str, list[Patch]]] = {
     # -- the breaks, as the code was before each fix -----------------------------------------------
     "b1_listing_order": (
@@ -234,6 +244,15 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
         "a recheck that hands its group back unsighted "
         "(test_a_recheck_that_does_not_sight_its_group_behind_it_is_caught)",
         [(sluice.message_branches.MessageBranches, "sight_behind", lambda self, message, behind: None)],
+    ),
+    "later_success_ignored": (
+        "a redriven run's success after its release not recorded: its event releases nothing, so "
+        "the key's succeeded_by and its effects are left out (the code before it was fixed)",
+        [(sluice.completion, "_later_success", lambda change, **kw: None)],
+    ),
+    "plain_vanished_unmarked": (
+        "a plain run released with an unknown outcome marks no once_unknown (the code before it was fixed)",
+        [(sluice.adapters.dynamo_release, "_lease_terms", _plain_vanished_unmarked)],
     ),
     "hand_over_unchecked": (
         "a hand-over that skips the receipt check (test_a_hand_over_that_skips_the_receipt_check_is_caught)",

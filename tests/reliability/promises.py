@@ -238,6 +238,9 @@ class Promises:
         self.advance(WINDOW + 1 + max(0.0, self.skew))
         self.tick("A")
         self.check()
+        lost = self.model.effects_never_sent()
+        if lost:
+            raise PromiseBroken(f"effects (nothing lost): never sent: {lost}")
         running = self.running_in_step_functions()
         if running != set(self.model.running):
             raise PromiseBroken(

@@ -1247,8 +1247,10 @@ def test_a_claim_without_the_once_condition_is_caught(monkeypatch):
 
 
 def earlier_end_after_a_redrive(make_world: Callable[..., World]) -> None:
-    """p0 FAILED and was released; redriven and adopted, it SUCCEEDED, and EventBridge then delivered
-    p0's first FAILED event again. The receipt must say how p0 really ended last: SUCCEEDED."""
+    """p0 FAILED and was released; redriven and adopted, it SUCCEEDED, EventBridge then delivered
+    p0's first FAILED event again, and lost the SUCCEEDED one (a later success heard from its own
+    event is recorded whatever released it). The receipt must say how p0 really ended last:
+    SUCCEEDED."""
     from sluice.receipts import read_receipt
 
     world = make_world(max_concurrency=1)
@@ -1262,6 +1264,7 @@ def earlier_end_after_a_redrive(make_world: Callable[..., World]) -> None:
     world.tick("A")  # adopted
     world.end(p0, "SUCCEEDED")  # its event still owed
     world.redeliver(0)  # the FAILED event of the earlier end, once more
+    world.lose(0)  # the SUCCEEDED one: reconciliation releases p0
     world.settle()
     receipt = read_receipt(world.stack.runtime().store(), "p0")
     assert receipt is not None and receipt.outcome is PayloadState.SUCCEEDED, (

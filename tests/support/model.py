@@ -284,6 +284,20 @@ class Model:
                         f"{first} and {name}"
                     )
 
+    def effects_never_sent(self) -> list[str]:
+        """At rest: effects a SUCCEEDED output named that were never sent nor dead-lettered (nothing
+        lost), but those of a run whose state machine was deleted before Sluice saw it end (its
+        output cannot be read: docs/operations.md, "Switch the state machine")."""
+        with self.lock:
+            dead = " ".join(self.dead_lettered.values())
+            return sorted(
+                f"effect {index} of {name}"
+                for origin, (name, index) in self.effects.items()
+                if not self.effect_sends.get(origin)
+                and f"effect {index}" not in dead
+                and self.machines.vanished(name) is None
+            )
+
     def expect_effects(self, name: str, count: int) -> None:
         """Execution ``name`` ended SUCCEEDED with an output naming ``count`` effects."""
         with self.lock:
@@ -569,9 +583,27 @@ class Model:
         self.holders.difference_update(given)
         for _, name in lane_slot_names(call.params, "give"):
             self.lane_holders.pop(name, None)
-        marked = {execution for execution, _ in self.effects.values()}
-        self.effects_marked.update(n for n in given if n in marked)
+        self._mark_effects(call)
         self.machines.released(call.params)
+
+    def _mark_effects(self, call: Call) -> None:
+        """A committed write of ``name``'s SUCCEEDED end (its release, or its success recorded after
+        it), or of ``EFFECTS#<name>``: no effect of ``name`` is sent after it. A release on an
+        earlier end, before a redrive, marks nothing: that run named no effects."""
+        for entry in call.params.get("TransactItems", []):
+            put = entry.get("Put", {}).get("Item", {}).get("pk", {}).get("S", "")
+            if put.startswith("EFFECTS#"):
+                self.effects_marked.add(put[len("EFFECTS#") :])
+            update = entry.get("Update", {})
+            pk = update.get("Key", {}).get("pk", {}).get("S", "")
+            if pk.startswith("EXEC#") and update.get("ExpressionAttributeValues", {}).get(":state") == {
+                "S": "SUCCEEDED"
+            }:
+                self.effects_marked.add(pk[len("EXEC#") :])
+
+    def _on_later_success(self, call: Call, parsed: dict[str, Any]) -> None:
+        """A redriven run's success written after its release: its effects marked, no slot freed."""
+        self._mark_effects(call)
 
     def _on_wait(self, call: Call, parsed: dict[str, Any]) -> None:
         """A waiter parked (its WAIT# item and the awaits sets): its message may be deleted."""

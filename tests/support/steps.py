@@ -139,7 +139,8 @@ def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
     the flags ``SET awaited`` on the awaited keys, or those flags alone: ``await_flag``) or
     adding to the awaits sets (``AWAITING``, ``AWAITED#``) parks a waiter (``wait``), deleting from
     them clears a released waiter off them (``unwait``); a Put of ``EXEC#`` is a claim;
-    a write to the pool item moves the caps (``limit``); a slot given back releases; a slot taken
+    a write to the pool item moves the caps (``limit``); ``SET succeeded_by`` with no slot given back
+    records a redriven run's success after its release (``later_success``); a slot given back releases; a slot taken
     without a Put adopts an execution running again (a redrive); the rest marks RUNNING. Single updates: ``renewed_at`` renews
     a resumed claim; ``suspect_since`` is reconciliation's first sighting of an unstarted claim;
     ``SET starting_at`` is the launcher's mark just before StartExecution (``start_mark``).
@@ -181,6 +182,8 @@ def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
         if touched and all(pk.startswith(("WAIT#", "AWAITED#")) or pk == "AWAITING" for pk in touched):
             deleting = all("DELETE waiters" in u.get("UpdateExpression", "") for u in rooms)
             return "unwait" if deleting else "wait"
+        if any("SET succeeded_by" in u.get("UpdateExpression", "") for u in updates):
+            return "later_success"  # a redriven run's success after its release (with EFFECTS#<name>)
         if puts:
             return "claim"
         if slot_names(params, "take") and not slot_names(params, "give"):
