@@ -14,6 +14,7 @@ from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE
 from sluice.model import Outcome
 from sluice.names import execution_name
 from tests.support.aws import build_stack
+from tests.support.faults import AttemptFaults, Injector
 from tests.support.hooks import Crash, count_calls, crash_after, error_answer
 
 
@@ -162,3 +163,26 @@ def test_a_parked_message_whose_wake_up_is_throttled_is_deleted_all_the_same(sta
     first = execution_name("tenant-a-0", ids[0])
     launcher.on_status_change(StatusChange.from_event(stack.finish(first, "SUCCEEDED")))
     assert execution_name("tenant-a-2", ids[2]) in stack.running()  # woken by the release, as ever
+
+
+def test_a_park_whose_answer_is_lost_is_deleted_and_parked_once(stack):
+    """The park's transaction commits and its answer is lost (a read timeout: a TransientError). The
+    message is parked all the same, so it is done: deleted, never handed back to the queue, where it
+    would be received while it waits and parked a second time. It starts when its key has room."""
+    ids = [send(stack, n) for n in range(3)]
+    launcher = stack.launcher()
+    lost = AttemptFaults("key_park", ("lost",))
+    Injector("launcher", faults=[lost]).attach(launcher.store.client)
+    summary = launcher.tick()
+    assert lost.fired == {"lost": 1}  # the park landed, its answer did not
+    assert stack.queue_counts() == (0, 0)  # deleted, not handed back to the queue
+    assert summary.n(Outcome.STARTED) == 2 and summary.n(Outcome.KEY_WAITING) == 1
+    store = stack.runtime().store()
+    assert (store.key_state("tenant-a").tickets, store.key_state("tenant-a").waiting) == (1, 1)
+
+    calls = count_calls(launcher.queue.client)
+    launcher.tick()
+    assert calls["ReceiveMessage"] == 1 and store.key_state("tenant-a").tickets == 1  # parked once
+    first = execution_name("tenant-a-0", ids[0])
+    launcher.on_status_change(StatusChange.from_event(stack.finish(first, "SUCCEEDED")))
+    assert execution_name("tenant-a-2", ids[2]) in stack.running()  # the line moved: it starts
