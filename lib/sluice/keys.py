@@ -259,7 +259,7 @@ def wait(
             attributes=attributes,
             parked_at=now,
         )
-        if store.park_for_key(waiter, tickets=state.tickets, replaces=ticket_of(message), fair=fair):
+        if _park(store, waiter, replaces=ticket_of(message), fair=fair):
             break
     else:
         raise TransientError(f"parking on key {ckey!r}: the line kept moving", operation="TransactWriteItems")
@@ -276,6 +276,23 @@ def wait(
             extra={"correlation_id": payload.key, "concurrency_key": ckey, "error": str(exc)},
         )
     return waiter.ticket
+
+
+def _park(store: KeyStore, waiter: KeyWaiter, *, replaces: str | None, fair: str | None) -> bool:
+    """Park ``waiter`` as its ticket; False when another parker took that ticket first."""
+    try:
+        return store.park_for_key(waiter, tickets=waiter.ticket, replaces=replaces, fair=fair)
+    except TransientError:
+        # The answer was lost (a read timeout): the park may have landed. Parked, the message is
+        # done and is deleted: handed back, it would be received while it waits. One consistent
+        # read of the payload's place says. Unsure (the read fails too, or the write lands after
+        # it), the error stands and the message returns to the queue, as after a crash between
+        # the park and the delete: received, it parks again and its second place is a duplicate.
+        place = store.key_wait_of(waiter.key)
+        mine = (waiter.ckey, waiter.ticket, waiter.message_id)
+        if place is None or (place.ckey, place.ticket, place.message_id) != mine:
+            raise
+        return True
 
 
 def wake(

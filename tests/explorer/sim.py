@@ -168,6 +168,7 @@ class Switch(Fault):
         if what == LOST:
             count("explorer:lost_response")
             self.inv.faulted = True
+            self.explorer.world.model.answer_lost(call)
             raise ReadTimeoutError(endpoint_url=f"https://{call.service}.invalid/")
 
 

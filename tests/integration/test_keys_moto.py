@@ -5,6 +5,8 @@ and other keys are never held up."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -14,6 +16,7 @@ from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE
 from sluice.model import Outcome
 from sluice.names import execution_name
 from tests.support.aws import build_stack
+from tests.support.faults import AttemptFaults, Fault, Injector, throttled
 from tests.support.hooks import Crash, count_calls, crash_after, error_answer
 
 
@@ -162,3 +165,66 @@ def test_a_parked_message_whose_wake_up_is_throttled_is_deleted_all_the_same(sta
     first = execution_name("tenant-a-0", ids[0])
     launcher.on_status_change(StatusChange.from_event(stack.finish(first, "SUCCEEDED")))
     assert execution_name("tenant-a-2", ids[2]) in stack.running()  # woken by the release, as ever
+
+
+def test_a_park_whose_answer_is_lost_is_deleted_and_parked_once(stack):
+    """The park's transaction commits and its answer is lost (a read timeout: a TransientError). The
+    message is parked all the same, so it is done: deleted, never handed back to the queue, where it
+    would be received while it waits and parked a second time. It starts when its key has room."""
+    ids = [send(stack, n) for n in range(3)]
+    launcher = stack.launcher()
+    lost = AttemptFaults("key_park", ("lost",))
+    Injector("launcher", faults=[lost]).attach(launcher.store.client)
+    summary = launcher.tick()
+    assert lost.fired == {"lost": 1}  # the park landed, its answer did not
+    assert stack.queue_counts() == (0, 0)  # deleted, not handed back to the queue
+    assert summary.n(Outcome.STARTED) == 2 and summary.n(Outcome.KEY_WAITING) == 1
+    store = stack.runtime().store()
+    assert (store.key_state("tenant-a").tickets, store.key_state("tenant-a").waiting) == (1, 1)
+
+    calls = count_calls(launcher.queue.client)
+    launcher.tick()
+    assert calls["ReceiveMessage"] == 1 and store.key_state("tenant-a").tickets == 1  # parked once
+    first = execution_name("tenant-a-0", ids[0])
+    launcher.on_status_change(StatusChange.from_event(stack.finish(first, "SUCCEEDED")))
+    assert execution_name("tenant-a-2", ids[2]) in stack.running()  # the line moved: it starts
+
+
+@dataclass
+class ThrottledPlace(Fault):
+    """Refuse the first read of a payload's place in a key's line (``KWAITOF#``)."""
+
+    fired: int = 0
+
+    def before(self, injector: Any, call: Any) -> Any:
+        pk = call.params.get("Key", {}).get("pk", {}).get("S", "")
+        if self.fired or call.operation != "GetItem" or not pk.startswith("KWAITOF#"):
+            return None
+        self.fired += 1
+        return throttled(call.service)
+
+
+def test_a_park_whose_answer_is_lost_and_whose_place_cannot_be_read_returns_and_runs_once(stack):
+    """The park lands, its answer is lost, and the read of its place is refused too: whether it
+    parked cannot be known, so the message returns to the queue, as after a crash between the park
+    and the delete. Received again, it parks a second time; woken twice, it runs once."""
+    ids = [send(stack, n) for n in range(3)]
+    launcher = stack.launcher()
+    lost, refused = AttemptFaults("key_park", ("lost",)), ThrottledPlace()
+    injector = Injector("launcher", faults=[lost, refused])
+    injector.attach(launcher.store.client)
+    assert launcher.tick().n(Outcome.INTERRUPTED) == 1
+    assert lost.fired == {"lost": 1} and refused.fired == 1
+    assert stack.queue_counts() == (1, 0)  # back in the queue: it may not have parked
+    injector.faults.clear()
+    assert launcher.tick().n(Outcome.KEY_WAITING) == 1 and stack.queue_counts() == (0, 0)
+    store = stack.runtime().store()
+    assert (store.key_state("tenant-a").tickets, store.key_state("tenant-a").waiting) == (2, 2)
+    for n in range(2):
+        name = execution_name(f"tenant-a-{n}", ids[n])
+        launcher.on_status_change(StatusChange.from_event(stack.finish(name, "SUCCEEDED")))
+        launcher.tick()
+    third = execution_name("tenant-a-2", ids[2])
+    assert [e["name"] for e in stack.executions()].count(third) == 1 and third in stack.running()
+    state = store.key_state("tenant-a")
+    assert (state.waiting, state.inflight, stack.queue_counts()) == (0, frozenset(), (0, 0))

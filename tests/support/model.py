@@ -459,10 +459,30 @@ class Model:
                     self._refused_claim(call, parsed)
                 elif call.step == "delete":
                     self._delete_failed(call)
+                else:
+                    self._place_unknown(call)
                 return
             handler = getattr(self, f"_on_{call.step}", None)
             if handler is not None:
                 handler(call, parsed)
+
+    def answer_lost(self, call: Call) -> None:
+        """AWS carried ``call`` out and its caller got no answer (a read timeout)."""
+        with self.lock:
+            self._place_unknown(call)
+
+    def _place_unknown(self, call: Call) -> None:
+        """A parker's read of its payload's place in a key's line (``KWAITOF#``, made only after its
+        park's answer was lost) failed: it cannot know that it parked, so it returns the message, as
+        after a crash between the park and the delete (docs/protocol.md). That return is no breach."""
+        pk = call.params.get("Key", {}).get("pk", {}).get("S", "")
+        if call.operation != "GetItem" or not pk.startswith("KWAITOF#"):
+            return
+        key = pk.removeprefix("KWAITOF#")
+        for physical, (container, message_id) in list(self.key_parked_copies.items()):
+            sent = self.sent.get(message_id)
+            if container == call.container and sent is not None and sent.key == key:
+                del self.key_parked_copies[physical]
 
     def _on_receive(self, call: Call, parsed: dict[str, Any]) -> None:
         visible_at = self.clock.now() + self.visibility_timeout
