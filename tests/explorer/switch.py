@@ -41,7 +41,9 @@ class MachineSwitch:
         ex = self.explorer
         w = ex.world
         current = w.settings.state_machine_arn
-        if any(ex.history.machine.get(n) == current for n in set(w.model.running) | w.model.holders):
+        # A holder not started yet (a claim whose answer was lost, say) is on the current machine too:
+        # its message may come back and resume it there.
+        if any(ex.history.machine.get(n, current) == current for n in set(w.model.running) | w.model.holders):
             previous = True
         if ex.busy():
             previous = True
