@@ -235,7 +235,7 @@ class Actors:
         status = STATUSES[self.choices.draw(len(STATUSES), (4, 2, 1, 1))]
         effects = None
         if status == "SUCCEEDED" and w.model.claims.get(name) and self.choices.chance(0.15):
-            effects = [{"payload": {"id": f"p{self.choices.draw(PAYLOADS)}", "effect": 0}}]
+            effects = [{"payload": {"id": f"p{self.choices.draw(self.ex.payloads)}", "effect": 0}}]
         self.note(f"{name[:12]} ends {status}" + (f" naming effect {effects}" if effects else ""))
         w.end(name, status, effects)
         self.history.record(name, status)
@@ -256,7 +256,7 @@ class Actors:
             for name, w in PRODUCERS
         ]
         kind = draw(7, weights if any(weights) else [0 if n in self.ex.without else w for n, w in PRODUCERS])
-        payload = f"p{draw(PAYLOADS)}"
+        payload = f"p{draw(self.ex.payloads)}"
         body = json.dumps({"id": payload})
         group = f"g{draw(3)}"
         attributes: dict[str, str] = {}
@@ -266,7 +266,9 @@ class Actors:
         elif kind == 2:
             body, valid = "{not json", False
         elif kind == 3:
-            other = (int(payload[1:]) + 1 + draw(PAYLOADS - 1)) % PAYLOADS  # never itself: a cycle
+            other = (
+                int(payload[1:]) + 1 + draw(self.ex.payloads - 1)
+            ) % self.ex.payloads  # never itself: a cycle
             attributes["sluice-awaits"] = json.dumps([f"p{other}"])
         elif kind == 4:
             attributes["sluice-once"] = "true"
@@ -330,7 +332,7 @@ class Actors:
         is sent or reported, and the command never raises."""
         draw = self.choices.draw
         items = [ENQUEUE_ITEMS[draw(len(ENQUEUE_ITEMS))] for _ in range(1 + draw(3))]
-        text = "[" + ",".join(item.replace("P", f"p{draw(PAYLOADS)}") for item in items) + "]"
+        text = "[" + ",".join(item.replace("P", f"p{draw(self.ex.payloads)}") for item in items) + "]"
         self.note(f"operator: sluice enqueue {text[:60]}")
         count("explorer:enqueue")
         from tests.explorer.sim import Failure
@@ -406,7 +408,7 @@ class Actors:
 
     def do_by_hand(self) -> None:
         self.by_hand += 1
-        name = self.world.start_by_hand(f"p{self.choices.draw(PAYLOADS)}")
+        name = self.world.start_by_hand(f"p{self.choices.draw(self.ex.payloads)}")
         self.note(f"someone starts {name[:12]} by hand")
         self.history.record(name, "RUNNING", self.machine)
 

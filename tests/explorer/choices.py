@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 class Choices:
     def __init__(self, seed: int = 0, replay: Sequence[int] | None = None) -> None:
+        self.seed = seed
         self.rng = random.Random(seed)
         self.replay = list(replay) if replay is not None else None
         self.made: list[int] = []

@@ -34,7 +34,7 @@ from greenlet import greenlet
 from moto.moto_api._internal import mock_random
 
 from sluice.errors import TransientError
-from tests.explorer.actors import Actors
+from tests.explorer.actors import PAYLOADS, Actors
 from tests.explorer.choices import Choices
 from tests.explorer.fast_moto import faster_moto
 from tests.explorer.switch import MachineSwitch
@@ -98,6 +98,10 @@ RESUBMIT_CHANCES = (0.0, 1.0, 4.0)
 # How often a read of Step Functions answers from an older view (weights of view.LAGS: fresh, 1 s,
 # 15 s, 45 s, 60 s old): the plain weights, or mostly stale.
 LAG_WEIGHTS = ((6, 1, 1, 1, 1), (1, 1, 1, 1, 4))
+# How many payload ids a swarm run's producers draw from: fewer ids, more invocations on one key at
+# once (a redrive beside a new message of its key, two reconciliations over one holder). Drawn from
+# the seed, not the schedule, so schedules printed before it replay draw for draw.
+SWARM_PAYLOADS = (6, 2, 3)
 
 
 class Failure(AssertionError):
@@ -230,7 +234,11 @@ class Explorer:
         self.at_call = AT_CALL
         self.lag_weights = LAG_WEIGHTS[0]
         self.free_resumes = False  # plain runs: a step is any action, an invocation's next call too
+        self.payloads = PAYLOADS
         if swarm:
+            self.payloads = SWARM_PAYLOADS[
+                random.Random(choices.seed * 31 + 7).randrange(len(SWARM_PAYLOADS))
+            ]
             from tests.explorer.actors import PRODUCERS
 
             for name in (*SWARM_ACTORS, *(f"send:{p}" for p, _ in PRODUCERS)):
@@ -247,6 +255,7 @@ class Explorer:
                 "faults": self.at_call[1:],
                 "lags": self.lag_weights,
                 "free_resumes": self.free_resumes,
+                "payloads": self.payloads,
             }
         self.world = ExplorerWorld(**{k: v for k, v in self.config.items() if k != "swarm"})
         observe = self.world.model.saw
