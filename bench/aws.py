@@ -22,6 +22,7 @@ method, as ``lib/sluice/adapters/dynamodb.py``, ``sqs.py``, ``sfn.py`` and ``ssm
     Store.save_reconciliation() dynamodb:UpdateItem on LEDGER (no holders there any more: small)
     Store.renew()/suspect()     dynamodb:UpdateItem (also block, mark_redriven, clear_redriven)
     Store.adopt()               dynamodb:GetItem + TransactWriteItems
+    Store.record_later_success() dynamodb:TransactWriteItems (EXEC + PAYLOAD, + EFFECTS with effects)
     Store.park()                dynamodb:TransactWriteItems (EXEC + PARK + PARKED)
     Store.parked_holders()      dynamodb:GetItem (PARKED, once per reconciliation)
     Store.payload()/execution() dynamodb:GetItem
@@ -439,6 +440,13 @@ class CountingStore:
         self.meter.call("dynamodb:TransactWriteItems")
         self.meter.wru += 2 * 2 * SMALL_ITEM_KB
         result = self.inner.mark_running(key=key, name=name, arn=arn, started_at=started_at, now=now)
+        self.meter.wait("dynamodb:TransactWriteItems")
+        return result
+
+    def record_later_success(self, **kwargs: Any) -> bool:
+        self.meter.call("dynamodb:TransactWriteItems")
+        self.meter.wru += 2 * 2 * SMALL_ITEM_KB
+        result = self.inner.record_later_success(**kwargs)
         self.meter.wait("dynamodb:TransactWriteItems")
         return result
 
