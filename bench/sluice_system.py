@@ -31,8 +31,8 @@ Systems (the ids predate the change of default; they change no core code):
   stays in the core: without it, a completion after MAX was lowered would receive the head of the
   queue, fail the claim (``SlotsFull``) and return the message, spending one of its
   ``maxReceiveCount`` receives per completion; the read sees there is no slot and receives nothing.
-- ``sluice-wide``: ``sluice-linger`` with ``startConcurrency=100`` and ``launcherMemory=1024``, the
-  settings docs/deploy.md gives for a MAX in the thousands (MAX 10,000 runs only).
+- ``sluice-wide``: ``sluice-linger`` with ``startConcurrency=100`` and ``launcherMemory=1024``, what
+  docs/deploy.md gave for a MAX in the thousands before ``auto`` (MAX 10,000 runs only).
 - ``sluice-lean``: ``sluice-release-then-refill`` without the mark step and without the read before a release, the
   ledger read kept: the floor of this design (ledger read, receive, claim, start, delete, release).
 - ``sluice-lanes``: ``sluice-linger`` with ``SLUICE_LANES=fast:10:1,bulk:50:0`` (the lanes workload):
@@ -72,7 +72,7 @@ from sluice.adapters.memory import MemoryStore
 from sluice.adapters.memory_aws import MemoryExecutions
 from sluice.adapters.ssm import SsmMax
 from sluice.completion import StatusChange, settle_status_change
-from sluice.fanout import Serial
+from sluice.fanout import Serial, pool_size
 from sluice.lanes import DEFAULT_LANE, parse_lanes
 from sluice.launcher import Launcher
 from sluice.model import ExecutionInfo
@@ -82,7 +82,7 @@ from sluice.summary import TickSummary
 
 PARAMETER = "/sluice/bench/max-concurrency"
 LINGER_SECONDS = 55
-START_CONCURRENCY = 10  # startConcurrency's default
+START_CONCURRENCY = None  # startConcurrency's default, auto (sluice.fanout.start_width)
 
 logging.getLogger("sluice").setLevel(logging.WARNING)  # module loggers Powertools does not ship
 
@@ -130,7 +130,7 @@ class SluiceSystem(System):
     name = "sluice"
     status_events = True
     linger = 0
-    start_concurrency = START_CONCURRENCY
+    start_concurrency: int | None = START_CONCURRENCY
     launcher_memory_mb = SLUICE_LAUNCHER_MEMORY_MB
     lean = False  # no read before a release
     key_concurrency = 1  # the cap of a concurrency key (only the tenants workload's jobs carry one)
@@ -215,7 +215,7 @@ class SluiceSystem(System):
             clock=self.sim.clock,
             settings=settings,
             logger=self.log,
-            fan=SimFanout(self.sim, settings.start_concurrency),
+            fan=SimFanout(self.sim, pool_size(settings.start_concurrency)),
             sleep=self.sim.sleep,
             lane_queues=self.lane_queues,  # type: ignore[arg-type]
             rng=random.Random(f"{self.name}/lanes/{self._launchers}"),
@@ -294,7 +294,7 @@ class SluiceLinger(SluiceSystem):
 
 
 class SluiceWide(SluiceLinger):
-    """Sluice as deployed for a MAX in the thousands: ``startConcurrency=100`` and
+    """Sluice as once deployed for a MAX in the thousands: ``startConcurrency=100`` and
     ``launcherMemory=1024`` (the threads share the launcher's CPU, which this model does not
     simulate; the memory is priced)."""
 

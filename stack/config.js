@@ -266,9 +266,11 @@ async function derive({ resolveVariable }) {
       `(SLUICE_TIME_RESERVE_SECONDS): lower lingerSeconds (55 by default) or raise launcherTimeout`
   );
   const maxReceiveCount = integer('maxReceiveCount', await param('maxReceiveCount'), 1, 1000);
-  // Claims and starts a tick keeps in flight at once, and the StartExecution token bucket it paces
-  // them to (0: Step Functions' quota in the stack's region, sluice.settings.start_bucket).
-  const startConcurrency = integer('startConcurrency', await param('startConcurrency'), 1, 100);
+  // Claims and starts a tick keeps in flight at once (auto: the room to fill, up to 30, sluice.fanout),
+  // and the StartExecution token bucket it paces them to (0: the region's quota, sluice.settings.start_bucket).
+  const startConcurrency = /^auto$/i.test(String(await param('startConcurrency')).trim())
+    ? 'auto'
+    : integer('startConcurrency', await param('startConcurrency'), 1, 100, 'or auto, the room to fill up to 30');
   // Runs of one concurrency key at once, unless the key has its own cap (sluice.keys).
   const keyConcurrency = integer('keyConcurrency', await param('keyConcurrency'), 1, 10000); // maxConcurrency's ceiling
   const startRate = integer('startRate', await param('startRate'), 0, 100000);

@@ -1,6 +1,6 @@
 """One queue's admission: how many messages to take and when to stop (``Admission.admit``), the
-receives, the message groups run side by side (``startConcurrency``, ``sluice.fanout``) and the one
-delete per batch. The launcher holds one for its queue, and one per lane (``sluice.lane_admission``);
+receives, the message groups run side by side (``startConcurrency``, ``sluice.fanout``: as many as
+the room to fill at that round, by default) and the one delete per batch. The launcher holds one for its queue, and one per lane (``sluice.lane_admission``);
 what happens to each message is its ``steps`` (``sluice.per_message``).
 """
 
@@ -13,6 +13,7 @@ from functools import partial
 from sluice.awaits import ReadAhead, read_ahead
 from sluice.errors import ConfigurationError, InvalidPayload, SlotsFull, TransientError
 from sluice.fair import tenant as fair_tenant
+from sluice.fanout import start_width
 from sluice.launch_context import LaunchContext, StateMachineCheck
 from sluice.model import Ledger, Message, Outcome
 from sluice.per_message import MessageProtocol
@@ -159,7 +160,11 @@ class Admission:
             # launcher that took it meanwhile makes the claim fail (SlotsFull): that message
             # returns, as it would have after a read a moment before its claim.
             return ledger
-        if max_new is None and self.ctx.lane is None and ledger.free - filled >= self._look_margin:
+        if (
+            max_new is None
+            and self.ctx.lane is None
+            and ledger.free - filled >= self._look_margin(ledger.free - filled)
+        ):
             # A fill with room to spare as read: the next receive is sized by that room less
             # what this round took, without a read (claims obey the caps as ever; a room taken
             # meanwhile by another launcher, or a MAX lowered, returns a round's messages at
@@ -169,11 +174,15 @@ class Admission:
             )
         return None
 
-    @property
-    def _look_margin(self) -> int:
+    def _look_margin(self, room: int) -> int:
         """Known free room a fill needs to skip the read before its next receive: a round's worth
         more than the next round takes."""
-        return self.ctx.fan.workers + RECEIVE_BATCH
+        return self.width(room) + RECEIVE_BATCH
+
+    def width(self, room: int) -> int:
+        """Claims and starts a round with ``room`` to fill keeps in flight (``startConcurrency``:
+        ``sluice.fanout.start_width``), within the fan's threads."""
+        return min(self.ctx.fan.workers, start_width(self.ctx.settings.start_concurrency, room))
 
     # -- one batch ----------------------------------------------------------------------------
 
@@ -182,7 +191,7 @@ class Admission:
         once: one receive (long-polling when lingering); when it comes back full and there is room
         for more, further receives side by side, without waiting."""
         messages = self.ctx.queue.receive(min(free, RECEIVE_BATCH), wait_seconds)
-        more = min(free, self.ctx.fan.workers) - len(messages)
+        more = min(free, self.width(free)) - len(messages)
         if len(messages) < RECEIVE_BATCH or more <= 0:
             return messages
         sizes = [min(RECEIVE_BATCH, more - i) for i in range(0, more, RECEIVE_BATCH)]

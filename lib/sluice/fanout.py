@@ -5,6 +5,13 @@ A tick with many free slots fills them with several claims and starts in flight 
 another: a completion's refill (one start), the unit tests, and any launcher whose
 ``SLUICE_START_CONCURRENCY`` is 1.
 
+How many a round keeps in flight (``start_width``): ``startConcurrency`` when it is a whole number;
+``auto`` (the default) follows the room to fill at that round, MAX in force less running, up to
+``AUTO_WIDEST``. Wider gains nothing measurable (``make bench``): past it the fill outruns what the
+account's StartExecution bucket refills (300 a second) and what SQS FIFO takes (300 calls a second
+per action), and the completions of a fill that fast, one receive and one delete each, meet that
+quota together.
+
 Whatever runs them, a call's ``Exception`` is handed back as its result, so one failed claim does
 not hide what the others did (their executions are marked and their messages deleted). A
 ``BaseException`` (a Lambda timeout, a kill) is not: it propagates, as it ends the process.
@@ -30,6 +37,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+AUTO_WIDEST = 30  # startConcurrency auto: the widest a round goes (measured: docs/configuration.md)
 BACKOFF = 0.25  # first wait after a throttled start (s); doubled per throttle in a row
 MAX_BACKOFF = 4.0
 
@@ -75,7 +83,21 @@ class Threads:
             return self._pool
 
 
-def fanout(workers: int) -> Serial | Threads:
+def pool_size(start_concurrency: int | None) -> int:
+    """Threads for ``startConcurrency``: the number given; ``auto`` (None): the widest it goes."""
+    return AUTO_WIDEST if start_concurrency is None else start_concurrency
+
+
+def start_width(start_concurrency: int | None, room: int) -> int:
+    """Claims and starts one round keeps in flight: ``startConcurrency`` when it is a number; ``auto``
+    (None): the room to fill (MAX in force less running, as that round read it), 1 to ``AUTO_WIDEST``."""
+    if start_concurrency is not None:
+        return start_concurrency
+    return max(1, min(room, AUTO_WIDEST))
+
+
+def fanout(workers: int | None) -> Serial | Threads:
+    workers = pool_size(workers)
     return Serial() if workers <= 1 else Threads(workers)
 
 

@@ -25,6 +25,7 @@ from sluice.adapters.sqs_dead_letters import DeadLetterQueue
 from sluice.adapters.ssm import FixedMax, MaxParameter, SsmMax
 from sluice.clock import SystemClock
 from sluice.errors import ConfigurationError
+from sluice.fanout import pool_size
 from sluice.launcher import Launcher
 from sluice.ports import Clock, MaxSource
 from sluice.semaphore import Semaphores
@@ -55,7 +56,10 @@ class Runtime:
                 import boto3
 
                 self.session = boto3.session.Session()
-            self._clients[service] = self.session.client(service, config=self.client_config)
+            # A connection for each of the launcher's threads (sluice.fanout): botocore keeps 10.
+            threads = pool_size(self.settings.start_concurrency)
+            config = self.client_config.merge(Config(max_pool_connections=max(10, threads)))
+            self._clients[service] = self.session.client(service, config=config)
         return self._clients[service]
 
     def store(self) -> DynamoStore:

@@ -56,8 +56,9 @@ class Settings:
     slots_per_shard: int = 8  # holders per slot shard item: about 1 KB each (sluice.adapters.dynamo_slots)
     # Semaphores the stack creates when absent, with their first limit (sluice.semaphore_service).
     semaphore_limits: tuple[tuple[str, int], ...] = ()
-    # Claims and starts a tick keeps in flight at once (sluice.fanout); 1 makes them one by one.
-    start_concurrency: int = 1
+    # Claims and starts a tick keeps in flight at once (sluice.fanout); 1 makes them one by one;
+    # None ("auto", the environment's default): the room to fill at each round, up to a bound.
+    start_concurrency: int | None = 1
     # The StartExecution token bucket the launcher paces its starts to (per second, and burst).
     start_rate: int = 300
     start_burst: int = 1300
@@ -112,7 +113,7 @@ class Settings:
             time_reserve_seconds=integer("SLUICE_TIME_RESERVE_SECONDS", 15),
             slots_per_shard=integer("SLUICE_SLOTS_PER_SHARD", 8, minimum=1),
             semaphore_limits=parse_limits(text("SLUICE_SEMAPHORES")),
-            start_concurrency=integer("SLUICE_START_CONCURRENCY", 10, minimum=1),
+            start_concurrency=_start_concurrency(read),
             start_rate=integer("SLUICE_START_RATE", 0) or rate,
             start_burst=integer("SLUICE_START_BURST", 0) or burst,
             payload_bucket=text("SLUICE_PAYLOAD_BUCKET"),
@@ -184,6 +185,19 @@ def _duplicate_policy(raw: str) -> DuplicatePolicy:
         raise ConfigurationError(
             f"SLUICE_DUPLICATE_POLICY={policy!r}: use one of {', '.join(p.value for p in DuplicatePolicy)}"
         ) from None
+
+
+def _start_concurrency(read: _Env) -> int | None:
+    """``SLUICE_START_CONCURRENCY``: ``auto`` (or unset) is None, the room to fill at each round
+    (``sluice.fanout.start_width``); a whole number from 1 keeps that many in flight."""
+    name = "SLUICE_START_CONCURRENCY"
+    raw = read.text(name)
+    if not raw or raw.lower() == "auto":
+        return None
+    try:
+        return read.integer(name, 0, minimum=1)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{exc} (use auto, or a whole number from 1)") from None
 
 
 def _lanes(read: _Env, max_concurrency: int) -> tuple[tuple[Lane, ...], dict[str, str]]:

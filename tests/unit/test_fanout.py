@@ -115,7 +115,7 @@ def test_the_start_bucket_follows_the_region_unless_set():
     assert start_bucket("us-east-1") == (300, 1300) and start_bucket("eu-west-1") == (300, 1300)
     assert start_bucket("ap-southeast-2") == (150, 800)
     s = Settings.from_env({"AWS_REGION": "eu-central-1"})
-    assert (s.start_concurrency, s.start_rate, s.start_burst) == (10, 150, 800)
+    assert (s.start_concurrency, s.start_rate, s.start_burst) == (None, 150, 800)
     s = Settings.from_env(
         {"AWS_REGION": "us-west-2", "SLUICE_START_RATE": "50", "SLUICE_START_CONCURRENCY": "1"}
     )

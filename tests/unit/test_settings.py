@@ -43,6 +43,29 @@ def test_bad_settings_are_named(env, message):
         Settings.from_env(env)
 
 
+def test_start_concurrency_is_auto_unless_a_whole_number_is_given():
+    assert Settings.from_env({}).start_concurrency is None  # auto: sluice.fanout.start_width
+    assert Settings.from_env({"SLUICE_START_CONCURRENCY": " Auto "}).start_concurrency is None
+    assert Settings.from_env({"SLUICE_START_CONCURRENCY": "25"}).start_concurrency == 25
+    assert Settings().start_concurrency == 1  # the class itself: one after another
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("0", "SLUICE_START_CONCURRENCY=0 must be at least 1"),
+        ("-1", "SLUICE_START_CONCURRENCY=-1 must be at least 1"),
+        ("abc", "SLUICE_START_CONCURRENCY='abc' is not a whole number"),
+        ("²", "SLUICE_START_CONCURRENCY='²' is not a whole number"),
+        ("1.5", "SLUICE_START_CONCURRENCY='1.5' is not a whole number"),
+    ],
+)
+def test_bad_start_concurrency_is_refused_naming_it(raw, message):
+    with pytest.raises(ConfigurationError, match=message) as refused:
+        Settings.from_env({"SLUICE_START_CONCURRENCY": raw})
+    assert "use auto, or a whole number from 1" in str(refused.value)
+
+
 def test_semaphore_limits_are_read_in_order():
     s = Settings.from_env({"SLUICE_SEMAPHORES": " db = 5 ,api=0, , reports=10000"})
     assert s.semaphore_limits == (("db", 5), ("api", 0), ("reports", 10000))

@@ -462,3 +462,14 @@ def test_a_lanes_state_machine_reaches_the_functions_the_role_and_the_completion
 )
 def test_a_bad_lane_state_machine_is_refused_before_packaging(value, message):
     assert message in refusal(lanes="gpu:2:1", laneStateMachines=value)
+
+
+def test_start_concurrency_is_auto_by_default_or_a_whole_number():
+    assert config()["text"]["startConcurrency"] == "auto"
+    assert config(startConcurrency="AUTO")["text"]["startConcurrency"] == "auto"
+    assert config(startConcurrency=30)["text"]["startConcurrency"] == "30"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "abc", "²", "101", "1.5"])
+def test_bad_start_concurrency_is_refused_naming_it(value):
+    assert "startConcurrency must be" in refusal(startConcurrency=value)
