@@ -20,8 +20,8 @@ back may have ended a second time before an event of its first end arrives late:
                                           ──► nothing (reconciliation releases A as SUCCEEDED)
 
 So an adopted execution is released by an event only when Step Functions reports it ended, and
-ended at that event's stop date. A SUCCEEDED event that releases nothing but stopped after the end
-its released record holds is a redriven run's success: recorded without a slot (``_later_success``).
+ended at that event's stop date. A SUCCEEDED event that releases nothing while the released record
+holds another end is a redriven run's success: recorded without a slot (``_later_success``).
 """
 
 from __future__ import annotations
@@ -258,28 +258,29 @@ def _later_success(
     output: Callable[[ExecutionRecord], ReceiptOutput | None],
     effects: Effects | None,
 ) -> None:
-    """A SUCCEEDED event that released nothing, with a stop date after the end the execution's
-    record holds: redriven after its release, it ran again without a slot and ended before any
+    """A SUCCEEDED event that released nothing, of an execution whose record holds another end:
+    redriven after its release, it ran again without a slot and ended before any
     reconciliation adopted it (or a late event of its earlier end released it first). No slot is
     freed; its success is written as its release would have written it (the key's
     ``succeeded_by`` for run-once and awaits, its effects sent and marked), and its waiters woken:
 
         e FAILED (t1), released    operator: redrive e    e SUCCEEDED (t2), event
-        release(e): not held  ─►  read EXEC#e: FAILED, ended t1 < t2  ─►  send e's effects
+        release(e): not held  ─►  read EXEC#e: FAILED at t1  ─►  send e's effects
         ─►  record_later_success (conditioned on EXEC#e FAILED at t1)  ─►  waiters on e's key
 
     A repeated event reads EXEC#e SUCCEEDED: nothing. Two at once: one write wins, and SQS drops
     the other's effect sends (same deduplication ids). A run-once message claimed between the
     redriven run's end and this write may run: the redrive was behind Sluice's back."""
     record = store.execution(change.name)
-    if record is None or record.state not in REDRIVABLE_ENDS or record.ended_at is None:
+    if record is None or record.state not in REDRIVABLE_ENDS:
+        # Not ended, or SUCCEEDED already (a repeat). One run of an execution ends once, and only a
+        # redrive makes a FAILED, TIMED_OUT or ABORTED execution SUCCEED: no clock is compared.
         return
-    if change.stop_date is None or change.stop_date <= record.ended_at + 0.002:
-        return  # a repeat or a late copy of an end the record has, or one from before it
     state = PayloadState.SUCCEEDED
+    ended_at = change.stop_date if change.stop_date is not None else now
     keep = around(output, effects, store=store, queue=queue, name=change.name, state=state, now=now)
     receipt = keep(record) if keep is not None else None
-    if not store.record_later_success(record=record, ended_at=change.stop_date, now=now, receipt=receipt):
+    if not store.record_later_success(record=record, ended_at=ended_at, now=now, receipt=receipt):
         return
     log.info(
         "success of a redriven run recorded after its release",
@@ -295,8 +296,8 @@ def earlier_end(info: ExecutionInfo, record: ExecutionRecord | None) -> bool:
     staleness bound of a redrive it may still answer with that end (docs/protocol.md,
     "Staleness"): no proof that the run it has now ended. A new end has another stop date (Step
     Functions' own, to the millisecond), so no clock is compared with Sluice's."""
-    if record is None or not info.ended:
-        return False
+    if record is None or not info.ended or record.state is PayloadState.SUCCEEDED:
+        return False  # (a SUCCEEDED execution cannot be redriven: its recorded end is its last)
     return _same_stop(info.stop_date, record.ended_at) or _same_stop(info.stop_date, record.earlier_end_at)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from sluice.adapters.memory import MemoryStore
 from sluice.errors import AlreadyDone
 from sluice.model import EffectsLog, PayloadState
 from sluice.records import ReceiptOutput
@@ -66,3 +67,28 @@ def test_its_effects_are_marked(store):
     )
     assert store.record_later_success(record=record, ended_at=NOW + 50, now=NOW + 51, receipt=receipt)
     assert store.effects("n1") == log
+
+
+def expire_payload(store, key: str) -> None:
+    """DynamoDB's TTL took ``PAYLOAD#<key>`` (it lives ``retentionDays``; the execution's record 15 days)."""
+    if isinstance(store, MemoryStore):
+        del store.table.payloads[key]
+    else:
+        store.db.client.delete_item(TableName=store.db.table, Key={"pk": {"S": f"PAYLOAD#{key}"}})
+    assert store.payload(key) is None
+
+
+@pytest.mark.parametrize("once", [False, True])
+def test_a_key_record_taken_by_ttl_is_written_afresh(store, once):
+    record = failed_run(store, once=once)
+    expire_payload(store, "k")
+    assert store.record_later_success(record=record, ended_at=NOW + 50, now=NOW + 51, receipt=None)
+    payload = store.payload("k")
+    assert (payload.succeeded_by, payload.receipt, payload.receipt_state) == (
+        "n1",
+        "n1",
+        PayloadState.SUCCEEDED,
+    )
+    assert payload.holder is None and (payload.expires_at == 0) is once
+    with pytest.raises(AlreadyDone):
+        claim(store, "k", "n2", message_id="m2", now=NOW + 60, once=True)

@@ -244,19 +244,18 @@ class ReleasesTable:
     ) -> bool:
         """``Store.record_later_success``: the record, conditioned on the end it was read with (so
         one of two completions of the same event writes it), and the key's success; the receipt
-        too while it is still this execution's, else tried again without it."""
-        for receipt_too in (True, False):
-            items = [
-                {"Update": self._later_end(record, ended_at, now, receipt)},
-                {"Update": _later_success_lease(self.db.table, record, now, receipt_too=receipt_too)},
-            ]
+        too while it is still this execution's, else tried again without it; the key's record
+        written afresh when TTL took it (it lives ``retentionDays``, the execution's 15 days)."""
+        for how in LATER_SUCCESS_WRITES:
+            lease = _later_success_lease(self.db, record, now, how=how)
+            items = [{"Update": self._later_end(record, ended_at, now, receipt)}, {"Update": lease}]
             if receipt is not None and receipt.effects is not None:
                 effects = effects_item(receipt.effects, expires_at=int(now) + EFFECTS_RETENTION_SECONDS)
                 items.append({"Put": {"TableName": self.db.table, "Item": effects}})
             reasons = self.db.transact(items)
             if reasons is None:
                 return True
-            if _failed(reasons[0]) or not receipt_too:
+            if _failed(reasons[0]):
                 return False
         return False
 
@@ -431,28 +430,45 @@ def _lease_terms(record: ExecutionRecord, ending: _Ending, *, kept: bool) -> tup
     return sets + ", expires_at = :expires", removes, f" AND {UNLESS_ONCE_DONE}"
 
 
-def _later_success_lease(
-    table: str, record: ExecutionRecord, now: float, *, receipt_too: bool
-) -> dict[str, Any]:
+# A later success's write of PAYLOAD#<key>: with the receipt while it is the run's own; without
+# it; written afresh where TTL took the record (and once more, should it reappear meanwhile).
+LATER_SUCCESS_WRITES = ("receipt", "kept", "afresh", "kept")
+
+
+def _later_success_lease(db: TableRef, record: ExecutionRecord, now: float, *, how: str) -> dict[str, Any]:
     """PAYLOAD#<key>'s update for a success recorded after its release: ``succeeded_by`` (and a
     run-once claim's ``once_by``, kept without expiry), the receipt only while it is this run's."""
     sets, removes = "SET succeeded_by = if_not_exists(succeeded_by, :name)", ""
-    named = values(name=record.name)
+    named = values(name=record.name, succeeded=PayloadState.SUCCEEDED.value)
+    names: dict[str, str] = {}
     condition = "attribute_exists(pk)"
     if record.once:
         sets += ", once_by = if_not_exists(once_by, :name)"
         removes = " REMOVE expires_at"
-    if receipt_too:
+    if how == "receipt":
         sets += ", receipt_state = :succeeded"
-        named.update(values(succeeded=PayloadState.SUCCEEDED.value))
         condition += " AND receipt = :name"
-    return {
-        "TableName": table,
+    elif how == "afresh":
+        condition = "attribute_not_exists(pk)"
+        sets += ", #key = :key, #state = :succeeded, receipt = :name, receipt_state = :succeeded"
+        sets += ", updated_at = :now"
+        named.update(values(key=record.key, now=now))
+        names = {"#key": "key", "#state": "state"}
+        if not record.once:
+            sets += ", expires_at = :expires"
+            named.update(values(expires=int(now) + db.retention_seconds))
+    if ":succeeded" not in sets:
+        del named[":succeeded"]
+    update = {
+        "TableName": db.table,
         "Key": {"pk": {"S": payload_pk(record.key)}},
         "UpdateExpression": sets + removes,
         "ConditionExpression": condition,
         "ExpressionAttributeValues": named,
     }
+    if names:
+        update["ExpressionAttributeNames"] = names
+    return update
 
 
 def _output_terms(receipt: ReceiptOutput, named: dict[str, Any], names: dict[str, str]) -> str:

@@ -73,9 +73,16 @@ class MemoryReleases:
     ) -> bool:
         with self.table.lock:
             current = self.table.executions.get(record.name)
-            payload = self.table.payloads.get(record.key)
-            if current is None or payload is None:
+            if current is None:
                 return False
+            fresh = int(now) + self.table.retention_seconds  # written afresh where TTL took it
+            payload = self.table.payloads.get(record.key) or PayloadRecord(
+                key=record.key,
+                state=PayloadState.SUCCEEDED,
+                updated_at=now,
+                receipt=record.name,
+                expires_at=fresh,
+            )
             if current.state is not record.state or current.ended_at != record.ended_at:
                 return False
             ending = Ending(PayloadState.SUCCEEDED, now, ended_at=ended_at)
