@@ -272,21 +272,40 @@ def _later_success(
     the other's effect sends (same deduplication ids). A run-once message claimed between the
     redriven run's end and this write may run: the redrive was behind Sluice's back."""
     record = store.execution(change.name)
+    ended_at = change.stop_date if change.stop_date is not None else now
+    record_redriven_success(
+        record, store=store, queue=queue, now=now, ended_at=ended_at, output=output, effects=effects
+    )
+
+
+def record_redriven_success(
+    record: ExecutionRecord | None,
+    *,
+    store: LaunchStore,
+    queue: Queue,
+    now: float,
+    ended_at: float,
+    output: Callable[[ExecutionRecord], ReceiptOutput | None],
+    effects: Effects | None,
+) -> bool:
+    """``record``'s execution SUCCEEDED (its event, or reconciliation's listing of redriven runs
+    when that event was lost), while the record holds another end: write its success as
+    ``_later_success`` says. False when there was nothing to write."""
     if record is None or record.state not in REDRIVABLE_ENDS:
         # Not ended, or SUCCEEDED already (a repeat). One run of an execution ends once, and only a
         # redrive makes a FAILED, TIMED_OUT or ABORTED execution SUCCEED: no clock is compared.
-        return
+        return False
     state = PayloadState.SUCCEEDED
-    ended_at = change.stop_date if change.stop_date is not None else now
-    keep = around(output, effects, store=store, queue=queue, name=change.name, state=state, now=now)
+    keep = around(output, effects, store=store, queue=queue, name=record.name, state=state, now=now)
     receipt = keep(record) if keep is not None else None
     if not store.record_later_success(record=record, ended_at=ended_at, now=now, receipt=receipt):
-        return
+        return False
     log.info(
         "success of a redriven run recorded after its release",
-        extra={"execution_name": change.name, "payload_key": record.key},
+        extra={"execution_name": record.name, "payload_key": record.key},
     )
-    on_receipt(store=store, queue=queue, key=record.key, now=now, succeeded_by=change.name)
+    on_receipt(store=store, queue=queue, key=record.key, now=now, succeeded_by=record.name)
+    return True
 
 
 def earlier_end(info: ExecutionInfo, record: ExecutionRecord | None) -> bool:

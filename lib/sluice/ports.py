@@ -105,6 +105,12 @@ class Executions(Protocol):
         """Names of RUNNING executions. Eventually consistent: a fresh start may be missing."""
         ...
 
+    def redriven_succeeded(self) -> dict[str, float | None]:
+        """Executions redriven at least once that have SUCCEEDED, with their stop dates (the
+        newest pages; eventually consistent). Reconciliation's way to a redriven run's success
+        whose status event was lost (``sluice.completion.record_redriven_success``)."""
+        ...
+
     def check(self) -> None:
         """Raise ``ConfigurationError`` unless the state machine exists and may be used."""
         ...

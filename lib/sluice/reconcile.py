@@ -53,7 +53,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import asdict, dataclass
 
 from sluice.awaits import sweep as sweep_awaits
-from sluice.completion import complete, output_from
+from sluice.completion import REDRIVABLE_ENDS, complete, output_from, record_redriven_success
 from sluice.effects import Effects
 from sluice.errors import ConfigurationError, TransientError
 from sluice.keys import sweep as sweep_keys
@@ -61,6 +61,7 @@ from sluice.model import (
     ClaimFence,
     ExecutionInfo,
     ExecutionRecord,
+    ExecutionStatus,
     ExternalCount,
     LimitSource,
     PayloadState,
@@ -116,6 +117,7 @@ def reconcile(
     records = store.executions(missing | unknown_running)
     released, confirmed, judged = _judge_missing(p, missing, records)
     external, adopted = _count_unknown(p, unknown_running, records, running)
+    _redriven_successes(p)
     woken = _sweep_rooms(p)
     drift = judged + external + adopted
     counted = ExternalCount(external, count, listed_after)
@@ -149,6 +151,36 @@ class _Pass:
     logger: logging.Logger | logging.LoggerAdapter
     outputs: Outputs | None
     effects: Effects | None
+
+
+def _redriven_successes(p: _Pass) -> int:
+    """Redriven runs that SUCCEEDED while Sluice did not hold them (redriven after their release,
+    ended before any reconciliation listed them RUNNING) and whose status event was lost: their
+    records still hold the earlier end. Their success is written as the event would have written
+    it (``record_redriven_success``). Returns how many. A success already written, or a record
+    gone with TTL, costs the read alone."""
+    listed = p.executions.redriven_succeeded()
+    if not listed:
+        return 0
+    written = 0
+    for name, record in sorted(p.store.executions(set(listed)).items()):
+        if record.state not in REDRIVABLE_ENDS:
+            continue
+        info = p.executions.describe(name, record.arn)
+        if info is None or info.status != ExecutionStatus.SUCCEEDED:
+            continue  # a listing ahead of a stale answer: the next pass asks again
+        stopped = listed[name] or info.stop_date or p.now
+        output = output_from(info.output, p.outputs)
+        written += record_redriven_success(
+            record,
+            store=p.store,
+            queue=p.queue,
+            now=p.now,
+            ended_at=stopped,
+            output=output,
+            effects=p.effects,
+        )
+    return written
 
 
 def _judge_missing(

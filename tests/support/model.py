@@ -23,7 +23,8 @@ so the invariants that run after every step stay cheap (they only read ``violati
 * run once: a claim of a ``sluice-once`` message must not commit after another run of its key
   was seen to end SUCCEEDED (unless DynamoDB's TTL deleted the key's record since: its success is
   forgotten, as docs/protocol.md says of a success not claimed by a once-message; one claimed by a
-  once-message never is);
+  once-message never is; nor while the success is a redriven run's that Sluice did not hold and
+  has not written yet: its event or the next reconciliation writes it);
 * effects: each effect's message (origin id ``fx-…`` of its execution and index) must be named by
   a SUCCEEDED output the test ended an execution with, and must not be sent again once that
   execution's release has committed (the release marks the effects sent); and no effect may have
@@ -214,6 +215,7 @@ class Model:
         self.effect_sends: dict[str, int] = {}  # effect origin id -> sends seen
         self.effect_first_sent: dict[str, float] = {}  # deduplication id -> when SQS first took it
         self.effects_marked: set[str] = set()  # executions named with effects whose release committed
+        self.unheard_success: set[str] = set()  # redriven runs that SUCCEEDED unheld, not yet written
         self.effect_succeeded: dict[str, str] = {}  # effect origin id -> its SUCCEEDED run
         # Concurrency keys (issue 11).
         self.key_concurrency = key_concurrency  # the default cap
@@ -266,12 +268,17 @@ class Model:
             self.finished.add(name)
             self.order += 1
             self.ended_order[name] = self.order
+            was_outside = name in self.outside
             self.outside.discard(name)
             if key is None or status is None:
                 return
             self.ended_keys.add(key)
             if status != "SUCCEEDED":
                 return
+            if was_outside and name in self.claims:
+                # Redriven behind Sluice's back and not adopted: Sluice learns of this success from
+                # its event or the next reconciliation's listing of redriven runs, not before.
+                self.unheard_success.add(name)
             self.ever_succeeded.add(key)
             self.succeeded_runs.setdefault(key, set()).add(name)
             origin = self.claims.get(name)
@@ -511,7 +518,8 @@ class Model:
             )
         sent = self.sent.get(message_id)
         if sent is not None and sent.once and sent.key is not None:
-            others = sorted(self.succeeded_runs.get(sent.key, set()) - {name})
+            # A success Sluice cannot know of yet (a redriven run's, unheld, not yet written) excused.
+            others = sorted(self.succeeded_runs.get(sent.key, set()) - {name} - self.unheard_success)
             if others:
                 self.violations.append(
                     f"run once: {name} claimed for run-once message {message_id} of key {sent.key!r}, "
@@ -620,6 +628,7 @@ class Model:
                 "S": "SUCCEEDED"
             }:
                 self.effects_marked.add(pk[len("EXEC#") :])
+                self.unheard_success.discard(pk[len("EXEC#") :])
 
     def _on_later_success(self, call: Call, parsed: dict[str, Any]) -> None:
         """A redriven run's success written after its release: its effects marked, no slot freed."""

@@ -241,6 +241,8 @@ def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
         if origin.startswith(EFFECT_ORIGIN_PREFIX):
             return "effect"  # an effect a SUCCEEDED output named, sent before its release
         return "unpark"
+    if operation == "ListExecutions" and "redriveFilter" in params:
+        return "list_redriven"  # reconciliation's look for redriven runs' successes, after its listing
     return {
         "ReceiveMessage": "receive",
         "DeleteMessageBatch": "delete",

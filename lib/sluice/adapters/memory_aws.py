@@ -145,6 +145,10 @@ class MemoryExecutions:
         self.calls["ListExecutions"] += max(0, (len(self.running) - 1) // 1000)
         return set(self.running)
 
+    def redriven_succeeded(self) -> dict[str, float | None]:
+        self._count("ListExecutions")
+        return {}  # nothing here is redriven
+
     def vanished(self, arn: str | None) -> bool:
         return False  # one state machine, never deleted
 

@@ -14,6 +14,7 @@ from sluice.model import ExecutionInfo, StartResult
 from sluice.names import execution_arn
 
 PAGE = 1000
+REDRIVEN_PAGES = 3  # redriven executions listed per state machine and reconciliation: 3,000 at most
 
 
 class StepFunctionsExecutions:
@@ -139,6 +140,30 @@ class StepFunctionsExecutions:
             token = page.get("nextToken")
             if not token:
                 return names
+
+    def redriven_succeeded(self) -> dict[str, float | None]:
+        """ListExecutions filtered to redriven executions (``redriveFilter``), of every state
+        machine the stack starts; the SUCCEEDED ones, at most ``REDRIVEN_PAGES`` pages each."""
+        found: dict[str, float | None] = {}
+        for arn in self.state_machine_arns:
+            token: str | None = None
+            for _ in range(REDRIVEN_PAGES):
+                request: dict[str, Any] = {
+                    "stateMachineArn": arn,
+                    "redriveFilter": "REDRIVEN",
+                    "maxResults": PAGE,
+                }
+                if token:
+                    request["nextToken"] = token
+                with translated("ListExecutions"):
+                    page = self.client.list_executions(**request)
+                for e in page.get("executions", []):
+                    if e.get("status") == "SUCCEEDED":
+                        found[e["name"]] = _ts(e.get("stopDate"))
+                token = page.get("nextToken")
+                if not token:
+                    break
+        return found
 
     def check(self) -> None:
         for arn in self.state_machine_arns:
