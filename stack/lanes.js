@@ -52,6 +52,8 @@ function queue(name, { serviceName, visibilityTimeout, maxReceiveCount }) {
       QueueName: `${serviceName}-lane-${name}.fifo`,
       FifoQueue: true,
       ContentBasedDeduplication: false,
+      FifoThroughputLimit: 'perMessageGroupId',
+      DeduplicationScope: 'messageGroup',
       VisibilityTimeout: visibilityTimeout,
       MessageRetentionPeriod: MESSAGE_RETENTION_SECONDS,
       SqsManagedSseEnabled: true,

@@ -155,6 +155,13 @@ def test_deploy_creates_what_the_code_needs(deployed):
     ]
     assert attrs["FifoQueue"] == "true"
     assert int(attrs["VisibilityTimeout"]) > launcher.timeout
+    # High-throughput FIFO, the dead-letter queue too: quota and deduplication per message group.
+    for url in (out["QueueUrl"], out["DlqUrl"]):
+        mode = aws.client("sqs").get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+        assert (mode["FifoThroughputLimit"], mode["DeduplicationScope"]) == (
+            "perMessageGroupId",
+            "messageGroup",
+        )
     redrive = json.loads(attrs["RedrivePolicy"])
     assert redrive["deadLetterTargetArn"].endswith(out["DlqUrl"].rsplit("/", 1)[1])
     sfn = aws.client("stepfunctions").describe_state_machine(stateMachineArn=out["StateMachineArn"])

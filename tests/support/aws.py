@@ -286,14 +286,18 @@ def build_stack(
     clock: Clock | None = None,
     lanes: str = "",
     lane_machines: tuple[str, ...] = (),
+    high_throughput: bool = True,
     **settings: Any,
 ) -> Stack:
     """A stack on moto as the deploy makes it; ``lanes`` as the stack parameter (a queue per lane);
-    ``lane_machines``: lanes given a state machine of their own (``<name>-<lane>-workflow``)."""
+    ``lane_machines``: lanes given a state machine of their own (``<name>-<lane>-workflow``);
+    ``high_throughput``: the queues in high-throughput FIFO mode, as deployed (moto keeps the
+    attributes but deduplicates by queue all the same: ``tests.support.sqs_dedup``)."""
     sqs = session.client("sqs", region_name=REGION)
-    dlq_url = sqs.create_queue(
-        QueueName=f"{name}-dlq.fifo", Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "false"}
-    )["QueueUrl"]
+    fifo = {"FifoQueue": "true", "ContentBasedDeduplication": "false"}
+    if high_throughput:
+        fifo |= {"FifoThroughputLimit": "perMessageGroupId", "DeduplicationScope": "messageGroup"}
+    dlq_url = sqs.create_queue(QueueName=f"{name}-dlq.fifo", Attributes=fifo)["QueueUrl"]
     dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
         "QueueArn"
     ]
@@ -302,7 +306,7 @@ def build_stack(
         return sqs.create_queue(
             QueueName=queue_name,
             Attributes={
-                "FifoQueue": "true",
+                **fifo,
                 "VisibilityTimeout": str(visibility_timeout),
                 "RedrivePolicy": json.dumps(
                     {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count}
