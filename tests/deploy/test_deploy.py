@@ -287,9 +287,10 @@ def test_the_functions_run_on_arm64_and_the_launcher_lingers_at_128_mb_by_defaul
     assert (launcher["MemorySize"], completion["MemorySize"]) == (128, 256)
     env = launcher["Environment"]["Variables"]
     assert env["SLUICE_LINGER_SECONDS"] == "55"
-    # A tick keeps 10 claims and starts in flight, paced to the region's StartExecution quota (0).
+    # A tick keeps as many claims and starts in flight as the MAX in force leaves room for (at most
+    # 30: auto), paced to the region's StartExecution quota (0).
     assert (env["SLUICE_START_CONCURRENCY"], env["SLUICE_START_RATE"], env["SLUICE_START_BURST"]) == (
-        "10",
+        "auto",
         "0",
         "0",
     )
