@@ -108,11 +108,15 @@ class StepFunctionsExecutions:
         parts = arn.split(":")
         machine = ":".join([*parts[:5], "stateMachine", *parts[6:7]])
         try:
-            self.client.describe_state_machine(stateMachineArn=machine)
-        except ClientError as exc:
-            if error_code(exc) == "StateMachineDoesNotExist":
+            with translated("DescribeStateMachine"):
+                self.client.describe_state_machine(stateMachineArn=machine)
+        except ConfigurationError as exc:  # a lost answer or a throttle is a TransientError
+            if (
+                isinstance(exc.__cause__, ClientError)
+                and error_code(exc.__cause__) == "StateMachineDoesNotExist"
+            ):
                 return True
-            raise translate_client_error(exc, "DescribeStateMachine") from exc
+            raise
         return False
 
     def list_running(self) -> set[str]:
