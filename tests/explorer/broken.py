@@ -250,6 +250,11 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
         "the key's succeeded_by and its effects are left out (the code before it was fixed)",
         [(sluice.completion, "_later_success", lambda change, **kw: None)],
     ),
+    "redriven_listing_skipped": (
+        "reconciliation that never lists the redriven runs: a redriven run's success whose event "
+        "was lost stays unwritten (the code before it was fixed)",
+        [(sluice.reconcile, "_redriven_successes", lambda p: 0)],
+    ),
     "plain_vanished_unmarked": (
         "a plain run released with an unknown outcome marks no once_unknown (the code before it was fixed)",
         [(sluice.adapters.dynamo_release, "_lease_terms", _plain_vanished_unmarked)],
