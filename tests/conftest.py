@@ -19,9 +19,10 @@ os.environ.update(
 )
 
 from tests.support.botocore_models import share_botocore_loader  # noqa: E402
-from tests.support.moto_patches import serialise_dynamodb  # noqa: E402
+from tests.support.moto_patches import redrive_filter, serialise_dynamodb  # noqa: E402
 
 serialise_dynamodb()
+redrive_filter()
 share_botocore_loader()
 
 # `--cpu-durations=N`: CPU seconds per test, module and directory (wall times are noisy on a shared machine).

@@ -69,7 +69,7 @@ def test_reconciliation_lists_and_describes_every_machine(stack):
     summary = rt.launcher().tick()
     assert summary.released_by_reconcile == 1 and summary.drift == 1
     assert gpu_run not in stack.runtime().store().ledger().holders
-    assert calls["ListExecutions"] == 2  # one per state machine
+    assert calls["ListExecutions"] == 4  # per state machine: the RUNNING ones, the redriven ones
     assert calls["DescribeStateMachine"] == 2  # a new container checks every machine once
 
 

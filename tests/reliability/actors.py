@@ -192,6 +192,7 @@ class BehindTheBack:
         execution = self._execution(name)
         assert execution.status in ("FAILED", "TIMED_OUT", "ABORTED"), f"{name} is {execution.status}"
         execution.status = "RUNNING"
+        execution.redrive_count = getattr(execution, "redrive_count", 0) + 1  # (tests.support.moto_patches)
         execution.stop_date = None
         execution.error = execution.cause = None
         self.ended_as.pop(name, None)

@@ -1247,13 +1247,13 @@ def test_a_claim_without_the_once_condition_is_caught(monkeypatch):
 
 
 def earlier_end_after_a_redrive(make_world: Callable[..., World]) -> None:
-    """p0 FAILED and was released; redriven and adopted, it SUCCEEDED, EventBridge then delivered
-    p0's first FAILED event again, and lost the SUCCEEDED one (a later success heard from its own
-    event is recorded whatever released it). The receipt must say how p0 really ended last:
-    SUCCEEDED."""
+    """p0 FAILED and was released; redriven and adopted, it SUCCEEDED; EventBridge delivered p0's
+    first FAILED event again and lost the SUCCEEDED one. A waiter on p0 is then judged by a
+    completion's refill, before any reconciliation: p0's earlier FAILED, taken for its last end,
+    would dead-letter it. It must run, and the receipt must say how p0 really ended last."""
     from sluice.receipts import read_receipt
 
-    world = make_world(max_concurrency=1)
+    world = make_world(max_concurrency=2)
     world.send(body("p0"), group="g0")
     world.tick("A")
     (p0,) = world.model.running
@@ -1262,13 +1262,23 @@ def earlier_end_after_a_redrive(make_world: Callable[..., World]) -> None:
     world.redrive(p0)
     world.advance(WINDOW + 1)
     world.tick("A")  # adopted
-    world.end(p0, "SUCCEEDED")  # its event still owed
+    world.send(body("p1"), group="g1")
+    world.tick("A")
+    (p1,) = set(world.model.running) - {p0}
+    world.end(p0, "SUCCEEDED")
     world.redeliver(0)  # the FAILED event of the earlier end, once more
-    world.lose(0)  # the SUCCEEDED one: reconciliation releases p0
+    world.lose(0)  # the SUCCEEDED one: a reconciliation releases p0 later
+    waiter = world.send(body("w"), group="g2", attributes={"sluice-awaits": json.dumps(["p0"])})
+    world.end(p1, "SUCCEEDED")
+    assert world.deliver(0) == "ok"  # p1's completion refills from the queue: w is judged
     world.settle()
     receipt = read_receipt(world.stack.runtime().store(), "p0")
     assert receipt is not None and receipt.outcome is PayloadState.SUCCEEDED, (
         f"the receipt of p0 says {receipt}: an earlier end's event overwrote its later end"
+    )
+    assert waiter not in world.model.dead_lettered, (
+        f"w, awaiting p0, was dead-lettered ({world.model.dead_lettered.get(waiter)}): p0's earlier end "
+        "was taken for its last"
     )
 
 

@@ -292,9 +292,9 @@ class Model:
                     )
 
     def effects_never_sent(self) -> list[str]:
-        """At rest: effects a SUCCEEDED output named that were never sent nor dead-lettered (nothing
-        lost), but those of a run whose state machine was deleted before Sluice saw it end (its
-        output cannot be read: docs/operations.md, "Switch the state machine")."""
+        """At rest: effects a SUCCEEDED output of one of Sluice's runs named that were never sent nor
+        dead-lettered (nothing lost), but those of a run whose state machine was deleted before
+        Sluice saw it end (its output cannot be read: docs/operations.md, "Switch the state machine")."""
         with self.lock:
             dead = " ".join(self.dead_lettered.values())
             return sorted(
@@ -302,6 +302,7 @@ class Model:
                 for origin, (name, index) in self.effects.items()
                 if not self.effect_sends.get(origin)
                 and f"effect {index}" not in dead
+                and name in self.claims  # (one started by hand is not Sluice's to follow up)
                 and self.machines.vanished(name) is None
             )
 

@@ -16,6 +16,10 @@ behave as AWS documents; Sluice's code is never patched here.
   every transaction, so a claim costs O(table size) three times over. Instead, the items a transaction
   touches are copied before it runs and put back if it is cancelled. The outcome is the same: a
   cancelled transaction leaves every item as it was (checked in tests/reliability/test_harness.py).
+* **ListExecutions' redriveFilter** (``redrive_filter``: for the whole test session). moto ignores it
+  and lists every execution; AWS lists only the redriven ones (``REDRIVEN``) or only the others.
+  moto has no RedriveExecution either: the tests' redrive (``tests/reliability/actors.py``) counts
+  ``redrive_count`` on moto's execution, and the listing is filtered by it.
 
 Not here, and why:
 
@@ -37,6 +41,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import moto.dynamodb.models as ddb_models
+import moto.stepfunctions.responses as sfn_responses
 from moto.core.botocore_stubber import BotocoreStubber
 from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.models.table import Table
@@ -71,6 +76,30 @@ def serialise_dynamodb() -> None:
 
         locked._sluice_serialised = True  # type: ignore[attr-defined]
         setattr(ddb_models.DynamoDBBackend, name, locked)
+
+
+def redrive_filter() -> None:
+    """Answer ListExecutions' ``redriveFilter`` as AWS does, from now on (idempotent)."""
+    original = sfn_responses.StepFunctionResponse.list_executions
+    if getattr(original, "_sluice_redrive_filter", False):
+        return
+
+    @functools.wraps(original)
+    def listed(self: Any) -> Any:
+        answer = original(self)
+        wanted = self._get_param("redriveFilter")
+        if wanted in ("REDRIVEN", "NOT_REDRIVEN"):
+            machine = self.stepfunction_backend.describe_state_machine(self._get_param("stateMachineArn"))
+            count = {e.execution_arn: getattr(e, "redrive_count", 0) for e in machine.executions}
+            answer.result["executions"] = [
+                e
+                for e in answer.result["executions"]
+                if (count.get(e["executionArn"], 0) > 0) == (wanted == "REDRIVEN")
+            ]
+        return answer
+
+    listed._sluice_redrive_filter = True  # type: ignore[attr-defined]
+    sfn_responses.StepFunctionResponse.list_executions = listed  # type: ignore[method-assign]
 
 
 # -- atomic requests and cheap rollbacks --------------------------------------------------------------
