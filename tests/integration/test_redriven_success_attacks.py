@@ -149,7 +149,7 @@ def test_two_completions_of_the_same_success_write_it_once(make_world):
 
 @pytest.mark.xfail(
     strict=True,
-    reason="model: 'effects once: effect 0 of e1 enqueued again after e1's release had committed (send 2)': a completion stalled >5 min between its EFFECTS# read and its send; pre-existing (the control below breaks the same way without a redrive)",
+    reason="model: 'effects once: effect 0 of e1 enqueued again after e1's release had committed (send 2)': a completion stalled >5 min between its EFFECTS# read and its send; outside the rules as deployed (a completion's Lambda timeout is 60 s, a tick's 120 s, below SQS's 5 minutes of deduplication), and the effect still runs once (the control below breaks the same way without a redrive)",
 )
 def test_a_completion_stalled_past_sqs_window_before_its_send_enqueues_after_the_mark(make_world):
     """As above, but the first completion stands 6 minutes (a slow invocation, no crash) between
@@ -220,7 +220,7 @@ def test_a_throttled_write_of_the_success_is_retried_by_lambda(make_world):
 
 @pytest.mark.xfail(
     strict=True,
-    reason="model: 'effects once: effect 0 of e1 enqueued again after e1's release had committed (send 2)': the same stall in an ordinary release",
+    reason="model: 'effects once: effect 0 of e1 enqueued again after e1's release had committed (send 2)': the same stall in an ordinary release, outside the rules as deployed (Lambda timeouts of 60 s and 120 s)",
 )
 def test_control_the_same_stall_in_an_ordinary_release(make_world):
     """Control for the scenario above, without any redrive: a held run's SUCCEEDED event delivered
