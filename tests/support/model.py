@@ -294,7 +294,9 @@ class Model:
     def effects_never_sent(self) -> list[str]:
         """At rest: effects a SUCCEEDED output of one of Sluice's runs named that were never sent nor
         dead-lettered (nothing lost), but those of a run whose state machine was deleted before
-        Sluice saw it end (its output cannot be read: docs/operations.md, "Switch the state machine")."""
+        Sluice saw it end (its output cannot be read: docs/operations.md, "Switch the state machine"),
+        and those of a run of a machine switched from, redriven after its release, whose success
+        Sluice never heard (documented there too)."""
         with self.lock:
             dead = " ".join(self.dead_lettered.values())
             return sorted(
@@ -304,7 +306,14 @@ class Model:
                 and f"effect {index}" not in dead
                 and name in self.claims  # (one started by hand is not Sluice's to follow up)
                 and self.machines.vanished(name) is None
+                and not (name in self.unheard_success and self._switched_from(name))
             )
+
+    def _switched_from(self, name: str) -> bool:
+        """``name`` runs on a state machine the stack switched from: its events are not heard, and
+        reconciliation lists the redriven runs of the machines in use only (docs/protocol.md)."""
+        machine = self.machines.claimed_on.get(name)
+        return self.machines.current is not None and machine not in (None, self.machines.current)
 
     def expect_effects(self, name: str, count: int) -> None:
         """Execution ``name`` ended SUCCEEDED with an output naming ``count`` effects."""
