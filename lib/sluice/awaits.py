@@ -4,8 +4,7 @@ A message names the keys it awaits in the attribute ``sluice-awaits`` (a JSON ar
 ``sluice enqueue --after KEY``). A key has SUCCEEDED when its payload record names a first
 SUCCEEDED run (``PayloadRecord.succeeded_by``, written by the release with the receipt and never
 removed), so "satisfied" only ever goes one way. A key *ended badly* when its lease is free, it has
-never SUCCEEDED and its latest run ended FAILED, TIMED_OUT or ABORTED, or a run of it vanished with
-its state machine, outcome unknown (``once_unknown``: ``sluice.receipts``).
+never SUCCEEDED and its latest run ended FAILED, TIMED_OUT or ABORTED, or vanished (``once_unknown``).
 
 Until its awaits are satisfied a waiter is parked in the table, and its message deleted, so it
 spends no receives and blocks nothing in its group:
@@ -253,10 +252,8 @@ def judge(
                 return Verdict("dead", reason=f"awaited {k} ended {last_end(record).value}", states=states)
             continue
         if record is not None and record.holder is None and record.once_unknown is not None:
-            # Its run vanished with its state machine: it ended, but whether it SUCCEEDED is unknown.
-            if not run_anyway:
-                reason = f"awaited {k} ended with an unknown outcome (its run {record.once_unknown})"
-                return Verdict("dead", reason=reason, states=states)
+            if not run_anyway:  # its run vanished with its state machine (sluice status KEY names it)
+                return Verdict("dead", reason=f"awaited {k} ended with an unknown outcome", states=states)
             continue
         missing.append(k)
     if not missing:
