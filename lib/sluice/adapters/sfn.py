@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import itertools
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -128,46 +129,33 @@ class StepFunctionsExecutions:
         return names
 
     def _running_on(self, state_machine_arn: str) -> set[str]:
-        names: set[str] = set()
-        token: str | None = None
-        while True:
-            request: dict[str, Any] = {
-                "stateMachineArn": state_machine_arn,
-                "statusFilter": "RUNNING",
-                "maxResults": PAGE,
-            }
-            if token:
-                request["nextToken"] = token
-            with translated("ListExecutions"):
-                page = self.client.list_executions(**request)
-            names.update(e["name"] for e in page.get("executions", []))
-            token = page.get("nextToken")
-            if not token:
-                return names
+        return {e["name"] for e in self._listed(state_machine_arn, statusFilter="RUNNING")}
 
     def redriven_succeeded(self) -> dict[str, float | None]:
         """ListExecutions filtered to redriven executions (``redriveFilter``), of every state
         machine the stack starts; the SUCCEEDED ones, at most ``REDRIVEN_PAGES`` pages each."""
-        found: dict[str, float | None] = {}
-        for arn in self.state_machine_arns:
-            token: str | None = None
-            for _ in range(REDRIVEN_PAGES):
-                request: dict[str, Any] = {
-                    "stateMachineArn": arn,
-                    "redriveFilter": "REDRIVEN",
-                    "maxResults": PAGE,
-                }
-                if token:
-                    request["nextToken"] = token
-                with translated("ListExecutions"):
-                    page = self.client.list_executions(**request)
-                for e in page.get("executions", []):
-                    if e.get("status") == "SUCCEEDED":
-                        found[e["name"]] = _ts(e.get("stopDate"))
-                token = page.get("nextToken")
-                if not token:
-                    break
-        return found
+        return {
+            e["name"]: _ts(e.get("stopDate"))
+            for arn in self.state_machine_arns
+            for e in self._listed(arn, pages=REDRIVEN_PAGES, redriveFilter="REDRIVEN")
+            if e.get("status") == "SUCCEEDED"
+        }
+
+    def _listed(
+        self, state_machine_arn: str, *, pages: int | None = None, **filters: str
+    ) -> Iterator[dict[str, Any]]:
+        """ListExecutions of one state machine, page after page (all of them, or ``pages``)."""
+        token: str | None = None
+        for _ in itertools.count() if pages is None else range(pages):
+            request: dict[str, Any] = {"stateMachineArn": state_machine_arn, "maxResults": PAGE, **filters}
+            if token:
+                request["nextToken"] = token
+            with translated("ListExecutions"):
+                page = self.client.list_executions(**request)
+            yield from page.get("executions", [])
+            token = page.get("nextToken")
+            if not token:
+                return
 
     def check(self) -> None:
         for arn in self.state_machine_arns:
