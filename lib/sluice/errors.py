@@ -43,6 +43,15 @@ class MachineVanished(ConfigurationError):
     """An execution asked about by its ARN is on a state machine the stack no longer uses, and
     Step Functions says that machine does not exist: whether it ran there can no longer be known."""
 
+    @classmethod
+    def claim(cls, name: str, arn: str | None) -> MachineVanished:
+        """The reason a claim of ``name`` (recorded on ``arn``'s machine) is not started again."""
+        machine = (arn or "").split(":")[6:7] or [""]
+        return cls(
+            f"its claim {name} is on state machine {machine[0]}, no longer used and deleted: whether it "
+            "ran there cannot be known, so it is not started again"
+        )
+
 
 class ConditionFailed(SluiceError):
     """A conditional write was refused because the item was not as expected. Nothing was written."""

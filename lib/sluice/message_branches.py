@@ -305,10 +305,7 @@ class MessageBranches:
         if info is None and record is not None and self.ctx.executions.vanished(record.arn):
             # Claimed on a machine since switched from and deleted: "no such execution" no longer
             # says it never started there. Not started again (sluice.per_message dead-letters it).
-            raise MachineVanished(
-                f"its claim {name} is on state machine {(record.arn or '').split(':')[6]}, no longer used and "
-                "deleted: whether it ran there cannot be known, so it is not started again"
-            )
+            raise MachineVanished.claim(name, record.arn)
         return info
 
     def _already_exists(

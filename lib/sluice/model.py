@@ -198,6 +198,9 @@ class ExecutionRecord:
     ckey: str | None = None  # its concurrency key (sluice.keys): the release frees a slot there too
     lane: str | None = None  # its lane (sluice.lanes), when the stack has lanes: a slot there too
     lane_shard: int | None = None  # the shard of its lane's pool it holds
+    outcome_unknown: bool = (
+        False  # released as vanished (sluice.reconcile): it may have run; never claimed again
+    )
     # Set only on the record a release returns: its key is flagged as awaited (a waiter parked on it
     # once, ``sluice.awaits``), so the release's wake-up reads the key's waiters; else it reads none.
     awaited: bool = False

@@ -196,7 +196,13 @@ class MessageProtocol:
             return self._line_up(payload, done, None)
         except AlreadyRan as ran:
             # Its message back after its run ended and was released: it ran. Not started again,
-            # on this state machine or on one the stack switched to since.
+            # on this state machine or on one the stack switched to since. Released as vanished
+            # (its machine deleted): it may have run, as a resumed claim there (_started_before).
+            if ran.existing.outcome_unknown:
+                reason = str(MachineVanished.claim(ran.existing.name, ran.existing.arn))
+                return self.branches._dead_letter(
+                    payload.message, InvalidPayload(reason, key=payload.key), done
+                )
             done.append(payload.message)
             self.branches._log(
                 "redelivered message already ran", payload, ran.existing.name, Outcome.ALREADY_RAN

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from sluice.errors import OnceUnknown
+from sluice.errors import AlreadyRan, OnceUnknown
 from sluice.model import PayloadState
 from tests.contract.stores import NOW, claim
 from tests.contract.test_handover_contract import Offer, successor
@@ -69,3 +69,14 @@ def test_a_plain_run_released_with_an_unknown_outcome_marks_its_key_too(store):
         claim(store, "k", "n2", message_id="m2", now=NOW + 5, once=True)
     claim(store, "k", "n3", message_id="m3", now=NOW + 6)
     assert store.payload("k").holder == "n3"
+
+
+def test_the_name_of_a_run_released_with_an_unknown_outcome_is_not_claimed_again(store):
+    """Its message back (a delete lost before the release): the name may have run on the deleted
+    machine, so its claim is refused as a name that ran, the record saying why, nothing taken."""
+    vanished(store, once=False)
+    with pytest.raises(AlreadyRan) as refused:
+        claim(store, "k", "n1", now=NOW + 5)
+    assert refused.value.existing.name == "n1" and refused.value.existing.outcome_unknown
+    assert store.payload("k").holder is None and store.ledger().holders == frozenset()
+    assert store.execution("n1").state is PayloadState.RELEASED

@@ -15,6 +15,7 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
+import sluice.adapters.dynamo_claims
 import sluice.adapters.dynamo_release
 import sluice.adapters.sfn
 import sluice.adapters.sqs
@@ -258,6 +259,16 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
     "plain_vanished_unmarked": (
         "a plain run released with an unknown outcome marks no once_unknown (the code before it was fixed)",
         [(sluice.adapters.dynamo_release, "_lease_terms", _plain_vanished_unmarked)],
+    ),
+    "vanished_name_reclaimed": (
+        "a name released as vanished is claimed afresh by its own message back (the code before it was fixed)",
+        [
+            (
+                sluice.adapters.dynamo_claims,
+                "NOT_ENDED",
+                "NOT #state IN (:ended_s, :ended_f, :ended_t, :ended_a)",
+            )
+        ],
     ),
     "hand_over_unchecked": (
         "a hand-over that skips the receipt check (test_a_hand_over_that_skips_the_receipt_check_is_caught)",

@@ -17,6 +17,7 @@ from sluice.ops.dlq import dlq_redrive
 from tests.integration.test_once_ttl_moto import expire_ttl
 from tests.support.aws import Stack, build_stack, new_machine
 from tests.support.cli import sluice, use_env
+from tests.support.hooks import Crash, crash_after, receipts_of
 
 DAY = 86_400
 
@@ -240,3 +241,35 @@ def test_a_waiter_on_a_key_whose_run_vanished_is_not_left_parked(session, run_an
     else:
         assert stack.running() == []
         assert dead_reasons(stack) == ["awaited k ended with an unknown outcome"]
+
+
+def test_the_message_of_a_run_that_vanished_is_not_started_again_when_it_comes_back(session):
+    """The launcher dies after e1's StartExecution, before deleting its message; the stack switches,
+    e1 ends (its event lost), M1 is deleted, reconciliation releases e1 as vanished. The message
+    comes back: e1 may have run on M1, so it is not started again on M2 but dead-lettered with the
+    reason a resumed claim on a deleted machine gets."""
+    stack = build_stack(session, max_concurrency=2, clock=FakeClock())
+    stack.send({"id": "k"}, group="a")
+    rt = stack.runtime()
+    receipts = receipts_of(rt.client("sqs"))
+    crashed = crash_after(rt.client("stepfunctions"), "StartExecution")
+    with pytest.raises(Crash):
+        rt.launcher().tick()
+    assert crashed["calls"] == 1
+    (e1,) = stack.running()
+    m1 = stack.settings.state_machine_arn
+    stack.settings = replace(stack.settings, state_machine_arn=new_machine(stack))
+    stack.finish(e1, "SUCCEEDED", output="{}")  # its status event is lost
+    stack.client("stepfunctions").delete_state_machine(stateMachineArn=m1)
+    stack.clock.advance(2_000)
+    stack.launcher().tick()
+    assert stack.runtime().store().execution(e1).state is PayloadState.RELEASED
+
+    stack.visible_again(receipts)
+    stack.launcher().tick()
+    assert stack.running() == [], "the name of a run that vanished started again on the new machine"
+    (reason,) = dead_reasons(stack)
+    assert reason.startswith(
+        f"its claim {e1} is on state machine {m1.split(':')[6]}, no longer used and deleted"
+    )
+    assert stack.queue_counts() == (0, 0)

@@ -61,8 +61,11 @@ HISTORY_ROOM = "(attribute_not_exists(executions) OR size(executions) < :history
 # Never over a record whose parked messages were not woken (``_carry_parked``).
 NOT_PARKED_BEHIND = "attribute_not_exists(parked)"
 # An execution record that is not of a run that ended (a claim's Put over a name that ran is refused):
-# its name may start afresh on another state machine.
-NOT_ENDED = "NOT #state IN (:ended_s, :ended_f, :ended_t, :ended_a)"
+# its name may start afresh on another state machine. Nor of one released as vanished: it may have
+# run on the machine deleted since, its message back after the release (a delete lost):
+#   L: start(n on M1) ✓, dies before the delete     R: n absent, M1 deleted: release(n, unknown)
+#   L': receive m again, claim(n) on M2             ✗ here (else n runs twice)
+NOT_ENDED = "NOT #state IN (:ended_s, :ended_f, :ended_t, :ended_a) AND attribute_not_exists(outcome_unknown)"
 NOT_ENDED_VALUES = values(
     ended_s=PayloadState.SUCCEEDED.value,
     ended_f=PayloadState.FAILED.value,
@@ -193,7 +196,9 @@ class ClaimsTable:
         if _failed(reasons[1]):
             return self._lease_refused(claim, tries, plain(reasons[1].get("Item", {})))
         earlier = plain(reasons[2].get("Item", {})) if _failed(reasons[2]) else {}
-        if earlier and PayloadState(earlier.get("state", PayloadState.CLAIMED.value)).ended:
+        if earlier and (
+            PayloadState(earlier.get("state", "CLAIMED")).ended or earlier.get("outcome_unknown")
+        ):
             raise AlreadyRan(to_execution(earlier))  # before any other refusal: no shard would do
         if at.waiting >= 0 and _failed(reasons[at.waiting]):
             raise KeyFull(to_key_state(claim.ckey or "", None))  # someone waits: this one lines up too

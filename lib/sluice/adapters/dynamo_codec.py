@@ -161,6 +161,7 @@ def to_execution(raw: dict[str, Any]) -> ExecutionRecord:
         ckey=raw.get("ckey"),
         lane=raw.get("lane"),
         lane_shard=None if raw.get("lane_shard") is None else int(raw["lane_shard"]),
+        outcome_unknown=bool(raw.get("outcome_unknown", False)),
     )
 
 

@@ -138,18 +138,8 @@ class ReleasesTable:
         output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
         outcome_unknown: bool = False,
     ) -> ExecutionRecord | None:
-        ending = _Ending(
-            state,
-            now,
-            error,
-            cause,
-            ended_at,
-            fence,
-            confirm,
-            asked_once(output),
-            started_at,
-            outcome_unknown,
-        )
+        end = (state, now, error, cause, ended_at, fence, confirm, asked_once(output), started_at)
+        ending = _Ending(*end, outcome_unknown)
         return self._end(self.records.execution(name), ending).released
 
     def hand_over(
@@ -356,6 +346,8 @@ class ReleasesTable:
             sets += ", #cause = :cause"
             named[":cause"] = {"S": ending.cause[:4_000]}
             names["#cause"] = "cause"
+        if ending.outcome_unknown:  # its name is not claimed again (dynamo_claims.NOT_ENDED)
+            sets, named[":unknown"] = sets + ", outcome_unknown = :unknown", {"BOOL": True}
         return {
             "TableName": self.db.table,
             "Key": {"pk": {"S": execution_pk(record.name)}},

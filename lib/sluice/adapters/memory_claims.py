@@ -45,7 +45,7 @@ class MemoryClaims:
         ):
             raise LeaseHeld(current)
         earlier = self.table.executions.get(claim.name)
-        if earlier is not None and earlier.state.ended:
+        if earlier is not None and (earlier.state.ended or earlier.outcome_unknown):
             raise AlreadyRan(earlier)
         if claim.ckey is not None:
             self.keys.admits(claim.ckey, ticket=claim.ticket, uncapped=claim.uncapped)

@@ -147,6 +147,7 @@ class MemoryReleases:
             expires_at=record_expiry(
                 ending.state, now=ending.now, retention_seconds=self.table.retention_seconds
             ),
+            outcome_unknown=record.outcome_unknown or ending.outcome_unknown,
             **outputs,
         )
 
