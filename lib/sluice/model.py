@@ -69,15 +69,23 @@ class PayloadState(StrEnum):
 # so that record outlives the window, whatever the retention, with a day's margin.
 REDRIVE_WINDOW_SECONDS = 14 * 86_400
 REDRIVE_MARGIN_SECONDS = 86_400
+# The payload queue keeps a message 14 days (MessageRetentionPeriod), and a run's message was sent
+# before its run: the record of a name that ran (ended, or released as vanished) outlives every
+# message of that name by the same margin, so its claim is refused (``AlreadyRan``) whatever
+# ``retentionDays`` says.
+QUEUE_RETENTION_SECONDS = 14 * 86_400
 
 
-def record_expiry(state: PayloadState, *, now: float, retention_seconds: int) -> int:
+def record_expiry(state: PayloadState, *, now: float, retention_seconds: int, ran: bool = False) -> int:
     """When DynamoDB's TTL may delete an execution record released at ``now`` (``expires_at``).
+    ``ran``: released as vanished (outcome unknown), so it may have run.
 
     Counted from the release, which comes after the end: a stop date from another clock never
     shortens it.
     """
     keep = retention_seconds
+    if state.ended or ran:
+        keep = max(keep, QUEUE_RETENTION_SECONDS + REDRIVE_MARGIN_SECONDS)
     if state.redrivable:
         keep = max(keep, REDRIVE_WINDOW_SECONDS + REDRIVE_MARGIN_SECONDS)
     return int(now) + keep

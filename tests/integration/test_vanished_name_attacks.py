@@ -243,29 +243,44 @@ def test_a_message_back_before_the_vanished_release_and_a_run_once_copy_after_it
     assert stack.queue_counts() == (0, 0)
 
 
-# -- breaks --------------------------------------------------------------------------------------
+# -- the retention -------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the vanished guard lives only on EXEC#<name>, which TTL deletes retentionDays after the "
-    "release (RELEASED is not kept longer); a message back later claims the name afresh on M2",
-)
-def test_a_vanished_names_message_back_after_its_record_expired_starts_the_name_again(session):
+def test_a_vanished_names_message_back_after_the_retention_is_not_started_again(session):
     """retentionDays 1 (allowed: 1..3650; the queue keeps a message 14 days). n (p) starts on M1,
     the launcher dies before the delete. Switch, n SUCCEEDED unseen, M1 deleted; reconciliation
-    releases n, outcome unknown (PAYLOAD#p is kept: once_unknown, no expiry; EXEC#n expires in a
-    day). p's message waits in the queue two days (its group held, the pool paused...); TTL takes
-    EXEC#n. m is received: n is claimed afresh and starts on M2, the name's second run."""
+    releases n, outcome unknown (PAYLOAD#p is kept: once_unknown, no expiry). p's message waits in
+    the queue two days (its group held, the pool paused...), then up to the queue's 14: EXEC#n is
+    kept past them (a name that ran outlives its messages), so m is refused, never started on M2."""
     clock = FakeClock()
     stack = build_stack(session, max_concurrency=2, clock=clock, retention_days=1)
     n, received = start_then_die_before_the_delete(stack, {"id": "p"}, "gp")
     _, m2 = switch_and_delete(stack, clock, [n])
     reconcile_releases(stack, n)
-    clock.advance(2 * DAY)
+    clock.advance(14 * DAY)
     deleted = expire_ttl(stack)
-    assert f"EXEC#{n}" in deleted and "PAYLOAD#p" not in deleted
+    assert f"EXEC#{n}" not in deleted and "PAYLOAD#p" not in deleted
     stack.visible_again(received)
     stack.launcher().tick()
 
     assert n not in started_on(stack, m2), f"{n} ran on M1 and started again on M2"
+
+
+def test_a_name_that_ended_is_refused_to_its_message_back_after_the_retention(session):
+    """retentionDays 1. n SUCCEEDED and was released by reconciliation (its event lost) while its
+    message, never deleted, waited 14 days in the queue: EXEC#n is kept past them, so m is settled
+    as already ran, not started a second time."""
+    clock = FakeClock()
+    stack = build_stack(session, max_concurrency=2, clock=clock, retention_days=1)
+    n, received = start_then_die_before_the_delete(stack, {"id": "p"}, "gp")
+    stack.finish(n, "SUCCEEDED")
+    clock.advance(120)
+    stack.launcher().tick()  # reconciliation: n ended, released
+    assert stack.runtime().store().execution(n).state is PayloadState.SUCCEEDED
+    clock.advance(14 * DAY)
+    deleted = expire_ttl(stack)
+    assert "PAYLOAD#p" in deleted and f"EXEC#{n}" not in deleted
+    stack.visible_again(received)
+    stack.launcher().tick()
+    assert [e["name"] for e in stack.executions()] == [n], "a name that ran started a second time"
+    assert stack.queue_counts() == (0, 0)

@@ -363,7 +363,7 @@ def test_an_earlier_runs_event_releasing_an_adopted_execution_is_caught(monkeypa
 
 
 def test_records_of_redrivable_executions_kept_only_for_the_retention_is_caught(monkeypatch):
-    def retention_only(state, *, now, retention_seconds):
+    def retention_only(state, *, now, retention_seconds, ran=False):
         return int(now) + retention_seconds
 
     monkeypatch.setattr(sluice.adapters.dynamo_release, "record_expiry", retention_only)

@@ -309,8 +309,8 @@ def test_records_of_a_running_execution_never_expire(make_world):
     world.send(body("p0"), group="g0")
     world.tick("A")
     (p0,) = world.model.running
-    for _ in range(4):  # two days, longer than the retention period; the scheduler keeps ticking
-        world.advance(12 * 3600)
+    for _ in range(4):  # 16 days: past the retention and the 15 days a name that ran is kept
+        world.advance(4 * 86_400)
         world.tick("A")
     deleted = world.expire_ttl()
     assert deleted["EXEC"] >= 1, "the TTL process deleted the settled records"

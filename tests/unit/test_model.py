@@ -6,7 +6,13 @@ import dataclasses
 
 import pytest
 
-from sluice.model import REDRIVE_WINDOW_SECONDS, ExecutionStatus, PayloadState, record_expiry
+from sluice.model import (
+    QUEUE_RETENTION_SECONDS,
+    REDRIVE_WINDOW_SECONDS,
+    ExecutionStatus,
+    PayloadState,
+    record_expiry,
+)
 
 
 def test_only_the_four_end_statuses_are_terminal():
@@ -29,7 +35,6 @@ def test_a_payload_ends_in_the_state_of_its_executions_end():
 
 def test_a_redrivable_end_is_kept_past_the_redrive_window():
     day = 86_400
-    assert record_expiry(PayloadState.SUCCEEDED, now=1_000, retention_seconds=day) == 1_000 + day
     assert record_expiry(PayloadState.RELEASED, now=1_000, retention_seconds=day) == 1_000 + day
     for state in (PayloadState.FAILED, PayloadState.TIMED_OUT, PayloadState.ABORTED):
         assert record_expiry(state, now=1_000, retention_seconds=day) == 1_000 + REDRIVE_WINDOW_SECONDS + day
@@ -52,3 +57,13 @@ def test_a_limit_source_merges_the_newer_max_and_the_newer_count_each_on_its_own
     # The deployed default (no parameter): unfenced, taken as it is.
     default = LimitSource(7, None)
     assert default.merged(operator) == default and default.stamp() == ()
+
+
+def test_a_name_that_ran_is_kept_past_the_queues_retention():
+    """A message lives 14 days in the queue: the record of a name that ran (ended, or released as
+    vanished) outlives it, so the message back is refused as already ran whatever the retention."""
+    day = 86_400
+    kept = QUEUE_RETENTION_SECONDS + day
+    assert record_expiry(PayloadState.SUCCEEDED, now=1_000, retention_seconds=day) == 1_000 + kept
+    assert record_expiry(PayloadState.RELEASED, now=1_000, retention_seconds=day, ran=True) == 1_000 + kept
+    assert record_expiry(PayloadState.SUCCEEDED, now=1_000, retention_seconds=90 * day) == 1_000 + 90 * day

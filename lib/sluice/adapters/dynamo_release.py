@@ -329,7 +329,12 @@ class ReleasesTable:
     ) -> dict[str, Any]:
         """EXEC#<name>'s update: the run's end, its output and error, under the record's conditions."""
         sets = "SET #state = :state, ended_at = :ended, expires_at = :expires"
-        expires = record_expiry(ending.state, now=ending.now, retention_seconds=self.db.retention_seconds)
+        expires = record_expiry(
+            ending.state,
+            now=ending.now,
+            retention_seconds=self.db.retention_seconds,
+            ran=ending.outcome_unknown,
+        )
         ended = ending.ended_at if ending.ended_at is not None else ending.now
         named = values(state=ending.state.value, ended=ended, expires=expires, live0=LIVE[0], live1=LIVE[1])
         names = {"#state": "state"}

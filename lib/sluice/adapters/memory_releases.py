@@ -145,7 +145,10 @@ class MemoryReleases:
             error=ending.error or record.error,
             cause=ending.cause[:4_000] if ending.cause else record.cause,
             expires_at=record_expiry(
-                ending.state, now=ending.now, retention_seconds=self.table.retention_seconds
+                ending.state,
+                now=ending.now,
+                retention_seconds=self.table.retention_seconds,
+                ran=ending.outcome_unknown,
             ),
             outcome_unknown=record.outcome_unknown or ending.outcome_unknown,
             **outputs,
