@@ -187,7 +187,7 @@ def markdown(data: dict[str, Any]) -> str:
                 f"| {r['workload']} | {r['max']:,} | {_fmt(r['utilisation'], '.3f')} "
                 f"| {_fmt(r['fifo300_utilisation'], '.3f')} | {_fmt(r['oracle_utilisation'], '.3f')} "
                 f"| {_fmt(r['oracle_ratio'], '.3f')} | {_fmt(r['fifo300_oracle_ratio'], '.3f')} "
-                f"| {_fmt(r['refused'])} | {r['fifo300_refused']} | {_fmt(r['cost_per_million_usd'], '.2f')} "
+                f"| {_fmt(r['refused'], ',')} | {r['fifo300_refused']:,} | {_fmt(r['cost_per_million_usd'], '.2f')} "
                 f"| {_fmt(r['fifo300_cost_per_million_usd'], '.2f')} |"
             )
     return "\n".join(out) + ("\n" if out else "")
