@@ -2,8 +2,9 @@
 
     states:StartExecution   one token bucket for the account and region, every start (a tick's, a
                             completion's, a baseline's): 1,300 at once, refilled at 300 a second
-    sqs:<action>            per queue and per API action, 300 calls a second on a FIFO queue without
-                            high-throughput mode (``HIGH_THROUGHPUT_FIFO_PER_ACTION`` with it)
+    sqs:<action>            per queue and per API action: high-throughput FIFO, as the stack deploys
+                            its queues (``HIGH_THROUGHPUT_FIFO_PER_ACTION``); 300 calls a second
+                            without that mode (``SQS_FIFO_PER_ACTION``)
 
 A refused call changes nothing and is counted (``Meter.refused``). The SDK retries it as
 ``lib/sluice/runtime.py`` configures boto3 (standard mode, 3 attempts in all, a random wait of up to
@@ -84,9 +85,9 @@ class PerSecond:
 @dataclass
 class Quotas:
     """The quotas of one simulated account. ``high_throughput_fifo``: the queues have high-throughput
-    mode on (the deployed stack's queues do not)."""
+    mode on, as the deployed stack's do; False: a stack whose queues lack it (300 calls a second)."""
 
-    high_throughput_fifo: bool = False
+    high_throughput_fifo: bool = True
     start_rate: float = START_RATE
     start_burst: int = START_BURST
     _start: TokenBucket | None = None

@@ -21,7 +21,7 @@ from bench.model import (
     TICK_PHASE,
     TICK_SECONDS,
 )
-from bench.oracle_report import ORACLES, high_throughput_section, sensitivity_section, with_oracle
+from bench.oracle_report import ORACLES, sensitivity_section, with_oracle, without_high_throughput_section
 from bench.oracle_report import markdown as oracle_markdown
 from bench.plan import MAXES, TIMELINE, WORKLOADS, Plan
 from bench.pricing import PRICES, PRICES_AS_OF, SECONDS_PER_MONTH
@@ -215,8 +215,11 @@ def assemble(
     data["meta"]["model"]["sensitivity_event_delays_s"] = list(SENSITIVITY_EVENT_DELAYS)
     if results.get("sensitivity"):
         data["sensitivity"] = sensitivity_section(results["sensitivity"])
-    if results.get("high-throughput"):
-        data["high_throughput"] = high_throughput_section(results["high-throughput"], runs)
+    if results.get("without-high-throughput"):
+        deployed = [*runs, *results.get("large", [])]
+        data["without_high_throughput"] = without_high_throughput_section(
+            results["without-high-throughput"], deployed
+        )
     return data, cpu
 
 

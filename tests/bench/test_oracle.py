@@ -12,7 +12,7 @@ from bench.harness import Job, Recorder, backlog, body, run
 from bench.model import EVENT_DELAY, Context
 from bench.oracle import OracleEvent, OracleZero
 from bench.oracle_report import oracle_section, with_oracle
-from bench.quotas import SDK_ATTEMPTS, SQS_FIFO_PER_ACTION, Quotas
+from bench.quotas import HIGH_THROUGHPUT_FIFO_PER_ACTION, SDK_ATTEMPTS, SQS_FIFO_PER_ACTION, Quotas
 from bench.sim import T0, LambdaFunction, Sim
 from sluice.errors import TransientError
 
@@ -91,7 +91,7 @@ def test_every_sluice_run_carries_o_events_utilisation_and_the_ratio():
 
 
 def test_sqs_refuses_calls_past_300_a_second_per_action_and_queue():
-    quotas = Quotas()
+    quotas = Quotas(high_throughput_fifo=False)
     queue, other = object(), object()
     taken = [quotas.admit("sqs:ReceiveMessage", 10.2, queue) for _ in range(SQS_FIFO_PER_ACTION + 5)]
 
@@ -99,7 +99,7 @@ def test_sqs_refuses_calls_past_300_a_second_per_action_and_queue():
     assert quotas.admit("sqs:DeleteMessageBatch", 10.3, queue)  # another action
     assert quotas.admit("sqs:ReceiveMessage", 10.4, other)  # another queue
     assert quotas.admit("sqs:ReceiveMessage", 11.0, queue)  # the next second
-    assert Quotas(high_throughput_fifo=True).sqs_per_action > SQS_FIFO_PER_ACTION
+    assert Quotas().sqs_per_action == HIGH_THROUGHPUT_FIFO_PER_ACTION  # as the stack deploys the queues
 
 
 def test_start_execution_bucket_applies_to_every_start():
@@ -126,10 +126,11 @@ def test_a_refused_call_is_retried_counted_and_then_fails_as_the_adapter_raises_
 
 
 def test_a_burst_of_receives_past_the_quota_is_refused_in_the_simulation():
-    """311 receives at one instant from one function's invocations: 300 go through; the SDK retries
-    the others after its jittered wait, in the next second, where they go through."""
+    """311 receives at one instant from one function's invocations on a queue without high-throughput
+    mode: 300 go through; the SDK retries the others after its jittered wait, in the next second,
+    where they go through."""
     sim = Sim()
-    meter = Meter(sim.clock, sim, quotas=Quotas(), rng=random.Random(1))
+    meter = Meter(sim.clock, sim, quotas=Quotas(high_throughput_fifo=False), rng=random.Random(1))
     queue = SimQueue(meter, sim.clock, visibility_timeout=30, max_receive_count=None)
     fn = LambdaFunction(sim, "burst", 128, 60, 0.0, lambda: None)
     sim.at(sim.t0 + 0.9, lambda: [fn.invoke(lambda _s, _ms: queue.receive(10, 0)) for _ in range(311)])

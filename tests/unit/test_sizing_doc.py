@@ -104,7 +104,7 @@ def test_the_quotas_are_the_launchers_and_the_benchs():
     fifo = QUOTAS["sqs:ReceiveMessage"]
     assert fifo == QUOTAS["sqs:DeleteMessageBatch"]
     assert f"SQS FIFO**: {fifo:.0f} calls a second per API action on each queue" in text
-    # The stack's queues are in high-throughput mode, as the page says; the bench's figures are not.
+    # The stack's queues are in high-throughput mode, as the page says and the bench models them.
     for source in ("serverless.yml", "stack/lanes.js"):
         assert re.search(r"FifoThroughputLimit: '?perMessageGroupId", (ROOT / source).read_text())
     assert "the stack's queues are in high-throughput mode" in text
