@@ -53,7 +53,7 @@ def hunt(
     is, do not fail the same way (the code as it is may break promises of its own)."""
     started = time.process_time()
     n = 0
-    baseline = 0  # failures the code as it is makes too
+    baseline: list[int] = []  # seeds where the code as it is fails too
     while time.process_time() - started < minutes * 60:
         run_seed = seed + n
         with applied(name):
@@ -62,11 +62,11 @@ def hunt(
         if not outcome.failure:
             continue
         if any(x in outcome.failure for x in ignore):  # a break of the code as it is, known
-            baseline += 1
+            baseline.append(run_seed)
             continue
         unpatched = explore(run_seed, steps, outcome.draws, without=without, swarm=swarm)
         if unpatched.failure and category(unpatched.failure) == category(outcome.failure):
-            baseline += 1
+            baseline.append(run_seed)
             continue
         cpu = time.process_time() - started
         with applied(name):
@@ -84,7 +84,8 @@ def hunt(
             "seed": seed,
             "found": True,
             "runs": n,
-            "baseline_failures_skipped": baseline,
+            "baseline_failures_skipped": len(baseline),
+            "baseline_seeds": baseline,
             "cpu_to_failure": round(cpu, 1),
             "failing_seed": run_seed,
             "shrunk_draws": len(shrunk.draws),
@@ -97,7 +98,8 @@ def hunt(
         "seed": seed,
         "found": False,
         "runs": n,
-        "baseline_failures_skipped": baseline,
+        "baseline_failures_skipped": len(baseline),
+        "baseline_seeds": baseline,
         "cpu": round(time.process_time() - started, 1),
     }
 
