@@ -73,7 +73,7 @@ from bench.model import (
 from bench.pricing import PRICES
 from bench.sim import T0, LambdaFunction, Sim
 from sluice.adapters.memory_semaphore import MemorySemaphoreStore, MemoryTokens
-from sluice.completion import DETAIL_TYPE
+from sluice.events import DETAIL_TYPE
 from sluice.semaphore import Semaphores
 from sluice.semaphore_model import Acquisition, Delivery, Freed, Opened, Ticket
 from sluice.semaphore_service import SCHEDULED, SemaphoreService

@@ -71,7 +71,8 @@ from bench.sim import LambdaFunction, Parallel, Sim
 from sluice.adapters.memory import MemoryStore
 from sluice.adapters.memory_aws import MemoryExecutions
 from sluice.adapters.ssm import SsmMax
-from sluice.completion import StatusChange, settle_status_change
+from sluice.completion import settle_status_change
+from sluice.events import StatusChange
 from sluice.fanout import Serial, pool_size
 from sluice.lanes import DEFAULT_LANE, parse_lanes
 from sluice.launcher import Launcher

@@ -26,7 +26,7 @@ from bench.sluice_system import PARAMETER, sluice_settings
 from sluice.adapters.memory import MemoryStore
 from sluice.adapters.ssm import SsmMax
 from sluice.clock import FakeClock, SystemClock
-from sluice.completion import StatusChange
+from sluice.events import StatusChange
 from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE
 from sluice.lanes import DEFAULT_LANE, parse_lanes
 from sluice.launcher import Launcher

@@ -35,9 +35,10 @@ import uuid
 from collections.abc import Callable, Mapping
 
 from sluice.admission import LONG_POLL, RECEIVE_BATCH, Admission
-from sluice.completion import StatusChange, settle_status_change
+from sluice.completion import settle_status_change
 from sluice.effects import Effects
 from sluice.errors import SluiceError, TransientError
+from sluice.events import StatusChange
 from sluice.fanout import Pacer, fanout
 from sluice.handover import HandOverOffer
 from sluice.lane_admission import LaneAdmission

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from sluice.completion import DETAIL_TYPE, StatusChange
 from sluice.errors import ConfigurationError, SluiceError, TransientError
+from sluice.events import DETAIL_TYPE, StatusChange
 from sluice.semaphore import Semaphores
 from sluice.semaphore_model import BadSemaphoreName, check_acquisition_id, check_name, pool_of
 

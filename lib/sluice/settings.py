@@ -7,13 +7,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from sluice.adapters.ssm import MAX_CEILING, WHOLE
 from sluice.errors import ConfigurationError
 from sluice.lanes import DEFAULT_LANE, parse_lane_queues, parse_lane_state_machines, parse_lanes
 from sluice.pointers import DEFAULT_THRESHOLD
 from sluice.receipts import DEFAULT_INLINE_BYTES, MAX_INLINE_BYTES
 from sluice.records import Lane
 from sluice.semaphore_service import parse_limits
+from sluice.validation import MAX_CEILING, WHOLE
 
 
 class DuplicatePolicy(StrEnum):

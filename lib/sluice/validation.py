@@ -23,10 +23,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Iterator
 from typing import Any, NoReturn
 
-from sluice.errors import InvalidPayload
+from sluice.errors import ConfigurationError, InvalidPayload
 from sluice.model import Message, Payload
 
 MAX_INPUT_BYTES = 262_144
@@ -196,3 +197,24 @@ def _check_string(text: str) -> None:
         raise InvalidPayload(
             "a string holds a lone surrogate (\\ud800-\\udfff), which is not valid Unicode"
         ) from None
+
+
+MAX_CEILING = 10_000  # MAX's ceiling, and a lane's or a key's: maxConcurrency's in stack/config.js
+WHOLE = re.compile(r"[0-9]+", re.ASCII)  # str.isdigit and int() also take "²" and other scripts' digits
+
+
+class MaxAboveCeiling(ConfigurationError):
+    """A whole number above ``MAX_CEILING``: refused, never put in force."""
+
+
+def whole_number(raw: str, *, ceiling: int) -> int | None:
+    """``raw`` as a whole number from 0 to ``ceiling``, in ASCII digits; None when it is not one.
+    Raises ``MaxAboveCeiling`` for a larger one, however many digits it has (no ``int`` is built)."""
+    text = str(raw).strip()
+    if not WHOLE.fullmatch(text):
+        return None
+    digits = text.lstrip("0") or "0"
+    if len(digits) > len(str(ceiling)) or int(digits) > ceiling:
+        shown = digits if len(digits) <= 30 else f"a number of {len(digits):,} digits"
+        raise MaxAboveCeiling(f"{shown} is above the ceiling: at most {ceiling:,}")
+    return int(digits)

@@ -21,7 +21,7 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.sqs.models import sqs_backends
 
 import sluice.enqueue
-from sluice.completion import StatusChange
+from sluice.events import StatusChange
 from sluice.ops.dlq import dlq_list, dlq_redrive
 from sluice.ops.semaphore import semaphore_set
 from sluice.semaphore_model import pool_of

@@ -9,7 +9,7 @@ import pytest
 
 from sluice.awaits import sweep
 from sluice.clock import FakeClock
-from sluice.completion import StatusChange
+from sluice.events import StatusChange
 from sluice.model import Outcome, PayloadState
 from sluice.names import execution_name
 from tests.support.aws import build_stack

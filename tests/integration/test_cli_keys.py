@@ -8,7 +8,7 @@ import json
 import pytest
 
 from handlers import _shared
-from sluice.completion import StatusChange
+from sluice.events import StatusChange
 from sluice.model import Outcome
 from tests.support.cli import sluice, use_env
 

@@ -10,7 +10,7 @@ import pytest
 
 from handlers import _shared
 from sluice.adapters.sqs_dead_letters import DlqMessage, dlq_message_of
-from sluice.completion import StatusChange
+from sluice.events import StatusChange
 from sluice.lanes import LANE_ATTRIBUTE
 from sluice.model import Outcome
 from sluice.ops.dlq import redrive_lane

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from sluice.clock import FakeClock
-from sluice.completion import StatusChange
+from sluice.events import StatusChange
 from sluice.model import Outcome
 from tests.support.cli import sluice
 

@@ -19,8 +19,8 @@ import pytest
 from freezegun import freeze_time
 
 from sluice.clock import FakeClock
-from sluice.completion import StatusChange
 from sluice.effects import EFFECTS_FIELD
+from sluice.events import StatusChange
 from sluice.model import Outcome, ParkedMessage
 from sluice.names import execution_name
 from sluice.parking import sweep

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from freezegun import freeze_time
 
-from sluice.completion import StatusChange, settle_status_change
+from sluice.completion import settle_status_change
 from sluice.effects import EFFECTS_FIELD, MAX_EFFECTS, effect_id
+from sluice.events import StatusChange
 from sluice.model import Outcome
 from sluice.names import ORIGIN_ATTRIBUTE
 from tests.support.aws import REGION, build_stack

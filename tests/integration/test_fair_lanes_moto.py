@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from sluice.clock import FakeClock
-from sluice.completion import StatusChange
+from sluice.events import StatusChange
 from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE
 from sluice.model import Outcome
 from tests.support.aws import build_stack

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from sluice.clock import FakeClock
-from sluice.completion import StatusChange
+from sluice.events import StatusChange
 from sluice.model import Outcome, PayloadState
 from sluice.names import execution_name
 from sluice.ops.maximum import set_max

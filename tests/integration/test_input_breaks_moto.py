@@ -16,7 +16,7 @@ import pytest
 
 from sluice.awaits import AWAITS_ATTRIBUTE, Waiter
 from sluice.clock import FakeClock
-from sluice.completion import StatusChange
+from sluice.events import StatusChange
 from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE, TICKET_ATTRIBUTE, KeyWaiter
 from sluice.model import Outcome
 from sluice.names import ORIGIN_ATTRIBUTE, execution_name

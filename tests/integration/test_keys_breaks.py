@@ -22,7 +22,7 @@ from moto.stepfunctions import models as sfn_models
 
 from sluice import keys
 from sluice.clock import FakeClock
-from sluice.completion import StatusChange
+from sluice.events import StatusChange
 from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE, TICKET_ATTRIBUTE
 from sluice.model import Outcome
 from sluice.names import execution_name

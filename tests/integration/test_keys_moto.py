@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from sluice.clock import FakeClock
-from sluice.completion import StatusChange
+from sluice.events import StatusChange
 from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE
 from sluice.model import Outcome
 from sluice.names import execution_name

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from sluice.clock import FakeClock
-from sluice.completion import StatusChange
 from sluice.errors import ConfigurationError
+from sluice.events import StatusChange
 from sluice.lanes import parse_lane_state_machines, parse_lanes
 from sluice.model import Outcome, PayloadState
 from sluice.settings import Settings

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from sluice.clock import FakeClock
-from sluice.completion import StatusChange
 from sluice.errors import ConfigurationError
+from sluice.events import StatusChange
 from sluice.lanes import LANE_ATTRIBUTE
 from sluice.model import Outcome
 from sluice.records import LaneSetting

@@ -10,8 +10,9 @@ import pytest
 from freezegun import freeze_time
 
 from sluice.clock import FakeClock
-from sluice.completion import StatusChange, handle_status_change
+from sluice.completion import handle_status_change
 from sluice.errors import ConfigurationError
+from sluice.events import StatusChange
 from sluice.model import Outcome, PayloadState
 from sluice.names import execution_name
 from sluice.per_message import THROTTLED_STARTS

@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 from sluice.clock import FakeClock
-from sluice.completion import StatusChange
+from sluice.events import StatusChange
 from sluice.model import Outcome
 from tests.support.aws import Stack, build_stack
 

@@ -29,7 +29,7 @@ import pytest
 from moto.stepfunctions import models as sfn_models
 
 from sluice.clock import FakeClock
-from sluice.completion import StatusChange
+from sluice.events import StatusChange
 from sluice.names import execution_name
 from sluice.ops.maximum import set_max
 from sluice.settings import DuplicatePolicy

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from sluice.clock import FakeClock
-from sluice.completion import StatusChange, complete
+from sluice.completion import complete
+from sluice.events import StatusChange
 from sluice.model import Outcome, ParkedMessage, PayloadState
 from sluice.names import ORIGIN_ATTRIBUTE, execution_name
 from sluice.parking import sweep

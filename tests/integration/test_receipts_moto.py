@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from sluice.completion import StatusChange
+from sluice.events import StatusChange
 from sluice.model import Outcome, PayloadState
 from sluice.receipts import read_receipt
 from tests.support.aws import REGION, build_stack

@@ -270,7 +270,8 @@ def test_a_resubmission_just_after_its_keys_run_ended_is_looked_at_again(session
     assert summary.n(Outcome.RECHECK) == 1 and stack.queue_counts() == (0, 1)
     assert stack.runtime().store().payload("p").duplicates == 0
     event = status_change_event(stack.settings.state_machine_arn, p, "SUCCEEDED")
-    from sluice.completion import StatusChange, settle_status_change
+    from sluice.completion import settle_status_change
+    from sluice.events import StatusChange
 
     released = settle_status_change(
         StatusChange.from_event(event),

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sluice.clock import FakeClock
-from sluice.completion import StatusChange
+from sluice.events import StatusChange
 from sluice.model import PayloadState
 from sluice.settings import DuplicatePolicy
 from tests.support.aws import Stack, build_stack, new_machine

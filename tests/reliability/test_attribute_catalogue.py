@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from sluice import attributes
 from sluice.attributes import CATALOGUE, check_attributes, reference_table
 from sluice.clock import FakeClock
-from sluice.completion import StatusChange
+from sluice.events import StatusChange
 from sluice.model import Message
 from tests.support.aws import build_stack, moto_session
 from tests.support.sqs_rules import sqs_rules

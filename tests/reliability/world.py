@@ -35,8 +35,8 @@ from typing import Any
 from moto import mock_aws
 
 from sluice.clock import FakeClock
-from sluice.completion import StatusChange
 from sluice.errors import TransientError
+from sluice.events import StatusChange
 from sluice.lanes import DEFAULT_LANE
 from sluice.ops.keys import set_key_max
 from sluice.ops.maximum import set_max

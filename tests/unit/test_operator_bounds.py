@@ -7,11 +7,12 @@ import json
 
 import pytest
 
-from sluice.adapters.ssm import MAX_CEILING, MaxAboveCeiling, parse_max
+from sluice.adapters.ssm import parse_max
 from sluice.enqueue import read_items
 from sluice.errors import ConfigurationError
 from sluice.lanes import parse_lanes
 from sluice.settings import Settings
+from sluice.validation import MAX_CEILING, MaxAboveCeiling
 from tests.unit import test_stack_config as stack_config
 
 HUGE = "1" + "0" * 5000

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -12,28 +11,9 @@ from sluice.adapters.errors import translated
 from sluice.errors import ConfigurationError, NotFound, TransientError
 from sluice.model import MaxReading
 from sluice.ports import Clock
+from sluice.validation import MAX_CEILING, MaxAboveCeiling, whole_number
 
 log = logging.getLogger("sluice.max")
-
-MAX_CEILING = 10_000  # MAX's ceiling, and a lane's or a key's: maxConcurrency's in stack/config.js
-WHOLE = re.compile(r"[0-9]+", re.ASCII)  # str.isdigit and int() also take "²" and other scripts' digits
-
-
-class MaxAboveCeiling(ConfigurationError):
-    """A whole number above ``MAX_CEILING``: refused, never put in force."""
-
-
-def whole_number(raw: str, *, ceiling: int) -> int | None:
-    """``raw`` as a whole number from 0 to ``ceiling``, in ASCII digits; None when it is not one.
-    Raises ``MaxAboveCeiling`` for a larger one, however many digits it has (no ``int`` is built)."""
-    text = str(raw).strip()
-    if not WHOLE.fullmatch(text):
-        return None
-    digits = text.lstrip("0") or "0"
-    if len(digits) > len(str(ceiling)) or int(digits) > ceiling:
-        shown = digits if len(digits) <= 30 else f"a number of {len(digits):,} digits"
-        raise MaxAboveCeiling(f"{shown} is above the ceiling: at most {ceiling:,}")
-    return int(digits)
 
 
 def parse_max(raw: str, *, source: str) -> int:

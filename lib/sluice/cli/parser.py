@@ -9,7 +9,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sluice.adapters.ssm import MAX_CEILING, MaxAboveCeiling, whole_number
 from sluice.asl import MAX_SECONDS
 from sluice.cli.context import DEFAULT_REGION
 from sluice.cli.dlq import cmd_dlq_delete, cmd_dlq_list, cmd_dlq_redrive
@@ -29,6 +28,7 @@ from sluice.errors import ConfigurationError
 from sluice.lanes import DEFAULT_LANE
 from sluice.pointers import DEFAULT_THRESHOLD
 from sluice.settings import pointer_threshold
+from sluice.validation import MAX_CEILING, MaxAboveCeiling, whole_number
 
 
 def _max_value(raw: str) -> int:

@@ -7,13 +7,13 @@ import json
 import sys
 from typing import Any
 
-from sluice.adapters.ssm import MaxAboveCeiling, whole_number
 from sluice.asl import ERROR_PATH, StateNames, semaphore_states, wrap_definition
 from sluice.cli.context import Context
 from sluice.cli.render import EXIT_OK, EXIT_PARTIAL, plural, table, until_fewer, usage, when
 from sluice.errors import ConfigurationError
 from sluice.ops.semaphore import MAX_LIMIT, semaphore_list, semaphore_set, semaphore_status
 from sluice.semaphore_model import BadSemaphoreName, check_name
+from sluice.validation import MaxAboveCeiling, whole_number
 
 
 def semaphore_name(raw: str) -> str:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from sluice import keys
-from sluice.adapters.ssm import MAX_CEILING
 from sluice.errors import ConfigurationError
 from sluice.records import KeyState
 from sluice.runtime import Runtime
+from sluice.validation import MAX_CEILING
 
 
 def describe(state: KeyState, default: int, now: float) -> dict[str, Any]:
