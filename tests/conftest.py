@@ -19,10 +19,11 @@ os.environ.update(
 )
 
 from tests.support.botocore_models import share_botocore_loader  # noqa: E402
-from tests.support.moto_patches import redrive_filter, serialise_dynamodb  # noqa: E402
+from tests.support.moto_patches import projected_scans, redrive_filter, serialise_dynamodb  # noqa: E402
 
 serialise_dynamodb()
 redrive_filter()
+projected_scans()
 share_botocore_loader()
 
 # `--cpu-durations=N`: CPU seconds per test, module and directory (wall times are noisy on a shared machine).

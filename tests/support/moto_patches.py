@@ -16,6 +16,13 @@ behave as AWS documents; Sluice's code is never patched here.
   every transaction, so a claim costs O(table size) three times over. Instead, the items a transaction
   touches are copied before it runs and put back if it is cancelled. The outcome is the same: a
   cancelled transaction leaves every item as it was (checked in tests/reliability/test_harness.py).
+* **Projected scans** (``projected_scans``: for the whole test session). moto's Scan deep-copies every
+  matching item, then converts the whole item to plain JSON once per attribute of the
+  ProjectionExpression, only to keep those attributes: a payload's long history is copied and
+  converted over and over to read its ``state``. With a projection, each item is projected from the
+  stored one (the projection builds new objects; the scan runs under the lock above), and only the
+  attributes named are converted. Same items, pages and counts; the reliability suite's invariants
+  scan the table after every action.
 * **ListExecutions' redriveFilter** (``redrive_filter``: for the whole test session). moto ignores it
   and lists every execution; AWS lists only the redriven ones (``REDRIVEN``) or only the others.
   moto has no RedriveExecution either: the tests' redrive (``tests/reliability/actors.py``) counts
@@ -35,16 +42,20 @@ from __future__ import annotations
 
 import copy
 import functools
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import moto.dynamodb.models as ddb_models
+import moto.dynamodb.models.table as ddb_table
 import moto.stepfunctions.responses as sfn_responses
+from botocore.utils import merge_dicts
 from moto.core.botocore_stubber import BotocoreStubber
-from moto.dynamodb.models.dynamo_type import DynamoType
+from moto.dynamodb.models.dynamo_type import DynamoType, Item, deserializer, serializer
 from moto.dynamodb.models.table import Table
+from moto.dynamodb.models.utilities import find_nested_key
 
 _LOCK = threading.RLock()  # one lock for every adjustment: re-entered, never nested in another
 
@@ -76,6 +87,70 @@ def serialise_dynamodb() -> None:
 
         locked._sluice_serialised = True  # type: ignore[attr-defined]
         setattr(ddb_models.DynamoDBBackend, name, locked)
+
+
+# -- projected scans ------------------------------------------------------------------------------------
+
+_LIST_ELEMENT = re.compile(r"(.+)\[(\d+)\]$")  # find_nested_key's 'name[3]'
+
+
+class _ItemCopyIsTheItem:
+    """``copy`` as ``moto.dynamodb.models.table`` sees it during a projected scan: an item "copies"
+    to itself (the projection then builds new objects from it)."""
+
+    def deepcopy(self, value: Any, memo: Any = None) -> Any:
+        if isinstance(value, Item):
+            return value
+        return copy.deepcopy(value, memo)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(copy, name)
+
+
+def _project(self: Item, projection_expressions: list[list[str]]) -> Item:
+    """``Item.project``, converting only the attribute each path starts with (``find_nested_key``
+    reads nothing else of the item), each time afresh as moto does."""
+    result: dict[str, Any] = {}
+    for expr in projection_expressions:
+        match = _LIST_ELEMENT.match(expr[0])
+        top = match.group(1) if match else expr[0]
+        attribute = self.attrs.get(top)
+        plain = {} if attribute is None else {top: deserializer.deserialize(attribute.to_regular_json())}
+        merge_dicts(result, find_nested_key(expr, plain))
+    return Item(hash_key=self.hash_key, range_key=self.range_key, attrs=serializer.serialize(result)["M"])
+
+
+def projected_scans() -> None:
+    """Project a scan's items from the stored ones, from now on (idempotent)."""
+    original = Table.scan
+    if getattr(original, "_sluice_projected", False):
+        return
+
+    @functools.wraps(original)
+    def scan(
+        self: Table,
+        filters: Any,
+        limit: Any,
+        exclusive_start_key: Any,
+        filter_expression: Any = None,
+        index_name: str | None = None,
+        consistent_read: bool = False,
+        projection_expression: Any = None,
+        segments: Any = (None, None),
+    ) -> Any:
+        args = (filters, limit, exclusive_start_key, filter_expression, index_name, consistent_read)
+        if not projection_expression or index_name:
+            return original(self, *args, projection_expression, segments)
+        with _LOCK:
+            saved, ddb_table.copy = ddb_table.copy, _ItemCopyIsTheItem()  # type: ignore[assignment]
+            try:
+                return original(self, *args, projection_expression, segments)
+            finally:
+                ddb_table.copy = saved  # type: ignore[assignment]
+
+    scan._sluice_projected = True  # type: ignore[attr-defined]
+    Table.scan = scan  # type: ignore[method-assign]
+    Item.project = _project  # type: ignore[method-assign]
 
 
 def redrive_filter() -> None:
