@@ -19,11 +19,17 @@ os.environ.update(
 )
 
 from tests.support.botocore_models import share_botocore_loader  # noqa: E402
-from tests.support.moto_patches import projected_scans, redrive_filter, serialise_dynamodb  # noqa: E402
+from tests.support.moto_patches import (  # noqa: E402
+    cached_response_keys,
+    projected_scans,
+    redrive_filter,
+    serialise_dynamodb,
+)
 
 serialise_dynamodb()
 redrive_filter()
 projected_scans()
+cached_response_keys()
 share_botocore_loader()
 
 # `--cpu-durations=N`: CPU seconds per test, module and directory (wall times are noisy on a shared machine).

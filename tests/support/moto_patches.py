@@ -23,6 +23,11 @@ behave as AWS documents; Sluice's code is never patched here.
   stored one (the projection builds new objects; the scan runs under the lock above), and only the
   attributes named are converted. Same items, pages and counts; the reliability suite's invariants
   scan the table after every action.
+* **Response keys looked up once** (``cached_response_keys``: for the whole test session). moto's
+  response serializer asks six alias providers, for every member of every structure it writes, which
+  keys of the Python object may hold it: for a plain dict those keys depend only on the member and
+  its shape, so each response works them out once per member (a DynamoDB item's every attribute
+  value is such a structure). The same keys are tried in the same order.
 * **ListExecutions' redriveFilter** (``redrive_filter``: for the whole test session). moto ignores it
   and lists every execution; AWS lists only the redriven ones (``REDRIVEN``) or only the others.
   moto has no RedriveExecution either: the tests' redrive (``tests/reliability/actors.py``) counts
@@ -52,7 +57,10 @@ import moto.dynamodb.models as ddb_models
 import moto.dynamodb.models.table as ddb_table
 import moto.stepfunctions.responses as sfn_responses
 from botocore.utils import merge_dicts
+from moto.core import serialize as moto_serialize
 from moto.core.botocore_stubber import BotocoreStubber
+from moto.core.utils import MISSING
+from moto.core.utils import get_value as moto_get_value
 from moto.dynamodb.models.dynamo_type import DynamoType, Item, deserializer, serializer
 from moto.dynamodb.models.table import Table
 from moto.dynamodb.models.utilities import find_nested_key
@@ -151,6 +159,46 @@ def projected_scans() -> None:
     scan._sluice_projected = True  # type: ignore[attr-defined]
     Table.scan = scan  # type: ignore[method-assign]
     Item.project = _project  # type: ignore[method-assign]
+
+
+# -- response keys looked up once ---------------------------------------------------------------------
+
+
+def cached_response_keys() -> None:
+    """Work out the keys a response's plain dicts may hold a member under once per response and
+    member, from now on (idempotent)."""
+    picker = moto_serialize.XFormedAttributePicker
+    original = picker.__call__
+    if getattr(original, "_sluice_cached", False):
+        return
+
+    @functools.wraps(original)
+    def pick(self: Any, context: Any) -> Any:
+        obj = context.obj
+        if type(obj) is not dict:
+            return original(self, context)
+        cache = self.__dict__.setdefault("_sluice_keys", {})
+        shape = context.shape
+        entry = cache.get((id(shape), context.key))
+        if entry is None or entry[0] is not shape:
+            entry = (shape, tuple(self.get_possible_keys(context)))  # the shape kept: its id stays its own
+            cache[(id(shape), context.key)] = entry
+        value = None
+        for possible_key in entry[1]:
+            found = moto_get_value(obj, possible_key, MISSING)
+            if found is not MISSING:
+                value = found
+                break
+        if self.response_transformers:
+            key_path = f"{context.key_path}.{context.key}"
+            for transform_path, transform in self.response_transformers.items():
+                if key_path.endswith(transform_path):
+                    value = transform(value)
+                    break
+        return value
+
+    pick._sluice_cached = True  # type: ignore[attr-defined]
+    picker.__call__ = pick  # type: ignore[method-assign]
 
 
 def redrive_filter() -> None:
