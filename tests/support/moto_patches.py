@@ -27,7 +27,8 @@ behave as AWS documents; Sluice's code is never patched here.
   response serializer asks six alias providers, for every member of every structure it writes, which
   keys of the Python object may hold it: for a plain dict those keys depend only on the member and
   its shape, so each response works them out once per member (a DynamoDB item's every attribute
-  value is such a structure). The same keys are tried in the same order.
+  value is such a structure), then reads the dict directly. The same keys are tried in the same
+  order, and the first one present gives the value, as in moto.
 * **ListExecutions' redriveFilter** (``redrive_filter``: for the whole test session). moto ignores it
   and lists every execution; AWS lists only the redriven ones (``REDRIVEN``) or only the others.
   moto has no RedriveExecution either: the tests' redrive (``tests/reliability/actors.py``) counts
@@ -167,38 +168,45 @@ def projected_scans() -> None:
 def cached_response_keys() -> None:
     """Work out the keys a response's plain dicts may hold a member under once per response and
     member, from now on (idempotent)."""
-    picker = moto_serialize.XFormedAttributePicker
-    original = picker.__call__
+    serializer = moto_serialize.ResponseSerializer
+    original = serializer._serialize_structure_member
     if getattr(original, "_sluice_cached", False):
         return
 
     @functools.wraps(original)
-    def pick(self: Any, context: Any) -> Any:
-        obj = context.obj
-        if type(obj) is not dict:
-            return original(self, context)
-        cache = self.__dict__.setdefault("_sluice_keys", {})
-        shape = context.shape
-        entry = cache.get((id(shape), context.key))
+    def member(self: Any, serialized: Any, value: Any, shape: Any, key: str) -> None:
+        picker = self._value_picker
+        if type(value) is not dict or type(picker) is not XFormed or picker.response_transformers:
+            return original(self, serialized, value, shape, key)
+        cache = picker.__dict__.setdefault("_sluice_keys", {})
+        entry = cache.get((id(shape), key))
         if entry is None or entry[0] is not shape:
-            entry = (shape, tuple(self.get_possible_keys(context)))  # the shape kept: its id stays its own
-            cache[(id(shape), context.key)] = entry
-        value = None
+            context = moto_serialize.AttributePickerContext(
+                obj=value,
+                key=key,
+                shape=shape,
+                operation_model=self.operation_model,
+                service_model=self.operation_model.service_model,
+                key_path=".".join(self.path),
+            )
+            entry = (shape, tuple(picker.get_possible_keys(context)))  # the shape kept: its id stays its own
+            cache[(id(shape), key)] = entry
+        member_value = None
         for possible_key in entry[1]:
-            found = moto_get_value(obj, possible_key, MISSING)
+            found = (
+                moto_get_value(value, possible_key, MISSING)
+                if "." in possible_key
+                else value.get(possible_key, MISSING)
+            )
             if found is not MISSING:
-                value = found
+                member_value = found
                 break
-        if self.response_transformers:
-            key_path = f"{context.key_path}.{context.key}"
-            for transform_path, transform in self.response_transformers.items():
-                if key_path.endswith(transform_path):
-                    value = transform(value)
-                    break
-        return value
+        if member_value is not None:
+            self._serialize(serialized, member_value, shape, key)
 
-    pick._sluice_cached = True  # type: ignore[attr-defined]
-    picker.__call__ = pick  # type: ignore[method-assign]
+    XFormed = moto_serialize.XFormedAttributePicker
+    member._sluice_cached = True  # type: ignore[attr-defined]
+    serializer._serialize_structure_member = member  # type: ignore[method-assign]
 
 
 def redrive_filter() -> None:
