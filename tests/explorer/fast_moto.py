@@ -62,8 +62,13 @@ def faster_moto() -> Iterator[None]:
             setattr(owner, name, value)
 
 
+_FOR_GOOD: list[Any] = []  # the block ``memoise_moto`` entered (collected, it would be left)
+
+
 def memoise_moto() -> None:
     """The same memos, from now on (idempotent)."""
-    if core_utils.camelcase_to_underscores is _camel:
+    if _FOR_GOOD:
         return
-    faster_moto().__enter__()  # never left: the block's memos stay in place
+    block = faster_moto()
+    block.__enter__()  # never left: the block's memos stay in place
+    _FOR_GOOD.append(block)
