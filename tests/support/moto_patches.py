@@ -46,6 +46,7 @@ Not here, and why:
 
 from __future__ import annotations
 
+import base64
 import copy
 import functools
 import re
@@ -58,6 +59,7 @@ import moto.dynamodb.models as ddb_models
 import moto.dynamodb.models.table as ddb_table
 import moto.stepfunctions.responses as sfn_responses
 from botocore.utils import merge_dicts
+from moto.core import DEFAULT_ACCOUNT_ID
 from moto.core import serialize as moto_serialize
 from moto.core.botocore_stubber import BotocoreStubber
 from moto.core.utils import MISSING
@@ -66,6 +68,7 @@ from moto.dynamodb.models.dynamo_type import DynamoType, Item, deserializer, ser
 from moto.dynamodb.models.table import Table
 from moto.dynamodb.models.utilities import find_nested_key
 
+REGION = "us-east-1"  # tests.support.aws's
 _LOCK = threading.RLock()  # one lock for every adjustment: re-entered, never nested in another
 
 # -- serialised DynamoDB items ------------------------------------------------------------------------
@@ -309,3 +312,36 @@ def atomic_fast_moto() -> Iterator[None]:
                 BotocoreStubber.__call__ = _original["call"]  # type: ignore[method-assign]
                 ddb_models.DynamoDBBackend.transact_write_items = _original["transact"]  # type: ignore[method-assign]
                 ddb_models.copy = _original["copy"]  # type: ignore[assignment]
+
+
+# -- reading a table in place ---------------------------------------------------------------------------
+
+
+def _as_scanned(value: DynamoType) -> dict[str, Any]:
+    """One attribute value as boto3's Scan returns it (numbers as text, binaries as bytes)."""
+    kind, raw = value.type, value.value
+    if kind == "L":
+        return {"L": [_as_scanned(v) for v in raw]}
+    if kind == "M":
+        return {"M": {k: _as_scanned(v) for k, v in raw.items()}}
+    if kind == "B":
+        return {"B": raw if isinstance(raw, bytes) else base64.b64decode(raw)}
+    if kind == "BS":
+        return {"BS": [v if isinstance(v, bytes) else base64.b64decode(v) for v in raw]}
+    if kind in ("SS", "NS"):
+        return {kind: list(raw)}
+    return {kind: raw}
+
+
+def scanned_items(table_name: str, attributes: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """What a consistent Scan of ``table_name`` (on moto, default account and region) returns, every
+    page, with only ``attributes`` when given, read from moto's table at one instant (under the lock
+    every DynamoDB operation takes) instead of through a request: a test's observation of the table,
+    made after every action of the reliability suite, without the request's serialisation."""
+    wanted = set(attributes)
+    with _LOCK:
+        table = ddb_models.dynamodb_backends[DEFAULT_ACCOUNT_ID][REGION].get_table(table_name)
+        return [
+            {k: _as_scanned(v) for k, v in item.attrs.items() if not wanted or k in wanted}
+            for item in table.all_items()
+        ]
