@@ -18,11 +18,20 @@ os.environ.update(
     POWERTOOLS_TRACE_DISABLED="1",
 )
 
+from tests.explorer.fast_moto import memoise_moto  # noqa: E402
 from tests.support.botocore_models import share_botocore_loader  # noqa: E402
-from tests.support.moto_patches import redrive_filter, serialise_dynamodb  # noqa: E402
+from tests.support.moto_patches import (  # noqa: E402
+    cached_response_keys,
+    projected_scans,
+    redrive_filter,
+    serialise_dynamodb,
+)
 
 serialise_dynamodb()
 redrive_filter()
+projected_scans()
+cached_response_keys()
+memoise_moto()  # moto's pure helpers memoised (tests/explorer/fast_moto.py)
 share_botocore_loader()
 
 # `--cpu-durations=N`: CPU seconds per test, module and directory (wall times are noisy on a shared machine).

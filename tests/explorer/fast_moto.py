@@ -3,7 +3,8 @@
 moto recomputes, on every request, things that depend only on a class or a name: the method names
 of a response class (``inspect.getmembers``), camelCase to snake_case, and which attribute names a
 response member may be read from. Each is a pure function of its arguments; here each is memoised
-for the duration of the block. Nothing else about moto changes.
+for the duration of the block (``faster_moto``), or from now on (``memoise_moto``: the whole test
+session, from tests/conftest.py). Nothing else about moto changes.
 """
 
 from __future__ import annotations
@@ -59,3 +60,15 @@ def faster_moto() -> Iterator[None]:
     finally:
         for owner, name, value in saved:
             setattr(owner, name, value)
+
+
+_FOR_GOOD: list[Any] = []  # the block ``memoise_moto`` entered (collected, it would be left)
+
+
+def memoise_moto() -> None:
+    """The same memos, from now on (idempotent)."""
+    if _FOR_GOOD:
+        return
+    block = faster_moto()
+    block.__enter__()  # never left: the block's memos stay in place
+    _FOR_GOOD.append(block)

@@ -16,6 +16,19 @@ behave as AWS documents; Sluice's code is never patched here.
   every transaction, so a claim costs O(table size) three times over. Instead, the items a transaction
   touches are copied before it runs and put back if it is cancelled. The outcome is the same: a
   cancelled transaction leaves every item as it was (checked in tests/reliability/test_harness.py).
+* **Projected scans** (``projected_scans``: for the whole test session). moto's Scan deep-copies every
+  matching item, then converts the whole item to plain JSON once per attribute of the
+  ProjectionExpression, only to keep those attributes: a payload's long history is copied and
+  converted over and over to read its ``state``. With a projection, each item is projected from the
+  stored one (the projection builds new objects; the scan runs under the lock above), and only the
+  attributes named are converted. Same items, pages and counts; the reliability suite's invariants
+  scan the table after every action.
+* **Response keys looked up once** (``cached_response_keys``: for the whole test session). moto's
+  response serializer asks six alias providers, for every member of every structure it writes, which
+  keys of the Python object may hold it: for a plain dict those keys depend only on the member and
+  its shape, so each response works them out once per member (a DynamoDB item's every attribute
+  value is such a structure), then reads the dict directly. The same keys are tried in the same
+  order, and the first one present gives the value, as in moto.
 * **ListExecutions' redriveFilter** (``redrive_filter``: for the whole test session). moto ignores it
   and lists every execution; AWS lists only the redriven ones (``REDRIVEN``) or only the others.
   moto has no RedriveExecution either: the tests' redrive (``tests/reliability/actors.py``) counts
@@ -33,19 +46,29 @@ Not here, and why:
 
 from __future__ import annotations
 
+import base64
 import copy
 import functools
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import moto.dynamodb.models as ddb_models
+import moto.dynamodb.models.table as ddb_table
 import moto.stepfunctions.responses as sfn_responses
+from botocore.utils import merge_dicts
+from moto.core import DEFAULT_ACCOUNT_ID
+from moto.core import serialize as moto_serialize
 from moto.core.botocore_stubber import BotocoreStubber
-from moto.dynamodb.models.dynamo_type import DynamoType
+from moto.core.utils import MISSING
+from moto.core.utils import get_value as moto_get_value
+from moto.dynamodb.models.dynamo_type import DynamoType, Item, deserializer, serializer
 from moto.dynamodb.models.table import Table
+from moto.dynamodb.models.utilities import find_nested_key
 
+REGION = "us-east-1"  # tests.support.aws's
 _LOCK = threading.RLock()  # one lock for every adjustment: re-entered, never nested in another
 
 # -- serialised DynamoDB items ------------------------------------------------------------------------
@@ -76,6 +99,117 @@ def serialise_dynamodb() -> None:
 
         locked._sluice_serialised = True  # type: ignore[attr-defined]
         setattr(ddb_models.DynamoDBBackend, name, locked)
+
+
+# -- projected scans ------------------------------------------------------------------------------------
+
+_LIST_ELEMENT = re.compile(r"(.+)\[(\d+)\]$")  # find_nested_key's 'name[3]'
+
+
+class _ItemCopyIsTheItem:
+    """``copy`` as ``moto.dynamodb.models.table`` sees it during a projected scan: an item "copies"
+    to itself (the projection then builds new objects from it)."""
+
+    def deepcopy(self, value: Any, memo: Any = None) -> Any:
+        if isinstance(value, Item):
+            return value
+        return copy.deepcopy(value, memo)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(copy, name)
+
+
+def _project(self: Item, projection_expressions: list[list[str]]) -> Item:
+    """``Item.project``, converting only the attribute each path starts with (``find_nested_key``
+    reads nothing else of the item), each time afresh as moto does."""
+    result: dict[str, Any] = {}
+    for expr in projection_expressions:
+        match = _LIST_ELEMENT.match(expr[0])
+        top = match.group(1) if match else expr[0]
+        attribute = self.attrs.get(top)
+        plain = {} if attribute is None else {top: deserializer.deserialize(attribute.to_regular_json())}
+        merge_dicts(result, find_nested_key(expr, plain))
+    return Item(hash_key=self.hash_key, range_key=self.range_key, attrs=serializer.serialize(result)["M"])
+
+
+def projected_scans() -> None:
+    """Project a scan's items from the stored ones, from now on (idempotent)."""
+    original = Table.scan
+    if getattr(original, "_sluice_projected", False):
+        return
+
+    @functools.wraps(original)
+    def scan(
+        self: Table,
+        filters: Any,
+        limit: Any,
+        exclusive_start_key: Any,
+        filter_expression: Any = None,
+        index_name: str | None = None,
+        consistent_read: bool = False,
+        projection_expression: Any = None,
+        segments: Any = (None, None),
+    ) -> Any:
+        args = (filters, limit, exclusive_start_key, filter_expression, index_name, consistent_read)
+        if not projection_expression or index_name:
+            return original(self, *args, projection_expression, segments)
+        with _LOCK:
+            saved, ddb_table.copy = ddb_table.copy, _ItemCopyIsTheItem()  # type: ignore[assignment]
+            try:
+                return original(self, *args, projection_expression, segments)
+            finally:
+                ddb_table.copy = saved  # type: ignore[assignment]
+
+    scan._sluice_projected = True  # type: ignore[attr-defined]
+    Table.scan = scan  # type: ignore[method-assign]
+    Item.project = _project  # type: ignore[method-assign]
+
+
+# -- response keys looked up once ---------------------------------------------------------------------
+
+
+def cached_response_keys() -> None:
+    """Work out the keys a response's plain dicts may hold a member under once per response and
+    member, from now on (idempotent)."""
+    serializer = moto_serialize.ResponseSerializer
+    original = serializer._serialize_structure_member
+    if getattr(original, "_sluice_cached", False):
+        return
+
+    @functools.wraps(original)
+    def member(self: Any, serialized: Any, value: Any, shape: Any, key: str) -> None:
+        picker = self._value_picker
+        if type(value) is not dict or type(picker) is not XFormed or picker.response_transformers:
+            return original(self, serialized, value, shape, key)
+        cache = picker.__dict__.setdefault("_sluice_keys", {})
+        entry = cache.get((id(shape), key))
+        if entry is None or entry[0] is not shape:
+            context = moto_serialize.AttributePickerContext(
+                obj=value,
+                key=key,
+                shape=shape,
+                operation_model=self.operation_model,
+                service_model=self.operation_model.service_model,
+                key_path=".".join(self.path),
+            )
+            entry = (shape, tuple(picker.get_possible_keys(context)))  # the shape kept: its id stays its own
+            cache[(id(shape), key)] = entry
+        member_value = None
+        for possible_key in entry[1]:
+            found = (
+                moto_get_value(value, possible_key, MISSING)
+                if "." in possible_key
+                else value.get(possible_key, MISSING)
+            )
+            if found is not MISSING:
+                member_value = found
+                break
+        if member_value is not None:
+            self._serialize(serialized, member_value, shape, key)
+
+    XFormed = moto_serialize.XFormedAttributePicker
+    member._sluice_cached = True  # type: ignore[attr-defined]
+    serializer._serialize_structure_member = member  # type: ignore[method-assign]
 
 
 def redrive_filter() -> None:
@@ -178,3 +312,36 @@ def atomic_fast_moto() -> Iterator[None]:
                 BotocoreStubber.__call__ = _original["call"]  # type: ignore[method-assign]
                 ddb_models.DynamoDBBackend.transact_write_items = _original["transact"]  # type: ignore[method-assign]
                 ddb_models.copy = _original["copy"]  # type: ignore[assignment]
+
+
+# -- reading a table in place ---------------------------------------------------------------------------
+
+
+def _as_scanned(value: DynamoType) -> dict[str, Any]:
+    """One attribute value as boto3's Scan returns it (numbers as text, binaries as bytes)."""
+    kind, raw = value.type, value.value
+    if kind == "L":
+        return {"L": [_as_scanned(v) for v in raw]}
+    if kind == "M":
+        return {"M": {k: _as_scanned(v) for k, v in raw.items()}}
+    if kind == "B":
+        return {"B": raw if isinstance(raw, bytes) else base64.b64decode(raw)}
+    if kind == "BS":
+        return {"BS": [v if isinstance(v, bytes) else base64.b64decode(v) for v in raw]}
+    if kind in ("SS", "NS"):
+        return {kind: list(raw)}
+    return {kind: raw}
+
+
+def scanned_items(table_name: str, attributes: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """What a consistent Scan of ``table_name`` (on moto, default account and region) returns, every
+    page, with only ``attributes`` when given, read from moto's table at one instant (under the lock
+    every DynamoDB operation takes) instead of through a request: a test's observation of the table,
+    made after every action of the reliability suite, without the request's serialisation."""
+    wanted = set(attributes)
+    with _LOCK:
+        table = ddb_models.dynamodb_backends[DEFAULT_ACCOUNT_ID][REGION].get_table(table_name)
+        return [
+            {k: _as_scanned(v) for k, v in item.attrs.items() if not wanted or k in wanted}
+            for item in table.all_items()
+        ]
