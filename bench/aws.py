@@ -1,8 +1,8 @@
 """AWS as the benchmark sees it: every call counted by API, charged in capacity units, and given a latency.
 
 Sluice's own adapters are replaced by these wrappers around the in-memory adapters
-(``sluice.adapters.memory``). Each wrapper counts the calls the real adapter would make for the same
-method, as ``lib/sluice/adapters/dynamodb.py``, ``sqs.py``, ``sfn.py`` and ``ssm.py`` make them:
+(``sluice.adapters.memory.store``). Each wrapper counts the calls the real adapter would make for the same
+method, as ``lib/sluice/adapters/dynamo/store.py``, ``sqs.py``, ``sfn.py`` and ``ssm.py`` make them:
 
     Store.ledger()              dynamodb:BatchGetItem per 100 keys (LEDGER, the pool, every shard;
                                 consistent: 1 RRU per item)
@@ -34,7 +34,7 @@ method, as ``lib/sluice/adapters/dynamodb.py``, ``sqs.py``, ``sfn.py`` and ``ssm
                                 container last saw, 4 before it saw any; once more for a pool that grew)
     Store.lane_settings(lanes)  dynamodb:BatchGetItem (LANE#<name> of every lane)
     Store.key_states(keys)      dynamodb:BatchGetItem per 100 keys (CKEY# of every key with waiters: a fair
-                                lane's waker, sluice.fair)
+                                lane's waker, sluice.features.fair)
     Store.set_lane_limit()      GetItem of the lane's pool, BatchGetItem of its shards, TransactWriteItems
                                 (DynamoSlots.set_limit; no write for a limit with an older stamp)
     a claim or release in a lane one more item in its TransactWriteItems (the lane's shard); a claim that
@@ -64,11 +64,11 @@ from typing import Any
 
 from bench.quotas import SDK_ATTEMPTS, SDK_BACKOFF_BASE, Quotas
 from bench.sim import Sim
-from sluice.adapters.dynamo_launch_slots import FIRST_READ, NEARLY_FULL, SAMPLE
-from sluice.adapters.memory import MemoryStore
-from sluice.adapters.memory_aws import MemoryExecutions, MemoryQueue, _Queued
-from sluice.errors import SlotsFull, TransientError
-from sluice.model import (
+from sluice.adapters.dynamo.launch_slots import FIRST_READ, NEARLY_FULL, SAMPLE
+from sluice.adapters.memory.aws import MemoryExecutions, MemoryQueue, _Queued
+from sluice.adapters.memory.store import MemoryStore
+from sluice.core.errors import SlotsFull, TransientError
+from sluice.core.model import (
     ExecutionInfo,
     ExecutionRecord,
     HandOver,
@@ -79,8 +79,8 @@ from sluice.model import (
     PayloadState,
     StartResult,
 )
-from sluice.records import POOL_PREFIX, LaneRoom, LaneSetting
-from sluice.slots import DEFAULT_PER_SHARD, shards_needed
+from sluice.core.records import POOL_PREFIX, LaneRoom, LaneSetting
+from sluice.primitives.slots import DEFAULT_PER_SHARD, shards_needed
 
 # Median in-region latency of one call from Lambda, in seconds (assumed; see docs/benchmarks.md).
 LATENCY = {
@@ -119,7 +119,7 @@ SMALL_ITEM_KB = 1  # PAYLOAD#, EXEC# and counter items stay under 1 KB here
 SHARD_FIXED_BYTES = 30  # a shard item's pk, cap and the holders map's own bytes
 SHARD_ENTRY_BYTES = 10  # per holder: the map entry and its claimed_at number
 LANE_FIRST_READ = (
-    4  # sluice.adapters.dynamo_lanes.FIRST_READ: a lane pool's shards read before its size is known
+    4  # sluice.adapters.dynamo.lanes.FIRST_READ: a lane pool's shards read before its size is known
 )
 
 
@@ -608,7 +608,7 @@ class CountingStore:
         self.meter.wait("dynamodb:GetItem")
         return result
 
-    # -- lanes (sluice.lanes): the pools of every lane read together, each lane's caps moved like the
+    # -- lanes (sluice.features.lanes): the pools of every lane read together, each lane's caps moved like the
     # global pool's; the lane's shard in the claim's and the release's transactions is in ``claim``,
     # ``release`` and ``adopt`` --
 
@@ -687,7 +687,7 @@ class CountingStore:
         self._views_here().discard(lane)
         self.inner.thaw_lane(lane)
 
-    # -- awaits (sluice.awaits): every end reads its key's AWAITED# item and every reconciliation the
+    # -- awaits (sluice.features.awaits): every end reads its key's AWAITED# item and every reconciliation the
     # AWAITING index; the DAG workload's payloads (sluice-awaits) also read, park and release waiters --
 
     def _get(self, result: Any) -> Any:
@@ -732,7 +732,7 @@ class CountingStore:
         self.meter.wait("dynamodb:TransactWriteItems")
         return result
 
-    # -- concurrency keys (sluice.keys): every reconciliation reads KEYS_WAITING; a keyed workload also
+    # -- concurrency keys (sluice.features.keys): every reconciliation reads KEYS_WAITING; a keyed workload also
     # reads, parks and wakes its keys' lines (the claim's and the release's CKEY# writes are in
     # ``claim`` and ``release``) --
 

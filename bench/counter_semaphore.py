@@ -34,8 +34,8 @@ from typing import Any
 from bench.aws import ConditionFailed, CounterTable, SimExecutions, SimQueue
 from bench.model import BASELINE_ARCHITECTURE, BASELINE_MEMORY_MB, COLD_START, LIST_LAG, Context, System
 from bench.sim import LambdaFunction, Parallel
-from sluice.errors import TransientError
-from sluice.model import ExecutionInfo, Message
+from sluice.core.errors import TransientError
+from sluice.core.model import ExecutionInfo, Message
 
 MESSAGE_LIMIT = 500
 TIME_LIMIT = 60.0

@@ -40,10 +40,10 @@ from bench.sluice_system import (
     SluiceSystem,
     SluiceWide,
 )
-from sluice.awaits import AWAITS_ATTRIBUTE
-from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE
-from sluice.lanes import DEFAULT_LANE
-from sluice.records import Lane
+from sluice.core.records import Lane
+from sluice.features.awaits import AWAITS_ATTRIBUTE
+from sluice.features.keys import CONCURRENCY_KEY_ATTRIBUTE
+from sluice.features.lanes import DEFAULT_LANE
 
 SYSTEMS: dict[str, type[System]] = {
     cls.name: cls
@@ -79,7 +79,7 @@ class Job:
     body: str
     awaits: tuple[str, ...] = ()  # keys this job awaits (the ``sluice-awaits`` attribute)
     ckey: str | None = None  # its concurrency key (the ``sluice-concurrency-key`` attribute)
-    lane: str | None = None  # its lane (sluice.lanes): the producer sends it to that lane's queue
+    lane: str | None = None  # its lane (sluice.features.lanes): the producer sends it to that lane's queue
 
 
 DURATIONS = {

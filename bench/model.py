@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from bench.aws import Meter, SimExecutions, SimQueue
 from bench.sim import LambdaFunction, Sim
-from sluice.model import ExecutionInfo
+from sluice.core.model import ExecutionInfo
 
 # Each timing says where it comes from; those AWS publishes no figure for are assumptions, and
 # docs/benchmarks.md shows how the results move with the status event's (report.sensitivity_markdown).

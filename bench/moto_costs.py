@@ -295,7 +295,7 @@ def _finish(state_machine_arn: str, name: str) -> dict[str, Any]:
     from moto.core import DEFAULT_ACCOUNT_ID
     from moto.stepfunctions.models import stepfunctions_backends
 
-    from sluice.names import execution_arn
+    from sluice.core.names import execution_arn
     from tests.support.aws import REGION, status_change_event
 
     backend = stepfunctions_backends[DEFAULT_ACCOUNT_ID][REGION]
@@ -338,10 +338,10 @@ def measure(
 ) -> dict[str, Any]:
     """Measure one MAX on a fresh moto (see the module docstring). ``steady``: completions measured
     in steady state (default min(MAX, 200))."""
-    from sluice.adapters.dynamo_launch_slots import POOL
-    from sluice.adapters.dynamo_slots import DynamoSlots
-    from sluice.clock import FakeClock
-    from sluice.slots import Capacity
+    from sluice.adapters.dynamo.launch_slots import POOL
+    from sluice.adapters.dynamo.slots import DynamoSlots
+    from sluice.core.clock import FakeClock
+    from sluice.primitives.slots import Capacity
     from tests.support.aws import REGION, LambdaContext, build_stack, moto_session, scheduled_event
     from tests.support.moto_patches import atomic_fast_moto
 

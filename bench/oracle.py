@@ -21,7 +21,7 @@ from typing import Any
 from bench.aws import Meter, SimExecutions
 from bench.model import Context, System
 from bench.quotas import START_BURST, START_RATE, TokenBucket
-from sluice.model import ExecutionInfo
+from sluice.core.model import ExecutionInfo
 
 
 class ArrivalQueue:

@@ -30,7 +30,7 @@ from bench.harness import (
 )
 from bench.model import EVENT_DELAY, SENSITIVITY_EVENT_DELAYS
 from bench.sluice_system import SluiceFair, SluiceLanes, SluiceLanesNoWait
-from sluice.lanes import DEFAULT_LANE, parse_lanes
+from sluice.features.lanes import DEFAULT_LANE, parse_lanes
 
 WORKLOADS = ("fixed30", "exp30", "lognormal", "fixed5")
 MAXES = (5, 100, 1000)

@@ -28,7 +28,7 @@ from typing import Any
 from bench.aws import SimExecutions, SimQueue
 from bench.model import BASELINE_ARCHITECTURE, BASELINE_MEMORY_MB, COLD_START, LIST_LAG, Context, System
 from bench.sim import LambdaFunction
-from sluice.model import ExecutionInfo
+from sluice.core.model import ExecutionInfo
 
 POLLER_LOG_BYTES = 200  # one line per invocation (generous: the post shows no logging)
 

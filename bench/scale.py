@@ -26,11 +26,11 @@ from bench.model import Context
 from bench.poller import PollerSystem
 from bench.sim import T0, Sim
 from bench.sluice_system import PARAMETER, sluice_settings
-from sluice.adapters.memory import MemoryStore
-from sluice.adapters.ssm import SsmMax
-from sluice.launcher import Launcher
-from sluice.model import LimitSource, Outcome, PayloadState
-from sluice.names import execution_name
+from sluice.adapters.aws.ssm import SsmMax
+from sluice.adapters.memory.store import MemoryStore
+from sluice.core.model import LimitSource, Outcome, PayloadState
+from sluice.core.names import execution_name
+from sluice.launch.launcher import Launcher
 
 FREE = 10
 TICKS = 5

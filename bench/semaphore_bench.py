@@ -7,7 +7,7 @@ leaves it (releases) and does its post-work. Same seed, same executions for ever
 
 Systems:
 
-- ``sluice-semaphore``: the REAL ``sluice.semaphore.Semaphores`` behind the REAL ``SemaphoreService``
+- ``sluice-semaphore``: the REAL ``sluice.semaphore.step.Semaphores`` behind the REAL ``SemaphoreService``
   (as ``handlers/semaphore.py`` runs it) on ``MemorySemaphoreStore`` and ``MemoryTokens``, each call
   counted as ``DynamoSemaphoreStore`` / ``DynamoSlots`` / ``SfnTokens`` would make it and given a latency.
   Acquire is a ``.waitForTaskToken`` task (one state transition on entry; the wait costs nothing); the
@@ -72,12 +72,12 @@ from bench.model import (
 )
 from bench.pricing import PRICES
 from bench.sim import T0, LambdaFunction, Sim
-from sluice.adapters.memory_semaphore import MemorySemaphoreStore, MemoryTokens
-from sluice.events import DETAIL_TYPE
-from sluice.semaphore import Semaphores
-from sluice.semaphore_model import Acquisition, Delivery, Freed, Opened, Ticket
-from sluice.semaphore_service import SCHEDULED, SemaphoreService
-from sluice.slots import Capacity, Occupancy, Plan
+from sluice.adapters.memory.semaphore import MemorySemaphoreStore, MemoryTokens
+from sluice.core.events import DETAIL_TYPE
+from sluice.primitives.slots import Capacity, Occupancy, Plan
+from sluice.semaphore.model import Acquisition, Delivery, Freed, Opened, Ticket
+from sluice.semaphore.service import SCHEDULED, SemaphoreService
+from sluice.semaphore.step import Semaphores
 
 NAME = "bench"
 LIMIT = 5
@@ -530,7 +530,7 @@ class SluiceSemaphore(SemaphoreSystem):
             SLUICE_ARCHITECTURE,
         )
         self.functions = [self.fn]
-        self.logger = counting_logger(meter, "sluice.semaphore.bench")
+        self.logger = counting_logger(meter, "sluice.semaphore.step.bench")
         self.sweeping = True
         sim.at(sim.t0 + SWEEP_PHASE, self._sweep)
 

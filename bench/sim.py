@@ -26,8 +26,8 @@ from typing import Any
 
 from greenlet import greenlet
 
-from sluice.clock import FakeClock
-from sluice.errors import TransientError
+from sluice.core.clock import FakeClock
+from sluice.core.errors import TransientError
 
 T0 = 1_800_000_000.0  # virtual epoch of every run
 

@@ -6,7 +6,7 @@ queue visibility 180 s; maxReceiveCount 10; the launcher lingers 55 s):
 
     schedule ──► launcher:   launcher.tick(reconcile_first=True, remaining_ms=...)
     status event ──► completion: launcher.on_status_change(...): the release hands its slot to the
-                                 next payload in its own transaction (sluice.handover)
+                                 next payload in its own transaction (sluice.launch.handover)
 
 exactly as ``handlers/launcher.py`` and ``handlers/completion.py`` do. Each warm container keeps its own
 ``Launcher`` (and so its own SSM cache and state machine check), like the handlers' warm runtime.
@@ -43,7 +43,7 @@ Systems (the ids predate the change of default; they change no core code):
   lane is tried.
 - ``sluice-fair``: ``sluice-linger`` with ``SLUICE_LANES=default:<MAX>:0:1:fair`` (the tenants
   workload): one fair lane, the payload queue, as large as the global MAX; each job's tenant is its
-  concurrency key (``sluice-concurrency-key``), served round-robin (``sluice.fair``). The default
+  concurrency key (``sluice-concurrency-key``), served round-robin (``sluice.features.fair``). The default
   ``keyConcurrency`` (1) does not apply to a fair lane's tenants.
 """
 
@@ -68,22 +68,22 @@ from bench.model import (
     System,
 )
 from bench.sim import LambdaFunction, Parallel, Sim
-from sluice.adapters.memory import MemoryStore
-from sluice.adapters.memory_aws import MemoryExecutions
-from sluice.adapters.ssm import SsmMax
-from sluice.completion import settle_status_change
-from sluice.events import StatusChange
-from sluice.fanout import Serial, pool_size
-from sluice.lanes import DEFAULT_LANE, parse_lanes
-from sluice.launcher import Launcher
-from sluice.model import ExecutionInfo
-from sluice.records import Done
-from sluice.settings import Settings
-from sluice.summary import TickSummary
+from sluice.adapters.aws.ssm import SsmMax
+from sluice.adapters.memory.aws import MemoryExecutions
+from sluice.adapters.memory.store import MemoryStore
+from sluice.core.events import StatusChange
+from sluice.core.model import ExecutionInfo
+from sluice.core.records import Done
+from sluice.core.summary import TickSummary
+from sluice.features.lanes import DEFAULT_LANE, parse_lanes
+from sluice.launch.completion import settle_status_change
+from sluice.launch.launcher import Launcher
+from sluice.launch.settings import Settings
+from sluice.primitives.fanout import Serial, pool_size
 
 PARAMETER = "/sluice/bench/max-concurrency"
 LINGER_SECONDS = 55
-START_CONCURRENCY = None  # startConcurrency's default, auto (sluice.fanout.start_width)
+START_CONCURRENCY = None  # startConcurrency's default, auto (sluice.primitives.fanout.start_width)
 
 logging.getLogger("sluice").setLevel(logging.WARNING)  # module loggers Powertools does not ship
 
@@ -108,7 +108,7 @@ def sluice_settings(max_concurrency: int, **overrides: Any) -> Settings:
 
 
 class SimFanout:
-    """``sluice.fanout.Threads`` in simulated time: up to ``workers`` calls at once, each round
+    """``sluice.primitives.fanout.Threads`` in simulated time: up to ``workers`` calls at once, each round
     taking as long as its slowest call (``bench.sim.Parallel``); their effects happen in order."""
 
     def __init__(self, sim: Sim, workers: int) -> None:
@@ -137,7 +137,7 @@ class SluiceSystem(System):
     key_concurrency = 1  # the cap of a concurrency key (only the tenants workload's jobs carry one)
     refill_one = False  # a completion's admission skips the ledger read
     # A completion hands its slot to the next payload in its release (``Launcher.on_status_change``,
-    # ``sluice.handover``); False: the design before it, a release and then a refill that reads the
+    # ``sluice.launch.handover``); False: the design before it, a release and then a refill that reads the
     # freed shard (``settle_status_change``, then ``Launcher.refill``).
     hand_over = True
     lanes = ""  # SLUICE_LANES (only the lanes workload's jobs name a lane); "{max}": the global MAX

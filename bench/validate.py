@@ -23,14 +23,14 @@ from typing import Any
 from bench.aws import CountingSsmClient, CountingStore, Meter, SimExecutions, SimQueue, counting_logger
 from bench.harness import body
 from bench.sluice_system import PARAMETER, sluice_settings
-from sluice.adapters.memory import MemoryStore
-from sluice.adapters.ssm import SsmMax
-from sluice.clock import FakeClock, SystemClock
-from sluice.events import StatusChange
-from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE
-from sluice.lanes import DEFAULT_LANE, parse_lanes
-from sluice.launcher import Launcher
-from sluice.settings import Settings
+from sluice.adapters.aws.ssm import SsmMax
+from sluice.adapters.memory.store import MemoryStore
+from sluice.core.clock import FakeClock, SystemClock
+from sluice.core.events import StatusChange
+from sluice.features.keys import CONCURRENCY_KEY_ATTRIBUTE
+from sluice.features.lanes import DEFAULT_LANE, parse_lanes
+from sluice.launch.launcher import Launcher
+from sluice.launch.settings import Settings
 
 REGION = "us-east-1"
 LANE_DRAW_SEED = 20261201  # the completions' draw among lanes of one priority, the same in both runs
@@ -133,9 +133,9 @@ def moto_counts(payloads: int = 8, max_: int = 3, ckey: str | None = None, lanes
     from moto.core import DEFAULT_ACCOUNT_ID
     from moto.stepfunctions.models import stepfunctions_backends
 
-    from sluice.adapters.dynamodb import DynamoStore, create_table
-    from sluice.adapters.sfn import StepFunctionsExecutions
-    from sluice.adapters.sqs import SqsQueue
+    from sluice.adapters.aws.sfn import StepFunctionsExecutions
+    from sluice.adapters.aws.sqs import SqsQueue
+    from sluice.adapters.dynamo.store import DynamoStore, create_table
 
     counts: dict[str, int] = {}
 

@@ -8,15 +8,15 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
-from sluice.model import Outcome
+from sluice.core.model import Outcome
+from sluice.core.summary import TickSummary
+from sluice.launch.settings import Settings
 from sluice.runtime import Runtime
-from sluice.settings import Settings
-from sluice.summary import TickSummary
 
 logger = Logger()
 metrics = Metrics()
 LANE_METRICS = {"started": "LaneStarted", "running": "LaneRunning", "limit": "LaneMax"}
-# sluice.launcher, sluice.reconcile, sluice.completion log through the same JSON formatter
+# sluice.launch.launcher, sluice.launch.reconcile, sluice.launch.completion log through the same JSON formatter
 # (Powertools configures top-level loggers only; the modules' loggers propagate to "sluice").
 logging.getLogger("sluice")
 copy_config_to_registered_loggers(source_logger=logger, include={"sluice"})
@@ -51,7 +51,7 @@ def emit(summary: TickSummary) -> dict[str, object]:
     if summary.drift is not None:
         metrics.add_metric("LedgerDrift", MetricUnit.Count, summary.drift)
     for lane, figures in summary.lanes.items():
-        # One blob per lane with the dimension ``lane`` (sluice.lanes): the dashboard's running
+        # One blob per lane with the dimension ``lane`` (sluice.features.lanes): the dashboard's running
         # against MAX per lane, and starts per lane.
         for name, metric in LANE_METRICS.items():
             if name in figures:

@@ -11,7 +11,7 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 
 from handlers._shared import emit, logger, metrics, runtime
-from sluice.events import StatusChange
+from sluice.core.events import StatusChange
 
 
 @metrics.log_metrics

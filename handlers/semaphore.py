@@ -1,5 +1,5 @@
 """Semaphore Lambda: the Acquire and Release tasks of workflows, their ends (EventBridge status
-changes) and the scheduled sweep. What each event asks is sluice.semaphore_service's to say."""
+changes) and the scheduled sweep. What each event asks is sluice.semaphore.service's to say."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 
 from handlers._shared import logger, metrics, runtime
-from sluice.semaphore_service import BadSemaphoreRequest
+from sluice.semaphore.service import BadSemaphoreRequest
 
 
 @metrics.log_metrics

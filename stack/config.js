@@ -22,14 +22,14 @@ const { alarmActions, monitoring } = require('./monitoring');
 const VISIBILITY_MARGIN_SECONDS = 60;
 
 // The launcher stops receiving when less than this much of its Lambda time is left
-// (SLUICE_TIME_RESERVE_SECONDS, lib/sluice/settings.py), so it can hand back what it holds.
+// (SLUICE_TIME_RESERVE_SECONDS, lib/sluice/launch/settings.py), so it can hand back what it holds.
 const TIME_RESERVE_SECONDS = 15;
 // Time the launcher needs besides that reserve to do any work: reconcile, then admit a batch.
 const MIN_WORKING_SECONDS = 15;
 const MIN_LAUNCHER_TIMEOUT = TIME_RESERVE_SECONDS + MIN_WORKING_SECONDS;
 // The completion function's timeout: below the queue visibility timeout too, since it also receives
 // from the queue. The semaphore function's: below the delivery grace (DELIVERY_GRACE, 60 s,
-// lib/sluice/semaphore.py), so a hand-off that may still be delivering a grant is never taken over
+// lib/sluice/semaphore/step.py), so a hand-off that may still be delivering a grant is never taken over
 // while it runs.
 const COMPLETION_TIMEOUT_SECONDS = 60;
 const SEMAPHORE_TIMEOUT_SECONDS = 30;
@@ -50,7 +50,7 @@ const MAX_LAMBDA_MEMORY_MB = 10240;
 const DUPLICATE_POLICIES = ['suppress', 'defer'];
 // The payload queue's MessageRetentionPeriod (serverless.yml), in days.
 const QUEUE_RETENTION_DAYS = 14;
-// Semaphore names and limits (lib/sluice/semaphore_model.py, lib/sluice/semaphore_service.py).
+// Semaphore names and limits (lib/sluice/semaphore/model.py, lib/sluice/semaphore/service.py).
 const MAX_SEMAPHORE_NAME = 60;
 const MAX_SEMAPHORE_LIMIT = 10000;
 // The example workflow's ASL names the semaphore function by this placeholder.
@@ -266,12 +266,12 @@ async function derive({ resolveVariable }) {
       `(SLUICE_TIME_RESERVE_SECONDS): lower lingerSeconds (55 by default) or raise launcherTimeout`
   );
   const maxReceiveCount = integer('maxReceiveCount', await param('maxReceiveCount'), 1, 1000);
-  // Claims and starts a tick keeps in flight at once (auto: the room to fill, up to 30, sluice.fanout),
-  // and the StartExecution token bucket it paces them to (0: the region's quota, sluice.settings.start_bucket).
+  // Claims and starts a tick keeps in flight at once (auto: the room to fill, up to 30, sluice.primitives.fanout),
+  // and the StartExecution token bucket it paces them to (0: the region's quota, sluice.launch.settings.start_bucket).
   const startConcurrency = /^auto$/i.test(String(await param('startConcurrency')).trim())
     ? 'auto'
     : integer('startConcurrency', await param('startConcurrency'), 1, 100, 'or auto, the room to fill up to 30');
-  // Runs of one concurrency key at once, unless the key has its own cap (sluice.keys).
+  // Runs of one concurrency key at once, unless the key has its own cap (sluice.features.keys).
   const keyConcurrency = integer('keyConcurrency', await param('keyConcurrency'), 1, 10000); // maxConcurrency's ceiling
   const startRate = integer('startRate', await param('startRate'), 0, 100000);
   const startBurst = integer('startBurst', await param('startBurst'), 0, 100000);

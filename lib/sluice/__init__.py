@@ -3,8 +3,8 @@
 The package is split in two:
 
 * pure domain logic (``validation``, ``names``, ``launcher``, ``completion``, ``reconcile``,
-  ``parking``, ``slots``), which talks to AWS only through the small ports in ``sluice.ports`` and
-  ``sluice.slots``;
+  ``parking``, ``slots``), which talks to AWS only through the small ports in ``sluice.core.ports`` and
+  ``sluice.primitives.slots``;
 * adapters (``sluice.adapters``) that implement those ports with boto3 clients passed in by the
   caller, and in-memory ones (``memory*``) for unit tests and large benchmarks.
 

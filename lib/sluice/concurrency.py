@@ -11,13 +11,13 @@
     with exclusive.hold("orders", order_id, ttl=60) as held:   # outside Lambda, or around a section
         ...
 
-A run holds a lease (``sluice.lease``) on ``LEASE#<name>#<key>#<i>`` in the Sluice table. In Lambda
+A run holds a lease (``sluice.primitives.lease``) on ``LEASE#<name>#<key>#<i>`` in the Sluice table. In Lambda
 the lease expires at the invocation's deadline plus ``margin`` (the context's remaining time, read when
 the call starts), so a timeout never leaves it held longer than that; elsewhere it lasts ``ttl``. It
 is released when the function returns or raises an ``Exception``, fenced by the holder: the Lambda
 request id (a retry that keeps the request id takes its own lease back at once), else a uuid. Anything that is not an ``Exception`` (a timeout, a kill, ``KeyboardInterrupt``, ``SystemExit``)
 leaves the lease to expire: a process that is going down does not write. The clock bound is in
-``sluice.lease``: clocks must differ by less than ``margin``.
+``sluice.primitives.lease``: clocks must differ by less than ``margin``.
 
 Nothing here imports the launcher: ``pip install .`` and a table with partition key ``pk`` suffice.
 The table comes from ``table_name=`` or ``SLUICE_TABLE_NAME``, read at the first call, and the boto3
@@ -41,9 +41,9 @@ from typing import Any, Literal, TypeVar, cast
 
 import jmespath
 
-from sluice.clock import SystemClock
-from sluice.errors import ConfigurationError, SluiceError
-from sluice.lease import (
+from sluice.core.clock import SystemClock
+from sluice.core.errors import ConfigurationError, SluiceError
+from sluice.primitives.lease import (
     BadLeaseName,
     Busy,
     LastError,
@@ -175,7 +175,7 @@ class _Guard:
     def leases(self) -> Leases:
         with self._lock:
             if self._leases is None:
-                from sluice.adapters.dynamo_lease import DynamoLeases
+                from sluice.adapters.dynamo.lease import DynamoLeases
 
                 table = self.table_name or os.environ.get(TABLE_ENV)
                 if not table:

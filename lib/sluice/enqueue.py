@@ -5,7 +5,7 @@ Every item is checked with the launcher's own rules first, so an item the launch
 dead-letter is refused here with the line it came from. Valid items are sent even when others
 fail; the report says which failed and why.
 
-A payload whose body is over the threshold (``sluice.pointers.DEFAULT_THRESHOLD`` unless given) is
+A payload whose body is over the threshold (``sluice.features.pointers.DEFAULT_THRESHOLD`` unless given) is
 stored in the stack's payload bucket first, and the message carries its pointer instead, with the
 key, group and deduplication id the payload itself would have had.
 """
@@ -20,13 +20,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sluice.adapters.errors import translated
-from sluice.awaits import AWAITS_ATTRIBUTE, ON_FAILURE_ATTRIBUTE, RUN_ANYWAY, check_awaits, find_cycle
-from sluice.errors import InvalidPayload
-from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE
-from sluice.lanes import DEFAULT_LANE, LANE_ATTRIBUTE
-from sluice.pointers import DEFAULT_THRESHOLD, MAX_STORED_BYTES, PayloadObjects, store
-from sluice.receipts import ONCE_ATTRIBUTE
-from sluice.validation import (
+from sluice.core.errors import InvalidPayload
+from sluice.core.validation import (
     KEY_ATTRIBUTE,
     MAX_INPUT_BYTES,
     check_key,
@@ -35,6 +30,17 @@ from sluice.validation import (
     parse_object,
     payload_key,
 )
+from sluice.features.awaits import (
+    AWAITS_ATTRIBUTE,
+    ON_FAILURE_ATTRIBUTE,
+    RUN_ANYWAY,
+    check_awaits,
+    find_cycle,
+)
+from sluice.features.keys import CONCURRENCY_KEY_ATTRIBUTE
+from sluice.features.lanes import DEFAULT_LANE, LANE_ATTRIBUTE
+from sluice.features.pointers import DEFAULT_THRESHOLD, MAX_STORED_BYTES, PayloadObjects, store
+from sluice.features.receipts import ONCE_ATTRIBUTE
 
 BATCH = 10
 BATCH_BYTES = MAX_INPUT_BYTES  # SendMessageBatch: the sum of the bodies
@@ -57,7 +63,7 @@ class Prepared:
     group_id: str
     dedup_id: str
     size: int = 0  # of the body, in bytes of UTF-8
-    ckey: str | None = None  # its concurrency key (sluice.keys)
+    ckey: str | None = None  # its concurrency key (sluice.features.keys)
 
 
 @dataclass
@@ -199,7 +205,7 @@ def enqueue(
     """Send ``items``. With ``payloads`` (the stack's bucket), a body over ``threshold`` bytes is stored
     there and sent as a pointer; without it, such a body is sent as it is, up to 262,144 bytes.
 
-    ``queue_url`` is the queue of ``lane`` (``sluice.lanes``); a message of a lane other than the
+    ``queue_url`` is the queue of ``lane`` (``sluice.features.lanes``); a message of a lane other than the
     default carries ``sluice-lane`` too. The launcher goes by the queue, not the attribute, but a
     message SQS moves to the dead-letter queue keeps it, and ``sluice dlq redrive`` sends it back
     to its lane's queue by it."""
@@ -234,8 +240,8 @@ def enqueue(
 
 
 def _shared_attributes(after: tuple[str, ...], run_anyway: bool, lane: str) -> dict[str, dict[str, str]]:
-    """The message attributes every message of the call carries: the keys it awaits (sluice.awaits),
-    whether it runs anyway when one fails, its lane (sluice.lanes)."""
+    """The message attributes every message of the call carries: the keys it awaits (sluice.features.awaits),
+    whether it runs anyway when one fails, its lane (sluice.features.lanes)."""
     extra: dict[str, dict[str, str]] = {}
     if after:
         extra[AWAITS_ATTRIBUTE] = {
@@ -258,10 +264,10 @@ def _entry(i: int, p: Prepared, once: bool, extra: dict[str, dict[str, str]]) ->
         "MessageDeduplicationId": p.dedup_id,
         "MessageAttributes": {
             KEY_ATTRIBUTE: {"DataType": "String", "StringValue": p.key},
-            # run the key successfully at most once (sluice.receipts)
+            # run the key successfully at most once (sluice.features.receipts)
             **({ONCE_ATTRIBUTE: {"DataType": "String", "StringValue": "true"}} if once else {}),
-            **extra,  # the keys it awaits (sluice.awaits), its lane (sluice.lanes)
-            # how many of its concurrency key run at once (sluice.keys)
+            **extra,  # the keys it awaits (sluice.features.awaits), its lane (sluice.features.lanes)
+            # how many of its concurrency key run at once (sluice.features.keys)
             **(
                 {CONCURRENCY_KEY_ATTRIBUTE: {"DataType": "String", "StringValue": p.ckey}}
                 if p.ckey is not None

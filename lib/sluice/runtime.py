@@ -12,25 +12,25 @@ from typing import Any
 
 from botocore.config import Config
 
-from sluice.adapters.cloudwatch import QueueMetrics
-from sluice.adapters.deployment import Functions, Stacks
-from sluice.adapters.dynamo_semaphore import DynamoSemaphoreStore
-from sluice.adapters.dynamodb import DynamoStore
-from sluice.adapters.s3 import S3PayloadObjects
-from sluice.adapters.semaphore_catalogue import SemaphoreCatalogue
-from sluice.adapters.sfn import StepFunctionsExecutions
-from sluice.adapters.sfn_tokens import SfnTokens
-from sluice.adapters.sqs import SqsQueue
-from sluice.adapters.sqs_dead_letters import DeadLetterQueue
-from sluice.adapters.ssm import FixedMax, MaxParameter, SsmMax
-from sluice.clock import SystemClock
-from sluice.errors import ConfigurationError
-from sluice.fanout import pool_size
-from sluice.launcher import Launcher
-from sluice.ports import Clock, MaxSource
-from sluice.semaphore import Semaphores
-from sluice.semaphore_service import SemaphoreService
-from sluice.settings import Settings
+from sluice.adapters.aws.cloudwatch import QueueMetrics
+from sluice.adapters.aws.deployment import Functions, Stacks
+from sluice.adapters.aws.s3 import S3PayloadObjects
+from sluice.adapters.aws.sfn import StepFunctionsExecutions
+from sluice.adapters.aws.sfn_tokens import SfnTokens
+from sluice.adapters.aws.sqs import SqsQueue
+from sluice.adapters.aws.sqs_dead_letters import DeadLetterQueue
+from sluice.adapters.aws.ssm import FixedMax, MaxParameter, SsmMax
+from sluice.adapters.dynamo.semaphore import DynamoSemaphoreStore
+from sluice.adapters.dynamo.semaphore_catalogue import SemaphoreCatalogue
+from sluice.adapters.dynamo.store import DynamoStore
+from sluice.core.clock import SystemClock
+from sluice.core.errors import ConfigurationError
+from sluice.core.ports import Clock, MaxSource
+from sluice.launch.launcher import Launcher
+from sluice.launch.settings import Settings
+from sluice.primitives.fanout import pool_size
+from sluice.semaphore.service import SemaphoreService
+from sluice.semaphore.step import Semaphores
 
 # Standard retry mode: throttling and 5xx are retried with backoff before Sluice sees them.
 CLIENT_CONFIG = Config(
@@ -56,7 +56,7 @@ class Runtime:
                 import boto3
 
                 self.session = boto3.session.Session()
-            # A connection for each of the launcher's threads (sluice.fanout): botocore keeps 10.
+            # A connection for each of the launcher's threads (sluice.primitives.fanout): botocore keeps 10.
             threads = pool_size(self.settings.start_concurrency)
             config = self.client_config.merge(Config(max_pool_connections=max(10, threads)))
             self._clients[service] = self.session.client(service, config=config)
@@ -118,7 +118,7 @@ class Runtime:
         return MaxParameter(self.client("ssm"), self.settings.max_parameter)
 
     def payload_objects(self) -> S3PayloadObjects | None:
-        """The bucket of stored payloads (``sluice.pointers``); None when the stack names none."""
+        """The bucket of stored payloads (``sluice.features.pointers``); None when the stack names none."""
         if not self.settings.payload_bucket:
             return None
         return S3PayloadObjects(lambda: self.client("s3"), self.settings.payload_bucket)
@@ -141,12 +141,12 @@ class Runtime:
         return self._launcher
 
     def lane_queues(self) -> dict[str, SqsQueue]:
-        """Each lane's queue adapter (``sluice.lanes``); empty without lanes."""
+        """Each lane's queue adapter (``sluice.features.lanes``); empty without lanes."""
         queue = self.queue()
         return {lane.name: queue.for_lane(lane.name) for lane in self.settings.lanes}
 
     def semaphores(self) -> Semaphores:
-        """The semaphore step (``sluice.semaphore``) on the table and Step Functions' task tokens."""
+        """The semaphore step (``sluice.semaphore.step``) on the table and Step Functions' task tokens."""
         self.settings.require("table_name")
         store = DynamoSemaphoreStore(
             self.client("dynamodb"),

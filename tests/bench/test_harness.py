@@ -17,8 +17,8 @@ from bench.report import DEPLOYED, LABEL, NO_LINGER
 from bench.sim import LambdaFunction, Sim
 from bench.sluice_system import LINGER_SECONDS
 from bench.validate import agreement
-from sluice.keys import KeyStore
-from sluice.ports import Store
+from sluice.core.ports import Store
+from sluice.features.keys import KeyStore
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,7 +14,7 @@ from bench.oracle import OracleEvent, OracleZero
 from bench.oracle_report import oracle_section, with_oracle
 from bench.quotas import HIGH_THROUGHPUT_FIFO_PER_ACTION, SDK_ATTEMPTS, SQS_FIFO_PER_ACTION, Quotas
 from bench.sim import T0, LambdaFunction, Sim
-from sluice.errors import TransientError
+from sluice.core.errors import TransientError
 
 SYSTEMS = ("sluice-linger", "sluice", "poller", "counter-semaphore")
 

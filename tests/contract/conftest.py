@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sluice.adapters.dynamodb import DynamoStore, create_table
-from sluice.adapters.memory import MemoryStore
+from sluice.adapters.dynamo.store import DynamoStore, create_table
+from sluice.adapters.memory.store import MemoryStore
 from tests.contract.stores import RETENTION
 
 

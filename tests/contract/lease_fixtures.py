@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from sluice.adapters.dynamo_lease import DynamoLeases
-from sluice.adapters.dynamodb import create_table
-from sluice.adapters.memory_lease import MemoryLeases
-from sluice.lease import Busy, Lease
+from sluice.adapters.dynamo.lease import DynamoLeases
+from sluice.adapters.dynamo.store import create_table
+from sluice.adapters.memory.lease import MemoryLeases
+from sluice.primitives.lease import Busy, Lease
 
 TABLE = "lease-contract"
 NOW = 1_800_000_000.0

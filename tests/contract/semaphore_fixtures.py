@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from sluice.adapters.dynamo_codec import plain
-from sluice.adapters.dynamo_semaphore import DynamoSemaphoreStore
-from sluice.adapters.dynamodb import create_table
-from sluice.adapters.memory_semaphore import MemorySemaphoreStore, MemoryTokens
-from sluice.clock import FakeClock
-from sluice.semaphore import Semaphores
-from sluice.semaphore_model import pool_of
+from sluice.adapters.dynamo.codec import plain
+from sluice.adapters.dynamo.semaphore import DynamoSemaphoreStore
+from sluice.adapters.dynamo.store import create_table
+from sluice.adapters.memory.semaphore import MemorySemaphoreStore, MemoryTokens
+from sluice.core.clock import FakeClock
+from sluice.semaphore.model import pool_of
+from sluice.semaphore.step import Semaphores
 
 TABLE = "semaphore-contract"
 GRACE = 60.0

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from sluice.adapters.dynamo_codec import plain
-from sluice.adapters.dynamo_slots import DynamoSlots, pool_pk, to_occupancy
-from sluice.adapters.dynamodb import create_table
-from sluice.adapters.memory_slots import MemorySlots
-from sluice.errors import SlotsFull
-from sluice.slots import Occupancy, claim_any
+from sluice.adapters.dynamo.codec import plain
+from sluice.adapters.dynamo.slots import DynamoSlots, pool_pk, to_occupancy
+from sluice.adapters.dynamo.store import create_table
+from sluice.adapters.memory.slots import MemorySlots
+from sluice.core.errors import SlotsFull
+from sluice.primitives.slots import Occupancy, claim_any
 
 TABLE = "slots-contract"
 NOW = 1_800_000_000.0

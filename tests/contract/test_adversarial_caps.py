@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from sluice.adapters.dynamo_launch_slots import LEDGER_PK, POOL
-from sluice.adapters.dynamodb import DynamoStore, create_table
-from sluice.errors import SlotsFull
-from sluice.model import LimitSource
+from sluice.adapters.dynamo.launch_slots import LEDGER_PK, POOL
+from sluice.adapters.dynamo.store import DynamoStore, create_table
+from sluice.core.errors import SlotsFull
+from sluice.core.model import LimitSource
 
 NOW = 1_800_000_000.0
 T = "adv"
@@ -178,8 +178,8 @@ def test_a_lowering_whose_planner_died_between_its_transactions_is_planned_again
 def test_the_slots_planner_finishes_its_own_stamped_change_around_a_claim(session_clients):
     """The primitive itself: once a planner has taken the pool's version with its new stamp, a later
     round of the same change is not refused as "not the stamp it replaces"."""
-    from sluice.adapters.dynamo_slots import DynamoSlots
-    from sluice.slots import Capacity
+    from sluice.adapters.dynamo.slots import DynamoSlots
+    from sluice.primitives.slots import Capacity
 
     session = session_clients
     client = session.client("dynamodb")

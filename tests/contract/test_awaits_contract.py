@@ -1,9 +1,9 @@
-"""The store's side of awaits (``sluice.awaits.AwaitStore``), on MemoryStore and DynamoStore (moto)."""
+"""The store's side of awaits (``sluice.features.awaits.AwaitStore``), on MemoryStore and DynamoStore (moto)."""
 
 from __future__ import annotations
 
-from sluice.awaits import Waiter
-from sluice.model import PayloadState
+from sluice.core.model import PayloadState
+from sluice.features.awaits import Waiter
 from tests.contract.stores import NOW, claim
 
 

@@ -3,7 +3,7 @@ ordered by its listing, and an adoption that never leaves caps admitting past th
 
 A reconciliation numbers its listing on both sides (``listed_after`` before ListExecutions, ``count``
 after it): a count replaces the one in force only when its listing began after that one was
-numbered; two listings that overlap keep the larger count (``sluice.external``).
+numbered; two listings that overlap keep the larger count (``sluice.core.external``).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from collections import Counter
 
 import pytest
 
-from sluice.adapters.dynamodb import DynamoStore, create_table
-from sluice.errors import SlotsFull
-from sluice.model import LimitSource, PayloadState
-from sluice.slots import plan_caps
+from sluice.adapters.dynamo.store import DynamoStore, create_table
+from sluice.core.errors import SlotsFull
+from sluice.core.model import LimitSource, PayloadState
+from sluice.primitives.slots import plan_caps
 from tests.contract.stores import NOW, claim
 from tests.support.hooks import Crash
 
@@ -144,7 +144,7 @@ def thaw_as_admission_does(store, lane: str, limit: int) -> None:
 
 
 def test_an_adoption_into_a_full_lane_admits_nothing_in_it_until_under_its_limit(store):
-    """The same in a lane's pool (``sluice.lanes``): the lane's caps bound its holders too."""
+    """The same in a lane's pool (``sluice.features.lanes``): the lane's caps bound its holders too."""
     store.set_lane_limit("gpu", 4, 0.0)
     claim(store, "kz", "z", limit=10, lane="gpu")
     store.release(name="z", state=PayloadState.FAILED, now=NOW)

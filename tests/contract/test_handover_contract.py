@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sluice.errors import LeaseHeld
-from sluice.model import ExecutionRecord, LimitSource, PayloadState, Successor
+from sluice.core.errors import LeaseHeld
+from sluice.core.model import ExecutionRecord, LimitSource, PayloadState, Successor
 from tests.contract.stores import NOW, claim
 
 

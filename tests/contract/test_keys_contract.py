@@ -1,4 +1,4 @@
-"""The store's side of concurrency keys (``sluice.keys.KeyStore``), on MemoryStore and DynamoStore
+"""The store's side of concurrency keys (``sluice.features.keys.KeyStore``), on MemoryStore and DynamoStore
 (moto): a keyed claim is refused at the key's cap or behind its waiters, the release and the
 adoption move the key's holders, the line hands out tickets in order."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from sluice.errors import KeyFull, LeaseHeld
-from sluice.keys import KeyWaiter, entry
-from sluice.model import PayloadState
-from sluice.records import KeyState
+from sluice.core.errors import KeyFull, LeaseHeld
+from sluice.core.model import PayloadState
+from sluice.core.records import KeyState
+from sluice.features.keys import KeyWaiter, entry
 from tests.contract.stores import NOW, claim
 
 
@@ -201,7 +201,7 @@ def test_a_landed_claim_rolled_back_keeps_its_slot_again(store):
     assert (state.inflight, state.landed, state.room(1, NOW)) == ({entry(0, NOW)}, frozenset(), 0)
 
 
-# -- a fair lane's tenants (sluice.fair) --------------------------------------------------------------
+# -- a fair lane's tenants (sluice.features.fair) --------------------------------------------------------------
 
 
 def test_a_claim_from_a_fair_lane_has_no_default_cap_but_keeps_the_keys_own(store):

@@ -1,4 +1,4 @@
-"""The store's lanes (sluice.lanes), the same contract on the in-memory store and on DynamoDB (moto):
+"""The store's lanes (sluice.features.lanes), the same contract on the in-memory store and on DynamoDB (moto):
 a claim in a lane takes a slot of the lane and of the global pool at once, the release and the
 adoption free and take both, and a lane's limit is stamped."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from sluice.errors import SlotsFull
-from sluice.model import PayloadState
-from sluice.records import LaneSetting
+from sluice.core.errors import SlotsFull
+from sluice.core.model import PayloadState
+from sluice.core.records import LaneSetting
 from tests.contract.stores import NOW
 from tests.contract.stores import claim as claim_under
 

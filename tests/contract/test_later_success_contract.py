@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from sluice.adapters.memory import MemoryStore
-from sluice.errors import AlreadyDone
-from sluice.model import EffectsLog, PayloadState
-from sluice.records import ReceiptOutput
+from sluice.adapters.memory.store import MemoryStore
+from sluice.core.errors import AlreadyDone
+from sluice.core.model import EffectsLog, PayloadState
+from sluice.core.records import ReceiptOutput
 from tests.contract.stores import NOW, claim
 
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from sluice.adapters.dynamo_codec import plain
-from sluice.adapters.dynamo_lease import DynamoLeases, lease_pk
-from sluice.adapters.dynamodb import create_table
-from sluice.errors import ConfigurationError, TransientError
-from sluice.lease import (
+from sluice.adapters.dynamo.codec import plain
+from sluice.adapters.dynamo.lease import DynamoLeases, lease_pk
+from sluice.adapters.dynamo.store import create_table
+from sluice.core.errors import ConfigurationError, TransientError
+from sluice.primitives.lease import (
     STATE_MAX_BYTES,
     BadLeaseName,
     Busy,

@@ -1,5 +1,5 @@
 """Two fences, on both stores: a run-once key's success is never put back under TTL by a later write
-(sluice.receipts), and a configured semaphore limit only ever creates its pool (sluice.semaphore_service).
+(sluice.features.receipts), and a configured semaphore limit only ever creates its pool (sluice.semaphore.service).
 MemoryStore and DynamoStore (moto); MemorySemaphoreStore and DynamoSemaphoreStore (moto)."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from sluice.awaits import Waiter
-from sluice.clock import FakeClock
-from sluice.model import LimitSource, PayloadState
-from sluice.semaphore_model import Outcome
-from sluice.semaphore_service import SemaphoreService
+from sluice.core.clock import FakeClock
+from sluice.core.model import LimitSource, PayloadState
+from sluice.features.awaits import Waiter
+from sluice.semaphore.model import Outcome
+from sluice.semaphore.service import SemaphoreService
 from tests.contract.semaphore_fixtures import CountingTokens, World, open_harness
 from tests.contract.stores import NOW, RETENTION, claim
 from tests.contract.test_handover_contract import Offer, successor
@@ -20,7 +20,7 @@ from tests.contract.test_semaphore_contract import ask
 from tests.support.aws import scheduled_event
 from tests.support.cli import Run, sluice, use_env
 
-# -- a run-once key's success is kept (sluice.receipts) -------------------------------------------
+# -- a run-once key's success is kept (sluice.features.receipts) -------------------------------------------
 
 
 def once_success(store, key: str = "k", name: str = "n1") -> None:
@@ -108,7 +108,7 @@ def test_a_dead_letter_of_a_live_key_leaves_its_record_as_it_is(store):
     )
 
 
-# -- a configured semaphore limit only creates its pool (sluice.semaphore_service) ----------------
+# -- a configured semaphore limit only creates its pool (sluice.semaphore.service) ----------------
 
 
 @pytest.fixture(params=["memory", "dynamodb"])

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from sluice.errors import AlreadyRan, OnceUnknown
-from sluice.model import PayloadState
+from sluice.core.errors import AlreadyRan, OnceUnknown
+from sluice.core.model import PayloadState
 from tests.contract.stores import NOW, claim
 from tests.contract.test_handover_contract import Offer, successor
 

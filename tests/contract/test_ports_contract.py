@@ -1,4 +1,4 @@
-"""The launcher's store as four ports (``sluice.ports``): slot pools, payload leases, records and the
+"""The launcher's store as four ports (``sluice.core.ports``): slot pools, payload leases, records and the
 waiting room. Both adapters implement each; ``Store`` is their sum and adds nothing; code typed
 against one port works with a store that offers that port alone."""
 
@@ -9,15 +9,15 @@ import json
 
 import pytest
 
-from sluice.adapters.memory_aws import MemoryQueue
-from sluice.awaits import AwaitStore
-from sluice.clock import FakeClock
-from sluice.effects import EFFECTS_FIELD, around
-from sluice.keys import KeyStore
-from sluice.model import PayloadState
-from sluice.ports import PayloadLeases, Records, SlotPools, Store, WaitingRoom
-from sluice.records import ReceiptOutput
-from sluice.stores import LaunchStore
+from sluice.adapters.memory.aws import MemoryQueue
+from sluice.core.clock import FakeClock
+from sluice.core.model import PayloadState
+from sluice.core.ports import PayloadLeases, Records, SlotPools, Store, WaitingRoom
+from sluice.core.records import ReceiptOutput
+from sluice.features.awaits import AwaitStore
+from sluice.features.effects import EFFECTS_FIELD, around
+from sluice.features.keys import KeyStore
+from sluice.features.stores import LaunchStore
 from tests.contract.stores import NOW, claim
 
 PORTS = (SlotPools, PayloadLeases, Records, WaitingRoom)
@@ -49,7 +49,7 @@ def test_both_adapters_implement_each_port(store, port):
 
 
 def test_both_adapters_are_a_launch_store(store):
-    """``LaunchStore`` (``sluice.stores``) adds the key lines' and the awaits' rooms to ``Store``, and
+    """``LaunchStore`` (``sluice.features.stores``) adds the key lines' and the awaits' rooms to ``Store``, and
     nothing of its own: the store the launcher, a completion and reconciliation hold offers all of it."""
     assert members(LaunchStore) == set()
     assert set(LaunchStore.__mro__) >= {Store, KeyStore, AwaitStore}

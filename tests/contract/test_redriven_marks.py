@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from sluice.errors import LeaseHeld
-from sluice.model import PayloadState
+from sluice.core.errors import LeaseHeld
+from sluice.core.model import PayloadState
 from tests.contract.stores import NOW, claim
 
 

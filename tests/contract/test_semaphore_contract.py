@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from sluice.clock import FakeClock
-from sluice.errors import TransientError
-from sluice.semaphore_model import (
+from sluice.core.clock import FakeClock
+from sluice.core.errors import TransientError
+from sluice.semaphore.model import (
     UNKNOWN_ERROR,
     Delivery,
     Outcome,

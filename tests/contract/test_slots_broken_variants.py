@@ -4,7 +4,7 @@ planning properties (tests/unit/test_slots_plan.py) fail.
 
 Each variant is run against the test functions that pin it down, called directly: they pass on the
 slots as they are and must each fail with the variant in place. A variant of the shared code
-(``sluice.slots``) runs on both adapters; a variant of one adapter runs on that adapter. The memory
+(``sluice.primitives.slots``) runs on both adapters; a variant of one adapter runs on that adapter. The memory
 adapter plans and writes a change under one lock, so a variant that only shows while a change is half
 written (the order of its writes, a condition against claims racing it) has no memory form.
 
@@ -30,17 +30,17 @@ from typing import Any
 import pytest
 from hypothesis import Phase, settings
 
-import sluice.adapters.dynamo_slots as dynamo_slots
-import sluice.adapters.memory_slots as memory_slots
-import sluice.slots
+import sluice.adapters.dynamo.slots as dynamo_slots
+import sluice.adapters.memory.slots as memory_slots
+import sluice.primitives.slots
 import tests.contract.slots_fixtures as slots_fixtures
 import tests.contract.test_slots_contract as contract
 import tests.unit.test_slots_plan as properties
-from sluice.adapters.dynamo_slots import HAS_HOLDERS, DynamoSlots, shard_pk
-from sluice.adapters.dynamodb import create_table
-from sluice.adapters.memory_slots import MemorySlots
-from sluice.errors import SlotsFull, TransientError
-from sluice.slots import Move, Plan
+from sluice.adapters.dynamo.slots import HAS_HOLDERS, DynamoSlots, shard_pk
+from sluice.adapters.dynamo.store import create_table
+from sluice.adapters.memory.slots import MemorySlots
+from sluice.core.errors import SlotsFull, TransientError
+from sluice.primitives.slots import Move, Plan
 from tests.contract.slots_fixtures import TABLE, Harness
 
 CAUGHT = (AssertionError, pytest.fail.Exception)  # the second: an expected SlotsFull did not come
@@ -51,12 +51,12 @@ QUICK = {
     "report_multiple_bugs": False,
     "phases": (Phase.explicit, Phase.generate),
 }
-# Modules that bind a name of sluice.slots a variant replaces (the adapters and tests import by name).
-BINDERS = (sluice.slots, dynamo_slots, memory_slots, contract, slots_fixtures, properties)
+# Modules that bind a name of sluice.primitives.slots a variant replaces (the adapters and tests import by name).
+BINDERS = (sluice.primitives.slots, dynamo_slots, memory_slots, contract, slots_fixtures, properties)
 PATCHED = (
-    *((module, "plan_caps") for module in (sluice.slots, dynamo_slots, memory_slots, properties)),
-    (sluice.slots, "_raise"),
-    (sluice.slots, "_lower"),
+    *((module, "plan_caps") for module in (sluice.primitives.slots, dynamo_slots, memory_slots, properties)),
+    (sluice.primitives.slots, "_raise"),
+    (sluice.primitives.slots, "_lower"),
     (dynamo_slots, "claim_item"),
     (dynamo_slots, "release_item"),
     (dynamo_slots, "swap_item"),
@@ -74,13 +74,13 @@ PROPERTY_SETTINGS = {
     for test in vars(properties).values()
     if getattr(test, "is_hypothesis_test", False)
 }
-plan_caps = sluice.slots.plan_caps
+plan_caps = sluice.primitives.slots.plan_caps
 BOTH = pytest.mark.parametrize("kind", ["memory", "dynamodb"])
 
 
 def everywhere(monkeypatch: pytest.MonkeyPatch, name: str, variant: Callable[..., Any]) -> None:
-    """``variant`` in place of ``sluice.slots.<name>`` wherever that is bound."""
-    original = getattr(sluice.slots, name)
+    """``variant`` in place of ``sluice.primitives.slots.<name>`` wherever that is bound."""
+    original = getattr(sluice.primitives.slots, name)
     for module in BINDERS:
         if getattr(module, name, None) is original:
             monkeypatch.setattr(module, name, variant)
@@ -119,7 +119,7 @@ def fresh(session) -> Callable[[str], Harness]:
 
 def spare_to_every_lowest_shard(base: list[int], old: list[int], limit: int, per_shard: int) -> list[int]:
     """A raise that hands the last slots to every lowest shard, not to as many as the limit leaves."""
-    caps = ORIGINALS[sluice.slots, "_raise"](base, old, limit, per_shard)
+    caps = ORIGINALS[sluice.primitives.slots, "_raise"](base, old, limit, per_shard)
     low = min(caps)
     return [c + 1 if c == low and c < per_shard else c for c in caps]
 

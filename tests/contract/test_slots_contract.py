@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-import sluice.adapters.dynamo_slots
-from sluice.adapters.dynamo_slots import DynamoSlots, claim_item, release_item, shard_pk, swap_item
-from sluice.adapters.dynamodb import create_table
-from sluice.errors import SlotsFull, TransientError
-from sluice.slots import LOOK_SHARDS, Capacity, claim_any
+import sluice.adapters.dynamo.slots
+from sluice.adapters.dynamo.slots import DynamoSlots, claim_item, release_item, shard_pk, swap_item
+from sluice.adapters.dynamo.store import create_table
+from sluice.core.errors import SlotsFull, TransientError
+from sluice.primitives.slots import LOOK_SHARDS, Capacity, claim_any
 from tests.contract.slots_fixtures import (
     NOW,
     TABLE,
@@ -527,7 +527,7 @@ def test_a_change_in_several_transactions_writes_decreases_first(table, session,
     """Completing a half-written freeze moves caps both ways; between its transactions the caps never
     add up to more than they did when it read them or than the new limit (decreases first)."""
     # Transactions of 4 shards instead of 99: a pool of 8 shards changes in two steps.
-    monkeypatch.setattr(sluice.adapters.dynamo_slots, "SHARDS_PER_TRANSACTION", 4)
+    monkeypatch.setattr(sluice.adapters.dynamo.slots, "SHARDS_PER_TRANSACTION", 4)
     slots = DynamoSlots(table, TABLE, per_shard=1)
     slots.set_limit(Capacity(P, 8))
     for i in range(4):

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from sluice.errors import AlreadyRan, LeaseHeld, SlotsFull
-from sluice.model import LimitSource, PayloadState
+from sluice.core.errors import AlreadyRan, LeaseHeld, SlotsFull
+from sluice.core.model import LimitSource, PayloadState
 from tests.contract.stores import NOW, claim
 
 
@@ -224,7 +224,7 @@ def test_concurrent_claims_never_exceed_the_limit(store):
     assert len(won) == 4 and store.ledger().holders == set(won)
 
 
-# -- receipts and run-once keys (sluice.receipts) ------------------------------------------------
+# -- receipts and run-once keys (sluice.features.receipts) ------------------------------------------------
 
 
 def once_claim(store, key: str, name: str, *, now: float = NOW) -> None:
@@ -233,8 +233,8 @@ def once_claim(store, key: str, name: str, *, now: float = NOW) -> None:
 
 
 def test_an_ended_release_writes_the_receipt_with_its_output(store):
-    from sluice.receipts import read_receipt
-    from sluice.records import ReceiptOutput
+    from sluice.core.records import ReceiptOutput
+    from sluice.features.receipts import read_receipt
 
     claim(store, "k", "n1")
     store.mark_running(key="k", name="n1", arn="arn:n1", started_at=NOW + 1, now=NOW + 1)
@@ -260,8 +260,8 @@ def test_an_ended_release_writes_the_receipt_with_its_output(store):
 
 
 def test_a_later_run_replaces_the_receipt_but_not_the_first_success(store):
-    from sluice.receipts import read_receipt
-    from sluice.records import ReceiptOutput
+    from sluice.core.records import ReceiptOutput
+    from sluice.features.receipts import read_receipt
 
     claim(store, "k", "n1")
     store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW + 1)
@@ -286,7 +286,7 @@ def test_a_later_run_replaces_the_receipt_but_not_the_first_success(store):
 
 
 def test_a_release_without_a_run_writes_no_receipt(store):
-    from sluice.receipts import read_receipt
+    from sluice.features.receipts import read_receipt
 
     claim(store, "k", "n1")
     store.release(name="n1", state=PayloadState.RELEASED, now=NOW + 1, error="refused")
@@ -294,7 +294,7 @@ def test_a_release_without_a_run_writes_no_receipt(store):
 
 
 def test_a_once_claim_of_a_key_that_succeeded_is_already_done(store):
-    from sluice.errors import AlreadyDone
+    from sluice.core.errors import AlreadyDone
 
     once_claim(store, "k", "n1")
     assert store.execution("n1").once
@@ -321,12 +321,12 @@ def test_already_done_is_counted(store):
     assert store.payload("k").already_done == 2
 
 
-# -- effects (sluice.effects) ---------------------------------------------------------------------
+# -- effects (sluice.features.effects) ---------------------------------------------------------------------
 
 
 def test_a_release_writes_the_effects_it_sent_and_the_name_is_never_claimed_again(store):
-    from sluice.model import EffectsLog
-    from sluice.records import ReceiptOutput
+    from sluice.core.model import EffectsLog
+    from sluice.core.records import ReceiptOutput
 
     sent = EffectsLog("n1", "k", 3, ("a", "b"), ((2, "effect 2: no key"),), NOW + 9)
     claim(store, "k", "n1")
@@ -345,8 +345,8 @@ def test_a_release_writes_the_effects_it_sent_and_the_name_is_never_claimed_agai
 
 
 def test_a_release_that_does_not_happen_writes_no_effects(store):
-    from sluice.model import EffectsLog
-    from sluice.records import ReceiptOutput
+    from sluice.core.model import EffectsLog
+    from sluice.core.records import ReceiptOutput
 
     claim(store, "k", "n1")
     store.release(name="n1", state=PayloadState.FAILED, now=NOW + 1)

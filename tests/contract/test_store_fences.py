@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from sluice.errors import LeaseHeld
-from sluice.model import REDRIVE_WINDOW_SECONDS, ClaimFence, ParkedMessage, PayloadState
+from sluice.core.errors import LeaseHeld
+from sluice.core.model import REDRIVE_WINDOW_SECONDS, ClaimFence, ParkedMessage, PayloadState
 from tests.contract.stores import NOW, RETENTION, claim
 
 
@@ -17,7 +17,7 @@ def test_live_records_never_expire_and_expire_the_retention_after_the_end(store)
     ended = NOW + 400 * 86_400
     store.release(name="n1", state=PayloadState.SUCCEEDED, now=ended)
     assert store.payload("k").expires_at == int(ended) + RETENTION
-    # a name that ran outlives the queue's 14 days, whatever the retention (sluice.model.record_expiry)
+    # a name that ran outlives the queue's 14 days, whatever the retention (sluice.core.model.record_expiry)
     assert store.execution("n1").expires_at == int(ended) + max(RETENTION, REDRIVE_WINDOW_SECONDS + 86_400)
     claim(store, "k", "n2", now=ended + 1)
     assert store.payload("k").expires_at == 0  # claimed again: live again

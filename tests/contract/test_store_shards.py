@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from sluice.adapters.dynamo_launch_slots import LEDGER_PK, POOL
-from sluice.adapters.dynamo_slots import DynamoSlots
-from sluice.adapters.dynamodb import DynamoStore, create_table, execution_pk, payload_pk
-from sluice.errors import LeaseHeld, SlotsFull
-from sluice.model import LimitSource, PayloadState
+from sluice.adapters.dynamo.launch_slots import LEDGER_PK, POOL
+from sluice.adapters.dynamo.slots import DynamoSlots
+from sluice.adapters.dynamo.store import DynamoStore, create_table, execution_pk, payload_pk
+from sluice.core.errors import LeaseHeld, SlotsFull
+from sluice.core.model import LimitSource, PayloadState
 from tests.contract.stores import NOW, claim
 
 
@@ -140,7 +140,7 @@ def test_holders_left_in_the_ledger_by_the_previous_version_count_and_release(ta
 
 def test_a_store_that_forgets_the_legacy_holders_is_caught(table, monkeypatch):
     """Broken on purpose: caps set to the whole limit, as if LEDGER.holders were empty."""
-    from sluice.adapters.dynamo_launch_slots import LaunchSlots
+    from sluice.adapters.dynamo.launch_slots import LaunchSlots
 
     set_limit = LaunchSlots.set_limit
 
@@ -268,8 +268,8 @@ def past_the_cap(self, pool, name, now, view):
     """An adoption's slot past a full shard's cap, the pool not frozen first (as it was)."""
     import zlib
 
-    from sluice.adapters.dynamo_slots import take_item
-    from sluice.slots import candidates
+    from sluice.adapters.dynamo.slots import take_item
+    from sluice.primitives.slots import candidates
 
     roomy = candidates(view, self.rng)
     shard = roomy[0] if roomy else zlib.crc32(name.encode()) % view.shard_count

@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from sluice.clock import FakeClock
-from sluice.events import StatusChange
+from sluice.core.clock import FakeClock
+from sluice.core.events import StatusChange
 from sluice.local import chart, demo_dag
 from sluice.local.dashboard import Snapshot, plain_line
 from sluice.local.demo_batch import Sent

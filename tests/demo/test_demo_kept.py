@@ -17,15 +17,15 @@ import uuid
 import pytest
 from rich.console import Console
 
-from sluice.adapters.dynamodb import DynamoStore
-from sluice.clock import FakeClock
+from sluice.adapters.dynamo.store import DynamoStore
+from sluice.core.clock import FakeClock
+from sluice.core.model import PayloadState
+from sluice.core.names import execution_name
 from sluice.local.demo import STAGE, WORKFLOW, WORKFLOW_ARN
 from sluice.local.demo_batch import DEMO_WORKFLOW
 from sluice.local.demo_options import Options
 from sluice.local.demo_run import Run
 from sluice.local.embedded import ACCOUNT, EmbeddedAws
-from sluice.model import PayloadState
-from sluice.names import execution_name
 
 pytestmark = [
     pytest.mark.deploy,

@@ -34,12 +34,12 @@ from pathlib import Path
 
 import pytest
 
-from sluice.adapters.dynamodb import DynamoStore
-from sluice.adapters.s3 import S3PayloadObjects
+from sluice.adapters.aws.s3 import S3PayloadObjects
+from sluice.adapters.dynamo.store import DynamoStore
+from sluice.core.model import PayloadState
+from sluice.core.names import execution_name
 from sluice.enqueue import Item, enqueue
 from sluice.local.embedded import ACCOUNT, UPDATE_TEMPLATE, EmbeddedAws
-from sluice.model import PayloadState
-from sluice.names import execution_name
 from tests.support.aws import status_change_event
 
 pytestmark = [
@@ -75,21 +75,21 @@ RUNTIME_FILES = {
             "ports",
             "clock",
             "adapters/__init__",
-            "adapters/dynamodb",
-            "adapters/dynamo_launch_slots",
-            "adapters/dynamo_slots",
+            "adapters/dynamo/store",
+            "adapters/dynamo/launch_slots",
+            "adapters/dynamo/slots",
             "slots",
-            "adapters/sqs",
-            "adapters/sfn",
-            "adapters/ssm",
+            "adapters/aws/sqs",
+            "adapters/aws/sfn",
+            "adapters/aws/ssm",
             "adapters/errors",
             "semaphore",
             "semaphore_model",
             "semaphore_service",
-            "adapters/dynamo_semaphore",
-            "adapters/sfn_tokens",
+            "adapters/dynamo/semaphore",
+            "adapters/aws/sfn_tokens",
             "pointers",
-            "adapters/s3",
+            "adapters/aws/s3",
         )
     ),
 }
@@ -100,8 +100,8 @@ TOOLS_ONLY = (
     "lib/sluice/local/",
     "lib/sluice/adapters/memory",
     "lib/sluice/concurrency.py",
-    "lib/sluice/lease.py",
-    "lib/sluice/adapters/dynamo_lease.py",
+    "lib/sluice/primitives/lease.py",
+    "lib/sluice/adapters/dynamo/lease.py",
 )
 # Imports both handlers with nothing on sys.path but the extracted zip (its lib/ first, as the function's
 # PYTHONPATH says) and this interpreter's standard library and site-packages: not the repository's lib/,
@@ -244,13 +244,13 @@ def test_the_drift_alarm_waits_for_three_ticks_of_drift(package):
 def test_the_functions_may_make_every_dynamodb_request_the_adapters_make(package):
     """Every request kind the functions' DynamoDB adapters send, in a transaction or not, is allowed."""
     # Every DynamoDB adapter but the semaphore function's and @exclusive's (user code) ones.
-    others = {"dynamo_semaphore.py", "dynamo_lease.py"}
+    others = {"dynamo/semaphore.py", "dynamo/lease.py"}
     used = sorted(p for p in (ROOT / "lib/sluice/adapters").glob("dynamo*.py") if p.name not in others)
     assert {p.name for p in used} >= {
-        "dynamodb.py",
-        "dynamo_keys.py",
-        "dynamo_release.py",
-        "dynamo_awaits.py",
+        "dynamo/store.py",
+        "dynamo/keys.py",
+        "dynamo/release.py",
+        "dynamo/awaits.py",
     }
     sources = "\n".join(p.read_text() for p in used)
     needed = {"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:PutItem", "dynamodb:BatchGetItem"}

@@ -43,7 +43,7 @@ def test_the_semaphore_function_its_rules_and_its_role(deployed):
     assert fn.handler == "handlers/semaphore.handler"
     assert fn.environment["SLUICE_SEMAPHORES"] == "example=1,db=3"
     assert fn.environment["SLUICE_TABLE_NAME"] == out["TableName"]
-    assert fn.timeout < 60  # below the delivery grace of lib/sluice/semaphore.py
+    assert fn.timeout < 60  # below the delivery grace of lib/sluice/semaphore/step.py
     assert "SLUICE_SEMAPHORES" not in deployed.functions["completion"].environment
     assert out["SemaphoreExampleStateMachineArn"] == EXAMPLE and out["SemaphoreFunctionArn"] == fn.arn
 

@@ -41,9 +41,9 @@ from pathlib import Path
 
 import pytest
 
-from sluice.adapters.dynamodb import DynamoStore
+from sluice.adapters.dynamo.store import DynamoStore
+from sluice.core.names import execution_name
 from sluice.local.embedded import EmbeddedAws
-from sluice.names import execution_name
 from tests.support.aws import status_change_event
 
 pytestmark = [pytest.mark.deploy, pytest.mark.filterwarnings("ignore:Tried to parse AWS::")]

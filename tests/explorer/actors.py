@@ -21,11 +21,11 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.sqs.models import sqs_backends
 
 import sluice.enqueue
-from sluice.events import StatusChange
+from sluice.core.events import StatusChange
 from sluice.ops.dlq import dlq_list, dlq_redrive
 from sluice.ops.semaphore import semaphore_set
-from sluice.semaphore_model import pool_of
-from sluice.semaphore_service import SemaphoreService
+from sluice.semaphore.model import pool_of
+from sluice.semaphore.service import SemaphoreService
 from tests.reliability.world import Container, Event
 from tests.support.aws import REGION, status_change_event
 from tests.support.faults import count

@@ -15,32 +15,32 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
-import sluice.adapters.dynamo_claims
-import sluice.adapters.dynamo_release
-import sluice.adapters.sfn
-import sluice.adapters.sqs
-import sluice.adapters.ssm
-import sluice.awaits
-import sluice.completion
+import sluice.adapters.aws.sfn
+import sluice.adapters.aws.sqs
+import sluice.adapters.aws.ssm
+import sluice.adapters.dynamo.claims
+import sluice.adapters.dynamo.release
+import sluice.core.names
+import sluice.core.records
 import sluice.enqueue
-import sluice.handover
-import sluice.keys
-import sluice.message_branches
-import sluice.names
-import sluice.per_message
-import sluice.reconcile
-import sluice.records
-from sluice import attributes
-from sluice.adapters.dynamo_release import ReleasesTable
-from sluice.adapters.dynamo_slots import DynamoSlots
-from sluice.adapters.dynamodb import DynamoStore
-from sluice.awaits import AWAITS_ATTRIBUTE, check_awaits
+import sluice.features.awaits
+import sluice.features.keys
+import sluice.launch.completion
+import sluice.launch.handover
+import sluice.launch.message_branches
+import sluice.launch.per_message
+import sluice.launch.reconcile
+from sluice.adapters.dynamo.release import ReleasesTable
+from sluice.adapters.dynamo.slots import DynamoSlots
+from sluice.adapters.dynamo.store import DynamoStore
+from sluice.core.errors import InvalidPayload
+from sluice.core.external import ExternalCount
+from sluice.core.model import ExecutionInfo, LimitSource
 from sluice.enqueue import Item
-from sluice.errors import InvalidPayload
-from sluice.external import ExternalCount
-from sluice.keys import TICKET_ATTRIBUTE
-from sluice.model import ExecutionInfo, LimitSource
-from sluice.semaphore import Semaphores, pool_of
+from sluice.features import attributes
+from sluice.features.awaits import AWAITS_ATTRIBUTE, check_awaits
+from sluice.features.keys import TICKET_ATTRIBUTE
+from sluice.semaphore.step import Semaphores, pool_of
 from tests.reliability.test_caps_variants import past_the_cap
 from tests.reliability.test_key_variants import unfenced_block, unfenced_mark
 from tests.reliability.test_once_semaphore_variants import expiring_invalid, expiring_release
@@ -103,7 +103,7 @@ def _read_then_write(self: Semaphores, semaphore: str, limit: int) -> bool:
 RULES = attributes.RULES
 
 # name -> (what the variant breaks, its patches)
-_LEASE_TERMS = sluice.adapters.dynamo_release._lease_terms
+_LEASE_TERMS = sluice.adapters.dynamo.release._lease_terms
 
 
 def _plain_vanished_unmarked(record: Any, ending: Any, *, kept: bool) -> Any:
@@ -128,7 +128,7 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
     ),
     "b4_vanished_kept": (
         "break 4: a holder on a deleted state machine kept for good",
-        [(sluice.reconcile, "_release_vanished", lambda *args, **kwargs: 0)],
+        [(sluice.launch.reconcile, "_release_vanished", lambda *args, **kwargs: 0)],
     ),
     "b5_once_ttl": (
         "break 5: a run-once success put back under TTL by a release or a dead letter of its key",
@@ -140,28 +140,28 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
     "b6_forged_origin": (
         "break 6: any 1 to 128 characters taken as an origin id, and re-sent raw as a deduplication id",
         [
-            (sluice.names, "ORIGIN_PATTERN", re.compile(r".{1,128}", re.DOTALL)),
-            (sluice.adapters.sqs, "_dedup_stem", lambda message_id, limit=90: message_id[:limit]),
+            (sluice.core.names, "ORIGIN_PATTERN", re.compile(r".{1,128}", re.DOTALL)),
+            (sluice.adapters.aws.sqs, "_dedup_stem", lambda message_id, limit=90: message_id[:limit]),
         ],
     ),
     "b7_ticket_digits": (
         "break 7: a key ticket read with str.isdigit (unicode digits pass)",
         [
-            (sluice.keys, "parse_ticket", _isdigit_ticket),
-            (sluice.records, "sent_at", lambda entry: int(entry.partition("@")[2]) / 1000),
+            (sluice.features.keys, "parse_ticket", _isdigit_ticket),
+            (sluice.core.records, "sent_at", lambda entry: int(entry.partition("@")[2]) / 1000),
             (RULES, TICKET_ATTRIBUTE, replace(RULES[TICKET_ATTRIBUTE], check=_isdigit_ticket)),
         ],
     ),
     "b8_awaits_depth": (
         "break 8: sluice-awaits parsed with no depth guard, and not checked at receipt",
         [
-            (sluice.awaits, "parse_awaits", _unguarded_awaits),
+            (sluice.features.awaits, "parse_awaits", _unguarded_awaits),
             (RULES, AWAITS_ATTRIBUTE, replace(RULES[AWAITS_ATTRIBUTE], check=lambda raw: raw)),
         ],
     ),
     "b9_max_unbounded": (
         "break 9: a MAX above the ceiling read from the parameter and planned (no ceiling)",
-        [(sluice.adapters.ssm, "MAX_CEILING", 10**40)],
+        [(sluice.adapters.aws.ssm, "MAX_CEILING", 10**40)],
     ),
     "b10_enqueue_whole": (
         "break 10: sluice enqueue parses an array whole, and one unbuildable item fails the command",
@@ -187,24 +187,24 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
     "never_sweeps": (
         "a reconciliation that never sweeps the waiting room "
         "(test_a_reconciliation_that_never_sweeps_the_waiting_room_is_caught)",
-        [(sluice.reconcile, "sweep", lambda **_: 0)],
+        [(sluice.launch.reconcile, "sweep", lambda **_: 0)],
     ),
     # -- more of the project's broken variants -------------------------------------------------------
     "random_names": (
         "execution names drawn at random (test_random_execution_names_are_caught)",
         [
-            (sluice.per_message, "execution_name", _random_name),
-            (sluice.handover, "execution_name", _random_name),
+            (sluice.launch.per_message, "execution_name", _random_name),
+            (sluice.launch.handover, "execution_name", _random_name),
         ],
     ),
     "start_without_asking": (
         "a resume that starts without asking Step Functions "
         "(test_a_resume_that_starts_without_asking_step_functions_is_caught)",
-        [(sluice.message_branches.MessageBranches, "_started_before", lambda self, name: None)],
+        [(sluice.launch.message_branches.MessageBranches, "_started_before", lambda self, name: None)],
     ),
     "ignores_redriven_mark": (
         "a resume that ignores the redriven mark (test_a_resume_that_ignores_the_redriven_mark_after_a_crash_is_caught)",
-        [(sluice.message_branches.MessageBranches, "_yield_to_redriven", lambda *args: False)],
+        [(sluice.launch.message_branches.MessageBranches, "_yield_to_redriven", lambda *args: False)],
     ),
     "one_redriven_mark": (
         "a key that keeps one redriven mark (test_a_key_that_keeps_one_redriven_mark_is_caught)",
@@ -212,11 +212,11 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
     ),
     "earlier_end_taken_as_new": (
         "an earlier end taken for a new one (test_an_earlier_end_taken_for_a_new_one_is_caught)",
-        [(sluice.message_branches, "earlier_end", lambda info, record: False)],
+        [(sluice.launch.message_branches, "earlier_end", lambda info, record: False)],
     ),
     "completion_asks_earlier_end": (
         "a completion that asks about an earlier end (test_a_completion_that_asks_about_an_earlier_end_is_caught)",
-        [(sluice.completion, "_not_its_earlier_end", lambda change: lambda record: True)],
+        [(sluice.launch.completion, "_not_its_earlier_end", lambda change: lambda record: True)],
     ),
     "redrive_count_ignored": (
         "an adoption that ignores the reported redrive count "
@@ -226,7 +226,7 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
     "vanished_as_unstarted": (
         "a resume that takes a vanished machine for never started "
         "(test_a_resume_that_takes_a_vanished_machine_for_never_started_is_caught)",
-        [(sluice.adapters.sfn.StepFunctionsExecutions, "vanished", lambda self, arn: False)],
+        [(sluice.adapters.aws.sfn.StepFunctionsExecutions, "vanished", lambda self, arn: False)],
     ),
     "drop_on_first_running": (
         "a duplicate dropped on its first RUNNING answer, which may be stale "
@@ -238,33 +238,39 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
         "(test_a_duplicate_check_that_drops_behind_a_vanished_holder_is_caught)",
         [
             (DynamoStore, "first_sighting", lambda self, **_: False),
-            (sluice.message_branches.MessageBranches, "_vanished", lambda self, record: False),
+            (sluice.launch.message_branches.MessageBranches, "_vanished", lambda self, record: False),
         ],
     ),
     "behind_unsighted": (
         "a recheck that hands its group back unsighted "
         "(test_a_recheck_that_does_not_sight_its_group_behind_it_is_caught)",
-        [(sluice.message_branches.MessageBranches, "sight_behind", lambda self, message, behind: None)],
+        [
+            (
+                sluice.launch.message_branches.MessageBranches,
+                "sight_behind",
+                lambda self, message, behind: None,
+            )
+        ],
     ),
     "later_success_ignored": (
         "a redriven run's success after its release not recorded: its event releases nothing, so "
         "the key's succeeded_by and its effects are left out (the code before it was fixed)",
-        [(sluice.completion, "_later_success", lambda change, **kw: None)],
+        [(sluice.launch.completion, "_later_success", lambda change, **kw: None)],
     ),
     "redriven_listing_skipped": (
         "reconciliation that never lists the redriven runs: a redriven run's success whose event "
         "was lost stays unwritten (the code before it was fixed)",
-        [(sluice.reconcile, "_redriven_successes", lambda p: 0)],
+        [(sluice.launch.reconcile, "_redriven_successes", lambda p: 0)],
     ),
     "plain_vanished_unmarked": (
         "a plain run released with an unknown outcome marks no once_unknown (the code before it was fixed)",
-        [(sluice.adapters.dynamo_release, "_lease_terms", _plain_vanished_unmarked)],
+        [(sluice.adapters.dynamo.release, "_lease_terms", _plain_vanished_unmarked)],
     ),
     "vanished_name_reclaimed": (
         "a name released as vanished is claimed afresh by its own message back (the code before it was fixed)",
         [
             (
-                sluice.adapters.dynamo_claims,
+                sluice.adapters.dynamo.claims,
                 "NOT_ENDED",
                 "NOT #state IN (:ended_s, :ended_f, :ended_t, :ended_a)",
             )
@@ -272,7 +278,7 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
     ),
     "hand_over_unchecked": (
         "a hand-over that skips the receipt check (test_a_hand_over_that_skips_the_receipt_check_is_caught)",
-        [(sluice.handover, "check_attributes", lambda message: None)],
+        [(sluice.launch.handover, "check_attributes", lambda message: None)],
     ),
 }
 

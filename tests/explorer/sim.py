@@ -33,7 +33,7 @@ from botocore.exceptions import ReadTimeoutError
 from greenlet import greenlet
 from moto.moto_api._internal import mock_random
 
-from sluice.errors import TransientError
+from sluice.core.errors import TransientError
 from tests.explorer.actors import PAYLOADS, Actors
 from tests.explorer.choices import Choices
 from tests.explorer.fast_moto import faster_moto

@@ -1,4 +1,4 @@
-"""A workflow wrapped by ``sluice.asl.wrap_definition``, run end to end by moto's Step Functions.
+"""A workflow wrapped by ``sluice.semaphore.asl.wrap_definition``, run end to end by moto's Step Functions.
 
 moto does not run Lambda tasks, so, as in test_semaphore_moto.py, the wrapped definition's Acquire and
 Release tasks are turned into ``sqs:sendMessage.waitForTaskToken`` tasks carrying the same payload;
@@ -17,13 +17,13 @@ import pytest
 from moto import mock_aws
 from moto.core import DEFAULT_ACCOUNT_ID
 
-from sluice.adapters.dynamo_semaphore import DynamoSemaphoreStore
-from sluice.adapters.dynamodb import create_table
-from sluice.adapters.sfn_tokens import SfnTokens
-from sluice.asl import ACQUIRE_RESOURCE, RELEASE_RESOURCE, StateNames, wrap_definition
-from sluice.clock import FakeClock
-from sluice.semaphore import Semaphores
-from sluice.semaphore_model import Outcome, Released
+from sluice.adapters.aws.sfn_tokens import SfnTokens
+from sluice.adapters.dynamo.semaphore import DynamoSemaphoreStore
+from sluice.adapters.dynamo.store import create_table
+from sluice.core.clock import FakeClock
+from sluice.semaphore.asl import ACQUIRE_RESOURCE, RELEASE_RESOURCE, StateNames, wrap_definition
+from sluice.semaphore.model import Outcome, Released
+from sluice.semaphore.step import Semaphores
 from tests.support.aws import NO_RETRY, REGION
 
 TABLE = "asl-table"

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from sluice.awaits import sweep
-from sluice.clock import FakeClock
-from sluice.events import StatusChange
-from sluice.model import Outcome, PayloadState
-from sluice.names import execution_name
+from sluice.core.clock import FakeClock
+from sluice.core.events import StatusChange
+from sluice.core.model import Outcome, PayloadState
+from sluice.core.names import execution_name
+from sluice.features.awaits import sweep
 from tests.support.aws import build_stack
 from tests.support.hooks import Crash, count_calls, crash_after, crash_before
 
@@ -151,7 +151,7 @@ def test_a_waiter_woken_twice_runs_once(stack):
     stack.launcher().on_status_change(StatusChange.from_event(stack.finish(name)))
     # A third copy after the run ended: its name already ran.
     (waiter,) = store.waiters([waiter_id])
-    from sluice.awaits import _parked
+    from sluice.features.awaits import _parked
 
     stack.runtime().queue().requeue(_parked(waiter))
     summary = stack.launcher().admit()

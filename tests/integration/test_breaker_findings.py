@@ -12,10 +12,10 @@ import pytest
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.stepfunctions.models import stepfunctions_backends
 
-from sluice.clock import FakeClock
-from sluice.completion import handle_status_change
-from sluice.events import StatusChange
-from sluice.model import PayloadState
+from sluice.core.clock import FakeClock
+from sluice.core.events import StatusChange
+from sluice.core.model import PayloadState
+from sluice.launch.completion import handle_status_change
 from tests.support.aws import REGION, build_stack, new_machine
 from tests.support.hooks import Crash, crash_after, error_answer, receipts_of
 
@@ -278,7 +278,7 @@ def test_two_redriven_runs_of_a_held_key_leave_one_unmarked_and_a_refill_starts_
     duplicate). That run ends: its completion releases it and refills the freed slot with n5 of k,
     which must find the other run's mark (adopt it; n5 its duplicate), not a free, unmarked lease
     to start beside the other run, which Sluice saw running."""
-    from sluice.events import StatusChange
+    from sluice.core.events import StatusChange
 
     clock = FakeClock()
     stack = build_stack(session, max_concurrency=5, clock=clock)

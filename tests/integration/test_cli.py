@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 import pytest
 
 from handlers import completion as completion_handler
+from sluice.core.validation import content_hash
 from sluice.ops import PAUSED_AT_TAG, RESUME_TAG
-from sluice.validation import content_hash
 from tests.support.aws import LambdaContext
 from tests.support.cli import parameter, parameter_tags, receive_all
 from tests.support.hooks import error_answer

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from sluice.events import StatusChange
-from sluice.model import Outcome
+from sluice.core.events import StatusChange
+from sluice.core.model import Outcome
 from tests.support.cli import sluice
 
 

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from handlers import _shared
-from sluice.events import StatusChange
-from sluice.model import Outcome
+from sluice.core.events import StatusChange
+from sluice.core.model import Outcome
 from tests.support.cli import sluice, use_env
 
 

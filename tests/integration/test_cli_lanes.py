@@ -9,12 +9,12 @@ import json
 import pytest
 
 from handlers import _shared
-from sluice.adapters.sqs_dead_letters import DlqMessage, dlq_message_of
-from sluice.events import StatusChange
-from sluice.lanes import LANE_ATTRIBUTE
-from sluice.model import Outcome
+from sluice.adapters.aws.sqs_dead_letters import DlqMessage, dlq_message_of
+from sluice.core.events import StatusChange
+from sluice.core.model import Outcome
+from sluice.features.lanes import LANE_ATTRIBUTE
+from sluice.launch.settings import DuplicatePolicy
 from sluice.ops.dlq import redrive_lane
-from sluice.settings import DuplicatePolicy
 from tests.support.aws import build_stack
 from tests.support.cli import clear_sluice_env, lane_queues, receive_all, sluice, use_env
 from tests.support.cli import deploy as shared_deploy
@@ -405,7 +405,7 @@ def test_a_message_sqs_moved_goes_back_to_the_queue_it_came_from(stack):
     assert redrive_lane(s, dead(None, None)) == "default"
 
 
-# -- fair lanes (sluice.fair) -----------------------------------------------------------------------------
+# -- fair lanes (sluice.features.fair) -----------------------------------------------------------------------------
 
 
 def test_status_shows_a_fair_lanes_tenants_and_what_waits_in_their_lines(session, monkeypatch, capsys):

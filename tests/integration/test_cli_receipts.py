@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from sluice.clock import FakeClock
-from sluice.events import StatusChange
-from sluice.model import Outcome
+from sluice.core.clock import FakeClock
+from sluice.core.events import StatusChange
+from sluice.core.model import Outcome
 from tests.support.cli import sluice
 
 

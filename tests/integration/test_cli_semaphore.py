@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from sluice.adapters.dynamo_codec import plain
-from sluice.adapters.dynamo_semaphore import DynamoSemaphoreStore
-from sluice.adapters.sfn_tokens import SfnTokens
-from sluice.asl import StateNames, check_definition
+from sluice.adapters.aws.sfn_tokens import SfnTokens
+from sluice.adapters.dynamo.codec import plain
+from sluice.adapters.dynamo.semaphore import DynamoSemaphoreStore
 from sluice.cli.render import when
-from sluice.clock import FakeClock
-from sluice.semaphore import Semaphores
-from sluice.semaphore_model import Outcome
+from sluice.core.clock import FakeClock
+from sluice.semaphore.asl import StateNames, check_definition
+from sluice.semaphore.model import Outcome
+from sluice.semaphore.step import Semaphores
 from tests.support.aws import NO_RETRY
 from tests.support.cli import clear_sluice_env, sluice
 

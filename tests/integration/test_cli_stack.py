@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from sluice.adapters.dynamodb import execution_pk
+from sluice.adapters.dynamo.store import execution_pk
 from tests.support.aws import REGION, build_stack
 from tests.support.cli import clear_sluice_env, deploy, parameter, sluice
 from tests.support.hooks import error_answer

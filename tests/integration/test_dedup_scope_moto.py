@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 from freezegun import freeze_time
 
-from sluice.clock import FakeClock
-from sluice.effects import EFFECTS_FIELD
-from sluice.events import StatusChange
-from sluice.model import Outcome, ParkedMessage
-from sluice.names import execution_name
-from sluice.parking import sweep
-from sluice.settings import DuplicatePolicy
+from sluice.core.clock import FakeClock
+from sluice.core.events import StatusChange
+from sluice.core.model import Outcome, ParkedMessage
+from sluice.core.names import execution_name
+from sluice.features.effects import EFFECTS_FIELD
+from sluice.features.parking import sweep
+from sluice.launch.settings import DuplicatePolicy
 from tests.support.aws import build_stack
 from tests.support.hooks import Crash, crash_after
 from tests.support.sqs_dedup import SqsDedup, sqs_dedup

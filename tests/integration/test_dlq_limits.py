@@ -14,8 +14,8 @@ import uuid
 
 import pytest
 
-from sluice.adapters.sqs import SqsQueue, dead_letter_copy, message_size
-from sluice.model import Message, Outcome
+from sluice.adapters.aws.sqs import SqsQueue, dead_letter_copy, message_size
+from sluice.core.model import Message, Outcome
 from tests.support.bad_input import SQS_MAX_BYTES, sqs_message_size, sqs_size_limit
 
 LIMIT = SQS_MAX_BYTES

@@ -1,4 +1,4 @@
-"""Effects with the real adapters on moto (sluice.effects): follow-up payloads of a SUCCEEDED
+"""Effects with the real adapters on moto (sluice.features.effects): follow-up payloads of a SUCCEEDED
 execution enqueued once, whatever happens to its events and to the handler.
 
 moto's FIFO deduplication compares a message only with those still in the queue, by real time; real
@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from freezegun import freeze_time
 
-from sluice.completion import settle_status_change
-from sluice.effects import EFFECTS_FIELD, MAX_EFFECTS, effect_id
-from sluice.events import StatusChange
-from sluice.model import Outcome
-from sluice.names import ORIGIN_ATTRIBUTE
+from sluice.core.events import StatusChange
+from sluice.core.model import Outcome
+from sluice.core.names import ORIGIN_ATTRIBUTE
+from sluice.features.effects import EFFECTS_FIELD, MAX_EFFECTS, effect_id
+from sluice.launch.completion import settle_status_change
 from tests.support.aws import REGION, build_stack
 from tests.support.hooks import Crash, count_calls, crash_after, receipts_of
 

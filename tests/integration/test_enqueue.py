@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from sluice.core.model import Outcome
 from sluice.enqueue import enqueue, read_items
-from sluice.model import Outcome
 
 
 def all_messages(stack) -> list[dict]:

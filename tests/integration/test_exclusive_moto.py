@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from sluice import concurrency
-from sluice.adapters.dynamo_codec import plain
-from sluice.adapters.dynamodb import create_table
-from sluice.clock import FakeClock
+from sluice.adapters.dynamo.codec import plain
+from sluice.adapters.dynamo.store import create_table
 from sluice.concurrency import Busy, MissingKey, exclusive
-from sluice.errors import TransientError
+from sluice.core.clock import FakeClock
+from sluice.core.errors import TransientError
 from tests.contract.slots_fixtures import in_threads
 from tests.support.aws import NO_RETRY, LambdaContext
 from tests.support.hooks import Crash, count_calls, throttle

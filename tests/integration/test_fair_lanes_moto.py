@@ -8,10 +8,10 @@ from collections import Counter
 
 import pytest
 
-from sluice.clock import FakeClock
-from sluice.events import StatusChange
-from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE
-from sluice.model import Outcome
+from sluice.core.clock import FakeClock
+from sluice.core.events import StatusChange
+from sluice.core.model import Outcome
+from sluice.features.keys import CONCURRENCY_KEY_ATTRIBUTE
 from tests.support.aws import build_stack
 from tests.support.hooks import count_calls
 

@@ -1,4 +1,4 @@
-"""A completion's refill by hand-over, on moto with the real adapters (``sluice.handover``): the
+"""A completion's refill by hand-over, on moto with the real adapters (``sluice.launch.handover``): the
 freed slot passes to the next payload in the release's own transaction. Calls counted by
 operation; crashes and refusals injected through botocore hooks, each asserted to have fired."""
 
@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from sluice.clock import FakeClock
-from sluice.events import StatusChange
-from sluice.model import Outcome, PayloadState
-from sluice.names import execution_name
+from sluice.core.clock import FakeClock
+from sluice.core.events import StatusChange
+from sluice.core.model import Outcome, PayloadState
+from sluice.core.names import execution_name
 from sluice.ops.maximum import set_max
 from tests.support.aws import build_stack
 from tests.support.hooks import Crash, count_calls, crash_after, error_answer, receipts_of, throttle
@@ -43,7 +43,7 @@ def test_a_refill_is_a_read_a_receive_one_write_a_start_and_a_delete(stack):
     calls = count_calls(rt.client("dynamodb"), rt.client("sqs"), rt.client("stepfunctions"))
     released, refill, _ = end(rt, stack, first)
     assert released and refill.n(Outcome.STARTED) == 1
-    # UpdateItem: the start mark, the fence against reconciliation's block (sluice.per_message).
+    # UpdateItem: the start mark, the fence against reconciliation's block (sluice.launch.per_message).
     assert calls == Counter(
         BatchGetItem=1,
         ReceiveMessage=1,

@@ -14,13 +14,13 @@ from typing import Any, TypeVar
 
 import pytest
 
-from sluice.awaits import AWAITS_ATTRIBUTE, Waiter
-from sluice.clock import FakeClock
-from sluice.events import StatusChange
-from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE, TICKET_ATTRIBUTE, KeyWaiter
-from sluice.model import Outcome
-from sluice.names import ORIGIN_ATTRIBUTE, execution_name
-from sluice.settings import DuplicatePolicy
+from sluice.core.clock import FakeClock
+from sluice.core.events import StatusChange
+from sluice.core.model import Outcome
+from sluice.core.names import ORIGIN_ATTRIBUTE, execution_name
+from sluice.features.awaits import AWAITS_ATTRIBUTE, Waiter
+from sluice.features.keys import CONCURRENCY_KEY_ATTRIBUTE, TICKET_ATTRIBUTE, KeyWaiter
+from sluice.launch.settings import DuplicatePolicy
 from tests.support.aws import Stack, build_stack
 from tests.support.sqs_rules import SqsRules, sqs_rules
 

@@ -9,9 +9,9 @@ from collections import Counter
 
 import pytest
 
-from sluice.clock import FakeClock
-from sluice.errors import ConfigurationError
-from sluice.model import Outcome, PayloadState
+from sluice.core.clock import FakeClock
+from sluice.core.errors import ConfigurationError
+from sluice.core.model import Outcome, PayloadState
 from tests.reliability.world import WINDOW
 from tests.support.aws import build_stack, new_machine
 from tests.support.faults import Interleave

@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 from moto.stepfunctions import models as sfn_models
 
-from sluice import keys
-from sluice.clock import FakeClock
-from sluice.events import StatusChange
-from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE, TICKET_ATTRIBUTE
-from sluice.model import Outcome
-from sluice.names import execution_name
-from sluice.records import INFLIGHT_SECONDS
+from sluice.core.clock import FakeClock
+from sluice.core.events import StatusChange
+from sluice.core.model import Outcome
+from sluice.core.names import execution_name
+from sluice.core.records import INFLIGHT_SECONDS
+from sluice.features import keys
+from sluice.features.keys import CONCURRENCY_KEY_ATTRIBUTE, TICKET_ATTRIBUTE
 from tests.support.aws import Stack, build_stack
 from tests.support.hooks import Crash, error_answer
 from tests.support.moto_patches import atomic_fast_moto
@@ -633,7 +633,7 @@ def test_deferred_duplicates_of_a_keyed_payload_and_the_line(session: Any, watch
     cap 1) arrive while p runs, and q waits in k's line. The duplicates park behind p's run (the
     lease is checked before the key), come back when it ends, then queue behind q: p never runs
     twice at once, nothing is lost, the key's line ends empty."""
-    from sluice.settings import DuplicatePolicy
+    from sluice.launch.settings import DuplicatePolicy
 
     stack = make(session, watch, cap=1, duplicate_policy=DuplicatePolicy.DEFER)
     sent = [send(stack, "p"), send(stack, "q", group="h")]

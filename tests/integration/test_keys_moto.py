@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from sluice.clock import FakeClock
-from sluice.events import StatusChange
-from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE
-from sluice.model import Outcome
-from sluice.names import execution_name
+from sluice.core.clock import FakeClock
+from sluice.core.events import StatusChange
+from sluice.core.model import Outcome
+from sluice.core.names import execution_name
+from sluice.features.keys import CONCURRENCY_KEY_ATTRIBUTE
 from tests.support.aws import build_stack
 from tests.support.faults import AttemptFaults, Fault, Injector, throttled
 from tests.support.hooks import Crash, count_calls, crash_after, error_answer

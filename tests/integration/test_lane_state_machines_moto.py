@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from sluice.clock import FakeClock
-from sluice.errors import ConfigurationError
-from sluice.events import StatusChange
-from sluice.lanes import parse_lane_state_machines, parse_lanes
-from sluice.model import Outcome, PayloadState
-from sluice.settings import Settings
+from sluice.core.clock import FakeClock
+from sluice.core.errors import ConfigurationError
+from sluice.core.events import StatusChange
+from sluice.core.model import Outcome, PayloadState
+from sluice.features.lanes import parse_lane_state_machines, parse_lanes
+from sluice.launch.settings import Settings
 from tests.support.aws import build_stack
 from tests.support.hooks import count_calls
 

@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from sluice.clock import FakeClock
-from sluice.errors import ConfigurationError
-from sluice.events import StatusChange
-from sluice.lanes import LANE_ATTRIBUTE
-from sluice.model import Outcome
-from sluice.records import LaneSetting
+from sluice.core.clock import FakeClock
+from sluice.core.errors import ConfigurationError
+from sluice.core.events import StatusChange
+from sluice.core.model import Outcome
+from sluice.core.records import LaneSetting
+from sluice.features.lanes import LANE_ATTRIBUTE
 from tests.support.aws import build_stack
 from tests.support.hooks import count_calls
 
@@ -143,7 +143,7 @@ def test_a_message_claiming_a_lane_from_another_queue_keeps_the_queues_lane(stac
 
 
 def test_an_unknown_lane_is_a_clear_error():
-    from sluice.settings import Settings
+    from sluice.launch.settings import Settings
 
     with pytest.raises(ConfigurationError, match="no lane 'gpux'"):
         Settings(lanes=()).lane("gpux")

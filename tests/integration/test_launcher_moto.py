@@ -9,13 +9,13 @@ import threading
 import pytest
 from freezegun import freeze_time
 
-from sluice.clock import FakeClock
-from sluice.completion import handle_status_change
-from sluice.errors import ConfigurationError
-from sluice.events import StatusChange
-from sluice.model import Outcome, PayloadState
-from sluice.names import execution_name
-from sluice.per_message import THROTTLED_STARTS
+from sluice.core.clock import FakeClock
+from sluice.core.errors import ConfigurationError
+from sluice.core.events import StatusChange
+from sluice.core.model import Outcome, PayloadState
+from sluice.core.names import execution_name
+from sluice.launch.completion import handle_status_change
+from sluice.launch.per_message import THROTTLED_STARTS
 from tests.support.aws import build_stack, status_change_event
 from tests.support.hooks import (
     Crash,
@@ -362,7 +362,7 @@ def test_api_calls_per_start_and_tick_cost_independent_of_backlog(session):
     small_per_start, small_total = measure(12)
     _, large_total = measure(60)
     assert small_total == large_total  # same work for 12 or 60 queued
-    # Per start: claim, the start mark (the fence against a block: sluice.per_message), StartExecution. Per tick: DescribeStateMachine, reconciliation (2 ledger
+    # Per start: claim, the start mark (the fence against a block: sluice.launch.per_message), StartExecution. Per tick: DescribeStateMachine, reconciliation (2 ledger
     # reads, ListExecutions of the RUNNING and of the redriven executions, the waiting rooms' three
     # indexes in one read, numbering its count, GetParameter and the count recorded on the caps,
     # save), the read before the receive, receive, delete (no RUNNING mark).

@@ -1,5 +1,5 @@
 """A run-once key's success outlives ``retentionDays`` whatever is written to its payload record after
-it (sluice.receipts): a dead-lettered message of the key and a plain run of it leave the record
+it (sluice.features.receipts): a dead-lettered message of the key and a plain run of it leave the record
 without expiry. The real Launcher and completion on moto; DynamoDB's TTL played as
 ``tests.reliability.actors.BehindTheBack.expire_ttl`` plays it (the clock past the expiry, the item
 deleted)."""
@@ -10,9 +10,9 @@ from collections import Counter
 
 import pytest
 
-from sluice.clock import FakeClock
-from sluice.events import StatusChange
-from sluice.model import Outcome
+from sluice.core.clock import FakeClock
+from sluice.core.events import StatusChange
+from sluice.core.model import Outcome
 from tests.support.aws import Stack, build_stack
 
 DAY = 86_400

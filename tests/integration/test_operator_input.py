@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from handlers import _shared
-from sluice.adapters.ssm import SsmMax, changed_at
-from sluice.clock import FakeClock
-from sluice.model import MaxReading, Outcome
+from sluice.adapters.aws.ssm import SsmMax, changed_at
+from sluice.core.clock import FakeClock
+from sluice.core.model import MaxReading, Outcome
 from tests.support.aws import build_stack
 from tests.support.cli import parameter, receive_all, sluice, use_env
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from sluice.clock import FakeClock
-from sluice.model import Outcome
+from sluice.core.clock import FakeClock
+from sluice.core.model import Outcome
 from tests.support.aws import build_stack
 from tests.support.hooks import count_calls
 from tests.support.moto_patches import atomic_fast_moto

@@ -28,11 +28,11 @@ from typing import Any
 import pytest
 from moto.stepfunctions import models as sfn_models
 
-from sluice.clock import FakeClock
-from sluice.events import StatusChange
-from sluice.names import execution_name
+from sluice.core.clock import FakeClock
+from sluice.core.events import StatusChange
+from sluice.core.names import execution_name
+from sluice.launch.settings import DuplicatePolicy
 from sluice.ops.maximum import set_max
-from sluice.settings import DuplicatePolicy
 from tests.support.aws import Stack, build_stack
 from tests.support.hooks import Crash, crash_after, error_answer
 from tests.support.moto_patches import atomic_fast_moto

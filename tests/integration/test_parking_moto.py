@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from sluice.clock import FakeClock
-from sluice.completion import complete
-from sluice.events import StatusChange
-from sluice.model import Outcome, ParkedMessage, PayloadState
-from sluice.names import ORIGIN_ATTRIBUTE, execution_name
-from sluice.parking import sweep
-from sluice.settings import DuplicatePolicy
+from sluice.core.clock import FakeClock
+from sluice.core.events import StatusChange
+from sluice.core.model import Outcome, ParkedMessage, PayloadState
+from sluice.core.names import ORIGIN_ATTRIBUTE, execution_name
+from sluice.features.parking import sweep
+from sluice.launch.completion import complete
+from sluice.launch.settings import DuplicatePolicy
 from tests.support.aws import build_stack
 from tests.support.hooks import Crash, count_calls, crash_after
 

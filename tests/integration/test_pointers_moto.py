@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from handlers import _shared
-from sluice.model import Outcome
-from sluice.pointers import POINTER_FIELD, object_key
+from sluice.core.model import Outcome
+from sluice.features.pointers import POINTER_FIELD, object_key
 from tests.support.aws import REGION, build_stack
 from tests.support.cli import sluice, use_env
 from tests.support.hooks import error_answer, throttle

@@ -1,13 +1,13 @@
-"""Receipts and run-once keys with the real adapters on moto (sluice.receipts)."""
+"""Receipts and run-once keys with the real adapters on moto (sluice.features.receipts)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 
-from sluice.events import StatusChange
-from sluice.model import Outcome, PayloadState
-from sluice.receipts import read_receipt
+from sluice.core.events import StatusChange
+from sluice.core.model import Outcome, PayloadState
+from sluice.features.receipts import read_receipt
 from tests.support.aws import REGION, build_stack
 
 

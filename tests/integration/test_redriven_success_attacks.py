@@ -1,4 +1,4 @@
-"""Attacks on a redriven run's success heard after its release (``sluice.completion._later_success``,
+"""Attacks on a redriven run's success heard after its release (``sluice.launch.completion._later_success``,
 ``ReleasesTable.record_later_success``), and on the ``once_unknown`` mark of a holder released with
 an unknown outcome (``_release_vanished``) as run-once claims and awaits read it.
 

@@ -9,8 +9,8 @@ import contextlib
 import json
 from typing import Any
 
-from sluice.clock import FakeClock
-from sluice.model import Outcome
+from sluice.core.clock import FakeClock
+from sluice.core.model import Outcome
 from sluice.runtime import CLIENT_CONFIG
 from tests.integration.test_stale_describe_moto import RUNNING, body, runs_of, sfn_of, stale_describe
 from tests.reliability.world import WINDOW, World

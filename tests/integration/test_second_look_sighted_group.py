@@ -31,8 +31,8 @@ from typing import Any
 
 import pytest
 
-from sluice.message_branches import MessageBranches
-from sluice.model import Outcome
+from sluice.core.model import Outcome
+from sluice.launch.message_branches import MessageBranches
 from tests.reliability.world import VISIBILITY, WINDOW, PromiseBroken, World
 from tests.support.faults import CrashAt, Fault, Injector, throttled
 from tests.support.hooks import _Http

@@ -27,11 +27,11 @@ from moto.core import DEFAULT_ACCOUNT_ID
 
 from handlers import _shared
 from handlers import semaphore as semaphore_handler
-from sluice.adapters.dynamodb import create_table
-from sluice.clock import FakeClock
+from sluice.adapters.dynamo.store import create_table
+from sluice.core.clock import FakeClock
+from sluice.launch.settings import Settings
 from sluice.runtime import Runtime
-from sluice.semaphore_service import BadSemaphoreRequest
-from sluice.settings import Settings
+from sluice.semaphore.service import BadSemaphoreRequest
 from tests.support.aws import NO_RETRY, REGION, LambdaContext, scheduled_event, status_change_event
 
 TABLE = "sluice-semaphore-test"

@@ -28,14 +28,14 @@ from moto import mock_aws
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.stepfunctions.models import stepfunctions_backends
 
-from sluice.adapters.dynamo_codec import plain
-from sluice.adapters.dynamo_semaphore import DynamoSemaphoreStore
-from sluice.adapters.dynamodb import create_table
-from sluice.adapters.sfn_tokens import SfnTokens
-from sluice.clock import FakeClock
-from sluice.errors import ConfigurationError, TransientError
-from sluice.semaphore import DELIVERY_GRACE, Semaphores
-from sluice.semaphore_model import Delivery, Outcome, Released
+from sluice.adapters.aws.sfn_tokens import SfnTokens
+from sluice.adapters.dynamo.codec import plain
+from sluice.adapters.dynamo.semaphore import DynamoSemaphoreStore
+from sluice.adapters.dynamo.store import create_table
+from sluice.core.clock import FakeClock
+from sluice.core.errors import ConfigurationError, TransientError
+from sluice.semaphore.model import Delivery, Outcome, Released
+from sluice.semaphore.step import DELIVERY_GRACE, Semaphores
 from tests.support.aws import NO_RETRY, REGION
 from tests.support.hooks import Crash, error_answer
 

@@ -9,8 +9,8 @@ import json
 import pytest
 from botocore.exceptions import ReadTimeoutError
 
-from sluice.adapters.sfn import StepFunctionsExecutions
-from sluice.errors import TransientError
+from sluice.adapters.aws.sfn import StepFunctionsExecutions
+from sluice.core.errors import TransientError
 from tests.support.hooks import throttle
 
 DEFINITION = json.dumps({"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}})

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from sluice.model import Outcome, PayloadState
+from sluice.core.model import Outcome, PayloadState
 from tests.reliability.world import CLAIM_TIMEOUT, VISIBILITY, WINDOW, World
 from tests.support.aws import build_stack, status_change_event
 from tests.support.faults import CrashAt, Interleave, StaleList
@@ -270,8 +270,8 @@ def test_a_resubmission_just_after_its_keys_run_ended_is_looked_at_again(session
     assert summary.n(Outcome.RECHECK) == 1 and stack.queue_counts() == (0, 1)
     assert stack.runtime().store().payload("p").duplicates == 0
     event = status_change_event(stack.settings.state_machine_arn, p, "SUCCEEDED")
-    from sluice.completion import settle_status_change
-    from sluice.events import StatusChange
+    from sluice.core.events import StatusChange
+    from sluice.launch.completion import settle_status_change
 
     released = settle_status_change(
         StatusChange.from_event(event),

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from moto.core import DEFAULT_ACCOUNT_ID
 
-from sluice.adapters.dynamodb import DynamoStore, create_table
-from sluice.adapters.memory import MemoryStore
-from sluice.clock import FakeClock
-from sluice.model import Outcome, PayloadState
+from sluice.adapters.dynamo.store import DynamoStore, create_table
+from sluice.adapters.memory.store import MemoryStore
+from sluice.core.clock import FakeClock
+from sluice.core.model import Outcome, PayloadState
 from tests.integration import test_breaker_findings as findings
 from tests.integration.test_stale_describe_moto import RUNNING, body, runs_of, sfn_of, stale_describe
 from tests.reliability.world import WINDOW, World

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import contextlib
 
-from sluice.clock import FakeClock
-from sluice.model import Outcome
+from sluice.core.clock import FakeClock
+from sluice.core.model import Outcome
 from tests.support.aws import build_stack
 from tests.support.hooks import count_calls, receipts_of, throttle
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from sluice.clock import FakeClock
-from sluice.events import StatusChange
-from sluice.model import PayloadState
-from sluice.settings import DuplicatePolicy
+from sluice.core.clock import FakeClock
+from sluice.core.events import StatusChange
+from sluice.core.model import PayloadState
+from sluice.launch.settings import DuplicatePolicy
 from tests.support.aws import Stack, build_stack, new_machine
 from tests.support.hooks import Crash, crash_after, crash_before, receipts_of
 

@@ -11,8 +11,8 @@ from dataclasses import replace
 
 import pytest
 
-from sluice.clock import FakeClock
-from sluice.model import Outcome, PayloadState
+from sluice.core.clock import FakeClock
+from sluice.core.model import Outcome, PayloadState
 from sluice.ops.dlq import dlq_redrive
 from tests.integration.test_once_ttl_moto import expire_ttl
 from tests.support.aws import Stack, build_stack, new_machine

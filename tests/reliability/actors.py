@@ -20,8 +20,8 @@ import boto3
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.stepfunctions.models import stepfunctions_backends
 
-from sluice.clock import FakeClock
-from sluice.model import REDRIVE_WINDOW_SECONDS
+from sluice.core.clock import FakeClock
+from sluice.core.model import REDRIVE_WINDOW_SECONDS
 from sluice.runtime import Runtime
 from tests.support.aws import NO_RETRY, REGION, status_change_event
 from tests.support.faults import Injector

@@ -30,11 +30,11 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
-from sluice.adapters.dynamo_lease import DynamoLeases
-from sluice.adapters.dynamodb import create_table
-from sluice.adapters.memory_lease import MemoryLeases
-from sluice.clock import FakeClock
+from sluice.adapters.dynamo.lease import DynamoLeases
+from sluice.adapters.dynamo.store import create_table
+from sluice.adapters.memory.lease import MemoryLeases
 from sluice.concurrency import Busy, exclusive
+from sluice.core.clock import FakeClock
 from tests.reliability.machine import weighted
 from tests.reliability.promises import PromiseBroken
 from tests.support.aws import NO_RETRY, REGION, LambdaContext

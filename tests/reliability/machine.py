@@ -49,7 +49,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from moto.moto_api._internal import mock_random
 
-from sluice.lanes import DEFAULT_LANE
+from sluice.features.lanes import DEFAULT_LANE
 from sluice.runtime import CLIENT_CONFIG
 from tests.reliability.world import World
 from tests.support.faults import (
@@ -177,12 +177,12 @@ HISTORY_RUNS = 9_000  # a key claimed this often before the program starts
 CKEYS = ("t0", "t1")
 KEYED_PAYLOADS = ("k0", "k1", "k2", "new", "new", "new", "p0", "p2")
 KEY_CAPS = (0, 1, 2, None)
-# The tenant of a fair lane's unkeyed payloads (``lane:<name>``, sluice.fair), whose own cap the
+# The tenant of a fair lane's unkeyed payloads (``lane:<name>``, sluice.features.fair), whose own cap the
 # operator may set as any key's: on a stack without a fair lane, ``SetKeyCap`` of it does nothing.
 UNKEYED_TENANT = "lane:<fair>"
-# Lanes (sluice.lanes): half the programs have none; the others a priority lane beside the default
+# Lanes (sluice.features.lanes): half the programs have none; the others a priority lane beside the default
 # one (the sum of the lanes' MAXes is 3), three lanes of one priority with weights 2, 1 and 1 (the
-# default lane implied, with the global MAX), or a fair lane (sluice.fair): the default lane itself,
+# default lane implied, with the global MAX), or a fair lane (sluice.features.fair): the default lane itself,
 # or a fair lane beside a priority lane and the implied default one. Keyed payloads in a fair lane
 # are its tenants by key, unkeyed ones its tenant ``lane:<name>``.
 LANE_CONFIGS = (
@@ -466,7 +466,7 @@ ACTIONS = weighted(
     # concurrency keys (issue 11)
     (2, KEYED),
     (1, KEY_CAP),
-    # lanes (sluice.lanes): nothing on a stack without lanes
+    # lanes (sluice.features.lanes): nothing on a stack without lanes
     (1, LANE_MAX),
 )
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from sluice.lanes import DEFAULT_LANE, by_priority
-from sluice.model import TERMINAL_STATUSES
-from sluice.records import INFLIGHT_SECONDS
+from sluice.core.model import TERMINAL_STATUSES
+from sluice.core.records import INFLIGHT_SECONDS
+from sluice.features.lanes import DEFAULT_LANE, by_priority
 from tests.support.model import AWAIT_REASON, awaited_keys
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ class Promises:
         """On a stack with lanes, after every step: every global slot's holder holds a slot of its
         own lane (the lane on its ``EXEC#`` record) and no other, every lane's slot is held by a
         holder of a global slot, and the lanes' pools changed only by the claims, releases and
-        adoptions the model saw (``sluice.lanes``: one transaction takes or gives both)."""
+        adoptions the model saw (``sluice.features.lanes``: one transaction takes or gives both)."""
         held = self.lane_holders(items)
         lanes: dict[str, str] = {}
         problems = []

@@ -49,7 +49,7 @@ from tests.support.faults import STATS, count
 
 ACQUISITION_IDS = ("one", "two")
 MAX_EXECUTIONS = 10
-# The steps where the races live (lib/sluice/semaphore.py), drawn more often: the grant's record, the
+# The steps where the races live (lib/sluice/semaphore/step.py), drawn more often: the grant's record, the
 # permit's claim, SendTaskSuccess and its record, a release's two writes.
 RACES = ("grant", "claim", "send", "send", "delivered", "end", "free")
 Fault = tuple[str, str, int] | None

@@ -25,14 +25,14 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluice.adapters.dynamo_semaphore import DynamoSemaphoreStore
-from sluice.adapters.dynamodb import create_table
-from sluice.adapters.memory_semaphore import MemorySemaphoreStore, MemoryTokens
-from sluice.clock import FakeClock
-from sluice.semaphore import DELIVERY_GRACE, Semaphores
-from sluice.semaphore_model import Acquisition, Delivery, State, holder_name, pool_of
-from sluice.semaphore_service import SemaphoreService
-from sluice.slots import Occupancy
+from sluice.adapters.dynamo.semaphore import DynamoSemaphoreStore
+from sluice.adapters.dynamo.store import create_table
+from sluice.adapters.memory.semaphore import MemorySemaphoreStore, MemoryTokens
+from sluice.core.clock import FakeClock
+from sluice.primitives.slots import Occupancy
+from sluice.semaphore.model import Acquisition, Delivery, State, holder_name, pool_of
+from sluice.semaphore.service import SemaphoreService
+from sluice.semaphore.step import DELIVERY_GRACE, Semaphores
 from tests.reliability.promises import PromiseBroken
 from tests.support.aws import NO_RETRY, REGION, status_change_event
 from tests.support.faults import STATS, count
@@ -109,7 +109,7 @@ _SEMA_UPDATES = (
 
 
 def dynamo_step(operation: str, body: dict[str, Any]) -> str | None:
-    """The semaphore protocol step a DynamoDB request performs (lib/sluice/adapters/dynamo_semaphore.py)."""
+    """The semaphore protocol step a DynamoDB request performs (lib/sluice/adapters/dynamo/semaphore.py)."""
     if operation == "UpdateItem":
         pk, expression = body["Key"]["pk"]["S"], body.get("UpdateExpression", "")
         if pk.startswith("SLOTS#") and expression.startswith("SET holders.#n"):

@@ -1,4 +1,4 @@
-"""Every ``sluice-*`` attribute is input (``sluice.attributes``): values drawn for each attribute of
+"""Every ``sluice-*`` attribute is input (``sluice.features.attributes``): values drawn for each attribute of
 the catalogue, valid and invalid (unicode digits, huge numbers, deep nesting, control characters,
 2 KiB strings), on moto through the real launcher and completion.
 
@@ -27,11 +27,11 @@ from botocore.exceptions import ClientError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sluice import attributes
-from sluice.attributes import CATALOGUE, check_attributes, reference_table
-from sluice.clock import FakeClock
-from sluice.events import StatusChange
-from sluice.model import Message
+from sluice.core.clock import FakeClock
+from sluice.core.events import StatusChange
+from sluice.core.model import Message
+from sluice.features import attributes
+from sluice.features.attributes import CATALOGUE, check_attributes, reference_table
 from tests.support.aws import build_stack, moto_session
 from tests.support.sqs_rules import sqs_rules
 
@@ -351,7 +351,7 @@ def test_a_value_sqs_refuses_is_refused_at_the_send() -> None:
 
 
 def test_the_dead_letter_annotations_are_the_adapters() -> None:
-    from sluice.adapters import sqs
+    from sluice.adapters.aws import sqs
 
     assert (sqs.REASON_ATTRIBUTE, sqs.SOURCE_ATTRIBUTE, sqs.RECEIVES_ATTRIBUTE) == (
         attributes.REASON_ATTRIBUTE,

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-import sluice.adapters.sqs
-from sluice import attributes
-from sluice.clock import FakeClock
+import sluice.adapters.aws.sqs
+from sluice.core.clock import FakeClock
+from sluice.features import attributes
 from tests.integration import test_breaker_findings as findings
 from tests.support.aws import build_stack, moto_session
 
@@ -38,9 +38,9 @@ def test_a_catalogue_that_reads_the_lowercase_prefix_only_is_caught(
 def test_a_queue_adapter_that_drops_binary_attributes_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """The translation before the fix: a Binary attribute is dropped before the catalogue sees it,
     so a Binary ``sluice-concurrency-key`` vanishes and both payloads of key c run."""
-    translate = sluice.adapters.sqs._message
+    translate = sluice.adapters.aws.sqs._message
     monkeypatch.setattr(
-        sluice.adapters.sqs, "_message", lambda raw: replace(translate(raw), binary_attributes={})
+        sluice.adapters.aws.sqs, "_message", lambda raw: replace(translate(raw), binary_attributes={})
     )
     binary = {"DataType": "Binary", "BinaryValue": b"c"}
     with pytest.raises(AssertionError, match="run under a cap of 1"), moto_session() as session:

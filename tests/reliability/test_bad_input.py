@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from moto import mock_aws
 
-from sluice.model import Outcome
-from sluice.names import NAME_PATTERN
+from sluice.core.model import Outcome
+from sluice.core.names import NAME_PATTERN
 from tests.reliability.world import pool
 from tests.support.aws import build_stack
 from tests.support.bad_input import EXTREME_PAYLOADS, HOSTILE, sqs_size_limit

@@ -28,54 +28,54 @@ from hypothesis import strategies as st
 from hypothesis.errors import Flaky
 from hypothesis.stateful import rule, run_state_machine_as_test
 
-import sluice.adapters.dynamo_claims
-import sluice.adapters.dynamo_keys
-import sluice.adapters.dynamo_parking
-import sluice.adapters.dynamo_release
-import sluice.adapters.dynamodb
-import sluice.adapters.sfn
-import sluice.adapters.sqs
-import sluice.admission
-import sluice.completion
+import sluice.adapters.aws.sfn
+import sluice.adapters.aws.sqs
+import sluice.adapters.dynamo.claims
+import sluice.adapters.dynamo.keys
+import sluice.adapters.dynamo.parking
+import sluice.adapters.dynamo.release
+import sluice.adapters.dynamo.store
 import sluice.concurrency
-import sluice.fair
-import sluice.fanout
-import sluice.handover
-import sluice.keys
-import sluice.lane_admission
-import sluice.launcher
-import sluice.message_branches
+import sluice.features.fair
+import sluice.features.keys
+import sluice.features.pointers
+import sluice.launch.admission
+import sluice.launch.completion
+import sluice.launch.handover
+import sluice.launch.lane_admission
+import sluice.launch.launcher
+import sluice.launch.message_branches
+import sluice.launch.per_message
+import sluice.launch.reconcile
 import sluice.ops.maximum
-import sluice.per_message
-import sluice.pointers
-import sluice.reconcile
+import sluice.primitives.fanout
 import sluice.runtime
-from sluice.adapters.dynamo_claims import ClaimsTable
-from sluice.adapters.dynamo_keys import KeysTable
-from sluice.adapters.dynamo_lanes import LaneSlots
-from sluice.adapters.dynamo_launch_slots import POOL
-from sluice.adapters.dynamo_slots import release_item
-from sluice.adapters.dynamodb import DynamoStore, create_table
-from sluice.adapters.memory_lease import MemoryLeases
-from sluice.adapters.ssm import SsmMax
-from sluice.clock import FakeClock
-from sluice.completion import complete
-from sluice.errors import AmbiguousStartError, InvalidPayload, NotFound, SluiceError, TransientError
-from sluice.keys import TICKET_ATTRIBUTE
-from sluice.lane_admission import LaneAdmission
-from sluice.launcher import Launcher
-from sluice.lease import LeaseSlot
-from sluice.message_branches import MessageBranches
-from sluice.model import LimitSource, MaxReading, PayloadState
-from sluice.names import ORIGIN_ATTRIBUTE, origin_id
-from sluice.per_message import THROTTLED_STARTS, MessageProtocol
-from sluice.pointers import Pointer
+from sluice.adapters.aws.ssm import SsmMax
+from sluice.adapters.dynamo.claims import ClaimsTable
+from sluice.adapters.dynamo.keys import KeysTable
+from sluice.adapters.dynamo.lanes import LaneSlots
+from sluice.adapters.dynamo.launch_slots import POOL
+from sluice.adapters.dynamo.slots import release_item
+from sluice.adapters.dynamo.store import DynamoStore, create_table
+from sluice.adapters.memory.lease import MemoryLeases
+from sluice.core.clock import FakeClock
+from sluice.core.errors import AmbiguousStartError, InvalidPayload, NotFound, SluiceError, TransientError
+from sluice.core.model import LimitSource, MaxReading, PayloadState
+from sluice.core.names import ORIGIN_ATTRIBUTE, origin_id
+from sluice.features.keys import TICKET_ATTRIBUTE
+from sluice.features.pointers import Pointer
+from sluice.launch.completion import complete
+from sluice.launch.lane_admission import LaneAdmission
+from sluice.launch.launcher import Launcher
+from sluice.launch.message_branches import MessageBranches
+from sluice.launch.per_message import THROTTLED_STARTS, MessageProtocol
+from sluice.launch.settings import DuplicatePolicy
+from sluice.primitives.lease import LeaseSlot
+from sluice.primitives.slots import Capacity
 from sluice.runtime import CLIENT_CONFIG
-from sluice.semaphore import Semaphores
-from sluice.semaphore_model import HandOff, Released, pool_of
-from sluice.semaphore_model import State as SemaphoreState
-from sluice.settings import DuplicatePolicy
-from sluice.slots import Capacity
+from sluice.semaphore.model import HandOff, Released, pool_of
+from sluice.semaphore.model import State as SemaphoreState
+from sluice.semaphore.step import Semaphores
 from tests.contract import test_store_fences as fences
 from tests.integration import test_awaits_moto as awaits_moto
 from tests.integration import test_handover_moto as handover_moto
@@ -191,8 +191,8 @@ def test_the_redelivered_after_its_run_ended_scenario_holds():
 
 
 def test_random_execution_names_are_caught(monkeypatch):
-    monkeypatch.setattr(sluice.per_message, "execution_name", random_name)
-    monkeypatch.setattr(sluice.handover, "execution_name", random_name)
+    monkeypatch.setattr(sluice.launch.per_message, "execution_name", random_name)
+    monkeypatch.setattr(sluice.launch.handover, "execution_name", random_name)
     failure = caught(redelivered_after_its_run_ended)
     assert "exactly once" in str(failure)
 
@@ -266,7 +266,7 @@ def one_sighting_on_the_claimers_clock(store, queue, record, now, reconciler, cl
 
 
 def test_releasing_an_unstarted_claim_on_the_claimers_expiry_is_caught(monkeypatch):
-    monkeypatch.setattr(sluice.reconcile, "_settle_unstarted", one_sighting_on_the_claimers_clock)
+    monkeypatch.setattr(sluice.launch.reconcile, "_settle_unstarted", one_sighting_on_the_claimers_clock)
     caught(breaks.test_a_fresh_claim_survives_a_reconciler_with_a_skewed_clock, skew=900.0)
 
 
@@ -277,7 +277,7 @@ def at_first_sight(store, queue, record, now, reconciler, claim_timeout):
 
 
 def test_releasing_a_claim_before_it_expires_is_caught(monkeypatch):
-    monkeypatch.setattr(sluice.reconcile, "_settle_unstarted", at_first_sight)
+    monkeypatch.setattr(sluice.launch.reconcile, "_settle_unstarted", at_first_sight)
     caught(breaks.test_a_resumed_claim_never_starts_after_reconciliation_released_it)
 
 
@@ -314,7 +314,7 @@ def test_the_retried_start_scenario_holds():
 
 
 def test_a_retried_start_taken_for_a_refusal_is_caught(monkeypatch):
-    monkeypatch.setattr(sluice.adapters.sfn, "_retried", lambda exc: False)
+    monkeypatch.setattr(sluice.adapters.aws.sfn, "_retried", lambda exc: False)
     caught(retried_start_then_refill)
 
 
@@ -357,8 +357,10 @@ def test_a_redriven_execution_left_out_of_the_ledger_is_caught(monkeypatch):
 
 
 def test_an_earlier_runs_event_releasing_an_adopted_execution_is_caught(monkeypatch):
-    monkeypatch.setattr(sluice.completion, "_ended_by_its_own_word", lambda executions: lambda record: True)
-    monkeypatch.setattr(sluice.completion, "_not_its_earlier_end", lambda change: lambda record: True)
+    monkeypatch.setattr(
+        sluice.launch.completion, "_ended_by_its_own_word", lambda executions: lambda record: True
+    )
+    monkeypatch.setattr(sluice.launch.completion, "_not_its_earlier_end", lambda change: lambda record: True)
     caught(breaks.test_a_repeated_event_of_a_redriven_executions_earlier_run_releases_nothing)
 
 
@@ -366,12 +368,12 @@ def test_records_of_redrivable_executions_kept_only_for_the_retention_is_caught(
     def retention_only(state, *, now, retention_seconds, ran=False):
         return int(now) + retention_seconds
 
-    monkeypatch.setattr(sluice.adapters.dynamo_release, "record_expiry", retention_only)
+    monkeypatch.setattr(sluice.adapters.dynamo.release, "record_expiry", retention_only)
     caught(breaks.test_an_execution_redriven_after_the_retention_period_still_holds_its_key)
 
 
 def test_a_reconciliation_that_never_blocks_a_claim_of_a_redriven_key_is_caught(monkeypatch):
-    monkeypatch.setattr(sluice.reconcile, "_hold_for_redriven", lambda *args: None)
+    monkeypatch.setattr(sluice.launch.reconcile, "_hold_for_redriven", lambda *args: None)
     caught(breaks.test_a_claim_of_a_key_whose_earlier_run_was_redriven_never_starts)
 
 
@@ -400,7 +402,9 @@ def test_a_resume_that_ignores_the_block_is_caught(monkeypatch):
 
     monkeypatch.setattr(DynamoStore, "renew", ignoring_the_block)
     # The resume's second fence, the key's redriven mark read after the renewal, is patched out too.
-    monkeypatch.setattr(sluice.message_branches.MessageBranches, "_yield_to_redriven", lambda *args: False)
+    monkeypatch.setattr(
+        sluice.launch.message_branches.MessageBranches, "_yield_to_redriven", lambda *args: False
+    )
     caught(breaks.test_a_claim_of_a_key_whose_earlier_run_was_redriven_never_starts)
 
 
@@ -485,7 +489,7 @@ def resubmission_judged_twice(make_world: Callable[..., World]) -> None:
 
 
 def test_an_unbounded_payload_history_is_caught(monkeypatch):
-    monkeypatch.setattr(sluice.adapters.dynamo_claims, "HISTORY_LIMIT", 10**9)
+    monkeypatch.setattr(sluice.adapters.dynamo.claims, "HISTORY_LIMIT", 10**9)
     caught(breaks.test_a_key_with_a_long_history_keeps_running)
 
 
@@ -518,7 +522,7 @@ def test_the_completion_refill_scenario_holds():
 
 def test_a_completion_that_refills_every_free_slot_is_caught(monkeypatch):
     def every_free_slot(self, change, *, remaining_ms=None):
-        released = sluice.completion.handle_status_change(
+        released = sluice.launch.completion.handle_status_change(
             change,
             store=self.store,
             queue=self.queue,
@@ -663,7 +667,7 @@ def test_the_lost_wake_up_scenario_holds():
 
 
 def test_a_reconciliation_that_never_sweeps_the_waiting_room_is_caught(monkeypatch):
-    monkeypatch.setattr(sluice.reconcile, "sweep", lambda **_: 0)
+    monkeypatch.setattr(sluice.launch.reconcile, "sweep", lambda **_: 0)
     caught(lost_wake_up)
 
 
@@ -671,7 +675,7 @@ def test_a_release_that_misses_a_park_landing_during_it_is_caught(monkeypatch):
     """The release returns the holder's record as read before its transaction, whatever parked
     behind the holder in between: that message is never woken by it (found failing in CI, where
     the holder's name was then claimed again before reconciliation could look)."""
-    items_of = sluice.adapters.dynamo_release.ReleasesTable._release_items
+    items_of = sluice.adapters.dynamo.release.ReleasesTable._release_items
 
     def unconditioned(self, record, ending, **more):
         items = items_of(self, record, ending, **more)
@@ -686,7 +690,7 @@ def test_a_release_that_misses_a_park_landing_during_it_is_caught(monkeypatch):
                 update["ExpressionAttributeValues"].pop(":nparked", None)
         return items
 
-    monkeypatch.setattr(sluice.adapters.dynamo_release.ReleasesTable, "_release_items", unconditioned)
+    monkeypatch.setattr(sluice.adapters.dynamo.release.ReleasesTable, "_release_items", unconditioned)
     with pytest.raises(AssertionError, match="not in what it woke"), moto_session() as session:
         stack = build_stack(session, clock=FakeClock(), duplicate_policy=DuplicatePolicy.DEFER)
         parking_moto.test_a_park_that_lands_while_the_release_is_on_its_way_is_woken_by_that_release(stack)
@@ -698,10 +702,10 @@ def test_a_claim_again_that_erases_what_waits_behind_the_name_is_caught(monkeypa
 
     def erase(items, parked):
         put = items[2]["Put"]
-        put["ConditionExpression"] = sluice.adapters.dynamo_claims.NOT_ENDED  # the parked guard alone gone
+        put["ConditionExpression"] = sluice.adapters.dynamo.claims.NOT_ENDED  # the parked guard alone gone
         put.pop("ReturnValuesOnConditionCheckFailure", None)
 
-    monkeypatch.setattr(sluice.adapters.dynamo_claims, "_carry_parked", erase)
+    monkeypatch.setattr(sluice.adapters.dynamo.claims, "_carry_parked", erase)
     with pytest.raises(AssertionError), moto_session() as session:
         client = session.client("dynamodb")
         create_table(client, "contract")
@@ -712,12 +716,12 @@ def test_a_claim_again_that_erases_what_waits_behind_the_name_is_caught(monkeypa
 def test_a_release_blind_to_the_awaited_flag_is_caught(monkeypatch):
     """The release's lease item is not conditioned on the ``awaited`` flag, so it never learns
     that a waiter parked on its key (while it was on its way, or before): it reads no waiters."""
-    items_of = sluice.adapters.dynamo_release.ReleasesTable._release_items
+    items_of = sluice.adapters.dynamo.release.ReleasesTable._release_items
 
     def blind(self, record, ending, **more):
         return items_of(self, record, ending, **{**more, "awaited": True})
 
-    monkeypatch.setattr(sluice.adapters.dynamo_release.ReleasesTable, "_release_items", blind)
+    monkeypatch.setattr(sluice.adapters.dynamo.release.ReleasesTable, "_release_items", blind)
     with pytest.raises(AssertionError, match="waits on"), moto_session() as session:
         awaits_moto.test_a_waiter_parked_while_the_release_is_on_its_way_is_woken_by_it(
             build_stack(session, clock=FakeClock())
@@ -727,7 +731,7 @@ def test_a_release_blind_to_the_awaited_flag_is_caught(monkeypatch):
 def test_a_wake_up_that_clears_every_parked_id_is_caught(monkeypatch):
     """The wake-up takes the whole ``parked`` set and the index entry away, not just the ids it
     sent: a late one erases what parked behind a new claim of the same name (found by a breaker)."""
-    table = sluice.adapters.dynamo_parking.ParkingTable
+    table = sluice.adapters.dynamo.parking.ParkingTable
     mark_woken = table.unpark
 
     def clear_all(self, holder, message_ids, *, now):
@@ -782,9 +786,9 @@ def test_a_duplicate_check_on_the_machine_in_use_is_caught(monkeypatch):
     """Asking about a key's holder on the stack's state machine rather than the one it was claimed
     on (before a switch) finds no such execution, so an ended holder passes for running and the
     re-submission is dropped as a duplicate."""
-    real = sluice.adapters.sfn.StepFunctionsExecutions.describe
+    real = sluice.adapters.aws.sfn.StepFunctionsExecutions.describe
     monkeypatch.setattr(
-        sluice.adapters.sfn.StepFunctionsExecutions,
+        sluice.adapters.aws.sfn.StepFunctionsExecutions,
         "describe",
         lambda self, name, arn=None: real(self, name, None),
     )
@@ -798,7 +802,7 @@ def test_a_duplicate_check_on_the_machine_in_use_is_caught(monkeypatch):
 def test_a_hand_over_that_ignores_the_shards_cap_is_caught(monkeypatch):
     """The swap passes the freed slot on whatever the shard's cap: a MAX lowered between the
     hand-over's read and its write is not obeyed."""
-    real = sluice.adapters.dynamo_release.swap_item
+    real = sluice.adapters.dynamo.release.swap_item
 
     def uncapped(*args, **kwargs):
         item = real(*args, **kwargs)
@@ -806,7 +810,7 @@ def test_a_hand_over_that_ignores_the_shards_cap_is_caught(monkeypatch):
         update["ConditionExpression"] = update["ConditionExpression"].replace(" AND size(holders) <= cap", "")
         return item
 
-    monkeypatch.setattr(sluice.adapters.dynamo_release, "swap_item", uncapped)
+    monkeypatch.setattr(sluice.adapters.dynamo.release, "swap_item", uncapped)
     with pytest.raises(AssertionError, match="past the lowered MAX"), moto_session() as session:
         handover_moto.test_max_lowered_between_the_read_and_the_hand_over_is_obeyed(
             build_stack(session, clock=FakeClock(), max_concurrency=2)
@@ -816,12 +820,12 @@ def test_a_hand_over_that_ignores_the_shards_cap_is_caught(monkeypatch):
 def test_a_hand_over_offered_whatever_the_pool_is_caught(monkeypatch):
     """The hand-over receives whatever the pool item says (frozen, paused): a completion under a
     lowered MAX spends a receive of a message it cannot start, at every end until runs fit."""
-    real = sluice.adapters.dynamo_release.ReleasesTable._end
+    real = sluice.adapters.dynamo.release.ReleasesTable._end
 
     def always_room(self, record, ending, *, offer=None, room=False):
         return real(self, record, ending, offer=offer, room=offer is not None)
 
-    monkeypatch.setattr(sluice.adapters.dynamo_release.ReleasesTable, "_end", always_room)
+    monkeypatch.setattr(sluice.adapters.dynamo.release.ReleasesTable, "_end", always_room)
     with pytest.raises(AssertionError), moto_session() as session:
         handover_moto.test_a_refill_under_a_lowered_max_receives_nothing(
             build_stack(session, clock=FakeClock(), max_concurrency=2)
@@ -830,12 +834,12 @@ def test_a_hand_over_offered_whatever_the_pool_is_caught(monkeypatch):
 
 def successor_without_its_lease(monkeypatch: pytest.MonkeyPatch) -> None:
     """Patch in a hand-over whose successor takes the slot without its payload's lease."""
-    real = sluice.adapters.dynamo_release.ReleasesTable._successor_items
+    real = sluice.adapters.dynamo.release.ReleasesTable._successor_items
 
     def slot_only(self, successor, shard, now):
         return real(self, successor, shard, now)[1:]  # its record, not its lease
 
-    monkeypatch.setattr(sluice.adapters.dynamo_release.ReleasesTable, "_successor_items", slot_only)
+    monkeypatch.setattr(sluice.adapters.dynamo.release.ReleasesTable, "_successor_items", slot_only)
 
 
 @in_the_soak
@@ -902,7 +906,7 @@ def test_a_keyed_claim_that_ignores_the_keys_cap_is_caught(monkeypatch):
 
 def test_a_newcomer_that_overtakes_the_keys_waiters_is_caught(monkeypatch):
     monkeypatch.setattr(
-        sluice.adapters.dynamo_keys, "NOBODY_WAITING", "attribute_not_exists(#ckey) OR #ckey = #ckey"
+        sluice.adapters.dynamo.keys, "NOBODY_WAITING", "attribute_not_exists(#ckey) OR #ckey = #ckey"
     )
     with pytest.raises(AssertionError):
         on_keyed_stack(keys_moto.test_a_freed_slot_goes_to_the_oldest_waiter_within_the_completion)
@@ -917,7 +921,7 @@ def test_a_release_that_keeps_the_keys_slot_is_caught(monkeypatch):
 
 
 def test_a_reconciliation_that_never_sweeps_the_keys_lines_is_caught(monkeypatch):
-    monkeypatch.setattr(sluice.reconcile, "sweep_keys", lambda **_: 0)
+    monkeypatch.setattr(sluice.launch.reconcile, "sweep_keys", lambda **_: 0)
     with pytest.raises(AssertionError):
         on_keyed_stack(keys_moto.test_a_wake_up_lost_to_a_crash_is_found_by_reconciliation)
 
@@ -954,8 +958,8 @@ def test_a_rolled_back_woken_claim_that_gives_up_its_kept_slot_is_caught(monkeyp
 
 def test_a_requeue_that_drops_sluices_own_attributes_first_is_caught(monkeypatch):
     def first_by_name(self, parked):
-        from sluice.adapters.sqs import MAX_ATTRIBUTES, _string
-        from sluice.names import ORIGIN_ATTRIBUTE
+        from sluice.adapters.aws.sqs import MAX_ATTRIBUTES, _string
+        from sluice.core.names import ORIGIN_ATTRIBUTE
 
         kept = dict(sorted(parked.attributes.items())[: MAX_ATTRIBUTES - 1])
         kept[ORIGIN_ATTRIBUTE] = parked.message_id
@@ -967,7 +971,7 @@ def test_a_requeue_that_drops_sluices_own_attributes_first_is_caught(monkeypatch
             MessageAttributes={k: _string(v) for k, v in kept.items()},
         )
 
-    monkeypatch.setattr(sluice.adapters.sqs.SqsQueue, "requeue", first_by_name)
+    monkeypatch.setattr(sluice.adapters.aws.sqs.SqsQueue, "requeue", first_by_name)
     with pytest.raises(AssertionError), moto_session() as session:
         keys_breaks.test_a_woken_waiter_with_nine_attributes_keeps_its_ticket(
             session, keys_breaks.install_watch(monkeypatch)
@@ -983,7 +987,7 @@ def test_a_keyed_claim_that_ignores_the_keys_cap_is_caught_by_the_property_suite
 
 
 def test_a_fill_that_runs_one_groups_messages_side_by_side_is_caught(monkeypatch):
-    monkeypatch.setattr(sluice.admission, "_group", lambda message: message.message_id)
+    monkeypatch.setattr(sluice.launch.admission, "_group", lambda message: message.message_id)
     with pytest.raises(AssertionError):
         on_moto(fill.test_the_messages_of_one_group_start_in_their_order)
 
@@ -997,7 +1001,7 @@ def test_a_fill_that_returns_a_throttled_start_at_once_is_caught(monkeypatch):
 
 
 def test_starts_not_paced_to_the_token_bucket_are_caught(monkeypatch):
-    monkeypatch.setattr(sluice.fanout.Pacer, "take", lambda self: 0.0)
+    monkeypatch.setattr(sluice.primitives.fanout.Pacer, "take", lambda self: 0.0)
     with pytest.raises(AssertionError):
         on_moto(fill.test_a_tick_paces_its_starts_to_the_token_bucket)
 
@@ -1006,7 +1010,7 @@ def test_every_variant_is_restored_after_its_test():
     """The patches above are undone by monkeypatch: Sluice as it is passes the scenarios."""
     run(breaks.test_a_resumed_claim_never_starts_after_reconciliation_released_it)
     assert Launcher.on_status_change.__qualname__ == "Launcher.on_status_change"
-    assert sluice.reconcile._settle_unstarted.__name__ == "_settle_unstarted"
+    assert sluice.launch.reconcile._settle_unstarted.__name__ == "_settle_unstarted"
     assert isinstance(run, Callable)
 
 
@@ -1026,8 +1030,8 @@ def altered_object(make_world: Callable[..., World]) -> None:
     """A pointer whose object was overwritten with other bytes of the same size: the payload must be
     dead-lettered with the reason, and nothing started. (Stored payloads live in S3, which the
     reliability world does not model: the scenario runs on a moto stack with a payload bucket.)"""
-    from sluice.model import Outcome
-    from sluice.pointers import POINTER_FIELD, object_key
+    from sluice.core.model import Outcome
+    from sluice.features.pointers import POINTER_FIELD, object_key
     from tests.support.aws import REGION, build_stack, moto_session
 
     payload = json.dumps({"id": "scene-1", "manifest": "m" * 300_000}).encode()
@@ -1065,7 +1069,7 @@ def test_a_launcher_that_checks_a_pointers_size_but_not_its_checksum_is_caught(m
         if stored.size != pointer.size:
             raise InvalidPayload(f"stored payload {pointer.uri} is {stored.size} bytes")
 
-    monkeypatch.setattr(sluice.pointers, "_check_object", size_only)
+    monkeypatch.setattr(sluice.features.pointers, "_check_object", size_only)
     caught(altered_object)
 
 
@@ -1214,7 +1218,7 @@ def test_an_exclusive_lock_that_expires_at_the_deadline_without_the_margin_is_ca
     assert re.search("inside at once|the table says", str(exclusive_suite_fails()))
 
 
-# -- receipts and run-once keys (sluice.receipts) ------------------------------------------------------
+# -- receipts and run-once keys (sluice.features.receipts) ------------------------------------------------------
 
 
 def once_twice(make_world: Callable[..., World]) -> None:
@@ -1236,13 +1240,13 @@ def test_the_once_scenario_holds():
 
 
 def test_a_launcher_that_ignores_sluice_once_is_caught(monkeypatch):
-    monkeypatch.setattr(sluice.per_message, "is_once", lambda message: False)
+    monkeypatch.setattr(sluice.launch.per_message, "is_once", lambda message: False)
     caught(once_twice)
 
 
 def test_a_claim_without_the_once_condition_is_caught(monkeypatch):
-    monkeypatch.setattr(sluice.adapters.dynamo_claims, "only_once", lambda items: None)  # a claim's
-    monkeypatch.setattr(sluice.adapters.dynamo_release, "only_once", lambda items: None)  # a hand-over's
+    monkeypatch.setattr(sluice.adapters.dynamo.claims, "only_once", lambda items: None)  # a claim's
+    monkeypatch.setattr(sluice.adapters.dynamo.release, "only_once", lambda items: None)  # a hand-over's
     caught(once_twice)
 
 
@@ -1251,7 +1255,7 @@ def earlier_end_after_a_redrive(make_world: Callable[..., World]) -> None:
     first FAILED event again and lost the SUCCEEDED one. A waiter on p0 is then judged by a
     completion's refill, before any reconciliation: p0's earlier FAILED, taken for its last end,
     would dead-letter it. It must run, and the receipt must say how p0 really ended last."""
-    from sluice.receipts import read_receipt
+    from sluice.features.receipts import read_receipt
 
     world = make_world(max_concurrency=2)
     world.send(body("p0"), group="g0")
@@ -1288,9 +1292,9 @@ def test_the_earlier_end_after_a_redrive_scenario_holds():
 
 def test_a_receipt_overwritten_by_an_earlier_ends_event_is_caught(monkeypatch):
     monkeypatch.setattr(
-        sluice.completion, "_ended_at_this_events_stop", lambda executions, change: lambda record: True
+        sluice.launch.completion, "_ended_at_this_events_stop", lambda executions, change: lambda record: True
     )
-    monkeypatch.setattr(sluice.completion, "_not_its_earlier_end", lambda change: lambda record: True)
+    monkeypatch.setattr(sluice.launch.completion, "_not_its_earlier_end", lambda change: lambda record: True)
     caught(earlier_end_after_a_redrive)
 
 
@@ -1301,7 +1305,7 @@ def awaits_kept(make_world: Callable[..., World], *, test: str) -> None:
     """A waiter starts only once every key it awaits has SUCCEEDED; a FAILED awaited key sends it to
     the DLQ with the reason; a wake-up lost to a crash is found by reconciliation. (Message
     attributes, the table and the DLQ: on a moto stack, as the integration tests run them.)"""
-    from sluice.clock import FakeClock
+    from sluice.core.clock import FakeClock
     from tests.integration import test_awaits_moto as awaits
     from tests.support.aws import build_stack, moto_session
 
@@ -1322,21 +1326,21 @@ def test_the_awaits_scenarios_hold(scenario):
 
 
 def test_a_waiter_started_before_its_awaits_succeeded_is_caught(monkeypatch):
-    monkeypatch.setattr(sluice.per_message, "gate", lambda **kw: False)  # no check before the claim
+    monkeypatch.setattr(sluice.launch.per_message, "gate", lambda **kw: False)  # no check before the claim
     caught(awaits_kept, test=AWAIT_SCENARIOS["early"])
 
 
 def test_a_reconciliation_that_never_wakes_waiters_is_caught(monkeypatch):
-    monkeypatch.setattr(sluice.reconcile, "sweep_awaits", lambda **kw: {})
+    monkeypatch.setattr(sluice.launch.reconcile, "sweep_awaits", lambda **kw: {})
     caught(awaits_kept, test=AWAIT_SCENARIOS["lost"])
 
 
 def test_a_waiter_released_when_an_awaited_key_failed_is_caught(monkeypatch):
-    import sluice.awaits
+    import sluice.features.awaits
 
-    judge = sluice.awaits.judge
+    judge = sluice.features.awaits.judge
     monkeypatch.setattr(
-        sluice.awaits,
+        sluice.features.awaits,
         "judge",
         lambda awaits, records, **kw: judge(awaits, records, **{**kw, "run_anyway": True}),
     )
@@ -1346,19 +1350,19 @@ def test_a_waiter_released_when_an_awaited_key_failed_is_caught(monkeypatch):
 @pytest.mark.parametrize("after", ["an invalid message of the key", "a claim of the key released unstarted"])
 def test_a_waiter_judging_a_key_by_its_record_not_its_last_run_is_caught(monkeypatch, after):
     """A waiter whose awaited key's last run FAILED, then whose record moved on, waits to the horizon."""
-    import sluice.awaits
-    from sluice.clock import FakeClock
+    import sluice.features.awaits
+    from sluice.core.clock import FakeClock
     from tests.integration import test_awaits_moto as awaits
     from tests.support.aws import build_stack
 
-    monkeypatch.setattr(sluice.awaits, "last_end", lambda record: record.state)
+    monkeypatch.setattr(sluice.features.awaits, "last_end", lambda record: record.state)
     with pytest.raises(AssertionError), moto_session() as session:
         awaits.test_a_key_whose_last_run_failed_dead_letters_its_waiter_whatever_came_after(
             build_stack(session, name="sluice-awaits", clock=FakeClock()), after
         )
 
 
-# -- effects (sluice.effects) -------------------------------------------------------------------------
+# -- effects (sluice.features.effects) -------------------------------------------------------------------------
 
 
 def effects_once(make_world: Callable[..., World]) -> None:
@@ -1385,17 +1389,19 @@ def test_the_effects_scenario_holds():
 
 def test_effects_sent_on_every_event_are_caught(monkeypatch):
     """Sent from the event itself, not from the release that happens: every repeat sends again."""
-    import sluice.effects
+    import sluice.features.effects
 
     def send_now(output, effects, *, store, queue, name, state, now):
         record = store.execution(name)
         if output is not None and state is PayloadState.SUCCEEDED and record is not None:
             kept = output(record)
             if kept is not None and kept.text:
-                (effects or sluice.effects.Effects()).send(kept.text, record=record, queue=queue, now=now)
+                (effects or sluice.features.effects.Effects()).send(
+                    kept.text, record=record, queue=queue, now=now
+                )
         return output
 
-    monkeypatch.setattr(sluice.completion, "around", send_now)
+    monkeypatch.setattr(sluice.launch.completion, "around", send_now)
     caught(effects_once)
 
 
@@ -1403,7 +1409,7 @@ def test_effects_sent_again_when_their_execution_is_released_again_are_caught(mo
     """The mark is the second guard: were a name that ran claimed again (the claim's guard on an
     ended record gone too), a release that does not consult the mark (or one kept on EXEC#<name>,
     which such a claim writes afresh) would send the effects again."""
-    import sluice.effects
+    import sluice.features.effects
 
     claims_over_ended_runs(monkeypatch)
 
@@ -1418,9 +1424,9 @@ def test_effects_sent_again_when_their_execution_is_released_again_are_caught(mo
             return getattr(self.store, attr)
 
     def without_the_mark(output, effects, *, store, **rest):
-        return sluice.effects.around(output, effects, store=Forgetful(store), **rest)
+        return sluice.features.effects.around(output, effects, store=Forgetful(store), **rest)
 
-    monkeypatch.setattr(sluice.completion, "around", without_the_mark)
+    monkeypatch.setattr(sluice.launch.completion, "around", without_the_mark)
     failure = caught(effects_once)
     assert "effects sent again" in str(failure)  # by the sends, not by the mark's own assertion
 
@@ -1474,13 +1480,15 @@ def focused_suite_fails() -> BaseException:
 
 def effects_sent_from_every_event(output, effects, *, store, queue, name, state, now):
     """Effects sent from the event itself, not from the release that happens: every repeat sends."""
-    import sluice.effects
+    import sluice.features.effects
 
     record = store.execution(name)
     if output is not None and state is PayloadState.SUCCEEDED and record is not None:
         kept = output(record)
         if kept is not None and kept.text:
-            (effects or sluice.effects.Effects()).send(kept.text, record=record, queue=queue, now=now)
+            (effects or sluice.features.effects.Effects()).send(
+                kept.text, record=record, queue=queue, now=now
+            )
     return output
 
 
@@ -1489,19 +1497,19 @@ def test_the_focused_suite_passes_within_its_budget():
 
 
 def test_a_launcher_that_skips_the_awaits_gate_is_caught_by_the_suite(monkeypatch):
-    monkeypatch.setattr(sluice.per_message, "gate", lambda **kw: False)
+    monkeypatch.setattr(sluice.launch.per_message, "gate", lambda **kw: False)
     assert "awaits:" in str(focused_suite_fails())
 
 
 @in_the_soak
 def test_effects_sent_on_every_event_are_caught_by_the_suite(monkeypatch):
-    monkeypatch.setattr(sluice.completion, "around", effects_sent_from_every_event)
+    monkeypatch.setattr(sluice.launch.completion, "around", effects_sent_from_every_event)
     assert "effects once:" in str(focused_suite_fails())
 
 
 @in_the_soak
 def test_a_claim_that_ignores_sluice_once_is_caught_by_the_suite(monkeypatch):
-    monkeypatch.setattr(sluice.per_message, "is_once", lambda message: False)
+    monkeypatch.setattr(sluice.launch.per_message, "is_once", lambda message: False)
     assert "run once:" in str(focused_suite_fails())
 
 
@@ -1568,12 +1576,12 @@ class ConcurrencyKeysMachine(SluiceMachine):
 
 
 def wait_undone_by_its_wake_up(*, store, queue, payload, ckey, now, seen=None, fair=None):
-    """``sluice.keys.wait`` without its guard of the wake-up: the parker's own wake-up failing
+    """``sluice.features.keys.wait`` without its guard of the wake-up: the parker's own wake-up failing
     escapes the park, so the launcher hands the parked message back to the queue."""
     message = payload.message
-    for _ in range(sluice.keys.PARK_ATTEMPTS):
+    for _ in range(sluice.features.keys.PARK_ATTEMPTS):
         state = store.key_state(ckey)
-        waiter = sluice.keys.KeyWaiter(
+        waiter = sluice.features.keys.KeyWaiter(
             ckey=ckey,
             ticket=state.tickets,
             message_id=origin_id(message.message_id, message.attributes),
@@ -1586,13 +1594,13 @@ def wait_undone_by_its_wake_up(*, store, queue, payload, ckey, now, seen=None, f
             parked_at=now,
         )
         if store.park_for_key(
-            waiter, tickets=state.tickets, replaces=sluice.keys.ticket_of(message), fair=fair
+            waiter, tickets=state.tickets, replaces=sluice.features.keys.ticket_of(message), fair=fair
         ):
             break
     else:
         raise TransientError("the line kept moving", operation="TransactWriteItems")
     if fair is None:
-        sluice.keys.wake(store=store, queue=queue, ckey=ckey, now=now)
+        sluice.features.keys.wake(store=store, queue=queue, ckey=ckey, now=now)
     return waiter.ticket
 
 
@@ -1606,12 +1614,12 @@ def test_the_keys_focused_suite_passes_within_its_budget():
 
 
 def test_a_park_undone_by_its_wake_ups_failure_is_caught(monkeypatch):
-    monkeypatch.setattr(sluice.per_message.keys, "wait", wait_undone_by_its_wake_up)
+    monkeypatch.setattr(sluice.launch.per_message.keys, "wait", wait_undone_by_its_wake_up)
     with pytest.raises(AssertionError):
         on_keyed_stack(keys_moto.test_a_parked_message_whose_wake_up_is_throttled_is_deleted_all_the_same)
 
 
-# -- lanes (sluice.lanes, promise 7 of docs/protocol.md) ------------------------------------------------
+# -- lanes (sluice.features.lanes, promise 7 of docs/protocol.md) ------------------------------------------------
 
 
 def harmless_item(table: str) -> dict[str, Any]:
@@ -1674,9 +1682,11 @@ def test_a_release_that_keeps_the_lane_slot_is_caught_at_rest(monkeypatch):
 
 
 def test_a_completion_that_ignores_the_lanes_priority_is_caught(monkeypatch):
-    refill_order = sluice.lane_admission.refill_order
+    refill_order = sluice.launch.lane_admission.refill_order
     monkeypatch.setattr(
-        sluice.lane_admission, "refill_order", lambda lanes, rng: list(reversed(refill_order(lanes, rng)))
+        sluice.launch.lane_admission,
+        "refill_order",
+        lambda lanes, rng: list(reversed(refill_order(lanes, rng))),
     )
     failure = caught(breaks.test_a_slot_freed_in_a_low_lane_goes_to_the_priority_lane)
     assert "the freed slot went to 'default'" in str(failure)
@@ -1699,7 +1709,7 @@ def test_a_tick_that_never_moves_a_lanes_limit_is_caught(monkeypatch):
 
 
 def test_a_requeue_that_ignores_the_messages_lane_is_caught(monkeypatch):
-    monkeypatch.setattr(sluice.adapters.sqs.SqsQueue, "url_for", lambda self, attributes: self.home_url)
+    monkeypatch.setattr(sluice.adapters.aws.sqs.SqsQueue, "url_for", lambda self, attributes: self.home_url)
     failure = caught(breaks.test_a_waiter_woken_from_the_table_goes_back_to_its_lanes_queue)
     assert "lanes (messages keep their lane)" in str(failure)
 
@@ -1712,7 +1722,7 @@ def test_a_lane_never_thawed_after_a_lowered_max_is_caught(monkeypatch):
 def test_a_tick_whose_rounds_end_at_the_first_that_starts_nothing_is_caught(monkeypatch):
     """The lanes' split gives the free slot to a lane with an empty queue; a tick that stops there
     never offers it to the lane the split gave nothing."""
-    split = sluice.lane_admission.split
+    split = sluice.launch.lane_admission.split
 
     def first_round_only(room, lanes, rooms):
         shares = split(room, lanes, rooms)
@@ -1720,11 +1730,11 @@ def test_a_tick_whose_rounds_end_at_the_first_that_starts_nothing_is_caught(monk
         return shares if first_round_only.rounds % 2 else dict.fromkeys(shares, 0)
 
     first_round_only.rounds = 0
-    monkeypatch.setattr(sluice.lane_admission, "split", first_round_only)
+    monkeypatch.setattr(sluice.launch.lane_admission, "split", first_round_only)
     caught(breaks.test_a_lane_whose_share_rounds_to_nothing_still_gets_the_free_slot)
 
 
-# -- fair lanes (sluice.fair) -------------------------------------------------------------------------
+# -- fair lanes (sluice.features.fair) -------------------------------------------------------------------------
 
 
 def test_a_fair_lane_that_serves_its_tenants_in_arrival_order_is_caught(monkeypatch):
@@ -1740,7 +1750,7 @@ def test_a_fair_lane_that_serves_its_tenants_in_arrival_order_is_caught(monkeypa
                 given[ckey], free = take, free - take
         return given
 
-    monkeypatch.setattr(sluice.fair, "share_out", oldest_first)
+    monkeypatch.setattr(sluice.features.fair, "share_out", oldest_first)
     failure = caught(breaks.test_a_fair_lane_shares_its_slots_among_its_tenants)
     assert "served in arrival order" in str(failure)
 

@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 import pytest
 
-from sluice.adapters.dynamo_slots import DynamoSlots, take_item
-from sluice.external import ExternalCount
-from sluice.slots import candidates
+from sluice.adapters.dynamo.slots import DynamoSlots, take_item
+from sluice.core.external import ExternalCount
+from sluice.primitives.slots import candidates
 from tests.contract import test_caps_fences as fences
 from tests.integration import test_caps_breaks as breaks
 from tests.reliability.world import PromiseBroken, World

@@ -1,4 +1,4 @@
-"""Fair lanes (``sluice.fair``) under attack: processes dying at each step of the fair path, wakers
+"""Fair lanes (``sluice.features.fair``) under attack: processes dying at each step of the fair path, wakers
 racing, AWS throttling the park, the wake and the waker's reads, the operator moving a lane's MAX or a
 tenant's cap while tenants wait, a fair lane beside others, duplicates, a redrive, a stack
 reconfigured under parked tenants.
@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from sluice.lanes import parse_lanes
-from sluice.per_message import THROTTLED_STARTS
-from sluice.records import INFLIGHT_SECONDS
+from sluice.core.records import INFLIGHT_SECONDS
+from sluice.features.lanes import parse_lanes
+from sluice.launch.per_message import THROTTLED_STARTS
 from sluice.runtime import Runtime
 from tests.reliability.actors import Container
 from tests.reliability.test_promise_breaks import (

@@ -8,10 +8,10 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from sluice.adapters.ssm import SsmMax
-from sluice.clock import FakeClock
-from sluice.errors import TransientError
-from sluice.per_message import THROTTLED_STARTS
+from sluice.adapters.aws.ssm import SsmMax
+from sluice.core.clock import FakeClock
+from sluice.core.errors import TransientError
+from sluice.launch.per_message import THROTTLED_STARTS
 from tests.reliability.world import World, pool
 from tests.support.faults import Crash, CrashAt, Injector, StaleList, Throttle
 from tests.support.moto_patches import atomic_fast_moto
@@ -125,8 +125,8 @@ def test_a_woken_key_waiters_send_is_named_key_wake():
     entry ``<ticket>@<ms>``, whole)."""
     import hashlib
 
-    from sluice.keys import KeyWaiter, as_parked
-    from sluice.names import ORIGIN_ATTRIBUTE
+    from sluice.core.names import ORIGIN_ATTRIBUTE
+    from sluice.features.keys import KeyWaiter, as_parked
     from tests.support.steps import protocol_step
 
     waiter = KeyWaiter(

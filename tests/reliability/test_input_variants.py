@@ -12,16 +12,16 @@ from dataclasses import replace
 
 import pytest
 
-import sluice.adapters.sqs
-import sluice.awaits
-import sluice.handover
-import sluice.keys
-import sluice.names
-import sluice.records
-from sluice import attributes
-from sluice.awaits import AWAITS_ATTRIBUTE, check_awaits
-from sluice.errors import InvalidPayload
-from sluice.keys import TICKET_ATTRIBUTE
+import sluice.adapters.aws.sqs
+import sluice.core.names
+import sluice.core.records
+import sluice.features.awaits
+import sluice.features.keys
+import sluice.launch.handover
+from sluice.core.errors import InvalidPayload
+from sluice.features import attributes
+from sluice.features.awaits import AWAITS_ATTRIBUTE, check_awaits
+from sluice.features.keys import TICKET_ATTRIBUTE
 from tests.integration import test_input_breaks_moto as breaks
 from tests.support.aws import moto_session
 from tests.support.sqs_rules import sqs_rules
@@ -31,7 +31,7 @@ def test_an_origin_rule_on_length_alone_is_caught(monkeypatch: pytest.MonkeyPatc
     """The rule before break 6: any origin of 1 to 128 characters. The forged one waits in a key's
     line, is sent back when the key frees, and runs under the forged origin instead of being
     dead-lettered (with the re-send's raw deduplication id too, the completion fails: below)."""
-    monkeypatch.setattr(sluice.names, "ORIGIN_PATTERN", re.compile(r".{1,128}", re.DOTALL))
+    monkeypatch.setattr(sluice.core.names, "ORIGIN_PATTERN", re.compile(r".{1,128}", re.DOTALL))
     with pytest.raises(AssertionError), moto_session() as session, sqs_rules(session) as rules:
         breaks.test_a_forged_origin_id_is_dead_lettered_at_receipt_and_the_completion_and_ticks_go_on(
             session, rules, "key line"
@@ -40,8 +40,10 @@ def test_an_origin_rule_on_length_alone_is_caught(monkeypatch: pytest.MonkeyPatc
 
 def test_the_origin_rule_and_the_resend_before_break_6_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """Both as they were: SQS refuses the re-send's deduplication id, and the completion fails."""
-    monkeypatch.setattr(sluice.names, "ORIGIN_PATTERN", re.compile(r".{1,128}", re.DOTALL))
-    monkeypatch.setattr(sluice.adapters.sqs, "_dedup_stem", lambda message_id, limit=90: message_id[:limit])
+    monkeypatch.setattr(sluice.core.names, "ORIGIN_PATTERN", re.compile(r".{1,128}", re.DOTALL))
+    monkeypatch.setattr(
+        sluice.adapters.aws.sqs, "_dedup_stem", lambda message_id, limit=90: message_id[:limit]
+    )
     with (
         pytest.raises(AssertionError, match="crashed on bad input"),
         moto_session() as session,
@@ -64,8 +66,8 @@ def test_a_ticket_read_with_unicode_digits_is_caught(monkeypatch: pytest.MonkeyP
             raise InvalidPayload(f"{TICKET_ATTRIBUTE!r} is {raw!r}, not <ticket>@<ms>")
         return raw
 
-    monkeypatch.setattr(sluice.keys, "parse_ticket", isdigit_ticket)
-    monkeypatch.setattr(sluice.records, "sent_at", lambda entry: int(entry.partition("@")[2]) / 1000)
+    monkeypatch.setattr(sluice.features.keys, "parse_ticket", isdigit_ticket)
+    monkeypatch.setattr(sluice.core.records, "sent_at", lambda entry: int(entry.partition("@")[2]) / 1000)
     rule = attributes.RULES[TICKET_ATTRIBUTE]
     monkeypatch.setitem(attributes.RULES, TICKET_ATTRIBUTE, replace(rule, check=isdigit_ticket))
     with (
@@ -87,7 +89,7 @@ def test_awaits_read_without_a_depth_guard_is_caught(monkeypatch: pytest.MonkeyP
             raise InvalidPayload(f"{AWAITS_ATTRIBUTE} is not JSON", key=key) from None
         return check_awaits(value, key=key)
 
-    monkeypatch.setattr(sluice.awaits, "parse_awaits", unguarded)
+    monkeypatch.setattr(sluice.features.awaits, "parse_awaits", unguarded)
     rule = attributes.RULES[AWAITS_ATTRIBUTE]
     monkeypatch.setitem(attributes.RULES, AWAITS_ATTRIBUTE, replace(rule, check=lambda raw: raw))
     with (
@@ -105,7 +107,9 @@ def test_a_resend_that_uses_the_raw_id_in_its_deduplication_id_is_caught(
 ) -> None:
     """A line holding a forged origin from before the receipt check: sent back with the raw id in
     its deduplication id, SQS refuses it and the completion that wakes the line fails."""
-    monkeypatch.setattr(sluice.adapters.sqs, "_dedup_stem", lambda message_id, limit=90: message_id[:limit])
+    monkeypatch.setattr(
+        sluice.adapters.aws.sqs, "_dedup_stem", lambda message_id, limit=90: message_id[:limit]
+    )
     with (
         pytest.raises(AssertionError, match="crashed on bad input"),
         moto_session() as session,
@@ -119,6 +123,6 @@ def test_a_resend_that_uses_the_raw_id_in_its_deduplication_id_is_caught(
 def test_a_hand_over_that_skips_the_receipt_check_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """The completion's hand-over claims a plain message without the catalogue: a forged origin
     names its execution, and it runs."""
-    monkeypatch.setattr(sluice.handover, "check_attributes", lambda message: None)
+    monkeypatch.setattr(sluice.launch.handover, "check_attributes", lambda message: None)
     with pytest.raises(AssertionError), moto_session() as session, sqs_rules(session) as rules:
         breaks.test_a_plain_message_with_a_forged_origin_does_not_ride_a_release(session, rules)

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-import sluice.adapters.sfn
-import sluice.completion
-import sluice.message_branches
-import sluice.reconcile
-from sluice.adapters.dynamodb import DynamoStore
-from sluice.model import PayloadState
+import sluice.adapters.aws.sfn
+import sluice.launch.completion
+import sluice.launch.message_branches
+import sluice.launch.reconcile
+from sluice.adapters.dynamo.store import DynamoStore
+from sluice.core.model import PayloadState
 from tests.integration import test_key_breaks_moto as breaks
 from tests.integration import test_stale_describe_moto as stale
 from tests.reliability.promises import PromiseBroken
@@ -65,13 +65,13 @@ def test_a_block_past_the_start_mark_is_caught(monkeypatch, make_world):
 
 
 def test_a_reconciliation_that_keeps_a_vanished_holder_is_caught(monkeypatch, session):
-    monkeypatch.setattr(sluice.reconcile, "_release_vanished", lambda *args: 0)
+    monkeypatch.setattr(sluice.launch.reconcile, "_release_vanished", lambda *args: 0)
     with pytest.raises(AssertionError, match="released_by_reconcile"):
         breaks.test_a_holder_of_a_deleted_state_machine_is_released(session)
 
 
 def test_a_deleted_machine_taken_for_a_configuration_error_is_caught(monkeypatch, session):
-    monkeypatch.setattr(sluice.adapters.sfn, "_machine_of", lambda arn: "every machine is current")
+    monkeypatch.setattr(sluice.adapters.aws.sfn, "_machine_of", lambda arn: "every machine is current")
     with pytest.raises(AssertionError, match="released_by_reconcile"):
         breaks.test_a_holder_whose_state_machine_does_not_exist_is_released(session)
 
@@ -80,19 +80,19 @@ def test_a_deleted_machine_taken_for_a_configuration_error_is_caught(monkeypatch
 
 
 def test_an_earlier_end_taken_for_a_new_one_is_caught(monkeypatch):
-    monkeypatch.setattr(sluice.message_branches, "earlier_end", lambda info, record: False)
+    monkeypatch.setattr(sluice.launch.message_branches, "earlier_end", lambda info, record: False)
     with pytest.raises(CAUGHT, match="promise 2"):
         run_stale(stale.test_a_marked_key_answered_with_its_redriven_runs_earlier_end_is_not_lifted)
 
 
 def test_a_duplicate_check_that_trusts_an_earlier_end_is_caught(monkeypatch):
-    monkeypatch.setattr(sluice.message_branches, "earlier_end", lambda info, record: False)
+    monkeypatch.setattr(sluice.launch.message_branches, "earlier_end", lambda info, record: False)
     with pytest.raises(CAUGHT, match="promise 2"):
         run_stale(stale.test_a_duplicate_of_a_just_adopted_run_answered_with_its_earlier_end)
 
 
 def test_a_completion_that_asks_about_an_earlier_end_is_caught(monkeypatch):
-    monkeypatch.setattr(sluice.completion, "_not_its_earlier_end", lambda change: lambda record: True)
+    monkeypatch.setattr(sluice.launch.completion, "_not_its_earlier_end", lambda change: lambda record: True)
     with pytest.raises(CAUGHT, match="released by its earlier end"):
         run_stale(stale.test_an_event_of_the_earlier_run_after_an_adoption_releases_nothing)
 

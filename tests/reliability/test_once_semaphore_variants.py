@@ -1,9 +1,9 @@
 """Broken variants of two fences, each patched in for one test: the scenario that pins the fence down
 passes on Sluice as it is and must fail with the variant, on a broken promise or a wrong AWS state.
 
-- A run-once key's success put back under TTL (sluice.receipts): by a plain run's release, or by
+- A run-once key's success put back under TTL (sluice.features.receipts): by a plain run's release, or by
   a dead letter of the key (tests/integration/test_once_ttl_moto.py).
-- A cold start's configured semaphore limit written over the operator's (sluice.semaphore_service):
+- A cold start's configured semaphore limit written over the operator's (sluice.semaphore.service):
   a read of "no pool" then a plain write, or a create that does not refuse an existing pool
   (tests/contract/test_once_and_semaphore_fences.py, on moto with the operator run by a hook).
 """
@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from sluice.adapters.dynamo_release import ReleasesTable
-from sluice.adapters.dynamodb import DynamoStore, create_table
-from sluice.clock import FakeClock
-from sluice.model import PayloadState
-from sluice.semaphore import Semaphores
-from sluice.semaphore_model import pool_of
+from sluice.adapters.dynamo.release import ReleasesTable
+from sluice.adapters.dynamo.store import DynamoStore, create_table
+from sluice.core.clock import FakeClock
+from sluice.core.model import PayloadState
+from sluice.semaphore.model import pool_of
+from sluice.semaphore.step import Semaphores
 from tests.contract import test_once_and_semaphore_fences as fences
 from tests.contract.semaphore_fixtures import TABLE, CountingTokens, Harness
 from tests.contract.semaphore_fixtures import World as SemaphoreWorld

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from sluice.per_message import THROTTLED_STARTS
+from sluice.launch.per_message import THROTTLED_STARTS
 from sluice.runtime import CLIENT_CONFIG
 from tests.reliability.actors import ITEM_LIMIT, item_size
 from tests.reliability.world import CLAIM_TIMEOUT, VISIBILITY, WINDOW, World
@@ -561,7 +561,7 @@ def test_an_effect_awaiting_a_key_that_ended_badly_is_dead_lettered_with_its_rea
     world.settle()
 
 
-# -- lanes (sluice.lanes, promise 7 of docs/protocol.md) ------------------------------------------------
+# -- lanes (sluice.features.lanes, promise 7 of docs/protocol.md) ------------------------------------------------
 
 
 def lane_runs(world: World, lane: str) -> list[str]:
@@ -720,7 +720,7 @@ def test_a_lane_lowered_below_its_runs_admits_again_once_they_end(make_world):
     world.settle()
 
 
-# -- fair lanes (sluice.fair) --------------------------------------------------------------------------
+# -- fair lanes (sluice.features.fair) --------------------------------------------------------------------------
 
 
 def tenants_running(world: World, lane: str) -> dict[str, int]:

@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import pytest
 
-import sluice.message_branches
-from sluice.adapters.dynamodb import DynamoStore
+import sluice.launch.message_branches
+from sluice.adapters.dynamo.store import DynamoStore
 from tests.integration import test_breaker_findings as findings
 
 
 def test_a_resume_that_ignores_the_redriven_mark_after_a_crash_is_caught(monkeypatch, session):
     """The resumed claim renews (lifting the start mark the crash left) and starts beside the
     redriven run whose block the mark refused."""
-    monkeypatch.setattr(sluice.message_branches.MessageBranches, "_yield_to_redriven", lambda *args: False)
+    monkeypatch.setattr(
+        sluice.launch.message_branches.MessageBranches, "_yield_to_redriven", lambda *args: False
+    )
     with pytest.raises(AssertionError, match="two runs of key j at once"):
         findings.test_a_crash_after_the_start_mark_then_a_redrive_runs_the_key_twice(session)
 
@@ -23,7 +25,9 @@ def test_a_resume_that_ignores_the_redriven_mark_after_a_crash_is_caught(monkeyp
 def test_a_resume_that_ignores_the_redriven_mark_after_an_unsure_start_is_caught(monkeypatch, session):
     """The retry of an unsure start renews (lifting its start mark) and starts beside the redriven
     run whose block the mark refused."""
-    monkeypatch.setattr(sluice.message_branches.MessageBranches, "_yield_to_redriven", lambda *args: False)
+    monkeypatch.setattr(
+        sluice.launch.message_branches.MessageBranches, "_yield_to_redriven", lambda *args: False
+    )
     with pytest.raises(AssertionError, match="two runs of key j at once"):
         findings.test_an_unsure_start_after_the_mark_then_a_redrive_runs_the_key_twice(session)
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-import sluice.adapters.sfn
-import sluice.model
-import sluice.reconcile
-from sluice.clock import FakeClock
-from sluice.completion import earlier_end
+import sluice.adapters.aws.sfn
+import sluice.core.model
+import sluice.launch.reconcile
+from sluice.core.clock import FakeClock
+from sluice.launch.completion import earlier_end
 from tests.integration import test_breaker_findings as findings
 from tests.support.aws import build_stack
 
@@ -22,7 +22,7 @@ def test_a_reconciliation_that_keeps_an_adoption_taken_on_a_stale_answer_is_caug
     """The end a holder had before its adoption, read a window after the adoption, taken again
     for a stale answer: the holder keeps its slot and lease for good."""
     monkeypatch.setattr(
-        sluice.reconcile, "_its_end", lambda info, record: info.ended and not earlier_end(info, record)
+        sluice.launch.reconcile, "_its_end", lambda info, record: info.ended and not earlier_end(info, record)
     )
     with pytest.raises(AssertionError, match="only"):
         findings.test_an_adoption_on_a_stale_running_answer_leaks_its_slot_for_good(session)
@@ -31,7 +31,7 @@ def test_a_reconciliation_that_keeps_an_adoption_taken_on_a_stale_answer_is_caug
 def test_a_resume_that_takes_a_vanished_machine_for_never_started_is_caught(monkeypatch, session):
     """A claim on a machine switched from and deleted, read as "never started": its payload starts
     again on the machine in use."""
-    monkeypatch.setattr(sluice.adapters.sfn.StepFunctionsExecutions, "vanished", lambda self, arn: False)
+    monkeypatch.setattr(sluice.adapters.aws.sfn.StepFunctionsExecutions, "vanished", lambda self, arn: False)
     with pytest.raises(AssertionError, match="started again on M2"):
         findings.test_a_resumed_claim_on_a_deleted_machine_starts_its_payload_again(session)
 
@@ -62,6 +62,6 @@ def test_a_running_answer_that_reports_no_redrive_is_not_adopted(session):
 
 
 def test_an_adoption_that_ignores_the_reported_redrive_count_is_caught(monkeypatch, session):
-    monkeypatch.setattr(sluice.model.ExecutionInfo, "not_redriven_since", lambda self, ended_at: False)
+    monkeypatch.setattr(sluice.core.model.ExecutionInfo, "not_redriven_since", lambda self, ended_at: False)
     with pytest.raises(AssertionError, match="adopted on a stale answer"):
         test_a_running_answer_that_reports_no_redrive_is_not_adopted(session)

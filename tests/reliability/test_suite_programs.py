@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-import sluice.completion
-import sluice.per_message
+import sluice.launch.completion
+import sluice.launch.per_message
 import sluice.runtime
 from tests.reliability.machine import (
     Deliver,
@@ -150,7 +150,7 @@ def test_the_once_program_holds():
 
 
 def test_a_claim_that_ignores_sluice_once_is_caught_by_its_program(monkeypatch):
-    monkeypatch.setattr(sluice.per_message, "is_once", lambda message: False)
+    monkeypatch.setattr(sluice.launch.per_message, "is_once", lambda message: False)
     assert "run once:" in str(broken(AwaitsOnceEffectsMachine, once_program))
 
 
@@ -242,7 +242,7 @@ def test_the_effects_program_holds():
 
 
 def test_effects_sent_on_every_event_are_caught_by_their_program(monkeypatch):
-    monkeypatch.setattr(sluice.completion, "around", effects_sent_from_every_event)
+    monkeypatch.setattr(sluice.launch.completion, "around", effects_sent_from_every_event)
     assert "effects once:" in str(broken(AwaitsOnceEffectsMachine, effects_program))
 
 

@@ -11,19 +11,19 @@ from typing import Any
 
 import pytest
 
-import sluice.adapters.dynamo_claims
-import sluice.adapters.dynamo_codec
-import sluice.adapters.dynamo_release
-import sluice.launcher
-import sluice.reconcile
-from sluice.adapters.dynamo_release import ReleasesTable
+import sluice.adapters.dynamo.claims
+import sluice.adapters.dynamo.codec
+import sluice.adapters.dynamo.release
+import sluice.launch.launcher
+import sluice.launch.reconcile
+from sluice.adapters.dynamo.release import ReleasesTable
 from tests.integration import test_breaker_findings as findings
 from tests.integration import test_vanished_once_moto as vanished
 
-ORIGINAL_ONLY_ONCE = sluice.adapters.dynamo_codec.only_once
+ORIGINAL_ONLY_ONCE = sluice.adapters.dynamo.codec.only_once
 ORIGINAL_RELEASE_ITEMS = ReleasesTable._release_items
-ORIGINAL_COMPLETE = sluice.reconcile.complete
-ORIGINAL_RECONCILE = sluice.reconcile.reconcile
+ORIGINAL_COMPLETE = sluice.launch.reconcile.complete
+ORIGINAL_RECONCILE = sluice.launch.reconcile.reconcile
 
 
 def caught(scenario: Callable[[Any], None], session: Any, match: str) -> None:
@@ -79,8 +79,8 @@ def reconcile_never_vanished(**kwargs: Any) -> Any:
 
 
 def test_a_once_claim_that_ignores_the_mark_is_caught(monkeypatch, session):
-    monkeypatch.setattr(sluice.adapters.dynamo_claims, "only_once", only_once_unmarked)
-    monkeypatch.setattr(sluice.adapters.dynamo_release, "only_once", only_once_unmarked)
+    monkeypatch.setattr(sluice.adapters.dynamo.claims, "only_once", only_once_unmarked)
+    monkeypatch.setattr(sluice.adapters.dynamo.release, "only_once", only_once_unmarked)
     caught(
         findings.test_a_vanished_run_once_success_lets_the_key_run_once_more,
         session,
@@ -89,7 +89,7 @@ def test_a_once_claim_that_ignores_the_mark_is_caught(monkeypatch, session):
 
 
 def test_a_vanished_release_that_writes_no_mark_is_caught(monkeypatch, session):
-    monkeypatch.setattr(sluice.reconcile, "complete", complete_as_any_release)
+    monkeypatch.setattr(sluice.launch.reconcile, "complete", complete_as_any_release)
     caught(
         findings.test_a_vanished_run_once_success_lets_the_key_run_once_more,
         session,
@@ -107,7 +107,7 @@ def test_a_mark_left_under_ttl_is_caught(monkeypatch, session):
 
 
 def test_a_claim_on_a_deleted_machine_taken_for_an_unstarted_one_is_caught(monkeypatch, session):
-    monkeypatch.setattr(sluice.launcher, "reconcile", reconcile_never_vanished)
+    monkeypatch.setattr(sluice.launch.launcher, "reconcile", reconcile_never_vanished)
     caught(
         vanished.test_a_once_claim_on_a_deleted_machine_is_released_as_vanished_and_marks_its_key,
         session,
@@ -116,7 +116,7 @@ def test_a_claim_on_a_deleted_machine_taken_for_an_unstarted_one_is_caught(monke
 
 
 def test_a_claim_on_a_deleted_machine_released_as_abandoned_runs_its_once_key_again(monkeypatch, session):
-    monkeypatch.setattr(sluice.launcher, "reconcile", reconcile_never_vanished)
+    monkeypatch.setattr(sluice.launch.launcher, "reconcile", reconcile_never_vanished)
     caught(
         vanished.test_a_once_claim_on_a_deleted_machine_never_lets_its_key_run_again,
         session,

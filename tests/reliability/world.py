@@ -12,7 +12,7 @@ has run out by the fake clock is made visible through ChangeMessageVisibility), 
 executions stopped or started by hand, DynamoDB's TTL). A container may be added whose clients
 retry as deployed (``add_container``).
 
-With ``lanes`` (the stack parameter, e.g. ``fast:1:1,default:2``: ``sluice.lanes``) the stack has a
+With ``lanes`` (the stack parameter, e.g. ``fast:1:1,default:2``: ``sluice.features.lanes``) the stack has a
 queue per lane, as ``build_stack`` makes it, and the containers' launchers run with
 ``Settings.lanes``: the producer sends to a lane's queue (``send(lane=...)``), time makes messages
 visible again in whichever queue they were received from, and every count of "the queue" (depth,
@@ -34,15 +34,15 @@ from typing import Any
 
 from moto import mock_aws
 
-from sluice.clock import FakeClock
-from sluice.errors import TransientError
-from sluice.events import StatusChange
-from sluice.lanes import DEFAULT_LANE
+from sluice.core.clock import FakeClock
+from sluice.core.errors import TransientError
+from sluice.core.events import StatusChange
+from sluice.core.records import LaneSetting
+from sluice.features.lanes import DEFAULT_LANE
+from sluice.launch.settings import DuplicatePolicy
 from sluice.ops.keys import set_key_max
 from sluice.ops.maximum import set_max
-from sluice.records import LaneSetting
 from sluice.runtime import Runtime
-from sluice.settings import DuplicatePolicy
 from tests.reliability.actors import (
     SERVICES,
     BehindTheBack,

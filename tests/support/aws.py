@@ -19,13 +19,13 @@ from botocore.config import Config
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.stepfunctions.models import stepfunctions_backends
 
-from sluice.adapters.dynamodb import create_table
-from sluice.clock import SystemClock
-from sluice.lanes import DEFAULT_LANE, parse_lanes
-from sluice.launcher import Launcher
-from sluice.ports import Clock
+from sluice.adapters.dynamo.store import create_table
+from sluice.core.clock import SystemClock
+from sluice.core.ports import Clock
+from sluice.features.lanes import DEFAULT_LANE, parse_lanes
+from sluice.launch.launcher import Launcher
+from sluice.launch.settings import Settings
 from sluice.runtime import Runtime
-from sluice.settings import Settings
 
 REGION = "us-east-1"
 # No botocore retries in tests: its backoff really sleeps, and a throttle should reach Sluice at once.

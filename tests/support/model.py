@@ -35,7 +35,7 @@ so the invariants that run after every step stay cheap (they only read ``violati
   (``KWAIT#``) may be deleted, and the invocation that parked it must delete it, not return it to
   the queue (it would spend receives while it waits); a waiter sent back must have been parked.
 
-* lanes (promise 7 of docs/protocol.md, ``sluice.lanes``): on a stack with lanes every claim names
+* lanes (promise 7 of docs/protocol.md, ``sluice.features.lanes``): on a stack with lanes every claim names
   its lane on its ``EXEC#`` Put, and it must be the lane of the queue the message was sent to (a
   message parked in the table and sent back goes back to its lane's queue); it must find fewer of
   that lane's runs holding a slot (of the lane's pool or, with the lane on its record, the global
@@ -54,7 +54,7 @@ key's runs again once a reconciliation has seen it.
 A parked message re-sent to the queue gets a new SQS message id but is the same message: ids are
 mapped back to the original (``origin``) before anything is counted.
 
-Payload keys are computed here from what the test sent, independently of ``sluice.validation``, and
+Payload keys are computed here from what the test sent, independently of ``sluice.core.validation``, and
 messages are tied to executions through the claim transaction (``EXEC#<name>`` carries the message
 id), not through Sluice's naming, so a broken naming scheme cannot hide itself.
 """
@@ -232,9 +232,9 @@ class Model:
         # in a key's line; it must be deleted, not returned, so that it spends no receives while it waits
         self.key_parked_copies: dict[str, tuple[str, str]] = {}
         self.queue_of: dict[str, str] = {}  # physical message id -> the queue it was received from
-        # Lanes (sluice.lanes; empty: the stack has none).
+        # Lanes (sluice.features.lanes; empty: the stack has none).
         self.lanes = dict(lanes or {})  # lane -> its configured MAX (None: the global MAX, as implied)
-        self.fair_lanes = fair_lanes  # lanes serving their tenants round-robin (sluice.fair)
+        self.fair_lanes = fair_lanes  # lanes serving their tenants round-robin (sluice.features.fair)
         self.lane_queues = {url: lane for lane, url in (lane_queues or {}).items()}  # queue URL -> lane
         self.lane_limits = dict(self.lanes)  # lane -> its limit in force, as the test set it (None: MAX)
         self.lane_lowered: dict[str, int | None] = {}  # lowered in LANE# only: binding once a tick ran
@@ -386,7 +386,7 @@ class Model:
         return ckey
 
     def uncapped(self, message_id: str | None) -> bool:
-        """A fair lane's tenant: no default cap, only its own (``sluice.fair``). Judged by the lane the
+        """A fair lane's tenant: no default cap, only its own (``sluice.features.fair``). Judged by the lane the
         message was sent to, not by the key's ``fair`` mark: per docs/protocol.md a claim of the same
         key from an ordinary lane has the default cap, whatever its runs in the fair lane (which
         count against it), and the mark only says whose waker wakes the tenant."""

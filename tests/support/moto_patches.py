@@ -40,7 +40,7 @@ Not here, and why:
   cheap rollbacks) and its SQS clock cheap, for the demo's server in a process of its own. It stays in
   the package: the demo runs without the tests, and ``lib`` never imports ``tests``.
 * moto raises ``ValueError`` on ``size()`` of a missing attribute where DynamoDB fails the condition.
-  ``sluice.adapters.dynamo_slots`` tests ``attribute_exists(holders)`` first, a condition that reads
+  ``sluice.adapters.dynamo.slots`` tests ``attribute_exists(holders)`` first, a condition that reads
   the same on DynamoDB; it stays in Sluice's code because the demo's moto needs it too.
 """
 

@@ -16,7 +16,7 @@ ONCE_ATTRIBUTE = "sluice-once"  # "true": the key runs successfully at most once
 EFFECT_ORIGIN_PREFIX = "fx-"  # the origin id of an effect's message (docs/protocol.md, "Effects")
 REASON_ATTRIBUTE = "sluice-error"  # on every dead-letter copy: the reason
 CONCURRENCY_KEY_ATTRIBUTE = "sluice-concurrency-key"  # the message's concurrency key
-LANE_POOL_PREFIX = "SLOTS#lane-"  # a lane's slot pool (sluice.lanes): SLOTS#lane-<lane>[#<i>]
+LANE_POOL_PREFIX = "SLOTS#lane-"  # a lane's slot pool (sluice.features.lanes): SLOTS#lane-<lane>[#<i>]
 TICKET_ATTRIBUTE = "sluice-key-ticket"  # on a waiter woken from its key's line: "<ticket>@<ms>"
 # A woken waiter's deduplication id ends with the digest of the awaits feature's wake-up "holder".
 WAKE_DEDUP_SUFFIX = "-" + hashlib.sha256(b"sluice-awaits").hexdigest()[:32]
@@ -96,7 +96,7 @@ def lane_of_shard(pk: str) -> str | None:
 
 
 def lane_slot_names(params: dict[str, Any], verb: str) -> list[tuple[str, str]]:
-    """(lane, execution name) for each slot of a lane's pool (``sluice.lanes``) a transaction takes
+    """(lane, execution name) for each slot of a lane's pool (``sluice.features.lanes``) a transaction takes
     (``take``: a claim, an adoption) or gives back (``give``: a release): ``SET holders.#n`` /
     ``REMOVE holders.#n`` on a shard ``SLOTS#lane-<lane>#<i>``."""
     out: list[tuple[str, str]] = []
@@ -119,7 +119,7 @@ def _key_item(update_or_check: dict[str, Any]) -> bool:
 
 
 def key_wake_dedup(attributes: dict[str, Any]) -> str | None:
-    """The deduplication id suffix of a waiter woken from its key's line (``sluice.keys.as_parked``:
+    """The deduplication id suffix of a waiter woken from its key's line (``sluice.features.keys.as_parked``:
     the holder ``sluice-key:<key>#<ticket>@<ms>``, its in-flight entry, which the attribute
     ``sluice-key-ticket`` carries whole), or None for a message without a key and a ticket."""
     ckey = attributes.get(CONCURRENCY_KEY_ATTRIBUTE, {}).get("StringValue")
@@ -145,14 +145,14 @@ def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
     a resumed claim; ``suspect_since`` is reconciliation's first sighting of an unstarted claim;
     ``SET starting_at`` is the launcher's mark just before StartExecution (``start_mark``).
 
-    Concurrency keys (``sluice.keys``): a Put of ``KWAIT#`` parks a message in its key's line
+    Concurrency keys (``sluice.features.keys``): a Put of ``KWAIT#`` parks a message in its key's line
     (``key_park``); a transaction that moves ``woken`` on ``CKEY#`` advances the line (``key_advance``);
     one that takes the key off ``KEYS_WAITING`` forgets it (``key_forget``); a SendMessage whose
     deduplication id names a key's ticket wakes a waiter (``key_wake``); a single update taking an
     entry off ``inflight`` gives a woken waiter's kept slot back (``key_forgo``), one of ``cap`` sets a
     key's own cap (``key_cap``).
 
-    Lanes (``sluice.lanes``): a claim, release or adoption takes or gives a lane's slot in its own
+    Lanes (``sluice.features.lanes``): a claim, release or adoption takes or gives a lane's slot in its own
     transaction (``lane_slot_names``); a write to a lane's pool item (``SLOTS#lane-<lane>``) moves
     that lane's caps (``lane_limit``: the tick's ``sync_lanes``, the operator's command, the
     rebalance after an adoption); a single update of ``LANE#<lane>`` records the operator's setting
@@ -160,7 +160,7 @@ def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
     """
     if operation == "TransactWriteItems":
         if hand_over(params):
-            return "hand_over"  # a completion's release and its refill's claim (sluice.handover)
+            return "hand_over"  # a completion's release and its refill's claim (sluice.launch.handover)
         puts = [_pk(p) for p in _puts(params)]
         if any(pk.startswith("PARK#") for pk in puts):
             return "park"
@@ -324,7 +324,7 @@ KEY_POINTS: dict[str, tuple[str, str]] = {
     "after_key_advance": ("after", "key_advance"),
     "after_key_forgo": ("after", "key_forgo"),
 }
-# Points of lanes (sluice.lanes): the caps of a lane's pool moved to its limit in force (the tick's
+# Points of lanes (sluice.features.lanes): the caps of a lane's pool moved to its limit in force (the tick's
 # sync of every lane's limit, before it admits; the operator's command; the rebalance after an
 # adoption). Reached by the first tick of a program with lanes, and whenever a lane's limit moves.
 LANE_POINTS: dict[str, tuple[str, str]] = {

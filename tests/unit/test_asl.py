@@ -1,4 +1,4 @@
-"""``sluice.asl``: the semaphore step's states, and a section wrapped between Acquire and Release.
+"""``sluice.semaphore.asl``: the semaphore step's states, and a section wrapped between Acquire and Release.
 
 Checked three ways: the structure itself, our own graph checks (every target exists, every way out of
 the section passes a release, the section's ends lead to Release alone), and moto's Step Functions
@@ -13,7 +13,7 @@ import pytest
 from moto import mock_aws
 from moto.core import DEFAULT_ACCOUNT_ID
 
-from sluice.asl import (
+from sluice.semaphore.asl import (
     ACQUIRE_RESOURCE,
     LAMBDA_SERVICE_ERRORS,
     RELEASE_RESOURCE,
@@ -25,7 +25,7 @@ from sluice.asl import (
     with_semaphore,
     wrap_definition,
 )
-from sluice.semaphore_model import BadSemaphoreName
+from sluice.semaphore.model import BadSemaphoreName
 
 FUNCTION = f"arn:aws:lambda:us-east-1:{DEFAULT_ACCOUNT_ID}:function:sluice-dev-semaphore"
 ROLE = f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/workflow"

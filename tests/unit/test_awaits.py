@@ -4,7 +4,10 @@ import json
 
 import pytest
 
-from sluice.awaits import (
+from sluice.core.errors import InvalidPayload
+from sluice.core.model import Outcome, PayloadRecord, PayloadState
+from sluice.core.validation import validate_message
+from sluice.features.awaits import (
     AWAITS_ATTRIBUTE,
     ON_FAILURE_ATTRIBUTE,
     ReadAhead,
@@ -15,9 +18,6 @@ from sluice.awaits import (
     read_ahead,
     sweep,
 )
-from sluice.errors import InvalidPayload
-from sluice.model import Outcome, PayloadRecord, PayloadState
-from sluice.validation import validate_message
 from tests.unit.test_launcher import World
 
 HORIZON = 7 * 86_400
@@ -160,7 +160,7 @@ def test_a_waiter_woken_twice_runs_once():
 
 
 def _parked_copy(waiter):
-    from sluice.awaits import _parked
+    from sluice.features.awaits import _parked
 
     return _parked(waiter)
 

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterator
 
 from sluice.cli.app import build_parser
-from sluice.settings import MAX_CEILING
+from sluice.launch.settings import MAX_CEILING
 from tests.support.docs import ROOT, pages, section, serverless, stack_parameters, table
 
 # Options every command takes (``sluice --help`` and operations.md's Setup describe them once).
@@ -163,7 +163,9 @@ def test_item8_maxconcurrency_bounds_are_stated_as_the_code_checks_them():
 
 
 def test_item10_every_setting_the_functions_read_is_in_configuration_md():
-    read = set(re.findall(r'"(SLUICE_[A-Z_]+)"', (ROOT / "lib" / "sluice" / "settings.py").read_text()))
+    read = set(
+        re.findall(r'"(SLUICE_[A-Z_]+)"', (ROOT / "lib" / "sluice" / "launch" / "settings.py").read_text())
+    )
     assert len(read) > 20
     documented = set(re.findall(r"`(SLUICE_[A-Z_]+)`", (ROOT / "docs" / "configuration.md").read_text()))
     assert sorted(read - documented) == []

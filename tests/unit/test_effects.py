@@ -1,18 +1,18 @@
-"""Effects with memory adapters (sluice.effects): what one release sends, and what it never sends."""
+"""Effects with memory adapters (sluice.features.effects): what one release sends, and what it never sends."""
 
 from __future__ import annotations
 
 import json
 
-from sluice.adapters.memory import MemoryStore
-from sluice.adapters.memory_aws import MemoryQueue
-from sluice.adapters.memory_payloads import MemoryPayloadObjects
-from sluice.clock import FakeClock
-from sluice.completion import complete, output_from
-from sluice.effects import EFFECTS_FIELD, Effects, effect_id
-from sluice.model import PayloadState
-from sluice.names import ORIGIN_ATTRIBUTE
-from sluice.receipts import Outputs
+from sluice.adapters.memory.aws import MemoryQueue
+from sluice.adapters.memory.payloads import MemoryPayloadObjects
+from sluice.adapters.memory.store import MemoryStore
+from sluice.core.clock import FakeClock
+from sluice.core.model import PayloadState
+from sluice.core.names import ORIGIN_ATTRIBUTE
+from sluice.features.effects import EFFECTS_FIELD, Effects, effect_id
+from sluice.features.receipts import Outputs
+from sluice.launch.completion import complete, output_from
 from tests.contract.stores import NOW, claim
 
 

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
+from sluice.core.errors import InvalidPayload
 from sluice.enqueue import Item, prepare, read_items
-from sluice.errors import InvalidPayload
 
 
 def test_one_object_an_array_and_json_lines():

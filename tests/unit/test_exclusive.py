@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from sluice.adapters.memory_lease import MemoryLeases
-from sluice.clock import FakeClock
+from sluice.adapters.memory.lease import MemoryLeases
 from sluice.concurrency import Busy, MissingKey, Reentered, StateError, exclusive
-from sluice.errors import ConfigurationError
-from sluice.lease import ERROR_MESSAGE_CHARS, LeaseLost
+from sluice.core.clock import FakeClock
+from sluice.core.errors import ConfigurationError
+from sluice.primitives.lease import ERROR_MESSAGE_CHARS, LeaseLost
 from tests.support.aws import LambdaContext
 from tests.support.hooks import Crash
 
@@ -326,11 +326,11 @@ def test_importing_it_loads_no_launcher_and_no_aws_client():
     loaded = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True)
     assert set(loaded.stdout.split()) == {
         "sluice",
-        "sluice.clock",
+        "sluice.core.clock",
         "sluice.concurrency",
-        "sluice.errors",
-        "sluice.external",
-        "sluice.lease",
-        "sluice.model",
-        "sluice.validation",
+        "sluice.core.errors",
+        "sluice.core.external",
+        "sluice.primitives.lease",
+        "sluice.core.model",
+        "sluice.core.validation",
     }

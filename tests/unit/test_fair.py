@@ -1,4 +1,4 @@
-"""Fair lanes' pure parts (``sluice.fair``): a message's tenant, and free slots shared out to the
+"""Fair lanes' pure parts (``sluice.features.fair``): a message's tenant, and free slots shared out to the
 backlogged tenant with the fewest runs."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import random
 
 import pytest
 
-from sluice.errors import InvalidPayload
-from sluice.fair import share_out, tenant
-from sluice.keys import entry
-from sluice.model import Message
-from sluice.records import KeyState, Lane
+from sluice.core.errors import InvalidPayload
+from sluice.core.model import Message
+from sluice.core.records import KeyState, Lane
+from sluice.features.fair import share_out, tenant
+from sluice.features.keys import entry
 
 NOW = 1_000.0
 LANE = Lane("shared", 8, fair=True)

@@ -8,13 +8,13 @@ import json
 
 import pytest
 
-from sluice.adapters.memory import MemoryStore
-from sluice.adapters.memory_aws import MemoryExecutions, MemoryQueue
-from sluice.clock import FakeClock
-from sluice.lanes import parse_lanes
-from sluice.launcher import Launcher
-from sluice.model import MaxReading
-from sluice.settings import Settings
+from sluice.adapters.memory.aws import MemoryExecutions, MemoryQueue
+from sluice.adapters.memory.store import MemoryStore
+from sluice.core.clock import FakeClock
+from sluice.core.model import MaxReading
+from sluice.features.lanes import parse_lanes
+from sluice.launch.launcher import Launcher
+from sluice.launch.settings import Settings
 
 
 class Max:

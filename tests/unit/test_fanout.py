@@ -1,4 +1,4 @@
-"""Calls side by side and the StartExecution pace (sluice.fanout, sluice.settings.start_bucket)."""
+"""Calls side by side and the StartExecution pace (sluice.primitives.fanout, sluice.launch.settings.start_bucket)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
-from sluice.clock import FakeClock
-from sluice.fanout import Pacer, Serial, Threads, fanout
-from sluice.settings import Settings, start_bucket
+from sluice.core.clock import FakeClock
+from sluice.launch.settings import Settings, start_bucket
+from sluice.primitives.fanout import Pacer, Serial, Threads, fanout
 
 
 class Crash(BaseException):

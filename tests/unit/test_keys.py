@@ -1,18 +1,24 @@
-"""The concurrency keys' domain (``sluice.keys``) on the in-memory store and queue: tickets, room,
+"""The concurrency keys' domain (``sluice.features.keys``) on the in-memory store and queue: tickets, room,
 the slots kept for woken waiters, and the waiting line's order."""
 
 from __future__ import annotations
 
 import pytest
 
-from sluice import keys
-from sluice.adapters.memory import MemoryStore
-from sluice.adapters.memory_aws import MemoryQueue
-from sluice.clock import FakeClock
-from sluice.errors import InvalidPayload
-from sluice.keys import CONCURRENCY_KEY_ATTRIBUTE, TICKET_ATTRIBUTE, concurrency_key, entry, ticket_of
-from sluice.model import LimitSource, Message, Payload, PayloadState
-from sluice.records import INFLIGHT_SECONDS, KeyState, sent_at
+from sluice.adapters.memory.aws import MemoryQueue
+from sluice.adapters.memory.store import MemoryStore
+from sluice.core.clock import FakeClock
+from sluice.core.errors import InvalidPayload
+from sluice.core.model import LimitSource, Message, Payload, PayloadState
+from sluice.core.records import INFLIGHT_SECONDS, KeyState, sent_at
+from sluice.features import keys
+from sluice.features.keys import (
+    CONCURRENCY_KEY_ATTRIBUTE,
+    TICKET_ATTRIBUTE,
+    concurrency_key,
+    entry,
+    ticket_of,
+)
 
 NOW = 1_800_000_000.0
 

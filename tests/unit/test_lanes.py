@@ -1,4 +1,4 @@
-"""Lanes' configuration and how free slots are shared among them (sluice.lanes): no AWS."""
+"""Lanes' configuration and how free slots are shared among them (sluice.features.lanes): no AWS."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sluice.errors import ConfigurationError
-from sluice.lanes import by_priority, parse_lane_queues, parse_lanes, refill_order, split
-from sluice.records import Lane, LaneSetting
+from sluice.core.errors import ConfigurationError
+from sluice.core.records import Lane, LaneSetting
+from sluice.features.lanes import by_priority, parse_lane_queues, parse_lanes, refill_order, split
 
 
 def test_no_lanes_is_one_lane_without_a_pool():

@@ -4,15 +4,15 @@ import json
 
 import pytest
 
-from sluice.adapters.memory import MemoryStore
-from sluice.adapters.memory_aws import MemoryExecutions, MemoryQueue, _Queued
-from sluice.clock import FakeClock
-from sluice.completion import complete
-from sluice.errors import ConfigurationError, TransientError
-from sluice.launcher import Launcher
-from sluice.model import ClaimFence, LimitSource, MaxReading, Message, Outcome, PayloadState
-from sluice.names import execution_name
-from sluice.settings import DuplicatePolicy, Settings
+from sluice.adapters.memory.aws import MemoryExecutions, MemoryQueue, _Queued
+from sluice.adapters.memory.store import MemoryStore
+from sluice.core.clock import FakeClock
+from sluice.core.errors import ConfigurationError, TransientError
+from sluice.core.model import ClaimFence, LimitSource, MaxReading, Message, Outcome, PayloadState
+from sluice.core.names import execution_name
+from sluice.launch.completion import complete
+from sluice.launch.launcher import Launcher
+from sluice.launch.settings import DuplicatePolicy, Settings
 
 
 class Max:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from sluice.clock import FakeClock
+from sluice.core.clock import FakeClock
 from tests.support.model import Model, Sent
 from tests.support.steps import Call
 

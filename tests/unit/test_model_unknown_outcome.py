@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from sluice.clock import FakeClock
+from sluice.core.clock import FakeClock
 from tests.support.model import Model
 from tests.support.steps import Call
 
@@ -22,7 +22,7 @@ def machine(name: str) -> str:
 
 
 def vanished(name: str, on: str = M1) -> str:
-    """The reason reconciliation's release of a vanished holder records (sluice.reconcile)."""
+    """The reason reconciliation's release of a vanished holder records (sluice.launch.reconcile)."""
     arn = f"arn:aws:states:us-east-1:123456789012:execution:{on}:{name}"
     return f"execution {arn} does not exist in Step Functions (its state machine was deleted?)"
 
@@ -47,7 +47,7 @@ def claim(m: Model, name: str, message_id: str, on: str = M1) -> None:
 
 
 def release(m: Model, key: str, name: str, state: str, reason: str | None = None) -> None:
-    """A committed release as sluice.adapters.dynamo_release writes it: the slot, the lease."""
+    """A committed release as sluice.adapters.dynamo.release writes it: the slot, the lease."""
     values = {":state": {"S": state}, ":now": {"N": "1"}, ":name": {"S": name}}
     expression = "SET #state = :state, updated_at = :now"
     if reason is not None:

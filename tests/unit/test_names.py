@@ -1,6 +1,6 @@
 import pytest
 
-from sluice.names import NAME_PATTERN, execution_arn, execution_name
+from sluice.core.names import NAME_PATTERN, execution_arn, execution_name
 
 
 @pytest.mark.parametrize(

@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from sluice.adapters.ssm import parse_max
+from sluice.adapters.aws.ssm import parse_max
+from sluice.core.errors import ConfigurationError
+from sluice.core.validation import MAX_CEILING, MaxAboveCeiling
 from sluice.enqueue import read_items
-from sluice.errors import ConfigurationError
-from sluice.lanes import parse_lanes
-from sluice.settings import Settings
-from sluice.validation import MAX_CEILING, MaxAboveCeiling
+from sluice.features.lanes import parse_lanes
+from sluice.launch.settings import Settings
 from tests.unit import test_stack_config as stack_config
 
 HUGE = "1" + "0" * 5000

@@ -9,24 +9,24 @@ from typing import Any
 
 import pytest
 
-from sluice.adapters.cloudwatch import QueueMetrics, Window
-from sluice.adapters.deployment import Functions, StackNotFound, Stacks
-from sluice.adapters.dynamo_codec import create_table
-from sluice.adapters.dynamo_semaphore import DynamoSemaphoreStore
-from sluice.adapters.semaphore_catalogue import SemaphoreCatalogue
-from sluice.adapters.sfn_tokens import SfnTokens
-from sluice.adapters.sqs_dead_letters import (
+from sluice.adapters.aws.cloudwatch import QueueMetrics, Window
+from sluice.adapters.aws.deployment import Functions, StackNotFound, Stacks
+from sluice.adapters.aws.sfn_tokens import SfnTokens
+from sluice.adapters.aws.sqs_dead_letters import (
     MOVED_BY_SQS,
     DeadLetterQueue,
     Resend,
     dlq_message_of,
     redrive_dedup_id,
 )
-from sluice.adapters.ssm import MaxParameter
-from sluice.clock import FakeClock
-from sluice.errors import ConfigurationError, NotFound, TransientError
-from sluice.lanes import LANE_ATTRIBUTE
-from sluice.semaphore import Semaphores
+from sluice.adapters.aws.ssm import MaxParameter
+from sluice.adapters.dynamo.codec import create_table
+from sluice.adapters.dynamo.semaphore import DynamoSemaphoreStore
+from sluice.adapters.dynamo.semaphore_catalogue import SemaphoreCatalogue
+from sluice.core.clock import FakeClock
+from sluice.core.errors import ConfigurationError, NotFound, TransientError
+from sluice.features.lanes import LANE_ATTRIBUTE
+from sluice.semaphore.step import Semaphores
 from tests.support.aws import NO_RETRY, build_stack
 from tests.support.cli import deploy
 from tests.support.hooks import error_answer

@@ -7,15 +7,15 @@ import json
 
 import pytest
 
-from sluice.adapters.memory import MemoryStore
-from sluice.adapters.memory_aws import MemoryExecutions, MemoryQueue
-from sluice.adapters.memory_payloads import MemoryPayloadObjects
-from sluice.clock import FakeClock
+from sluice.adapters.memory.aws import MemoryExecutions, MemoryQueue
+from sluice.adapters.memory.payloads import MemoryPayloadObjects
+from sluice.adapters.memory.store import MemoryStore
+from sluice.core.clock import FakeClock
+from sluice.core.errors import InvalidPayload
+from sluice.core.model import MaxReading, Message, Outcome, Payload, PayloadState
+from sluice.core.validation import validate_message
 from sluice.enqueue import Item, enqueue
-from sluice.errors import InvalidPayload
-from sluice.launcher import Launcher
-from sluice.model import MaxReading, Message, Outcome, Payload, PayloadState
-from sluice.pointers import (
+from sluice.features.pointers import (
     DEFAULT_THRESHOLD,
     POINTER_FIELD,
     Pointer,
@@ -24,8 +24,8 @@ from sluice.pointers import (
     pointer_of,
     store,
 )
-from sluice.settings import Settings, pointer_threshold
-from sluice.validation import validate_message
+from sluice.launch.launcher import Launcher
+from sluice.launch.settings import Settings, pointer_threshold
 
 BIG = {"id": "scene-42", "manifest": "x" * 600 * 1024}
 BODY = json.dumps(BIG).encode()

@@ -1,8 +1,8 @@
 import pytest
 
-from sluice.adapters.ssm import parse_max
-from sluice.errors import ConfigurationError
-from sluice.settings import DuplicatePolicy, Settings
+from sluice.adapters.aws.ssm import parse_max
+from sluice.core.errors import ConfigurationError
+from sluice.launch.settings import DuplicatePolicy, Settings
 
 
 def test_defaults_and_overrides():
@@ -44,7 +44,7 @@ def test_bad_settings_are_named(env, message):
 
 
 def test_start_concurrency_is_auto_unless_a_whole_number_is_given():
-    assert Settings.from_env({}).start_concurrency is None  # auto: sluice.fanout.start_width
+    assert Settings.from_env({}).start_concurrency is None  # auto: sluice.primitives.fanout.start_width
     assert Settings.from_env({"SLUICE_START_CONCURRENCY": " Auto "}).start_concurrency is None
     assert Settings.from_env({"SLUICE_START_CONCURRENCY": "25"}).start_concurrency == 25
     assert Settings().start_concurrency == 1  # the class itself: one after another

@@ -13,9 +13,9 @@ import pytest
 from bench.aws import QUOTAS
 from bench.pricing import PRICES
 from bench.report import LABEL
-from sluice.adapters.sqs import BATCH as RECEIVE_BATCH
+from sluice.adapters.aws.sqs import BATCH as RECEIVE_BATCH
 from sluice.enqueue import BATCH as SEND_BATCH
-from sluice.settings import LARGE_BUCKET, LARGE_BUCKET_REGIONS, SMALL_BUCKET
+from sluice.launch.settings import LARGE_BUCKET, LARGE_BUCKET_REGIONS, SMALL_BUCKET
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "sizing.md").read_text()

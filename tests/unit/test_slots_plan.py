@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluice.slots import (
+from sluice.primitives.slots import (
     LOOK_SHARDS,
     Capacity,
     Occupancy,

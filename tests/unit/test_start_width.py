@@ -1,4 +1,4 @@
-"""How many claims and starts a tick's round keeps in flight (``startConcurrency``, sluice.fanout):
+"""How many claims and starts a tick's round keeps in flight (``startConcurrency``, sluice.primitives.fanout):
 ``auto`` follows the room to fill under the MAX in force at that tick; a whole number is that many."""
 
 from __future__ import annotations
@@ -7,15 +7,15 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sluice.adapters.memory import MemoryStore
-from sluice.adapters.memory_aws import MemoryExecutions, MemoryQueue
-from sluice.clock import FakeClock
-from sluice.completion import complete
-from sluice.fanout import AUTO_WIDEST, Serial, pool_size
-from sluice.launcher import Launcher
-from sluice.model import MaxReading, Message, PayloadState
-from sluice.records import Done
-from sluice.settings import Settings
+from sluice.adapters.memory.aws import MemoryExecutions, MemoryQueue
+from sluice.adapters.memory.store import MemoryStore
+from sluice.core.clock import FakeClock
+from sluice.core.model import MaxReading, Message, PayloadState
+from sluice.core.records import Done
+from sluice.launch.completion import complete
+from sluice.launch.launcher import Launcher
+from sluice.launch.settings import Settings
+from sluice.primitives.fanout import AUTO_WIDEST, Serial, pool_size
 
 
 class Max:
@@ -44,7 +44,7 @@ class Rounds(MemoryQueue):
 
 
 class Pool:
-    """``sluice.fanout.Threads`` of ``workers`` threads, run one call after another: notes how many
+    """``sluice.primitives.fanout.Threads`` of ``workers`` threads, run one call after another: notes how many
     of each batch of message groups the threads would have in flight at once."""
 
     def __init__(self, workers: int) -> None:

@@ -3,9 +3,9 @@ import sys
 
 import pytest
 
-from sluice.errors import InvalidPayload
-from sluice.model import Message
-from sluice.validation import (
+from sluice.core.errors import InvalidPayload
+from sluice.core.model import Message
+from sluice.core.validation import (
     KEY_ATTRIBUTE,
     MAX_DEPTH,
     MAX_INPUT_BYTES,

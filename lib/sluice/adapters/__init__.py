@@ -1,1 +1,1 @@
-"""Adapters: the ports in ``sluice.ports`` over boto3 clients (passed in) or in memory."""
+"""Adapters: the ports in ``sluice.core.ports`` over boto3 clients (passed in) or in memory."""

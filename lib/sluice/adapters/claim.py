@@ -14,8 +14,8 @@ class Claim:
     claim_expires_at: float
     arn: str | None = None
     once: bool = False
-    ckey: str | None = None  # its concurrency key (sluice.keys), ``ticket`` when a wake sent it
+    ckey: str | None = None  # its concurrency key (sluice.features.keys), ``ticket`` when a wake sent it
     ticket: str | None = None
-    lane: str | None = None  # its lane (sluice.lanes)
+    lane: str | None = None  # its lane (sluice.features.lanes)
     fair_newcomer: bool = False  # refused while any concurrency key has waiters
-    uncapped: bool = False  # its key has no default cap (a claim from a fair lane, sluice.fair)
+    uncapped: bool = False  # its key has no default cap (a claim from a fair lane, sluice.features.fair)

@@ -1,4 +1,4 @@
-"""Translate botocore failures into ``sluice.errors``. Nothing above the adapters sees ``ClientError``."""
+"""Translate botocore failures into ``sluice.core.errors``. Nothing above the adapters sees ``ClientError``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, HTTPClientError, ReadTimeoutError
 
-from sluice.errors import ConditionFailed, ConfigurationError, NotFound, TransientError
+from sluice.core.errors import ConditionFailed, ConfigurationError, NotFound, TransientError
 
 THROTTLING = frozenset(
     {

@@ -14,7 +14,7 @@ from sluice.adapters.errors import THROTTLING, error_code, translate_client_erro
 from sluice.cli.context import make_context
 from sluice.cli.parser import build_parser
 from sluice.cli.render import EXIT_AWS, EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_PIPE
-from sluice.errors import SluiceError, TransientError
+from sluice.core.errors import SluiceError, TransientError
 
 CREDENTIAL_CODES = frozenset(
     {"ExpiredToken", "ExpiredTokenException", "InvalidClientTokenId", "UnrecognizedClientException"}

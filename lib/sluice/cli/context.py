@@ -16,13 +16,13 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from sluice.adapters.deployment import StackNotFound, stacks_of
+from sluice.adapters.aws.deployment import StackNotFound, stacks_of
 from sluice.adapters.errors import error_code
-from sluice.errors import ConfigurationError, SluiceError
-from sluice.lanes import DEFAULT_LANE, parse_lane_queues, parse_lane_state_machines, parse_lanes
-from sluice.records import Lane
+from sluice.core.errors import ConfigurationError, SluiceError
+from sluice.core.records import Lane
+from sluice.features.lanes import DEFAULT_LANE, parse_lane_queues, parse_lane_state_machines, parse_lanes
+from sluice.launch.settings import Settings
 from sluice.runtime import Runtime
-from sluice.settings import Settings
 
 # Stack output → Settings field, and the environment variable that overrides it.
 OUTPUTS = {
@@ -43,7 +43,7 @@ ENV_NAMES = {
 }
 # What a command uses unless ``_needs`` says otherwise (the payload bucket only ``enqueue`` uses, and
 # only for a large payload: it is read from the stack when the stack is read anyway).
-# Lanes (sluice.lanes): their queues are an output (absent on a stack without lanes), their
+# Lanes (sluice.features.lanes): their queues are an output (absent on a stack without lanes), their
 # configuration only the launcher's SLUICE_LANES, unless this shell sets it.
 LANE_QUEUES_OUTPUT = "LaneQueueUrls"
 LANE_QUEUES_ENV = "SLUICE_LANE_QUEUES"
@@ -94,7 +94,7 @@ class Context:
             return None
         return value if value >= 0 else None
 
-    # -- lanes (sluice.lanes) -------------------------------------------------------------------------
+    # -- lanes (sluice.features.lanes) -------------------------------------------------------------------------
 
     def lanes(self) -> tuple[Lane, ...]:
         """The stack's lanes: ``SLUICE_LANES`` here, else the launcher's (``()``: no lanes). The

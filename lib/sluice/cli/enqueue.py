@@ -9,12 +9,12 @@ from typing import Any
 
 from sluice.cli.context import Context
 from sluice.cli.render import EXIT_AWS, EXIT_CONFIG, EXIT_OK, EXIT_PARTIAL, progress_bar, usage
+from sluice.core.errors import SluiceError, TransientError
+from sluice.core.validation import content_hash, parse_object
 from sluice.enqueue import EnqueueReport, enqueue, read_items
-from sluice.errors import SluiceError, TransientError
-from sluice.lanes import DEFAULT_LANE
+from sluice.features.lanes import DEFAULT_LANE
+from sluice.features.pointers import MAX_STORED_BYTES
 from sluice.ops.awaits import known_waiters
-from sluice.pointers import MAX_STORED_BYTES
-from sluice.validation import content_hash, parse_object
 
 ENQUEUE_CHUNK = 100  # items per enqueue call: a failure names the first item not sent
 PROGRESS_FROM = 50  # items; fewer are sent without a progress bar

@@ -12,12 +12,12 @@ from dataclasses import asdict
 from sluice.cli.context import Context, local_env, stack_env
 from sluice.cli.render import EXIT_AWS, EXIT_OK, lane_max, table
 from sluice.cli.room import hold_text
-from sluice.errors import SluiceError
+from sluice.core.errors import SluiceError
+from sluice.core.summary import TickSummary
+from sluice.launch.settings import Settings
 from sluice.ops.local_tick import tick
 from sluice.ops.room import QueueRoom, Room, read_room
 from sluice.runtime import Runtime
-from sluice.settings import Settings
-from sluice.summary import TickSummary
 
 DEFAULT_TICK_SECONDS = 120  # the stack's default launcherTimeout
 

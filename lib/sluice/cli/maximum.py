@@ -6,11 +6,11 @@ from typing import Any
 
 from sluice.cli.context import Context
 from sluice.cli.render import EXIT_OK, in_force, lane_max, plural, until_fewer, usage
-from sluice.errors import InvalidPayload
+from sluice.core.errors import InvalidPayload
+from sluice.core.validation import check_key
 from sluice.ops.keys import set_key_max
 from sluice.ops.lanes import change_lane, lane_states
 from sluice.ops.maximum import pause, resume, set_max
-from sluice.validation import check_key
 
 
 def cmd_set_max(ctx: Context) -> int:
@@ -105,7 +105,7 @@ def _set_key_max(ctx: Context) -> int:
     return EXIT_OK
 
 
-# -- lanes (sluice.lanes) -----------------------------------------------------------------------------
+# -- lanes (sluice.features.lanes) -----------------------------------------------------------------------------
 
 
 def _lane_lines(result: dict[str, Any], head: str) -> list[str]:

@@ -9,7 +9,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sluice.asl import MAX_SECONDS
 from sluice.cli.context import DEFAULT_REGION
 from sluice.cli.dlq import cmd_dlq_delete, cmd_dlq_list, cmd_dlq_redrive
 from sluice.cli.enqueue import cmd_enqueue
@@ -24,11 +23,12 @@ from sluice.cli.semaphore import (
     semaphore_name,
 )
 from sluice.cli.status import cmd_status, cmd_wait
-from sluice.errors import ConfigurationError
-from sluice.lanes import DEFAULT_LANE
-from sluice.pointers import DEFAULT_THRESHOLD
-from sluice.settings import pointer_threshold
-from sluice.validation import MAX_CEILING, MaxAboveCeiling, whole_number
+from sluice.core.errors import ConfigurationError
+from sluice.core.validation import MAX_CEILING, MaxAboveCeiling, whole_number
+from sluice.features.lanes import DEFAULT_LANE
+from sluice.features.pointers import DEFAULT_THRESHOLD
+from sluice.launch.settings import pointer_threshold
+from sluice.semaphore.asl import MAX_SECONDS
 
 
 def _max_value(raw: str) -> int:

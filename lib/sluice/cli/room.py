@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from sluice.cli.render import lane_max, plural
-from sluice.lanes import DEFAULT_LANE
+from sluice.features.lanes import DEFAULT_LANE
 from sluice.ops.room import Held, Hold, Room
 
 NOTHING_HOLDS = "nothing: slots are free; the next tick, or a completion's refill, receives what waits"

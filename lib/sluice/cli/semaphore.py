@@ -7,13 +7,13 @@ import json
 import sys
 from typing import Any
 
-from sluice.asl import ERROR_PATH, StateNames, semaphore_states, wrap_definition
 from sluice.cli.context import Context
 from sluice.cli.render import EXIT_OK, EXIT_PARTIAL, plural, table, until_fewer, usage, when
-from sluice.errors import ConfigurationError
+from sluice.core.errors import ConfigurationError
+from sluice.core.validation import MaxAboveCeiling, whole_number
 from sluice.ops.semaphore import MAX_LIMIT, semaphore_list, semaphore_set, semaphore_status
-from sluice.semaphore_model import BadSemaphoreName, check_name
-from sluice.validation import MaxAboveCeiling, whole_number
+from sluice.semaphore.asl import ERROR_PATH, StateNames, semaphore_states, wrap_definition
+from sluice.semaphore.model import BadSemaphoreName, check_name
 
 
 def semaphore_name(raw: str) -> str:
@@ -182,7 +182,7 @@ def cmd_semaphore_asl(given: argparse.Namespace | Context) -> int:
             f"to {section!r}); point your section's last state at {names.release!r}; add to every Task, "
             f"Parallel and Map state of the section the Catch "
             f'{{"ErrorEquals": ["States.ALL"], "ResultPath": "{ERROR_PATH}", "Next": "{names.release_on_error}"}}. '
-            "Or let `--wrap FILE` do it for a whole definition, or call sluice.asl.with_semaphore.",
+            "Or let `--wrap FILE` do it for a whole definition, or call sluice.semaphore.asl.with_semaphore.",
             file=sys.stderr,
         )
     return EXIT_OK

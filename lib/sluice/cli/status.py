@@ -9,12 +9,12 @@ from typing import Any
 from sluice.cli.context import Context
 from sluice.cli.render import EXIT_OK, EXIT_PARTIAL, duration, lane_max, plural, table, until_fewer, when
 from sluice.cli.room import room_lines
-from sluice.lanes import DEFAULT_LANE
+from sluice.features.lanes import DEFAULT_LANE
+from sluice.features.receipts import Receipt, read_receipt, wait_for
 from sluice.ops.awaits import awaits_status, tree_lines
 from sluice.ops.keys import key_status, payload_place
 from sluice.ops.room import Room, read_room
 from sluice.ops.status import overview, payload_history
-from sluice.receipts import Receipt, read_receipt, wait_for
 
 EXIT_TIMEOUT = 2  # sluice wait: no receipt within --timeout
 NO_RECORD = (
@@ -150,7 +150,7 @@ def _no_record(ctx: Context, key: str, waits: dict[str, Any]) -> int:
 
 
 def _place_lines(place: dict[str, Any] | None) -> list[str]:
-    """Its place in a concurrency key's line (``sluice.keys``)."""
+    """Its place in a concurrency key's line (``sluice.features.keys``)."""
     if place is None:
         return []
     k = place["key"]

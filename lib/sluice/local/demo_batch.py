@@ -124,8 +124,8 @@ def generate_batch(count: int, seed: int) -> list[Planned]:
 def load_batch(path: Path) -> list[Planned]:
     """A file of payloads (a JSON array, one object, or JSON Lines). Lines sluice.enqueue would refuse
     are sent raw, so they reach the launcher and the DLQ."""
+    from sluice.core.errors import InvalidPayload
     from sluice.enqueue import prepare
-    from sluice.errors import InvalidPayload
 
     planned: list[Planned] = []
     seen: set[str] = set()

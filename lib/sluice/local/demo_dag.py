@@ -35,10 +35,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sluice.adapters.dynamodb import DynamoStore
+from sluice.adapters.dynamo.store import DynamoStore
+from sluice.core.names import execution_arn, execution_name
 from sluice.local import chart
 from sluice.local.demo_batch import Sent
-from sluice.names import execution_arn, execution_name
 
 # (key, the keys it awaits), in the order the commands send them.
 DAG: list[tuple[str, tuple[str, ...]]] = [

@@ -7,6 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sluice.core.names import execution_name
 from sluice.local import chart
 from sluice.local.demo_batch import Sent
 from sluice.local.demo_dag import URGENT_LANE, URGENT_MAX, DagResult
@@ -15,7 +16,6 @@ from sluice.local.demo_run import Run, ledger_store, queues_depth
 from sluice.local.demo_semaphore import SectionResult
 from sluice.local.demo_semaphore import summary_lines as semaphore_lines
 from sluice.local.deployment import Deployment
-from sluice.names import execution_name
 
 if TYPE_CHECKING:
     from sluice.local.demo_options import Options

@@ -10,19 +10,19 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sluice.adapters.dynamodb import DynamoStore
+from sluice.adapters.dynamo.store import DynamoStore
+from sluice.core.model import ExecutionStatus, Outcome
 from sluice.local.dashboard import Dashboard, Snapshot
 from sluice.local.deployment import Deployment
 from sluice.local.events import status_change_event
 from sluice.local.lambdas import Containers, InvocationError
-from sluice.model import ExecutionStatus, Outcome
 
 if TYPE_CHECKING:
     from sluice.local.demo_batch import Producer
     from sluice.local.demo_options import Options
 
 
-# What a launcher's summary counts (``sluice.model.Outcome``) that the demo shows.
+# What a launcher's summary counts (``sluice.core.model.Outcome``) that the demo shows.
 OUTCOMES = ("started", "duplicate", "invalid", "resumed", "already_ran", "deferred", "returned")
 
 

@@ -117,8 +117,8 @@ class SemaphoreSection:
         self.sqs = aws.client("sqs")
 
     def run(self, count: int = 6, *, timeout: float = 60.0) -> SectionResult:
-        from sluice.adapters.dynamo_semaphore import DynamoSemaphoreStore
-        from sluice.semaphore_model import pool_of
+        from sluice.adapters.dynamo.semaphore import DynamoSemaphoreStore
+        from sluice.semaphore.model import pool_of
 
         result = SectionResult(executions=count)
         began = time.monotonic()

@@ -1,7 +1,7 @@
 """Operator operations behind the ``sluice`` command, as plain functions over a ``Runtime``.
 
 Each function does one thing an operator asks for and returns plain data (dicts and dataclasses)
-that the CLI prints as a table or as JSON. AWS failures arrive as ``sluice.errors`` exceptions.
+that the CLI prints as a table or as JSON. AWS failures arrive as ``sluice.core.errors`` exceptions.
 
     maximum.py     read MAX, set-max, pause, resume (the SSM parameter and its tags)
     lanes.py       a lane's MAX, pause and resume (its LANE# setting and its pool's caps), every lane

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.awaits import Waiter, judge, state_of
+from sluice.features.awaits import Waiter, judge, state_of
 from sluice.runtime import Runtime
 
 TREE_DEPTH = 10

@@ -8,7 +8,7 @@ deduplication id ``redrive-<DLQ message id>``, and deletes the DLQ message only 
 succeeded. Run twice within SQS's 5-minute deduplication window (say after a crash between send and
 delete), the second send is dropped by SQS.
 
-With lanes (``sluice.lanes``), each message goes back to its lane's queue: the queue SQS moved it
+With lanes (``sluice.features.lanes``), each message goes back to its lane's queue: the queue SQS moved it
 from (``DeadLetterQueueSourceArn``), else its ``sluice-lane`` attribute (Sluice's own dead letters
 and the messages ``sluice enqueue --lane`` sent carry it), else the default lane's. A lane whose
 queue is not known here (a lane removed from the stack, or SLUICE_* variables without
@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sluice.adapters.sqs_dead_letters import (
+from sluice.adapters.aws.sqs_dead_letters import (
     MOVED_BY_SQS,
     DeadLetterQueue,
     DlqMessage,
@@ -30,10 +30,10 @@ from sluice.adapters.sqs_dead_letters import (
     queue_name,
     redrive_dedup_id,
 )
-from sluice.errors import ConfigurationError, TransientError
-from sluice.lanes import DEFAULT_LANE
+from sluice.core.errors import ConfigurationError, TransientError
+from sluice.features.lanes import DEFAULT_LANE
+from sluice.launch.settings import Settings
 from sluice.runtime import Runtime
-from sluice.settings import Settings
 
 __all__ = [
     "MOVED_BY_SQS",

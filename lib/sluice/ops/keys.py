@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice import keys
-from sluice.errors import ConfigurationError
-from sluice.records import KeyState
+from sluice.core.errors import ConfigurationError
+from sluice.core.records import KeyState
+from sluice.core.validation import MAX_CEILING
+from sluice.features import keys
 from sluice.runtime import Runtime
-from sluice.validation import MAX_CEILING
 
 
 def describe(state: KeyState, default: int, now: float) -> dict[str, Any]:

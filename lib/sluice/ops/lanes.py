@@ -1,4 +1,4 @@
-"""Lanes at run time (``sluice.lanes``): a lane's MAX, pause and resume, and every lane's state.
+"""Lanes at run time (``sluice.features.lanes``): a lane's MAX, pause and resume, and every lane's state.
 
 ``set-max N --lane``, ``pause --lane`` and ``resume --lane`` write the lane's setting
 (``LANE#<name>``) and then its pool's caps (``Store.set_lane_limit``), both stamped with the
@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from sluice.core.records import Lane, LaneRoom, LaneSetting
 from sluice.ops.parked import parked_by_lane
-from sluice.records import Lane, LaneRoom, LaneSetting
 from sluice.runtime import Runtime
 
 STAMP_STEP = 0.001  # a setting's stamp is after the one it replaces, whatever this machine's clock says
@@ -57,7 +57,7 @@ def lane_states(rt: Runtime, lanes: Sequence[Lane]) -> list[dict[str, Any]]:
 def lane_overview(rt: Runtime, lanes: Sequence[Lane]) -> list[dict[str, Any]]:
     """``lane_states`` with each lane's queue: visible (waiting), in flight and delayed messages;
     what waits parked in the table to go back to it (``sluice.ops.parked``); a fair lane's also
-    with its tenants and the payloads waiting in their lines (``sluice.fair``)."""
+    with its tenants and the payloads waiting in their lines (``sluice.features.fair``)."""
     queue = rt.queue()
     out = []
     tenants: dict[str, list[Any]] = {}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
+from sluice.core.summary import TickSummary
 from sluice.runtime import Runtime
-from sluice.summary import TickSummary
 
 
 def tick(rt: Runtime, *, time_limit: float | None = None) -> TickSummary:

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sluice.adapters.ssm import MaxParameter, parse_max
-from sluice.errors import ConfigurationError
+from sluice.adapters.aws.ssm import MaxParameter, parse_max
+from sluice.core.errors import ConfigurationError
 from sluice.runtime import Runtime
 
 RESUME_TAG = "sluice:resume-max"

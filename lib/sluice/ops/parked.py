@@ -1,8 +1,8 @@
 """What waits parked in the table, per lane, for ``sluice status``.
 
 Three waiting rooms hold payloads whose message was deleted from the queue: the concurrency keys'
-lines (``sluice.keys``, fair lanes' tenants included), deferred duplicates (``sluice.parking``) and
-awaits waiters (``sluice.awaits``). Each parked message keeps the ``sluice-lane`` attribute stamped
+lines (``sluice.features.keys``, fair lanes' tenants included), deferred duplicates (``sluice.features.parking``) and
+awaits waiters (``sluice.features.awaits``). Each parked message keeps the ``sluice-lane`` attribute stamped
 at its receive, which names the queue it goes back to; a message without one is the default lane's.
 The count reads each room's index and at most ``SCAN`` of its entries (a key's line, a holder's
 parked set, a waiter): beyond that it is a lower bound, and says so.
@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluice.lanes import DEFAULT_LANE, LANE_ATTRIBUTE
+from sluice.features.lanes import DEFAULT_LANE, LANE_ATTRIBUTE
 
 SCAN = 100  # index entries read per waiting room; a larger room is counted in part
 

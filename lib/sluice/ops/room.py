@@ -15,12 +15,12 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
 
-from sluice.lanes import DEFAULT_LANE
+from sluice.core.records import Lane
+from sluice.features.lanes import DEFAULT_LANE
 from sluice.ops.keys import key_status
 from sluice.ops.lanes import lane_overview
 from sluice.ops.maximum import read_max
 from sluice.ops.parked import parked_by_lane
-from sluice.records import Lane
 from sluice.runtime import Runtime
 
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.errors import ConfigurationError
+from sluice.core.errors import ConfigurationError
+from sluice.primitives.slots import Occupancy
 from sluice.runtime import Runtime
-from sluice.semaphore import Semaphores
-from sluice.semaphore_model import SemaphoreStatus, check_name, pool_of
-from sluice.slots import Occupancy
+from sluice.semaphore.model import SemaphoreStatus, check_name, pool_of
+from sluice.semaphore.step import Semaphores
 
 MAX_LIMIT = 10_000  # permits of one semaphore: 1,250 shard items of 8
 MAX_WAITERS = 100

@@ -9,14 +9,14 @@ from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sluice.adapters.cloudwatch import Window
-from sluice.errors import SluiceError
+from sluice.adapters.aws.cloudwatch import Window
+from sluice.core.errors import SluiceError
+from sluice.core.records import Lane
+from sluice.features.receipts import receipt_of
 from sluice.ops.dlq import dlq_counts
 from sluice.ops.keys import describe
 from sluice.ops.lanes import lane_overview
 from sluice.ops.maximum import read_max
-from sluice.receipts import receipt_of
-from sluice.records import Lane
 from sluice.runtime import Runtime
 
 AGE_METRIC = "ApproximateAgeOfOldestMessage"
@@ -27,7 +27,7 @@ def overview(
     rt: Runtime, *, deployed_default: Callable[[], int | None] = lambda: None, lanes: Sequence[Lane] = ()
 ) -> dict[str, Any]:
     """MAX, slots, Step Functions' own RUNNING count, queue and DLQ depth, oldest age, drift; with
-    ``lanes`` (``sluice.lanes``), each lane's MAX, pool and queue."""
+    ``lanes`` (``sluice.features.lanes``), each lane's MAX, pool and queue."""
     s = rt.settings
     s.require("queue_url", "dlq_url", "table_name", "state_machine_arn")
     data: dict[str, Any] = {}
@@ -80,7 +80,7 @@ def overview(
 
 
 def busiest_keys(rt: Runtime, *, top: int = 10) -> list[dict[str, Any]]:
-    """The concurrency keys with a line (``sluice.keys``), most waiting first."""
+    """The concurrency keys with a line (``sluice.features.keys``), most waiting first."""
     store = rt.store()
     now = rt.clock.now()
     states = [store.key_state(k) for k in sorted(store.keys_waiting())[:100]]
@@ -141,7 +141,7 @@ def _holder_status(rt: Runtime, holder: Any) -> str | None:
 
 
 def _effects(store: Any, name: str) -> dict[str, Any] | None:
-    """What the receipt's run sent (``sluice.effects``): a read only for a SUCCEEDED receipt."""
+    """What the receipt's run sent (``sluice.features.effects``): a read only for a SUCCEEDED receipt."""
     log = store.effects(name)
     if log is None:
         return None

@@ -1,0 +1,1 @@
+"""Step Functions, SQS, SSM, S3 and CloudWatch behind Sluice's ports."""

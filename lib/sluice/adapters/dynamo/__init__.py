@@ -1,0 +1,1 @@
+"""The DynamoDB store: one table, the protocol's conditions beside their races."""

@@ -1,0 +1,117 @@
+"""The adoption of an execution running again (a redrive), in the launcher's table: its slot, its
+key's lease and its record taken back in one transaction (``Store.adopt``). A part of
+``sluice.adapters.dynamo.store.DynamoStore``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sluice.adapters.dynamo.codec import execution_pk, payload_pk, values
+from sluice.adapters.dynamo.lanes import LaneSlots
+from sluice.adapters.dynamo.launch_slots import POOL, LaunchSlots
+from sluice.adapters.dynamo.release import ReleaseParts
+from sluice.adapters.dynamo.table import TableRef
+from sluice.core.model import ExecutionRecord, PayloadState
+
+ADOPT_ROUNDS = 3  # an adoption whose slot conditions failed (the pool moved) is tried again
+
+
+class AdoptionsTable:
+    def __init__(
+        self, db: TableRef, launch_slots: LaunchSlots, lane_slots: LaneSlots, parts: ReleaseParts
+    ) -> None:
+        self.db = db
+        self.launch_slots = launch_slots
+        self.lane_slots = lane_slots
+        self.records, self.keys = parts.records, parts.keys
+
+    def adopt(self, *, name: str, now: float) -> bool:
+        """Take a slot and the lease back for ``name``, an ended execution RUNNING again (a redrive).
+
+        It runs already, so it counts against MAX whatever MAX is: a shard with room, else past a
+        cap of a pool frozen first (``DynamoSlots.adoption``), so no crash leaves caps that admit
+        beside it. Refused when the key's lease is held by another execution (then it counts as
+        external). A slot condition that failed (the pool moved since the read) is tried again.
+        """
+        record = self.records.execution(name)
+        if record is None or record.state.holds_lease:
+            return False
+        if any(raw.get("holder") for raw in self.db.batch_get([payload_pk(record.key)])):
+            return False  # another run holds the key: refused before any pool is frozen for it
+        for _ in range(ADOPT_ROUNDS):
+            shard, takes = self.launch_slots.adopt_items(name, now)
+            lane_take = (
+                self.lane_slots.adopt_items(record.lane, name, now) if record.lane is not None else None
+            )
+            items = [
+                self._adopt_lease(record, name, now),
+                self._adopt_record(record, name, now, shard, lane_take),
+            ]
+            if record.ckey is not None:
+                items.append(self.keys.key_adopt_item(record.ckey, name))
+            slots = len(items)  # the slot items follow: their conditions alone are retried
+            items.extend(takes)
+            if lane_take is not None:
+                items.extend(lane_take[1])
+            reasons = self.db.transact(items)
+            if reasons is None:
+                break
+            if any(r.get("Code") == "ConditionalCheckFailed" for r in reasons[:slots]):
+                return False
+        else:
+            return False  # the pools kept moving: counted as external this tick, adopted at the next
+        if lane_take is not None and record.lane is not None:
+            self.lane_slots.rebalance(record.lane)
+        # A slot taken past a cap left the pool frozen: thaw it now if the holders fit under the limit
+        # (a crash before this leaves it frozen, admitting nothing, until a claim or a tick thaws it).
+        self.launch_slots.slots.rebalance(POOL)
+        return True
+
+    def _adopt_lease(self, record: ExecutionRecord, name: str, now: float) -> dict[str, Any]:
+        return {
+            "Update": {
+                "TableName": self.db.table,
+                "Key": {"pk": {"S": payload_pk(record.key)}},
+                "UpdateExpression": (
+                    "SET #key = :key, #state = :running, holder = :name, updated_at = :now "
+                    "REMOVE expires_at, redriven DELETE redriven_more :names"
+                ),
+                "ConditionExpression": "attribute_not_exists(holder)",
+                "ExpressionAttributeNames": {"#key": "key", "#state": "state"},
+                "ExpressionAttributeValues": {
+                    **values(key=record.key, running=PayloadState.RUNNING.value, name=name, now=now),
+                    ":names": {"SS": [name]},  # its own mark, if it was one of the key's further marks
+                },
+            }
+        }
+
+    def _adopt_record(
+        self,
+        record: ExecutionRecord,
+        name: str,
+        now: float,
+        shard: int,
+        lane_take: tuple[int, list[dict[str, Any]]] | None,
+    ) -> dict[str, Any]:
+        sets = "SET #state = :running, adopted_at = :now, #shard = :shard "
+        # the end before: a stale DescribeExecution may still answer with it
+        earlier = {} if record.ended_at is None else {"earlier": record.ended_at}
+        if earlier:
+            sets += ", earlier_end_at = :earlier "
+        update = {
+            "TableName": self.db.table,
+            "Key": {"pk": {"S": execution_pk(name)}},
+            "UpdateExpression": sets + "REMOVE expires_at, ended_at, #output, output_ref, output_size",
+            "ConditionExpression": "#state = :was",
+            "ExpressionAttributeNames": {"#state": "state", "#shard": "shard", "#output": "output"},
+            "ExpressionAttributeValues": values(
+                running=PayloadState.RUNNING.value, now=now, was=record.state.value, shard=shard, **earlier
+            ),
+        }
+        if lane_take is not None:
+            update["UpdateExpression"] = update["UpdateExpression"].replace(
+                "#shard = :shard ", "#shard = :shard, lane_shard = :lane_shard ", 1
+            )
+            update["ExpressionAttributeValues"].update(values(lane_shard=lane_take[0]))
+        return {"Update": update}

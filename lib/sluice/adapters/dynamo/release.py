@@ -1,0 +1,499 @@
+"""The end of a holding, in the launcher's table: the release (slot, lease, execution record,
+receipt and effects mark in one transaction), alone or with a successor's claim (the hand-over).
+
+    release(N):  SLOTS#launcher#i  REMOVE holders.N          IF N holds a slot there
+                 PAYLOAD#<key>     REMOVE holder, receipt = N IF holder = N (and, unless told,
+                                                              not flagged as awaited: then again,
+                                                              and its waiters are read)
+                                   SET expires_at            IF no once_by (a once-key's success
+                                                              is kept: then again, without it)
+                                   SET once_unknown, once_by (a run that vanished: outcome
+                                                              unknown, sluice.features.receipts)
+                 EXEC#N            SET state, ended_at       IF CLAIMED or RUNNING (a fence: and
+                                                              the claim version and mark judged)
+                                                              and its parked set as read
+                 EFFECTS#N         PUT (when effects were sent before it)
+                 CKEY#<ckey>       DELETE holders N          (a keyed run: sluice.features.keys)
+                 SLOTS#lane-<l>#j  REMOVE holders.N          (a run in a lane: sluice.features.lanes)
+
+A repeated or late event finds N no longer holding: the transaction fails and nothing is freed
+twice. A part of ``sluice.adapters.dynamo.store.DynamoStore``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from sluice.adapters.dynamo.codec import (
+    effects_item,
+    execution_pk,
+    only_once,
+    payload_pk,
+    to_execution,
+    values,
+)
+from sluice.adapters.dynamo.lanes import LaneSlots
+from sluice.adapters.dynamo.launch_slots import POOL, LaunchSlots
+from sluice.adapters.dynamo.records import UNLESS_ONCE_DONE, RecordsTable
+from sluice.adapters.dynamo.slots import pool_pk, swap_item
+from sluice.adapters.dynamo.table import TableRef
+from sluice.core.model import (
+    EFFECTS_RETENTION_SECONDS,
+    ClaimFence,
+    ExecutionRecord,
+    HandOver,
+    PayloadState,
+    Successor,
+    record_expiry,
+)
+from sluice.core.records import ReceiptOutput
+from sluice.features.receipts import asked_once
+
+if TYPE_CHECKING:
+    from sluice.adapters.dynamo.claims import ClaimsTable
+    from sluice.adapters.dynamo.keys import KeysTable
+
+LIVE = (PayloadState.CLAIMED.value, PayloadState.RUNNING.value)
+PARK_RACE_RETRIES = 3  # a release tried again when messages parked behind it as it was on its way
+
+
+@dataclass(frozen=True)
+class _Ending:
+    """How a run ended, as a release writes it down."""
+
+    state: PayloadState
+    now: float
+    error: str | None
+    cause: str | None
+    ended_at: float | None
+    fence: ClaimFence | None
+    confirm: Callable[[ExecutionRecord], bool] | None
+    output: Callable[[ExecutionRecord], ReceiptOutput | None]
+    started_at: float | None = None
+    outcome_unknown: bool = (
+        False  # its execution vanished: a run-once one marks its key (sluice.features.receipts)
+    )
+
+
+def _failed(reason: dict[str, Any]) -> bool:
+    return reason.get("Code") == "ConditionalCheckFailed"
+
+
+def _released_from(reason: dict[str, Any], name: str) -> bool:
+    """A swap refused because ``name`` no longer holds a slot on the shard (released by another)."""
+    holders = (reason.get("Item") or {}).get("holders", {}).get("M", {})
+    return _failed(reason) and "Item" in reason and name not in holders
+
+
+MARKS = ("awaited", "once_by")  # what refuses a release's lease item while its run still holds it
+
+
+def marks(reason: dict[str, Any], name: str) -> frozenset[str]:
+    """The marks a release's lease item was refused for while ``name`` still holds it: the
+    ``awaited`` flag (its waiters must be read), the ``once_by`` mark (no expiry may be set). Empty
+    when it was not refused, or refused because ``name`` no longer holds the lease."""
+    found = reason.get("Item") or {}
+    if not _failed(reason) or found.get("holder", {}).get("S") != name:
+        return frozenset()
+    return frozenset(m for m in MARKS if m in found)
+
+
+@dataclass(frozen=True)
+class ReleaseParts:
+    """The parts of the store a release reads and writes beside its own items."""
+
+    records: RecordsTable
+    keys: KeysTable
+    claims: ClaimsTable
+
+
+class ReleasesTable:
+    """Release and hand-over; the other parts of the store give the records read, the keys' and
+    lanes' items and the claim's items a hand-over writes for its successor."""
+
+    def __init__(
+        self,
+        db: TableRef,
+        launch_slots: LaunchSlots,
+        lane_slots: LaneSlots,
+        parts: ReleaseParts,
+    ) -> None:
+        self.db = db
+        self.launch_slots = launch_slots
+        self.lane_slots = lane_slots
+        self.records, self.keys, self.claims = parts.records, parts.keys, parts.claims
+
+    def release(
+        self,
+        *,
+        name: str,
+        state: PayloadState,
+        now: float,
+        error: str | None = None,
+        cause: str | None = None,
+        ended_at: float | None = None,
+        started_at: float | None = None,
+        fence: ClaimFence | None = None,
+        confirm: Callable[[ExecutionRecord], bool] | None = None,
+        output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
+        outcome_unknown: bool = False,
+    ) -> ExecutionRecord | None:
+        end = (state, now, error, cause, ended_at, fence, confirm, asked_once(output), started_at)
+        ending = _Ending(*end, outcome_unknown)
+        return self._end(self.records.execution(name), ending).released
+
+    def hand_over(
+        self,
+        *,
+        name: str,
+        state: PayloadState,
+        now: float,
+        offer: Callable[[ExecutionRecord, bool], Successor | None],
+        error: str | None = None,
+        cause: str | None = None,
+        ended_at: float | None = None,
+        started_at: float | None = None,
+        confirm: Callable[[ExecutionRecord], bool] | None = None,
+        output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
+    ) -> HandOver:
+        # The record and the pool item in one read: a frozen or paused pool has no slot to pass on,
+        # and the caller then receives nothing (no receive spent on a message that cannot start).
+        found = {raw["pk"]: raw for raw in self.db.batch_get([execution_pk(name), pool_pk(POOL)])}
+        raw = found.get(execution_pk(name))
+        pool = found.get(pool_pk(POOL)) or {}
+        room = bool(pool) and not pool.get("frozen") and int(pool.get("limit", 0)) > 0
+        ending = _Ending(state, now, error, cause, ended_at, None, confirm, asked_once(output), started_at)
+        handed = self._end(to_execution(raw) if raw else None, ending, offer=offer, room=room)
+        freed = handed.released
+        if freed is not None and not handed.claimed and freed.shard is not None and room:
+            self.launch_slots.freed(freed.shard, name, pool)  # the caller's own claim tries it first
+        return handed
+
+    def _end(
+        self,
+        record: ExecutionRecord | None,
+        ending: _Ending,
+        *,
+        offer: Callable[[ExecutionRecord, bool], Successor | None] | None = None,
+        room: bool = False,
+    ) -> HandOver:
+        """Release ``record`` as read (with a successor in the same transaction when ``offer`` gives
+        one), trying again as the races below require."""
+        awaited = kept = False
+        successor: Successor | None = None
+        for _ in range(PARK_RACE_RETRIES + 2):
+            if record is None or not record.state.holds_lease:
+                return HandOver(None)
+            if ending.confirm is not None and record.adopted_at is not None and not ending.confirm(record):
+                return HandOver(None)
+            if offer is not None:
+                if ending.state.ended:
+                    ending.output(record)  # its effects are sent first, so the offer may receive one
+                successor, offer = offer(record, room and record.shard is not None), None
+                if successor is not None and successor.key == record.key:
+                    successor = None  # one item cannot be written twice in one transaction
+                if successor is not None and successor.name == record.name:
+                    successor = None  # its own message back: it ran, and is settled its own way
+            items = self._release_items(record, ending, awaited=awaited, kept=kept)
+            claim_at = len(items)
+            if successor is not None:
+                assert record.shard is not None
+                items[0] = swap_item(
+                    self.db.table, POOL, record.shard, record.name, successor.name, ending.now
+                )
+                items.extend(self._successor_items(successor, record.shard, ending.now))
+            reasons = self.db.transact(items)
+            if reasons is None:
+                if successor is not None:
+                    self.launch_slots.took(record.shard, successor.name, ending.now)  # type: ignore[arg-type]
+                return HandOver(replace(record, awaited=awaited), claimed=successor is not None)
+            name = record.name
+            held = marks(reasons[1], name)
+            if (_failed(reasons[1]) and not held) or _released_from(reasons[0], name):
+                return HandOver(None)  # someone released it first
+            if successor is not None and (_failed(reasons[0]) or any(map(_failed, reasons[claim_at:]))):
+                successor = None  # no room on the shard, or its lease or record refused: alone
+                continue
+            if held:
+                # A waiter parked on the key: release again, then read its waiters. A once-key's
+                # success: release again, setting no expiry.
+                awaited, kept = awaited or "awaited" in held, kept or "once_by" in held
+                continue
+            # A message parked behind it between the read above and the transaction: the record
+            # returned must list it, or nothing would wake it. Read again and release again.
+            if not _failed(reasons[2]):
+                return HandOver(None)
+            fresh = self.records.execution(name)
+            if fresh is None or not fresh.state.holds_lease or fresh.parked == record.parked:
+                return HandOver(None)  # released by someone else, or renewed (a fence) meanwhile
+            record = fresh
+        return HandOver(None)
+
+    def record_later_success(
+        self, record: ExecutionRecord, *, ended_at: float, now: float, receipt: ReceiptOutput | None
+    ) -> bool:
+        """``Store.record_later_success``: the record, conditioned on the end it was read with (so
+        one of two completions of the same event writes it), and the key's success; the receipt
+        too while it is still this execution's, else tried again without it; the key's record
+        written afresh when TTL took it (it lives ``retentionDays``, the execution's 15 days)."""
+        for how in LATER_SUCCESS_WRITES:
+            lease = _later_success_lease(self.db, record, now, how=how)
+            items = [{"Update": self._later_end(record, ended_at, now, receipt)}, {"Update": lease}]
+            if receipt is not None and receipt.effects is not None:
+                effects = effects_item(receipt.effects, expires_at=int(now) + EFFECTS_RETENTION_SECONDS)
+                items.append({"Put": {"TableName": self.db.table, "Item": effects}})
+            reasons = self.db.transact(items)
+            if reasons is None:
+                return True
+            if _failed(reasons[0]):
+                return False
+        return False
+
+    def _later_end(
+        self, record: ExecutionRecord, ended_at: float, now: float, receipt: ReceiptOutput | None
+    ) -> dict[str, Any]:
+        state = PayloadState.SUCCEEDED
+        expires = record_expiry(state, now=now, retention_seconds=self.db.retention_seconds)
+        named = values(state=state.value, ended=ended_at, expires=expires)
+        named.update(values(was=record.state.value, was_ended=record.ended_at))
+        names = {"#state": "state", "#error": "error", "#cause": "cause"}
+        sets = "SET #state = :state, ended_at = :ended, expires_at = :expires"
+        if receipt is not None:
+            sets += _output_terms(receipt, named, names)
+        return {
+            "TableName": self.db.table,
+            "Key": {"pk": {"S": execution_pk(record.name)}},
+            "UpdateExpression": sets + " REMOVE #error, #cause",
+            "ConditionExpression": "#state = :was AND ended_at = :was_ended",
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": named,
+        }
+
+    def _release_items(
+        self, record: ExecutionRecord, ending: _Ending, *, awaited: bool, kept: bool = False
+    ) -> list[dict[str, Any]]:
+        """The release of ``record`` as read: its slot first, its lease second, its record third.
+        The lease is refused for a key flagged as awaited unless ``awaited`` (the caller then reads
+        its waiters), and for a once-key's success unless ``kept`` (then no expiry is set)."""
+        name = record.name
+        lease = self._lease_release(record, ending, awaited=awaited, kept=kept)
+        receipt = ending.output(record) if ending.state.ended else None
+        items = [
+            self.launch_slots.release_item(name, record.shard),
+            {"Update": lease},
+            {"Update": self._record_release(record, ending, receipt)},
+        ]
+        if record.ckey is not None:
+            items.append(self.keys.key_release_item(record.ckey, name))
+        if record.lane is not None and record.lane_shard is not None:
+            items.append(self.lane_slots.release_item(record.lane, record.lane_shard, name))
+        if receipt is not None and receipt.effects is not None:
+            # The effects sent before this release (sluice.features.effects): their durable mark, in its
+            # transaction. A separate item, so that a later claim of the same name (a redelivered
+            # message, which Puts EXEC#<name> afresh) cannot erase it.
+            effects = effects_item(receipt.effects, expires_at=int(ending.now) + EFFECTS_RETENTION_SECONDS)
+            items.append({"Put": {"TableName": self.db.table, "Item": effects}})
+        return items
+
+    def _lease_release(
+        self, record: ExecutionRecord, ending: _Ending, *, awaited: bool, kept: bool
+    ) -> dict[str, Any]:
+        """PAYLOAD#<key>'s update: the lease given up, the receipt written when the run ended."""
+        state, name = ending.state, record.name
+        sets, removes, condition = _lease_terms(record, ending, kept=kept)
+        condition = HOLDS_LEASE + ("" if awaited else f" AND {NOT_AWAITED}") + condition
+        expires = int(ending.now) + self.db.retention_seconds
+        named = values(state=state.value, now=ending.now, name=name, expires=expires)
+        if ":expires" not in sets:
+            del named[":expires"]
+        if state.ended:
+            # The receipt (sluice.features.receipts): in the items this transaction writes anyway.
+            sets += ", receipt = :name, receipt_state = :state"
+            if state is PayloadState.SUCCEEDED:
+                sets += ", succeeded_by = if_not_exists(succeeded_by, :name)"
+        if ending.error:
+            sets += ", reason = :reason"
+            named[":reason"] = {"S": ending.error}
+        return {
+            "TableName": self.db.table,
+            "Key": {"pk": {"S": payload_pk(record.key)}},
+            "UpdateExpression": sets + removes,
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": {"#state": "state"},
+            "ExpressionAttributeValues": named,
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+
+    def _record_release(
+        self, record: ExecutionRecord, ending: _Ending, receipt: ReceiptOutput | None
+    ) -> dict[str, Any]:
+        """EXEC#<name>'s update: the run's end, its output and error, under the record's conditions."""
+        sets = "SET #state = :state, ended_at = :ended, expires_at = :expires"
+        expires = record_expiry(
+            ending.state,
+            now=ending.now,
+            retention_seconds=self.db.retention_seconds,
+            ran=ending.outcome_unknown,
+        )
+        ended = ending.ended_at if ending.ended_at is not None else ending.now
+        named = values(state=ending.state.value, ended=ended, expires=expires, live0=LIVE[0], live1=LIVE[1])
+        names = {"#state": "state"}
+        if ending.started_at is not None:
+            sets += ", started_at = if_not_exists(started_at, :started)"
+            named[":started"] = {"N": repr(float(ending.started_at))}
+        if receipt is not None:
+            sets += _output_terms(receipt, named, names)
+        if ending.error:
+            sets += ", #error = :error"
+            named[":error"] = {"S": ending.error}
+            names["#error"] = "error"
+        if ending.cause:
+            sets += ", #cause = :cause"
+            named[":cause"] = {"S": ending.cause[:4_000]}
+            names["#cause"] = "cause"
+        if ending.outcome_unknown:  # its name is not claimed again (dynamo_claims.NOT_ENDED)
+            sets, named[":unknown"] = sets + ", outcome_unknown = :unknown", {"BOOL": True}
+        return {
+            "TableName": self.db.table,
+            "Key": {"pk": {"S": execution_pk(record.name)}},
+            "UpdateExpression": sets,
+            "ConditionExpression": _record_condition(record, ending.fence, named),
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": named,
+        }
+
+    def _successor_items(self, successor: Successor, shard: int, now: float) -> list[dict[str, Any]]:
+        """A claim's lease and record (``_claim_items`` but its slot, which the swap takes)."""
+        claim = self.claims._claim_items(
+            successor.key,
+            successor.name,
+            successor.message_id,
+            shard,
+            now,
+            successor.claim_expires_at,
+            successor.arn,
+        )
+        if successor.once:
+            only_once(claim)
+        return claim[1:]
+
+
+# -- the conditions of a release's items, each with the race it guards ---------------------------------
+
+# A repeated or late event finds N no longer holding the lease: nothing is freed twice.
+HOLDS_LEASE = "holder = :name"
+# A waiter parked on the key (before the release, or while it was on its way) flags it: the lease
+# is refused, and the release goes again knowing it must read the key's waiters (``sluice.features.awaits``).
+NOT_AWAITED = "attribute_not_exists(awaited)"
+# The record of a run that still holds: CLAIMED or RUNNING.
+LIVE_RECORD = "#state IN (:live0, :live1)"
+# A claim judged unstarted (by reconciliation, or by its own launcher rolling it back): released
+# only if nobody renewed it since (the same version; and the same mark, when it was marked).
+FENCED_CLAIM = "#state = :live0 AND claim_version = :version"
+SAME_MARK = " AND suspect_since = :suspect"
+# Its parked messages as read (the set only grows while it is live): a park that lands between the
+# release's read and its write changes the set, the release fails and reads again (``_end``).
+PARKED_AS_READ = " AND size(parked) = :nparked"
+NONE_PARKED = " AND attribute_not_exists(parked)"
+
+
+def _lease_terms(record: ExecutionRecord, ending: _Ending, *, kept: bool) -> tuple[str, str, str]:
+    """PAYLOAD#<key>'s SET and REMOVE clauses and its condition past the holder's, as the run ended."""
+    sets, removes = "SET #state = :state, updated_at = :now", " REMOVE holder"
+    if record.once and ending.state is PayloadState.SUCCEEDED:
+        # A once-key's success is kept: it must never run again (sluice.features.receipts).
+        return sets + ", once_by = if_not_exists(once_by, :name)", removes + ", expires_at", ""
+    if ending.outcome_unknown:
+        # A run that vanished (a run-once one or not) may have SUCCEEDED: no once-claim of the
+        # key until the operator says (its claim's condition reads the mark), and the record is
+        # kept as a success would be. Written by the holder's own release, so no once-claim got
+        # in between.
+        sets += ", once_unknown = :name, once_by = if_not_exists(once_by, :name)"
+        return sets, removes + ", expires_at", ""
+    if kept:
+        return sets, removes + ", expires_at", ""
+    # No write may put a once-key's success back under TTL; reading PAYLOAD#<key> first
+    # would cost every end a read, so the expiry is set under a condition instead and the
+    # release tried again without it when refused (``kept``). Only a run holding the lease
+    # writes ``once_by``, and this run holds it: the mark cannot appear after the check.
+    #
+    #   once-run e1 of k              plain run e2 of k (or any other run, later)
+    #   ────────────────              ──────────────────────────────────────────
+    #   release(e1) SUCCEEDED:
+    #     once_by = e1, no expiry
+    #                                 claim(e2): REMOVE expires_at (a live record)
+    #                                 release(e2): SET expires_at IF no once_by    ✗
+    #                                 release(e2) again, kept: no expiry           ✓
+    return sets + ", expires_at = :expires", removes, f" AND {UNLESS_ONCE_DONE}"
+
+
+# A later success's write of PAYLOAD#<key>: with the receipt while it is the run's own; without
+# it; written afresh where TTL took the record (and once more, should it reappear meanwhile).
+LATER_SUCCESS_WRITES = ("receipt", "kept", "afresh", "kept")
+
+
+def _later_success_lease(db: TableRef, record: ExecutionRecord, now: float, *, how: str) -> dict[str, Any]:
+    """PAYLOAD#<key>'s update for a success recorded after its release: ``succeeded_by`` (and a
+    run-once claim's ``once_by``, kept without expiry), the receipt only while it is this run's."""
+    sets, removes = "SET succeeded_by = if_not_exists(succeeded_by, :name)", ""
+    named = values(name=record.name, succeeded=PayloadState.SUCCEEDED.value)
+    names: dict[str, str] = {}
+    condition = "attribute_exists(pk)"
+    if record.once:
+        sets += ", once_by = if_not_exists(once_by, :name)"
+        removes = " REMOVE expires_at"
+    if how == "receipt":
+        sets += ", receipt_state = :succeeded"
+        condition += " AND receipt = :name"
+    elif how == "afresh":
+        condition = "attribute_not_exists(pk)"
+        sets += ", #key = :key, #state = :succeeded, receipt = :name, receipt_state = :succeeded"
+        sets += ", updated_at = :now"
+        named.update(values(key=record.key, now=now))
+        names = {"#key": "key", "#state": "state"}
+        if not record.once:
+            sets += ", expires_at = :expires"
+            named.update(values(expires=int(now) + db.retention_seconds))
+    if ":succeeded" not in sets:
+        del named[":succeeded"]
+    update = {
+        "TableName": db.table,
+        "Key": {"pk": {"S": payload_pk(record.key)}},
+        "UpdateExpression": sets + removes,
+        "ConditionExpression": condition,
+        "ExpressionAttributeValues": named,
+    }
+    if names:
+        update["ExpressionAttributeNames"] = names
+    return update
+
+
+def _output_terms(receipt: ReceiptOutput, named: dict[str, Any], names: dict[str, str]) -> str:
+    """EXEC#<name>'s SET clauses of the run's output (inline, or a pointer to it), with their values."""
+    sets = ", output_size = :osize"
+    named[":osize"] = {"N": str(receipt.size or 0)}
+    if receipt.inline is not None:
+        sets += ", #output = :output"
+        named[":output"] = {"S": receipt.inline}
+        names["#output"] = "output"
+    if receipt.pointer is not None:
+        sets += ", output_ref = :oref"
+        named[":oref"] = {"S": receipt.pointer}
+    return sets
+
+
+def _record_condition(record: ExecutionRecord, fence: ClaimFence | None, named: dict[str, Any]) -> str:
+    """EXEC#<name>'s condition, its values added to ``named``."""
+    condition = LIVE_RECORD
+    if fence is not None:
+        condition = FENCED_CLAIM
+        named.update(values(version=fence.claim_version))
+        if fence.suspect_since is not None:
+            condition += SAME_MARK
+            named.update(values(suspect=fence.suspect_since))
+    if not record.parked:
+        return condition + NONE_PARKED
+    named[":nparked"] = {"N": str(len(record.parked))}
+    return condition + PARKED_AS_READ

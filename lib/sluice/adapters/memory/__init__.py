@@ -1,0 +1,1 @@
+"""The in-memory store and AWS fakes: the same contract, for tests and the bench."""

@@ -1,0 +1,112 @@
+"""``MemoryStore``'s records (``Records``) and waiting room (``WaitingRoom``), for tests and the
+benchmark."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+
+from sluice.adapters.memory.table import MemoryTable
+from sluice.core.model import EffectsLog, ExecutionRecord, ParkedMessage, PayloadRecord, PayloadState
+
+
+class MemoryRecords:
+    def __init__(self, table: MemoryTable) -> None:
+        self.table = table
+        self.sighted: dict[str, str] = {}  # message id -> the receive that saw it first
+
+    def payload(self, key: str) -> PayloadRecord | None:
+        with self.table.lock:
+            return self.table.payloads.get(key)
+
+    def execution(self, name: str) -> ExecutionRecord | None:
+        with self.table.lock:
+            return self.table.executions.get(name)
+
+    def effects(self, name: str) -> EffectsLog | None:
+        with self.table.lock:
+            return self.table.effects.get(name)
+
+    def executions(self, names: Iterable[str]) -> dict[str, ExecutionRecord]:
+        with self.table.lock:
+            return {n: self.table.executions[n] for n in names if n in self.table.executions}
+
+    def payloads(self, keys: Iterable[str]) -> dict[str, PayloadRecord]:
+        with self.table.lock:
+            return {k: self.table.payloads[k] for k in set(keys) if k in self.table.payloads}
+
+    def record_duplicate(self, *, key: str, message_id: str, now: float) -> None:
+        with self.table.lock:
+            payload = self.table.payloads.get(key) or PayloadRecord(key=key, state=PayloadState.RELEASED)
+            self.table.payloads[key] = replace(payload, duplicates=payload.duplicates + 1, updated_at=now)
+
+    def first_sighting(self, *, key: str, message_id: str, receipt: str, now: float) -> bool:
+        with self.table.lock:
+            return self.sighted.setdefault(message_id, receipt) == receipt  # the same receive: a retry
+
+    def record_already_done(self, *, key: str, message_id: str, now: float) -> None:
+        with self.table.lock:
+            payload = self.table.payloads.get(key) or PayloadRecord(key=key, state=PayloadState.RELEASED)
+            self.table.payloads[key] = replace(payload, already_done=payload.already_done + 1, updated_at=now)
+
+    def record_invalid(self, *, key: str, reason: str, now: float) -> None:
+        with self.table.lock:
+            payload = self.table.payloads.get(key)
+            if payload is not None and payload.holder is not None:
+                return
+            base = payload or PayloadRecord(key=key, state=PayloadState.INVALID)
+            self.table.payloads[key] = replace(
+                base,
+                state=PayloadState.INVALID,
+                reason=reason,
+                updated_at=now,
+                # A once-key's success keeps its record without expiry (sluice.features.receipts).
+                expires_at=0 if base.once_by is not None else int(now) + self.table.retention_seconds,
+            )
+
+
+class MemoryParking:
+    def __init__(self, table: MemoryTable) -> None:
+        self.table = table
+        self.parked: dict[str, tuple[ParkedMessage, bool]] = {}  # message id -> (message, woken)
+        self.holders: set[str] = set()
+
+    def park(self, parked: ParkedMessage) -> bool:
+        with self.table.lock:
+            existing = self.parked.get(parked.message_id)
+            if existing is not None and existing[0].holder == parked.holder and not existing[1]:
+                return True  # parked already, by an earlier delivery
+            holder = self.table.executions.get(parked.holder)
+            if holder is None or not holder.state.holds_lease:
+                return False
+            self.table.executions[parked.holder] = replace(holder, parked=holder.parked | {parked.message_id})
+            self.parked[parked.message_id] = (parked, False)
+            self.holders.add(parked.holder)
+            return True
+
+    def parked_messages(self, holder: str, message_ids: Iterable[str]) -> list[ParkedMessage]:
+        with self.table.lock:
+            waiting = [
+                p
+                for p, woken in (self.parked[m] for m in set(message_ids) if m in self.parked)
+                if p.holder == holder and not woken
+            ]
+        return sorted(waiting, key=lambda p: (p.parked_at, p.message_id))
+
+    def unpark(self, holder: str, message_ids: Iterable[str], *, now: float) -> None:
+        woken = frozenset(message_ids)
+        with self.table.lock:
+            for m in woken:
+                entry = self.parked.get(m)
+                if entry is not None and entry[0].holder == holder:
+                    self.parked[m] = (entry[0], True)
+            record = self.table.executions.get(holder)
+            if record is not None:
+                record = replace(record, parked=record.parked - woken)
+                self.table.executions[holder] = record
+            if record is None or not record.parked:
+                self.holders.discard(holder)
+
+    def parked_holders(self) -> frozenset[str]:
+        with self.table.lock:
+            return frozenset(self.holders)

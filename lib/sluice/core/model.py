@@ -1,0 +1,462 @@
+"""Records and outcomes. Everything here is immutable; stores return new values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from sluice.core.external import ExternalCount
+
+
+class ExecutionStatus(StrEnum):
+    """A Step Functions execution's status, as DescribeExecution, ListExecutions and the status
+    events report it. Not a payload state: ``PayloadState.after`` turns an end into one."""
+
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    TIMED_OUT = "TIMED_OUT"
+    ABORTED = "ABORTED"
+    PENDING_REDRIVE = "PENDING_REDRIVE"  # a redrive was accepted and has not started yet
+
+    @classmethod
+    def terminal(cls, status: str) -> bool:
+        """The one definition of "ended": any text, so an unknown future status is not an end."""
+        return status in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset(
+    {ExecutionStatus.SUCCEEDED, ExecutionStatus.FAILED, ExecutionStatus.TIMED_OUT, ExecutionStatus.ABORTED}
+)
+
+
+class PayloadState(StrEnum):
+    """Latest state of a payload (the ``state`` of its payload record)."""
+
+    CLAIMED = "CLAIMED"  # lease and slot taken, StartExecution not yet confirmed
+    RUNNING = "RUNNING"  # execution confirmed started
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    TIMED_OUT = "TIMED_OUT"
+    ABORTED = "ABORTED"
+    RELEASED = "RELEASED"  # a claim was dropped without a start; the message is retried or dead-lettered
+    INVALID = "INVALID"  # the message could not be run and went to the DLQ
+
+    @property
+    def holds_lease(self) -> bool:
+        return self in (PayloadState.CLAIMED, PayloadState.RUNNING)
+
+    @property
+    def ended(self) -> bool:
+        """An execution ran and ended."""
+        return ExecutionStatus.terminal(self.value)
+
+    @classmethod
+    def after(cls, status: str) -> PayloadState:
+        """The state a payload ends in when its execution ended with ``status`` (a terminal one)."""
+        if not ExecutionStatus.terminal(status):
+            raise ValueError(f"{status!r} is not a status an execution ends with")
+        return cls(status)
+
+    @property
+    def redrivable(self) -> bool:
+        """An operator may redrive it (RedriveExecution), for ``REDRIVE_WINDOW_SECONDS`` after it ended."""
+        return self in (PayloadState.FAILED, PayloadState.TIMED_OUT, PayloadState.ABORTED)
+
+
+# RedriveExecution accepts executions that ended unsuccessfully in the last 14 days. A redriven
+# execution runs again under its old name, and only its execution record says which key it holds;
+# so that record outlives the window, whatever the retention, with a day's margin.
+REDRIVE_WINDOW_SECONDS = 14 * 86_400
+REDRIVE_MARGIN_SECONDS = 86_400
+# The payload queue keeps a message 14 days (MessageRetentionPeriod), and a run's message was sent
+# before its run: the record of a name that ran (ended, or released as vanished) outlives every
+# message of that name by the same margin, so its claim is refused (``AlreadyRan``) whatever
+# ``retentionDays`` says.
+QUEUE_RETENTION_SECONDS = 14 * 86_400
+
+
+def record_expiry(state: PayloadState, *, now: float, retention_seconds: int, ran: bool = False) -> int:
+    """When DynamoDB's TTL may delete an execution record released at ``now`` (``expires_at``).
+    ``ran``: released as vanished (outcome unknown), so it may have run.
+
+    Counted from the release, which comes after the end: a stop date from another clock never
+    shortens it.
+    """
+    keep = retention_seconds
+    if state.ended or ran:
+        keep = max(keep, QUEUE_RETENTION_SECONDS + REDRIVE_MARGIN_SECONDS)
+    if state.redrivable:
+        keep = max(keep, REDRIVE_WINDOW_SECONDS + REDRIVE_MARGIN_SECONDS)
+    return int(now) + keep
+
+
+class Outcome(StrEnum):
+    """What a launcher did with one received message."""
+
+    STARTED = "started"  # new execution started, message deleted
+    RESUMED = "resumed"  # redelivered message whose execution already runs: recorded, deleted
+    ALREADY_RAN = "already_ran"  # redelivered message whose execution already ended: deleted
+    DUPLICATE = "duplicate"  # another message of a payload whose lease is live: deleted, recorded
+    DEFERRED = "deferred"  # same, under the defer policy: parked in the table, re-sent when the lease ends
+    INVALID = "invalid"  # dead-lettered with a reason
+    RETURNED = "returned"  # no slot after all (lost a race): made visible again, untouched
+    # Refused by a live lease whose holder reads RUNNING on an answer that may be stale (its holder
+    # may have ended just before it was sent): back in the queue for the consistency window, then
+    # judged again (sluice.launch.message_branches); its group's later messages wait behind it.
+    RECHECK = "recheck"
+    INTERRUPTED = "interrupted"  # a transient AWS error stopped the tick; retried later
+    ALREADY_DONE = "already_done"  # a run-once message whose key has SUCCEEDED already: deleted, recorded
+    WAITING = "waiting"  # awaits keys that have not all SUCCEEDED: parked in the table, deleted (sluice.features.awaits)
+    KEY_WAITING = (
+        "key_waiting"  # its concurrency key is at its cap: parked in its line, deleted (sluice.features.keys)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One SQS message as the launcher sees it."""
+
+    message_id: str
+    receipt_handle: str
+    body: str
+    group_id: str = ""
+    receive_count: int = 1
+    attributes: dict[str, str] = field(default_factory=dict)
+    # Attributes received without a string value (SQS's Binary), by name: their data types. Sluice
+    # reads none of them, but a ``sluice-*`` one among them is refused (``sluice.features.attributes``).
+    binary_attributes: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Payload:
+    """A validated message: its key and the exact body to use as execution input."""
+
+    key: str
+    body: str
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class PayloadRecord:
+    """Item ``PAYLOAD#<key>``: the payload's lease and its latest state."""
+
+    key: str
+    state: PayloadState
+    holder: str | None = None  # execution name holding the lease; None when the lease is free
+    executions: tuple[str, ...] = ()  # every execution name ever claimed for this key, oldest first
+    attempts: int = 0
+    duplicates: int = 0
+    updated_at: float = 0.0
+    expires_at: int = 0
+    reason: str | None = None
+    receipt: str | None = None  # the execution whose end is the key's receipt (the latest ended run)
+    succeeded_by: str | None = None  # the first execution of this key that SUCCEEDED; never removed
+    already_done: int = 0  # run-once messages acknowledged as already done (sluice.features.receipts)
+    # How the receipt's run ended: ``state`` moves on (a later claim rolled back, an invalid message
+    # of the key), but an awaits waiter judges the key by its latest *run* (sluice.features.awaits.judge).
+    receipt_state: PayloadState | None = None
+    # A run of this key redriven behind Sluice's back while another run held the lease: no claim
+    # until that run is adopted (it takes the lease) or has ended (sluice.launch.reconcile).
+    redriven: str | None = None
+    # Further redriven runs of this key seen while ``redriven`` was set (a key keeps each one it
+    # saw): no claim either until each is adopted or has ended.
+    redriven_more: frozenset[str] = frozenset()
+    # The run-once execution whose success keeps this record without expiry (sluice.features.receipts): no
+    # later write puts it back under TTL. Never removed. Also set by ``once_unknown``'s release.
+    once_by: str | None = None
+    # A run-once execution released with an unknown outcome (it vanished with its state machine):
+    # no run-once claim of the key until the operator clears it (sluice.features.receipts).
+    once_unknown: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionRecord:
+    """Item ``EXEC#<name>``: one claim and, once started, one execution."""
+
+    name: str
+    key: str
+    message_id: str
+    state: PayloadState
+    claimed_at: float
+    claim_expires_at: float
+    arn: str | None = (
+        None  # recorded at the claim: the state machine it runs on, whatever the stack says later
+    )
+    started_at: float | None = None
+    ended_at: float | None = None
+    error: str | None = None
+    cause: str | None = None
+    expires_at: int = 0  # TTL; 0 while the claim or execution is live: live records never expire
+    claim_version: int = 0  # bumped by every renewal of the claim: fences reconciliation's release
+    suspect_since: float | None = None  # when a reconciler first saw the claim unstarted (its own clock)
+    suspect_by: str | None = None  # which reconciler: only the one that marked it judges its age
+    parked: frozenset[str] = frozenset()  # message ids of deferred duplicates waiting for this run
+    adopted_at: float | None = None  # ran again after its release (a redrive) and was taken back
+    earlier_end_at: float | None = None  # adopted: the stop date of the end before (Step Functions')
+    blocked_by: str | None = None  # an unstarted claim that must yield to a redriven run of its key
+    starting_at: float | None = None  # the launcher's mark just before StartExecution: no block after it
+    shard: int | None = None  # the slot shard it holds (None: claimed before the shards, in LEDGER)
+    once: bool = False  # claimed by a run-once message (``sluice-once: true``)
+    output: str | None = (
+        None  # its output as JSON text, when at most the inline size (sluice.features.receipts)
+    )
+    output_ref: str | None = None  # else the pointer to it in the payload bucket, as JSON text
+    output_size: int | None = None  # the output's size in bytes (None: it had none, or not ended)
+    ckey: str | None = None  # its concurrency key (sluice.features.keys): the release frees a slot there too
+    lane: str | None = None  # its lane (sluice.features.lanes), when the stack has lanes: a slot there too
+    lane_shard: int | None = None  # the shard of its lane's pool it holds
+    outcome_unknown: bool = (
+        False  # released as vanished (sluice.launch.reconcile): it may have run; never claimed again
+    )
+    # Set only on the record a release returns: its key is flagged as awaited (a waiter parked on it
+    # once, ``sluice.features.awaits``), so the release's wake-up reads the key's waiters; else it reads none.
+    awaited: bool = False
+
+    @property
+    def fence(self) -> ClaimFence | None:
+        """What a release of this unstarted claim must still find, or None if it is not suspect."""
+        if self.suspect_since is None:
+            return None
+        return ClaimFence(self.claim_version, self.suspect_since)
+
+
+@dataclass(frozen=True, slots=True)
+class Successor:
+    """A claim offered the slot a release frees, in the release's own transaction (a completion's
+    hand-over, ``Store.hand_over``): the same lease and record a claim writes, on the freed shard."""
+
+    key: str
+    name: str
+    message_id: str
+    arn: str | None
+    claim_expires_at: float
+    once: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class HandOver:
+    """What a hand-over did: the record it released (None: released by someone else, or not
+    holding), and whether the successor took the freed slot (else the release went alone)."""
+
+    released: ExecutionRecord | None
+    claimed: bool = False
+
+
+# How long ``EFFECTS#<name>`` is kept: as long as Step Functions keeps a name from running again, so
+# as long as any copy of a message that names that execution can come back (SQS keeps 14 days at most).
+EFFECTS_RETENTION_SECONDS = 90 * 86_400
+
+
+@dataclass(frozen=True, slots=True)
+class EffectsLog:
+    """Item ``EFFECTS#<name>``: the follow-up payloads (``sluice.features.effects``) an execution's output
+    named, written once in the release that sent them. Its existence means "sent": nothing sends
+    that execution's effects again."""
+
+    name: str  # the execution whose output named them
+    key: str  # its payload key
+    count: int  # effects the output named (sent + rejected; the whole list when it was refused)
+    sent: tuple[str, ...] = ()  # the keys of the effects sent, in the output's order
+    rejected: tuple[tuple[int, str], ...] = ()  # (index, reason); index -1: the list as a whole
+    sent_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimFence:
+    """A CLAIMED record as its releaser last knew it: released only if unchanged since. Reconciliation
+    gives the mark it judged (``suspect_since``); a launcher rolling back a claim of its own gives
+    its version alone, so that a renewal by anyone else (a resume of the same name) fences it off."""
+
+    claim_version: int
+    suspect_since: float | None = None
+
+    def holds(self, record: ExecutionRecord) -> bool:
+        """``record`` is still the claim this fence was taken from."""
+        return (
+            record.state is PayloadState.CLAIMED
+            and record.claim_version == self.claim_version
+            and (self.suspect_since is None or record.suspect_since == self.suspect_since)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ParkedMessage:
+    """Item ``PARK#<message id>``: a deferred duplicate, out of the queue until its key is free."""
+
+    message_id: str  # the original SQS message id: the re-sent copy keeps its execution name
+    key: str
+    holder: str  # the execution it waits for
+    body: str
+    group_id: str
+    attributes: dict[str, str]
+    parked_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Rooms:
+    """The waiting rooms' indexes, as reconciliation reads them at once: the executions with deferred
+    duplicates parked behind them, the parked awaits waiters, and the concurrency keys with a line."""
+
+    parked_holders: frozenset[str] = frozenset()
+    awaiting: frozenset[str] = frozenset()
+    keys_waiting: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class MaxReading:
+    """MAX as configured, and when it last changed (``changed_at``, epoch seconds; None when that
+    is unknown: the parameter is missing and the deployed default applies)."""
+
+    value: int
+    changed_at: float | None = 0.0
+    version: int = 0  # the parameter's version: orders two changes within the same millisecond
+
+
+@dataclass(frozen=True, slots=True)
+class LimitSource:
+    """What the launcher's limit (MAX − external) is worked out from, with the order of each part:
+    MAX by when the parameter last changed (then its version), and the external count by its
+    listing's numbers (``ExternalCount``).
+
+    Writers hold readings of different ages (a launcher's cached MAX, an operator's fresh one, a
+    newer external count), so the limit in force keeps its source (the slot pool's stamp) and a
+    writer merges: the newer MAX and the newer external count of the two (``ExternalCount.merged``:
+    the larger when their listings overlap). Neither part ever goes back to an older reading,
+    whoever writes last. A MAX whose change time is unknown (the parameter is missing and the
+    deployed default applies) is unfenced: written as it is.
+    """
+
+    max_value: int
+    max_changed_at: float | None
+    external: int = 0
+    count: int = 0
+    max_version: int = 0
+    listed_after: int | None = None  # see ExternalCount; a pool's stamp does not keep it (unknown: 0)
+
+    @property
+    def limit(self) -> int:
+        return max(0, self.max_value - self.external)
+
+    @property
+    def fenced(self) -> bool:
+        return self.max_changed_at is not None
+
+    @property
+    def counted(self) -> ExternalCount:
+        return ExternalCount(self.external, self.count, self.listed_after)
+
+    def stamp(self) -> tuple[float, ...]:
+        if self.max_changed_at is None:
+            return ()
+        return (
+            self.max_changed_at,
+            float(self.max_version),
+            float(self.max_value),
+            float(self.count),
+            float(self.external),
+        )
+
+    @classmethod
+    def from_stamp(cls, stamp: tuple[float, ...]) -> LimitSource | None:
+        if len(stamp) != 5:
+            return None
+        return cls(int(stamp[2]), stamp[0], int(stamp[4]), int(stamp[3]), int(stamp[1]), listed_after=0)
+
+    def merged(self, other: LimitSource | None) -> LimitSource:
+        """The newer MAX and the newer external count of ``self`` and ``other`` (ties: ``self``)."""
+        if other is None or self.max_changed_at is None or other.max_changed_at is None:
+            return self  # either not fenced
+        mine, theirs = (self.max_changed_at, self.max_version), (other.max_changed_at, other.max_version)
+        newer_max = other if theirs > mine else self
+        counted = self.counted.merged(other.counted)
+        return LimitSource(
+            newer_max.max_value,
+            newer_max.max_changed_at,
+            counted.external,
+            counted.count,
+            newer_max.max_version,
+            counted.listed_after,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Ledger:
+    """Who holds a slot, the limit in force in the slots' caps, and what reconciliation last saw."""
+
+    holders: frozenset[str] = frozenset()
+    external: int = 0  # RUNNING executions of the state machine that Sluice did not start
+    reconciled_at: float | None = None
+    drift: int = 0
+    in_force: int | None = None  # the slots Sluice may fill now (the caps); None before the first tick
+    room: int | None = None  # free slots on the shards read (``Store.look``); None: in_force − holders
+    complete: bool = True  # every holder was read (False: ``Store.look`` read a sample of the shards)
+    estimated: int | None = None  # holders, scaled up from the shards last read, when not complete
+    count: int = 0  # the number of the external count saved (reconciliations number theirs)
+    listed_after: int | None = 0  # the number taken before its listing (``ExternalCount``; 0: unknown)
+    numbered: int = 0  # LEDGER's counter as read: how many counts were numbered so far
+
+    def limit(self, max_concurrency: int) -> int:
+        """Slots Sluice may fill: MAX less what others run on the same state machine."""
+        return max(0, max_concurrency - self.external)
+
+    def source(self, reading: MaxReading) -> LimitSource:
+        """The limit's source from ``reading`` and this ledger's external count."""
+        return LimitSource(
+            reading.value, reading.changed_at, self.external, self.count, reading.version, self.listed_after
+        )
+
+    @property
+    def free(self) -> int:
+        """Slots a receive may be sized for: the room seen, or the limit less the holders."""
+        if self.room is not None:
+            return self.room
+        return max(0, (self.in_force or 0) - len(self.holders))
+
+    @property
+    def running(self) -> int:
+        """Holders: counted when every one was read, else estimated from the shards last read."""
+        if self.complete or self.estimated is None:
+            return len(self.holders)
+        return self.estimated
+
+    @property
+    def counted(self) -> bool:
+        """The holders were read (every one, or a sample scaled up): False for a room known without
+        a read of the slots (a completion's hand-over freed one), whose ``running`` means nothing."""
+        return self.complete or self.estimated is not None
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionInfo:
+    """What Step Functions says about one execution."""
+
+    name: str
+    arn: str
+    status: str
+    start_date: float | None = None
+    stop_date: float | None = None
+    error: str | None = None
+    cause: str | None = None
+    output: str | None = None  # DescribeExecution's output (JSON text), when it ended with one
+    redrive_count: int | None = None  # DescribeExecution's redriveCount; None when not reported
+    redrive_date: float | None = None  # DescribeExecution's redriveDate: its last redrive
+
+    @property
+    def ended(self) -> bool:
+        return ExecutionStatus.terminal(self.status)
+
+    def not_redriven_since(self, ended_at: float | None) -> bool:
+        """Step Functions says no redrive followed the end at ``ended_at``: a RUNNING answer for
+        that run is then a stale one. Unknown (the fields not reported) is not proof either way."""
+        if self.redrive_count == 0:
+            return True
+        if self.redrive_date is not None and ended_at is not None:
+            return self.redrive_date <= ended_at
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class StartResult:
+    arn: str
+    already_existed: bool = False  # ExecutionAlreadyExists: this name ran before

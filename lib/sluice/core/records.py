@@ -1,0 +1,135 @@
+"""Value records shared by the ports, the errors and the features that own them: a leaf module (it
+imports only ``sluice.core.model``), so ``ports.py`` and ``errors.py`` name these without importing a
+feature module. Their rules stay with their features: lanes (``sluice.features.lanes``), concurrency keys
+(``sluice.features.keys``), receipts (``sluice.features.receipts``), calls side by side (``sluice.primitives.fanout``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from sluice.core.model import EffectsLog
+
+T = TypeVar("T")
+
+MAX_LANE_LIMIT = 10_000
+POOL_PREFIX = "lane-"
+INFLIGHT_SECONDS = 300.0  # how long a woken waiter's slot is kept for its claim
+# A ticket and the time it was sent back, in ASCII digits ("²".isdigit() is True, int("²") raises).
+TICKET_PATTERN = re.compile(r"([0-9]{1,18})@([0-9]{1,18})", re.ASCII)
+
+
+@dataclass(frozen=True, slots=True)
+class Done(Generic[T]):
+    """One call's result: its value, or the ``Exception`` it raised."""
+
+    value: T | None = None
+    error: Exception | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Lane:
+    name: str
+    max: int
+    priority: int = 0
+    weight: int = 1
+    fair: bool = False
+    implied: bool = False  # the lane default, not named by the setting: it follows the global MAX
+
+    @property
+    def pool(self) -> str:
+        """The lane's slot pool (``sluice.primitives.slots``)."""
+        return POOL_PREFIX + self.name
+
+
+@dataclass(frozen=True, slots=True)
+class LaneSetting:
+    """Item ``LANE#<name>``: a lane's run-time MAX, written by the operator's commands."""
+
+    name: str
+    max: int | None = None  # None: the configured MAX
+    paused: bool = False
+    changed_at: float = 0.0  # orders the lane's limits: a tick holding an older one does not undo it
+
+    def limit(self, lane: Lane) -> int:
+        """The lane's limit: 0 when paused, else the operator's MAX, else the configured one. An
+        operator's MAX above ``MAX_LANE_LIMIT`` (written by hand: the CLI refuses it) is refused for
+        the configured MAX, never planned: no lane's pool grows past the ceiling."""
+        if self.paused:
+            return 0
+        if self.max is None or not 0 <= self.max <= MAX_LANE_LIMIT:
+            return lane.max
+        return self.max
+
+
+@dataclass(frozen=True, slots=True)
+class LaneRoom:
+    """A lane's pool as read: the limit in force, its holders, its free slots."""
+
+    limit: int
+    running: int
+    free: int
+    exists: bool = True  # False before the lane's first tick wrote its caps
+    complete: bool = True  # False: a sample of a big lane's shards (``free`` counts those read)
+    frozen: bool = False  # its limit was lowered below its holders: no cap has room until re-planned
+
+
+@dataclass(frozen=True, slots=True)
+class KeyState:
+    """Item ``CKEY#<key>`` as read: the runs holding a slot of the key and its waiting line."""
+
+    key: str
+    holders: frozenset[str] = frozenset()
+    cap: int | None = None  # the key's own cap; None: the default applies
+    tickets: int = 0
+    woken: int = 0
+    inflight: frozenset[str] = frozenset()  # entries "<ticket>@<ms>" (``entry``)
+    fair: str | None = None  # the fair lane whose tenant it is (``sluice.features.fair``): its waker wakes it
+    # Entries whose claim landed before the wake that sent them recorded them in ``inflight``
+    # (``wake``'s timeline): not kept, and dropped from both sets by the next wake.
+    landed: frozenset[str] = frozenset()
+
+    def limit(self, default: int) -> int:
+        return default if self.cap is None else self.cap
+
+    def kept(self, now: float) -> int:
+        """Slots kept for woken waiters whose claim has not landed yet."""
+        return sum(1 for e in self.inflight - self.landed if sent_at(e) > now - INFLIGHT_SECONDS)
+
+    def stale(self, now: float) -> tuple[str, ...]:
+        """Entries to drop: kept past ``INFLIGHT_SECONDS``, or whose claim has landed."""
+        done = self.inflight & self.landed
+        return tuple(
+            sorted(
+                e for e in self.inflight | self.landed if e in done or sent_at(e) <= now - INFLIGHT_SECONDS
+            )
+        )
+
+    def room(self, default: int, now: float) -> int:
+        return max(0, self.limit(default) - len(self.holders) - self.kept(now))
+
+    @property
+    def waiting(self) -> int:
+        return self.tickets - self.woken
+
+
+def sent_at(entry: str) -> float:
+    """When the entry's waiter was sent back; 0 (long past: dropped at the next wake) for an entry
+    that is not ``<ticket>@<ms>``, which no claim checked at receipt can write."""
+    match = TICKET_PATTERN.fullmatch(entry)
+    return int(match.group(2)) / 1000 if match else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptOutput:
+    """What a receipt keeps of an output: the text inline, or a pointer to it (JSON), and its size."""
+
+    inline: str | None = None
+    pointer: str | None = None
+    size: int | None = None
+    # The output's text as it was in hand at the release (not stored here; ``sluice.features.effects`` reads
+    # the effects it names), and the effects sent from it, written by the release (``EFFECTS#<name>``).
+    text: str | None = field(default=None, compare=False, repr=False)
+    effects: EffectsLog | None = None

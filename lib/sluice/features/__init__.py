@@ -1,0 +1,1 @@
+"""What a payload may ask for: keys, awaits, lanes, fair lanes, receipts, effects, pointers, deferred duplicates."""

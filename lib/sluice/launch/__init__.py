@@ -1,0 +1,1 @@
+"""From a message to a start, and from an end to a release: launcher, admission, completion, hand-over, reconciliation, settings."""

@@ -1,0 +1,471 @@
+"""Reconciliation: make the ledger agree with Step Functions without ever starting a duplicate.
+
+Status events can be lost and ListExecutions is eventually consistent, so neither alone may free
+a slot. A holder is only released on the word of DescribeExecution (asked by the ARN recorded at
+its claim, so executions of a state machine the stack no longer uses are found too), and only once
+its claim, start and adoption are older than the consistency window, the bound on how stale
+DescribeExecution's answer may be (docs/protocol.md, "Staleness"):
+
+    t0  read ledger H1          (holders)
+    t1  ListExecutions → R      (RUNNING, may miss starts younger than the window), between two
+                                numbers of LEDGER's counter: the external count's place in time
+    t2  read ledger H2          (claims made during the listing are in H2, not in R)
+
+    h in H1 − R, older than the window:
+        DescribeExecution(h) ended        → release through the completion path
+        DescribeExecution(h) RUNNING      → mark RUNNING if still CLAIMED
+        DescribeExecution(h) absent       → CLAIMED: an unstarted claim, see below; RUNNING (it was
+                                            seen running, so absent means its state machine was
+                                            deleted), or CLAIMED on a machine switched from and
+                                            deleted (it may have run there): release through the
+                                            completion path, the outcome unknown
+    r in R − H2:
+        its record ended or released      → DescribeExecution(r): RUNNING again (a redrive) →
+                                            adopt: it takes its slot and lease back; if another run
+                                            of its key holds the lease, it counts as external
+        no record                         → external: occupies the state machine, so admission
+                                            uses limit = MAX − external: the caps move to it
+                                            before the count is saved, so by the time anyone can
+                                            read the new count, the caps already obey it. A
+                                            count replaces the one in force only if its listing
+                                            began after that one was numbered; listings that
+                                            overlap keep the larger count (sluice.core.external)
+    drift = judged holders missing from R + R − H2 (not the listing's lag) → LedgerDrift metric
+
+An unstarted claim is released in two sightings, each by this reconciler's own clock, so no clock
+has to agree with the claimer's:
+
+    sighting 1   DescribeExecution: absent → suspect(h, version v): suspect_since = t, by me
+    sighting 2   t + claim timeout later, still absent, still version v, marked by me →
+                 release(h) IF CLAIMED AND version v AND suspect_since t
+
+A launcher that still holds the claim either started it within its own timeout (shorter than the
+claim timeout: sighting 2 then sees it) or, resuming it, renewed it first: the version moved and the
+release fails. A mark left by another reconciler is taken over only once it is a whole claim
+timeout old by this reconciler's clock.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
+from dataclasses import asdict, dataclass
+
+from sluice.core.errors import ConfigurationError, TransientError
+from sluice.core.model import (
+    ClaimFence,
+    ExecutionInfo,
+    ExecutionRecord,
+    ExecutionStatus,
+    ExternalCount,
+    LimitSource,
+    PayloadState,
+)
+from sluice.core.ports import Clock, Executions, MaxSource, Queue, Store, state_machine_arns
+from sluice.features.awaits import sweep as sweep_awaits
+from sluice.features.effects import Effects
+from sluice.features.keys import sweep as sweep_keys
+from sluice.features.parking import sweep
+from sluice.features.receipts import Outputs
+from sluice.features.stores import LaunchStore
+from sluice.launch.completion import REDRIVABLE_ENDS, complete, output_from, record_redriven_success
+from sluice.launch.settings import Settings
+
+log = logging.getLogger("sluice.reconcile")
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileReport:
+    holders: int
+    running: int
+    external: int
+    drift: int
+    released: int
+    confirmed_running: int
+    adopted: int = 0
+    woken: int = 0
+
+
+def reconcile(
+    *,
+    store: LaunchStore,
+    executions: Executions,
+    queue: Queue,
+    clock: Clock,
+    settings: Settings,
+    reconciler: str,
+    logger: logging.Logger | logging.LoggerAdapter | None = None,
+    max_source: MaxSource | None = None,
+    outputs: Outputs | None = None,
+    effects: Effects | None = None,
+) -> ReconcileReport:
+    logger = logger or log
+    before = store.ledger()  # read consistently, with LEDGER's counter
+    h1 = before.holders
+    # The external count is ordered by its listing, numbered on both sides (sluice.core.external): every
+    # count numbered below ``listed_after`` was numbered before this read, so before the listing.
+    listed_after = before.numbered + 1
+    running = executions.list_running()
+    count = store.next_count()
+    h2 = store.ledger().holders
+    now = clock.now()
+    p = _Pass(store, executions, queue, settings, reconciler, now, logger, outputs, effects)
+
+    missing = h1 - running
+    unknown_running = running - h2
+    records = store.executions(missing | unknown_running)
+    released, confirmed, judged = _judge_missing(p, missing, records)
+    external, adopted = _count_unknown(p, unknown_running, records, running)
+    _redriven_successes(p)
+    woken = _sweep_rooms(p)
+    drift = judged + external + adopted
+    counted = ExternalCount(external, count, listed_after)
+    if max_source is not None:
+        _caps_for(store, max_source, counted, logger)
+    store.save_reconciliation(external=external, drift=drift, now=now, count=count, listed_after=listed_after)
+    report = ReconcileReport(
+        holders=len(h2),
+        running=len(running),
+        external=external,
+        drift=drift,
+        released=released,
+        confirmed_running=confirmed,
+        adopted=adopted,
+        woken=woken,
+    )
+    logger.info("reconciled", extra={"reconcile": asdict(report)})
+    return report
+
+
+@dataclass(frozen=True, slots=True)
+class _Pass:
+    """What one reconciliation works with, and when it runs."""
+
+    store: LaunchStore
+    executions: Executions
+    queue: Queue
+    settings: Settings
+    reconciler: str
+    now: float
+    logger: logging.Logger | logging.LoggerAdapter
+    outputs: Outputs | None
+    effects: Effects | None
+
+
+def _redriven_successes(p: _Pass) -> int:
+    """Redriven runs that SUCCEEDED while Sluice did not hold them (redriven after their release,
+    ended before any reconciliation listed them RUNNING) and whose status event was lost: their
+    records still hold the earlier end. Their success is written as the event would have written
+    it (``record_redriven_success``). Returns how many. A success already written, or a record
+    gone with TTL, costs the read alone."""
+    listed = p.executions.redriven_succeeded()
+    if not listed:
+        return 0
+    written = 0
+    for name, record in sorted(p.store.executions(set(listed)).items()):
+        if record.state not in REDRIVABLE_ENDS:
+            continue
+        info = p.executions.describe(name, record.arn)
+        if info is None or info.status != ExecutionStatus.SUCCEEDED:
+            continue  # a listing ahead of a stale answer: the next pass asks again
+        stopped = listed[name] or info.stop_date or p.now
+        output = output_from(info.output, p.outputs)
+        written += record_redriven_success(
+            record,
+            store=p.store,
+            queue=p.queue,
+            now=p.now,
+            ended_at=stopped,
+            output=output,
+            effects=p.effects,
+        )
+    return written
+
+
+def _judge_missing(
+    p: _Pass, missing: AbstractSet[str], records: Mapping[str, ExecutionRecord]
+) -> tuple[int, int, int]:
+    """The holders the listing did not show, each judged by DescribeExecution once its claim, start
+    and adoption are older than the consistency window. Returns (released, confirmed running,
+    judged)."""
+    released = confirmed = judged = 0
+    for name in sorted(missing):
+        record = records.get(name)
+        if record is None:
+            p.logger.error("ledger holder without an execution record", extra={"execution_name": name})
+            continue
+        # Its claim, its start, or its adoption (a redrive): DescribeExecution may still answer as
+        # before any of them (docs/protocol.md, "Staleness"), ListExecutions too.
+        seen_at = max(record.started_at or record.claimed_at, record.adopted_at or 0.0)
+        if p.now - seen_at < p.settings.consistency_window_seconds:
+            continue  # too young: ListExecutions may not show it yet
+        judged += 1
+        freed, marked = _judge(p, name, record)
+        released += freed
+        confirmed += marked
+    return released, confirmed, judged
+
+
+def _judge(p: _Pass, name: str, record: ExecutionRecord) -> tuple[int, int]:
+    """One holder past the window, by DescribeExecution's word. Returns (released, marked running)."""
+    try:
+        info = p.executions.describe(name, record.arn)
+    except ConfigurationError as exc:
+        if any(_on(record.arn, arn) for arn in state_machine_arns(p.executions)):
+            raise
+        # A holder of a state machine the stack no longer uses, which this role may not ask
+        # about (previousStateMachineArn unset): it stays drift; the tick goes on.
+        p.logger.error(
+            "cannot describe a holder of another state machine",
+            extra={"execution_name": name, "arn": record.arn, "error": str(exc)},
+        )
+        return 0, 0
+    if info is None:
+        if record.state is PayloadState.CLAIMED and not p.executions.vanished(record.arn):
+            return _settle_unstarted(
+                p.store, p.queue, record, p.now, p.reconciler, p.settings.claim_timeout_seconds
+            ), 0
+        return _release_vanished(p.store, p.queue, record, p.now, p.logger), 0
+    if info.ended and _its_end(info, record):
+        complete(
+            store=p.store,
+            queue=p.queue,
+            name=name,
+            state=PayloadState.after(info.status),
+            now=p.now,
+            error=info.error,
+            cause=info.cause,
+            ended_at=info.stop_date,
+            started_at=info.start_date,
+            output=output_from(info.output, p.outputs),
+            effects=p.effects,  # an end whose event was lost: its effects go now (sluice.features.effects)
+        )
+        return 1, 0
+    if info.ended:
+        return 0, 0  # an end from before its adoption (a stale answer): it runs; asked again later
+    if record.state is PayloadState.CLAIMED:
+        p.store.mark_running(
+            key=record.key, name=name, arn=info.arn, started_at=info.start_date or p.now, now=p.now
+        )
+        return 0, 1
+    return 0, 0
+
+
+def _count_unknown(
+    p: _Pass,
+    unknown_running: AbstractSet[str],
+    records: Mapping[str, ExecutionRecord],
+    running: set[str],
+) -> tuple[int, int]:
+    """The listed runs the ledger does not hold: a redrive of one that ended is adopted (or its key
+    held for it); the rest are external. Returns (external, adopted)."""
+    external = adopted = 0
+    for name in sorted(unknown_running):
+        record = records.get(name)
+        if record is not None and not record.state.holds_lease:
+            info = p.executions.describe(name, record.arn)
+            if info is None or info.ended:
+                continue  # ended and released; the listing is behind
+            if info.not_redriven_since(record.ended_at):
+                continue  # Step Functions says it was not redriven: a stale RUNNING answer
+            # Running again although it ended (an operator's RedriveExecution): it holds a slot
+            # and its key again, so nothing new starts beside it.
+            if p.store.adopt(name=name, now=p.now):
+                adopted += 1
+                p.logger.warning(
+                    "execution running again; slot and lease taken back", extra={"execution_name": name}
+                )
+                continue
+            _hold_for_redriven(p.store, record.key, name, running, p.now, p.logger)
+        external += 1
+    return external, adopted
+
+
+def _sweep_rooms(p: _Pass) -> int:
+    """The three waiting rooms swept (parked duplicates, awaits, key lines). Returns how many
+    parked messages were woken."""
+    rooms = p.store.rooms()  # the three waiting rooms' indexes, in one read
+    woken = sweep(store=p.store, queue=p.queue, now=p.now, holders=rooms.parked_holders)
+    sweep_awaits(
+        store=p.store,
+        queue=p.queue,
+        now=p.now,
+        horizon=p.settings.await_horizon_seconds,
+        ids=rooms.awaiting,
+    )
+    sweep_keys(
+        store=p.store,
+        queue=p.queue,
+        now=p.now,
+        ckeys=rooms.keys_waiting,
+        fair_lanes=[lane.name for lane in p.settings.lanes if lane.fair],  # their wakers wake them
+    )
+    return woken
+
+
+def _its_end(info: ExecutionInfo, record: ExecutionRecord) -> bool:
+    """Whether an end DescribeExecution gives for a holder judged past the staleness bound (its
+    claim, start and adoption older than the consistency window) is that holder's end: always. Even
+    the stop date it had before its adoption (``earlier_end_at``): a real redrive came before the
+    adoption that saw it, so an answer a window after the adoption can no longer be older than it.
+    That end then means the adoption took a stale RUNNING answer, and the run ended long ago::
+
+        p FAILED at s1, released     ListExecutions + DescribeExecution (stale): p RUNNING
+        adopt(p): earlier_end_at s1  a window later: DescribeExecution(p) FAILED at s1 → release
+
+    Within the window the holder is not judged at all (``reconcile``), so a stale end is never
+    taken for the end of a redriven run."""
+    return info.ended
+
+
+def _hold_for_redriven(
+    store: Store,
+    key: str,
+    redriven: str,
+    running: set[str],
+    now: float,
+    logger: logging.Logger | logging.LoggerAdapter,
+) -> None:
+    """``redriven`` runs again but another run holds its key's lease, so it counts as external.
+
+    The key is marked: when that holder ends, no new claim may take the lease beside the redriven
+    run; the next claim adopts it instead (or lifts the mark once it has ended)::
+
+        reconcile: adopt(R) ✗ (H holds)  → mark_redriven(k, R)
+        H ends → lease free              → claim(k) ✗ LeaseHeld(redriven=R) → R running: adopt(R)
+                                            (R ended: clear_redriven) → look again
+
+    If the holder's claim has not started (not listed), it must not start now either: its launcher,
+    resuming, finds it blocked and yields."""
+    payload = store.payload(key)
+    holder = payload.holder if payload is not None else None
+    if holder is None or holder == redriven:
+        return
+    if payload is not None and payload.redriven != redriven:
+        store.mark_redriven(key=key, name=redriven, now=now)
+    if holder in running:
+        return
+    if store.block(name=holder, by=redriven, now=now):
+        logger.warning(
+            "unstarted claim blocked: a redriven run of its key runs",
+            extra={"execution_name": holder, "redriven": redriven},
+        )
+
+
+def _settle_unstarted(
+    store: LaunchStore,
+    queue: Queue,
+    record: ExecutionRecord,
+    now: float,
+    reconciler: str,
+    claim_timeout: float,
+) -> int:
+    """Sighting 1 marks the claim; sighting 2, a claim timeout later by the same clock, releases it."""
+    fence = record.fence
+    if fence is None:
+        store.suspect(name=record.name, claim_version=record.claim_version, reconciler=reconciler, now=now)
+        return 0
+    age = now - fence.suspect_since
+    if record.suspect_by != reconciler:
+        if age >= claim_timeout:  # its marker is gone (a new container): mark it as ours
+            store.suspect(
+                name=record.name,
+                claim_version=record.claim_version,
+                reconciler=reconciler,
+                now=now,
+                replacing=fence.suspect_since,
+            )
+        return 0
+    if age < claim_timeout:
+        return 0
+    done = complete(
+        store=store,
+        queue=queue,
+        name=record.name,
+        state=PayloadState.RELEASED,
+        now=now,
+        error="claim abandoned: no execution was ever started",
+        fence=fence,
+    )
+    return int(done is not None)
+
+
+def _release_vanished(
+    store: LaunchStore,
+    queue: Queue,
+    record: ExecutionRecord,
+    now: float,
+    logger: logging.Logger | logging.LoggerAdapter,
+) -> int:
+    """A holder past the staleness bound that Step Functions once said runs (marked RUNNING, or
+    adopted) and now says does not exist: its state machine was deleted (after a switch), and with
+    it the execution, which had ended. Or a claim on a machine switched from and deleted: it may
+    have started there (a start's answer lost, a launcher dead after it), and nothing can start
+    there any more. Released through the completion path with the reason: its outcome is unknown,
+    so it is recorded as released, not as an end. It marks its key ``once_unknown``, run-once
+    holder or not: it may have SUCCEEDED, so no run-once message of the key runs by itself after
+    it (``sluice.features.receipts``).
+
+    A claim is released fenced by its version: a launcher resuming it asks Step Functions first and
+    dead-letters it (``MachineVanished``) without renewing it; one that had renewed it (moved it to
+    the machine in use, before the deletion was visible to it) bumped the version, and the release
+    fails::
+
+        launcher L (resumes c)                   reconciler R
+        describe(c on M1): absent, M1 exists
+                                                 read c (CLAIMED, M1, version v)
+                                                 describe(c): absent; M1 deleted
+        renew(c): version v+1, arn on M2
+                                                 release(c) IF version v   ✗ (L starts it on M2)
+    """
+    logger.warning(
+        "holder's execution does not exist in Step Functions; released",
+        extra={"execution_name": record.name, "arn": record.arn},
+    )
+    claimed = record.state is PayloadState.CLAIMED
+    done = complete(
+        store=store,
+        queue=queue,
+        name=record.name,
+        state=PayloadState.RELEASED,
+        now=now,
+        error=f"execution {record.arn or record.name} does not exist in Step Functions (its state machine was deleted?)",
+        fence=ClaimFence(record.claim_version) if claimed else None,
+        outcome_unknown=True,
+    )
+    return int(done is not None)
+
+
+def _on(execution_arn: str | None, state_machine_arn: str) -> bool:
+    """Whether an execution ARN belongs to ``state_machine_arn`` (unknown: assume it does)."""
+    if not execution_arn:
+        return True
+    machine = state_machine_arn.split(":")[6:7]
+    return execution_arn.split(":")[6:7] == machine
+
+
+def _caps_for(
+    store: Store,
+    max_source: MaxSource,
+    counted: ExternalCount,
+    logger: logging.Logger | logging.LoggerAdapter,
+) -> None:
+    """Move the caps to MAX − the external count just taken, before it is saved (merged with the
+    count in force: the newer listing, or the larger count when the two listings overlap)."""
+    try:
+        reading = max_source.reading()
+    except TransientError as exc:
+        # Admission reads MAX again before its first receive, and ends the tick if it still cannot.
+        logger.warning("caps not moved: MAX could not be read", extra={"error": str(exc)})
+        return
+    store.set_limit(
+        LimitSource(
+            reading.value,
+            reading.changed_at,
+            counted.external,
+            counted.count,
+            reading.version,
+            counted.listed_after,
+        )
+    )

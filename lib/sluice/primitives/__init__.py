@@ -1,0 +1,1 @@
+"""Building blocks with no feature of their own: sharded slots, leases, calls side by side."""

@@ -1,0 +1,1 @@
+"""The semaphore step: a named semaphore workflows acquire around a critical section."""
