@@ -326,10 +326,12 @@ def test_importing_it_loads_no_launcher_and_no_aws_client():
     loaded = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True)
     assert set(loaded.stdout.split()) == {
         "sluice",
+        "sluice.core",
         "sluice.core.clock",
         "sluice.concurrency",
         "sluice.core.errors",
         "sluice.core.external",
+        "sluice.primitives",
         "sluice.primitives.lease",
         "sluice.core.model",
         "sluice.core.validation",
