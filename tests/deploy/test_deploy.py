@@ -63,32 +63,32 @@ RUNTIME_FILES = {
         for name in (
             "__init__",
             "runtime",
-            "settings",
-            "launcher",
-            "completion",
-            "reconcile",
-            "parking",
-            "validation",
-            "names",
-            "model",
-            "errors",
-            "ports",
-            "clock",
+            "launch/settings",
+            "launch/launcher",
+            "launch/completion",
+            "launch/reconcile",
+            "features/parking",
+            "core/validation",
+            "core/names",
+            "core/model",
+            "core/errors",
+            "core/ports",
+            "core/clock",
             "adapters/__init__",
             "adapters/dynamo/store",
             "adapters/dynamo/launch_slots",
             "adapters/dynamo/slots",
-            "slots",
+            "primitives/slots",
             "adapters/aws/sqs",
             "adapters/aws/sfn",
             "adapters/aws/ssm",
             "adapters/errors",
-            "semaphore",
-            "semaphore_model",
-            "semaphore_service",
+            "semaphore/step",
+            "semaphore/model",
+            "semaphore/service",
             "adapters/dynamo/semaphore",
             "adapters/aws/sfn_tokens",
-            "pointers",
+            "features/pointers",
             "adapters/aws/s3",
         )
     ),
@@ -221,7 +221,7 @@ def test_the_handlers_import_from_the_zip_alone(package, tmp_path):
         "handlers.completion",
         "handlers.semaphore",
         "sluice.runtime",
-        "sluice.launcher",
+        "sluice.launch.launcher",
     } <= set(modules)
     outside = {n: f for n, f in modules.items() if f is None or not f.startswith(str(tmp_path))}
     assert outside == {}
@@ -244,14 +244,9 @@ def test_the_drift_alarm_waits_for_three_ticks_of_drift(package):
 def test_the_functions_may_make_every_dynamodb_request_the_adapters_make(package):
     """Every request kind the functions' DynamoDB adapters send, in a transaction or not, is allowed."""
     # Every DynamoDB adapter but the semaphore function's and @exclusive's (user code) ones.
-    others = {"dynamo/semaphore.py", "dynamo/lease.py"}
-    used = sorted(p for p in (ROOT / "lib/sluice/adapters").glob("dynamo*.py") if p.name not in others)
-    assert {p.name for p in used} >= {
-        "dynamo/store.py",
-        "dynamo/keys.py",
-        "dynamo/release.py",
-        "dynamo/awaits.py",
-    }
+    others = {"semaphore.py", "lease.py", "semaphore_catalogue.py"}
+    used = sorted(p for p in (ROOT / "lib/sluice/adapters/dynamo").glob("*.py") if p.name not in others)
+    assert {p.name for p in used} >= {"store.py", "keys.py", "release.py", "awaits.py"}
     sources = "\n".join(p.read_text() for p in used)
     needed = {"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:PutItem", "dynamodb:BatchGetItem"}
     if '"ConditionCheck"' in sources:

@@ -77,8 +77,8 @@ def test_the_role_may_make_every_dynamodb_request_the_semaphore_adapters_make(pa
     from tests.deploy.test_deploy import ROOT
 
     sources = "\n".join(
-        (ROOT / f"lib/sluice/adapters/{m}.py").read_text()
-        for m in ("dynamo_semaphore", "dynamo_slots", "dynamo_table", "dynamo_codec")
+        (ROOT / f"lib/sluice/adapters/dynamo/{m}.py").read_text()
+        for m in ("semaphore", "slots", "table", "codec")
     )
     needed = {"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:PutItem", "dynamodb:BatchGetItem"}
     if '"ConditionCheck"' in sources:

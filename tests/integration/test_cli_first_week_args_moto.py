@@ -204,7 +204,7 @@ def test_item5_tick_prints_no_log_lines_without_v(server):
     server.send("[1]", group="b")
     verbose = sluice_child("tick", "-v", env=child_env(server))
     assert verbose.returncode == 0
-    assert "WARNING sluice.launch.launcher: invalid payload dead-lettered" in verbose.stderr
+    assert "WARNING sluice.launcher: invalid payload dead-lettered" in verbose.stderr
 
 
 def test_item5_tick_that_cannot_read_the_room_after_says_the_launchers_word(env, cli):
