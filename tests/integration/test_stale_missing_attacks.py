@@ -105,8 +105,8 @@ def missing_for(client: Any, arn: str) -> dict[str, int]:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="promise 4: a RUNNING holder whose execution went with its machine's delete-and-recreate "
-    "(same ARN) is taken as a stale answer for 456 days (reconcile._judge): its slot leaks",
+    reason="documented limit (docs/operations.md, Switch the state machine: never remake a machine under "
+    "the name of one Sluice held runs on): its RUNNING holder reads as a stale answer for 456 days",
 )
 def test_the_stacks_own_machine_recreated_under_its_name_leaks_the_running_holders_slot(session):
     """MAX 1. e1 of k starts on M and is marked RUNNING. M is deleted and created again under the
@@ -128,8 +128,8 @@ def test_the_stacks_own_machine_recreated_under_its_name_leaks_the_running_holde
 
 @pytest.mark.xfail(
     strict=True,
-    reason="promise 4: Executions.vanished asks only whether the old machine's ARN exists; recreated "
-    "under its name after the switch it does, so its RUNNING holder leaks (reconcile._judge)",
+    reason="documented limit (docs/operations.md, Switch the state machine): the old machine remade "
+    "under its name after the switch exists, so its RUNNING holder reads as a stale answer",
 )
 def test_the_machine_switched_from_recreated_under_its_name_leaks_the_running_holders_slot(session):
     """MAX 1. e1 runs on M1 (marked RUNNING). The stack switches to M2; M1 is deleted (e1 with it,
@@ -219,8 +219,8 @@ def test_the_stuck_holder_shows_in_status_and_drift_and_goes_only_after_the_rete
 
 @pytest.mark.xfail(
     strict=True,
-    reason="a name starts once: a claim whose run went with its machine's delete-and-recreate is "
-    "settled as never started (reconcile._settle_unstarted), so its message starts the name again",
+    reason="documented limit (docs/operations.md, Switch the state machine): a claim whose run went with "
+    "its machine's delete-and-remake is settled as never started, so its message starts the name again",
 )
 def test_a_started_claim_on_a_machine_recreated_under_its_name_starts_again_when_its_message_returns(
     session,
