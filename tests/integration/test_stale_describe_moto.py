@@ -281,3 +281,26 @@ def test_a_resubmission_just_after_its_keys_run_ended_is_looked_at_again(session
         now=rt.clock.now(),
     )
     assert released is not None and rt.store().payload("p").holder is None
+
+
+# -- reconciliation: a run seen running --------------------------------------------------------------
+
+
+def test_a_run_seen_running_then_reported_missing_on_its_own_machine_keeps_its_slot(make_world):
+    """Found by the explorer (seed 227350591). p0 starts; B's clock is 15 minutes ahead, so p0
+    looks old to it at once. B's first look marks p0 RUNNING; its next look is answered from a
+    view before the start: no such execution. p0's machine is the stack's own and exists, so the
+    answer is stale, not a vanished run: p0 keeps its slot and its lease, its key no mark."""
+    world = make_world(max_concurrency=2, skew=900.0)
+    world.send(body("p0"), group="g0")
+    world.tick("A")
+    (p0,) = world.model.running
+    world.tick("B", [StaleList("empty")])
+    assert world.table()[f"EXEC#{p0}"]["state"]["S"] == PayloadState.RUNNING.value
+    with stale_describe(sfn_of(world, "B"), p0, MISSING) as fired:
+        world.tick("B", [StaleList("empty")])
+    assert fired[MISSING] >= 1
+    assert world.holders(world.table()) == {p0}, "a running execution's slot was freed"
+    assert "once_unknown" not in world.table()["PAYLOAD#p0"]
+    world.check()
+    world.settle()

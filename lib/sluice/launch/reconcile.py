@@ -207,6 +207,11 @@ def _judge_missing(
     return released, confirmed, judged
 
 
+# A Standard execution runs at most a year, and Step Functions keeps a closed one 90 days: a run
+# seen running that reads as missing on a machine that still exists, later than that, is gone.
+HISTORY_KEPT_SECONDS = (366 + 90) * 86_400
+
+
 def _judge(p: _Pass, name: str, record: ExecutionRecord) -> tuple[int, int]:
     """One holder past the window, by DescribeExecution's word. Returns (released, marked running)."""
     try:
@@ -222,10 +227,19 @@ def _judge(p: _Pass, name: str, record: ExecutionRecord) -> tuple[int, int]:
         )
         return 0, 0
     if info is None:
-        if record.state is PayloadState.CLAIMED and not p.executions.vanished(record.arn):
+        vanished = p.executions.vanished(record.arn)
+        if record.state is PayloadState.CLAIMED and not vanished:
             return _settle_unstarted(
                 p.store, p.queue, record, p.now, p.reconciler, p.settings.claim_timeout_seconds
             ), 0
+        if not vanished and p.now - (record.started_at or record.claimed_at) < HISTORY_KEPT_SECONDS:
+            # Seen running, on a machine that exists: an answer from before its start (a reconciler
+            # whose clock runs ahead judges a young holder); asked again next tick. Only a deleted
+            # machine, or Step Functions' retention, takes an execution away.
+            p.logger.warning(
+                "holder seen running reads as missing; asked again", extra={"execution_name": name}
+            )
+            return 0, 0
         return _release_vanished(p.store, p.queue, record, p.now, p.logger), 0
     if info.ended and _its_end(info, record):
         complete(
