@@ -278,7 +278,7 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
     ),
     "missing_released_at_once": (
         "a run seen running that a stale answer reports missing is released as vanished (the code before it was fixed)",
-        [(sluice.reconcile, "HISTORY_KEPT_SECONDS", 0)],
+        [(sluice.launch.reconcile, "HISTORY_KEPT_SECONDS", 0)],
     ),
     "hand_over_unchecked": (
         "a hand-over that skips the receipt check (test_a_hand_over_that_skips_the_receipt_check_is_caught)",

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from moto.core import DEFAULT_ACCOUNT_ID
 
-from sluice.clock import FakeClock
-from sluice.model import PayloadState
+from sluice.core.clock import FakeClock
+from sluice.core.model import PayloadState
+from sluice.launch.reconcile import HISTORY_KEPT_SECONDS
 from sluice.ops.status import overview
-from sluice.reconcile import HISTORY_KEPT_SECONDS
 from tests.support.aws import WORKFLOW, Stack, build_stack, new_machine
 from tests.support.hooks import Crash, crash_after, error_answer, receipts_of
 
