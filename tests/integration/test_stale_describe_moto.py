@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from sluice.core.model import Outcome, PayloadState
 from tests.reliability.world import CLAIM_TIMEOUT, VISIBILITY, WINDOW, World
 from tests.support.aws import build_stack, status_change_event
@@ -304,3 +306,31 @@ def test_a_run_seen_running_then_reported_missing_on_its_own_machine_keeps_its_s
     assert "once_unknown" not in world.table()["PAYLOAD#p0"]
     world.check()
     world.settle()
+
+
+# -- reconciliation: a count the caps could not carry ------------------------------------------------
+
+
+def test_a_count_of_outside_runs_is_saved_only_with_the_caps_that_carry_it(session):
+    """Found by the explorer (seed 247330871). MAX 2; an execution is started by hand. A tick's
+    reconciliation lists it but cannot read MAX (throttled): the caps stay at 2, so the count is not
+    saved either (a saved count says the caps carry it: the model, the drift metric and `sluice
+    status` read it so). The next tick reads MAX: the count is saved with the caps."""
+    from sluice.core.clock import FakeClock
+    from sluice.core.errors import TransientError
+    from tests.support.hooks import throttle
+
+    stack = build_stack(session, max_concurrency=2, clock=FakeClock())
+    sfn = stack.client("stepfunctions")
+    sfn.start_execution(stateMachineArn=stack.settings.state_machine_arn, name="by-hand", input="{}")
+    stack.clock.advance(61)
+    rt = stack.runtime()
+    refused = throttle(rt.client("ssm"), "GetParameter")
+    with pytest.raises(TransientError):  # admission too cannot read MAX: the tick ends
+        rt.launcher().tick()
+    assert refused["throttled"] >= 1
+    store = stack.runtime().store()
+    assert store.ledger().external == 0, "a count saved that the caps do not carry"
+    stack.clock.advance(61)
+    stack.launcher().tick()
+    assert store.ledger().external == 1

@@ -121,9 +121,12 @@ def reconcile(
     woken = _sweep_rooms(p)
     drift = judged + external + adopted
     counted = ExternalCount(external, count, listed_after)
-    if max_source is not None:
-        _caps_for(store, max_source, counted, logger)
-    store.save_reconciliation(external=external, drift=drift, now=now, count=count, listed_after=listed_after)
+    # A saved count says the caps carry it: with MAX unreadable the caps stay, and so does the count
+    # in force (a completion's refill admits by the caps; the next reconciliation lists again).
+    if max_source is None or _caps_for(store, max_source, counted, logger):
+        store.save_reconciliation(
+            external=external, drift=drift, now=now, count=count, listed_after=listed_after
+        )
     report = ReconcileReport(
         holders=len(h2),
         running=len(running),
@@ -464,15 +467,16 @@ def _caps_for(
     max_source: MaxSource,
     counted: ExternalCount,
     logger: logging.Logger | logging.LoggerAdapter,
-) -> None:
+) -> bool:
     """Move the caps to MAX − the external count just taken, before it is saved (merged with the
-    count in force: the newer listing, or the larger count when the two listings overlap)."""
+    count in force: the newer listing, or the larger count when the two listings overlap). False
+    when MAX could not be read: nothing moved."""
     try:
         reading = max_source.reading()
     except TransientError as exc:
         # Admission reads MAX again before its first receive, and ends the tick if it still cannot.
         logger.warning("caps not moved: MAX could not be read", extra={"error": str(exc)})
-        return
+        return False
     store.set_limit(
         LimitSource(
             reading.value,
@@ -483,3 +487,4 @@ def _caps_for(
             counted.listed_after,
         )
     )
+    return True
