@@ -690,6 +690,8 @@ class Model:
         self.effect_sends[origin] = self.effect_sends.get(origin, 0) + 1
         self.effect_first_sent.setdefault(dedup, self.clock.now())
         if origin not in self.sent:
+            self.order += 1
+            self.sent_order[origin] = self.order  # sent now: an end ordered before this send is before it
             key = attributes.get("sluice-key") or canonical_key(call.params["MessageBody"], attributes)
             self.sent[origin] = Sent(
                 origin,
