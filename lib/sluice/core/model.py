@@ -84,10 +84,8 @@ def record_expiry(state: PayloadState, *, now: float, retention_seconds: int, ra
     shortens it.
     """
     keep = retention_seconds
-    if state.ended or ran:
-        keep = max(keep, QUEUE_RETENTION_SECONDS + REDRIVE_MARGIN_SECONDS)
-    if state.redrivable:
-        keep = max(keep, REDRIVE_WINDOW_SECONDS + REDRIVE_MARGIN_SECONDS)
+    if state.ended or ran:  # every redrivable end is one: the longer window of the two, and a day
+        keep = max(keep, max(QUEUE_RETENTION_SECONDS, REDRIVE_WINDOW_SECONDS) + REDRIVE_MARGIN_SECONDS)
     return int(now) + keep
 
 
