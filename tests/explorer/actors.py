@@ -437,7 +437,9 @@ class Actors:
         w = self.world
         source = {m.message_id: m.source_message_id for m in dlq_list(w.operator).messages}
         report = dlq_redrive(w.operator)
-        for done in report.done:  # a redriven copy is the message it came from, to the model
+        for done in report.done:  # a redriven copy, and its DLQ message, are the message it came from
             origin = source.get(done["dlq_message_id"])
             if origin and done.get("message_id"):
-                w.model.origin[done["message_id"]] = w.model.logical(origin)
+                w.model.origin[done["message_id"]] = w.model.origin[done["dlq_message_id"]] = w.model.logical(
+                    origin
+                )

@@ -17,6 +17,7 @@ from typing import Any
 
 import sluice.adapters.aws.sfn
 import sluice.adapters.aws.sqs
+import sluice.adapters.aws.sqs_dead_letters
 import sluice.adapters.aws.ssm
 import sluice.adapters.dynamo.claims
 import sluice.adapters.dynamo.release
@@ -279,6 +280,10 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
     "missing_released_at_once": (
         "a run seen running that a stale answer reports missing is released as vanished (the code before it was fixed)",
         [(sluice.launch.reconcile, "HISTORY_KEPT_SECONDS", 0)],
+    ),
+    "redrive_named_by_the_copy": (
+        "a redriven copy named by its DLQ message, not the message it came from (the code before it was fixed)",
+        [(sluice.adapters.aws.sqs_dead_letters, "logical_id", lambda m: m.message_id)],
     ),
     "hand_over_unchecked": (
         "a hand-over that skips the receipt check (test_a_hand_over_that_skips_the_receipt_check_is_caught)",

@@ -14,6 +14,7 @@ from sluice.adapters.aws.deployment import Functions, StackNotFound, Stacks
 from sluice.adapters.aws.sfn_tokens import SfnTokens
 from sluice.adapters.aws.sqs_dead_letters import (
     MOVED_BY_SQS,
+    NO_ROOM,
     DeadLetterQueue,
     Resend,
     dlq_message_of,
@@ -102,8 +103,48 @@ def test_a_redrive_of_25_messages_sends_and_deletes_in_batches_of_10(session, qu
     assert sorted(m["Body"] for m in back) == sorted(f'{{"id": "p-{i}"}}' for i in range(25))
     first = next(m for m in back if m["Body"] == '{"id": "p-0"}')
     assert first["Attributes"]["MessageDeduplicationId"] == redrive_dedup_id(ids[0])
-    assert set(first["MessageAttributes"]) == {"sluice-key"}, "the DLQ annotations are left behind"
+    attributes = {k: v["StringValue"] for k, v in first["MessageAttributes"].items()}
+    # The DLQ annotations are left behind; its origin names the message it came from.
+    assert attributes == {"sluice-key": "p-0", "sluice-origin-message-id": ids[0]}
     assert receive_all(sqs, dlq_url) == []
+
+
+def test_a_copy_sent_back_names_the_message_it_came_from(session, queues):
+    """Its origin, else the message Sluice dead-lettered, else its own id; a value SQS would refuse
+    in a deduplication id is passed over; ``new_name`` sends none."""
+    sqs, dlq_url, main = queues
+    dead_letter(sqs, dlq_url, 0, **{"sluice-error": "boom", "sluice-source-message-id": "m-0"})
+    dead_letter(sqs, dlq_url, 1, **{"sluice-origin-message-id": "o-1", "sluice-source-message-id": "m-1"})
+    moved = dead_letter(sqs, dlq_url, 2, **{"sluice-source-message-id": "not ascii: é"})
+    dead_letter(sqs, dlq_url, 3, **{"sluice-origin-message-id": "o-3"})
+    dlq = DeadLetterQueue(session.client("sqs"), dlq_url)
+    looked = sorted(dlq.peek(10), key=lambda m: m.body)
+    sent, refused = dlq.send_back(
+        main, [Resend(m, "default", new_name=m.body.endswith('3"}')) for m in looked]
+    )
+    assert refused == [] and len(sent) == 4
+    origins = {
+        m["Body"]: m.get("MessageAttributes", {}).get("sluice-origin-message-id", {}).get("StringValue")
+        for m in receive_all(sqs, main)
+    }
+    assert origins == {
+        '{"id": "p-0"}': "m-0",
+        '{"id": "p-1"}': "o-1",
+        '{"id": "p-2"}': moved,
+        '{"id": "p-3"}': None,
+    }
+
+
+def test_a_copy_with_no_room_for_its_origin_stays_in_the_dlq_with_the_reason(session, queues):
+    sqs, dlq_url, main = queues
+    dead_letter(sqs, dlq_url, 0, **{f"a{j}": "x" for j in range(10)})
+    dlq = DeadLetterQueue(session.client("sqs"), dlq_url)
+    (m,) = dlq.peek(10)
+    sent, refused = dlq.send_back(main, [Resend(m, "default")])
+    assert sent == [] and [r.reason for r in refused] == [NO_ROOM]
+    assert "--new-name" in NO_ROOM and receive_all(sqs, main) == []
+    sent, refused = dlq.send_back(main, [Resend(m, "default", new_name=True)])
+    assert refused == [] and len(sent) == 1 and len(receive_all(sqs, main)) == 1
 
 
 def test_a_message_sent_back_to_a_lane_says_its_lane_again(session, queues):

@@ -61,7 +61,9 @@ def cmd_dlq_redrive(ctx: Context) -> int:
         ctx.lane_queue_url(lane)  # an unknown lane: nothing is received
     elif ctx.stack:
         ctx.lanes()  # the lanes' queues, from the launcher when the stack's outputs lack them
-    report = dlq_redrive(ctx.runtime, None if ctx.args.all else ctx.args.ids, lane=lane)
+    report = dlq_redrive(
+        ctx.runtime, None if ctx.args.all else ctx.args.ids, lane=lane, new_name=ctx.args.new_name
+    )
     if lane is not None:
         where = f"lane {lane}'s queue"
     elif ctx.settings.lane_queue_urls or any("lane" in d for d in report.done):
@@ -74,8 +76,9 @@ def cmd_dlq_redrive(ctx: Context) -> int:
             f"  {d['dlq_message_id']} → {d['message_id']}" + (f" (lane {d['lane']})" if "lane" in d else "")
         )
     lines.append(
-        "A payload that was invalid comes back to the DLQ unless it was fixed; the others run again "
-        "on the next launcher tick (or are suppressed as duplicates while the same key is running)."
+        "A payload that was invalid comes back to the DLQ unless it was fixed; the others run on the next "
+        "launcher tick under their own execution names (not at all if that name already ran; --new-name "
+        "runs them under new ones), or are suppressed as duplicates while the same key is running."
     )
     return _finish_dlq(ctx, report, lines)
 

@@ -255,6 +255,12 @@ DLQ = Command(
                     "send them to lane NAME's queue (default: each message's own lane, from the queue it came "
                     "from or its sluice-lane attribute)"
                 ),
+                _arg(
+                    "--new-name",
+                    action="store_true",
+                    help="send each as a new message, run under a new execution name even if the message it "
+                    "came from ran (default: under that message's name, so at most once)",
+                ),
             ),
             cmd_dlq_redrive,
         ),

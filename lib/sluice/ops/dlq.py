@@ -6,7 +6,9 @@ in flight, so a listing sees at most the first 10 messages of each group. Redriv
 body back to the main queue (same group, same attributes less Sluice's annotations) with the
 deduplication id ``redrive-<DLQ message id>``, and deletes the DLQ message only once the send
 succeeded. Run twice within SQS's 5-minute deduplication window (say after a crash between send and
-delete), the second send is dropped by SQS.
+delete), the second send is dropped by SQS. A copy sent back runs under the execution name of the
+message it came from (``sluice.adapters.aws.sqs_dead_letters.logical_id``): it runs at most once,
+however often it is redriven; ``new_name`` sends it as a new message.
 
 With lanes (``sluice.features.lanes``), each message goes back to its lane's queue: the queue SQS moved it
 from (``DeadLetterQueueSourceArn``), else its ``sluice-lane`` attribute (Sluice's own dead letters
@@ -97,13 +99,18 @@ class DlqReport:
         return asdict(self)
 
 
-def dlq_redrive(rt: Runtime, ids: Iterable[str] | None = None, *, lane: str | None = None) -> DlqReport:
+def dlq_redrive(
+    rt: Runtime, ids: Iterable[str] | None = None, *, lane: str | None = None, new_name: bool = False
+) -> DlqReport:
     """Send DLQ messages back to their lanes' queues (the main queue without lanes): those named in
-    ``ids``, or every one when ``ids`` is None; with ``lane``, all to that lane's queue."""
+    ``ids``, or every one when ``ids`` is None; with ``lane``, all to that lane's queue. Each runs
+    under the execution name of the message it came from; with ``new_name``, under its own."""
     rt.settings.require("queue_url", "dlq_url")
     if lane is not None and lane != DEFAULT_LANE and lane not in rt.settings.lane_queue_urls:
         raise ConfigurationError(f"no queue known for lane {lane!r}")
-    return _drain(rt, ids, lambda dlq, batch, report: _send_back(rt.settings, dlq, batch, report, lane))
+    return _drain(
+        rt, ids, lambda dlq, batch, report: _send_back(rt.settings, dlq, batch, report, lane, new_name)
+    )
 
 
 def redrive_lane(settings: Settings, m: DlqMessage) -> str:
@@ -167,7 +174,12 @@ def _drain(rt: Runtime, ids: Iterable[str] | None, act: Action) -> DlqReport:
 
 
 def _send_back(
-    settings: Settings, dlq: DeadLetterQueue, batch: list[DlqMessage], report: DlqReport, lane: str | None
+    settings: Settings,
+    dlq: DeadLetterQueue,
+    batch: list[DlqMessage],
+    report: DlqReport,
+    lane: str | None,
+    new_name: bool,
 ) -> list[tuple[DlqMessage, dict[str, str]]]:
     by_queue: dict[str, list[Resend]] = {}  # queue URL -> its messages, in order
     for m in batch:
@@ -182,7 +194,7 @@ def _send_back(
                 }
             )
             continue
-        by_queue.setdefault(url, []).append(Resend(m, target))
+        by_queue.setdefault(url, []).append(Resend(m, target, new_name))
     done: list[tuple[DlqMessage, dict[str, str]]] = []
     for url, resends in by_queue.items():
         sent, refused = dlq.send_back(url, resends)

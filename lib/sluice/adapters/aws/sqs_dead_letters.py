@@ -6,6 +6,17 @@ visible at once (best effort: it reappears after ``HIDE_SECONDS`` anyway). ``sen
 message's original body and attributes (less Sluice's dead-letter annotations, with its lane said
 again) to a queue, with the deduplication id ``redrive-<DLQ message id>`` on a FIFO queue: a second
 send within SQS's 5-minute window is dropped. ``delete`` says which messages it deleted.
+
+A copy sent back is the message it came from: it carries that message's id as its origin
+(``sluice-origin-message-id``, ``logical_id``), so it runs under that message's execution name. A
+message dead-lettered whose delete from the queue was lost may come back and run, its reason gone;
+its dead-letter copy, however often redriven, then names the run that already happened:
+
+    message m of k: dead-lettered (copy d in the DLQ); delete lost → m back in the queue
+    m received again: runs as name(k, m)
+    redrive d (twice, hours apart) → copies r1, r2, origin m: name(k, m) ran → already done, deleted
+
+``Resend.new_name`` sends a copy without an origin: a new message, named by its own id.
 """
 
 from __future__ import annotations
@@ -15,9 +26,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluice.adapters.aws.sqs import BATCH, REASON_ATTRIBUTE, RECEIVES_ATTRIBUTE, SOURCE_ATTRIBUTE
+from sluice.adapters.aws.sqs import (
+    BATCH,
+    MAX_ATTRIBUTES,
+    REASON_ATTRIBUTE,
+    RECEIVES_ATTRIBUTE,
+    SOURCE_ATTRIBUTE,
+)
 from sluice.adapters.errors import translated
 from sluice.core.errors import SluiceError
+from sluice.core.names import ORIGIN_ATTRIBUTE, ORIGIN_PATTERN
 from sluice.core.validation import KEY_ATTRIBUTE
 from sluice.features.lanes import DEFAULT_LANE, LANE_ATTRIBUTE
 
@@ -26,6 +44,10 @@ DLQ_ANNOTATIONS = frozenset({REASON_ATTRIBUTE, SOURCE_ATTRIBUTE, RECEIVES_ATTRIB
 MOVED_BY_SQS = "moved by SQS after maxReceiveCount receives (no sluice-error attribute)"
 HIDE_SECONDS = 30  # how long a looked-at DLQ message stays hidden before it is made visible again
 REDRIVE_PREFIX = "redrive-"
+NO_ROOM = (
+    f"it has {MAX_ATTRIBUTES} attributes, no room for the {ORIGIN_ATTRIBUTE} that keeps its execution "
+    "name: it stays in the DLQ; --new-name sends it back as a new message (a new name: it may run again)"
+)
 COUNTS = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
 
 
@@ -66,10 +88,12 @@ class DlqCounts:
 
 @dataclass(frozen=True, slots=True)
 class Resend:
-    """One DLQ message to send back, to ``lane``'s queue."""
+    """One DLQ message to send back, to ``lane``'s queue: as the message it came from, or with
+    ``new_name`` as a new message (a new execution name)."""
 
     message: DlqMessage
     lane: str
+    new_name: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +120,17 @@ def queue_name(arn_or_url: str) -> str:
 
 def redrive_dedup_id(dlq_message_id: str) -> str:
     return f"{REDRIVE_PREFIX}{dlq_message_id}"[:128]
+
+
+def logical_id(m: DlqMessage) -> str:
+    """The id of the message a DLQ message stands for, which names its run: its origin (a message
+    Sluice re-sent), else the message Sluice dead-lettered (``sluice-source-message-id``), else its
+    own id (SQS keeps a message's id when it moves it). A value SQS would refuse is passed over."""
+    origin = m.attributes.get(ORIGIN_ATTRIBUTE, {}).get("StringValue", "")
+    for candidate in (origin, m.source_message_id):
+        if ORIGIN_PATTERN.fullmatch(candidate):
+            return candidate
+    return m.message_id
 
 
 def dlq_message_of(raw: dict[str, Any]) -> DlqMessage:
@@ -144,8 +179,11 @@ def _entry(index: int, resend: Resend, fifo: bool) -> dict[str, Any]:
     entry: dict[str, Any] = {"Id": str(index), "MessageBody": m.body}
     attributes = original_attributes(m)
     attributes.pop(LANE_ATTRIBUTE, None)
+    attributes.pop(ORIGIN_ATTRIBUTE, None)
     if lane != DEFAULT_LANE:  # says its lane again, should SQS move it to the DLQ once more
         attributes[LANE_ATTRIBUTE] = {"DataType": "String", "StringValue": lane}
+    if not resend.new_name:
+        attributes[ORIGIN_ATTRIBUTE] = {"DataType": "String", "StringValue": logical_id(m)}
     if attributes:
         entry["MessageAttributes"] = attributes
     if fifo:
@@ -201,7 +239,13 @@ class DeadLetterQueue:
         """Send each message to the queue ``url``: those it took, and those it refused."""
         sent: list[Resent] = []
         refused: list[Refused] = []
-        for chunk in _chunks(resends):
+        roomy = []
+        for r in resends:
+            if len(_entry(0, r, False).get("MessageAttributes", {})) > MAX_ATTRIBUTES:
+                refused.append(Refused(r.message, NO_ROOM))
+            else:
+                roomy.append(r)
+        for chunk in _chunks(roomy):
             entries = [_entry(i, r, url.endswith(".fifo")) for i, r in enumerate(chunk)]
             with translated("SendMessageBatch"):
                 response = self.client.send_message_batch(QueueUrl=url, Entries=entries)
