@@ -22,6 +22,7 @@ from tests.explorer.fast_moto import memoise_moto  # noqa: E402
 from tests.support.botocore_models import share_botocore_loader  # noqa: E402
 from tests.support.moto_patches import (  # noqa: E402
     cached_response_keys,
+    dead_letter_source,
     projected_scans,
     redrive_filter,
     serialise_dynamodb,
@@ -29,6 +30,7 @@ from tests.support.moto_patches import (  # noqa: E402
 
 serialise_dynamodb()
 redrive_filter()
+dead_letter_source()
 projected_scans()
 cached_response_keys()
 memoise_moto()  # moto's pure helpers memoised (tests/explorer/fast_moto.py)

@@ -42,7 +42,7 @@ from tests.explorer.view import History, StaleView
 from tests.explorer.world import ExplorerWorld
 from tests.reliability.world import Container, Event
 from tests.support.faults import Call, Crash, Fault, Injector, count, throttled
-from tests.support.moto_patches import redrive_filter
+from tests.support.moto_patches import dead_letter_source, redrive_filter
 
 SKEWS = (0.0, 30.0, -30.0, 3600.0, -3600.0)  # launcher B's clock; docs/protocol.md: up to an hour
 # What may happen at a switch point once the invocation is resumed (weights of a fresh draw).
@@ -387,6 +387,7 @@ def explore(
 ) -> Outcome:
     """One run: seed ``seed`` (the world's own randomness, and the draws unless ``replay`` gives them)."""
     redrive_filter()  # moto answers ListExecutions' redriveFilter as AWS does (tests.support.moto_patches)
+    dead_letter_source()  # a message SQS moved to the DLQ says from where, as in AWS (tests.support.moto_patches)
     choices = Choices(seed, replay)
     started = time.process_time()
     failure = None

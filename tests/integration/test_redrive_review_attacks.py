@@ -6,7 +6,8 @@ runs under that message's execution name, at most once. Reconciliation saves its
 executions started outside Sluice only together with the caps that carry it
 (``sluice.launch.reconcile``).
 
-A scenario that breaks a promise is kept as a strict xfail naming the promise; the others pass.
+Two scenarios broke a promise when written (a producer's source id on a message SQS moved; a
+dead-letter copy that dropped its origin); both are fixed and pass, as the others do.
 """
 
 from __future__ import annotations
@@ -93,13 +94,6 @@ def stored(body: dict[str, Any]) -> tuple[bytes, str, str]:
 # -- change 1: redrive under the message's own name -----------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BREAKS promise 3 (nothing lost) and 'each message starts one execution': a producer's "
-    "sluice-source-message-id (accepted on the queue, 'ignored there') becomes the redriven copy's "
-    "origin when SQS moved the message (maxReceiveCount), so the copy is settled as the run of "
-    "another message and never runs",
-)
 def test_a_producer_source_id_on_a_message_sqs_moved_names_another_run(session):
     """m1 of k runs and SUCCEEDS; m2 of k (another payload) is sent with sluice-source-message-id =
     m1 (the catalogue accepts it: "ignored on the queue"); every claim of m2 is throttled, so SQS
@@ -131,19 +125,13 @@ def test_a_producer_source_id_on_a_message_sqs_moved_names_another_run(session):
     assert inputs_with(stack, id="k", n=2), "m2 was redriven, never ran, and is nowhere any more"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BREAKS 'each message starts at most one execution': Sluice's own dead-letter copy keeps "
-    "7 of a message's attributes, smallest first, so a re-sent (parked) message's "
-    "sluice-origin-message-id is dropped; logical_id then falls back to the re-sent copy's own id "
-    "and the redriven copy runs under a new name although the message ran",
-)
-def test_a_parked_message_with_many_attributes_loses_its_origin_in_the_dlq_and_runs_twice(session):
+def test_a_parked_message_with_many_attributes_keeps_its_origin_in_the_dlq_and_runs_once(session):
     """Defer policy. e0 runs k; m (k, by pointer, 9 small producer attributes) arrives and is parked
     behind e0; the stored object expires; e0 ends and m is re-sent as m' (origin m, 10 attributes);
     m' is dead-lettered (pointer's object missing) but its delete is lost (throttled); the
     producer stores the object again; m' comes back and runs as name(k, m); the operator redrives
-    the dead-letter copy: it runs again under another name. One message, two executions."""
+    the dead-letter copy: it names m's run, which ran, and does not run again. (Found breaking: the
+    copy kept 7 attributes smallest first and dropped the origin; it now keeps the origin.)"""
     stack = pointer_stack(session, max_concurrency=2, duplicate_policy=DuplicatePolicy.DEFER)
     s3 = stack.client("s3")
     raw, key, pointer = stored({"id": "k", "big": "x"})
@@ -168,7 +156,7 @@ def test_a_parked_message_with_many_attributes_loses_its_origin_in_the_dlq_and_r
     dead = dlq_only(stack)
     assert "sluicePayload" in dead.body
     assert dead.source_message_id != m  # m', the re-sent copy
-    assert ORIGIN_ATTRIBUTE not in dead.attributes, "the DLQ copy kept the origin after all"
+    assert dead.attributes[ORIGIN_ATTRIBUTE]["StringValue"] == m, "the DLQ copy dropped the origin"
 
     s3.put_object(Bucket=BUCKET, Key=key, Body=raw)  # the producer stores it again
     stack.visible_again(receipts)

@@ -34,6 +34,11 @@ behave as AWS documents; Sluice's code is never patched here.
   moto has no RedriveExecution either: the tests' redrive (``tests/reliability/actors.py``) counts
   ``redrive_count`` on moto's execution, and the listing is filtered by it.
 
+* **A moved message's source queue** (``dead_letter_source``: for the whole test session). moto moves
+  a message to the dead-letter queue after ``maxReceiveCount`` receives but does not say from where;
+  SQS answers the system attribute ``DeadLetterQueueSourceArn`` on such a message (the queue it came
+  from), which ``sluice dlq`` reads (``sluice.adapters.aws.sqs_dead_letters``).
+
 Not here, and why:
 
 * ``sluice.local.moto_server`` makes its moto server atomic (DynamoDB and SQS under locks, the same
@@ -57,6 +62,8 @@ from typing import Any
 
 import moto.dynamodb.models as ddb_models
 import moto.dynamodb.models.table as ddb_table
+import moto.sqs.models as sqs_models
+import moto.sqs.responses as sqs_responses
 import moto.stepfunctions.responses as sfn_responses
 from botocore.utils import merge_dicts
 from moto.core import DEFAULT_ACCOUNT_ID
@@ -234,6 +241,48 @@ def redrive_filter() -> None:
 
     listed._sluice_redrive_filter = True  # type: ignore[attr-defined]
     sfn_responses.StepFunctionResponse.list_executions = listed  # type: ignore[method-assign]
+
+
+def dead_letter_source() -> None:
+    """Tag a message moved to a dead-letter queue with its source queue's ARN and answer it as
+    ``DeadLetterQueueSourceArn``, as SQS does, from now on (idempotent)."""
+    original = sqs_models.SQSBackend.receive_message
+    if getattr(original, "_sluice_source", False):
+        return
+
+    @functools.wraps(original)
+    def receive(self: Any, queue_name: str, *args: Any, **kwargs: Any) -> Any:
+        queue = self.get_queue(queue_name)
+        before = list(queue._messages)
+        got = original(self, queue_name, *args, **kwargs)
+        dlq = queue.dead_letter_queue
+        if dlq is not None:
+            moved = {id(m) for m in dlq._messages}
+            for message in before:
+                if id(message) in moved and not hasattr(message, "sluice_source_arn"):
+                    message.sluice_source_arn = queue.queue_arn
+        return got
+
+    answer_original = sqs_responses.SQSResponse.receive_message
+
+    @functools.wraps(answer_original)
+    def answered(self: Any) -> Any:
+        answer = answer_original(self)
+        wanted = set(
+            self._get_param("AttributeNames", []) + self._get_param("MessageSystemAttributeNames", [])
+        )
+        if not wanted & {"All", "DeadLetterQueueSourceArn"}:
+            return answer
+        queue = self.sqs_backend.get_queue(self._get_queue_name())
+        sources = {m.id: getattr(m, "sluice_source_arn", None) for m in queue._messages}
+        for msg in answer.result.get("Messages", []):
+            if sources.get(msg["MessageId"]):
+                msg.setdefault("Attributes", {})["DeadLetterQueueSourceArn"] = sources[msg["MessageId"]]
+        return answer
+
+    receive._sluice_source = True  # type: ignore[attr-defined]
+    sqs_models.SQSBackend.receive_message = receive  # type: ignore[method-assign]
+    sqs_responses.SQSResponse.receive_message = answered  # type: ignore[method-assign]
 
 
 # -- atomic requests and cheap rollbacks --------------------------------------------------------------

@@ -256,8 +256,13 @@ def _fit(
             for name, value in message.attributes.items()
             if value and name not in annotations
         ),
-        # Its lane first (a redrive sends it back there), then the smallest.
-        key=lambda item: (item[0] != LANE_ATTRIBUTE, message_size("", dict([item]))),
+        # Its lane first (a redrive sends it back there), its origin next (its run's name, which a
+        # redrive keeps), then the smallest.
+        key=lambda item: (
+            item[0] != LANE_ATTRIBUTE,
+            item[0] != ORIGIN_ATTRIBUTE,
+            message_size("", dict([item])),
+        ),
     )[: MAX_ATTRIBUTES - len(annotations)]
     while copied and message_size(body, {**annotations, **dict(copied)}) > limit:
         copied.pop()  # the largest

@@ -124,10 +124,12 @@ def redrive_dedup_id(dlq_message_id: str) -> str:
 
 def logical_id(m: DlqMessage) -> str:
     """The id of the message a DLQ message stands for, which names its run: its origin (a message
-    Sluice re-sent), else the message Sluice dead-lettered (``sluice-source-message-id``), else its
-    own id (SQS keeps a message's id when it moves it). A value SQS would refuse is passed over."""
+    Sluice re-sent), else the message Sluice dead-lettered (``sluice-source-message-id``, on
+    Sluice's own copies only: on a message SQS moved it is the producer's word), else its own id
+    (SQS keeps a message's id when it moves it). A value SQS would refuse is passed over."""
     origin = m.attributes.get(ORIGIN_ATTRIBUTE, {}).get("StringValue", "")
-    for candidate in (origin, m.source_message_id):
+    source = m.source_message_id if m.source_queue is None else ""
+    for candidate in (origin, source):
         if ORIGIN_PATTERN.fullmatch(candidate):
             return candidate
     return m.message_id
