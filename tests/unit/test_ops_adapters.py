@@ -110,19 +110,21 @@ def test_a_redrive_of_25_messages_sends_and_deletes_in_batches_of_10(session, qu
 
 
 def test_a_copy_sent_back_names_the_message_it_came_from(session, queues):
-    """Its origin, else the message Sluice dead-lettered, else its own id; a value SQS would refuse
-    in a deduplication id is passed over; ``new_name`` sends none."""
+    """Its origin as it is (a bad one too: dead-lettered again), else the message Sluice
+    dead-lettered, else its own id; a source SQS would refuse in a deduplication id is passed over;
+    ``new_name`` sends none."""
     sqs, dlq_url, main = queues
     dead_letter(sqs, dlq_url, 0, **{"sluice-error": "boom", "sluice-source-message-id": "m-0"})
     dead_letter(sqs, dlq_url, 1, **{"sluice-origin-message-id": "o-1", "sluice-source-message-id": "m-1"})
     moved = dead_letter(sqs, dlq_url, 2, **{"sluice-source-message-id": "not ascii: é"})
     dead_letter(sqs, dlq_url, 3, **{"sluice-origin-message-id": "o-3"})
+    dead_letter(sqs, dlq_url, 4, **{"sluice-origin-message-id": "not a valid dedup id"})  # kept: bad input
     dlq = DeadLetterQueue(session.client("sqs"), dlq_url)
     looked = sorted(dlq.peek(10), key=lambda m: m.body)
     sent, refused = dlq.send_back(
         main, [Resend(m, "default", new_name=m.body.endswith('3"}')) for m in looked]
     )
-    assert refused == [] and len(sent) == 4
+    assert refused == [] and len(sent) == 5
     origins = {
         m["Body"]: m.get("MessageAttributes", {}).get("sluice-origin-message-id", {}).get("StringValue")
         for m in receive_all(sqs, main)
@@ -132,6 +134,7 @@ def test_a_copy_sent_back_names_the_message_it_came_from(session, queues):
         '{"id": "p-1"}': "o-1",
         '{"id": "p-2"}': moved,
         '{"id": "p-3"}': None,
+        '{"id": "p-4"}': "not a valid dedup id",
     }
 
 

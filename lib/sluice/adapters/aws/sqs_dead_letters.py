@@ -123,16 +123,13 @@ def redrive_dedup_id(dlq_message_id: str) -> str:
 
 
 def logical_id(m: DlqMessage) -> str:
-    """The id of the message a DLQ message stands for, which names its run: its origin (a message
-    Sluice re-sent), else the message Sluice dead-lettered (``sluice-source-message-id``, on
-    Sluice's own copies only: on a message SQS moved it is the producer's word), else its own id
-    (SQS keeps a message's id when it moves it). A value SQS would refuse is passed over."""
-    origin = m.attributes.get(ORIGIN_ATTRIBUTE, {}).get("StringValue", "")
+    """The id of the message a DLQ message without an origin stands for, which names its run: the
+    message Sluice dead-lettered (``sluice-source-message-id``, on Sluice's own copies only: on a
+    message SQS moved it is the producer's word), else its own id (SQS keeps a message's id when it
+    moves it). A value SQS would refuse is passed over. A message with an origin keeps it as it is:
+    a bad one is dead-lettered again with its reason, never mended by a redrive."""
     source = m.source_message_id if m.source_queue is None else ""
-    for candidate in (origin, source):
-        if ORIGIN_PATTERN.fullmatch(candidate):
-            return candidate
-    return m.message_id
+    return source if ORIGIN_PATTERN.fullmatch(source) else m.message_id
 
 
 def dlq_message_of(raw: dict[str, Any]) -> DlqMessage:
@@ -181,10 +178,11 @@ def _entry(index: int, resend: Resend, fifo: bool) -> dict[str, Any]:
     entry: dict[str, Any] = {"Id": str(index), "MessageBody": m.body}
     attributes = original_attributes(m)
     attributes.pop(LANE_ATTRIBUTE, None)
-    attributes.pop(ORIGIN_ATTRIBUTE, None)
     if lane != DEFAULT_LANE:  # says its lane again, should SQS move it to the DLQ once more
         attributes[LANE_ATTRIBUTE] = {"DataType": "String", "StringValue": lane}
-    if not resend.new_name:
+    if resend.new_name:
+        attributes.pop(ORIGIN_ATTRIBUTE, None)
+    elif ORIGIN_ATTRIBUTE not in attributes:  # one it has is kept as it is, a bad one too
         attributes[ORIGIN_ATTRIBUTE] = {"DataType": "String", "StringValue": logical_id(m)}
     if attributes:
         entry["MessageAttributes"] = attributes
