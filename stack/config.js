@@ -134,6 +134,32 @@ function parseLaneMachines(text, lanes, region) {
   return out;
 }
 
+// A rate limit (sluice.features.rate_limits): N/second, N/minute or N/hour, N a whole number from 1 to
+// 100,000; empty: none. The text as the functions read it.
+const RATE = /^([1-9][0-9]{0,5})\/(second|minute|hour)$/;
+function parseRate(name, text) {
+  const rate = String(text).trim();
+  const found = RATE.exec(rate);
+  if (rate !== '' && (!found || Number(found[1]) > 100000)) {
+    fail(`${name} must be N/second, N/minute or N/hour, N a whole number from 1 to 100000 (or empty), got "${rate}"`);
+  }
+  return rate;
+}
+
+// "gpu=10/second,api=600/minute" → the same text, each lane one of the stack's, once.
+function parseLaneRates(text, lanes) {
+  const out = [];
+  for (const part of String(text).split(',').map((p) => p.trim()).filter(Boolean)) {
+    const at = part.indexOf('=');
+    const lane = at < 0 ? '' : part.slice(0, at).trim();
+    if (!lane || !lanes.some((l) => l.name === lane) || out.some(([l]) => l === lane)) {
+      fail(`laneRateLimits: "${part}" is not lane=rate for a lane of the stack, once each (lanes: ${lanes.map((l) => l.name).join(', ') || 'none'})`);
+    }
+    out.push([lane, parseRate(`laneRateLimits (${lane})`, part.slice(at + 1))]);
+  }
+  return out.map(([lane, rate]) => `${lane}=${rate}`).join(',');
+}
+
 // "gpu:2:1,backfill:8:0:3" → [{ name: 'gpu', max: 2, priority: 1, weight: 1, fair: false, spec: 'gpu:2:1' }, ...],
 // the lane "default" last unless named (its max then is maxConcurrency). Empty: the one lane "default".
 function parseLanes(text, maxConcurrency) {
@@ -415,6 +441,11 @@ async function derive({ resolveVariable }) {
   if (laneMachines.length > 0) {
     laneEnvironment.SLUICE_LANE_STATE_MACHINES = laneMachines.map(([lane, arn]) => `${lane}=${arn}`).join(',');
   }
+  // Rate limits: the stack's and the lanes' (none without the parameters).
+  const rateLimit = parseRate('rateLimit', await param('rateLimit'));
+  const laneRateLimits = parseLaneRates(await param('laneRateLimits'), lanesText === '' ? [] : lanes);
+  if (rateLimit) laneEnvironment.SLUICE_RATE_LIMIT = rateLimit;
+  if (laneRateLimits) laneEnvironment.SLUICE_LANE_RATE_LIMITS = laneRateLimits;
 
   // The sample workflow, as the JSON string that AWS::StepFunctions::StateMachine's DefinitionString takes.
   const definitionPath = path.join(__dirname, 'workflow.asl.json');

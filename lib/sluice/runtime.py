@@ -20,12 +20,15 @@ from sluice.adapters.aws.sfn_tokens import SfnTokens
 from sluice.adapters.aws.sqs import SqsQueue
 from sluice.adapters.aws.sqs_dead_letters import DeadLetterQueue
 from sluice.adapters.aws.ssm import FixedMax, MaxParameter, SsmMax
+from sluice.adapters.dynamo.rate_limits import DynamoRates
 from sluice.adapters.dynamo.semaphore import DynamoSemaphoreStore
 from sluice.adapters.dynamo.semaphore_catalogue import SemaphoreCatalogue
 from sluice.adapters.dynamo.store import DynamoStore
+from sluice.adapters.dynamo.table import TableRef
 from sluice.core.clock import SystemClock
 from sluice.core.errors import ConfigurationError
 from sluice.core.ports import Clock, MaxSource
+from sluice.features.rate_limits import RateLimiter
 from sluice.launch.launcher import Launcher
 from sluice.launch.settings import Settings
 from sluice.primitives.fanout import pool_size
@@ -137,8 +140,16 @@ class Runtime:
                 sleep=self.sleep,
                 payloads=self.payload_objects(),
                 lane_queues=self.lane_queues(),
+                rates=self.rates(),
             )
         return self._launcher
+
+    def rates(self) -> RateLimiter:
+        """The rate limits (``sluice.features.rate_limits``) on the table."""
+        self.settings.require("table_name")
+        return RateLimiter(
+            DynamoRates(TableRef(self.client("dynamodb"), self.settings.table_name)), self.settings.rates
+        )
 
     def lane_queues(self) -> dict[str, SqsQueue]:
         """Each lane's queue adapter (``sluice.features.lanes``); empty without lanes."""

@@ -473,3 +473,24 @@ def test_start_concurrency_is_auto_by_default_or_a_whole_number():
 @pytest.mark.parametrize("value", ["0", "-1", "abc", "²", "101", "1.5"])
 def test_bad_start_concurrency_is_refused_naming_it(value):
     assert "startConcurrency must be" in refusal(startConcurrency=value)
+
+
+def test_rate_limits_reach_the_functions_only_when_set():
+    assert "SLUICE_RATE_LIMIT" not in config()["laneEnvironment"]
+    env = config(rateLimit=" 600/minute ", lanes="gpu:2:1", laneRateLimits="gpu = 10/second")[
+        "laneEnvironment"
+    ]
+    assert env["SLUICE_RATE_LIMIT"] == "600/minute" and env["SLUICE_LANE_RATE_LIMITS"] == "gpu=10/second"
+
+
+@pytest.mark.parametrize(
+    "value", ["5/day", "0/second", "5 per second", "1.5/minute", "100001/hour", "/second"]
+)
+def test_a_bad_rate_is_refused_before_packaging_naming_its_parameter(value):
+    assert "rateLimit must be N/second, N/minute or N/hour" in refusal(rateLimit=value)
+    assert "laneRateLimits (gpu) must be" in refusal(lanes="gpu:2:1", laneRateLimits=f"gpu={value}")
+
+
+@pytest.mark.parametrize("value", ["api=5/second", "gpu=1/second,gpu=2/second", "10/second"])
+def test_a_lane_rate_of_no_lane_is_refused(value):
+    assert "laneRateLimits:" in refusal(lanes="gpu:2:1", laneRateLimits=value)

@@ -14,6 +14,7 @@ from sluice.cli.dlq import cmd_dlq_delete, cmd_dlq_list, cmd_dlq_redrive
 from sluice.cli.enqueue import cmd_enqueue
 from sluice.cli.local_tick import DEFAULT_TICK_SECONDS, cmd_tick
 from sluice.cli.maximum import cmd_pause, cmd_resume, cmd_set_max
+from sluice.cli.rates import cmd_set_rate
 from sluice.cli.semaphore import (
     DEFAULT_SECTION,
     cmd_semaphore_asl,
@@ -388,6 +389,16 @@ COMMANDS = (
             ),
         ),
         cmd_set_max,
+    ),
+    Command(
+        "set-rate",
+        "set a rate limit at run time: at most N starts in any window of the period (N/second, "
+        "N/minute or N/hour; 'none': no rate; 'default': the stack's rateLimit or laneRateLimits)",
+        (
+            _arg("value", metavar="RATE"),
+            _lane("set lane NAME's rate instead (each start of the lane takes from the stack's rate too)"),
+        ),
+        cmd_set_rate,
     ),
     Command(
         "pause",

@@ -7,12 +7,14 @@ import time
 from typing import Any
 
 from sluice.cli.context import Context
+from sluice.cli.rates import rate_line
 from sluice.cli.render import EXIT_OK, EXIT_PARTIAL, duration, lane_max, plural, table, until_fewer, when
 from sluice.cli.room import room_lines
 from sluice.features.lanes import DEFAULT_LANE
 from sluice.features.receipts import Receipt, read_receipt, wait_for
 from sluice.ops.awaits import awaits_status, tree_lines
 from sluice.ops.keys import key_status, payload_place
+from sluice.ops.rates import rate_status
 from sluice.ops.room import Room, read_room
 from sluice.ops.status import overview, payload_history
 
@@ -222,6 +224,8 @@ def _overview(ctx: Context) -> int:
     ]
     rows.extend(("lane", _lane_row(lane)) for lane in data.get("lanes", ()))
     rows.extend(("key", _key_row(k)) for k in data["keys"])
+    data["rates"] = rate_status(ctx.runtime)
+    rows.extend(("rate", f"{r['scope']}  {rate_line(r)}") for r in data["rates"])
     ctx.out(table(rows), data)
     return EXIT_OK
 

@@ -15,6 +15,7 @@ from sluice.core.model import Ledger, Message, Outcome
 from sluice.core.summary import TickSummary
 from sluice.features.awaits import ReadAhead, read_ahead
 from sluice.features.fair import tenant as fair_tenant
+from sluice.features.rate_limits import STACK, Grant, lane_scope
 from sluice.launch.context import LaunchContext, StateMachineCheck
 from sluice.launch.per_message import MessageProtocol
 from sluice.launch.settings import Settings
@@ -77,6 +78,8 @@ class Admission:
                 summary.stopped = "paused"
                 return summary
             stop = self._round(state, ledger, summary, remaining_ms)
+            if stop == "rate" and self._wait_for_rate(state, remaining_ms):
+                continue
             if stop:
                 summary.stopped = stop
                 return summary
@@ -123,6 +126,10 @@ class Admission:
             return "full"
         if not self.time_left(remaining_ms):
             return "time"
+        grant = self._grant(free)
+        if grant.n == 0:
+            state.rate_due = grant.due
+            return "rate"
         lingering = self.ctx.clock.now() < state.linger_until
         wait = (
             self._wait_seconds(lingering, remaining_ms, state.linger_until)
@@ -130,16 +137,19 @@ class Admission:
             else state.wait_seconds
         )
         try:
-            messages = self.receive(free, wait)
+            messages = self.receive(grant.n, wait)
         except TransientError as exc:  # SQS throttled past the SDK's retries: the next round or tick
+            self._give_back(grant, grant.n)
             self._interrupted("a receive failed", exc)
             return "transient"
         if not messages:
+            self._give_back(grant, grant.n)
             if lingering and self.time_left(remaining_ms):
                 return ""  # completions may have freed slots and MAX may have moved meanwhile
             return "empty"
         summary.received += len(messages)
         filled, stop = self.process_batch(messages, summary)
+        self._give_back(grant, grant.n - filled)  # a crash before this keeps them spent: fewer starts
         state.started += filled
         summary.running_after = ledger.running + filled
         if stop:
@@ -151,6 +161,45 @@ class Admission:
             # (after a sample of the shards, the next read samples others)
         state.known = self._known_after(ledger, filled, state.max_new)
         return ""
+
+    # -- rate limits (sluice.features.rate_limits) ----------------------------------------------
+
+    def _grant(self, free: int) -> Grant:
+        """Grants for up to ``free`` starts from the stack's rate and this lane's, taken before the
+        receive they size: a payload a rate holds stays in the queue, never received."""
+        if self.ctx.rates is None:
+            return Grant(free)
+        scopes = [STACK] if self.ctx.lane is None else [STACK, lane_scope(self.ctx.lane.name)]
+        try:
+            return self.ctx.rates.take(scopes, free, self.ctx.clock.now())
+        except TransientError as exc:
+            self._interrupted("the rate limits could not be read or written", exc)
+            return Grant(0)
+
+    def _give_back(self, grant: Grant, unused: int) -> None:
+        if self.ctx.rates is None or unused <= 0:
+            return
+        try:
+            self.ctx.rates.give_back(grant, unused)
+        except TransientError as exc:  # kept spent: fewer starts in this window, never more
+            self._interrupted("grants not used could not be given back", exc)
+
+    def _wait_for_rate(self, state: _Admitting, remaining_ms: Callable[[], int] | None) -> bool:
+        """Whether to wait for a rate's next room and go on: while lingering (the scheduled tick),
+        when that room comes before the linger and the invocation's time end."""
+        due, state.rate_due = state.rate_due, None
+        if due is None:
+            return False
+        wait = due - self.ctx.clock.now()
+        if self.ctx.clock.now() + wait > state.linger_until:
+            return False
+        if (
+            remaining_ms is not None
+            and remaining_ms() - wait * 1000 <= self.ctx.settings.time_reserve_seconds * 1000
+        ):
+            return False
+        self.ctx.sleep(max(wait, 0.0))
+        return True
 
     def _known_after(self, ledger: Ledger, filled: int, max_new: int | None) -> Ledger | None:
         """The room the next receive may be sized by without a read, if any."""
@@ -342,6 +391,7 @@ class _Admitting:
     known: Ledger | None  # the room as last read, while nothing since has taken any of it
     started: int = 0
     first: bool = True
+    rate_due: float | None = None  # when a rate that held this call has room again
 
 
 @dataclass

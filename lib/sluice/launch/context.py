@@ -15,6 +15,7 @@ from sluice.core.ports import Clock, Executions, Fanout, MaxSource, Queue, lane_
 from sluice.core.records import Lane
 from sluice.features.effects import Effects
 from sluice.features.pointers import PayloadObjects
+from sluice.features.rate_limits import RateLimiter
 from sluice.features.receipts import Outputs
 from sluice.features.stores import LaunchStore
 from sluice.launch.settings import Settings
@@ -42,6 +43,7 @@ class LaunchContext:
     rng: random.Random
     lane_queues: Mapping[str, Queue] = field(default_factory=dict)  # each lane's queue
     lane: Lane | None = None
+    rates: RateLimiter | None = None  # rate limits (sluice.features.rate_limits); None: no rates at all
 
     def for_lane(self, lane: Lane) -> LaunchContext:
         """This context receiving from ``lane``'s queue (the default lane's is ``queue``), starting

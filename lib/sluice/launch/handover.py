@@ -49,6 +49,7 @@ Crash points:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 from sluice.core.errors import InvalidPayload, TransientError
@@ -59,6 +60,7 @@ from sluice.core.validation import KEY_ATTRIBUTE, validate_message
 from sluice.features.attributes import check_attributes
 from sluice.features.lanes import LANE_ATTRIBUTE
 from sluice.features.pointers import POINTER_FIELD
+from sluice.features.rate_limits import STACK, Grant, RateLimiter
 from sluice.features.receipts import ONCE_ATTRIBUTE, is_once
 
 # The only Sluice attributes a message may carry to ride a release: its key, its origin (a parked
@@ -80,9 +82,12 @@ class HandOverOffer:
         now: Callable[[], float],
         claim_timeout: float,
         time_left: Callable[[], bool],
+        rates: RateLimiter | None = None,
     ) -> None:
         self.queue, self.executions, self.now = queue, executions, now
         self.claim_timeout, self.time_left = claim_timeout, time_left
+        self.rates = rates  # the stack's rate: a grant before the receive, given back unless claimed
+        self.grant: Grant | None = None
         self.asked = False  # the release read its record and asked (it holds the lease)
         self.room = False  # and the freed slot could pass on: a receive was made
         self.message: Message | None = None
@@ -91,7 +96,7 @@ class HandOverOffer:
 
     def take(self, record: ExecutionRecord, room: bool) -> Successor | None:
         self.asked, self.room = True, room and self.time_left()
-        if not self.room:
+        if not self.room or not self._granted():
             return None
         # No wait: the release is on hold until this returns. With the queue empty the refill after
         # the release receives as before, waiting, and finds what that release woke.
@@ -118,6 +123,21 @@ class HandOverOffer:
 
     def settled(self, claimed: bool) -> None:
         self.claimed = claimed
+        if self.grant is not None and not claimed and self.rates is not None:
+            with contextlib.suppress(TransientError):  # kept spent: one start fewer, never one more
+                self.rates.give_back(self.grant, 1)
+
+    def _granted(self) -> bool:
+        """A grant from the stack's rate, if it has one in force (``sluice.features.rate_limits``):
+        none, and nothing is received; the refill after the release finds the rate full too."""
+        if self.rates is None:
+            return True
+        try:
+            grant = self.rates.take([STACK], 1, self.now())
+        except TransientError:
+            return False
+        self.grant = grant if grant.scopes else None
+        return grant.n > 0
 
     @property
     def handed(self) -> dict[str, str]:

@@ -42,6 +42,7 @@ from sluice.core.records import Lane
 from sluice.core.summary import TickSummary
 from sluice.features.effects import Effects
 from sluice.features.pointers import PayloadObjects
+from sluice.features.rate_limits import RateLimiter
 from sluice.features.receipts import Outputs
 from sluice.features.stores import LaunchStore
 from sluice.launch.admission import LONG_POLL, RECEIVE_BATCH, Admission
@@ -82,6 +83,7 @@ class Launcher:
         payloads: PayloadObjects | None = None,
         lane_queues: Mapping[str, Queue] | None = None,
         rng: random.Random | None = None,
+        rates: RateLimiter | None = None,
     ) -> None:
         sleep = sleep if sleep is not None else getattr(clock, "sleep", time.sleep)
         self._context(
@@ -105,6 +107,7 @@ class Launcher:
                 rng=rng or random.Random(),
                 # Lanes (sluice.features.lanes): each lane's queue (the default lane's is ``queue``).
                 lane_queues=lane_queues or {},
+                rates=rates,  # rate limits (sluice.features.rate_limits)
             ),
             StateMachineCheck(),
         )
@@ -232,6 +235,7 @@ class Launcher:
                 now=self.clock.now,
                 claim_timeout=self.settings.claim_timeout_seconds,
                 time_left=lambda: self.admission.time_left(remaining_ms),
+                rates=self.ctx.rates,
             )
         try:
             released = settle_status_change(

@@ -12,6 +12,7 @@ from sluice.core.records import Lane
 from sluice.core.validation import MAX_CEILING, WHOLE
 from sluice.features.lanes import DEFAULT_LANE, parse_lane_queues, parse_lane_state_machines, parse_lanes
 from sluice.features.pointers import DEFAULT_THRESHOLD
+from sluice.features.rate_limits import RateDefaults, parse_lane_rates, parse_optional_rate
 from sluice.features.receipts import DEFAULT_INLINE_BYTES, MAX_INLINE_BYTES
 from sluice.semaphore.service import parse_limits
 
@@ -78,6 +79,8 @@ class Settings:
     lane_queue_urls: Mapping[str, str] = field(default_factory=dict, hash=False)
     # A lane's own state machine (``lane=arn``); a lane not named starts ``state_machine_arn``.
     lane_state_machines: Mapping[str, str] = field(default_factory=dict, hash=False)
+    # Rate limits (sluice.features.rate_limits): the stack's and each lane's, as deployed.
+    rates: RateDefaults = field(default_factory=RateDefaults, hash=False)
 
     @property
     def retention_seconds(self) -> int:
@@ -123,6 +126,7 @@ class Settings:
             await_horizon_seconds=integer("SLUICE_AWAIT_HORIZON_SECONDS", 7 * 86_400, minimum=1),
             key_concurrency=integer("SLUICE_KEY_CONCURRENCY", 1, minimum=1, maximum=MAX_CEILING),
             receipt_inline_bytes=inline_bytes(integer("SLUICE_RECEIPT_INLINE_BYTES", DEFAULT_INLINE_BYTES)),
+            rates=_rates(read, lanes),
         )
 
     def lane(self, name: str) -> Lane:
@@ -198,6 +202,15 @@ def _start_concurrency(read: _Env) -> int | None:
         return read.integer(name, 0, minimum=1)
     except ConfigurationError as exc:
         raise ConfigurationError(f"{exc} (use auto, or a whole number from 1)") from None
+
+
+def _rates(read: _Env, lanes: tuple[Lane, ...]) -> RateDefaults:
+    """``SLUICE_RATE_LIMIT`` (the stack's) and ``SLUICE_LANE_RATE_LIMITS`` (``lane=rate,...``)."""
+    names = [lane.name for lane in lanes]  # none without lanes: the stack's rate is the one
+    return RateDefaults(
+        stack=parse_optional_rate(read.text("SLUICE_RATE_LIMIT"), source="SLUICE_RATE_LIMIT"),
+        lanes=parse_lane_rates(read.text("SLUICE_LANE_RATE_LIMITS"), names, source="SLUICE_LANE_RATE_LIMITS"),
+    )
 
 
 def _lanes(read: _Env, max_concurrency: int) -> tuple[tuple[Lane, ...], dict[str, str]]:

@@ -1,0 +1,285 @@
+"""Rate limits: at most N grants per period, for the whole stack and for each lane.
+
+A rate is ``N/second``, ``N/minute`` or ``N/hour``. Every start takes a grant from each scope that
+has a rate in force (the stack's, and its lane's), and the promise is, for each scope with rate N
+per period P: **at most N grants in any window [t, t + P) of the granting clock**, across every
+launcher and completion at once, whatever crashes.
+
+The protocol is written once here, over two persistence primitives (``RatePersistence``: ``load``
+and ``save`` fenced by a version): the DynamoDB adapter and the in-memory one implement only those.
+One record (``RateBook``) holds every scope's rate set at run time and its window: the grants of
+the last period, as (millisecond, count) pairs. A grant is one conditional write of that record:
+
+    launcher A                           launcher B                     RATES item (version v)
+    load: v, window has N − 2 in (t − P, t]
+                                         load: v, same window
+    save v+1: window + (t, 2)  ✓ (IF version = v)
+                                         save v+1: ✗ (version is v+1) → load again: no room → 0
+
+A grant is taken *before* the receive it sizes, so a payload held by a rate is never received
+(it waits in the queue, no receive spent, nothing walks towards the DLQ). What a round does not
+start (an empty queue, a duplicate, a refusal) is given back (``give_back``): the same fenced
+write, removing the round's own count from its own entry. A crash between the two keeps the
+grants spent: fewer starts, never more. A grant before its start: AWS sees at most N starts in
+any window of length P shortened by the longest claim-to-start a round takes, plus the skew
+between the granting clocks (docs/protocol.md, "Rate limits").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+from sluice.core.errors import ConfigurationError
+
+PERIODS = {"second": 1, "minute": 60, "hour": 3_600}
+MAX_COUNT = 100_000  # a rate's N: the window keeps at most this many (ms, count) pairs
+_RATE = re.compile(r"([1-9][0-9]{0,5})/(second|minute|hour)", re.ASCII)
+STACK = "stack"
+LANE_PREFIX = "lane:"
+NONE = "none"  # ``sluice set-rate none``: no rate for the scope, whatever the stack's parameter
+ATTEMPTS = 8  # fenced writes lost to other launchers before a round takes no grant
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    count: int
+    period: int  # seconds
+
+    def __str__(self) -> str:
+        unit = next(name for name, seconds in PERIODS.items() if seconds == self.period)
+        return f"{self.count}/{unit}"
+
+
+def parse_rate(raw: str, *, source: str) -> Rate:
+    """``N/second|minute|hour``, N a whole number from 1 to 100,000; else ``ConfigurationError``
+    naming ``source``."""
+    found = _RATE.fullmatch(raw.strip())
+    if not found or int(found.group(1)) > MAX_COUNT:
+        raise ConfigurationError(
+            f"{source}={raw!r}: a rate is N/second, N/minute or N/hour, N a whole number from 1 to {MAX_COUNT:,}"
+        )
+    return Rate(int(found.group(1)), PERIODS[found.group(2)])
+
+
+def parse_optional_rate(raw: str, *, source: str) -> Rate | None:
+    return parse_rate(raw, source=source) if raw.strip() else None
+
+
+def parse_lane_rates(raw: str, lanes: Iterable[str], *, source: str) -> dict[str, Rate]:
+    """``lane=rate,...`` (``gpu=10/second,api=600/minute``), each lane one of ``lanes``."""
+    known = set(lanes)
+    out: dict[str, Rate] = {}
+    for part in filter(None, (p.strip() for p in raw.split(","))):
+        name, eq, rate = part.partition("=")
+        if not eq or name.strip() not in known or name.strip() in out:
+            raise ConfigurationError(
+                f"{source}: {part!r} is not lane=rate for a lane of the stack, once each "
+                f"(lanes: {', '.join(sorted(known))})"
+            )
+        out[name.strip()] = parse_rate(rate, source=f"{source} ({name.strip()})")
+    return out
+
+
+def lane_scope(lane: str) -> str:
+    return LANE_PREFIX + lane
+
+
+@dataclass(frozen=True, slots=True)
+class RateDefaults:
+    """The rates the stack was deployed with (``rateLimit``, ``laneRateLimits``)."""
+
+    stack: Rate | None = None
+    lanes: Mapping[str, Rate] = field(default_factory=dict)
+
+    def of(self, scope: str) -> Rate | None:
+        if scope == STACK:
+            return self.stack
+        return self.lanes.get(scope.removeprefix(LANE_PREFIX)) if scope.startswith(LANE_PREFIX) else None
+
+
+@dataclass(frozen=True, slots=True)
+class RateBook:
+    """Every scope's rate set at run time (a rate's text, or ``NONE``) and its window of grants:
+    (ms, count) pairs, oldest first. ``version`` fences each write."""
+
+    version: int = 0
+    overrides: Mapping[str, str] = field(default_factory=dict)
+    windows: Mapping[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+
+    def rate(self, scope: str, defaults: RateDefaults) -> Rate | None:
+        """The rate in force for ``scope``: set at run time, else the stack's parameter."""
+        override = self.overrides.get(scope)
+        if override is None:
+            return defaults.of(scope)
+        return None if override == NONE else parse_rate(override, source=f"the rate set for {scope}")
+
+    def in_window(self, scope: str, rate: Rate, now_ms: int) -> int:
+        """Grants of ``scope`` in (now − P, now]."""
+        start = now_ms - rate.period * 1000
+        return sum(n for at, n in self.windows.get(scope, ()) if at > start)
+
+    def room(self, scope: str, rate: Rate, now_ms: int) -> int:
+        """Grants ``now_ms`` may take: N less the busiest window [x, x + P) that holds ``now_ms``.
+        Grants ahead of this clock (another launcher's, whose clock runs ahead) count in the windows
+        they share with it, so every window of the granting clocks holds at most N."""
+        return max(0, rate.count - busiest(self.windows.get(scope, ()), rate.period * 1000, now_ms))
+
+    def next_due(self, scope: str, rate: Rate, now_ms: int) -> float | None:
+        """When ``scope`` next has room (seconds, by the granting clock); None: it has room now."""
+        if self.room(scope, rate, now_ms) > 0:
+            return None
+        start, held = now_ms - rate.period * 1000, 0
+        excess = self.in_window(scope, rate, now_ms) - rate.count + 1
+        for at, n in self.windows.get(scope, ()):
+            if at > start:
+                held += n
+                if held >= excess:
+                    return (at + rate.period * 1000) / 1000
+        return None
+
+    def granted(self, scopes: Sequence[str], n: int, now_ms: int, periods: Mapping[str, int]) -> RateBook:
+        """This book with ``n`` grants at ``now_ms`` in each scope; what left every window dropped
+        (``periods``: each scope's period, in seconds)."""
+        windows = dict(self.windows)
+        for scope in scopes:
+            start = now_ms - periods[scope] * 1000
+            kept = dict((at, k) for at, k in windows.get(scope, ()) if at > start)
+            kept[now_ms] = kept.get(now_ms, 0) + n
+            windows[scope] = tuple(sorted(kept.items()))
+        return replace(self, windows=windows)
+
+    def given_back(self, scopes: Sequence[str], n: int, at_ms: int) -> RateBook:
+        """This book with ``n`` of the grants made at ``at_ms`` removed from each scope (as many as
+        that entry still holds: one already out of the window needs nothing)."""
+        windows = dict(self.windows)
+        for scope in scopes:
+            windows[scope] = tuple(
+                (at, k - min(n, k) if at == at_ms else k)
+                for at, k in windows.get(scope, ())
+                if not (at == at_ms and k <= n)
+            )
+        return replace(self, windows=windows)
+
+    def with_override(self, scope: str, value: str | None) -> RateBook:
+        overrides = {k: v for k, v in self.overrides.items() if k != scope}
+        if value is not None:
+            overrides[scope] = value
+        return replace(self, overrides=overrides)
+
+
+def busiest(window: Sequence[tuple[int, int]], period_ms: int, now_ms: int) -> int:
+    """The most grants of ``window`` in one window [x, x + period) that holds ``now_ms``."""
+    near = [(at, n) for at, n in window if now_ms - period_ms < at < now_ms + period_ms]
+    # A grant at ``a`` is in [x, x + period) for a − period < x <= a: the busiest x is where one enters.
+    first = now_ms - period_ms + 1
+    starts = {first, *(min(max(at - period_ms + 1, first), now_ms) for at, _ in near)}
+    return max((sum(n for at, n in near if x <= at < x + period_ms) for x in starts), default=0)
+
+
+class RatePersistence(Protocol):
+    """Where the book lives: the store's two primitives."""
+
+    def load(self) -> RateBook:
+        """The book, read consistently (an empty one at version 0 when never written)."""
+        ...
+
+    def save(self, book: RateBook, expected: int) -> bool:
+        """Write ``book`` (its version is ``expected`` + 1) if the stored version is ``expected``;
+        False when another write came first. Adapters raise ``TransientError`` when AWS fails."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """``n`` grants taken at ``at_ms`` in ``scopes`` (those with a rate in force: none, unlimited)."""
+
+    n: int
+    at_ms: int = 0
+    scopes: tuple[str, ...] = ()
+    due: float | None = None  # when no grant: the earliest a scope has room again
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeStatus:
+    scope: str
+    rate: Rate | None
+    overridden: bool
+    in_window: int
+    next_due: float | None
+
+
+class RateLimiter:
+    """The protocol: ``take`` grants before a receive, ``give_back`` what a round did not start,
+    ``set`` a scope's rate at run time, ``status`` for the operator."""
+
+    def __init__(
+        self, persistence: RatePersistence, defaults: RateDefaults, idle_seconds: float = 5.0
+    ) -> None:
+        self.persistence, self.defaults = persistence, defaults
+        # Where no rate is in force, the book read is kept this long: a rate set at run time on
+        # a stack deployed without one holds from at most this long after (as MAX's parameter).
+        # Where one is, every grant reads it.
+        self.idle_seconds = idle_seconds
+        self._idle: tuple[float, RateBook] | None = None
+
+    def take(self, scopes: Sequence[str], wanted: int, now: float) -> Grant:
+        """Up to ``wanted`` grants in every scope of ``scopes`` that has a rate in force, at once."""
+        now_ms = int(now * 1000)
+        if self._unlimited(scopes, now):
+            return Grant(max(wanted, 0))
+        for _ in range(ATTEMPTS):
+            book = self.persistence.load()
+            rates = {s: r for s in scopes if (r := book.rate(s, self.defaults)) is not None}
+            self._idle = None if rates else (now, book)
+            if not rates or wanted <= 0:
+                return Grant(max(wanted, 0))
+            n = min([wanted, *(book.room(s, r, now_ms) for s, r in rates.items())])
+            if n == 0:
+                dues = [d for s, r in rates.items() if (d := book.next_due(s, r, now_ms)) is not None]
+                return Grant(0, now_ms, tuple(rates), max(dues, default=None))
+            periods = {s: r.period for s, r in rates.items()}
+            after = replace(book.granted(tuple(rates), n, now_ms, periods), version=book.version + 1)
+            if self.persistence.save(after, book.version):
+                return Grant(n, now_ms, tuple(rates))
+        return Grant(0, now_ms, tuple(scopes))  # lost every race: the next round or tick tries again
+
+    def _unlimited(self, scopes: Sequence[str], now: float) -> bool:
+        """No rate in force for ``scopes`` in the book read less than ``idle_seconds`` ago."""
+        if any(self.defaults.of(s) is not None for s in scopes) or self._idle is None:
+            return False
+        at, book = self._idle
+        return 0 <= now - at < self.idle_seconds and all(book.rate(s, self.defaults) is None for s in scopes)
+
+    def give_back(self, grant: Grant, unused: int) -> None:
+        """Return ``unused`` of ``grant`` (never started). Best effort: one not returned stays spent."""
+        unused = min(unused, grant.n)
+        if unused <= 0 or not grant.scopes:
+            return
+        for _ in range(ATTEMPTS):
+            book = self.persistence.load()
+            after = replace(book.given_back(grant.scopes, unused, grant.at_ms), version=book.version + 1)
+            if self.persistence.save(after, book.version):
+                return
+
+    def set(self, scope: str, value: Rate | str | None) -> None:
+        """A scope's rate from the next grant on: a ``Rate``, ``NONE``, or None (the parameter's)."""
+        text = str(value) if isinstance(value, Rate) else value
+        for _ in range(ATTEMPTS):
+            book = self.persistence.load()
+            after = replace(book.with_override(scope, text), version=book.version + 1)
+            if self.persistence.save(after, book.version):
+                return
+        raise ConfigurationError(f"the rate of {scope} was not written: other writes kept coming first")
+
+    def status(self, scopes: Iterable[str], now: float) -> list[ScopeStatus]:
+        book, now_ms = self.persistence.load(), int(now * 1000)
+        out = []
+        for scope in scopes:
+            rate = book.rate(scope, self.defaults)
+            held = book.in_window(scope, rate, now_ms) if rate else 0
+            due = book.next_due(scope, rate, now_ms) if rate else None
+            out.append(ScopeStatus(scope, rate, scope in book.overrides, held, due))
+        return out

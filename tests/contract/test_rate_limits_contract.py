@@ -1,0 +1,128 @@
+"""The rate limits' contract (``sluice.features.rate_limits``), run against the in-memory book and
+the DynamoDB one on moto: at most N grants in any window [t, t + P), given back grants free their
+room, a changed rate does not reset the window, and limiters racing in threads never over-grant."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from sluice.adapters.dynamo.codec import create_table
+from sluice.adapters.dynamo.rate_limits import DynamoRates
+from sluice.adapters.dynamo.table import TableRef
+from sluice.adapters.memory.rate_limits import MemoryRates
+from sluice.features.rate_limits import (
+    NONE,
+    STACK,
+    Rate,
+    RateDefaults,
+    RateLimiter,
+    lane_scope,
+)
+from tests.contract.slots_fixtures import in_threads
+from tests.support.moto_patches import atomic_fast_moto
+
+T0 = 1_800_000_000.0
+GPU = lane_scope("gpu")
+
+
+@pytest.fixture(params=["memory", "dynamodb"])
+def persistence(request):
+    if request.param == "memory":
+        return MemoryRates()
+    client = request.getfixturevalue("session").client("dynamodb")
+    create_table(client, "rates")
+    return DynamoRates(TableRef(client, "rates"))
+
+
+FIVE_A_SECOND = Rate(5, 1)
+
+
+def limiter(persistence, stack: Rate | None = FIVE_A_SECOND, **lanes: Rate) -> RateLimiter:
+    return RateLimiter(persistence, RateDefaults(stack=stack, lanes=lanes))
+
+
+def net_grants(events: list[tuple[float, int]], period: float) -> int:
+    """The most grants (net of those given back) in any window [t, t + period) of ``events``."""
+    times = sorted({t for t, _ in events})
+    return max((sum(n for u, n in events if t <= u < t + period) for t in times), default=0)
+
+
+def test_at_most_n_in_a_window_then_room_again_when_the_oldest_leaves(persistence):
+    rates = limiter(persistence)
+    assert rates.take([STACK], 3, T0).n == 3
+    assert rates.take([STACK], 3, T0 + 0.5).n == 2
+    refused = rates.take([STACK], 1, T0 + 0.9)
+    assert refused.n == 0 and refused.due == pytest.approx(T0 + 1)
+    assert rates.take([STACK], 5, T0 + 1).n == 3  # the 3 of T0 left; the 2 of T0 + 0.5 still count
+    assert rates.take([STACK], 5, T0 + 1.5).n == 2
+
+
+def test_no_rate_in_force_grants_all_and_writes_nothing(persistence):
+    rates = limiter(persistence, stack=None)
+    assert rates.take([STACK, GPU], 40, T0).n == 40
+    assert persistence.load().version == 0
+
+
+def test_a_lane_grant_takes_from_the_stack_and_the_lane_at_once(persistence):
+    rates = limiter(persistence, Rate(10, 60), gpu=Rate(2, 1))
+    assert rates.take([STACK, GPU], 5, T0).n == 2
+    assert rates.take([STACK], 20, T0).n == 8  # the stack's window holds the lane's two
+
+
+def test_what_a_round_gives_back_is_free_again(persistence):
+    rates = limiter(persistence)
+    grant = rates.take([STACK], 5, T0)
+    rates.give_back(grant, 3)
+    assert rates.take([STACK], 5, T0 + 0.1).n == 3
+    rates.give_back(grant, 99)  # more than the grant holds: only what it holds
+    assert rates.status([STACK], T0 + 0.2)[0].in_window == 3
+
+
+def test_a_rate_set_at_run_time_counts_the_window_already_granted(persistence):
+    rates = limiter(persistence, Rate(10, 60))
+    assert rates.take([STACK], 8, T0).n == 8
+    rates.set(STACK, Rate(5, 60))
+    assert rates.take([STACK], 1, T0 + 1).n == 0, "a lowered rate must count the 8 granted"
+    rates.set(STACK, Rate(12, 60))
+    assert rates.take([STACK], 10, T0 + 2).n == 4
+    rates.set(STACK, NONE)
+    assert rates.take([STACK], 50, T0 + 3).n == 50
+    rates.set(STACK, None)  # back to the parameter's, with the window as it was
+    assert rates.take([STACK], 1, T0 + 4).n == 0
+    (status,) = rates.status([STACK], T0 + 4)
+    assert (status.rate, status.overridden, status.in_window) == (Rate(10, 60), False, 12)
+
+
+def test_random_takes_and_give_backs_never_pass_n_in_any_window(persistence):
+    rng = random.Random(7)
+    rates, now, events = limiter(persistence, Rate(4, 2)), T0, []
+    for _ in range(150):
+        now += rng.choice([0, 0.1, 0.25, 0.7, 1.3])
+        grant = rates.take([STACK], rng.randint(1, 6), now)
+        events.append((grant.at_ms / 1000, grant.n))
+        unused = rng.randint(0, grant.n)
+        rates.give_back(grant, unused)
+        events.append((grant.at_ms / 1000, -unused))
+        assert net_grants(events, 2) <= 4
+    assert sum(n for _, n in events) > 40, "the test should grant, not only refuse"
+
+
+def test_limiters_racing_in_threads_grant_at_most_n(persistence):
+    limiters = [limiter(persistence, Rate(25, 60)) for _ in range(8)]
+
+    def grab(i: int) -> int:
+        return sum(limiters[i].take([STACK], 2, T0 + j * 0.01).n for j in range(6))
+
+    with atomic_fast_moto():
+        granted = in_threads(8, grab)
+    assert sum(granted) == 25
+
+
+def test_a_grant_by_a_clock_ahead_counts_in_every_window_it_shares(persistence):
+    ahead, behind = limiter(persistence, Rate(3, 10)), limiter(persistence, Rate(3, 10))
+    assert ahead.take([STACK], 3, T0 + 5).n == 3  # a launcher whose clock runs 5 s ahead
+    assert behind.take([STACK], 3, T0).n == 0, "[T0, T0 + 10) would hold 6"
+    assert behind.take([STACK], 3, T0 - 5.001).n == 3  # no window of 10 s holds both
+    assert behind.take([STACK], 1, T0 + 15.001).n == 1

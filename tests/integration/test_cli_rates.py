@@ -1,0 +1,48 @@
+"""``sluice set-rate`` and the rates ``sluice status`` shows, against a moto stack."""
+
+from __future__ import annotations
+
+import json
+
+
+def enqueue(cli, tmp_path, n: int) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(json.dumps({"id": f"p-{i}"}) for i in range(n)))
+    assert cli("enqueue", path).code == 0
+
+
+def test_set_rate_holds_from_the_next_start_and_status_shows_it(env, cli, tmp_path):
+    enqueue(cli, tmp_path, 5)
+    run = cli("set-rate", "2/hour")
+    assert run.code == 0
+    assert run.out.splitlines()[0] == "rate of stack: none → 2/hour. In force for the next start."
+    assert cli("tick", "--json").json["started"] == 2
+    status = cli("status")
+    (line,) = [row for row in status.out.splitlines() if row.startswith("rate")]
+    assert "stack  2/hour: 2 starts in the current window; the next is due 20" in line
+    assert cli("status", "--json").json["rates"][0] == {
+        "scope": "stack",
+        "rate": "2/hour",
+        "set_at_run_time": True,
+        "in_window": 2,
+        "next_due": cli("status", "--json").json["rates"][0]["next_due"],
+    }
+    assert cli("set-rate", "none").code == 0
+    assert cli("tick", "--json").json["started"] == 3
+
+
+def test_set_rate_default_goes_back_to_the_parameter(env, cli, monkeypatch):
+    monkeypatch.setenv("SLUICE_RATE_LIMIT", "10/minute")
+    assert cli("set-rate", "1/second").code == 0
+    run = cli("set-rate", "default")
+    assert (
+        run.out.splitlines()[0]
+        == "rate of stack: 1/second → 10/minute (the stack's parameter). In force for the next start."
+    )
+
+
+def test_a_rate_that_is_not_one_exits_with_its_reason(env, cli):
+    run = cli("set-rate", "5/day")
+    assert run.code != 0 and "RATE='5/day': a rate is N/second, N/minute or N/hour" in run.err
+    lane = cli("set-rate", "5/second", "--lane", "gpu")
+    assert lane.code != 0 and "no lanes configured" in lane.err
