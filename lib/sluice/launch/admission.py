@@ -149,7 +149,9 @@ class Admission:
             return "empty"
         summary.received += len(messages)
         filled, stop = self.process_batch(messages, summary)
-        self._give_back(grant, grant.n - filled)  # a crash before this keeps them spent: fewer starts
+        # Each message received spends its grant, started or not (a resumed claim starts without
+        # counting as filled); what the receive did not bring is given back. A crash keeps all spent.
+        self._give_back(grant, grant.n - len(messages))
         state.started += filled
         summary.running_after = ledger.running + filled
         if stop:

@@ -123,7 +123,9 @@ class HandOverOffer:
 
     def settled(self, claimed: bool) -> None:
         self.claimed = claimed
-        if self.grant is not None and not claimed and self.rates is not None:
+        # A message received spends the grant, claimed here or its own way after the release
+        # (``Launcher._admit_received``, which may start it); none received gives it back.
+        if self.grant is not None and self.message is None and self.rates is not None:
             with contextlib.suppress(TransientError):  # kept spent: one start fewer, never one more
                 self.rates.give_back(self.grant, 1)
 
