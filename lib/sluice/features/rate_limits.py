@@ -41,10 +41,10 @@ STACK = "stack"
 LANE_PREFIX = "lane:"
 NONE = "none"  # ``sluice set-rate none``: no rate for the scope, whatever the stack's parameter
 ATTEMPTS = 8  # fenced writes lost to other launchers before a round takes no grant
-# Grants kept past their period, for the launchers whose clocks run behind the writer's (and a
-# period lengthened at run time): this long, and at most KEPT_PAST entries.
-SKEW_MS = 60_000
-KEPT_PAST = 256
+# Entries kept past their period (the latest ones), for the launchers whose clocks run behind the
+# writer's and for a period lengthened at run time: a clock far ahead never erases what one behind
+# still counts, and the record stays small (about 1 KB: one write unit).
+KEPT_PAST = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,12 +145,12 @@ class RateBook:
         return None
 
     def granted(self, scopes: Sequence[str], n: int, now_ms: int, periods: Mapping[str, int]) -> RateBook:
-        """This book with ``n`` grants at ``now_ms`` in each scope; what left its window more than
-        ``SKEW_MS`` ago dropped (``periods``: each scope's period, in seconds)."""
+        """This book with ``n`` grants at ``now_ms`` in each scope; of the entries past their period
+        (``periods``: each scope's, in seconds) only the latest ``KEPT_PAST`` kept."""
         windows = dict(self.windows)
         for scope in scopes:
             start = now_ms - periods[scope] * 1000
-            kept = dict((at, k) for at, k in windows.get(scope, ()) if at > start - SKEW_MS)
+            kept = dict(windows.get(scope, ()))
             kept[now_ms] = kept.get(now_ms, 0) + n
             past = sorted(at for at in kept if at <= start)
             for at in past[: max(0, len(past) - KEPT_PAST)]:
