@@ -22,6 +22,7 @@ from moto.sqs.models import sqs_backends
 
 import sluice.enqueue
 from sluice.core.events import StatusChange
+from sluice.features.rate_limits import NONE, STACK, Rate
 from sluice.ops.dlq import dlq_list, dlq_redrive
 from sluice.ops.semaphore import semaphore_set
 from sluice.semaphore.model import pool_of
@@ -168,6 +169,8 @@ class Actors:
             if "semaphore" not in self.busy():
                 out.append(("semaphore_cold_start", 0.5, self.do_semaphore_cold_start))
             out.append(("semaphore_set", 0.5, self.do_semaphore_set))
+            if self.ex.rate is not None:
+                out.append(("set_rate", 0.3, self.do_set_rate))
             if self.ended_keys and self.resubmitted < MAX_RESUBMITS:
                 out.append(("resubmit", 2.0 * self.ex.scale.get("resubmit", 0.0), self.do_resubmit))
         if self.ex.switch.old is None:
@@ -327,6 +330,18 @@ class Actors:
         count("explorer:console_max")
         w = self.world
         w.ssm.put_parameter(Name=w.settings.max_parameter, Value=value, Type="String", Overwrite=True)
+
+    def do_set_rate(self) -> None:
+        """The operator changes the stack's rate at run time (``sluice set-rate``): N up or down in the
+        same period, none, or back to the stack's parameter. The window keeps what it granted."""
+        draw, base = self.choices.draw, self.ex.rate
+        choices: list[Rate | str | None] = [Rate(n, base.period) for n in (1, 2, 4)] + [NONE, None]
+        value = choices[draw(len(choices))]
+        self.note(f"operator: sluice set-rate {value or 'default'}")
+        count("explorer:set_rate")
+        self.world.operator.rates().set(STACK, value)
+        rate = base if value is None else None if value == NONE else value
+        self.world.model.rate = (rate.count, rate.period * 1000) if isinstance(rate, Rate) else None
 
     def do_enqueue(self) -> None:
         """The operator runs ``sluice enqueue`` on a JSON array: payloads and values no payload is

@@ -26,6 +26,7 @@ import sluice.core.records
 import sluice.enqueue
 import sluice.features.awaits
 import sluice.features.keys
+import sluice.features.rate_limits
 import sluice.launch.completion
 import sluice.launch.handover
 import sluice.launch.message_branches
@@ -48,6 +49,17 @@ from tests.reliability.test_once_semaphore_variants import expiring_invalid, exp
 from tests.reliability.test_redriven_variants import one_redriven_mark
 
 Patch = tuple[Any, str, Any]
+_busiest = sluice.features.rate_limits.busiest
+_with_override = sluice.features.rate_limits.RateBook.with_override
+
+
+def _granted_alone(self: Any, scopes: Any, n: int, now_ms: int, periods: Any) -> Any:
+    return replace(self, windows={**self.windows, **{s: ((now_ms, n),) for s in scopes}})
+
+
+def _override_resetting(self: Any, scope: str, value: Any) -> Any:
+    book = _with_override(self, scope, value)
+    return replace(book, windows={k: v for k, v in book.windows.items() if k != scope})
 
 
 def _random_name(key: str, message_id: str) -> str:
@@ -284,6 +296,18 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
     "redrive_named_by_the_copy": (
         "a redriven copy named by its DLQ message, not the message it came from (the code before it was fixed)",
         [(sluice.adapters.aws.sqs_dead_letters, "logical_id", lambda m: m.message_id)],
+    ),
+    "rate_over_refills": (
+        "a rate's room counted over half its period: it refills twice as fast",
+        [(sluice.features.rate_limits, "busiest", lambda w, period, now: _busiest(w, period // 2, now))],
+    ),
+    "rate_forgets_other_grants": (
+        "a grant that keeps only its own entry: the window forgets another launcher's grants",
+        [(sluice.features.rate_limits.RateBook, "granted", _granted_alone)],
+    ),
+    "rate_change_resets_window": (
+        "a rate set at run time that empties its scope's window",
+        [(sluice.features.rate_limits.RateBook, "with_override", _override_resetting)],
     ),
     "hand_over_unchecked": (
         "a hand-over that skips the receipt check (test_a_hand_over_that_skips_the_receipt_check_is_caught)",

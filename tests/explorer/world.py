@@ -19,7 +19,7 @@ from moto.stepfunctions.models import stepfunctions_backends
 from tests.reliability.actors import pool
 from tests.reliability.world import END_ERRORS, Event, World
 from tests.support.aws import REGION, status_change_event
-from tests.support.faults import Call
+from tests.support.faults import Call, count
 from tests.support.model import Model
 from tests.support.sqs_rules import sqs_rules
 
@@ -157,3 +157,61 @@ class ExplorerModel(Model):
             return
         super()._on_save_reconciliation(call, parsed)
         self.known_at = at
+
+    # -- rate limits (promise 8) ---------------------------------------------------------------------
+
+    @property
+    def rate(self) -> tuple[int, int] | None:
+        """The stack's rate in force, (N, period in ms), as the test set it; None: no rate."""
+        return self.__dict__.get("_rate")
+
+    @rate.setter
+    def rate(self, value: tuple[int, int] | None) -> None:
+        self.__dict__["_rate"] = value
+
+    @property
+    def grants(self) -> dict[int, int]:
+        """Every grant of the stack's rate, by the granting clock's ms, net of those given back."""
+        return self.__dict__.setdefault("_grants", {})
+
+    def saw(self, call: Call, status: int, parsed: dict[str, Any]) -> None:
+        super().saw(call, status, parsed)
+        item = call.params.get("Item", {})
+        if status < 300 and call.operation == "PutItem" and item.get("pk", {}).get("S") == "RATES":
+            with self.lock:
+                self._on_rates(item)
+
+    def _on_rates(self, item: dict[str, Any]) -> None:
+        """A write of the rate book: what it granted (an entry that grew) and gave back (one that
+        shrank, or went though still inside its period), read against the book as last written."""
+        text = item.get("windows", {}).get("M", {}).get("stack", {}).get("S", "")
+        new = {int(at): int(n) for at, n in (pair.split(":") for pair in text.split())}
+        old = self.__dict__.get("_book", {})
+        self.__dict__["_book"] = new
+        grown = {at: n - old.get(at, 0) for at, n in new.items() if n > old.get(at, 0)}
+        period = self.rate[1] if self.rate else 0
+        pruned_before = max(grown, default=None)
+        for at, n in old.items():
+            gone = n - new.get(at, 0)
+            if gone > 0 and not (
+                pruned_before is not None and at not in new and at <= pruned_before - period
+            ):
+                self.grants[at] = self.grants.get(at, 0) - gone
+        for at, n in grown.items():
+            count("rate:granted", n)
+            self.grants[at] = self.grants.get(at, 0) + n
+            if self.rate is not None:
+                self._check_window(at, *self.rate)
+
+    def _check_window(self, at: int, count: int, period: int) -> None:
+        """No window [x, x + period) that holds the grant at ``at`` holds more than ``count``."""
+        near = [t for t in self.grants if abs(t - at) < period]
+        # The count in [x, x + period) changes only where a grant enters it: x = t - period + 1.
+        for x in sorted({at - period + 1, *(min(max(t - period + 1, at - period + 1), at) for t in near)}):
+            held = sum(self.grants[t] for t in near if x <= t < x + period)
+            if held > count:
+                self.violations.append(
+                    f"promise 8 (rate): {held} grants in the window [{x}, {x + period}) ms, rate {count} per "
+                    f"{period // 1000} s"
+                )
+                return

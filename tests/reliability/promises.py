@@ -6,11 +6,14 @@ Mixed into ``World`` (tests/reliability/world.py): uses its clients, model, cont
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from sluice.core.model import TERMINAL_STATUSES
 from sluice.core.records import INFLIGHT_SECONDS
 from sluice.features.lanes import DEFAULT_LANE, by_priority
+from sluice.features.rate_limits import NONE, STACK
 from tests.support.model import AWAIT_REASON, awaited_keys
 
 if TYPE_CHECKING:
@@ -327,7 +330,8 @@ class Promises:
                 )
                 for i in range(n)
             ]
-        self.tick("A")
+        with self._rates_lifted():
+            self.tick("A")
         self.check()
         idle = {
             lane: [m for m in sent if m not in self.model.started_by_message] for lane, sent in fresh.items()
@@ -432,3 +436,18 @@ class Promises:
         while self.pending:
             self.deliver(0)
         self.check()
+
+    @contextmanager
+    def _rates_lifted(self: Any) -> Iterator[None]:
+        """The stack's rate lifted (``sluice set-rate none``) for the fill that shows every slot
+        usable, then put back as it was: a rate holds starts back by design, not a leak."""
+        rates = self.operator.rates()
+        if self.settings.rates.stack is None and not rates.persistence.load().overrides:
+            yield
+            return
+        before = rates.persistence.load().overrides.get(STACK)
+        rates.set(STACK, NONE)
+        try:
+            yield
+        finally:
+            rates.set(STACK, before)

@@ -100,9 +100,18 @@ def serialise_dynamodb() -> None:
             continue
 
         @functools.wraps(original)
-        def locked(self: Any, *args: Any, __original: Any = original, **kwargs: Any) -> Any:
+        def locked(
+            self: Any,
+            *args: Any,
+            __original: Any = original,
+            __copy: bool = name == "get_item",
+            **kwargs: Any,
+        ) -> Any:
             with _LOCK:
-                return __original(self, *args, **kwargs)
+                found = __original(self, *args, **kwargs)
+                # GetItem answers the stored item itself, written out after the lock is let go:
+                # a copy, so a write beside it cannot change it mid-answer.
+                return copy.deepcopy(found) if __copy and found is not None else found
 
         locked._sluice_serialised = True  # type: ignore[attr-defined]
         setattr(ddb_models.DynamoDBBackend, name, locked)
