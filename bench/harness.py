@@ -785,6 +785,7 @@ def run(
         result["_timeline"] = recorder.timeline
     if keep_latencies:
         result["_latencies"] = [round(x, 3) for x in recorder.latencies]
+        result["_start_times"] = [round(t - T0, 3) for t in firsts]
     return result
 
 

@@ -76,6 +76,7 @@ from sluice.core.model import ExecutionInfo
 from sluice.core.records import Done
 from sluice.core.summary import TickSummary
 from sluice.features.lanes import DEFAULT_LANE, parse_lanes
+from sluice.features.rate_limits import RateLimiter
 from sluice.launch.completion import settle_status_change
 from sluice.launch.launcher import Launcher
 from sluice.launch.settings import Settings
@@ -165,6 +166,7 @@ class SluiceSystem(System):
             for lane in lanes
         }
         self._launchers = 0  # containers built: each draws its completions' lane order from its own seed
+        self.rates: RateLimiter | None = None  # rate limits (bench.rates_bench); None: the book is not read
         settings = sluice_settings(
             ctx.max,
             linger_seconds=self.linger,
@@ -220,6 +222,7 @@ class SluiceSystem(System):
             sleep=self.sim.sleep,
             lane_queues=self.lane_queues,  # type: ignore[arg-type]
             rng=random.Random(f"{self.name}/lanes/{self._launchers}"),
+            rates=self.rates,
         )
 
     @property
