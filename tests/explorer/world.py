@@ -144,6 +144,11 @@ class ExplorerModel(Model):
         for name in sorted(before - self.holders):
             if name in self.redriven_held and name in self.running and name not in self.adopted_at:
                 self._went_outside(name)
+            elif name in self.redriven_held and any(name in runs for runs in self.succeeded_runs.values()):
+                # Redriven while held and SUCCEEDED before this release, which wrote the earlier end
+                # (its check came before the redrive): Sluice hears of the success from its event
+                # or the next listing of redriven runs, as of one redriven after the release.
+                self.unheard_success.add(name)
             self.redriven_held.discard(name)
 
     @property
