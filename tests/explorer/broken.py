@@ -53,6 +53,15 @@ _busiest = sluice.features.rate_limits.busiest
 _with_override = sluice.features.rate_limits.RateBook.with_override
 
 
+def _earlier_end_of_any_status(info: Any, record: Any) -> bool:
+    """``earlier_end`` before seed 111160034's fix: a SUCCEEDED answer could be taken for an end
+    from before a redrive."""
+    same = sluice.launch.completion._same_stop
+    if record is None or not info.ended or record.state.value == "SUCCEEDED":
+        return False
+    return same(info.stop_date, record.ended_at) or same(info.stop_date, record.earlier_end_at)
+
+
 def _granted_alone(self: Any, scopes: Any, n: int, now_ms: int, periods: Any) -> Any:
     return replace(self, windows={**self.windows, **{s: ((now_ms, n),) for s in scopes}})
 
@@ -308,6 +317,10 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
     "rate_change_resets_window": (
         "a rate set at run time that empties its scope's window",
         [(sluice.features.rate_limits.RateBook, "with_override", _override_resetting)],
+    ),
+    "success_taken_for_an_earlier_end": (
+        "a SUCCEEDED answer taken for an end from before a redrive (the code before seed 111160034's fix)",
+        [(sluice.launch.message_branches, "earlier_end", _earlier_end_of_any_status)],
     ),
     "hand_over_unchecked": (
         "a hand-over that skips the receipt check (test_a_hand_over_that_skips_the_receipt_check_is_caught)",

@@ -334,3 +334,32 @@ def test_a_count_of_outside_runs_is_saved_only_with_the_caps_that_carry_it(sessi
     stack.clock.advance(61)
     stack.launcher().tick()
     assert store.ledger().external == 1
+
+
+def test_a_success_adopted_on_a_stale_listing_by_a_clock_ahead_does_not_hold_its_key(make_world):
+    """j's run e1 SUCCEEDED and was released. Launcher B, whose clock runs an hour ahead, lists e1
+    RUNNING from an older view and adopts it (stamped by its clock). A re-submission of j, refused
+    by e1's lease, asks DescribeExecution: SUCCEEDED, with the stop its record held before the
+    adoption. A SUCCEEDED execution is never redriven, so that end is its last, whatever the clocks
+    say: e1 is settled and j runs. Failed before the fix (explorer seed 111160034): the adoption
+    read as younger than the consistency window for an hour, the end as stale, and j was
+    suppressed as a duplicate of a run that had ended before it was sent (promise 3)."""
+    world = make_world(max_concurrency=3, skew=3600.0)
+    world.send(body("j"), group="g0")
+    world.tick("A")
+    (e1,) = world.model.running
+    world.end(e1, "SUCCEEDED")
+    assert world.deliver(0) == "ok"
+    world.advance(WINDOW + 1)
+    # B's reconciliation on a listing and a DescribeExecution that still say RUNNING, as the
+    # explorer drew them: the adoption it writes, by its clock.
+    b = world.containers["B"]
+    assert b.runtime.store().adopt(name=e1, now=b.clock.now())
+    assert world.holders(world.table()) == {e1}, "the premise: B adopted e1"
+    world.send(body("j"), group="g1")
+    world.tick("A")
+    world.advance(WINDOW + 1)
+    world.tick("A")
+    world.check()
+    assert len(runs_of(world, "j")) == 2, "j's re-submission did not run"
+    world.settle()

@@ -278,9 +278,17 @@ def earlier_end(info: ExecutionInfo, record: ExecutionRecord | None) -> bool:
     adoption (``earlier_end_at``). DescribeExecution is eventually consistent, and within its
     staleness bound of a redrive it may still answer with that end (docs/protocol.md,
     "Staleness"): no proof that the run it has now ended. A new end has another stop date (Step
-    Functions' own, to the millisecond), so no clock is compared with Sluice's."""
-    if record is None or not info.ended or record.state is PayloadState.SUCCEEDED:
-        return False  # (a SUCCEEDED execution cannot be redriven: its recorded end is its last)
+    Functions' own, to the millisecond), so no clock is compared with Sluice's. A SUCCEEDED answer
+    is never one: Step Functions redrives only FAILED, TIMED_OUT and ABORTED executions, so a
+    success is the last end, also of a run adopted on a stale listing (and by a reconciler whose
+    clock runs ahead: explorer seed 111160034)."""
+    if (
+        record is None
+        or not info.ended
+        or info.status == "SUCCEEDED"
+        or record.state is PayloadState.SUCCEEDED
+    ):
+        return False  # (a SUCCEEDED execution cannot be redriven: its end is its last)
     return _same_stop(info.stop_date, record.ended_at) or _same_stop(info.stop_date, record.earlier_end_at)
 
 
