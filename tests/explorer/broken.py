@@ -62,6 +62,13 @@ def _earlier_end_of_any_status(info: Any, record: Any) -> bool:
     return same(info.stop_date, record.ended_at) or same(info.stop_date, record.earlier_end_at)
 
 
+def _not_its_earlier_end_any_status(change: Any) -> Any:
+    """``completion._not_its_earlier_end`` before seed 111160034's fixes: a SUCCEEDED event with the
+    adoption's earlier stop released nothing either."""
+    same = sluice.launch.completion._same_stop
+    return lambda record: not same(change.stop_date, record.earlier_end_at)
+
+
 def _granted_alone(self: Any, scopes: Any, n: int, now_ms: int, periods: Any) -> Any:
     return replace(self, windows={**self.windows, **{s: ((now_ms, n),) for s in scopes}})
 
@@ -319,8 +326,17 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
         [(sluice.features.rate_limits.RateBook, "with_override", _override_resetting)],
     ),
     "success_taken_for_an_earlier_end": (
-        "a SUCCEEDED answer taken for an end from before a redrive (the code before seed 111160034's fix)",
-        [(sluice.launch.message_branches, "earlier_end", _earlier_end_of_any_status)],
+        "a SUCCEEDED answer taken for an end from before a redrive, and a message behind such an end "
+        "suppressed (the code before seed 111160034's fixes)",
+        [
+            (sluice.launch.message_branches, "earlier_end", _earlier_end_of_any_status),
+            (sluice.launch.completion, "_not_its_earlier_end", _not_its_earlier_end_any_status),
+            (
+                sluice.launch.message_branches.MessageBranches,
+                "_parks_behind",
+                lambda self, info: self.ctx.settings.duplicate_policy.value == "defer",
+            ),
+        ],
     ),
     "hand_over_unchecked": (
         "a hand-over that skips the receipt check (test_a_hand_over_that_skips_the_receipt_check_is_caught)",

@@ -14,8 +14,6 @@ import sluice.adapters.dynamo.store
 import sluice.launch.admission
 import sluice.launch.message_branches
 from sluice.core.model import Outcome
-from sluice.launch.completion import earlier_end
-from tests.integration import test_breaker_findings as findings
 from tests.integration import test_second_look_breaks as second_look
 from tests.integration import test_stale_describe_moto as stale_describe
 from tests.integration import test_stale_duplicate_moto as stale_duplicate
@@ -60,20 +58,10 @@ def test_a_recheck_that_lets_its_group_run_ahead_is_caught(monkeypatch, make_wor
         stale_duplicate.test_the_group_behind_a_rechecked_message_waits_in_order(make_world)
 
 
-def test_a_redriven_mark_judged_by_a_stale_rule_for_good_is_caught(monkeypatch, session):
-    """The end a marked run's record holds taken for a stale answer however old the mark: the run
-    is adopted on it, the key's next message is its duplicate, and it never starts."""
-
-    def old_rule(self: Any, redriven: str, marked_by: float) -> bool:
-        record = self.ctx.store.execution(redriven)
-        info = self.ctx.executions.describe(redriven, record.arn) if record is not None else None
-        return info is not None and (not info.ended or earlier_end(info, record))
-
-    monkeypatch.setattr(sluice.launch.message_branches.MessageBranches, "_still_runs", old_rule)
-    with pytest.raises(AssertionError, match="n3 of k never started"):
-        findings.test_a_stale_running_answer_marks_a_key_redriven_and_holds_its_messages_back_for_good(
-            session
-        )
+# (A redriven mark judged by a stale rule for good, the end its record holds taken for a stale
+# answer however old the mark: it held the key's messages back for good, suppressed as the adopted
+# run's duplicates. Since an ended answer never suppresses a message, only parks it behind the
+# holder until reconciliation releases it, that rule only delays them: no longer a break to catch.)
 
 
 def test_a_redriven_mark_lifted_on_any_end_its_record_holds_is_caught(monkeypatch, make_world):

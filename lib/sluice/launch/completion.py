@@ -367,10 +367,12 @@ def _not_its_earlier_end(change: StatusChange) -> Callable[[ExecutionRecord], bo
     """An event with the stop date of the end an adopted execution had before its redrive is of
     that earlier run (late, or repeated): it releases nothing, and DescribeExecution is not asked,
     since within the staleness bound of the redrive it may still answer with that very end and
-    confirm it. Asked of adopted executions only."""
+    confirm it. Asked of adopted executions only. A SUCCEEDED event is the last end whatever its
+    stop date (``earlier_end``: a success is never redriven), also of a run adopted on a stale
+    listing."""
 
     def confirm(record: ExecutionRecord) -> bool:
-        if not _same_stop(change.stop_date, record.earlier_end_at):
+        if change.status == "SUCCEEDED" or not _same_stop(change.stop_date, record.earlier_end_at):
             return True
         log.info(
             "event of an earlier run of a redriven execution ignored", extra={"execution_name": record.name}

@@ -59,7 +59,7 @@ class MessageBranches:
         if info is not None and self._holder_ended(info, record):
             self._settle_ended(holder, info)
             return None
-        if self.ctx.settings.duplicate_policy is DuplicatePolicy.DEFER:
+        if self._parks_behind(info):
             return self._defer(payload, holder, done)
         if info is None and self._vanished(record):
             # Step Functions no longer knows it: its state machine was switched from and deleted,
@@ -78,6 +78,15 @@ class MessageBranches:
         done.append(payload.message)
         self._log("payload already running; duplicate suppressed", payload, holder, Outcome.DUPLICATE)
         return Outcome.DUPLICATE
+
+    def _parks_behind(self, info: ExecutionInfo | None) -> bool:
+        """Whether the message waits parked behind the holder rather than be suppressed: under the
+        policy DEFER, and whenever the answer is an end taken for one from before the holder's
+        redrive (its adoption reads as young, by the clock that wrote it, which may run ahead of
+        this one): no proof that it runs, so never suppressed; woken by its release."""
+        return self.ctx.settings.duplicate_policy is DuplicatePolicy.DEFER or (
+            info is not None and info.ended
+        )
 
     def _holder_ended(self, info: ExecutionInfo, record: ExecutionRecord | None) -> bool:
         """Whether the holder's answer says it ended. An end from before the holder ran again (a
