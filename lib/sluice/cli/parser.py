@@ -395,7 +395,11 @@ COMMANDS = (
         "set a rate limit at run time: at most N starts in any window of the period (N/second, "
         "N/minute or N/hour; 'none': no rate; 'default': the stack's rateLimit or laneRateLimits)",
         (
-            _arg("value", metavar="RATE"),
+            _arg(
+                "value",
+                metavar="RATE",
+                help="N/second, N/minute or N/hour (N from 1 to 100,000); none: no rate; default: the stack's",
+            ),
             _lane("set lane NAME's rate instead (each start of the lane takes from the stack's rate too)"),
         ),
         cmd_set_rate,
