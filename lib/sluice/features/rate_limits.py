@@ -35,7 +35,7 @@ from typing import Protocol
 from sluice.core.errors import ConfigurationError
 
 PERIODS = {"second": 1, "minute": 60, "hour": 3_600}
-MAX_COUNT = 100_000  # a rate's N: the window keeps at most this many (ms, count) pairs
+MAX_COUNT = 100_000  # the largest N a rate takes
 _RATE = re.compile(r"([1-9][0-9]{0,5})/(second|minute|hour)", re.ASCII)
 STACK = "stack"
 LANE_PREFIX = "lane:"

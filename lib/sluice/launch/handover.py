@@ -87,8 +87,7 @@ class HandOverOffer:
         self.queue, self.executions, self.now = queue, executions, now
         self.claim_timeout, self.time_left = claim_timeout, time_left
         self.rates = rates  # the stack's rate: a grant before the receive, given back unless claimed
-        self.grant: Grant | None = None
-        self.rate_full = False  # the stack's rate had no room: the refill after the release has none either
+        self.grant: Grant | None = None  # taken from the stack's rate in force (None: no rate)
         self.asked = False  # the release read its record and asked (it holds the lease)
         self.room = False  # and the freed slot could pass on: a receive was made
         self.message: Message | None = None
@@ -140,8 +139,12 @@ class HandOverOffer:
         except TransientError:
             return False
         self.grant = grant if grant.scopes else None
-        self.rate_full = bool(grant.scopes) and grant.n == 0
         return grant.n > 0
+
+    @property
+    def rate_full(self) -> bool:
+        """The stack's rate had no room: the refill after the release has none either."""
+        return self.grant is not None and self.grant.n == 0
 
     @property
     def handed(self) -> dict[str, str]:
