@@ -21,7 +21,7 @@ from typing import Any
 from bench.harness import SYSTEMS, backlog, run
 from bench.sluice_system import SluiceLinger
 from sluice.adapters.memory.rate_limits import MemoryRates
-from sluice.features.rate_limits import Rate, RateBook, RateDefaults, RateLimiter
+from sluice.features.rate_limits import MAIN, Rate, RateBook, RateDefaults, RateLimiter
 
 RATE = Rate(120, 60)
 JOBS, MAX, SEED = 1_000, 100, 7
@@ -34,18 +34,18 @@ class MeteredRates:
     def __init__(self, meter: Any) -> None:
         self.inner, self.meter = MemoryRates(), meter
 
-    def load(self) -> RateBook:
+    def load(self, where: str = MAIN) -> RateBook:
         self.meter.call("dynamodb:GetItem")
         self.meter.rru += 1
         self.meter.wait("dynamodb:GetItem")
-        return self.inner.load()
+        return self.inner.load(where)
 
-    def save(self, book: RateBook, expected: int) -> bool:
+    def save(self, book: RateBook, expected: int, where: str = MAIN) -> bool:
         text = sum(len(f"{at}:{n} ") for window in book.windows.values() for at, n in window)
         self.meter.call("dynamodb:PutItem")
         self.meter.wru += max(1, math.ceil((60 + text) / 1024))
         self.meter.wait("dynamodb:PutItem")
-        return self.inner.save(book, expected)
+        return self.inner.save(book, expected, where)
 
 
 class SluiceRated(SluiceLinger):

@@ -441,11 +441,13 @@ async function derive({ resolveVariable }) {
   if (laneMachines.length > 0) {
     laneEnvironment.SLUICE_LANE_STATE_MACHINES = laneMachines.map(([lane, arn]) => `${lane}=${arn}`).join(',');
   }
-  // Rate limits: the stack's and the lanes' (none without the parameters).
+  // Rate limits: the stack's, the lanes' and every concurrency key's (none without the parameters).
   const rateLimit = parseRate('rateLimit', await param('rateLimit'));
+  const keyRateLimit = parseRate('keyRateLimit', await param('keyRateLimit'));
   const laneRateLimits = parseLaneRates(await param('laneRateLimits'), lanesText === '' ? [] : lanes);
   if (rateLimit) laneEnvironment.SLUICE_RATE_LIMIT = rateLimit;
   if (laneRateLimits) laneEnvironment.SLUICE_LANE_RATE_LIMITS = laneRateLimits;
+  if (keyRateLimit) laneEnvironment.SLUICE_KEY_RATE_LIMIT = keyRateLimit;
 
   // The sample workflow, as the JSON string that AWS::StepFunctions::StateMachine's DefinitionString takes.
   const definitionPath = path.join(__dirname, 'workflow.asl.json');

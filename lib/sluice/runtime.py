@@ -52,6 +52,7 @@ class Runtime:
     _clients: dict[str, Any] = field(default_factory=dict)
     _launcher: Launcher | None = None
     _semaphore_service: SemaphoreService | None = None
+    _rates: RateLimiter | None = None
 
     def client(self, service: str) -> Any:
         if service not in self._clients:
@@ -66,13 +67,15 @@ class Runtime:
         return self._clients[service]
 
     def store(self) -> DynamoStore:
-        return DynamoStore(
+        store = DynamoStore(
             self.client("dynamodb"),
             self.settings.table_name,
             retention_seconds=self.settings.retention_seconds,
             slots_per_shard=self.settings.slots_per_shard,
             key_concurrency=self.settings.key_concurrency,
         )
+        store.key_rates = self.rates()  # a key's wake sends no more waiters than its rate has room for
+        return store
 
     def queue(self) -> SqsQueue:
         return SqsQueue(
@@ -145,11 +148,14 @@ class Runtime:
         return self._launcher
 
     def rates(self) -> RateLimiter:
-        """The rate limits (``sluice.features.rate_limits``) on the table."""
+        """The rate limits (``sluice.features.rate_limits``) on the table: one per runtime, so that
+        what it read where no rate is in force serves the container's later invocations."""
         self.settings.require("table_name")
-        return RateLimiter(
-            DynamoRates(TableRef(self.client("dynamodb"), self.settings.table_name)), self.settings.rates
-        )
+        if self._rates is None:
+            self._rates = RateLimiter(
+                DynamoRates(TableRef(self.client("dynamodb"), self.settings.table_name)), self.settings.rates
+            )
+        return self._rates
 
     def lane_queues(self) -> dict[str, SqsQueue]:
         """Each lane's queue adapter (``sluice.features.lanes``); empty without lanes."""

@@ -18,6 +18,7 @@ from sluice.features.rate_limits import (
     Rate,
     RateDefaults,
     RateLimiter,
+    key_scope,
     lane_scope,
 )
 from tests.contract.slots_fixtures import in_threads
@@ -126,3 +127,29 @@ def test_a_grant_by_a_clock_ahead_counts_in_every_window_it_shares(persistence):
     assert behind.take([STACK], 3, T0).n == 0, "[T0, T0 + 10) would hold 6"
     assert behind.take([STACK], 3, T0 - 5.001).n == 3  # no window of 10 s holds both
     assert behind.take([STACK], 1, T0 + 15.001).n == 1
+
+
+def test_each_keys_window_is_its_own_book_and_the_stacks_is_untouched(persistence):
+    rates = RateLimiter(persistence, RateDefaults(key=Rate(2, 60)))
+    a, b = key_scope("a"), key_scope("b")
+    assert rates.take([a], 3, T0).n == 2 and rates.take([a], 1, T0 + 1).n == 0
+    assert rates.take([b], 3, T0 + 1).n == 2
+    assert persistence.load().version == 0, "the stack's book is not written by a key's grant"
+    assert persistence.load(a).in_window(a, Rate(2, 60), int((T0 + 1) * 1000)) == 2
+    assert rates.room(a, T0 + 1) == 0 and rates.room(a, T0 + 60) == 2
+    assert rates.room(STACK, T0) is None
+    with pytest.raises(ValueError):
+        rates.take([STACK, a], 1, T0)
+
+
+def test_a_keys_rate_set_at_run_time_is_copied_to_the_stacks_book(persistence):
+    rates = RateLimiter(persistence, RateDefaults(), idle_seconds=5)
+    a = key_scope("a")
+    assert rates.take([a], 4, T0).n == 4 and persistence.load(a).version == 0
+    rates.set(a, Rate(1, 60))
+    assert rates.keys_set() == [a] and persistence.load(a).overrides == {a: "1/minute"}
+    assert rates.take([a], 4, T0).n == 1  # in force for the very next grant of this limiter
+    other = RateLimiter(persistence, RateDefaults(), idle_seconds=5)
+    assert other.take([a], 1, T0 + 1).n == 0
+    rates.set(a, NONE)
+    assert rates.take([a], 3, T0 + 2).n == 3 and rates.room(a, T0 + 2) is None

@@ -22,7 +22,7 @@ from moto.sqs.models import sqs_backends
 
 import sluice.enqueue
 from sluice.core.events import StatusChange
-from sluice.features.rate_limits import NONE, STACK, Rate
+from sluice.features.rate_limits import NONE, STACK, Rate, key_scope
 from sluice.ops.dlq import dlq_list, dlq_redrive
 from sluice.ops.semaphore import semaphore_set
 from sluice.semaphore.model import pool_of
@@ -169,7 +169,7 @@ class Actors:
             if "semaphore" not in self.busy():
                 out.append(("semaphore_cold_start", 0.5, self.do_semaphore_cold_start))
             out.append(("semaphore_set", 0.5, self.do_semaphore_set))
-            if self.ex.rate is not None:
+            if self.ex.rate is not None or self.ex.key_rate is not None:
                 out.append(("set_rate", 0.3, self.do_set_rate))
             if self.ended_keys and self.resubmitted < MAX_RESUBMITS:
                 out.append(("resubmit", 2.0 * self.ex.scale.get("resubmit", 0.0), self.do_resubmit))
@@ -332,16 +332,20 @@ class Actors:
         w.ssm.put_parameter(Name=w.settings.max_parameter, Value=value, Type="String", Overwrite=True)
 
     def do_set_rate(self) -> None:
-        """The operator changes the stack's rate at run time (``sluice set-rate``): N up or down in the
-        same period, none, or back to the stack's parameter. The window keeps what it granted."""
-        draw, base = self.choices.draw, self.ex.rate
+        """The operator changes a rate at run time (``sluice set-rate [--key ck1]``): the stack's or a
+        concurrency key's, N up or down in the same period, none, or back to the stack's parameter.
+        The window keeps what it granted."""
+        draw = self.choices.draw
+        scopes = [(STACK, self.ex.rate)] if self.ex.rate is not None else []
+        if self.ex.key_rate is not None:  # ck1's; ck0 keeps the stack's, its starts judged against its grants
+            scopes.append((key_scope("ck1"), self.ex.key_rate))
+        scope, base = scopes[draw(len(scopes))] if len(scopes) > 1 else scopes[0]
         choices: list[Rate | str | None] = [Rate(n, base.period) for n in (1, 2, 4)] + [NONE, None]
         value = choices[draw(len(choices))]
-        self.note(f"operator: sluice set-rate {value or 'default'}")
+        self.note(f"operator: sluice set-rate {value or 'default'} ({scope})")
         count("explorer:set_rate")
-        self.world.operator.rates().set(STACK, value)
-        rate = base if value is None else None if value == NONE else value
-        self.world.model.rate = (rate.count, rate.period * 1000) if isinstance(rate, Rate) else None
+        self.world.operator.rates().set(scope, value)
+        self.world.model.rates_in_force[scope] = base if value is None else None if value == NONE else value  # type: ignore[assignment]
 
     def do_enqueue(self) -> None:
         """The operator runs ``sluice enqueue`` on a JSON array: payloads and values no payload is

@@ -78,6 +78,14 @@ def _override_resetting(self: Any, scope: str, value: Any) -> Any:
     return replace(book, windows={k: v for k, v in book.windows.items() if k != scope})
 
 
+_key_grant = sluice.launch.per_message.MessageProtocol._key_grant
+
+
+def _key_grant_but_woken(self: Any, message: Any) -> Any:
+    """A woken waiter's claim takes no grant of its key's rate: the wake sent it for the room."""
+    return None if TICKET_ATTRIBUTE in message.attributes else _key_grant(self, message)
+
+
 def _random_name(key: str, message_id: str) -> str:
     return f"run-{uuid.uuid4().hex}"
 
@@ -324,6 +332,10 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
     "rate_change_resets_window": (
         "a rate set at run time that empties its scope's window",
         [(sluice.features.rate_limits.RateBook, "with_override", _override_resetting)],
+    ),
+    "key_waiter_takes_no_grant": (
+        "a waiter woken from its key's line that starts on the room its wake read, without a grant",
+        [(sluice.launch.per_message.MessageProtocol, "_key_grant", _key_grant_but_woken)],
     ),
     "success_taken_for_an_earlier_end": (
         "a SUCCEEDED answer taken for an end from before a redrive, and a message behind such an end "

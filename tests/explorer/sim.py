@@ -34,7 +34,7 @@ from greenlet import greenlet
 from moto.moto_api._internal import mock_random
 
 from sluice.core.errors import TransientError
-from sluice.features.rate_limits import Rate, RateDefaults
+from sluice.features.rate_limits import STACK, Rate, RateDefaults
 from tests.explorer.actors import PAYLOADS, Actors
 from tests.explorer.choices import Choices
 from tests.explorer.fast_moto import faster_moto
@@ -46,6 +46,7 @@ from tests.support.faults import Call, Crash, Fault, Injector, count, throttled
 from tests.support.moto_patches import dead_letter_source, redrive_filter
 
 RATES = (None, None, None, Rate(1, 60), Rate(2, 60), Rate(3, 3600), Rate(2, 1))  # the stack's, in swarm runs
+KEY_RATES = (None, None, Rate(1, 60), Rate(2, 1), Rate(1, 3600))  # every concurrency key's, in swarm runs
 SKEWS = (0.0, 30.0, -30.0, 3600.0, -3600.0)  # launcher B's clock; docs/protocol.md: up to an hour
 # What may happen at a switch point once the invocation is resumed (weights of a fresh draw).
 NOTHING, CRASH_BEFORE, THROTTLE, CRASH_AFTER, LOST = range(5)
@@ -263,10 +264,17 @@ class Explorer:
         # A swarm run may run under a rate limit (promise 8), drawn from the seed, not the draws, so
         # that schedules printed before rates were drawn replay draw for draw.
         self.rate = RATES[random.Random(choices.seed * 131 + 17).randrange(len(RATES))] if swarm else None
-        if self.rate is not None:
-            self.config["rates"] = RateDefaults(stack=self.rate)
+        self.key_rate = (
+            KEY_RATES[random.Random(choices.seed * 137 + 29).randrange(len(KEY_RATES))] if swarm else None
+        )
+        if self.rate is not None or self.key_rate is not None:
+            self.config["rates"] = RateDefaults(stack=self.rate, key=self.key_rate)
+        if self.key_rate is not None:  # a key's rate is drawn: many keyed messages (no draw moves)
+            self.scale["send"] = max(1.0, self.scale.get("send", 1.0))
+            self.scale["send:keyed"] = 4.0 * max(1.0, self.scale.get("send:keyed", 1.0))
         self.world = ExplorerWorld(**{k: v for k, v in self.config.items() if k != "swarm"})
-        self.world.model.rate = (self.rate.count, self.rate.period * 1000) if self.rate else None
+        self.world.model.rates_in_force[STACK] = self.rate
+        self.world.model.key_rate = self.key_rate
         observe = self.world.model.saw
 
         def saw(call: Call, status: int, parsed: dict[str, Any]) -> None:

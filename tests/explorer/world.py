@@ -16,6 +16,7 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.dynamodb.models import dynamodb_backends
 from moto.stepfunctions.models import stepfunctions_backends
 
+from sluice.features.rate_limits import KEY_PREFIX, Rate, key_scope
 from tests.reliability.actors import pool
 from tests.reliability.world import END_ERRORS, Event, World
 from tests.support.aws import REGION, status_change_event
@@ -166,57 +167,100 @@ class ExplorerModel(Model):
     # -- rate limits (promise 8) ---------------------------------------------------------------------
 
     @property
-    def rate(self) -> tuple[int, int] | None:
-        """The stack's rate in force, (N, period in ms), as the test set it; None: no rate."""
-        return self.__dict__.get("_rate")
-
-    @rate.setter
-    def rate(self, value: tuple[int, int] | None) -> None:
-        self.__dict__["_rate"] = value
+    def rates_in_force(self) -> dict[str, Rate | None]:
+        """Each scope's rate in force as the test set it (the stack's; a key's set at run time)."""
+        return self.__dict__.setdefault("_rates_in_force", {})
 
     @property
-    def grants(self) -> dict[int, int]:
-        """Every grant of the stack's rate, by the granting clock's ms, net of those given back."""
+    def key_rate(self) -> Rate | None:
+        """Every concurrency key's rate by the stack's parameter (``keyRateLimit``)."""
+        return self.__dict__.get("_key_rate")
+
+    @key_rate.setter
+    def key_rate(self, value: Rate | None) -> None:
+        self.__dict__["_key_rate"] = value
+
+    def rate_of(self, scope: str) -> Rate | None:
+        if scope in self.rates_in_force:
+            return self.rates_in_force[scope]
+        return self.key_rate if scope.startswith(KEY_PREFIX) else None
+
+    @property
+    def grants(self) -> dict[str, dict[int, int]]:
+        """Every grant of each scope, by the granting clock's ms, net of those given back."""
         return self.__dict__.setdefault("_grants", {})
 
     def saw(self, call: Call, status: int, parsed: dict[str, Any]) -> None:
         super().saw(call, status, parsed)
         item = call.params.get("Item", {})
-        if status < 300 and call.operation == "PutItem" and item.get("pk", {}).get("S") == "RATES":
+        pk = item.get("pk", {}).get("S", "")
+        if status < 300 and call.operation == "PutItem" and (pk == "RATES" or pk.startswith("RATES#")):
             with self.lock:
-                self._on_rates(item)
+                self._on_rates(pk, item)
 
-    def _on_rates(self, item: dict[str, Any]) -> None:
-        """A write of the rate book: what it granted (an entry that grew) and gave back (one that
+    def _on_rates(self, pk: str, item: dict[str, Any]) -> None:
+        """A write of a rate book: what it granted (an entry that grew) and gave back (one that
         shrank, or went though still inside its period), read against the book as last written."""
-        text = item.get("windows", {}).get("M", {}).get("stack", {}).get("S", "")
-        new = {int(at): int(n) for at, n in (pair.split(":") for pair in text.split())}
-        old = self.__dict__.get("_book", {})
-        self.__dict__["_book"] = new
+        windows = item.get("windows", {}).get("M", {})
+        books: dict[tuple[str, str], dict[int, int]] = self.__dict__.setdefault("_books", {})
+        for scope in sorted(set(windows) | {s for p, s in books if p == pk}):
+            text = windows.get(scope, {}).get("S", "")
+            new = {int(at): int(n) for at, n in (pair.split(":") for pair in text.split())}
+            old = books.get((pk, scope), {})
+            books[(pk, scope)] = new
+            self._on_window(scope, old, new)
+
+    def _on_window(self, scope: str, old: dict[int, int], new: dict[int, int]) -> None:
+        rate = self.rate_of(scope)
+        grants = self.grants.setdefault(scope, {})
         grown = {at: n - old.get(at, 0) for at, n in new.items() if n > old.get(at, 0)}
-        period = self.rate[1] if self.rate else 0
+        period = rate.period * 1000 if rate else 0
         pruned_before = max(grown, default=None)
         for at, n in old.items():
             gone = n - new.get(at, 0)
             if gone > 0 and not (
                 pruned_before is not None and at not in new and at <= pruned_before - period
             ):
-                self.grants[at] = self.grants.get(at, 0) - gone
+                grants[at] = grants.get(at, 0) - gone
         for at, n in grown.items():
             count("rate:granted", n)
-            self.grants[at] = self.grants.get(at, 0) + n
-            if self.rate is not None:
-                self._check_window(at, *self.rate)
+            grants[at] = grants.get(at, 0) + n
+            if rate is not None:
+                self._check_window(scope, at, rate.count, rate.period * 1000)
 
-    def _check_window(self, at: int, count: int, period: int) -> None:
-        """No window [x, x + period) that holds the grant at ``at`` holds more than ``count``."""
-        near = [t for t in self.grants if abs(t - at) < period]
+    def _on_start(self, call: Call, parsed: dict[str, Any]) -> None:
+        new = call.params["name"] not in self.started
+        super()._on_start(call, parsed)
+        if new:
+            self._on_rated_start(call.params["name"])
+
+    def _on_rated_start(self, name: str) -> None:
+        """A key's rate counts grants; a start that bypasses them is caught here: each new start of
+        a key with the stack's ``keyRateLimit`` in force (none set for it at run time) has a grant of
+        that key's, net of those given back, taken before it."""
+        sent = self.sent.get(self.claims.get(name) or "")
+        ckey = sent.attributes.get("sluice-concurrency-key") if sent else None
+        scope = key_scope(ckey) if ckey else None
+        if scope is None or self.key_rate is None or scope in self.rates_in_force:
+            return
+        starts: dict[str, int] = self.__dict__.setdefault("_key_starts", {})
+        starts[scope] = starts.get(scope, 0) + 1
+        granted = sum(self.grants.get(scope, {}).values())
+        if starts[scope] > granted:
+            self.violations.append(
+                f"promise 8 (rate of {scope}): {name} is its start {starts[scope]}, with {granted} grants taken"
+            )
+
+    def _check_window(self, scope: str, at: int, count: int, period: int) -> None:
+        """No window [x, x + period) of ``scope`` that holds the grant at ``at`` holds more than ``count``."""
+        grants = self.grants[scope]
+        near = [t for t in grants if abs(t - at) < period]
         # The count in [x, x + period) changes only where a grant enters it: x = t - period + 1.
         for x in sorted({at - period + 1, *(min(max(t - period + 1, at - period + 1), at) for t in near)}):
-            held = sum(self.grants[t] for t in near if x <= t < x + period)
+            held = sum(grants[t] for t in near if x <= t < x + period)
             if held > count:
                 self.violations.append(
-                    f"promise 8 (rate): {held} grants in the window [{x}, {x + period}) ms, rate {count} per "
-                    f"{period // 1000} s"
+                    f"promise 8 (rate of {scope}): {held} grants in the window [{x}, {x + period}) ms, rate "
+                    f"{count} per {period // 1000} s"
                 )
                 return

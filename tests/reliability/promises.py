@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.core.model import TERMINAL_STATUSES
 from sluice.core.records import INFLIGHT_SECONDS
 from sluice.features.lanes import DEFAULT_LANE, by_priority
-from sluice.features.rate_limits import NONE, STACK
+from sluice.features.rate_limits import NONE, STACK, key_scope
 from tests.support.model import AWAIT_REASON, awaited_keys
 
 if TYPE_CHECKING:
@@ -436,8 +436,20 @@ class Promises:
         self.check()
 
     def lift_rates(self: Any) -> None:
-        """The stack's rate lifted (``sluice set-rate none``) for the drain and the fills at rest:
-        a rate holds starts back by design, not a leak (promise 8 is checked while the world runs)."""
+        """The stack's rate lifted (``sluice set-rate none``) for the drain and the fills at rest: a
+        rate holds starts back by design, not a leak. A key's rate of a period the drain's rounds
+        outlast stays in force (promise 8 is checked there too); one of an hour is lifted."""
         rates = self.operator.rates()
         if self.settings.rates.stack is not None or rates.persistence.load().overrides:
             rates.set(STACK, NONE)
+        scopes = set(rates.keys_set())
+        if self.settings.rates.key is not None:
+            items = self.ddb.scan(TableName=self.settings.table_name, ProjectionExpression="pk")["Items"]
+            scopes |= {
+                key_scope(i["pk"]["S"][len("CKEY#") :]) for i in items if i["pk"]["S"].startswith("CKEY#")
+            }
+        for status in rates.status(sorted(scopes), self.clock.now()):
+            if status.rate is not None and status.rate.period > WINDOW:
+                rates.set(status.scope, NONE)
+                if hasattr(self.model, "rates_in_force"):
+                    self.model.rates_in_force[status.scope] = None

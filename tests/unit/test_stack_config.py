@@ -481,6 +481,8 @@ def test_rate_limits_reach_the_functions_only_when_set():
         "laneEnvironment"
     ]
     assert env["SLUICE_RATE_LIMIT"] == "600/minute" and env["SLUICE_LANE_RATE_LIMITS"] == "gpu=10/second"
+    assert "SLUICE_KEY_RATE_LIMIT" not in env
+    assert config(keyRateLimit="10/minute")["laneEnvironment"]["SLUICE_KEY_RATE_LIMIT"] == "10/minute"
 
 
 @pytest.mark.parametrize(
@@ -489,6 +491,7 @@ def test_rate_limits_reach_the_functions_only_when_set():
 def test_a_bad_rate_is_refused_before_packaging_naming_its_parameter(value):
     assert "rateLimit must be N/second, N/minute or N/hour" in refusal(rateLimit=value)
     assert "laneRateLimits (gpu) must be" in refusal(lanes="gpu:2:1", laneRateLimits=f"gpu={value}")
+    assert "keyRateLimit must be N/second, N/minute or N/hour" in refusal(keyRateLimit=value)
 
 
 @pytest.mark.parametrize("value", ["api=5/second", "gpu=1/second,gpu=2/second", "10/second"])

@@ -393,14 +393,25 @@ COMMANDS = (
     Command(
         "set-rate",
         "set a rate limit at run time: at most N starts in any window of the period (N/second, "
-        "N/minute or N/hour; 'none': no rate; 'default': the stack's rateLimit or laneRateLimits)",
+        "N/minute or N/hour; 'none': no rate; 'default': the stack's rateLimit, laneRateLimits or keyRateLimit)",
         (
             _arg(
                 "value",
                 metavar="RATE",
                 help="N/second, N/minute or N/hour (N from 1 to 100,000); none: no rate; default: the stack's",
             ),
-            _lane("set lane NAME's rate instead (each start of the lane takes from the stack's rate too)"),
+            OneOf(
+                (
+                    _lane(
+                        "set lane NAME's rate instead (each start of the lane takes from the stack's rate too)"
+                    ),
+                    _concurrency_key(
+                        "--key",
+                        help="set concurrency key KEY's rate instead (each start of the key takes from the "
+                        "stack's and its lane's rates too)",
+                    ),
+                )
+            ),
         ),
         cmd_set_rate,
     ),

@@ -10,7 +10,7 @@ from sluice.ops.rates import set_rate
 
 
 def cmd_set_rate(ctx: Context) -> int:
-    result = set_rate(ctx.runtime, ctx.args.value, lane=ctx.args.lane)
+    result = set_rate(ctx.runtime, ctx.args.value, lane=ctx.args.lane, key=ctx.args.key)
     was = result["before"]["rate"] or "none"
     ctx.out(
         "\n".join(
@@ -30,5 +30,7 @@ def rate_line(status: dict[str, Any]) -> str:
     """``600/minute: 12 starts in the current window; the next is due now``."""
     if not status["rate"]:
         return "no rate: starts are bounded by MAX alone"
+    if status.get("default"):
+        return f"{status['rate']}: every concurrency key's, unless set for the key"
     due = "now" if status["next_due"] is None else when(status["next_due"])
     return f"{status['rate']}: {status['in_window']} starts in the current window; the next is due {due}"

@@ -48,10 +48,8 @@ from collections.abc import Mapping
 from sluice.core.model import Message
 from sluice.core.ports import Queue
 from sluice.core.records import KeyState, Lane
-from sluice.features.keys import FAIR_UNCAPPED, KeyStore, concurrency_key, wake
+from sluice.features.keys import FAIR_UNCAPPED, UNKEYED, KeyStore, concurrency_key, wake
 from sluice.features.stores import LaunchStore
-
-UNKEYED = "lane:"  # + the lane's name: the tenant of a fair lane's messages without a key
 
 
 def tenant(message: Message, lane: Lane) -> str:

@@ -71,6 +71,12 @@ between a send and the move of ``woken``, leaves the waiter parked; reconciliati
 own wake-up that AWS refuses (throttled): the park stands and the message is deleted all the same,
 never handed back to the queue, where it would spend receives while it waits.
 
+**Rate.** A key with a rate in force (``keyRateLimit``, ``sluice set-rate --key``;
+``sluice.features.rate_limits``) is held by it as by its cap: a message takes a grant of the key's
+rate before its claim, and one that finds none waits in the line. A wake sends no more waiters
+than the rate has room for, less those sent whose claim has not landed; the key's next release or
+the sweep wakes it once the window moves on.
+
 A fair lane (``sluice.features.fair``) parks its new messages in their tenant's line and marks ``CKEY#<key>``
 with ``fair = <lane>``: only its lane's waker wakes it (``wake`` with ``by_lane``); a release, the
 sweep and ``sluice set-max --key`` leave it alone (the sweep wakes it as any key once its lane is no
@@ -92,6 +98,7 @@ from sluice.core.names import ORIGIN_ATTRIBUTE, origin_id
 from sluice.core.ports import Queue
 from sluice.core.records import TICKET_PATTERN, KeyState
 from sluice.core.validation import check_key
+from sluice.features.rate_limits import key_scope
 
 log = logging.getLogger("sluice.keys")
 
@@ -101,6 +108,7 @@ DEFAULT_KEY_CONCURRENCY = 1
 WAKE_BATCH = 50  # waiters one wake sends at most (their items and CKEY# in one transaction)
 PARK_ATTEMPTS = 20  # parkers of one key racing for the next ticket
 FAIR_UNCAPPED = 10_000  # a fair lane's tenant without its own cap: only its lane's MAX holds it
+UNKEYED = "lane:"  # + the lane's name: the tenant of a fair lane's messages without a key
 # A waiter is one DynamoDB item (400 KB): its body and attributes, beside its keys and ids. SQS takes
 # messages of up to 1 MiB, body and attributes.
 WAITER_MAX_BYTES = 400_000
@@ -120,10 +128,17 @@ class KeyWaiter:
     parked_at: float
 
 
+class KeyRates(Protocol):
+    """The keys' rate limits (``sluice.features.rate_limits.RateLimiter``), as a wake asks them."""
+
+    def room(self, scope: str, now: float) -> int | None: ...
+
+
 class KeyStore(Protocol):
     """The store's side of concurrency keys (``MemoryStore``, ``DynamoStore``)."""
 
     key_concurrency: int  # the default cap
+    key_rates: KeyRates | None  # the keys' rate limits (None: no rates)
 
     def key_state(self, ckey: str) -> KeyState:
         """``CKEY#<ckey>`` read consistently (an empty state when it does not exist)."""
@@ -202,6 +217,11 @@ def check_fits_line(message: Message, *, key: str) -> None:
             f"key's line, which keeps at most {WAITER_MAX_BYTES:,}",
             key=key,
         )
+
+
+def rate_scope(ckey: str) -> str | None:
+    """The rate scope of a line's key: its own, but for a fair lane's messages without a key."""
+    return None if ckey.startswith(UNKEYED) else key_scope(ckey)
 
 
 def entry(ticket: int, at: float) -> str:
@@ -325,6 +345,7 @@ def wake(
             and (fair_lanes is None or state.fair in fair_lanes)
         ):
             count = 0  # a fair lane's tenant: its lane's waker decides
+        count = min(count, _rate_room(store, ckey, now, count, state.kept(now)))
         stale = state.stale(now)
         if count <= 0 and not stale:
             if tidy and state.waiting == 0 and not state.inflight:
@@ -345,6 +366,18 @@ def wake(
         if store.advance_key(ckey, woken=state.woken, to=state.woken + max(0, count), now=now, drop=stale):
             return sent
     return sent
+
+
+def _rate_room(store: KeyStore, ckey: str, now: float, wanted: int, kept: int) -> int:
+    """Waiters the key's rate has room for: no more are sent than can take a grant on arrival
+    (each takes its own before its claim), less those sent already whose claim has not landed
+    (``kept``); no rate, ``wanted``. One sent all the same (two wakes at once) finds no grant and
+    waits again, at the back: the grant, not the wake, is what is exact."""
+    scope = rate_scope(ckey)
+    if wanted <= 0 or scope is None or store.key_rates is None:
+        return wanted
+    room = store.key_rates.room(scope, now)
+    return wanted if room is None else max(0, room - kept)
 
 
 def forgo(*, store: KeyStore, ckey: str, ticket: str) -> None:

@@ -1,9 +1,9 @@
-"""Rate limits: at most N grants per period, for the whole stack and for each lane.
+"""Rate limits: at most N grants per period, for the whole stack, each lane and each concurrency key.
 
 A rate is ``N/second``, ``N/minute`` or ``N/hour``. Every start takes a grant from each scope that
-has a rate in force (the stack's, and its lane's), and the promise is, for each scope with rate N
-per period P: **at most N grants in any window [t, t + P) of the granting clock**, across every
-launcher and completion at once, whatever crashes.
+has a rate in force (the stack's, its lane's, its concurrency key's), and the promise is, for each
+scope with rate N per period P: **at most N grants in any window [t, t + P) of the granting
+clock**, across every launcher and completion at once, whatever crashes.
 
 The protocol is written once here, over two persistence primitives (``RatePersistence``: ``load``
 and ``save`` fenced by a version): the DynamoDB adapter and the in-memory one implement only those.
@@ -23,6 +23,14 @@ write, removing the round's own count from its own entry. A crash between the tw
 grants spent: fewer starts, never more. A grant before its start: AWS sees at most N starts in
 any window of length P shortened by the longest claim-to-start a round takes, plus the skew
 between the granting clocks (docs/protocol.md, "Rate limits").
+
+**Keys.** A concurrency key's rate (``keyRateLimit``, or ``sluice set-rate --key``) has a book of
+its own (``where``: the key's scope), so that no item grows with the number of keys: its rate set
+at run time and its window. The stack's book keeps a copy of each key's rate set at run time, read
+once per ``idle_seconds`` where no key has a default rate, so a keyed start reads the key's book
+only where a rate may be in force. A key's grant is taken after the receive, before its claim
+(the key is known only then); a message it holds waits in the key's line
+(``sluice.features.keys``), whose wake sends no more waiters than the key has room for.
 """
 
 from __future__ import annotations
@@ -39,6 +47,8 @@ MAX_COUNT = 100_000  # the largest N a rate takes
 _RATE = re.compile(r"([1-9][0-9]{0,5})/(second|minute|hour)", re.ASCII)
 STACK = "stack"
 LANE_PREFIX = "lane:"
+KEY_PREFIX = "key:"
+MAIN = ""  # the stack's book: the stack's and the lanes' scopes, and a copy of the keys' rates
 NONE = "none"  # ``sluice set-rate none``: no rate for the scope, whatever the stack's parameter
 ATTEMPTS = 8  # fenced writes lost to other launchers before a round takes no grant
 # Entries kept past their period (the latest ones), for the launchers whose clocks run behind the
@@ -91,16 +101,31 @@ def lane_scope(lane: str) -> str:
     return LANE_PREFIX + lane
 
 
+def key_scope(ckey: str) -> str:
+    return KEY_PREFIX + ckey
+
+
+def book_of(scopes: Sequence[str]) -> str:
+    """The book ``scopes`` live in: a key's own, else the stack's (``MAIN``); one per take."""
+    where = {scope if scope.startswith(KEY_PREFIX) else MAIN for scope in scopes}
+    if len(where) > 1:
+        raise ValueError(f"scopes of different books taken at once: {sorted(scopes)}")
+    return next(iter(where), MAIN)
+
+
 @dataclass(frozen=True, slots=True)
 class RateDefaults:
-    """The rates the stack was deployed with (``rateLimit``, ``laneRateLimits``)."""
+    """The rates the stack was deployed with (``rateLimit``, ``laneRateLimits``, ``keyRateLimit``)."""
 
     stack: Rate | None = None
     lanes: Mapping[str, Rate] = field(default_factory=dict)
+    key: Rate | None = None  # every concurrency key's, unless set for the key at run time
 
     def of(self, scope: str) -> Rate | None:
         if scope == STACK:
             return self.stack
+        if scope.startswith(KEY_PREFIX):
+            return self.key
         return self.lanes.get(scope.removeprefix(LANE_PREFIX)) if scope.startswith(LANE_PREFIX) else None
 
 
@@ -187,13 +212,13 @@ def busiest(window: Sequence[tuple[int, int]], period_ms: int, now_ms: int) -> i
 
 
 class RatePersistence(Protocol):
-    """Where the book lives: the store's two primitives."""
+    """Where the books live: the store's two primitives. ``where``: ``MAIN`` or a key's scope."""
 
-    def load(self) -> RateBook:
+    def load(self, where: str = MAIN) -> RateBook:
         """The book, read consistently (an empty one at version 0 when never written)."""
         ...
 
-    def save(self, book: RateBook, expected: int) -> bool:
+    def save(self, book: RateBook, expected: int, where: str = MAIN) -> bool:
         """Write ``book`` (its version is ``expected`` + 1) if the stored version is ``expected``;
         False when another write came first. Adapters raise ``TransientError`` when AWS fails."""
         ...
@@ -231,16 +256,19 @@ class RateLimiter:
         # Where one is, every grant reads it.
         self.idle_seconds = idle_seconds
         self._idle: tuple[float, RateBook] | None = None
+        self._main: tuple[float, RateBook] | None = None  # the stack's book as last read
 
     def take(self, scopes: Sequence[str], wanted: int, now: float) -> Grant:
-        """Up to ``wanted`` grants in every scope of ``scopes`` that has a rate in force, at once."""
-        now_ms = int(now * 1000)
+        """Up to ``wanted`` grants in every scope of ``scopes`` (of one book) that has a rate in
+        force, at once."""
+        now_ms, where = int(now * 1000), book_of(scopes)
         if self._unlimited(scopes, now):
             return Grant(max(wanted, 0))
         for _ in range(ATTEMPTS):
-            book = self.persistence.load()
+            book = self._load(where, now)
             rates = {s: r for s in scopes if (r := book.rate(s, self.defaults)) is not None}
-            self._idle = None if rates else (now, book)
+            if where == MAIN:
+                self._idle = None if rates else (now, book)
             if not rates or wanted <= 0:
                 return Grant(max(wanted, 0))
             n = min([wanted, *(book.room(s, r, now_ms) for s, r in rates.items())])
@@ -249,13 +277,36 @@ class RateLimiter:
                 return Grant(0, now_ms, tuple(rates), max(dues, default=None))
             periods = {s: r.period for s, r in rates.items()}
             after = replace(book.granted(tuple(rates), n, now_ms, periods), version=book.version + 1)
-            if self.persistence.save(after, book.version):
+            if self.persistence.save(after, book.version, where):
                 return Grant(n, now_ms, tuple(rates))
         return Grant(0, now_ms, tuple(scopes))  # lost every race: the next round or tick tries again
 
+    def room(self, scope: str, now: float) -> int | None:
+        """Grants ``scope`` may take now; None: it has no rate in force (a key's wake asks)."""
+        if self._unlimited([scope], now):
+            return None
+        book = self._load(book_of([scope]), now)
+        rate = book.rate(scope, self.defaults)
+        return None if rate is None else book.room(scope, rate, int(now * 1000))
+
+    def _load(self, where: str, now: float) -> RateBook:
+        book = self.persistence.load(where)
+        if where == MAIN:
+            self._main = (now, book)
+        return book
+
     def _unlimited(self, scopes: Sequence[str], now: float) -> bool:
-        """No rate in force for ``scopes`` in the book read less than ``idle_seconds`` ago."""
-        if any(self.defaults.of(s) is not None for s in scopes) or self._idle is None:
+        """No rate in force for ``scopes``, as far as a read less than ``idle_seconds`` old says: the
+        stack's book where no scope has a rate by the parameters; for a key's scope, the stack's
+        copy of the rates set for keys (so a key without one costs no read of its own book)."""
+        if any(self.defaults.of(s) is not None for s in scopes):
+            return False
+        if book_of(scopes) != MAIN:
+            if self._main is None or not 0 <= now - self._main[0] < self.idle_seconds:
+                self._load(MAIN, now)
+            assert self._main is not None
+            return all(self._main[1].rate(s, self.defaults) is None for s in scopes)
+        if self._idle is None:
             return False
         at, book = self._idle
         return 0 <= now - at < self.idle_seconds and all(book.rate(s, self.defaults) is None for s in scopes)
@@ -265,28 +316,43 @@ class RateLimiter:
         unused = min(unused, grant.n)
         if unused <= 0 or not grant.scopes:
             return
+        where = book_of(grant.scopes)
         for _ in range(ATTEMPTS):
-            book = self.persistence.load()
+            book = self.persistence.load(where)
             after = replace(book.given_back(grant.scopes, unused, grant.at_ms), version=book.version + 1)
-            if self.persistence.save(after, book.version):
+            if self.persistence.save(after, book.version, where):
                 return
 
     def set(self, scope: str, value: Rate | str | None) -> None:
-        """A scope's rate from the next grant on: a ``Rate``, ``NONE``, or None (the parameter's)."""
+        """A scope's rate from the next grant on: a ``Rate``, ``NONE``, or None (the parameter's).
+        A key's is written in its own book, then copied to the stack's."""
         text = str(value) if isinstance(value, Rate) else value
+        for where in dict.fromkeys([book_of([scope]), MAIN]):
+            self._set_in(where, scope, text)
+        self._main = None
+
+    def _set_in(self, where: str, scope: str, text: str | None) -> None:
         for _ in range(ATTEMPTS):
-            book = self.persistence.load()
+            book = self.persistence.load(where)
             after = replace(book.with_override(scope, text), version=book.version + 1)
-            if self.persistence.save(after, book.version):
+            if self.persistence.save(after, book.version, where):
                 return
         raise ConfigurationError(f"the rate of {scope} was not written: other writes kept coming first")
 
     def status(self, scopes: Iterable[str], now: float) -> list[ScopeStatus]:
-        book, now_ms = self.persistence.load(), int(now * 1000)
-        out = []
+        books: dict[str, RateBook] = {}
+        now_ms, out = int(now * 1000), []
         for scope in scopes:
+            where = book_of([scope])
+            if where not in books:
+                books[where] = self.persistence.load(where)
+            book = books[where]
             rate = book.rate(scope, self.defaults)
             held = book.in_window(scope, rate, now_ms) if rate else 0
             due = book.next_due(scope, rate, now_ms) if rate else None
             out.append(ScopeStatus(scope, rate, scope in book.overrides, held, due))
         return out
+
+    def keys_set(self) -> list[str]:
+        """The keys' scopes with a rate set at run time (the stack's copy)."""
+        return sorted(s for s in self.persistence.load(MAIN).overrides if s.startswith(KEY_PREFIX))

@@ -48,6 +48,7 @@ only a waiter its lane's waker sent back claims; one that finds no room parks ag
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 from enum import Enum
 from typing import TypedDict
@@ -74,6 +75,7 @@ from sluice.features.attributes import check_attributes
 from sluice.features.awaits import ReadAhead, gate
 from sluice.features.keys import concurrency_key, ticket_of
 from sluice.features.pointers import check_pointer
+from sluice.features.rate_limits import Grant
 from sluice.features.receipts import is_once
 from sluice.launch.context import LaunchContext
 from sluice.launch.message_branches import MessageBranches
@@ -168,12 +170,46 @@ class MessageProtocol:
         if self.line_all and self._fair_newcomer(message):
             return self._line_up(payload, done, None)  # other tenants in its batch: all line up
         name = execution_name(payload.key, origin_id(message.message_id, message.attributes))
+        grant = self._key_grant(message)
+        if grant is not None and grant.n == 0:
+            return self._line_up(
+                payload, done, None, reason="concurrency key at its rate; parked in its line"
+            )
+        try:
+            outcome = self._attempts(payload, name, done, set() if claims is None else claims)
+        except SlotsFull:
+            self._give_back_grant(grant)
+            raise
+        if outcome not in (Outcome.STARTED, Outcome.RESUMED):
+            self._give_back_grant(grant)  # kept where it may have started: fewer starts, never more
+        return outcome
+
+    def _attempts(self, payload: Payload, name: str, done: list[Message], claims: set[str]) -> Outcome:
         for _ in range(ATTEMPTS):
-            outcome = self._attempt(payload, name, done, set() if claims is None else claims)
+            outcome = self._attempt(payload, name, done, claims)
             if outcome is not None:
                 return outcome
         # The lease kept changing hands under us: try again later, as if the slot had been taken.
         raise SlotsFull(0)
+
+    def _key_grant(self, message: Message) -> Grant | None:
+        """A grant of the message's concurrency key's rate, taken before its claim (the key is known
+        only once received); None where it has no rate in force. No room: it waits in the key's
+        line, whose wake sends it back when the key's rate has room (``sluice.features.keys``)."""
+        ckey = self._ckey(message)
+        scope = None if ckey is None else keys.rate_scope(ckey)
+        if scope is None or self.ctx.rates is None:
+            return None
+        try:
+            grant = self.ctx.rates.take([scope], 1, self.ctx.clock.now())
+        except TransientError:
+            return Grant(0, scopes=(scope,))  # unsure of the room: it waits in the line, as if none
+        return grant if grant.scopes else None
+
+    def _give_back_grant(self, grant: Grant | None) -> None:
+        if grant is not None and grant.n > 0 and self.ctx.rates is not None:
+            with contextlib.suppress(TransientError):  # kept spent: one start fewer, never one more
+                self.ctx.rates.give_back(grant, grant.n)
 
     def _attempt(self, payload: Payload, name: str, done: list[Message], claims: set[str]) -> Outcome | None:
         """One claim-and-start of ``payload``. None when the lease changed meanwhile: look again.
@@ -386,7 +422,9 @@ class MessageProtocol:
             return fair.tenant(message, self.ctx.lane)
         return concurrency_key(message)
 
-    def _line_up(self, payload: Payload, done: list[Message], seen: KeyState | None) -> Outcome:
+    def _line_up(
+        self, payload: Payload, done: list[Message], seen: KeyState | None, *, reason: str = ""
+    ) -> Outcome:
         """Park ``payload`` in its key's line (``sluice.features.keys``); its message is then deleted."""
         ckey = self._ckey(payload.message)
         assert ckey is not None
@@ -410,9 +448,12 @@ class MessageProtocol:
         if fair_lane:
             self.line_all = True  # someone waits now: the rest of this pass lines up too
         self.branches._log(
-            "in its tenant's line (fair lane)"
-            if fair_lane
-            else "concurrency key at its cap; parked in its line",
+            reason
+            or (
+                "in its tenant's line (fair lane)"
+                if fair_lane
+                else "concurrency key at its cap; parked in its line"
+            ),
             payload,
             None,
             Outcome.KEY_WAITING,

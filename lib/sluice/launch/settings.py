@@ -205,11 +205,13 @@ def _start_concurrency(read: _Env) -> int | None:
 
 
 def _rates(read: _Env, lanes: tuple[Lane, ...]) -> RateDefaults:
-    """``SLUICE_RATE_LIMIT`` (the stack's) and ``SLUICE_LANE_RATE_LIMITS`` (``lane=rate,...``)."""
+    """``SLUICE_RATE_LIMIT`` (the stack's), ``SLUICE_LANE_RATE_LIMITS`` (``lane=rate,...``) and
+    ``SLUICE_KEY_RATE_LIMIT`` (every concurrency key's)."""
     names = [lane.name for lane in lanes]  # none without lanes: the stack's rate is the one
     return RateDefaults(
         stack=parse_optional_rate(read.text("SLUICE_RATE_LIMIT"), source="SLUICE_RATE_LIMIT"),
         lanes=parse_lane_rates(read.text("SLUICE_LANE_RATE_LIMITS"), names, source="SLUICE_LANE_RATE_LIMITS"),
+        key=parse_optional_rate(read.text("SLUICE_KEY_RATE_LIMIT"), source="SLUICE_KEY_RATE_LIMIT"),
     )
 
 

@@ -1,4 +1,5 @@
-"""The rate book (``sluice.features.rate_limits``) in the ledger table: one item, ``RATES``.
+"""The rate books (``sluice.features.rate_limits``) in the ledger table: the stack's, ``RATES``, and
+each concurrency key's with a rate, ``RATES#key:<key>``.
 
 ``load`` is one consistent GetItem; ``save`` one PutItem fenced by the version read:
 
@@ -15,9 +16,13 @@ from sluice.adapters.dynamo.codec import item
 from sluice.adapters.dynamo.table import TableRef
 from sluice.adapters.errors import translated
 from sluice.core.errors import ConditionFailed
-from sluice.features.rate_limits import RateBook
+from sluice.features.rate_limits import MAIN, RateBook
 
 RATES_PK = "RATES"
+
+
+def pk_of(where: str) -> str:
+    return RATES_PK if where == MAIN else f"{RATES_PK}#{where}"
 
 
 def _window_text(window: tuple[tuple[int, int], ...]) -> str:
@@ -45,14 +50,14 @@ class DynamoRates:
     def __init__(self, db: TableRef) -> None:
         self.db = db
 
-    def load(self) -> RateBook:
-        return to_book(self.db.get(RATES_PK))
+    def load(self, where: str = MAIN) -> RateBook:
+        return to_book(self.db.get(pk_of(where)))
 
-    def save(self, book: RateBook, expected: int) -> bool:
+    def save(self, book: RateBook, expected: int, where: str = MAIN) -> bool:
         request: dict[str, Any] = {
             "TableName": self.db.table,
             "Item": item(
-                pk=RATES_PK,
+                pk=pk_of(where),
                 version=expected + 1,
                 overrides=dict(book.overrides),
                 windows={scope: _window_text(w) for scope, w in book.windows.items() if w},

@@ -51,7 +51,7 @@ from sluice.core.model import (
 )
 from sluice.core.records import KeyState, LaneRoom, LaneSetting, ReceiptOutput
 from sluice.features.awaits import Waiter
-from sluice.features.keys import DEFAULT_KEY_CONCURRENCY, KeyWaiter
+from sluice.features.keys import DEFAULT_KEY_CONCURRENCY, KeyRates, KeyWaiter
 from sluice.primitives.slots import DEFAULT_PER_SHARD
 
 __all__ = [
@@ -85,6 +85,7 @@ class DynamoStore:
         self.parking = ParkingTable(db)
         self.awaits = AwaitsTable(db)
         self.keys = KeysTable(db, key_concurrency)
+        self.key_rates: KeyRates | None = None  # the keys' rate limits, where the runtime has them
         self.claims = ClaimsTable(db, self.launch_slots, self.lane_slots, self.keys)
         parts = ReleaseParts(self.records, self.keys, self.claims)
         self.releases = ReleasesTable(db, self.launch_slots, self.lane_slots, parts)

@@ -6,23 +6,23 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 
-from sluice.features.rate_limits import RateBook
+from sluice.features.rate_limits import MAIN, RateBook
 
 
 class MemoryRates:
     """``RatePersistence`` in memory."""
 
     def __init__(self) -> None:
-        self.book = RateBook()
+        self.books: dict[str, RateBook] = {}
         self.lock = threading.Lock()
 
-    def load(self) -> RateBook:
+    def load(self, where: str = MAIN) -> RateBook:
         with self.lock:
-            return self.book
+            return self.books.get(where, RateBook())
 
-    def save(self, book: RateBook, expected: int) -> bool:
+    def save(self, book: RateBook, expected: int, where: str = MAIN) -> bool:
         with self.lock:
-            if self.book.version != expected:
+            if self.books.get(where, RateBook()).version != expected:
                 return False
-            self.book = replace(book, version=expected + 1)
+            self.books[where] = replace(book, version=expected + 1)
             return True

@@ -31,7 +31,7 @@ from sluice.core.model import (
 )
 from sluice.core.records import KeyState, LaneRoom, LaneSetting, ReceiptOutput
 from sluice.features.awaits import Waiter
-from sluice.features.keys import DEFAULT_KEY_CONCURRENCY, KeyWaiter
+from sluice.features.keys import DEFAULT_KEY_CONCURRENCY, KeyRates, KeyWaiter
 
 __all__ = ["DEFAULT_RETENTION", "MemoryStore"]
 
@@ -47,6 +47,7 @@ class MemoryStore:
         self.parking = MemoryParking(table)
         self.awaits = MemoryAwaits(table)
         self.keys = MemoryKeys(table, key_concurrency)
+        self.key_rates: KeyRates | None = None  # the keys' rate limits, where the runtime has them
         self.claims = MemoryClaims(table, self.pool, self.lanes, self.keys)
         self.releases = MemoryReleases(table, self.lanes, self.keys, self.awaits)
         self.hand_overs = MemoryHandOver(table, self.pool, self.releases, self.claims)
