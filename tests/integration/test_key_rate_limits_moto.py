@@ -31,6 +31,22 @@ def keyed_starts(stack, rt) -> dict[str, list[float]]:
     return log
 
 
+def long_poll_on(clock: FakeClock, sqs):
+    """A long poll on the fake clock (moto's waits in real time): the clock moves by the wait
+    asked of a poll of an empty queue; the poll itself returns at once."""
+
+    def hook(params, **_) -> None:
+        wait = params.get("WaitTimeSeconds", 0)
+        params["WaitTimeSeconds"] = 0
+        waiting = sqs.get_queue_attributes(
+            QueueUrl=params["QueueUrl"], AttributeNames=["ApproximateNumberOfMessages"]
+        )
+        if wait and waiting["Attributes"]["ApproximateNumberOfMessages"] == "0":
+            clock.advance(wait)
+
+    return hook
+
+
 def test_a_keys_rate_parks_what_it_holds_and_other_keys_go_on(session):
     stack = build_stack(
         session, max_concurrency=50, clock=FakeClock(), key_concurrency=10, rates=RateDefaults(key=Rate(2, 1))
@@ -121,3 +137,29 @@ def test_a_key_grant_not_used_is_given_back(session):
     stack.launcher().tick()
     (status,) = stack.runtime().rates().status([key_scope("a")], stack.clock.now())
     assert status.in_window == 1
+
+
+def test_a_lingering_tick_wakes_what_a_keys_rate_held_when_its_room_comes(session):
+    """Key rate 2/minute, the scheduled tick lingering 150 s: 2 of key a start at once, 3 wait in
+    its line; the tick wakes the key as its window moves on (its long poll no longer than that)
+    and starts them within the same tick, not at the next one's sweep."""
+    clock = FakeClock()
+    stack = build_stack(
+        session,
+        clock=clock,
+        max_concurrency=10,
+        key_concurrency=10,
+        linger_seconds=150,
+        rates=RateDefaults(key=Rate(2, 60)),
+    )
+    rt = stack.runtime()
+    times = keyed_starts(stack, rt)
+    rt.client("sqs").meta.events.register(
+        "provide-client-params.sqs.ReceiveMessage", long_poll_on(clock, stack.client("sqs"))
+    )
+    for i in range(5):
+        stack.send({"id": f"a{i}"}, group=f"a{i}", sluice_concurrency_key="a")
+    t0 = clock.now()
+    summary = rt.launcher().tick()
+    assert summary.n(Outcome.STARTED) == 5 and summary.n(Outcome.KEY_WAITING) == 3
+    assert [round(t - t0) for t in times["a"]] == [0, 0, 60, 60, 120]

@@ -289,6 +289,14 @@ class RateLimiter:
         rate = book.rate(scope, self.defaults)
         return None if rate is None else book.room(scope, rate, int(now * 1000))
 
+    def next_due(self, scope: str, now: float) -> float | None:
+        """When ``scope`` next has room; None: it has room now, or no rate."""
+        if self._unlimited([scope], now):
+            return None
+        book = self._load(book_of([scope]), now)
+        rate = book.rate(scope, self.defaults)
+        return None if rate is None else book.next_due(scope, rate, int(now * 1000))
+
     def _load(self, where: str, now: float) -> RateBook:
         book = self.persistence.load(where)
         if where == MAIN:

@@ -6,6 +6,7 @@ what happens to each message is its ``steps`` (``sluice.launch.per_message``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -136,6 +137,13 @@ class Admission:
             if state.wait_seconds is None
             else state.wait_seconds
         )
+        if lingering:
+            # Keys a rate held (``sluice.features.rate_limits``): woken once due, and the long
+            # poll no longer than until the next is, so their waiters start within this tick.
+            self.steps.wake_held()
+            due = self.steps.held_due()
+            if due is not None:
+                wait = max(0, min(wait, math.ceil(due - self.ctx.clock.now())))
         try:
             messages = self.receive(grant.n, wait)
         except TransientError as exc:  # SQS throttled past the SDK's retries: the next round or tick
@@ -145,6 +153,7 @@ class Admission:
         if not messages:
             self._give_back(grant, grant.n)
             if lingering and self.time_left(remaining_ms):
+                self._until_held(state, remaining_ms)
                 return ""  # completions may have freed slots and MAX may have moved meanwhile
             return "empty"
         summary.received += len(messages)
@@ -185,6 +194,12 @@ class Admission:
             self.ctx.rates.give_back(grant, unused)
         except TransientError as exc:  # kept spent: fewer starts in this window, never more
             self._interrupted("grants not used could not be given back", exc)
+
+    def _until_held(self, state: _Admitting, remaining_ms: Callable[[], int] | None) -> None:
+        """After a long poll that found nothing, the rest of the wait until a held key's room
+        (none, where the poll was shortened to it) when that comes within the linger."""
+        state.rate_due = self.steps.held_due()
+        self._wait_for_rate(state, remaining_ms)
 
     def _wait_for_rate(self, state: _Admitting, remaining_ms: Callable[[], int] | None) -> bool:
         """Whether to wait for a rate's next room and go on: while lingering (the scheduled tick),

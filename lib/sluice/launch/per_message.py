@@ -108,6 +108,9 @@ class MessageProtocol:
         # A fair lane's pass that saw several tenants in a batch, or lined one message up: its new
         # messages line up, so the waker sees every tenant before it shares the room out (sluice.features.fair).
         self.line_all = False
+        # Keys whose rate held a message of this invocation, with when their room is due: a
+        # lingering tick wakes them then (``wake_held``) rather than leave them to the next sweep.
+        self.rate_held: dict[str, float] = {}
 
     def process(
         self,
@@ -172,6 +175,9 @@ class MessageProtocol:
         name = execution_name(payload.key, origin_id(message.message_id, message.attributes))
         grant = self._key_grant(message)
         if grant is not None and grant.n == 0:
+            ckey = self._ckey(message)
+            assert ckey is not None
+            self.rate_held[ckey] = grant.due if grant.due is not None else self.ctx.clock.now() + 1.0
             return self._line_up(
                 payload, done, None, reason="concurrency key at its rate; parked in its line"
             )
@@ -205,6 +211,29 @@ class MessageProtocol:
         except TransientError:
             return Grant(0, scopes=(scope,))  # unsure of the room: it waits in the line, as if none
         return grant if grant.scopes else None
+
+    def wake_held(self) -> None:
+        """Wake each key whose rate held a message of this invocation once its room is due: a
+        lingering tick receives its waiters then. A wake AWS refuses is left to the sweep."""
+        now = self.ctx.clock.now()
+        for ckey, due in sorted(self.rate_held.items()):
+            if due > now:
+                continue
+            del self.rate_held[ckey]
+            scope = keys.rate_scope(ckey)
+            with contextlib.suppress(TransientError):
+                sent = keys.wake(store=self.ctx.store, queue=self.ctx.queue, ckey=ckey, now=now)
+                # Some sent: looked at again next round, once they took their grants. None sent:
+                # held again until the window next has room (none due: room, or no rate).
+                again = (
+                    now if sent else self.ctx.rates.next_due(scope, now) if scope and self.ctx.rates else None
+                )
+                if again is not None:
+                    self.rate_held[ckey] = again
+
+    def held_due(self) -> float | None:
+        """When the first key a rate held has room again (None: none held)."""
+        return min(self.rate_held.values(), default=None)
 
     def _give_back_grant(self, grant: Grant | None) -> None:
         if grant is not None and grant.n > 0 and self.ctx.rates is not None:
