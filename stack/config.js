@@ -135,13 +135,13 @@ function parseLaneMachines(text, lanes, region) {
 }
 
 // A rate limit (sluice.features.rate_limits): N/second, N/minute or N/hour, N a whole number from 1 to
-// 100,000; empty: none. The text as the functions read it.
+// 10,000; empty: none. The text as the functions read it.
 const RATE = /^([1-9][0-9]{0,5})\/(second|minute|hour)$/;
 function parseRate(name, text) {
   const rate = String(text).trim();
   const found = RATE.exec(rate);
-  if (rate !== '' && (!found || Number(found[1]) > 100000)) {
-    fail(`${name} must be N/second, N/minute or N/hour, N a whole number from 1 to 100000 (or empty), got "${rate}"`);
+  if (rate !== '' && (!found || Number(found[1]) > 10000)) {
+    fail(`${name} must be N/second, N/minute or N/hour, N a whole number from 1 to 10000 (or empty), got "${rate}"`);
   }
   return rate;
 }

@@ -486,7 +486,7 @@ def test_rate_limits_reach_the_functions_only_when_set():
 
 
 @pytest.mark.parametrize(
-    "value", ["5/day", "0/second", "5 per second", "1.5/minute", "100001/hour", "/second"]
+    "value", ["5/day", "0/second", "5 per second", "1.5/minute", "10001/hour", "/second"]
 )
 def test_a_bad_rate_is_refused_before_packaging_naming_its_parameter(value):
     assert "rateLimit must be N/second, N/minute or N/hour" in refusal(rateLimit=value)

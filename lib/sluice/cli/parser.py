@@ -398,7 +398,7 @@ COMMANDS = (
             _arg(
                 "value",
                 metavar="RATE",
-                help="N/second, N/minute or N/hour (N from 1 to 100,000); none: no rate; default: the stack's",
+                help="N/second, N/minute or N/hour (N from 1 to 10,000); none: no rate; default: the stack's",
             ),
             OneOf(
                 (

@@ -48,8 +48,10 @@ from collections.abc import Mapping
 from sluice.core.model import Message
 from sluice.core.ports import Queue
 from sluice.core.records import KeyState, Lane
-from sluice.features.keys import FAIR_UNCAPPED, UNKEYED, KeyStore, concurrency_key, wake
+from sluice.features.keys import FAIR_UNCAPPED, KeyStore, concurrency_key, rate_room, wake
 from sluice.features.stores import LaunchStore
+
+UNKEYED = "lane:"  # + the lane's name: the tenant of a fair lane's messages without a key
 
 
 def tenant(message: Message, lane: Lane) -> str:
@@ -57,13 +59,23 @@ def tenant(message: Message, lane: Lane) -> str:
     return concurrency_key(message) or UNKEYED + lane.name
 
 
-def share_out(free: int, states: Mapping[str, KeyState], *, now: float, rng: random.Random) -> dict[str, int]:
+def share_out(
+    free: int,
+    states: Mapping[str, KeyState],
+    *,
+    now: float,
+    rng: random.Random,
+    rate_rooms: Mapping[str, int] | None = None,
+) -> dict[str, int]:
     """``free`` slots among the tenants ``states``: one at a time to the tenant with waiters, room
-    under its own cap, and the fewest runs (holding or woken); ties drawn by ``rng``."""
+    under its own cap (and its rate, ``rate_rooms``), and the fewest runs (holding or woken); ties
+    drawn by ``rng``. A tenant its rate holds gets none: the others take the slots."""
     heap: list[tuple[int, float, str]] = []
     want: dict[str, int] = {}
     for ckey, state in states.items():
         want[ckey] = min(state.waiting, state.room(FAIR_UNCAPPED, now))
+        if rate_rooms is not None:
+            want[ckey] = min(want[ckey], rate_rooms.get(ckey, want[ckey]))
         if want[ckey] > 0:
             heap.append((len(state.holders) + state.kept(now), rng.random(), ckey))
     heapq.heapify(heap)
@@ -101,7 +113,8 @@ def wake_lane(
     free = min(room.free, store.look().free) - kept
     if at_most is not None:
         free = min(free, at_most)
-    plan = share_out(free, states, now=now, rng=rng)
+    rate_rooms = {k: rate_room(keys, k, now, s.waiting, s.kept(now)) for k, s in states.items() if s.waiting}
+    plan = share_out(free, states, now=now, rng=rng, rate_rooms=rate_rooms)
     sent = 0
     for ckey, state in states.items():
         if plan.get(ckey) or state.stale(now) or (state.waiting == 0 and not state.inflight):

@@ -108,7 +108,6 @@ DEFAULT_KEY_CONCURRENCY = 1
 WAKE_BATCH = 50  # waiters one wake sends at most (their items and CKEY# in one transaction)
 PARK_ATTEMPTS = 20  # parkers of one key racing for the next ticket
 FAIR_UNCAPPED = 10_000  # a fair lane's tenant without its own cap: only its lane's MAX holds it
-UNKEYED = "lane:"  # + the lane's name: the tenant of a fair lane's messages without a key
 # A waiter is one DynamoDB item (400 KB): its body and attributes, beside its keys and ids. SQS takes
 # messages of up to 1 MiB, body and attributes.
 WAITER_MAX_BYTES = 400_000
@@ -219,9 +218,9 @@ def check_fits_line(message: Message, *, key: str) -> None:
         )
 
 
-def rate_scope(ckey: str) -> str | None:
-    """The rate scope of a line's key: its own, but for a fair lane's messages without a key."""
-    return None if ckey.startswith(UNKEYED) else key_scope(ckey)
+def rate_scope(ckey: str) -> str:
+    """The rate scope of a line's key (a fair lane's messages without a key: ``lane:<name>``'s)."""
+    return key_scope(ckey)
 
 
 def entry(ticket: int, at: float) -> str:
@@ -345,7 +344,7 @@ def wake(
             and (fair_lanes is None or state.fair in fair_lanes)
         ):
             count = 0  # a fair lane's tenant: its lane's waker decides
-        count = min(count, _rate_room(store, ckey, now, count, state.kept(now)))
+        count = rate_room(store, ckey, now, count, state.kept(now))
         stale = state.stale(now)
         if count <= 0 and not stale:
             if tidy and state.waiting == 0 and not state.inflight:
@@ -368,16 +367,15 @@ def wake(
     return sent
 
 
-def _rate_room(store: KeyStore, ckey: str, now: float, wanted: int, kept: int) -> int:
+def rate_room(store: KeyStore, ckey: str, now: float, wanted: int, kept: int) -> int:
     """Waiters the key's rate has room for: no more are sent than can take a grant on arrival
     (each takes its own before its claim), less those sent already whose claim has not landed
     (``kept``); no rate, ``wanted``. One sent all the same (two wakes at once) finds no grant and
     waits again, at the back: the grant, not the wake, is what is exact."""
-    scope = rate_scope(ckey)
-    if wanted <= 0 or scope is None or store.key_rates is None:
+    if wanted <= 0 or store.key_rates is None:
         return wanted
-    room = store.key_rates.room(scope, now)
-    return wanted if room is None else max(0, room - kept)
+    room = store.key_rates.room(rate_scope(ckey), now)
+    return wanted if room is None else min(wanted, max(0, room - kept))
 
 
 def forgo(*, store: KeyStore, ckey: str, ticket: str) -> None:

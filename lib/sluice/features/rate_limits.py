@@ -43,7 +43,9 @@ from typing import Protocol
 from sluice.core.errors import ConfigurationError
 
 PERIODS = {"second": 1, "minute": 60, "hour": 3_600}
-MAX_COUNT = 100_000  # the largest N a rate takes
+# The largest N a rate takes: a book keeps up to N entries in its window and N past it (below),
+# about 16 bytes each, within DynamoDB's 400 KB item.
+MAX_COUNT = 10_000
 _RATE = re.compile(r"([1-9][0-9]{0,5})/(second|minute|hour)", re.ASCII)
 STACK = "stack"
 LANE_PREFIX = "lane:"
@@ -51,9 +53,10 @@ KEY_PREFIX = "key:"
 MAIN = ""  # the stack's book: the stack's and the lanes' scopes, and a copy of the keys' rates
 NONE = "none"  # ``sluice set-rate none``: no rate for the scope, whatever the stack's parameter
 ATTEMPTS = 8  # fenced writes lost to other launchers before a round takes no grant
-# Entries kept past their period (the latest ones), for the launchers whose clocks run behind the
-# writer's and for a period lengthened at run time: a clock far ahead never erases what one behind
-# still counts, and the record stays small (about 1 KB: one write unit).
+# Entries kept past their period (the latest N, at least this many), for the launchers whose clocks
+# run behind the writer's and for a period lengthened at run time: a clock far ahead never erases
+# what one behind still counts (its window holds at most N entries, the latest past the writer's),
+# and a small rate's record stays small (about 1 KB: one write unit).
 KEPT_PAST = 32
 
 
@@ -68,7 +71,7 @@ class Rate:
 
 
 def parse_rate(raw: str, *, source: str) -> Rate:
-    """``N/second|minute|hour``, N a whole number from 1 to 100,000; else ``ConfigurationError``
+    """``N/second|minute|hour``, N a whole number from 1 to 10,000; else ``ConfigurationError``
     naming ``source``."""
     found = _RATE.fullmatch(raw.strip())
     if not found or int(found.group(1)) > MAX_COUNT:
@@ -169,16 +172,16 @@ class RateBook:
                     return (at + rate.period * 1000) / 1000
         return None
 
-    def granted(self, scopes: Sequence[str], n: int, now_ms: int, periods: Mapping[str, int]) -> RateBook:
+    def granted(self, scopes: Sequence[str], n: int, now_ms: int, rates: Mapping[str, Rate]) -> RateBook:
         """This book with ``n`` grants at ``now_ms`` in each scope; of the entries past their period
-        (``periods``: each scope's, in seconds) only the latest ``KEPT_PAST`` kept."""
+        (``rates``: each scope's) only the latest N (at least ``KEPT_PAST``) kept."""
         windows = dict(self.windows)
         for scope in scopes:
-            start = now_ms - periods[scope] * 1000
+            start = now_ms - rates[scope].period * 1000
             kept = dict(windows.get(scope, ()))
             kept[now_ms] = kept.get(now_ms, 0) + n
             past = sorted(at for at in kept if at <= start)
-            for at in past[: max(0, len(past) - KEPT_PAST)]:
+            for at in past[: max(0, len(past) - max(KEPT_PAST, rates[scope].count))]:
                 del kept[at]
             windows[scope] = tuple(sorted(kept.items()))
         return replace(self, windows=windows)
@@ -275,8 +278,7 @@ class RateLimiter:
             if n == 0:
                 dues = [d for s, r in rates.items() if (d := book.next_due(s, r, now_ms)) is not None]
                 return Grant(0, now_ms, tuple(rates), max(dues, default=None))
-            periods = {s: r.period for s, r in rates.items()}
-            after = replace(book.granted(tuple(rates), n, now_ms, periods), version=book.version + 1)
+            after = replace(book.granted(tuple(rates), n, now_ms, rates), version=book.version + 1)
             if self.persistence.save(after, book.version, where):
                 return Grant(n, now_ms, tuple(rates))
         return Grant(0, now_ms, tuple(scopes))  # lost every race: the next round or tick tries again
@@ -333,9 +335,12 @@ class RateLimiter:
 
     def set(self, scope: str, value: Rate | str | None) -> None:
         """A scope's rate from the next grant on: a ``Rate``, ``NONE``, or None (the parameter's).
-        A key's is written in its own book, then copied to the stack's."""
+        A key's is written in its own book and copied to the stack's, the copy first when it sets
+        a rate and last when it lifts one: a command that dies between the two leaves the copy
+        saying a rate may be in force wherever the key's book has one (its book decides)."""
         text = str(value) if isinstance(value, Rate) else value
-        for where in dict.fromkeys([book_of([scope]), MAIN]):
+        books = [MAIN, book_of([scope])] if isinstance(value, Rate) else [book_of([scope]), MAIN]
+        for where in dict.fromkeys(books):
             self._set_in(where, scope, text)
         self._main = None
 

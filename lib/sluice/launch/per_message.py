@@ -203,9 +203,9 @@ class MessageProtocol:
         only once received); None where it has no rate in force. No room: it waits in the key's
         line, whose wake sends it back when the key's rate has room (``sluice.features.keys``)."""
         ckey = self._ckey(message)
-        scope = None if ckey is None else keys.rate_scope(ckey)
-        if scope is None or self.ctx.rates is None:
+        if ckey is None or self.ctx.rates is None:
             return None
+        scope = keys.rate_scope(ckey)
         try:
             grant = self.ctx.rates.take([scope], 1, self.ctx.clock.now())
         except TransientError:
@@ -225,9 +225,7 @@ class MessageProtocol:
                 sent = keys.wake(store=self.ctx.store, queue=self.ctx.queue, ckey=ckey, now=now)
                 # Some sent: looked at again next round, once they took their grants. None sent:
                 # held again until the window next has room (none due: room, or no rate).
-                again = (
-                    now if sent else self.ctx.rates.next_due(scope, now) if scope and self.ctx.rates else None
-                )
+                again = now if sent else self.ctx.rates.next_due(scope, now) if self.ctx.rates else None
                 if again is not None:
                     self.rate_held[ckey] = again
 
