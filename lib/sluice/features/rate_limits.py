@@ -285,19 +285,21 @@ class RateLimiter:
 
     def room(self, scope: str, now: float) -> int | None:
         """Grants ``scope`` may take now; None: it has no rate in force (a key's wake asks)."""
-        if self._unlimited([scope], now):
-            return None
-        book = self._load(book_of([scope]), now)
-        rate = book.rate(scope, self.defaults)
-        return None if rate is None else book.room(scope, rate, int(now * 1000))
+        found = self._in_force(scope, now)
+        return None if found is None else found[0].room(scope, found[1], int(now * 1000))
 
     def next_due(self, scope: str, now: float) -> float | None:
         """When ``scope`` next has room; None: it has room now, or no rate."""
+        found = self._in_force(scope, now)
+        return None if found is None else found[0].next_due(scope, found[1], int(now * 1000))
+
+    def _in_force(self, scope: str, now: float) -> tuple[RateBook, Rate] | None:
+        """``scope``'s book and its rate in force, read consistently; None where it has no rate."""
         if self._unlimited([scope], now):
             return None
         book = self._load(book_of([scope]), now)
         rate = book.rate(scope, self.defaults)
-        return None if rate is None else book.next_due(scope, rate, int(now * 1000))
+        return None if rate is None else (book, rate)
 
     def _load(self, where: str, now: float) -> RateBook:
         book = self.persistence.load(where)
