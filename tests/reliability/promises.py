@@ -443,10 +443,11 @@ class Promises:
         if self.settings.rates.stack is not None or rates.persistence.load().overrides:
             rates.set(STACK, NONE)
         scopes = set(rates.keys_set())
-        if self.settings.rates.key is not None:
-            items = self.ddb.scan(TableName=self.settings.table_name, ProjectionExpression="pk")["Items"]
+        if self.settings.rates.key is not None:  # every key a message named (its CKEY# may be gone)
             scopes |= {
-                key_scope(i["pk"]["S"][len("CKEY#") :]) for i in items if i["pk"]["S"].startswith("CKEY#")
+                key_scope(s.attributes["sluice-concurrency-key"])
+                for s in self.model.sent.values()
+                if s.valid and "sluice-concurrency-key" in s.attributes
             }
         for status in rates.status(sorted(scopes), self.clock.now()):
             if status.rate is not None and status.rate.period > WINDOW:
