@@ -740,6 +740,11 @@ class CountingStore:
     def key_concurrency(self) -> int:
         return self.inner.key_concurrency
 
+    @property
+    def key_rates(self) -> Any:
+        """The keys' rate limits (none in these workloads: no book is read)."""
+        return self.inner.key_rates
+
     def keys_waiting(self) -> frozenset[str]:
         return self._get(self.inner.keys_waiting())
 
