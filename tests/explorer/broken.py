@@ -78,12 +78,26 @@ def _override_resetting(self: Any, scope: str, value: Any) -> Any:
     return replace(book, windows={k: v for k, v in book.windows.items() if k != scope})
 
 
-_key_grant = sluice.launch.per_message.MessageProtocol._key_grant
+_process = sluice.launch.per_message.MessageProtocol._one
 
 
-def _key_grant_but_woken(self: Any, message: Any) -> Any:
+class _NoGrant:
+    def take(self, ckey: str) -> None:
+        return None
+
+    def give_back(self, grant: Any) -> None:
+        pass
+
+
+def _one_but_woken_take_no_grant(self: Any, message: Any, *args: Any, **kwargs: Any) -> Any:
     """A woken waiter's claim takes no grant of its key's rate: the wake sent it for the room."""
-    return None if TICKET_ATTRIBUTE in message.attributes else _key_grant(self, message)
+    if TICKET_ATTRIBUTE not in message.attributes:
+        return _process(self, message, *args, **kwargs)
+    rates, self.key_rates = self.key_rates, _NoGrant()
+    try:
+        return _process(self, message, *args, **kwargs)
+    finally:
+        self.key_rates = rates
 
 
 def _random_name(key: str, message_id: str) -> str:
@@ -335,7 +349,7 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
     ),
     "key_waiter_takes_no_grant": (
         "a waiter woken from its key's line that starts on the room its wake read, without a grant",
-        [(sluice.launch.per_message.MessageProtocol, "_key_grant", _key_grant_but_woken)],
+        [(sluice.launch.per_message.MessageProtocol, "_one", _one_but_woken_take_no_grant)],
     ),
     "success_taken_for_an_earlier_end": (
         "a SUCCEEDED answer taken for an end from before a redrive, and a message behind such an end "

@@ -140,8 +140,8 @@ class Admission:
         if lingering:
             # Keys a rate held (``sluice.features.rate_limits``): woken once due, and the long
             # poll no longer than until the next is, so their waiters start within this tick.
-            self.steps.wake_held()
-            due = self.steps.held_due()
+            self.steps.key_rates.wake_held()
+            due = self.steps.key_rates.held_due()
             if due is not None:
                 wait = max(0, min(wait, math.ceil(due - self.ctx.clock.now())))
         try:
@@ -198,7 +198,7 @@ class Admission:
     def _until_held(self, state: _Admitting, remaining_ms: Callable[[], int] | None) -> None:
         """After a long poll that found nothing, the rest of the wait until a held key's room
         (none, where the poll was shortened to it) when that comes within the linger."""
-        state.rate_due = self.steps.held_due()
+        state.rate_due = self.steps.key_rates.held_due()
         self._wait_for_rate(state, remaining_ms)
 
     def _wait_for_rate(self, state: _Admitting, remaining_ms: Callable[[], int] | None) -> bool:

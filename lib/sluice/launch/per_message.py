@@ -48,7 +48,6 @@ only a waiter its lane's waker sent back claims; one that finds no room parks ag
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import replace
 from enum import Enum
 from typing import TypedDict
@@ -75,9 +74,9 @@ from sluice.features.attributes import check_attributes
 from sluice.features.awaits import ReadAhead, gate
 from sluice.features.keys import concurrency_key, ticket_of
 from sluice.features.pointers import check_pointer
-from sluice.features.rate_limits import Grant
 from sluice.features.receipts import is_once
 from sluice.launch.context import LaunchContext
+from sluice.launch.key_rates import KeyRates
 from sluice.launch.message_branches import MessageBranches
 
 ATTEMPTS = 3  # claims per message when the lease changes hands under us
@@ -108,9 +107,7 @@ class MessageProtocol:
         # A fair lane's pass that saw several tenants in a batch, or lined one message up: its new
         # messages line up, so the waker sees every tenant before it shares the room out (sluice.features.fair).
         self.line_all = False
-        # Keys whose rate held a message of this invocation, with when their room is due: a
-        # lingering tick wakes them then (``wake_held``) rather than leave them to the next sweep.
-        self.rate_held: dict[str, float] = {}
+        self.key_rates = KeyRates(ctx)  # each concurrency key's rate, and the keys it held
 
     def process(
         self,
@@ -173,21 +170,19 @@ class MessageProtocol:
         if self.line_all and self._fair_newcomer(message):
             return self._line_up(payload, done, None)  # other tenants in its batch: all line up
         name = execution_name(payload.key, origin_id(message.message_id, message.attributes))
-        grant = self._key_grant(message)
+        ckey = self._ckey(message)
+        grant = self.key_rates.take(ckey) if ckey is not None else None
         if grant is not None and grant.n == 0:
-            ckey = self._ckey(message)
-            assert ckey is not None
-            self.rate_held[ckey] = grant.due if grant.due is not None else self.ctx.clock.now() + 1.0
             return self._line_up(
                 payload, done, None, reason="concurrency key at its rate; parked in its line"
             )
         try:
             outcome = self._attempts(payload, name, done, set() if claims is None else claims)
         except SlotsFull:
-            self._give_back_grant(grant)
+            self.key_rates.give_back(grant)
             raise
         if outcome not in (Outcome.STARTED, Outcome.RESUMED):
-            self._give_back_grant(grant)  # kept where it may have started: fewer starts, never more
+            self.key_rates.give_back(grant)  # kept where it may have started: fewer starts, never more
         return outcome
 
     def _attempts(self, payload: Payload, name: str, done: list[Message], claims: set[str]) -> Outcome:
@@ -197,46 +192,6 @@ class MessageProtocol:
                 return outcome
         # The lease kept changing hands under us: try again later, as if the slot had been taken.
         raise SlotsFull(0)
-
-    def _key_grant(self, message: Message) -> Grant | None:
-        """A grant of the message's concurrency key's rate, taken before its claim (the key is known
-        only once received); None where it has no rate in force. No room: it waits in the key's
-        line, whose wake sends it back when the key's rate has room (``sluice.features.keys``)."""
-        ckey = self._ckey(message)
-        if ckey is None or self.ctx.rates is None:
-            return None
-        scope = keys.rate_scope(ckey)
-        try:
-            grant = self.ctx.rates.take([scope], 1, self.ctx.clock.now())
-        except TransientError:
-            return Grant(0, scopes=(scope,))  # unsure of the room: it waits in the line, as if none
-        return grant if grant.scopes else None
-
-    def wake_held(self) -> None:
-        """Wake each key whose rate held a message of this invocation once its room is due: a
-        lingering tick receives its waiters then. A wake AWS refuses is left to the sweep."""
-        now = self.ctx.clock.now()
-        for ckey, due in sorted(self.rate_held.items()):
-            if due > now:
-                continue
-            del self.rate_held[ckey]
-            scope = keys.rate_scope(ckey)
-            with contextlib.suppress(TransientError):
-                sent = keys.wake(store=self.ctx.store, queue=self.ctx.queue, ckey=ckey, now=now)
-                # Some sent: looked at again next round, once they took their grants. None sent:
-                # held again until the window next has room (none due: room, or no rate).
-                again = now if sent else self.ctx.rates.next_due(scope, now) if self.ctx.rates else None
-                if again is not None:
-                    self.rate_held[ckey] = again
-
-    def held_due(self) -> float | None:
-        """When the first key a rate held has room again (None: none held)."""
-        return min(self.rate_held.values(), default=None)
-
-    def _give_back_grant(self, grant: Grant | None) -> None:
-        if grant is not None and grant.n > 0 and self.ctx.rates is not None:
-            with contextlib.suppress(TransientError):  # kept spent: one start fewer, never one more
-                self.ctx.rates.give_back(grant, grant.n)
 
     def _attempt(self, payload: Payload, name: str, done: list[Message], claims: set[str]) -> Outcome | None:
         """One claim-and-start of ``payload``. None when the lease changed meanwhile: look again.
