@@ -99,7 +99,7 @@ def test_a_key_spelt_lane_colon_is_held_by_the_key_rate(session):
     t=0    a0..a2 under key "a", x0..x2 under key "lane:x" (a valid concurrency key: check_key takes
            any text without control characters); one tick.
     Key "a": 1 start, 2 parked. Key "lane:x" has the same rate (RateDefaults.key is every key's), so
-    1 start is the promise. Found: ``keys.rate_scope`` took any key beginning with "lane:" for a fair
+    1 start is the promise. Found: the key scope took any key beginning with "lane:" for a fair
     lane's unkeyed tenant and gave it no rate: all three started at t=0. Every line key now has its
     key's rate (a fair lane's messages without a key: ``lane:<name>``'s).
     """

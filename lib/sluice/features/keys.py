@@ -218,11 +218,6 @@ def check_fits_line(message: Message, *, key: str) -> None:
         )
 
 
-def rate_scope(ckey: str) -> str:
-    """The rate scope of a line's key (a fair lane's messages without a key: ``lane:<name>``'s)."""
-    return key_scope(ckey)
-
-
 def entry(ticket: int, at: float) -> str:
     """A woken waiter's in-flight entry, and the ticket attribute it is sent back with."""
     return f"{ticket}@{int(at * 1000)}"
@@ -374,7 +369,7 @@ def rate_room(store: KeyStore, ckey: str, now: float, wanted: int, kept: int) ->
     waits again, at the back: the grant, not the wake, is what is exact."""
     if wanted <= 0 or store.key_rates is None:
         return wanted
-    room = store.key_rates.room(rate_scope(ckey), now)
+    room = store.key_rates.room(key_scope(ckey), now)
     return wanted if room is None else min(wanted, max(0, room - kept))
 
 

@@ -10,7 +10,7 @@ import contextlib
 
 from sluice.core.errors import TransientError
 from sluice.features import keys
-from sluice.features.rate_limits import Grant
+from sluice.features.rate_limits import Grant, key_scope
 from sluice.launch.context import LaunchContext
 
 
@@ -25,7 +25,7 @@ class KeyRates:
         received); None where it has no rate in force. None to take: the key is noted as held."""
         if self.ctx.rates is None:
             return None
-        scope, now = keys.rate_scope(ckey), self.ctx.clock.now()
+        scope, now = key_scope(ckey), self.ctx.clock.now()
         try:
             grant = self.ctx.rates.take([scope], 1, now)
         except TransientError:
@@ -53,7 +53,7 @@ class KeyRates:
                 sent = keys.wake(store=self.ctx.store, queue=self.ctx.queue, ckey=ckey, now=now)
                 # Some sent: looked at again next round, once they took their grants. None sent:
                 # held again until the window next has room (none due: room, or no rate).
-                scope = keys.rate_scope(ckey)
+                scope = key_scope(ckey)
                 again = now if sent else self.ctx.rates.next_due(scope, now) if self.ctx.rates else None
                 if again is not None:
                     self.held[ckey] = again
