@@ -30,6 +30,7 @@ from sluice.local.demo_dag import (
     URGENT_MAX,
     scene_payload,
 )
+from sluice.local.demo_rate import RATE, RATE_JOBS, RATE_LANE, RATE_LANE_MAX
 
 pytestmark = [pytest.mark.deploy, pytest.mark.slow]
 
@@ -87,8 +88,8 @@ def test_demo_small_batch_never_exceeds_max_and_accounts_for_every_message(tmp_p
     assert result["messages"] == COUNT
     assert fates.get("lost", 0) == 0
     assert sum(fates.values()) == COUNT
-    # The DAG's nodes, the stored payload and the tenant's burst, accounted for in result["dag"].
-    extra = len(DAG) + 1 + len(TENANT_JOBS) + len(URGENT_JOBS)
+    # The DAG's nodes, the stored payload, the tenant's burst and the lanes', accounted for apart.
+    extra = len(DAG) + 1 + len(TENANT_JOBS) + len(URGENT_JOBS) + len(RATE_JOBS)
     assert fates["started"] + extra == len(intervals) == sum(result["statuses"].values())
     assert fates.get("invalid", 0) == result["raw_messages"] == result["dlq"] >= 1
     assert all(result["dlq_reasons"].values())
@@ -106,10 +107,10 @@ def test_demo_small_batch_never_exceeds_max_and_accounts_for_every_message(tmp_p
     nodes = {n["key"]: n for n in dag["nodes"]}
     assert dag["problems"] == [] and dag["violations"] == []
     commands = dag["commands"]
-    assert len(commands) == 6 and commands[3].startswith("sluice set-max 2 --key heavy")
+    assert len(commands) == 7 and commands[3].startswith("sluice set-max 2 --key heavy")
     assert all(c.startswith("sluice enqueue ") for c in commands[:3] + commands[4:])
     assert sum("--after" in c for c in commands) == 2 and "--concurrency-key heavy" in commands[4]
-    assert f"--lane {URGENT_LANE}" in commands[5]
+    assert f"--lane {URGENT_LANE}" in commands[5] and f"--lane {RATE_LANE}" in commands[6]
     assert set(nodes) == {k for k, _ in DAG} and set(dag["order"]) == set(nodes)
     for key, awaits in DAG:
         node = nodes[key]
@@ -148,6 +149,17 @@ def test_demo_small_batch_never_exceeds_max_and_accounts_for_every_message(tmp_p
     assert result["lane_peaks"][URGENT_LANE] == urgent["peak"]
     assert 1 <= result["lane_peaks"]["default"] <= MAXIMUM
     assert f"in lane {URGENT_LANE!r} (MAX {URGENT_MAX}" in done.stdout
+
+    # The lane under a rate (laneRateLimits=api=1/second): every payload ran, and its grants, read
+    # from the rate book, and recounted here, never more than N in any window of the period.
+    rated = result["rate"]
+    assert rated["problems"] == [] and rated["started"] == len(RATE_JOBS)
+    grants = rated["grants"]
+    assert len(grants) >= len(RATE_JOBS)
+    assert max(sum(1 for u in grants if t <= u < t + RATE.period) for t in grants) == RATE.count
+    assert grants[-1] - grants[0] >= (len(RATE_JOBS) - 1) * RATE.period / RATE.count - 0.01
+    assert 1 <= result["lane_peaks"][RATE_LANE] <= RATE_LANE_MAX
+    assert f"in lane {RATE_LANE!r} (laneRateLimits={RATE_LANE}={RATE})" in done.stdout
 
     chart = out / "demo-chart.png"
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -18,7 +18,7 @@ import pytest
 
 from sluice.core.clock import FakeClock
 from sluice.core.events import StatusChange
-from sluice.local import chart, demo_dag
+from sluice.local import chart, demo_dag, demo_rate
 from sluice.local.dashboard import Snapshot, plain_line
 from sluice.local.demo_batch import Sent
 from sluice.local.demo_report import Result, summary_lines
@@ -193,3 +193,32 @@ def test_item6_the_chart_legend_leaves_the_plot_clear_and_the_running_line_is_on
         lanes=lanes,
     )
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_rate_panel_draws_each_periods_starts_against_the_rate_below_the_running_plot(tmp_path):
+    starts = [0.2, 0.9, 1.5, 3.0, 3.1, 3.9]
+    assert chart.per_period(starts, 1) == [(0, 2), (1, 1), (2, 0), (3, 3)]
+    assert demo_rate.most_in_window(starts, 1) == 3  # [3.0, 3.9]
+    assert demo_rate.most_in_window([0.0, 1.0, 2.0], 1) == 1  # a window is [t, t + P)
+    rate = chart.RatePanel("lane api", 1, 1, "1/second", starts)
+    intervals = [(t, t + 2) for t in starts]
+    fig = chart.figure(
+        intervals=intervals, samples=[], waiting=[(0.0, 3)], maximum=4, title="demo", rate=rate
+    )
+    try:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        plot, under = fig.axes[0], fig.axes[1]
+        assert under.get_window_extent(renderer).y1 < plot.get_window_extent(renderer).y0
+        heights = [bar.get_height() for bar in under.patches]
+        assert heights == [2, 1, 0, 3]
+        assert [line.get_ydata()[0] for line in under.get_lines()] == [1]  # the rate's N
+        (legend,) = fig.legends
+        box = legend.get_window_extent(renderer)
+        for area in (plot, under):
+            assert not box.overlaps(area.get_window_extent(renderer)), "the legend covers a plot"
+        assert "lane api rate: 1/second" in [t.get_text() for t in legend.get_texts()]
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)

@@ -1,12 +1,37 @@
-"""The demo's chart: running executions over time against MAX (matplotlib, no display needed)."""
+"""The demo's chart: running executions over time against MAX (matplotlib, no display needed); below
+it, a rated scope's starts per period against its rate."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 LANE_COLOURS = ("#2ca02c", "#9467bd", "#8c564b", "#e377c2")
+
+
+@dataclass(frozen=True)
+class RatePanel:
+    """A scope under a rate: its name, the rate's N per ``period`` seconds (``label``: ``1/second``)
+    and its start times (seconds since the batch was enqueued)."""
+
+    scope: str
+    count: int
+    period: int
+    label: str
+    starts: Sequence[float]
+
+
+def per_period(starts: Sequence[float], period: float) -> list[tuple[float, int]]:
+    """(window start, starts in [window start, + period)) for every window from 0 to the last start."""
+    if not starts:
+        return []
+    counts = [0] * (math.floor(max(starts) / period) + 1)
+    for t in starts:
+        counts[max(0, math.floor(t / period))] += 1
+    return [(i * period, n) for i, n in enumerate(counts)]
 
 
 def running_steps(intervals: Sequence[tuple[float, float]]) -> list[tuple[float, int]]:
@@ -37,12 +62,19 @@ def draw(
     maximum: int,
     title: str,
     lanes: Mapping[str, tuple[Sequence[tuple[float, float]], int]] | None = None,
+    rate: RatePanel | None = None,
 ) -> Path:
     """Write the PNG of ``figure``."""
     import matplotlib.pyplot as plt
 
     fig = figure(
-        intervals=intervals, samples=samples, waiting=waiting, maximum=maximum, title=title, lanes=lanes
+        intervals=intervals,
+        samples=samples,
+        waiting=waiting,
+        maximum=maximum,
+        title=title,
+        lanes=lanes,
+        rate=rate,
     )
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -60,29 +92,40 @@ def figure(
     maximum: int,
     title: str,
     lanes: Mapping[str, tuple[Sequence[tuple[float, float]], int]] | None = None,
+    rate: RatePanel | None = None,
 ) -> Any:
     """The chart: the exact running count from start/stop times (a thick step line, drawn over
     everything else), the ListExecutions samples (dots), MAX (dashed) and the queue backlog (right
     axis); with ``lanes`` (name → the lane's (start, stop) pairs and its MAX), each lane's running
-    count (thin, dash-dotted) and its MAX (dotted). The legend sits below the plot, never on it.
+    count (thin, dash-dotted) and its MAX (dotted); with ``rate``, a panel below: the scope's starts
+    in each period (bars) against its rate (dashed). The legend sits below the plot, never on it.
     The caller closes the figure."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(10, 5.6), dpi=110)
+    if rate is None:
+        fig, ax = plt.subplots(figsize=(10, 5.6), dpi=110)
+        under = None
+    else:
+        fig, (ax, under) = plt.subplots(
+            2, 1, figsize=(10, 7.4), dpi=110, sharex=True, gridspec_kw={"height_ratios": (3, 1)}
+        )
     _running(ax, intervals, samples, maximum)
     _lanes(ax, lanes or {}, maximum)
     ax.set_ylim(0, maximum * 1.15 + 1)
     ax.set_xlim(left=0)
-    ax.set_xlabel("seconds since the batch was enqueued")
+    (ax if under is None else under).set_xlabel("seconds since the batch was enqueued")
     ax.set_ylabel("running executions")
     ax.grid(alpha=0.3)
     ax.set_title(title, fontsize=11)
     handles, labels = ax.get_legend_handles_labels()
     if waiting:
         more, more_labels = _backlog(ax, waiting)
+        handles, labels = handles + more, labels + more_labels
+    if under is not None and rate is not None:
+        more, more_labels = _rate(under, rate)
         handles, labels = handles + more, labels + more_labels
     rows = -(-len(handles) // 3)
     fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
@@ -144,6 +187,27 @@ def _lanes(ax: Any, lanes: Mapping[str, tuple[Sequence[tuple[float, float]], int
                 zorder=3,
                 label=f"lane {lane} MAX = {lane_max}",
             )
+
+
+def _rate(ax: Any, rate: RatePanel) -> tuple[list[Any], list[str]]:
+    """The scope's starts in each period (bars) and its rate's N (dashed); its legend entries."""
+    bars = per_period(rate.starts, rate.period)
+    ax.bar(
+        [t for t, _ in bars],
+        [n for _, n in bars],
+        width=rate.period * 0.85,
+        align="edge",
+        color="#17becf",
+        alpha=0.75,
+        label=f"starts in {rate.scope} per {rate.period} s (Step Functions' times)",
+    )
+    ax.axhline(
+        rate.count, color="#d62728", linestyle="--", linewidth=1.2, label=f"{rate.scope} rate: {rate.label}"
+    )
+    ax.set_ylim(0, max([rate.count, *(n for _, n in bars)]) * 1.6 + 0.5)
+    ax.set_ylabel(f"starts per {rate.period} s")
+    ax.grid(alpha=0.3)
+    return ax.get_legend_handles_labels()
 
 
 def _backlog(ax: Any, waiting: Sequence[tuple[float, int]]) -> tuple[list[Any], list[str]]:

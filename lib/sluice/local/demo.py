@@ -45,7 +45,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from sluice.local import demo_dag
+from sluice.local import demo_dag, demo_rate
 from sluice.local.demo_batch import DEMO_WORKFLOW, Producer, Sent, generate_batch, load_batch
 from sluice.local.demo_options import Options
 from sluice.local.demo_report import Result, account, summary_lines
@@ -134,6 +134,7 @@ class Demo:
                     "maxConcurrency": str(self.o.maximum),
                     "stateMachineArn": WORKFLOW_ARN,
                     "lanes": demo_dag.lanes_param(self.o.maximum),
+                    "laneRateLimits": demo_rate.lane_rates_param(),
                 },
             )
 
@@ -165,13 +166,20 @@ class Demo:
             then=lambda: demo_dag.send(aws.environ(), STAGE),
         )
         run.snapshot.batch = len(planned)
-        run.snapshot.extra = len(demo_dag.DAG) + 1 + len(demo_dag.TENANT_JOBS) + len(demo_dag.URGENT_JOBS)
+        run.snapshot.extra = (
+            len(demo_dag.DAG)
+            + 1
+            + len(demo_dag.TENANT_JOBS)
+            + len(demo_dag.URGENT_JOBS)
+            + len(demo_rate.RATE_JOBS)
+        )
         print(
             f"Enqueueing {len(planned)} messages while Sluice runs, then a DAG of "
             f"{len(demo_dag.DAG)}, a {demo_dag.SCENE_BYTES // 1024} KiB payload, a tenant's "
             f"{len(demo_dag.TENANT_JOBS)} under a concurrency key of cap {demo_dag.TENANT_CAP} "
             f"and {len(demo_dag.URGENT_JOBS)} in the lane {demo_dag.URGENT_LANE!r} (MAX "
-            f"{demo_dag.URGENT_MAX}, priority 1) with `sluice enqueue` …",
+            f"{demo_dag.URGENT_MAX}, priority 1), then {len(demo_rate.RATE_JOBS)} in the lane "
+            f"{demo_rate.RATE_LANE!r} at {demo_rate.RATE} with `sluice enqueue` …",
             flush=True,
         )
         started = time.time()
@@ -201,6 +209,9 @@ class Demo:
         result.dag = dag.to_dict()
         result.problems += dag.problems
         result.ok = result.ok and dag.ok
+        result.rate = demo_rate.check(aws, deployment.outputs, played.extras.rated, played.started)
+        result.problems += result.rate["problems"]
+        result.ok = result.ok and not result.rate["problems"]
         if section is not None:
             result.semaphore = section.to_dict()
             result.problems += section.problems()

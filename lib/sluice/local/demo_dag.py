@@ -9,6 +9,7 @@ burst under a concurrency key, through ``sluice enqueue`` and ``sluice set-max -
                            sluice enqueue --concurrency-key heavy): at most 2 at once, the rest wait
     urgent-1 … 4 ──► lane "urgent" (MAX 2, priority 1; the stack deployed with lanes=urgent:2:1):
                            sluice enqueue --lane urgent: each freed slot goes to it first
+    api-1 … 12 ──► lane "api", under a rate (sluice.local.demo_rate)
 
 The producer sends them with the real command, as a user would (``python -m sluice.cli enqueue
 --stage demo --json``, one process per command, against the embedded AWS), after the batch: the
@@ -37,7 +38,7 @@ from typing import Any
 
 from sluice.adapters.dynamo.store import DynamoStore
 from sluice.core.names import execution_arn, execution_name
-from sluice.local import chart
+from sluice.local import chart, demo_rate
 from sluice.local.demo_batch import Sent
 
 # (key, the keys it awaits), in the order the commands send them.
@@ -59,8 +60,9 @@ SCENE_BYTES = 600 * 1024  # over the pointer threshold (260,096 bytes) and over 
 
 
 def lanes_param(maximum: int) -> str:
-    """The stack parameter ``lanes`` the demo deploys with: the small urgent lane, and default."""
-    return f"{URGENT_LANE}:{URGENT_MAX}:1,default:{maximum}"
+    """The stack parameter ``lanes`` the demo deploys with: the small urgent lane, the rated lane
+    (``sluice.local.demo_rate``), and default."""
+    return f"{URGENT_LANE}:{URGENT_MAX}:1,{demo_rate.lane_param()},default:{maximum}"
 
 
 def scene_payload(size: int = SCENE_BYTES) -> str:
@@ -86,6 +88,7 @@ class Extras:
     scene: Sent | None = None
     tenant: list[Sent] = field(default_factory=list)
     urgent: list[Sent] = field(default_factory=list)
+    rated: list[Sent] = field(default_factory=list)  # the rated lane's (demo_rate.py)
     urgent_sent_at: float = 0.0  # when the urgent lane's command was run (epoch seconds)
     stored: str = ""  # the s3:// URI the command reported
     commands: list[str] = field(default_factory=list)
@@ -93,12 +96,12 @@ class Extras:
 
     @property
     def sent(self) -> list[Sent]:
-        return [*self.dag, *([self.scene] if self.scene else []), *self.tenant, *self.urgent]
+        return [*self.dag, *([self.scene] if self.scene else []), *self.tenant, *self.urgent, *self.rated]
 
 
 def send(environ: dict[str, str], stage: str) -> Extras:
     """Send the DAG and the scene with ``sluice enqueue`` (three commands), then give the tenant's
-    key its cap and send its burst under it."""
+    key its cap and send its burst under it; last, the lanes' payloads."""
     extras = Extras()
     env = {**os.environ, **environ}
     with tempfile.TemporaryDirectory(prefix="sluice-demo-dag-") as work:
@@ -141,6 +144,8 @@ def send(environ: dict[str, str], stage: str) -> Extras:
                     extras.tenant.append(sent)
                 elif row["key"] in URGENT_JOBS:
                     extras.urgent.append(sent)
+                elif row["key"] in demo_rate.RATE_JOBS:
+                    extras.rated.append(sent)
                 else:
                     extras.dag.append(sent)
 
@@ -152,6 +157,8 @@ def send(environ: dict[str, str], stage: str) -> Extras:
         # Last, urgent work in its own lane, while the batch may still be queued in default.
         extras.urgent_sent_at = time.time()
         enqueue(len(steps) + 1, URGENT_JOBS, ["--lane", URGENT_LANE], False, seconds=2)
+        rated = ["--lane", demo_rate.RATE_LANE]
+        enqueue(len(steps) + 2, demo_rate.RATE_JOBS, rated, False, seconds=demo_rate.RATE_JOB_SECONDS)
     return extras
 
 

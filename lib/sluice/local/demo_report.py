@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sluice.core.names import execution_name
-from sluice.local import chart
+from sluice.local import chart, demo_rate
 from sluice.local.demo_batch import Sent
 from sluice.local.demo_dag import URGENT_LANE, URGENT_MAX, DagResult
 from sluice.local.demo_dag import summary_lines as dag_lines
@@ -59,6 +59,7 @@ class Result:
     timeline: dict[str, Any] = field(default_factory=dict)
     semaphore: dict[str, Any] = field(default_factory=dict)  # the semaphore part (demo_semaphore.py)
     dag: dict[str, Any] = field(default_factory=dict)  # the DAG and the stored payload (demo_dag.py)
+    rate: dict[str, Any] = field(default_factory=dict)  # the rated lane (demo_rate.py)
 
 
 def account(
@@ -97,7 +98,7 @@ def account(
     r.record_mismatches = _record_mismatches(ran, records)
 
     intervals, by_lane = _spans(ran, records, started)
-    lane_max = {URGENT_LANE: URGENT_MAX, "default": o.maximum}
+    lane_max = {URGENT_LANE: URGENT_MAX, demo_rate.RATE_LANE: demo_rate.RATE_LANE_MAX, "default": o.maximum}
     r.lane_peaks = {lane: chart.peak(spans) for lane, spans in sorted(by_lane.items())}
     r.peak_timed = chart.peak(intervals)
     _take_run(r, run)
@@ -247,6 +248,13 @@ def _draw(
             waiting=run.waiting,
             maximum=o.maximum,
             lanes=lanes,
+            rate=chart.RatePanel(
+                f"lane {demo_rate.RATE_LANE}",
+                demo_rate.RATE.count,
+                demo_rate.RATE.period,
+                f"{demo_rate.RATE}",
+                [a for a, _ in lanes.get(demo_rate.RATE_LANE, ([], 0))[0]],
+            ),
             title=(
                 f"Sluice demo: {executions} executions from {r.messages} messages, MAX {o.maximum}, "
                 f"peak {max(r.peak_timed, r.peak_sampled)}"
@@ -334,6 +342,8 @@ def summary_lines(r: Result) -> list[str]:
         lines.append(f"    DLQ reason: {reason}")
     if r.dag:
         lines += dag_lines(DagResult.from_dict(r.dag))
+    if r.rate:
+        lines += demo_rate.summary_lines(r.rate)
     if r.semaphore:
         lines += semaphore_lines(SectionResult(**r.semaphore))
     lines.append("RESULT: " + ("OK" if r.ok else "FAILED: " + "; ".join(r.problems)))
