@@ -203,14 +203,21 @@ class ExplorerModel(Model):
         shrank, or went though still inside its period), read against the book as last written."""
         windows = item.get("windows", {}).get("M", {})
         books: dict[tuple[str, str], dict[int, int]] = self.__dict__.setdefault("_books", {})
+        # A write that changes a rate (``sluice set-rate``) gives nothing back: what its window
+        # lost is still granted (a window reset by a rate change lets more than N through).
+        overrides = {k: v.get("S") for k, v in item.get("overrides", {}).get("M", {}).items()}
+        seen: dict[str, dict[str, Any]] = self.__dict__.setdefault("_overrides", {})
+        changed, seen[pk] = seen.get(pk, {}) != overrides, overrides
         for scope in sorted(set(windows) | {s for p, s in books if p == pk}):
             text = windows.get(scope, {}).get("S", "")
             new = {int(at): int(n) for at, n in (pair.split(":") for pair in text.split())}
             old = books.get((pk, scope), {})
             books[(pk, scope)] = new
-            self._on_window(scope, old, new)
+            self._on_window(scope, old, new, gives_back=not changed)
 
-    def _on_window(self, scope: str, old: dict[int, int], new: dict[int, int]) -> None:
+    def _on_window(
+        self, scope: str, old: dict[int, int], new: dict[int, int], *, gives_back: bool = True
+    ) -> None:
         rate = self.rate_of(scope)
         grants = self.grants.setdefault(scope, {})
         grown = {at: n - old.get(at, 0) for at, n in new.items() if n > old.get(at, 0)}
@@ -218,8 +225,10 @@ class ExplorerModel(Model):
         pruned_before = max(grown, default=None)
         for at, n in old.items():
             gone = n - new.get(at, 0)
-            if gone > 0 and not (
-                pruned_before is not None and at not in new and at <= pruned_before - period
+            if (
+                gives_back
+                and gone > 0
+                and not (pruned_before is not None and at not in new and at <= pruned_before - period)
             ):
                 grants[at] = grants.get(at, 0) - gone
         for at, n in grown.items():
