@@ -347,6 +347,17 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
         "a rate set at run time that empties its scope's window",
         [(sluice.features.rate_limits.RateBook, "with_override", _override_resetting)],
     ),
+    "redrive_hidden_by_a_stale_describe": (
+        "a run listed RUNNING long after its release not adopted on a stale DescribeExecution "
+        "(the code before seed 818180473's fix)",
+        [
+            (
+                sluice.launch.reconcile,
+                "_ran_again",
+                lambda p, info, record: not info.ended and not info.not_redriven_since(record.ended_at),
+            )
+        ],
+    ),
     "key_waiter_takes_no_grant": (
         "a waiter woken from its key's line that starts on the room its wake read, without a grant",
         [(sluice.launch.per_message.MessageProtocol, "_one", _one_but_woken_take_no_grant)],

@@ -69,7 +69,13 @@ from sluice.features.keys import sweep as sweep_keys
 from sluice.features.parking import sweep
 from sluice.features.receipts import Outputs
 from sluice.features.stores import LaunchStore
-from sluice.launch.completion import REDRIVABLE_ENDS, complete, output_from, record_redriven_success
+from sluice.launch.completion import (
+    REDRIVABLE_ENDS,
+    complete,
+    earlier_end,
+    output_from,
+    record_redriven_success,
+)
 from sluice.launch.settings import Settings
 
 log = logging.getLogger("sluice.reconcile")
@@ -282,10 +288,8 @@ def _count_unknown(
         record = records.get(name)
         if record is not None and not record.state.holds_lease:
             info = p.executions.describe(name, record.arn)
-            if info is None or info.ended:
+            if info is None or not _ran_again(p, info, record):
                 continue  # ended and released; the listing is behind
-            if info.not_redriven_since(record.ended_at):
-                continue  # Step Functions says it was not redriven: a stale RUNNING answer
             # Running again although it ended (an operator's RedriveExecution): it holds a slot
             # and its key again, so nothing new starts beside it.
             if p.store.adopt(name=name, now=p.now):
@@ -297,6 +301,31 @@ def _count_unknown(
             _hold_for_redriven(p.store, record.key, name, running, p.now, p.logger)
         external += 1
     return external, adopted
+
+
+def _ran_again(p: _Pass, info: ExecutionInfo, record: ExecutionRecord) -> bool:
+    """Whether a run its record says ended, listed RUNNING, runs again (a redrive). Both answers
+    may be stale by up to S (docs/protocol.md, "Staleness"): a listing just after the end still
+    shows it RUNNING, and a DescribeExecution just after a redrive still gives the end before it
+    (with no redrive reported). Where they disagree, the age of the end decides: a listing taken
+    the window after the end cannot be behind it, so the run ran again, and adopting it keeps its
+    key from a second run (explorer seed 818180473):
+
+        e1 of k ABORTED at s, released          … the window passes …      RedriveExecution(e1)
+        reconciliation: listed RUNNING; DescribeExecution: ABORTED at s (stale)
+            before: "the listing is behind" → claim(k) free → k runs twice
+            now:    the end is the window old → adopt(e1) → claim(k) finds e1
+
+    Within the window either may be the stale one; the run is left to the next pass (a listing
+    behind an end is common, a redrive within seconds of the release rare). A clock ahead adopts
+    a run that ended: it holds its slot until a pass past the adoption's window releases it."""
+    if info.ended and not earlier_end(info, record):
+        return False  # a new end, after a redrive: the listing is behind that end
+    if not info.ended and not info.not_redriven_since(record.ended_at):
+        return True  # RUNNING, a redrive after its end reported or not ruled out
+    if record.state not in REDRIVABLE_ENDS or record.ended_at is None:
+        return False  # (a success is its last end: never redriven)
+    return p.now - record.ended_at >= p.settings.consistency_window_seconds
 
 
 def _sweep_rooms(p: _Pass) -> int:
