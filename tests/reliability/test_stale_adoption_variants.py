@@ -4,6 +4,7 @@ tests/integration/test_breaker_findings.py must then fail with a wrong AWS state
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import Any
 
@@ -39,8 +40,9 @@ def test_a_resume_that_takes_a_vanished_machine_for_never_started_is_caught(monk
 def test_a_running_answer_that_reports_no_redrive_is_not_adopted(session):
     """DescribeExecution's own word that no redrive followed the end (``redriveCount`` 0, as Step
     Functions reports it; moto reports none, so the hook adds it): a RUNNING answer for a released
-    run is stale, and nothing is adopted."""
-    stack = build_stack(session, max_concurrency=2, clock=FakeClock())
+    run is stale within the window of its end, and nothing is adopted (the launcher's clock is
+    Step Functions': moto's stop dates are the wall clock's)."""
+    stack = build_stack(session, max_concurrency=2, clock=FakeClock(time.time()))
     stack.send({"id": "p"}, group="a")
     stack.launcher().tick()
     (p,) = stack.running()
