@@ -32,6 +32,7 @@ import sluice.launch.handover
 import sluice.launch.message_branches
 import sluice.launch.per_message
 import sluice.launch.reconcile
+import sluice.launch.redriven
 from sluice.adapters.dynamo.release import ReleasesTable
 from sluice.adapters.dynamo.slots import DynamoSlots
 from sluice.adapters.dynamo.store import DynamoStore
@@ -311,7 +312,7 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
     "redriven_listing_skipped": (
         "reconciliation that never lists the redriven runs: a redriven run's success whose event "
         "was lost stays unwritten (the code before it was fixed)",
-        [(sluice.launch.reconcile, "_redriven_successes", lambda p: 0)],
+        [(sluice.launch.reconcile, "redriven_successes", lambda p: 0)],
     ),
     "plain_vanished_unmarked": (
         "a plain run released with an unknown outcome marks no once_unknown (the code before it was fixed)",
@@ -352,8 +353,8 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
         "(the code before seed 818180473's fix)",
         [
             (
-                sluice.launch.reconcile,
-                "_ran_again",
+                sluice.launch.redriven,
+                "ran_again",
                 lambda p, info, record: not info.ended and not info.not_redriven_since(record.ended_at),
             )
         ],

@@ -1,5 +1,5 @@
 """Attacks on reconciliation's adoption of a run listed RUNNING whose record ended and was released,
-when DescribeExecution disagrees (``sluice.launch.reconcile._ran_again``, explorer seed 818180473):
+when DescribeExecution disagrees (``sluice.launch.redriven.ran_again``, explorer seed 818180473):
 past the consistency window of the record's end (Step Functions' stop date, by the reconciler's
 clock) the run is adopted whatever DescribeExecution says; within it, nothing is adopted.
 

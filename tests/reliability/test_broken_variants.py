@@ -47,6 +47,7 @@ import sluice.launch.launcher
 import sluice.launch.message_branches
 import sluice.launch.per_message
 import sluice.launch.reconcile
+import sluice.launch.redriven
 import sluice.ops.maximum
 import sluice.primitives.fanout
 import sluice.runtime
@@ -373,7 +374,7 @@ def test_records_of_redrivable_executions_kept_only_for_the_retention_is_caught(
 
 
 def test_a_reconciliation_that_never_blocks_a_claim_of_a_redriven_key_is_caught(monkeypatch):
-    monkeypatch.setattr(sluice.launch.reconcile, "_hold_for_redriven", lambda *args: None)
+    monkeypatch.setattr(sluice.launch.redriven, "hold_for_redriven", lambda *args: None)
     caught(breaks.test_a_claim_of_a_key_whose_earlier_run_was_redriven_never_starts)
 
 

@@ -342,7 +342,7 @@ class MessageProtocol:
         was blocked (settled: ``_renewal_refused``), released or marked meanwhile: look again.
 
         The start mark is the fence against reconciliation's block (a redriven run of the key,
-        ``sluice.launch.reconcile._hold_for_redriven``); each is conditional on the other's absence, so
+        ``sluice.launch.redriven.hold_for_redriven``); each is conditional on the other's absence, so
         whichever lands first wins and no StartExecution follows a block:
 
             launcher (claim N of key k)         reconciliation

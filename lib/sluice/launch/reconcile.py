@@ -57,7 +57,6 @@ from sluice.core.model import (
     ClaimFence,
     ExecutionInfo,
     ExecutionRecord,
-    ExecutionStatus,
     ExternalCount,
     LimitSource,
     PayloadState,
@@ -70,12 +69,10 @@ from sluice.features.parking import sweep
 from sluice.features.receipts import Outputs
 from sluice.features.stores import LaunchStore
 from sluice.launch.completion import (
-    REDRIVABLE_ENDS,
     complete,
-    earlier_end,
     output_from,
-    record_redriven_success,
 )
+from sluice.launch.redriven import Pass, count_unknown, redriven_successes
 from sluice.launch.settings import Settings
 
 log = logging.getLogger("sluice.reconcile")
@@ -116,14 +113,14 @@ def reconcile(
     count = store.next_count()
     h2 = store.ledger().holders
     now = clock.now()
-    p = _Pass(store, executions, queue, settings, reconciler, now, logger, outputs, effects)
+    p = Pass(store, executions, queue, settings, reconciler, now, logger, outputs, effects)
 
     missing = h1 - running
     unknown_running = running - h2
     records = store.executions(missing | unknown_running)
     released, confirmed, judged = _judge_missing(p, missing, records)
-    external, adopted = _count_unknown(p, unknown_running, records, running)
-    _redriven_successes(p)
+    external, adopted = count_unknown(p, unknown_running, records, running)
+    redriven_successes(p)
     woken = _sweep_rooms(p)
     drift = judged + external + adopted
     counted = ExternalCount(external, count, listed_after)
@@ -147,53 +144,8 @@ def reconcile(
     return report
 
 
-@dataclass(frozen=True, slots=True)
-class _Pass:
-    """What one reconciliation works with, and when it runs."""
-
-    store: LaunchStore
-    executions: Executions
-    queue: Queue
-    settings: Settings
-    reconciler: str
-    now: float
-    logger: logging.Logger | logging.LoggerAdapter
-    outputs: Outputs | None
-    effects: Effects | None
-
-
-def _redriven_successes(p: _Pass) -> int:
-    """Redriven runs that SUCCEEDED while Sluice did not hold them (redriven after their release,
-    ended before any reconciliation listed them RUNNING) and whose status event was lost: their
-    records still hold the earlier end. Their success is written as the event would have written
-    it (``record_redriven_success``). Returns how many. A success already written, or a record
-    gone with TTL, costs the read alone."""
-    listed = p.executions.redriven_succeeded()
-    if not listed:
-        return 0
-    written = 0
-    for name, record in sorted(p.store.executions(set(listed)).items()):
-        if record.state not in REDRIVABLE_ENDS:
-            continue
-        info = p.executions.describe(name, record.arn)
-        if info is None or info.status != ExecutionStatus.SUCCEEDED:
-            continue  # a listing ahead of a stale answer: the next pass asks again
-        stopped = listed[name] or info.stop_date or p.now
-        output = output_from(info.output, p.outputs)
-        written += record_redriven_success(
-            record,
-            store=p.store,
-            queue=p.queue,
-            now=p.now,
-            ended_at=stopped,
-            output=output,
-            effects=p.effects,
-        )
-    return written
-
-
 def _judge_missing(
-    p: _Pass, missing: AbstractSet[str], records: Mapping[str, ExecutionRecord]
+    p: Pass, missing: AbstractSet[str], records: Mapping[str, ExecutionRecord]
 ) -> tuple[int, int, int]:
     """The holders the listing did not show, each judged by DescribeExecution once its claim, start
     and adoption are older than the consistency window. Returns (released, confirmed running,
@@ -221,7 +173,7 @@ def _judge_missing(
 HISTORY_KEPT_SECONDS = (366 + 90) * 86_400
 
 
-def _judge(p: _Pass, name: str, record: ExecutionRecord) -> tuple[int, int]:
+def _judge(p: Pass, name: str, record: ExecutionRecord) -> tuple[int, int]:
     """One holder past the window, by DescribeExecution's word. Returns (released, marked running)."""
     try:
         info = p.executions.describe(name, record.arn)
@@ -275,60 +227,7 @@ def _judge(p: _Pass, name: str, record: ExecutionRecord) -> tuple[int, int]:
     return 0, 0
 
 
-def _count_unknown(
-    p: _Pass,
-    unknown_running: AbstractSet[str],
-    records: Mapping[str, ExecutionRecord],
-    running: set[str],
-) -> tuple[int, int]:
-    """The listed runs the ledger does not hold: a redrive of one that ended is adopted (or its key
-    held for it); the rest are external. Returns (external, adopted)."""
-    external = adopted = 0
-    for name in sorted(unknown_running):
-        record = records.get(name)
-        if record is not None and not record.state.holds_lease:
-            info = p.executions.describe(name, record.arn)
-            if info is None or not _ran_again(p, info, record):
-                continue  # ended and released; the listing is behind
-            # Running again although it ended (an operator's RedriveExecution): it holds a slot
-            # and its key again, so nothing new starts beside it.
-            if p.store.adopt(name=name, now=p.now):
-                adopted += 1
-                p.logger.warning(
-                    "execution running again; slot and lease taken back", extra={"execution_name": name}
-                )
-                continue
-            _hold_for_redriven(p.store, record.key, name, running, p.now, p.logger)
-        external += 1
-    return external, adopted
-
-
-def _ran_again(p: _Pass, info: ExecutionInfo, record: ExecutionRecord) -> bool:
-    """Whether a run its record says ended, listed RUNNING, runs again (a redrive). Both answers
-    may be stale by up to S (docs/protocol.md, "Staleness"): a listing just after the end still
-    shows it RUNNING, and a DescribeExecution just after a redrive still gives the end before it
-    (with no redrive reported). Where they disagree, the age of the end decides: a listing taken
-    the window after the end cannot be behind it, so the run ran again, and adopting it keeps its
-    key from a second run (explorer seed 818180473):
-
-        e1 of k ABORTED at s, released          … the window passes …      RedriveExecution(e1)
-        reconciliation: listed RUNNING; DescribeExecution: ABORTED at s (stale)
-            before: "the listing is behind" → claim(k) free → k runs twice
-            now:    the end is the window old → adopt(e1) → claim(k) finds e1
-
-    Within the window either may be the stale one; the run is left to the next pass (a listing
-    behind an end is common, a redrive within seconds of the release rare). A clock ahead adopts
-    a run that ended: it holds its slot until a pass past the adoption's window releases it."""
-    if info.ended and not earlier_end(info, record):
-        return False  # a new end, after a redrive: the listing is behind that end
-    if not info.ended and not info.not_redriven_since(record.ended_at):
-        return True  # RUNNING, a redrive after its end reported or not ruled out
-    if record.state not in REDRIVABLE_ENDS or record.ended_at is None:
-        return False  # (a success is its last end: never redriven)
-    return p.now - record.ended_at >= p.settings.consistency_window_seconds
-
-
-def _sweep_rooms(p: _Pass) -> int:
+def _sweep_rooms(p: Pass) -> int:
     """The three waiting rooms swept (parked duplicates, awaits, key lines). Returns how many
     parked messages were woken."""
     rooms = p.store.rooms()  # the three waiting rooms' indexes, in one read
@@ -363,40 +262,6 @@ def _its_end(info: ExecutionInfo, record: ExecutionRecord) -> bool:
     Within the window the holder is not judged at all (``reconcile``), so a stale end is never
     taken for the end of a redriven run."""
     return info.ended
-
-
-def _hold_for_redriven(
-    store: Store,
-    key: str,
-    redriven: str,
-    running: set[str],
-    now: float,
-    logger: logging.Logger | logging.LoggerAdapter,
-) -> None:
-    """``redriven`` runs again but another run holds its key's lease, so it counts as external.
-
-    The key is marked: when that holder ends, no new claim may take the lease beside the redriven
-    run; the next claim adopts it instead (or lifts the mark once it has ended)::
-
-        reconcile: adopt(R) ✗ (H holds)  → mark_redriven(k, R)
-        H ends → lease free              → claim(k) ✗ LeaseHeld(redriven=R) → R running: adopt(R)
-                                            (R ended: clear_redriven) → look again
-
-    If the holder's claim has not started (not listed), it must not start now either: its launcher,
-    resuming, finds it blocked and yields."""
-    payload = store.payload(key)
-    holder = payload.holder if payload is not None else None
-    if holder is None or holder == redriven:
-        return
-    if payload is not None and payload.redriven != redriven:
-        store.mark_redriven(key=key, name=redriven, now=now)
-    if holder in running:
-        return
-    if store.block(name=holder, by=redriven, now=now):
-        logger.warning(
-            "unstarted claim blocked: a redriven run of its key runs",
-            extra={"execution_name": holder, "redriven": redriven},
-        )
 
 
 def _settle_unstarted(

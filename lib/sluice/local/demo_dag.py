@@ -157,8 +157,7 @@ def send(environ: dict[str, str], stage: str) -> Extras:
         # Last, urgent work in its own lane, while the batch may still be queued in default.
         extras.urgent_sent_at = time.time()
         enqueue(len(steps) + 1, URGENT_JOBS, ["--lane", URGENT_LANE], False, seconds=2)
-        rated = ["--lane", demo_rate.RATE_LANE]
-        enqueue(len(steps) + 2, demo_rate.RATE_JOBS, rated, False, seconds=demo_rate.RATE_JOB_SECONDS)
+        enqueue(len(steps) + 2, *demo_rate.ENQUEUE)
     return extras
 
 

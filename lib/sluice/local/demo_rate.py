@@ -26,6 +26,8 @@ RATE_LANE_MAX = 3
 RATE = Rate(1, 1)  # 1/second
 RATE_JOBS = [f"api-{i}" for i in range(1, 13)]
 RATE_JOB_SECONDS = 3  # three at once at one a second: the lane's MAX is not what holds them
+# The producer's ``enqueue`` arguments: the jobs, `sluice enqueue`'s flags, no scene, their seconds.
+ENQUEUE = (RATE_JOBS, ["--lane", RATE_LANE], False, RATE_JOB_SECONDS)
 
 
 def lane_param() -> str:
