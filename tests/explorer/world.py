@@ -203,33 +203,30 @@ class ExplorerModel(Model):
         shrank, or went though still inside its period), read against the book as last written."""
         windows = item.get("windows", {}).get("M", {})
         books: dict[tuple[str, str], dict[int, int]] = self.__dict__.setdefault("_books", {})
-        # A write that changes a rate (``sluice set-rate``) gives nothing back: what its window
-        # lost is still granted (a window reset by a rate change lets more than N through).
-        overrides = {k: v.get("S") for k, v in item.get("overrides", {}).get("M", {}).items()}
-        seen: dict[str, dict[str, Any]] = self.__dict__.setdefault("_overrides", {})
-        changed, seen[pk] = seen.get(pk, {}) != overrides, overrides
         for scope in sorted(set(windows) | {s for p, s in books if p == pk}):
             text = windows.get(scope, {}).get("S", "")
             new = {int(at): int(n) for at, n in (pair.split(":") for pair in text.split())}
             old = books.get((pk, scope), {})
             books[(pk, scope)] = new
-            self._on_window(scope, old, new, gives_back=not changed)
+            self._on_window(scope, old, new)
 
-    def _on_window(
-        self, scope: str, old: dict[int, int], new: dict[int, int], *, gives_back: bool = True
-    ) -> None:
+    def _on_window(self, scope: str, old: dict[int, int], new: dict[int, int]) -> None:
+        """A give-back takes from the one entry it granted and adds nothing; a grant adds and drops
+        only entries past their period. Anything else a window lost (a rate change's write, which
+        the model does not see, emptying it) is no give-back: those grants still count."""
         rate = self.rate_of(scope)
         grants = self.grants.setdefault(scope, {})
         grown = {at: n - old.get(at, 0) for at, n in new.items() if n > old.get(at, 0)}
         period = rate.period * 1000 if rate else 0
         pruned_before = max(grown, default=None)
-        for at, n in old.items():
-            gone = n - new.get(at, 0)
-            if (
-                gives_back
-                and gone > 0
-                and not (pruned_before is not None and at not in new and at <= pruned_before - period)
-            ):
+        shrunk = {
+            at: n - new.get(at, 0)
+            for at, n in old.items()
+            if n > new.get(at, 0)
+            and not (pruned_before is not None and at not in new and at <= pruned_before - period)
+        }
+        if not grown and len(shrunk) == 1:
+            for at, gone in shrunk.items():
                 grants[at] = grants.get(at, 0) - gone
         for at, n in grown.items():
             count("rate:granted", n)
