@@ -27,6 +27,7 @@ import sluice.enqueue
 import sluice.features.awaits
 import sluice.features.keys
 import sluice.features.rate_limits
+import sluice.launch.admission
 import sluice.launch.completion
 import sluice.launch.handover
 import sluice.launch.message_branches
@@ -358,6 +359,11 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
                 lambda p, info, record: not info.ended and not info.not_redriven_since(record.ended_at),
             )
         ],
+    ),
+    "ambiguous_start_back_at_once": (
+        "a message whose StartExecution may have landed given back to the queue at once (the code "
+        "before seed 131310309's fix)",
+        [(sluice.launch.admission, "away_after", lambda exc, settings: 0)],
     ),
     "key_waiter_takes_no_grant": (
         "a waiter woken from its key's line that starts on the room its wake read, without a grant",

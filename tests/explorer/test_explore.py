@@ -98,8 +98,8 @@ def test_seed_818180473_a_redrive_hidden_by_a_stale_describe_runs_its_key_once()
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
 
 
-@pytest.mark.xfail(strict=True, reason="seed 131310309: at rest a run redriven after its release runs unseen")
-def test_seed_131310309_a_run_redriven_after_its_release_is_seen_to_run_at_rest() -> None:
-    """Found by a plain run from 131310091 and not yet diagnosed (tests/explorer/README.md)."""
+def test_seed_131310309_an_ambiguous_start_is_not_started_again_on_the_machine_switched_to() -> None:
+    """Found by a plain run from 131310091: a start whose answer was lost came back at once, read
+    as missing (stale) and, the stack switched meanwhile, started on the new machine too."""
     done = _one_run(131310309)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]

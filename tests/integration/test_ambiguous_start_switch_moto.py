@@ -75,9 +75,6 @@ def ambiguous_start(session: Any) -> tuple[Stack, str, list[str], float]:
     return stack, stack.settings.state_machine_arn, received, started_at
 
 
-@pytest.mark.xfail(
-    strict=True, reason="an ambiguous start's message comes back at once: x runs on both machines"
-)
 def test_an_ambiguous_start_is_not_run_again_on_the_machine_switched_to(ambiguous_start) -> None:
     """The tick that lost x's answer gives the message back no sooner than the window: the tick on
     the new machine finds nothing to resume, and a tick a window later finds x running on the old

@@ -272,9 +272,13 @@ def test_an_unsure_start_keeps_the_claim_and_the_retry_resolves_it(stack):
         return error_answer("InternalFailure", 500)
 
     sfn.meta.events.register("before-call.sfn.StartExecution", answer_lost)
+    received = receipts_of(rt.client("sqs"))
     summary = rt.launcher().tick()
     assert summary.stopped == "transient"
     assert len(stack.running()) == 1 and len(rt.store().ledger().holders) == 1  # claim kept: slot counted
+    # Away for the consistency window, so that the retry's DescribeExecution can no longer be stale.
+    assert stack.queue_counts() == (0, 1) and stack.launcher().tick().n(Outcome.RESUMED) == 0
+    stack.visible_again(received)  # the window over (moto's visibility runs in real time)
     retry = stack.launcher().tick()
     assert retry.n(Outcome.RESUMED) == 1
     assert len(stack.executions()) == 1 and stack.queue_counts() == (0, 0)

@@ -177,6 +177,7 @@ class Model:
         self.taken_at_claim: dict[str, int] = {}  # execution name -> slots taken by others at its claim
         self.started: dict[str, str | None] = {}  # execution name -> message id, every start Sluice made
         self.started_by_message: dict[str, set[str]] = {}
+        self.started_on: dict[str, str] = {}  # execution name -> the state machine it was started on
         self.running: dict[str, str | None] = {}  # RUNNING in Step Functions: name -> payload key
         self.starts: list[Start] = []
         self.receipts: dict[str, str] = {}  # receipt handle -> message id
@@ -779,9 +780,16 @@ class Model:
         return [n for n in self.running if n not in self.outside or n in self.known_outside]
 
     def _on_start(self, call: Call, parsed: dict[str, Any]) -> None:
-        name = call.params["name"]
+        name, machine = call.params["name"], call.params.get("stateMachineArn", "")
         if name in self.started:
+            first = self.started_on.get(name, machine)
+            if first != machine:  # names are unique per state machine only: a second execution
+                self.violations.append(
+                    f"exactly once: {name} started on {machine.rsplit(':', 1)[-1]}, "
+                    f"after its start on {first.rsplit(':', 1)[-1]}"
+                )
             return  # same name, same input, still running: Step Functions returned the same ARN
+        self.started_on[name] = machine
         known = self.known_at_mark.pop(name, self.known_outside)
         message_id = self.claims.get(name)
         sent = self.sent.get(message_id or "")

@@ -11,7 +11,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 
-from sluice.core.errors import ConfigurationError, InvalidPayload, SlotsFull, TransientError
+from sluice.core.errors import (
+    AmbiguousStartError,
+    ConfigurationError,
+    InvalidPayload,
+    SlotsFull,
+    TransientError,
+)
 from sluice.core.model import Ledger, Message, Outcome
 from sluice.core.summary import TickSummary
 from sluice.features.awaits import ReadAhead, read_ahead
@@ -343,7 +349,12 @@ class Admission:
                 run.stop = halt.reason = "full"
                 return
             except TransientError as exc:
-                self.ctx.queue.release(rest)
+                away = away_after(exc, self.ctx.settings)
+                if away:  # the rest began nothing: back at once
+                    self.ctx.queue.release(rest[:1], away)
+                    self.ctx.queue.release(rest[1:])
+                else:
+                    self.ctx.queue.release(rest)
                 run.add(Outcome.INTERRUPTED, len(rest))
                 run.stop = halt.reason = "transient"
                 self._interrupted("the rest of the batch returns to the queue", exc)
@@ -390,6 +401,15 @@ class Admission:
         if remaining_ms is not None:
             budget = min(budget, remaining_ms() / 1000 - settings.time_reserve_seconds)
         return max(settings.receive_wait_seconds, min(LONG_POLL, int(budget)))
+
+
+def away_after(exc: TransientError, settings: Settings) -> int:
+    """How long the message whose step failed with ``exc`` stays away from the queue. A start that
+    may have landed (ambiguous) keeps it away for the consistency window: its copy must come back
+    no sooner than S after that start, or DescribeExecution may still answer "no such execution",
+    and after a switch of the state machine the resume would start its name on the new machine
+    beside the run on the old one (explorer seed 131310309)."""
+    return settings.consistency_window_seconds if isinstance(exc, AmbiguousStartError) else 0
 
 
 def time_left(settings: Settings, remaining_ms: Callable[[], int] | None) -> bool:
