@@ -333,6 +333,7 @@ def test_an_unsure_start_after_the_mark_then_a_redrive_runs_the_key_twice(sessio
         return error_answer("InternalFailure", 500)
 
     rt.client("stepfunctions").meta.events.register("before-call.sfn.StartExecution", unsure)
+    received = receipts_of(rt.client("sqs"))
     assert rt.launcher().tick(reconcile_first=False).stopped == "transient"
     assert seen["answered"] == 1 and stack.running() == []
     store = stack.runtime().store()
@@ -340,6 +341,8 @@ def test_an_unsure_start_after_the_mark_then_a_redrive_runs_the_key_twice(sessio
     assert store.execution(n2).starting_at is not None
 
     redrive(stack, e1)
+    stack.clock.advance(61)  # n2's message is away for the consistency window
+    stack.visible_again(received)
     stack.launcher().tick()  # reconciliation: adopt(e1) refused, block(n2) refused; then n2 resumed
     assert len(running_of_key(stack, "j")) <= 1, f"two runs of key j at once: {running_of_key(stack, 'j')}"
     # n2's resume yields to the key's redriven mark: n2 rolled back, e1 adopted (the mark lifted).
