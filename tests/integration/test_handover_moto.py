@@ -122,11 +122,14 @@ def test_an_unsure_start_after_the_hand_over_keeps_the_claim(stack):
         return error_answer("InternalServerError", 500)
 
     rt.client("stepfunctions").meta.events.register("before-call.sfn.StartExecution", unsure)
+    received = receipts_of(rt.client("sqs"))
     released, _, _ = end(rt, stack, first)
     assert released and fired["calls"] == 1
     name = execution_name("p1", waiting)
     store = stack.runtime().store()
     assert store.payload("p1").holder == name  # it may have started: the claim stays
+    assert stack.queue_counts() == (0, 1)  # away for the consistency window
+    stack.visible_again(received)  # the window over (moto's visibility runs in real time)
     stack.launcher().admit()  # the message is back: the same name resumes
     assert stack.running() == [name] and stack.queue_counts() == (0, 0)
 

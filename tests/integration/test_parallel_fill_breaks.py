@@ -17,6 +17,7 @@ faults through botocore hooks, and judges only what can be observed:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 from moto.stepfunctions import models as sfn_models
 
 from sluice.core.clock import FakeClock
@@ -34,7 +36,7 @@ from sluice.core.names import execution_name
 from sluice.launch.settings import DuplicatePolicy
 from sluice.ops.maximum import set_max
 from tests.support.aws import Stack, build_stack
-from tests.support.hooks import Crash, crash_after, error_answer
+from tests.support.hooks import Crash, crash_after, error_answer, receipts_of
 from tests.support.moto_patches import atomic_fast_moto
 
 WORKERS = 10
@@ -217,6 +219,19 @@ def settle(stack: Stack, *, rounds: int = 30, wait_invisible: float = 0.0) -> No
         finish_all(stack, launcher)
 
 
+def window_passes(stack: Stack, receipts: list[str]) -> None:
+    """The consistency window passes: a message whose start was ambiguous, kept away for it, is
+    visible again (moto's visibility runs in real time). A receipt of a message deleted since is
+    refused, and skipped."""
+    stack.clock.advance(61)
+    sqs = stack.client("sqs")
+    for receipt in receipts:
+        with contextlib.suppress(ClientError):
+            sqs.change_message_visibility(
+                QueueUrl=stack.settings.queue_url, ReceiptHandle=receipt, VisibilityTimeout=0
+            )
+
+
 def check_promises(stack: Stack, monitor: Monitor, sent: list[Sent], max_concurrency: int) -> None:
     assert monitor.violations == []
     names = {e["name"] for e in stack.executions()}
@@ -354,6 +369,7 @@ def test_ambiguous_start_then_throttles_on_the_resume(session: Any, atomic: None
     launcher = stack.launcher()
     sfn = launcher.executions.client
     lost = lose_response(sfn, times=1)
+    received = receipts_of(launcher.queue.client)
     launcher.tick()
     assert lost["lost"] == 1
     # The one whose answer was lost runs, and the groups that had begun: those not yet begun when
@@ -361,6 +377,7 @@ def test_ambiguous_start_then_throttles_on_the_resume(session: Any, atomic: None
     begun = len(stack.running())
     assert 1 <= begun <= 6
     throttled = throttle_when(sfn, lambda body: True)
+    window_passes(stack, received)
     launcher.admit()  # no reconciliation first: the resume finds its claim still CLAIMED
     # The resume asks Step Functions first (no mark is written after a start) and finds it started:
     # it calls StartExecution no more. The handed-back ones' starts (as many as begin side by side
@@ -385,12 +402,14 @@ def test_throttled_start_that_did_start_then_refusals(session: Any, atomic: None
     victim: list[str] = []
     lose_response(sfn, times=1, status=400, code="ThrottlingException", retried=True, names=victim)
     retries = throttle_when(sfn, lambda body: bool(victim) and body.get("name") == victim[0])
+    received = receipts_of(launcher.queue.client)
     launcher.tick()
     assert retries["throttled"] == 4  # the victim's own back-off calls, all refused for sure
     running = set(stack.running())
     assert victim[0] in running
     holders = stack.runtime().store().ledger().holders
     assert running <= holders, f"running without a slot: {running - holders}"
+    window_passes(stack, received)
     settle(stack)
     check_promises(stack, monitor, sent, 5)
     assert len(monitor.starts) == 5
