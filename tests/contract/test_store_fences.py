@@ -144,11 +144,22 @@ def test_a_mark_is_lifted_only_for_the_run_it_names(store):
     assert store.payload("k").holder == "n3"
 
 
-def test_no_mark_without_a_holder(store):
+def test_a_free_key_is_marked_for_a_run_that_may_run_again(store):
+    """Reconciliation unsure whether a released run was redriven marks its free key: no claim takes
+    the lease until the mark is lifted or the run adopted. No mark on a key without a record, nor
+    by the run that holds it."""
     claim(store, "k", "n1")
     store.release(name="n1", state=PayloadState.FAILED, now=NOW)
-    assert not store.mark_redriven(key="k", name="n1", now=NOW + 5)
+    assert store.mark_redriven(key="k", name="n1", now=NOW + 5)
+    assert store.payload("k").redriven == "n1" and store.payload("k").updated_at == NOW + 5
+    with pytest.raises(LeaseHeld) as held:
+        claim(store, "k", "n2")
+    assert (held.value.existing.holder, held.value.existing.redriven) == (None, "n1")
+    assert store.clear_redriven(key="k", name="n1")
     claim(store, "k", "n2")
+    assert not store.mark_redriven(key="k", name="n2", now=NOW + 6)  # it holds the key
+    assert not store.mark_redriven(key="none", name="n1", now=NOW + 6)
+    assert store.payload("none") is None
 
 
 def test_the_payload_history_is_bounded(store):

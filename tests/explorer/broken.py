@@ -44,6 +44,7 @@ from sluice.enqueue import Item
 from sluice.features import attributes
 from sluice.features.awaits import AWAITS_ATTRIBUTE, check_awaits
 from sluice.features.keys import TICKET_ATTRIBUTE
+from sluice.launch.redriven import Rerun
 from sluice.semaphore.step import Semaphores, pool_of
 from tests.reliability.test_caps_variants import past_the_cap
 from tests.reliability.test_key_variants import unfenced_block, unfenced_mark
@@ -73,6 +74,14 @@ def _not_its_earlier_end_any_status(change: Any) -> Any:
 
 def _granted_alone(self: Any, scopes: Any, n: int, now_ms: int, periods: Any) -> Any:
     return replace(self, windows={**self.windows, **{s: ((now_ms, n),) for s in scopes}})
+
+
+_RAN_AGAIN = sluice.launch.redriven.ran_again
+
+
+def _unsure_taken_for_ended(p: Any, info: Any, record: Any) -> Rerun:
+    rerun = _RAN_AGAIN(p, info, record)
+    return Rerun.ENDED if rerun is Rerun.UNSURE else rerun
 
 
 def _override_resetting(self: Any, scope: str, value: Any) -> Any:
@@ -356,9 +365,18 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
             (
                 sluice.launch.redriven,
                 "ran_again",
-                lambda p, info, record: not info.ended and not info.not_redriven_since(record.ended_at),
+                lambda p, info, record: (
+                    Rerun.AGAIN
+                    if not info.ended and not info.not_redriven_since(record.ended_at)
+                    else Rerun.ENDED
+                ),
             )
         ],
+    ),
+    "unsure_redrive_left_unmarked": (
+        "a run listed RUNNING within the window of its end, which DescribeExecution says ended, "
+        "left to the next pass with its key free (the code before the mark on a free key)",
+        [(sluice.launch.redriven, "ran_again", _unsure_taken_for_ended)],
     ),
     "ambiguous_start_back_at_once": (
         "a message whose StartExecution may have landed given back to the queue at once (the code "

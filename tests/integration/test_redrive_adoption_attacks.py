@@ -1,7 +1,8 @@
 """Attacks on reconciliation's adoption of a run listed RUNNING whose record ended and was released,
 when DescribeExecution disagrees (``sluice.launch.redriven.ran_again``, explorer seed 818180473):
 past the consistency window of the record's end (Step Functions' stop date, by the reconciler's
-clock) the run is adopted whatever DescribeExecution says; within it, nothing is adopted.
+clock) the run is adopted whatever DescribeExecution says; within it, nothing is adopted and the
+key is marked for the run (``Rerun.UNSURE``): its claims adopt the run instead, for the window.
 
 On moto with the real adapters, launcher and completion path. Stale answers are botocore hooks on
 the deciding container's client, each counted and asserted to have fired. moto's stop dates come
@@ -213,21 +214,13 @@ def test_a_redrive_hidden_past_the_window_is_adopted_and_the_key_next_message_wa
     assert_nothing_leaks(stack, clock, 2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "promise 2: a reconciler whose clock runs 30 s behind Step Functions' reads a redrive 70 s "
-        "after the end as within the window; a stale DescribeExecution hides it, e1 is not adopted "
-        "and a new claim of k starts beside it (seed 818180473 again, by clock skew alone)"
-    ),
-)
-def test_a_reconciler_clock_behind_step_functions_misses_the_redrive_and_the_key_runs_twice(session):
+def test_a_reconciler_clock_behind_step_functions_holds_the_key_for_the_redrive(session):
     """e1 of k ABORTED at s (Step Functions' stop date), released. At s + 70 (real time) the operator
     redrives e1. A launcher whose clock reads 30 s behind (s + 40) ticks: the listing shows e1
     RUNNING, DescribeExecution (stale, within S of the redrive) says ABORTED at s. By its clock the
     end is 40 s old, within the window: not adopted. Its admission then claims k's next message
-    (the lease is free) and starts it: e1 and n2 of k run at once. The docs say no promise depends
-    on clocks agreeing; this adoption compares the reconciler's clock with Step Functions'."""
+    (the lease is free) and starts it: e1 and n2 of k run at once. Now the key is marked for e1:
+    n2's claim adopts e1 instead (strict xfail until the mark on a free key)."""
     wall = time.time()
     clock = FakeClock(wall)
     stack = build_stack(session, max_concurrency=3, clock=clock)
@@ -249,20 +242,11 @@ def test_a_reconciler_clock_behind_step_functions_misses_the_redrive_and_the_key
     assert len(running_of_key(stack, "k")) <= 1, f"k runs twice: {running_of_key(stack, 'k')}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "promise 2 (a documented trade-off, protocol.md 'Staleness'): a redrive 20 s after the end, "
-        "read by a stale DescribeExecution, is left to the next pass; the same tick claims and starts "
-        "k's next message beside the redriven run"
-    ),
-)
-def test_a_redrive_within_the_window_of_the_end_runs_the_key_twice(session):
+def test_a_redrive_within_the_window_of_the_end_holds_the_key_for_it(session):
     """e1 of k ABORTED at s, released; the operator redrives it at s + 20. A tick at s + 25: the
-    listing shows e1, DescribeExecution (stale) ABORTED at s: within the window, not adopted and
-    the key not marked. Its admission claims k's next message and starts it beside e1. Marking the
-    key (``redriven``, lifted once the mark is the window old) would hold k's claims for the window
-    at no slot's cost."""
+    listing shows e1, DescribeExecution (stale) ABORTED at s: within the window, not adopted. Its
+    admission claimed k's next message and started it beside e1 (strict xfail until the mark on a
+    free key); now the key is marked for e1, and the claim adopts e1 instead."""
     clock = FakeClock(time.time())
     stack = build_stack(session, max_concurrency=3, clock=clock)
     e1 = run_and_end(stack, "k")

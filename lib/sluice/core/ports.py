@@ -337,11 +337,12 @@ class PayloadLeases(Protocol):
         ...
 
     def mark_redriven(self, *, key: str, name: str, now: float) -> bool:
-        """``name``, a run of ``key`` redriven behind Sluice's back, could not be adopted: another
-        run holds the lease. Until ``name`` is adopted or ``clear_redriven`` lifts the mark, no claim
-        of ``key`` succeeds (it raises ``LeaseHeld`` with the mark in the record). Only while some
-        other execution holds the lease. A key keeps a mark for each such run: the first in
-        ``redriven``, any other (seen while that one is marked) in ``redriven_more``."""
+        """``name``, a run of ``key`` redriven behind Sluice's back, was not adopted: another run
+        holds the lease, or reconciliation is unsure it runs again. Until ``name`` is adopted or
+        ``clear_redriven`` lifts the mark, no claim of ``key`` succeeds (it raises ``LeaseHeld``
+        with the mark in the record). Only on a key with a record, and while ``name`` does not
+        hold its lease. A key keeps a mark for each such run: the first in ``redriven``, any other
+        (seen while that one is marked) in ``redriven_more``."""
         ...
 
     def clear_redriven(self, *, key: str, name: str) -> bool:

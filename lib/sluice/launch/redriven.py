@@ -1,8 +1,8 @@
 """Reconciliation's side of runs redriven behind Sluice's back (RedriveExecution by an operator):
 a listed run whose record ended is adopted when it runs again (``count_unknown``, ``ran_again``),
-its key held when another run holds it (``hold_for_redriven``), and a redriven run that SUCCEEDED
-unheard has its success written (``redriven_successes``). ``Pass``: what one reconciliation works
-with (``sluice.launch.reconcile``)."""
+its key held for it when another run holds it or the redrive is unsure (``hold_for_redriven``),
+and a redriven run that SUCCEEDED unheard has its success written (``redriven_successes``).
+``Pass``: what one reconciliation works with (``sluice.launch.reconcile``)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import logging
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from enum import StrEnum
 
 from sluice.core.model import ExecutionInfo, ExecutionRecord, ExecutionStatus
 from sluice.core.ports import Executions, Queue, Store
@@ -48,11 +49,13 @@ def count_unknown(
         record = records.get(name)
         if record is not None and not record.state.holds_lease:
             info = p.executions.describe(name, record.arn)
-            if info is None or not ran_again(p, info, record):
+            rerun = Rerun.ENDED if info is None else ran_again(p, info, record)
+            if rerun is Rerun.ENDED:
                 continue  # ended and released; the listing is behind
             # Running again although it ended (an operator's RedriveExecution): it holds a slot
-            # and its key again, so nothing new starts beside it.
-            if p.store.adopt(name=name, now=p.now):
+            # and its key again, so nothing new starts beside it. Unsure: its key is held for it
+            # (no slot), and it counts against MAX.
+            if rerun is Rerun.AGAIN and p.store.adopt(name=name, now=p.now):
                 adopted += 1
                 p.logger.warning(
                     "execution running again; slot and lease taken back", extra={"execution_name": name}
@@ -63,7 +66,15 @@ def count_unknown(
     return external, adopted
 
 
-def ran_again(p: Pass, info: ExecutionInfo, record: ExecutionRecord) -> bool:
+class Rerun(StrEnum):
+    """Whether a run its record says ended, listed RUNNING, runs again (``ran_again``)."""
+
+    AGAIN = "again"  # redriven: adopt it
+    ENDED = "ended"  # the listing is behind its end
+    UNSURE = "unsure"  # within the window of its end, either answer may be the stale one
+
+
+def ran_again(p: Pass, info: ExecutionInfo, record: ExecutionRecord) -> Rerun:
     """Whether a run its record says ended, listed RUNNING, runs again (a redrive). Both answers
     may be stale by up to S (docs/protocol.md, "Staleness"): a listing just after the end still
     shows it RUNNING, and a DescribeExecution just after a redrive still gives the end before it
@@ -76,16 +87,27 @@ def ran_again(p: Pass, info: ExecutionInfo, record: ExecutionRecord) -> bool:
             before: "the listing is behind" → claim(k) free → k runs twice
             now:    the end is the window old → adopt(e1) → claim(k) finds e1
 
-    Within the window either may be the stale one; the run is left to the next pass (a listing
-    behind an end is common, a redrive within seconds of the release rare). A clock ahead adopts
-    a run that ended: it holds its slot until a pass past the adoption's window releases it."""
+    Within the window (by this clock, which may run behind Step Functions') either may be the
+    stale one: UNSURE. Adopting would hold a slot for each end a listing lags behind (common);
+    the key is marked instead (``hold_for_redriven``), which holds only its claims, and those for
+    the window of the mark (``MessageBranches._still_runs``):
+
+        e1 of k ABORTED at s, released;  RedriveExecution(e1) at s + 20
+        reconciliation at s + 25: listed RUNNING; DescribeExecution: ABORTED at s (stale)
+            before: left to the next pass → claim(k) free → k runs twice
+            now:    UNSURE → mark k: e1 → claim(k) ✗ (marked) → e1 may run: adopt(e1)
+
+    A clock ahead adopts a run that ended: it holds its slot until a pass past the adoption's
+    window releases it."""
     if info.ended and not earlier_end(info, record):
-        return False  # a new end, after a redrive: the listing is behind that end
+        return Rerun.ENDED  # a new end, after a redrive: the listing is behind that end
     if not info.ended and not info.not_redriven_since(record.ended_at):
-        return True  # RUNNING, a redrive after its end reported or not ruled out
+        return Rerun.AGAIN  # RUNNING, a redrive after its end reported or not ruled out
     if record.state not in REDRIVABLE_ENDS or record.ended_at is None:
-        return False  # (a success is its last end: never redriven)
-    return p.now - record.ended_at >= p.settings.consistency_window_seconds
+        return Rerun.ENDED  # (a success is its last end: never redriven)
+    if p.now - record.ended_at >= p.settings.consistency_window_seconds:
+        return Rerun.AGAIN
+    return Rerun.UNSURE
 
 
 def hold_for_redriven(
@@ -96,10 +118,11 @@ def hold_for_redriven(
     now: float,
     logger: logging.Logger | logging.LoggerAdapter,
 ) -> None:
-    """``redriven`` runs again but another run holds its key's lease, so it counts as external.
+    """``redriven`` runs again, or may (``Rerun.UNSURE``), and is not adopted (another run holds
+    its key's lease, or it is unsure), so it counts as external.
 
-    The key is marked: when that holder ends, no new claim may take the lease beside the redriven
-    run; the next claim adopts it instead (or lifts the mark once it has ended)::
+    The key is marked: no new claim may take the lease beside the redriven run, now or when that
+    holder ends; the next claim adopts it instead (or lifts the mark once it has ended)::
 
         reconcile: adopt(R) ✗ (H holds)  → mark_redriven(k, R)
         H ends → lease free              → claim(k) ✗ LeaseHeld(redriven=R) → R running: adopt(R)
@@ -109,11 +132,11 @@ def hold_for_redriven(
     resuming, finds it blocked and yields."""
     payload = store.payload(key)
     holder = payload.holder if payload is not None else None
-    if holder is None or holder == redriven:
+    if payload is None or holder == redriven:
         return
-    if payload is not None and payload.redriven != redriven:
+    if payload.redriven != redriven:
         store.mark_redriven(key=key, name=redriven, now=now)
-    if holder in running:
+    if holder is None or holder in running:
         return
     if store.block(name=holder, by=redriven, now=now):
         logger.warning(

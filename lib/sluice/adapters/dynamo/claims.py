@@ -90,8 +90,9 @@ CLAIMED_UNSTARTED = "#state = :claimed AND attribute_not_exists(starting_at)"
 SUSPECT_VERSION = (
     "#state = :claimed AND (claim_version = :v OR (attribute_not_exists(claim_version) AND :v = :zero))"
 )
-# A key's redriven marks are made only while another run holds its lease.
-HELD_BY_ANOTHER = "attribute_exists(holder) AND holder <> :name AND "
+# A key's redriven marks: on a key that has a record, while the run they name does not hold it
+# (another run does, or none: a redrive reconciliation is unsure of, ``sluice.launch.redriven``).
+NOT_HELD_BY_IT = "attribute_exists(pk) AND (attribute_not_exists(holder) OR holder <> :name) AND "
 
 
 @dataclass
@@ -378,14 +379,14 @@ class ClaimsTable:
         # The key's first mark in ``redriven``; one more while it names another run goes into the
         # set ``redriven_more``, never over it (each unadopted redriven run keeps the key marked).
         named = values(name=name, now=now)
-        free = HELD_BY_ANOTHER + "(attribute_not_exists(redriven) OR redriven = :name)"
+        free = NOT_HELD_BY_IT + "(attribute_not_exists(redriven) OR redriven = :name)"
         if self.db.update_if(
             payload_pk(key), "SET redriven = :name, updated_at = :now", free, named, names={}
         ):
             return True
         more, named[":names"] = "SET updated_at = :now ADD redriven_more :names", {"SS": [name]}
         return self.db.update_if(
-            payload_pk(key), more, HELD_BY_ANOTHER + "redriven <> :name", named, names={}
+            payload_pk(key), more, NOT_HELD_BY_IT + "redriven <> :name", named, names={}
         )
 
     def clear_redriven(self, *, key: str, name: str) -> bool:

@@ -132,7 +132,7 @@ class MemoryClaims:
     def mark_redriven(self, *, key: str, name: str, now: float) -> bool:
         with self.table.lock:
             payload = self.table.payloads.get(key)
-            if payload is None or payload.holder is None or payload.holder == name:
+            if payload is None or payload.holder == name:
                 return False
             if payload.redriven is None or payload.redriven == name:
                 self.table.payloads[key] = replace(payload, redriven=name, updated_at=now)
