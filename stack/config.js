@@ -17,8 +17,10 @@ const path = require('path');
 const { DEFAULT_LANE, queueId, laneStack } = require('./lanes');
 const { alarmActions, monitoring } = require('./monitoring');
 
-// Margin added to the launcher's Lambda timeout to give the queue's visibility timeout: a message
-// received at the very end of a tick must stay invisible until that tick is certainly over.
+// Margin added to the longest timeout of a function that receives from the queue (the launcher's, the
+// completion's hand-over) to give the queue's visibility timeout: a message received at the very end
+// of an invocation stays invisible until it is certainly over, and then for S more (the staleness
+// bound, docs/protocol.md): a start it made is no younger than S when its copy comes back.
 const VISIBILITY_MARGIN_SECONDS = 60;
 
 // The launcher stops receiving when less than this much of its Lambda time is left
@@ -247,7 +249,7 @@ async function derive({ resolveVariable }) {
     `the launcher stops receiving ${TIME_RESERVE_SECONDS} s before its timeout (SLUICE_TIME_RESERVE_SECONDS) ` +
       `and needs at least ${MIN_WORKING_SECONDS} s more to reconcile and start anything; Lambda allows at most 900 s`
   );
-  const visibilityTimeout = launcherTimeout + VISIBILITY_MARGIN_SECONDS;
+  const visibilityTimeout = Math.max(launcherTimeout, COMPLETION_TIMEOUT_SECONDS) + VISIBILITY_MARGIN_SECONDS;
   // Lambda's own bounds. CPU comes with memory (one vCPU at 1,769 MB): at 128 MB, about 1/14 of one, a
   // tick that fills hundreds of slots at once is slower, hence the parameter (docs/deploy.md).
   const launcherMemory = integer(
@@ -261,7 +263,8 @@ async function derive({ resolveVariable }) {
   if (claimTimeout <= visibilityTimeout) {
     fail(
       `claimTimeout (${claimTimeout} s) must exceed the queue visibility timeout ` +
-        `(${visibilityTimeout} s = launcherTimeout ${launcherTimeout} s + ${VISIBILITY_MARGIN_SECONDS} s)`
+        `(${visibilityTimeout} s = the longer of launcherTimeout ${launcherTimeout} s and the completion's ` +
+        `${COMPLETION_TIMEOUT_SECONDS} s, + ${VISIBILITY_MARGIN_SECONDS} s)`
     );
   }
   const retentionDays = integer('retentionDays', await param('retentionDays'), 1, 3650);

@@ -124,8 +124,9 @@ def test_a_launcher_timeout_too_short_to_work_is_refused_with_the_real_rule(valu
 
 
 def test_the_shortest_launcher_timeout_packages():
+    """The visibility timeout covers the completion's hand-over (60 s) too: 60 + 60, not 30 + 60."""
     cfg = config(launcherTimeout=30, lingerSeconds=15)
-    assert cfg["launcherTimeout"] == 30 and cfg["visibilityTimeout"] == 90
+    assert cfg["launcherTimeout"] == 30 and cfg["visibilityTimeout"] == 120
 
 
 def test_a_short_launcher_timeout_with_the_default_linger_says_which_to_change():

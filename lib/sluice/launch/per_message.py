@@ -380,7 +380,16 @@ class MessageProtocol:
                 self._give_back(payload, name, ckey, exc)
             raise
         if result.already_existed:
-            return self.branches._already_exists(payload, name, done)
+            try:
+                return self.branches._already_exists(payload, name, done)
+            except TransientError as exc:
+                if isinstance(exc, AmbiguousStartError):
+                    raise
+                # It runs or ran, perhaps started just now by an earlier attempt: its copy stays
+                # away the window, as after an ambiguous start (``admission.away_after``).
+                raise AmbiguousStartError(
+                    f"execution {name} exists; then {exc}", operation=exc.operation, code=exc.code
+                ) from exc
         done.append(payload.message)
         outcome = Outcome.STARTED if fresh else Outcome.RESUMED
         self.branches._log("execution started", payload, name, outcome, arn=result.arn)

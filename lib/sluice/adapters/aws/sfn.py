@@ -62,11 +62,15 @@ class StepFunctionsExecutions:
             if code in ("InvalidExecutionInput", "InvalidName"):
                 raise InvalidPayload(f"Step Functions refused the input: {exc}") from exc
             error = translate_client_error(exc, "StartExecution")
-            if isinstance(error, TransientError) and (code not in THROTTLING or _retried(exc)):
+            if (isinstance(error, TransientError) and code not in THROTTLING) or _retried(exc):
                 # A 5xx may have started the execution. So may an earlier attempt of a retried call
-                # (a read timeout, say), whatever the last attempt's answer: never take it as "no".
+                # (a read timeout, say), whatever the last attempt's answer, a 4xx included
+                # (ExecutionLimitExceeded, StateMachineDeleting): never take it as "no".
                 raise AmbiguousStartError(
-                    str(error), operation="StartExecution", code=code, throttled=error.throttled
+                    str(error),
+                    operation="StartExecution",
+                    code=code,
+                    throttled=isinstance(error, TransientError) and error.throttled,
                 ) from exc
             raise error from exc
         except (ConnectionError, HTTPClientError, ReadTimeoutError) as exc:
