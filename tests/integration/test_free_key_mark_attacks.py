@@ -11,7 +11,10 @@ Stale answers come only from botocore hooks on one runtime's Step Functions clie
 that still shows an ended run RUNNING (``stale_listing``), and a DescribeExecution that still
 answers with the end before a redrive (``stale_describe``). An operator's RedriveExecution is
 ``tests.integration.test_breaker_findings.redrive`` (moto has none). Every fault asserts it fired.
-Cases that hold pass; cases that break a promise are strict xfail, naming the break.
+Eleven held as written. Three broke, and now hold after their fixes: a mark stamped by a slow
+clock read as old by a claimer on time (the mark now holds claims two windows), an adoption
+refused by contention that lifted the mark of a run that runs (the mark now stays), and an awaits
+waiter dead-lettered by the earlier end of a marked key (a young mark now holds the verdict).
 """
 
 from __future__ import annotations
@@ -254,14 +257,7 @@ def test_an_unsure_redrive_is_adopted_by_the_next_claim_and_the_key_runs_once(se
     assert started or store.payload("k").duplicates >= 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="promise 2: a mark stamped by a reconciler whose clock runs 30 s behind reads as past "
-    "its window to a claimer on time; DescribeExecution, still within S of the redrive, gives the "
-    "earlier end, so the mark is lifted and n2 of k starts beside the redriven e1 (docs: 'Beyond the bound' concedes skew shortens the window, with window = S any skew; 'Clocks' says a "
-    "clock behind only marks the key)",
-)
-def test_a_mark_stamped_by_a_slow_reconciler_is_lifted_while_the_redriven_run_runs(session):
+def test_a_mark_stamped_by_a_slow_reconciler_holds_claims_while_the_redriven_run_runs(session):
     """e1 of k FAILED at s, released. The operator redrives it at s+45. A reconciler whose clock
     reads 30 s behind ticks at s+50 (its clock: s+20): listed RUNNING, DescribeExecution still
     FAILED at s: UNSURE, k marked with updated_at = s+20 (as docs/protocol.md's Clocks says: "a
@@ -310,13 +306,7 @@ def test_a_mark_stamped_by_a_reconciler_on_time_holds_the_same_claim(session):
     assert store.payload("k").holder == e1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="promise 2: MessageBranches._take_redriven lifts the mark whenever adopt() returns "
-    "False, also when the adoption lost its slot conditions to contention (ADOPT_ROUNDS) while the "
-    "marked run still runs; the claim then takes the free lease and n2 starts beside e1",
-)
-def test_an_adoption_lost_to_contention_lifts_the_mark_of_a_run_that_runs(session):
+def test_an_adoption_lost_to_contention_keeps_the_mark_of_a_run_that_runs(session):
     """e1 of k redriven, marked UNSURE. n2 of k: the claim finds the mark, DescribeExecution says
     e1 RUNNING (fresh), so it adopts; the pool moves under the adoption three times (its slot
     conditions fail: ``Store.adopt`` gives up, "counted as external this tick, adopted at the
@@ -442,12 +432,6 @@ def test_a_hand_over_to_a_message_of_a_marked_key_does_not_start_beside_the_run(
     assert store.payload("k").holder == e1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="awaits ignore the mark on a free key: a waiter on k is dead-lettered 'awaited k ended "
-    "FAILED' while k's run, marked as maybe redriven, runs again (and then SUCCEEDS): the mark "
-    "that holds k's claims does not hold the awaits gate's verdict",
-)
 def test_a_waiter_on_a_marked_key_is_not_dead_lettered_while_its_run_runs_again(session):
     """e1 of k FAILED, released; redriven 10 s later; a tick marks k UNSURE (stale describe). W
     awaits k (no run-anyway). The gate reads k free and ended FAILED: W is dead-lettered. e1 then

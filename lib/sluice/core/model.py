@@ -154,8 +154,9 @@ class PayloadRecord:
     # How the receipt's run ended: ``state`` moves on (a later claim rolled back, an invalid message
     # of the key), but an awaits waiter judges the key by its latest *run* (sluice.features.awaits.judge).
     receipt_state: PayloadState | None = None
-    # A run of this key redriven behind Sluice's back while another run held the lease: no claim
-    # until that run is adopted (it takes the lease) or has ended (sluice.launch.reconcile).
+    # A run of this key redriven behind Sluice's back while another run held the lease, or that may
+    # have been (sluice.launch.redriven): no claim until that run is adopted (it takes the lease) or
+    # has ended.
     redriven: str | None = None
     # Further redriven runs of this key seen while ``redriven`` was set (a key keeps each one it
     # saw): no claim either until each is adopted or has ended.
@@ -166,6 +167,19 @@ class PayloadRecord:
     # A run-once execution released with an unknown outcome (it vanished with its state machine):
     # no run-once claim of the key until the operator clears it (sluice.features.receipts).
     once_unknown: str | None = None
+
+    def may_run_again(self, now: float | None) -> bool:
+        """Whether a redriven mark of this key is young enough (``MARKED_RUN_HOLD_SECONDS``; any age
+        when ``now`` is None) that its run may run again: an awaits waiter waits for it rather than
+        judge the key by its earlier end (sluice.features.awaits.judge)."""
+        marked = self.redriven is not None or bool(self.redriven_more)
+        return marked and (now is None or now - self.updated_at < MARKED_RUN_HOLD_SECONDS)
+
+
+# How long a redriven mark on a key holds an awaits waiter's verdict: three consistency windows as
+# deployed, by which time a reconciliation past the window adopted the marked run if it runs. A mark
+# left longer (the listing was only behind the end) no longer holds waiters.
+MARKED_RUN_HOLD_SECONDS = 180.0
 
 
 @dataclass(frozen=True, slots=True)

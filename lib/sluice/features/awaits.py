@@ -247,6 +247,9 @@ def judge(
         record = records.get(k)
         if record is not None and record.succeeded_by:
             continue
+        if record is not None and record.holder is None and record.may_run_again(now):
+            missing.append(k)
+            continue
         if record is not None and record.holder is None and last_end(record) in BAD_ENDS:
             if not run_anyway:
                 return Verdict("dead", reason=f"awaited {k} ended {last_end(record).value}", states=states)
@@ -320,13 +323,13 @@ def gate(
     if not awaits:
         return False
     if ahead is not None and ahead.covers(awaits):
-        verdict = judge(awaits, ahead.records, run_anyway=run_anyway)
+        verdict = judge(awaits, ahead.records, run_anyway=run_anyway, now=now)
         if verdict.kind == "dead":
             # Read a moment earlier, for the whole batch: a key rerun since may be live again. A
             # dead-letter is final, so it is judged on a read of its own; "SUCCEEDED" never goes back.
-            verdict = judge(awaits, store.payloads(awaits), run_anyway=run_anyway)
+            verdict = judge(awaits, store.payloads(awaits), run_anyway=run_anyway, now=now)
     else:
-        verdict = judge(awaits, store.payloads(awaits), run_anyway=run_anyway)
+        verdict = judge(awaits, store.payloads(awaits), run_anyway=run_anyway, now=now)
     if verdict.kind == "ready":
         return False
     if verdict.kind == "dead":

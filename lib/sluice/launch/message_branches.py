@@ -30,6 +30,8 @@ from sluice.launch.completion import complete, earlier_end, output_from
 from sluice.launch.context import LaunchContext
 from sluice.launch.settings import DuplicatePolicy
 
+MARK_WINDOWS = 2  # a key's redriven mark holds its claims this many consistency windows (``_still_runs``)
+
 
 class MessageBranches:
     """The branches of the per-message steps (``sluice.launch.per_message.MessageProtocol``, which holds
@@ -215,18 +217,20 @@ class MessageBranches:
         adopted_at = record.adopted_at if record is not None else None
         return adopted_at is not None and self._window_past(adopted_at)
 
-    def _window_past(self, since: float) -> bool:
-        return self.ctx.clock.now() - since >= self.ctx.settings.consistency_window_seconds
+    def _window_past(self, since: float, *, windows: int = 1) -> bool:
+        return self.ctx.clock.now() - since >= windows * self.ctx.settings.consistency_window_seconds
 
     def _take_redriven(self, key: str, redriven: str, marked_by: float) -> None:
-        """The lease is free but a run of the key was redriven behind Sluice's back while another
-        held it (``Store.mark_redriven``): adopt it if it still runs, else lift the mark. The caller
+        """The lease is free but a run of the key was, or may have been, redriven behind Sluice's
+        back (``Store.mark_redriven``): adopt it if it still runs, else lift the mark. The caller
         looks again and finds the adopted run, or a free lease. ``marked_by``: the payload record's
-        ``updated_at``, written by the mark and by every later write, so no earlier than the mark."""
-        if not self._still_runs(redriven, marked_by) or not self.ctx.store.adopt(
-            name=redriven, now=self.ctx.clock.now()
-        ):
+        ``updated_at``, written by the mark and by every later write, so no earlier than the mark.
+        An adoption refused (another run took the key, or the pools kept moving) keeps the mark:
+        the run still runs, and the next look finds the holder or tries again."""
+        if not self._still_runs(redriven, marked_by):
             self.ctx.store.clear_redriven(key=key, name=redriven)
+            return
+        self.ctx.store.adopt(name=redriven, now=self.ctx.clock.now())
 
     def _still_runs(self, redriven: str, marked_by: float) -> bool:
         """Whether ``redriven``, a run a reconciliation saw redriven (marked no later than
@@ -251,7 +255,9 @@ class MessageBranches:
             return True  # a state machine this role may not ask about: assume it runs
         if info is None or not info.ended:
             return info is not None
-        return earlier_end(info, record) and not self._window_past(marked_by)
+        # The mark is stamped by the marker's clock and read by this one: twice the window, so a
+        # skew of up to S between them still finds the answer fresh before the mark is lifted.
+        return earlier_end(info, record) and not self._window_past(marked_by, windows=MARK_WINDOWS)
 
     def _yield_to_redriven(self, payload: Payload, name: str) -> bool:
         """Our resumed claim ``name`` was just renewed, which lifts any start mark: if its key is

@@ -385,9 +385,7 @@ class ClaimsTable:
         ):
             return True
         more, named[":names"] = "SET updated_at = :now ADD redriven_more :names", {"SS": [name]}
-        return self.db.update_if(
-            payload_pk(key), more, NOT_HELD_BY_IT + "redriven <> :name", named, names={}
-        )
+        return self.db.update_if(payload_pk(key), more, NOT_HELD_BY_IT + "redriven <> :name", named, names={})
 
     def clear_redriven(self, *, key: str, name: str) -> bool:
         named = {**values(name=name), ":names": {"SS": [name]}}
