@@ -333,7 +333,8 @@ def test_a_launcher_that_stops_rereading_max_is_caught(monkeypatch):
 
 def redriven_with_room(make_world: Callable[..., World]) -> None:
     """A released execution is redriven while a slot is free; a re-submission of its key arrives.
-    Counting the redriven run as external keeps MAX, but only taking its lease back keeps the key."""
+    Counting the redriven run as external keeps MAX, but only taking its lease back, or marking its
+    key for it when that fails, keeps the key."""
     world = make_world(max_concurrency=2)
     world.send(body("p0"), group="g0")
     world.tick("A")
@@ -352,9 +353,17 @@ def test_the_redriven_with_room_scenario_holds():
     run(redriven_with_room)
 
 
-def test_a_redriven_execution_left_out_of_the_ledger_is_caught(monkeypatch):
+def test_a_redriven_execution_left_out_of_the_ledger_and_its_key_unmarked_is_caught(monkeypatch):
     monkeypatch.setattr(DynamoStore, "adopt", lambda self, **_: False)
+    monkeypatch.setattr(DynamoStore, "mark_redriven", lambda self, **_: False)
     caught(redriven_with_room)
+
+
+def test_a_redriven_execution_left_out_of_the_ledger_keeps_its_key_by_the_mark(monkeypatch):
+    """Adoption failing for good: the run counts as external and its free key is marked for it, so
+    the re-submission waits for its end instead of starting beside it."""
+    monkeypatch.setattr(DynamoStore, "adopt", lambda self, **_: False)
+    run(redriven_with_room)
 
 
 def test_an_earlier_runs_event_releasing_an_adopted_execution_is_caught(monkeypatch):
