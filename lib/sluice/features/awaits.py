@@ -39,11 +39,11 @@ the waiter's own.
 **Release** (``settle``): all satisfied → the message is sent back to the queue in its group with
 its original id (``sluice-origin-message-id``, so the same execution name) and a deduplication id
 that is a function of that id, and without ``sluice-awaits`` (met, and satisfied only goes one way,
-so its admission does not read them again); it is admitted like any message. An awaited key ended badly → the waiter is dead-lettered with the reason
-``awaited KEY ended FAILED``, unless it says ``sluice-on-await-failure: run`` (then it is released
-once every awaited key has ended, whichever way). Then, and only then, the waiter is marked
-released and taken off the sets. A crash at any point leaves it parked, and reconciliation's sweep
-(``sweep``, each scheduled tick) settles it again:
+so its admission does not read them again); it is admitted like any message. A key ended badly →
+dead-lettered (``awaited KEY ended FAILED``), unless ``sluice-on-await-failure: run`` (released once
+every awaited key has ended, whichever way); a key with a young redriven mark may run again, and is
+waited for (``PayloadRecord.may_run_again``). Then, and only then, the waiter is marked released and
+taken off the sets. A crash leaves it parked; reconciliation's sweep (each tick) settles it again:
 
     completion: release(k) ─✗ crash: W still parked ─► sweep: all satisfied → send W
     send W ─✗ crash before the mark: W still parked ─► sweep: send W again. Within 5 minutes SQS
@@ -53,9 +53,8 @@ released and taken off the sets. A crash at any point leaves it parked, and reco
         (``AlreadyRan``): it is settled as already run. A name runs once.
 
 **Horizon.** A waiter parked longer than the await horizon (``SLUICE_AWAIT_HORIZON_SECONDS``, 7 days)
-on a key that has no SUCCEEDED run and no live lease (never seen, or seen and gone) is dead-lettered
-by the sweep: ``awaited KEY not seen within the await horizon (604800 s)``. A key still running at the
-horizon is waited for.
+on a key with no SUCCEEDED run and no live lease is dead-lettered by the sweep: ``awaited KEY not
+seen within the await horizon (604800 s)``. A key still running at the horizon is waited for.
 """
 
 from __future__ import annotations
@@ -247,14 +246,12 @@ def judge(
         record = records.get(k)
         if record is not None and record.succeeded_by:
             continue
-        if record is not None and record.holder is None and record.may_run_again(now):
-            missing.append(k)
-            continue
-        if record is not None and record.holder is None and last_end(record) in BAD_ENDS:
+        free = record is not None and record.holder is None and not record.may_run_again(now)
+        if free and record is not None and last_end(record) in BAD_ENDS:
             if not run_anyway:
                 return Verdict("dead", reason=f"awaited {k} ended {last_end(record).value}", states=states)
             continue
-        if record is not None and record.holder is None and record.once_unknown is not None:
+        if free and record is not None and record.once_unknown is not None:
             if not run_anyway:  # its run vanished with its state machine (sluice status KEY names it)
                 return Verdict("dead", reason=f"awaited {k} ended with an unknown outcome", states=states)
             continue

@@ -380,20 +380,24 @@ class MessageProtocol:
                 self._give_back(payload, name, ckey, exc)
             raise
         if result.already_existed:
-            try:
-                return self.branches._already_exists(payload, name, done)
-            except TransientError as exc:
-                if isinstance(exc, AmbiguousStartError):
-                    raise
-                # It runs or ran, perhaps started just now by an earlier attempt: its copy stays
-                # away the window, as after an ambiguous start (``admission.away_after``).
-                raise AmbiguousStartError(
-                    f"execution {name} exists; then {exc}", operation=exc.operation, code=exc.code
-                ) from exc
+            return self._exists(payload, name, done)
         done.append(payload.message)
         outcome = Outcome.STARTED if fresh else Outcome.RESUMED
         self.branches._log("execution started", payload, name, outcome, arn=result.arn)
         return outcome
+
+    def _exists(self, payload: Payload, name: str, done: list[Message]) -> Outcome:
+        """StartExecution said "already exists": it runs or ran, perhaps started just now by an
+        earlier attempt, so a failure to settle it keeps its copy away the window, as after an
+        ambiguous start (``sluice.launch.admission.away_after``)."""
+        try:
+            return self.branches._already_exists(payload, name, done)
+        except TransientError as exc:
+            if isinstance(exc, AmbiguousStartError):
+                raise
+            raise AmbiguousStartError(
+                f"execution {name} exists; then {exc}", operation=exc.operation, code=exc.code
+            ) from exc
 
     def _give_back(self, payload: Payload, name: str, ckey: str | None, exc: Exception) -> None:
         """Roll back our fresh claim ``name``, whose StartExecution was refused for certain."""
