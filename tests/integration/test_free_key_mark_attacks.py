@@ -161,6 +161,19 @@ def unsure_mark_by_stale_describe(stack: Stack, e1: str, ended_at: float, rt: Ru
 # -- cases -----------------------------------------------------------------------------------------
 
 
+def redriven_and_marked(stack: Stack, *, after: float = 10) -> tuple[str, float, Any]:
+    """e1 of k FAILED and released; the operator redrives it ``after`` s later; 5 s on, a tick
+    marks k UNSURE on a stale DescribeExecution. Returns (e1, its end, the store)."""
+    e1, ended_at = ended_run(stack, "k")
+    stack.clock.advance(after)
+    redrive(stack, e1)
+    stack.clock.advance(5)
+    unsure_mark_by_stale_describe(stack, e1, ended_at)
+    store = stack.runtime().store()
+    assert store.payload("k").redriven == e1 and store.payload("k").holder is None
+    return e1, ended_at, store
+
+
 def test_a_listing_behind_an_end_marks_the_free_key_and_its_next_message_still_starts(session):
     """e1 of k FAILED, released. A tick lists it RUNNING (behind its end), DescribeExecution says
     FAILED: k is marked, e1 counted external, not adopted. n2 of k within the mark's window adopts
@@ -228,13 +241,7 @@ def test_an_unsure_redrive_is_adopted_by_the_next_claim_and_the_key_runs_once(se
     finds the mark, e1 runs (a fresh answer), so e1 is adopted and n2 waits behind it. e1 ends:
     its release hands the key on and n2 starts. k never runs twice."""
     stack = new_stack(session)
-    e1, ended_at = ended_run(stack, "k")
-    stack.clock.advance(10)
-    redrive(stack, e1)
-    stack.clock.advance(5)
-    unsure_mark_by_stale_describe(stack, e1, ended_at)
-    store = stack.runtime().store()
-    assert store.payload("k").redriven == e1 and store.payload("k").holder is None
+    e1, _ended_at, store = redriven_and_marked(stack)
 
     stack.clock.advance(5)
     stack.send({"id": "k", "n": 2}, group="b")
@@ -263,13 +270,14 @@ def test_a_mark_stamped_by_a_slow_reconciler_holds_claims_while_the_redriven_run
     FAILED at s: UNSURE, k marked with updated_at = s+20 (as docs/protocol.md's Clocks says: "a
     clock behind only marks the key instead"). n2 of k at s+85 on a launcher whose clock is on
     time: DescribeExecution(e1), 40 s after the redrive, may still give FAILED at s; the mark
-    reads 65 s old, past the window, so it is lifted and n2 claims and starts beside e1."""
+    reads 65 s old, past the window, so it was lifted and n2 claimed and started beside e1 (before
+    the fix: a mark now holds claims two windows)."""
     stack = new_stack(session)
     e1, ended_at = ended_run(stack, "k")
     stack.clock.advance(45)
     redrive(stack, e1)
     stack.clock.advance(5)
-    slow = skewed(stack, -30)
+    slow = skewed(stack, -30)  # its clock is fixed here: 30 s behind from now on
     unsure_mark_by_stale_describe(stack, e1, ended_at, rt=slow)
     store = stack.runtime().store()
     assert store.payload("k").redriven == e1 and store.payload("k").holder is None
@@ -288,13 +296,7 @@ def test_a_mark_stamped_by_a_reconciler_on_time_holds_the_same_claim(session):
     """The same timeline with the reconciler's clock on time: the mark is 35 s old at n2's claim,
     within its window, so the stale "FAILED" is not taken for an end: e1 is adopted, n2 waits."""
     stack = new_stack(session)
-    e1, ended_at = ended_run(stack, "k")
-    stack.clock.advance(45)
-    redrive(stack, e1)
-    stack.clock.advance(5)
-    unsure_mark_by_stale_describe(stack, e1, ended_at)
-    store = stack.runtime().store()
-    assert store.payload("k").redriven == e1
+    e1, ended_at, store = redriven_and_marked(stack, after=45)
 
     stack.clock.advance(35)
     stack.send({"id": "k", "n": 2}, group="b")
@@ -310,16 +312,11 @@ def test_an_adoption_lost_to_contention_keeps_the_mark_of_a_run_that_runs(sessio
     """e1 of k redriven, marked UNSURE. n2 of k: the claim finds the mark, DescribeExecution says
     e1 RUNNING (fresh), so it adopts; the pool moves under the adoption three times (its slot
     conditions fail: ``Store.adopt`` gives up, "counted as external this tick, adopted at the
-    next" in reconciliation's eyes). ``_take_redriven`` reads the False as "ended" and clears the
-    mark: the claim looks again, finds the lease free and starts n2 beside the running e1."""
+    next" in reconciliation's eyes). ``_take_redriven`` read the False as "ended" and cleared the
+    mark: the claim looked again, found the lease free and started n2 beside the running e1 (before
+    the fix: a refused adoption now keeps the mark)."""
     stack = new_stack(session)
-    e1, ended_at = ended_run(stack, "k")
-    stack.clock.advance(10)
-    redrive(stack, e1)
-    stack.clock.advance(5)
-    unsure_mark_by_stale_describe(stack, e1, ended_at)
-    store = stack.runtime().store()
-    assert store.payload("k").redriven == e1
+    e1, _ended_at, _store = redriven_and_marked(stack)
 
     stack.clock.advance(5)
     stack.send({"id": "k", "n": 2}, group="b")
@@ -336,13 +333,7 @@ def test_a_marked_run_that_ends_for_real_before_any_claim_lets_the_next_message_
     before any message of k. n2 of k within the mark's window: DescribeExecution gives the new
     end, not the one e1's record holds: the mark is lifted and n2 starts, alone."""
     stack = new_stack(session)
-    e1, ended_at = ended_run(stack, "k")
-    stack.clock.advance(10)
-    redrive(stack, e1)
-    stack.clock.advance(5)
-    unsure_mark_by_stale_describe(stack, e1, ended_at)
-    store = stack.runtime().store()
-    assert store.payload("k").redriven == e1
+    e1, _ended_at, store = redriven_and_marked(stack)
     time.sleep(0.01)  # moto's stop date is the wall clock's: a new end, not the earlier one
     deliver(stack, stack.finish(e1, "FAILED", error="Again"))
     assert stack.running() == []
@@ -434,17 +425,11 @@ def test_a_hand_over_to_a_message_of_a_marked_key_does_not_start_beside_the_run(
 
 def test_a_waiter_on_a_marked_key_is_not_dead_lettered_while_its_run_runs_again(session):
     """e1 of k FAILED, released; redriven 10 s later; a tick marks k UNSURE (stale describe). W
-    awaits k (no run-anyway). The gate reads k free and ended FAILED: W is dead-lettered. e1 then
-    SUCCEEDS: had reconciliation adopted e1 (as it does past the window), W would have waited
-    and run."""
+    awaits k (no run-anyway). The gate read k free and ended FAILED, and W was dead-lettered while
+    e1 ran again and then SUCCEEDED (before the fix: a young redriven mark now holds the verdict,
+    so W waits, as it would for an adopted run, and runs)."""
     stack = new_stack(session)
-    e1, ended_at = ended_run(stack, "k")
-    stack.clock.advance(10)
-    redrive(stack, e1)
-    stack.clock.advance(5)
-    unsure_mark_by_stale_describe(stack, e1, ended_at)
-    store = stack.runtime().store()
-    assert store.payload("k").redriven == e1 and e1 in stack.running()
+    e1, _ended_at, store = redriven_and_marked(stack)
 
     stack.send({"id": "w"}, group="w", sluice_awaits='["k"]')
     stack.launcher().tick(reconcile_first=False)
@@ -469,13 +454,7 @@ def test_a_mark_and_an_adoption_by_two_reconcilers_leave_nothing_behind(session)
     and adopts e1: the adoption takes the mark away with the lease. e1 ends, its event releases
     it: k is free and unmarked, and its next message starts at once."""
     stack = new_stack(session)
-    e1, ended_at = ended_run(stack, "k")
-    stack.clock.advance(10)
-    redrive(stack, e1)
-    stack.clock.advance(5)
-    unsure_mark_by_stale_describe(stack, e1, ended_at)
-    store = stack.runtime().store()
-    assert store.payload("k").redriven == e1 and store.ledger().holders == frozenset()
+    e1, ended_at, store = redriven_and_marked(stack)
 
     fast = skewed(stack, 70)
     described = stale_describe(fast.client("stepfunctions"), e1, status="FAILED", stop=ended_at)
