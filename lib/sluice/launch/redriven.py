@@ -90,7 +90,7 @@ def ran_again(p: Pass, info: ExecutionInfo, record: ExecutionRecord) -> Rerun:
     Within the window (by this clock, which may run behind Step Functions') either may be the
     stale one: UNSURE. Adopting would hold a slot for each end a listing lags behind (common);
     the key is marked instead (``hold_for_redriven``), which holds only its claims, and those for
-    the window of the mark (``MessageBranches._still_runs``):
+    two windows of the mark (``MessageBranches._still_runs``):
 
         e1 of k ABORTED at s, released;  RedriveExecution(e1) at s + 20
         reconciliation at s + 25: listed RUNNING; DescribeExecution: ABORTED at s (stale)
