@@ -535,6 +535,8 @@ def test_a_crash_at_any_call_of_a_keyed_tick_never_breaks_the_rate_and_all_start
             rt = stack.runtime()
             timed_starts(rt, clock, starts)
             rt.launcher().tick()
+            if len({n[:2] for _, n in starts}) == 3 and stack.queue_counts() == (0, 0) and not waiters(stack):
+                break  # all three started and nothing is left: later ticks would start nothing
         names = sorted({n[:2] for _, n in starts})
         assert busiest_window(of_key(starts, "a"), 60) <= 1, (k, of_key(starts, "a"))
         assert names == ["a0", "a1", "u0"], (k, names)
