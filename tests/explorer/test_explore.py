@@ -103,3 +103,13 @@ def test_seed_131310309_an_ambiguous_start_is_not_started_again_on_the_machine_s
     as missing (stale) and, the stack switched meanwhile, started on the new machine too."""
     done = _one_run(131310309)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+
+
+def test_seed_1203231464_a_stale_end_carries_its_own_stop_date() -> None:
+    """Found by a plain run from 1203230201 after 2,209 CPU-seconds: the explorer's stale
+    DescribeExecution gave an end the wall clock's "now" for its stop date, not the end's own, so a
+    redriven run read as a new end and was neither adopted nor counted (MAX 2, three running). With
+    the end's own stop date (``History.stop_at``) it holds; it fails again under the variant
+    ``redrive_hidden_by_a_stale_describe``."""
+    done = _one_run(1203231464)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]

@@ -29,11 +29,21 @@ class History:
     clock: Any
     by_name: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
     machine: dict[str, str] = field(default_factory=dict)  # name -> its state machine's ARN
+    stops: dict[tuple[str, float], datetime] = field(default_factory=dict)  # (name, end's time) -> stopDate
 
-    def record(self, name: str, status: str, machine: str | None = None) -> None:
+    def record(
+        self, name: str, status: str, machine: str | None = None, stop: datetime | None = None
+    ) -> None:
         self.by_name.setdefault(name, []).append((self.clock.now(), status))
         if machine:
             self.machine.setdefault(name, machine)
+        if stop is not None:
+            self.stops[(name, self.clock.now())] = stop
+
+    def stop_at(self, name: str, t: float) -> datetime | None:
+        """The stop date Step Functions gave the end ``name`` was in at ``t`` (None: not recorded)."""
+        began = self.since(name, t)
+        return None if began is None else self.stops.get((name, began))
 
     def started(self, name: str, machine: str) -> None:
         if name not in self.by_name:
@@ -47,6 +57,15 @@ class History:
                 break
             status = s
         return status
+
+    def since(self, name: str, t: float) -> float | None:
+        """When the status ``name`` had at ``t`` began (None: it did not exist yet)."""
+        began = None
+        for when, _ in self.by_name.get(name, []):
+            if when > t:
+                break
+            began = when
+        return began
 
     def changed_since(self, name: str, t: float) -> bool:
         return any(when > t for when, _ in self.by_name.get(name, []))
@@ -130,7 +149,10 @@ class StaleView(StaleList):
                     for gone in ("stopDate", "output", "error", "cause"):
                         parsed.pop(gone, None)
                 else:
-                    parsed.setdefault("stopDate", datetime.now(UTC))
+                    # The end it shows, with the stop date Step Functions gave it (a redrive's
+                    # stale answer: the end before it, as its record and its event have it).
+                    stop = history.stop_at(_name(parsed.get("executionArn", "")), then)
+                    parsed["stopDate"] = stop or datetime.now(UTC)
         elif call.operation == "ListExecutions" and call.params.get("statusFilter") == "RUNNING":
             machine = call.params.get("stateMachineArn")
             listed = {e["name"]: e for e in parsed.get("executions", [])}

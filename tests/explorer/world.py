@@ -39,6 +39,9 @@ def _wire(value: Any) -> dict[str, Any]:
 class ExplorerWorld(World):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.stopped_at: dict[
+            str, datetime
+        ] = {}  # each execution's latest stop date, as Step Functions gave it
         # SQS refuses what moto takes (a deduplication id of any characters, ...): as SQS does, on
         # every client of the process's pool (the containers' clients are made once per process).
         clients = pool()
@@ -72,6 +75,7 @@ class ExplorerWorld(World):
         execution = self._execution(name)
         execution.status = status
         execution.stop_date = datetime.now(UTC)
+        self.stopped_at[name] = execution.stop_date
         execution.output = output
         error = END_ERRORS.get(status)
         if error:
