@@ -113,3 +113,14 @@ def test_seed_1203231464_a_stale_end_carries_its_own_stop_date() -> None:
     ``redrive_hidden_by_a_stale_describe``."""
     done = _one_run(1203231464)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="seed 1203230958: an end between two redrives that Sluice never recorded, read stale "
+    "after the second redrive's adoption, is taken for the adopted run's end (promise 2)",
+)
+def test_seed_1203230958_an_unrecorded_end_between_two_redrives_is_not_the_adopted_runs() -> None:
+    """Found by a swarm run from 1203230301 after 2,971 CPU-seconds (tests/explorer/README.md)."""
+    done = _one_run(1203230958, "--swarm")
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
