@@ -42,8 +42,8 @@ class History:
 
     def stop_at(self, name: str, t: float) -> datetime | None:
         """The stop date Step Functions gave the end ``name`` was in at ``t`` (None: not recorded)."""
-        began = self.since(name, t)
-        return None if began is None else self.stops.get((name, began))
+        entry = self._entry_at(name, t)
+        return None if entry is None else self.stops.get((name, entry[0]))
 
     def started(self, name: str, machine: str) -> None:
         if name not in self.by_name:
@@ -51,21 +51,17 @@ class History:
 
     def at(self, name: str, t: float) -> str | None:
         """The status at ``t`` (None: it did not exist yet)."""
-        status = None
-        for when, s in self.by_name.get(name, []):
-            if when > t:
-                break
-            status = s
-        return status
+        entry = self._entry_at(name, t)
+        return None if entry is None else entry[1]
 
-    def since(self, name: str, t: float) -> float | None:
-        """When the status ``name`` had at ``t`` began (None: it did not exist yet)."""
-        began = None
-        for when, _ in self.by_name.get(name, []):
+    def _entry_at(self, name: str, t: float) -> tuple[float, str] | None:
+        """(when it began, status): the status ``name`` had at ``t`` (None: it did not exist yet)."""
+        entry = None
+        for when, status in self.by_name.get(name, []):
             if when > t:
                 break
-            began = when
-        return began
+            entry = (when, status)
+        return entry
 
     def changed_since(self, name: str, t: float) -> bool:
         return any(when > t for when, _ in self.by_name.get(name, []))
