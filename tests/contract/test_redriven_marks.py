@@ -45,3 +45,18 @@ def test_an_adoption_lifts_its_own_further_mark(store):
     assert store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW) is not None
     assert store.adopt(name="r2", now=NOW + 1)
     assert store.payload("k").holder == "r2" and store.payload("k").redriven_more == frozenset()
+
+
+def test_an_adoption_keeps_the_redrive_date_it_was_given(store):
+    """The record of an adopted run keeps Step Functions' redrive date: no end before it is that
+    run's (``completion.before_its_redrive``). An adoption with no date reported keeps the one
+    before, which no end of a later run can be older than."""
+    claim(store, "k", "e1")
+    assert store.release(name="e1", state=PayloadState.FAILED, now=NOW, ended_at=NOW - 5) is not None
+    assert store.adopt(name="e1", now=NOW + 10, redriven_at=NOW + 3)
+    record = store.execution("e1")
+    assert (record.earlier_end_at, record.redriven_at) == (NOW - 5, NOW + 3)
+    assert store.release(name="e1", state=PayloadState.FAILED, now=NOW + 20, ended_at=NOW + 15) is not None
+    assert store.adopt(name="e1", now=NOW + 30)
+    record = store.execution("e1")
+    assert (record.earlier_end_at, record.redriven_at) == (NOW + 15, NOW + 3)

@@ -242,7 +242,7 @@ class Actors:
             effects = [{"payload": {"id": f"p{self.choices.draw(self.ex.payloads)}", "effect": 0}}]
         self.note(f"{name[:12]} ends {status}" + (f" naming effect {effects}" if effects else ""))
         w.end(name, status, effects)
-        self.history.record(name, status, stop=w.stopped_at.get(name))
+        self.history.record(name, status, date=w.stopped_at.get(name))
         self.ended_keys.append(name.rsplit("-", 1)[0])
         if self.ex.scale.get("resubmit") and self.resubmitted < MAX_RESUBMITS and self.choices.chance(0.5):
             self.do_resubmit()  # the producer saw its run end: sent again before the event is delivered
@@ -425,7 +425,7 @@ class Actors:
         name = names[self.choices.draw(len(names))]
         self.note(f"operator: redrive {name[:12]}")
         w.redrive(name)
-        self.history.record(name, "RUNNING")
+        self.history.record(name, "RUNNING", date=w.redriven_on[name])
 
     def do_by_hand(self) -> None:
         self.by_hand += 1

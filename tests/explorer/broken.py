@@ -400,6 +400,14 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
             ),
         ],
     ),
+    "redrive_date_ignored": (
+        "an adopted run's redrive date not consulted: an end before it that Sluice never recorded, "
+        "read stale, taken for the adopted run's end (the code before seed 1203230958's fix)",
+        [
+            (module, "before_its_redrive", lambda stop_date, record: False)
+            for module in (sluice.launch.completion, sluice.launch.reconcile, sluice.launch.message_branches)
+        ],
+    ),
     "hand_over_unchecked": (
         "a hand-over that skips the receipt check (test_a_hand_over_that_skips_the_receipt_check_is_caught)",
         [(sluice.launch.handover, "check_attributes", lambda message: None)],

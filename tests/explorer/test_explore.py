@@ -115,12 +115,26 @@ def test_seed_1203231464_a_stale_end_carries_its_own_stop_date() -> None:
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="seed 1203230958: an end between two redrives that Sluice never recorded, read stale "
-    "after the second redrive's adoption, is taken for the adopted run's end (promise 2)",
-)
 def test_seed_1203230958_an_unrecorded_end_between_two_redrives_is_not_the_adopted_runs() -> None:
-    """Found by a swarm run from 1203230301 after 2,971 CPU-seconds (tests/explorer/README.md)."""
+    """Found by a swarm run from 1203230301 after 2,971 CPU-seconds (tests/explorer/README.md): an
+    end between two redrives that Sluice never recorded, read stale after the second redrive's
+    adoption, was taken for the adopted run's end (promise 2). The adoption keeps Step Functions'
+    redrive date, and no end before it is the adopted run's (``completion.before_its_redrive``)."""
     done = _one_run(1203230958, "--swarm")
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+
+
+def test_seed_1203230958_breaks_again_when_the_redrive_date_is_ignored() -> None:
+    """The same seed, with the variant ``redrive_date_ignored`` (the code before the fix), breaks
+    promise 2 again: the test above can fail."""
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": f"{ROOT / 'lib'}{os.pathsep}{ROOT}"}
+    script = (
+        "from tests.explorer.sim import explore\n"
+        "from tests.explorer.variants import applied\n"
+        "with applied('redrive_date_ignored'):\n"
+        "    print(explore(1203230958, 120, None, swarm=True).failure)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert "promise 2 (one per key)" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]

@@ -6,7 +6,8 @@ sees or makes). ``StaleView`` is a ``StaleList`` fault on a container's clients 
 it before the model observes the call, so the model sees what the caller got): when an execution's
 status changed within the bound, the explorer draws how old the view is, and the answer is the
 status at that moment: a just-started execution reads as missing (``ExecutionDoesNotExist``), a
-just-ended one as RUNNING, a just-redriven one as ended.
+just-ended one as RUNNING, a just-redriven one as ended. Stop and redrive dates are Step Functions' own (``History.dates``):
+the end's or the redrive's, as of the view.
 """
 
 from __future__ import annotations
@@ -29,21 +30,30 @@ class History:
     clock: Any
     by_name: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
     machine: dict[str, str] = field(default_factory=dict)  # name -> its state machine's ARN
-    stops: dict[tuple[str, float], datetime] = field(default_factory=dict)  # (name, end's time) -> stopDate
+    # (name, the change's time) -> the date Step Functions gave it: an end's stopDate, a redrive's redriveDate
+    dates: dict[tuple[str, float], datetime] = field(default_factory=dict)
 
     def record(
-        self, name: str, status: str, machine: str | None = None, stop: datetime | None = None
+        self, name: str, status: str, machine: str | None = None, date: datetime | None = None
     ) -> None:
         self.by_name.setdefault(name, []).append((self.clock.now(), status))
         if machine:
             self.machine.setdefault(name, machine)
-        if stop is not None:
-            self.stops[(name, self.clock.now())] = stop
+        if date is not None:
+            self.dates[(name, self.clock.now())] = date
 
     def stop_at(self, name: str, t: float) -> datetime | None:
         """The stop date Step Functions gave the end ``name`` was in at ``t`` (None: not recorded)."""
         entry = self._entry_at(name, t)
-        return None if entry is None else self.stops.get((name, entry[0]))
+        return None if entry is None else self.dates.get((name, entry[0]))
+
+    def redrives_at(self, name: str, t: float) -> list[datetime]:
+        """The dates of the redrives of ``name`` up to ``t``, oldest first."""
+        return [
+            self.dates[(name, when)]
+            for when, status in self.by_name.get(name, [])
+            if when <= t and status == "RUNNING" and (name, when) in self.dates
+        ]
 
     def started(self, name: str, machine: str) -> None:
         if name not in self.by_name:
@@ -96,6 +106,15 @@ class StaleView(StaleList):
             self.lag[id(call)] = lag
         return lag
 
+    def _redrives(self, parsed: dict[str, Any], then: float) -> None:
+        """DescribeExecution's ``redriveCount`` and ``redriveDate`` (absent until a redrive), as
+        AWS gives them, from the view the answer is taken from (moto has no redrive)."""
+        dates = self.explorer.history.redrives_at(_name(parsed.get("executionArn", "")), then)
+        parsed["redriveCount"] = len(dates)
+        parsed.pop("redriveDate", None)
+        if dates:
+            parsed["redriveDate"] = dates[-1]
+
     def _on_the_clock(self, call: Call, parsed: dict[str, Any]) -> None:
         """moto stamps ``startDate`` by the wall clock, days away from the world's virtual clock that
         Sluice reads; AWS stamps it by the same time Sluice's clocks keep (within their skew).
@@ -130,6 +149,8 @@ class StaleView(StaleList):
         if status < 300:
             self._on_the_clock(call, parsed)
         lag = self.lag.pop(id(call), 0.0)
+        if call.operation == "DescribeExecution" and status < 300:
+            self._redrives(parsed, self.explorer.world.clock.now() - lag)
         if not lag or status >= 300:
             if call.operation == "StartExecution" and status < 300:
                 self.explorer.history.started(call.params["name"], call.params["stateMachineArn"])

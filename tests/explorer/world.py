@@ -42,6 +42,8 @@ class ExplorerWorld(World):
         self.stopped_at: dict[
             str, datetime
         ] = {}  # each execution's latest stop date, as Step Functions gave it
+        self.redriven_on: dict[str, datetime] = {}  # each execution's latest redrive date
+        self.stamped = 0.0  # Step Functions' latest date (a stop or a redrive), by the world's clock
         # SQS refuses what moto takes (a deduplication id of any characters, ...): as SQS does, on
         # every client of the process's pool (the containers' clients are made once per process).
         clients = pool()
@@ -74,7 +76,7 @@ class ExplorerWorld(World):
             self.count("effects:named", len(effects))
         execution = self._execution(name)
         execution.status = status
-        execution.stop_date = datetime.now(UTC)
+        execution.stop_date = self.stamp()
         self.stopped_at[name] = execution.stop_date
         execution.output = output
         error = END_ERRORS.get(status)
@@ -88,6 +90,17 @@ class ExplorerWorld(World):
         self.ended_when[name] = self.clock.now()
         self.count(f"ended:{status}")
         return self.owe_event(name, status, body)
+
+    def redrive(self, name: str) -> None:
+        super().redrive(name)
+        self.redriven_on[name] = self.stamp()
+
+    def stamp(self) -> datetime:
+        """A date as Step Functions gives it: by the world's clock, which Sluice's clocks keep
+        within their skew (moto's wall clock is weeks away from it), and each after the one before
+        (a run's end and its redrive are never at the same instant)."""
+        self.stamped = max(self.clock.now(), self.stamped + 0.001)
+        return datetime.fromtimestamp(self.stamped, UTC)
 
     def _execution(self, name: str) -> Any:
         machine = self._machine_of(name) or self.settings.state_machine_arn

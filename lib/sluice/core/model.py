@@ -206,6 +206,7 @@ class ExecutionRecord:
     parked: frozenset[str] = frozenset()  # message ids of deferred duplicates waiting for this run
     adopted_at: float | None = None  # ran again after its release (a redrive) and was taken back
     earlier_end_at: float | None = None  # adopted: the stop date of the end before (Step Functions')
+    redriven_at: float | None = None  # adopted: the redrive date of the run taken back (Step Functions')
     blocked_by: str | None = None  # an unstarted claim that must yield to a redriven run of its key
     starting_at: float | None = None  # the launcher's mark just before StartExecution: no block after it
     shard: int | None = None  # the slot shard it holds (None: claimed before the shards, in LEDGER)

@@ -328,11 +328,12 @@ class PayloadLeases(Protocol):
         False otherwise (recorded by another, or adopted meanwhile), or with no key record left."""
         ...
 
-    def adopt(self, *, name: str, now: float) -> bool:
+    def adopt(self, *, name: str, now: float, redriven_at: float | None = None) -> bool:
         """Take a slot and the lease back for an ended execution that runs again (a redrive).
 
         No limit applies: it runs already. False when the key's lease is held by another run.
-        Lifts the key's ``redriven`` block.
+        Lifts the key's ``redriven`` block. ``redriven_at``: Step Functions' ``redriveDate`` in the
+        answer that showed it running (None: not reported), kept as the record's ``redriven_at``.
         """
         ...
 

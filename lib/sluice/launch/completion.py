@@ -282,14 +282,26 @@ def earlier_end(info: ExecutionInfo, record: ExecutionRecord | None) -> bool:
     is never one: Step Functions redrives only FAILED, TIMED_OUT and ABORTED executions, so a
     success is the last end, also of a run adopted on a stale listing (and by a reconciler whose
     clock runs ahead: explorer seed 111160034)."""
-    if (
-        record is None
-        or not info.ended
-        or info.status == "SUCCEEDED"
-        or record.state is PayloadState.SUCCEEDED
-    ):
+    if record is None or not info.ended:
+        return False
+    if before_its_redrive(info.stop_date, record):
+        return True
+    if info.status == "SUCCEEDED" or record.state is PayloadState.SUCCEEDED:
         return False  # (a SUCCEEDED execution cannot be redriven: its end is its last)
     return _same_stop(info.stop_date, record.ended_at) or _same_stop(info.stop_date, record.earlier_end_at)
+
+
+def before_its_redrive(stop_date: float | None, record: ExecutionRecord) -> bool:
+    """An end that stopped before the redrive ``record``'s run was adopted after (``redriven_at``,
+    Step Functions' ``redriveDate``, compared with its own stop dates): never that run's end, however
+    late it is read, also an end Sluice never recorded (explorer seed 1203230958)::
+
+        p FAILED at s1, released      RedriveExecution: r1      p FAILED at s2 (its event frees nothing)
+        RedriveExecution: r2          adopt(p) on RUNNING, redriveDate r2: earlier_end_at s1, redriven_at r2
+        DescribeExecution (stale): FAILED at s2
+            before: s2 is neither s1 nor the record's end → taken for p's end → p released, p runs
+            now:    s2 < r2 → an earlier end: p still holds its slot and its key"""
+    return stop_date is not None and record.redriven_at is not None and stop_date < record.redriven_at
 
 
 def _same_stop(a: float | None, b: float | None) -> bool:
@@ -367,12 +379,16 @@ def _not_its_earlier_end(change: StatusChange) -> Callable[[ExecutionRecord], bo
     """An event with the stop date of the end an adopted execution had before its redrive is of
     that earlier run (late, or repeated): it releases nothing, and DescribeExecution is not asked,
     since within the staleness bound of the redrive it may still answer with that very end and
-    confirm it. Asked of adopted executions only. A SUCCEEDED event is the last end whatever its
-    stop date (``earlier_end``: a success is never redriven), also of a run adopted on a stale
-    listing."""
+    confirm it. Asked of adopted executions only. So is an event of an end before the redrive the
+    run was adopted after (``before_its_redrive``), recorded or not. A SUCCEEDED event is the last
+    end whatever its stop date otherwise (``earlier_end``: a success is never redriven), also of a
+    run adopted on a stale listing."""
 
     def confirm(record: ExecutionRecord) -> bool:
-        if change.status == "SUCCEEDED" or not _same_stop(change.stop_date, record.earlier_end_at):
+        earlier = before_its_redrive(change.stop_date, record) or (
+            change.status != "SUCCEEDED" and _same_stop(change.stop_date, record.earlier_end_at)
+        )
+        if not earlier:
             return True
         log.info(
             "event of an earlier run of a redriven execution ignored", extra={"execution_name": record.name}

@@ -19,6 +19,7 @@ from sluice.core.model import (
     ClaimFence,
     ExecutionInfo,
     ExecutionRecord,
+    ExecutionStatus,
     Message,
     Outcome,
     Payload,
@@ -26,7 +27,7 @@ from sluice.core.model import (
 )
 from sluice.core.validation import validate_message
 from sluice.features.parking import park
-from sluice.launch.completion import complete, earlier_end, output_from
+from sluice.launch.completion import before_its_redrive, complete, earlier_end, output_from
 from sluice.launch.context import LaunchContext
 from sluice.launch.settings import DuplicatePolicy
 
@@ -94,8 +95,11 @@ class MessageBranches:
         """Whether the holder's answer says it ended. An end from before the holder ran again (a
         redrive adopted) is a stale answer, and it runs, while the adoption is younger than the
         consistency window; past it, the answer is fresh: the adoption took a stale RUNNING answer,
-        and that end is the holder's."""
-        return info.ended and (not earlier_end(info, record) or self._adopted_long_ago(record))
+        and that end is the holder's. Never one before the redrive it was adopted after: Step
+        Functions' own dates say that answer is stale, however late it is read."""
+        if not info.ended or (record is not None and before_its_redrive(info.stop_date, record)):
+            return False
+        return not earlier_end(info, record) or self._adopted_long_ago(record)
 
     def _settle_ended(self, name: str, info: ExecutionInfo) -> None:
         """Release ``name``, whose run Step Functions says ended, as its status event would."""
@@ -227,14 +231,15 @@ class MessageBranches:
         ``updated_at``, written by the mark and by every later write, so no earlier than the mark.
         An adoption refused (another run took the key, or the pools kept moving) keeps the mark:
         the run still runs, and the next look finds the holder or tries again."""
-        if not self._still_runs(redriven, marked_by):
+        runs = self._still_runs(redriven, marked_by)
+        if runs is None:
             self.ctx.store.clear_redriven(key=key, name=redriven)
             return
-        self.ctx.store.adopt(name=redriven, now=self.ctx.clock.now())
+        self.ctx.store.adopt(name=redriven, now=self.ctx.clock.now(), redriven_at=runs.redrive_date)
 
-    def _still_runs(self, redriven: str, marked_by: float) -> bool:
-        """Whether ``redriven``, a run a reconciliation saw redriven (marked no later than
-        ``marked_by``), runs still.
+    def _still_runs(self, redriven: str, marked_by: float) -> ExecutionInfo | None:
+        """The answer that says ``redriven``, a run a reconciliation saw redriven (marked no later
+        than ``marked_by``), runs still, or may; None: it ended.
 
         An end its record knew already (the one before the redrive) may be a stale answer: the
         mark may have been made just after a real redrive. Once the mark is the consistency
@@ -252,12 +257,14 @@ class MessageBranches:
         try:
             info = self.ctx.executions.describe(redriven, record.arn) if record is not None else None
         except ConfigurationError:
-            return True  # a state machine this role may not ask about: assume it runs
+            # a state machine this role may not ask about: assume it runs
+            return ExecutionInfo(name=redriven, arn="", status=ExecutionStatus.RUNNING)
         if info is None or not info.ended:
-            return info is not None
+            return info
         # The mark is stamped by the marker's clock and read by this one: twice the window, so a
         # skew of up to S between them still finds the answer fresh before the mark is lifted.
-        return earlier_end(info, record) and not self._window_past(marked_by, windows=MARK_WINDOWS)
+        runs = earlier_end(info, record) and not self._window_past(marked_by, windows=MARK_WINDOWS)
+        return info if runs else None
 
     def _yield_to_redriven(self, payload: Payload, name: str) -> bool:
         """Our resumed claim ``name`` was just renewed, which lifts any start mark: if its key is
@@ -280,13 +287,14 @@ class MessageBranches:
             mark_starting(N) IF no blocked_by ✗ → ``_renewal_refused``: yields"""
         seen = self.ctx.store.payload(payload.key)
         marks = [] if seen is None else [seen.redriven, *sorted(seen.redriven_more)]
-        running = None
+        running = runs = None
         for redriven in (mark for mark in marks if mark is not None and mark != name):
-            if self._still_runs(redriven, seen.updated_at if seen is not None else 0.0):
+            runs = self._still_runs(redriven, seen.updated_at if seen is not None else 0.0)
+            if runs is not None:
                 running = redriven
                 break
             self.ctx.store.clear_redriven(key=payload.key, name=redriven)
-        if running is None:
+        if running is None or runs is None:
             return False
         redriven = running
         record = self.ctx.store.execution(name)
@@ -295,7 +303,7 @@ class MessageBranches:
             f"yielded to {redriven}, a redriven run of the same key",
             version=record.claim_version if record is not None else 0,
         )
-        self.ctx.store.adopt(name=redriven, now=self.ctx.clock.now())
+        self.ctx.store.adopt(name=redriven, now=self.ctx.clock.now(), redriven_at=runs.redrive_date)
         return True
 
     def _renewal_refused(self, payload: Payload, name: str, done: list[Message]) -> Outcome | None:
@@ -317,7 +325,9 @@ class MessageBranches:
         )
         redriven = self.ctx.executions.describe(record.blocked_by)
         if redriven is not None and not redriven.ended:
-            self.ctx.store.adopt(name=record.blocked_by, now=self.ctx.clock.now())
+            self.ctx.store.adopt(
+                name=record.blocked_by, now=self.ctx.clock.now(), redriven_at=redriven.redrive_date
+            )
         return None
 
     def _started_before(self, name: str) -> ExecutionInfo | None:

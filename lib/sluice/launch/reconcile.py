@@ -68,10 +68,7 @@ from sluice.features.keys import sweep as sweep_keys
 from sluice.features.parking import sweep
 from sluice.features.receipts import Outputs
 from sluice.features.stores import LaunchStore
-from sluice.launch.completion import (
-    complete,
-    output_from,
-)
+from sluice.launch.completion import before_its_redrive, complete, output_from
 from sluice.launch.redriven import Pass, count_unknown, redriven_successes
 from sluice.launch.settings import Settings
 
@@ -260,8 +257,9 @@ def _its_end(info: ExecutionInfo, record: ExecutionRecord) -> bool:
         adopt(p): earlier_end_at s1  a window later: DescribeExecution(p) FAILED at s1 → release
 
     Within the window the holder is not judged at all (``reconcile``), so a stale end is never
-    taken for the end of a redriven run."""
-    return info.ended
+    taken for the end of a redriven run. An end before the redrive it was adopted after is never
+    its end (``before_its_redrive``): the answer is stale, whenever it is read."""
+    return info.ended and not before_its_redrive(info.stop_date, record)
 
 
 def _settle_unstarted(

@@ -5,6 +5,7 @@ key's lease and its record taken back in one transaction (``Store.adopt``). A pa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from sluice.adapters.dynamo.codec import execution_pk, payload_pk, values
@@ -17,6 +18,15 @@ from sluice.core.model import ExecutionRecord, PayloadState
 ADOPT_ROUNDS = 3  # an adoption whose slot conditions failed (the pool moved) is tried again
 
 
+@dataclass(frozen=True, slots=True)
+class _Adopted:
+    """The execution taken back, when, and Step Functions' date of the redrive it runs after."""
+
+    name: str
+    now: float
+    redriven_at: float | None
+
+
 class AdoptionsTable:
     def __init__(
         self, db: TableRef, launch_slots: LaunchSlots, lane_slots: LaneSlots, parts: ReleaseParts
@@ -26,7 +36,7 @@ class AdoptionsTable:
         self.lane_slots = lane_slots
         self.records, self.keys = parts.records, parts.keys
 
-    def adopt(self, *, name: str, now: float) -> bool:
+    def adopt(self, *, name: str, now: float, redriven_at: float | None = None) -> bool:
         """Take a slot and the lease back for ``name``, an ended execution RUNNING again (a redrive).
 
         It runs already, so it counts against MAX whatever MAX is: a shard with room, else past a
@@ -46,7 +56,7 @@ class AdoptionsTable:
             )
             items = [
                 self._adopt_lease(record, name, now),
-                self._adopt_record(record, name, now, shard, lane_take),
+                self._adopt_record(record, _Adopted(name, now, redriven_at), shard, lane_take),
             ]
             if record.ckey is not None:
                 items.append(self.keys.key_adopt_item(record.ckey, name))
@@ -89,24 +99,31 @@ class AdoptionsTable:
     def _adopt_record(
         self,
         record: ExecutionRecord,
-        name: str,
-        now: float,
+        adopted: _Adopted,
         shard: int,
         lane_take: tuple[int, list[dict[str, Any]]] | None,
     ) -> dict[str, Any]:
         sets = "SET #state = :running, adopted_at = :now, #shard = :shard "
-        # the end before: a stale DescribeExecution may still answer with it
-        earlier = {} if record.ended_at is None else {"earlier": record.ended_at}
-        if earlier:
+        # the end before, and the redrive after it: a stale DescribeExecution may still answer with
+        # an end from before that redrive (sluice.launch.completion.earlier_end)
+        dates = {"earlier": record.ended_at, "redriven": adopted.redriven_at}
+        dates = {k: v for k, v in dates.items() if v is not None}
+        if "earlier" in dates:
             sets += ", earlier_end_at = :earlier "
+        if "redriven" in dates:
+            sets += ", redriven_at = :redriven "
         update = {
             "TableName": self.db.table,
-            "Key": {"pk": {"S": execution_pk(name)}},
+            "Key": {"pk": {"S": execution_pk(adopted.name)}},
             "UpdateExpression": sets + "REMOVE expires_at, ended_at, #output, output_ref, output_size",
             "ConditionExpression": "#state = :was",
             "ExpressionAttributeNames": {"#state": "state", "#shard": "shard", "#output": "output"},
             "ExpressionAttributeValues": values(
-                running=PayloadState.RUNNING.value, now=now, was=record.state.value, shard=shard, **earlier
+                running=PayloadState.RUNNING.value,
+                now=adopted.now,
+                was=record.state.value,
+                shard=shard,
+                **dates,
             ),
         }
         if lane_take is not None:

@@ -151,6 +151,7 @@ def to_execution(raw: dict[str, Any]) -> ExecutionRecord:
         parked=frozenset(raw.get("parked", ())),
         adopted_at=opt_float(raw.get("adopted_at")),
         earlier_end_at=opt_float(raw.get("earlier_end_at")),
+        redriven_at=opt_float(raw.get("redriven_at")),
         blocked_by=raw.get("blocked_by"),
         starting_at=opt_float(raw.get("starting_at")),
         shard=None if raw.get("shard") is None else int(raw["shard"]),

@@ -156,7 +156,7 @@ class MemoryReleases:
             **outputs,
         )
 
-    def adopt(self, *, name: str, now: float) -> bool:
+    def adopt(self, *, name: str, now: float, redriven_at: float | None = None) -> bool:
         with self.table.lock:
             record = self.table.executions.get(name)
             if record is None or record.state.holds_lease or name in self.table.holders:
@@ -185,6 +185,7 @@ class MemoryReleases:
                 state=PayloadState.RUNNING,
                 ended_at=None,
                 earlier_end_at=record.ended_at,
+                redriven_at=record.redriven_at if redriven_at is None else redriven_at,
                 expires_at=0,
                 adopted_at=now,
                 output=None,

@@ -190,8 +190,8 @@ class MemoryStore:
     ) -> bool:
         return self.releases.record_later_success(record, ended_at=ended_at, now=now, receipt=receipt)
 
-    def adopt(self, *, name: str, now: float) -> bool:
-        return self.releases.adopt(name=name, now=now)
+    def adopt(self, *, name: str, now: float, redriven_at: float | None = None) -> bool:
+        return self.releases.adopt(name=name, now=now, redriven_at=redriven_at)
 
     # -- the records (Records) -----------------------------------------------------------------------
 
