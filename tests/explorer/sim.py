@@ -29,7 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from botocore.exceptions import ReadTimeoutError
+from botocore import xform_name
+from botocore.exceptions import ClientError, ReadTimeoutError
 from greenlet import greenlet
 from moto.moto_api._internal import mock_random
 
@@ -41,6 +42,7 @@ from tests.explorer.fast_moto import faster_moto
 from tests.explorer.switch import MachineSwitch
 from tests.explorer.view import History, StaleView
 from tests.explorer.world import ExplorerWorld
+from tests.reliability.actors import pool
 from tests.reliability.world import Container, Event
 from tests.support.faults import Call, Crash, Fault, Injector, count, throttled
 from tests.support.moto_patches import dead_letter_source, redrive_filter
@@ -50,6 +52,8 @@ KEY_RATES = (None, None, Rate(1, 60), Rate(2, 1), Rate(1, 3600))  # every concur
 SKEWS = (0.0, 30.0, -30.0, 3600.0, -3600.0)  # launcher B's clock; docs/protocol.md: up to an hour
 # What may happen at a switch point once the invocation is resumed (weights of a fresh draw).
 NOTHING, CRASH_BEFORE, THROTTLE, CRASH_AFTER, LOST = range(5)
+# A lost answer of one of these, in a run with ``retried_writes``, is retried as Sluice's SDK does.
+CONDITIONAL_WRITES = ("UpdateItem", "PutItem", "DeleteItem")
 AT_CALL = (60, 1, 1, 1, 1)
 FAULT_NAMES = ("", "crash before", "throttle", "crash after", "lost response")
 # Swarm testing (Groce et al., "Swarm Testing", ISSTA 2012): a run may draw a profile that leaves
@@ -173,11 +177,45 @@ class Switch(Fault):
             count("explorer:crash_after")
             injector.dead = True
             raise Crash(f"{injector.name} died after {call.operation}")
+        if what == LOST and self.explorer.retried_writes and _conditional_write(call):
+            count("explorer:lost_then_retried")
+            self.inv.faulted = True
+            _sdk_retry(injector, call)
+            return
         if what == LOST:
             count("explorer:lost_response")
             self.inv.faulted = True
             self.explorer.world.model.answer_lost(call)
             raise ReadTimeoutError(endpoint_url=f"https://{call.service}.invalid/")
+
+
+def _conditional_write(call: Call) -> bool:
+    return (
+        call.service == "dynamodb"
+        and call.operation in CONDITIONAL_WRITES
+        and "ConditionExpression" in call.params
+    )
+
+
+def _sdk_retry(injector: Injector, call: Call) -> None:
+    """The SDK's second attempt at a conditional write whose first attempt took effect and whose
+    answer was lost (Sluice's clients retry a read timeout: botocore's standard mode). It is carried
+    out as any call, and its answer is the caller's: the write's own condition, which the first
+    attempt's effect may no longer meet, refuses it (``ConditionalCheckFailedException``, after one
+    retry). The model sees both attempts."""
+    client = pool().client(call.service)  # no injector: this attempt draws no fault
+    try:
+        parsed, status = getattr(client, xform_name(call.operation))(**call.params), 200
+    except ClientError as exc:
+        parsed, status = exc.response, int(exc.response["ResponseMetadata"]["HTTPStatusCode"])
+    if injector.observer is not None:
+        injector.observer.saw(
+            Call(call.container, call.service, call.operation, call.step, call.params), status, parsed
+        )
+    if status >= 300:
+        count("explorer:retry_refused")
+        parsed["ResponseMetadata"]["RetryAttempts"] = 1
+        raise ClientError(parsed, call.operation)  # type: ignore[arg-type]
 
 
 @contextmanager
@@ -261,6 +299,9 @@ class Explorer:
                 "free_resumes": self.free_resumes,
                 "payloads": self.payloads,
             }
+        # Half the runs, plain or swarm, answer a lost conditional write as Sluice's SDK does: with its
+        # retry's answer (``_sdk_retry``). Drawn from the seed, not the draws, as rates are below.
+        self.retried_writes = random.Random(choices.seed * 149 + 41).random() < 0.5
         # A swarm run may run under a rate limit (promise 8), drawn from the seed, not the draws, so
         # that schedules printed before rates were drawn replay draw for draw.
         self.rate = RATES[random.Random(choices.seed * 131 + 17).randrange(len(RATES))] if swarm else None

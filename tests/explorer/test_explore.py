@@ -84,6 +84,27 @@ def test_every_fault_fires() -> None:
     assert any(k.startswith("stale:describe_") for k in fired), sorted(fired)
 
 
+def test_a_lost_conditional_write_is_retried_and_refused_by_its_own_condition(monkeypatch) -> None:
+    """Sluice's clients retry a read timeout (botocore's standard mode): a conditional write whose
+    first attempt took effect and whose answer was lost is refused by its own condition on the
+    retry. Runs with ``retried_writes`` (half the seeds) answer so; with lost answers made
+    frequent, the refusal happens and no promise breaks."""
+    import random
+
+    import tests.explorer.sim as sim
+    from tests.support.faults import FAULTS
+
+    monkeypatch.setattr(sim, "AT_CALL", (60, 0, 0, 0, 5))
+    before = FAULTS["explorer:retry_refused"]
+    seeds = [s for s in range(700, 900) if random.Random(s * 149 + 41).random() < 0.5]
+    for seed in seeds[:30]:
+        outcome = sim.explore(seed, 120)
+        assert outcome.failure is None, (seed, outcome.failure)
+        if FAULTS["explorer:retry_refused"] > before:
+            break
+    assert FAULTS["explorer:retry_refused"] > before
+
+
 def _one_run(seed: int, *flags: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": f"{ROOT / 'lib'}{os.pathsep}{ROOT}"}
     command = [sys.executable, "-m", "tests.explorer", "--seed", str(seed), "--runs", "1", "--steps", "120"]
