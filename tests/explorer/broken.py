@@ -47,7 +47,7 @@ from sluice.features.keys import TICKET_ATTRIBUTE
 from sluice.launch.redriven import Rerun
 from sluice.semaphore.step import Semaphores, pool_of
 from tests.reliability.test_caps_variants import past_the_cap
-from tests.reliability.test_key_variants import unfenced_block, unfenced_mark
+from tests.reliability.test_key_variants import lifted_on_any_end, unfenced_block, unfenced_mark
 from tests.reliability.test_once_semaphore_variants import expiring_invalid, expiring_release
 from tests.reliability.test_redriven_variants import one_redriven_mark
 
@@ -65,7 +65,7 @@ def _earlier_end_of_any_status(info: Any, record: Any) -> bool:
     return same(info.stop_date, record.ended_at) or same(info.stop_date, record.earlier_end_at)
 
 
-def _not_its_earlier_end_any_status(change: Any) -> Any:
+def _not_its_earlier_end_any_status(change: Any, now: float, window: float) -> Any:
     """``completion._not_its_earlier_end`` before seed 111160034's fixes: a SUCCEEDED event with the
     adoption's earlier stop released nothing either."""
     same = sluice.launch.completion._same_stop
@@ -274,11 +274,18 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
     ),
     "earlier_end_taken_as_new": (
         "an earlier end taken for a new one (test_an_earlier_end_taken_for_a_new_one_is_caught)",
-        [(sluice.launch.message_branches, "earlier_end", lambda info, record: False)],
+        [
+            (sluice.launch.message_branches.MessageBranches, "_still_runs", lifted_on_any_end),
+            (
+                sluice.launch.message_branches.MessageBranches,
+                "_adopted_within_the_window",
+                lambda self, record: False,
+            ),
+        ],
     ),
     "completion_asks_earlier_end": (
         "a completion that asks about an earlier end (test_a_completion_that_asks_about_an_earlier_end_is_caught)",
-        [(sluice.launch.completion, "_not_its_earlier_end", lambda change: lambda record: True)],
+        [(sluice.launch.completion, "_not_its_earlier_end", lambda change, now, window: lambda record: True)],
     ),
     "redrive_count_ignored": (
         "an adoption that ignores the reported redrive count "
@@ -408,11 +415,31 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
             for module in (sluice.launch.completion, sluice.launch.reconcile, sluice.launch.message_branches)
         ],
     ),
+    "young_adoption_trusted": (
+        "an end read within the window of an adoption taken for the adopted run's (the code before "
+        "the fixes of tests/integration/test_redrive_date_attacks.py)",
+        [
+            (sluice.launch.completion, "young_adoption", lambda record, now, window: False),
+            (
+                sluice.launch.message_branches.MessageBranches,
+                "_adopted_within_the_window",
+                lambda self, record: False,
+            ),
+        ],
+    ),
     "hand_over_unchecked": (
         "a hand-over that skips the receipt check (test_a_hand_over_that_skips_the_receipt_check_is_caught)",
         [(sluice.launch.handover, "check_attributes", lambda message: None)],
     ),
 }
+
+# Both guards of an adopted run's end off at once: each alone holds seed 1203230958 (the redrive
+# date rules the unrecorded end out; the young adoption trusts no end in the window).
+VARIANTS["adoption_unguarded"] = (
+    "an adopted run's end judged as before either guard: its redrive date not consulted, and an end "
+    "read within the window of its adoption believed (the code before seed 1203230958's fix)",
+    VARIANTS["redrive_date_ignored"][1] + VARIANTS["young_adoption_trusted"][1],
+)
 
 
 def patch(patches: list[Patch]) -> list[Patch]:

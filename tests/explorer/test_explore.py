@@ -140,19 +140,21 @@ def test_seed_1203230958_an_unrecorded_end_between_two_redrives_is_not_the_adopt
     """Found by a swarm run from 1203230301 after 2,971 CPU-seconds (tests/explorer/README.md): an
     end between two redrives that Sluice never recorded, read stale after the second redrive's
     adoption, was taken for the adopted run's end (promise 2). The adoption keeps Step Functions'
-    redrive date, and no end before it is the adopted run's (``completion.before_its_redrive``)."""
+    redrive date, and no end before it is the adopted run's (``completion.before_its_redrive``);
+    within the window of the adoption no end but a success is (``completion.young_adoption``)."""
     done = _one_run(1203230958, "--swarm")
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
 
 
-def test_seed_1203230958_breaks_again_when_the_redrive_date_is_ignored() -> None:
-    """The same seed, with the variant ``redrive_date_ignored`` (the code before the fix), breaks
-    promise 2 again: the test above can fail."""
+def test_seed_1203230958_breaks_again_without_the_guards_of_an_adopted_runs_end() -> None:
+    """The same seed, with the variant ``adoption_unguarded`` (the code before the fix: the redrive
+    date not consulted, an end within the window of the adoption believed), breaks promise 2
+    again: the test above can fail. Either guard alone holds it."""
     env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": f"{ROOT / 'lib'}{os.pathsep}{ROOT}"}
     script = (
         "from tests.explorer.sim import explore\n"
         "from tests.explorer.variants import applied\n"
-        "with applied('redrive_date_ignored'):\n"
+        "with applied('adoption_unguarded'):\n"
         "    print(explore(1203230958, 120, None, swarm=True).failure)\n"
     )
     done = subprocess.run(

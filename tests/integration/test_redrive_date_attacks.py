@@ -10,32 +10,31 @@ run at a moment no more than the consistency window, 60 s, before the call). Eve
 asserts it was given. Events go through the launcher's ``on_status_change`` (the completion
 function's path, with its DescribeExecution confirmations).
 
-Verdicts (five BREAK, strict xfail; the rest HOLD):
-- BREAKS (promise 2): reconciliation adopts on a stale RUNNING answer whose redriveDate is the
-  older redrive r1 (``redriven_at`` r1); the unrecorded end s2 (r1 < s2 < r2) then reads as the
-  adopted run's end in the duplicate check of the key's next message: released, run beside it.
-- BREAKS (promise 2): the same stale adoption, then a late repeat of s2's event confirmed by a stale
-  DescribeExecution (FAILED at s2): the completion releases the adopted run while it runs.
-- BREAKS (promise 2): a key marked UNSURE is adopted by ``_take_redriven`` on a stale ended answer
-  (the recorded end s1, no redrive reported: ``redriven_at`` None); the duplicate check then reads s2.
-- BREAKS (promises 1 and 2): reconciliation's ``ran_again`` takes a stale answer with the unrecorded
-  end s2 for "the listing is behind that end" although the listing is past the window of s2:
-  nothing adopted or marked, and the key's next message starts beside the run (2 running, MAX 1).
-- BREAKS (promise 2, needs a terminal event without stopDate, which EventBridge always sends): the
-  completion's confirmation asks only "ended", not ``before_its_redrive``, of a stale answer.
-- HOLDS: a fresh adoption (redriveDate r2) ignores a late repeat of s2's event (not even asked) and a
-  stale answer with s2 in the duplicate check; its real end's event releases it; with a stale answer
-  at that event the release waits for reconciliation past the window (delay, no leak); with the
-  event lost, reconciliation past the window releases it.
-- HOLDS: a re-adoption whose answer reports no redriveDate keeps the older one (r2); the later real
-  end (s4 > r3 > r2) is still released by reconciliation; a late repeat of s3 frees nothing.
-- HOLDS: Step Functions' dates ten minutes ahead of or behind Sluice's clock: same outcome
-  (``redriven_at`` is compared only with Step Functions' stop dates).
-- HOLDS: the DynamoDB round trip of ``redriven_at``; a record without the attribute reads None.
-
-The four first breaks are not regressions (they broke before a5dbcab too): ``redriven_at`` rules
-out the unrecorded end only when the adoption's answer was fresh enough to report r2. Timelines
-keep every stale answer within 60 s of its call and each runtime's answers in time order.
+Five broke (promise 2; the fourth promise 1 too), and hold since their fixes:
+- reconciliation adopted on a stale RUNNING answer whose redriveDate is the older redrive r1
+  (``redriven_at`` r1); the unrecorded end s2 (r1 < s2 < r2) then read as the adopted run's end in
+  the duplicate check of the key's next message: released, run beside it;
+- the same stale adoption, then a late repeat of s2's event confirmed by a stale DescribeExecution;
+- a key marked UNSURE adopted by ``_take_redriven`` on a stale ended answer (``redriven_at`` None);
+  the duplicate check then read s2;
+- ``ran_again`` took a stale answer with the unrecorded end s2 for "the listing is behind that end"
+  although the listing was past the window of s2: nothing adopted or marked, the key's next
+  message started beside the run (2 running, MAX 1);
+- a terminal event without stopDate (EventBridge always sends one) confirmed by a stale answer.
+The fixes: while an adoption is younger than the consistency window, no end but a success is
+proof, an event's or DescribeExecution's (``completion.young_adoption``, ``_holder_ended``);
+reconciliation judges it past the window. A new end the window old means the run ran again
+(``ran_again``: AGAIN), within it UNSURE; a marked key's run may run on any end but a success
+within the mark's windows (``_still_runs``); the completion's confirmation refuses an end before
+``redriven_at``. The cost: a redriven run that ends within a window of its adoption keeps its slot
+until the first reconciliation past it.
+Held as written: a fresh adoption (redriveDate r2) ignores a late repeat of s2's event (not even
+asked) and a stale answer with s2 in the duplicate check; with its end's event lost, reconciliation
+past the window releases it; a re-adoption whose answer reports no redriveDate keeps the older one
+(r2), and the later real end (s4 > r3 > r2) is still released; Step Functions' dates ten minutes
+ahead of or behind Sluice's clock give the same outcome (``redriven_at`` is compared only with
+Step Functions' stop dates); the DynamoDB round trip of ``redriven_at``, and a record without it.
+Timelines keep every stale answer within 60 s of its call and each runtime's answers in time order.
 """
 
 from __future__ import annotations
@@ -164,11 +163,6 @@ def _unrecorded_end_between_redrives(stack: Any, rt: Any, world: World, e1: str)
 # -- attacks ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adoption on a stale RUNNING answer records the older redrive r1; the unrecorded end s2 > r1 "
-    "then reads as the adopted run's end in the duplicate check: k runs twice (promise 2)",
-)
 def test_adoption_on_a_stale_running_answer_then_the_unrecorded_end_in_the_duplicate_check(session):
     stack, rt, world, e1 = _setup(session)
     store = rt.store()
@@ -192,11 +186,6 @@ def test_adoption_on_a_stale_running_answer_then_the_unrecorded_end_in_the_dupli
     assert store.payload("k").holder == e1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adoption on a stale RUNNING answer records r1; a late repeat of the s2 event, confirmed by a "
-    "stale DescribeExecution, releases the adopted run while it runs; k's next message runs beside it",
-)
 def test_adoption_on_a_stale_running_answer_then_a_late_event_of_the_unrecorded_end(session):
     stack, rt, world, e1 = _setup(session)
     store = rt.store()
@@ -210,20 +199,16 @@ def test_adoption_on_a_stale_running_answer_then_a_late_event_of_the_unrecorded_
     stack.clock.advance(5)
     # the late repeat of s2's event; the completion's DescribeExecution answers as of before r2
     world.stale_answer(e1, "FAILED", stop=d["s2"], redrives=[d["r1"]])
-    world.event(d["ev2"])  # type: ignore[arg-type]
-    assert world.seen["stale"] == 2
+    assert not world.event(d["ev2"])  # type: ignore[arg-type]
+    assert world.seen["stale"] == 1  # not asked: the adoption is younger than the window
     stack.send({"id": "k", "n": 2}, group="b")
     rt.launcher().tick(reconcile_first=False)
 
+    assert world.seen["stale"] == 2  # the duplicate check was given FAILED at s2
     assert running_of_key(stack, "k") == [e1], f"k runs {running_of_key(stack, 'k')}"
     assert store.payload("k").holder == e1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ran_again: a stale answer with the unrecorded end s2 is taken for 'the listing is behind' "
-    "although the listing is past s2's window: nothing adopted or marked; k runs twice, 2 > MAX 1",
-)
 def test_a_stale_answer_with_the_unrecorded_end_hides_the_second_redrive_from_reconciliation(session):
     stack, rt, world, e1 = _setup(session, max_concurrency=1)
     store = rt.store()
@@ -242,11 +227,10 @@ def test_a_stale_answer_with_the_unrecorded_end_hides_the_second_redrive_from_re
     assert store.payload("k").holder == e1 or store.payload("k").redriven == e1
 
 
-@pytest.mark.parametrize("stale_at_the_end", [False, True])
-def test_fresh_adoption_ignores_the_unrecorded_end_and_is_released_by_its_real_end(session, stale_at_the_end):
+def test_fresh_adoption_ignores_the_unrecorded_end_and_is_released_by_its_real_end(session):
     """Fresh adoption on r2: a late repeat of s2's event with a stale answer (s2) releases nothing,
-    a new message of k is not run beside e1; e1's real end s3 (its event) releases it. When the
-    completion's DescribeExecution is stale (s2) the event is refused, and reconciliation past the
+    a new message of k is not run beside e1; e1's real end s3 comes within the window of the
+    adoption, so its event is refused (``completion.young_adoption``), and reconciliation past the
     window releases e1: a window's delay, no leak."""
     stack, rt, world, e1 = _setup(session)
     store = rt.store()
@@ -268,16 +252,10 @@ def test_fresh_adoption_ignores_the_unrecorded_end_and_is_released_by_its_real_e
 
     stack.clock.advance(20)
     s3, ev3 = world.end(e1)
-    if stale_at_the_end:
-        # the completion's DescribeExecution answers as of before r2 (r2 + 35 - 60 < s2 + 10)
-        world.stale_answer(e1, "FAILED", stop=d["s2"], redrives=[d["r1"]])
-        assert not world.event(ev3)  # refused: the answer's stop is not the event's
-        assert world.seen["stale"] == 2 and store.payload("k").holder == e1
-        stack.clock.advance(61)  # reconciliation past the adoption's window: fresh answer, s3
-        rt.launcher().tick()
-    else:
-        world.event(ev3)  # releases today; a fix that trusts no end in an adoption's window may not
-        stack.clock.advance(61)
+    assert not world.event(ev3)  # within the adoption's window: refused, DescribeExecution not asked
+    assert store.payload("k").holder == e1
+    stack.clock.advance(61)  # reconciliation past the adoption's window: fresh answer, s3
+    rt.launcher().tick()
     rt.launcher().tick()
     assert e1 not in store.ledger().holders
     stack.clock.advance(1)
@@ -369,11 +347,6 @@ def test_the_harness_event_and_moto_agree_on_the_stop_date(session):
     assert StatusChange.from_event(ev).stop_date == pytest.approx(s, abs=0.002)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a terminal event without stopDate for an adopted run is confirmed by a stale answer whose end "
-    "is before redriven_at (_ended_by_its_own_word asks only 'ended'): released while it runs",
-)
 def test_an_event_without_stop_date_and_a_stale_answer_before_the_redrive(session):
     """Fresh adoption on r2; a FAILED event with no stopDate (EventBridge always sends one: only a
     malformed or hand-made event) and a stale DescribeExecution: FAILED at s2 < r2."""
@@ -389,18 +362,14 @@ def test_an_event_without_stop_date_and_a_stale_answer_before_the_redrive(sessio
     event = dict(d["ev2"])  # type: ignore[call-overload]
     event["detail"] = {**event["detail"], "stopDate": None}
     world.stale_answer(e1, "FAILED", stop=d["s2"], redrives=[d["r1"]])
-    world.event(event)
-    assert world.seen["stale"] == 1
+    assert not world.event(event)
+    assert world.seen["stale"] == 0  # not asked: the adoption is younger than the window
     stack.send({"id": "k", "n": 2}, group="b")
     rt.launcher().tick(reconcile_first=False)
+    assert world.seen["stale"] == 1  # the duplicate check was given FAILED at s2
     assert running_of_key(stack, "k") == [e1], f"k runs {running_of_key(stack, 'k')}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_take_redriven adopts on a stale ended answer (FAILED at s1, no redrive reported): "
-    "redriven_at None; the unrecorded end s2 then reads as the adopted run's end: k runs twice",
-)
 def test_a_marked_key_adopted_on_a_stale_end_then_the_unrecorded_end_in_the_duplicate_check(session):
     """All within the window of s1: reconciliation is UNSURE and marks k for e1; k's message adopts
     e1 on a stale answer (its end s1, no redrive: redriven_at None), looks again and reads s2."""

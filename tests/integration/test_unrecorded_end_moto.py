@@ -20,12 +20,14 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.stepfunctions.models import stepfunctions_backends
 
 from sluice.core.clock import FakeClock
 from sluice.core.model import PayloadState
 from tests.integration.test_breaker_findings import deliver, redrive, running_of_key
+from tests.integration.test_free_key_mark_attacks import skewed
 from tests.support.aws import REGION, build_stack
 
 
@@ -61,7 +63,12 @@ def _execution(stack: Any, name: str) -> Any:
     return stepfunctions_backends[DEFAULT_ACCOUNT_ID][REGION].describe_execution(arn)
 
 
-def test_an_unrecorded_end_between_two_redrives_is_not_the_adopted_runs(session):
+@pytest.mark.parametrize("judge_ahead", [0.0, 70.0])
+def test_an_unrecorded_end_between_two_redrives_is_not_the_adopted_runs(session, judge_ahead):
+    """``judge_ahead``: how far the clock of the container that makes the duplicate check runs
+    ahead of the adopter's. On time, the adoption is younger than the window there, and no end but
+    a success is believed (``young_adoption``); 70 s ahead it reads as past the window, and only
+    the redrive date rules the stale end out (``before_its_redrive``)."""
     clock = FakeClock(time.time())  # Step Functions' stop dates are moto's, taken from the wall clock
     stack = build_stack(session, max_concurrency=3, clock=clock)
     stack.send({"id": "k", "n": 1}, group="a")
@@ -90,10 +97,13 @@ def test_an_unrecorded_end_between_two_redrives_is_not_the_adopted_runs(session)
     assert adopted.redriven_at == dates[-1].timestamp()
     assert adopted.earlier_end_at == s1
 
-    stale = stale_end(sfn, e1, s2)
     stack.send({"id": "k", "n": 2}, group="b")
     clock.advance(1)
-    rt.launcher().tick()
+    judge = skewed(stack, judge_ahead) if judge_ahead else rt
+    if judge_ahead:
+        redrive_dates(judge.client("stepfunctions"), e1, dates)
+    stale = stale_end(judge.client("stepfunctions"), e1, s2)
+    judge.launcher().tick(reconcile_first=False)
 
     assert stale == Counter(stale=1)  # the stale answer was given
     assert running_of_key(stack, "k") == [e1], f"k runs {running_of_key(stack, 'k')}"

@@ -370,7 +370,9 @@ def test_an_earlier_runs_event_releasing_an_adopted_execution_is_caught(monkeypa
     monkeypatch.setattr(
         sluice.launch.completion, "_ended_by_its_own_word", lambda executions: lambda record: True
     )
-    monkeypatch.setattr(sluice.launch.completion, "_not_its_earlier_end", lambda change: lambda record: True)
+    monkeypatch.setattr(
+        sluice.launch.completion, "_not_its_earlier_end", lambda change, now, window: lambda record: True
+    )
     caught(breaks.test_a_repeated_event_of_a_redriven_executions_earlier_run_releases_nothing)
 
 
@@ -1304,7 +1306,9 @@ def test_a_receipt_overwritten_by_an_earlier_ends_event_is_caught(monkeypatch):
     monkeypatch.setattr(
         sluice.launch.completion, "_ended_at_this_events_stop", lambda executions, change: lambda record: True
     )
-    monkeypatch.setattr(sluice.launch.completion, "_not_its_earlier_end", lambda change: lambda record: True)
+    monkeypatch.setattr(
+        sluice.launch.completion, "_not_its_earlier_end", lambda change, now, window: lambda record: True
+    )
     caught(earlier_end_after_a_redrive)
 
 

@@ -79,20 +79,40 @@ def test_a_deleted_machine_taken_for_a_configuration_error_is_caught(monkeypatch
 # -- section 2: DescribeExecution answering stale (tests/integration/test_stale_describe_moto.py) --------
 
 
+def lifted_on_any_end(self: Any, redriven: str, marked_by: float) -> Any:
+    """``MessageBranches._still_runs`` that takes any end for proof that the marked run ended."""
+    record = self.ctx.store.execution(redriven)
+    info = self.ctx.executions.describe(redriven, record.arn if record is not None else None)
+    return info if info is not None and not info.ended else None
+
+
 def test_an_earlier_end_taken_for_a_new_one_is_caught(monkeypatch):
-    monkeypatch.setattr(sluice.launch.message_branches, "earlier_end", lambda info, record: False)
+    """By the mark's check and by the duplicate check of a young adoption alike (either alone is
+    held by the other: reconciliation adopts first here)."""
+    monkeypatch.setattr(sluice.launch.message_branches.MessageBranches, "_still_runs", lifted_on_any_end)
+    monkeypatch.setattr(
+        sluice.launch.message_branches.MessageBranches,
+        "_adopted_within_the_window",
+        lambda self, record: False,
+    )
     with pytest.raises(CAUGHT, match="promise 2"):
         run_stale(stale.test_a_marked_key_answered_with_its_redriven_runs_earlier_end_is_not_lifted)
 
 
 def test_a_duplicate_check_that_trusts_an_earlier_end_is_caught(monkeypatch):
-    monkeypatch.setattr(sluice.launch.message_branches, "earlier_end", lambda info, record: False)
+    monkeypatch.setattr(
+        sluice.launch.message_branches.MessageBranches,
+        "_adopted_within_the_window",
+        lambda self, record: False,
+    )
     with pytest.raises(CAUGHT, match="promise 2"):
         run_stale(stale.test_a_duplicate_of_a_just_adopted_run_answered_with_its_earlier_end)
 
 
 def test_a_completion_that_asks_about_an_earlier_end_is_caught(monkeypatch):
-    monkeypatch.setattr(sluice.launch.completion, "_not_its_earlier_end", lambda change: lambda record: True)
+    monkeypatch.setattr(
+        sluice.launch.completion, "_not_its_earlier_end", lambda change, now, window: lambda record: True
+    )
     with pytest.raises(CAUGHT, match="released by its earlier end"):
         run_stale(stale.test_an_event_of_the_earlier_run_after_an_adoption_releases_nothing)
 

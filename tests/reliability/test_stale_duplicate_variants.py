@@ -79,7 +79,9 @@ def test_an_adopted_holders_earlier_end_taken_for_stale_for_good_is_caught(monke
     """The end an adopted holder had before its adoption taken for a stale answer however old the
     adoption: the re-submission is held back behind a run that ended, and nothing starts."""
     monkeypatch.setattr(
-        sluice.launch.message_branches.MessageBranches, "_adopted_long_ago", lambda self, record: False
+        sluice.launch.message_branches.MessageBranches,
+        "_adopted_within_the_window",
+        lambda self, record: True,
     )
     with pytest.raises(AssertionError, match="assert 0 == 1"):
         stale_duplicate.test_a_resubmission_behind_an_adoption_taken_on_a_stale_answer_runs(session)

@@ -47,6 +47,7 @@ from sluice.features.effects import Effects, around
 from sluice.features.parking import wake
 from sluice.features.receipts import Outputs
 from sluice.features.stores import LaunchStore
+from sluice.launch.settings import CONSISTENCY_WINDOW_SECONDS
 
 log = logging.getLogger("sluice.completion")
 
@@ -170,10 +171,12 @@ def settle_status_change(
     outputs: Outputs | None = None,
     effects: Effects | None = None,
     offer: Offer | None = None,
+    window: float = CONSISTENCY_WINDOW_SECONDS,
 ) -> ExecutionRecord | None:
     """Apply one status-change event. The released execution's record as it was (its ``shard`` is
     the slot freed), or None when the event freed nothing. ``state_machine_arn``: the stack's state
-    machine, or every one it starts (the lanes' own too). ``offer``: see ``complete``."""
+    machine, or every one it starts (the lanes' own too). ``offer``: see ``complete``. ``window``:
+    the consistency window (``Settings.consistency_window_seconds``)."""
     arns = {state_machine_arn} if isinstance(state_machine_arn, str) else set(state_machine_arn)
     if change.state_machine_arn not in arns:
         log.info(
@@ -186,7 +189,7 @@ def settle_status_change(
     if executions is not None:
         executions = _Described(executions)  # one DescribeExecution at most, whoever asks
         confirm = _both(
-            _not_its_earlier_end(change),
+            _not_its_earlier_end(change, now, window),
             _both(_ended_by_its_own_word(executions), _ended_at_this_events_stop(executions, change)),
         )
     released = complete(
@@ -375,18 +378,22 @@ def _ended_at_this_events_stop(
     return confirm
 
 
-def _not_its_earlier_end(change: StatusChange) -> Callable[[ExecutionRecord], bool]:
+def _not_its_earlier_end(
+    change: StatusChange, now: float, window: float
+) -> Callable[[ExecutionRecord], bool]:
     """An event with the stop date of the end an adopted execution had before its redrive is of
     that earlier run (late, or repeated): it releases nothing, and DescribeExecution is not asked,
     since within the staleness bound of the redrive it may still answer with that very end and
     confirm it. Asked of adopted executions only. So is an event of an end before the redrive the
-    run was adopted after (``before_its_redrive``), recorded or not. A SUCCEEDED event is the last
-    end whatever its stop date otherwise (``earlier_end``: a success is never redriven), also of a
-    run adopted on a stale listing."""
+    run was adopted after (``before_its_redrive``), recorded or not, and any end but a success
+    within the window of the adoption (``young_adoption``). A SUCCEEDED event is the last end
+    whatever its stop date otherwise (``earlier_end``: a success is never redriven), also of a run
+    adopted on a stale listing."""
 
     def confirm(record: ExecutionRecord) -> bool:
         earlier = before_its_redrive(change.stop_date, record) or (
-            change.status != "SUCCEEDED" and _same_stop(change.stop_date, record.earlier_end_at)
+            change.status != "SUCCEEDED"
+            and (_same_stop(change.stop_date, record.earlier_end_at) or young_adoption(record, now, window))
         )
         if not earlier:
             return True
@@ -398,6 +405,23 @@ def _not_its_earlier_end(change: StatusChange) -> Callable[[ExecutionRecord], bo
     return confirm
 
 
+def young_adoption(record: ExecutionRecord, now: float, window: float) -> bool:
+    """``record`` was adopted less than the consistency window ago: an end other than a success, an
+    event's or DescribeExecution's, may then be from before the redrive it runs after, even one
+    Sluice never recorded, and the adoption's own RUNNING answer may have been stale, its
+    ``redriveDate`` an older redrive's (``tests/integration/test_redrive_date_attacks.py``)::
+
+        e1 FAILED at s1, released;  redriven at r1;  FAILED at s2 (unrecorded);  redriven at r2
+        adopt(e1) on a stale RUNNING answer (redriveDate r1): redriven_at r1, earlier_end_at s1
+        DescribeExecution, or a late event: FAILED at s2 (after r1, not s1)
+            before: taken for e1's end → released while it runs → a new claim of its key
+            now:    the adoption is young → not proof; reconciliation judges it past the window
+
+    The cost: a redriven run that ends within the window of its adoption keeps its slot until the
+    first reconciliation past that window."""
+    return record.adopted_at is not None and now - record.adopted_at < window
+
+
 def _ended_by_its_own_word(executions: Executions) -> Callable[[ExecutionRecord], bool]:
     """An execution taken back after a redrive runs again under the same name: an event of its
     earlier run (late, or repeated) must not release it. Asked of adopted executions only, with the
@@ -405,7 +429,7 @@ def _ended_by_its_own_word(executions: Executions) -> Callable[[ExecutionRecord]
 
     def confirm(record: ExecutionRecord) -> bool:
         info = executions.describe(record.name, record.arn)
-        if info is not None and not info.ended:
+        if info is not None and (not info.ended or before_its_redrive(info.stop_date, record)):
             log.info(
                 "event of an earlier run of a redriven execution ignored",
                 extra={"execution_name": record.name},

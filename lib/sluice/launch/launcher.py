@@ -248,6 +248,7 @@ class Launcher:
                 outputs=self.outputs,
                 effects=self.effects,
                 offer=offer,
+                window=self.settings.consistency_window_seconds,
             )
         except Exception:
             if offer is not None and offer.message is not None and not offer.claimed:

@@ -92,14 +92,17 @@ class MessageBranches:
         )
 
     def _holder_ended(self, info: ExecutionInfo, record: ExecutionRecord | None) -> bool:
-        """Whether the holder's answer says it ended. An end from before the holder ran again (a
-        redrive adopted) is a stale answer, and it runs, while the adoption is younger than the
-        consistency window; past it, the answer is fresh: the adoption took a stale RUNNING answer,
-        and that end is the holder's. Never one before the redrive it was adopted after: Step
-        Functions' own dates say that answer is stale, however late it is read."""
+        """Whether the holder's answer says it ended. While its adoption (it ran again after a
+        redrive) is younger than the consistency window, no end but a success is proof: it may be
+        from before that redrive, recorded or not (``completion.young_adoption``). Past it, the
+        answer is fresh: an end from before the adoption means the adoption took a stale RUNNING
+        answer, and that end is the holder's. Never one before the redrive it was adopted after:
+        Step Functions' own dates say that answer is stale, however late it is read."""
         if not info.ended or (record is not None and before_its_redrive(info.stop_date, record)):
             return False
-        return not earlier_end(info, record) or self._adopted_long_ago(record)
+        if info.status == ExecutionStatus.SUCCEEDED:
+            return True  # a success is its last end: never redriven
+        return not self._adopted_within_the_window(record)
 
     def _settle_ended(self, name: str, info: ExecutionInfo) -> None:
         """Release ``name``, whose run Step Functions says ended, as its status event would."""
@@ -215,11 +218,11 @@ class MessageBranches:
         except ConfigurationError:
             return False  # a state machine this role may not ask about: as before, assume it runs
 
-    def _adopted_long_ago(self, record: ExecutionRecord | None) -> bool:
-        """Whether ``record``'s adoption is at least the consistency window old (reconciliation's
-        rule, ``sluice.launch.reconcile._its_end``): an answer now cannot be from before it."""
+    def _adopted_within_the_window(self, record: ExecutionRecord | None) -> bool:
+        """Whether ``record``'s adoption is younger than the consistency window (reconciliation's
+        rule, ``sluice.launch.reconcile._its_end``): past it, an answer cannot be from before it."""
         adopted_at = record.adopted_at if record is not None else None
-        return adopted_at is not None and self._window_past(adopted_at)
+        return adopted_at is not None and not self._window_past(adopted_at)
 
     def _window_past(self, since: float, *, windows: int = 1) -> bool:
         return self.ctx.clock.now() - since >= windows * self.ctx.settings.consistency_window_seconds
@@ -241,8 +244,8 @@ class MessageBranches:
         """The answer that says ``redriven``, a run a reconciliation saw redriven (marked no later
         than ``marked_by``), runs still, or may; None: it ended.
 
-        An end its record knew already (the one before the redrive) may be a stale answer: the
-        mark may have been made just after a real redrive. Once the mark is the consistency
+        An end other than a success may be a stale answer (the one its record knew before the
+        redrive, or one between two redrives it never recorded): the mark may have been made just after a real redrive. Once the mark is the consistency
         window old, an answer can no longer be from before that redrive, so that end is fresh:
         the reconciliation that marked took a stale RUNNING answer of a run that never ran
         again, and the mark is lifted:
@@ -263,8 +266,9 @@ class MessageBranches:
             return info
         # The mark is stamped by the marker's clock and read by this one: twice the window, so a
         # skew of up to S between them still finds the answer fresh before the mark is lifted.
-        runs = earlier_end(info, record) and not self._window_past(marked_by, windows=MARK_WINDOWS)
-        return info if runs else None
+        # Any end but a success: one Sluice never recorded (between two redrives) may be as stale.
+        runs = info.status != ExecutionStatus.SUCCEEDED or earlier_end(info, record)
+        return info if runs and not self._window_past(marked_by, windows=MARK_WINDOWS) else None
 
     def _yield_to_redriven(self, payload: Payload, name: str) -> bool:
         """Our resumed claim ``name`` was just renewed, which lifts any start mark: if its key is

@@ -100,7 +100,14 @@ def ran_again(p: Pass, info: ExecutionInfo, record: ExecutionRecord) -> Rerun:
     A clock ahead adopts a run that ended: it holds its slot until a pass past the adoption's
     window releases it."""
     if info.ended and not earlier_end(info, record):
-        return Rerun.ENDED  # a new end, after a redrive: the listing is behind that end
+        if ExecutionStatus.SUCCEEDED in (info.status, record.state.value) or info.stop_date is None:
+            return Rerun.ENDED  # a success is its last end: the listing is behind it
+        # A new end, after a redrive Sluice never adopted, which it never recorded. The window
+        # after it, the listing cannot be behind it: the answer is the stale one, and the run ran
+        # again since. Within it, either may be: UNSURE, as for the end it recorded (below).
+        if p.now - info.stop_date >= p.settings.consistency_window_seconds:
+            return Rerun.AGAIN
+        return Rerun.UNSURE
     if not info.ended and not info.not_redriven_since(record.ended_at):
         return Rerun.AGAIN  # RUNNING, a redrive after its end reported or not ruled out
     if record.state not in REDRIVABLE_ENDS or record.ended_at is None:

@@ -27,6 +27,9 @@ class DuplicatePolicy(StrEnum):
 LARGE_BUCKET_REGIONS = frozenset({"us-east-1", "us-west-2", "eu-west-1"})
 LARGE_BUCKET = (300, 1300)
 SMALL_BUCKET = (150, 800)
+CONSISTENCY_WINDOW_SECONDS = (
+    60  # S, the staleness bound of Step Functions' answers: the default and the least
+)
 
 
 def start_bucket(region: str) -> tuple[int, int]:
@@ -52,7 +55,7 @@ class Settings:
     duplicate_policy: DuplicatePolicy = DuplicatePolicy.SUPPRESS
     receive_wait_seconds: int = 1
     linger_seconds: int = 0
-    consistency_window_seconds: int = 60
+    consistency_window_seconds: int = CONSISTENCY_WINDOW_SECONDS
     time_reserve_seconds: int = 15
     slots_per_shard: int = 8  # holders per slot shard item: about 1 KB each (sluice.adapters.dynamo.slots)
     # Semaphores the stack creates when absent, with their first limit (sluice.semaphore.service).
@@ -111,7 +114,10 @@ class Settings:
             receive_wait_seconds=min(20, integer("SLUICE_RECEIVE_WAIT_SECONDS", 1)),
             linger_seconds=integer("SLUICE_LINGER_SECONDS", 0),
             consistency_window_seconds=integer(
-                "SLUICE_CONSISTENCY_WINDOW_SECONDS", 60, minimum=60, maximum=SQS_MAX_VISIBILITY
+                "SLUICE_CONSISTENCY_WINDOW_SECONDS",
+                CONSISTENCY_WINDOW_SECONDS,
+                minimum=CONSISTENCY_WINDOW_SECONDS,
+                maximum=SQS_MAX_VISIBILITY,
             ),
             time_reserve_seconds=integer("SLUICE_TIME_RESERVE_SECONDS", 15),
             slots_per_shard=integer("SLUICE_SLOTS_PER_SHARD", 8, minimum=1),
