@@ -76,6 +76,12 @@ def _granted_alone(self: Any, scopes: Any, n: int, now_ms: int, periods: Any) ->
     return replace(self, windows={**self.windows, **{s: ((now_ms, n),) for s in scopes}})
 
 
+def _young_for_one_window(record: Any, now: float, window: float) -> bool:
+    return record.adopted_at is not None and now - record.adopted_at < window
+
+
+completion, reconcile = sluice.launch.completion, sluice.launch.reconcile
+
 _RAN_AGAIN = sluice.launch.redriven.ran_again
 
 
@@ -419,11 +425,30 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
         "an end read within the window of an adoption taken for the adopted run's (the code before "
         "the fixes of tests/integration/test_redrive_date_attacks.py)",
         [
-            (sluice.launch.completion, "young_adoption", lambda record, now, window: False),
+            *[
+                (module, "young_adoption", lambda record, now, window: False)
+                for module in (completion, reconcile)
+            ],
             (
                 sluice.launch.message_branches.MessageBranches,
                 "_adopted_within_the_window",
                 lambda self, record: False,
+            ),
+        ],
+    ),
+    "young_adoption_one_window": (
+        "an adoption judged young for one consistency window by any clock (the code before "
+        "test_young_adoption_attacks.py's attack 3): a judge ahead of the adopter believes a stale end",
+        [
+            *[(module, "young_adoption", _young_for_one_window) for module in (completion, reconcile)],
+            (
+                sluice.launch.message_branches.MessageBranches,
+                "_adopted_within_the_window",
+                lambda self, record: (
+                    record is not None
+                    and record.adopted_at is not None
+                    and not self._window_past(record.adopted_at)
+                ),
             ),
         ],
     ),

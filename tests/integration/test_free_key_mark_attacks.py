@@ -344,7 +344,7 @@ def test_a_marked_run_that_ends_for_real_before_any_claim_lets_the_next_message_
     stack.send({"id": "k", "n": 2}, group="b")
     stack.launcher().tick(reconcile_first=False)
     assert running_of_key(stack, "k") == [] and store.payload("k").holder == e1  # adopted: n2 waits
-    stack.clock.advance(61)
+    stack.clock.advance(121)
     stack.launcher().tick()  # e1 released on its end, which wakes n2
     stack.clock.advance(1)
     stack.launcher().tick()

@@ -254,7 +254,7 @@ def test_fresh_adoption_ignores_the_unrecorded_end_and_is_released_by_its_real_e
     s3, ev3 = world.end(e1)
     assert not world.event(ev3)  # within the adoption's window: refused, DescribeExecution not asked
     assert store.payload("k").holder == e1
-    stack.clock.advance(61)  # reconciliation past the adoption's window: fresh answer, s3
+    stack.clock.advance(121)  # reconciliation past the adoption's window: fresh answer, s3
     rt.launcher().tick()
     rt.launcher().tick()
     assert e1 not in store.ledger().holders
@@ -275,7 +275,7 @@ def test_fresh_adoption_whose_end_event_is_lost_is_released_by_reconciliation(se
     assert store.payload("k").holder == e1
     stack.clock.advance(5)
     world.end(e1)  # event lost
-    stack.clock.advance(61)
+    stack.clock.advance(121)
     rt.launcher().tick()
     assert store.payload("k").holder is None and store.ledger().holders == set()
 
@@ -294,7 +294,7 @@ def test_a_readoption_without_a_redrive_date_keeps_the_older_and_the_later_end_s
     stack.clock.advance(5)
     _, ev3 = world.end(e1)
     world.event(ev3)  # releases today (else reconciliation past the window, below)
-    stack.clock.advance(61)
+    stack.clock.advance(121)
     rt.launcher().tick()
     assert store.payload("k").holder is None
     stack.clock.advance(100)
@@ -307,7 +307,7 @@ def test_a_readoption_without_a_redrive_date_keeps_the_older_and_the_later_end_s
     assert store.payload("k").holder == e1 and record.redriven_at == pytest.approx(r2, abs=0.002)
     stack.clock.advance(5)
     world.end(e1)  # event lost
-    stack.clock.advance(61)
+    stack.clock.advance(121)
     rt.launcher().tick()
     assert store.payload("k").holder is None and store.ledger().holders == set()
     # and a late repeat of the s3 event on the released record releases nothing, leaks nothing
@@ -406,6 +406,6 @@ def test_a_skewed_clock_neither_holds_nor_frees_an_adopted_run_wrongly(session, 
     assert not world.event(d["ev2"])  # type: ignore[arg-type]
     stack.clock.advance(5)
     world.end(e1)  # event lost
-    stack.clock.advance(61)
+    stack.clock.advance(121)
     rt.launcher().tick()
     assert store.payload("k").holder is None and store.ledger().holders == set()

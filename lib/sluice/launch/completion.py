@@ -47,7 +47,7 @@ from sluice.features.effects import Effects, around
 from sluice.features.parking import wake
 from sluice.features.receipts import Outputs
 from sluice.features.stores import LaunchStore
-from sluice.launch.settings import CONSISTENCY_WINDOW_SECONDS
+from sluice.launch.settings import CONSISTENCY_WINDOW_SECONDS, OTHER_CLOCK_WINDOWS
 
 log = logging.getLogger("sluice.completion")
 
@@ -406,10 +406,12 @@ def _not_its_earlier_end(
 
 
 def young_adoption(record: ExecutionRecord, now: float, window: float) -> bool:
-    """``record`` was adopted less than the consistency window ago: an end other than a success, an
-    event's or DescribeExecution's, may then be from before the redrive it runs after, even one
-    Sluice never recorded, and the adoption's own RUNNING answer may have been stale, its
-    ``redriveDate`` an older redrive's (``tests/integration/test_redrive_date_attacks.py``)::
+    """``record`` was adopted less than two consistency windows ago, by this clock
+    (``OTHER_CLOCK_WINDOWS``: the adoption was stamped by the adopter's, which this one may run
+    ahead of by up to S; ``tests/integration/test_young_adoption_attacks.py``). An end other than
+    a success, an event's or DescribeExecution's, may then be from before the redrive it runs
+    after, even one Sluice never recorded, and the adoption's own RUNNING answer may have been
+    stale, its ``redriveDate`` an older redrive's (``tests/integration/test_redrive_date_attacks.py``)::
 
         e1 FAILED at s1, released;  redriven at r1;  FAILED at s2 (unrecorded);  redriven at r2
         adopt(e1) on a stale RUNNING answer (redriveDate r1): redriven_at r1, earlier_end_at s1
@@ -417,9 +419,9 @@ def young_adoption(record: ExecutionRecord, now: float, window: float) -> bool:
             before: taken for e1's end → released while it runs → a new claim of its key
             now:    the adoption is young → not proof; reconciliation judges it past the window
 
-    The cost: a redriven run that ends within the window of its adoption keeps its slot until the
-    first reconciliation past that window."""
-    return record.adopted_at is not None and now - record.adopted_at < window
+    The cost: a redriven run that ends within two windows of its adoption keeps its slot until the
+    first reconciliation past them."""
+    return record.adopted_at is not None and now - record.adopted_at < OTHER_CLOCK_WINDOWS * window
 
 
 def _ended_by_its_own_word(executions: Executions) -> Callable[[ExecutionRecord], bool]:

@@ -29,9 +29,11 @@ from sluice.core.validation import validate_message
 from sluice.features.parking import park
 from sluice.launch.completion import before_its_redrive, complete, earlier_end, output_from
 from sluice.launch.context import LaunchContext
-from sluice.launch.settings import DuplicatePolicy
+from sluice.launch.settings import OTHER_CLOCK_WINDOWS, DuplicatePolicy
 
-MARK_WINDOWS = 2  # a key's redriven mark holds its claims this many consistency windows (``_still_runs``)
+MARK_WINDOWS = (
+    OTHER_CLOCK_WINDOWS  # a key's redriven mark holds its claims this many windows (``_still_runs``)
+)
 
 
 class MessageBranches:
@@ -219,10 +221,10 @@ class MessageBranches:
             return False  # a state machine this role may not ask about: as before, assume it runs
 
     def _adopted_within_the_window(self, record: ExecutionRecord | None) -> bool:
-        """Whether ``record``'s adoption is younger than the consistency window (reconciliation's
-        rule, ``sluice.launch.reconcile._its_end``): past it, an answer cannot be from before it."""
+        """Whether ``record``'s adoption is young (``completion.young_adoption``, reconciliation's
+        rule too): past it, an answer cannot be from before it."""
         adopted_at = record.adopted_at if record is not None else None
-        return adopted_at is not None and not self._window_past(adopted_at)
+        return adopted_at is not None and not self._window_past(adopted_at, windows=OTHER_CLOCK_WINDOWS)
 
     def _window_past(self, since: float, *, windows: int = 1) -> bool:
         return self.ctx.clock.now() - since >= windows * self.ctx.settings.consistency_window_seconds

@@ -68,7 +68,7 @@ from sluice.features.keys import sweep as sweep_keys
 from sluice.features.parking import sweep
 from sluice.features.receipts import Outputs
 from sluice.features.stores import LaunchStore
-from sluice.launch.completion import before_its_redrive, complete, output_from
+from sluice.launch.completion import before_its_redrive, complete, output_from, young_adoption
 from sluice.launch.redriven import Pass, count_unknown, redriven_successes
 from sluice.launch.settings import Settings
 
@@ -156,8 +156,9 @@ def _judge_missing(
         # Its claim, its start, or its adoption (a redrive): DescribeExecution may still answer as
         # before any of them (docs/protocol.md, "Staleness"), ListExecutions too.
         seen_at = max(record.started_at or record.claimed_at, record.adopted_at or 0.0)
-        if p.now - seen_at < p.settings.consistency_window_seconds:
-            continue  # too young: ListExecutions may not show it yet
+        window = p.settings.consistency_window_seconds
+        if p.now - seen_at < window or young_adoption(record, p.now, window):
+            continue  # too young: ListExecutions may not show it yet; an adoption, by another clock
         judged += 1
         freed, marked = _judge(p, name, record)
         released += freed
@@ -248,7 +249,7 @@ def _sweep_rooms(p: Pass) -> int:
 
 def _its_end(info: ExecutionInfo, record: ExecutionRecord) -> bool:
     """Whether an end DescribeExecution gives for a holder judged past the staleness bound (its
-    claim, start and adoption older than the consistency window) is that holder's end: always. Even
+    claim and start older than the consistency window, its adoption two) is that holder's end. Even
     the stop date it had before its adoption (``earlier_end_at``): a real redrive came before the
     adoption that saw it, so an answer a window after the adoption can no longer be older than it.
     That end then means the adoption took a stale RUNNING answer, and the run ended long ago::
@@ -256,7 +257,7 @@ def _its_end(info: ExecutionInfo, record: ExecutionRecord) -> bool:
         p FAILED at s1, released     ListExecutions + DescribeExecution (stale): p RUNNING
         adopt(p): earlier_end_at s1  a window later: DescribeExecution(p) FAILED at s1 → release
 
-    Within the window the holder is not judged at all (``reconcile``), so a stale end is never
+    Before then the holder is not judged at all (``_judge_missing``), so a stale end is never
     taken for the end of a redriven run. An end before the redrive it was adopted after is never
     its end (``before_its_redrive``): the answer is stale, whenever it is read."""
     return info.ended and not before_its_redrive(info.stop_date, record)
