@@ -250,7 +250,8 @@ def test_control_the_same_stall_in_an_ordinary_release(make_world):
 def test_the_success_recorded_while_reconciliation_is_adopting_the_run(make_world):
     """Tick B's reconciliation lists the redriven e1 and DescribeExecution says RUNNING; then e1
     SUCCEEDS and its event records the success; then B adopts e1 from its stale answer. The slot
-    it takes must come back (reconciliation releases it a window later) and nothing is sent twice."""
+    it takes must come back (reconciliation releases it two windows later, past the young adoption)
+    and nothing is sent twice."""
     world = make_world(max_concurrency=2)
     e1 = ended_and_released(world, once=True)
     world.redrive(e1)
@@ -266,7 +267,7 @@ def test_the_success_recorded_while_reconciliation_is_adopting_the_run(make_worl
     items = world.table()
     assert s(items[f"EXEC#{e1}"], "state") in ("SUCCEEDED", "RUNNING")
     assert s(items["PAYLOAD#j"], "succeeded_by") == e1
-    world.advance(WINDOW + 1)
+    world.advance(2 * WINDOW + 1)  # past the young adoption: two windows
     world.tick("A")
     world.check()
     assert world.holders(world.table()) - set(world.model.running) == set(), "a slot leaked"
@@ -276,7 +277,7 @@ def test_the_success_recorded_while_reconciliation_is_adopting_the_run(make_worl
 def test_reconciliation_adopts_between_the_completions_read_and_its_write(make_world):
     """e1 redriven; its SUCCEEDED event's completion reads EXEC#e1 (FAILED) and sends the effect;
     then a reconciliation adopts e1 on a stale RUNNING listing and description: the completion's
-    write is refused. A window later reconciliation releases e1 as SUCCEEDED."""
+    write is refused. Two windows later reconciliation releases e1 as SUCCEEDED."""
     world = make_world(max_concurrency=2)
     e1 = ended_and_released(world)
     world.redrive(e1)
@@ -297,7 +298,7 @@ def test_reconciliation_adopts_between_the_completions_read_and_its_write(make_w
     assert cut.seen == 1
     world.check()
     assert e1 in world.holders(world.table()), "reconciliation adopted e1"
-    world.advance(WINDOW + 1)
+    world.advance(2 * WINDOW + 1)  # past the young adoption: two windows
     world.tick("A")
     world.check()
     items = world.table()

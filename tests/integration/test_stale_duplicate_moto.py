@@ -178,9 +178,10 @@ def test_a_sighting_is_first_once_per_message(kind, session):
 def test_a_resubmission_behind_an_adoption_taken_on_a_stale_answer_runs(session):
     """p FAILED and was released; a reconciliation got stale answers (listed and described RUNNING)
     and adopted it. A window later a re-submission of p is refused by p's lease, and
-    DescribeExecution answers with the end p's record had before the adoption: past the adoption's
-    window that answer is fresh (the adoption took a stale one), so p is released on it and the
-    re-submission runs, with no reconciliation in between."""
+    DescribeExecution answers with the end p's record had before the adoption: past the young
+    adoption (two windows, as another clock stamped it) that answer is fresh (the adoption took a
+    stale one), so p is released on it and the re-submission runs, with no reconciliation in
+    between."""
     clock = FakeClock()
     stack = build_stack(session, max_concurrency=2, clock=clock)
     stack.send({"id": "p"}, group="a")
@@ -193,7 +194,7 @@ def test_a_resubmission_behind_an_adoption_taken_on_a_stale_answer_runs(session)
     assert stale == Counter(listed=1, described=1)
     store = stack.runtime().store()
     assert store.ledger().holders == {p}  # adopted on the stale answer
-    clock.advance(WINDOW + 1)
+    clock.advance(2 * WINDOW + 1)
     stack.send({"id": "p", "n": 2}, group="b")
     summary = stack.runtime().launcher().admit()  # the duplicate check alone settles p
     assert summary.n(Outcome.STARTED) == 1, summary.outcomes

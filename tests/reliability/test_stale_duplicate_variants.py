@@ -69,7 +69,7 @@ def test_a_redriven_mark_lifted_on_any_end_its_record_holds_is_caught(monkeypatc
     after a real redrive) is taken as ended, the mark lifted, and the key claimed beside it
     (promise 2)."""
     monkeypatch.setattr(
-        sluice.launch.message_branches.MessageBranches, "_window_past", lambda self, since: True
+        sluice.launch.message_branches.MessageBranches, "_window_past", lambda self, since, windows=1: True
     )
     with pytest.raises((AssertionError, PromiseBroken)):
         stale_describe.test_a_marked_key_answered_with_its_redriven_runs_earlier_end_is_not_lifted(make_world)
