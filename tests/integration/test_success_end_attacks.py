@@ -135,7 +135,7 @@ def test_a_failed_run_adopted_by_a_clock_ahead_parks_a_resubmission(make_world):
     world.check()
     assert runs_of(world, "k") == [e], "m ran at its first look"
     assert m in world.model.parked, "m waits parked behind e"
-    world.advance(HOUR + WINDOW + 1)
+    world.advance(HOUR + 2 * WINDOW + 1)  # past the young adoption (two windows) by A's clock
     for _ in range(3):
         assert world.tick("A") == "ok"
         world.check()
