@@ -27,13 +27,18 @@ from sluice.core.model import (
 )
 from sluice.core.validation import validate_message
 from sluice.features.parking import park
-from sluice.launch.completion import before_its_redrive, complete, earlier_end, output_from
+from sluice.launch.completion import (
+    before_its_redrive,
+    complete,
+    earlier_end,
+    output_from,
+    young_adoption,
+)
 from sluice.launch.context import LaunchContext
 from sluice.launch.settings import OTHER_CLOCK_WINDOWS, DuplicatePolicy
 
-MARK_WINDOWS = (
-    OTHER_CLOCK_WINDOWS  # a key's redriven mark holds its claims this many windows (``_still_runs``)
-)
+# a key's redriven mark holds its claims this many consistency windows (``_still_runs``)
+MARK_WINDOWS = OTHER_CLOCK_WINDOWS
 
 
 class MessageBranches:
@@ -223,8 +228,8 @@ class MessageBranches:
     def _adopted_within_the_window(self, record: ExecutionRecord | None) -> bool:
         """Whether ``record``'s adoption is young (``completion.young_adoption``, reconciliation's
         rule too): past it, an answer cannot be from before it."""
-        adopted_at = record.adopted_at if record is not None else None
-        return adopted_at is not None and not self._window_past(adopted_at, windows=OTHER_CLOCK_WINDOWS)
+        window = self.ctx.settings.consistency_window_seconds
+        return record is not None and young_adoption(record, self.ctx.clock.now(), window)
 
     def _window_past(self, since: float, *, windows: int = 1) -> bool:
         return self.ctx.clock.now() - since >= windows * self.ctx.settings.consistency_window_seconds
@@ -247,8 +252,8 @@ class MessageBranches:
         than ``marked_by``), runs still, or may; None: it ended.
 
         An end other than a success may be a stale answer (the one its record knew before the
-        redrive, or one between two redrives it never recorded): the mark may have been made just after a real redrive. Once the mark is the consistency
-        window old, an answer can no longer be from before that redrive, so that end is fresh:
+        redrive, or one between two redrives it never recorded): the mark may have been made just
+        after a real redrive. Once the mark is the consistency window old, an answer can no longer be from before that redrive, so that end is fresh:
         the reconciliation that marked took a stale RUNNING answer of a run that never ran
         again, and the mark is lifted:
 
@@ -293,16 +298,14 @@ class MessageBranches:
             mark_starting(N) IF no blocked_by ✗ → ``_renewal_refused``: yields"""
         seen = self.ctx.store.payload(payload.key)
         marks = [] if seen is None else [seen.redriven, *sorted(seen.redriven_more)]
-        running = runs = None
+        runs: ExecutionInfo | None = None
         for redriven in (mark for mark in marks if mark is not None and mark != name):
             runs = self._still_runs(redriven, seen.updated_at if seen is not None else 0.0)
             if runs is not None:
-                running = redriven
                 break
             self.ctx.store.clear_redriven(key=payload.key, name=redriven)
-        if running is None or runs is None:
+        if runs is None:
             return False
-        redriven = running
         record = self.ctx.store.execution(name)
         self._rollback(
             name,
