@@ -161,3 +161,15 @@ def test_seed_1203230958_breaks_again_without_the_guards_of_an_adopted_runs_end(
         [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
     )
     assert "promise 2 (one per key)" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def test_seed_1326082451_a_newer_listing_from_a_staler_view_is_the_count_in_force() -> None:
+    """Found by the baseline check of a hunt (swarm, from 1326082412, on d3fa0d0); the explorer's
+    model, not Sluice. Three executions started by hand, younger than S: C's listing saw them
+    (numbered 14, saved), A's, numbered 15 from a view before them, saw none; A's caps write put its
+    newer count in force (MAX 3, external 0) before its save, and the model, which put a listing in
+    force only at its save, still counted the three and flagged the next claim (promise 1). A
+    listing may miss starts younger than S (docs/protocol.md, "Reconciliation"); the model now puts
+    a newer listing in force at the caps write that carries its number."""
+    done = _one_run(1326082451, "--swarm")
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]

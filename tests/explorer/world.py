@@ -132,6 +132,15 @@ class ExplorerWorld(World):
         return names
 
 
+def _limit_stamp(params: dict[str, Any]) -> list[dict[str, str]]:
+    """The ``:stamp`` a write of the slot pool (``SLOTS#launcher``) sets: its limit's source."""
+    updates = [i["Update"] for i in params.get("TransactItems", []) if "Update" in i] or [params]
+    for update in updates:
+        if update.get("Key", {}).get("pk", {}).get("S") == "SLOTS#launcher":
+            return list(update.get("ExpressionAttributeValues", {}).get(":stamp", {}).get("L", []))
+    return []
+
+
 class ExplorerModel(Model):
     """The suite's model, with the external count ordered by when its listing was taken.
 
@@ -180,6 +189,37 @@ class ExplorerModel(Model):
             return
         super()._on_save_reconciliation(call, parsed)
         self.known_at = at
+
+    @property
+    def numbered(self) -> dict[str, int]:
+        """container -> the number its last listing took (``LEDGER.counts``)."""
+        return self.__dict__.setdefault("_numbered", {})
+
+    def _on_update(self, call: Call, parsed: dict[str, Any]) -> None:
+        counts = parsed.get("Attributes", {}).get("counts", {}).get("N")
+        if call.params.get("Key", {}).get("pk", {}).get("S") == "LEDGER" and counts is not None:
+            self.numbered[call.container] = int(counts)
+
+    def _on_limit(self, call: Call, parsed: dict[str, Any]) -> None:
+        """A reconciliation's caps write puts its listing's count in force before its save (the
+        pool's stamp carries the listing's number; ``LimitSource``): a newer listing, which may
+        come from a staler view and miss executions started outside Sluice less than S ago
+        (docs/protocol.md, "Staleness"; seed 1326082451), is then the count admission obeys."""
+        at, names = self.listing.get(call.container, (0, set()))
+        stamp = _limit_stamp(call.params)
+        number = self.numbered.get(call.container)
+        if len(stamp) != 5 or number is None or int(float(stamp[3]["N"])) != number or at < self.known_at:
+            return
+        self.known_outside = {
+            n for n in names if n in self.outside and self.outside_since.get(n, self.events + 1) < at
+        }
+        self.known_at = at
+
+    def answer_lost(self, call: Call) -> None:
+        super().answer_lost(call)
+        if call.step == "limit":  # it took effect
+            with self.lock:
+                self._on_limit(call, {})
 
     # -- rate limits (promise 8) ---------------------------------------------------------------------
 

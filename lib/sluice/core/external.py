@@ -16,7 +16,10 @@ class ExternalCount:
     stamp, or written before listings were numbered on both sides).
 
     A count replaces another only when its listing began after the other's was numbered, so it saw
-    everything the other did and later; two listings that overlap keep the larger count. Ordering
+    everything the other did and later, but for starts younger than S: ListExecutions may miss one
+    of those, also one an earlier listing showed, so an execution started outside Sluice counts
+    from at most S after its start (explorer seed 1326082451). Two listings that overlap keep the
+    larger count. Ordering
     by one number alone lets an older listing win whichever end is numbered:
 
         numbered after the listing                  numbered before the listing
