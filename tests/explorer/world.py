@@ -147,7 +147,8 @@ class ExplorerModel(Model):
     Promise 1 counts an execution outside Sluice once a reconciliation whose listing showed it has
     completed. Two reconciliations may complete in the other order than they listed: the count in
     force is the newest listing's, whichever saved last (an older listing saved later would hide
-    an execution the newer one saw, and admit past MAX)."""
+    an execution the newer one saw, and admit past MAX), from the caps write that carries its
+    number (``_on_limit``)."""
 
     known_at = 0  # the event count at which the listing now in force was taken
 
