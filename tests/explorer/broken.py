@@ -452,6 +452,11 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
             ),
         ],
     ),
+    "retried_start_taken_for_a_refusal": (
+        "a StartExecution refused after the SDK retried it taken as refused for certain, its fresh "
+        "claim given back (test_a_retried_start_taken_for_a_refusal_is_caught)",
+        [(sluice.adapters.aws.sfn, "_retried", lambda exc: False)],
+    ),
     "hand_over_unchecked": (
         "a hand-over that skips the receipt check (test_a_hand_over_that_skips_the_receipt_check_is_caught)",
         [(sluice.launch.handover, "check_attributes", lambda message: None)],

@@ -182,11 +182,43 @@ class Switch(Fault):
             self.inv.faulted = True
             _sdk_retry(injector, call)
             return
+        if what == LOST and self.explorer.retried_writes and call.operation == "StartExecution":
+            count("explorer:start_lost_then_retried")
+            self.inv.faulted = True
+            self._retry_start(injector, call)
+            return
         if what == LOST:
             count("explorer:lost_response")
             self.inv.faulted = True
             self.explorer.world.model.answer_lost(call)
             raise ReadTimeoutError(endpoint_url=f"https://{call.service}.invalid/")
+
+    def _retry_start(self, injector: Injector, call: Call) -> None:
+        """The SDK's second attempt at a StartExecution whose first attempt started the run and
+        whose answer was lost. The SDK backs off first: a switch point, where the world moves on
+        (the run may end meanwhile). Then the second attempt is carried out (Step Functions gives
+        the same ARN while the run runs with the same input, ``ExecutionAlreadyExists`` once it has
+        ended), throttled (a 4xx after a retry: the run started all the same) or its answer lost
+        too, one of the three drawn alike; the last attempt's answer is the caller's."""
+        ex = self.explorer
+        self.inv.at = f"{call.operation}/{call.step} (retry)"
+        ex.waiting.append(self.inv)
+        ex.main.switch()
+        if ex.world.clock.now() - self.inv.born > LAMBDA_TIMEOUT[self.inv.kind]:
+            count("explorer:lambda_timeout")
+            injector.dead = True
+            raise Crash(f"{injector.name} killed at its Lambda timeout before retrying {call.operation}")
+        answer = ex.choices.draw(3) if ex.faulty else 0
+        ex.note(f"{self.inv.label} retries {call.operation}: {('carried out', 'throttled', 'lost')[answer]}")
+        if answer == 1:
+            count("explorer:start_retry_throttled")
+            _, parsed = throttled(call.service)
+            parsed["ResponseMetadata"]["RetryAttempts"] = 1
+            raise ClientError(parsed, call.operation)  # type: ignore[arg-type]
+        if answer == 2:
+            count("explorer:start_retry_lost")
+            raise ReadTimeoutError(endpoint_url=f"https://{call.service}.invalid/")
+        _sdk_retry(injector, call)
 
 
 def _conditional_write(call: Call) -> bool:
@@ -198,8 +230,8 @@ def _conditional_write(call: Call) -> bool:
 
 
 def _sdk_retry(injector: Injector, call: Call) -> None:
-    """The SDK's second attempt at a conditional write whose first attempt took effect and whose
-    answer was lost (Sluice's clients retry a read timeout: botocore's standard mode). It is carried
+    """The SDK's second attempt at a conditional write (or a StartExecution) whose first attempt
+    took effect and whose answer was lost (Sluice's clients retry a read timeout: botocore's standard mode). It is carried
     out as any call, and its answer is the caller's: the write's own condition, which the first
     attempt's effect may no longer meet, refuses it (``ConditionalCheckFailedException``, after one
     retry). The model sees both attempts."""
@@ -213,7 +245,9 @@ def _sdk_retry(injector: Injector, call: Call) -> None:
             Call(call.container, call.service, call.operation, call.step, call.params), status, parsed
         )
     if status >= 300:
-        count("explorer:retry_refused")
+        count(
+            "explorer:start_retry_refused" if call.operation == "StartExecution" else "explorer:retry_refused"
+        )
         parsed["ResponseMetadata"]["RetryAttempts"] = 1
         raise ClientError(parsed, call.operation)  # type: ignore[arg-type]
 

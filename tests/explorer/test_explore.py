@@ -105,6 +105,34 @@ def test_a_lost_conditional_write_is_retried_and_refused_by_its_own_condition(mo
     assert FAULTS["explorer:retry_refused"] > before
 
 
+def test_a_lost_start_is_retried_after_the_world_moved(monkeypatch) -> None:
+    """A StartExecution whose first attempt started the run and whose answer was lost is retried by
+    the SDK after a switch point (the world moves on meanwhile); the retry is carried out, throttled
+    (a 4xx after a retry: Sluice must keep the claim) or lost. With lost answers made frequent, in
+    runs with ``retried_writes``, a retry is throttled and a retry carried out, and no promise
+    breaks; under the variant ``retried_start_taken_for_a_refusal`` this is how the explorer meets
+    the refusal that variant believes."""
+    import random
+
+    import tests.explorer.sim as sim
+    from tests.support.faults import FAULTS
+
+    monkeypatch.setattr(sim, "AT_CALL", (60, 0, 0, 0, 5))
+    fired = ("explorer:start_retry_throttled", "explorer:start_lost_then_retried")
+    before = {k: FAULTS[k] for k in fired}
+    seeds = [s for s in range(700, 1400) if random.Random(s * 149 + 41).random() < 0.5]
+    for seed in seeds[:80]:
+        outcome = sim.explore(seed, 120)
+        assert outcome.failure is None, (seed, outcome.failure)
+        retries = FAULTS["explorer:start_lost_then_retried"] - before["explorer:start_lost_then_retried"]
+        if (
+            FAULTS["explorer:start_retry_throttled"] > before["explorer:start_retry_throttled"]
+            and retries >= 3
+        ):
+            break
+    assert all(FAULTS[k] > before[k] for k in fired), {k: FAULTS[k] - before[k] for k in fired}
+
+
 def _one_run(seed: int, *flags: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": f"{ROOT / 'lib'}{os.pathsep}{ROOT}"}
     command = [sys.executable, "-m", "tests.explorer", "--seed", str(seed), "--runs", "1", "--steps", "120"]
