@@ -1,22 +1,30 @@
 """Memos for moto's pure helpers, for the explorer's speed (the emulator only; Sluice is untouched).
 
 moto recomputes, on every request, things that depend only on a class or a name: the method names
-of a response class (``inspect.getmembers``), camelCase to snake_case, and which attribute names a
-response member may be read from. Each is a pure function of its arguments; here each is memoised
-for the duration of the block (``faster_moto``), or from now on (``memoise_moto``: the whole test
-session, from tests/conftest.py). Nothing else about moto changes.
+of a response class (``inspect.getmembers``), camelCase to snake_case, which attribute names a
+response member may be read from, and the syntax tree of a DynamoDB update or condition expression
+(of its text, names and values; moto's validator copies an update's tree before it touches it);
+and, on the client's side, each part of botocore's User-Agent header (built anew for every call).
+Each is a pure function of its arguments; here each is memoised for the duration of the block
+(``faster_moto``), or from now on (``memoise_moto``: the whole test session, from
+tests/conftest.py). Nothing else about moto changes.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import botocore.useragent as useragent
 import moto.core.responses as core_responses
 import moto.core.serialize as serialize
 import moto.core.utils as core_utils
+import moto.dynamodb.comparisons as dynamo_conditions
+import moto.dynamodb.parsing.expressions as dynamo_updates
 import moto.sqs.models as sqs_models
 
 _camel = functools.lru_cache(maxsize=4096)(core_utils.camelcase_to_underscores)
@@ -41,6 +49,37 @@ def _possible_keys(original: Any) -> Any:
     return get_possible_keys
 
 
+def _update_tree(original: Any) -> Any:
+    """``UpdateExpressionParser.make``, memoised by the expression's text."""
+    return classmethod(functools.lru_cache(maxsize=4096)(original.__func__))
+
+
+def _condition_tree(original: Any) -> Any:
+    """``ConditionExpressionParser.parse``, memoised by the expression, its names and its values
+    (the tree holds the values), with the names and values it found."""
+    memo: dict[tuple[Any, ...], tuple[Any, tuple[str, ...], tuple[str, ...]]] = {}
+
+    def parse(self: Any) -> Any:
+        key = (
+            self.condition_expression,
+            json.dumps(self.expression_attribute_names, sort_keys=True),
+            json.dumps(self.expression_attribute_values, sort_keys=True),
+        )
+        found = memo.get(key)
+        if found is None:
+            op = original(self)
+            if len(memo) > 20_000:
+                memo.clear()
+            memo[key] = (op, tuple(self.expr_attr_names_found), tuple(self.expr_attr_values_found))
+            return op
+        op, names, values = found
+        self.expr_attr_names_found.extend(names)
+        self.expr_attr_values_found.extend(values)
+        return op
+
+    return parse
+
+
 @contextmanager
 def faster_moto() -> Iterator[None]:
     saved = [
@@ -49,12 +88,26 @@ def faster_moto() -> Iterator[None]:
         (sqs_models, "camelcase_to_underscores", sqs_models.camelcase_to_underscores),
         (core_responses, "method_names_from_class", core_responses.method_names_from_class),
         (serialize.AttributePicker, "get_possible_keys", serialize.AttributePicker.get_possible_keys),
+        (
+            dynamo_updates.UpdateExpressionParser,
+            "make",
+            inspect.getattr_static(dynamo_updates.UpdateExpressionParser, "make"),
+        ),
+        (
+            dynamo_conditions.ConditionExpressionParser,
+            "parse",
+            dynamo_conditions.ConditionExpressionParser.parse,
+        ),
+        (useragent.UserAgentComponent, "to_string", useragent.UserAgentComponent.to_string),
     ]
     core_utils.camelcase_to_underscores = _camel
     core_responses.camelcase_to_underscores = _camel
     sqs_models.camelcase_to_underscores = _camel
     core_responses.method_names_from_class = _methods
     serialize.AttributePicker.get_possible_keys = _possible_keys(saved[4][2])  # type: ignore[method-assign]
+    dynamo_updates.UpdateExpressionParser.make = _update_tree(saved[5][2])  # type: ignore[method-assign]
+    dynamo_conditions.ConditionExpressionParser.parse = _condition_tree(saved[6][2])  # type: ignore[method-assign]
+    useragent.UserAgentComponent.to_string = functools.lru_cache(maxsize=1024)(saved[7][2])  # type: ignore[method-assign]
     try:
         yield
     finally:
