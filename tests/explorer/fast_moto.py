@@ -5,6 +5,8 @@ of a response class (``inspect.getmembers``), camelCase to snake_case, which att
 response member may be read from, and the syntax tree of a DynamoDB update or condition expression
 (of its text, names and values; moto's validator copies an update's tree before it touches it);
 and, on the client's side, each part of botocore's User-Agent header (built anew for every call).
+GetQueueAttributes reads a queue's attributes once, not twice for each name asked (each read
+walks every message of the queue three times).
 Each is a pure function of its arguments; here each is memoised for the duration of the block
 (``faster_moto``), or from now on (``memoise_moto``: the whole test session, from
 tests/conftest.py). Nothing else about moto changes.
@@ -80,6 +82,21 @@ def _condition_tree(original: Any) -> Any:
     return parse
 
 
+def _get_queue_attributes(self: Any, queue_name: str, attribute_names: list[str]) -> dict[str, Any]:
+    """``SQSBackend.get_queue_attributes`` with the queue's attributes read once."""
+    queue = self.get_queue(queue_name)
+    if not attribute_names:
+        return {}
+    valid_names = ["All", *queue.BASE_ATTRIBUTES, *queue.FIFO_ATTRIBUTES, *queue.KMS_ATTRIBUTES]
+    invalid_name = next((name for name in attribute_names if name not in valid_names), None)
+    if invalid_name or invalid_name == "":
+        raise sqs_models.InvalidAttributeName(invalid_name)
+    every = queue.attributes
+    if "All" in attribute_names:
+        return every
+    return {name: every[name] for name in attribute_names if every.get(name) is not None}
+
+
 @contextmanager
 def faster_moto() -> Iterator[None]:
     saved = [
@@ -99,6 +116,7 @@ def faster_moto() -> Iterator[None]:
             dynamo_conditions.ConditionExpressionParser.parse,
         ),
         (useragent.UserAgentComponent, "to_string", useragent.UserAgentComponent.to_string),
+        (sqs_models.SQSBackend, "get_queue_attributes", sqs_models.SQSBackend.get_queue_attributes),
     ]
     core_utils.camelcase_to_underscores = _camel
     core_responses.camelcase_to_underscores = _camel
@@ -108,6 +126,7 @@ def faster_moto() -> Iterator[None]:
     dynamo_updates.UpdateExpressionParser.make = _update_tree(saved[5][2])  # type: ignore[method-assign]
     dynamo_conditions.ConditionExpressionParser.parse = _condition_tree(saved[6][2])  # type: ignore[method-assign]
     useragent.UserAgentComponent.to_string = functools.lru_cache(maxsize=1024)(saved[7][2])  # type: ignore[method-assign]
+    sqs_models.SQSBackend.get_queue_attributes = _get_queue_attributes  # type: ignore[method-assign]
     try:
         yield
     finally:
