@@ -1,7 +1,7 @@
 """The reliability world, its own reads made straight from moto's backends.
 
 The checks after every step read the whole table (the ledger against the leases) and Step
-Functions' RUNNING executions; the actors read the queue's depth. Through boto3 each read is a request that moto parses, runs and
+Functions' RUNNING executions. Through boto3 each read is a request that moto parses, runs and
 serialises; here the same items and names are read from moto's backends, in the wire format the
 checks expect. Sluice's calls are unchanged: only the suite's own observation is cheaper.
 """
@@ -14,7 +14,6 @@ from typing import Any
 
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.dynamodb.models import dynamodb_backends
-from moto.sqs.models import sqs_backends
 from moto.stepfunctions.models import stepfunctions_backends
 
 from sluice.features.rate_limits import KEY_PREFIX, Rate, key_scope
@@ -122,21 +121,6 @@ class ExplorerWorld(World):
             if e.name == name
         ]
         return max(found)[1] if found else None
-
-    def queue_depth(self, lane: str | None = None) -> int:
-        """Messages in ``lane``'s queue (visible, in flight or delayed; None: in every lane's), the
-        sum GetQueueAttributes gives, read from moto's backend (the swarm's actors ask at every step)."""
-        backend = sqs_backends[DEFAULT_ACCOUNT_ID][REGION]
-        urls = self.queue_urls()
-        total = 0
-        for url in [urls[lane]] if lane is not None else list(urls.values()):
-            queue = backend.get_queue(url.rsplit("/", 1)[-1])
-            total += (
-                queue.approximate_number_of_messages
-                + queue.approximate_number_of_messages_not_visible
-                + queue.approximate_number_of_messages_delayed
-            )
-        return total
 
     def running_in_step_functions(self) -> set[str]:
         backend = stepfunctions_backends[DEFAULT_ACCOUNT_ID][REGION]
