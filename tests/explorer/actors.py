@@ -455,6 +455,8 @@ class Actors:
         count("explorer:dlq_redrive")
         w = self.world
         source = {m.message_id: m.source_message_id for m in dlq_list(w.operator).messages}
+        # The listing stops at the first batch of each FIFO group; the redrive drains them all.
+        source = {**w.dlq_sources(), **source}
         report = dlq_redrive(w.operator)
         for done in report.done:  # a redriven copy, and its DLQ message, are the message it came from
             origin = source.get(done["dlq_message_id"])

@@ -14,6 +14,7 @@ from typing import Any
 
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.dynamodb.models import dynamodb_backends
+from moto.sqs.models import sqs_backends
 from moto.stepfunctions.models import stepfunctions_backends
 
 from sluice.features.rate_limits import KEY_PREFIX, Rate, key_scope
@@ -121,6 +122,15 @@ class ExplorerWorld(World):
             if e.name == name
         ]
         return max(found)[1] if found else None
+
+    def dlq_sources(self) -> dict[str, str]:
+        """Every DLQ message's id -> the message it came from (``sluice-source-message-id``), read
+        from moto's backend: a listing by receives stops at the first batch of each FIFO group."""
+        queue = sqs_backends[DEFAULT_ACCOUNT_ID][REGION].get_queue(self.settings.dlq_url.rsplit("/", 1)[-1])
+        return {
+            m.id: m.message_attributes.get("sluice-source-message-id", {}).get("StringValue", m.id)
+            for m in queue._messages
+        }
 
     def running_in_step_functions(self) -> set[str]:
         backend = stepfunctions_backends[DEFAULT_ACCOUNT_ID][REGION]
