@@ -10,6 +10,14 @@ walks every message of the queue three times).
 Each is a pure function of its arguments; here each is memoised for the duration of the block
 (``faster_moto``), or from now on (``memoise_moto``: the whole test session, from
 tests/conftest.py). Nothing else about moto changes.
+
+``lighter`` (the explorer's runs only): botocore signs every request with SigV4, a chain of HMACs
+that moto never checks; in the block a request carries the Authorization header moto reads (the
+access key, for the account), with no signature computed. moto's validator copies an update
+expression's tree by a pickle round trip (C) rather than ``copy.deepcopy`` (Python), the same copy,
+and runs its three checks of the expression's shape (one SET, no overlapping paths, no key
+updated), which read neither the item nor the values and change nothing, once per expression,
+its names and its table's keys.
 """
 
 from __future__ import annotations
@@ -17,16 +25,19 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import pickle
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import botocore.auth as auth
 import botocore.useragent as useragent
 import moto.core.responses as core_responses
 import moto.core.serialize as serialize
 import moto.core.utils as core_utils
 import moto.dynamodb.comparisons as dynamo_conditions
 import moto.dynamodb.parsing.expressions as dynamo_updates
+import moto.dynamodb.parsing.validators as dynamo_validators
 import moto.sqs.models as sqs_models
 
 _camel = functools.lru_cache(maxsize=4096)(core_utils.camelcase_to_underscores)
@@ -127,6 +138,93 @@ def faster_moto() -> Iterator[None]:
     dynamo_conditions.ConditionExpressionParser.parse = _condition_tree(saved[6][2])  # type: ignore[method-assign]
     useragent.UserAgentComponent.to_string = functools.lru_cache(maxsize=1024)(saved[7][2])  # type: ignore[method-assign]
     sqs_models.SQSBackend.get_queue_attributes = _get_queue_attributes  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        for owner, name, value in saved:
+            setattr(owner, name, value)
+
+
+def _named_only(self: Any, request: Any) -> None:
+    """``SigV4Auth.add_auth``: the header moto reads the access key from, with no signature."""
+    request.headers["Authorization"] = (
+        f"AWS4-HMAC-SHA256 Credential={self.credentials.access_key}/20260101/{self._region_name}/"
+        f"{self._service_name}/aws4_request, SignedHeaders=host, Signature=0"
+    )
+
+
+def _copied(original: Any) -> Any:
+    """``deepcopy`` as a pickle round trip; what pickle cannot copy, ``original`` copies."""
+
+    def deepcopy(value: Any, memo: Any = None) -> Any:
+        try:
+            return pickle.loads(pickle.dumps(value, pickle.HIGHEST_PROTOCOL))
+        except Exception:
+            return original(value, memo)
+
+    return deepcopy
+
+
+_SHAPE_CHECKS = (
+    dynamo_validators.ActionCountValidator,
+    dynamo_validators.OverlappingPathsValidator,
+    dynamo_validators.UpdateHashRangeKeyValidator,
+)
+
+
+def _shape_checked_once(original_init: Any) -> tuple[Any, Any]:
+    """``UpdateExpressionValidator.__init__`` and ``validate``: the shape checks passed once for
+    an expression tree (moto's parse is memoised: one tree per text), its names and its table's
+    keys are not run again for them."""
+    passed: dict[tuple[Any, ...], Any] = {}  # key -> the tree itself, so that its id is not reused
+
+    def __init__(self: Any, expression: Any, *args: Any, **kwargs: Any) -> None:
+        self._sluice_tree = expression
+        original_init(self, expression, *args, **kwargs)
+
+    def validate(self: Any) -> Any:
+        key = (
+            id(self._sluice_tree),
+            json.dumps(self.expression_attribute_names or {}, sort_keys=True),
+            tuple(self.table.table_key_attrs),
+        )
+        shape = [p for p in self.processors if isinstance(p, _SHAPE_CHECKS)]
+        node = self.node_to_validate
+        if passed.get(key) is not self._sluice_tree:
+            for processor in shape:
+                node = processor.traverse(node)
+            passed[key] = self._sluice_tree
+        for processor in self.processors:
+            if not isinstance(processor, _SHAPE_CHECKS):
+                node = processor.traverse(node)
+        return node
+
+    return __init__, validate
+
+
+@contextmanager
+def lighter() -> Iterator[None]:
+    """Requests made in the block go unsigned (moto checks no signature), and moto's update
+    validator copies its tree in C."""
+    saved = [
+        (auth.SigV4Auth, "add_auth", auth.SigV4Auth.add_auth),
+        (dynamo_validators, "deepcopy", dynamo_validators.deepcopy),
+        (
+            dynamo_validators.UpdateExpressionValidator,
+            "__init__",
+            dynamo_validators.UpdateExpressionValidator.__init__,
+        ),
+        (
+            dynamo_validators.UpdateExpressionValidator,
+            "validate",
+            dynamo_validators.UpdateExpressionValidator.validate,
+        ),
+    ]
+    auth.SigV4Auth.add_auth = _named_only  # type: ignore[method-assign]
+    dynamo_validators.deepcopy = _copied(saved[1][2])
+    init, validate = _shape_checked_once(saved[2][2])
+    dynamo_validators.UpdateExpressionValidator.__init__ = init  # type: ignore[method-assign]
+    dynamo_validators.UpdateExpressionValidator.validate = validate  # type: ignore[method-assign]
     try:
         yield
     finally:

@@ -38,7 +38,7 @@ from sluice.core.errors import TransientError
 from sluice.features.rate_limits import STACK, Rate, RateDefaults
 from tests.explorer.actors import PAYLOADS, Actors
 from tests.explorer.choices import Choices
-from tests.explorer.fast_moto import faster_moto
+from tests.explorer.fast_moto import faster_moto, lighter
 from tests.explorer.switch import MachineSwitch
 from tests.explorer.view import History, StaleView
 from tests.explorer.world import ExplorerWorld
@@ -483,7 +483,7 @@ def explore(
     started = time.process_time()
     failure = None
     explorer = None
-    with deterministic(seed), faster_moto():
+    with deterministic(seed), faster_moto(), lighter():
         try:
             explorer = Explorer(choices, steps, without=without, swarm=swarm)
             explorer.run()
