@@ -26,8 +26,8 @@ import functools
 import inspect
 import json
 import pickle
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import botocore.auth as auth
@@ -109,40 +109,30 @@ def _get_queue_attributes(self: Any, queue_name: str, attribute_names: list[str]
 
 
 @contextmanager
-def faster_moto() -> Iterator[None]:
-    saved = [
-        (core_utils, "camelcase_to_underscores", core_utils.camelcase_to_underscores),
-        (core_responses, "camelcase_to_underscores", core_responses.camelcase_to_underscores),
-        (sqs_models, "camelcase_to_underscores", sqs_models.camelcase_to_underscores),
-        (core_responses, "method_names_from_class", core_responses.method_names_from_class),
-        (serialize.AttributePicker, "get_possible_keys", serialize.AttributePicker.get_possible_keys),
-        (
-            dynamo_updates.UpdateExpressionParser,
-            "make",
-            inspect.getattr_static(dynamo_updates.UpdateExpressionParser, "make"),
-        ),
-        (
-            dynamo_conditions.ConditionExpressionParser,
-            "parse",
-            dynamo_conditions.ConditionExpressionParser.parse,
-        ),
-        (useragent.UserAgentComponent, "to_string", useragent.UserAgentComponent.to_string),
-        (sqs_models.SQSBackend, "get_queue_attributes", sqs_models.SQSBackend.get_queue_attributes),
-    ]
-    core_utils.camelcase_to_underscores = _camel
-    core_responses.camelcase_to_underscores = _camel
-    sqs_models.camelcase_to_underscores = _camel
-    core_responses.method_names_from_class = _methods
-    serialize.AttributePicker.get_possible_keys = _possible_keys(saved[4][2])  # type: ignore[method-assign]
-    dynamo_updates.UpdateExpressionParser.make = _update_tree(saved[5][2])  # type: ignore[method-assign]
-    dynamo_conditions.ConditionExpressionParser.parse = _condition_tree(saved[6][2])  # type: ignore[method-assign]
-    useragent.UserAgentComponent.to_string = functools.lru_cache(maxsize=1024)(saved[7][2])  # type: ignore[method-assign]
-    sqs_models.SQSBackend.get_queue_attributes = _get_queue_attributes  # type: ignore[method-assign]
+def _patched(*patches: tuple[Any, str, Callable[[Any], Any]]) -> Iterator[None]:
+    """Each ``(owner, name, make)``: ``owner.name`` is ``make(original)`` for the block."""
+    saved = [(owner, name, inspect.getattr_static(owner, name)) for owner, name, _ in patches]
+    for (owner, name, make), (_, _, original) in zip(patches, saved, strict=True):
+        setattr(owner, name, make(original))
     try:
         yield
     finally:
-        for owner, name, value in saved:
-            setattr(owner, name, value)
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+
+
+def faster_moto() -> AbstractContextManager[None]:
+    return _patched(
+        (core_utils, "camelcase_to_underscores", lambda _: _camel),
+        (core_responses, "camelcase_to_underscores", lambda _: _camel),
+        (sqs_models, "camelcase_to_underscores", lambda _: _camel),
+        (core_responses, "method_names_from_class", lambda _: _methods),
+        (serialize.AttributePicker, "get_possible_keys", _possible_keys),
+        (dynamo_updates.UpdateExpressionParser, "make", _update_tree),
+        (dynamo_conditions.ConditionExpressionParser, "parse", _condition_tree),
+        (useragent.UserAgentComponent, "to_string", functools.lru_cache(maxsize=1024)),
+        (sqs_models.SQSBackend, "get_queue_attributes", lambda _: _get_queue_attributes),
+    )
 
 
 def _named_only(self: Any, request: Any) -> None:
@@ -172,15 +162,23 @@ _SHAPE_CHECKS = (
 )
 
 
-def _shape_checked_once(original_init: Any) -> tuple[Any, Any]:
-    """``UpdateExpressionValidator.__init__`` and ``validate``: the shape checks passed once for
-    an expression tree (moto's parse is memoised: one tree per text), its names and its table's
-    keys are not run again for them."""
-    passed: dict[tuple[Any, ...], Any] = {}  # key -> the tree itself, so that its id is not reused
+_PASSED: dict[tuple[Any, ...], Any] = {}  # shape checks passed -> the tree itself (its id not reused)
+
+
+def _keeping_the_tree(original: Any) -> Any:
+    """``UpdateExpressionValidator.__init__``, keeping the tree it was given (moto's parse is
+    memoised: one tree per text), before moto copies it."""
 
     def __init__(self: Any, expression: Any, *args: Any, **kwargs: Any) -> None:
         self._sluice_tree = expression
-        original_init(self, expression, *args, **kwargs)
+        original(self, expression, *args, **kwargs)
+
+    return __init__
+
+
+def _shape_checked_once(_: Any) -> Any:
+    """``UpdateExpressionValidator.validate``: the shape checks passed once for a tree, its names
+    and its table's keys are not run again for them."""
 
     def validate(self: Any) -> Any:
         key = (
@@ -188,48 +186,27 @@ def _shape_checked_once(original_init: Any) -> tuple[Any, Any]:
             json.dumps(self.expression_attribute_names or {}, sort_keys=True),
             tuple(self.table.table_key_attrs),
         )
-        shape = [p for p in self.processors if isinstance(p, _SHAPE_CHECKS)]
+        checked = _PASSED.get(key) is self._sluice_tree
         node = self.node_to_validate
-        if passed.get(key) is not self._sluice_tree:
-            for processor in shape:
-                node = processor.traverse(node)
-            passed[key] = self._sluice_tree
         for processor in self.processors:
-            if not isinstance(processor, _SHAPE_CHECKS):
+            if not (checked and isinstance(processor, _SHAPE_CHECKS)):
                 node = processor.traverse(node)
+        _PASSED[key] = self._sluice_tree
         return node
 
-    return __init__, validate
+    return validate
 
 
-@contextmanager
-def lighter() -> Iterator[None]:
+def lighter() -> AbstractContextManager[None]:
     """Requests made in the block go unsigned (moto checks no signature), and moto's update
-    validator copies its tree in C."""
-    saved = [
-        (auth.SigV4Auth, "add_auth", auth.SigV4Auth.add_auth),
-        (dynamo_validators, "deepcopy", dynamo_validators.deepcopy),
-        (
-            dynamo_validators.UpdateExpressionValidator,
-            "__init__",
-            dynamo_validators.UpdateExpressionValidator.__init__,
-        ),
-        (
-            dynamo_validators.UpdateExpressionValidator,
-            "validate",
-            dynamo_validators.UpdateExpressionValidator.validate,
-        ),
-    ]
-    auth.SigV4Auth.add_auth = _named_only  # type: ignore[method-assign]
-    dynamo_validators.deepcopy = _copied(saved[1][2])
-    init, validate = _shape_checked_once(saved[2][2])
-    dynamo_validators.UpdateExpressionValidator.__init__ = init  # type: ignore[method-assign]
-    dynamo_validators.UpdateExpressionValidator.validate = validate  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        for owner, name, value in saved:
-            setattr(owner, name, value)
+    validator copies its tree in C and checks an expression's shape once."""
+    validator = dynamo_validators.UpdateExpressionValidator
+    return _patched(
+        (auth.SigV4Auth, "add_auth", lambda _: _named_only),
+        (dynamo_validators, "deepcopy", _copied),
+        (validator, "__init__", _keeping_the_tree),
+        (validator, "validate", _shape_checked_once),
+    )
 
 
 _FOR_GOOD: list[Any] = []  # the block ``memoise_moto`` entered (collected, it would be left)

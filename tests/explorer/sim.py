@@ -218,6 +218,7 @@ class Switch(Fault):
         if answer == 2:
             count("explorer:start_retry_lost")
             raise ReadTimeoutError(endpoint_url=f"https://{call.service}.invalid/")
+        count("explorer:start_retry_carried_out")
         _sdk_retry(injector, call)
 
 

@@ -117,18 +117,16 @@ def test_a_lost_start_is_retried_after_the_world_moved(monkeypatch) -> None:
     import tests.explorer.sim as sim
     from tests.support.faults import FAULTS
 
-    monkeypatch.setattr(sim, "AT_CALL", (60, 0, 0, 0, 5))
-    fired = ("explorer:start_retry_throttled", "explorer:start_lost_then_retried")
+    monkeypatch.setattr(sim, "AT_CALL", (60, 0, 0, 0, 15))
+    fired = ("explorer:start_retry_throttled", "explorer:start_retry_carried_out")
     before = {k: FAULTS[k] for k in fired}
-    seeds = [s for s in range(700, 1400) if random.Random(s * 149 + 41).random() < 0.5]
+    # From 735: both happen within its first three seeds with retried writes (a change of the draws
+    # may move them; the loop then runs on).
+    seeds = [s for s in range(735, 1400) if random.Random(s * 149 + 41).random() < 0.5]
     for seed in seeds[:80]:
         outcome = sim.explore(seed, 120)
         assert outcome.failure is None, (seed, outcome.failure)
-        retries = FAULTS["explorer:start_lost_then_retried"] - before["explorer:start_lost_then_retried"]
-        if (
-            FAULTS["explorer:start_retry_throttled"] > before["explorer:start_retry_throttled"]
-            and retries >= 3
-        ):
+        if all(FAULTS[k] > before[k] for k in fired):
             break
     assert all(FAULTS[k] > before[k] for k in fired), {k: FAULTS[k] - before[k] for k in fired}
 
