@@ -454,9 +454,11 @@ class Actors:
         self.note("operator: sluice dlq redrive")
         count("explorer:dlq_redrive")
         w = self.world
-        source = {m.message_id: m.source_message_id for m in dlq_list(w.operator).messages}
-        # The listing stops at the first batch of each FIFO group; the redrive drains them all.
-        source = {**w.dlq_sources(), **source}
+        # The operator lists first, as docs/operations.md has it (its requests are part of the run's
+        # draws). A listing stops at the first batch of each FIFO group and the redrive drains them
+        # all, so each redriven copy is traced to its message from the whole DLQ.
+        dlq_list(w.operator)
+        source = w.dlq_sources()
         report = dlq_redrive(w.operator)
         for done in report.done:  # a redriven copy, and its DLQ message, are the message it came from
             origin = source.get(done["dlq_message_id"])

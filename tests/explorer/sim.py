@@ -146,12 +146,7 @@ class Switch(Fault):
         if ex.faulty:
             ex.waiting.append(self.inv)
             ex.main.switch()  # the scheduler resumes this invocation when it draws it
-        if ex.world.clock.now() - self.inv.born > LAMBDA_TIMEOUT[self.inv.kind]:
-            # Lambda ends an invocation at its timeout (serverless.yml), before the visibility
-            # timeout of the messages it received runs out: none of its calls is made after that.
-            count("explorer:lambda_timeout")
-            injector.dead = True
-            raise Crash(f"{injector.name} killed at its Lambda timeout before {call.operation}")
+        self._die_past_the_timeout(injector, call.operation)
         answer = ex.switch.answer(call)  # IAM, or a deleted state machine
         if answer is not None or not ex.faulty:
             return answer
@@ -193,6 +188,14 @@ class Switch(Fault):
             self.explorer.world.model.answer_lost(call)
             raise ReadTimeoutError(endpoint_url=f"https://{call.service}.invalid/")
 
+    def _die_past_the_timeout(self, injector: Injector, what: str) -> None:
+        """Lambda ends an invocation at its timeout (serverless.yml), before the visibility timeout
+        of the messages it received runs out: none of its calls is made after that."""
+        if self.explorer.world.clock.now() - self.inv.born > LAMBDA_TIMEOUT[self.inv.kind]:
+            count("explorer:lambda_timeout")
+            injector.dead = True
+            raise Crash(f"{injector.name} killed at its Lambda timeout before {what}")
+
     def _retry_start(self, injector: Injector, call: Call) -> None:
         """The SDK's second attempt at a StartExecution whose first attempt started the run and
         whose answer was lost. The SDK backs off first: a switch point, where the world moves on
@@ -204,10 +207,7 @@ class Switch(Fault):
         self.inv.at = f"{call.operation}/{call.step} (retry)"
         ex.waiting.append(self.inv)
         ex.main.switch()
-        if ex.world.clock.now() - self.inv.born > LAMBDA_TIMEOUT[self.inv.kind]:
-            count("explorer:lambda_timeout")
-            injector.dead = True
-            raise Crash(f"{injector.name} killed at its Lambda timeout before retrying {call.operation}")
+        self._die_past_the_timeout(injector, f"retrying {call.operation}")
         answer = ex.choices.draw(3) if ex.faulty else 0
         ex.note(f"{self.inv.label} retries {call.operation}: {('carried out', 'throttled', 'lost')[answer]}")
         if answer == 1:
@@ -232,10 +232,10 @@ def _conditional_write(call: Call) -> bool:
 
 def _sdk_retry(injector: Injector, call: Call) -> None:
     """The SDK's second attempt at a conditional write (or a StartExecution) whose first attempt
-    took effect and whose answer was lost (Sluice's clients retry a read timeout: botocore's standard mode). It is carried
-    out as any call, and its answer is the caller's: the write's own condition, which the first
-    attempt's effect may no longer meet, refuses it (``ConditionalCheckFailedException``, after one
-    retry). The model sees both attempts."""
+    took effect and whose answer was lost (Sluice's clients retry a read timeout: botocore's
+    standard mode). It is carried out as any call, and its answer is the caller's: the write's own
+    condition, which the first attempt's effect may no longer meet, refuses it
+    (``ConditionalCheckFailedException``, after one retry). The model sees both attempts."""
     client = pool().client(call.service)  # no injector: this attempt draws no fault
     try:
         parsed, status = getattr(client, xform_name(call.operation))(**call.params), 200
