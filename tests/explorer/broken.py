@@ -457,6 +457,21 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
         "claim given back (test_a_retried_start_taken_for_a_refusal_is_caught)",
         [(sluice.adapters.aws.sfn, "_retried", lambda exc: False)],
     ),
+    "described_missing_taken_as_ended": (
+        "a run its record says ended, listed RUNNING and described as missing (a stale view) taken "
+        "for ended, neither adopted nor counted against MAX (the code before seed 1204130804's fix)",
+        [
+            (
+                sluice.launch.redriven,
+                "listed_again",
+                lambda p, info, record: (
+                    sluice.launch.redriven.Rerun.ENDED
+                    if info is None
+                    else sluice.launch.redriven.ran_again(p, info, record)
+                ),
+            )
+        ],
+    ),
     "hand_over_unchecked": (
         "a hand-over that skips the receipt check (test_a_hand_over_that_skips_the_receipt_check_is_caught)",
         [(sluice.launch.handover, "check_attributes", lambda message: None)],

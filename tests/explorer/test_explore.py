@@ -199,3 +199,31 @@ def test_seed_1326082451_a_newer_listing_from_a_staler_view_is_the_count_in_forc
     a newer listing in force at the caps write that carries its number."""
     done = _one_run(1326082451, "--swarm")
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+
+
+def test_seed_1204130804_a_redriven_run_described_as_missing_counts_against_max() -> None:
+    """Found by a plain run from 1204130001 after 849 CPU-seconds: the operator redrove ``p2``
+    after its end and before its end's event was applied; the event released it. A reconciliation
+    then listed ``p2`` RUNNING, and DescribeExecution, answering from a view older than ``p2``'s
+    start, said no such execution: taken for "ended, the listing is behind", ``p2`` was neither
+    adopted nor counted, and ``p3`` took its slot (MAX 2, three running). A run Sluice recorded
+    that DescribeExecution calls missing is a stale answer: the run is unsure (it counts against
+    MAX and its key is held for it), as after any answer the window may still turn."""
+    done = _one_run(1204130804)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+
+
+def test_seed_1204130804_breaks_again_when_a_missing_run_is_taken_for_ended() -> None:
+    """The same seed under the variant ``described_missing_taken_as_ended`` (the code before the
+    fix) breaks promise 1 again: the test above can fail."""
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": f"{ROOT / 'lib'}{os.pathsep}{ROOT}"}
+    script = (
+        "from tests.explorer.sim import explore\n"
+        "from tests.explorer.variants import applied\n"
+        "with applied('described_missing_taken_as_ended'):\n"
+        "    print(explore(1204130804, 120).failure)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert "promise 1 (MAX)" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]

@@ -49,7 +49,7 @@ def count_unknown(
         record = records.get(name)
         if record is not None and not record.state.holds_lease:
             info = p.executions.describe(name, record.arn)
-            rerun = Rerun.ENDED if info is None else ran_again(p, info, record)
+            rerun = listed_again(p, info, record)
             if rerun is Rerun.ENDED:
                 continue  # ended and released; the listing is behind
             # Running again although it ended (an operator's RedriveExecution): it holds a slot
@@ -64,6 +64,18 @@ def count_unknown(
             hold_for_redriven(p.store, record.key, name, running, p.now, p.logger)
         external += 1
     return external, adopted
+
+
+def listed_again(p: Pass, info: ExecutionInfo | None, record: ExecutionRecord) -> Rerun:
+    """A run its record says ended, listed RUNNING and described as ``info``. "No such execution"
+    for a run its record says started is an answer from a view older than the run: unsure, as any
+    answer the window may still turn (explorer seed 1204130804):
+
+        p2 FAILED;  RedriveExecution(p2);  the FAILED event releases p2
+        reconciliation: listed RUNNING; DescribeExecution: no such execution (a view before p2)
+            before: "the listing is behind" → p2 runs uncounted → a claim takes its slot: MAX + 1
+            now:    UNSURE → p2 counts against MAX, its key held for it"""
+    return Rerun.UNSURE if info is None else ran_again(p, info, record)
 
 
 class Rerun(StrEnum):
