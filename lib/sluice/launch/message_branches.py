@@ -269,7 +269,13 @@ class MessageBranches:
         except ConfigurationError:
             # a state machine this role may not ask about: assume it runs
             return ExecutionInfo(name=redriven, arn="", status=ExecutionStatus.RUNNING)
-        if info is None or not info.ended:
+        if info is None:
+            # "No such execution" for a run Sluice recorded answers from a view older than it (as
+            # for reconciliation, ``listed_again``): within the mark's windows it may run.
+            if record is None or self._window_past(marked_by, windows=MARK_WINDOWS):
+                return None
+            return ExecutionInfo(name=redriven, arn=record.arn, status=ExecutionStatus.RUNNING)
+        if not info.ended:
             return info
         # The mark is stamped by the marker's clock and read by this one: twice the window, so a
         # skew of up to S between them still finds the answer fresh before the mark is lifted.
