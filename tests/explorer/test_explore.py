@@ -139,6 +139,20 @@ def _one_run(seed: int, *flags: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _under_variant(variant: str, seed: int, *, swarm: bool = False) -> subprocess.CompletedProcess[str]:
+    """One run of ``seed`` (120 steps) with ``variant`` applied; its failure on standard output."""
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": f"{ROOT / 'lib'}{os.pathsep}{ROOT}"}
+    script = (
+        "from tests.explorer.sim import explore\n"
+        "from tests.explorer.variants import applied\n"
+        f"with applied({variant!r}):\n"
+        f"    print(explore({seed}, 120, None, swarm={swarm}).failure)\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+
+
 def test_seed_818180473_a_redrive_hidden_by_a_stale_describe_runs_its_key_once() -> None:
     """The run that broke promise 2 (tests/explorer/README.md): replayed from its seed, it holds."""
     done = _one_run(818180473, "--swarm")
@@ -176,16 +190,7 @@ def test_seed_1203230958_breaks_again_without_the_guards_of_an_adopted_runs_end(
     """The same seed, with the variant ``adoption_unguarded`` (the code before the fix: the redrive
     date not consulted, an end within the window of the adoption believed), breaks promise 2
     again: the test above can fail. Either guard alone holds it."""
-    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": f"{ROOT / 'lib'}{os.pathsep}{ROOT}"}
-    script = (
-        "from tests.explorer.sim import explore\n"
-        "from tests.explorer.variants import applied\n"
-        "with applied('adoption_unguarded'):\n"
-        "    print(explore(1203230958, 120, None, swarm=True).failure)\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
-    )
+    done = _under_variant("adoption_unguarded", 1203230958, swarm=True)
     assert "promise 2 (one per key)" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
 
 
@@ -216,14 +221,5 @@ def test_seed_1204130804_a_redriven_run_described_as_missing_counts_against_max(
 def test_seed_1204130804_breaks_again_when_a_missing_run_is_taken_for_ended() -> None:
     """The same seed under the variant ``described_missing_taken_as_ended`` (the code before the
     fix) breaks promise 1 again: the test above can fail."""
-    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": f"{ROOT / 'lib'}{os.pathsep}{ROOT}"}
-    script = (
-        "from tests.explorer.sim import explore\n"
-        "from tests.explorer.variants import applied\n"
-        "with applied('described_missing_taken_as_ended'):\n"
-        "    print(explore(1204130804, 120).failure)\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
-    )
+    done = _under_variant("described_missing_taken_as_ended", 1204130804)
     assert "promise 1 (MAX)" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
