@@ -514,10 +514,12 @@ class CountingStore:
         self.meter.wait("dynamodb:UpdateItem")
         return first
 
-    def record_already_done(self, *, key: str, message_id: str, now: float) -> None:
-        self.meter.call("dynamodb:UpdateItem")
+    def record_already_done(
+        self, *, key: str, message_id: str, now: float, seen: PayloadRecord | None = None
+    ) -> None:
+        self.meter.call("dynamodb:UpdateItem")  # a second one when a settle is refused: rare, not metered
         self.meter.wru += SMALL_ITEM_KB
-        self.inner.record_already_done(key=key, message_id=message_id, now=now)
+        self.inner.record_already_done(key=key, message_id=message_id, now=now, seen=seen)
         self.meter.wait("dynamodb:UpdateItem")
 
     def record_invalid(self, *, key: str, reason: str, now: float) -> None:

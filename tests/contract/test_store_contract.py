@@ -321,6 +321,42 @@ def test_already_done_is_counted(store):
     assert store.payload("k").already_done == 2
 
 
+def _success_recorded_under_an_unstarted_once_claim(store):
+    """Run n1 of k FAILED; a run-once claim n2 of k is taken; n1, redriven, SUCCEEDED (recorded
+    later); n2 is abandoned, never started: the key reads RELEASED over a recorded success."""
+    claim(store, "k", "n1")
+    store.release(name="n1", state=PayloadState.FAILED, now=NOW + 1)
+    once_claim(store, "k", "n2", now=NOW + 2)
+    failed = store.execution("n1")
+    assert store.record_later_success(record=failed, ended_at=NOW + 3, now=NOW + 3, receipt=None)
+    store.release(name="n2", state=PayloadState.RELEASED, now=NOW + 4, error="claim abandoned")
+    assert store.payload("k").state is PayloadState.RELEASED
+
+
+def test_a_once_message_already_done_settles_a_key_left_released_at_its_last_end(store):
+    from sluice.core.errors import AlreadyDone
+
+    _success_recorded_under_an_unstarted_once_claim(store)
+    with pytest.raises(AlreadyDone) as done:
+        once_claim(store, "k", "n3", now=NOW + 5)
+    store.record_already_done(key="k", message_id="m-n3", now=NOW + 5, seen=done.value.existing)
+    payload = store.payload("k")
+    assert (payload.state, payload.holder, payload.already_done) == (PayloadState.SUCCEEDED, None, 1)
+    assert payload.succeeded_by == "n1" and payload.receipt == "n1"
+
+
+def test_an_already_done_count_leaves_a_lease_taken_since_alone(store):
+    from sluice.core.errors import AlreadyDone
+
+    _success_recorded_under_an_unstarted_once_claim(store)
+    with pytest.raises(AlreadyDone) as done:
+        once_claim(store, "k", "n3", now=NOW + 5)
+    claim(store, "k", "n4", now=NOW + 6)  # a plain message of k, between the refusal and the count
+    store.record_already_done(key="k", message_id="m-n3", now=NOW + 6, seen=done.value.existing)
+    payload = store.payload("k")
+    assert (payload.state, payload.holder, payload.already_done) == (PayloadState.CLAIMED, "n4", 1)
+
+
 # -- effects (sluice.features.effects) ---------------------------------------------------------------------
 
 

@@ -472,6 +472,19 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
             )
         ],
     ),
+    "already_done_leaves_the_key_released": (
+        "a run-once message counted as already done leaves its key RELEASED by a claim dropped "
+        "unstarted after the success was recorded (the code before seed 1204141390's fix)",
+        [
+            (
+                DynamoStore,
+                "record_already_done",
+                lambda self, *, key, message_id, now, seen=None: self.records.record_already_done(
+                    key=key, message_id=message_id, now=now
+                ),
+            )
+        ],
+    ),
     "hand_over_unchecked": (
         "a hand-over that skips the receipt check (test_a_hand_over_that_skips_the_receipt_check_is_caught)",
         [(sluice.launch.handover, "check_attributes", lambda message: None)],

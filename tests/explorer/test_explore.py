@@ -225,13 +225,20 @@ def test_seed_1204130804_breaks_again_when_a_missing_run_is_taken_for_ended() ->
     assert "promise 1 (MAX)" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
 
 
-@pytest.mark.xfail(strict=True, reason="open: tests/explorer/README.md, seed 1204141390")
 def test_seed_1204141390_a_run_once_payload_redriven_around_its_failure_gets_a_final_record() -> None:
-    """Found by a plain run from 1204141001 after 403 CPU-seconds, on the code with seed
-    1204130804's fixes (and on the code before them): at rest, payload ``p2`` has no final record
-    (state RELEASED; promise 4). ``p2``'s run FAILED, a run-once message of ``p2`` arrived, the
-    operator redrove the run, a completion of its FAILED event crashed before its start mark, the
-    run ended SUCCEEDED, and its events were handled by several completions at once; a claim
-    was blocked by the redriven run. Not yet diagnosed."""
+    """Found by a plain run from 1204141001 after 403 CPU-seconds: ``p2``'s run FAILED; a run-once
+    message of ``p2`` was claimed, and the claim was blocked by the run, redriven; the run
+    SUCCEEDED (recorded later); the claim, never started, was dropped and left ``p2`` RELEASED
+    over the success; the run-once message, back, was already done, and ``p2`` stayed RELEASED
+    at rest (promise 4), which says its message is retried or in the DLQ. Counting an already-done
+    message settles a key left so at its receipt's end (``sluice.features.receipts``)."""
     done = _one_run(1204141390)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+
+
+def test_seed_1204141390_breaks_again_when_already_done_leaves_the_key_released() -> None:
+    """The same seed under ``already_done_leaves_the_key_released`` (the code before the fix)."""
+    done = _under_variant("already_done_leaves_the_key_released", 1204141390)
+    assert "payload 'p2' has no final record: state RELEASED" in done.stdout, (
+        done.stdout[-3000:] + done.stderr[-3000:]
+    )

@@ -378,8 +378,14 @@ class Records(Protocol):
         same message recorded it (that receive was at least the consistency window ago)."""
         ...
 
-    def record_already_done(self, *, key: str, message_id: str, now: float) -> None:
-        """Count a run-once message of a key that had SUCCEEDED already (``already_done``)."""
+    def record_already_done(
+        self, *, key: str, message_id: str, now: float, seen: PayloadRecord | None = None
+    ) -> None:
+        """Count a run-once message of a key that had SUCCEEDED already (``already_done``). ``seen``:
+        the key's record as the refused claim read it. Read ``RELEASED`` with no holder (a claim
+        dropped unstarted after the success was recorded), the key is settled at its receipt's end
+        while still so: the message that claim was for is now done, and ``RELEASED`` would say it
+        is retried or in the DLQ."""
         ...
 
     def record_invalid(self, *, key: str, reason: str, now: float) -> None: ...

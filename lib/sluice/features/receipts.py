@@ -61,6 +61,19 @@ run-once claim also carries ``attribute_not_exists(once_unknown)``: it fails as 
 the message is dead-lettered with the reason, until the operator, knowing the outcome, removes the
 mark (docs/operations.md). The mark is written by the release of the run holding the lease, so no
 once-claim of the key commits between that run and its mark.
+
+A claim dropped unstarted leaves its key ``RELEASED`` (its message is retried). When the success
+that makes that message already done is recorded under the claim (a redriven run's, written
+later), the key would read ``RELEASED`` for good; the count of the already-done message settles
+it at its receipt's end, while it still reads so (``left_released``):
+
+    once-message m2's claim n2 of k             redriven run e1 of k (FAILED, released)
+    ───────────────────────────────             ───────────────────────────────────────
+    claim(k): holder = n2 ✓
+                                                SUCCEEDED: succeeded_by = e1, receipt SUCCEEDED
+    n2 abandoned: state RELEASED, holder REMOVEd
+    m2 again: claim(k) ✗ AlreadyDone (RELEASED)
+    count it: SET state = receipt_state IF no holder AND state = RELEASED  ✓ k reads SUCCEEDED
 """
 
 from __future__ import annotations
@@ -91,6 +104,15 @@ def is_once(message: Message) -> bool:
         return raw is not None and parse_once(raw)
     except InvalidPayload:
         return False
+
+
+def left_released(payload: PayloadRecord) -> bool:
+    """A key's record that a claim dropped unstarted left ``RELEASED`` over an earlier end."""
+    return (
+        payload.state is PayloadState.RELEASED
+        and payload.holder is None
+        and payload.receipt_state is not None
+    )
 
 
 def parse_once(raw: str) -> bool:

@@ -274,7 +274,10 @@ class MessageProtocol:
     def _done_already(self, payload: Payload, done_before: AlreadyDone, done: list[Message]) -> Outcome:
         """A run-once message of a key that has SUCCEEDED: acknowledged, recorded, not started."""
         self.ctx.store.record_already_done(
-            key=payload.key, message_id=payload.message.message_id, now=self.ctx.clock.now()
+            key=payload.key,
+            message_id=payload.message.message_id,
+            now=self.ctx.clock.now(),
+            seen=done_before.existing,
         )
         done.append(payload.message)
         self.branches._log(

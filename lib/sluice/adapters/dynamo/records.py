@@ -37,12 +37,15 @@ from sluice.adapters.dynamo.table import TableRef
 from sluice.adapters.errors import translated
 from sluice.core.errors import ConditionFailed, TransientError
 from sluice.core.model import EffectsLog, ExecutionRecord, ExternalCount, PayloadRecord, PayloadState
+from sluice.features.receipts import left_released
 
 # The condition of every write that sets ``expires_at`` on ``PAYLOAD#<key>`` (a release, a dead
 # letter's ``record_invalid``): a once-key's success is kept without expiry (sluice.features.receipts). A write
 # refused on it is made again without the expiry; the race is drawn in
 # ``sluice.adapters.dynamo.release.ReleasesTable._release_items`` and in ``record_invalid``.
 UNLESS_ONCE_DONE = "attribute_not_exists(once_by)"
+# A key a claim dropped unstarted left RELEASED over an earlier end, still unleased.
+LEFT_RELEASED = "attribute_not_exists(holder) AND #state = :released AND attribute_exists(receipt_state)"
 SAVE_ROUNDS = 5  # read-merge-write rounds of a reconciliation's figures when others keep saving
 
 
@@ -87,12 +90,23 @@ class RecordsTable:
             names={"#key": "key"},
         )
 
-    def record_already_done(self, *, key: str, message_id: str, now: float) -> None:
+    def record_already_done(
+        self, *, key: str, message_id: str, now: float, seen: PayloadRecord | None = None
+    ) -> None:
+        count = "SET updated_at = :now, last_already_done = :mid ADD already_done :one"
+        if seen is not None and left_released(seen):
+            # Left RELEASED by a claim dropped unstarted over a recorded success: settled at its
+            # receipt's end while still so (the timeline: sluice.features.receipts); a claim taken
+            # since keeps its state, and the count is made alone.
+            settle = count.replace("SET ", "SET #state = receipt_state, ", 1)
+            named = values(now=now, mid=message_id, one=1, released=PayloadState.RELEASED.value)
+            if self.db.update_if(payload_pk(key), settle, LEFT_RELEASED, named):
+                return
         with translated("UpdateItem"):
             self.db.client.update_item(
                 TableName=self.db.table,
                 Key={"pk": {"S": payload_pk(key)}},
-                UpdateExpression="SET updated_at = :now, last_already_done = :mid ADD already_done :one",
+                UpdateExpression=count,
                 ExpressionAttributeValues=values(now=now, mid=message_id, one=1),
             )
 

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from sluice.adapters.memory.table import MemoryTable
 from sluice.core.model import EffectsLog, ExecutionRecord, ParkedMessage, PayloadRecord, PayloadState
+from sluice.features.receipts import left_released
 
 
 class MemoryRecords:
@@ -44,10 +45,17 @@ class MemoryRecords:
         with self.table.lock:
             return self.sighted.setdefault(message_id, receipt) == receipt  # the same receive: a retry
 
-    def record_already_done(self, *, key: str, message_id: str, now: float) -> None:
+    def record_already_done(
+        self, *, key: str, message_id: str, now: float, seen: PayloadRecord | None = None
+    ) -> None:
         with self.table.lock:
             payload = self.table.payloads.get(key) or PayloadRecord(key=key, state=PayloadState.RELEASED)
-            self.table.payloads[key] = replace(payload, already_done=payload.already_done + 1, updated_at=now)
+            state = payload.state
+            if seen is not None and left_released(seen) and left_released(payload):
+                state = payload.receipt_state or state
+            self.table.payloads[key] = replace(
+                payload, state=state, already_done=payload.already_done + 1, updated_at=now
+            )
 
     def record_invalid(self, *, key: str, reason: str, now: float) -> None:
         with self.table.lock:

@@ -213,8 +213,10 @@ class MemoryStore:
     def first_sighting(self, *, key: str, message_id: str, receipt: str, now: float) -> bool:
         return self.records.first_sighting(key=key, message_id=message_id, receipt=receipt, now=now)
 
-    def record_already_done(self, *, key: str, message_id: str, now: float) -> None:
-        self.records.record_already_done(key=key, message_id=message_id, now=now)
+    def record_already_done(
+        self, *, key: str, message_id: str, now: float, seen: PayloadRecord | None = None
+    ) -> None:
+        self.records.record_already_done(key=key, message_id=message_id, now=now, seen=seen)
 
     def record_invalid(self, *, key: str, reason: str, now: float) -> None:
         self.records.record_invalid(key=key, reason=reason, now=now)
