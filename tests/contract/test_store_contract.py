@@ -321,22 +321,54 @@ def test_already_done_is_counted(store):
     assert store.payload("k").already_done == 2
 
 
-def _success_recorded_under_an_unstarted_once_claim(store):
-    """Run n1 of k FAILED; a run-once claim n2 of k is taken; n1, redriven, SUCCEEDED (recorded
-    later); n2 is abandoned, never started: the key reads RELEASED over a recorded success."""
+def _failed_then_once_claimed(store):
+    """Run n1 of k FAILED and was released; a run-once claim n2 of k holds the key."""
     claim(store, "k", "n1")
     store.release(name="n1", state=PayloadState.FAILED, now=NOW + 1)
     once_claim(store, "k", "n2", now=NOW + 2)
-    failed = store.execution("n1")
-    assert store.record_later_success(record=failed, ended_at=NOW + 3, now=NOW + 3, receipt=None)
+    return store.execution("n1")
+
+
+def test_a_claim_dropped_over_a_success_recorded_under_it_leaves_the_key_at_that_end(store):
+    failed = _failed_then_once_claimed(store)
+    assert store.record_later_success(record=failed, ended_at=NOW + 3, now=NOW + 3, receipt=None)  # redriven
     store.release(name="n2", state=PayloadState.RELEASED, now=NOW + 4, error="claim abandoned")
+    payload = store.payload("k")
+    assert (payload.state, payload.holder, payload.receipt, payload.succeeded_by) == (
+        PayloadState.SUCCEEDED,
+        None,
+        "n1",
+        "n1",
+    )
+    assert store.ledger().holders == frozenset()
+
+
+def test_a_claim_dropped_with_no_success_recorded_leaves_the_key_released(store):
+    _failed_then_once_claimed(store)
+    store.release(name="n2", state=PayloadState.RELEASED, now=NOW + 4, error="start refused")
+    assert store.payload("k").state is PayloadState.RELEASED  # an earlier failure is not kept
+
+
+def test_a_run_that_vanished_over_a_success_leaves_the_key_released(store):
+    claim(store, "k", "n1")
+    store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW + 1)
+    claim(store, "k", "n2", now=NOW + 2)
+    store.release(name="n2", state=PayloadState.RELEASED, now=NOW + 3, outcome_unknown=True)
+    payload = store.payload("k")
+    assert (payload.state, payload.once_unknown) == (PayloadState.RELEASED, "n2")
+
+
+def _success_recorded_after_the_drop(store):
+    failed = _failed_then_once_claimed(store)
+    store.release(name="n2", state=PayloadState.RELEASED, now=NOW + 3, error="claim abandoned")
+    assert store.record_later_success(record=failed, ended_at=NOW + 4, now=NOW + 4, receipt=None)
     assert store.payload("k").state is PayloadState.RELEASED
 
 
 def test_a_once_message_already_done_settles_a_key_left_released_at_its_last_end(store):
     from sluice.core.errors import AlreadyDone
 
-    _success_recorded_under_an_unstarted_once_claim(store)
+    _success_recorded_after_the_drop(store)
     with pytest.raises(AlreadyDone) as done:
         once_claim(store, "k", "n3", now=NOW + 5)
     store.record_already_done(key="k", message_id="m-n3", now=NOW + 5, seen=done.value.existing)
@@ -348,7 +380,7 @@ def test_a_once_message_already_done_settles_a_key_left_released_at_its_last_end
 def test_an_already_done_count_leaves_a_lease_taken_since_alone(store):
     from sluice.core.errors import AlreadyDone
 
-    _success_recorded_under_an_unstarted_once_claim(store)
+    _success_recorded_after_the_drop(store)
     with pytest.raises(AlreadyDone) as done:
         once_claim(store, "k", "n3", now=NOW + 5)
     claim(store, "k", "n4", now=NOW + 6)  # a plain message of k, between the refusal and the count

@@ -174,10 +174,13 @@ RULES = attributes.RULES
 _LEASE_TERMS = sluice.adapters.dynamo.release._lease_terms
 
 
-def _plain_vanished_unmarked(record: Any, ending: Any, *, kept: bool) -> Any:
-    if ending.outcome_unknown and not record.once:
-        ending = replace(ending, outcome_unknown=False)
-    return _LEASE_TERMS(record, ending, kept=kept)
+def _plain_vanished_unmarked(record: Any, ending: Any, known: frozenset[str]) -> Any:
+    if not ending.outcome_unknown or record.once:
+        return _LEASE_TERMS(record, ending, known)
+    sets, removes, condition = _LEASE_TERMS(record, replace(ending, outcome_unknown=False), known)
+    # Released as any abandoned claim was before the mark (not as a dropped claim is now).
+    sets = sets.replace("if_not_exists(receipt_state, :state)", ":state")
+    return sets, removes, condition.replace(f" AND {sluice.adapters.dynamo.release.NO_SUCCESS}", "")
 
 
 VARIANTS: dict[str, tuple[str, list[Patch]]] = {
@@ -472,17 +475,18 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
             )
         ],
     ),
-    "already_done_leaves_the_key_released": (
-        "a run-once message counted as already done leaves its key RELEASED by a claim dropped "
-        "unstarted after the success was recorded (the code before seed 1204141390's fix)",
+    "dropped_claim_hides_a_success": (
+        "a claim dropped unstarted leaves its key RELEASED over a success recorded while it held, "
+        "and an already-done run-once message leaves it so (the code before seed 1204141390's fix)",
         [
+            (sluice.adapters.dynamo.release._Ending, "dropped", property(lambda self: False)),
             (
                 DynamoStore,
                 "record_already_done",
                 lambda self, *, key, message_id, now, seen=None: self.records.record_already_done(
                     key=key, message_id=message_id, now=now
                 ),
-            )
+            ),
         ],
     ),
     "hand_over_unchecked": (

@@ -230,15 +230,16 @@ def test_seed_1204141390_a_run_once_payload_redriven_around_its_failure_gets_a_f
     message of ``p2`` was claimed, and the claim was blocked by the run, redriven; the run
     SUCCEEDED (recorded later); the claim, never started, was dropped and left ``p2`` RELEASED
     over the success; the run-once message, back, was already done, and ``p2`` stayed RELEASED
-    at rest (promise 4), which says its message is retried or in the DLQ. Counting an already-done
-    message settles a key left so at its receipt's end (``sluice.features.receipts``)."""
+    at rest (promise 4), which says its message is retried or in the DLQ. A dropped claim's release
+    now keeps a success recorded while it held, and counting an already-done message settles a key
+    left so by a success recorded after the drop (``sluice.features.receipts``)."""
     done = _one_run(1204141390)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
 
 
-def test_seed_1204141390_breaks_again_when_already_done_leaves_the_key_released() -> None:
-    """The same seed under ``already_done_leaves_the_key_released`` (the code before the fix)."""
-    done = _under_variant("already_done_leaves_the_key_released", 1204141390)
+def test_seed_1204141390_breaks_again_when_a_dropped_claim_hides_a_success() -> None:
+    """The same seed under ``dropped_claim_hides_a_success`` (the code before the fix)."""
+    done = _under_variant("dropped_claim_hides_a_success", 1204141390)
     assert "payload 'p2' has no final record: state RELEASED" in done.stdout, (
         done.stdout[-3000:] + done.stderr[-3000:]
     )

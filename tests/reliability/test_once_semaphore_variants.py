@@ -40,10 +40,10 @@ _release_items = ReleasesTable._release_items
 
 
 def expiring_release(
-    self: ReleasesTable, record: Any, ending: Any, *, awaited: bool, kept: bool = False
+    self: ReleasesTable, record: Any, ending: Any, known: frozenset[str] = frozenset()
 ) -> Any:
     """A release that puts a run-once key's success back under TTL (break 5)."""
-    items = _release_items(self, record, ending, awaited=awaited, kept=False)
+    items = _release_items(self, record, ending, known - {"once_by"})
     lease = items[1]["Update"]
     lease["ConditionExpression"] = lease["ConditionExpression"].replace(
         " AND attribute_not_exists(once_by)", ""

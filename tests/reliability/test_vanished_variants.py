@@ -46,9 +46,11 @@ def complete_as_any_release(**kwargs: Any) -> Any:
     return ORIGINAL_COMPLETE(**kwargs)
 
 
-def release_items_under_ttl(self: ReleasesTable, record: Any, ending: Any, **kw: Any) -> list[dict[str, Any]]:
+def release_items_under_ttl(
+    self: ReleasesTable, record: Any, ending: Any, *known: Any
+) -> list[dict[str, Any]]:
     """The mark written, but the record left under TTL: a year on, the mark is gone with it."""
-    items = ORIGINAL_RELEASE_ITEMS(self, record, ending, **kw)
+    items = ORIGINAL_RELEASE_ITEMS(self, record, ending, *known)
     update = items[1]["Update"]
     if "once_unknown" in update["UpdateExpression"]:
         set_part, remove_part = update["UpdateExpression"].split(" REMOVE ")

@@ -62,18 +62,22 @@ the message is dead-lettered with the reason, until the operator, knowing the ou
 mark (docs/operations.md). The mark is written by the release of the run holding the lease, so no
 once-claim of the key commits between that run and its mark.
 
-A claim dropped unstarted leaves its key ``RELEASED`` (its message is retried). When the success
-that makes that message already done is recorded under the claim (a redriven run's, written
-later), the key would read ``RELEASED`` for good; the count of the already-done message settles
-it at its receipt's end, while it still reads so (``left_released``):
+A claim dropped unstarted leaves its key ``RELEASED`` (its message is retried), but not over a
+success recorded while it held (a redriven run's, written later): a run-once message of the key
+is already done, and nothing else would write the key again. Its release then keeps the key at its
+receipt's end (``sluice.adapters.dynamo.release``, ``NO_SUCCESS``). A success recorded after the
+drop is settled by the count of the already-done message, while the key still reads so
+(``left_released``):
 
     once-message m2's claim n2 of k             redriven run e1 of k (FAILED, released)
     ───────────────────────────────             ───────────────────────────────────────
     claim(k): holder = n2 ✓
+    n2 dropped: state RELEASED, holder REMOVEd
                                                 SUCCEEDED: succeeded_by = e1, receipt SUCCEEDED
-    n2 abandoned: state RELEASED, holder REMOVEd
     m2 again: claim(k) ✗ AlreadyDone (RELEASED)
     count it: SET state = receipt_state IF no holder AND state = RELEASED  ✓ k reads SUCCEEDED
+
+A vanished run's ``RELEASED`` (``once_unknown``) is left as it is: its outcome is not an end.
 """
 
 from __future__ import annotations
@@ -112,6 +116,7 @@ def left_released(payload: PayloadRecord) -> bool:
         payload.state is PayloadState.RELEASED
         and payload.holder is None
         and payload.receipt_state is not None
+        and payload.once_unknown is None  # a vanished run's: its outcome is unknown, not an end
     )
 
 

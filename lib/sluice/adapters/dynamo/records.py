@@ -45,7 +45,10 @@ from sluice.features.receipts import left_released
 # ``sluice.adapters.dynamo.release.ReleasesTable._release_items`` and in ``record_invalid``.
 UNLESS_ONCE_DONE = "attribute_not_exists(once_by)"
 # A key a claim dropped unstarted left RELEASED over an earlier end, still unleased.
-LEFT_RELEASED = "attribute_not_exists(holder) AND #state = :released AND attribute_exists(receipt_state)"
+LEFT_RELEASED = (
+    "attribute_not_exists(holder) AND #state = :released AND attribute_exists(receipt_state)"
+    " AND attribute_not_exists(once_unknown)"
+)
 SAVE_ROUNDS = 5  # read-merge-write rounds of a reconciliation's figures when others keep saving
 
 

@@ -76,6 +76,11 @@ class _Ending:
         False  # its execution vanished: a run-once one marks its key (sluice.features.receipts)
     )
 
+    @property
+    def dropped(self) -> bool:
+        """A claim given up unstarted (start refused, or abandoned), not a run's end."""
+        return self.state is PayloadState.RELEASED and not self.outcome_unknown
+
 
 def _failed(reason: dict[str, Any]) -> bool:
     return reason.get("Code") == "ConditionalCheckFailed"
@@ -87,12 +92,13 @@ def _released_from(reason: dict[str, Any], name: str) -> bool:
     return _failed(reason) and "Item" in reason and name not in holders
 
 
-MARKS = ("awaited", "once_by")  # what refuses a release's lease item while its run still holds it
+MARKS = ("awaited", "once_by", "succeeded_by")  # what refuses a release's lease item while its run holds it
 
 
 def marks(reason: dict[str, Any], name: str) -> frozenset[str]:
     """The marks a release's lease item was refused for while ``name`` still holds it: the
-    ``awaited`` flag (its waiters must be read), the ``once_by`` mark (no expiry may be set). Empty
+    ``awaited`` flag (its waiters must be read), the ``once_by`` mark (no expiry may be set), the
+    ``succeeded_by`` mark (a dropped claim's release leaves the key at its receipt's end). Empty
     when it was not refused, or refused because ``name`` no longer holds the lease."""
     found = reason.get("Item") or {}
     if not _failed(reason) or found.get("holder", {}).get("S") != name:
@@ -181,7 +187,7 @@ class ReleasesTable:
     ) -> HandOver:
         """Release ``record`` as read (with a successor in the same transaction when ``offer`` gives
         one), trying again as the races below require."""
-        awaited = kept = False
+        known: frozenset[str] = frozenset()  # the marks a refusal showed on the key (MARKS)
         successor: Successor | None = None
         for _ in range(PARK_RACE_RETRIES + 2):
             if record is None or not record.state.holds_lease:
@@ -196,7 +202,7 @@ class ReleasesTable:
                     successor = None  # one item cannot be written twice in one transaction
                 if successor is not None and successor.name == record.name:
                     successor = None  # its own message back: it ran, and is settled its own way
-            items = self._release_items(record, ending, awaited=awaited, kept=kept)
+            items = self._release_items(record, ending, known)
             claim_at = len(items)
             if successor is not None:
                 assert record.shard is not None
@@ -208,9 +214,11 @@ class ReleasesTable:
             if reasons is None:
                 if successor is not None:
                     self.launch_slots.took(record.shard, successor.name, ending.now)  # type: ignore[arg-type]
-                return HandOver(replace(record, awaited=awaited), claimed=successor is not None)
+                return HandOver(replace(record, awaited="awaited" in known), claimed=successor is not None)
             name = record.name
             held = marks(reasons[1], name)
+            if not ending.dropped:
+                held -= {"succeeded_by"}  # in the condition of a dropped claim's release only
             if (_failed(reasons[1]) and not held) or _released_from(reasons[0], name):
                 return HandOver(None)  # someone released it first
             if successor is not None and (_failed(reasons[0]) or any(map(_failed, reasons[claim_at:]))):
@@ -218,8 +226,9 @@ class ReleasesTable:
                 continue
             if held:
                 # A waiter parked on the key: release again, then read its waiters. A once-key's
-                # success: release again, setting no expiry.
-                awaited, kept = awaited or "awaited" in held, kept or "once_by" in held
+                # success: release again, setting no expiry. A success under a dropped claim:
+                # release again, leaving the key at its receipt's end.
+                known |= held
                 continue
             # A message parked behind it between the read above and the transaction: the record
             # returned must list it, or nothing would wake it. Read again and release again.
@@ -272,13 +281,14 @@ class ReleasesTable:
         }
 
     def _release_items(
-        self, record: ExecutionRecord, ending: _Ending, *, awaited: bool, kept: bool = False
+        self, record: ExecutionRecord, ending: _Ending, known: frozenset[str] = frozenset()
     ) -> list[dict[str, Any]]:
         """The release of ``record`` as read: its slot first, its lease second, its record third.
-        The lease is refused for a key flagged as awaited unless ``awaited`` (the caller then reads
-        its waiters), and for a once-key's success unless ``kept`` (then no expiry is set)."""
+        The lease is refused on each mark of ``MARKS`` on the key unless ``known`` names it: a key
+        flagged as awaited (the caller then reads its waiters), a once-key's success (then no
+        expiry is set), a success under a dropped claim (then the key keeps its receipt's end)."""
         name = record.name
-        lease = self._lease_release(record, ending, awaited=awaited, kept=kept)
+        lease = self._lease_release(record, ending, known)
         receipt = ending.output(record) if ending.state.ended else None
         items = [
             self.launch_slots.release_item(name, record.shard),
@@ -298,12 +308,12 @@ class ReleasesTable:
         return items
 
     def _lease_release(
-        self, record: ExecutionRecord, ending: _Ending, *, awaited: bool, kept: bool
+        self, record: ExecutionRecord, ending: _Ending, known: frozenset[str]
     ) -> dict[str, Any]:
         """PAYLOAD#<key>'s update: the lease given up, the receipt written when the run ended."""
         state, name = ending.state, record.name
-        sets, removes, condition = _lease_terms(record, ending, kept=kept)
-        condition = HOLDS_LEASE + ("" if awaited else f" AND {NOT_AWAITED}") + condition
+        sets, removes, condition = _lease_terms(record, ending, known)
+        condition = HOLDS_LEASE + ("" if "awaited" in known else f" AND {NOT_AWAITED}") + condition
         expires = int(ending.now) + self.db.retention_seconds
         named = values(state=state.value, now=ending.now, name=name, expires=expires)
         if ":expires" not in sets:
@@ -397,23 +407,42 @@ SAME_MARK = " AND suspect_since = :suspect"
 # release's read and its write changes the set, the release fails and reads again (``_end``).
 PARKED_AS_READ = " AND size(parked) = :nparked"
 NONE_PARKED = " AND attribute_not_exists(parked)"
+# A dropped claim's key with no success recorded (else it keeps its receipt's end: ``_lease_terms``).
+NO_SUCCESS = "attribute_not_exists(succeeded_by)"
 
 
-def _lease_terms(record: ExecutionRecord, ending: _Ending, *, kept: bool) -> tuple[str, str, str]:
+def _lease_terms(record: ExecutionRecord, ending: _Ending, known: frozenset[str]) -> tuple[str, str, str]:
     """PAYLOAD#<key>'s SET and REMOVE clauses and its condition past the holder's, as the run ended."""
     sets, removes = "SET #state = :state, updated_at = :now", " REMOVE holder"
+    condition = ""
+    if ending.dropped and "succeeded_by" in known:
+        sets = "SET #state = if_not_exists(receipt_state, :state), updated_at = :now"
+    elif ending.dropped:
+        # A claim dropped unstarted leaves its key RELEASED: its message is retried. Over a
+        # success recorded while it held (a redriven run's), the key keeps that end instead: a
+        # run-once message of it is already done, and would leave RELEASED for good.
+        #
+        #   once-claim n2 of k                    redriven run e1 of k (FAILED, released)
+        #   ──────────────────                    ───────────────────────────────────────
+        #   claim(k): holder = n2
+        #                                         SUCCEEDED: succeeded_by = e1, receipt SUCCEEDED
+        #   dropped: state = RELEASED IF no succeeded_by  ✗
+        #   again: state = receipt_state (SUCCEEDED)      ✓
+        #
+        # A success recorded after the drop: the already-done count settles it (records.py).
+        condition = f" AND {NO_SUCCESS}"
     if record.once and ending.state is PayloadState.SUCCEEDED:
         # A once-key's success is kept: it must never run again (sluice.features.receipts).
-        return sets + ", once_by = if_not_exists(once_by, :name)", removes + ", expires_at", ""
+        return sets + ", once_by = if_not_exists(once_by, :name)", removes + ", expires_at", condition
     if ending.outcome_unknown:
         # A run that vanished (a run-once one or not) may have SUCCEEDED: no once-claim of the
         # key until the operator says (its claim's condition reads the mark), and the record is
         # kept as a success would be. Written by the holder's own release, so no once-claim got
         # in between.
         sets += ", once_unknown = :name, once_by = if_not_exists(once_by, :name)"
-        return sets, removes + ", expires_at", ""
-    if kept:
-        return sets, removes + ", expires_at", ""
+        return sets, removes + ", expires_at", condition
+    if "once_by" in known:
+        return sets, removes + ", expires_at", condition
     # No write may put a once-key's success back under TTL; reading PAYLOAD#<key> first
     # would cost every end a read, so the expiry is set under a condition instead and the
     # release tried again without it when refused (``kept``). Only a run holding the lease
@@ -426,7 +455,7 @@ def _lease_terms(record: ExecutionRecord, ending: _Ending, *, kept: bool) -> tup
     #                                 claim(e2): REMOVE expires_at (a live record)
     #                                 release(e2): SET expires_at IF no once_by    ✗
     #                                 release(e2) again, kept: no expiry           ✓
-    return sets + ", expires_at = :expires", removes, f" AND {UNLESS_ONCE_DONE}"
+    return sets + ", expires_at = :expires", removes, f"{condition} AND {UNLESS_ONCE_DONE}"
 
 
 # A later success's write of PAYLOAD#<key>: with the receipt while it is the run's own; without
