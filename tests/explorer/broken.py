@@ -175,12 +175,9 @@ _LEASE_TERMS = sluice.adapters.dynamo.release._lease_terms
 
 
 def _plain_vanished_unmarked(record: Any, ending: Any, known: frozenset[str]) -> Any:
-    if not ending.outcome_unknown or record.once:
-        return _LEASE_TERMS(record, ending, known)
-    sets, removes, condition = _LEASE_TERMS(record, replace(ending, outcome_unknown=False), known)
-    # Released as any abandoned claim was before the mark (not as a dropped claim is now).
-    sets = sets.replace("if_not_exists(receipt_state, :state)", ":state")
-    return sets, removes, condition.replace(f" AND {sluice.adapters.dynamo.release.NO_SUCCESS}", "")
+    if ending.outcome_unknown and not record.once:
+        ending = replace(ending, outcome_unknown=False)
+    return _LEASE_TERMS(record, ending, known)
 
 
 VARIANTS: dict[str, tuple[str, list[Patch]]] = {
@@ -479,7 +476,7 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
         "a claim dropped unstarted leaves its key RELEASED over a success recorded while it held, "
         "and an already-done run-once message leaves it so (the code before seed 1204141390's fix)",
         [
-            (sluice.adapters.dynamo.release._Ending, "dropped", property(lambda self: False)),
+            (sluice.adapters.dynamo.release._Ending, "drops_once_claim", lambda self, record: False),
             (
                 DynamoStore,
                 "record_already_done",

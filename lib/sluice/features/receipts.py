@@ -62,10 +62,10 @@ the message is dead-lettered with the reason, until the operator, knowing the ou
 mark (docs/operations.md). The mark is written by the release of the run holding the lease, so no
 once-claim of the key commits between that run and its mark.
 
-A claim dropped unstarted leaves its key ``RELEASED`` (its message is retried), but not over a
-success recorded while it held (a redriven run's, written later): a run-once message of the key
-is already done, and nothing else would write the key again. Its release then keeps the key at its
-receipt's end (``sluice.adapters.dynamo.release``, ``NO_SUCCESS``). A success recorded after the
+A claim dropped unstarted leaves its key ``RELEASED`` (its message is retried), but a run-once
+claim not over a success recorded while it held (a redriven run's, written later; one recorded
+before is refused by the claim): its message is already done, and nothing else would write the
+key again. Its release then keeps the key at its receipt's end (``sluice.adapters.dynamo.release``, ``NO_SUCCESS``). A success recorded after the
 drop is settled by the count of the already-done message, while the key still reads so
 (``left_released``):
 

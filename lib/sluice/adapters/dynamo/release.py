@@ -76,10 +76,9 @@ class _Ending:
         False  # its execution vanished: a run-once one marks its key (sluice.features.receipts)
     )
 
-    @property
-    def dropped(self) -> bool:
-        """A claim given up unstarted (start refused, or abandoned), not a run's end."""
-        return self.state is PayloadState.RELEASED and not self.outcome_unknown
+    def drops_once_claim(self, record: ExecutionRecord) -> bool:
+        """A run-once claim given up unstarted (start refused, or abandoned), not a run's end."""
+        return record.once and self.state is PayloadState.RELEASED and not self.outcome_unknown
 
 
 def _failed(reason: dict[str, Any]) -> bool:
@@ -98,7 +97,7 @@ MARKS = ("awaited", "once_by", "succeeded_by")  # what refuses a release's lease
 def marks(reason: dict[str, Any], name: str) -> frozenset[str]:
     """The marks a release's lease item was refused for while ``name`` still holds it: the
     ``awaited`` flag (its waiters must be read), the ``once_by`` mark (no expiry may be set), the
-    ``succeeded_by`` mark (a dropped claim's release leaves the key at its receipt's end). Empty
+    ``succeeded_by`` mark (a dropped run-once claim's release leaves the key at its receipt's end). Empty
     when it was not refused, or refused because ``name`` no longer holds the lease."""
     found = reason.get("Item") or {}
     if not _failed(reason) or found.get("holder", {}).get("S") != name:
@@ -217,8 +216,8 @@ class ReleasesTable:
                 return HandOver(replace(record, awaited="awaited" in known), claimed=successor is not None)
             name = record.name
             held = marks(reasons[1], name)
-            if not ending.dropped:
-                held -= {"succeeded_by"}  # in the condition of a dropped claim's release only
+            if not ending.drops_once_claim(record):
+                held -= {"succeeded_by"}  # in the condition of a dropped run-once claim's release only
             if (_failed(reasons[1]) and not held) or _released_from(reasons[0], name):
                 return HandOver(None)  # someone released it first
             if successor is not None and (_failed(reasons[0]) or any(map(_failed, reasons[claim_at:]))):
@@ -226,7 +225,7 @@ class ReleasesTable:
                 continue
             if held:
                 # A waiter parked on the key: release again, then read its waiters. A once-key's
-                # success: release again, setting no expiry. A success under a dropped claim:
+                # success: release again, setting no expiry. A success under a dropped run-once claim:
                 # release again, leaving the key at its receipt's end.
                 known |= held
                 continue
@@ -407,7 +406,7 @@ SAME_MARK = " AND suspect_since = :suspect"
 # release's read and its write changes the set, the release fails and reads again (``_end``).
 PARKED_AS_READ = " AND size(parked) = :nparked"
 NONE_PARKED = " AND attribute_not_exists(parked)"
-# A dropped claim's key with no success recorded (else it keeps its receipt's end: ``_lease_terms``).
+# A dropped run-once claim's key with no success recorded (else it keeps its receipt's end: ``_lease_terms``).
 NO_SUCCESS = "attribute_not_exists(succeeded_by)"
 
 
@@ -415,12 +414,14 @@ def _lease_terms(record: ExecutionRecord, ending: _Ending, known: frozenset[str]
     """PAYLOAD#<key>'s SET and REMOVE clauses and its condition past the holder's, as the run ended."""
     sets, removes = "SET #state = :state, updated_at = :now", " REMOVE holder"
     condition = ""
-    if ending.dropped and "succeeded_by" in known:
+    dropped = ending.drops_once_claim(record)
+    if dropped and "succeeded_by" in known:
         sets = "SET #state = if_not_exists(receipt_state, :state), updated_at = :now"
-    elif ending.dropped:
-        # A claim dropped unstarted leaves its key RELEASED: its message is retried. Over a
-        # success recorded while it held (a redriven run's), the key keeps that end instead: a
-        # run-once message of it is already done, and would leave RELEASED for good.
+    elif dropped:
+        # A claim dropped unstarted leaves its key RELEASED: its message is retried. A run-once
+        # claim's key with a success, recorded while it held (a redriven run's; before it, the
+        # claim is refused), keeps that end instead: its message is already done, and would
+        # leave RELEASED for good.
         #
         #   once-claim n2 of k                    redriven run e1 of k (FAILED, released)
         #   ──────────────────                    ───────────────────────────────────────

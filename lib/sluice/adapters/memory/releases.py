@@ -120,8 +120,13 @@ class MemoryReleases:
         # A once-key's success is kept: it must never run again, whatever ran after it.
         expires = 0 if once_by is not None else int(ending.now) + self.table.retention_seconds
         shown = state
-        if state is PayloadState.RELEASED and not ending.outcome_unknown and payload.succeeded_by:
-            shown = payload.receipt_state or state  # a claim dropped over a success: its end stays
+        if (
+            record.once
+            and state is PayloadState.RELEASED
+            and not ending.outcome_unknown
+            and payload.succeeded_by
+        ):
+            shown = payload.receipt_state or state  # a run-once claim dropped over a success: its end stays
         return replace(
             payload,
             state=shown,
