@@ -323,9 +323,10 @@ class PayloadLeases(Protocol):
         earlier end that ``record`` holds (FAILED, TIMED_OUT or ABORTED): redriven, it ran again
         without a slot or the lease, so none is freed. Written as its release would have: the record
         SUCCEEDED, the key's ``succeeded_by`` (``once_by`` too, kept without expiry, when a run-once
-        message claimed it), the key's receipt when it is still this execution's, its output and
-        the mark of its effects (``receipt``). Only while the record holds the end it was read with;
-        False otherwise (recorded by another, or adopted meanwhile), or with no key record left."""
+        message claimed it), the key's receipt when it is still this execution's (or the key has
+        none: TTL took its record), its output and the mark of its effects (``receipt``). Only while
+        the record holds the end it was read with; False otherwise (recorded by another, or adopted
+        meanwhile), or with no key record left."""
         ...
 
     def adopt(self, *, name: str, now: float, redriven_at: float | None = None) -> bool:

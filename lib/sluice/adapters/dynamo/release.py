@@ -317,6 +317,8 @@ class ReleasesTable:
         named = values(state=state.value, now=ending.now, name=name, expires=expires)
         if ":expires" not in sets:
             del named[":expires"]
+        if ":succeeded" in sets:
+            named[":succeeded"] = {"S": PayloadState.SUCCEEDED.value}
         if state.ended:
             # The receipt (sluice.features.receipts): in the items this transaction writes anyway.
             sets += ", receipt = :name, receipt_state = :state"
@@ -416,7 +418,7 @@ def _lease_terms(record: ExecutionRecord, ending: _Ending, known: frozenset[str]
     condition = ""
     dropped = ending.drops_once_claim(record)
     if dropped and "succeeded_by" in known:
-        sets = "SET #state = if_not_exists(receipt_state, :state), updated_at = :now"
+        sets = "SET #state = if_not_exists(receipt_state, :succeeded), updated_at = :now"
     elif dropped:
         # A claim dropped unstarted leaves its key RELEASED: its message is retried. A run-once
         # claim's key with a success, recorded while it held (a redriven run's; before it, the
@@ -459,9 +461,10 @@ def _lease_terms(record: ExecutionRecord, ending: _Ending, known: frozenset[str]
     return sets + ", expires_at = :expires", removes, f"{condition} AND {UNLESS_ONCE_DONE}"
 
 
-# A later success's write of PAYLOAD#<key>: with the receipt while it is the run's own; without
-# it; written afresh where TTL took the record (and once more, should it reappear meanwhile).
-LATER_SUCCESS_WRITES = ("receipt", "kept", "afresh", "kept")
+# A later success's write of PAYLOAD#<key>: with the receipt while it is the run's own, or while
+# the key has none (TTL took its record, and a claim made it afresh: the success is its latest
+# end); without it; written afresh where TTL took the record (and once more, should it reappear).
+LATER_SUCCESS_WRITES = ("receipt", "unreceipted", "kept", "afresh", "kept")
 
 
 def _later_success_lease(db: TableRef, record: ExecutionRecord, now: float, *, how: str) -> dict[str, Any]:
@@ -477,6 +480,9 @@ def _later_success_lease(db: TableRef, record: ExecutionRecord, now: float, *, h
     if how == "receipt":
         sets += ", receipt_state = :succeeded"
         condition += " AND receipt = :name"
+    elif how == "unreceipted":
+        sets += ", receipt = :name, receipt_state = :succeeded"
+        condition += " AND attribute_not_exists(receipt)"
     elif how == "afresh":
         condition = "attribute_not_exists(pk)"
         sets += ", #key = :key, #state = :succeeded, receipt = :name, receipt_state = :succeeded"

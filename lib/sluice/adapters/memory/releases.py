@@ -90,14 +90,14 @@ class MemoryReleases:
             ending = Ending(PayloadState.SUCCEEDED, now, ended_at=ended_at)
             ended = self._ended_record(current, ending, receipt)
             self.table.executions[record.name] = replace(ended, error=None, cause=None)
+            its_receipt = payload.receipt in (record.name, None)  # its own, or none (TTL took it)
             self.table.payloads[record.key] = replace(
                 payload,
                 succeeded_by=payload.succeeded_by or record.name,
                 once_by=payload.once_by or (record.name if record.once else None),
                 expires_at=0 if record.once else payload.expires_at,
-                receipt_state=PayloadState.SUCCEEDED
-                if payload.receipt == record.name
-                else payload.receipt_state,
+                receipt=record.name if its_receipt else payload.receipt,
+                receipt_state=PayloadState.SUCCEEDED if its_receipt else payload.receipt_state,
             )
             if receipt is not None and receipt.effects is not None:
                 self.table.effects[record.name] = receipt.effects
@@ -126,7 +126,7 @@ class MemoryReleases:
             and not ending.outcome_unknown
             and payload.succeeded_by
         ):
-            shown = payload.receipt_state or state  # a run-once claim dropped over a success: its end stays
+            shown = payload.receipt_state or PayloadState.SUCCEEDED  # a run-once claim dropped over a success
         return replace(
             payload,
             state=shown,
