@@ -19,7 +19,6 @@ Two kinds of scenario:
 
 from __future__ import annotations
 
-import json
 from dataclasses import fields
 from typing import Any
 
@@ -30,34 +29,11 @@ from sluice.adapters.dynamo.store import DynamoStore, create_table
 from sluice.adapters.memory.store import MemoryStore
 from sluice.core.errors import AlreadyDone, LeaseHeld
 from sluice.core.model import ClaimFence, LimitSource, PayloadRecord, PayloadState
+from tests.integration.test_redriven_success_attacks import ONCE, body, ended_and_released, runs_of, s
 from tests.reliability.world import CLAIM_TIMEOUT, VISIBILITY, WINDOW
 from tests.support.faults import CrashAt, Fault
 
-ONCE = {"sluice-once": "true"}
 FINAL = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
-
-
-def body(key: str, **extra: Any) -> str:
-    return json.dumps({"id": key, **extra})
-
-
-def runs_of(world, key: str) -> list[str]:
-    return [s.name for s in world.model.starts if s.key == key]
-
-
-def s(item: dict[str, Any], attribute: str) -> str | None:
-    return item.get(attribute, {}).get("S")
-
-
-def ended_and_released(world, key: str = "j", *, once: bool = True, status: str = "FAILED") -> str:
-    world.send(body(key), group=f"g-{key}-0", attributes=dict(ONCE) if once else None)
-    world.tick("A")
-    (e1,) = [n for n in runs_of(world, key) if n in world.model.running]
-    event = world.end(e1, status)
-    assert world.deliver(world.pending.index(event)) == "ok"
-    assert s(world.table()[f"EXEC#{e1}"], "state") == status
-    world.advance(WINDOW + 1)
-    return e1
 
 
 def later_success(world, e1: str) -> None:
@@ -90,7 +66,7 @@ def test_w1_documented_timeline_settles_the_key_and_keeps_it_out_of_ttl(make_wor
     redriven SUCCEEDED (later success); n2 abandoned by reconciliation *before* m2 came back: its
     release keeps the key SUCCEEDED; m2 again: AlreadyDone, no expiry, nothing ran."""
     world = make_world(max_concurrency=2)
-    e1 = ended_and_released(world)
+    e1 = ended_and_released(world, once=True)
     m2 = world.send(body("j"), group="g-j-1", attributes=dict(ONCE))
     crash = CrashAt("after_claim")
     assert world.tick("A", [crash]) == "crashed" and crash.seen == 1
@@ -129,7 +105,7 @@ def test_w2_message_back_while_its_own_claim_still_holds_leaves_the_key_released
     n2, and no message of it is left to settle the key: it read RELEASED at rest (promise 4) until
     the dropped claim's release kept the key at its receipt's end."""
     world = make_world(max_concurrency=2)
-    e1 = ended_and_released(world)
+    e1 = ended_and_released(world, once=True)
     m2 = world.send(body("j"), group="g-j-1", attributes=dict(ONCE))
     crash = CrashAt("after_claim")
     assert world.tick("A", [crash]) == "crashed" and crash.seen == 1
@@ -164,7 +140,7 @@ def test_w3_start_refused_and_rolled_back_over_a_later_success_is_settled(make_w
     from tests.support.faults import ALWAYS, Throttle
 
     world = make_world(max_concurrency=2)
-    e1 = ended_and_released(world)
+    e1 = ended_and_released(world, once=True)
     m2 = world.send(body("j"), group="g-j-1", attributes=dict(ONCE))
 
     class AfterClaim(Fault):
@@ -314,6 +290,18 @@ def before_update(store: DynamoStore, marker: str, action):
     return fired
 
 
+def count_after(store, kind: str, race, seen: PayloadRecord) -> None:
+    """``race()`` lands just before the already-done count of ``seen`` (on moto: from a botocore
+    hook ahead of the count's UpdateItem, which must fire), then the count."""
+    if kind == "dynamodb":
+        fired = before_update(store, "already_done", race)
+        store.record_already_done(key="k", message_id="m4", now=T + 101, seen=seen)
+        assert fired["n"] == 1, "the interleaved operation never ran"
+    else:
+        race()
+        store.record_already_done(key="k", message_id="m4", now=T + 101, seen=seen)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_s1_documented_timeline_on_each_store(stores, kind):
     store = stores[kind]
@@ -344,13 +332,7 @@ def test_s2_a_plain_claim_landing_just_before_the_settle_keeps_its_state(stores,
     left_released_over_success(store)
     seen = refused_once(store)
     race = lambda: claim(store, "n3", once=False, now=T + 100.5)  # noqa: E731
-    if kind == "dynamodb":
-        fired = before_update(store, "already_done", race)
-        store.record_already_done(key="k", message_id="m4", now=T + 101, seen=seen)
-        assert fired["n"] == 1, "the interleaved claim never ran"
-    else:
-        race()
-        store.record_already_done(key="k", message_id="m4", now=T + 101, seen=seen)
+    count_after(store, kind, race, seen)
     p = store.payload("k")
     assert p.holder == "n3" and p.state is PayloadState.CLAIMED, p
     assert p.already_done == 1
@@ -374,13 +356,7 @@ def test_s3_a_claim_taken_and_dropped_before_the_settle_is_settled_still(stores,
     def race():
         dropped(store, "n3", now=T + 100.2, once=False)
 
-    if kind == "dynamodb":
-        fired = before_update(store, "already_done", race)
-        store.record_already_done(key="k", message_id="m4", now=T + 101, seen=seen)
-        assert fired["n"] == 1
-    else:
-        race()
-        store.record_already_done(key="k", message_id="m4", now=T + 101, seen=seen)
+    count_after(store, kind, race, seen)
     p = store.payload("k")
     assert p.state is PayloadState.SUCCEEDED and p.holder is None and store.ledger().holders == set()
     assert p.expires_at == 0
@@ -397,13 +373,7 @@ def test_s4_a_dead_letter_landing_before_the_settle_stays_invalid(stores, kind):
     left_released_over_success(store)
     seen = refused_once(store)
     race = lambda: store.record_invalid(key="k", reason="bad body", now=T + 100.5)  # noqa: E731
-    if kind == "dynamodb":
-        fired = before_update(store, "already_done", race)
-        store.record_already_done(key="k", message_id="m4", now=T + 101, seen=seen)
-        assert fired["n"] == 1
-    else:
-        race()
-        store.record_already_done(key="k", message_id="m4", now=T + 101, seen=seen)
+    count_after(store, kind, race, seen)
     p = store.payload("k")
     assert p.state is PayloadState.INVALID and p.reason == "bad body", p
     assert p.expires_at == 0, "a run-once success put under TTL by the dead letter"
@@ -430,19 +400,18 @@ def test_s6_forged_seen_on_a_key_without_a_receipt_is_a_count_only(stores, kind)
     key with no record at all, nothing but the count."""
     store = stores[kind]
     dropped(store, "n1", now=T, once=False)
-    forged = PayloadRecord(
-        key="k",
-        state=PayloadState.RELEASED,
-        receipt="x",
-        receipt_state=PayloadState.SUCCEEDED,
-        succeeded_by="x",
-    )
+    forged = FORGED
     store.record_already_done(key="k", message_id="m4", now=T + 10, seen=forged)
     p = store.payload("k")
     assert p.state is PayloadState.RELEASED and p.receipt_state is None and p.succeeded_by is None, p
     store.record_already_done(key="nokey", message_id="m5", now=T + 10, seen=replace_key(forged, "nokey"))
     q = store.payload("nokey")
     assert q is None or (q.receipt_state is None and q.state is not PayloadState.SUCCEEDED), q
+
+
+FORGED = PayloadRecord(  # a record no read gave: left RELEASED over a success
+    key="k", state=PayloadState.RELEASED, receipt="x", receipt_state=PayloadState.SUCCEEDED, succeeded_by="x"
+)
 
 
 def replace_key(record: PayloadRecord, key: str) -> PayloadRecord:
@@ -455,13 +424,7 @@ def test_s6b_both_stores_agree_on_a_forged_seen(stores):
     out = {}
     for kind, store in stores.items():
         dropped(store, "n1", now=T, once=False)
-        forged = PayloadRecord(
-            key="k",
-            state=PayloadState.RELEASED,
-            receipt="x",
-            receipt_state=PayloadState.SUCCEEDED,
-            succeeded_by="x",
-        )
+        forged = FORGED
         store.record_already_done(key="k", message_id="m4", now=T + 10, seen=forged)
         out[kind] = comparable(store.payload("k"))
     assert out["dynamodb"] == out["memory"]
@@ -584,13 +547,7 @@ def test_s11_a_hand_over_to_a_plain_claim_of_k_lands_just_before_the_settle(stor
             offer=lambda record, room: successor,
         )
 
-    if kind == "dynamodb":
-        fired = before_update(store, "already_done", race)
-        store.record_already_done(key="k", message_id="m4", now=T + 101, seen=seen)
-        assert fired["n"] == 1
-    else:
-        race()
-        store.record_already_done(key="k", message_id="m4", now=T + 101, seen=seen)
+    count_after(store, kind, race, seen)
     assert result["h"].claimed, "the hand-over did not give k's claim the slot"
     p = store.payload("k")
     assert p.holder == "n3" and p.state is PayloadState.CLAIMED, p
