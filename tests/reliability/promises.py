@@ -165,9 +165,17 @@ class Promises:
             raise PromiseBroken("\n".join(self.model.violations))
         if self.model.claimed_key_cap:  # a keyed claim was made
             self.check_key_caps()
+        items = self.table("holders", "holder", "state", "lane", "once_by", "expires_at")
+        # Run once, at every step rather than a retention period later: a key whose run-once
+        # success (or unknown outcome) is recorded is never under TTL (docs/protocol.md, PAYLOAD#).
+        rearmed = sorted(pk for pk, item in items.items() if "once_by" in item and "expires_at" in item)
+        if rearmed:
+            raise PromiseBroken(
+                f"run once: {rearmed} keep a run-once success (once_by) under TTL (expires_at): "
+                "a retention period later, a run-once message of the key would run again"
+            )
         if not self.check_ledger:
             return
-        items = self.table("holders", "holder", "state", "lane")
         slots = self.holders(items)
         leases = {
             item["holder"]["S"]
