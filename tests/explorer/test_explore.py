@@ -243,3 +243,12 @@ def test_seed_1204141390_breaks_again_when_a_dropped_claim_hides_a_success() -> 
     assert "payload 'p2' has no final record: state RELEASED" in done.stdout, (
         done.stdout[-3000:] + done.stderr[-3000:]
     )
+
+
+def test_b5_a_run_once_success_put_back_under_ttl_is_found_where_it_is_written() -> None:
+    """Seed 1839673253 (a swarm run the hunt of ``b5_once_ttl`` drew, 10.9 CPU-seconds in): under
+    the variant, a plain run's release puts a run-once success back under TTL, and the model's
+    run-once check sees it at once, not a retention period later; the code as it is passes."""
+    done = _under_variant("b5_once_ttl", 1839673253, swarm=True)
+    assert "run once: ['PAYLOAD#p0'] keep a run-once success" in done.stdout, done.stdout[-3000:]
+    assert _one_run(1839673253, "--swarm").returncode == 0
