@@ -1,7 +1,7 @@
 """The reliability world, its own reads made straight from moto's backends.
 
 The checks after every step read the whole table (the ledger against the leases) and Step
-Functions' RUNNING executions. Through boto3 each read is a request that moto parses, runs and
+Functions' RUNNING executions; swarm runs' actors read the queue's depth. Through boto3 each read is a request that moto parses, runs and
 serialises; here the same items and names are read from moto's backends, in the wire format the
 checks expect. Sluice's calls are unchanged: only the suite's own observation is cheaper.
 """
@@ -14,6 +14,7 @@ from typing import Any
 
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.dynamodb.models import dynamodb_backends
+from moto.moto_api._internal import mock_random
 from moto.sqs.models import sqs_backends
 from moto.stepfunctions.models import stepfunctions_backends
 
@@ -131,6 +132,25 @@ class ExplorerWorld(World):
             m.id: m.message_attributes.get("sluice-source-message-id", {}).get("StringValue", m.id)
             for m in queue._messages
         }
+
+    def queue_depth(self, lane: str | None = None) -> int:
+        """Messages in ``lane``'s queue (visible, in flight or delayed; None: in every lane's), the
+        sum GetQueueAttributes gives, read from moto's backend: swarm runs ask at every step. Each
+        request moto answers draws its request id from moto's seeded random (52 characters); the
+        same draw is made here, so moto's later ids, and with them the runs pinned seeds replay,
+        are the ones the request would have left."""
+        backend = sqs_backends[DEFAULT_ACCOUNT_ID][REGION]
+        urls = self.queue_urls()
+        total = 0
+        for url in [urls[lane]] if lane is not None else list(urls.values()):
+            queue = backend.get_queue(url.rsplit("/", 1)[-1])
+            total += (
+                queue.approximate_number_of_messages
+                + queue.approximate_number_of_messages_not_visible
+                + queue.approximate_number_of_messages_delayed
+            )
+            mock_random.get_random_string(length=52)  # gen_amzn_requestid_long's draw
+        return total
 
     def running_in_step_functions(self) -> set[str]:
         backend = stepfunctions_backends[DEFAULT_ACCOUNT_ID][REGION]
