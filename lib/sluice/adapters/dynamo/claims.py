@@ -35,6 +35,7 @@ from sluice.adapters.dynamo.codec import (
     only_once,
     payload_pk,
     plain,
+    refused,
     to_execution,
     to_payload,
     values,
@@ -114,10 +115,6 @@ class _At:
     key: int = -1
     lane: int = -1
     waiting: int = -1
-
-
-def _failed(reason: dict[str, Any]) -> bool:
-    return reason.get("Code") == "ConditionalCheckFailed"
 
 
 class ClaimsTable:
@@ -202,23 +199,23 @@ class ClaimsTable:
     ) -> bool | None:
         """Why an attempt was refused, in order: raises, False (the shard had no room) or None (try
         again with what was learned)."""
-        if _failed(reasons[1]):
+        if refused(reasons[1]):
             return self._lease_refused(claim, tries, plain(reasons[1].get("Item", {})))
-        earlier = plain(reasons[2].get("Item", {})) if _failed(reasons[2]) else {}
+        earlier = plain(reasons[2].get("Item", {})) if refused(reasons[2]) else {}
         if earlier and (
             PayloadState(earlier.get("state", "CLAIMED")).ended or earlier.get("outcome_unknown")
         ):
             raise AlreadyRan(to_execution(earlier))  # before any other refusal: no shard would do
-        if at.waiting >= 0 and _failed(reasons[at.waiting]):
+        if at.waiting >= 0 and refused(reasons[at.waiting]):
             raise KeyFull(to_key_state(claim.ckey or "", None))  # someone waits: this one lines up too
-        if at.key >= 0 and _failed(reasons[at.key]):
+        if at.key >= 0 and refused(reasons[at.key]):
             return self._key_refused(claim, tries, plain(reasons[at.key].get("Item", {})) or None)
-        if claim.lane is not None and _failed(reasons[at.lane]):
+        if claim.lane is not None and refused(reasons[at.lane]):
             return self._lane_refused(claim.lane, tries, reasons[at.lane].get("Item"))
-        if _failed(reasons[0]):
+        if refused(reasons[0]):
             self.launch_slots.full(shard, reasons[0].get("Item"))
             return False
-        if _failed(reasons[2]) and tries.carries < 2:
+        if refused(reasons[2]) and tries.carries < 2:
             # An earlier claim of this name (its message back after a rollback) still lists
             # messages parked behind it and never woken: they wait for this claim instead.
             tries.carried = sorted(earlier.get("parked", ()))

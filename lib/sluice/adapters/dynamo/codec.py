@@ -10,6 +10,7 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
 from sluice.core.model import EffectsLog, ExecutionRecord, ParkedMessage, PayloadRecord, PayloadState
+from sluice.core.records import ReceiptOutput
 
 TTL_ATTRIBUTE = "expires_at"
 
@@ -92,6 +93,25 @@ def _dynamo(value: Any) -> Any:
 
 def opt_float(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+def refused(reason: dict[str, Any]) -> bool:
+    """A transaction's cancellation reason for one item: its condition failed."""
+    return reason.get("Code") == "ConditionalCheckFailed"
+
+
+def output_terms(receipt: ReceiptOutput, named: dict[str, Any], names: dict[str, str]) -> str:
+    """EXEC#<name>'s SET clauses of the run's output (inline, or a pointer to it), with their values."""
+    sets = ", output_size = :osize"
+    named[":osize"] = {"N": str(receipt.size or 0)}
+    if receipt.inline is not None:
+        sets += ", #output = :output"
+        named[":output"] = {"S": receipt.inline}
+        names["#output"] = "output"
+    if receipt.pointer is not None:
+        sets += ", output_ref = :oref"
+        named[":oref"] = {"S": receipt.pointer}
+    return sets
 
 
 def reasons_from_message(exc: ClientError, count: int) -> list[dict[str, Any]]:

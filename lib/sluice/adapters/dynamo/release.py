@@ -30,11 +30,14 @@ from sluice.adapters.dynamo.codec import (
     effects_item,
     execution_pk,
     only_once,
+    output_terms,
     payload_pk,
+    refused,
     to_execution,
     values,
 )
 from sluice.adapters.dynamo.lanes import LaneSlots
+from sluice.adapters.dynamo.later_success import record_later_success
 from sluice.adapters.dynamo.launch_slots import POOL, LaunchSlots
 from sluice.adapters.dynamo.records import UNLESS_ONCE_DONE, RecordsTable
 from sluice.adapters.dynamo.slots import pool_pk, swap_item
@@ -81,28 +84,25 @@ class _Ending:
         return record.once and self.state is PayloadState.RELEASED and not self.outcome_unknown
 
 
-def _failed(reason: dict[str, Any]) -> bool:
-    return reason.get("Code") == "ConditionalCheckFailed"
-
-
 def _released_from(reason: dict[str, Any], name: str) -> bool:
     """A swap refused because ``name`` no longer holds a slot on the shard (released by another)."""
     holders = (reason.get("Item") or {}).get("holders", {}).get("M", {})
-    return _failed(reason) and "Item" in reason and name not in holders
+    return refused(reason) and "Item" in reason and name not in holders
 
 
 MARKS = ("awaited", "once_by", "succeeded_by")  # what refuses a release's lease item while its run holds it
 
 
-def marks(reason: dict[str, Any], name: str) -> frozenset[str]:
+def marks(reason: dict[str, Any], name: str, dropped: bool = False) -> frozenset[str]:
     """The marks a release's lease item was refused for while ``name`` still holds it: the
-    ``awaited`` flag (its waiters must be read), the ``once_by`` mark (no expiry may be set), the
-    ``succeeded_by`` mark (a dropped run-once claim's release leaves the key at its receipt's end). Empty
-    when it was not refused, or refused because ``name`` no longer holds the lease."""
+    ``awaited`` flag (its waiters must be read), the ``once_by`` mark (no expiry may be set), and,
+    in a ``dropped`` run-once claim's release only, the ``succeeded_by`` mark (it leaves the key at
+    its receipt's end). Empty when it was not refused, or refused because ``name`` no longer holds
+    the lease."""
     found = reason.get("Item") or {}
-    if not _failed(reason) or found.get("holder", {}).get("S") != name:
+    if not refused(reason) or found.get("holder", {}).get("S") != name:
         return frozenset()
-    return frozenset(m for m in MARKS if m in found)
+    return frozenset(m for m in MARKS if m in found and (dropped or m != "succeeded_by"))
 
 
 @dataclass(frozen=True)
@@ -215,12 +215,10 @@ class ReleasesTable:
                     self.launch_slots.took(record.shard, successor.name, ending.now)  # type: ignore[arg-type]
                 return HandOver(replace(record, awaited="awaited" in known), claimed=successor is not None)
             name = record.name
-            held = marks(reasons[1], name)
-            if not ending.drops_once_claim(record):
-                held -= {"succeeded_by"}  # in the condition of a dropped run-once claim's release only
-            if (_failed(reasons[1]) and not held) or _released_from(reasons[0], name):
+            held = marks(reasons[1], name, ending.drops_once_claim(record))
+            if (refused(reasons[1]) and not held) or _released_from(reasons[0], name):
                 return HandOver(None)  # someone released it first
-            if successor is not None and (_failed(reasons[0]) or any(map(_failed, reasons[claim_at:]))):
+            if successor is not None and (refused(reasons[0]) or any(map(refused, reasons[claim_at:]))):
                 successor = None  # no room on the shard, or its lease or record refused: alone
                 continue
             if held:
@@ -231,7 +229,7 @@ class ReleasesTable:
                 continue
             # A message parked behind it between the read above and the transaction: the record
             # returned must list it, or nothing would wake it. Read again and release again.
-            if not _failed(reasons[2]):
+            if not refused(reasons[2]):
                 return HandOver(None)
             fresh = self.records.execution(name)
             if fresh is None or not fresh.state.holds_lease or fresh.parked == record.parked:
@@ -242,42 +240,8 @@ class ReleasesTable:
     def record_later_success(
         self, record: ExecutionRecord, *, ended_at: float, now: float, receipt: ReceiptOutput | None
     ) -> bool:
-        """``Store.record_later_success``: the record, conditioned on the end it was read with (so
-        one of two completions of the same event writes it), and the key's success; the receipt
-        too while it is still this execution's, else tried again without it; the key's record
-        written afresh when TTL took it (it lives ``retentionDays``, the execution's 15 days)."""
-        for how in LATER_SUCCESS_WRITES:
-            lease = _later_success_lease(self.db, record, now, how=how)
-            items = [{"Update": self._later_end(record, ended_at, now, receipt)}, {"Update": lease}]
-            if receipt is not None and receipt.effects is not None:
-                effects = effects_item(receipt.effects, expires_at=int(now) + EFFECTS_RETENTION_SECONDS)
-                items.append({"Put": {"TableName": self.db.table, "Item": effects}})
-            reasons = self.db.transact(items)
-            if reasons is None:
-                return True
-            if _failed(reasons[0]):
-                return False
-        return False
-
-    def _later_end(
-        self, record: ExecutionRecord, ended_at: float, now: float, receipt: ReceiptOutput | None
-    ) -> dict[str, Any]:
-        state = PayloadState.SUCCEEDED
-        expires = record_expiry(state, now=now, retention_seconds=self.db.retention_seconds)
-        named = values(state=state.value, ended=ended_at, expires=expires)
-        named.update(values(was=record.state.value, was_ended=record.ended_at))
-        names = {"#state": "state", "#error": "error", "#cause": "cause"}
-        sets = "SET #state = :state, ended_at = :ended, expires_at = :expires"
-        if receipt is not None:
-            sets += _output_terms(receipt, named, names)
-        return {
-            "TableName": self.db.table,
-            "Key": {"pk": {"S": execution_pk(record.name)}},
-            "UpdateExpression": sets + " REMOVE #error, #cause",
-            "ConditionExpression": "#state = :was AND ended_at = :was_ended",
-            "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": named,
-        }
+        """``Store.record_later_success`` (``sluice.adapters.dynamo.later_success``)."""
+        return record_later_success(self.db, record, ended_at=ended_at, now=now, receipt=receipt)
 
     def _release_items(
         self, record: ExecutionRecord, ending: _Ending, known: frozenset[str] = frozenset()
@@ -355,7 +319,7 @@ class ReleasesTable:
             sets += ", started_at = if_not_exists(started_at, :started)"
             named[":started"] = {"N": repr(float(ending.started_at))}
         if receipt is not None:
-            sets += _output_terms(receipt, named, names)
+            sets += output_terms(receipt, named, names)
         if ending.error:
             sets += ", #error = :error"
             named[":error"] = {"S": ending.error}
@@ -459,65 +423,6 @@ def _lease_terms(record: ExecutionRecord, ending: _Ending, known: frozenset[str]
     #                                 release(e2): SET expires_at IF no once_by    ✗
     #                                 release(e2) again, kept: no expiry           ✓
     return sets + ", expires_at = :expires", removes, f"{condition} AND {UNLESS_ONCE_DONE}"
-
-
-# A later success's write of PAYLOAD#<key>: with the receipt while it is the run's own, or while
-# the key has none (TTL took its record, and a claim made it afresh: the success is its latest
-# end); without it; written afresh where TTL took the record (and once more, should it reappear).
-LATER_SUCCESS_WRITES = ("receipt", "unreceipted", "kept", "afresh", "kept")
-
-
-def _later_success_lease(db: TableRef, record: ExecutionRecord, now: float, *, how: str) -> dict[str, Any]:
-    """PAYLOAD#<key>'s update for a success recorded after its release: ``succeeded_by`` (and a
-    run-once claim's ``once_by``, kept without expiry), the receipt only while it is this run's."""
-    sets, removes = "SET succeeded_by = if_not_exists(succeeded_by, :name)", ""
-    named = values(name=record.name, succeeded=PayloadState.SUCCEEDED.value)
-    names: dict[str, str] = {}
-    condition = "attribute_exists(pk)"
-    if record.once:
-        sets += ", once_by = if_not_exists(once_by, :name)"
-        removes = " REMOVE expires_at"
-    if how == "receipt":
-        sets += ", receipt_state = :succeeded"
-        condition += " AND receipt = :name"
-    elif how == "unreceipted":
-        sets += ", receipt = :name, receipt_state = :succeeded"
-        condition += " AND attribute_not_exists(receipt)"
-    elif how == "afresh":
-        condition = "attribute_not_exists(pk)"
-        sets += ", #key = :key, #state = :succeeded, receipt = :name, receipt_state = :succeeded"
-        sets += ", updated_at = :now"
-        named.update(values(key=record.key, now=now))
-        names = {"#key": "key", "#state": "state"}
-        if not record.once:
-            sets += ", expires_at = :expires"
-            named.update(values(expires=int(now) + db.retention_seconds))
-    if ":succeeded" not in sets:
-        del named[":succeeded"]
-    update = {
-        "TableName": db.table,
-        "Key": {"pk": {"S": payload_pk(record.key)}},
-        "UpdateExpression": sets + removes,
-        "ConditionExpression": condition,
-        "ExpressionAttributeValues": named,
-    }
-    if names:
-        update["ExpressionAttributeNames"] = names
-    return update
-
-
-def _output_terms(receipt: ReceiptOutput, named: dict[str, Any], names: dict[str, str]) -> str:
-    """EXEC#<name>'s SET clauses of the run's output (inline, or a pointer to it), with their values."""
-    sets = ", output_size = :osize"
-    named[":osize"] = {"N": str(receipt.size or 0)}
-    if receipt.inline is not None:
-        sets += ", #output = :output"
-        named[":output"] = {"S": receipt.inline}
-        names["#output"] = "output"
-    if receipt.pointer is not None:
-        sets += ", output_ref = :oref"
-        named[":oref"] = {"S": receipt.pointer}
-    return sets
 
 
 def _record_condition(record: ExecutionRecord, fence: ClaimFence | None, named: dict[str, Any]) -> str:
