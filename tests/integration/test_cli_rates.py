@@ -56,7 +56,10 @@ def test_set_rate_key_holds_that_key_and_status_lists_it(env, cli, tmp_path, mon
     run = cli("set-rate", "1/hour", "--key", "a")
     assert run.code == 0
     assert run.out.splitlines()[0] == "rate of key:a: none → 1/hour. In force for the next start."
-    assert cli("tick", "--json").json["started"] == 4  # a: 1 (2 wait in its line); b: 3
+    # a: 1 (2 wait in its line); b: 3. A tick lingers by the wall clock: on a loaded machine its
+    # rounds may end before every start, so ticks run until one starts nothing.
+    started = [cli("tick", "--json").json["started"] for _ in range(4)]
+    assert sum(started) == 4 and started[-1] == 0, started
     rows = [row for row in cli("status").out.splitlines() if row.startswith("rate")]
     assert len(rows) == 1 and "key:a  1/hour: 1 starts in the current window; the next is due 20" in rows[0]
     both = cli("set-rate", "1/hour", "--key", "a", "--lane", "gpu")
