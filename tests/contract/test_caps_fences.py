@@ -92,6 +92,33 @@ def test_a_listing_older_than_the_count_in_force_changes_nothing(store):
     assert (ledger.external, ledger.count, ledger.reconciled_at) == (1, new[1], NOW)
 
 
+def test_a_slow_reconciler_overtaken_by_every_newer_save_writes_nothing_and_raises_nothing(session):
+    """Found by the explorer with a slow container (swarm seed 2115900058): tick A's listing, then a
+    newer listing saved before each of A's writes of the figures, five times over; A raised
+    "LEDGER's external count kept changing" with no fault. A newer listing's count stands whatever
+    A saw, so A has nothing to write: it returns (not the latest) without a write."""
+    client = session.client("dynamodb")
+    create_table(client, "slow")
+    slow = DynamoStore(client, "slow", retention_seconds=3600)
+    fast = DynamoStore(session.client("dynamodb"), "slow", retention_seconds=3600)
+    mine = listing(slow)
+    overtaken: list[tuple[int, int]] = []
+
+    def newer_save_first(params, **_):
+        if params["Key"]["pk"]["S"] == "LEDGER" and "ConditionExpression" in params:
+            numbers = listing(fast)
+            fast.save_reconciliation(
+                external=len(overtaken) % 2, drift=0, now=NOW, count=numbers[1], listed_after=numbers[0]
+            )
+            overtaken.append(numbers)
+
+    client.meta.events.register("before-parameter-build.dynamodb.UpdateItem", newer_save_first)
+    assert slow.save_reconciliation(external=3, drift=3, now=NOW + 1, count=mine[1], listed_after=mine[0]) is False
+    assert overtaken, "no newer save overtook the slow reconciler"
+    ledger = fast.ledger()
+    assert (ledger.external, ledger.count) == ((len(overtaken) - 1) % 2, overtaken[-1][1])
+
+
 # -- an adoption never leaves caps that admit past the limit -------------------------------------------
 
 

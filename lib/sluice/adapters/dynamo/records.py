@@ -182,7 +182,12 @@ class RecordsTable:
             if "external_count" not in seen:
                 same, was = "attribute_not_exists(external_count)", {}
             latest = count >= saved.count
-            if self._save_figures(mine.merged(saved), drift if latest else None, now, same, was):
+            merged = mine.merged(saved)
+            if merged == saved and not latest:
+                # A newer listing's count stands and ours adds nothing to it: nothing to write. (A
+                # slow reconciler whose every write was overtaken by newer saves gets here.)
+                return False
+            if self._save_figures(merged, drift if latest else None, now, same, was):
                 return latest
         raise TransientError(
             "UpdateItem: LEDGER's external count kept changing",
