@@ -94,6 +94,7 @@ class Actors:
         self.sent_count = 0
         self.by_hand = 0
         self.ended_keys: list[str] = []  # the payload ids of ended runs, latest last (swarm: re-submits)
+        self.last_ended: str | None = None  # the execution that ended last (swarm: its redrive)
         self.resubmitted = 0
         self.semaphore_limit: int | None = None  # the operator's last ``sluice semaphore set``
 
@@ -134,7 +135,7 @@ class Actors:
         w = self.world
         out: list[tuple[str, float, Callable[[], None]]] = []
         if self.waiting:
-            out.append(("resume", 30.0, self.do_resume))
+            out.append(("resume", 30.0 * self.ex.resume_pace(), self.do_resume))
         idle = [n for n in LAUNCHERS if n not in self.busy()]
         if idle:
             out.append(("tick", 3.0, lambda: self.do_tick(idle)))
@@ -171,6 +172,8 @@ class Actors:
             out.append(("semaphore_set", 0.5, self.do_semaphore_set))
             if self.ex.rate is not None or self.ex.key_rate is not None:
                 out.append(("set_rate", 0.3, self.do_set_rate))
+            if self.ex.redrive_last and self.last_ended in w.redrivable():
+                out.append(("redrive_last", self.ex.redrive_last, self.do_redrive_last))
             if self.ended_keys and self.resubmitted < MAX_RESUBMITS:
                 out.append(("resubmit", 2.0 * self.ex.scale.get("resubmit", 0.0), self.do_resubmit))
         if self.ex.switch.old is None:
@@ -190,7 +193,7 @@ class Actors:
         return name
 
     def do_resume(self) -> None:
-        inv = self.waiting[self.choices.draw(len(self.waiting))]
+        inv = self.waiting[self.choices.draw(len(self.waiting), self.ex.resume_weights())]
         self.ex.resume(inv)
 
     def do_tick(self, idle: list[str]) -> None:
@@ -244,6 +247,7 @@ class Actors:
         w.end(name, status, effects)
         self.history.record(name, status, date=w.stopped_at.get(name))
         self.ended_keys.append(name.rsplit("-", 1)[0])
+        self.last_ended = name
         if self.ex.scale.get("resubmit") and self.resubmitted < MAX_RESUBMITS and self.choices.chance(0.5):
             self.do_resubmit()  # the producer saw its run end: sent again before the event is delivered
         idle = [n for n in LAUNCHERS if n not in self.busy()]
@@ -426,6 +430,15 @@ class Actors:
         self.note(f"operator: redrive {name[:12]}")
         w.redrive(name)
         self.history.record(name, "RUNNING", date=w.redriven_on[name])
+
+    def do_redrive_last(self) -> None:
+        """The operator (or a retry automation) redrives the run that ended last."""
+        name = self.last_ended
+        assert name is not None
+        count("explorer:redrive_last")
+        self.note(f"operator: redrive {name[:12]}, the run that ended last")
+        self.world.redrive(name)
+        self.history.record(name, "RUNNING", date=self.world.redriven_on[name])
 
     def do_by_hand(self) -> None:
         self.by_hand += 1

@@ -110,6 +110,21 @@ LAG_WEIGHTS = ((6, 1, 1, 1, 1), (1, 1, 1, 1, 4))
 # once (a redrive beside a new message of its key, two reconciliations over one holder). Drawn from
 # the seed, not the schedule, so schedules printed before it replay draw for draw.
 SWARM_PAYLOADS = (6, 2, 3)
+# A swarm run may have one slow container (a Lambda container starved of CPU at its memory size, a
+# long garbage collection, a slow network path): while its invocation waits at a switch point
+# beside others, it proceeds SLOW_PACE times as often as they do, so that another invocation runs a
+# whole pass (a reconciliation, a claim and its start) inside one of its windows; waiting alone, it
+# proceeds SLOW_PACE times as often as it would, so the world moves meanwhile (a start by hand, an
+# end, a redrive). Drawn from the seed, not the schedule (None in half the runs), as rates are.
+SLOW_CONTAINERS = (None, None, None, "A", "B", "completion")
+SLOW_PACE = 0.05
+# A swarm run's operator may redrive the run that ended last, soon after its end (a retry
+# automation on the FAILED event, or the console's Redrive once the cause is fixed), with weight 1 or
+# 4 beside the plain redrive of any run ended in the last 14 days, whose pick among many rarely
+# meets the key's next message or a full pool. Drawn from the seed, not the schedule.
+REDRIVE_LAST = (0.0, 0.0, 1.0, 4.0)
+REDRIVE_LAST_SALT = 36  # as SLOW_SALT
+SLOW_SALT = 27  # the pinned swarm seeds (tests/explorer/test_explore.py) draw none: their runs unchanged
 
 
 class Failure(AssertionError):
@@ -343,6 +358,20 @@ class Explorer:
         self.key_rate = (
             KEY_RATES[random.Random(choices.seed * 137 + 29).randrange(len(KEY_RATES))] if swarm else None
         )
+        self.slow = (
+            SLOW_CONTAINERS[random.Random(choices.seed * 167 + SLOW_SALT).randrange(len(SLOW_CONTAINERS))]
+            if swarm
+            else None
+        )
+        if self.slow is not None:
+            self.config.setdefault("swarm", {})["slow"] = self.slow
+        self.redrive_last = (
+            REDRIVE_LAST[random.Random(choices.seed * 173 + REDRIVE_LAST_SALT).randrange(len(REDRIVE_LAST))]
+            if swarm
+            else 0.0
+        )
+        if self.redrive_last:
+            self.config.setdefault("swarm", {})["redrive_last"] = self.redrive_last
         if self.rate is not None or self.key_rate is not None:
             self.config["rates"] = RateDefaults(stack=self.rate, key=self.key_rate)
         if self.key_rate is not None:  # a key's rate is drawn: many keyed messages (no draw moves)
@@ -415,6 +444,21 @@ class Explorer:
         inv.glet = greenlet(body, parent=self.main)
         self.running.append(inv)
         self.resume(inv)
+
+    def resume_pace(self) -> float:
+        """How often an invocation proceeds against the world's moves: slower when only the slow
+        container's waits."""
+        if self.slow is None or any(inv.container.name != self.slow for inv in self.waiting):
+            return 1.0
+        return SLOW_PACE
+
+    def resume_weights(self) -> list[float] | None:
+        """The weights of the invocations waiting, to draw the one that proceeds (None: alike)."""
+        if self.slow is None or all(inv.container.name != self.slow for inv in self.waiting):
+            return None
+        if len(self.waiting) > 1:
+            count("explorer:slow_beside_others")
+        return [SLOW_PACE if inv.container.name == self.slow else 1.0 for inv in self.waiting]
 
     def resume(self, inv: Invocation) -> None:
         if inv in self.waiting:

@@ -84,6 +84,22 @@ def test_every_fault_fires() -> None:
     assert any(k.startswith("stale:describe_") for k in fired), sorted(fired)
 
 
+def test_a_slow_container_and_a_redrive_of_the_last_end_happen_in_swarm_runs() -> None:
+    """The two widenings drawn from the seed in swarm runs act: a slow container's invocation waits
+    beside others, and the operator redrives the run that ended last."""
+    from tests.explorer.sim import explore
+    from tests.support.faults import FAULTS
+
+    before = dict(FAULTS)
+    expected = {"explorer:slow_beside_others", "explorer:redrive_last"}
+    for seed in range(40, 60):  # at most 20 runs: half draw a slow container, half a redrive weight
+        explore(seed, 120, swarm=True)
+        fired = {k for k, v in FAULTS.items() if v > before.get(k, 0)}
+        if expected <= fired:
+            break
+    assert expected <= fired, sorted(expected - fired)
+
+
 def test_a_lost_conditional_write_is_retried_and_refused_by_its_own_condition(monkeypatch) -> None:
     """Sluice's clients retry a read timeout (botocore's standard mode): a conditional write whose
     first attempt took effect and whose answer was lost is refused by its own condition on the
@@ -252,3 +268,12 @@ def test_b5_a_run_once_success_put_back_under_ttl_is_found_where_it_is_written()
     done = _under_variant("b5_once_ttl", 1839673253, swarm=True)
     assert "run once: ['PAYLOAD#p0'] keep a run-once success" in done.stdout, done.stdout[-3000:]
     assert _one_run(1839673253, "--swarm").returncode == 0
+
+
+def test_b1_two_listings_around_a_start_by_hand_are_found_with_a_slow_container() -> None:
+    """Seed 1504736000 (a swarm run the hunt of ``b1_listing_order`` drew, 310.8 CPU-seconds in,
+    the container ``completion`` slow): under the variant, an older listing numbered last puts its smaller
+    external count in force and a claim takes a third slot under MAX 2; the code as it is passes."""
+    done = _under_variant("b1_listing_order", 1504736000, swarm=True)
+    assert "promise 1 (MAX)" in done.stdout, done.stdout[-3000:]
+    assert _one_run(1504736000, "--swarm").returncode == 0
