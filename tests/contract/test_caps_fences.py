@@ -113,7 +113,10 @@ def test_a_slow_reconciler_overtaken_by_every_newer_save_writes_nothing_and_rais
             overtaken.append(numbers)
 
     client.meta.events.register("before-parameter-build.dynamodb.UpdateItem", newer_save_first)
-    assert slow.save_reconciliation(external=3, drift=3, now=NOW + 1, count=mine[1], listed_after=mine[0]) is False
+    assert (
+        slow.save_reconciliation(external=3, drift=3, now=NOW + 1, count=mine[1], listed_after=mine[0])
+        is False
+    )
     assert overtaken, "no newer save overtook the slow reconciler"
     ledger = fast.ledger()
     assert (ledger.external, ledger.count) == ((len(overtaken) - 1) % 2, overtaken[-1][1])
