@@ -94,7 +94,6 @@ class Actors:
         self.sent_count = 0
         self.by_hand = 0
         self.ended_keys: list[str] = []  # the payload ids of ended runs, latest last (swarm: re-submits)
-        self.last_ended: str | None = None  # the execution that ended last (swarm: its redrive)
         self.resubmitted = 0
         self.semaphore_limit: int | None = None  # the operator's last ``sluice semaphore set``
 
@@ -172,8 +171,9 @@ class Actors:
             out.append(("semaphore_set", 0.5, self.do_semaphore_set))
             if self.ex.rate is not None or self.ex.key_rate is not None:
                 out.append(("set_rate", 0.3, self.do_set_rate))
-            if self.ex.redrive_last and self.last_ended in w.redrivable():
-                out.append(("redrive_last", self.ex.redrive_last, self.do_redrive_last))
+            last = self.last_handled_failure() if self.ex.redrive_last else None
+            if last is not None:
+                out.append(("redrive_last", self.ex.redrive_last, lambda: self.do_redrive_last(last)))
             if self.ended_keys and self.resubmitted < MAX_RESUBMITS:
                 out.append(("resubmit", 2.0 * self.ex.scale.get("resubmit", 0.0), self.do_resubmit))
         if self.ex.switch.old is None:
@@ -247,7 +247,6 @@ class Actors:
         w.end(name, status, effects)
         self.history.record(name, status, date=w.stopped_at.get(name))
         self.ended_keys.append(name.rsplit("-", 1)[0])
-        self.last_ended = name
         if self.ex.scale.get("resubmit") and self.resubmitted < MAX_RESUBMITS and self.choices.chance(0.5):
             self.do_resubmit()  # the producer saw its run end: sent again before the event is delivered
         idle = [n for n in LAUNCHERS if n not in self.busy()]
@@ -431,12 +430,20 @@ class Actors:
         w.redrive(name)
         self.history.record(name, "RUNNING", date=w.redriven_on[name])
 
-    def do_redrive_last(self) -> None:
-        """The operator (or a retry automation) redrives the run that ended last."""
-        name = self.last_ended
-        assert name is not None
+    def last_handled_failure(self) -> str | None:
+        """The run whose failure a completion handled last (its FAILED, TIMED_OUT or ABORTED event
+        delivered and the completion returned), if RedriveExecution still accepts it."""
+        w = self.world
+        for event in reversed(w.delivered):
+            if event.status in STATUSES[1:]:
+                return event.name if event.name in w.redrivable() else None
+        return None
+
+    def do_redrive_last(self, name: str) -> None:
+        """A retry automation on the failure's event (or the operator at the console, the cause
+        fixed) redrives the run once Sluice has handled its end."""
         count("explorer:redrive_last")
-        self.note(f"operator: redrive {name[:12]}, the run that ended last")
+        self.note(f"operator: redrive {name[:12]}, the failure handled last")
         self.world.redrive(name)
         self.history.record(name, "RUNNING", date=self.world.redriven_on[name])
 

@@ -118,10 +118,10 @@ SWARM_PAYLOADS = (6, 2, 3)
 # end, a redrive). Drawn from the seed, not the schedule (None in half the runs), as rates are.
 SLOW_CONTAINERS = (None, None, None, "A", "B", "completion")
 SLOW_PACE = 0.05
-# A swarm run's operator may redrive the run that ended last, soon after its end (a retry
-# automation on the FAILED event, or the console's Redrive once the cause is fixed), with weight 1 or
-# 4 beside the plain redrive of any run ended in the last 14 days, whose pick among many rarely
-# meets the key's next message or a full pool. Drawn from the seed, not the schedule.
+# A swarm run's operator may redrive the failure Sluice handled last (a retry automation on the
+# failure's event, or the console's Redrive once the cause is fixed), with weight 1 or 4 beside the
+# plain redrive of any run ended in the last 14 days, whose pick among many rarely meets the key's
+# next message or a full pool. Drawn from the seed, not the schedule.
 REDRIVE_LAST = (0.0, 0.0, 1.0, 4.0)
 REDRIVE_LAST_SALT = 36  # as SLOW_SALT
 SLOW_SALT = 27  # the pinned swarm seeds (tests/explorer/test_explore.py) draw none: their runs unchanged

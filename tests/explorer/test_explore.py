@@ -86,7 +86,7 @@ def test_every_fault_fires() -> None:
 
 def test_a_slow_container_and_a_redrive_of_the_last_end_happen_in_swarm_runs() -> None:
     """The two widenings drawn from the seed in swarm runs act: a slow container's invocation waits
-    beside others, and the operator redrives the run that ended last."""
+    beside others, and the operator redrives the failure a completion handled last."""
     from tests.explorer.sim import explore
     from tests.support.faults import FAULTS
 
