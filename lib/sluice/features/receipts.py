@@ -110,6 +110,13 @@ def is_once(message: Message) -> bool:
         return False
 
 
+def drops_once_claim(record: ExecutionRecord, state: PayloadState, outcome_unknown: bool) -> bool:
+    """A release in ``state`` of ``record`` that gives up a run-once claim unstarted (its start
+    refused, or abandoned), not a run's end: it leaves the key at a success recorded while it held
+    (``left_released`` reads the same state from the other side)."""
+    return record.once and state is PayloadState.RELEASED and not outcome_unknown
+
+
 def left_released(payload: PayloadRecord) -> bool:
     """A key's record that a claim dropped unstarted left ``RELEASED`` over an earlier end."""
     return (

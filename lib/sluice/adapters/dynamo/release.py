@@ -52,7 +52,7 @@ from sluice.core.model import (
     record_expiry,
 )
 from sluice.core.records import ReceiptOutput
-from sluice.features.receipts import asked_once
+from sluice.features.receipts import asked_once, drops_once_claim
 
 if TYPE_CHECKING:
     from sluice.adapters.dynamo.claims import ClaimsTable
@@ -80,8 +80,7 @@ class _Ending:
     )
 
     def drops_once_claim(self, record: ExecutionRecord) -> bool:
-        """A run-once claim given up unstarted (start refused, or abandoned), not a run's end."""
-        return record.once and self.state is PayloadState.RELEASED and not self.outcome_unknown
+        return drops_once_claim(record, self.state, self.outcome_unknown)
 
 
 def _released_from(reason: dict[str, Any], name: str) -> bool:

@@ -11,6 +11,7 @@ from sluice.adapters.memory.keys import MemoryKeys
 from sluice.adapters.memory.table import MemoryLanes, MemoryTable
 from sluice.core.model import ClaimFence, ExecutionRecord, PayloadRecord, PayloadState, record_expiry
 from sluice.core.records import ReceiptOutput
+from sluice.features.receipts import drops_once_claim
 
 
 @dataclass(frozen=True)
@@ -120,12 +121,7 @@ class MemoryReleases:
         # A once-key's success is kept: it must never run again, whatever ran after it.
         expires = 0 if once_by is not None else int(ending.now) + self.table.retention_seconds
         shown = state
-        if (
-            record.once
-            and state is PayloadState.RELEASED
-            and not ending.outcome_unknown
-            and payload.succeeded_by
-        ):
+        if drops_once_claim(record, state, ending.outcome_unknown) and payload.succeeded_by:
             shown = payload.receipt_state or PayloadState.SUCCEEDED  # a run-once claim dropped over a success
         return replace(
             payload,
