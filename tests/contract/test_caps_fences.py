@@ -58,6 +58,35 @@ def test_an_overlapping_listing_numbered_first_keeps_its_larger_count(store):
     assert store.ledger().external == 1
 
 
+def test_an_overlapping_listing_numbered_first_and_saved_last_keeps_its_larger_count(store):
+    """A numbers first and saves last; B, numbered after A, listed before X was started and saved
+    first. A's count is numbered below the one saved, but the listings overlap: its larger count
+    must still be written (the merge keeps the larger), not dropped as the older one."""
+    a_before, b_before = store.next_count(), store.next_count()
+    a = (a_before, store.next_count())  # A lists after X started: 1 outside
+    b = (b_before, store.next_count())  # B listed before X started: 0
+    assert store.set_limit(source(0, b)) == 4
+    assert store.save_reconciliation(external=0, drift=0, now=NOW, count=b[1], listed_after=b[0])
+    assert store.set_limit(source(1, a)) == 3
+    assert not store.save_reconciliation(external=1, drift=1, now=NOW + 1, count=a[1], listed_after=a[0])
+    ledger = store.ledger()
+    assert (ledger.external, ledger.count) == (1, b[1])
+
+
+def test_a_count_numbered_below_the_saved_one_dropped_whole_is_caught(session, monkeypatch):
+    """The variant ``overtaken_count_dropped`` (tests/explorer/broken.py): nothing written whenever a
+    count numbered higher was saved. The scenario above then loses A's larger count."""
+    from tests.explorer.broken import VARIANTS
+
+    for owner, attr, value in VARIANTS["overtaken_count_dropped"][1]:
+        monkeypatch.setattr(owner, attr, value)
+    client = session.client("dynamodb")
+    create_table(client, "dropped")
+    store = DynamoStore(client, "dropped", retention_seconds=3600)
+    with pytest.raises(AssertionError):
+        test_an_overlapping_listing_numbered_first_and_saved_last_keeps_its_larger_count(store)
+
+
 def test_a_listing_begun_after_the_count_in_force_was_numbered_lowers_it(store):
     first = listing(store)
     assert store.set_limit(source(2, first)) == 2

@@ -20,6 +20,7 @@ import sluice.adapters.aws.sqs
 import sluice.adapters.aws.sqs_dead_letters
 import sluice.adapters.aws.ssm
 import sluice.adapters.dynamo.claims
+import sluice.adapters.dynamo.records
 import sluice.adapters.dynamo.release
 import sluice.core.names
 import sluice.core.records
@@ -485,6 +486,11 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
                 ),
             ),
         ],
+    ),
+    "overtaken_count_dropped": (
+        "a reconciliation whose count was numbered below the one saved writes nothing, even where "
+        "the two listings overlap and its count is the larger (the merge's larger count lost)",
+        [(sluice.adapters.dynamo.records, "adds_nothing", lambda merged, saved, latest: not latest)],
     ),
     "hand_over_unchecked": (
         "a hand-over that skips the receipt check (test_a_hand_over_that_skips_the_receipt_check_is_caught)",

@@ -52,6 +52,14 @@ LEFT_RELEASED = (
 SAVE_ROUNDS = 5  # read-merge-write rounds of a reconciliation's figures when others keep saving
 
 
+def adds_nothing(merged: ExternalCount, saved: ExternalCount, latest: bool) -> bool:
+    """A reconciliation's count merged with the one saved leaves that one as it is, and a count
+    numbered higher was saved (drift and time are that one's): there is nothing to write. A slow
+    reconciler whose every write was overtaken by a newer save returns here rather than retrying
+    until it gives up."""
+    return merged == saved and not latest
+
+
 class RecordsTable:
     def __init__(self, db: TableRef) -> None:
         self.db = db
@@ -183,9 +191,7 @@ class RecordsTable:
                 same, was = "attribute_not_exists(external_count)", {}
             latest = count >= saved.count
             merged = mine.merged(saved)
-            if merged == saved and not latest:
-                # A newer listing's count stands and ours adds nothing to it: nothing to write. (A
-                # slow reconciler whose every write was overtaken by newer saves gets here.)
+            if adds_nothing(merged, saved, latest):
                 return False
             if self._save_figures(merged, drift if latest else None, now, same, was):
                 return latest
