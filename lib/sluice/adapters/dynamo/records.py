@@ -164,12 +164,13 @@ class RecordsTable:
         """The external count merged with LEDGER's (``ExternalCount.merged``). One write when its
         listing began after LEDGER's count was numbered (the usual tick after tick); else read,
         merge, and write while LEDGER still holds the count merged with. Drift and the time are
-        written only when no count numbered higher was saved."""
+        written only when no count numbered higher was saved. Overtaken in each of SAVE_ROUNDS
+        rounds and still adding to what is saved (six reconcilers on one save), it gives up."""
         mine = ExternalCount(external, count, listed_after)
         newer = "attribute_not_exists(external_count) OR external_count < :began"
         if self._save_figures(mine, drift, now, newer, values(began=mine.began)):
             return True
-        for _ in range(SAVE_ROUNDS):
+        for round_ in range(SAVE_ROUNDS + 1):
             seen = self.db.get(LEDGER_PK) or {}
             saved = ExternalCount(
                 int(seen.get("external", 0)),
@@ -193,6 +194,8 @@ class RecordsTable:
             merged = mine.merged(saved)
             if adds_nothing(merged, saved, latest):
                 return False
+            if round_ == SAVE_ROUNDS:
+                break  # overtaken in every round, and still adding to what is saved: give up
             if self._save_figures(merged, drift if latest else None, now, same, was):
                 return latest
         raise TransientError(
