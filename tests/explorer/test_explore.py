@@ -279,15 +279,11 @@ def test_b1_two_listings_around_a_start_by_hand_are_found_with_a_slow_container(
     assert _one_run(1504736000, "--swarm").returncode == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="found on this code, not yet fixed (tests/explorer/README.md, seed 1204211244): two "
-    "reconciliations settle one SUCCEEDED run at once; each reads EFFECTS# before either release "
-    "commits, and the second sends the run's effect after the first's release has committed",
-)
-def test_seed_1204211244_an_effect_is_not_sent_after_its_release_committed() -> None:
-    """Found by a swarm run from 1204211001 on b281134 after 492 CPU-seconds. SQS drops the copy
-    within 5 minutes (the same deduplication id) and it runs once in any case (the same origin id),
-    but docs/protocol.md says an effect is enqueued twice only after a crash and a retry."""
+def test_seed_1204211244_a_copy_sqs_drops_is_no_second_send() -> None:
+    """Found by a swarm run from 1204211001 on b281134 after 492 CPU-seconds, and the model's own
+    error (tests/unit/test_model_effects.py): two reconciliations settle one SUCCEEDED run 1,000 s
+    after a crashed release first sent its effect. The first sends it again (taken: five minutes had
+    passed) and commits; the second's copy, seconds later, SQS drops. The model counted the five
+    minutes from the first copy ever sent and called the dropped copy a second send."""
     done = _one_run(1204211244, "--swarm")
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]

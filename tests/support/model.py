@@ -214,7 +214,7 @@ class Model:
         self.already_done: set[str] = set()  # once-messages acknowledged as already done
         self.effects: dict[str, tuple[str, int]] = {}  # effect origin id -> (execution, index)
         self.effect_sends: dict[str, int] = {}  # effect origin id -> sends seen
-        self.effect_first_sent: dict[str, float] = {}  # deduplication id -> when SQS first took it
+        self.effect_taken_at: dict[str, float] = {}  # deduplication id -> when SQS last took a copy
         self.effects_marked: set[str] = set()  # executions named with effects whose release committed
         self.unheard_success: set[str] = set()  # redriven runs that SUCCEEDED unheld, not yet written
         self.effect_succeeded: dict[str, str] = {}  # effect origin id -> its SUCCEEDED run
@@ -657,10 +657,11 @@ class Model:
         self._on_unpark(call, parsed)
 
     def _deduplicated(self, dedup: str) -> bool:
-        """SQS drops a FIFO message whose deduplication id it accepted in the last five minutes
-        (whether or not that message was deleted since): such a send enqueues nothing."""
-        first = self.effect_first_sent.get(dedup)
-        return first is not None and self.clock.now() - first < SQS_DEDUPLICATION_SECONDS
+        """SQS drops a FIFO message whose deduplication id it took in the last five minutes (whether
+        or not that message was deleted since): such a send enqueues nothing. Each copy taken opens
+        new five minutes; a dropped copy opens none."""
+        taken = self.effect_taken_at.get(dedup)
+        return taken is not None and self.clock.now() - taken < SQS_DEDUPLICATION_SECONDS
 
     def _on_already_done(self, call: Call, parsed: dict[str, Any]) -> None:
         self.already_done.add(self.logical(call.params["ExpressionAttributeValues"][":mid"]["S"]))
@@ -679,17 +680,19 @@ class Model:
             # holder (its deduplication id names that holder, not the execution that named it).
             self._on_unpark(call, parsed)
             return
+        dropped = self._deduplicated(dedup)
         if named is None:
             self.violations.append(
                 f"effects: message {origin} sent as an effect that no SUCCEEDED output named"
             )
-        elif named[0] in self.effects_marked and not self._deduplicated(dedup):
+        elif named[0] in self.effects_marked and not dropped:
             self.violations.append(
                 f"effects once: effect {named[1]} of {named[0]} ({origin}) enqueued again after "
                 f"{named[0]}'s release had committed (send {self.effect_sends.get(origin, 0) + 1})"
             )
         self.effect_sends[origin] = self.effect_sends.get(origin, 0) + 1
-        self.effect_first_sent.setdefault(dedup, self.clock.now())
+        if not dropped:
+            self.effect_taken_at[dedup] = self.clock.now()
         if origin not in self.sent:
             self.order += 1
             self.sent_order[origin] = self.order  # sent now: an end ordered before this send is before it
