@@ -40,9 +40,12 @@ def timed_starts(rt: Runtime, clock: Any, times: list[float]) -> list[float]:
 
 
 def busiest_window(times: list[float], period: float) -> int:
-    """The most of ``times`` in one window [t, t + period)."""
-    ordered = sorted(times)
-    return max((sum(1 for u in ordered if t <= u < t + period) for t in ordered), default=0)
+    """The most of ``times`` in one window [t, t + period), in whole milliseconds as the rate book
+    counts a grant's time (``int(now * 1000)``): in floats, two grants one period apart on a skewed
+    clock (6,599 ms and 7,599 ms) can read 0.9999997 s apart."""
+    ordered = sorted(int(t * 1000) for t in times)
+    span = round(period * 1000)
+    return max((sum(1 for u in ordered if t <= u < t + span) for t in ordered), default=0)
 
 
 def completion(stack: Any, name: str, rt: Runtime | None = None) -> Any:
