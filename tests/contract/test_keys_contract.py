@@ -191,6 +191,43 @@ def test_a_claim_that_lands_before_its_wake_notes_it_keeps_no_second_slot(store)
     assert (state.inflight, state.landed) == ({entry(1, NOW + 1)}, frozenset())  # dropped from both
 
 
+def test_a_woken_waiter_parked_again_before_its_wake_notes_it_keeps_no_slot(store):
+    """The wake sends the waiter, then notes its entry; another launcher receives it in between and
+    parks it again (its key's rate had no grant for it). The entry noted after that park must keep no
+    slot: nothing of it is on the way, and the line behind it must not wait INFLIGHT_SECONDS.
+
+        wake (launcher A)                 launcher B
+        send W0 (entry e)
+                                          receive W0, no grant: park again as ticket 1, replacing e
+        woken 0 → 1, inflight += e        (e must keep nothing)
+    """
+    store.key_concurrency = 1
+    assert store.park_for_key(waiter(0), tickets=0)
+    assert store.park_for_key(waiter(0), tickets=1, replaces=entry(0, NOW))  # before the wake noted it
+    assert store.advance_key("tenant", woken=0, to=1, now=NOW)  # the wake notes it now
+    state = store.key_state("tenant")
+    assert (state.kept(NOW), state.room(1, NOW), state.waiting) == (0, 1, 1)
+    assert state.stale(NOW) == (entry(0, NOW),)  # the next wake drops it from both sets
+    assert store.advance_key("tenant", woken=1, to=2, now=NOW, drop=state.stale(NOW))
+    state = store.key_state("tenant")
+    assert (state.inflight, state.landed) == ({entry(1, NOW)}, frozenset())
+
+
+def test_a_woken_waiter_that_forgoes_its_slot_before_its_wake_notes_it_keeps_none(store):
+    """As above, but the waiter does not claim at all (a duplicate, already run): it gives its slot
+    back (``keys.forgo``) before the wake notes its entry."""
+    store.key_concurrency = 1
+    assert store.park_for_key(waiter(0), tickets=0)
+    assert store.park_for_key(waiter(1), tickets=1)
+    store.drop_inflight("tenant", [entry(0, NOW)])  # forgone before the wake noted it
+    assert store.advance_key("tenant", woken=0, to=1, now=NOW)
+    state = store.key_state("tenant")
+    assert (state.kept(NOW), state.room(1, NOW)) == (0, 1)
+    assert store.advance_key("tenant", woken=1, to=2, now=NOW, drop=state.stale(NOW))
+    state = store.key_state("tenant")
+    assert (state.inflight, state.landed) == ({entry(1, NOW)}, frozenset())
+
+
 def test_a_landed_claim_rolled_back_keeps_its_slot_again(store):
     store.key_concurrency = 1
     assert store.park_for_key(waiter(0), tickets=0)

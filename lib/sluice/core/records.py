@@ -99,11 +99,14 @@ class KeyState:
         return sum(1 for e in self.inflight - self.landed if sent_at(e) > now - INFLIGHT_SECONDS)
 
     def stale(self, now: float) -> tuple[str, ...]:
-        """Entries to drop: kept past ``INFLIGHT_SECONDS``, or whose claim has landed."""
+        """Entries to drop: kept past ``INFLIGHT_SECONDS``, whose claim has landed, or dated further
+        ahead than any clock is (a ticket a producer forged, noted landed by its message's claim)."""
         done = self.inflight & self.landed
         return tuple(
             sorted(
-                e for e in self.inflight | self.landed if e in done or sent_at(e) <= now - INFLIGHT_SECONDS
+                e
+                for e in self.inflight | self.landed
+                if e in done or not now - INFLIGHT_SECONDS < sent_at(e) <= now + INFLIGHT_SECONDS
             )
         )
 

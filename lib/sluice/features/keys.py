@@ -64,6 +64,11 @@ so that the entry noted after it keeps no slot:
     woken += 1, inflight += e                  (e keeps no slot: it is in landed)
     next wake k: drops e from both sets
 
+A copy that does not claim in that window notes ``landed`` the same way: one that parks again
+(``replaces`` its entry) and one that gives its entry back (``forgo``). Without it, a copy parked
+again at the back before its wake noted it left its entry keeping a slot for nobody, and under a
+key's rate the line behind it waited ``INFLIGHT_SECONDS``.
+
 A woken waiter can still find its key full (the cap was lowered, or its slot stopped being kept
 for it after ``INFLIGHT_SECONDS``): it parks again, at the back. A crash between a release and its wake, or
 between a send and the move of ``woken``, leaves the waiter parked; reconciliation's sweep
@@ -174,7 +179,8 @@ class KeyStore(Protocol):
         ...
 
     def drop_inflight(self, ckey: str, entries: Sequence[str]) -> None:
-        """Stop keeping slots for these woken waiters (entries not there are ignored)."""
+        """Stop keeping slots for these woken waiters: out of ``inflight``, and noted ``landed``, so
+        that a wake that notes one only after this keeps nothing for it (a key with no item: nothing)."""
         ...
 
     def keep_inflight(self, ckey: str, entries: Sequence[str]) -> None:

@@ -16,6 +16,7 @@ park that lands in between keeps it there. Why this cannot lose a waiter: ``slui
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 from sluice.adapters.dynamo.codec import item, values
 from sluice.adapters.dynamo.table import TableRef
 from sluice.adapters.errors import translated
+from sluice.core.errors import ConditionFailed
 from sluice.core.records import KeyState
 from sluice.features.keys import DEFAULT_KEY_CONCURRENCY, FAIR_UNCAPPED, KeyWaiter, check_cap, entry
 
@@ -221,8 +223,10 @@ class KeysTable:
             names["#fair"] = "fair"
             named[":fair"] = {"S": fair}
         if replaces is not None:
-            expression += " DELETE #inflight :replaces"  # a woken waiter back in line: no slot kept
-            names["#inflight"] = "inflight"
+            # A woken waiter back in line keeps no slot; noted landed too, in case its wake has not
+            # noted it yet (``sluice.features.keys``, the wake's timeline).
+            expression += " DELETE #inflight :replaces ADD #landed :replaces"
+            names["#inflight"], names["#landed"] = "inflight", "landed"
             named[":replaces"] = {"SS": [replaces]}
         return {
             "Update": {
@@ -281,7 +285,14 @@ class KeysTable:
             return False
         if drop:
             # Entries past INFLIGHT_SECONDS: a set cannot be added to and taken from in one update.
-            self.drop_inflight(ckey, drop)
+            with translated("UpdateItem"):
+                self.db.client.update_item(
+                    TableName=self.db.table,
+                    Key={"pk": {"S": key_pk(ckey)}},
+                    UpdateExpression="DELETE #inflight :drop, #landed :drop",
+                    ExpressionAttributeNames={"#inflight": "inflight", "#landed": "landed"},
+                    ExpressionAttributeValues={":drop": {"SS": list(drop)}},
+                )
         return True
 
     def keep_inflight(self, ckey: str, entries: Sequence[str]) -> None:
@@ -295,11 +306,14 @@ class KeysTable:
             )
 
     def drop_inflight(self, ckey: str, entries: Sequence[str]) -> None:
-        with translated("UpdateItem"):
+        # Out of inflight, and noted landed: a wake that notes them after this keeps nothing for
+        # them, and its next wake drops them from both sets. A key with no item is not created.
+        with contextlib.suppress(ConditionFailed), translated("UpdateItem"):
             self.db.client.update_item(
                 TableName=self.db.table,
                 Key={"pk": {"S": key_pk(ckey)}},
-                UpdateExpression="DELETE #inflight :drop, #landed :drop",
+                UpdateExpression="DELETE #inflight :drop ADD #landed :drop",
+                ConditionExpression="attribute_exists(pk)",
                 ExpressionAttributeNames={"#inflight": "inflight", "#landed": "landed"},
                 ExpressionAttributeValues={":drop": {"SS": list(entries)}},
             )

@@ -72,6 +72,7 @@ class MemoryKeys:
                 state,
                 tickets=tickets + 1,
                 inflight=state.inflight - {replaces},
+                landed=state.landed | {replaces} if replaces is not None else state.landed,
                 fair=fair if fair is not None else state.fair,
             )
             return True
@@ -112,7 +113,7 @@ class MemoryKeys:
             if ckey in keys:
                 state = keys[ckey]
                 keys[ckey] = replace(
-                    state, inflight=state.inflight - set(entries), landed=state.landed - set(entries)
+                    state, inflight=state.inflight - set(entries), landed=state.landed | set(entries)
                 )
 
     def keep_inflight(self, ckey: str, entries: Sequence[str]) -> None:
