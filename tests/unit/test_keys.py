@@ -69,6 +69,15 @@ def test_room_counts_the_runs_and_the_slots_kept_for_woken_waiters_until_they_go
     assert KeyState("acme", cap=0).room(5, NOW) == 0
 
 
+def test_an_entry_dated_further_ahead_than_any_clock_is_dropped():
+    """A ticket a producer forged (``sluice-key-ticket: 0@999999999999999999``) is noted landed by
+    its message's claim or forgo; dated past every clock, it would never go stale."""
+    forged, ahead = "0@999999999999999999", entry(1, NOW + 30)  # a launcher's clock 30 s ahead
+    state = KeyState("acme", inflight=frozenset({ahead}), landed=frozenset({forged}))
+    assert state.stale(NOW) == (forged,)
+    assert state.kept(NOW) == 1
+
+
 def test_waiters_are_woken_oldest_first_as_far_as_the_room_goes():
     store, queue = MemoryStore(key_concurrency=1), MemoryQueue(clock=FakeClock(NOW))
     claim(store, 0)
