@@ -141,8 +141,9 @@ class Actors:
         free = [n for n in COMPLETIONS if n not in self.busy()]
         if w.pending and free:
             out.append(("deliver", 3.0, lambda: self.do_deliver(free)))
-        if w.model.running:
-            out.append(("end", 2.0, self.do_end))
+        endable = self.endable()
+        if endable:
+            out.append(("end", 2.0, lambda: self.do_end(endable)))
         if self.sent_count < MAX_MESSAGES:
             out.append(("send", 3.0, self.do_send))
         out.append(("advance", 1.0, self.do_advance))
@@ -235,9 +236,21 @@ class Actors:
             body = status_change_event(self.history.machine.get(name, self.machine), name, "RUNNING")
             self.complete(free[0], Event(0, name, "RUNNING", body, w.ticks))
 
-    def do_end(self) -> None:
+    def endable(self) -> list[str]:
+        """The running executions that may end now: all of them, or (a swarm run's least life) those
+        started or redriven at least ``run_life`` virtual seconds ago."""
+        names = sorted(self.world.model.running)
+        life = self.ex.run_life
+        if not life:
+            return names
+        now = self.world.clock.now()
+        old = [n for n in names if now - self.history.by_name.get(n, [(now - life, "")])[-1][0] >= life]
+        if len(old) < len(names):
+            count("explorer:end_held_by_life")
+        return old
+
+    def do_end(self, names: list[str]) -> None:
         w = self.world
-        names = sorted(w.model.running)
         name = names[self.choices.draw(len(names))]
         status = STATUSES[self.choices.draw(len(STATUSES), (4, 2, 1, 1))]
         effects = None

@@ -35,6 +35,7 @@ import sluice.launch.message_branches
 import sluice.launch.per_message
 import sluice.launch.reconcile
 import sluice.launch.redriven
+from sluice.adapters.dynamo.keys import KeysTable
 from sluice.adapters.dynamo.release import ReleasesTable
 from sluice.adapters.dynamo.slots import DynamoSlots
 from sluice.adapters.dynamo.store import DynamoStore
@@ -53,6 +54,7 @@ from tests.reliability.test_once_semaphore_variants import expiring_invalid, exp
 from tests.reliability.test_redriven_variants import one_redriven_mark
 
 Patch = tuple[Any, str, Any]
+_line_item = KeysTable._line_item
 _busiest = sluice.features.rate_limits.busiest
 _with_override = sluice.features.rate_limits.RateBook.with_override
 
@@ -173,6 +175,26 @@ RULES = attributes.RULES
 
 # name -> (what the variant breaks, its patches)
 _LEASE_TERMS = sluice.adapters.dynamo.release._lease_terms
+
+
+def _line_item_unlanded(self: Any, *args: Any, **kwargs: Any) -> Any:
+    """A woken waiter's park again that only takes its entry out of ``inflight`` (the code before)."""
+    made = _line_item(self, *args, **kwargs)
+    update = made["Update"]
+    update["UpdateExpression"] = update["UpdateExpression"].replace(" ADD #landed :replaces", "")
+    update["ExpressionAttributeNames"].pop("#landed", None)
+    return made
+
+
+def _drop_unlanded(self: Any, ckey: str, entries: Any) -> None:
+    """``forgo`` as before: out of ``inflight`` only (a no-op before the wake notes the entry)."""
+    self.db.client.update_item(
+        TableName=self.db.table,
+        Key={"pk": {"S": f"CKEY#{ckey}"}},
+        UpdateExpression="DELETE #inflight :drop",
+        ExpressionAttributeNames={"#inflight": "inflight"},
+        ExpressionAttributeValues={":drop": {"SS": list(entries)}},
+    )
 
 
 def _plain_vanished_unmarked(record: Any, ending: Any, known: frozenset[str]) -> Any:
@@ -491,6 +513,11 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
         "a reconciliation whose count was numbered below the one saved writes nothing, even where "
         "the two listings overlap and its count is the larger (the merge's larger count lost)",
         [(sluice.adapters.dynamo.records, "adds_nothing", lambda merged, saved, latest: not latest)],
+    ),
+    "woken_copy_unlanded": (
+        "a woken waiter that parks again or gives its slot back before its wake noted its entry "
+        "leaves the entry keeping a slot for nobody (the code before it was fixed)",
+        [(KeysTable, "_line_item", _line_item_unlanded), (KeysTable, "drop_inflight", _drop_unlanded)],
     ),
     "hand_over_unchecked": (
         "a hand-over that skips the receipt check (test_a_hand_over_that_skips_the_receipt_check_is_caught)",

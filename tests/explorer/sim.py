@@ -125,6 +125,12 @@ SLOW_PACE = 0.05
 REDRIVE_LAST = (0.0, 0.0, 1.0, 4.0)
 REDRIVE_LAST_SALT = 36  # as SLOW_SALT
 SLOW_SALT = 27  # the pinned swarm seeds (tests/explorer/test_explore.py) draw none: their runs unchanged
+# A swarm run may give each execution a least life: virtual seconds from its start (or redrive)
+# before it may end. With one flat weight, a run ends a few steps after it starts, before a
+# reconciliation lists it beside a claim of its key or a full pool. Drawn from the seed, not the
+# schedule (none in half the runs).
+RUN_LIFE = (0.0, 0.0, 61.0, 300.0)
+RUN_LIFE_SALT = 70  # as SLOW_SALT
 
 
 class Failure(AssertionError):
@@ -372,6 +378,13 @@ class Explorer:
         )
         if self.redrive_last:
             self.config.setdefault("swarm", {})["redrive_last"] = self.redrive_last
+        self.run_life = (
+            RUN_LIFE[random.Random(choices.seed * 179 + RUN_LIFE_SALT).randrange(len(RUN_LIFE))]
+            if swarm
+            else 0.0
+        )
+        if self.run_life:
+            self.config.setdefault("swarm", {})["run_life"] = self.run_life
         if self.rate is not None or self.key_rate is not None:
             self.config["rates"] = RateDefaults(stack=self.rate, key=self.key_rate)
         if self.key_rate is not None:  # a key's rate is drawn: many keyed messages (no draw moves)
@@ -484,6 +497,11 @@ class Explorer:
         while self.waiting:
             self.resume(self.waiting[0])
         self.check("winding down")
+        kept = self.world.kept_for_nobody()
+        if kept:
+            raise Failure(
+                f"keys (nothing kept for nobody): a slot kept for a woken waiter gone: {kept} (at rest)"
+            )
 
     def run(self) -> None:
         i = actions = 0

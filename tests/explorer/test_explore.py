@@ -85,14 +85,15 @@ def test_every_fault_fires() -> None:
 
 
 def test_a_slow_container_and_a_redrive_of_the_last_end_happen_in_swarm_runs() -> None:
-    """The two widenings drawn from the seed in swarm runs act: a slow container's invocation waits
-    beside others, and the operator redrives the failure a completion handled last."""
+    """The widenings drawn from the seed in swarm runs act: a slow container's invocation waits
+    beside others, the operator redrives the failure a completion handled last, and a run younger
+    than its least life is not ended."""
     from tests.explorer.sim import explore
     from tests.support.faults import FAULTS
 
     before = dict(FAULTS)
-    expected = {"explorer:slow_beside_others", "explorer:redrive_last"}
-    for seed in range(40, 60):  # at most 20 runs: half draw a slow container, half a redrive weight
+    expected = {"explorer:slow_beside_others", "explorer:redrive_last", "explorer:end_held_by_life"}
+    for seed in range(40, 60):  # at most 20 runs: each widening is drawn in half of them
         explore(seed, 120, swarm=True)
         fired = {k for k, v in FAULTS.items() if v > before.get(k, 0)}
         if expected <= fired:

@@ -18,6 +18,8 @@ from moto.moto_api._internal import mock_random
 from moto.sqs.models import sqs_backends
 from moto.stepfunctions.models import stepfunctions_backends
 
+from sluice.core.records import INFLIGHT_SECONDS, sent_at
+from sluice.features.keys import TICKET_ATTRIBUTE
 from sluice.features.rate_limits import KEY_PREFIX, Rate, key_scope
 from tests.reliability.actors import pool
 from tests.reliability.world import END_ERRORS, Event, World
@@ -132,6 +134,26 @@ class ExplorerWorld(World):
             m.id: m.message_attributes.get("sluice-source-message-id", {}).get("StringValue", m.id)
             for m in queue._messages
         }
+
+    def kept_for_nobody(self) -> list[str]:
+        """Slots a concurrency key keeps for woken waiters (``inflight``, not ``landed``, younger than
+        ``INFLIGHT_SECONDS``) whose copy is on its way no more: in no queue (visible, in flight or
+        delayed) and not dead-lettered. A copy claims, parks again, gives its slot back or stays in
+        a queue; a slot kept for none holds its key's line for nobody (``sluice.features.keys``)."""
+        backend = sqs_backends[DEFAULT_ACCOUNT_ID][REGION]
+        carried: set[str] = set()
+        for url in [*self.queue_urls().values(), self.settings.dlq_url]:
+            for m in backend.get_queue(url.rsplit("/", 1)[-1])._messages:
+                carried.add(m.message_attributes.get(TICKET_ATTRIBUTE, {}).get("StringValue", ""))
+        now, out = self.clock.now(), []
+        for pk, item in self.table("inflight", "landed").items():
+            if not pk.startswith("CKEY#"):
+                continue
+            kept = set(item.get("inflight", {}).get("SS", ())) - set(item.get("landed", {}).get("SS", ()))
+            out += [
+                f"{pk}: {e}" for e in sorted(kept) if sent_at(e) > now - INFLIGHT_SECONDS and e not in carried
+            ]
+        return out
 
     def queue_depth(self, lane: str | None = None) -> int:
         """Messages in ``lane``'s queue (visible, in flight or delayed; None: in every lane's), the
