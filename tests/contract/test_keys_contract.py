@@ -228,6 +228,16 @@ def test_a_woken_waiter_that_forgoes_its_slot_before_its_wake_notes_it_keeps_non
     assert (state.inflight, state.landed) == ({entry(1, NOW)}, frozenset())
 
 
+def test_a_forgone_entry_behind_the_line_is_not_noted_landed(store):
+    """An entry its wake noted already (its ticket behind ``woken``), or a forged one, is only taken
+    out of ``inflight``: noted ``landed`` on a key nobody waits for, no wake would ever drop it."""
+    assert store.park_for_key(waiter(0), tickets=0)
+    assert store.advance_key("tenant", woken=0, to=1, now=NOW)  # nobody waits now
+    store.drop_inflight("tenant", [entry(0, NOW), entry(7, NOW), "0@999999999999999999"])
+    state = store.key_state("tenant")
+    assert (state.inflight, state.landed) == (frozenset(), frozenset())
+
+
 def test_a_landed_claim_rolled_back_keeps_its_slot_again(store):
     store.key_concurrency = 1
     assert store.park_for_key(waiter(0), tickets=0)

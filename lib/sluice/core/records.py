@@ -118,6 +118,12 @@ class KeyState:
         return self.tickets - self.woken
 
 
+def ticket_number(entry: str) -> int:
+    """The entry's place in its key's line; -1 for an entry that is not ``<ticket>@<ms>``."""
+    match = TICKET_PATTERN.fullmatch(entry)
+    return int(match.group(1)) if match else -1
+
+
 def sent_at(entry: str) -> float:
     """When the entry's waiter was sent back; 0 (long past: dropped at the next wake) for an entry
     that is not ``<ticket>@<ms>``, which no claim checked at receipt can write."""

@@ -16,7 +16,6 @@ park that lands in between keeps it there. Why this cannot lose a waiter: ``slui
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -25,7 +24,7 @@ from sluice.adapters.dynamo.codec import item, values
 from sluice.adapters.dynamo.table import TableRef
 from sluice.adapters.errors import translated
 from sluice.core.errors import ConditionFailed
-from sluice.core.records import KeyState
+from sluice.core.records import KeyState, ticket_number
 from sluice.features.keys import DEFAULT_KEY_CONCURRENCY, FAIR_UNCAPPED, KeyWaiter, check_cap, entry
 
 KEYS_WAITING_PK = "KEYS_WAITING"
@@ -306,17 +305,37 @@ class KeysTable:
             )
 
     def drop_inflight(self, ckey: str, entries: Sequence[str]) -> None:
-        # Out of inflight, and noted landed: a wake that notes them after this keeps nothing for
-        # them, and its next wake drops them from both sets. A key with no item is not created.
-        with contextlib.suppress(ConditionFailed), translated("UpdateItem"):
-            self.db.client.update_item(
-                TableName=self.db.table,
-                Key={"pk": {"S": key_pk(ckey)}},
-                UpdateExpression="DELETE #inflight :drop ADD #landed :drop",
-                ConditionExpression="attribute_exists(pk)",
-                ExpressionAttributeNames={"#inflight": "inflight", "#landed": "landed"},
-                ExpressionAttributeValues={":drop": {"SS": list(entries)}},
-            )
+        for e in entries:
+            # Noted landed only while its wake may not have noted it yet: its ticket not behind
+            # ``woken`` (the wake moves ``woken`` and notes it at once) and in the line, which then
+            # has waiters, so a wake comes and drops it from both sets. Else (noted already, or a
+            # forged ticket) out of inflight only: a forged one on an idle key would stay for good.
+            # A key with no item is not created.
+            for expression, condition in (
+                (
+                    "DELETE #inflight :e ADD #landed :e",
+                    "attribute_exists(pk) AND #woken <= :t AND #tickets > :t",
+                ),
+                ("DELETE #inflight :e", "attribute_exists(pk)"),
+            ):
+                try:
+                    with translated("UpdateItem"):
+                        self.db.client.update_item(
+                            TableName=self.db.table,
+                            Key={"pk": {"S": key_pk(ckey)}},
+                            UpdateExpression=expression,
+                            ConditionExpression=condition,
+                            ExpressionAttributeNames={
+                                k: v for k, v in NAMES.items() if k in expression or k in condition
+                            },
+                            ExpressionAttributeValues={
+                                ":e": {"SS": [e]},
+                                **({":t": {"N": str(ticket_number(e))}} if ":t" in condition else {}),
+                            },
+                        )
+                    break
+                except ConditionFailed:
+                    continue
 
     def forget_key(self, ckey: str) -> None:
         # Off the sweep's list once nobody waits or is on the way; a park that landed meanwhile

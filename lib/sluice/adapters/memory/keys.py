@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from sluice.adapters.memory.table import MemoryTable
 from sluice.core.errors import KeyFull
-from sluice.core.records import KeyState
+from sluice.core.records import KeyState, ticket_number
 from sluice.features.keys import DEFAULT_KEY_CONCURRENCY, FAIR_UNCAPPED, KeyWaiter, check_cap, entry
 
 
@@ -112,8 +112,9 @@ class MemoryKeys:
             keys = self.keys
             if ckey in keys:
                 state = keys[ckey]
+                unnoted = {e for e in entries if state.woken <= ticket_number(e) < state.tickets}
                 keys[ckey] = replace(
-                    state, inflight=state.inflight - set(entries), landed=state.landed | set(entries)
+                    state, inflight=state.inflight - set(entries), landed=state.landed | unnoted
                 )
 
     def keep_inflight(self, ckey: str, entries: Sequence[str]) -> None:
