@@ -238,6 +238,24 @@ def test_a_forgone_entry_behind_the_line_is_not_noted_landed(store):
     assert (state.inflight, state.landed) == (frozenset(), frozenset())
 
 
+def test_a_key_taken_off_the_sweeps_list_keeps_no_landed_entries(store):
+    """A forged ticket parked again is noted ``landed``; no wake drops it once nobody waits, so the
+    key's ``forget_key`` (nobody in the line, nothing on the way) clears ``landed``."""
+    store.key_concurrency = 1
+    forged = f"3@{int(NOW * 1000)}"
+    assert store.park_for_key(waiter(0), tickets=0, replaces=forged)
+    assert store.key_state("tenant").landed == {forged}
+    assert store.advance_key("tenant", woken=0, to=1, now=NOW)
+    keyed(store, "p0", "n0", ticket=entry(0, NOW))  # its claim takes its entry: nobody waits
+    store.forget_key("tenant")
+    state = store.key_state("tenant")
+    assert (state.landed, state.inflight, "tenant" in store.keys_waiting()) == (
+        frozenset(),
+        frozenset(),
+        False,
+    )
+
+
 def test_a_landed_claim_rolled_back_keeps_its_slot_again(store):
     store.key_concurrency = 1
     assert store.park_for_key(waiter(0), tickets=0)

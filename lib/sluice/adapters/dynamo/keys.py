@@ -339,20 +339,23 @@ class KeysTable:
 
     def forget_key(self, ckey: str) -> None:
         # Off the sweep's list once nobody waits or is on the way; a park that landed meanwhile
-        # keeps it there (and keeps it its fair lane's tenant).
+        # keeps it there (and keeps it its fair lane's tenant). Its ``landed`` entries go too: with
+        # nobody in the line no wake is half done (one that sent a waiter finds ``woken`` moved
+        # and notes nothing), and no wake would come to drop them (a forged ticket parked again).
         self.db.transact(
             [
                 {
                     "Update": {
                         "TableName": self.db.table,
                         "Key": {"pk": {"S": key_pk(ckey)}},
-                        "UpdateExpression": "REMOVE #fair",
+                        "UpdateExpression": "REMOVE #fair, #landed",
                         "ConditionExpression": "#woken = #tickets AND attribute_not_exists(#inflight)",
                         "ExpressionAttributeNames": {
                             "#woken": "woken",
                             "#tickets": "tickets",
                             "#inflight": "inflight",
                             "#fair": "fair",
+                            "#landed": "landed",
                         },
                     }
                 },

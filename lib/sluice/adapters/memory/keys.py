@@ -132,7 +132,7 @@ class MemoryKeys:
             if state.waiting == 0 and not state.inflight:
                 self.waiting_keys.discard(ckey)
                 if ckey in keys:
-                    keys[ckey] = replace(state, fair=None)
+                    keys[ckey] = replace(state, fair=None, landed=frozenset())
 
     def set_key_cap(self, ckey: str, cap: int | None) -> None:
         with self.table.lock:
