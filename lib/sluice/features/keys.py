@@ -65,9 +65,11 @@ so that the entry noted after it keeps no slot:
     next wake k: drops e from both sets
 
 A copy that does not claim in that window notes ``landed`` the same way: one that parks again
-(``replaces`` its entry) and one that gives its entry back (``forgo``). Without it, a copy parked
-again at the back before its wake noted it left its entry keeping a slot for nobody, and under a
-key's rate the line behind it waited ``INFLIGHT_SECONDS``.
+(``replaces`` its entry) and one that gives its entry back (``forgo``; only while its ticket is in
+the line and not yet woken, else a forged ticket on an idle key would stay). Without it, a copy
+parked again at the back before its wake noted it left its entry keeping a slot for nobody, and
+under a key's rate the line behind it waited ``INFLIGHT_SECONDS``. ``forget_key`` clears
+``landed``: with nobody in the line no wake is half done, and none would come to drop it.
 
 A woken waiter can still find its key full (the cap was lowered, or its slot stopped being kept
 for it after ``INFLIGHT_SECONDS``): it parks again, at the back. A crash between a release and its wake, or
@@ -179,8 +181,10 @@ class KeyStore(Protocol):
         ...
 
     def drop_inflight(self, ckey: str, entries: Sequence[str]) -> None:
-        """Stop keeping slots for these woken waiters: out of ``inflight``, and noted ``landed``, so
-        that a wake that notes one only after this keeps nothing for it (a key with no item: nothing)."""
+        """Stop keeping slots for these woken waiters: out of ``inflight``; noted ``landed`` too while
+        its ticket is in the line and not yet woken, so that a wake that notes it only after this
+        keeps nothing for it (any other ticket, a forged one too, is not noted; a key with no item:
+        nothing)."""
         ...
 
     def keep_inflight(self, ckey: str, entries: Sequence[str]) -> None:
