@@ -42,7 +42,7 @@ from typing import Any, Literal, TypeVar, cast
 import jmespath
 
 from sluice.core.clock import SystemClock
-from sluice.core.errors import ConfigurationError, SluiceError
+from sluice.core.errors import ConfigurationError, SluiceError, TransientError
 from sluice.primitives.lease import (
     BadLeaseName,
     Busy,
@@ -66,6 +66,7 @@ DEFAULT_MARGIN = 5.0
 DEFAULT_TTL = 900.0
 BACKOFF_FIRST = 0.1  # seconds; doubled per attempt up to BACKOFF_CAP, with jitter
 BACKOFF_CAP = 2.0
+STALE_GRANTS = 3  # grants that came back already ended, in one acquire, before it gives up
 
 log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -199,11 +200,19 @@ class _Guard:
     def acquire(self, key: str, holder: str, ttl_at: Callable[[float], float], wait_until: float) -> Lease:
         """Take a lease; when busy, raise or wait with backoff and jitter until ``wait_until``."""
         leases = self.leases()
-        attempt = 0
+        attempt, stale = 0, 0
         while True:
             now = self.clock.now()
             try:
-                return leases.acquire(self.scope, key, holder, now, ttl_at(now), self.limit)
+                lease = leases.acquire(self.scope, key, holder, now, ttl_at(now), self.limit)
+                if self.clock.now() < lease.expires_at:
+                    return lease
+                # Granted, but dated by the reading taken before the request: it ended while the
+                # request was on its way (sluice.primitives.lease, "A grant that comes back after its
+                # own end"), and another run may take it now. Give it back and ask again.
+                stale += 1
+                self._give_back(lease, stale)
+                continue
             except Busy:
                 if self.on_busy == "raise":
                     raise
@@ -214,6 +223,20 @@ class _Guard:
                 if left <= 0:
                     raise
                 self.sleep(min(delay, left))  # the last try lands on the deadline
+
+    def _give_back(self, lease: Lease, stale: int) -> None:
+        log.warning(
+            "%s was granted after its lease had ended (at %.3f): given back, asking again",
+            describe(self.scope, lease.key),
+            lease.expires_at,
+        )
+        self.leases().release(lease)  # False when already taken over: nothing to give back
+        if stale >= STALE_GRANTS:
+            raise TransientError(
+                f"{describe(self.scope, lease.key)}: {stale} grants came back after their lease had ended; "
+                "the lease store answers slower than the lease lasts (raise ttl, or check the clock)",
+                operation="UpdateItem",
+            )
 
     def release(self, held: Held, exc: BaseException | None) -> None:
         state, bad_state = None, None

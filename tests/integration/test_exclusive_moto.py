@@ -95,10 +95,11 @@ def test_sixteen_concurrent_invocations_of_one_key_never_overlap(client, clock):
     assert "holder" not in lease and lease["version"] == 16
 
 
-def test_sixteen_invocations_with_timeouts_and_expiring_locks_never_overlap(client, clock):
+def test_sixteen_invocations_with_timeouts_and_expiring_locks_never_overlap(client, clock, caplog):
     """Some invocations time out while holding: their lock stays until it expires (the clock jumps
     past it as they die), then a waiter takes over. Waiters whose own deadline passed give up with
-    Busy and are invoked again, as an event source retries."""
+    Busy and are invoked again, as an event source retries. A waiter that read the clock before a
+    jump and found the lock free after it is granted a lease that already ended: it gives it back."""
     timeline, crashers = Timeline(), {2, 5, 9, 13}
 
     @guard(client, clock, on_busy="wait", sleep=lambda _s: None)
@@ -124,7 +125,47 @@ def test_sixteen_invocations_with_timeouts_and_expiring_locks_never_overlap(clie
     assert outcomes.count("timed out") == 4 and outcomes.count("ok") == 12
     assert sorted(who for *_, who in timeline.spans) == list(range(16))  # each entered once
     timeline.assert_one_at_a_time()
-    assert item(client, "o-1")["version"] == 16
+    given_back = sum("granted after its lease had ended" in r.getMessage() for r in caplog.records)
+    assert item(client, "o-1")["version"] == 16 + given_back
+
+
+def late_grants(client: Any, clock: FakeClock, *, by: float, times: int) -> list[float]:
+    """The first ``times`` UpdateItems are answered ``by`` seconds after they were sent: the clock moves
+    on while they are on their way (a pause, retries). The dates each one moved the clock at."""
+    moved: list[float] = []
+
+    def hook(**_: Any) -> None:
+        if len(moved) < times:
+            moved.append(clock.now())
+            clock.advance(by)
+
+    client.meta.events.register("after-call.dynamodb.UpdateItem", hook)
+    return moved
+
+
+def test_a_lease_granted_after_its_end_is_given_back_and_asked_again(client, clock, caplog):
+    """``hold(ttl=10)`` reads the clock, then its acquire comes back 11 s later: the item says the lease
+    ended 1 s ago, and another run may take it. The section runs only under the second grant."""
+    moved = late_grants(client, clock, by=11, times=1)
+    calls = count_calls(client)
+    with exclusive.hold("orders", "o-1", ttl=10, client=client, table_name=TABLE, clock=clock) as held:
+        inside = item(client, "o-1")
+        assert inside["holder"] == held.lease.holder and inside["expires_at"] > clock.now()
+    assert moved == [1_800_000_000.0]  # the fault fired on the first acquire
+    assert held.lease.version == 2  # the first grant (v1) was given back
+    assert calls["UpdateItem"] == 4  # acquire, give back, acquire, release
+    assert any("granted after its lease had ended" in r.getMessage() for r in caplog.records)
+    assert "holder" not in item(client, "o-1")
+
+
+def test_grants_that_keep_coming_back_ended_fail_with_a_clear_error_and_hold_nothing(client, clock):
+    moved = late_grants(client, clock, by=11, times=6)  # every acquire and give back is late
+    ran = []
+    with pytest.raises(TransientError, match="3 grants came back after their lease had ended"):
+        with exclusive.hold("orders", "o-1", ttl=10, client=client, table_name=TABLE, clock=clock):
+            ran.append(True)
+    assert ran == [] and len(moved) == 6
+    assert "holder" not in item(client, "o-1")  # each one given back
 
 
 def test_a_stuck_holder_is_taken_over_after_expiry_and_its_release_frees_nothing(client, clock):

@@ -48,6 +48,17 @@ A late release after a takeover (A paused past its expiry, as a clock jump or a 
     release: REMOVE holder IF holder = A   ✗       still holds: A's late release freed nothing
     write to a fenced resource with token 7  ✗     (the resource has seen 8)
 
+A grant that comes back after its own end (the clock read for ``:now`` went stale while the request
+waited: a pause, retries, a free item taken with an old reading):
+
+    holder A                                       taker B
+    ────────                                       ───────
+    read now = t, send acquire (ttl T)
+    …request delayed past t + T…
+    granted: expires_at = t + T, already past       acquire at now >= t + T: holds
+    must not enter: ``exclusive`` reads the clock again after the grant, gives such a lease back
+    (fenced by holder) and asks again
+
 The table's TTL attribute is ``expires_at``: a lease never released is deleted by DynamoDB some time
 after it expires (with its state); a release sets ``expires_at`` to the lease's expiry + retention
 (30 days by default), so a released item and its state live that long after its last use. Expiry
