@@ -40,6 +40,7 @@ from tests.support.hooks import Crash, crash_after, error_answer, receipts_of
 from tests.support.moto_patches import atomic_fast_moto
 
 WORKERS = 10
+WAIT = 30  # seconds a forced interleaving waits for the other thread: ample on a loaded 2-core machine
 
 
 # -- observation ----------------------------------------------------------------------------------
@@ -542,9 +543,9 @@ def test_copies_of_one_message_in_two_groups(session: Any, atomic: None, monitor
         if first["thread"] is me:
             calls["a"] += 1
             if calls["a"] == 5:
-                renewed.wait(10)  # B has renewed the claim as its own by A's last refusal
+                renewed.wait(WAIT)  # B has renewed the claim as its own by A's last refusal
             return error_answer("ThrottlingException", 400)
-        rolled_back.wait(10)  # B's start goes through after A gave the claim back
+        rolled_back.wait(WAIT)  # B's start goes through after A gave the claim back
         return None
 
     def on_update_sent(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
@@ -588,7 +589,7 @@ def test_copies_of_one_message_in_two_groups(session: Any, atomic: None, monitor
         body = params.get("body")
         text = body.decode() if isinstance(body, bytes) else str(body)
         if orphan in text and "attribute_not_exists(holder)" in text:  # the copy's claim
-            other_started.wait(10)
+            other_started.wait(WAIT)
 
     def started(http_response: Any, parsed: dict[str, Any], **_: Any) -> None:
         if http_response.status_code < 300 and orphan not in parsed.get("executionArn", orphan):
