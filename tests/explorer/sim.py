@@ -392,7 +392,9 @@ class Explorer:
             if swarm
             else 0.0
         )
-        self.focus = FOCUS[random.Random(choices.seed * 181 + FOCUS_SALT).randrange(len(FOCUS))] if swarm else None
+        self.focus = (
+            FOCUS[random.Random(choices.seed * 181 + FOCUS_SALT).randrange(len(FOCUS))] if swarm else None
+        )
         if self.focus == "one key":
             seeded = random.Random(choices.seed * 191 + FOCUS_SALT)
             self.payloads = 2

@@ -84,6 +84,33 @@ def test_every_fault_fires() -> None:
     assert any(k.startswith("stale:describe_") for k in fired), sorted(fired)
 
 
+def test_a_race_on_one_key_draws_its_ingredients_together() -> None:
+    """A swarm run that races on one key (drawn from the seed) has two payload ids, a slow container,
+    the redrive of the last failure at its heaviest, a least life and re-submissions, and keeps the
+    actors that hand keys over and end runs; a run that does not draws each ingredient apart."""
+    from tests.explorer.choices import Choices
+    from tests.explorer.fast_moto import faster_moto, lighter
+    from tests.explorer.sim import FOCUS_KEPT, REDRIVE_LAST, RESUBMIT_CHANCES, Explorer, deterministic
+
+    focused = []
+    for seed in range(100, 116):
+        with deterministic(seed), faster_moto(), lighter():
+            ex = Explorer(Choices(seed, None), 120, swarm=True)
+            ex.close()
+        if ex.focus != "one key":
+            continue
+        focused.append(seed)
+        assert (ex.payloads, ex.redrive_last, ex.scale["resubmit"]) == (
+            2,
+            REDRIVE_LAST[-1],
+            RESUBMIT_CHANCES[-1],
+        )
+        assert ex.slow is not None and ex.run_life > 0
+        assert all(ex.scale[name] >= 1.0 for name in FOCUS_KEPT)
+        assert ex.config["swarm"]["focus"] == "one key"
+    assert focused  # 101 and 114 among them
+
+
 def test_a_slow_container_and_a_redrive_of_the_last_end_happen_in_swarm_runs() -> None:
     """The widenings drawn from the seed in swarm runs act: a slow container's invocation waits
     beside others, the operator redrives the failure a completion handled last, and a run younger
