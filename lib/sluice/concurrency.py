@@ -13,7 +13,8 @@
 
 A run holds a lease (``sluice.primitives.lease``) on ``LEASE#<name>#<key>#<i>`` in the Sluice table. In Lambda
 the lease expires at the invocation's deadline plus ``margin`` (the context's remaining time, read when
-the call starts), so a timeout never leaves it held longer than that; elsewhere it lasts ``ttl``. It
+the call starts), so a timeout never leaves it held longer than that; elsewhere the run has ``ttl``
+from its acquire's request, and the lease lasts ``ttl`` plus ``margin``. It
 is released when the function returns or raises an ``Exception``, fenced by the holder: the Lambda
 request id (a retry that keeps the request id takes its own lease back at once), else a uuid. Anything that is not an ``Exception`` (a timeout, a kill, ``KeyboardInterrupt``, ``SystemExit``)
 leaves the lease to expire: a process that is going down does not write. The clock bound is in
@@ -48,6 +49,7 @@ from sluice.primitives.lease import (
     Busy,
     LastError,
     Lease,
+    LeaseLost,
     Leases,
     LeaseSlot,
     StateError,
@@ -127,8 +129,14 @@ class Held:
         return self.lease.last_error
 
     def renew(self, ttl: float) -> Lease:
-        """Hold ``ttl`` more seconds from now (long work outside Lambda). ``LeaseLost`` if taken over."""
-        self.lease = self._guard.leases().renew(self.lease, self._guard.clock.now(), ttl)
+        """Hold ``ttl`` more seconds from now (long work outside Lambda): the lock lasts ``ttl`` +
+        ``margin``. ``LeaseLost`` if taken over, or if the answer came back after those ``ttl`` seconds."""
+        guard, now = self._guard, self._guard.clock.now()
+        end = now + check_ttl(ttl)
+        lease = guard.leases().renew(self.lease, now, guard.lock_end(end) - now)
+        if guard.clock.now() >= end:
+            raise LeaseLost(lease)  # the request was slower than the time it asked for: stop here
+        self.lease = lease
         return self.lease
 
 
@@ -197,21 +205,30 @@ class _Guard:
                     table = _store_numbers[self._leases] = next(_numbers)
         return f"{type(self._leases).__name__}:{table}"
 
-    def acquire(self, key: str, holder: str, ttl_at: Callable[[float], float], wait_until: float) -> Lease:
-        """Take a lease; when busy, raise or wait with backoff and jitter until ``wait_until``."""
+    def lock_end(self, end: float) -> float:
+        """The lock outlasts the run by the margin: a taker's clock ahead by less sees it end only
+        after the run's own end (sluice.primitives.lease, "Clock assumption")."""
+        return end + self.margin
+
+    def acquire(self, key: str, holder: str, ends_at: Callable[[float], float], wait_until: float) -> Lease:
+        """Take a lease for a run that ends at ``ends_at(now)``; when busy, raise or wait with backoff
+        and jitter until ``wait_until``."""
         leases = self.leases()
         attempt, stale = 0, 0
         while True:
             now = self.clock.now()
+            end = ends_at(now)
             try:
-                lease = leases.acquire(self.scope, key, holder, now, ttl_at(now), self.limit)
-                if self.clock.now() < lease.expires_at:
+                lease = leases.acquire(self.scope, key, holder, now, self.lock_end(end) - now, self.limit)
+                if self.clock.now() < end:
                     return lease
-                # Granted, but dated by the reading taken before the request: it ended while the
-                # request was on its way (sluice.primitives.lease, "A grant that comes back after its
-                # own end"), and another run may take it now. Give it back and ask again.
+                # Granted, but dated by the reading taken before the request: the run's time under it
+                # ran out while the request was on its way (sluice.primitives.lease, "A grant that
+                # comes back after its own end"), and another run may take it soon. Give it back and
+                # ask again while the run has time left.
                 stale += 1
-                self._give_back(lease, stale)
+                later = self.clock.now()
+                self._give_back(lease, stale, ends_at(later) <= later)
                 continue
             except Busy:
                 if self.on_busy == "raise":
@@ -224,17 +241,21 @@ class _Guard:
                     raise
                 self.sleep(min(delay, left))  # the last try lands on the deadline
 
-    def _give_back(self, lease: Lease, stale: int) -> None:
+    def _give_back(self, lease: Lease, stale: int, out_of_time: bool) -> None:
         log.warning(
-            "%s was granted after its lease had ended (at %.3f): given back, asking again",
+            "%s was granted after the run's time under it had ended: given back",
             describe(self.scope, lease.key),
-            lease.expires_at,
         )
         self.leases().release(lease)  # False when already taken over: nothing to give back
+        if out_of_time:
+            raise TransientError(
+                f"{describe(self.scope, lease.key)}: granted after the invocation's deadline; given back",
+                operation="UpdateItem",
+            )
         if stale >= STALE_GRANTS:
             raise TransientError(
-                f"{describe(self.scope, lease.key)}: {stale} grants came back after their lease had ended; "
-                "the lease store answers slower than the lease lasts (raise ttl, or check the clock)",
+                f"{describe(self.scope, lease.key)}: {stale} grants came back after the run's time under "
+                "them had ended; the lease store answers slower than ttl (raise ttl, or check the clock)",
                 operation="UpdateItem",
             )
 
@@ -265,8 +286,8 @@ class _Guard:
                 describe(self.scope, held.lease.key),
             )
 
-    def hold(self, key: str, holder: str, ttl_at: Callable[[float], float], wait_until: float) -> _Hold:
-        return _Hold(self, key, holder, ttl_at, lambda: wait_until)
+    def hold(self, key: str, holder: str, ends_at: Callable[[float], float], wait_until: float) -> _Hold:
+        return _Hold(self, key, holder, ends_at, lambda: wait_until)
 
 
 class _Hold:
@@ -278,11 +299,11 @@ class _Hold:
         guard: _Guard,
         key: str,
         holder: str,
-        ttl_at: Callable[[float], float],
+        ends_at: Callable[[float], float],
         wait_until: Callable[[], float],
     ):
         self.guard, self.key, self.holder = guard, check_key(key), holder
-        self.ttl_at, self.wait_until = ttl_at, wait_until
+        self.ends_at, self.wait_until = ends_at, wait_until
         self.held: Held | None = None
         self._mark: tuple[str, str, str, str] | None = None
 
@@ -297,7 +318,7 @@ class _Hold:
             _inside.add(mark)
         try:
             self.held = Held(
-                self.guard.acquire(self.key, self.holder, self.ttl_at, self.wait_until()), self.guard
+                self.guard.acquire(self.key, self.holder, self.ends_at, self.wait_until()), self.guard
             )
         except BaseException:
             with _inside_lock:
@@ -319,18 +340,19 @@ class _Hold:
 def _timing(
     guard: _Guard, context: Any, ttl: float, wait_seconds: float | None
 ) -> tuple[str, Callable[[float], float], float]:
-    """The holder, the ttl of an acquire at a given time, and the end of waiting, for one call.
+    """The holder, the run's end if it acquires at a given time, and the end of waiting, for one call
+    (the lock lasts ``margin`` beyond the run's end: ``_Guard.lock_end``).
 
-    In Lambda: the request id; the lease lasts until the deadline (remaining time read now) plus the
-    margin; waiting ends ``margin`` before the deadline. Elsewhere: a uuid, ``ttl``, and ``ttl``."""
+    In Lambda: the request id; the deadline (remaining time read now); waiting ends ``margin`` before
+    the deadline. Elsewhere: a uuid; ``ttl`` from the acquire's request; ``ttl``."""
     now = guard.clock.now()
     if not _is_lambda_context(context):
         wait = ttl if wait_seconds is None else wait_seconds
-        return uuid.uuid4().hex, lambda _t: ttl, now + wait
+        return uuid.uuid4().hex, lambda t: t + ttl, now + wait
     deadline = now + context.get_remaining_time_in_millis() / 1000
     holder = str(getattr(context, "aws_request_id", "") or uuid.uuid4().hex)
     wait_until = deadline - guard.margin if wait_seconds is None else now + wait_seconds
-    return holder, lambda t: max(deadline - t, 0.0) + guard.margin, wait_until
+    return holder, lambda t: max(deadline, t), wait_until
 
 
 def key_text(expression: str, found: Any) -> str:
@@ -355,7 +377,8 @@ def hold(
     **options: Any,
 ) -> _Hold:
     """``with hold("orders", key, ttl=60) as held: ...`` holds ``key`` of scope ``name`` for at most
-    ``ttl`` seconds (``held.renew(ttl)`` for more). ``options`` as for ``exclusive``: ``on_busy``,
+    ``ttl`` seconds from the acquire's request (``held.renew(ttl)`` for more); the lock lasts ``margin``
+    longer, for the clocks' sake. ``options`` as for ``exclusive``: ``on_busy``,
     ``record_errors``, ``state``, ``table_name``, ``client``, ``leases``, ``clock``, ``sleep``."""
     guard = _Guard(name, limit=limit, wait_seconds=wait_seconds, **options)
     length = check_ttl(ttl)
@@ -364,7 +387,7 @@ def hold(
         guard,
         key_text("key", key),
         holder or uuid.uuid4().hex,
-        lambda _now: length,
+        lambda now: now + length,
         lambda: guard.clock.now() + wait,  # waiting starts when the block is entered
     )
 
@@ -425,8 +448,8 @@ class _Exclusive:
                 event = args[0] if args else kwargs.get("event")
                 context = args[1] if len(args) > 1 else kwargs.get("context")
                 key = key_text(expression, compiled.search(event))
-                holder, ttl_at, wait_until = _timing(guard, context, length, wait_seconds)
-                with guard.hold(key, holder, ttl_at, wait_until) as held:
+                holder, ends_at, wait_until = _timing(guard, context, length, wait_seconds)
+                with guard.hold(key, holder, ends_at, wait_until) as held:
                     if state:
                         return fn(*args, state=held.state, **kwargs)
                     return fn(*args, **kwargs)

@@ -70,7 +70,11 @@ def test_busy_names_the_holder_and_the_function_does_not_run(leases, clock):
     other = exclusive.hold("orders", "o-1", ttl=60, holder="other", leases=leases, clock=clock)
     with other, pytest.raises(Busy) as caught:
         handler(event(), LambdaContext())
-    assert (caught.value.key, caught.value.holder, caught.value.until) == ("o-1", "other", clock.now() + 60)
+    assert (caught.value.key, caught.value.holder, caught.value.until) == (
+        "o-1",
+        "other",
+        clock.now() + 60 + MARGIN,
+    )
     assert ran == []
     handler(event(), LambdaContext())  # released when the block ended
     assert ran == [1]
@@ -138,9 +142,11 @@ def test_waiting_backs_off_with_jitter_and_gets_in_after_the_holder_leaves(lease
     guard, _ = make(leases, clock, on_busy="wait", sleep=sleep)
     handler = guard(lambda evt, context: clock.now())
     exclusive.hold("orders", "o-1", ttl=30, holder="other", leases=leases, clock=clock).__enter__()
-    start = clock.now()  # "other" never releases: its lease expires at +30
+    start = clock.now()  # "other" never releases: its lease expires at +30 + MARGIN
     entered = handler(event(), LambdaContext(remaining_ms=120_000))
-    assert start + 30 <= entered < start + 30 + 2.0  # polled until the expiry, at most a cap late
+    assert (
+        start + 30 + MARGIN <= entered < start + 30 + MARGIN + 2.0
+    )  # polled until the expiry, a cap late at most
     assert max(delays) <= 2.0 and len(delays) < 30
     for i, d in enumerate(delays):  # equal jitter: half of each step fixed, half random
         step = min(2.0, 0.1 * 2**i)
@@ -266,7 +272,7 @@ def test_limit_three_lets_three_in_per_tenant(leases, clock):
     assert held_by(leases, "t1", "reports", limit=3) == [None, None, None]
 
 
-def test_outside_lambda_the_ttl_applies_and_the_holder_is_a_uuid(leases, clock):
+def test_outside_lambda_the_ttl_and_the_margin_apply_and_the_holder_is_a_uuid(leases, clock):
     guard, _ = make(leases, clock, ttl=120)
 
     @guard
@@ -274,7 +280,7 @@ def test_outside_lambda_the_ttl_applies_and_the_holder_is_a_uuid(leases, clock):
         return leases.inspect("orders", "o-1")[0]
 
     item = job(event())
-    assert item.expires_at == clock.now() + 120 and len(item.holder) == 32
+    assert item.expires_at == clock.now() + 120 + MARGIN and len(item.holder) == 32
 
 
 def test_hold_is_a_context_manager_that_renews_and_releases(leases, clock):
@@ -289,7 +295,7 @@ def test_hold_is_a_context_manager_that_renews_and_releases(leases, clock):
     assert held.released is True and held_by(leases, "o-1") == [None]
     assert leases.inspect("orders", "o-1")[0].state == {"seen": True}
     with exclusive.hold("orders", "o-1", ttl=1, leases=leases, clock=clock) as first:
-        clock.advance(2)
+        clock.advance(1 + MARGIN)  # the run's second and the lock's margin
         taker = exclusive.hold("orders", "o-1", ttl=60, leases=leases, clock=clock)
         with taker, pytest.raises(LeaseLost):
             first.renew(60)

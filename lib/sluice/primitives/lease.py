@@ -55,9 +55,10 @@ waited: a pause, retries, a free item taken with an old reading):
     ────────                                       ───────
     read now = t, send acquire (ttl T)
     …request delayed past t + T…
-    granted: expires_at = t + T, already past       acquire at now >= t + T: holds
+    granted: expires_at = t + T + m, and the run's
+    own end t + T already past                     acquire at now >= t + T + m: holds
     must not enter: ``exclusive`` reads the clock again after the grant, gives such a lease back
-    (fenced by holder) and asks again
+    (fenced by holder) and asks again; a renewal answered that late raises ``LeaseLost``
 
 The table's TTL attribute is ``expires_at``: a lease never released is deleted by DynamoDB some time
 after it expires (with its state); a release sets ``expires_at`` to the lease's expiry + retention
@@ -94,7 +95,8 @@ class StateError(SluiceError, ValueError):
 
 
 class LeaseLost(SluiceError):
-    """A renewal found the lease held by someone else, or by nobody: stop using it."""
+    """A renewal found the lease held by someone else, or by nobody, or came back after the time it
+    asked for had passed: stop using it."""
 
     def __init__(self, lease: Lease) -> None:
         super().__init__(f"{lease.holder!r} no longer holds {describe(lease.scope, lease.key)}")
@@ -274,18 +276,17 @@ def attempt_order(
     limit: int, holder: str, seen: Sequence[LeaseSlot], now: float, rng: random.Random
 ) -> list[int]:
     """The items an acquire tries, at most ``limit``. Without a read (``seen`` empty): all, in a random
-    order. After a read: the one ``holder`` holds already if any (an acquire asked again takes no second
-    item), else those that look free first, then the rest (the read may be stale), each in random order."""
+    order. After a read: the one ``holder`` holds already first (an acquire asked again takes no second
+    item: the first write that succeeds ends it, and a refusal of that one means another holds it
+    now), then those that look free, then the rest (the read may be stale), each in random order."""
     indexes = list(range(limit))
     rng.shuffle(indexes)
     if not seen:
         return indexes
     by_slot = {s.slot: s for s in seen}
-    mine = [i for i in indexes if i in by_slot and by_slot[i].holder == holder]
-    if mine:
-        return mine[:1]
-    free = [i for i in indexes if i not in by_slot or by_slot[i].admits(holder, now)]
-    return free + [i for i in indexes if i not in free]
+    mine = [i for i in indexes if i in by_slot and by_slot[i].holder == holder][:1]
+    free = [i for i in indexes if i not in mine and (i not in by_slot or by_slot[i].admits(holder, now))]
+    return mine + free + [i for i in indexes if i not in mine and i not in free]
 
 
 class Leases(Protocol):
