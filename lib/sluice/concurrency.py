@@ -135,7 +135,7 @@ class Held:
         end = now + check_ttl(ttl)
         lease = guard.leases().renew(self.lease, now, guard.lock_end(end) - now)
         if guard.clock.now() >= end:
-            raise LeaseLost(lease)  # the request was slower than the time it asked for: stop here
+            raise LeaseLost(lease, f"the renewal came back after the {ttl:g} s it asked for: stop here")
         self.lease = lease
         return self.lease
 

@@ -536,7 +536,8 @@ def test_renew_answer_back_after_its_end(client, other):
         late = Late(client, RENEW, clock, TTL + 1)
         try:
             renewed = a.renew(TTL)
-        except LeaseLost:
+        except LeaseLost as lost:
+            assert "the renewal came back after the 60 s it asked for" in str(lost)
             renewed = None
         assert late.fired == 1
         if renewed is not None:

@@ -98,8 +98,9 @@ class LeaseLost(SluiceError):
     """A renewal found the lease held by someone else, or by nobody, or came back after the time it
     asked for had passed: stop using it."""
 
-    def __init__(self, lease: Lease) -> None:
-        super().__init__(f"{lease.holder!r} no longer holds {describe(lease.scope, lease.key)}")
+    def __init__(self, lease: Lease, why: str = "") -> None:
+        told = why or f"{lease.holder!r} no longer holds it"
+        super().__init__(f"{describe(lease.scope, lease.key)}: {told}")
         self.lease = lease
 
 
