@@ -134,7 +134,7 @@ class Held:
         guard, now = self._guard, self._guard.clock.now()
         end = now + check_ttl(ttl)
         lease = guard.leases().renew(self.lease, now, guard.lock_end(end) - now)
-        if guard.clock.now() >= end:
+        if not guard.in_time(end):
             raise LeaseLost(lease, f"the renewal came back after the {ttl:g} s it asked for: stop here")
         self.lease = lease
         return self.lease
@@ -210,6 +210,11 @@ class _Guard:
         after the run's own end (sluice.primitives.lease, "Clock assumption")."""
         return end + self.margin
 
+    def in_time(self, end: float) -> bool:
+        """Whether a run that ends at ``end`` still has time, by the clock read now: after an answer,
+        never by the reading its request was dated with (the request may have waited)."""
+        return self.clock.now() < end
+
     def acquire(self, key: str, holder: str, ends_at: Callable[[float], float], wait_until: float) -> Lease:
         """Take a lease for a run that ends at ``ends_at(now)``; when busy, raise or wait with backoff
         and jitter until ``wait_until``."""
@@ -220,7 +225,7 @@ class _Guard:
             end = ends_at(now)
             try:
                 lease = leases.acquire(self.scope, key, holder, now, self.lock_end(end) - now, self.limit)
-                if self.clock.now() < end:
+                if self.in_time(end):
                     return lease
                 # Granted, but dated by the reading taken before the request: the run's time under it
                 # ran out while the request was on its way (sluice.primitives.lease, "A grant that

@@ -1224,6 +1224,21 @@ def test_an_exclusive_lock_that_expires_at_the_deadline_without_the_margin_is_ca
     assert re.search("inside at once|the table says", str(exclusive_suite_fails()))
 
 
+def test_an_exclusive_grant_trusted_by_the_reading_its_request_was_dated_with_is_caught(monkeypatch):
+    """A grant answered after the run's time is used as if in time: the section runs under a lock
+    another run may take."""
+    from sluice.adapters.dynamo.store import create_table
+    from tests.integration import test_exclusive_attacks as attacks
+    from tests.support.aws import NO_RETRY, moto_session
+
+    monkeypatch.setattr(sluice.concurrency._Guard, "in_time", lambda _self, _end: True)
+    # the first grant's lock (ttl + margin after the request) already ended when the section ran
+    with moto_session() as session, pytest.raises(AssertionError, match=r"1800000065\.0 > 1800000066\.0"):
+        client = session.client("dynamodb", config=NO_RETRY)
+        create_table(client, attacks.TABLE)
+        attacks.test_stale_grant_is_given_back_and_asked_again(client)
+
+
 # -- receipts and run-once keys (sluice.features.receipts) ------------------------------------------------------
 
 
