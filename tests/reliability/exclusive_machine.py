@@ -9,6 +9,11 @@ the machine finishes it: it returns, raises, or returns while its release is slo
 (the request lands later, ``Land``). Time is a ``FakeClock`` that only ``Advance`` moves; an
 invocation whose deadline passes is killed there, as Lambda kills it (nothing released).
 
+Some invocations run outside Lambda (``exclusive.hold`` with ``ttl`` = their remaining time): the
+run must end ``ttl`` after its acquire's request (the clock reading the lease is dated with), so it
+is killed there once inside, and never while it waits. Some get their acquire's answer late: the
+write has landed, and the answer waits for ``Land`` while time passes and others act.
+
 After every action:
 
 - never more invocations inside the function than ``limit`` (1: a mutex), and the table names each of
@@ -21,6 +26,7 @@ At the end every lock is given back or expires, and a new invocation gets in.
 
 from __future__ import annotations
 
+import math
 import queue
 import random
 import threading
@@ -70,6 +76,9 @@ class Invocation:
     reports: queue.Queue[tuple[str, Any]] = field(default_factory=queue.Queue)
     slow_release: bool = False
     thread: threading.Thread | None = None
+    outside: bool = False  # exclusive.hold(ttl=remaining), not a Lambda handler
+    late: bool = False  # its acquire's answer waits for Land
+    ends_at: float | None = None  # outside Lambda: when its run must end (real time), once inside
 
     @property
     def holder(self) -> str:
@@ -77,8 +86,11 @@ class Invocation:
 
     @property
     def deadline(self) -> float:
-        """When Lambda kills it, in real time."""
-        return self.started_at + self.remaining
+        """When Lambda kills it, in real time; outside Lambda, when its run must end, known once it is
+        inside (``ttl`` from its acquire's request), never while it waits."""
+        if not self.outside:
+            return self.started_at + self.remaining
+        return self.ends_at if self.ends_at is not None else math.inf
 
 
 class SkewedClock:
@@ -115,14 +127,25 @@ def backoff(seconds: float) -> None:
         raise Crash("Task timed out")
 
 
-class SlowReleases:
-    """The leases as the decorator reaches them; a release marked slow waits before it is sent."""
+class SlowAnswers:
+    """The leases as the decorator reaches them: a release marked slow waits before it is sent; an
+    acquire marked late has landed, and its answer waits."""
 
     def __init__(self, leases: Any) -> None:
         self.leases = leases
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.leases, name)
+
+    def acquire(self, *args: Any, **kwargs: Any) -> Any:
+        lease = self.leases.acquire(*args, **kwargs)
+        invocation = getattr(_local, "invocation", None)
+        if invocation is not None and invocation.late:
+            invocation.late = False  # one late answer an invocation
+            invocation.reports.put(("answering", None))
+            if _wait_for_command() == "kill":
+                raise Crash("Task timed out")
+        return lease
 
     def release(self, lease: Any, **kwargs: Any) -> bool:
         invocation = getattr(_local, "invocation", None)
@@ -148,6 +171,8 @@ class Invoke:
     remaining: int
     skew: float
     waits: bool
+    outside: bool = False
+    late: bool = False
 
 
 @dataclass(frozen=True)
@@ -181,7 +206,17 @@ class Until:
 
 
 ACTIONS = weighted(
-    (5, st.builds(Invoke, st.sampled_from((10, 30, 60)), st.sampled_from(SKEWS), st.booleans())),
+    (
+        5,
+        st.builds(
+            Invoke,
+            st.sampled_from((10, 30, 60)),
+            st.sampled_from(SKEWS),
+            st.booleans(),
+            st.sampled_from((False, False, True)),
+            st.sampled_from((False, False, True)),
+        ),
+    ),
     (3, st.builds(Finish, st.integers(0, 15), st.sampled_from(("return", "raise", "slow", "slow")))),
     (2, st.builds(Poll, st.integers(0, 15))),
     (1, st.builds(Land, st.integers(0, 15))),
@@ -216,10 +251,24 @@ class ExclusiveMachine(RuleBasedStateMachine):
             leases = DynamoLeases(moto_client(), TABLE, rng=random.Random(0), sleep=lambda _s: None)
         self.leases = leases
         clock = SkewedClock(self.real)
-        options = dict(name=SCOPE, limit=limit, leases=SlowReleases(leases), clock=clock, margin=MARGIN)
+        options = dict(name=SCOPE, limit=limit, leases=SlowAnswers(leases), clock=clock, margin=MARGIN)
         self.handlers = {
             False: exclusive("orderId", **options)(body),
             True: exclusive("orderId", on_busy="wait", sleep=backoff, rng=random.Random(1), **options)(body),
+        }
+        hold_options = {k: v for k, v in options.items() if k != "name"}
+        self.holds = {
+            False: lambda i: exclusive.hold(SCOPE, KEY, ttl=i.remaining, holder=i.holder, **hold_options),
+            True: lambda i: exclusive.hold(
+                SCOPE,
+                KEY,
+                ttl=i.remaining,
+                holder=i.holder,
+                on_busy="wait",
+                sleep=backoff,
+                rng=random.Random(1),
+                **hold_options,
+            ),
         }
         count("examples", counter=STATS)
 
@@ -240,6 +289,8 @@ class ExclusiveMachine(RuleBasedStateMachine):
     def _settle(self) -> None:
         """Everyone finishes or is killed, every slow release lands; once every lock has expired by
         every clock, an invocation gets in."""
+        for invocation in self._in("answering"):
+            self._command(invocation, "land")
         for invocation in self._in("inside"):
             self._command(invocation, "return")
         for invocation in self._in("releasing"):
@@ -262,7 +313,11 @@ class ExclusiveMachine(RuleBasedStateMachine):
             remaining_ms=int(invocation.remaining * 1000), aws_request_id=invocation.holder
         )
         try:
-            self.handlers[invocation.waits]({"orderId": KEY}, context)
+            if invocation.outside:
+                with self.holds[invocation.waits](invocation):
+                    body(None, None)
+            else:
+                self.handlers[invocation.waits]({"orderId": KEY}, context)
             invocation.reports.put(("done", "returned"))
         except Busy as busy:
             invocation.reports.put(("busy", (busy, self.real.now() + invocation.skew)))
@@ -291,11 +346,21 @@ class ExclusiveMachine(RuleBasedStateMachine):
         invocation.phase = "done" if kind == "done" else kind
         if kind == "inside":
             count("exclusive entered")
+            if invocation.outside:
+                count("exclusive entered outside Lambda")
+                held = [
+                    s for s in self.leases.inspect(SCOPE, KEY, self.limit) if s.holder == invocation.holder
+                ]
+                if held:  # its run ends ttl after the reading its lease is dated with (its own clock)
+                    invocation.ends_at = held[0].acquired_at - invocation.skew + invocation.remaining
+        if kind == "answering":
+            count("exclusive late answer")
 
     def _invoke(self, action: Invoke) -> Invocation:
         invocation = Invocation(
             len(self.invocations), float(action.remaining), action.skew, self.real.now(), action.waits
         )
+        invocation.outside, invocation.late = action.outside, action.late
         self.invocations.append(invocation)
         invocation.thread = threading.Thread(target=self._run, args=(invocation,), daemon=True)
         invocation.thread.start()
@@ -310,7 +375,7 @@ class ExclusiveMachine(RuleBasedStateMachine):
         """Time passes; Lambda kills every invocation whose deadline it reached (no release runs).
         A release already on its way still lands."""
         self.real.advance(seconds)
-        for invocation in self._in("inside", "waiting"):
+        for invocation in self._in("inside", "waiting", "answering"):
             if invocation.deadline <= self.real.now():
                 count("exclusive killed at its deadline")
                 self._command(invocation, "kill")
@@ -343,12 +408,15 @@ class ExclusiveMachine(RuleBasedStateMachine):
             if waiting:
                 self._command(waiting[action.index % len(waiting)], "retry")
         elif isinstance(action, Land):
-            releasing = self._in("releasing")
-            if releasing:
-                count("exclusive late release")
-                self._command(releasing[action.index % len(releasing)], "land")
+            landing = self._in("releasing", "answering")
+            if landing:
+                chosen = landing[action.index % len(landing)]
+                count(f"exclusive {'late release' if chosen.phase == 'releasing' else 'answer landed'}")
+                self._command(chosen, "land")
         elif isinstance(action, Until):
-            alive = self._in("inside", "waiting", "releasing")
+            alive = [
+                i for i in self._in("inside", "waiting", "releasing", "answering") if i.deadline < math.inf
+            ]
             if alive:
                 target = alive[action.index % len(alive)].deadline + action.offset
                 if target > self.real.now():
