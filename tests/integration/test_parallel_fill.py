@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import threading
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -51,6 +53,19 @@ class InFlight:
         with self._lock:
             self.now -= 1
 
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """A call a hook holds back before it is sent (and before ``before`` sees it) is in flight
+        for its caller meanwhile."""
+        with self._lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.now -= 1
+
 
 def test_a_tick_fills_its_slots_with_starts_in_flight_at_once(session, atomic):
     stack = build_stack(session, clock=FakeClock(), max_concurrency=25, start_concurrency=10)
@@ -73,20 +88,28 @@ def test_the_messages_of_one_group_start_in_their_order(session, atomic):
     rt = stack.runtime()
     sfn = rt.client("stepfunctions")
     flight = InFlight(sfn)
-    others = threading.Semaphore(0)
+    others, first_held = threading.Semaphore(0), threading.Event()
 
     def hold_the_first(params: dict[str, Any], **_: Any) -> None:
         # The group's first start waits until the other groups' five have begun: a fill that ran
         # the group's messages side by side would start ordered1..4 meanwhile.
-        key = payload_id(params)
-        if key.startswith("other"):
-            others.release()
-        elif key == "ordered0":
-            for _ in range(5):
-                assert others.acquire(timeout=10), "the other groups did not start beside this one"
+        if payload_id(params) == "ordered0":
+            with flight.held():
+                first_held.set()
+                for _ in range(5):
+                    assert others.acquire(timeout=10), "the other groups did not start beside this one"
 
-    # After InFlight's hook: the first start is counted in flight while it waits for the others.
-    sfn.meta.events.register("before-call.sfn.StartExecution", hold_the_first)
+    def other_began(params: dict[str, Any], **_: Any) -> None:
+        # Counted in flight by now; it lets the first go on only once the first is held, so that
+        # both are in flight at once whatever the machine's load.
+        if payload_id(params).startswith("other"):
+            first_held.wait(10)
+            others.release()
+
+    # Before InFlight's hook, so that a fill running the group side by side records ordered1..4
+    # first; the held start counts as in flight meanwhile (``InFlight.held``).
+    sfn.meta.events.register_first("before-call.sfn.StartExecution", hold_the_first)
+    sfn.meta.events.register("before-call.sfn.StartExecution", other_began)
     assert rt.launcher().tick().n(Outcome.STARTED) == 10
     assert [key for key in flight.order if key.startswith("ordered")] == [f"ordered{i}" for i in range(5)]
     assert flight.most > 1
