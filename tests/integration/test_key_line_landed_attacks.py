@@ -14,15 +14,8 @@ import pytest
 
 from sluice.core.clock import FakeClock
 from sluice.core.events import StatusChange
+from tests.integration.test_key_line_landed_moto import at_the_wake
 from tests.support.aws import build_stack
-
-
-def _moves_woken(params: dict[str, Any], ckey: str) -> bool:
-    return any(
-        item.get("Update", {}).get("Key", {}).get("pk", {}).get("S") == f"CKEY#{ckey}"
-        and item["Update"]["UpdateExpression"].startswith("SET #woken")
-        for item in params.get("TransactItems", [])
-    )
 
 
 def _items(stack: Any, prefix: str) -> list[dict[str, Any]]:
@@ -60,17 +53,8 @@ def test_a_woken_copy_already_done_before_its_wake_noted_it_does_not_stall_the_l
 
     clock.advance(1)
     completion = stack.runtime()
-    fired: list[int] = []
-
-    def meanwhile(params: dict[str, Any], **_: Any) -> None:
-        if fired or not _moves_woken(params, "a"):
-            return
-        fired.append(1)
-        stack.runtime().launcher().tick()  # receives p: already done, forgoes its entry
-
-    completion.client("dynamodb").meta.events.register(
-        "before-parameter-build.dynamodb.TransactWriteItems", meanwhile
-    )
+    # the tick receives p: already done, it forgoes its entry
+    fired = at_the_wake(completion.client("dynamodb"), "a", lambda: stack.runtime().launcher().tick())
     completion.launcher().on_status_change(StatusChange.from_event(stack.finish(a0)))
     assert fired, "the wake never moved woken: the interleaving was not forced"
     state = stack.runtime().store().key_state("a")
@@ -196,19 +180,14 @@ def test_a_wake_dying_between_its_send_and_its_note_loses_nothing_and_keeps_the_
     stack.runtime().launcher().tick()
     (a0,) = stack.running()
     completion = stack.runtime()
-    fired: list[int] = []
 
     class Died(Exception):
         pass
 
-    def die(params: dict[str, Any], **_: Any) -> None:
-        if not fired and _moves_woken(params, "a"):
-            fired.append(1)
-            raise Died("the wake died after its send")
+    def die() -> None:
+        raise Died("the wake died after its send")
 
-    completion.client("dynamodb").meta.events.register(
-        "before-parameter-build.dynamodb.TransactWriteItems", die
-    )
+    fired = at_the_wake(completion.client("dynamodb"), "a", die)
     event = stack.finish(a0)
     with pytest.raises(Died):
         completion.launcher().on_status_change(StatusChange.from_event(event))

@@ -15,6 +15,7 @@ botocore ``before-parameter-build`` hook on the completion's wake (the ``Transac
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -32,6 +33,20 @@ def _moves_woken(params: dict[str, Any], ckey: str) -> bool:
         and item["Update"]["UpdateExpression"].startswith("SET #woken")
         for item in params.get("TransactItems", [])
     )
+
+
+def at_the_wake(client: Any, ckey: str, act: Callable[[], None]) -> list[int]:
+    """Run ``act`` once on ``client``, as its wake of ``ckey`` is about to note the waiter it sent
+    (the transaction that moves ``woken``); the list returned records that it fired."""
+    fired: list[int] = []
+
+    def hook(params: dict[str, Any], **_: Any) -> None:
+        if not fired and _moves_woken(params, ckey):
+            fired.append(1)
+            act()
+
+    client.meta.events.register("before-parameter-build.dynamodb.TransactWriteItems", hook)
+    return fired
 
 
 def test_a_waiter_parked_again_before_its_wake_noted_it_is_woken_when_the_rate_has_room(session):
@@ -67,19 +82,13 @@ def _parked_again_then_started(session: Any) -> bool:
 
     clock.advance(2)
     completion = stack.runtime()
-    fired: list[int] = []
 
-    def meanwhile(params: dict[str, Any], **_: Any) -> None:
-        if fired or not _moves_woken(params, "a"):
-            return
-        fired.append(1)
+    def meanwhile() -> None:
         other = stack.runtime()
         assert other.rates().take([key_scope("a")], 1, clock.now()).n == 1  # another start of a
         other.launcher().tick()  # receives a1, finds no grant: parks it again
 
-    completion.client("dynamodb").meta.events.register(
-        "before-parameter-build.dynamodb.TransactWriteItems", meanwhile
-    )
+    fired = at_the_wake(completion.client("dynamodb"), "a", meanwhile)
     completion.launcher().on_status_change(StatusChange.from_event(stack.finish(a0)))
     assert fired, "the wake never moved woken: the interleaving was not forced"
     state = stack.runtime().store().key_state("a")
