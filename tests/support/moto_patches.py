@@ -90,6 +90,8 @@ _OPERATIONS = (
     "query",
     "scan",
 )
+# Operations whose answer holds the stored items (UpdateItem and PutItem answer the item they wrote).
+_ANSWER_STORED_ITEMS = ("get_item", "put_item", "update_item", "batch_get_item", "query", "scan")
 
 
 def serialise_dynamodb() -> None:
@@ -104,14 +106,17 @@ def serialise_dynamodb() -> None:
             self: Any,
             *args: Any,
             __original: Any = original,
-            __copy: bool = name == "get_item",
+            __copy: bool = name in _ANSWER_STORED_ITEMS,
             **kwargs: Any,
         ) -> Any:
             with _LOCK:
                 found = __original(self, *args, **kwargs)
-                # GetItem answers the stored item itself, written out after the lock is let go:
-                # a copy, so a write beside it cannot change it mid-answer.
-                return copy.deepcopy(found) if __copy and found is not None else found
+                # These answer the stored items themselves, written out after the lock is let go: a
+                # copy, so a write from another thread cannot change one mid-answer ("dictionary
+                # changed size during iteration" in Item.to_json). One thread needs none.
+                if __copy and found is not None and threading.active_count() > 1:
+                    return copy.deepcopy(found)
+                return found
 
         locked._sluice_serialised = True  # type: ignore[attr-defined]
         setattr(ddb_models.DynamoDBBackend, name, locked)
