@@ -120,7 +120,9 @@ def test_a_slow_container_and_a_redrive_of_the_last_end_happen_in_swarm_runs() -
 
     before = dict(FAULTS)
     expected = {"explorer:slow_beside_others", "explorer:redrive_last", "explorer:end_held_by_life"}
-    for seed in range(40, 60):  # at most 20 runs: each widening is drawn in half of them
+    # At most 20 runs: each widening is drawn in half of them; seed 59 draws all three today (a change
+    # of Sluice's calls moves the draws, and the loop then goes on).
+    for seed in range(59, 79):
         explore(seed, 120, swarm=True)
         fired = {k for k, v in FAULTS.items() if v > before.get(k, 0)}
         if expected <= fired:
