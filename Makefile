@@ -21,8 +21,9 @@ help:
 	@echo "make soak     long property-based run of the reliability suite"
 
 # The pinned requirements go in through uv (itself pinned in requirements/installer.txt): the same
-# versions as pip installs, in seconds rather than half a minute. Where uv cannot be had, pip does it.
-UV := $(VENV)/bin/uv pip install -q --python $(PY)
+# versions as pip installs, compiled as pip compiles them, in seconds rather than half a minute. Where
+# uv cannot be had, pip does it.
+UV := $(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY)
 $(STAMP): requirements/dev.txt requirements/installer.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	if $(PY) -m pip install -q -r requirements/installer.txt; then \
