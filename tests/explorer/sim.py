@@ -138,6 +138,16 @@ RUN_LIFE_SALT = 70  # as SLOW_SALT
 # re-submission of one key meets a claim, a reconciliation and a full pool of that key while one of
 # them waits inside a window. Not written for any one break: every promise is checked as ever.
 FOCUS = (None, None, "one key")
+# A swarm run may weight the switch point right after a decision: the call that follows a conditional
+# write or a transaction that took effect (a claim, an adoption, a block, a caps write) is where a
+# protocol's two steps come apart (an adoption before its re-plan, a claim before its start, a
+# listing's count before its save). There the invocation proceeds DECISION_PACE times as often as
+# the others, so that another invocation or the world acts inside the window, and crashes
+# DECISION_CRASH times as often. Drawn from the seed (in a third of the swarm runs), as slow containers.
+AFTER_DECISION = (False, False, True)
+DECISION_SALT = 11  # as SLOW_SALT
+DECISION_PACE = 0.05
+DECISION_CRASH = 8.0
 FOCUS_SALT = 5  # as SLOW_SALT
 FOCUS_KEPT = ("tick", "deliver", "end", "redrive", "by_hand", "advance")  # weight at least plain
 
@@ -157,6 +167,7 @@ class Invocation:
     faulted: bool = False  # a throttle or a lost response reached it: it may fail with a TransientError
     after: int = NOTHING  # what happens once the call it is making took effect
     born: float = 0.0  # when it began, by the world's clock
+    decided: bool = False  # its last call was a write that took effect (AFTER_DECISION)
 
 
 LAMBDA_TIMEOUT = {"tick": 120, "completion": 60, "semaphore": 30}  # seconds, as serverless.yml deploys them
@@ -180,7 +191,10 @@ class Switch(Fault):
         answer = ex.switch.answer(call)  # IAM, or a deleted state machine
         if answer is not None or not ex.faulty:
             return answer
-        what = ex.choices.draw(len(AT_CALL), ex.at_call)
+        decided, self.inv.decided = self.inv.decided, False
+        if decided:
+            count("explorer:after_decision")
+        what = ex.choices.draw(len(AT_CALL), ex.decision_at_call if decided else ex.at_call)
         if what:
             ex.note(f"{self.inv.label} at {self.inv.at}: {FAULT_NAMES[what]}")
         if what == CRASH_BEFORE:
@@ -198,6 +212,10 @@ class Switch(Fault):
         what, self.inv.after = self.inv.after, NOTHING
         if status >= 300:
             return
+        if self.explorer.after_decision and (
+            _conditional_write(call) or (call.service == "dynamodb" and call.operation == "TransactWriteItems")
+        ):
+            self.inv.decided = True
         if what == CRASH_AFTER:
             count("explorer:crash_after")
             injector.dead = True
@@ -413,6 +431,17 @@ class Explorer:
             )
         if self.run_life:
             self.config.setdefault("swarm", {})["run_life"] = self.run_life
+        self.after_decision = (
+            AFTER_DECISION[random.Random(choices.seed * 193 + DECISION_SALT).randrange(len(AFTER_DECISION))]
+            if swarm
+            else False
+        )
+        crash = (CRASH_BEFORE, CRASH_AFTER)
+        self.decision_at_call = tuple(
+            w * DECISION_CRASH if i in crash else w for i, w in enumerate(self.at_call)
+        )
+        if self.after_decision:
+            self.config.setdefault("swarm", {})["after_decision"] = True
         if self.rate is not None or self.key_rate is not None:
             self.config["rates"] = RateDefaults(stack=self.rate, key=self.key_rate)
         if self.key_rate is not None:  # a key's rate is drawn: many keyed messages (no draw moves)
@@ -486,20 +515,27 @@ class Explorer:
         self.running.append(inv)
         self.resume(inv)
 
+    def _pace(self, inv: Invocation) -> float:
+        """How often one waiting invocation proceeds: slower in the slow container, or right after
+        a decision (AFTER_DECISION)."""
+        return min(
+            SLOW_PACE if inv.container.name == self.slow else 1.0,
+            DECISION_PACE if inv.decided else 1.0,
+        )
+
     def resume_pace(self) -> float:
-        """How often an invocation proceeds against the world's moves: slower when only the slow
-        container's waits."""
-        if self.slow is None or any(inv.container.name != self.slow for inv in self.waiting):
-            return 1.0
-        return SLOW_PACE
+        """How often an invocation proceeds against the world's moves: slower when only slow
+        invocations wait."""
+        return max((self._pace(inv) for inv in self.waiting), default=1.0)
 
     def resume_weights(self) -> list[float] | None:
         """The weights of the invocations waiting, to draw the one that proceeds (None: alike)."""
-        if self.slow is None or all(inv.container.name != self.slow for inv in self.waiting):
+        weights = [self._pace(inv) for inv in self.waiting]
+        if all(w == 1.0 for w in weights):
             return None
-        if len(self.waiting) > 1:
+        if len(self.waiting) > 1 and any(inv.container.name == self.slow for inv in self.waiting):
             count("explorer:slow_beside_others")
-        return [SLOW_PACE if inv.container.name == self.slow else 1.0 for inv in self.waiting]
+        return weights
 
     def resume(self, inv: Invocation) -> None:
         if inv in self.waiting:
