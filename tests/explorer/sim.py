@@ -213,7 +213,8 @@ class Switch(Fault):
         if status >= 300:
             return
         if self.explorer.after_decision and (
-            _conditional_write(call) or (call.service == "dynamodb" and call.operation == "TransactWriteItems")
+            _conditional_write(call)
+            or (call.service == "dynamodb" and call.operation == "TransactWriteItems")
         ):
             self.inv.decided = True
         if what == CRASH_AFTER:

@@ -130,6 +130,27 @@ def test_a_slow_container_and_a_redrive_of_the_last_end_happen_in_swarm_runs() -
     assert expected <= fired, sorted(expected - fired)
 
 
+def test_a_decision_is_followed_by_a_slow_switch_point_only_in_the_swarm_runs_that_draw_it() -> None:
+    """A swarm run that draws ``AFTER_DECISION`` (from the seed) weights the call after each write
+    that took effect; a run that does not, and a plain run, never do."""
+    import random
+
+    from tests.explorer.sim import AFTER_DECISION, DECISION_SALT, explore
+    from tests.support.faults import FAULTS
+
+    def draws(seed: int) -> bool:
+        return AFTER_DECISION[random.Random(seed * 193 + DECISION_SALT).randrange(len(AFTER_DECISION))]
+
+    drawn, undrawn = 301, 302
+    assert draws(drawn) and not draws(undrawn)
+    before = FAULTS["explorer:after_decision"]
+    explore(undrawn, 120, swarm=True)
+    explore(drawn, 120)  # plain: no swarm draws at all
+    assert FAULTS["explorer:after_decision"] == before
+    explore(drawn, 120, swarm=True)
+    assert FAULTS["explorer:after_decision"] > before
+
+
 def test_a_lost_conditional_write_is_retried_and_refused_by_its_own_condition(monkeypatch) -> None:
     """Sluice's clients retry a read timeout (botocore's standard mode): a conditional write whose
     first attempt took effect and whose answer was lost is refused by its own condition on the
