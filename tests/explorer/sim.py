@@ -138,6 +138,8 @@ RUN_LIFE_SALT = 70  # as SLOW_SALT
 # re-submission of one key meets a claim, a reconciliation and a full pool of that key while one of
 # them waits inside a window. Not written for any one break: every promise is checked as ever.
 FOCUS = (None, None, "one key")
+FOCUS_SALT = 5  # as SLOW_SALT
+FOCUS_KEPT = ("tick", "deliver", "end", "redrive", "by_hand", "advance")  # weight at least plain
 # A swarm run may weight the switch point right after a decision: the call that follows a conditional
 # write or a transaction that took effect (a claim, an adoption, a block, a caps write) is where a
 # protocol's two steps come apart (an adoption before its re-plan, a claim before its start, a
@@ -145,11 +147,9 @@ FOCUS = (None, None, "one key")
 # the others, so that another invocation or the world acts inside the window, and crashes
 # DECISION_CRASH times as often. Drawn from the seed (in a third of the swarm runs), as slow containers.
 AFTER_DECISION = (False, False, True)
-DECISION_SALT = 11  # as SLOW_SALT
+DECISION_SALT = 8  # as SLOW_SALT
 DECISION_PACE = 0.05
 DECISION_CRASH = 8.0
-FOCUS_SALT = 5  # as SLOW_SALT
-FOCUS_KEPT = ("tick", "deliver", "end", "redrive", "by_hand", "advance")  # weight at least plain
 
 
 class Failure(AssertionError):
