@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # pytest-xdist workers for `make test`: one more than the cores, as a few tests mostly wait (the demo,
 # the deploy tests, moto's Step Functions); TEST_WORKERS=0 runs in one process.
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1) + 1 )))
 PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadgroup
 PYTEST_ARGS ?=  # more pytest options for `make test`, e.g. PYTEST_ARGS=--durations=30
 
