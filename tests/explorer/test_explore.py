@@ -120,9 +120,9 @@ def test_a_slow_container_and_a_redrive_of_the_last_end_happen_in_swarm_runs() -
 
     before = dict(FAULTS)
     expected = {"explorer:slow_beside_others", "explorer:redrive_last", "explorer:end_held_by_life"}
-    # At most 20 runs: each widening is drawn in half of them; seed 59 draws all three today (a change
-    # of Sluice's calls moves the draws, and the loop then goes on).
-    for seed in range(59, 79):
+    # At most 20 runs: each widening is drawn in half of them; seed 60 draws all three today (a change
+    # of Sluice's calls or of the explorer's draws moves them, and the loop then goes on).
+    for seed in range(60, 80):
         explore(seed, 120, swarm=True)
         fired = {k for k, v in FAULTS.items() if v > before.get(k, 0)}
         if expected <= fired:
