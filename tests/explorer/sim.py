@@ -212,10 +212,7 @@ class Switch(Fault):
         what, self.inv.after = self.inv.after, NOTHING
         if status >= 300:
             return
-        if self.explorer.after_decision and (
-            _conditional_write(call)
-            or (call.service == "dynamodb" and call.operation == "TransactWriteItems")
-        ):
+        if self.explorer.after_decision and _decision(call):
             self.inv.decided = True
         if what == CRASH_AFTER:
             count("explorer:crash_after")
@@ -269,6 +266,11 @@ class Switch(Fault):
             raise ReadTimeoutError(endpoint_url=f"https://{call.service}.invalid/")
         count("explorer:start_retry_carried_out")
         _sdk_retry(injector, call)
+
+
+def _decision(call: Call) -> bool:
+    """A write that decides something (AFTER_DECISION): a conditional write or a transaction."""
+    return _conditional_write(call) or (call.service == "dynamodb" and call.operation == "TransactWriteItems")
 
 
 def _conditional_write(call: Call) -> bool:
