@@ -1,15 +1,21 @@
-"""Launcher Lambda: EventBridge schedule (and manual invokes). Reconcile, then fill free slots."""
+"""Launcher Lambda: EventBridge schedule (and manual invokes): reconcile, then fill free slots. A
+producer's wake (``sluice.core.events.WAKE_EVENT``, sent by ``sluice enqueue``) fills what is free now:
+no reconciliation, no linger."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from handlers._shared import emit, logger, metrics, runtime
+from sluice.core.events import is_wake
 
 
 @metrics.log_metrics
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: Any) -> dict[str, object]:
     launcher = runtime().launcher(logger)
-    summary = launcher.tick(reconcile_first=True, remaining_ms=context.get_remaining_time_in_millis)
+    scheduled = not is_wake(event)
+    summary = launcher.tick(
+        reconcile_first=scheduled, linger=scheduled, remaining_ms=context.get_remaining_time_in_millis
+    )
     return emit(summary)

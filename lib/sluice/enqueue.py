@@ -5,6 +5,10 @@ Every item is checked with the launcher's own rules first, so an item the launch
 dead-letter is refused here with the line it came from. Valid items are sent even when others
 fail; the report says which failed and why.
 
+With a ``LauncherWake``, the stack's launcher is woken once the payloads are sent (an asynchronous
+invoke): a payload enqueued while slots are free starts in about a second, not at the next scheduled
+tick, without a launcher that lingers between ticks.
+
 A payload whose body is over the threshold (``sluice.features.pointers.DEFAULT_THRESHOLD`` unless given) is
 stored in the stack's payload bucket first, and the message carries its pointer instead, with the
 key, group and deduplication id the payload itself would have had.
@@ -19,8 +23,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sluice.adapters.aws.deployment import Functions
 from sluice.adapters.errors import translated
-from sluice.core.errors import InvalidPayload
+from sluice.core.errors import InvalidPayload, SluiceError
+from sluice.core.events import WAKE_EVENT
 from sluice.core.validation import (
     KEY_ATTRIBUTE,
     MAX_INPUT_BYTES,
@@ -66,11 +72,31 @@ class Prepared:
     ckey: str | None = None  # its concurrency key (sluice.features.keys)
 
 
+@dataclass(frozen=True, slots=True)
+class LauncherWake:
+    """Wake the stack's launcher (its name or ARN: the stack output ``LauncherFunctionArn``) after a
+    send. The woken launcher receives only while slots are free, so a wake while every slot is held
+    costs one short invocation and one read. Needs ``lambda:InvokeFunction`` on it (the stack's
+    producer policy has it)."""
+
+    functions: Functions
+    function: str
+
+    @classmethod
+    def of(cls, lambda_client: Any, function: str) -> LauncherWake:
+        return cls(Functions(lambda_client), function)
+
+    def __call__(self) -> None:
+        self.functions.invoke_async(self.function, WAKE_EVENT)
+
+
 @dataclass
 class EnqueueReport:
     sent: list[tuple[str, str, str]] = field(default_factory=list)  # (where, key, message id)
     failed: list[tuple[str, str]] = field(default_factory=list)  # (where, reason)
     stored: dict[str, str] = field(default_factory=dict)  # where → s3:// URI, for payloads sent as pointers
+    woken: int = 0  # wakes the launcher accepted
+    wake_failed: str = ""  # why the last wake failed: the payloads wait for the next scheduled tick
 
     @property
     def ok(self) -> bool:
@@ -201,6 +227,7 @@ def enqueue(
     concurrency_key: str | None = None,
     concurrency_key_field: str | None = None,
     lane: str = DEFAULT_LANE,
+    wake: Callable[[], None] | None = None,
 ) -> EnqueueReport:
     """Send ``items``. With ``payloads`` (the stack's bucket), a body over ``threshold`` bytes is stored
     there and sent as a pointer; without it, such a body is sent as it is, up to 262,144 bytes.
@@ -208,7 +235,11 @@ def enqueue(
     ``queue_url`` is the queue of ``lane`` (``sluice.features.lanes``); a message of a lane other than the
     default carries ``sluice-lane`` too. The launcher goes by the queue, not the attribute, but a
     message SQS moves to the dead-letter queue keeps it, and ``sluice dlq redrive`` sends it back
-    to its lane's queue by it."""
+    to its lane's queue by it.
+
+    ``wake`` (a ``LauncherWake``) is called once after the sends when any payload was sent. A wake
+    that fails fails nothing: the payloads are in the queue and start at the next scheduled tick;
+    ``report.wake_failed`` says why."""
     report = EnqueueReport()
     ready: list[Prepared] = []
     max_bytes = MAX_STORED_BYTES if payloads is not None else MAX_INPUT_BYTES
@@ -236,7 +267,18 @@ def enqueue(
         _send(sqs, queue_url, batch, [_entry(i, p, once, extra) for i, p in enumerate(batch)], report)
         if progress:
             progress(len(batch))
+    if wake is not None and report.sent:
+        _wake(wake, report)
     return report
+
+
+def _wake(wake: Callable[[], None], report: EnqueueReport) -> None:
+    try:
+        wake()
+    except SluiceError as exc:
+        report.wake_failed = str(exc)
+    else:
+        report.woken += 1
 
 
 def _shared_attributes(after: tuple[str, ...], run_anyway: bool, lane: str) -> dict[str, dict[str, str]]:

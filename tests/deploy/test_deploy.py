@@ -36,6 +36,7 @@ import pytest
 
 from sluice.adapters.aws.s3 import S3PayloadObjects
 from sluice.adapters.dynamo.store import DynamoStore
+from sluice.core.events import WAKE_EVENT
 from sluice.core.model import PayloadState
 from sluice.core.names import execution_name
 from sluice.enqueue import Item, enqueue
@@ -674,6 +675,36 @@ def test_the_deployed_launcher_lingers_and_starts_a_payload_sent_between_ticks_a
     # One invocation started both: it was still polling after the first.
     assert function == "launcher"
     assert summary["started"] == 2 and summary["running"] == 2
+
+
+def test_a_producer_may_wake_the_deployed_launcher_which_starts_at_once_without_lingering(deployed):
+    """The output LauncherFunctionArn names the launcher, the producer policy may invoke it and nothing
+    else, and the deployed launcher woken as `sluice enqueue` wakes it (lingerSeconds 55, slots free)
+    starts the payload and returns instead of long-polling for 55 s, without reconciling."""
+    aws, out = deployed.aws, deployed.outputs
+    launcher = deployed.functions["launcher"]
+    assert out["LauncherFunctionArn"] == launcher.arn
+    iam = aws.client("iam")
+    policy = iam.get_policy(PolicyArn=out["ProducerPolicyArn"])["Policy"]
+    document = iam.get_policy_version(PolicyArn=policy["Arn"], VersionId=policy["DefaultVersionId"])
+    statements = document["PolicyVersion"]["Document"]["Statement"]
+    invoking = [s for s in statements if "lambda:InvokeFunction" in _listed(s["Action"])]
+    assert [(s["Sid"], _resources(s)) for s in invoking] == [("WakeLauncher", [launcher.arn])]
+    sqs = aws.client("sqs")
+    message_id = sqs.send_message(
+        QueueUrl=out["QueueUrl"],
+        MessageBody=json.dumps({"id": "woken-1"}),
+        MessageGroupId="woken-1",
+        MessageDeduplicationId=uuid.uuid4().hex,
+    )["MessageId"]
+
+    began = time.monotonic()
+    summary = deployed.invoke("launcher", WAKE_EVENT)
+
+    assert time.monotonic() - began < 30  # a lingering tick would poll until 55 s
+    assert summary["started"] == 1 and summary["reconciled"] is False
+    executions = aws.client("stepfunctions").list_executions(stateMachineArn=out["StateMachineArn"])
+    assert [e["name"] for e in executions["executions"]] == [execution_name("woken-1", message_id)]
 
 
 def _set_max(deployed, value: int) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -107,6 +108,31 @@ def crash_before(client: Any, operation: str) -> None:
         raise Crash(f"stopped before {operation}")
 
     client.meta.events.register(f"before-call.{_service(client)}.{operation}", hook)
+
+
+def lambda_invocations(events: Any) -> list[dict[str, Any]]:
+    """Answer every Lambda ``Invoke`` made through ``events`` (a client's ``meta.events``, or a boto3
+    session's ``events`` before its clients are made) as Lambda answers an asynchronous one, 202,
+    without sending it (moto would try to run the function in Docker). Returns the invocations, in
+    order: ``{"function", "type", "event"}``; a test plays Lambda by running the handler with them."""
+    seen: list[dict[str, Any]] = []
+
+    def record(params: dict[str, Any], **_: Any) -> None:  # the call's parameters, as the caller gave them
+        payload = params.get("Payload", b"{}")
+        seen.append(
+            {
+                "function": params["FunctionName"],
+                "type": params.get("InvocationType", "RequestResponse"),
+                "event": json.loads(payload.decode() if isinstance(payload, bytes) else payload),
+            }
+        )
+
+    def answer(**_: Any) -> tuple[_Http, dict[str, Any]]:
+        return _Http(202), {"StatusCode": 202, "ResponseMetadata": {"HTTPStatusCode": 202, "HTTPHeaders": {}}}
+
+    events.register("before-parameter-build.lambda.Invoke", record)
+    events.register("before-call.lambda.Invoke", answer)
+    return seen
 
 
 def count_calls(*clients: Any) -> Counter:

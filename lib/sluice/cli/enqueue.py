@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import re
 import sys
 from typing import Any
@@ -11,7 +12,7 @@ from sluice.cli.context import Context
 from sluice.cli.render import EXIT_AWS, EXIT_CONFIG, EXIT_OK, EXIT_PARTIAL, progress_bar, usage
 from sluice.core.errors import SluiceError, TransientError
 from sluice.core.validation import content_hash, parse_object
-from sluice.enqueue import EnqueueReport, enqueue, read_items
+from sluice.enqueue import EnqueueReport, LauncherWake, enqueue, read_items
 from sluice.features.lanes import DEFAULT_LANE
 from sluice.features.pointers import MAX_STORED_BYTES
 from sluice.ops.awaits import known_waiters
@@ -19,6 +20,8 @@ from sluice.ops.awaits import known_waiters
 ENQUEUE_CHUNK = 100  # items per enqueue call: a failure names the first item not sent
 PROGRESS_FROM = 50  # items; fewer are sent without a progress bar
 DEDUP_ID = re.compile(r"^[!-~]{1,128}$")
+LAUNCHER_ENV = "SLUICE_LAUNCHER_FUNCTION"  # the launcher to wake: its name or ARN
+LAUNCHER_ARN_OUTPUT = "LauncherFunctionArn"  # the stack's output naming it
 
 
 def cmd_enqueue(ctx: Context) -> int:
@@ -39,6 +42,12 @@ def cmd_enqueue(ctx: Context) -> int:
         print(f"sluice enqueue: {where}: {reason}", file=sys.stderr)
     if unsent:
         print(f"sluice enqueue: {unsent}", file=sys.stderr)
+    if report.wake_failed:
+        print(
+            f"sluice enqueue: the launcher was not woken ({report.wake_failed}); the payloads sent start "
+            "at its next scheduled tick",
+            file=sys.stderr,
+        )
     repeats = _repeats(items, {w for w, _, _ in report.sent}) if args.dedup_id is None else 0
     ctx.out(
         _human(report, len(items), args.lane, repeats, ctx.settings.payload_bucket),
@@ -56,6 +65,8 @@ def cmd_enqueue(ctx: Context) -> int:
             "failed": [{"where": w, "reason": r} for w, r in report.failed],
             "unsent": unsent or None,
             "repeats": repeats,
+            "woken": report.woken,
+            "wake_failed": report.wake_failed or None,
             **({"lane": args.lane} if args.lane != DEFAULT_LANE else {}),
         },
     )
@@ -98,6 +109,7 @@ def _send(ctx: Context, queue_url: str, items: list[Any]) -> tuple[EnqueueReport
         concurrency_key=args.concurrency_key,
         concurrency_key_field=args.concurrency_key_field,
         lane=args.lane,
+        wake=_launcher_wake(ctx),
     )
     report = EnqueueReport()
     with progress_bar(len(items), quiet=args.json or len(items) < PROGRESS_FROM) as advance:
@@ -112,7 +124,18 @@ def _send(ctx: Context, queue_url: str, items: list[Any]) -> tuple[EnqueueReport
             report.sent.extend(part.sent)
             report.failed.extend(part.failed)
             report.stored.update(part.stored)
+            report.woken += part.woken
+            report.wake_failed = part.wake_failed or report.wake_failed
     return report, "", None
+
+
+def _launcher_wake(ctx: Context) -> LauncherWake | None:
+    """What wakes the launcher after each chunk sent: ``SLUICE_LAUNCHER_FUNCTION``, else the stack's
+    output; None with ``--no-wake`` or when neither names it (a producer that named its queue alone)."""
+    if not ctx.args.wake:
+        return None
+    function = os.environ.get(LAUNCHER_ENV, "").strip() or ctx.outputs.get(LAUNCHER_ARN_OUTPUT, "")
+    return LauncherWake.of(ctx.runtime.client("lambda"), function) if function else None
 
 
 def _human(report: EnqueueReport, total: int, lane: str, repeats: int, bucket: str | None) -> str:
@@ -122,6 +145,8 @@ def _human(report: EnqueueReport, total: int, lane: str, repeats: int, bucket: s
     stored = [(w, report.stored[w]) for w, _, _ in report.sent if w in report.stored]
     if stored:
         human += f"; {len(stored)} stored in s3://{bucket} and sent as pointers"
+    if report.woken:
+        human += "; the launcher was woken"
     if report.failed:
         human += f"; {len(report.failed)} refused (see above)"
     if repeats:

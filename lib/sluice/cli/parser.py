@@ -203,6 +203,14 @@ ENQUEUE = Command(
             "send to lane NAME's queue (stack parameter lanes; default: the lane 'default', the stack's queue)",
             default=DEFAULT_LANE,
         ),
+        _arg(
+            "--no-wake",
+            dest="wake",
+            action="store_false",
+            help="do not wake the launcher after sending (by default it is woken, so payloads start while "
+            "slots are free without waiting for the next tick; SLUICE_LAUNCHER_FUNCTION, else the stack "
+            "output LauncherFunctionArn)",
+        ),
         OneOf(
             (
                 _concurrency_key(

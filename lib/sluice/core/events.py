@@ -1,5 +1,6 @@
-"""The EventBridge "Step Functions Execution Status Change" event, as Sluice reads it: the
-completion's input, and the semaphore's. Best effort: lost, repeated, late or out of order."""
+"""The events Sluice's functions read: the EventBridge "Step Functions Execution Status Change" event
+(the completion's input, and the semaphore's; best effort: lost, repeated, late or out of order), and
+a producer's wake (the launcher's, beside its schedule)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,14 @@ from typing import Any
 from sluice.core.model import ExecutionStatus
 
 DETAIL_TYPE = "Step Functions Execution Status Change"
+# What a producer's wake sends the launcher (sluice.enqueue.LauncherWake): a tick that neither reconciles
+# nor lingers. Any other event is a scheduled tick, so a forged or mistyped wake costs one full tick.
+WAKE_EVENT: Mapping[str, str] = {"sluice": "wake"}
+
+
+def is_wake(event: Any) -> bool:
+    """Whether a launcher invocation's event is a producer's wake: exactly ``WAKE_EVENT``."""
+    return isinstance(event, dict) and event == WAKE_EVENT
 
 
 @dataclass(frozen=True, slots=True)

@@ -195,9 +195,15 @@ class Launcher:
     # -- entry points -------------------------------------------------------------------------
 
     def tick(
-        self, *, reconcile_first: bool = True, remaining_ms: Callable[[], int] | None = None
+        self,
+        *,
+        reconcile_first: bool = True,
+        remaining_ms: Callable[[], int] | None = None,
+        linger: bool = True,
     ) -> TickSummary:
-        """One scheduled run: reconcile the ledger with Step Functions, then fill free slots."""
+        """One scheduled run: reconcile the ledger with Step Functions, then fill free slots, lingering
+        while they stay free (``lingerSeconds``). A wake from a producer (``sluice.enqueue.LauncherWake``)
+        is ``tick(reconcile_first=False, linger=False)``: it fills what is free now and returns."""
         summary = TickSummary()
         self.admission.check_state_machine()
         if reconcile_first:
@@ -217,8 +223,8 @@ class Launcher:
             summary.released_by_reconcile = report.released
             summary.drift = report.drift
         if self.settings.lanes:
-            return self.lanes.admit_lanes(summary, remaining_ms=remaining_ms, linger=True)
-        return self.admit(summary=summary, remaining_ms=remaining_ms, linger=True, sync_limit=True)
+            return self.lanes.admit_lanes(summary, remaining_ms=remaining_ms, linger=linger)
+        return self.admit(summary=summary, remaining_ms=remaining_ms, linger=linger, sync_limit=True)
 
     def on_status_change(
         self, change: StatusChange, *, remaining_ms: Callable[[], int] | None = None

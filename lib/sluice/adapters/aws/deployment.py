@@ -3,6 +3,8 @@ stack's outputs and resources, and the launcher function's configuration in Lamb
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,3 +74,11 @@ class Functions:
         return FunctionConfiguration(
             config.get("FunctionName", function), dict(variables), config.get("Timeout")
         )
+
+    def invoke_async(self, function: str, event: Mapping[str, Any]) -> None:
+        """Invoke ``function`` asynchronously (``InvocationType=Event``): Lambda queues ``event`` and
+        answers at once, without waiting for the function."""
+        with translated("Invoke"):
+            self.client.invoke(
+                FunctionName=function, InvocationType="Event", Payload=json.dumps(event).encode("utf-8")
+            )

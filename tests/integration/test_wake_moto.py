@@ -1,0 +1,231 @@
+"""A producer wakes the launcher: ``sluice enqueue`` (and ``sluice.enqueue.enqueue`` with a
+``LauncherWake``) invokes it asynchronously after sending, and the woken launcher fills what is free
+now, without reconciling and without lingering. Lambda is played by the tests: each recorded
+invocation is run through the real handler, as Lambda would run it a moment later."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from handlers import _shared
+from handlers import launcher as launcher_handler
+from sluice.core.events import WAKE_EVENT, is_wake
+from sluice.enqueue import Item, LauncherWake, enqueue
+from tests.support.aws import LambdaContext
+from tests.support.cli import clear_sluice_env, deploy, sluice
+from tests.support.hooks import count_calls, error_answer, lambda_invocations
+
+STACK = "sluice-wake"
+LAUNCHER = "arn:aws:lambda:us-east-1:123456789012:function:sluice-wake-launcher"
+
+
+@pytest.fixture
+def deployed(stack, monkeypatch):
+    """The stack as deployed, its outputs naming the launcher to wake."""
+    clear_sluice_env(monkeypatch)
+    deploy(stack, STACK, outputs={"LauncherFunctionArn": LAUNCHER})
+    _shared.reset()
+    yield stack
+    _shared.reset()
+
+
+def launcher_env(stack) -> dict[str, str]:
+    """The deployed launcher's environment (lingerSeconds 55, as deployed)."""
+    s = stack.settings
+    return {
+        "SLUICE_QUEUE_URL": s.queue_url,
+        "SLUICE_DLQ_URL": s.dlq_url,
+        "SLUICE_TABLE_NAME": s.table_name,
+        "SLUICE_STATE_MACHINE_ARN": s.state_machine_arn,
+        "SLUICE_MAX_CONCURRENCY": "5",
+        "SLUICE_MAX_PARAMETER": s.max_parameter,
+        "SLUICE_MAX_CACHE_SECONDS": "0",
+        "SLUICE_RECEIVE_WAIT_SECONDS": "0",
+        "SLUICE_LINGER_SECONDS": "55",
+    }
+
+
+@pytest.fixture
+def launcher_runtime(deployed):
+    """The launcher's warm runtime, built with its deployed environment (for counting its calls)."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in launcher_env(deployed).items():
+            mp.setenv(name, value)
+        _shared.reset()
+        runtime = _shared.runtime()
+    return runtime
+
+
+def payloads(tmp_path, keys: list[str]) -> str:
+    path = tmp_path / "payloads.jsonl"
+    path.write_text("".join(json.dumps({"id": k}) + "\n" for k in keys))
+    return str(path)
+
+
+def play_lambda(stack, invocations: list[dict]) -> list[dict]:
+    """Run each recorded asynchronous invocation of the launcher through its handler, with the
+    deployed launcher's environment (its warm runtime, when one was built, is kept)."""
+    results = []
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in launcher_env(stack).items():
+            mp.setenv(name, value)
+        for invocation in invocations:
+            assert invocation["type"] == "Event"
+            results.append(launcher_handler.handler(invocation["event"], LambdaContext()))
+    return results
+
+
+def test_enqueue_wakes_the_launcher_which_starts_the_payloads_at_once(
+    deployed, launcher_runtime, capsys, tmp_path
+):
+    invocations = lambda_invocations(deployed.session.events)
+
+    run = sluice(
+        capsys,
+        "--stack",
+        STACK,
+        "enqueue",
+        payloads(tmp_path, ["a", "b", "c"]),
+        "--json",
+        session=deployed.session,
+    )
+
+    assert run.code == 0, run.err
+    assert run.json["woken"] == 1 and run.json["wake_failed"] is None
+    assert [(i["function"], i["type"], i["event"]) for i in invocations] == [(LAUNCHER, "Event", WAKE_EVENT)]
+    assert deployed.running() == [] and deployed.queue_counts() == (3, 0)
+
+    calls = count_calls(launcher_runtime.client("sqs"), launcher_runtime.client("stepfunctions"))
+    [summary] = play_lambda(deployed, invocations)
+
+    assert summary["started"] == 3 and summary["reconciled"] is False
+    assert (
+        sorted(deployed.running()) == sorted(e["name"] for e in deployed.executions())
+        and len(deployed.running()) == 3
+    )
+    assert deployed.queue_counts() == (0, 0)
+    # No reconciliation (no listing, no describe) and no linger: two receives, the second empty,
+    # where a lingering tick would go on receiving for 55 s.
+    assert calls["ListExecutions"] == 0 and calls["DescribeExecution"] == 0
+    assert calls["ReceiveMessage"] == 2 and calls["StartExecution"] == 3
+
+
+def test_a_wake_while_every_slot_is_held_receives_nothing(deployed, launcher_runtime, capsys, tmp_path):
+    deployed.client("ssm").put_parameter(Name=deployed.settings.max_parameter, Value="2", Overwrite=True)
+    invocations = lambda_invocations(deployed.session.events)
+    sluice(capsys, "--stack", STACK, "enqueue", payloads(tmp_path, ["a", "b"]), session=deployed.session)
+    play_lambda(deployed, invocations)
+    assert len(deployed.running()) == 2
+    invocations.clear()
+
+    run = sluice(capsys, "--stack", STACK, "enqueue", payloads(tmp_path, ["c"]), session=deployed.session)
+    assert run.code == 0 and "the launcher was woken" in run.out
+    calls = count_calls(launcher_runtime.client("sqs"))
+    [summary] = play_lambda(deployed, invocations)
+
+    assert summary["started"] == 0 and summary["free_slots"] == 0
+    assert calls["ReceiveMessage"] == 0  # the read found no room: the message keeps its receives
+    assert deployed.queue_counts() == (1, 0) and len(deployed.running()) == 2
+
+
+def test_one_wake_per_chunk_sent(deployed, capsys, tmp_path):
+    invocations = lambda_invocations(deployed.session.events)
+
+    run = sluice(
+        capsys,
+        "--stack",
+        STACK,
+        "enqueue",
+        payloads(tmp_path, [f"k{i}" for i in range(150)]),
+        "--json",
+        session=deployed.session,
+    )
+
+    assert run.code == 0 and len(run.json["sent"]) == 150
+    assert run.json["woken"] == 2 and len(invocations) == 2  # 100 per chunk (ENQUEUE_CHUNK)
+
+
+def test_a_refused_wake_loses_nothing_and_says_so(deployed, capsys, tmp_path):
+    deployed.session.events.register(
+        "before-call.lambda.Invoke", lambda **_: error_answer("AccessDeniedException", 403)
+    )
+
+    run = sluice(
+        capsys,
+        "--stack",
+        STACK,
+        "enqueue",
+        payloads(tmp_path, ["a", "b"]),
+        "--json",
+        session=deployed.session,
+    )
+
+    assert run.code == 0  # the payloads were sent: they start at the next scheduled tick
+    assert run.json["woken"] == 0 and "AccessDeniedException" in run.json["wake_failed"]
+    assert "the launcher was not woken (" in run.err and "next scheduled tick" in run.err
+    assert deployed.queue_counts() == (2, 0)
+
+
+def test_no_wake_without_a_launcher_named_or_with_no_wake(deployed, capsys, tmp_path, monkeypatch):
+    invocations = lambda_invocations(deployed.session.events)
+
+    run = sluice(
+        capsys,
+        "--stack",
+        STACK,
+        "enqueue",
+        "--no-wake",
+        payloads(tmp_path, ["a"]),
+        "--json",
+        session=deployed.session,
+    )
+    assert run.code == 0 and run.json["woken"] == 0 and invocations == []
+
+    # A producer that names its queue alone reads no stack, so it knows no launcher...
+    monkeypatch.setenv("SLUICE_QUEUE_URL", deployed.settings.queue_url)
+    run = sluice(capsys, "enqueue", payloads(tmp_path, ["b"]), "--json", session=deployed.session)
+    assert run.code == 0 and run.json["woken"] == 0 and invocations == []
+
+    # ...unless it names that too.
+    monkeypatch.setenv("SLUICE_LAUNCHER_FUNCTION", "sluice-wake-launcher")
+    run = sluice(capsys, "enqueue", payloads(tmp_path, ["c"]), "--json", session=deployed.session)
+    assert run.json["woken"] == 1 and [i["function"] for i in invocations] == ["sluice-wake-launcher"]
+    assert deployed.queue_counts() == (3, 0)
+
+
+def test_the_python_api_wakes_once_per_call_and_only_when_something_was_sent(deployed):
+    lam = deployed.client("lambda")
+    invocations = lambda_invocations(lam.meta.events)
+    wake = LauncherWake.of(lam, LAUNCHER)
+    sqs = deployed.client("sqs")
+
+    report = enqueue(
+        sqs, deployed.settings.queue_url, [Item("line 1", '{"id": "x"}'), Item("line 2", "[]")], wake=wake
+    )
+    assert report.woken == 1 and len(report.sent) == 1 and len(report.failed) == 1
+
+    report = enqueue(sqs, deployed.settings.queue_url, [Item("line 1", "[]")], wake=wake)
+    assert report.woken == 0 and len(invocations) == 1  # nothing sent, nothing to wake for
+
+    [summary] = play_lambda(deployed, invocations)
+    assert summary["started"] == 1
+
+
+def test_only_the_exact_wake_event_skips_reconciliation(deployed):
+    """Any other event, a forged or mistyped wake included, is a scheduled tick: it reconciles. (With
+    MAX 0 in force nothing is received, so the scheduled tick does not linger.)"""
+    deployed.client("ssm").put_parameter(Name=deployed.settings.max_parameter, Value="0", Overwrite=True)
+    assert is_wake({"sluice": "wake"}) and not is_wake({"sluice": "wake", "detail": {}})
+    assert not is_wake({"sluice": "Wake"}) and not is_wake(["sluice"]) and not is_wake(None)
+
+    woken, forged = play_lambda(
+        deployed,
+        [
+            {"type": "Event", "event": dict(WAKE_EVENT)},
+            {"type": "Event", "event": {"sluice": "wake", "extra": 1}},
+        ],
+    )
+
+    assert woken["reconciled"] is False and forged["reconciled"] is True
