@@ -53,6 +53,12 @@ def main(argv: list[str] | None = None) -> int:
         "queues without high throughput) and write bench/out/results-oracle.json (the results file is kept)",
     )
     parser.add_argument(
+        "--idle-only",
+        action="store_true",
+        help="run only the payloads enqueued while slots are free and the idle hour, and update their "
+        "sections of the results file (and the targets)",
+    )
+    parser.add_argument(
         "--report-only",
         action="store_true",
         help="redo the report and plots from the last run's bench/out/raw.pickle",
@@ -80,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         return _lanes_only(plan, out)
     if args.oracle_only:
         return _oracle_only(plan, out, args.workers, results_path)
+    if args.idle_only:
+        return _idle_only(plan, args.workers, results_path)
     raw = out / ("raw-quick.pickle" if plan.quick else "raw.pickle")
     if args.report_only:
         results = pickle.loads(raw.read_bytes())
@@ -218,6 +226,20 @@ def _oracle_only(plan: plan_mod.Plan, out: Path, workers: int | None, results_pa
         f"\nwrote bench/out/results-oracle.json, bench/out/summary-oracle.md and the summary's sections of "
         f"{results_path.relative_to(ROOT)}"
     )
+    print(f"took {time.monotonic() - began:.0f} s")
+    return 0
+
+
+def _idle_only(plan: plan_mod.Plan, workers: int | None, results_path: Path) -> int:
+    """The trickle and the idle hour alone (seconds): their sections of the results file, the
+    linger's cost and the targets that use them; the other sections are kept as they are."""
+    began = time.monotonic()
+    runs = plan_mod.run_tasks(plan_mod.idle_tasks(plan), workers)
+    data = json.loads(results_path.read_text())
+    report.replace_idle(data, plan, runs["trickle"], runs["idle"])
+    merge_sections(results_path, data)
+    print(report.table(data))
+    print(f"\nwrote the trickle, idle, linger and target sections of {results_path.relative_to(ROOT)}")
     print(f"took {time.monotonic() - began:.0f} s")
     return 0
 

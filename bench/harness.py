@@ -39,6 +39,7 @@ from bench.sluice_system import (
     SluiceReleaseThenRefill,
     SluiceSystem,
     SluiceWide,
+    SluiceWoken,
 )
 from sluice.core.records import Lane
 from sluice.features.awaits import AWAITS_ATTRIBUTE
@@ -50,6 +51,7 @@ SYSTEMS: dict[str, type[System]] = {
     for cls in (
         SluiceSystem,
         SluiceLinger,
+        SluiceWoken,
         PollerSystem,
         CounterSemaphoreSystem,
         SluiceReleaseThenRefill,
@@ -640,6 +642,12 @@ def _r(x: float | None, digits: int = 3) -> float | None:
     return None if x is None else round(x, digits)
 
 
+def _enqueue(system: System, job: Job, attributes: dict[str, str] | None) -> None:
+    """A producer sends ``job`` (to its lane's queue) and, for a system whose producer does, wakes it."""
+    system.queue_for(job.lane).send(job.body, job.id, attributes)
+    system.on_enqueue()
+
+
 def run(
     system_name: str,
     workload: str,
@@ -675,7 +683,7 @@ def run(
         attributes = {AWAITS_ATTRIBUTE: json.dumps(list(job.awaits))} if job.awaits else {}
         if job.ckey is not None:
             attributes[CONCURRENCY_KEY_ATTRIBUTE] = job.ckey
-        sim.at(T0 + job.enqueue_at, system.queue_for(job.lane).send, job.body, job.id, attributes or None)
+        sim.at(T0 + job.enqueue_at, _enqueue, system, job, attributes or None)
     ticking = [True]
 
     def tick() -> None:

@@ -27,6 +27,11 @@ LIST_LAG = 3.0
 # Assumed, no AWS figure (AWS Lambda Developer Guide, "Understanding the Lambda execution environment
 # lifecycle", gives none): a Python init with boto3 (and Powertools for Sluice), billed.
 COLD_START = 0.6
+# Assumed, no AWS figure: a producer's wake (``sluice enqueue``, ``sluice.enqueue.LauncherWake``), from its
+# Invoke call (InvocationType Event) to the launcher's handler starting in a warm container: the call's
+# round trip and Lambda's internal event queue (AWS Lambda Developer Guide, "Asynchronous invocation",
+# gives no figure). A cold container adds COLD_START.
+ASYNC_INVOKE_DELAY = 0.2
 # AWS Lambda Developer Guide, "How Lambda handles errors and retries with asynchronous invocation":
 # two retries after a function error, the first about 1 minute after it, the second about 2 minutes.
 ASYNC_RETRIES = (60.0, 120.0)
@@ -94,6 +99,9 @@ class System:
 
     def on_tick(self) -> None:
         raise NotImplementedError
+
+    def on_enqueue(self) -> None:
+        """A producer has just sent a payload (the harness calls it after each send)."""
 
     def on_status_event(self, info: ExecutionInfo) -> None:
         raise NotImplementedError

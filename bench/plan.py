@@ -37,8 +37,10 @@ MAXES = (5, 100, 1000)
 # The completion before the hand-over, and the floor of that design, on every workload.
 VARIANTS = ("sluice-release-then-refill", "sluice-lean")
 REFILL_ONE = ("sluice-refill-one", ("fixed30", "fixed5"))  # prices a completion's ledger read
-TRICKLE_SYSTEMS = (*MAIN_SYSTEMS, ORACLES[0])  # O-event: what arrival-driven starts would give
-IDLE_SYSTEMS = MAIN_SYSTEMS
+# The producer that wakes the launcher (sluice enqueue) changes only payloads enqueued while slots are free.
+WOKEN = "sluice-wake"
+TRICKLE_SYSTEMS = (*MAIN_SYSTEMS, WOKEN, ORACLES[0])  # O-event: what arrival-driven starts would give
+IDLE_SYSTEMS = (*MAIN_SYSTEMS, WOKEN)
 TIMELINE = ("fixed30", 100)  # the run whose concurrency over time is plotted
 LARGE = ("fixed60", ("sluice-linger", "sluice-wide", *ORACLES))  # MAX 10,000 (issue 10, item 9)
 # How the results move with the status event's delay (an assumption: bench.model.EVENT_DELAY): Sluice
@@ -325,6 +327,11 @@ def oracle_tasks(plan: Plan) -> list[tuple[str, Any]]:
     return tasks + variant_tasks(plan)
 
 
+def idle_tasks(plan: Plan) -> list[tuple[str, Any]]:
+    """Payloads enqueued while slots are free (the trickle) and the idle hour, for each system."""
+    return [("trickle", (s, plan)) for s in TRICKLE_SYSTEMS] + [("idle", (s, plan)) for s in IDLE_SYSTEMS]
+
+
 def run_tasks(tasks: list[tuple[str, Any]], workers: int | None = None) -> dict[str, list[Any]]:
     """Run ``tasks`` (the slow ones first) on up to ``workers`` processes; their results by kind."""
     order = sorted(range(len(tasks)), key=lambda i: -_cost(tasks[i]))
@@ -358,8 +365,7 @@ def execute(plan: Plan, workers: int | None = None, *, moto: bool = True) -> dic
     tasks += variant_tasks(plan)
     tasks += tenant_tasks(plan)
     tasks += lane_tasks(plan)
-    tasks += [("trickle", (s, plan)) for s in TRICKLE_SYSTEMS]
-    tasks += [("idle", (s, plan)) for s in IDLE_SYSTEMS]
+    tasks += idle_tasks(plan)
     tasks += [("semaphore", a) for a in semaphore_bench.plan_runs(plan.semaphore_executions, plan.seed)]
     tasks.append(("scale", plan))
     if moto:

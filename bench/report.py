@@ -23,7 +23,7 @@ from bench.model import (
 )
 from bench.oracle_report import ORACLES, sensitivity_section, with_oracle, without_high_throughput_section
 from bench.oracle_report import markdown as oracle_markdown
-from bench.plan import MAXES, TIMELINE, WORKLOADS, Plan
+from bench.plan import MAXES, TIMELINE, WOKEN, WORKLOADS, Plan
 from bench.pricing import PRICES, PRICES_AS_OF, SECONDS_PER_MONTH
 
 # Sluice as deployed lingers (lingerSeconds 55). The ids predate that default: "sluice" is the same
@@ -33,6 +33,7 @@ NO_LINGER = "sluice"
 SYSTEM_ORDER = [
     "sluice-linger",
     "sluice",
+    "sluice-wake",
     "sluice-release-then-refill",
     "sluice-refill-one",
     "sluice-lean",
@@ -45,6 +46,7 @@ SYSTEM_ORDER = [
 LABEL = {
     "sluice-linger": "Sluice",
     "sluice": "Sluice, no linger (lingerSeconds=0)",
+    "sluice-wake": "Sluice, no linger, woken by `sluice enqueue`",
     "sluice-release-then-refill": "Sluice, release then refill*",
     "sluice-refill-one": "Sluice, refill one*",
     "sluice-lean": "Sluice, lean*",
@@ -57,6 +59,7 @@ LABEL = {
 COLOR = {
     "sluice-linger": "#1f77b4",
     "sluice": "#17becf",
+    "sluice-wake": "#d62728",
     "sluice-release-then-refill": "#98df8a",
     "sluice-refill-one": "#c7c7c7",
     "sluice-lean": "#aec7e8",
@@ -96,68 +99,8 @@ def assemble(
     """(the deterministic results, the CPU section)."""
     runs = sorted(results["backlog"], key=_order)
     with_oracle(runs)
-    trickle = sorted(results["trickle"], key=lambda r: SYSTEM_ORDER.index(r["system"]))
-    with_oracle(trickle)
-    idle = {r["system"]: r for r in results["idle"]}
-
-    idle_month = {
-        s: _month(r, plan.idle_hours)
-        for s, r in sorted(idle.items(), key=lambda kv: SYSTEM_ORDER.index(kv[0]))
-    }
-    for s, r in idle.items():
-        idle_month[s]["lambda_invocations_per_month"] = round(
-            sum(f["invocations"] for f in r["lambda"].values()) * SECONDS_PER_MONTH / (plan.idle_hours * 3600)
-        )
-        idle_month[s]["api_calls_per_month"] = round(
-            sum(r["calls_by_api"].values()) * SECONDS_PER_MONTH / (plan.idle_hours * 3600)
-        )
-
-    def trickle_of(system: str) -> dict[str, Any]:
-        return next(r for r in trickle if r["system"] == system)
-
-    # Only the scheduled launcher lingers: its cost is a standing one (it stays up ~55 s a minute while
-    # slots are free and the queue is empty), measured idle. Completions never linger, so their
-    # GB-seconds per launch are the same with linger on or off.
-    def gb_s_per_launch(r: dict[str, Any], fn: str) -> float:
-        return round(r["lambda"][fn]["gb_seconds"] / r["started"], 3)
-
-    pair = (DEPLOYED, NO_LINGER)
-    fixed30 = {s: _find(runs, s, "fixed30", 100) for s in pair}
-    linger = {
-        "linger_seconds": 55,
-        "lingers": "the scheduled launcher only",
-        "launcher": {"memory_mb": SLUICE_LAUNCHER_MEMORY_MB, "architecture": SLUICE_ARCHITECTURE},
-        "idle_month_usd": {s: idle_month[s]["total"] for s in pair},
-        "standing_cost_per_month_usd": round(
-            idle_month[DEPLOYED]["total"] - idle_month[NO_LINGER]["total"], 2
-        ),
-        "standing_cost_per_month_by_service_usd": {
-            k: round(idle_month[DEPLOYED][k] - idle_month[NO_LINGER][k], 2)
-            for k in ("lambda", "sqs", "dynamodb", "logs")
-        },
-        "trickle_start_latency_p50_s": {s: trickle_of(s)["start_latency_p50_s"] for s in pair},
-        "trickle_start_latency_p99_s": {s: trickle_of(s)["start_latency_p99_s"] for s in pair},
-        "trickle_completion_gb_seconds_per_launch": {
-            s: gb_s_per_launch(trickle_of(s), "completion") for s in pair
-        },
-        "fixed30_max100_cost_per_million_usd": {
-            s: r["cost_per_million_usd"] for s, r in fixed30.items() if r is not None
-        },
-    }
-
-    dead: dict[str, dict[str, dict[str, int]]] = {}
-    for r in runs:
-        if r["system"] in ORACLES:
-            continue  # an oracle has no dead-letter queue
-        dead.setdefault(r["system"], {}).setdefault(r["workload"], {})[str(r["max"])] = r["dead_lettered"]
-    for r in trickle:
-        if r["system"] in ORACLES:
-            continue
-        dead.setdefault(r["system"], {})["trickle"] = {str(r["max"]): r["dead_lettered"]}
-    dead_lettered = {
-        s: {"total": sum(n for by_max in by_wl.values() for n in by_max.values()), "runs": by_wl}
-        for s, by_wl in sorted(dead.items(), key=lambda kv: SYSTEM_ORDER.index(kv[0]))
-    }
+    trickle, idle_month, linger = _idle_sections(plan, runs, results["trickle"], results["idle"])
+    dead_lettered = _dead_lettered(runs, trickle)
 
     scale_public = json.loads(json.dumps(scale))
     cpu: dict[str, Any] = {"unit": "ms of process_time per tick (median)", "running": [], "backlog": []}
@@ -223,6 +166,106 @@ def assemble(
     return data, cpu
 
 
+def _idle_sections(
+    plan: Plan,
+    runs: list[dict[str, Any]],
+    trickle_runs: list[dict[str, Any]],
+    idle_runs: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]], dict[str, Any]]:
+    """Payloads enqueued while slots are free (the trickle), the idle month, and what the linger costs
+    (beside the backlog ``runs``, for its price per launch)."""
+    trickle = sorted(trickle_runs, key=lambda r: SYSTEM_ORDER.index(r["system"]))
+    with_oracle(trickle)
+    idle = {r["system"]: r for r in idle_runs}
+
+    idle_month = {
+        s: _month(r, plan.idle_hours)
+        for s, r in sorted(idle.items(), key=lambda kv: SYSTEM_ORDER.index(kv[0]))
+    }
+    for s, r in idle.items():
+        idle_month[s]["lambda_invocations_per_month"] = round(
+            sum(f["invocations"] for f in r["lambda"].values()) * SECONDS_PER_MONTH / (plan.idle_hours * 3600)
+        )
+        idle_month[s]["api_calls_per_month"] = round(
+            sum(r["calls_by_api"].values()) * SECONDS_PER_MONTH / (plan.idle_hours * 3600)
+        )
+
+    def trickle_of(system: str) -> dict[str, Any]:
+        return next(r for r in trickle if r["system"] == system)
+
+    # Only the scheduled launcher lingers: its cost is a standing one (it stays up ~55 s a minute while
+    # slots are free and the queue is empty), measured idle. Completions never linger, so their
+    # GB-seconds per launch are the same with linger on or off.
+    def gb_s_per_launch(r: dict[str, Any], fn: str) -> float:
+        return round(r["lambda"][fn]["gb_seconds"] / r["started"], 3)
+
+    pair = (DEPLOYED, NO_LINGER)
+    fixed30 = {s: _find(runs, s, "fixed30", 100) for s in pair}
+    linger = {
+        "linger_seconds": 55,
+        "lingers": "the scheduled launcher only",
+        "launcher": {"memory_mb": SLUICE_LAUNCHER_MEMORY_MB, "architecture": SLUICE_ARCHITECTURE},
+        "idle_month_usd": {s: idle_month[s]["total"] for s in pair},
+        "standing_cost_per_month_usd": round(
+            idle_month[DEPLOYED]["total"] - idle_month[NO_LINGER]["total"], 2
+        ),
+        "standing_cost_per_month_by_service_usd": {
+            k: round(idle_month[DEPLOYED][k] - idle_month[NO_LINGER][k], 2)
+            for k in ("lambda", "sqs", "dynamodb", "logs")
+        },
+        "trickle_start_latency_p50_s": {s: trickle_of(s)["start_latency_p50_s"] for s in pair},
+        "trickle_start_latency_p99_s": {s: trickle_of(s)["start_latency_p99_s"] for s in pair},
+        "trickle_completion_gb_seconds_per_launch": {
+            s: gb_s_per_launch(trickle_of(s), "completion") for s in pair
+        },
+        "fixed30_max100_cost_per_million_usd": {
+            s: r["cost_per_million_usd"] for s, r in fixed30.items() if r is not None
+        },
+    }
+    if WOKEN in idle:
+        # One payload per enqueue in the trickle: one wake per launch, its price the difference.
+        woken = trickle_of(WOKEN)
+        linger["wake"] = {
+            "trickle_start_latency_p50_s": woken["start_latency_p50_s"],
+            "cost_per_million_wakes_usd": round(
+                woken["cost_per_million_usd"] - trickle_of(NO_LINGER)["cost_per_million_usd"], 2
+            ),
+            "idle_month_usd": idle_month[WOKEN]["total"],
+        }
+    return trickle, idle_month, linger
+
+
+def _dead_lettered(runs: list[dict[str, Any]], trickle: list[dict[str, Any]]) -> dict[str, Any]:
+    """Payloads dead-lettered, by system, workload and MAX (promise 3: none healthy)."""
+    dead: dict[str, dict[str, dict[str, int]]] = {}
+    for r in runs:
+        if r["system"] in ORACLES:
+            continue  # an oracle has no dead-letter queue
+        dead.setdefault(r["system"], {}).setdefault(r["workload"], {})[str(r["max"])] = r["dead_lettered"]
+    for r in trickle:
+        if r["system"] in ORACLES:
+            continue
+        dead.setdefault(r["system"], {})["trickle"] = {str(r["max"]): r["dead_lettered"]}
+    dead_lettered = {
+        s: {"total": sum(n for by_max in by_wl.values() for n in by_max.values()), "runs": by_wl}
+        for s, by_wl in sorted(dead.items(), key=lambda kv: SYSTEM_ORDER.index(kv[0]))
+    }
+    return dead_lettered
+
+
+def replace_idle(data: dict[str, Any], plan: Plan, trickle_runs: list[Any], idle_runs: list[Any]) -> None:
+    """Put new trickle and idle runs into a results file's ``data`` (``python -m bench --idle-only``):
+    the trickle, the idle month, the linger, the dead-lettered counts and the targets that use them."""
+    trickle, idle_month, linger = _idle_sections(plan, data["runs"], trickle_runs, idle_runs)
+    data.update(
+        trickle=[_public(r) for r in trickle],
+        idle_month_usd=idle_month,
+        linger=linger,
+        dead_lettered=_dead_lettered(data["runs"], trickle),
+        targets=_targets(data["runs"], trickle, data["scale"], idle_month),
+    )
+
+
 def _targets(
     runs: list[dict[str, Any]],
     trickle: list[dict[str, Any]],
@@ -278,7 +321,7 @@ def _targets(
     out.append(
         {"target": "tick cost flat in backlog size (API calls)", "value": calls, "met": len(set(calls)) == 1}
     )
-    for system in (DEPLOYED, NO_LINGER):
+    for system in (DEPLOYED, NO_LINGER, WOKEN):
         t = next((r for r in trickle if r["system"] == system), None)
         if t:
             out.append(
@@ -297,6 +340,16 @@ def _targets(
                 "value": month["total"],
                 "by_service": {k: month[k] for k in ("lambda", "sqs", "dynamodb", "logs")},
                 "met": month["total"] <= 5.0,
+            }
+        )
+    if WOKEN in idle_month:
+        month = idle_month[WOKEN]
+        out.append(
+            {
+                "target": f"standing by: <= $1 a month ({WOKEN}; Lambda, SQS, DynamoDB and logs, 30 days)",
+                "value": month["total"],
+                "by_service": {k: month[k] for k in ("lambda", "sqs", "dynamodb", "logs")},
+                "met": month["total"] <= 1.0,
             }
         )
     sluice_all = [r for r in [*runs, *trickle] if r["system"].startswith("sluice")]

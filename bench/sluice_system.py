@@ -23,6 +23,9 @@ Systems (the ids predate the change of default; they change no core code):
   ignores it.
 - ``sluice``: the same with ``lingerSeconds=0``: a payload enqueued between ticks waits for the next.
   The variants below are built on it, so that they differ from it by one thing only.
+- ``sluice-wake``: ``sluice`` whose producer wakes the launcher after each send, as ``sluice enqueue``
+  does (``sluice.enqueue.LauncherWake``): an asynchronous invoke, ``ASYNC_INVOKE_DELAY`` later the
+  handler's ``tick(reconcile_first=False, linger=False)``. The schedule still ticks.
 - ``sluice-release-then-refill``: ``sluice`` with the completion as it was before the hand-over: the
   release, then a refill that reads the freed shard, claims in a transaction of its own and marks
   it RUNNING. The two variants below are built on it.
@@ -56,6 +59,7 @@ from typing import Any
 
 from bench.aws import CountingSsmClient, CountingStore, SimExecutions, SimQueue, counting_logger
 from bench.model import (
+    ASYNC_INVOKE_DELAY,
     ASYNC_RETRIES,
     COLD_START,
     EMF_BYTES,
@@ -290,6 +294,19 @@ class SluiceSystem(System):
                 self.store.forget_hint()
 
         self.completion_fn.invoke(handler)
+
+
+class SluiceWoken(SluiceSystem):
+    """``sluice``, its producer waking the launcher after each send (handlers/launcher.py on a wake)."""
+
+    name = "sluice-wake"
+
+    def on_enqueue(self) -> None:
+        def handler(launcher: Launcher, remaining_ms: Any) -> None:
+            self._emit(launcher.tick(reconcile_first=False, linger=False, remaining_ms=remaining_ms))
+
+        self.meter.call("lambda:Invoke")  # the producer's, answered 202 at once
+        self.sim.at(self.sim.now + ASYNC_INVOKE_DELAY, self.launcher_fn.invoke, handler)
 
 
 class SluiceLinger(SluiceSystem):

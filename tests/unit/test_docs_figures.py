@@ -100,6 +100,13 @@ def test_item8_the_standing_cost_is_stated_once_from_the_bench_and_the_stacks_al
         in text
     )
     assert f"**${data['linger']['standing_cost_per_month_usd']:.2f}**" in text
+    wake = data["linger"]["wake"]
+    latency = section("deploy.md", "### Idle latency and what it costs")
+    assert f"({wake['trickle_start_latency_p50_s']:.2f} s p50 in `make bench`" in latency
+    assert (
+        f"a wake costs ${wake['cost_per_million_wakes_usd']:.2f} a million at MAX {data['meta']['trickle']['max']}"
+        in latency
+    )
     benchmarks = (DOCS / "benchmarks.md").read_text()
     assert "deploy.md#what-it-costs-standing-by" in benchmarks
     assert not re.search(
