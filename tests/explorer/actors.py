@@ -181,6 +181,8 @@ class Actors:
             out.append(("switch_machine", 0.15, self.do_switch_machine))
         elif self.ex.switch.deletable():
             out.append(("delete_old_machine", 0.3, self.do_delete_old_machine))
+        if self.ex.wake and idle:  # last: a run that does not draw it draws as before
+            out.append(("wake", self.ex.wake, lambda: self.do_wake(idle)))
         return out
 
     def step(self) -> str:
@@ -201,6 +203,12 @@ class Actors:
         name = idle[self.choices.draw(len(idle))]
         self.world.ticks += 1
         self.spawn("tick", name, lambda c: c.launcher.tick())
+
+    def do_wake(self, idle: list[str]) -> None:
+        """A producer's wake (``sluice enqueue``): a tick without reconciliation or linger."""
+        name = idle[self.choices.draw(len(idle))]
+        count("explorer:wake")
+        self.spawn("tick", name, lambda c: c.launcher.tick(reconcile_first=False, linger=False))
 
     def do_deliver(self, free: list[str]) -> None:
         w = self.world

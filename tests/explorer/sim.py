@@ -150,6 +150,11 @@ AFTER_DECISION = (False, False, True)
 DECISION_SALT = 8  # as SLOW_SALT
 DECISION_PACE = 0.05
 DECISION_CRASH = 8.0
+# A swarm run's producer may wake the launcher (``sluice enqueue``): a launcher container runs a tick
+# that neither reconciles nor lingers, beside the scheduled ones and the completions. Drawn from the
+# seed (in a third of the swarm runs), its option last, so that a run without it draws as before.
+WAKES = (0.0, 0.0, 2.0)
+WAKE_SALT = 16  # as SLOW_SALT; seed 60 (the widenings' loop) draws none either
 
 
 class Failure(AssertionError):
@@ -445,6 +450,9 @@ class Explorer:
         )
         if self.after_decision:
             self.config.setdefault("swarm", {})["after_decision"] = True
+        self.wake = WAKES[random.Random(choices.seed * 197 + WAKE_SALT).randrange(len(WAKES))] if swarm else 0.0
+        if self.wake:
+            self.config.setdefault("swarm", {})["wake"] = self.wake
         if self.rate is not None or self.key_rate is not None:
             self.config["rates"] = RateDefaults(stack=self.rate, key=self.key_rate)
         if self.key_rate is not None:  # a key's rate is drawn: many keyed messages (no draw moves)

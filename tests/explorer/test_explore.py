@@ -152,6 +152,27 @@ def test_a_decision_is_followed_by_a_slow_switch_point_only_in_the_swarm_runs_th
     assert FAULTS["explorer:after_decision"] > before
 
 
+def test_a_producers_wake_ticks_only_in_the_swarm_runs_that_draw_it() -> None:
+    """A swarm run that draws ``WAKES`` (from the seed) has launcher ticks that neither reconcile nor
+    linger, as ``sluice enqueue`` wakes; a run that does not, and a plain run, have none."""
+    import random
+
+    from tests.explorer.sim import WAKE_SALT, WAKES, explore
+    from tests.support.faults import FAULTS
+
+    def draws(seed: int) -> float:
+        return WAKES[random.Random(seed * 197 + WAKE_SALT).randrange(len(WAKES))]
+
+    drawn, undrawn = 3, 1
+    assert draws(drawn) and not draws(undrawn)
+    before = FAULTS["explorer:wake"]
+    explore(undrawn, 120, swarm=True)
+    explore(drawn, 120)  # plain: no swarm draws at all
+    assert FAULTS["explorer:wake"] == before
+    explore(drawn, 120, swarm=True)
+    assert FAULTS["explorer:wake"] > before
+
+
 def test_a_lost_conditional_write_is_retried_and_refused_by_its_own_condition(monkeypatch) -> None:
     """Sluice's clients retry a read timeout (botocore's standard mode): a conditional write whose
     first attempt took effect and whose answer was lost is refused by its own condition on the
