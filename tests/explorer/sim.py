@@ -450,7 +450,9 @@ class Explorer:
         )
         if self.after_decision:
             self.config.setdefault("swarm", {})["after_decision"] = True
-        self.wake = WAKES[random.Random(choices.seed * 197 + WAKE_SALT).randrange(len(WAKES))] if swarm else 0.0
+        self.wake = (
+            WAKES[random.Random(choices.seed * 197 + WAKE_SALT).randrange(len(WAKES))] if swarm else 0.0
+        )
         if self.wake:
             self.config.setdefault("swarm", {})["wake"] = self.wake
         if self.rate is not None or self.key_rate is not None:

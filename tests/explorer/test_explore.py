@@ -7,9 +7,11 @@ runs it, so that a failure here prints a shrunk schedule that replays on any mac
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -130,47 +132,43 @@ def test_a_slow_container_and_a_redrive_of_the_last_end_happen_in_swarm_runs() -
     assert expected <= fired, sorted(expected - fired)
 
 
+def _fires_only_in_the_swarm_runs_that_draw_it(fault: str, draws: Any, drawn: int, undrawn: int) -> None:
+    """``fault`` fires in a swarm run of ``drawn`` (whose seed draws the widening), not in one of
+    ``undrawn``, nor in a plain run of ``drawn``."""
+    from tests.explorer.sim import explore
+    from tests.support.faults import FAULTS
+
+    assert draws(drawn) and not draws(undrawn)
+    before = FAULTS[fault]
+    explore(undrawn, 120, swarm=True)
+    explore(drawn, 120)  # plain: no swarm draws at all
+    assert FAULTS[fault] == before
+    explore(drawn, 120, swarm=True)
+    assert FAULTS[fault] > before
+
+
 def test_a_decision_is_followed_by_a_slow_switch_point_only_in_the_swarm_runs_that_draw_it() -> None:
     """A swarm run that draws ``AFTER_DECISION`` (from the seed) weights the call after each write
     that took effect; a run that does not, and a plain run, never do. (The pinned swarm seeds below
     draw none: their runs are the ones they were pinned for.)"""
-    import random
-
-    from tests.explorer.sim import AFTER_DECISION, DECISION_SALT, explore
-    from tests.support.faults import FAULTS
+    from tests.explorer.sim import AFTER_DECISION, DECISION_SALT
 
     def draws(seed: int) -> bool:
         return AFTER_DECISION[random.Random(seed * 193 + DECISION_SALT).randrange(len(AFTER_DECISION))]
 
-    drawn, undrawn = 303, 302
-    assert draws(drawn) and not draws(undrawn)
-    before = FAULTS["explorer:after_decision"]
-    explore(undrawn, 120, swarm=True)
-    explore(drawn, 120)  # plain: no swarm draws at all
-    assert FAULTS["explorer:after_decision"] == before
-    explore(drawn, 120, swarm=True)
-    assert FAULTS["explorer:after_decision"] > before
+    _fires_only_in_the_swarm_runs_that_draw_it("explorer:after_decision", draws, 303, 302)
 
 
 def test_a_producers_wake_ticks_only_in_the_swarm_runs_that_draw_it() -> None:
     """A swarm run that draws ``WAKES`` (from the seed) has launcher ticks that neither reconcile nor
-    linger, as ``sluice enqueue`` wakes; a run that does not, and a plain run, have none."""
-    import random
-
-    from tests.explorer.sim import WAKE_SALT, WAKES, explore
-    from tests.support.faults import FAULTS
+    linger, as ``sluice enqueue`` wakes; a run that does not, and a plain run, have none. (The pinned
+    swarm seeds below draw none.)"""
+    from tests.explorer.sim import WAKE_SALT, WAKES
 
     def draws(seed: int) -> float:
         return WAKES[random.Random(seed * 197 + WAKE_SALT).randrange(len(WAKES))]
 
-    drawn, undrawn = 3, 1
-    assert draws(drawn) and not draws(undrawn)
-    before = FAULTS["explorer:wake"]
-    explore(undrawn, 120, swarm=True)
-    explore(drawn, 120)  # plain: no swarm draws at all
-    assert FAULTS["explorer:wake"] == before
-    explore(drawn, 120, swarm=True)
-    assert FAULTS["explorer:wake"] > before
+    _fires_only_in_the_swarm_runs_that_draw_it("explorer:wake", draws, 3, 1)
 
 
 def test_a_lost_conditional_write_is_retried_and_refused_by_its_own_condition(monkeypatch) -> None:

@@ -9,25 +9,19 @@ import pytest
 from handlers import _shared
 from handlers import completion as completion_handler
 from handlers import launcher as launcher_handler
-from tests.support.aws import LambdaContext, build_stack, scheduled_event, status_change_event
+from tests.support.aws import (
+    LambdaContext,
+    build_stack,
+    functions_environment,
+    scheduled_event,
+    status_change_event,
+)
 from tests.support.hooks import count_calls
 
 
 def functions_env(stack, monkeypatch, **extra: str) -> None:
     """The environment the deployed functions have, pointing at the moto stack."""
-    s = stack.settings
-    env = {
-        "SLUICE_QUEUE_URL": s.queue_url,
-        "SLUICE_DLQ_URL": s.dlq_url,
-        "SLUICE_TABLE_NAME": s.table_name,
-        "SLUICE_STATE_MACHINE_ARN": s.state_machine_arn,
-        "SLUICE_MAX_CONCURRENCY": "5",
-        "SLUICE_MAX_PARAMETER": s.max_parameter,
-        "SLUICE_MAX_CACHE_SECONDS": "0",
-        "SLUICE_RECEIVE_WAIT_SECONDS": "0",
-        **extra,
-    }
-    for name, value in env.items():
+    for name, value in functions_environment(stack, **extra).items():
         monkeypatch.setenv(name, value)
     _shared.reset()
 

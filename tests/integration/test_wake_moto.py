@@ -13,7 +13,7 @@ from handlers import _shared
 from handlers import launcher as launcher_handler
 from sluice.core.events import WAKE_EVENT, is_wake
 from sluice.enqueue import Item, LauncherWake, enqueue
-from tests.support.aws import LambdaContext
+from tests.support.aws import LambdaContext, functions_environment
 from tests.support.cli import clear_sluice_env, deploy, sluice
 from tests.support.hooks import count_calls, error_answer, lambda_invocations
 
@@ -33,18 +33,7 @@ def deployed(stack, monkeypatch):
 
 def launcher_env(stack) -> dict[str, str]:
     """The deployed launcher's environment (lingerSeconds 55, as deployed)."""
-    s = stack.settings
-    return {
-        "SLUICE_QUEUE_URL": s.queue_url,
-        "SLUICE_DLQ_URL": s.dlq_url,
-        "SLUICE_TABLE_NAME": s.table_name,
-        "SLUICE_STATE_MACHINE_ARN": s.state_machine_arn,
-        "SLUICE_MAX_CONCURRENCY": "5",
-        "SLUICE_MAX_PARAMETER": s.max_parameter,
-        "SLUICE_MAX_CACHE_SECONDS": "0",
-        "SLUICE_RECEIVE_WAIT_SECONDS": "0",
-        "SLUICE_LINGER_SECONDS": "55",
-    }
+    return functions_environment(stack, SLUICE_LINGER_SECONDS="55")
 
 
 @pytest.fixture
@@ -62,6 +51,14 @@ def payloads(tmp_path, keys: list[str]) -> str:
     path = tmp_path / "payloads.jsonl"
     path.write_text("".join(json.dumps({"id": k}) + "\n" for k in keys))
     return str(path)
+
+
+def enqueue_cli(stack, capsys, tmp_path, keys: list[str], *flags: str, stack_name: str | None = STACK):
+    """``sluice [--stack STACK] enqueue FILE FLAGS...`` with ``keys`` as payloads, as JSON."""
+    where = ("--stack", stack_name) if stack_name else ()
+    return sluice(
+        capsys, *where, "enqueue", payloads(tmp_path, keys), "--json", *flags, session=stack.session
+    )
 
 
 def play_lambda(stack, invocations: list[dict]) -> list[dict]:
@@ -82,15 +79,7 @@ def test_enqueue_wakes_the_launcher_which_starts_the_payloads_at_once(
 ):
     invocations = lambda_invocations(deployed.session.events)
 
-    run = sluice(
-        capsys,
-        "--stack",
-        STACK,
-        "enqueue",
-        payloads(tmp_path, ["a", "b", "c"]),
-        "--json",
-        session=deployed.session,
-    )
+    run = enqueue_cli(deployed, capsys, tmp_path, ["a", "b", "c"])
 
     assert run.code == 0, run.err
     assert run.json["woken"] == 1 and run.json["wake_failed"] is None
@@ -115,13 +104,13 @@ def test_enqueue_wakes_the_launcher_which_starts_the_payloads_at_once(
 def test_a_wake_while_every_slot_is_held_receives_nothing(deployed, launcher_runtime, capsys, tmp_path):
     deployed.client("ssm").put_parameter(Name=deployed.settings.max_parameter, Value="2", Overwrite=True)
     invocations = lambda_invocations(deployed.session.events)
-    sluice(capsys, "--stack", STACK, "enqueue", payloads(tmp_path, ["a", "b"]), session=deployed.session)
+    enqueue_cli(deployed, capsys, tmp_path, ["a", "b"])
     play_lambda(deployed, invocations)
     assert len(deployed.running()) == 2
     invocations.clear()
 
     run = sluice(capsys, "--stack", STACK, "enqueue", payloads(tmp_path, ["c"]), session=deployed.session)
-    assert run.code == 0 and "the launcher was woken" in run.out
+    assert run.code == 0 and run.out == "sent 1 of 1 payloads; the launcher was woken\n"
     calls = count_calls(launcher_runtime.client("sqs"))
     [summary] = play_lambda(deployed, invocations)
 
@@ -133,15 +122,7 @@ def test_a_wake_while_every_slot_is_held_receives_nothing(deployed, launcher_run
 def test_one_wake_per_chunk_sent(deployed, capsys, tmp_path):
     invocations = lambda_invocations(deployed.session.events)
 
-    run = sluice(
-        capsys,
-        "--stack",
-        STACK,
-        "enqueue",
-        payloads(tmp_path, [f"k{i}" for i in range(150)]),
-        "--json",
-        session=deployed.session,
-    )
+    run = enqueue_cli(deployed, capsys, tmp_path, [f"k{i}" for i in range(150)])
 
     assert run.code == 0 and len(run.json["sent"]) == 150
     assert run.json["woken"] == 2 and len(invocations) == 2  # 100 per chunk (ENQUEUE_CHUNK)
@@ -152,15 +133,7 @@ def test_a_refused_wake_loses_nothing_and_says_so(deployed, capsys, tmp_path):
         "before-call.lambda.Invoke", lambda **_: error_answer("AccessDeniedException", 403)
     )
 
-    run = sluice(
-        capsys,
-        "--stack",
-        STACK,
-        "enqueue",
-        payloads(tmp_path, ["a", "b"]),
-        "--json",
-        session=deployed.session,
-    )
+    run = enqueue_cli(deployed, capsys, tmp_path, ["a", "b"])
 
     assert run.code == 0  # the payloads were sent: they start at the next scheduled tick
     assert run.json["woken"] == 0 and "AccessDeniedException" in run.json["wake_failed"]
@@ -171,26 +144,17 @@ def test_a_refused_wake_loses_nothing_and_says_so(deployed, capsys, tmp_path):
 def test_no_wake_without_a_launcher_named_or_with_no_wake(deployed, capsys, tmp_path, monkeypatch):
     invocations = lambda_invocations(deployed.session.events)
 
-    run = sluice(
-        capsys,
-        "--stack",
-        STACK,
-        "enqueue",
-        "--no-wake",
-        payloads(tmp_path, ["a"]),
-        "--json",
-        session=deployed.session,
-    )
+    run = enqueue_cli(deployed, capsys, tmp_path, ["a"], "--no-wake")
     assert run.code == 0 and run.json["woken"] == 0 and invocations == []
 
     # A producer that names its queue alone reads no stack, so it knows no launcher...
     monkeypatch.setenv("SLUICE_QUEUE_URL", deployed.settings.queue_url)
-    run = sluice(capsys, "enqueue", payloads(tmp_path, ["b"]), "--json", session=deployed.session)
+    run = enqueue_cli(deployed, capsys, tmp_path, ["b"], stack_name=None)
     assert run.code == 0 and run.json["woken"] == 0 and invocations == []
 
     # ...unless it names that too.
     monkeypatch.setenv("SLUICE_LAUNCHER_FUNCTION", "sluice-wake-launcher")
-    run = sluice(capsys, "enqueue", payloads(tmp_path, ["c"]), "--json", session=deployed.session)
+    run = enqueue_cli(deployed, capsys, tmp_path, ["c"], stack_name=None)
     assert run.json["woken"] == 1 and [i["function"] for i in invocations] == ["sluice-wake-launcher"]
     assert deployed.queue_counts() == (3, 0)
 

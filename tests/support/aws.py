@@ -276,6 +276,23 @@ def new_machine(stack: Any, name: str = "sluice-test-workflow-v2") -> str:
     )["stateMachineArn"]
 
 
+def functions_environment(stack: Stack, **extra: str) -> dict[str, str]:
+    """The SLUICE_* variables of the deployed functions, pointing at the moto ``stack`` (MAX 5, no
+    waiting on an empty queue, MAX read every time), ``extra`` over them."""
+    s = stack.settings
+    return {
+        "SLUICE_QUEUE_URL": s.queue_url,
+        "SLUICE_DLQ_URL": s.dlq_url,
+        "SLUICE_TABLE_NAME": s.table_name,
+        "SLUICE_STATE_MACHINE_ARN": s.state_machine_arn,
+        "SLUICE_MAX_CONCURRENCY": "5",
+        "SLUICE_MAX_PARAMETER": s.max_parameter or "",
+        "SLUICE_MAX_CACHE_SECONDS": "0",
+        "SLUICE_RECEIVE_WAIT_SECONDS": "0",
+        **extra,
+    }
+
+
 def build_stack(
     session: Any,
     *,
