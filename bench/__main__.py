@@ -1,7 +1,8 @@
 """``python -m bench [--quick] [--seed N]``: run every benchmark and write the results.
 
-Full run: ``bench/results.json`` and the plots in ``docs/img/``. Quick run: the same under ``bench/out/``
-(git-ignored). Both print the table and write ``bench/out/summary.md`` (the tables of docs/benchmarks.md).
+Full run: ``bench/results.json``, the plots in ``docs/img/`` and the tables of docs/benchmarks.md
+(``bench.docs_tables``). Quick run: the same under ``bench/out/`` (git-ignored), the docs untouched. Both
+print the table and write ``bench/out/summary.md``.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ import sys
 import time
 from pathlib import Path
 
-from bench import oracle_report, report, semaphore_bench
+from bench import docs_tables, oracle_report, report, semaphore_bench
 from bench import plan as plan_mod
 
 ROOT = Path(__file__).resolve().parent.parent
+DOCS_PAGE = ROOT / "docs" / "benchmarks.md"
 DEFAULT_SEED = 20261129
 
 
@@ -120,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     if lane_runs:
         data["lanes"] = report.lanes_section(plan, lane_runs)
     results_path.write_text(json.dumps({**data, "cpu": cpu}, indent=1) + "\n")
+    _write_docs(plan, results_path)
     summary = report.markdown(data, cpu)
     if "large" in data:
         summary += report.large_markdown(data["large"])
@@ -220,6 +223,7 @@ def _oracle_only(plan: plan_mod.Plan, out: Path, workers: int | None, results_pa
     )
     (out / "results-oracle.json").write_text(json.dumps(data, indent=1) + "\n")
     merge_sections(results_path, data)
+    _write_docs(plan, results_path)
     (out / "summary-oracle.md").write_text(oracle_report.markdown(data))
     print(oracle_report.table(data))
     print(
@@ -238,10 +242,21 @@ def _idle_only(plan: plan_mod.Plan, workers: int | None, results_path: Path) -> 
     data = json.loads(results_path.read_text())
     report.replace_idle(data, plan, runs["trickle"], runs["idle"])
     merge_sections(results_path, data)
+    _write_docs(plan, results_path)
     print(report.table(data))
     print(f"\nwrote the trickle, idle, linger and target sections of {results_path.relative_to(ROOT)}")
     print(f"took {time.monotonic() - began:.0f} s")
     return 0
+
+
+def _write_docs(plan: plan_mod.Plan, results_path: Path) -> None:
+    """The tables of docs/benchmarks.md from the results file just written (a full-scale run only)."""
+    if plan.quick:
+        return
+    changed = docs_tables.sync(DOCS_PAGE, json.loads(results_path.read_text()))
+    print(
+        f"{changed} table(s) of {DOCS_PAGE.relative_to(ROOT)} rewritten from {results_path.relative_to(ROOT)}"
+    )
 
 
 def merge_sections(results_path: Path, sections: dict) -> None:
