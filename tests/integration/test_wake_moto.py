@@ -193,3 +193,27 @@ def test_only_the_exact_wake_event_skips_reconciliation(deployed):
     )
 
     assert woken["reconciled"] is False and forged["reconciled"] is True
+
+
+def test_the_readmes_python_snippet_sends_and_wakes(stack, monkeypatch):
+    """The snippet of README.md "Enqueue", run as it is on moto: it sends the payloads and wakes
+    the launcher it names."""
+    import re
+
+    import boto3
+
+    from tests.support.docs import ROOT
+
+    readme = (ROOT / "README.md").read_text()
+    enqueue_section = readme.split("\n## Enqueue\n", 1)[1].split("\n## ", 1)[0]
+    [snippet] = re.findall(r"```python\n(.*?)```", enqueue_section, flags=re.S)
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # the default session comes back after the test
+    boto3.setup_default_session(region_name="us-east-1")
+    invocations = lambda_invocations(boto3.DEFAULT_SESSION.events)
+    scope = {"QUEUE_URL": stack.settings.queue_url, "text": '{"id": "a"}\n{"id": "b"}\n'}
+
+    exec(snippet, scope)  # noqa: S102 - the documented snippet, as a user runs it
+
+    assert len(scope["report"].sent) == 2 and scope["report"].woken == 1
+    assert [(i["function"], i["event"]) for i in invocations] == [("sluice-prod-launcher", WAKE_EVENT)]
+    assert stack.queue_counts() == (2, 0)
