@@ -212,7 +212,7 @@ def test_the_readmes_python_snippet_sends_and_wakes(stack, monkeypatch):
     invocations = lambda_invocations(boto3.DEFAULT_SESSION.events)
     scope = {"QUEUE_URL": stack.settings.queue_url, "text": '{"id": "a"}\n{"id": "b"}\n'}
 
-    exec(snippet, scope)  # noqa: S102 - the documented snippet, as a user runs it
+    exec(snippet, scope)  # the documented snippet, as a user runs it
 
     assert len(scope["report"].sent) == 2 and scope["report"].woken == 1
     assert [(i["function"], i["event"]) for i in invocations] == [("sluice-prod-launcher", WAKE_EVENT)]
