@@ -97,6 +97,8 @@ class EnqueueReport:
     stored: dict[str, str] = field(default_factory=dict)  # where → s3:// URI, for payloads sent as pointers
     woken: int = 0  # wakes the launcher accepted
     wake_failed: str = ""  # why the last wake failed: the payloads wait for the next scheduled tick
+    stopped: SluiceError | None = None  # AWS refused a send: nothing from ``unsent_from`` on was sent
+    unsent_from: str = ""  # the first item not sent (``where``), when ``stopped``
 
     @property
     def ok(self) -> bool:
@@ -237,9 +239,11 @@ def enqueue(
     message SQS moves to the dead-letter queue keeps it, and ``sluice dlq redrive`` sends it back
     to its lane's queue by it.
 
-    ``wake`` (a ``LauncherWake``) is called once after the sends when any payload was sent. A wake
-    that fails fails nothing: the payloads are in the queue and start at the next scheduled tick;
-    ``report.wake_failed`` says why."""
+    When AWS refuses a send (throttling past the SDK's retries, a queue that went away), sending
+    stops there: ``report.stopped`` says why and ``report.unsent_from`` names the first item not
+    sent; the report holds what was sent before it. ``wake`` (a ``LauncherWake``) is called once
+    after the sends when any payload was sent, also then. A wake that fails fails nothing: the
+    payloads are in the queue and start at the next scheduled tick; ``report.wake_failed`` says why."""
     report = EnqueueReport()
     ready: list[Prepared] = []
     max_bytes = MAX_STORED_BYTES if payloads is not None else MAX_INPUT_BYTES
@@ -264,7 +268,11 @@ def enqueue(
     if payloads is not None:
         ready = [_stored(p, payloads, report) if p.size > threshold else p for p in ready]
     for batch in _batches(ready):
-        _send(sqs, queue_url, batch, [_entry(i, p, once, extra) for i, p in enumerate(batch)], report)
+        try:
+            _send(sqs, queue_url, batch, [_entry(i, p, once, extra) for i, p in enumerate(batch)], report)
+        except SluiceError as exc:
+            report.stopped, report.unsent_from = exc, batch[0].where
+            break
         if progress:
             progress(len(batch))
     if wake is not None and report.sent:
@@ -275,8 +283,8 @@ def enqueue(
 def _wake(wake: Callable[[], None], report: EnqueueReport) -> None:
     try:
         wake()
-    except SluiceError as exc:
-        report.wake_failed = str(exc)
+    except Exception as exc:  # the payloads are sent whatever the wake does: say why, fail nothing
+        report.wake_failed = str(exc) if isinstance(exc, SluiceError) else f"{type(exc).__name__}: {exc}"
     else:
         report.woken += 1
 

@@ -217,3 +217,57 @@ def test_the_readmes_python_snippet_sends_and_wakes(stack, monkeypatch):
     assert len(scope["report"].sent) == 2 and scope["report"].woken == 1
     assert [(i["function"], i["event"]) for i in invocations] == [("sluice-prod-launcher", WAKE_EVENT)]
     assert stack.queue_counts() == (2, 0)
+
+
+def test_a_send_refused_mid_chunk_reports_what_was_sent_and_still_wakes(deployed, capsys, tmp_path):
+    """SQS refuses the third SendMessageBatch of a 50-payload chunk: the 20 sent before it are
+    reported sent and woken for, and the first item not sent is named."""
+    invocations = lambda_invocations(deployed.session.events)
+    calls = []
+
+    def refuse_from_the_third(**_):
+        calls.append(1)
+        return error_answer("ThrottlingException", 400) if len(calls) >= 3 else None
+
+    deployed.session.events.register("before-call.sqs.SendMessageBatch", refuse_from_the_third)
+
+    run = enqueue_cli(deployed, capsys, tmp_path, [f"k{i}" for i in range(50)])
+
+    assert run.code == 3 and len(calls) >= 3
+    assert len(run.json["sent"]) == 20 and run.json["woken"] == 1 and len(invocations) == 1
+    assert run.json["unsent"].startswith("line 21 and after were not sent: ")
+    assert deployed.queue_counts() == (20, 0)
+
+
+def test_a_failed_wake_made_good_by_a_later_one_is_not_reported(deployed, capsys, tmp_path):
+    """150 payloads, two chunks: the first chunk's wake is throttled, the second's wakes the launcher
+    for both chunks. Nothing is said to have failed."""
+    refused = []
+
+    def throttle_the_first(**_):
+        if refused:
+            return None
+        refused.append(1)
+        return error_answer("TooManyRequestsException", 429)
+
+    deployed.session.events.register("before-call.lambda.Invoke", throttle_the_first)  # first in line
+    invocations = lambda_invocations(deployed.session.events)
+
+    run = enqueue_cli(deployed, capsys, tmp_path, [f"k{i}" for i in range(150)])
+
+    assert run.code == 0 and refused and len(invocations) == 2
+    assert run.json["woken"] == 1 and run.json["wake_failed"] is None
+    assert "not woken" not in run.err
+
+
+def test_a_wake_that_raises_anything_fails_nothing(deployed):
+    def broken_wake() -> None:
+        raise ValueError("no launcher here")
+
+    report = enqueue(
+        deployed.client("sqs"), deployed.settings.queue_url, [Item("line 1", '{"id": "x"}')], wake=broken_wake
+    )
+
+    assert len(report.sent) == 1 and report.woken == 0
+    assert report.wake_failed == "ValueError: no launcher here"
+    assert deployed.queue_counts() == (1, 0)

@@ -125,7 +125,10 @@ def _send(ctx: Context, queue_url: str, items: list[Any]) -> tuple[EnqueueReport
             report.failed.extend(part.failed)
             report.stored.update(part.stored)
             report.woken += part.woken
-            report.wake_failed = part.wake_failed or report.wake_failed
+            if part.sent:  # the last wake is the one that counts: it also wakes for earlier chunks
+                report.wake_failed = part.wake_failed
+            if part.stopped is not None:
+                return report, f"{part.unsent_from} and after were not sent: {part.stopped}", part.stopped
     return report, "", None
 
 

@@ -150,6 +150,8 @@ def send_batch(sqs: Any, queue_url: str, planned: list[Planned], *, group_by: st
             return
         items = [Item(p.where, p.body) for p in run]
         report = enqueue(sqs, queue_url, items, group_by=group_by)
+        if report.stopped is not None:
+            raise report.stopped
         by_where = {p.where: p for p in run}
         for where, key, message_id in report.sent:
             body = json.loads(by_where[where].body)
