@@ -99,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     results = dict(results)
     scaled, moto = results.pop("scale"), results.pop("moto")
     semaphore_runs = results.pop("semaphore", [])
-    large_runs = results.get("large", [])  # kept: the runs without high-throughput mode are judged beside them
+    large_runs = results.get(
+        "large", []
+    )  # kept: the runs without high-throughput mode are judged beside them
     dag_runs = results.pop("dag", [])
     tenant_runs = results.pop("tenants", [])
     lane_runs = results.pop("lanes", [])

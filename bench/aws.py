@@ -87,6 +87,7 @@ LATENCY = {
     "dynamodb:GetItem": 0.006,
     "dynamodb:PutItem": 0.008,
     "dynamodb:UpdateItem": 0.008,
+    "dynamodb:DeleteItem": 0.008,
     "dynamodb:BatchGetItem": 0.012,
     "dynamodb:TransactWriteItems": 0.020,
     "sqs:ReceiveMessage": 0.012,

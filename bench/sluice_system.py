@@ -25,7 +25,8 @@ Systems (the ids predate the change of default; they change no core code):
   The variants below are built on it, so that they differ from it by one thing only.
 - ``sluice-wake``: ``sluice`` whose producer wakes the launcher after each send, as ``sluice enqueue``
   does (``sluice.enqueue.LauncherWake``): an asynchronous invoke, ``ASYNC_INVOKE_DELAY`` later the
-  handler's ``tick(reconcile_first=False, linger=False)``. The schedule still ticks.
+  handler's ``Launcher.wake`` (a tick without reconciliation or linger, woken launchers taking
+  turns). The schedule still ticks.
 - ``sluice-release-then-refill``: ``sluice`` with the completion as it was before the hand-over: the
   release, then a refill that reads the freed shard, claims in a transaction of its own and marks
   it RUNNING. The two variants below are built on it.
@@ -75,6 +76,7 @@ from bench.sim import LambdaFunction, Parallel, Sim
 from sluice.adapters.aws.ssm import SsmMax
 from sluice.adapters.memory.aws import MemoryExecutions
 from sluice.adapters.memory.store import MemoryStore
+from sluice.adapters.memory.wake import MemoryWakeTurns
 from sluice.core.events import StatusChange
 from sluice.core.model import ExecutionInfo
 from sluice.core.records import Done
@@ -296,14 +298,48 @@ class SluiceSystem(System):
         self.completion_fn.invoke(handler)
 
 
+class MeteredWakeTurns:
+    """``WakeTurns`` in memory (``sluice.features.wake``), each write metered as the DynamoDB call it
+    makes: one write unit, whether its condition holds or not."""
+
+    def __init__(self, meter: Any) -> None:
+        self.inner, self.meter = MemoryWakeTurns(), meter
+
+    def _write(self, api: str) -> None:
+        self.meter.call(api)
+        self.meter.wru += 1
+        self.meter.wait(api)
+
+    def take(self, holder: str, *, now: float, expires_at: float) -> bool:
+        self._write("dynamodb:PutItem")
+        return self.inner.take(holder, now=now, expires_at=expires_at)
+
+    def note(self, *, now: float) -> bool:
+        self._write("dynamodb:UpdateItem")
+        return self.inner.note(now=now)
+
+    def again(self, holder: str) -> bool:
+        self._write("dynamodb:UpdateItem")
+        return self.inner.again(holder)
+
+    def give_back(self, holder: str, *, noted_or_not: bool = False) -> bool:
+        self._write("dynamodb:DeleteItem")
+        return self.inner.give_back(holder, noted_or_not=noted_or_not)
+
+
 class SluiceWoken(SluiceSystem):
-    """``sluice``, its producer waking the launcher after each send (handlers/launcher.py on a wake)."""
+    """``sluice``, its producer waking the launcher after each send (handlers/launcher.py on a wake:
+    ``Launcher.wake``, the woken launchers taking turns on one item)."""
 
     name = "sluice-wake"
 
+    def __init__(self, ctx: Context) -> None:
+        super().__init__(ctx)
+        self.turns = MeteredWakeTurns(ctx.meter)
+
     def on_enqueue(self) -> None:
         def handler(launcher: Launcher, remaining_ms: Any) -> None:
-            self._emit(launcher.tick(reconcile_first=False, linger=False, remaining_ms=remaining_ms))
+            self._emit(launcher.wake(self.turns, remaining_ms=remaining_ms))
 
         self.meter.call("lambda:Invoke")  # the producer's, answered 202 at once
         self.sim.at(self.sim.now + ASYNC_INVOKE_DELAY, self.launcher_fn.invoke, handler)

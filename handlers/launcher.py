@@ -1,6 +1,6 @@
 """Launcher Lambda: EventBridge schedule (and manual invokes): reconcile, then fill free slots. A
-producer's wake (``sluice.core.events.WAKE_EVENT``, sent by ``sluice enqueue``) fills what is free now:
-no reconciliation, no linger."""
+producer's wake (``sluice.core.events.WAKE_EVENT``, sent by ``sluice enqueue``) fills what is free now,
+no reconciliation, no linger, one woken launcher at a time (``sluice.features.wake``)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from sluice.core.events import is_wake
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: Any) -> dict[str, object]:
     launcher = runtime().launcher(logger)
-    scheduled = not is_wake(event)
-    summary = launcher.tick(
-        reconcile_first=scheduled, linger=scheduled, remaining_ms=context.get_remaining_time_in_millis
-    )
-    return emit(summary)
+    remaining_ms = context.get_remaining_time_in_millis
+    if is_wake(event):
+        return emit(launcher.wake(runtime().wake_turns(), remaining_ms=remaining_ms))
+    return emit(launcher.tick(reconcile_first=True, remaining_ms=remaining_ms))

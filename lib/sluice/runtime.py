@@ -25,6 +25,7 @@ from sluice.adapters.dynamo.semaphore import DynamoSemaphoreStore
 from sluice.adapters.dynamo.semaphore_catalogue import SemaphoreCatalogue
 from sluice.adapters.dynamo.store import DynamoStore
 from sluice.adapters.dynamo.table import TableRef
+from sluice.adapters.dynamo.wake import DynamoWakeTurns
 from sluice.core.clock import SystemClock
 from sluice.core.errors import ConfigurationError
 from sluice.core.ports import Clock, MaxSource
@@ -156,6 +157,11 @@ class Runtime:
                 DynamoRates(TableRef(self.client("dynamodb"), self.settings.table_name)), self.settings.rates
             )
         return self._rates
+
+    def wake_turns(self) -> DynamoWakeTurns:
+        """The woken launchers' turn (``sluice.features.wake``) on the table."""
+        self.settings.require("table_name")
+        return DynamoWakeTurns(TableRef(self.client("dynamodb"), self.settings.table_name))
 
     def lane_queues(self) -> dict[str, SqsQueue]:
         """Each lane's queue adapter (``sluice.features.lanes``); empty without lanes."""

@@ -205,10 +205,11 @@ class Actors:
         self.spawn("tick", name, lambda c: c.launcher.tick())
 
     def do_wake(self, idle: list[str]) -> None:
-        """A producer's wake (``sluice enqueue``): a tick without reconciliation or linger."""
+        """A producer's wake (``sluice enqueue``): a tick without reconciliation or linger, woken
+        launchers taking turns (``Launcher.wake``, as handlers/launcher.py runs it)."""
         name = idle[self.choices.draw(len(idle))]
         count("explorer:wake")
-        self.spawn("tick", name, lambda c: c.launcher.tick(reconcile_first=False, linger=False))
+        self.spawn("tick", name, lambda c: c.launcher.wake(c.runtime.wake_turns()))
 
     def do_deliver(self, free: list[str]) -> None:
         w = self.world

@@ -6,6 +6,8 @@ invocation is run through the real handler, as Lambda would run it a moment late
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
 
@@ -13,9 +15,11 @@ from handlers import _shared
 from handlers import launcher as launcher_handler
 from sluice.core.events import WAKE_EVENT, is_wake
 from sluice.enqueue import Item, LauncherWake, enqueue
-from tests.support.aws import LambdaContext, functions_environment
+from tests.contract.slots_fixtures import in_threads
+from tests.support.aws import LambdaContext, build_stack, functions_environment
 from tests.support.cli import clear_sluice_env, deploy, sluice
 from tests.support.hooks import count_calls, error_answer, lambda_invocations
+from tests.support.moto_patches import atomic_fast_moto
 
 STACK = "sluice-wake"
 LAUNCHER = "arn:aws:lambda:us-east-1:123456789012:function:sluice-wake-launcher"
@@ -271,3 +275,60 @@ def test_a_wake_that_raises_anything_fails_nothing(deployed):
     assert len(report.sent) == 1 and report.woken == 0
     assert report.wake_failed == "ValueError: no launcher here"
     assert deployed.queue_counts() == (1, 0)
+
+
+def burst(stack, n: int, *, take_turns: bool) -> tuple[int, int]:
+    """``n`` woken launchers at once (each its own container), 5 slots free and ``n`` payloads
+    queued, one per producer: (receives spent on messages that did not start, runs started).
+    Without turns, each reads the room before any of them receives, as a crowd of wakes does."""
+    for i in range(n):
+        stack.send({"id": f"k{i}"}, group=f"k{i}")
+    launchers = [stack.launcher() for _ in range(n)]
+    turns = stack.runtime().wake_turns()
+    received: list[int] = []
+    together = threading.Barrier(n, timeout=20)
+    for launcher in launchers:
+        events = launcher.queue.client.meta.events
+        events.register(
+            "after-call.sqs.ReceiveMessage",
+            lambda parsed, **_: received.append(len(parsed.get("Messages", []))),
+        )
+        if not take_turns:
+            first = [True]
+
+            def all_read_the_room(first=first, **_):
+                if first[0]:
+                    first[0] = False
+                    together.wait()
+
+            events.register("before-call.sqs.ReceiveMessage", all_read_the_room)
+
+    def wake(i: int) -> None:
+        if take_turns:
+            launchers[i].wake(turns)
+        else:
+            launchers[i].tick(reconcile_first=False, linger=False)
+
+    with atomic_fast_moto():
+        in_threads(n, wake)
+    started = len(stack.running())
+    return sum(received) - started, started
+
+
+def test_a_crowd_of_wakes_without_turns_spends_the_receives_of_healthy_messages(session):
+    """What a crowd of wakes did before woken launchers took turns: 20 of them read 5 free slots, and
+    the 15 messages whose claims lost were received for nothing (maxReceiveCount 10: a few such
+    crowds dead-letter healthy payloads)."""
+    stack = build_stack(session, max_receive_count=10)
+    wasted, started = burst(stack, 20, take_turns=False)
+    assert started == 5 and wasted >= 15
+
+
+def test_woken_launchers_take_turns_and_spend_no_receive_for_nothing(session):
+    stack = build_stack(session, max_receive_count=10)
+    wasted, started = burst(stack, 20, take_turns=True)
+    assert started == 5 and wasted == 0
+    assert stack.queue_counts() == (15, 0) and stack.dlq_messages() == []
+    assert (
+        stack.runtime().wake_turns().take("next", now=time.time(), expires_at=time.time() + 60)
+    )  # given back

@@ -45,6 +45,7 @@ from sluice.features.pointers import PayloadObjects
 from sluice.features.rate_limits import RateLimiter
 from sluice.features.receipts import Outputs
 from sluice.features.stores import LaunchStore
+from sluice.features.wake import WakeTurns, woken
 from sluice.launch.admission import LONG_POLL, RECEIVE_BATCH, Admission
 from sluice.launch.completion import settle_status_change
 from sluice.launch.context import LaunchContext, StateMachineCheck
@@ -56,6 +57,7 @@ from sluice.primitives.fanout import Pacer, fanout
 
 __all__ = ["CHECK_INTERVAL", "LONG_POLL", "RECEIVE_BATCH", "Launcher"]
 
+WAKE_DEADLINE_SECONDS = 900.0  # a woken turn's end when no invocation deadline is given (Lambda's longest)
 CHECK_INTERVAL = (
     StateMachineCheck.INTERVAL
 )  # how often a warm launcher re-checks that the state machine exists
@@ -225,6 +227,18 @@ class Launcher:
         if self.settings.lanes:
             return self.lanes.admit_lanes(summary, remaining_ms=remaining_ms, linger=linger)
         return self.admit(summary=summary, remaining_ms=remaining_ms, linger=linger, sync_limit=True)
+
+    def wake(self, turns: WakeTurns, *, remaining_ms: Callable[[], int] | None = None) -> TickSummary:
+        """A producer's wake (``sluice.features.wake``): fill the free slots now, without reconciling
+        or lingering, one woken launcher at a time (``turns``), once more for each wake meanwhile."""
+        left = remaining_ms() / 1000 if remaining_ms is not None else WAKE_DEADLINE_SECONDS
+        return woken(
+            turns,
+            f"{self.identity}:{uuid.uuid4().hex[:8]}",
+            now=self.clock.now,
+            deadline=self.clock.now() + left,
+            fill=lambda: self.tick(reconcile_first=False, linger=False, remaining_ms=remaining_ms),
+        )
 
     def on_status_change(
         self, change: StatusChange, *, remaining_ms: Callable[[], int] | None = None
