@@ -13,6 +13,7 @@ from sluice.adapters.dynamo.codec import create_table
 from sluice.adapters.dynamo.table import TableRef
 from sluice.adapters.dynamo.wake import DynamoWakeTurns
 from sluice.adapters.memory.wake import MemoryWakeTurns
+from sluice.core.errors import TransientError
 from sluice.core.summary import TickSummary
 from sluice.features.wake import NOTED, woken
 from tests.contract.slots_fixtures import in_threads
@@ -32,6 +33,7 @@ def turns(request):
 
 def test_one_holder_until_its_turn_ends_or_is_given_back(turns):
     assert turns.take("w", now=T0, expires_at=T0 + 60)
+    assert turns.take("w", now=T0, expires_at=T0 + 60)  # w's SDK again, the first answer lost
     assert not turns.take("v", now=T0 + 30, expires_at=T0 + 90)
     assert not turns.give_back("v")  # not v's
     assert turns.give_back("w")
@@ -136,3 +138,15 @@ def test_a_turn_given_back_whatever_was_noted_drops_wakes(turns):
     crowd(recorded)
 
     assert recorded.notes and max(recorded.notes) > max(recorded.fills)
+
+
+def test_a_fill_that_fails_gives_the_turn_back(turns):
+    """A fill AWS refused past the SDK's retries: the invocation fails (Lambda invokes it again), and
+    the turn is free for the next wake at once instead of at the failed one's deadline."""
+
+    def refused() -> TickSummary:
+        raise TransientError("ReceiveMessage: throttled", operation="ReceiveMessage", code="Throttling")
+
+    with pytest.raises(TransientError):
+        woken(turns, "w", now=lambda: T0, deadline=T0 + 600, fill=refused)
+    assert turns.take("v", now=T0 + 1, expires_at=T0 + 600)

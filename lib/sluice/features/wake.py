@@ -12,7 +12,7 @@ tick and the completions do not take turns: they are few, and a completion takes
 One item, ``WAKE``, in the launcher's table (``sluice.adapters.dynamo.wake``):
 
     take       holder = W, again = false, expires_at = W's deadline
-               IF no item  OR  expires_at <= now
+               IF no item  OR  expires_at <= now  OR  holder = W   (W's SDK retrying a take whose answer was lost)
     note       again = true                         IF expires_at > now
     again      again = false                        IF holder = W
     give back  DELETE                               IF holder = W  AND  again = false
@@ -29,8 +29,10 @@ One item, ``WAKE``, in the launcher's table (``sluice.adapters.dynamo.wake``):
                                                  (a note refused: W gave back meanwhile, or its turn
                                                  expired → V takes the turn itself)
 
-W crashes holding the turn: wakes are noted until W's deadline passes, and the scheduled tick starts
-their payloads meanwhile (at most one schedule interval late; nothing is lost: the messages wait in
+W's fill fails (AWS throttled past the SDK's retries): W gives the turn back whatever was noted and
+fails, and Lambda invokes it again later (an asynchronous invocation is retried twice). W crashes
+holding the turn: wakes are noted until W's deadline passes, and the scheduled tick starts their
+payloads meanwhile (at most one schedule interval late; nothing is lost: the messages wait in
 the queue). Clocks: a taker whose clock runs ahead of W's may take W's turn up to that much early, and
 two woken launchers then fill at once, as two ticks may: no promise rests on the turn, only the
 receives a crowd of wakes would spend.
@@ -38,6 +40,7 @@ receives a crowd of wakes would spend.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Protocol
 
@@ -85,17 +88,26 @@ def woken(
             return TickSummary(counted=False, stopped=NOTED)
     else:
         return fill()  # the item changed under each attempt: fill, as any tick may
-    summary = fill()
-    while not turns.give_back(holder):
-        if deadline - now() < MIN_FILL_SECONDS:
-            turns.give_back(holder, noted_or_not=True)  # the scheduled tick takes what was noted
-            break
-        if not turns.again(holder):
-            break  # the turn expired and was taken: its holder fills
-        more = fill()
-        more.received += summary.received
-        for outcome, n in summary.outcomes.items():
-            more.outcomes[outcome] = more.outcomes.get(outcome, 0) + n
-        more.running_before = summary.running_before
-        summary = more
+    try:
+        summary = fill()
+        while not turns.give_back(holder):
+            if deadline - now() < MIN_FILL_SECONDS:
+                turns.give_back(holder, noted_or_not=True)  # the scheduled tick takes what was noted
+                break
+            if not turns.again(holder):
+                break  # the turn expired and was taken: its holder fills
+            summary = _added(fill(), summary)
+    except Exception:
+        with contextlib.suppress(Exception):  # the fill's error is the one to report
+            turns.give_back(holder, noted_or_not=True)
+        raise
     return summary
+
+
+def _added(later: TickSummary, earlier: TickSummary) -> TickSummary:
+    """One summary for two fills of a turn: the later one's figures, both fills' counts."""
+    later.received += earlier.received
+    for outcome, n in earlier.outcomes.items():
+        later.outcomes[outcome] = later.outcomes.get(outcome, 0) + n
+    later.running_before = earlier.running_before
+    return later

@@ -1,6 +1,6 @@
 """The woken launchers' turn (``sluice.features.wake``) in the ledger table: the item ``WAKE``.
 
-    take       PutItem    IF attribute_not_exists(pk) OR expires_at <= :now
+    take       PutItem    IF attribute_not_exists(pk) OR expires_at <= :now OR holder = :me
     note       UpdateItem SET again = true    IF expires_at > :now
     again      UpdateItem SET again = false   IF holder = :me
     give back  DeleteItem IF holder = :me AND again = false   (or IF holder = :me, its time up)
@@ -32,8 +32,8 @@ class DynamoWakeTurns:
         return self._conditional(
             "PutItem",
             Item=item(pk=WAKE_PK, holder=holder, again=False, expires_at=int(expires_at) + 1),
-            ConditionExpression="attribute_not_exists(pk) OR expires_at <= :now",
-            ExpressionAttributeValues={":now": {"N": str(int(now))}},
+            ConditionExpression="attribute_not_exists(pk) OR expires_at <= :now OR holder = :me",
+            ExpressionAttributeValues={":now": {"N": str(int(now))}, ":me": {"S": holder}},
         )
 
     def note(self, *, now: float) -> bool:

@@ -23,7 +23,7 @@ class MemoryWakeTurns:
 
     def take(self, holder: str, *, now: float, expires_at: float) -> bool:
         with self.lock:
-            if self.turn is not None and self.turn.expires_at > int(now):
+            if self.turn is not None and self.turn.expires_at > int(now) and self.turn.holder != holder:
                 return False
             self.turn = _Turn(holder, int(expires_at) + 1)
             return True
