@@ -314,9 +314,9 @@ class MeteredWakeTurns:
         self._write("dynamodb:PutItem")
         return self.inner.take(holder, now=now, expires_at=expires_at)
 
-    def note(self, *, now: float) -> bool:
+    def note(self, *, now: float, margin: float = 0.0) -> bool:
         self._write("dynamodb:UpdateItem")
-        return self.inner.note(now=now)
+        return self.inner.note(now=now, margin=margin)
 
     def again(self, holder: str) -> bool:
         self._write("dynamodb:UpdateItem")

@@ -16,5 +16,6 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, object]:
     launcher = runtime().launcher(logger)
     remaining_ms = context.get_remaining_time_in_millis
     if is_wake(event):
-        return emit(launcher.wake(runtime().wake_turns(), remaining_ms=remaining_ms))
+        turns = runtime().wake_turns()
+        return emit(launcher.wake(turns, remaining_ms=remaining_ms, invocation=context.aws_request_id))
     return emit(launcher.tick(reconcile_first=True, remaining_ms=remaining_ms))

@@ -15,7 +15,7 @@ from sluice.adapters.dynamo.wake import DynamoWakeTurns
 from sluice.adapters.memory.wake import MemoryWakeTurns
 from sluice.core.errors import TransientError
 from sluice.core.summary import TickSummary
-from sluice.features.wake import NOTED, woken
+from sluice.features.wake import NOTE_MARGIN, NOTED, woken
 from tests.contract.slots_fixtures import in_threads
 from tests.support.moto_patches import atomic_fast_moto
 
@@ -112,7 +112,7 @@ def crowd(recorded: Recorded) -> list[str]:
         return TickSummary()
 
     def wake(i: int) -> str:
-        return woken(recorded, f"w{i}", now=now, deadline=T0 + 600, fill=fill).stopped
+        return woken(recorded, f"w{i}", now=now, ends_at=T0 + 600, fill=fill).stopped
 
     with atomic_fast_moto():
         return in_threads(16, wake)
@@ -148,5 +148,39 @@ def test_a_fill_that_fails_gives_the_turn_back(turns):
         raise TransientError("ReceiveMessage: throttled", operation="ReceiveMessage", code="Throttling")
 
     with pytest.raises(TransientError):
-        woken(turns, "w", now=lambda: T0, deadline=T0 + 600, fill=refused)
+        woken(turns, "w", now=lambda: T0, ends_at=T0 + 600, fill=refused)
     assert turns.take("v", now=T0 + 1, expires_at=T0 + 600)
+
+
+def test_near_the_end_of_a_turn_a_wake_fills_by_itself(turns):
+    """W's fills stop receiving at its turn's end: a wake within NOTE_MARGIN of it is not noted (W
+    might not fill for it in time) but fills by itself."""
+    fills = []
+    assert turns.take("w", now=T0, expires_at=T0 + 60)
+    assert turns.note(now=T0 + 60 - NOTE_MARGIN - 1) and turns.again("w")
+    late = T0 + 60 - NOTE_MARGIN + 1
+
+    done = woken(
+        turns, "v", now=lambda: late, ends_at=late + 100, fill=lambda: fills.append("v") or TickSummary()
+    )
+
+    assert fills == ["v"] and done.stopped != NOTED
+
+
+def test_lambdas_retry_of_a_failed_wake_takes_its_turn_again(turns):
+    """An invocation that died holding its turn (its give-back refused or never made): Lambda's retry
+    carries the same request id, takes the turn again and fills, where another wake is only noted."""
+    fills = []
+    assert turns.take("request-1", now=T0, expires_at=T0 + 100)  # then the invocation failed
+
+    other = woken(turns, "request-2", now=lambda: T0 + 5, ends_at=T0 + 100, fill=lambda: TickSummary())
+    woken(
+        turns,
+        "request-1",
+        now=lambda: T0 + 60,
+        ends_at=T0 + 160,
+        fill=lambda: fills.append(1) or TickSummary(),
+    )
+
+    assert other.stopped == NOTED and fills == [1]  # the retry's fill, after the note, fills for it
+    assert turns.take("request-3", now=T0 + 61, expires_at=T0 + 100)  # and gave the turn back

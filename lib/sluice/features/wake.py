@@ -11,9 +11,9 @@ tick and the completions do not take turns: they are few, and a completion takes
 
 One item, ``WAKE``, in the launcher's table (``sluice.adapters.dynamo.wake``):
 
-    take       holder = W, again = false, expires_at = W's deadline
-               IF no item  OR  expires_at <= now  OR  holder = W   (W's SDK retrying a take whose answer was lost)
-    note       again = true                         IF expires_at > now
+    take       holder = W, again = false, expires_at = when W's fills stop receiving
+               IF no item  OR  expires_at <= now  OR  holder = W   (W's SDK, or Lambda, trying again)
+    note       again = true                         IF expires_at > now + NOTE_MARGIN
     again      again = false                        IF holder = W
     give back  DELETE                               IF holder = W  AND  again = false
 
@@ -27,12 +27,14 @@ One item, ``WAKE``, in the launcher's table (``sluice.adapters.dynamo.wake``):
     again ✓ → fill: V's payload
     give back ✓
                                                  (a note refused: W gave back meanwhile, or its turn
-                                                 expired → V takes the turn itself)
+                                                 ended → V takes the turn itself; W's turn ends within
+                                                 NOTE_MARGIN → V fills without a turn)
 
-W's fill fails (AWS throttled past the SDK's retries): W gives the turn back whatever was noted and
-fails, and Lambda invokes it again later (an asynchronous invocation is retried twice). W crashes
-holding the turn: wakes are noted until W's deadline passes, and the scheduled tick starts their
-payloads meanwhile (at most one schedule interval late; nothing is lost: the messages wait in
+W is the Lambda invocation (its request id), the same in Lambda's retries of it. W's fill fails (AWS
+throttled past the SDK's retries): W gives the turn back whatever was noted and fails, and Lambda
+invokes it again later (an asynchronous invocation is retried twice), which may take the turn again
+as W. W crashes holding the turn: wakes are noted until its turn ends, and the scheduled tick starts
+their payloads meanwhile (at most one schedule interval late; nothing is lost: the messages wait in
 the queue). Clocks: a taker whose clock runs ahead of W's may take W's turn up to that much early, and
 two woken launchers then fill at once, as two ticks may: no promise rests on the turn, only the
 receives a crowd of wakes would spend.
@@ -48,7 +50,10 @@ from sluice.core.summary import TickSummary
 
 TAKE_ATTEMPTS = 3  # take or note: each refusal of one means the other's condition changed meanwhile
 NOTED = "noted: another woken launcher fills the slots"
-MIN_FILL_SECONDS = 5.0  # fill again for a note only with this much of the invocation left
+# No note within this many seconds of the turn's end: the holder might not fill for it in time, so the
+# wake fills by itself (a fill of more than this long near its turn's end may leave a note unfilled,
+# its payload then waiting for the scheduled tick).
+NOTE_MARGIN = 10.0
 
 
 class WakeTurns(Protocol):
@@ -58,8 +63,9 @@ class WakeTurns(Protocol):
         """Take the turn: True when no one holds it or its holder's expired."""
         ...
 
-    def note(self, *, now: float) -> bool:
-        """Ask the holder to fill once more: False when no one holds an unexpired turn."""
+    def note(self, *, now: float, margin: float = 0.0) -> bool:
+        """Ask the holder to fill once more: False when no one holds a turn that ends more than
+        ``margin`` seconds after ``now``."""
         ...
 
     def again(self, holder: str) -> bool:
@@ -68,7 +74,7 @@ class WakeTurns(Protocol):
 
     def give_back(self, holder: str, *, noted_or_not: bool = False) -> bool:
         """Give the turn back: False when a wake was noted meanwhile (or the turn is not ``holder``'s).
-        ``noted_or_not``: give it back whatever was noted (the invocation's time is up)."""
+        ``noted_or_not``: give it back whatever was noted (the invocation is failing)."""
         ...
 
 
@@ -77,28 +83,29 @@ def woken(
     holder: str,
     *,
     now: Callable[[], float],
-    deadline: float,
+    ends_at: float,
     fill: Callable[[], TickSummary],
 ) -> TickSummary:
-    """What a woken launcher does (see the module): fill, once more for each wake noted meanwhile."""
-    for _ in range(TAKE_ATTEMPTS):
-        if turns.take(holder, now=now(), expires_at=deadline):
-            break
-        if turns.note(now=now()):
-            return TickSummary(counted=False, stopped=NOTED)
-    else:
-        return fill()  # the item changed under each attempt: fill, as any tick may
+    """What a woken launcher does (see the module): fill, once more for each wake noted meanwhile.
+    ``ends_at``: when its fills stop receiving (the invocation's deadline less the launcher's time
+    reserve), the end of its turn; ``holder``: the same for Lambda's retries of one invocation."""
     try:
+        for _ in range(TAKE_ATTEMPTS):
+            if turns.take(holder, now=now(), expires_at=ends_at):
+                break
+            if turns.note(now=now(), margin=NOTE_MARGIN):
+                return TickSummary(counted=False, stopped=NOTED)
+        else:
+            return fill()  # the turn ends within NOTE_MARGIN, or changed under each attempt: fill
         summary = fill()
         while not turns.give_back(holder):
-            if deadline - now() < MIN_FILL_SECONDS:
-                turns.give_back(holder, noted_or_not=True)  # the scheduled tick takes what was noted
-                break
             if not turns.again(holder):
-                break  # the turn expired and was taken: its holder fills
+                break  # the turn ended and was taken: its holder fills
             summary = _added(fill(), summary)
     except Exception:
-        with contextlib.suppress(Exception):  # the fill's error is the one to report
+        # Failing, the invocation is retried by Lambda under the same holder, which may take the
+        # turn again; given back now, the next wake need not wait for that.
+        with contextlib.suppress(Exception):  # the first error is the one to report
             turns.give_back(holder, noted_or_not=True)
         raise
     return summary
@@ -109,5 +116,9 @@ def _added(later: TickSummary, earlier: TickSummary) -> TickSummary:
     later.received += earlier.received
     for outcome, n in earlier.outcomes.items():
         later.outcomes[outcome] = later.outcomes.get(outcome, 0) + n
+    for lane, figures in earlier.lanes.items():
+        mine = later.lanes.setdefault(lane, {})
+        for name in ("received", "started"):
+            mine[name] = mine.get(name, 0) + figures.get(name, 0)
     later.running_before = earlier.running_before
     return later

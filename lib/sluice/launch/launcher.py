@@ -228,15 +228,22 @@ class Launcher:
             return self.lanes.admit_lanes(summary, remaining_ms=remaining_ms, linger=linger)
         return self.admit(summary=summary, remaining_ms=remaining_ms, linger=linger, sync_limit=True)
 
-    def wake(self, turns: WakeTurns, *, remaining_ms: Callable[[], int] | None = None) -> TickSummary:
+    def wake(
+        self,
+        turns: WakeTurns,
+        *,
+        remaining_ms: Callable[[], int] | None = None,
+        invocation: str | None = None,
+    ) -> TickSummary:
         """A producer's wake (``sluice.features.wake``): fill the free slots now, without reconciling
-        or lingering, one woken launcher at a time (``turns``), once more for each wake meanwhile."""
+        or lingering, one woken launcher at a time (``turns``), once more for each wake meanwhile.
+        ``invocation``: Lambda's request id, which its retries of the invocation keep."""
         left = remaining_ms() / 1000 if remaining_ms is not None else WAKE_DEADLINE_SECONDS
         return woken(
             turns,
-            f"{self.identity}:{uuid.uuid4().hex[:8]}",
+            invocation or f"{self.identity}:{uuid.uuid4().hex[:8]}",
             now=self.clock.now,
-            deadline=self.clock.now() + left,
+            ends_at=self.clock.now() + left - self.settings.time_reserve_seconds,
             fill=lambda: self.tick(reconcile_first=False, linger=False, remaining_ms=remaining_ms),
         )
 

@@ -1,7 +1,7 @@
 """The woken launchers' turn (``sluice.features.wake``) in the ledger table: the item ``WAKE``.
 
     take       PutItem    IF attribute_not_exists(pk) OR expires_at <= :now OR holder = :me
-    note       UpdateItem SET again = true    IF expires_at > :now
+    note       UpdateItem SET again = true    IF expires_at > :now + margin
     again      UpdateItem SET again = false   IF holder = :me
     give back  DeleteItem IF holder = :me AND again = false   (or IF holder = :me, its time up)
 
@@ -36,14 +36,9 @@ class DynamoWakeTurns:
             ExpressionAttributeValues={":now": {"N": str(int(now))}, ":me": {"S": holder}},
         )
 
-    def note(self, *, now: float) -> bool:
-        return self.db.update_if(
-            WAKE_PK,
-            "SET again = :yes",
-            "expires_at > :now",
-            {":yes": {"BOOL": True}, ":now": {"N": str(int(now))}},
-            {},
-        )
+    def note(self, *, now: float, margin: float = 0.0) -> bool:
+        values = {":yes": {"BOOL": True}, ":now": {"N": str(int(now + margin))}}
+        return self.db.update_if(WAKE_PK, "SET again = :yes", "expires_at > :now", values, {})
 
     def again(self, holder: str) -> bool:
         return self.db.update_if(

@@ -28,9 +28,9 @@ class MemoryWakeTurns:
             self.turn = _Turn(holder, int(expires_at) + 1)
             return True
 
-    def note(self, *, now: float) -> bool:
+    def note(self, *, now: float, margin: float = 0.0) -> bool:
         with self.lock:
-            if self.turn is None or self.turn.expires_at <= int(now):
+            if self.turn is None or self.turn.expires_at <= int(now + margin):
                 return False
             self.turn.again = True
             return True
