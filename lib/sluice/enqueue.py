@@ -267,17 +267,31 @@ def enqueue(
     extra = _shared_attributes(after, run_anyway, lane)
     if payloads is not None:
         ready = [_stored(p, payloads, report) if p.size > threshold else p for p in ready]
+    _send_all(sqs, queue_url, ready, once, extra, report, progress)
+    if wake is not None and report.sent:
+        _wake(wake, report)
+    return report
+
+
+def _send_all(
+    sqs: Any,
+    queue_url: str,
+    ready: list[Prepared],
+    once: bool,
+    extra: dict[str, dict[str, str]],
+    report: EnqueueReport,
+    progress: Callable[[int], None] | None,
+) -> None:
+    """Send ``ready`` in batches until AWS refuses one (``report.stopped``); ``extra``: the attributes
+    every message carries."""
     for batch in _batches(ready):
         try:
             _send(sqs, queue_url, batch, [_entry(i, p, once, extra) for i, p in enumerate(batch)], report)
         except SluiceError as exc:
             report.stopped, report.unsent_from = exc, batch[0].where
-            break
+            return
         if progress:
             progress(len(batch))
-    if wake is not None and report.sent:
-        _wake(wake, report)
-    return report
 
 
 def _wake(wake: Callable[[], None], report: EnqueueReport) -> None:
