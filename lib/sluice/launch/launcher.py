@@ -204,8 +204,8 @@ class Launcher:
         linger: bool = True,
     ) -> TickSummary:
         """One scheduled run: reconcile the ledger with Step Functions, then fill free slots, lingering
-        while they stay free (``lingerSeconds``). A wake from a producer (``sluice.enqueue.LauncherWake``)
-        is ``tick(reconcile_first=False, linger=False)``: it fills what is free now and returns."""
+        while they stay free (``lingerSeconds``). A producer's wake (``wake``) fills with
+        ``tick(reconcile_first=False, linger=False)``: what is free now, and it returns."""
         summary = TickSummary()
         self.admission.check_state_machine()
         if reconcile_first:
