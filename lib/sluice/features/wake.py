@@ -60,7 +60,8 @@ class WakeTurns(Protocol):
     """The ``WAKE`` item (see the module)."""
 
     def take(self, holder: str, *, now: float, expires_at: float) -> bool:
-        """Take the turn: True when no one holds it or its holder's expired."""
+        """Take the turn: True when no one holds it, its holder's turn has ended, or it is ``holder``'s
+        own (a take whose answer was lost, or Lambda's retry of the invocation)."""
         ...
 
     def note(self, *, now: float, margin: float = 0.0) -> bool:

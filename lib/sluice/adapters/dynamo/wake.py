@@ -3,7 +3,7 @@
     take       PutItem    IF attribute_not_exists(pk) OR expires_at <= :now OR holder = :me
     note       UpdateItem SET again = true    IF expires_at > :now + margin
     again      UpdateItem SET again = false   IF holder = :me
-    give back  DeleteItem IF holder = :me AND again = false   (or IF holder = :me, its time up)
+    give back  DeleteItem IF holder = :me AND again = false   (IF holder = :me when the invocation fails)
 
 ``expires_at`` is the table's TTL attribute: a turn never given back (its holder crashed) is deleted
 by DynamoDB some time after it ended; until then the conditions judge it ended.
