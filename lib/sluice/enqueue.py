@@ -76,8 +76,8 @@ class Prepared:
 class LauncherWake:
     """Wake the stack's launcher (its name or ARN: the stack output ``LauncherFunctionArn``) after a
     send. The woken launcher receives only while slots are free, so a wake while every slot is held
-    costs one short invocation and one read. Needs ``lambda:InvokeFunction`` on it (the stack's
-    producer policy has it)."""
+    costs one short invocation, one read and its turn's two writes (``sluice.features.wake``). Needs
+    ``lambda:InvokeFunction`` on it (the stack's producer policy has it)."""
 
     functions: Functions
     function: str
