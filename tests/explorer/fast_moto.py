@@ -6,7 +6,9 @@ response member may be read from, and the syntax tree of a DynamoDB update or co
 (of its text, names and values; moto's validator copies an update's tree before it touches it);
 and, on the client's side, each part of botocore's User-Agent header (built anew for every call).
 GetQueueAttributes reads a queue's attributes once, not twice for each name asked (each read
-walks every message of the queue three times).
+walks every message of the queue three times). The DynamoDB expression trees' walks (ten for each
+update, by as many processors) ask ``isinstance`` of ABCs at every node; which processor entry
+takes a node depends on the two classes alone, so each answer is kept by class.
 Each is a pure function of its arguments; here each is memoised for the duration of the block
 (``faster_moto``), or from now on (``memoise_moto``: the whole test session, from
 tests/conftest.py). Nothing else about moto changes.
@@ -36,6 +38,7 @@ import moto.core.responses as core_responses
 import moto.core.serialize as serialize
 import moto.core.utils as core_utils
 import moto.dynamodb.comparisons as dynamo_conditions
+import moto.dynamodb.parsing.ast_nodes as dynamo_nodes
 import moto.dynamodb.parsing.expressions as dynamo_updates
 import moto.dynamodb.parsing.validators as dynamo_validators
 import moto.sqs.models as sqs_models
@@ -108,6 +111,59 @@ def _get_queue_attributes(self: Any, queue_name: str, attribute_names: list[str]
     return {name: every[name] for name in attribute_names if every.get(name) is not None}
 
 
+_NO_MATCH = object()
+_IS_NODE: dict[type, bool] = {}  # a class -> whether it is a Node (an ABC: isinstance is slow)
+_PROCESSED_AS: dict[tuple[type, type], Any] = {}  # (traverser, node class) -> its map's key, or None
+
+
+def _traverse_node_recursively(self: Any, node: Any, child_id: int = -1) -> Any:
+    """``DepthFirstTraverser.traverse_node_recursively`` with its ``isinstance`` answers kept by
+    class: a traverser's map has the same keys for every instance, so which entry processes a node
+    depends on the two classes alone. The same traversal, in the same order."""
+    kind = type(node)
+    is_node = _IS_NODE.get(kind)
+    if is_node is None:
+        is_node = _IS_NODE[kind] = isinstance(node, dynamo_nodes.Node)
+    if not is_node:
+        return node
+    parent_node = node.parent
+    if node.children is not None:
+        for i, child_node in enumerate(node.children):
+            self.pre_processing_of_child(node, i)
+            self.traverse_node_recursively(child_node, i)
+    key = (type(self), kind)
+    entry = _PROCESSED_AS.get(key, _NO_MATCH)
+    if entry is _NO_MATCH:
+        entry = _PROCESSED_AS[key] = next((k for k in self._processing_map() if isinstance(node, k)), None)
+    if entry is not None:
+        node = self._processing_map()[entry](node)
+        node.parent = parent_node
+        if parent_node:
+            parent_node.children[child_id] = node
+    return node
+
+
+_DESCENDS: dict[type, bool] = {}  # a class -> whether find_clauses looks inside it
+
+
+def _find_clauses(self: Any, clause_types: Any) -> list[Any]:
+    """``Node.find_clauses`` with its ``isinstance`` answers kept by class."""
+    clauses = []
+    for child in self.children or []:
+        kind = type(child)
+        if kind in clause_types:
+            clauses.append(child)
+            continue
+        descends = _DESCENDS.get(kind)
+        if descends is None:
+            descends = _DESCENDS[kind] = issubclass(
+                kind, (dynamo_nodes.Expression, dynamo_nodes.UpdateExpressionFunction)
+            )
+        if descends:
+            clauses.extend(child.find_clauses(clause_types))
+    return clauses
+
+
 @contextmanager
 def _patched(*patches: tuple[Any, str, Callable[[Any], Any]]) -> Iterator[None]:
     """Each ``(owner, name, make)``: ``owner.name`` is ``make(original)`` for the block."""
@@ -132,6 +188,8 @@ def faster_moto() -> AbstractContextManager[None]:
         (dynamo_conditions.ConditionExpressionParser, "parse", _condition_tree),
         (useragent.UserAgentComponent, "to_string", functools.lru_cache(maxsize=1024)),
         (sqs_models.SQSBackend, "get_queue_attributes", lambda _: _get_queue_attributes),
+        (dynamo_nodes.DepthFirstTraverser, "traverse_node_recursively", lambda _: _traverse_node_recursively),
+        (dynamo_nodes.Node, "find_clauses", lambda _: _find_clauses),
     )
 
 
