@@ -13,7 +13,7 @@ Each is a pure function of its arguments; here each is memoised for the duration
 (``faster_moto``), or from now on (``memoise_moto``: the whole test session, from
 tests/conftest.py). Nothing else about moto changes.
 
-``lighter`` (the explorer's runs only): botocore signs every request with SigV4, a chain of HMACs
+``lighter`` (the explorer's runs, and the whole test session through ``memoise_moto``): botocore signs every request with SigV4, a chain of HMACs
 that moto never checks; in the block a request carries the Authorization header moto reads (the
 access key, for the account), with no signature computed. moto's validator copies an update
 expression's tree by a pickle round trip (C) rather than ``copy.deepcopy`` (Python), the same copy,
@@ -271,9 +271,9 @@ _FOR_GOOD: list[Any] = []  # the block ``memoise_moto`` entered (collected, it w
 
 
 def memoise_moto() -> None:
-    """The same memos, from now on (idempotent)."""
+    """The same memos, and the lighter requests, from now on (idempotent)."""
     if _FOR_GOOD:
         return
-    block = faster_moto()
-    block.__enter__()  # never left: the block's memos stay in place
-    _FOR_GOOD.append(block)
+    for block in (faster_moto(), lighter()):
+        block.__enter__()  # never left: the block's memos stay in place
+        _FOR_GOOD.append(block)
