@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import gc
 import json
 import os
 
@@ -19,7 +18,7 @@ os.environ.update(
     POWERTOOLS_TRACE_DISABLED="1",
 )
 
-from tests.explorer.fast_moto import memoise_moto  # noqa: E402
+from tests.explorer.fast_moto import memoise_moto, quiet_collector  # noqa: E402
 from tests.support.botocore_models import share_botocore_loader  # noqa: E402
 from tests.support.moto_patches import (  # noqa: E402
     cached_response_keys,
@@ -36,13 +35,7 @@ projected_scans()
 cached_response_keys()
 memoise_moto()  # moto's pure helpers memoised (tests/explorer/fast_moto.py)
 share_botocore_loader()
-
-# What is alive now (moto, botocore and their models) lives as long as the process: it is frozen out
-# of the collector's full passes, which walked it again and again (about a tenth of a DynamoDB-heavy
-# module's CPU), and the youngest generation is collected less often.
-gc.collect()
-gc.freeze()
-gc.set_threshold(50_000, 20, 20)
+quiet_collector()  # the long-lived heap out of the collector's full passes (idem)
 
 # `--cpu-durations=N`: CPU seconds per test, module and directory (wall times are noisy on a shared machine).
 pytest_plugins = ["tests.support.cpu_durations"]

@@ -22,7 +22,8 @@ from moto.sqs.models import sqs_backends
 
 import sluice.enqueue
 from sluice.core.events import StatusChange
-from sluice.features.rate_limits import NONE, STACK, Rate, key_scope
+from sluice.features.lanes import DEFAULT_LANE
+from sluice.features.rate_limits import NONE, STACK, Rate, key_scope, lane_scope
 from sluice.ops.dlq import dlq_list, dlq_redrive
 from sluice.ops.semaphore import semaphore_set
 from sluice.semaphore.model import pool_of
@@ -64,6 +65,8 @@ FORGED = (
 CONSOLE_VALUES = ("10001", "5000000000000", "99999999999999999999999", "1" * 4000)  # SSM: at most 4 KB
 
 ENQUEUE_ITEMS = ('{"id":"P"}', '{"id":"P","n":7}', "1" * 5000, "[" * 3000 + "]" * 3000, '"text"', "null")
+
+LANE = "gpu"  # the lane a swarm run's lanes name beside the default one (sim.LANES)
 
 SEMAPHORE, SEMAPHORE_CONFIGURED = "db", 5  # SLUICE_SEMAPHORES=db:5 in the semaphore function
 
@@ -170,7 +173,7 @@ class Actors:
             if "semaphore" not in self.busy():
                 out.append(("semaphore_cold_start", 0.5, self.do_semaphore_cold_start))
             out.append(("semaphore_set", 0.5, self.do_semaphore_set))
-            if self.ex.rate is not None or self.ex.key_rate is not None:
+            if self.ex.rate is not None or self.ex.key_rate is not None or self.ex.lane_rate is not None:
                 out.append(("set_rate", 0.3, self.do_set_rate))
             last = self.last_handled_failure() if self.ex.redrive_last else None
             if last is not None:
@@ -181,6 +184,8 @@ class Actors:
             out.append(("switch_machine", 0.15, self.do_switch_machine))
         elif self.ex.switch.deletable():
             out.append(("delete_old_machine", 0.3, self.do_delete_old_machine))
+        if self.ex.lanes:  # after the others: a run without lanes draws as before
+            out.append(("lane_max", 0.4, self.do_lane_max))
         if self.ex.wake and idle:  # last: a run that does not draw it draws as before
             out.append(("wake", self.ex.wake, lambda: self.do_wake(idle)))
         return out
@@ -307,9 +312,11 @@ class Actors:
         if kind == 6 and w.model.sent:
             earlier = sorted(w.model.sent.values(), key=lambda s: s.message_id)
             dedup = earlier[draw(len(earlier))].dedup
-        sent = w.send(body, group=group, valid=valid, attributes=attributes or None, dedup=dedup)
+        lane = (LANE, DEFAULT_LANE)[draw(2)] if self.ex.lanes else DEFAULT_LANE  # a lanes run's draw only
+        sent = w.send(body, group=group, valid=valid, attributes=attributes or None, dedup=dedup, lane=lane)
         forged = {k: v[:24] for k, v in attributes.items()}
-        self.note(f"send {body[:20]} {forged} {'(invalid) ' if not valid else ''}-> {sent}")
+        to = f" (lane {lane})" if self.ex.lanes else ""
+        self.note(f"send {body[:20]} {forged} {'(invalid) ' if not valid else ''}-> {sent}{to}")
 
     def do_resubmit(self) -> None:
         """A producer sends the payload whose run ended last again (a retry of a run that just
@@ -340,6 +347,17 @@ class Actors:
             self.note(f"operator: set-max {self.config['max_concurrency']} (back)")
             w.set_max(self.config["max_concurrency"])
 
+    def do_lane_max(self) -> None:
+        """The operator sets a lane's MAX (``sluice set-max N --lane L``: 0 pauses it, none puts the
+        configured MAX back); half the time the command dies after its first write, the setting, and
+        the next tick puts it in force."""
+        draw = self.choices.draw
+        lane, value, by = (LANE, DEFAULT_LANE)[draw(2)], (None, 0, 1, 2)[draw(4)], ("cli", "setting")[draw(2)]
+        died = " (the command dies after its first write)" if by == "setting" else ""
+        self.note(f"operator: set-max {value} --lane {lane}{died}")
+        count("explorer:lane_max")
+        self.world.set_lane_max(lane, value, by=by)
+
     def do_quiet_month(self) -> None:
         """A month passes with no message in any queue (SQS drops a message after 14 days, so one
         cannot sit through it; retention is 30 days): records past their retention may go to TTL."""
@@ -364,6 +382,8 @@ class Actors:
         scopes = [(STACK, self.ex.rate)] if self.ex.rate is not None else []
         if self.ex.key_rate is not None:  # ck1's; ck0 keeps the stack's, its starts judged against its grants
             scopes.append((key_scope("ck1"), self.ex.key_rate))
+        if self.ex.lane_rate is not None:
+            scopes.append((lane_scope(LANE), self.ex.lane_rate))
         scope, base = scopes[draw(len(scopes))] if len(scopes) > 1 else scopes[0]
         choices: list[Rate | str | None] = [Rate(n, base.period) for n in (1, 2, 4)] + [NONE, None]
         value = choices[draw(len(choices))]

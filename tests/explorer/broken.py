@@ -36,6 +36,7 @@ import sluice.launch.per_message
 import sluice.launch.reconcile
 import sluice.launch.redriven
 from sluice.adapters.dynamo.keys import KeysTable
+from sluice.adapters.dynamo.lanes import LaneSlots
 from sluice.adapters.dynamo.release import ReleasesTable
 from sluice.adapters.dynamo.slots import DynamoSlots
 from sluice.adapters.dynamo.store import DynamoStore
@@ -46,8 +47,14 @@ from sluice.enqueue import Item
 from sluice.features import attributes
 from sluice.features.awaits import AWAITS_ATTRIBUTE, check_awaits
 from sluice.features.keys import TICKET_ATTRIBUTE
+from sluice.launch.lane_admission import LaneAdmission
 from sluice.launch.redriven import Rerun
 from sluice.semaphore.step import Semaphores, pool_of
+from tests.reliability.test_broken_variants import (
+    creating_the_lanes_pools_only,
+    keeping_the_lane_slot,
+    without_the_lane_slot,
+)
 from tests.reliability.test_caps_variants import past_the_cap
 from tests.reliability.test_key_variants import lifted_on_any_end, unfenced_block, unfenced_mark
 from tests.reliability.test_once_semaphore_variants import expiring_invalid, expiring_release
@@ -518,6 +525,28 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
         "a woken waiter that parks again or gives its slot back before its wake noted its entry "
         "leaves the entry keeping a slot for nobody (the code before it was fixed)",
         [(KeysTable, "_line_item", _line_item_unlanded), (KeysTable, "drop_inflight", _drop_unlanded)],
+    ),
+    "lane_claim_without_slot": (
+        "a claim whose transaction leaves out its lane's slot (test_a_claim_without_its_lane_slot_is_caught)",
+        [(LaneSlots, "claim_item", without_the_lane_slot)],
+    ),
+    "lane_release_keeps_slot": (
+        "a release whose transaction leaves its lane's slot held (test_a_release_that_keeps_the_lane_slot_is_caught)",
+        [(LaneSlots, "release_item", keeping_the_lane_slot)],
+    ),
+    "lane_limit_never_synced": (
+        "a tick that writes each lane's pool once and never moves its MAX "
+        "(test_a_tick_that_never_moves_a_lanes_limit_is_caught)",
+        [(LaneAdmission, "sync_lanes", creating_the_lanes_pools_only)],
+    ),
+    "lane_requeue_home": (
+        "a waiter sent back to the payload queue whatever its lane "
+        "(test_a_requeue_that_ignores_the_messages_lane_is_caught)",
+        [(sluice.adapters.aws.sqs.SqsQueue, "url_for", lambda self, attributes: self.home_url)],
+    ),
+    "lane_never_thawed": (
+        "a lane lowered below its runs never thawed (test_a_lane_never_thawed_after_a_lowered_max_is_caught)",
+        [(DynamoStore, "thaw_lane", lambda self, lane: None)],
     ),
     "hand_over_unchecked": (
         "a hand-over that skips the receipt check (test_a_hand_over_that_skips_the_receipt_check_is_caught)",

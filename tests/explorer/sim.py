@@ -35,8 +35,8 @@ from greenlet import greenlet
 from moto.moto_api._internal import mock_random
 
 from sluice.core.errors import TransientError
-from sluice.features.rate_limits import STACK, Rate, RateDefaults
-from tests.explorer.actors import PAYLOADS, Actors
+from sluice.features.rate_limits import STACK, Rate, RateDefaults, lane_scope
+from tests.explorer.actors import LANE, PAYLOADS, Actors
 from tests.explorer.choices import Choices
 from tests.explorer.fast_moto import faster_moto, lighter
 from tests.explorer.switch import MachineSwitch
@@ -155,6 +155,13 @@ DECISION_CRASH = 8.0
 # seed (in a third of the swarm runs), its option last, so that a run without it draws as before.
 WAKES = (0.0, 0.0, 2.0)
 WAKE_SALT = 16  # as SLOW_SALT; seed 60 (the widenings' loop) draws none either
+# A swarm run may deploy lanes (none four times in seven; drawn from the seed): a lane ``gpu`` with a
+# MAX of 1 beside the implied default, the same with the default lane's MAX set too, or a fair lane of
+# 2; and under those, in half the runs, a rate on ``gpu``. The producers then send to a lane (a draw
+# only those runs make), and the operator sets a lane's MAX at run time (0 pauses) and its rate.
+LANES = ("", "", "", "", "gpu:1:1", "gpu:1:1,default:2", "gpu:2:1:1:fair")
+LANE_RATES = (None, None, Rate(1, 60), Rate(2, 1))
+LANES_SALT = 419  # as SLOW_SALT: no pinned swarm seed, nor 1, 3, 60, 302 or 303, draws lanes
 
 
 class Failure(AssertionError):
@@ -455,13 +462,27 @@ class Explorer:
         )
         if self.wake:
             self.config.setdefault("swarm", {})["wake"] = self.wake
-        if self.rate is not None or self.key_rate is not None:
-            self.config["rates"] = RateDefaults(stack=self.rate, key=self.key_rate)
+        self.lanes = (
+            LANES[random.Random(choices.seed * 211 + LANES_SALT).randrange(len(LANES))] if swarm else ""
+        )
+        self.lane_rate = (
+            LANE_RATES[random.Random(choices.seed * 223 + LANES_SALT).randrange(len(LANE_RATES))]
+            if self.lanes
+            else None
+        )
+        if self.lanes:
+            self.config["lanes"] = self.lanes
+            self.config.setdefault("swarm", {}).update(lanes=self.lanes, lane_rate=str(self.lane_rate))
+        lane_rates = {LANE: self.lane_rate} if self.lane_rate is not None else {}
+        if self.rate is not None or self.key_rate is not None or lane_rates:
+            self.config["rates"] = RateDefaults(stack=self.rate, key=self.key_rate, lanes=lane_rates)
         if self.key_rate is not None:  # a key's rate is drawn: many keyed messages (no draw moves)
             self.scale["send"] = max(1.0, self.scale.get("send", 1.0))
             self.scale["send:keyed"] = 4.0 * max(1.0, self.scale.get("send:keyed", 1.0))
         self.world = ExplorerWorld(**{k: v for k, v in self.config.items() if k != "swarm"})
         self.world.model.rates_in_force[STACK] = self.rate
+        if self.lane_rate is not None:
+            self.world.model.rates_in_force[lane_scope(LANE)] = self.lane_rate
         self.world.model.key_rate = self.key_rate
         observe = self.world.model.saw
 

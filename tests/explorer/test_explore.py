@@ -171,6 +171,18 @@ def test_a_producers_wake_ticks_only_in_the_swarm_runs_that_draw_it() -> None:
     _fires_only_in_the_swarm_runs_that_draw_it("explorer:wake", draws, 3, 1)
 
 
+def test_lanes_are_deployed_only_in_the_swarm_runs_that_draw_them() -> None:
+    """A swarm run that draws ``LANES`` (from the seed) deploys lanes, and its producers send to the
+    lane ``gpu``; a run that does not, and a plain run, have no lanes. (The pinned swarm seeds below
+    draw none.)"""
+    from tests.explorer.sim import LANES, LANES_SALT
+
+    def draws(seed: int) -> str:
+        return LANES[random.Random(seed * 211 + LANES_SALT).randrange(len(LANES))]
+
+    _fires_only_in_the_swarm_runs_that_draw_it("lanes:sent_to_a_lane", draws, 6, 1)
+
+
 def test_a_lost_conditional_write_is_retried_and_refused_by_its_own_condition(monkeypatch) -> None:
     """Sluice's clients retry a read timeout (botocore's standard mode): a conditional write whose
     first attempt took effect and whose answer was lost is refused by its own condition on the

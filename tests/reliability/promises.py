@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.core.model import TERMINAL_STATUSES
 from sluice.core.records import INFLIGHT_SECONDS
+from sluice.features.fair import UNKEYED
 from sluice.features.lanes import DEFAULT_LANE, by_priority
-from sluice.features.rate_limits import NONE, STACK, key_scope
+from sluice.features.rate_limits import NONE, STACK, key_scope, lane_scope
 from tests.support.model import AWAIT_REASON, awaited_keys
 
 if TYPE_CHECKING:
@@ -457,6 +458,21 @@ class Promises:
                 for s in self.model.sent.values()
                 if s.valid and "sluice-concurrency-key" in s.attributes
             }
+            # A fair lane's messages without a key are its tenant ``lane:<name>``, a key too: the fills
+            # at rest are such messages, which its rate, of any period, would hold back by design.
+            for lane in self.settings.lanes:
+                if lane.fair:
+                    rates.set(key_scope(UNKEYED + lane.name), NONE)
+                    if hasattr(self.model, "rates_in_force"):
+                        self.model.rates_in_force[key_scope(UNKEYED + lane.name)] = None
+        for lane in self.lane_names():  # a lane's rate, as the stack's: lifted
+            if (
+                self.settings.rates.lanes.get(lane) is not None
+                or lane_scope(lane) in rates.persistence.load().overrides
+            ):
+                rates.set(lane_scope(lane), NONE)
+                if hasattr(self.model, "rates_in_force"):
+                    self.model.rates_in_force[lane_scope(lane)] = None
         for status in rates.status(sorted(scopes), self.clock.now()):
             if status.rate is not None and status.rate.period > WINDOW:
                 rates.set(status.scope, NONE)
