@@ -13,7 +13,8 @@ Each is a pure function of its arguments; here each is memoised for the duration
 (``faster_moto``), or from now on (``memoise_moto``: the whole test session, from
 tests/conftest.py). Nothing else about moto changes.
 
-``lighter`` (the explorer's runs, and the whole test session through ``memoise_moto``): botocore signs every request with SigV4, a chain of HMACs
+``lighter`` (the explorer's runs; its update-validator half for the whole test session, through
+``memoise_moto``): botocore signs every request with SigV4, a chain of HMACs
 that moto never checks; in the block a request carries the Authorization header moto reads (the
 access key, for the account), with no signature computed. moto's validator copies an update
 expression's tree by a pickle round trip (C) rather than ``copy.deepcopy`` (Python), the same copy,
@@ -256,16 +257,22 @@ def _shape_checked_once(_: Any) -> Any:
     return validate
 
 
+_LIGHTER_UPDATES = (
+    (dynamo_validators, "deepcopy", _copied),
+    (dynamo_validators.UpdateExpressionValidator, "__init__", _keeping_the_tree),
+    (dynamo_validators.UpdateExpressionValidator, "validate", _shape_checked_once),
+)
+
+
 def lighter() -> AbstractContextManager[None]:
     """Requests made in the block go unsigned (moto checks no signature), and moto's update
     validator copies its tree in C and checks an expression's shape once."""
-    validator = dynamo_validators.UpdateExpressionValidator
-    return _patched(
-        (auth.SigV4Auth, "add_auth", lambda _: _named_only),
-        (dynamo_validators, "deepcopy", _copied),
-        (validator, "__init__", _keeping_the_tree),
-        (validator, "validate", _shape_checked_once),
-    )
+    return _patched((auth.SigV4Auth, "add_auth", lambda _: _named_only), *_LIGHTER_UPDATES)
+
+
+def _lighter_updates() -> AbstractContextManager[None]:
+    """moto's update validator copies its tree in C and checks an expression's shape once."""
+    return _patched(*_LIGHTER_UPDATES)
 
 
 def quiet_collector() -> None:
@@ -282,9 +289,11 @@ _FOR_GOOD: list[Any] = []  # the block ``memoise_moto`` entered (collected, it w
 
 
 def memoise_moto() -> None:
-    """The same memos, and the lighter requests, from now on (idempotent)."""
+    """The same memos, and the update validator's lighter copies and checks, from now on
+    (idempotent). Requests stay signed: S3 reads a streamed body by its signing headers, and some
+    tests' faults and credential checks ride on the signer."""
     if _FOR_GOOD:
         return
-    for block in (faster_moto(), lighter()):
+    for block in (faster_moto(), _lighter_updates()):
         block.__enter__()  # never left: the block's memos stay in place
         _FOR_GOOD.append(block)

@@ -139,7 +139,11 @@ class ExplorerWorld(World):
         """Slots a concurrency key keeps for woken waiters (``inflight``, not ``landed``, younger than
         ``INFLIGHT_SECONDS``) whose copy is on its way no more: in no queue (visible, in flight or
         delayed) and not dead-lettered. A copy claims, parks again, gives its slot back or stays in
-        a queue; a slot kept for none holds its key's line for nobody (``sluice.features.keys``)."""
+        a queue; a slot kept for none holds its key's line for nobody (``sluice.features.keys``).
+        An entry dated further ahead than ``INFLIGHT_SECONDS`` (stamped by a clock that far ahead) is
+        not one: the key's next wake drops it (``KeyState.stale``), as that of a forged ticket (seed
+        1205115161: launcher B, an hour ahead, noted its entry after another launcher had dropped
+        the landed note of its copy's claim as too far ahead)."""
         backend = sqs_backends[DEFAULT_ACCOUNT_ID][REGION]
         carried: set[str] = set()
         for url in [*self.queue_urls().values(), self.settings.dlq_url]:
@@ -151,7 +155,9 @@ class ExplorerWorld(World):
                 continue
             kept = set(item.get("inflight", {}).get("SS", ())) - set(item.get("landed", {}).get("SS", ()))
             out += [
-                f"{pk}: {e}" for e in sorted(kept) if sent_at(e) > now - INFLIGHT_SECONDS and e not in carried
+                f"{pk}: {e}"
+                for e in sorted(kept)
+                if now - INFLIGHT_SECONDS < sent_at(e) <= now + INFLIGHT_SECONDS and e not in carried
             ]
         return out
 
