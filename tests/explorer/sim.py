@@ -180,6 +180,7 @@ class Invocation:
     after: int = NOTHING  # what happens once the call it is making took effect
     born: float = 0.0  # when it began, by the world's clock
     decided: bool = False  # its last call was a write that took effect (AFTER_DECISION)
+    settings_seen: int = 0  # the lane settings written before it began (``ExplorerModel.lane_settings``)
 
 
 LAMBDA_TIMEOUT = {"tick": 120, "completion": 60, "semaphore": 30}  # seconds, as serverless.yml deploys them
@@ -511,6 +512,7 @@ class Explorer:
     ) -> None:
         inv = Invocation(kind, self.container(name), f"{kind}@{name}", event)
         inv.born = self.world.clock.now()
+        inv.settings_seen = self.world.model.lane_settings
         self.note(f"start {inv.label}" + (f" for {event.status} of {event.name[:12]}" if event else ""))
 
         def body() -> None:
@@ -539,7 +541,7 @@ class Explorer:
             if c.name in self.switch.redeploy:
                 self.switch.restart(c.name)
             if kind == "tick" and outcome == "ok":
-                self.world.model.tick_returned()
+                self.world.model.tick_returned(inv.settings_seen)
             if event is not None:
                 (self.world.delivered if outcome == "ok" else self.world.pending).append(event)
             self.running.remove(inv)

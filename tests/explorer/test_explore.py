@@ -380,3 +380,13 @@ def test_seed_1205115161_an_entry_stamped_by_a_clock_an_hour_ahead_is_dropped_at
     explorer's wind-down check took it for a slot kept for nobody (tests/explorer/README.md, Lanes)."""
     done = _one_run(1205115161, "--swarm")
     assert done.returncode == 0, done.stdout[-3000:]
+
+
+def test_seed_1730532616_a_tick_that_began_before_a_lanes_setting_does_not_put_it_in_force() -> None:
+    """Found by the baseline check of a hunt (swarm, from 1730532462): ticks began, the operator
+    paused lane ``gpu`` by a command that died after its setting, and one of those ticks, returning,
+    was taken by the model for one that put the pause in force; the next claimed in ``gpu`` under
+    the limit it had read. The model now binds a lowering at the return of a tick that began after
+    it (``ExplorerModel.tick_returned``)."""
+    done = _one_run(1730532616, "--swarm")
+    assert done.returncode == 0, done.stdout[-3000:]

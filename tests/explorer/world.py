@@ -280,6 +280,31 @@ class ExplorerModel(Model):
             with self.lock:
                 self._on_limit(call, {})
 
+    # -- lane settings (promise 7) -------------------------------------------------------------------
+
+    @property
+    def lane_settings(self) -> int:
+        """How many lane settings the operator has written (``set_lane_limit``)."""
+        return self.__dict__.get("_lane_settings", 0)
+
+    def set_lane_limit(self, lane: str, limit: int | None, *, caps_moved: bool = True) -> None:
+        with self.lock:
+            self.__dict__["_lane_settings"] = self.lane_settings + 1
+            self.__dict__.setdefault("_lowered_at", {})[lane] = self.lane_settings
+            super().set_lane_limit(lane, limit, caps_moved=caps_moved)
+
+    def tick_returned(self, settings_seen: int | None = None) -> None:
+        """A tick puts in force the lane settings it read when its lanes' rounds began, so its return
+        binds only a lowering written before it began: ticks overlap here, and one that began before
+        the setting, returning after it, put the older limit in force (seed 1730532616: a lane paused
+        by a command that died after its setting, claimed in by a tick that began before it)."""
+        if settings_seen is None:
+            return super().tick_returned()
+        lowered_at: dict[str, int] = self.__dict__.setdefault("_lowered_at", {})
+        with self.lock:
+            for lane in [lane for lane in self.lane_lowered if lowered_at.get(lane, 0) <= settings_seen]:
+                self.lane_limits[lane] = self.lane_lowered.pop(lane)
+
     # -- rate limits (promise 8) ---------------------------------------------------------------------
 
     @property
