@@ -285,7 +285,7 @@ def quiet_collector() -> None:
     gc.set_threshold(50_000, 20, 20)
 
 
-_FOR_GOOD: list[Any] = []  # the block ``memoise_moto`` entered (collected, it would be left)
+_FOR_GOOD: list[Any] = []  # the blocks ``memoise_moto`` entered (collected, they would be left)
 
 
 def memoise_moto() -> None:
