@@ -449,7 +449,14 @@ class Promises:
         rate holds starts back by design, not a leak. A key's rate of a period the drain's rounds
         outlast stays in force (promise 8 is checked there too); one of an hour is lifted."""
         rates = self.operator.rates()
-        if self.settings.rates.stack is not None or rates.persistence.load().overrides:
+        overrides = rates.persistence.load().overrides
+        in_force = getattr(self.model, "rates_in_force", {})  # the explorer's model follows each scope's
+
+        def lift(scope: str) -> None:
+            rates.set(scope, NONE)
+            in_force[scope] = None
+
+        if self.settings.rates.stack is not None or overrides:
             rates.set(STACK, NONE)
         scopes = set(rates.keys_set())
         if self.settings.rates.key is not None:  # every key a message named (its CKEY# may be gone)
@@ -462,19 +469,10 @@ class Promises:
             # at rest are such messages, which its rate, of any period, would hold back by design.
             for lane in self.settings.lanes:
                 if lane.fair:
-                    rates.set(key_scope(UNKEYED + lane.name), NONE)
-                    if hasattr(self.model, "rates_in_force"):
-                        self.model.rates_in_force[key_scope(UNKEYED + lane.name)] = None
+                    lift(key_scope(UNKEYED + lane.name))
         for lane in self.lane_names():  # a lane's rate, as the stack's: lifted
-            if (
-                self.settings.rates.lanes.get(lane) is not None
-                or lane_scope(lane) in rates.persistence.load().overrides
-            ):
-                rates.set(lane_scope(lane), NONE)
-                if hasattr(self.model, "rates_in_force"):
-                    self.model.rates_in_force[lane_scope(lane)] = None
+            if self.settings.rates.lanes.get(lane) is not None or lane_scope(lane) in overrides:
+                lift(lane_scope(lane))
         for status in rates.status(sorted(scopes), self.clock.now()):
             if status.rate is not None and status.rate.period > WINDOW:
-                rates.set(status.scope, NONE)
-                if hasattr(self.model, "rates_in_force"):
-                    self.model.rates_in_force[status.scope] = None
+                lift(status.scope)
