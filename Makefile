@@ -42,8 +42,9 @@ lint: $(STAMP)
 # Tests of a module that share a module-scoped fixture stay on one worker (tests/conftest.py).
 # Bytecode is written even where the environment turns it off: the tests' subprocesses (the explorer's
 # seeds, the CLI, the demo) then load Sluice compiled, and a second run collects in a quarter the time.
+# Strings hash as the explorer's do (PYTHONHASHSEED=0), so its seeds run inside the workers.
 test: lint node_modules/.installed
-	PYTHONDONTWRITEBYTECODE= $(VENV)/bin/pytest -q $(PYTEST_PARALLEL) $(PYTEST_ARGS)
+	PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE= $(VENV)/bin/pytest -q $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q tests/unit

@@ -1,15 +1,19 @@
 """The explorer from fixed seeds (docs/reliability.md, "The explorer"), sized to about a minute.
 
-Each seed runs in a process of its own with PYTHONHASHSEED=0, exactly as ``make explore SEED=…``
-runs it, so that a failure here prints a shrunk schedule that replays on any machine.
+Each seed runs with PYTHONHASHSEED=0, as ``make explore SEED=…`` runs it, so that a failure here
+prints a shrunk schedule that replays on any machine: in this process when it hashes so (``make
+test`` sets PYTHONHASHSEED=0 for pytest and its workers), else in a process of its own.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import random
 import subprocess
 import sys
+from contextlib import redirect_stdout
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +21,35 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 100
+# A run is a function of its seed and its draws only where strings hash as the explorer's do.
+HASHES_AS_THE_EXPLORER = sys.flags.hash_randomization == 0
+
+
+@dataclass(frozen=True)
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _explorer(*argv: str) -> Ran:
+    """``python -m tests.explorer *argv``."""
+    if HASHES_AS_THE_EXPLORER:
+        from tests.explorer.__main__ import main
+
+        out = io.StringIO()
+        with redirect_stdout(out):
+            code = main(list(argv))
+        return Ran(code, out.getvalue(), "")
+    return _apart([sys.executable, "-m", "tests.explorer", *argv])
+
+
+def _apart(command: list[str]) -> Ran:
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": f"{ROOT / 'lib'}{os.pathsep}{ROOT}"}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    return Ran(done.returncode, done.stdout, done.stderr)
+
+
 # Seeds 6 and 12 switch the state machine and delete the old one: a claim on it is dead-lettered
 # with its reason (tests/support/model_machines.py).
 SEEDS = [pytest.param(seed, 20, id=f"seed-{seed}") for seed in (1, 2, 3, 4, 5, 6, 7, 9, 12)]
@@ -25,25 +58,7 @@ SEEDS = [pytest.param(seed, 20, id=f"seed-{seed}") for seed in (1, 2, 3, 4, 5, 6
 @pytest.mark.parametrize(("seed", "shrink"), SEEDS)
 def test_no_promise_broken_from_a_fixed_seed(seed: int, shrink: int) -> None:
     """``shrink``: seconds to shrink a failure in (none for a seed that finds a known break)."""
-    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": f"{ROOT / 'lib'}{os.pathsep}{ROOT}"}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.explorer",
-            "--seed",
-            str(seed),
-            "--steps",
-            str(STEPS),
-            "--shrink",
-            "20",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = _explorer("--seed", str(seed), "--steps", str(STEPS), "--shrink", str(shrink))
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
 
 
@@ -230,26 +245,25 @@ def test_a_lost_start_is_retried_after_the_world_moved(monkeypatch) -> None:
     assert all(FAULTS[k] > before[k] for k in fired), {k: FAULTS[k] - before[k] for k in fired}
 
 
-def _one_run(seed: int, *flags: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": f"{ROOT / 'lib'}{os.pathsep}{ROOT}"}
-    command = [sys.executable, "-m", "tests.explorer", "--seed", str(seed), "--runs", "1", "--steps", "120"]
-    return subprocess.run(
-        [*command, "--shrink", "0", *flags], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
-    )
+def _one_run(seed: int, *flags: str) -> Ran:
+    return _explorer("--seed", str(seed), "--runs", "1", "--steps", "120", "--shrink", "0", *flags)
 
 
-def _under_variant(variant: str, seed: int, *, swarm: bool = False) -> subprocess.CompletedProcess[str]:
+def _under_variant(variant: str, seed: int, *, swarm: bool = False) -> Ran:
     """One run of ``seed`` (120 steps) with ``variant`` applied; its failure on standard output."""
-    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": f"{ROOT / 'lib'}{os.pathsep}{ROOT}"}
+    if HASHES_AS_THE_EXPLORER:
+        from tests.explorer.sim import explore
+        from tests.explorer.variants import applied
+
+        with applied(variant):
+            return Ran(0, f"{explore(seed, 120, None, swarm=swarm).failure}\n", "")
     script = (
         "from tests.explorer.sim import explore\n"
         "from tests.explorer.variants import applied\n"
         f"with applied({variant!r}):\n"
         f"    print(explore({seed}, 120, None, swarm={swarm}).failure)\n"
     )
-    return subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
-    )
+    return _apart([sys.executable, "-c", script])
 
 
 def test_seed_818180473_a_redrive_hidden_by_a_stale_describe_runs_its_key_once() -> None:
