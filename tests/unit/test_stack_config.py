@@ -1,8 +1,10 @@
 """The stack's parameter checks (stack/config.js) and region (stack/region.js), run with node as osls
-runs them, without packaging: each case is one `node` process fed the parameters osls would resolve."""
+runs them, without packaging: each case is a line of the parameters osls would resolve, answered by
+one `node` process kept for the module (``NodeCases``), a fresh call of the exported function each."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import shutil
 import subprocess
@@ -18,42 +20,73 @@ NODE = shutil.which("node")
 
 pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed (osls needs it too)")
 
-# Calls the exported function as osls' file source does, with a resolveVariable that answers
-# sls:stage, self:provider.region and param:NAME from the JSON on standard input.
-DERIVE = """
-const input = JSON.parse(require('fs').readFileSync(0, 'utf8'));
-const derive = require(process.argv[1]);
-const resolveVariable = async (name) => {
-  if (name === 'sls:stage') return input.stage;
-  if (name === 'self:provider.region') return input.region;
-  if (name === 'self:service') return 'sluice';
-  if (name.startsWith('param:')) return input.params[name.slice(6)];
-  throw new Error(`unexpected variable ${name}`);
+# Each line of standard input is a case: {"kind": "derive" | "region", "module": path, "input": ...}.
+# "derive" calls the exported function as osls' file source does, with a resolveVariable that answers
+# sls:stage, self:provider.region and param:NAME from the case's input; "region" calls resolveRegion.
+CASES = """
+const readline = require('readline');
+const answer = (value) => process.stdout.write(JSON.stringify(value) + '\\n');
+// A fresh copy of the module for each case: config.js keeps its answer for the process, as osls asks
+// for it many times.
+const fresh = (module) => {
+  delete require.cache[require.resolve(module)];
+  return require(module);
 };
-derive({ resolveVariable }).then(
-  (cfg) => process.stdout.write(JSON.stringify({ cfg })),
-  (error) => process.stdout.write(JSON.stringify({ error: error.message })),
-);
+const derive = (module, input) => {
+  const resolveVariable = async (name) => {
+    if (name === 'sls:stage') return input.stage;
+    if (name === 'self:provider.region') return input.region;
+    if (name === 'self:service') return 'sluice';
+    if (name.startsWith('param:')) return input.params[name.slice(6)];
+    throw new Error(`unexpected variable ${name}`);
+  };
+  return fresh(module)({ resolveVariable }).then(
+    (cfg) => ({ cfg }),
+    (error) => ({ error: error.message }),
+  );
+};
+const region = async (module, input) => fresh(module).resolveRegion(input.env, input.options, input.stage);
+const lines = readline.createInterface({ input: process.stdin });
+lines.on('line', (line) => {
+  const { kind, module, input } = JSON.parse(line);
+  (kind === 'derive' ? derive : region)(module, input).then(answer, (error) => answer({ crash: String(error) }));
+});
 """
 
-REGION = """
-const input = JSON.parse(require('fs').readFileSync(0, 'utf8'));
-const { resolveRegion } = require(process.argv[1]);
-process.stdout.write(JSON.stringify(resolveRegion(input.env, input.options, input.stage)));
-"""
+
+class NodeCases:
+    """One node process answering the module's cases in turn (a process per case costs ~80 ms)."""
+
+    def __init__(self) -> None:
+        assert NODE is not None
+        self.node = subprocess.Popen(
+            [NODE, "-e", CASES], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+        )
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        assert self.node.stdin is not None
+        self.node.stdin.close()  # node's lines end: it exits
+        self.node.wait(timeout=30)
+
+    def ask(self, kind: str, module: str, payload: dict[str, Any]) -> Any:
+        assert self.node.stdin is not None and self.node.stdout is not None
+        case = {"kind": kind, "module": str(ROOT / "stack" / module), "input": payload}
+        self.node.stdin.write(json.dumps(case) + "\n")
+        line = self.node.stdout.readline()
+        assert line, f"node exited ({self.node.poll()}) on {case}"
+        answer = json.loads(line)
+        assert not (isinstance(answer, dict) and "crash" in answer), answer
+        return answer
 
 
-def _node(script: str, module: str, payload: dict[str, Any]) -> Any:
-    assert NODE is not None
-    done = subprocess.run(
-        [NODE, "-e", script, str(ROOT / "stack" / module)],
-        input=json.dumps(payload),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return json.loads(done.stdout)
+@cache
+def _cases() -> NodeCases:
+    return NodeCases()
+
+
+def _node(kind: str, module: str, payload: dict[str, Any]) -> Any:
+    return _cases().ask(kind, module, payload)
 
 
 class _IgnoreTags(yaml.SafeLoader):
@@ -72,7 +105,7 @@ def _defaults() -> dict[str, str]:
 def derive(**params: Any) -> dict[str, Any]:
     """stack/config.js with serverless.yml's defaults, overridden as --param="name=value" would."""
     merged = {**_defaults(), **{k: str(v) for k, v in params.items()}}
-    return _node(DERIVE, "config.js", {"stage": "dev", "region": "us-east-1", "params": merged})
+    return _node("derive", "config.js", {"stage": "dev", "region": "us-east-1", "params": merged})
 
 
 def config(**params: Any) -> dict[str, Any]:
@@ -204,7 +237,7 @@ def aws_config(tmp_path):
 
 
 def region(env: dict[str, str], options: dict[str, str] | None = None, stage: str = "dev") -> str:
-    return _node(REGION, "region.js", {"env": env, "options": options or {}, "stage": stage})
+    return _node("region", "region.js", {"env": env, "options": options or {}, "stage": stage})
 
 
 def test_region_prefers_aws_region_then_aws_default_region(aws_config):
