@@ -65,9 +65,10 @@ class NodeCases:
         atexit.register(self.close)
 
     def close(self) -> None:
-        assert self.node.stdin is not None
+        assert self.node.stdin is not None and self.node.stdout is not None
         self.node.stdin.close()  # node's lines end: it exits
         self.node.wait(timeout=30)
+        self.node.stdout.close()
 
     def ask(self, kind: str, module: str, payload: dict[str, Any]) -> Any:
         assert self.node.stdin is not None and self.node.stdout is not None
