@@ -10,10 +10,12 @@ and the DLQ, and the key's item.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -369,9 +371,26 @@ def test_two_launchers_and_completions_race_on_two_keys(session: Any, atomic: No
         if "KWAIT#" in text_of(params):
             parks["n"] += 1
 
-    for launcher in (a, b):
+    # The first ticks meet before either receives: each has read the slots before the other claims,
+    # so both receive a full batch and the keys' claims collide (on a busy machine one thread could
+    # otherwise finish its tick before the other began).
+    meet, met = threading.Barrier(2), Counter()
+
+    def receive_together(who: str) -> Callable[..., None]:
+        def wait(**_: Any) -> None:
+            met[who] += 1
+            if met[who] == 1:
+                with contextlib.suppress(threading.BrokenBarrierError):  # the other never came: go on
+                    meet.wait(timeout=10)
+
+        return wait
+
+    for who, launcher in (("a", a), ("b", b)):
         launcher.store.client.meta.events.register(
             f"before-call.{service(launcher.store.client)}.TransactWriteItems", count_parks
+        )
+        launcher.queue.client.meta.events.register(
+            f"before-call.{service(launcher.queue.client)}.ReceiveMessage", receive_together(who)
         )
     for _ in range(15):
         assert side_by_side(a.tick, b.tick) == [None, None]
