@@ -84,11 +84,14 @@ def stack(session):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (`make test`: ``--dist loadgroup``), the tests of a module that share a
-    module- or class-scoped fixture (a packaged stack, a benchmark run) go to one worker, so the
-    fixture is built once, as in a serial run; every other test goes wherever a worker is free."""
+    """Under pytest-xdist (`make test`: ``--dist loadgroup``), the slow tests go first, and the tests
+    of a module that share a module- or class-scoped fixture (a packaged stack, a benchmark run) go to
+    one worker, so the fixture is built once, as in a serial run; every other test goes wherever a
+    worker is free."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
+    # The tests marked slow are handed out first, so that no worker is left running one at the end.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     for item in items:
         info = getattr(item, "_fixtureinfo", None)
         defs = info.name2fixturedefs.values() if info is not None else ()

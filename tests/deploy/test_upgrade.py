@@ -46,7 +46,7 @@ from sluice.core.names import execution_name
 from sluice.local.embedded import EmbeddedAws
 from tests.support.aws import status_change_event
 
-pytestmark = [pytest.mark.deploy, pytest.mark.filterwarnings("ignore:Tried to parse AWS::")]
+pytestmark = [pytest.mark.deploy, pytest.mark.slow, pytest.mark.filterwarnings("ignore:Tried to parse AWS::")]
 
 ROOT = Path(__file__).resolve().parents[2]
 STAGE = "upgrade"

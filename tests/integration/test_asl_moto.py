@@ -128,6 +128,7 @@ def run():
         yield Run(boto3.session.Session(region_name=REGION))
 
 
+@pytest.mark.slow
 def test_a_wrapped_workflow_holds_the_section_releases_on_success_and_on_error(run):
     first, second = run.start("first"), run.start("second")
     served = [run.serve(), run.serve()]

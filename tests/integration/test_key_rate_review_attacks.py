@@ -225,6 +225,7 @@ def test_a_key_rate_the_status_shows_holds_after_set_rate_died_between_its_write
 # -- 4. launchers with skewed clocks and completions, racing ---------------------------------------
 
 
+@pytest.mark.slow
 def test_skewed_launchers_and_completions_racing_keep_each_keys_rate_and_start_all(session):
     """keyRateLimit 2/second, key cap 20, MAX 40; keys "a" and "b" (12 each) and 4 unkeyed "u".
 
@@ -498,6 +499,7 @@ def test_a_throttled_key_book_parks_its_messages_and_holds_up_nobody_else(sessio
 # -- 9. a crash at every call of a keyed tick ----------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_crash_at_any_call_of_a_keyed_tick_never_breaks_the_rate_and_all_start(session):
     """keyRateLimit 1/minute, key cap 10, MAX 20. For each call k of a tick that finds a0, a1
     (key a) and u0 (unkeyed) at t=0: a fresh stack, a launcher that dies just before its k-th AWS

@@ -533,14 +533,17 @@ def test_copies_of_one_message_in_two_groups(session: Any, atomic: None, monitor
     launcher = stack.launcher()
     sfn = launcher.executions.client
     ddb = launcher.store.client
-    first: dict[str, Any] = {}
+    # B is the thread that renews the claim (known from its renew, which comes before its start); A
+    # is the other. Telling them apart by who calls StartExecution first would miscast them when B
+    # renews and starts before A's first call.
+    roles: dict[str, Any] = {}
     renewed, rolled_back = threading.Event(), threading.Event()
     calls: Counter = Counter()
 
     def on_start(**_: Any) -> Any:
         me = threading.current_thread()
-        first.setdefault("thread", me)
-        if first["thread"] is me:
+        if roles.get("b") is not me:
+            roles.setdefault("a", me)
             calls["a"] += 1
             if calls["a"] == 5:
                 renewed.wait(WAIT)  # B has renewed the claim as its own by A's last refusal
@@ -553,6 +556,8 @@ def test_copies_of_one_message_in_two_groups(session: Any, atomic: None, monitor
         text = body.decode() if isinstance(body, bytes) else str(body)
         context["renew"] = "renewed_at" in text
         context["mark"] = "starting_at = :now" in text
+        if context["renew"]:
+            roles.setdefault("b", threading.current_thread())
 
     def on_update(http_response: Any, context: dict[str, Any], **_: Any) -> None:
         # B has renewed the claim as its own and marked it starting: its start will follow.
@@ -564,7 +569,7 @@ def test_copies_of_one_message_in_two_groups(session: Any, atomic: None, monitor
             renewed.set()
 
     def on_transact(**_: Any) -> None:
-        if first.get("thread") is threading.current_thread() and calls["a"] >= 5:
+        if roles.get("a") is threading.current_thread() and calls["a"] >= 5:
             rolled_back.set()
 
     sfn.meta.events.register(f"before-call.{service(sfn)}.StartExecution", on_start)

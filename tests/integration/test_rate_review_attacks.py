@@ -181,6 +181,7 @@ def test_a_lengthened_period_counts_the_grants_of_the_last_minute(session):
     assert busiest_window(times, 60) <= 5, f"{len(times)} starts in [0, 60) at 5/minute"
 
 
+@pytest.mark.slow
 def test_launchers_and_completions_racing_keep_the_rate(session):
     """Rate 3/second, MAX 20, 24 payloads in their own groups.
 

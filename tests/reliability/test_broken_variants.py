@@ -1114,6 +1114,7 @@ def exclusive_suite_fails() -> PromiseBroken:
     return suite_fails(MemoryExclusiveMachine)
 
 
+@pytest.mark.slow
 def test_the_semaphore_and_exclusive_suites_pass_within_the_budget():
     run_state_machine_as_test(MemorySemaphoreMachine, settings=BUDGET)
     run_state_machine_as_test(MemoryExclusiveMachine, settings=SUITE_BUDGET)
@@ -1521,6 +1522,7 @@ def effects_sent_from_every_event(output, effects, *, store, queue, name, state,
     return output
 
 
+@pytest.mark.slow
 def test_the_focused_suite_passes_within_its_budget():
     run_state_machine_as_test(AwaitsOnceEffectsMachine, settings=focused_pass_budget())
 
@@ -1633,6 +1635,7 @@ def wait_undone_by_its_wake_up(*, store, queue, payload, ckey, now, seen=None, f
     return waiter.ticket
 
 
+@pytest.mark.slow
 def test_the_keys_focused_suite_passes_within_its_budget():
     run_state_machine_as_test(ConcurrencyKeysMachine, settings=focused_pass_budget())
 

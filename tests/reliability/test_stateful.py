@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.reliability.conftest import profile
 from tests.reliability.machine import SluiceMachine
 
 TestSluice = SluiceMachine.TestCase
 TestSluice.settings = profile()
+
+pytestmark = pytest.mark.slow
