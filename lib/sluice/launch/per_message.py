@@ -74,9 +74,9 @@ from sluice.features.attributes import check_attributes
 from sluice.features.awaits import ReadAhead, gate
 from sluice.features.keys import concurrency_key, ticket_of
 from sluice.features.pointers import check_pointer
+from sluice.features.rate_limits.key_grants import KeyRates
 from sluice.features.receipts import is_once
 from sluice.launch.context import LaunchContext
-from sluice.launch.key_rates import KeyRates
 from sluice.launch.message_branches import MessageBranches
 
 ATTEMPTS = 3  # claims per message when the lease changes hands under us

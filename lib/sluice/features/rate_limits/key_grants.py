@@ -7,15 +7,29 @@ due (``wake_held``), besides the key's next release and the next tick's sweep.""
 from __future__ import annotations
 
 import contextlib
+from typing import Protocol
 
 from sluice.core.errors import TransientError
+from sluice.core.ports import Clock, Queue
 from sluice.features import keys
-from sluice.features.rate_limits import Grant, key_scope
-from sluice.launch.context import LaunchContext
+from sluice.features.rate_limits import Grant, RateLimiter, key_scope
+
+
+class Launching(Protocol):
+    """What the grants take from a launch (``sluice.launch.context.LaunchContext``)."""
+
+    @property
+    def rates(self) -> RateLimiter | None: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def store(self) -> keys.KeyStore: ...
+    @property
+    def queue(self) -> Queue: ...
 
 
 class KeyRates:
-    def __init__(self, ctx: LaunchContext) -> None:
+    def __init__(self, ctx: Launching) -> None:
         self.ctx = ctx
         # Keys whose rate held a message of this launcher, with when their room is due.
         self.held: dict[str, float] = {}
