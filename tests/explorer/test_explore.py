@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import os
 import random
+import re
 import subprocess
 import sys
 from contextlib import redirect_stdout
@@ -48,6 +49,17 @@ def _apart(command: list[str]) -> Ran:
     env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": f"{ROOT / 'lib'}{os.pathsep}{ROOT}"}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     return Ran(done.returncode, done.stdout, done.stderr)
+
+
+@pytest.mark.skipif(not HASHES_AS_THE_EXPLORER, reason="each seed already runs in a process of its own")
+def test_a_seed_run_here_is_the_run_of_a_process_of_its_own() -> None:
+    """The seeds below run inside this process, after whatever ran in it before: a run must not
+    depend on what a process holds (a module's cache, moto's state), or a failure here would not
+    replay with ``make explore``. The same swarm run, here and apart: the same result and calls."""
+    args = ("--seed", "818180473", "--runs", "1", "--steps", "120", "--shrink", "0", "--swarm")
+    here, apart = _explorer(*args), _apart([sys.executable, "-m", "tests.explorer", *args])
+    line = re.compile(r"seed \d+: \S+ \(\d+ calls")
+    assert line.findall(here.stdout) == line.findall(apart.stdout) != [], (here.stdout, apart.stdout)
 
 
 # Seeds 6 and 12 switch the state machine and delete the old one: a claim on it is dead-lettered
