@@ -165,7 +165,7 @@ class Meter:
         r = self._rate.get(api)
         if r is None:
             self._rate[api] = [second, n, n]
-        elif r[0] == second:
+        elif second <= r[0]:  # an earlier second (a round's branch) counts in the later one
             r[1] += n
             r[2] = max(r[2], r[1])
         else:
@@ -198,7 +198,7 @@ class Meter:
         h = self._hot.get(item)
         if h is None:
             self._hot[item] = [second, wcu, wcu]
-        elif h[0] == second:
+        elif second <= h[0]:
             h[1] += wcu
             h[2] = max(h[2], h[1])
         else:

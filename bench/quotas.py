@@ -45,10 +45,14 @@ class TokenBucket:
     at: float | None = None
 
     def take(self, now: float) -> bool:
+        """A call at ``now``. The branches of a round (``bench.sim.Parallel``) call from their own
+        times one branch after another, so ``now`` may be earlier than a call already seen: it
+        takes a token without a refill (never refilling the same time twice)."""
         if self.at is None:
             self.tokens, self.at = self.burst, now
-        self.tokens = min(self.burst, self.tokens + max(0.0, now - self.at) * self.rate)
-        self.at = now
+        if now > self.at:
+            self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+            self.at = now
         if self.tokens >= 1.0 - 1e-9:
             self.tokens -= 1.0
             return True
@@ -74,7 +78,7 @@ class PerSecond:
 
     def take(self, now: float) -> bool:
         second = int(now)
-        if second != self.second:
+        if second > self.second:  # an earlier second (a round's branch) counts in the later one
             self.second, self.count = second, 0
         if self.count >= self.limit:
             return False

@@ -166,7 +166,9 @@ class Container:
 class Parallel:
     """Calls issued at once (JavaScript ``Promise.all``): the caller waits for the slowest branch.
 
-    The effects happen in order, instantly; the time they take is the longest branch's total.
+    The branches run one after another, each from the moment they were issued: within a branch the
+    clock reads that moment plus the branch's time so far, so each of its calls meets AWS's quotas
+    (and a pacer, a backoff) at the time it would be made. The caller then waits for the longest.
     """
 
     def __init__(self, sim: Sim) -> None:
@@ -175,16 +177,19 @@ class Parallel:
 
     def branch(self, fn: Callable[[], Any]) -> Any:
         total = 0.0
+        issued = self.sim.clock.t
 
         def add(dt: float) -> None:
             nonlocal total
             total += dt
+            self.sim.clock.t = issued + total
 
         saved, self.sim.sleep_hook = self.sim.sleep_hook, add
         try:
             return fn()
         finally:
             self.sim.sleep_hook = saved
+            self.sim.clock.t = issued
             self.longest = max(self.longest, total)
 
     def join(self) -> None:

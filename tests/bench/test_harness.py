@@ -267,3 +267,46 @@ def test_a_completion_hands_its_slot_over_in_its_release():
     assert b["dynamodb:TransactWriteItems"] - a["dynamodb:TransactWriteItems"] >= refills  # no own claim
     assert a["states:StartExecution"] == b["states:StartExecution"] == 60
     assert after["api_calls_per_start"] < before["api_calls_per_start"] - 1.5  # 2 a refill
+
+
+def test_the_calls_of_a_rounds_branches_happen_at_their_own_times():
+    """A round's branches (``Parallel``, a tick's claims and starts in flight at once) each run from
+    the moment the round began: a call after a branch's first sleep happens that much later, as it
+    would, so a quota or a pacer meets it then; the round takes its longest branch."""
+    from bench.sim import Container, Parallel
+
+    sim = Sim()
+    seen: list[tuple[str, float]] = []
+
+    def round_() -> None:
+        together = Parallel(sim)
+        for name, waits in (("a", (0.5, 0.25)), ("b", (1.0,))):
+
+            def branch(name: str = name, waits: tuple[float, ...] = waits) -> None:
+                for w in waits:
+                    sim.sleep(w)
+                    seen.append((name, sim.clock.now() - sim.t0))
+
+            together.branch(branch)
+        seen.append(("issued", sim.clock.now() - sim.t0))
+        together.join()
+        seen.append(("joined", sim.clock.now() - sim.t0))
+
+    sim.at(sim.t0, lambda: Container(sim, "c").start(round_))
+    sim.run()
+    assert seen == [("a", 0.5), ("a", 0.75), ("b", 1.0), ("issued", 0.0), ("joined", 1.0)]
+
+
+def test_a_bucket_met_again_at_an_earlier_time_does_not_refill_twice():
+    """The branches of a round call one after another from their own times, so StartExecution's
+    bucket may see a time earlier than the last: it takes a token without refilling, and the
+    refill up to the later time is not counted again."""
+    from bench.quotas import TokenBucket
+
+    bucket = TokenBucket(rate=10.0, burst=2)
+    assert bucket.take(100.0) and bucket.take(100.0)
+    assert not bucket.take(100.05)  # half a token
+    assert bucket.take(100.1)  # a whole one: taken
+    assert not bucket.take(100.0)  # an earlier branch's call: no token left, none refilled
+    assert not bucket.take(100.15)  # half a token since 100.1, not one and a half since 100.0
+    assert bucket.take(100.2)

@@ -7,10 +7,11 @@ another: a completion's refill (one start), the unit tests, and any launcher who
 
 How many a round keeps in flight (``start_width``): ``startConcurrency`` when it is a whole number;
 ``auto`` (the default) follows the room to fill at that round, MAX in force less running, up to
-``AUTO_WIDEST``. Wider gains little (bench, 5 s jobs at MAX 1,000: 0.925 of the oracle at 30,
-0.954 at 100, 0.963 at 400, a thread each) and breaks a large fill: at MAX 10,000, 100 in flight
-outrun the account's StartExecution bucket once its burst is spent (0.746 of the oracle, 0.7
-refused calls a start), as each refused start's SDK retries compete with the paced ones.
+``AUTO_WIDEST``. At about 120 ms a start (a claim, StartExecution, its share of the batch's
+receive and delete), 60 in flight keep up with StartExecution's 300 a second; 30 did not (a fill
+of 10,000 at about 250 a second, 0.966 of the bench's oracle against 0.988 at 60). Wider gains
+little more (5 s jobs at MAX 1,000: 0.945 of the oracle at 60, 0.953 at 100, 0.960 at 200) for a
+thread each in a launcher whose CPU is a fraction of a core at 128 MB (the bench has no CPU time).
 
 Whatever runs them, a call's ``Exception`` is handed back as its result, so one failed claim does
 not hide what the others did (their executions are marked and their messages deleted). A
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-AUTO_WIDEST = 30  # startConcurrency auto: the widest a round goes (measured: docs/configuration.md)
+AUTO_WIDEST = 60  # startConcurrency auto: the widest a round goes (measured: docs/configuration.md)
 BACKOFF = 0.25  # first wait after a throttled start (s); doubled per throttle in a row
 MAX_BACKOFF = 4.0
 
