@@ -299,7 +299,7 @@ async function derive({ resolveVariable }) {
   // and the StartExecution token bucket it paces them to (0: the region's quota, sluice.launch.settings.start_bucket).
   const startConcurrency = /^auto$/i.test(String(await param('startConcurrency')).trim())
     ? 'auto'
-    : integer('startConcurrency', await param('startConcurrency'), 1, 100, 'or auto, the room to fill up to 30');
+    : integer('startConcurrency', await param('startConcurrency'), 1, 100, 'or auto, the room to fill up to 60');
   // Runs of one concurrency key at once, unless the key has its own cap (sluice.features.keys).
   const keyConcurrency = integer('keyConcurrency', await param('keyConcurrency'), 1, 10000); // maxConcurrency's ceiling
   const startRate = integer('startRate', await param('startRate'), 0, 100000);
