@@ -7,8 +7,8 @@ most grants in any window of 60 s by the simulation's one clock (at most 120: th
 most starts AWS saw in one (a start follows its grant by up to a round's claims and starts, so a
 window of starts may hold a few granted just before it), the starts a minute while the backlog
 lasts (at least 0.95 × 120: the rate used, not only obeyed), and the calls and write units per
-start beside the plain run. The rate book is one DynamoDB item: each
-load a strongly consistent GetItem, each save a PutItem of its size in write units.
+start beside the plain run. The rate book is one DynamoDB item: each load a strongly consistent
+GetItem, each save a PutItem of its size in write units.
 """
 
 from __future__ import annotations

@@ -372,8 +372,7 @@ def test_two_launchers_and_completions_race_on_two_keys(session: Any, atomic: No
             parks["n"] += 1
 
     # The first ticks meet before either receives: each has read the slots before the other claims,
-    # so both receive a full batch and the keys' claims collide (on a busy machine one thread could
-    # otherwise finish its tick before the other began).
+    # so both receive a full batch and the keys' claims collide however the threads are scheduled.
     meet, met = threading.Barrier(2), Counter()
 
     def receive_together(who: str) -> Callable[..., None]:
