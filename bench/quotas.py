@@ -45,14 +45,8 @@ class TokenBucket:
     at: float | None = None
 
     def take(self, now: float) -> bool:
-        """A call at ``now``. The branches of a round (``bench.sim.Parallel``) call from their own
-        times one branch after another, so ``now`` may be earlier than a call already seen: it
-        takes a token without a refill (never refilling the same time twice)."""
-        if self.at is None:
-            self.tokens, self.at = self.burst, now
-        if now > self.at:
-            self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
-            self.at = now
+        """A call at ``now``; refused when no whole token is left."""
+        self._refill(now)
         if self.tokens >= 1.0 - 1e-9:
             self.tokens -= 1.0
             return True
@@ -60,12 +54,19 @@ class TokenBucket:
 
     def next_token(self, now: float) -> float:
         """When a token is free at the earliest, taking it (a caller that paces itself: the oracle)."""
-        if self.at is None:
-            self.tokens, self.at = self.burst, now
-        self.tokens = min(self.burst, self.tokens + max(0.0, now - self.at) * self.rate)
-        self.at = now
+        self._refill(now)
         self.tokens -= 1.0
         return now if self.tokens >= -1e-9 else now - self.tokens / self.rate
+
+    def _refill(self, now: float) -> None:
+        """The tokens up to ``now``. The branches of a round (``bench.sim.Parallel``) call from their
+        own times one branch after another, so ``now`` may be earlier than a call already seen:
+        nothing is refilled then, and the same time is never refilled twice."""
+        if self.at is None:
+            self.tokens, self.at = self.burst, now
+        if now > self.at:
+            self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+            self.at = now
 
 
 @dataclass

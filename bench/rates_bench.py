@@ -17,6 +17,7 @@ import json
 import math
 import random
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,7 @@ SYSTEMS[SluiceRated.name] = SluiceRated
 
 def busiest_minute(times: list[float] | dict[float, int], period: float) -> int:
     """The most events (each time's count, for a mapping) in one window [t, t + period)."""
-    counted = times if isinstance(times, dict) else {t: times.count(t) for t in times}
+    counted = times if isinstance(times, dict) else Counter(times)
     return max((sum(n for u, n in counted.items() if t <= u < t + period) for t in counted), default=0)
 
 

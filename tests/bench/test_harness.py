@@ -13,8 +13,9 @@ from bench.aws import CountingStore, Meter, SimExecutions, SimQueue
 from bench.harness import SYSTEMS, backlog, run, trickle
 from bench.model import SLUICE_ARCHITECTURE, SLUICE_COMPLETION_MEMORY_MB, SLUICE_LAUNCHER_MEMORY_MB
 from bench.pricing import cost_usd
+from bench.quotas import TokenBucket
 from bench.report import DEPLOYED, LABEL, NO_LINGER
-from bench.sim import LambdaFunction, Sim
+from bench.sim import Container, LambdaFunction, Parallel, Sim
 from bench.sluice_system import LINGER_SECONDS
 from bench.validate import agreement
 from sluice.core.ports import Store
@@ -273,8 +274,6 @@ def test_the_calls_of_a_rounds_branches_happen_at_their_own_times():
     """A round's branches (``Parallel``, a tick's claims and starts in flight at once) each run from
     the moment the round began: a call after a branch's first sleep happens that much later, as it
     would, so a quota or a pacer meets it then; the round takes its longest branch."""
-    from bench.sim import Container, Parallel
-
     sim = Sim()
     seen: list[tuple[str, float]] = []
 
@@ -301,8 +300,6 @@ def test_a_bucket_met_again_at_an_earlier_time_does_not_refill_twice():
     """The branches of a round call one after another from their own times, so StartExecution's
     bucket may see a time earlier than the last: it takes a token without refilling, and the
     refill up to the later time is not counted again."""
-    from bench.quotas import TokenBucket
-
     bucket = TokenBucket(rate=10.0, burst=2)
     assert bucket.take(100.0) and bucket.take(100.0)
     assert not bucket.take(100.05)  # half a token
