@@ -232,6 +232,9 @@ class Model:
         # physical message id -> (container, message id): a copy whose message that container parked
         # in a key's line; it must be deleted, not returned, so that it spends no receives while it waits
         self.key_parked_copies: dict[str, tuple[str, str]] = {}
+        # physical message id -> every copy of its message that container held when it parked it: a
+        # copy returned to the queue breaks nothing while another of them may be the one parked
+        self.park_siblings: dict[str, set[str]] = {}
         self.queue_of: dict[str, str] = {}  # physical message id -> the queue it was received from
         # Lanes (sluice.features.lanes; empty: the stack has none).
         self.lanes = dict(lanes or {})  # lane -> its configured MAX (None: the global MAX, as implied)
@@ -742,12 +745,15 @@ class Model:
                 self.parked.add(message_id)
                 self.key_parked.add(message_id)
                 self.key_parks += 1
-                for physical in self.in_flight:
-                    if (
-                        self.logical(physical) == message_id
-                        and self.received_by.get(physical) == call.container
-                    ):
-                        self.key_parked_copies[physical] = (call.container, message_id)
+                copies = {
+                    physical
+                    for physical in self.in_flight
+                    if self.logical(physical) == message_id and self.received_by.get(physical) == call.container
+                }
+                for physical in copies:
+                    self.key_parked_copies[physical] = (call.container, message_id)
+                    if len(copies) > 1:
+                        self.park_siblings[physical] = copies
 
     def _on_key_wake(self, call: Call, parsed: dict[str, Any]) -> None:
         """A waiter of a key's line sent back to the queue: a new SQS id for the same message."""
@@ -881,6 +887,9 @@ class Model:
             self.deleted.add(message_id)
             self.in_flight.pop(physical, None)
             self.key_parked_copies.pop(physical, None)
+            for sibling in self.park_siblings.pop(physical, set()):
+                self.key_parked_copies.pop(sibling, None)
+                self.park_siblings.pop(sibling, None)
         for failed in parsed.get("Failed", []):
             self.key_parked_copies.pop(self.receipts.get(handles.get(failed["Id"], ""), ""), None)
 
@@ -893,7 +902,11 @@ class Model:
             if message_id is None:
                 continue
             parked = self.key_parked_copies.pop(message_id, None)
-            if parked is not None and parked[1] in self.key_parked:
+            siblings = self.park_siblings.pop(message_id, set())
+            # Two copies of one message in one batch (a parker died before its delete, and the woken
+            # copy came back beside the original): the tick parks one and may return the other.
+            another = any(s in self.key_parked_copies for s in siblings if s != message_id)
+            if parked is not None and parked[1] in self.key_parked and not another:
                 self.violations.append(
                     f"key line (no receive while parked): message {parked[1]} was returned to the queue by "
                     f"{parked[0]} after it parked it in its key's line: it spends receives while it waits"

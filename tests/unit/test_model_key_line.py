@@ -1,7 +1,9 @@
 """The reference model (tests/support/model.py) holds a parker to "no receive while parked": a
 message it parked in its key's line and then returned to the queue is a broken promise, unless its
 read of the payload's place after a lost park answer failed too (it cannot know it parked:
-docs/protocol.md), and only for that container and that payload."""
+docs/protocol.md), and only for that container and that payload. When the parker holds two copies
+of one message (a parker died before its delete, and the woken copy came back beside the
+original), returning one of them while it deletes the other breaks nothing."""
 
 from __future__ import annotations
 
@@ -64,3 +66,51 @@ def test_a_failed_read_of_another_containers_or_payloads_place_excuses_nothing(r
     m = parked_by_a()
     m.saw(read, 400, {"Error": {"Code": "ThrottlingException"}})
     assert len(returned(m)) == 1
+
+
+def two_copies_parked_by_a() -> Model:
+    """Message m waited in key k's line; its parker died before deleting it, so m came back beside
+    w, the copy of m its wake re-sent. A receives both in one batch and parks one of them again."""
+    m = Model(dlq_url=DLQ, clock=FakeClock(), max_concurrency=5, visibility_timeout=30)
+    m.sent_message(Sent("m", '{"id": "p"}', "g", "m", "p"))
+    item = {"pk": {"S": "KWAIT#k#0"}, "message_id": {"S": "m"}}
+    park = Call("C", "dynamodb", "TransactWriteItems", "key_park", {"TransactItems": [{"Put": {"Item": item}}]})
+    m.saw(park, 200, {})
+    wake = {"MessageAttributes": {"sluice-origin-message-id": {"StringValue": "m"}}}
+    m.saw(Call("B", "sqs", "SendMessage", "key_wake", wake), 200, {"MessageId": "w"})
+    messages = [{"MessageId": "m", "ReceiptHandle": "r"}, {"MessageId": "w", "ReceiptHandle": "rw"}]
+    m.saw(Call("A", "sqs", "ReceiveMessage", "receive", {}), 200, {"Messages": messages})
+    item = {"pk": {"S": "KWAIT#k#1"}, "message_id": {"S": "m"}}
+    park = Call("A", "dynamodb", "TransactWriteItems", "key_park", {"TransactItems": [{"Put": {"Item": item}}]})
+    m.saw(park, 200, {})
+    return m
+
+
+def give_back(m: Model, handle: str, step: str) -> list[str]:
+    entries = [{"Id": "0", "ReceiptHandle": handle, "VisibilityTimeout": 60}]
+    operation = "DeleteMessageBatch" if step == "delete" else "ChangeMessageVisibilityBatch"
+    m.saw(Call("A", "sqs", operation, step, {"Entries": entries}), 200, {"Successful": [{"Id": "0"}]})
+    return m.violations
+
+
+def test_one_of_two_copies_returned_while_the_other_is_deleted_breaks_nothing():
+    m = two_copies_parked_by_a()
+    assert give_back(m, "rw", "return") == []
+    assert give_back(m, "r", "delete") == []
+    m.invocation_ended("A", "ok")
+    assert m.violations == []
+
+
+def test_both_copies_returned_break_the_promise():
+    m = two_copies_parked_by_a()
+    give_back(m, "rw", "return")
+    (violation,) = give_back(m, "r", "return")
+    assert violation.startswith("key line (no receive while parked): message m was returned")
+
+
+def test_one_copy_returned_and_the_other_left_at_the_end_breaks_the_promise():
+    m = two_copies_parked_by_a()
+    give_back(m, "rw", "return")
+    m.invocation_ended("A", "ok")
+    (violation,) = m.violations
+    assert "returned without deleting it" in violation
