@@ -210,6 +210,31 @@ def test_lanes_are_deployed_only_in_the_swarm_runs_that_draw_them() -> None:
     _fires_only_in_the_swarm_runs_that_draw_it("lanes:sent_to_a_lane", draws, 6, 1)
 
 
+def test_faults_are_kept_to_some_invocations_only_in_the_swarm_runs_that_draw_it() -> None:
+    """A swarm run that draws ``FAULTY_ONE_IN`` (from the seed) draws each invocation faulty or
+    clean when it begins, and every fault it injects lands on a faulty one; a run that does not, and
+    a plain run, draw none. (The pinned swarm seeds below draw none.)"""
+    import re
+
+    from tests.explorer.sim import FAULTY_ONE_IN, FAULTY_SALT, explore
+
+    def draws(seed: int) -> int:
+        return FAULTY_ONE_IN[random.Random(seed * 227 + FAULTY_SALT).randrange(len(FAULTY_ONE_IN))]
+
+    _fires_only_in_the_swarm_runs_that_draw_it("explorer:clean_invocation", draws, 13, 1)
+    faulty: dict[str, bool] = {}
+    faults = 0
+    for line in explore(13, 120, swarm=True).trace:
+        started = re.search(r"\] start (\S+)", line)
+        if started:
+            faulty[started.group(1)] = line.endswith("(faulty)")
+        hit = re.search(r"\] (\S+) at \S+: (crash before|crash after|throttle|lost response)$", line)
+        if hit:
+            faults += 1
+            assert faulty[hit.group(1)], line
+    assert faults and not all(faulty.values())
+
+
 def test_a_lost_conditional_write_is_retried_and_refused_by_its_own_condition(monkeypatch) -> None:
     """Sluice's clients retry a read timeout (botocore's standard mode): a conditional write whose
     first attempt took effect and whose answer was lost is refused by its own condition on the

@@ -748,7 +748,8 @@ class Model:
                 copies = {
                     physical
                     for physical in self.in_flight
-                    if self.logical(physical) == message_id and self.received_by.get(physical) == call.container
+                    if self.logical(physical) == message_id
+                    and self.received_by.get(physical) == call.container
                 }
                 for physical in copies:
                     self.key_parked_copies[physical] = (call.container, message_id)

@@ -74,14 +74,18 @@ def two_copies_parked_by_a() -> Model:
     m = Model(dlq_url=DLQ, clock=FakeClock(), max_concurrency=5, visibility_timeout=30)
     m.sent_message(Sent("m", '{"id": "p"}', "g", "m", "p"))
     item = {"pk": {"S": "KWAIT#k#0"}, "message_id": {"S": "m"}}
-    park = Call("C", "dynamodb", "TransactWriteItems", "key_park", {"TransactItems": [{"Put": {"Item": item}}]})
+    park = Call(
+        "C", "dynamodb", "TransactWriteItems", "key_park", {"TransactItems": [{"Put": {"Item": item}}]}
+    )
     m.saw(park, 200, {})
     wake = {"MessageAttributes": {"sluice-origin-message-id": {"StringValue": "m"}}}
     m.saw(Call("B", "sqs", "SendMessage", "key_wake", wake), 200, {"MessageId": "w"})
     messages = [{"MessageId": "m", "ReceiptHandle": "r"}, {"MessageId": "w", "ReceiptHandle": "rw"}]
     m.saw(Call("A", "sqs", "ReceiveMessage", "receive", {}), 200, {"Messages": messages})
     item = {"pk": {"S": "KWAIT#k#1"}, "message_id": {"S": "m"}}
-    park = Call("A", "dynamodb", "TransactWriteItems", "key_park", {"TransactItems": [{"Put": {"Item": item}}]})
+    park = Call(
+        "A", "dynamodb", "TransactWriteItems", "key_park", {"TransactItems": [{"Put": {"Item": item}}]}
+    )
     m.saw(park, 200, {})
     return m
 
