@@ -191,7 +191,6 @@ class Invocation:
     after: int = NOTHING  # what happens once the call it is making took effect
     born: float = 0.0  # when it began, by the world's clock
     decided: bool = False  # its last call was a write that took effect (AFTER_DECISION)
-    settings_seen: int = 0  # the lane settings written before it began (``ExplorerModel.lane_settings``)
 
 
 LAMBDA_TIMEOUT = {"tick": 120, "completion": 60, "semaphore": 30}  # seconds, as serverless.yml deploys them
@@ -507,9 +506,13 @@ class Explorer:
 
         def saw(call: Call, status: int, parsed: dict[str, Any]) -> None:
             self.calls += 1  # every call of Sluice's code that reached AWS or a fault: the rate's numerator
+            if status < 300 and _reads_lane_settings(call):
+                self.settings_read[call.container] = self.world.model.lane_settings
             observe(call, status, parsed)
 
         self.world.model.saw = saw  # type: ignore[method-assign]
+        # container -> the lane settings written before its latest read of them (``LANE#``)
+        self.settings_read: dict[str, int] = {}
         self.history = History(self.world.clock)
 
     def note(self, text: str) -> None:
@@ -533,7 +536,6 @@ class Explorer:
         if self.faulty_one_in:
             inv.clean = self.choices.draw(self.faulty_one_in) != 0
             count("explorer:clean_invocation" if inv.clean else "explorer:faulty_invocation")
-        inv.settings_seen = self.world.model.lane_settings
         self.note(
             f"start {inv.label}"
             + (f" for {event.status} of {event.name[:12]}" if event else "")
@@ -565,8 +567,11 @@ class Explorer:
                 c.restart()
             if c.name in self.switch.redeploy:
                 self.switch.restart(c.name)
+            read = self.settings_read.pop(c.name, None)
             if kind == "tick" and outcome == "ok":
-                self.world.model.tick_returned(inv.settings_seen)
+                # A tick puts in force the settings it read last; a wake that left its fill to the
+                # launcher holding the turn read none (seed 1083332218), and binds nothing.
+                self.world.model.tick_returned(-1 if read is None else read)
             if event is not None:
                 (self.world.delivered if outcome == "ok" else self.world.pending).append(event)
             self.running.remove(inv)
@@ -661,6 +666,17 @@ class Explorer:
             if not inv.glet.dead:
                 inv.glet.throw(greenlet.GreenletExit)
         self.world.close()
+
+
+def _reads_lane_settings(call: Call) -> bool:
+    """A read of the lanes' run-time settings (``LANE#<name>``), as a tick makes when its rounds begin."""
+    if call.operation == "GetItem":
+        keys = [call.params.get("Key", {})]
+    elif call.operation == "BatchGetItem":
+        keys = [k for table in call.params.get("RequestItems", {}).values() for k in table.get("Keys", [])]
+    else:
+        return False
+    return any(k.get("pk", {}).get("S", "").startswith("LANE#") for k in keys)
 
 
 def explore(

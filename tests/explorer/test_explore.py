@@ -452,3 +452,27 @@ def test_seed_1205130248_two_copies_of_a_parked_message_in_one_batch() -> None:
     took both copies for the parked one (``Model.park_siblings``; ``tests/unit/test_model_key_line.py``)."""
     done = _one_run(1205130248, "--swarm")
     assert done.returncode == 0, done.stdout[-3000:]
+
+
+# Found by a swarm run (400 steps) from 1083332096 on 47ba8d1, shrunk: the draws to replay.
+SEED_1083332218 = (
+    "2,2,2,1,1,2,2,0,1,2,1,0,2,0,1,0,1,0,1,2,0,0,1,1,1,1,1,0,2,0,2,0,1,1,2,2,0,0,0,12,1,1,4,0,2,1,12,"
+    "0,3,1,1,4,0,0,0,1,5,0,0,3,1,13,0,1,0,13,1,3,1,0,0,2,4,1,2,0,0,0,0,2,5,0,0,2,1,14,0,2,12,4,1,1,1,"
+    "6,2,5,0,0,0,1,2,6,0,2,5,1,9,1,2,6,0,0,3,0,2,5,1,0,3,1,11,0,1,0,0,2,4,0,4,4,1,1,0,0,2,13,0,0,2,3,"
+    "3,0,2,3,1,1,3,11,1,3,1,1,5,1,1,0,1,0,1,1,4,1,0,1,11,1,1,1,0,0,3,2,5,0,1,0,1,13,0,8,0,1,6,0,2,0,"
+    "1,1,4,1,0,0,1,5,1,2,0,0,1,5,1,1,2,1"
+)
+
+
+def test_seed_1083332218_a_wake_that_left_its_fill_to_the_turn_puts_no_lane_setting_in_force() -> None:
+    """The model's own (tests/explorer/README.md): the operator lowered lane ``default`` to 0 by a
+    command that died after its setting; two producers' wakes that began after it found another
+    launcher holding the turn and left their fill to it, reading no setting; the turn's holder,
+    which had read the settings before the lowering, claimed in the lane. The model had taken the
+    wakes' returns for the lowering put in force; it now binds a lowering at the return of a tick
+    whose last read of the settings came after it (``ExplorerModel.tick_returned``)."""
+    from tests.explorer.replay import replays
+
+    replays(
+        seed=1083332218, steps=400, schedule=[int(draw) for draw in SEED_1083332218.split(",")], swarm=True
+    )

@@ -293,16 +293,18 @@ class ExplorerModel(Model):
             self.__dict__.setdefault("_lowered_at", {})[lane] = self.lane_settings
             super().set_lane_limit(lane, limit, caps_moved=caps_moved)
 
-    def tick_returned(self, settings_seen: int | None = None) -> None:
-        """A tick puts in force the lane settings it read when its lanes' rounds began, so its return
-        binds only a lowering written before it began: ticks overlap here, and one that began before
-        the setting, returning after it, put the older limit in force (seed 1730532616: a lane paused
-        by a command that died after its setting, claimed in by a tick that began before it)."""
-        if settings_seen is None:
+    def tick_returned(self, settings_read: int | None = None) -> None:
+        """A tick puts in force the lane settings it read last (``settings_read``: how many had been
+        written then), so its return binds only a lowering written before that read: ticks overlap
+        here, and one that read the settings before the lowering, returning after it, put the older
+        limit in force (seed 1730532616: a lane paused by a command that died after its setting,
+        claimed in by a tick that began before it; seed 1083332218: a wake that left its fill to the
+        launcher holding the turn read nothing, and a tick that read before the setting claimed)."""
+        if settings_read is None:
             return super().tick_returned()
         lowered_at: dict[str, int] = self.__dict__.setdefault("_lowered_at", {})
         with self.lock:
-            for lane in [lane for lane in self.lane_lowered if lowered_at.get(lane, 0) <= settings_seen]:
+            for lane in [lane for lane in self.lane_lowered if lowered_at.get(lane, 0) <= settings_read]:
                 self.lane_limits[lane] = self.lane_lowered.pop(lane)
 
     # -- rate limits (promise 8) ---------------------------------------------------------------------
