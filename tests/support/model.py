@@ -205,6 +205,9 @@ class Model:
         # A start is judged by its start mark (``Store.mark_starting``, the commit point a block
         # must precede): the outside runs known when it was written. name -> known_outside then.
         self.known_at_mark: dict[str, set[str]] = {}
+        # An unstarted claim a reconciliation blocked for a redriven run of its key (``Store.block``):
+        # no StartExecution follows a block (docs/protocol.md), so that run is known to its start.
+        self.blocked_for: dict[str, str] = {}  # claimed name -> the run it was blocked for
         self.events = 0
         self.max_receive_count = 0
         # Awaits, run-once keys and effects (issue 13).
@@ -815,6 +818,8 @@ class Model:
             self.violations.append(f"{name} started without a claim")
         if name not in self.holders:
             self.violations.append(f"{name} started without holding a slot")
+        blocker = self.blocked_for.pop(name, None)
+        known = known | {blocker} if blocker is not None else known
         twins = sorted(
             n
             for n, k in self.running.items()
@@ -823,6 +828,7 @@ class Model:
         if twins:
             self.violations.append(
                 f"promise 2 (one per key): {name} started for key {key!r} while {twins[0]} still runs"
+                + (" (a reconciliation had blocked its claim for it)" if twins[0] == blocker else "")
             )
         missing = [k for k in awaited_keys(sent) if k not in self.ever_succeeded]
         if missing:
@@ -840,6 +846,10 @@ class Model:
             self.started_by_message.setdefault(message_id, set()).add(name)
         self.running[name] = key
         self.starts.append(start)
+
+    def _on_block(self, call: Call, parsed: dict[str, Any]) -> None:
+        name = call.params["Key"]["pk"]["S"].removeprefix("EXEC#")
+        self.blocked_for[name] = call.params["ExpressionAttributeValues"][":by"]["S"]
 
     def _on_start_mark(self, call: Call, parsed: dict[str, Any]) -> None:
         name = call.params["Key"]["pk"]["S"].removeprefix("EXEC#")

@@ -203,6 +203,8 @@ def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
             return "renew"
         if expression == "SET starting_at = :now":
             return "start_mark"  # the launcher's last write before StartExecution
+        if expression.startswith("SET blocked_by = :by"):
+            return "block"  # reconciliation's block of an unstarted claim, for a redriven run of its key
         if "suspect_since" in expression and "REMOVE suspect_since" not in expression:
             return "suspect"
         if (
