@@ -476,3 +476,25 @@ def test_seed_1083332218_a_wake_that_left_its_fill_to_the_turn_puts_no_lane_sett
     replays(
         seed=1083332218, steps=400, schedule=[int(draw) for draw in SEED_1083332218.split(",")], swarm=True
     )
+
+
+# Found by the hunt of b3 from 702377116 (its code as it is, 120 steps, swarm) on f5a43c2, shrunk.
+SEED_702377295 = (
+    "1,4,0,1,0,1,2,0,1,0,1,2,1,0,0,2,1,1,2,2,0,0,0,2,0,0,1,1,0,2,2,2,0,2,0,1,1,1,0,0,1,3,6,0,0,2,0,2,"
+    "2,1,1,0,4,2,1,1,1,0,0,0,1,10,1,0,1,6,0,0,8,1,2,2,0,4,0,0,2,0,5,1,0,0,0,0,1,0,1,7,1,14,2,0,1,0,1,"
+    "0,1,1,5,2,0,3,1,1,2,5,0,1,0,2,0,2,0,0,0,2,0,2,1,0,4,0,0,0,0,0,1,0,2,0,2,0,2,5,1,1,5,1,0,1,1,0,0,"
+    "2,0,1,0,4,0,1,4,5,6,3,5,1,2,3,0,0,6,2,6,1,7,1,1,4,2,5,12,1,0,1,6,1,5,1,6,4,1,7,1,1,0,4,1,0,5,1,"
+    "0,0,0,0,1,0,5,0,0,0,2,0,2,5,0,0,0,2,0,0,0,0,0,2,0,0,0,0,0,0,0,2,4,0,0,2,0,0,1,0,1,0,1,4,5,1,0,1,"
+    "2,0,5,3,4,0,0,0,1,8,0,7,2,5,2,6,1,0,3,0,3,6,2,5,1,0,1,0,3,0,3,5,2,8,1,1,0,6,3,5,2,4,0,3,0,3,7"
+)
+
+
+def test_seed_702377295_the_operators_lane_settings_are_stamped_as_the_command_stamps_them() -> None:
+    """The harness's own (tests/explorer/README.md): the world wrote the operator's lane settings
+    itself, each stamped with the world's clock, which had not moved between two of them, so a tick
+    holding the older setting undid the newer one (lane ``default`` paused, claimed in). ``sluice
+    set-max --lane`` stamps a setting after the one it replaces whatever the clock says; the world
+    now runs that command (``sluice.ops.lanes.change_lane``)."""
+    from tests.explorer.replay import replays
+
+    replays(seed=702377295, steps=120, schedule=[int(draw) for draw in SEED_702377295.split(",")], swarm=True)

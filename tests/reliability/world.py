@@ -41,6 +41,7 @@ from sluice.core.records import LaneSetting
 from sluice.features.lanes import DEFAULT_LANE
 from sluice.launch.settings import DuplicatePolicy
 from sluice.ops.keys import set_key_max
+from sluice.ops.lanes import change_lane
 from sluice.ops.maximum import set_max
 from sluice.runtime import Runtime
 from tests.reliability.actors import (
@@ -85,6 +86,16 @@ __all__ = [
 ]
 
 END_ERRORS = {"FAILED": "States.TaskFailed", "TIMED_OUT": "States.Timeout"}
+
+
+class DiesAfterSetting(CrashAt):
+    """``sluice set-max --lane`` dies after its first write, the lane's setting (its caps unmoved)."""
+
+    def _reached(self, injector: Any, when: str, call: Any) -> None:
+        if when == "after" and call.step == "lane_setting":
+            count("crash:after_lane_setting")
+            injector.dead = True
+            raise Crash(f"{injector.name} died after its lane setting")
 
 
 class World(BehindTheBack, Promises):
@@ -437,15 +448,15 @@ class World(BehindTheBack, Promises):
         self.count("key_cap:zero" if new == 0 else "key_cap:raised" if new > old else "key_cap:lowered")
 
     def set_lane_max(self, lane: str, value: int | None, *, paused: bool = False, by: str = "cli") -> None:
-        """The operator sets ``lane``'s MAX (None: back to its configured MAX; ``paused``: 0) as
-        ``sluice set-max N --lane NAME`` (``pause``, ``resume``) does: the setting ``LANE#<lane>``
-        stamped with the world's clock, then the lane's caps (``Store.set_lane_limit``), in the
+        """The operator sets ``lane``'s MAX (None: back to its configured MAX; ``paused``: 0) with
+        ``sluice set-max N --lane NAME``'s own code (``sluice.ops.lanes.change_lane``): the setting
+        ``LANE#<lane>``, stamped after the one it replaces, then the lane's caps, in the
         ``operator`` container, whose calls the model sees. ``by="setting"``: the command dies after
         its first write, the caps unmoved: the next tick puts the setting in force. A raise is
         allowed from its first write; a lowering binds once the caps carry it. The implied lane
         ``default`` put back to its configured MAX follows the global MAX in force again: the command
         writes the deployed MAX in its caps, the next tick the global MAX it reads."""
-        setting = LaneSetting(lane, max=value, paused=paused, changed_at=self.clock.now())
+        setting = LaneSetting(lane, max=value, paused=paused)
         written = setting.limit(self.settings.lane(lane))  # what the command puts in the caps
         new, old = written, self.model.lane_limit(lane)
         follows_max = self.settings.lane(lane).implied and value is None and not paused
@@ -458,12 +469,9 @@ class World(BehindTheBack, Promises):
             self.add_container("operator")
 
         def work(c: Container) -> None:
-            store = c.runtime.store()
-            store.write_lane_setting(setting)
-            if by == "cli":
-                store.set_lane_limit(lane, written, setting.changed_at)
+            change_lane(c.runtime, self.settings.lane(lane), maximum=value, paused=paused)
 
-        self.run("operator", work)
+        self.run("operator", work, [] if by == "cli" else [DiesAfterSetting("after_lane_limit")])
         self.model.set_lane_limit(lane, limit, caps_moved=by == "cli")
         self.lanes_set.add(lane)
         change = "zero" if new == 0 else "raised" if new > old else "lowered" if new < old else "same"
