@@ -151,6 +151,25 @@ def test_a_slow_reconciler_overtaken_by_every_newer_save_writes_nothing_and_rais
     assert (ledger.external, ledger.count) == ((len(overtaken) - 1) % 2, overtaken[-1][1])
 
 
+def test_two_first_reconciliations_that_overlap_keep_the_larger_count_when_both_create_the_pool(session):
+    """Found by the explorer (swarm seed 1857508604): right after a deploy, no pool yet; tick A and
+    tick C both read the ledger (no pool), A lists an execution started by hand (1 outside), C's
+    listing, numbered after A's but begun before it was numbered, shows none. A creates the pool at
+    MAX − 1; C's create loses, and its write must merge with A's count (the listings overlap: the
+    larger stands), not replace it as a newer one because its number is higher."""
+    client = session.client("dynamodb")
+    create_table(client, "first")
+    a = DynamoStore(client, "first", retention_seconds=3600)
+    c = DynamoStore(session.client("dynamodb"), "first", retention_seconds=3600)
+    a.ledger(), c.ledger()  # both read: no pool yet
+    c_before, a_before = c.next_count(), a.next_count()
+    a_numbers = (a_before, a.next_count())  # A lists after X started: 1 outside
+    c_numbers = (c_before, c.next_count())  # C listed before X started: 0, numbered last
+    assert a.set_limit(source(1, a_numbers)) == 3
+    assert c.set_limit(source(0, c_numbers)) == 3
+    assert DynamoStore(session.client("dynamodb"), "first").ledger().in_force == 3
+
+
 # -- an adoption never leaves caps that admit past the limit -------------------------------------------
 
 

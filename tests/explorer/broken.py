@@ -20,6 +20,7 @@ import sluice.adapters.aws.sqs
 import sluice.adapters.aws.sqs_dead_letters
 import sluice.adapters.aws.ssm
 import sluice.adapters.dynamo.claims
+import sluice.adapters.dynamo.launch_slots
 import sluice.adapters.dynamo.records
 import sluice.adapters.dynamo.release
 import sluice.core.names
@@ -49,6 +50,7 @@ from sluice.features.awaits import AWAITS_ATTRIBUTE, check_awaits
 from sluice.features.keys import TICKET_ATTRIBUTE
 from sluice.launch.lane_admission import LaneAdmission
 from sluice.launch.redriven import Rerun
+from sluice.primitives.slots import Capacity
 from sluice.semaphore.step import Semaphores, pool_of
 from tests.reliability.test_broken_variants import (
     creating_the_lanes_pools_only,
@@ -553,6 +555,19 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
         [(sluice.launch.handover, "check_attributes", lambda message: None)],
     ),
 }
+
+
+def _create_without_merge(*args: Any, only_new: bool = False, **kwargs: Any) -> Any:
+    """The launcher pool's ``Capacity`` as before explorer seed 1857508604's fix: a create that
+    lost to another writer's overwrote that writer's count when its own number was higher."""
+    return Capacity(*args, **kwargs)
+
+
+VARIANTS["pool_create_unmerged"] = (
+    "a first reconciliation's create of the launcher's pool, lost to another's, replaces that one's "
+    "count instead of merging with it (the code before explorer seed 1857508604's fix)",
+    [(sluice.adapters.dynamo.launch_slots, "Capacity", _create_without_merge)],
+)
 
 # Both guards of an adopted run's end off at once: each alone holds seed 1203230958 (the redrive
 # date rules the unrecorded end out; the young adoption trusts no end in the window).

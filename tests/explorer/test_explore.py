@@ -498,3 +498,21 @@ def test_seed_702377295_the_operators_lane_settings_are_stamped_as_the_command_s
     from tests.explorer.replay import replays
 
     replays(seed=702377295, steps=120, schedule=[int(draw) for draw in SEED_702377295.split(",")], swarm=True)
+
+
+def test_seed_1857508604_two_first_reconciliations_keep_the_larger_count() -> None:
+    """Found by the hunt of b3 from 1857508511 (the code as it is failed the same draws), on
+    f5a43c2: right after the deploy, three ticks reconciled at once with no pool yet; A listed an
+    execution started by hand and created the pool at MAX − 1; C, whose listing began before A's
+    was numbered (they overlap) and saw nothing, lost its create and then replaced A's count as the
+    newer one, its number being higher: MAX + 1 ran. A create lost to another writer now merges
+    with that writer's count (``LaunchSlots.set_limit``;
+    ``tests/contract/test_caps_fences.py``)."""
+    done = _one_run(1857508604, "--swarm")
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+
+
+def test_seed_1857508604_breaks_again_when_a_lost_create_replaces_the_count() -> None:
+    """The same seed under ``pool_create_unmerged`` (the code before the fix)."""
+    done = _under_variant("pool_create_unmerged", 1857508604, swarm=True)
+    assert "promise 1 (MAX)" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]

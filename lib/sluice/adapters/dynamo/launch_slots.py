@@ -191,7 +191,11 @@ class LaunchSlots:
                 self.ledger()
                 continue
             replaces = view.stamp if view.version and merged.fenced else None
-            plan = self.slots.set_limit(Capacity(POOL, target, stamp, replaces))
+            # No pool as read: create it only if it is still absent. Another writer may have made it
+            # meanwhile with a count whose listing overlaps ours: merge with it (read again), never
+            # replace it because our number is higher (explorer seed 1857508604).
+            only_new = not view.version and merged.fenced
+            plan = self.slots.set_limit(Capacity(POOL, target, stamp, replaces, only_new=only_new))
             self.ledger()
             if plan is not None:
                 break
