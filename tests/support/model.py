@@ -849,6 +849,8 @@ class Model:
 
     def _on_block(self, call: Call, parsed: dict[str, Any]) -> None:
         name = call.params["Key"]["pk"]["S"].removeprefix("EXEC#")
+        if name in self.known_at_mark:
+            return  # after the start mark: the start was decided first, a redrive racing it
         self.blocked_for[name] = call.params["ExpressionAttributeValues"][":by"]["S"]
 
     def _on_start_mark(self, call: Call, parsed: dict[str, Any]) -> None:

@@ -1,7 +1,8 @@
 """The reference model (tests/support/model.py) holds a start to promise 2 against a redriven run a
 reconciliation blocked its claim for: no StartExecution follows a block (docs/protocol.md), so that
 run is known to the start even before the reconciliation that blocked it completes. Without the
-block, a redrive racing the start is outside the promise until a completed reconciliation lists it."""
+block, or with one after the start mark, a redrive racing the start is outside the promise until a
+completed reconciliation lists it."""
 
 from __future__ import annotations
 
@@ -48,6 +49,13 @@ def test_a_start_after_a_block_breaks_promise_2():
     block(m)
     (violation,) = start(m)
     assert "while e1 still runs (a reconciliation had blocked its claim for it)" in violation
+
+
+def test_a_block_after_the_start_mark_is_a_redrive_racing_the_start():
+    m = claimed_beside_a_redrive()
+    m.saw(Call("A", "dynamodb", "UpdateItem", "start_mark", {"Key": {"pk": {"S": "EXEC#n2"}}}), 200, {})
+    block(m)
+    assert start(m) == []
 
 
 def test_a_redrive_racing_the_start_unlisted_is_outside_the_promise():

@@ -293,7 +293,10 @@ class LaunchSlots:
         view = self.view
         assert view is not None
         if view.version == 0:
-            self.set_limit(LimitSource(0, None))  # no pool yet: create it; the next tick sets its caps
+            # No pool yet: create it (limit 0; the next tick sets its caps), only if it is still
+            # absent: a pool a reconciliation made meanwhile keeps its limit and its count's stamp.
+            self.slots.set_limit(Capacity(POOL, 0, only_new=True))
+            self.ledger()
             view = self.view
             assert view is not None
         return self.slots.adoption(POOL, name, now, view)
