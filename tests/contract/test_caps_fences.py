@@ -315,3 +315,14 @@ def test_a_limit_above_ten_thousand_is_refused_before_any_plan():
     with pytest.raises(ValueError, match="10000"):
         plan_caps(5_000_000_000_000, 8, [(4, 2)])
     assert plan_caps(10_000, 8, []).shard_count == 1250
+
+
+def test_a_lost_create_that_replaces_the_count_is_caught(session, monkeypatch):
+    """The variant ``pool_create_unmerged`` (tests/explorer/broken.py, the code before explorer seed
+    1857508604's fix) fails the two first reconciliations above."""
+    from tests.explorer.broken import VARIANTS
+
+    for owner, attr, value in VARIANTS["pool_create_unmerged"][1]:
+        monkeypatch.setattr(owner, attr, value)
+    with pytest.raises(AssertionError):
+        test_two_first_reconciliations_that_overlap_keep_the_larger_count_when_both_create_the_pool(session)

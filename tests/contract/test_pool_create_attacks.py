@@ -185,3 +185,14 @@ def test_adoption_create_raced_by_reconciliation(make):
     assert fired and in_force(make) <= MAX - 1
     tick.set_limit(seen.source(MaxReading(MAX, T0, 1)))  # the tick's LEDGER read predates the save
     assert in_force(make) <= MAX - 1
+
+
+def test_an_adoption_create_that_overwrites_the_pool_is_caught(make, monkeypatch):
+    """The variant ``adoption_create_overwrites`` (tests/explorer/broken.py, the code before the fix)
+    fails the attack above."""
+    from tests.explorer.broken import VARIANTS
+
+    for owner, attr, value in VARIANTS["adoption_create_overwrites"][1]:
+        monkeypatch.setattr(owner, attr, value)
+    with pytest.raises(AssertionError):
+        test_adoption_create_raced_by_reconciliation(make)

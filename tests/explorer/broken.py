@@ -569,6 +569,22 @@ VARIANTS["pool_create_unmerged"] = (
     [(sluice.adapters.dynamo.launch_slots, "Capacity", _create_without_merge)],
 )
 
+
+def _adoption_create_overwrites(self: Any, name: str, now: float) -> Any:
+    """``LaunchSlots.adopt_items`` as before its fix: with no pool as read, it wrote one at limit 0
+    whatever another writer had made meanwhile, dropping that pool's count."""
+    self.ledger()
+    if self.view is not None and self.view.version == 0:
+        self.set_limit(LimitSource(0, None))
+    return self.slots.adoption(sluice.adapters.dynamo.launch_slots.POOL, name, now, self.view)
+
+
+VARIANTS["adoption_create_overwrites"] = (
+    "an adoption that finds no pool writes one at limit 0 over a pool made meanwhile "
+    "(tests/contract/test_pool_create_attacks.py, test_adoption_create_raced_by_reconciliation)",
+    [(sluice.adapters.dynamo.launch_slots.LaunchSlots, "adopt_items", _adoption_create_overwrites)],
+)
+
 # Both guards of an adopted run's end off at once: each alone holds seed 1203230958 (the redrive
 # date rules the unrecorded end out; the young adoption trusts no end in the window).
 VARIANTS["adoption_unguarded"] = (
