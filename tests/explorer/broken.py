@@ -77,7 +77,7 @@ def _earlier_end_of_any_status(info: Any, record: Any) -> bool:
     return same(info.stop_date, record.ended_at) or same(info.stop_date, record.earlier_end_at)
 
 
-def _not_its_earlier_end_any_status(change: Any, now: float, window: float) -> Any:
+def _not_its_earlier_end_any_status(change: Any, now: float, window: float, judge: Any) -> Any:
     """``completion._not_its_earlier_end`` before seed 111160034's fixes: a SUCCEEDED event with the
     adoption's earlier stop released nothing either."""
     same = sluice.launch.completion._same_stop
@@ -88,8 +88,12 @@ def _granted_alone(self: Any, scopes: Any, n: int, now_ms: int, periods: Any) ->
     return replace(self, windows={**self.windows, **{s: ((now_ms, n),) for s in scopes}})
 
 
-def _young_for_one_window(record: Any, now: float, window: float) -> bool:
+def _young_for_one_window(record: Any, now: float, window: float, judge: Any) -> bool:
     return record.adopted_at is not None and now - record.adopted_at < window
+
+
+def _young_by_any_clock(record: Any, now: float, window: float, judge: Any) -> bool:
+    return record.adopted_at is not None and now - record.adopted_at < 2 * window
 
 
 completion, reconcile = sluice.launch.completion, sluice.launch.reconcile
@@ -323,7 +327,13 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
     ),
     "completion_asks_earlier_end": (
         "a completion that asks about an earlier end (test_a_completion_that_asks_about_an_earlier_end_is_caught)",
-        [(sluice.launch.completion, "_not_its_earlier_end", lambda change, now, window: lambda record: True)],
+        [
+            (
+                sluice.launch.completion,
+                "_not_its_earlier_end",
+                lambda change, now, window, judge: lambda record: True,
+            )
+        ],
     ),
     "redrive_count_ignored": (
         "an adoption that ignores the reported redrive count "
@@ -458,7 +468,7 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
         "the fixes of tests/integration/test_redrive_date_attacks.py)",
         [
             *[
-                (module, "young_adoption", lambda record, now, window: False)
+                (module, "young_adoption", lambda record, now, window, judge: False)
                 for module in (completion, reconcile)
             ],
             (
@@ -480,6 +490,22 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
                     record is not None
                     and record.adopted_at is not None
                     and not self._window_past(record.adopted_at)
+                ),
+            ),
+        ],
+    ),
+    "adoption_judged_by_any_clock": (
+        "an adoption judged two consistency windows old by any clock, not only by the one that "
+        "stamped it (the code before seed 629934866's fix): a judge an hour ahead believes a stale end",
+        [
+            *[(module, "young_adoption", _young_by_any_clock) for module in (completion, reconcile)],
+            (
+                sluice.launch.message_branches.MessageBranches,
+                "_adopted_within_the_window",
+                lambda self, record: (
+                    record is not None
+                    and record.adopted_at is not None
+                    and not self._window_past(record.adopted_at, windows=2)
                 ),
             ),
         ],

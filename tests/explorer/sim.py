@@ -49,7 +49,7 @@ from tests.support.moto_patches import dead_letter_source, redrive_filter
 
 RATES = (None, None, None, Rate(1, 60), Rate(2, 60), Rate(3, 3600), Rate(2, 1))  # the stack's, in swarm runs
 KEY_RATES = (None, None, Rate(1, 60), Rate(2, 1), Rate(1, 3600))  # every concurrency key's, in swarm runs
-SKEWS = (0.0, 30.0, -30.0, 3600.0, -3600.0)  # launcher B's clock; docs/protocol.md: up to an hour
+SKEWS = (0.0, 30.0, -30.0, 3600.0, -3600.0)  # launcher B's clock; docs/protocol.md, "Clocks": any skew
 # What may happen at a switch point once the invocation is resumed (weights of a fresh draw).
 NOTHING, CRASH_BEFORE, THROTTLE, CRASH_AFTER, LOST = range(5)
 # A lost answer of one of these, in a run with ``retried_writes``, is retried as Sluice's SDK does.

@@ -549,18 +549,23 @@ SEED_629934866 = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (tests/explorer/README.md, seed 629934866): an adopted run released at once by a "
-    "reconciler whose clock runs an hour ahead, on a stale end between two redrives",
-)
-def test_seed_629934866_an_adoption_judged_by_a_clock_an_hour_ahead() -> None:
+def test_seed_629934866_an_adoption_is_judged_by_the_clock_that_stamped_it() -> None:
     """Tick A adopted a run redriven twice on a stale answer (its ``redriveDate`` the older
     redrive's); tick B, whose clock runs an hour ahead (``SKEWS``), judged the adoption two windows
     old at once and released the run on a stale FAILED answer, an end between the two redrives; a
-    claim then took its slot beside it (promise 1). docs/protocol.md ("Beyond the bound") says a skew
-    of more than the window less S shortens an adoption's window; the explorer draws skews of an
-    hour. Open: the model's excuse or the protocol's."""
+    claim then took its slot beside it (promise 1). An adoption's age is now judged only by the
+    clock that stamped it: B stamps it again first, and judges it two windows later by its own
+    clock (``sluice.launch.reconcile._take_over_adoption``)."""
     from tests.explorer.replay import replays
 
     replays(seed=629934866, steps=120, schedule=[int(draw) for draw in SEED_629934866.split(",")], swarm=True)
+
+
+def test_seed_629934866_breaks_again_when_any_clock_judges_an_adoption() -> None:
+    """The same draws under ``adoption_judged_by_any_clock`` (the code before the fix)."""
+    from tests.explorer.sim import explore
+    from tests.explorer.variants import applied
+
+    with applied("adoption_judged_by_any_clock"):
+        outcome = explore(629934866, 120, [int(draw) for draw in SEED_629934866.split(",")], swarm=True)
+    assert outcome.failure is not None and "promise 1 (MAX)" in outcome.failure, outcome.failure

@@ -7,8 +7,9 @@ Verdicts (the young adoption is two consistency windows, ``OTHER_CLOCK_WINDOWS``
    comes then (twice), and is ignored. The key's next message parks behind it, another key waits
    under MAX 1. The first tick past two windows releases it, wakes the parked message; one run at
    a time starts (MAX 1 kept), nothing leaks. Same after an hour with no tick at all.
-2. HOLDS, a delay of two windows plus the skew. A reconciler whose clock runs 50 s behind the
-   adopter's releases the ended adopted run 171 s after its adoption.
+2. HOLDS, a delay of four windows plus the skew. A reconciler whose clock runs 50 s behind the
+   adopter's takes the adoption over once its clock reads it two windows old (171 s after it) and
+   releases the ended adopted run two windows later by its own clock (292 s after the adoption).
 3. BROKE (promise 2) with a young adoption of one window; holds with two. A judge whose clock
    runs ahead of the adopter's (a completion with a late event, a reconciliation, or the
    duplicate check of the key's next message) read a young adoption as the window old: an end
@@ -16,6 +17,9 @@ Verdicts (the young adoption is two consistency windows, ``OTHER_CLOCK_WINDOWS``
    the bound allows, released the adopted run while it ran again, and the key's next message
    started beside it. 50 s ahead broke 10 s after the adoption; 6 s ahead, 54.5 s after it. The
    rule measured one window by another container's clock, as the marks do not (``MARK_WINDOWS``).
+   Two windows still broke for a judge an hour ahead (explorer seed 629934866); an adoption is
+   now judged only by the clock that stamped it (``Clock.identity``): the three judges an hour
+   ahead hold.
 4. HOLDS, a delay. An unrecorded end within the window by a stale listing: UNSURE, the key
    marked; a run-once message of the key adopts the ended run and waits behind it; past the
    young adoption it is released, and the message runs (once).
@@ -123,6 +127,9 @@ def test_an_adopted_run_ended_young_is_released_past_the_window_and_wakes_its_wa
 
 
 def test_a_reconciler_behind_the_adopter_releases_it_a_skew_later(session):
+    """A reconciler 50 s behind the adopter judges no stamp of the adopter's clock: once its own
+    clock reads the adoption two windows old, it stamps the adoption again (taken over), and
+    releases the ended run two windows later by its own clock."""
     clock = FakeClock(time.time())
     stack = build_stack(session, max_concurrency=1, clock=clock)
     e1 = adopted_then_ended_young(stack, clock)  # adopted 10 s ago by the stack's clock
@@ -134,7 +141,12 @@ def test_a_reconciler_behind_the_adopter_releases_it_a_skew_later(session):
     behind.launcher().tick()
     assert store.ledger().holders == {e1}
     clock.advance(46)
-    behind.clock.advance(46)  # 171 s after; it reads 121
+    behind.clock.advance(46)  # 171 s after; it reads 121: taken over, young again
+    behind.launcher().tick()
+    assert store.ledger().holders == {e1}
+    assert store.execution(e1).adopted_by == behind.clock.identity
+    clock.advance(121)
+    behind.clock.advance(121)  # two windows after its own stamp
     behind.launcher().tick()
     assert store.ledger().holders == frozenset()
     assert store.payload("k").holder is None
@@ -206,6 +218,10 @@ def stale_between(rt, e1: str, r1: float, s2: float) -> Counter:
         # a judge 6 s ahead reads the adoption 60.5 s old
         pytest.param("completion", 0, 54.5, id="completion-same-clock-late"),
         pytest.param("completion", 6, 54.5, id="completion-6s-ahead-late"),
+        # an hour ahead, past any window by another clock: the adoption is judged by its own only
+        pytest.param("completion", 3600, 10, id="completion-an-hour-ahead"),
+        pytest.param("reconciliation", 3600, 10, id="reconciliation-an-hour-ahead"),
+        pytest.param("duplicate-check", 3600, 10, id="duplicate-check-an-hour-ahead"),
     ],
 )
 def test_a_judge_ahead_of_the_adopter_believes_a_stale_end_of_a_young_adoption(session, judge, skew, wait):
@@ -231,11 +247,11 @@ def test_a_judge_ahead_of_the_adopter_believes_a_stale_end_of_a_young_adoption(s
     stale = stale_between(judging, e1, r1, s2)
     if judge == "completion":
         settle(judging, late)
-        assert stale["described"] == 0  # young by both clocks (two windows): never asked
+        assert stale["described"] == 0  # young: never asked
     elif judge == "reconciliation":
         judging.launcher().tick()
         assert stale["listed"] == 1
-        assert stale["described"] == 0  # young by both clocks (two windows): not judged
+        assert stale["described"] == 0  # young: not judged (an hour ahead: taken over, young again)
     else:  # the claim of the key's next message, by a launcher that does not reconcile
         stack.send({"id": "k", "n": 2}, group="b")
         judging.launcher().tick(reconcile_first=False)
@@ -392,3 +408,16 @@ def test_an_unsure_mark_left_alone_for_an_hour_holds_nothing_back(session):
     stack.launcher().tick()
     (n2,) = running_of_key(stack, "k")
     assert n2 != e1 and store.ledger().holders == {n2}
+
+
+@pytest.mark.parametrize("judge", ["completion", "reconciliation", "duplicate-check"])
+def test_an_adoption_judged_by_any_clock_is_caught(session, monkeypatch, judge):
+    """The variant ``adoption_judged_by_any_clock`` (tests/explorer/broken.py, the code before
+    explorer seed 629934866's fix: two windows, by whatever clock judged) fails attack 3 for each
+    judge an hour ahead: the judge asks DescribeExecution, or the key runs twice."""
+    from tests.explorer.broken import VARIANTS
+
+    for owner, attr, value in VARIANTS["adoption_judged_by_any_clock"][1]:
+        monkeypatch.setattr(owner, attr, value)
+    with pytest.raises(AssertionError):
+        test_a_judge_ahead_of_the_adopter_believes_a_stale_end_of_a_young_adoption(session, judge, 3600, 10)

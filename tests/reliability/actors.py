@@ -40,6 +40,10 @@ class SkewedClock:
     base: FakeClock
     skew: float
 
+    @property
+    def identity(self) -> str:
+        return f"{self.base.identity}{self.skew:+g}"
+
     def now(self) -> float:
         return self.base.now() + self.skew
 

@@ -371,7 +371,9 @@ def test_an_earlier_runs_event_releasing_an_adopted_execution_is_caught(monkeypa
         sluice.launch.completion, "_ended_by_its_own_word", lambda executions: lambda record: True
     )
     monkeypatch.setattr(
-        sluice.launch.completion, "_not_its_earlier_end", lambda change, now, window: lambda record: True
+        sluice.launch.completion,
+        "_not_its_earlier_end",
+        lambda change, now, window, judge: lambda record: True,
     )
     caught(breaks.test_a_repeated_event_of_a_redriven_executions_earlier_run_releases_nothing)
 
@@ -1323,7 +1325,9 @@ def test_a_receipt_overwritten_by_an_earlier_ends_event_is_caught(monkeypatch):
         sluice.launch.completion, "_ended_at_this_events_stop", lambda executions, change: lambda record: True
     )
     monkeypatch.setattr(
-        sluice.launch.completion, "_not_its_earlier_end", lambda change, now, window: lambda record: True
+        sluice.launch.completion,
+        "_not_its_earlier_end",
+        lambda change, now, window, judge: lambda record: True,
     )
     caught(earlier_end_after_a_redrive)
 

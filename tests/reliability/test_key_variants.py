@@ -111,7 +111,9 @@ def test_a_duplicate_check_that_trusts_an_earlier_end_is_caught(monkeypatch):
 
 def test_a_completion_that_asks_about_an_earlier_end_is_caught(monkeypatch):
     monkeypatch.setattr(
-        sluice.launch.completion, "_not_its_earlier_end", lambda change, now, window: lambda record: True
+        sluice.launch.completion,
+        "_not_its_earlier_end",
+        lambda change, now, window, judge: lambda record: True,
     )
     with pytest.raises(CAUGHT, match="released by its earlier end"):
         run_stale(stale.test_an_event_of_the_earlier_run_after_an_adoption_releases_nothing)

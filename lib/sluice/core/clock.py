@@ -1,19 +1,33 @@
-"""Clocks. Domain code takes time from a ``Clock``; tests move a ``FakeClock`` by hand."""
+"""Clocks. Domain code takes time from a ``Clock``; tests move a ``FakeClock`` by hand.
+
+A clock's ``identity`` names the machine whose time it reads. An age stamped by one clock is judged
+only by a clock of the same identity (an unstarted claim's mark, an adoption): no two machines'
+clocks are compared to decide a release, whatever their skew (docs/protocol.md, "Clocks")."""
 
 from __future__ import annotations
 
+import itertools
 import time
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
+
+MACHINE = uuid.uuid4().hex[:16]  # this process's: a Lambda container is one process, one clock
+_fakes = itertools.count(1)
 
 
 class SystemClock:
+    identity = MACHINE
+
     def now(self) -> float:
         return time.time()
 
 
 @dataclass
 class FakeClock:
+    """A machine's clock in tests: each one made is another machine's."""
+
     t: float = 1_800_000_000.0
+    identity: str = field(default_factory=lambda: f"fake-{next(_fakes)}", compare=False)
 
     def now(self) -> float:
         return self.t

@@ -205,6 +205,7 @@ class ExecutionRecord:
     suspect_by: str | None = None  # which reconciler: only the one that marked it judges its age
     parked: frozenset[str] = frozenset()  # message ids of deferred duplicates waiting for this run
     adopted_at: float | None = None  # ran again after its release (a redrive) and was taken back
+    adopted_by: str | None = None  # whose clock stamped ``adopted_at``: only that one judges its age
     earlier_end_at: float | None = None  # adopted: the stop date of the end before (Step Functions')
     redriven_at: float | None = None  # adopted: the redrive date of the run taken back (Step Functions')
     blocked_by: str | None = None  # an unstarted claim that must yield to a redriven run of its key

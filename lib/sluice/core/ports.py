@@ -30,6 +30,8 @@ from sluice.core.records import Done, LaneRoom, LaneSetting, ReceiptOutput
 
 
 class Clock(Protocol):
+    identity: str  # the machine whose time it reads (sluice.core.clock)
+
     def now(self) -> float:
         """Seconds since the epoch."""
         ...
@@ -329,13 +331,23 @@ class PayloadLeases(Protocol):
         meanwhile), or with no key record left."""
         ...
 
-    def adopt(self, *, name: str, now: float, redriven_at: float | None = None) -> bool:
+    def adopt(
+        self, *, name: str, now: float, redriven_at: float | None = None, by: str | None = None
+    ) -> bool:
         """Take a slot and the lease back for an ended execution that runs again (a redrive).
 
         No limit applies: it runs already. False when the key's lease is held by another run.
         Lifts the key's ``redriven`` block. ``redriven_at``: Step Functions' ``redriveDate`` in the
         answer that showed it running (None: not reported), kept as the record's ``redriven_at``.
+        ``now`` is by the clock ``by`` names (``Clock.identity``), kept as ``adopted_at`` and
+        ``adopted_by``: only that clock judges the adoption's age (``retake_adoption``).
         """
+        ...
+
+    def retake_adoption(self, *, name: str, stamped_at: float, by: str, now: float) -> bool:
+        """Stamp ``name``'s adoption again, ``now`` by ``by``'s clock: its window starts again, so
+        its age is judged by one clock (``sluice.launch.completion.young_adoption``). Only while the
+        record still holds the adoption stamped ``stamped_at``; False otherwise."""
         ...
 
     def mark_redriven(self, *, key: str, name: str, now: float) -> bool:

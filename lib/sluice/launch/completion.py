@@ -172,11 +172,13 @@ def settle_status_change(
     effects: Effects | None = None,
     offer: Offer | None = None,
     window: float = CONSISTENCY_WINDOW_SECONDS,
+    judge: str | None = None,
 ) -> ExecutionRecord | None:
     """Apply one status-change event. The released execution's record as it was (its ``shard`` is
     the slot freed), or None when the event freed nothing. ``state_machine_arn``: the stack's state
     machine, or every one it starts (the lanes' own too). ``offer``: see ``complete``. ``window``:
-    the consistency window (``Settings.consistency_window_seconds``)."""
+    the consistency window (``Settings.consistency_window_seconds``); ``judge``: the identity of
+    the clock ``now`` is by (``young_adoption``)."""
     arns = {state_machine_arn} if isinstance(state_machine_arn, str) else set(state_machine_arn)
     if change.state_machine_arn not in arns:
         log.info(
@@ -189,7 +191,7 @@ def settle_status_change(
     if executions is not None:
         executions = _Described(executions)  # one DescribeExecution at most, whoever asks
         confirm = _both(
-            _not_its_earlier_end(change, now, window),
+            _not_its_earlier_end(change, now, window, judge),
             _both(_ended_by_its_own_word(executions), _ended_at_this_events_stop(executions, change)),
         )
     released = complete(
@@ -379,7 +381,7 @@ def _ended_at_this_events_stop(
 
 
 def _not_its_earlier_end(
-    change: StatusChange, now: float, window: float
+    change: StatusChange, now: float, window: float, judge: str | None
 ) -> Callable[[ExecutionRecord], bool]:
     """An event with the stop date of the end an adopted execution had before its redrive is of
     that earlier run (late, or repeated): it releases nothing, and DescribeExecution is not asked,
@@ -393,7 +395,10 @@ def _not_its_earlier_end(
     def confirm(record: ExecutionRecord) -> bool:
         earlier = before_its_redrive(change.stop_date, record) or (
             change.status != "SUCCEEDED"
-            and (_same_stop(change.stop_date, record.earlier_end_at) or young_adoption(record, now, window))
+            and (
+                _same_stop(change.stop_date, record.earlier_end_at)
+                or young_adoption(record, now, window, judge)
+            )
         )
         if not earlier:
             return True
@@ -405,13 +410,16 @@ def _not_its_earlier_end(
     return confirm
 
 
-def young_adoption(record: ExecutionRecord, now: float, window: float) -> bool:
-    """``record`` was adopted less than two consistency windows ago, by this clock
-    (``OTHER_CLOCK_WINDOWS``: the adoption was stamped by the adopter's, which this one may run
-    ahead of by up to S; ``tests/integration/test_young_adoption_attacks.py``). An end other than
-    a success, an event's or DescribeExecution's, may then be from before the redrive it runs
-    after, even one Sluice never recorded, and the adoption's own RUNNING answer may have been
-    stale, its ``redriveDate`` an older redrive's (``tests/integration/test_redrive_date_attacks.py``)::
+def young_adoption(record: ExecutionRecord, now: float, window: float, judge: str | None) -> bool:
+    """``record`` was adopted, and ``judge`` (the identity of the clock ``now`` is by)
+    cannot tell it is two consistency windows old (``OTHER_CLOCK_WINDOWS``). Only the clock that
+    stamped the adoption judges its age: another takes it over first (``Store.retake_adoption``,
+    reconciliation), so no clock is compared with another's, whatever their skew (explorer seed
+    629934866: a reconciler an hour ahead judged an adoption two windows old at once). A completion
+    handler judges none: every adoption is young to it. While young, an end other than a success,
+    an event's or DescribeExecution's, may be from before the redrive it runs after, even one
+    Sluice never recorded, and the adoption's own RUNNING answer may have been stale, its
+    ``redriveDate`` an older redrive's (``tests/integration/test_redrive_date_attacks.py``)::
 
         e1 FAILED at s1, released;  redriven at r1;  FAILED at s2 (unrecorded);  redriven at r2
         adopt(e1) on a stale RUNNING answer (redriveDate r1): redriven_at r1, earlier_end_at s1
@@ -419,9 +427,12 @@ def young_adoption(record: ExecutionRecord, now: float, window: float) -> bool:
             before: taken for e1's end → released while it runs → a new claim of its key
             now:    the adoption is young → not proof; reconciliation judges it past the window
 
-    The cost: a redriven run that ends within two windows of its adoption keeps its slot until the
-    first reconciliation past them."""
-    return record.adopted_at is not None and now - record.adopted_at < OTHER_CLOCK_WINDOWS * window
+    The cost: a redriven run that ends other than in success keeps its slot until the first
+    reconciliation by one clock past two windows of its adoption."""
+    if record.adopted_at is None:
+        return False
+    mine = judge is not None and record.adopted_by == judge
+    return not mine or now - record.adopted_at < OTHER_CLOCK_WINDOWS * window
 
 
 def _ended_by_its_own_word(executions: Executions) -> Callable[[ExecutionRecord], bool]:

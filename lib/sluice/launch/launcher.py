@@ -113,7 +113,9 @@ class Launcher:
             ),
             StateMachineCheck(),
         )
-        self.identity = uuid.uuid4().hex[:16]  # this container, as a reconciler marking claims
+        self.container = uuid.uuid4().hex[:16]  # this container, in its invocations' ids
+        # its clock's machine: who marks unstarted claims and stamps adoptions (sluice.core.clock)
+        self.identity = clock.identity
 
     def _context(self, ctx: LaunchContext, checked: StateMachineCheck) -> None:
         """Hold ``ctx`` and the collaborators built on it. When the state machine was last checked:
@@ -241,7 +243,7 @@ class Launcher:
         left = remaining_ms() / 1000 if remaining_ms is not None else WAKE_DEADLINE_SECONDS
         return woken(
             turns,
-            invocation or f"{self.identity}:{uuid.uuid4().hex[:8]}",
+            invocation or f"{self.container}:{uuid.uuid4().hex[:8]}",
             now=self.clock.now,
             ends_at=self.clock.now() + left - self.settings.time_reserve_seconds,
             fill=lambda: self.tick(reconcile_first=False, linger=False, remaining_ms=remaining_ms),
@@ -276,6 +278,7 @@ class Launcher:
                 effects=self.effects,
                 offer=offer,
                 window=self.settings.consistency_window_seconds,
+                judge=self.identity,
             )
         except Exception:
             if offer is not None and offer.message is not None and not offer.claimed:

@@ -229,7 +229,9 @@ class MessageBranches:
         """Whether ``record``'s adoption is young (``completion.young_adoption``, reconciliation's
         rule too): past it, an answer cannot be from before it."""
         window = self.ctx.settings.consistency_window_seconds
-        return record is not None and young_adoption(record, self.ctx.clock.now(), window)
+        return record is not None and young_adoption(
+            record, self.ctx.clock.now(), window, self.ctx.clock.identity
+        )
 
     def _window_past(self, since: float, *, windows: int = 1) -> bool:
         return self.ctx.clock.now() - since >= windows * self.ctx.settings.consistency_window_seconds
@@ -245,7 +247,9 @@ class MessageBranches:
         if runs is None:
             self.ctx.store.clear_redriven(key=key, name=redriven)
             return
-        self.ctx.store.adopt(name=redriven, now=self.ctx.clock.now(), redriven_at=runs.redrive_date)
+        self.ctx.store.adopt(
+            name=redriven, now=self.ctx.clock.now(), redriven_at=runs.redrive_date, by=self.ctx.clock.identity
+        )
 
     def _still_runs(self, redriven: str, marked_by: float) -> ExecutionInfo | None:
         """The answer that says ``redriven``, a run a reconciliation saw redriven (marked no later
@@ -318,7 +322,9 @@ class MessageBranches:
             f"yielded to {redriven}, a redriven run of the same key",
             version=record.claim_version if record is not None else 0,
         )
-        self.ctx.store.adopt(name=redriven, now=self.ctx.clock.now(), redriven_at=runs.redrive_date)
+        self.ctx.store.adopt(
+            name=redriven, now=self.ctx.clock.now(), redriven_at=runs.redrive_date, by=self.ctx.clock.identity
+        )
         return True
 
     def _renewal_refused(self, payload: Payload, name: str, done: list[Message]) -> Outcome | None:
@@ -341,7 +347,10 @@ class MessageBranches:
         redriven = self.ctx.executions.describe(record.blocked_by)
         if redriven is not None and not redriven.ended:
             self.ctx.store.adopt(
-                name=record.blocked_by, now=self.ctx.clock.now(), redriven_at=redriven.redrive_date
+                name=record.blocked_by,
+                now=self.ctx.clock.now(),
+                redriven_at=redriven.redrive_date,
+                by=self.ctx.clock.identity,
             )
         return None
 

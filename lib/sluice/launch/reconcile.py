@@ -70,7 +70,7 @@ from sluice.features.receipts import Outputs
 from sluice.features.stores import LaunchStore
 from sluice.launch.completion import before_its_redrive, complete, output_from, young_adoption
 from sluice.launch.redriven import Pass, count_unknown, redriven_successes
-from sluice.launch.settings import Settings
+from sluice.launch.settings import OTHER_CLOCK_WINDOWS, Settings
 
 log = logging.getLogger("sluice.reconcile")
 
@@ -157,13 +157,31 @@ def _judge_missing(
         # before any of them (docs/protocol.md, "Staleness"), ListExecutions too.
         seen_at = max(record.started_at or record.claimed_at, record.adopted_at or 0.0)
         window = p.settings.consistency_window_seconds
-        if p.now - seen_at < window or young_adoption(record, p.now, window):
-            continue  # too young: ListExecutions may not show it yet; an adoption, by another clock
+        if young_adoption(record, p.now, window, p.reconciler):
+            _take_over_adoption(p, record, window)
+            continue  # an adoption not yet two windows old by the clock that stamped it
+        if p.now - seen_at < window:
+            continue  # too young: ListExecutions may not show it yet
         judged += 1
         freed, marked = _judge(p, name, record)
         released += freed
         confirmed += marked
     return released, confirmed, judged
+
+
+def _take_over_adoption(p: Pass, record: ExecutionRecord, window: float) -> None:
+    """An adoption another clock stamped is judged by this one only once this one has stamped it
+    again: its window starts over, so no two clocks are compared (``young_adoption``). Taken over
+    only once that stamp is two windows old by this clock (its stamper is gone, or runs behind;
+    one that runs ahead of this one takes it back later, at worst). A take-over only delays::
+
+        A adopts e1 at a (A's clock)      B (an hour ahead): a + 3600 − a ≥ 2w → retake(e1, a) = b
+        B judges e1 at b + 2w (B's clock): two windows have passed since the adoption, whatever A's clock said
+    """
+    if record.adopted_by == p.reconciler or record.adopted_at is None:
+        return
+    if p.now - record.adopted_at >= OTHER_CLOCK_WINDOWS * window:
+        p.store.retake_adoption(name=record.name, stamped_at=record.adopted_at, by=p.reconciler, now=p.now)
 
 
 # A Standard execution runs at most a year, and Step Functions keeps a closed one 90 days: a run

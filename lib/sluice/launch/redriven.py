@@ -55,7 +55,9 @@ def count_unknown(
             # Running again although it ended (an operator's RedriveExecution): it holds a slot
             # and its key again, so nothing new starts beside it. Unsure: its key is held for it
             # (no slot), and it counts against MAX.
-            if rerun is Rerun.AGAIN and p.store.adopt(name=name, now=p.now, redriven_at=info.redrive_date):
+            if rerun is Rerun.AGAIN and p.store.adopt(
+                name=name, now=p.now, redriven_at=info.redrive_date, by=p.reconciler
+            ):
                 adopted += 1
                 p.logger.warning(
                     "execution running again; slot and lease taken back", extra={"execution_name": name}

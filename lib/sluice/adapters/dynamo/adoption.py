@@ -25,6 +25,7 @@ class _Adopted:
     name: str
     now: float
     redriven_at: float | None
+    by: str | None  # whose clock ``now`` is
 
 
 class AdoptionsTable:
@@ -36,7 +37,9 @@ class AdoptionsTable:
         self.lane_slots = lane_slots
         self.records, self.keys = parts.records, parts.keys
 
-    def adopt(self, *, name: str, now: float, redriven_at: float | None = None) -> bool:
+    def adopt(
+        self, *, name: str, now: float, redriven_at: float | None = None, by: str | None = None
+    ) -> bool:
         """Take a slot and the lease back for ``name``, an ended execution RUNNING again (a redrive).
 
         It runs already, so it counts against MAX whatever MAX is: a shard with room, else past a
@@ -56,7 +59,7 @@ class AdoptionsTable:
             )
             items = [
                 self._adopt_lease(record, name, now),
-                self._adopt_record(record, _Adopted(name, now, redriven_at), shard, lane_take),
+                self._adopt_record(record, _Adopted(name, now, redriven_at, by), shard, lane_take),
             ]
             if record.ckey is not None:
                 items.append(self.keys.key_adopt_item(record.ckey, name))
@@ -77,6 +80,15 @@ class AdoptionsTable:
         # (a crash before this leaves it frozen, admitting nothing, until a claim or a tick thaws it).
         self.launch_slots.slots.rebalance(POOL)
         return True
+
+    def retake_adoption(self, *, name: str, stamped_at: float, by: str, now: float) -> bool:
+        return self.db.update_if(
+            execution_pk(name),
+            "SET adopted_at = :now, adopted_by = :by",
+            "#state = :running AND adopted_at = :stamped",
+            values(now=now, by=by, running=PayloadState.RUNNING.value, stamped=stamped_at),
+            names={"#state": "state"},
+        )
 
     def _adopt_lease(self, record: ExecutionRecord, name: str, now: float) -> dict[str, Any]:
         return {
@@ -112,10 +124,17 @@ class AdoptionsTable:
             sets += ", earlier_end_at = :earlier "
         if "redriven" in dates:
             sets += ", redriven_at = :redriven "
+        removes = "REMOVE expires_at, ended_at, #output, output_ref, output_size"
+        stamp: dict[str, str] = {}
+        if adopted.by is not None:
+            sets += ", adopted_by = :by "
+            stamp["by"] = adopted.by
+        else:
+            removes += ", adopted_by"
         update = {
             "TableName": self.db.table,
             "Key": {"pk": {"S": execution_pk(adopted.name)}},
-            "UpdateExpression": sets + "REMOVE expires_at, ended_at, #output, output_ref, output_size",
+            "UpdateExpression": sets + removes,
             "ConditionExpression": "#state = :was",
             "ExpressionAttributeNames": {"#state": "state", "#shard": "shard", "#output": "output"},
             "ExpressionAttributeValues": values(
@@ -124,6 +143,7 @@ class AdoptionsTable:
                 was=record.state.value,
                 shard=shard,
                 **dates,
+                **stamp,
             ),
         }
         if lane_take is not None:

@@ -170,6 +170,7 @@ def to_execution(raw: dict[str, Any]) -> ExecutionRecord:
         suspect_by=raw.get("suspect_by"),
         parked=frozenset(raw.get("parked", ())),
         adopted_at=opt_float(raw.get("adopted_at")),
+        adopted_by=raw.get("adopted_by"),
         earlier_end_at=opt_float(raw.get("earlier_end_at")),
         redriven_at=opt_float(raw.get("redriven_at")),
         blocked_by=raw.get("blocked_by"),

@@ -262,8 +262,13 @@ class DynamoStore:
     ) -> bool:
         return self.releases.record_later_success(record, ended_at=ended_at, now=now, receipt=receipt)
 
-    def adopt(self, *, name: str, now: float, redriven_at: float | None = None) -> bool:
-        return self.adoptions.adopt(name=name, now=now, redriven_at=redriven_at)
+    def adopt(
+        self, *, name: str, now: float, redriven_at: float | None = None, by: str | None = None
+    ) -> bool:
+        return self.adoptions.adopt(name=name, now=now, redriven_at=redriven_at, by=by)
+
+    def retake_adoption(self, *, name: str, stamped_at: float, by: str, now: float) -> bool:
+        return self.adoptions.retake_adoption(name=name, stamped_at=stamped_at, by=by, now=now)
 
     # -- the records (Records) -----------------------------------------------------------------------
 

@@ -160,7 +160,17 @@ class MemoryReleases:
             **outputs,
         )
 
-    def adopt(self, *, name: str, now: float, redriven_at: float | None = None) -> bool:
+    def retake_adoption(self, *, name: str, stamped_at: float, by: str, now: float) -> bool:
+        with self.table.lock:
+            record = self.table.executions.get(name)
+            if record is None or record.state is not PayloadState.RUNNING or record.adopted_at != stamped_at:
+                return False
+            self.table.executions[name] = replace(record, adopted_at=now, adopted_by=by)
+            return True
+
+    def adopt(
+        self, *, name: str, now: float, redriven_at: float | None = None, by: str | None = None
+    ) -> bool:
         with self.table.lock:
             record = self.table.executions.get(name)
             if record is None or record.state.holds_lease or name in self.table.holders:
@@ -192,6 +202,7 @@ class MemoryReleases:
                 redriven_at=record.redriven_at if redriven_at is None else redriven_at,
                 expires_at=0,
                 adopted_at=now,
+                adopted_by=by,
                 output=None,
                 output_ref=None,
                 output_size=None,

@@ -190,8 +190,13 @@ class MemoryStore:
     ) -> bool:
         return self.releases.record_later_success(record, ended_at=ended_at, now=now, receipt=receipt)
 
-    def adopt(self, *, name: str, now: float, redriven_at: float | None = None) -> bool:
-        return self.releases.adopt(name=name, now=now, redriven_at=redriven_at)
+    def adopt(
+        self, *, name: str, now: float, redriven_at: float | None = None, by: str | None = None
+    ) -> bool:
+        return self.releases.adopt(name=name, now=now, redriven_at=redriven_at, by=by)
+
+    def retake_adoption(self, *, name: str, stamped_at: float, by: str, now: float) -> bool:
+        return self.releases.retake_adoption(name=name, stamped_at=stamped_at, by=by, now=now)
 
     # -- the records (Records) -----------------------------------------------------------------------
 
