@@ -92,8 +92,8 @@ class MessageBranches:
     def _parks_behind(self, info: ExecutionInfo | None) -> bool:
         """Whether the message waits parked behind the holder rather than be suppressed: under the
         policy DEFER, and whenever the answer is an end taken for one from before the holder's
-        redrive (its adoption reads as young, by the clock that wrote it, which may run ahead of
-        this one): no proof that it runs, so never suppressed; woken by its release."""
+        redrive (its adoption reads as young: to any clock but the one that stamped it, it is): no
+        proof that it runs, so never suppressed; woken by its release."""
         return self.ctx.settings.duplicate_policy is DuplicatePolicy.DEFER or (
             info is not None and info.ended
         )
