@@ -110,22 +110,28 @@ def test_adopt_takes_back_a_slot_and_the_lease_past_the_limit(store):
     assert not store.adopt(name="n0", now=NOW + 6)  # holds it already
 
 
-def test_an_adoption_is_stamped_by_its_clock_and_taken_over_only_from_the_stamp_read(store):
-    """The clock that stamped an adoption is the one that judges its age (``Clock.identity``);
-    another takes it over by stamping it again, only while the stamp it read is still there and
-    the run still held."""
+def test_an_adoption_keeps_each_clocks_first_sighting_of_it_and_no_earlier_adoptions(store):
+    """Each clock judges an adoption's age from its own first sighting (``Clock.identity``): the
+    adopter's is its adoption; another's is added only while the adoption it read is the one held
+    (its stamp and its count), and never replaced; a new adoption drops the earlier one's, also one
+    stamped with the same time."""
     claim(store, "k", "n1")
     store.release(name="n1", state=PayloadState.FAILED, now=NOW)
     assert store.adopt(name="n1", now=NOW + 5, by="a")
-    assert (store.execution("n1").adopted_at, store.execution("n1").adopted_by) == (NOW + 5, "a")
-    assert not store.retake_adoption(name="n1", stamped_at=NOW + 4, by="b", now=NOW + 200)  # not the stamp
-    assert store.retake_adoption(name="n1", stamped_at=NOW + 5, by="b", now=NOW + 200)
-    assert (store.execution("n1").adopted_at, store.execution("n1").adopted_by) == (NOW + 200, "b")
-    assert not store.retake_adoption(name="n1", stamped_at=NOW + 5, by="c", now=NOW + 201)  # b's now
+    first = store.execution("n1")
+    assert first.adoption_seen == (("a", NOW + 5, NOW + 5),) and first.seen_by("a") == NOW + 5
+    assert store.sight_adoption(record=first, by="b", now=NOW + 200)
+    assert not store.sight_adoption(record=first, by="b", now=NOW + 250)  # b's first stays
+    assert not store.sight_adoption(record=first, by="a", now=NOW + 250)
+    assert store.execution("n1").seen_by("b") == NOW + 200 and store.execution("n1").seen_by("c") is None
     store.release(name="n1", state=PayloadState.FAILED, now=NOW + 300)
-    assert not store.retake_adoption(name="n1", stamped_at=NOW + 200, by="c", now=NOW + 301)  # released
-    assert store.adopt(name="n1", now=NOW + 400)  # no clock named: every judge takes it over first
-    assert store.execution("n1").adopted_by is None
+    assert not store.sight_adoption(record=first, by="c", now=NOW + 301)  # released
+    assert store.adopt(name="n1", now=NOW + 5)  # again, no clock named, the same stamp as the first
+    assert store.execution("n1").adoption_seen == ()
+    assert not store.sight_adoption(record=first, by="c", now=NOW + 401)  # read of the first adoption
+    again = store.execution("n1")
+    assert store.sight_adoption(record=again, by="c", now=NOW + 402)
+    assert store.execution("n1").seen_by("c") == NOW + 402
 
 
 def test_adopt_is_refused_while_another_run_holds_the_key(store):

@@ -23,6 +23,7 @@ import sluice.adapters.dynamo.claims
 import sluice.adapters.dynamo.launch_slots
 import sluice.adapters.dynamo.records
 import sluice.adapters.dynamo.release
+import sluice.core.model
 import sluice.core.names
 import sluice.core.records
 import sluice.enqueue
@@ -90,6 +91,10 @@ def _granted_alone(self: Any, scopes: Any, n: int, now_ms: int, periods: Any) ->
 
 def _young_for_one_window(record: Any, now: float, window: float, judge: Any) -> bool:
     return record.adopted_at is not None and now - record.adopted_at < window
+
+
+def _seen_by_untagged(self: Any, clock: Any) -> Any:
+    return next((at for who, _, at in self.adoption_seen if who == clock), None)
 
 
 def _young_by_any_clock(record: Any, now: float, window: float, judge: Any) -> bool:
@@ -509,6 +514,11 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
                 ),
             ),
         ],
+    ),
+    "adoption_sightings_untagged": (
+        "a clock's sighting of an adoption counted for any adoption of the run, also a later one an "
+        "older version wrote over the map (test_adoption_clock_review.py's first break)",
+        [(sluice.core.model.ExecutionRecord, "seen_by", _seen_by_untagged)],
     ),
     "retried_start_taken_for_a_refusal": (
         "a StartExecution refused after the SDK retried it taken as refused for certain, its fresh "

@@ -205,7 +205,10 @@ class ExecutionRecord:
     suspect_by: str | None = None  # which reconciler: only the one that marked it judges its age
     parked: frozenset[str] = frozenset()  # message ids of deferred duplicates waiting for this run
     adopted_at: float | None = None  # ran again after its release (a redrive) and was taken back
-    adopted_by: str | None = None  # whose clock stamped ``adopted_at``: only that one judges its age
+    adoptions: int = 0  # how many times it was adopted (by this version): tells two adoptions apart
+    # adopted: each clock that has seen an adoption (``Clock.identity``), the ``adopted_at`` it saw,
+    # and when, by that clock (the adopter's first): a clock judges the age from its own sighting
+    adoption_seen: tuple[tuple[str, float, float], ...] = ()
     earlier_end_at: float | None = None  # adopted: the stop date of the end before (Step Functions')
     redriven_at: float | None = None  # adopted: the redrive date of the run taken back (Step Functions')
     blocked_by: str | None = None  # an unstarted claim that must yield to a redriven run of its key
@@ -226,6 +229,14 @@ class ExecutionRecord:
     # Set only on the record a release returns: its key is flagged as awaited (a waiter parked on it
     # once, ``sluice.features.awaits``), so the release's wake-up reads the key's waiters; else it reads none.
     awaited: bool = False
+
+    def seen_by(self, clock: str | None) -> float | None:
+        """When the clock named ``clock`` first saw this adoption, by itself (None: never; a
+        sighting of an earlier adoption, which an older version's adoption may have left, is not
+        one of this)."""
+        return next(
+            (at for who, of, at in self.adoption_seen if who == clock and of == self.adopted_at), None
+        )
 
     @property
     def fence(self) -> ClaimFence | None:

@@ -339,15 +339,16 @@ class PayloadLeases(Protocol):
         No limit applies: it runs already. False when the key's lease is held by another run.
         Lifts the key's ``redriven`` block. ``redriven_at``: Step Functions' ``redriveDate`` in the
         answer that showed it running (None: not reported), kept as the record's ``redriven_at``.
-        ``now`` is by the clock ``by`` names (``Clock.identity``), kept as ``adopted_at`` and
-        ``adopted_by``: only that clock judges the adoption's age (``retake_adoption``).
+        ``by`` names the clock ``now`` is by (``Clock.identity``): the adoption's first sighting
+        (``ExecutionRecord.adoption_seen``); no earlier adoption's sightings are kept.
         """
         ...
 
-    def retake_adoption(self, *, name: str, stamped_at: float, by: str, now: float) -> bool:
-        """Stamp ``name``'s adoption again, ``now`` by ``by``'s clock: its window starts again, so
-        its age is judged by one clock (``sluice.launch.completion.young_adoption``). Only while the
-        record still holds the adoption stamped ``stamped_at``; False otherwise."""
+    def sight_adoption(self, *, record: ExecutionRecord, by: str, now: float) -> bool:
+        """Record that the clock ``by`` names has seen ``record``'s adoption, ``now`` by that
+        clock (read after ``record``): it judges the adoption's age from there
+        (``sluice.launch.completion.young_adoption``). Only while the adoption read is the one held
+        (its ``adopted_at`` and ``adoptions``), and once per clock and adoption; False otherwise."""
         ...
 
     def mark_redriven(self, *, key: str, name: str, now: float) -> bool:

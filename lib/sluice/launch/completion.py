@@ -411,15 +411,15 @@ def _not_its_earlier_end(
 
 
 def young_adoption(record: ExecutionRecord, now: float, window: float, judge: str | None) -> bool:
-    """``record`` was adopted, and ``judge`` (the identity of the clock ``now`` is by)
-    cannot tell it is two consistency windows old (``OTHER_CLOCK_WINDOWS``). Only the clock that
-    stamped the adoption judges its age: another takes it over first (``Store.retake_adoption``,
-    reconciliation), so no clock is compared with another's, whatever their skew (explorer seed
-    629934866: a reconciler an hour ahead judged an adoption two windows old at once). A completion
-    handler judges none: every adoption is young to it. While young, an end other than a success,
-    an event's or DescribeExecution's, may be from before the redrive it runs after, even one
-    Sluice never recorded, and the adoption's own RUNNING answer may have been stale, its
-    ``redriveDate`` an older redrive's (``tests/integration/test_redrive_date_attacks.py``)::
+    """``record`` was adopted, and the clock ``judge`` names (``now`` is by it) first saw the
+    adoption less than two consistency windows ago (``OTHER_CLOCK_WINDOWS``), or never
+    (``ExecutionRecord.adoption_seen``: the adopter's clock saw it at its adoption; reconciliation
+    records each other clock's first sighting). No clock judges the age from another's stamp,
+    whatever their skew (explorer seed 629934866: a reconciler an hour ahead judged an adoption two
+    windows old at once). While young, an end other than a success, an event's or
+    DescribeExecution's, may be from before the redrive it runs after, even one Sluice never
+    recorded, and the adoption's own RUNNING answer may have been stale, its ``redriveDate`` an
+    older redrive's (``tests/integration/test_redrive_date_attacks.py``)::
 
         e1 FAILED at s1, released;  redriven at r1;  FAILED at s2 (unrecorded);  redriven at r2
         adopt(e1) on a stale RUNNING answer (redriveDate r1): redriven_at r1, earlier_end_at s1
@@ -427,12 +427,12 @@ def young_adoption(record: ExecutionRecord, now: float, window: float, judge: st
             before: taken for e1's end → released while it runs → a new claim of its key
             now:    the adoption is young → not proof; reconciliation judges it past the window
 
-    The cost: a redriven run that ends other than in success keeps its slot until the first
-    reconciliation by one clock past two windows of its adoption."""
+    The cost: a redriven run that ends other than in success keeps its slot until a reconciliation
+    by a clock that saw its adoption two windows before (a completion handler's rarely has)."""
     if record.adopted_at is None:
         return False
-    mine = judge is not None and record.adopted_by == judge
-    return not mine or now - record.adopted_at < OTHER_CLOCK_WINDOWS * window
+    seen = record.seen_by(judge)
+    return seen is None or now - seen < OTHER_CLOCK_WINDOWS * window
 
 
 def _ended_by_its_own_word(executions: Executions) -> Callable[[ExecutionRecord], bool]:

@@ -70,7 +70,7 @@ from sluice.features.receipts import Outputs
 from sluice.features.stores import LaunchStore
 from sluice.launch.completion import before_its_redrive, complete, output_from, young_adoption
 from sluice.launch.redriven import Pass, count_unknown, redriven_successes
-from sluice.launch.settings import OTHER_CLOCK_WINDOWS, Settings
+from sluice.launch.settings import Settings
 
 log = logging.getLogger("sluice.reconcile")
 
@@ -110,7 +110,7 @@ def reconcile(
     count = store.next_count()
     h2 = store.ledger().holders
     now = clock.now()
-    p = Pass(store, executions, queue, settings, reconciler, now, logger, outputs, effects)
+    p = Pass(store, executions, queue, settings, reconciler, now, logger, outputs, effects, clock)
 
     missing = h1 - running
     unknown_running = running - h2
@@ -153,13 +153,14 @@ def _judge_missing(
         if record is None:
             p.logger.error("ledger holder without an execution record", extra={"execution_name": name})
             continue
-        # Its claim, its start, or its adoption (a redrive): DescribeExecution may still answer as
-        # before any of them (docs/protocol.md, "Staleness"), ListExecutions too.
-        seen_at = max(record.started_at or record.claimed_at, record.adopted_at or 0.0)
+        # Its claim, its start, or its adoption (a redrive, by this clock's sighting of it):
+        # DescribeExecution may still answer as before any of them (docs/protocol.md,
+        # "Staleness"), ListExecutions too.
+        seen_at = record.started_at or record.claimed_at
         window = p.settings.consistency_window_seconds
         if young_adoption(record, p.now, window, p.reconciler):
-            _take_over_adoption(p, record, window)
-            continue  # an adoption not yet two windows old by the clock that stamped it
+            _sight_adoption(p, record)
+            continue  # an adoption not yet two windows old since this clock first saw it
         if p.now - seen_at < window:
             continue  # too young: ListExecutions may not show it yet
         judged += 1
@@ -169,19 +170,19 @@ def _judge_missing(
     return released, confirmed, judged
 
 
-def _take_over_adoption(p: Pass, record: ExecutionRecord, window: float) -> None:
-    """An adoption another clock stamped is judged by this one only once this one has stamped it
-    again: its window starts over, so no two clocks are compared (``young_adoption``). Taken over
-    only once that stamp is two windows old by this clock (its stamper is gone, or runs behind;
-    one that runs ahead of this one takes it back later, at worst). A take-over only delays::
+def _sight_adoption(p: Pass, record: ExecutionRecord) -> None:
+    """An adoption this clock has not seen yet is seen now (``Store.sight_adoption``): this clock
+    judges its age from that sighting only, never from another clock's stamp, whatever their skew
+    (``young_adoption``). Each clock keeps its own first sighting, so containers taking turns
+    never restart one another's count::
 
-        A adopts e1 at a (A's clock)      B (an hour ahead): a + 3600 − a ≥ 2w → retake(e1, a) = b
-        B judges e1 at b + 2w (B's clock): two windows have passed since the adoption, whatever A's clock said
+        A adopts e1 at a (A's clock), then is gone     B (an hour ahead) sees it: b (B's clock)
+        B judges e1 at b + 2w, by B's clock: two windows have passed since the adoption
     """
-    if record.adopted_by == p.reconciler or record.adopted_at is None:
-        return
-    if p.now - record.adopted_at >= OTHER_CLOCK_WINDOWS * window:
-        p.store.retake_adoption(name=record.name, stamped_at=record.adopted_at, by=p.reconciler, now=p.now)
+    if record.adopted_at is not None and record.seen_by(p.reconciler) is None:
+        # the clock read after the record: the adoption it shows came before, so the sighting never
+        # predates it (the pass's ``now`` was read before the records)
+        p.store.sight_adoption(record=record, by=p.reconciler, now=p.clock.now())
 
 
 # A Standard execution runs at most a year, and Step Functions keeps a closed one 90 days: a run

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from sluice.core.model import ExecutionInfo, ExecutionRecord, ExecutionStatus
-from sluice.core.ports import Executions, Queue, Store
+from sluice.core.ports import Clock, Executions, Queue, Store
 from sluice.features.effects import Effects
 from sluice.features.receipts import Outputs
 from sluice.features.stores import LaunchStore
@@ -34,6 +34,7 @@ class Pass:
     logger: logging.Logger | logging.LoggerAdapter
     outputs: Outputs | None
     effects: Effects | None
+    clock: Clock  # ``now`` is its reading at the pass's start; a write that must follow a read reads it again
 
 
 def count_unknown(

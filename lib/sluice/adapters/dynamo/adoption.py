@@ -28,6 +28,11 @@ class _Adopted:
     by: str | None  # whose clock ``now`` is
 
 
+def _adoptions_are(count: int) -> str:
+    """The condition that the record was adopted ``count`` times (``:counted``, when any)."""
+    return "adoptions = :counted" if count else "attribute_not_exists(adoptions)"
+
+
 class AdoptionsTable:
     def __init__(
         self, db: TableRef, launch_slots: LaunchSlots, lane_slots: LaneSlots, parts: ReleaseParts
@@ -81,13 +86,30 @@ class AdoptionsTable:
         self.launch_slots.slots.rebalance(POOL)
         return True
 
-    def retake_adoption(self, *, name: str, stamped_at: float, by: str, now: float) -> bool:
+    def sight_adoption(self, *, record: ExecutionRecord, by: str, now: float) -> bool:
+        """Added to the sightings, only while ``record``'s adoption is held (its ``adopted_at`` and
+        count): a sighting of an earlier one left by an older version's adoption is replaced; an
+        adoption an older version wrote has no map: it is made with this one."""
+        if record.adopted_at is None:
+            return False
+        held = "#state = :running AND adopted_at = :adopted AND " + _adoptions_are(record.adoptions)
+        named = values(running=PayloadState.RUNNING.value, adopted=record.adopted_at)
+        if record.adoptions:
+            named.update(values(counted=record.adoptions))
+        if self.db.update_if(
+            execution_pk(record.name),
+            "SET adoption_seen.#by = :seen",
+            held + " AND attribute_exists(adoption_seen)"
+            " AND (attribute_not_exists(adoption_seen.#by) OR adoption_seen.#by[0] <> :adopted)",
+            {**named, **values(seen=[record.adopted_at, now])},
+            names={"#state": "state", "#by": by},
+        ):
+            return True
         return self.db.update_if(
-            execution_pk(name),
-            "SET adopted_at = :now, adopted_by = :by",
-            "#state = :running AND adopted_at = :stamped",
-            values(now=now, by=by, running=PayloadState.RUNNING.value, stamped=stamped_at),
-            names={"#state": "state"},
+            execution_pk(record.name),
+            "SET adoption_seen = :seen",
+            held + " AND attribute_not_exists(adoption_seen)",
+            {**named, **values(seen={by: [record.adopted_at, now]})},
         )
 
     def _adopt_lease(self, record: ExecutionRecord, name: str, now: float) -> dict[str, Any]:
@@ -124,26 +146,25 @@ class AdoptionsTable:
             sets += ", earlier_end_at = :earlier "
         if "redriven" in dates:
             sets += ", redriven_at = :redriven "
-        removes = "REMOVE expires_at, ended_at, #output, output_ref, output_size"
-        stamp: dict[str, str] = {}
-        if adopted.by is not None:
-            sets += ", adopted_by = :by "
-            stamp["by"] = adopted.by
-        else:
-            removes += ", adopted_by"
+        # its first sighting, the adopter's: an earlier adoption's sightings go, and the count
+        # read tells this adoption from any other, also one stamped with the same time
+        sets += ", adoption_seen = :seen, adoptions = :adoptions "
+        seen = {} if adopted.by is None else {adopted.by: [adopted.now, adopted.now]}
         update = {
             "TableName": self.db.table,
             "Key": {"pk": {"S": execution_pk(adopted.name)}},
-            "UpdateExpression": sets + removes,
-            "ConditionExpression": "#state = :was",
+            "UpdateExpression": sets + "REMOVE expires_at, ended_at, #output, output_ref, output_size",
+            "ConditionExpression": "#state = :was AND " + _adoptions_are(record.adoptions),
             "ExpressionAttributeNames": {"#state": "state", "#shard": "shard", "#output": "output"},
             "ExpressionAttributeValues": values(
                 running=PayloadState.RUNNING.value,
                 now=adopted.now,
                 was=record.state.value,
                 shard=shard,
+                seen=seen,
+                adoptions=record.adoptions + 1,
+                **({"counted": record.adoptions} if record.adoptions else {}),
                 **dates,
-                **stamp,
             ),
         }
         if lane_take is not None:

@@ -88,6 +88,8 @@ def _dynamo(value: Any) -> Any:
         return Decimal(repr(value))
     if isinstance(value, list):
         return [_dynamo(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _dynamo(v) for k, v in value.items()}
     return value
 
 
@@ -151,6 +153,20 @@ def to_payload(raw: dict[str, Any], default_key: str = "") -> PayloadRecord:
     )
 
 
+def _sightings(raw: Any) -> tuple[tuple[str, float, float], ...]:
+    """An adoption's sightings (clock → [the adoption's ``adopted_at``, when, by that clock]); none
+    when absent (adopted by an older version)."""
+    if not isinstance(raw, dict):
+        return ()
+    return tuple(
+        sorted(
+            (str(who), float(seen[0]), float(seen[1]))
+            for who, seen in raw.items()
+            if isinstance(seen, list) and len(seen) == 2
+        )
+    )
+
+
 def to_execution(raw: dict[str, Any]) -> ExecutionRecord:
     return ExecutionRecord(
         name=str(raw["name"]),
@@ -170,7 +186,8 @@ def to_execution(raw: dict[str, Any]) -> ExecutionRecord:
         suspect_by=raw.get("suspect_by"),
         parked=frozenset(raw.get("parked", ())),
         adopted_at=opt_float(raw.get("adopted_at")),
-        adopted_by=raw.get("adopted_by"),
+        adoptions=int(raw.get("adoptions", 0)),
+        adoption_seen=_sightings(raw.get("adoption_seen")),
         earlier_end_at=opt_float(raw.get("earlier_end_at")),
         redriven_at=opt_float(raw.get("redriven_at")),
         blocked_by=raw.get("blocked_by"),

@@ -267,8 +267,8 @@ class DynamoStore:
     ) -> bool:
         return self.adoptions.adopt(name=name, now=now, redriven_at=redriven_at, by=by)
 
-    def retake_adoption(self, *, name: str, stamped_at: float, by: str, now: float) -> bool:
-        return self.adoptions.retake_adoption(name=name, stamped_at=stamped_at, by=by, now=now)
+    def sight_adoption(self, *, record: ExecutionRecord, by: str, now: float) -> bool:
+        return self.adoptions.sight_adoption(record=record, by=by, now=now)
 
     # -- the records (Records) -----------------------------------------------------------------------
 

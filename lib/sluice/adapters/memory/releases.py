@@ -160,12 +160,20 @@ class MemoryReleases:
             **outputs,
         )
 
-    def retake_adoption(self, *, name: str, stamped_at: float, by: str, now: float) -> bool:
+    def sight_adoption(self, *, record: ExecutionRecord, by: str, now: float) -> bool:
         with self.table.lock:
-            record = self.table.executions.get(name)
-            if record is None or record.state is not PayloadState.RUNNING or record.adopted_at != stamped_at:
+            held = self.table.executions.get(record.name)
+            if (
+                held is None
+                or held.state is not PayloadState.RUNNING
+                or held.adopted_at is None
+                or (held.adopted_at, held.adoptions) != (record.adopted_at, record.adoptions)
+                or held.seen_by(by) is not None
+            ):
                 return False
-            self.table.executions[name] = replace(record, adopted_at=now, adopted_by=by)
+            others = tuple(seen for seen in held.adoption_seen if seen[0] != by)
+            seen = tuple(sorted((*others, (by, held.adopted_at, now))))
+            self.table.executions[record.name] = replace(held, adoption_seen=seen)
             return True
 
     def adopt(
@@ -202,7 +210,8 @@ class MemoryReleases:
                 redriven_at=record.redriven_at if redriven_at is None else redriven_at,
                 expires_at=0,
                 adopted_at=now,
-                adopted_by=by,
+                adoptions=record.adoptions + 1,
+                adoption_seen=() if by is None else ((by, now, now),),
                 output=None,
                 output_ref=None,
                 output_size=None,

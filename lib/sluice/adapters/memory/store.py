@@ -195,8 +195,8 @@ class MemoryStore:
     ) -> bool:
         return self.releases.adopt(name=name, now=now, redriven_at=redriven_at, by=by)
 
-    def retake_adoption(self, *, name: str, stamped_at: float, by: str, now: float) -> bool:
-        return self.releases.retake_adoption(name=name, stamped_at=stamped_at, by=by, now=now)
+    def sight_adoption(self, *, record: ExecutionRecord, by: str, now: float) -> bool:
+        return self.releases.sight_adoption(record=record, by=by, now=now)
 
     # -- the records (Records) -----------------------------------------------------------------------
 
