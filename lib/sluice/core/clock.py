@@ -11,7 +11,9 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-MACHINE = uuid.uuid4().hex[:16]  # this process's: a Lambda container is one process, one clock
+# This process's: a Lambda container is one process, one clock. A snapshot restored in many
+# containers (Lambda SnapStart, which the stack does not enable) would share it.
+MACHINE = uuid.uuid4().hex[:16]
 _fakes = itertools.count(1)
 
 
