@@ -569,3 +569,26 @@ def test_seed_629934866_breaks_again_when_any_clock_judges_an_adoption() -> None
     with applied("adoption_judged_by_any_clock"):
         outcome = explore(629934866, 120, [int(draw) for draw in SEED_629934866.split(",")], swarm=True)
     assert outcome.failure is not None and "promise 1 (MAX)" in outcome.failure, outcome.failure
+
+
+# Found by the long run from 1205171001 (plain) on 3ef4b7b: the harness's (tests/explorer/README.md).
+SEED_1205171823 = (
+    "2,1,2,1,1,1,1,1,1,0,2,0,0,0,0,0,0,1,0,0,0,0,0,1,0,0,0,0,3,2,0,0,0,0,0,0,0,0,0,1,0,2,0,0,2,0,0,0,"
+    "0,0,1,0,0,0,0,0,2,0,0,0,0,0,1,0,0,0,0,0,0,0,0,1,0,0,0,0,0,2,0,0,0,0,0,0,0,2,2,0,2,0,0,2,0,0,2,1,"
+    "2,1,4,1,0,0,0,0,2,0,0,2,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,4,0,0,0,0,0,0,0,0,0,0,1,0,0,0,0,0,1,0,"
+    "0,0,0,1,0,0,0,2,2,0,0,0,0,1,0,0,2,0,1,1,0,0,0,1,0,0,0,0,0,2,0,0,1,0,0,3,0,3,0,0,0,0,2,0,0,0,0,0,"
+    "2,0,0,0,0,0,3,3,0,1,0,0,1,0,0,2,0,1,0,0,0,1,0,0,0,0,3,0,0,1,3,2,1,1,1,4,5,2,3,0,3,0,0,3,0,0,2,0,"
+    "0,1,0,0,3,0,0,0,0,0,3,0,0,0,2,0,0,0,0,0,1,0,7,0,2,0,0,0,0,0,2,0,3,0,2,0,0,1,0,4,1,2,5,3,0,1,0,2,"
+    "0,0,1,3,0,1,0,0,1,3,0,0,0,0,0,0,1,1,0,1,0,0,0,0,2,1,0,0,2,0,2"
+)
+
+
+def test_seed_1205171823_an_adopted_run_ended_unheard_is_released_by_a_second_pass_at_rest() -> None:
+    """p1, failed, released and redriven, was adopted by a reconciliation; at rest every run ends
+    with its event lost, and one pass of reconciliation a window later had to free every slot. A
+    reconciler counts an adoption's two windows from its own first sighting, which comes once the
+    run is missing from the listing: the world's check at rest now gives it a second pass, two
+    windows on (``tests/reliability/promises.py``)."""
+    from tests.explorer.replay import replays
+
+    replays(seed=1205171823, steps=120, schedule=[int(draw) for draw in SEED_1205171823.split(",")])

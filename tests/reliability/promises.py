@@ -277,14 +277,17 @@ class Promises:
                     f"RUNNING executions: {sorted(pool ^ runs)}"
                 )
 
-        # Everything ends and every event is lost: reconciliation alone must free every slot.
+        # Everything ends and every event is lost: reconciliation alone must free every slot. An
+        # adopted run is judged two windows after the reconciler's own first sighting of its
+        # adoption, which comes once the run is missing from the listing: a second pass.
         statuses = sorted(TERMINAL_STATUSES)
         for i, name in enumerate(sorted(running)):
             self.end(name, statuses[i % len(statuses)])
         self.pending.clear()
-        self.advance(WINDOW + 1)
-        self.tick("A")
-        self.check()
+        for wait in (WINDOW + 1, OTHER_CLOCK_WINDOWS * WINDOW + 1):
+            self.advance(wait)
+            self.tick("A")
+            self.check()
         items = self.table("holders", "state")
         if self.holders(items):
             raise PromiseBroken(
