@@ -554,7 +554,12 @@ class CountingStore:
     def clear_redriven(self, **kwargs: Any) -> bool:  # a conditional UpdateItem of PAYLOAD#<key>
         return self._update(self.inner.clear_redriven(**kwargs))
 
-    def adopt(self, *, name: str, now: float, redriven_at: float | None = None) -> bool:
+    def sight_adoption(self, **kwargs: Any) -> bool:  # a conditional UpdateItem of EXEC#<name>
+        return self._update(self.inner.sight_adoption(**kwargs))
+
+    def adopt(
+        self, *, name: str, now: float, redriven_at: float | None = None, by: str | None = None
+    ) -> bool:
         self.meter.call("dynamodb:GetItem")
         self.meter.rru += 1
         self.meter.wait("dynamodb:GetItem")
@@ -570,7 +575,7 @@ class CountingStore:
             if self._lane_shards.get(record.lane):
                 laned = self._lane_shard_write(record.lane, name)
         self.meter.call("dynamodb:TransactWriteItems")
-        result = self.inner.adopt(name=name, now=now, redriven_at=redriven_at)
+        result = self.inner.adopt(name=name, now=now, redriven_at=redriven_at, by=by)
         self.meter.wru += 2 * (self._shard_write(name) + 2 * SMALL_ITEM_KB + laned)
         self.meter.wait("dynamodb:TransactWriteItems")
         if result and laned:
