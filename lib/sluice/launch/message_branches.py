@@ -92,7 +92,7 @@ class MessageBranches:
     def _parks_behind(self, info: ExecutionInfo | None) -> bool:
         """Whether the message waits parked behind the holder rather than be suppressed: under the
         policy DEFER, and whenever the answer is an end taken for one from before the holder's
-        redrive (its adoption reads as young: to any clock but the one that stamped it, it is): no
+        redrive (its adoption reads as young to this clock, ``completion.young_adoption``): no
         proof that it runs, so never suppressed; woken by its release."""
         return self.ctx.settings.duplicate_policy is DuplicatePolicy.DEFER or (
             info is not None and info.ended
@@ -233,6 +233,11 @@ class MessageBranches:
             record, self.ctx.clock.now(), window, self.ctx.clock.identity
         )
 
+    def _adopt(self, name: str, redriven_at: float | None) -> bool:
+        """``Store.adopt``, stamped and first seen by this clock (``young_adoption``)."""
+        clock = self.ctx.clock
+        return self.ctx.store.adopt(name=name, now=clock.now(), redriven_at=redriven_at, by=clock.identity)
+
     def _window_past(self, since: float, *, windows: int = 1) -> bool:
         return self.ctx.clock.now() - since >= windows * self.ctx.settings.consistency_window_seconds
 
@@ -247,9 +252,7 @@ class MessageBranches:
         if runs is None:
             self.ctx.store.clear_redriven(key=key, name=redriven)
             return
-        self.ctx.store.adopt(
-            name=redriven, now=self.ctx.clock.now(), redriven_at=runs.redrive_date, by=self.ctx.clock.identity
-        )
+        self._adopt(redriven, runs.redrive_date)
 
     def _still_runs(self, redriven: str, marked_by: float) -> ExecutionInfo | None:
         """The answer that says ``redriven``, a run a reconciliation saw redriven (marked no later
@@ -322,9 +325,7 @@ class MessageBranches:
             f"yielded to {redriven}, a redriven run of the same key",
             version=record.claim_version if record is not None else 0,
         )
-        self.ctx.store.adopt(
-            name=redriven, now=self.ctx.clock.now(), redriven_at=runs.redrive_date, by=self.ctx.clock.identity
-        )
+        self._adopt(redriven, runs.redrive_date)
         return True
 
     def _renewal_refused(self, payload: Payload, name: str, done: list[Message]) -> Outcome | None:
@@ -346,12 +347,7 @@ class MessageBranches:
         )
         redriven = self.ctx.executions.describe(record.blocked_by)
         if redriven is not None and not redriven.ended:
-            self.ctx.store.adopt(
-                name=record.blocked_by,
-                now=self.ctx.clock.now(),
-                redriven_at=redriven.redrive_date,
-                by=self.ctx.clock.identity,
-            )
+            self._adopt(record.blocked_by, redriven.redrive_date)
         return None
 
     def _started_before(self, name: str) -> ExecutionInfo | None:
