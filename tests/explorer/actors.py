@@ -37,6 +37,23 @@ if TYPE_CHECKING:
     from tests.explorer.sim import Explorer
 
 LAUNCHERS = ("A", "B", "C")
+# What goes on while a swarm run drains its backlog (sim.DRAINS): the stack's invocations, Step
+# Functions and EventBridge, runs started by hand and redriven; no producer, no setting changed.
+DRAIN_ACTORS = (
+    "resume",
+    "tick",
+    "wake",
+    "deliver",
+    "end",
+    "advance",
+    "lose",
+    "redeliver",
+    "running_event",
+    "redrive",
+    "redrive_last",
+    "by_hand",
+    "resubmit",
+)
 COMPLETIONS = ("completion", "completion2", "completion3")
 STATUSES = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
 MAX_MESSAGES = 20
@@ -147,7 +164,8 @@ class Actors:
         endable = self.endable()
         if endable:
             out.append(("end", 2.0, lambda: self.do_end(endable)))
-        if self.sent_count < MAX_MESSAGES:
+        producing = self.sent_count < MAX_MESSAGES and not self.ex.draining
+        if producing:
             out.append(("send", 3.0, self.do_send))
         out.append(("advance", 1.0, self.do_advance))
         if w.pending:
@@ -168,7 +186,7 @@ class Actors:
             out.append(("console", 0.2, self.do_console))
             if w.queue_depth() == 0:  # SQS keeps a message 14 days: none may sit through a month
                 out.append(("quiet_month", 0.1, self.do_quiet_month))
-            if self.sent_count < MAX_MESSAGES:
+            if producing:
                 out.append(("enqueue", 0.3, self.do_enqueue))
             if "semaphore" not in self.busy():
                 out.append(("semaphore_cold_start", 0.5, self.do_semaphore_cold_start))
@@ -194,6 +212,13 @@ class Actors:
         """One action, drawn; its name."""
         options = self.options()
         weights = [weight * self.ex.scale.get(name, 1.0) for name, weight, _ in options]
+        if (
+            self.ex.draining
+        ):  # the stack at work on its backlog: its own actors, at least at their plain weight
+            weights = [
+                max(w, weight) if name in DRAIN_ACTORS else 0.0
+                for (name, weight, _), w in zip(options, weights, strict=True)
+            ]
         if not any(weights):  # every option this step offers is left out of the run's profile
             weights = [weight for _, weight, _ in options]
         name, _, act = options[self.choices.draw(len(options), weights)]
@@ -328,7 +353,11 @@ class Actors:
 
     def do_advance(self) -> None:
         weights = [4, 3, 2, 1, 1]
-        if self.ex.faulty_one_in:
+        if self.ex.draining:  # invocations die of faults alone: none is carried past its Lambda timeout
+            left = self.ex.time_left()
+            if left is not None and left >= ADVANCES[0]:
+                weights = [w if s <= left else 0 for s, w in zip(ADVANCES, weights, strict=True)]
+        elif self.ex.faulty_one_in:
             # Faults kept to some invocations: time passes for a clean one as it does on a healthy
             # stack, in steps that do not carry it past its Lambda timeout (a faulty one may die there).
             left = self.ex.clean_time_left()
@@ -481,17 +510,25 @@ class Actors:
 
     def last_handled_failure(self) -> str | None:
         """The run whose failure a completion handled last (its FAILED, TIMED_OUT or ABORTED event
-        delivered and the completion returned), if RedriveExecution still accepts it."""
+        delivered and the completion returned), if RedriveExecution still accepts it; in a run that
+        draws ``RETRY_ON_EVENT``, first the failure a completion is handling now (the retry
+        automation is another target of the same EventBridge rule: it runs beside the completion)."""
         w = self.world
-        for event in reversed(w.delivered):
+        handling = (
+            [inv.event for inv in self.ex.running if inv.event is not None] if self.ex.retry_on_event else []
+        )
+        for event in [*reversed(handling), *reversed(w.delivered)]:
             if event.status in STATUSES[1:]:
                 return event.name if event.name in w.redrivable() else None
         return None
 
     def do_redrive_last(self, name: str) -> None:
         """A retry automation on the failure's event (or the operator at the console, the cause
-        fixed) redrives the run once Sluice has handled its end."""
+        fixed) redrives the run once Sluice has handled its end (``RETRY_ON_EVENT``: or while it
+        handles it)."""
         count("explorer:redrive_last")
+        if any(inv.event is not None and inv.event.name == name for inv in self.ex.running):
+            count("explorer:redrive_beside_completion")
         self.note(f"operator: redrive {name[:12]}, the failure handled last")
         self.world.redrive(name)
         self.history.record(name, "RUNNING", date=self.world.redriven_on[name])

@@ -139,6 +139,13 @@ RUN_LIFE_SALT = 70  # as SLOW_SALT
 # them waits inside a window. Not written for any one break: every promise is checked as ever.
 FOCUS = (None, None, "one key")
 FOCUS_SALT = 5  # as SLOW_SALT
+# A swarm run that does not race on one key may race on a busy one: the same ingredients, with two
+# or three payload ids (three: two keys fill a pool of two while the third's run is redriven), the
+# slow switch point after each decision (AFTER_DECISION), the redrive beside the completion
+# (RETRY_ON_EVENT) and a drained backlog (DRAINS). Drawn from the seed, in half those runs.
+BUSY = (None, "busy key")
+BUSY_PAYLOADS = (2, 3)
+BUSY_SALT = 263122  # as SLOW_SALT: no pinned swarm seed, nor 1, 2, 3 or 13, draws it
 FOCUS_KEPT = ("tick", "deliver", "end", "redrive", "by_hand", "advance")  # weight at least plain
 # A swarm run may weight the switch point right after a decision: the call that follows a conditional
 # write or a transaction that took effect (a claim, an adoption, a block, a caps write) is where a
@@ -172,6 +179,22 @@ LANES_SALT = 419  # as SLOW_SALT: no pinned swarm seed, nor 1, 3, 60, 302 or 303
 # the swarm runs), as slow containers; the draw at each invocation's start is made only then.
 FAULTY_ONE_IN = (0, 0, 3, 5)
 FAULTY_SALT = 125571  # as SLOW_SALT: no pinned swarm seed, nor 1 to 12, 60, 302 or 303, draws it
+# A swarm run may go on once its steps are taken: the producers stop, the operator leaves the
+# settings alone, and the stack works its backlog off (actors.DRAIN_ACTORS: ticks, completions,
+# ends, lost and repeated events, runs redriven and started by hand; faults kept to some
+# invocations, none carried past its Lambda timeout by the clock) until the backlog is drained, for
+# at most DRAINS times the run's steps. A stack spends its days draining a backlog; a run that stops
+# at its steps leaves that to the fault-free, one-tick-at-a-time settling (over 30 swarm runs: 431
+# claims there, 12 while faults fired), where no claim, end or redrive meets another invocation.
+# Drawn from the seed (in half the swarm runs), as slow containers.
+DRAINS = (0.0, 0.0, 2.0, 5.0)
+DRAIN_FAULTY_ONE_IN = 3  # while draining, faults come to some invocations (FAULTY_ONE_IN) at least
+# A swarm run may redrive a failure while Sluice's completion handles its event (a retry automation
+# is another target of the rule that delivers the event: both run at once), not only once the
+# completion has returned. Drawn from the seed (in half the swarm runs), as slow containers.
+RETRY_ON_EVENT = (False, False, True, True)
+RETRY_SALT = 55188  # as SLOW_SALT: no pinned swarm seed, nor 1, 2, 3 or 13, draws it
+DRAIN_SALT = 97485  # as SLOW_SALT: no pinned swarm seed, nor 1, 2, 3 or 13, draws it
 
 
 class Failure(AssertionError):
@@ -439,9 +462,11 @@ class Explorer:
         self.focus = (
             FOCUS[random.Random(choices.seed * 181 + FOCUS_SALT).randrange(len(FOCUS))] if swarm else None
         )
-        if self.focus == "one key":
+        if swarm and self.focus is None:
+            self.focus = BUSY[random.Random(choices.seed * 241 + BUSY_SALT).randrange(len(BUSY))]
+        if self.focus is not None:
             seeded = random.Random(choices.seed * 191 + FOCUS_SALT)
-            self.payloads = 2
+            self.payloads = 2 if self.focus == "one key" else seeded.choice(BUSY_PAYLOADS)
             self.slow = self.slow or seeded.choice([c for c in SLOW_CONTAINERS if c is not None])
             self.redrive_last = max(self.redrive_last, REDRIVE_LAST[-1])
             self.run_life = self.run_life or seeded.choice([life for life in RUN_LIFE if life])
@@ -497,6 +522,23 @@ class Explorer:
         )
         if self.faulty_one_in:
             self.config.setdefault("swarm", {})["faulty_one_in"] = self.faulty_one_in
+        self.drain = (
+            DRAINS[random.Random(choices.seed * 233 + DRAIN_SALT).randrange(len(DRAINS))] if swarm else 0.0
+        )
+        self.draining = False  # the producers are done (DRAINS)
+        self.retry_on_event = (
+            RETRY_ON_EVENT[random.Random(choices.seed * 239 + RETRY_SALT).randrange(len(RETRY_ON_EVENT))]
+            if swarm
+            else False
+        )
+        if self.focus == "busy key":
+            self.after_decision = self.retry_on_event = True
+            self.drain = self.drain or DRAINS[-1]
+            self.config["swarm"].update(after_decision=True, drain=self.drain)
+        if self.retry_on_event:
+            self.config.setdefault("swarm", {})["retry_on_event"] = True
+        if self.drain:
+            self.config.setdefault("swarm", {})["drain"] = self.drain
         self.world = ExplorerWorld(**{k: v for k, v in self.config.items() if k != "swarm"})
         self.world.model.rates_in_force[STACK] = self.rate
         if self.lane_rate is not None:
@@ -596,6 +638,13 @@ class Explorer:
         left = [inv.born + LAMBDA_TIMEOUT[inv.kind] - now for inv in self.waiting if inv.clean]
         return min(left, default=None)
 
+    def time_left(self) -> float | None:
+        """The virtual seconds until the first invocation waiting reaches its Lambda timeout, of
+        those that have not (None: none)."""
+        now = self.world.clock.now()
+        left = [inv.born + LAMBDA_TIMEOUT[inv.kind] - now for inv in self.waiting]
+        return min((x for x in left if x > 0), default=None)
+
     def resume_pace(self) -> float:
         """How often an invocation proceeds against the world's moves: slower when only slow
         invocations wait."""
@@ -640,13 +689,24 @@ class Explorer:
                 f"keys (nothing kept for nobody): a slot kept for a woken waiter gone: {kept} (at rest)"
             )
 
-    def run(self) -> None:
+    def take_steps(self, steps: int, label: str) -> None:
         i = actions = 0
-        while actions < self.steps and i < self.steps * RESUMES_PER_ACTION:
+        while actions < steps and i < steps * RESUMES_PER_ACTION:
+            if self.draining and not self.waiting and not self.world.backlog():
+                return
             done = self.actors.step()
-            self.check(f"step {i}")
+            self.check(f"{label} {i}")
             i += 1
             actions += done != "resume" or not self.free_resumes
+
+    def run(self) -> None:
+        self.take_steps(self.steps, "step")
+        if self.drain:
+            self.draining = True
+            self.faulty_one_in = self.faulty_one_in or DRAIN_FAULTY_ONE_IN
+            count("explorer:drain")
+            self.note("the producers stop: draining")
+            self.take_steps(int(self.steps * self.drain), "draining, step")
         self.wind_down()
         try:
             self.world.settle()

@@ -116,28 +116,36 @@ def test_every_fault_fires() -> None:
 def test_a_race_on_one_key_draws_its_ingredients_together() -> None:
     """A swarm run that races on one key (drawn from the seed) has two payload ids, a slow container,
     the redrive of the last failure at its heaviest, a least life and re-submissions, and keeps the
-    actors that hand keys over and end runs; a run that does not draws each ingredient apart."""
+    actors that hand keys over and end runs; one that races on a busy key has two or three payload
+    ids, the slow switch point after each decision, the redrive beside the completion and a drained
+    backlog too; a run that does neither draws each ingredient apart."""
     from tests.explorer.choices import Choices
     from tests.explorer.fast_moto import faster_moto, lighter
-    from tests.explorer.sim import FOCUS_KEPT, REDRIVE_LAST, RESUBMIT_CHANCES, Explorer, deterministic
+    from tests.explorer.sim import (
+        BUSY_PAYLOADS,
+        FOCUS_KEPT,
+        REDRIVE_LAST,
+        RESUBMIT_CHANCES,
+        Explorer,
+        deterministic,
+    )
 
     focused = []
     for seed in range(100, 116):
         with deterministic(seed), faster_moto(), lighter():
             ex = Explorer(Choices(seed, None), 120, swarm=True)
             ex.close()
-        if ex.focus != "one key":
+        if ex.focus is None:
             continue
-        focused.append(seed)
-        assert (ex.payloads, ex.redrive_last, ex.scale["resubmit"]) == (
-            2,
-            REDRIVE_LAST[-1],
-            RESUBMIT_CHANCES[-1],
-        )
+        focused.append(ex.focus)
+        assert ex.payloads == 2 if ex.focus == "one key" else ex.payloads in BUSY_PAYLOADS
+        assert (ex.redrive_last, ex.scale["resubmit"]) == (REDRIVE_LAST[-1], RESUBMIT_CHANCES[-1])
         assert ex.slow is not None and ex.run_life > 0
+        if ex.focus == "busy key":
+            assert ex.after_decision and ex.retry_on_event and ex.drain > 0
         assert all(ex.scale[name] >= 1.0 for name in FOCUS_KEPT)
-        assert ex.config["swarm"]["focus"] == "one key"
-    assert focused  # 101 and 114 among them
+        assert ex.config["swarm"]["focus"] == ex.focus
+    assert {"one key", "busy key"} <= set(focused)
 
 
 def test_a_slow_container_and_a_redrive_of_the_last_end_happen_in_swarm_runs() -> None:
@@ -184,6 +192,39 @@ def test_a_decision_is_followed_by_a_slow_switch_point_only_in_the_swarm_runs_th
         return AFTER_DECISION[random.Random(seed * 193 + DECISION_SALT).randrange(len(AFTER_DECISION))]
 
     _fires_only_in_the_swarm_runs_that_draw_it("explorer:after_decision", draws, 303, 302)
+
+
+def test_a_drained_backlog_has_no_producer_and_only_in_the_swarm_runs_that_draw_it() -> None:
+    """A swarm run that draws ``DRAINS`` (from the seed) goes on after its steps with its producers
+    stopped until its backlog is drained; a run that does not, and a plain run, stop at their steps.
+    (The pinned swarm seeds draw none.)"""
+    from tests.explorer.sim import DRAIN_SALT, DRAINS, explore
+
+    def draws(seed: int) -> float:
+        return DRAINS[random.Random(seed * 233 + DRAIN_SALT).randrange(len(DRAINS))]
+
+    _fires_only_in_the_swarm_runs_that_draw_it("explorer:drain", draws, 16, 3)
+    trace = explore(16, 120, swarm=True).trace
+    begun = next(i for i, line in enumerate(trace) if line.endswith("the producers stop: draining"))
+    assert not [line for line in trace[begun:] if re.search(r"\] (send |operator: (?!redrive ))", line)]
+    assert any(re.search(r"\] start (tick|completion)", line) for line in trace[begun:])
+
+
+def test_a_failure_is_redriven_beside_its_completion_only_in_the_swarm_runs_that_draw_it() -> None:
+    """A swarm run that draws ``RETRY_ON_EVENT`` (from the seed) and the redrive of the last failure
+    redrives a failure while a completion handles its event; one that does not never does."""
+    from tests.explorer.sim import RETRY_ON_EVENT, RETRY_SALT, explore
+    from tests.support.faults import FAULTS
+
+    def draws(seed: int) -> bool:
+        return RETRY_ON_EVENT[random.Random(seed * 239 + RETRY_SALT).randrange(len(RETRY_ON_EVENT))]
+
+    before = FAULTS["explorer:redrive_beside_completion"]
+    explore(3, 120, swarm=True)
+    assert not draws(3) and FAULTS["explorer:redrive_beside_completion"] == before
+    assert draws(9)
+    explore(9, 120, swarm=True)  # the first seed that draws it and meets the chance
+    assert FAULTS["explorer:redrive_beside_completion"] > before
 
 
 def test_a_producers_wake_ticks_only_in_the_swarm_runs_that_draw_it() -> None:
