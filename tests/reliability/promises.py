@@ -117,6 +117,18 @@ class Promises:
                 room -= out[lane.name]
         return out
 
+    def adopted_holders(self: World) -> set[str]:
+        """Runs whose record holds a slot by an adoption: only those wait for a reconciler's second
+        pass (it judges an adoption two windows after its own first sighting)."""
+        items = self.table("state", "adoptions")
+        return {
+            pk.removeprefix("EXEC#")
+            for pk, item in items.items()
+            if pk.startswith("EXEC#")
+            and item.get("state", {}).get("S") in ("CLAIMED", "RUNNING")
+            and int(item.get("adoptions", {}).get("N", "0"))
+        }
+
     def backlog(self: World) -> int:
         """Messages still to handle: in the queue, or parked in the table (a deferred duplicate, a
         concurrency key's waiter)."""
@@ -247,12 +259,14 @@ class Promises:
         # Once reconciliation has had its window, the ledger counts exactly the RUNNING executions.
         # A claim written by a launcher whose clock runs ahead looks younger than the window to a
         # reconciler by that much (docs/protocol.md, "Clocks": skew delays a release, never decides one).
-        # An adoption another container stamped is judged two windows after this one stamps it
-        # again (sluice.launch.reconcile._take_over_adoption): two passes.
+        # An adoption is judged two windows after the reconciler's own first sighting of it
+        # (sluice.launch.reconcile._sight_adoption): a second pass while a run holds a slot by one.
         for _ in range(2):
             self.advance(OTHER_CLOCK_WINDOWS * WINDOW + 1 + max(0.0, self.skew))
             self.tick("A")
             self.check()
+            if not self.adopted_holders():
+                break  # no adoption to judge: a second pass changes nothing
         lost = self.model.effects_never_sent()
         if lost:
             raise PromiseBroken(f"effects (nothing lost): never sent: {lost}")
@@ -288,6 +302,8 @@ class Promises:
             self.advance(wait)
             self.tick("A")
             self.check()
+            if not self.adopted_holders():
+                break
         items = self.table("holders", "state")
         if self.holders(items):
             raise PromiseBroken(
