@@ -434,15 +434,18 @@ class Model:
     def running_again(self, name: str) -> None:
         """An ended execution RUNNING again (an operator's redrive): it counts against MAX and its key.
         Outside Sluice until adopted, unless its slot was never given back (its end's event lost, and
-        no reconciliation released it before the redrive): then Sluice holds it still."""
+        no reconciliation released it before the redrive; or an adopted run's end left to
+        reconciliation): then Sluice holds it still, by its claim or by its adoption."""
         with self.lock:
             message_id = self.claims.get(name)
             sent = self.sent.get(message_id or "")
             self.running[name] = sent.key if sent else None
             self.finished.discard(name)
-            self.adopted_at.pop(name, None)
             if name not in self.holders:
+                self.adopted_at.pop(name, None)
                 self._went_outside(name)
+            # Still held by an adoption (its end left to reconciliation): the same adoption goes on
+            # (explorer seed 472216048: taken for a claim, it blamed a claim made before it).
 
     def started_outside(self, name: str, key: str | None = None) -> None:
         """An execution Sluice did not start (ListExecutions shows it; MAX counts it)."""
