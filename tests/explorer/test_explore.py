@@ -676,3 +676,23 @@ def test_seed_472216048_a_redriven_run_still_held_by_its_adoption_stays_adopted(
     from tests.explorer.replay import replays
 
     replays(seed=472216048, steps=120, schedule=[int(draw) for draw in SEED_472216048.split(",")], swarm=True)
+
+
+def test_b3_a_blocked_claim_started_anyway_is_found_in_a_drained_backlog() -> None:
+    """Seed 467093186 (a swarm run the hunt of ``b3_start_after_block`` drew on 24ddd11, 455.2
+    CPU-seconds in; it races on a busy key and drains its backlog): under the variant, a claim a
+    reconciliation blocked for a redriven run of its key starts anyway; the code as it is passes."""
+    done = _under_variant("b3_start_after_block", 467093186, swarm=True)
+    assert "(a reconciliation had blocked its claim for it)" in done.stdout, done.stdout[-3000:]
+    assert _one_run(467093186, "--swarm").returncode == 0
+
+
+def test_seed_479302113_a_block_holds_the_claim_it_landed_on_only() -> None:
+    """**The model's own** (found by the hunt of ``b11_semaphore_cold_start`` from 479302094 on
+    24ddd11, the code as it is failing the same draws). A reconciliation blocked p2's claim for a
+    redriven run of its key; the claim yielded and was rolled back, and the run was adopted, ended
+    and released. Much later, right after the operator redrove it again, the next claim of the same
+    message (the same name) started: nothing Sluice had seen held the key. The model still held
+    that name to the old block and counted the unseen redrive against it. A block now holds only
+    the claim it landed on (``Model._on_claim``)."""
+    assert _one_run(479302113, "--swarm").returncode == 0

@@ -551,6 +551,9 @@ class Model:
         if self.lanes:
             self._lane_claim(call, name, message_id, item.get("lane", {}).get("S"))
         self.holders.add(name)
+        # A block holds the claim it landed on: a claim of the same name after that one was rolled
+        # back (a name is a function of its message) is a new claim (explorer seed 479302113).
+        self.blocked_for.pop(name, None)
         self.claims[name] = message_id
         self.machines.claimed(name, item)
         self.claimed_under[name] = self.max
