@@ -212,9 +212,8 @@ class Actors:
         """One action, drawn; its name."""
         options = self.options()
         weights = [weight * self.ex.scale.get(name, 1.0) for name, weight, _ in options]
-        if (
-            self.ex.draining
-        ):  # the stack at work on its backlog: its own actors, at least at their plain weight
+        if self.ex.draining:
+            # The stack at work on its backlog: its own actors, each at least at its plain weight.
             weights = [
                 max(w, weight) if name in DRAIN_ACTORS else 0.0
                 for (name, weight, _), w in zip(options, weights, strict=True)
