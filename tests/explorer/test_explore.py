@@ -696,3 +696,13 @@ def test_seed_479302113_a_block_holds_the_claim_it_landed_on_only() -> None:
     that name to the old block and counted the unseen redrive against it. A block now holds only
     the claim it landed on (``Model._on_claim``)."""
     assert _one_run(479302113, "--swarm").returncode == 0
+
+
+def test_seed_1205202102_a_run_redriven_while_held_by_an_adoption_goes_outside_on_its_release() -> None:
+    """**The harness's own**, from the fix for seed 472216048 (the long run from 1205202001). A run
+    adopted in lane ``default`` lost its FAILED event and was redriven while still held; a release
+    on that earlier end then left it running outside Sluice. The world took a run redriven while
+    held as outside on its release only if not adopted, and the adoption from before the redrive
+    now stays on the record: the model counted the run against the lane's next claim. The world
+    now asks whether it was adopted since that redrive (``ExplorerWorld.unadopted_redrive``)."""
+    assert _one_run(1205202102, "--swarm").returncode == 0

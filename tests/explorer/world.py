@@ -27,6 +27,7 @@ from tests.support.aws import REGION, status_change_event
 from tests.support.faults import Call, count
 from tests.support.model import Model
 from tests.support.sqs_rules import sqs_rules
+from tests.support.steps import slot_names
 
 CONTAINERS = ("A", "B", "C", "completion", "completion2", "completion3")  # tests/explorer/actors.py
 
@@ -216,7 +217,12 @@ class ExplorerModel(Model):
         with self.lock:
             if name in self.holders:
                 self.redriven_held.add(name)
+                self.unadopted_redrive.add(name)
         super().running_again(name)
+
+    def _on_adopt(self, call: Call, parsed: dict[str, Any]) -> None:
+        super()._on_adopt(call, parsed)
+        self.unadopted_redrive.difference_update(slot_names(call.params, "take"))
 
     def _on_release(self, call: Call, parsed: dict[str, Any]) -> None:
         """A release, on the word of the end before a redrive Sluice was never told of: the
@@ -228,7 +234,7 @@ class ExplorerModel(Model):
         before = set(self.holders)
         super()._on_release(call, parsed)
         for name in sorted(before - self.holders):
-            if name in self.redriven_held and name in self.running and name not in self.adopted_at:
+            if name in self.unadopted_redrive and name in self.running:
                 self._went_outside(name)
             elif name in self.redriven_held and any(name in runs for runs in self.succeeded_runs.values()):
                 # Redriven while held and SUCCEEDED before this release, which wrote the earlier end
@@ -236,10 +242,17 @@ class ExplorerModel(Model):
                 # or the next listing of redriven runs, as of one redriven after the release.
                 self.unheard_success.add(name)
             self.redriven_held.discard(name)
+            self.unadopted_redrive.discard(name)
 
     @property
     def redriven_held(self) -> set[str]:
         return self.__dict__.setdefault("_redriven_held", set())
+
+    @property
+    def unadopted_redrive(self) -> set[str]:
+        """Of ``redriven_held``, those not adopted since that redrive (an adoption held before it
+        goes on: ``Model.running_again``)."""
+        return self.__dict__.setdefault("_unadopted_redrive", set())
 
     def _on_save_reconciliation(self, call: Call, parsed: dict[str, Any]) -> None:
         at, _ = self.listing.get(call.container, (0, set()))
