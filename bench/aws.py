@@ -749,9 +749,9 @@ class CountingStore:
         return self.inner.key_concurrency
 
     @property
-    def key_rates(self) -> Any:
-        """The keys' rate limits (none in these workloads: no book is read)."""
-        return self.inner.key_rates
+    def key_gate(self) -> Any:
+        """The launch's gate, as a key's wake asks it (none in these workloads: no book is read)."""
+        return self.inner.key_gate
 
     def keys_waiting(self) -> frozenset[str]:
         return self._get(self.inner.keys_waiting())

@@ -78,6 +78,7 @@ from sluice.adapters.memory.aws import MemoryExecutions
 from sluice.adapters.memory.store import MemoryStore
 from sluice.adapters.memory.wake import MemoryWakeTurns
 from sluice.core.events import StatusChange
+from sluice.core.gates import OPEN
 from sluice.core.model import ExecutionInfo
 from sluice.core.records import Done
 from sluice.core.summary import TickSummary
@@ -228,7 +229,7 @@ class SluiceSystem(System):
             sleep=self.sim.sleep,
             lane_queues=self.lane_queues,  # type: ignore[arg-type]
             rng=random.Random(f"{self.name}/lanes/{self._launchers}"),
-            rates=self.rates,
+            gate=self.rates or OPEN,
         )
 
     @property

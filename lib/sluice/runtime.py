@@ -75,7 +75,7 @@ class Runtime:
             slots_per_shard=self.settings.slots_per_shard,
             key_concurrency=self.settings.key_concurrency,
         )
-        store.key_rates = self.rates()  # a key's wake sends no more waiters than its rate has room for
+        store.key_gate = self.rates()  # a key's wake sends no more waiters than its rate has room for
         return store
 
     def queue(self) -> SqsQueue:
@@ -144,7 +144,7 @@ class Runtime:
                 sleep=self.sleep,
                 payloads=self.payload_objects(),
                 lane_queues=self.lane_queues(),
-                rates=self.rates(),
+                gate=self.rates(),  # the rate limits (sluice.features.rate_limits)
             )
         return self._launcher
 

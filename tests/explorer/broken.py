@@ -131,11 +131,11 @@ def _one_but_woken_take_no_grant(self: Any, message: Any, *args: Any, **kwargs: 
     """A woken waiter's claim takes no grant of its key's rate: the wake sent it for the room."""
     if TICKET_ATTRIBUTE not in message.attributes:
         return _process(self, message, *args, **kwargs)
-    rates, self.key_rates = self.key_rates, _NoGrant()
+    held, self.held_keys = self.held_keys, _NoGrant()
     try:
         return _process(self, message, *args, **kwargs)
     finally:
-        self.key_rates = rates
+        self.held_keys = held
 
 
 def _random_name(key: str, message_id: str) -> str:

@@ -1777,7 +1777,7 @@ def test_a_fair_lane_that_serves_its_tenants_in_arrival_order_is_caught(monkeypa
     """The waker gives every free slot to the tenant whose line holds the oldest waiter (the first
     parked): what a FIFO queue does. The light tenant queued behind the heavy one gets nothing."""
 
-    def oldest_first(free, states, *, now, rng, rate_rooms=None):
+    def oldest_first(free, states, *, now, rng, gate_rooms=None):
         order = sorted(states, key=lambda k: (states[k].tickets - states[k].woken == 0, k))
         given: dict[str, int] = {}
         for ckey in order:

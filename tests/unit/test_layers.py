@@ -51,3 +51,19 @@ def test_a_lower_package_imports_nothing_from_a_higher_one():
 def test_every_module_is_in_a_package_but_the_entry_points():
     top = sorted(p.stem for p in (LIB / "sluice").glob("*.py"))
     assert top == ["__init__", "concurrency", "enqueue", "runtime"]
+
+
+def test_rate_limits_plug_in_through_the_gate():
+    """The rate limits are a feature package over the core's hooks (``sluice.core.gates``): of the
+    core packages, only the settings (its stack parameters) and the composition root name it; the
+    launch asks the gate and knows no rate. The adapters, the CLI, ``ops`` and ``local`` are its own
+    persistence and commands."""
+    feature = "sluice.features.rate_limits"
+    naming = []
+    for path in sorted((LIB / "sluice").rglob("*.py")):
+        module = ".".join(path.relative_to(LIB).with_suffix("").parts)
+        if module.startswith(feature) or module.split(".")[1] in ("adapters", "cli", "ops", "local"):
+            continue
+        if any(m == feature or m.startswith(feature + ".") for m in _imports(path)):
+            naming.append(module)
+    assert naming == ["sluice.launch.settings", "sluice.runtime"]

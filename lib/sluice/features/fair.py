@@ -48,7 +48,7 @@ from collections.abc import Mapping
 from sluice.core.model import Message
 from sluice.core.ports import Queue
 from sluice.core.records import KeyState, Lane
-from sluice.features.keys import FAIR_UNCAPPED, KeyStore, concurrency_key, rate_room, wake
+from sluice.features.keys import FAIR_UNCAPPED, KeyStore, concurrency_key, gate_room, wake
 from sluice.features.stores import LaunchStore
 
 UNKEYED = "lane:"  # + the lane's name: the tenant of a fair lane's messages without a key
@@ -65,17 +65,17 @@ def share_out(
     *,
     now: float,
     rng: random.Random,
-    rate_rooms: Mapping[str, int] | None = None,
+    gate_rooms: Mapping[str, int] | None = None,
 ) -> dict[str, int]:
     """``free`` slots among the tenants ``states``: one at a time to the tenant with waiters, room
-    under its own cap (and its rate, ``rate_rooms``), and the fewest runs (holding or woken); ties
-    drawn by ``rng``. A tenant its rate holds gets none: the others take the slots."""
+    under its own cap (and its gate, ``gate_rooms``), and the fewest runs (holding or woken); ties
+    drawn by ``rng``. A tenant its gate holds gets none: the others take the slots."""
     heap: list[tuple[int, float, str]] = []
     want: dict[str, int] = {}
     for ckey, state in states.items():
         want[ckey] = min(state.waiting, state.room(FAIR_UNCAPPED, now))
-        if rate_rooms is not None:
-            want[ckey] = min(want[ckey], rate_rooms.get(ckey, want[ckey]))
+        if gate_rooms is not None:
+            want[ckey] = min(want[ckey], gate_rooms.get(ckey, want[ckey]))
         if want[ckey] > 0:
             heap.append((len(state.holders) + state.kept(now), rng.random(), ckey))
     heapq.heapify(heap)
@@ -113,8 +113,8 @@ def wake_lane(
     free = min(room.free, store.look().free) - kept
     if at_most is not None:
         free = min(free, at_most)
-    rate_rooms = {k: rate_room(keys, k, now, s.waiting, s.kept(now)) for k, s in states.items() if s.waiting}
-    plan = share_out(free, states, now=now, rng=rng, rate_rooms=rate_rooms)
+    gate_rooms = {k: gate_room(keys, k, now, s.waiting, s.kept(now)) for k, s in states.items() if s.waiting}
+    plan = share_out(free, states, now=now, rng=rng, gate_rooms=gate_rooms)
     sent = 0
     for ckey, state in states.items():
         if plan.get(ckey) or state.stale(now) or (state.waiting == 0 and not state.inflight):

@@ -78,11 +78,11 @@ between a send and the move of ``woken``, leaves the waiter parked; reconciliati
 own wake-up that AWS refuses (throttled): the park stands and the message is deleted all the same,
 never handed back to the queue, where it would spend receives while it waits.
 
-**Rate.** A key with a rate in force (``keyRateLimit``, ``sluice set-rate --key``;
-``sluice.features.rate_limits``) is held by it as by its cap: a message takes a grant of the key's
-rate before its claim, and one that finds none waits in the line. A wake sends no more waiters
-than the rate has room for, less those sent whose claim has not landed; the key's next release or
-the sweep wakes it once the window moves on.
+**Gate.** A key the launch's gate holds (``sluice.core.gates``: a key's rate, ``keyRateLimit``)
+is held by it as by its cap: a message takes a grant of the gate before its claim, and one that
+finds none waits in the line (``HeldKeys``). A wake sends no more waiters than the gate has room
+for, less those sent whose claim has not landed (``gate_room``); the key's next release, the sweep
+or a lingering tick (``HeldKeys.wake_held``) wakes it once the gate has room.
 
 A fair lane (``sluice.features.fair``) parks its new messages in their tenant's line and marks ``CKEY#<key>``
 with ``fair = <lane>``: only its lane's waker wakes it (``wake`` with ``by_lane``); a release, the
@@ -93,6 +93,7 @@ the same key from any other lane has, whatever the mark.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Collection, Sequence
@@ -100,12 +101,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sluice.core.errors import InvalidPayload, TransientError
+from sluice.core.gates import Gate, Grant
 from sluice.core.model import Message, ParkedMessage, Payload
 from sluice.core.names import ORIGIN_ATTRIBUTE, origin_id
-from sluice.core.ports import Queue
+from sluice.core.ports import Clock, Queue
 from sluice.core.records import TICKET_PATTERN, KeyState
 from sluice.core.validation import check_key
-from sluice.features.rate_limits import key_scope
 
 log = logging.getLogger("sluice.keys")
 
@@ -134,17 +135,11 @@ class KeyWaiter:
     parked_at: float
 
 
-class KeyRates(Protocol):
-    """The keys' rate limits (``sluice.features.rate_limits.RateLimiter``), as a wake asks them."""
-
-    def room(self, scope: str, now: float) -> int | None: ...
-
-
 class KeyStore(Protocol):
     """The store's side of concurrency keys (``MemoryStore``, ``DynamoStore``)."""
 
     key_concurrency: int  # the default cap
-    key_rates: KeyRates | None  # the keys' rate limits (None: no rates)
+    key_gate: Gate  # the launch's gate, as a wake asks it (``sluice.core.gates``)
 
     def key_state(self, ckey: str) -> KeyState:
         """``CKEY#<ckey>`` read consistently (an empty state when it does not exist)."""
@@ -349,7 +344,7 @@ def wake(
             and (fair_lanes is None or state.fair in fair_lanes)
         ):
             count = 0  # a fair lane's tenant: its lane's waker decides
-        count = rate_room(store, ckey, now, count, state.kept(now))
+        count = gate_room(store, ckey, now, count, state.kept(now))
         stale = state.stale(now)
         if count <= 0 and not stale:
             if tidy and state.waiting == 0 and not state.inflight:
@@ -372,15 +367,77 @@ def wake(
     return sent
 
 
-def rate_room(store: KeyStore, ckey: str, now: float, wanted: int, kept: int) -> int:
-    """Waiters the key's rate has room for: no more are sent than can take a grant on arrival
-    (each takes its own before its claim), less those sent already whose claim has not landed
-    (``kept``); no rate, ``wanted``. One sent all the same (two wakes at once) finds no grant and
+def gate_room(store: KeyStore, ckey: str, now: float, wanted: int, kept: int) -> int:
+    """Waiters the gate has room for: no more are sent than can take a grant on arrival (each
+    takes its own before its claim), less those sent already whose claim has not landed
+    (``kept``); no limit, ``wanted``. One sent all the same (two wakes at once) finds no grant and
     waits again, at the back: the grant, not the wake, is what is exact."""
-    if wanted <= 0 or store.key_rates is None:
+    if wanted <= 0:
         return wanted
-    room = store.key_rates.room(key_scope(ckey), now)
+    room = store.key_gate.key_room(ckey, now)
     return wanted if room is None else min(wanted, max(0, room - kept))
+
+
+class Launching(Protocol):
+    """What ``HeldKeys`` takes from a launch (``sluice.launch.context.LaunchContext``)."""
+
+    @property
+    def gate(self) -> Gate: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def store(self) -> KeyStore: ...
+    @property
+    def queue(self) -> Queue: ...
+
+
+class HeldKeys:
+    """The gate's grants before one launch's keyed claims, and the keys it held: a lingering
+    tick wakes each once its room is due (``wake_held``), besides the key's next release and the
+    next tick's sweep."""
+
+    def __init__(self, ctx: Launching) -> None:
+        self.ctx = ctx
+        self.held: dict[str, float] = {}  # keys the gate held, with when their room is due
+
+    def take(self, ckey: str) -> Grant | None:
+        """A grant for ``ckey``'s claim; None where no limit is in force for it. None to take:
+        the key is noted as held."""
+        now = self.ctx.clock.now()
+        try:
+            grant = self.ctx.gate.before_claim(ckey, now)
+        except TransientError:
+            grant = Grant(0, scopes=(ckey,))  # unsure of the room: it waits in the line, as if none
+        if not grant.gated:
+            return None
+        if grant.n == 0:
+            self.held[ckey] = grant.due if grant.due is not None else now + 1.0
+        return grant
+
+    def give_back(self, grant: Grant | None) -> None:
+        if grant is not None and grant.n > 0:
+            with contextlib.suppress(TransientError):  # kept spent: one start fewer, never one more
+                self.ctx.gate.give_back(grant, grant.n)
+
+    def wake_held(self) -> None:
+        """Wake each held key once its room is due: a lingering tick receives its waiters then.
+        A wake AWS refuses is left to the sweep."""
+        now = self.ctx.clock.now()
+        for ckey, due in sorted(self.held.items()):
+            if due > now:
+                continue
+            del self.held[ckey]
+            with contextlib.suppress(TransientError):
+                sent = wake(store=self.ctx.store, queue=self.ctx.queue, ckey=ckey, now=now)
+                # Some sent: looked at again next round, once they took their grants. None sent:
+                # held again until the gate next has room (none due: room, or no limit).
+                again = now if sent else self.ctx.gate.key_due(ckey, now)
+                if again is not None:
+                    self.held[ckey] = again
+
+    def held_due(self) -> float | None:
+        """When the first held key has room again (None: none held)."""
+        return min(self.held.values(), default=None)
 
 
 def forgo(*, store: KeyStore, ckey: str, ticket: str) -> None:

@@ -18,11 +18,11 @@ from sluice.core.errors import (
     SlotsFull,
     TransientError,
 )
+from sluice.core.gates import Grant
 from sluice.core.model import Ledger, Message, Outcome
 from sluice.core.summary import TickSummary
 from sluice.features.awaits import ReadAhead, read_ahead
 from sluice.features.fair import tenant as fair_tenant
-from sluice.features.rate_limits import STACK, Grant, lane_scope
 from sluice.launch.context import LaunchContext, StateMachineCheck
 from sluice.launch.per_message import MessageProtocol
 from sluice.launch.settings import Settings
@@ -85,7 +85,7 @@ class Admission:
                 summary.stopped = "paused"
                 return summary
             stop = self._round(state, ledger, summary, remaining_ms)
-            if stop == "rate" and self._wait_for_rate(state, remaining_ms):
+            if stop == self.ctx.gate.name and self._wait_for_gate(state, remaining_ms):
                 continue
             if stop:
                 summary.stopped = stop
@@ -135,8 +135,8 @@ class Admission:
             return "time"
         grant = self._grant(free)
         if grant.n == 0:
-            state.rate_due = grant.due
-            return "rate"
+            state.gate_due = grant.due
+            return self.ctx.gate.name
         lingering = self.ctx.clock.now() < state.linger_until
         wait = (
             self._wait_seconds(lingering, remaining_ms, state.linger_until)
@@ -144,10 +144,10 @@ class Admission:
             else state.wait_seconds
         )
         if lingering:
-            # Keys a rate held (``sluice.features.rate_limits``): woken once due, and the long
-            # poll no longer than until the next is, so their waiters start within this tick.
-            self.steps.key_rates.wake_held()
-            due = self.steps.key_rates.held_due()
+            # Keys the gate held (``sluice.core.gates``): woken once due, and the long poll no
+            # longer than until the next is, so their waiters start within this tick.
+            self.steps.held_keys.wake_held()
+            due = self.steps.held_keys.held_due()
             if due is not None:
                 wait = max(0, min(wait, math.ceil(due - self.ctx.clock.now())))
         try:
@@ -179,38 +179,36 @@ class Admission:
         state.known = self._known_after(ledger, filled, state.max_new)
         return ""
 
-    # -- rate limits (sluice.features.rate_limits) ----------------------------------------------
+    # -- the gate (sluice.core.gates) ----------------------------------------------------------
 
     def _grant(self, free: int) -> Grant:
-        """Grants for up to ``free`` starts from the stack's rate and this lane's, taken before the
-        receive they size: a payload a rate holds stays in the queue, never received."""
-        if self.ctx.rates is None:
-            return Grant(free)
-        scopes = [STACK] if self.ctx.lane is None else [STACK, lane_scope(self.ctx.lane.name)]
+        """Grants for up to ``free`` starts from the gate, for this admission's pool, taken before
+        the receive they size: a payload the gate holds stays in the queue, never received."""
+        lane = None if self.ctx.lane is None else self.ctx.lane.name
         try:
-            return self.ctx.rates.take(scopes, free, self.ctx.clock.now())
+            return self.ctx.gate.before_receive(lane, free, self.ctx.clock.now())
         except TransientError as exc:
-            self._interrupted("the rate limits could not be read or written", exc)
+            self._interrupted(f"the {self.ctx.gate.name} limits could not be read or written", exc)
             return Grant(0)
 
     def _give_back(self, grant: Grant, unused: int) -> None:
-        if self.ctx.rates is None or unused <= 0:
+        if unused <= 0:
             return
         try:
-            self.ctx.rates.give_back(grant, unused)
+            self.ctx.gate.give_back(grant, unused)
         except TransientError as exc:  # kept spent: fewer starts in this window, never more
             self._interrupted("grants not used could not be given back", exc)
 
     def _until_held(self, state: _Admitting, remaining_ms: Callable[[], int] | None) -> None:
         """After a long poll that found nothing, the rest of the wait until a held key's room
         (none, where the poll was shortened to it) when that comes within the linger."""
-        state.rate_due = self.steps.key_rates.held_due()
-        self._wait_for_rate(state, remaining_ms)
+        state.gate_due = self.steps.held_keys.held_due()
+        self._wait_for_gate(state, remaining_ms)
 
-    def _wait_for_rate(self, state: _Admitting, remaining_ms: Callable[[], int] | None) -> bool:
-        """Whether to wait for a rate's next room and go on: while lingering (the scheduled tick),
-        when that room comes before the linger and the invocation's time end."""
-        due, state.rate_due = state.rate_due, None
+    def _wait_for_gate(self, state: _Admitting, remaining_ms: Callable[[], int] | None) -> bool:
+        """Whether to wait for the gate's next room and go on: while lingering (the scheduled
+        tick), when that room comes before the linger and the invocation's time end."""
+        due, state.gate_due = state.gate_due, None
         if due is None:
             return False
         wait = due - self.ctx.clock.now()
@@ -428,7 +426,7 @@ class _Admitting:
     known: Ledger | None  # the room as last read, while nothing since has taken any of it
     started: int = 0
     first: bool = True
-    rate_due: float | None = None  # when a rate that held this call has room again
+    gate_due: float | None = None  # when the gate that held this call has room again
 
 
 @dataclass

@@ -11,11 +11,11 @@ import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
+from sluice.core.gates import OPEN, Gate
 from sluice.core.ports import Clock, Executions, Fanout, MaxSource, Queue, lane_executions
 from sluice.core.records import Lane
 from sluice.features.effects import Effects
 from sluice.features.pointers import PayloadObjects
-from sluice.features.rate_limits import RateLimiter
 from sluice.features.receipts import Outputs
 from sluice.features.stores import LaunchStore
 from sluice.launch.settings import Settings
@@ -43,7 +43,7 @@ class LaunchContext:
     rng: random.Random
     lane_queues: Mapping[str, Queue] = field(default_factory=dict)  # each lane's queue
     lane: Lane | None = None
-    rates: RateLimiter | None = None  # rate limits (sluice.features.rate_limits); None: no rates at all
+    gate: Gate = OPEN  # a limit beside MAX, asked before each receive and keyed claim (sluice.core.gates)
 
     def for_lane(self, lane: Lane) -> LaunchContext:
         """This context receiving from ``lane``'s queue (the default lane's is ``queue``), starting

@@ -53,6 +53,7 @@ import contextlib
 from collections.abc import Callable
 
 from sluice.core.errors import InvalidPayload, TransientError
+from sluice.core.gates import OPEN, Gate, Grant
 from sluice.core.model import ExecutionRecord, Message, Payload, Successor
 from sluice.core.names import ORIGIN_ATTRIBUTE, execution_name, origin_id
 from sluice.core.ports import Executions, Queue
@@ -60,7 +61,6 @@ from sluice.core.validation import KEY_ATTRIBUTE, validate_message
 from sluice.features.attributes import check_attributes
 from sluice.features.lanes import LANE_ATTRIBUTE
 from sluice.features.pointers import POINTER_FIELD
-from sluice.features.rate_limits import STACK, Grant, RateLimiter
 from sluice.features.receipts import ONCE_ATTRIBUTE, is_once
 
 # The only Sluice attributes a message may carry to ride a release: its key, its origin (a parked
@@ -82,12 +82,12 @@ class HandOverOffer:
         now: Callable[[], float],
         claim_timeout: float,
         time_left: Callable[[], bool],
-        rates: RateLimiter | None = None,
+        gate: Gate = OPEN,
     ) -> None:
         self.queue, self.executions, self.now = queue, executions, now
         self.claim_timeout, self.time_left = claim_timeout, time_left
-        self.rates = rates  # the stack's rate: a grant before the receive, given back unless claimed
-        self.grant: Grant | None = None  # taken from the stack's rate in force (None: no rate)
+        self.gate = gate  # a grant before the receive, given back unless a message came
+        self.grant: Grant | None = None  # taken where the gate has a limit in force
         self.asked = False  # the release read its record and asked (it holds the lease)
         self.room = False  # and the freed slot could pass on: a receive was made
         self.message: Message | None = None
@@ -125,25 +125,23 @@ class HandOverOffer:
         self.claimed = claimed
         # A message received spends the grant, claimed here or its own way after the release
         # (``Launcher._admit_received``, which may start it); none received gives it back.
-        if self.grant is not None and self.message is None and self.rates is not None:
+        if self.grant is not None and self.message is None:
             with contextlib.suppress(TransientError):  # kept spent: one start fewer, never one more
-                self.rates.give_back(self.grant, 1)
+                self.gate.give_back(self.grant, 1)
 
     def _granted(self) -> bool:
-        """A grant from the stack's rate, if it has one in force (``sluice.features.rate_limits``):
-        none, and nothing is received; the refill after the release finds the rate full too."""
-        if self.rates is None:
-            return True
+        """A grant from the gate (``sluice.core.gates``): none, and nothing is received; the
+        refill after the release finds the gate shut too."""
         try:
-            grant = self.rates.take([STACK], 1, self.now())
+            grant = self.gate.before_receive(None, 1, self.now())
         except TransientError:
             return False
-        self.grant = grant if grant.scopes else None
+        self.grant = grant if grant.gated else None
         return grant.n > 0
 
     @property
-    def rate_full(self) -> bool:
-        """The stack's rate had no room: the refill after the release has none either."""
+    def held(self) -> bool:
+        """The gate had no room: the refill after the release has none either."""
         return self.grant is not None and self.grant.n == 0
 
     @property

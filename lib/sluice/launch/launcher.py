@@ -36,13 +36,13 @@ from collections.abc import Callable, Mapping
 
 from sluice.core.errors import SluiceError, TransientError
 from sluice.core.events import StatusChange
+from sluice.core.gates import OPEN, Gate
 from sluice.core.model import ExecutionRecord, Ledger, Outcome
 from sluice.core.ports import Clock, Executions, Fanout, MaxSource, Queue, state_machine_arns
 from sluice.core.records import Lane
 from sluice.core.summary import TickSummary
 from sluice.features.effects import Effects
 from sluice.features.pointers import PayloadObjects
-from sluice.features.rate_limits import RateLimiter
 from sluice.features.receipts import Outputs
 from sluice.features.stores import LaunchStore
 from sluice.features.wake import WakeTurns, woken
@@ -85,7 +85,7 @@ class Launcher:
         payloads: PayloadObjects | None = None,
         lane_queues: Mapping[str, Queue] | None = None,
         rng: random.Random | None = None,
-        rates: RateLimiter | None = None,
+        gate: Gate = OPEN,
     ) -> None:
         sleep = sleep if sleep is not None else getattr(clock, "sleep", time.sleep)
         self._context(
@@ -109,7 +109,7 @@ class Launcher:
                 rng=rng or random.Random(),
                 # Lanes (sluice.features.lanes): each lane's queue (the default lane's is ``queue``).
                 lane_queues=lane_queues or {},
-                rates=rates,  # rate limits (sluice.features.rate_limits)
+                gate=gate,  # a limit beside MAX (sluice.core.gates)
             ),
             StateMachineCheck(),
         )
@@ -264,7 +264,7 @@ class Launcher:
                 now=self.clock.now,
                 claim_timeout=self.settings.claim_timeout_seconds,
                 time_left=lambda: self.admission.time_left(remaining_ms),
-                rates=self.ctx.rates,
+                gate=self.ctx.gate,
             )
         try:
             released = settle_status_change(
@@ -321,8 +321,10 @@ class Launcher:
         summary = self._admit_received(offer)
         if summary.n(Outcome.STARTED):  # a resumed message held a slot of its own already
             summary.stopped = "full"  # the one slot the completion freed is filled
-        elif offer.rate_full:
-            summary.stopped = "rate"  # read a moment ago: the next tick, or a later end, starts one
+        elif offer.held:
+            summary.stopped = (
+                self.ctx.gate.name
+            )  # read a moment ago: the next tick, or a later end, starts one
         elif offer.message is None or not summary.stopped:
             # The hand-over's receive does not wait, and came before the release's wake-ups:
             # what it sent back (deferred duplicates, a key's waiters, waiters whose awaits it met,

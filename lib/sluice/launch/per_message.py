@@ -74,7 +74,6 @@ from sluice.features.attributes import check_attributes
 from sluice.features.awaits import ReadAhead, gate
 from sluice.features.keys import concurrency_key, ticket_of
 from sluice.features.pointers import check_pointer
-from sluice.features.rate_limits.key_grants import KeyRates
 from sluice.features.receipts import is_once
 from sluice.launch.context import LaunchContext
 from sluice.launch.message_branches import MessageBranches
@@ -107,7 +106,7 @@ class MessageProtocol:
         # A fair lane's pass that saw several tenants in a batch, or lined one message up: its new
         # messages line up, so the waker sees every tenant before it shares the room out (sluice.features.fair).
         self.line_all = False
-        self.key_rates = KeyRates(ctx)  # each concurrency key's rate, and the keys it held
+        self.held_keys = keys.HeldKeys(ctx)  # the gate's grants before keyed claims, and the keys it held
 
     def process(
         self,
@@ -171,18 +170,18 @@ class MessageProtocol:
             return self._line_up(payload, done, None)  # other tenants in its batch: all line up
         name = execution_name(payload.key, origin_id(message.message_id, message.attributes))
         ckey = self._ckey(message)
-        grant = self.key_rates.take(ckey) if ckey is not None else None
+        grant = self.held_keys.take(ckey) if ckey is not None else None
         if grant is not None and grant.n == 0:
             return self._line_up(
-                payload, done, None, reason="concurrency key at its rate; parked in its line"
+                payload, done, None, reason=f"concurrency key at its {self.ctx.gate.name}; parked in its line"
             )
         try:
             outcome = self._attempts(payload, name, done, set() if claims is None else claims)
         except SlotsFull:
-            self.key_rates.give_back(grant)
+            self.held_keys.give_back(grant)
             raise
         if outcome not in (Outcome.STARTED, Outcome.RESUMED):
-            self.key_rates.give_back(grant)  # kept where it may have started: fewer starts, never more
+            self.held_keys.give_back(grant)  # kept where it may have started: fewer starts, never more
         return outcome
 
     def _attempts(self, payload: Payload, name: str, done: list[Message], claims: set[str]) -> Outcome:

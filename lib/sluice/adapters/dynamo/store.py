@@ -36,6 +36,7 @@ from sluice.adapters.dynamo.records import RecordsTable
 from sluice.adapters.dynamo.release import ReleaseParts, ReleasesTable
 from sluice.adapters.dynamo.slots import DynamoSlots
 from sluice.adapters.dynamo.table import DEFAULT_RETENTION, TableRef
+from sluice.core.gates import OPEN, Gate
 from sluice.core.model import (
     ClaimFence,
     EffectsLog,
@@ -51,7 +52,7 @@ from sluice.core.model import (
 )
 from sluice.core.records import KeyState, LaneRoom, LaneSetting, ReceiptOutput
 from sluice.features.awaits import Waiter
-from sluice.features.keys import DEFAULT_KEY_CONCURRENCY, KeyRates, KeyWaiter
+from sluice.features.keys import DEFAULT_KEY_CONCURRENCY, KeyWaiter
 from sluice.primitives.slots import DEFAULT_PER_SHARD
 
 __all__ = [
@@ -85,7 +86,7 @@ class DynamoStore:
         self.parking = ParkingTable(db)
         self.awaits = AwaitsTable(db)
         self.keys = KeysTable(db, key_concurrency)
-        self.key_rates: KeyRates | None = None  # the keys' rate limits, where the runtime has them
+        self.key_gate: Gate = OPEN  # the launch's gate, as a key's wake asks it (the runtime's)
         self.claims = ClaimsTable(db, self.launch_slots, self.lane_slots, self.keys)
         parts = ReleaseParts(self.records, self.keys, self.claims)
         self.releases = ReleasesTable(db, self.launch_slots, self.lane_slots, parts)

@@ -16,6 +16,7 @@ from sluice.adapters.memory.keys import MemoryKeys
 from sluice.adapters.memory.records import MemoryParking, MemoryRecords
 from sluice.adapters.memory.releases import Ending, MemoryReleases
 from sluice.adapters.memory.table import DEFAULT_RETENTION, MemoryLanes, MemoryPool, MemoryTable
+from sluice.core.gates import OPEN, Gate
 from sluice.core.model import (
     ClaimFence,
     EffectsLog,
@@ -31,7 +32,7 @@ from sluice.core.model import (
 )
 from sluice.core.records import KeyState, LaneRoom, LaneSetting, ReceiptOutput
 from sluice.features.awaits import Waiter
-from sluice.features.keys import DEFAULT_KEY_CONCURRENCY, KeyRates, KeyWaiter
+from sluice.features.keys import DEFAULT_KEY_CONCURRENCY, KeyWaiter
 
 __all__ = ["DEFAULT_RETENTION", "MemoryStore"]
 
@@ -47,7 +48,7 @@ class MemoryStore:
         self.parking = MemoryParking(table)
         self.awaits = MemoryAwaits(table)
         self.keys = MemoryKeys(table, key_concurrency)
-        self.key_rates: KeyRates | None = None  # the keys' rate limits, where the runtime has them
+        self.key_gate: Gate = OPEN  # the launch's gate, as a key's wake asks it (the runtime's)
         self.claims = MemoryClaims(table, self.pool, self.lanes, self.keys)
         self.releases = MemoryReleases(table, self.lanes, self.keys, self.awaits)
         self.hand_overs = MemoryHandOver(table, self.pool, self.releases, self.claims)

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from sluice.core.errors import ConfigurationError
+from sluice.core.gates import Grant
 
 PERIODS = {"second": 1, "minute": 60, "hour": 3_600}
 # The largest N a rate takes: a book keeps up to N entries in its window and N past it (below),
@@ -228,16 +229,6 @@ class RatePersistence(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class Grant:
-    """``n`` grants taken at ``at_ms`` in ``scopes`` (those with a rate in force: none, unlimited)."""
-
-    n: int
-    at_ms: int = 0
-    scopes: tuple[str, ...] = ()
-    due: float | None = None  # when no grant: the earliest a scope has room again
-
-
-@dataclass(frozen=True, slots=True)
 class ScopeStatus:
     scope: str
     rate: Rate | None
@@ -248,7 +239,10 @@ class ScopeStatus:
 
 class RateLimiter:
     """The protocol: ``take`` grants before a receive, ``give_back`` what a round did not start,
-    ``set`` a scope's rate at run time, ``status`` for the operator."""
+    ``set`` a scope's rate at run time, ``status`` for the operator. It is the launch's gate
+    (``sluice.core.gates.Gate``): the hooks below name the scopes a start takes from."""
+
+    name = "rate"
 
     def __init__(
         self, persistence: RatePersistence, defaults: RateDefaults, idle_seconds: float = 5.0
@@ -282,6 +276,20 @@ class RateLimiter:
             if self.persistence.save(after, book.version, where):
                 return Grant(n, now_ms, tuple(rates))
         return Grant(0, now_ms, tuple(scopes))  # lost every race: the next round or tick tries again
+
+    def before_receive(self, lane: str | None, wanted: int, now: float) -> Grant:
+        """Before a receive: the stack's rate, and its lane's."""
+        return self.take([STACK] if lane is None else [STACK, lane_scope(lane)], wanted, now)
+
+    def before_claim(self, ckey: str, now: float) -> Grant:
+        """Before a keyed claim: the key's rate."""
+        return self.take([key_scope(ckey)], 1, now)
+
+    def key_room(self, ckey: str, now: float) -> int | None:
+        return self.room(key_scope(ckey), now)
+
+    def key_due(self, ckey: str, now: float) -> float | None:
+        return self.next_due(key_scope(ckey), now)
 
     def room(self, scope: str, now: float) -> int | None:
         """Grants ``scope`` may take now; None: it has no rate in force (a key's wake asks)."""
