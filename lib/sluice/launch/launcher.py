@@ -322,9 +322,8 @@ class Launcher:
         if summary.n(Outcome.STARTED):  # a resumed message held a slot of its own already
             summary.stopped = "full"  # the one slot the completion freed is filled
         elif offer.held:
-            summary.stopped = (
-                self.ctx.gate.name
-            )  # read a moment ago: the next tick, or a later end, starts one
+            # The gate had no room, read a moment ago: the next tick, or a later end, starts one.
+            summary.stopped = self.ctx.gate.name
         elif offer.message is None or not summary.stopped:
             # The hand-over's receive does not wait, and came before the release's wake-ups:
             # what it sent back (deferred duplicates, a key's waiters, waiters whose awaits it met,
