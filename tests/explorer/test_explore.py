@@ -706,3 +706,28 @@ def test_seed_1205202102_a_run_redriven_while_held_by_an_adoption_goes_outside_o
     now stays on the record: the model counted the run against the lane's next claim. The world
     now asks whether it was adopted since that redrive (``ExplorerWorld.unadopted_redrive``)."""
     assert _one_run(1205202102, "--swarm").returncode == 0
+
+
+# Found by the long swarm run from 1206001001 (993 CPU-seconds in), shrunk.
+SEED_1206001197 = (
+    "0,3,2,0,0,0,0,0,1,0,2,2,2,0,1,2,2,0,1,2,0,2,1,0,1,0,2,1,0,2,2,1,1,2,1,2,0,0,0,3,1,0,0,0,2,1,2,"
+    "6,1,0,1,9,1,0,1,0,1,0,0,4,2,1,1,2,2,0,4,1,0,0,0,0,1,6,8,1,0,5,5,2,0,0,1,2,0,2,1,6,1,2,1,1,3,2,"
+    "1,0,0,0,1,0,0,1,6,1,1,1,0,0,2,0,1,0,2,1,0,5,2,0,0,2,10,0,3,1,1,2,1,3,0,2,2,1,0,0,0,1,0,2,8,1,3,"
+    "2,1,3,1,1,0,1,0,3,0,3,8,2,0,0,0,0,3,2,0,0,1,2,0,0,1,0,2,0,1,0,1,3,1,1,2,0,0,9,1,0,1,0,3,0,2,1,"
+    "0,3,1,1,1,3,1,0,3,1,1,3,1,1,4,1,0,2,0,2,0,0,0,0,1,2,4,2,0,0,0,0,1,3,2,0,1,0,1,3,0,0,0,1,3,1,0,"
+    "1,0,1,0,1,0,1,0,2,0,0,0,0,0,2,10,1,0,1,1,0,4,1,0,0,1,3,1,0,2,8,2,0,1,0,3,0,1,3,0,3,1,0,2,2,1,0,"
+    "2,1,0,0,2,1,3,1,1,3,0,1,1,5,4,2,2,1,1,0,4,0,0,0,0,1,2,0,2,1,0,0,0,0,2,0,0,2,1,0,1,7,1,1,1,2,0,"
+    "1,0,0,0,0,2,0,3,2,1,0,0,2,0,3,0,2,0,2,0,1,0,1"
+)
+
+
+def test_seed_1206001197_a_lane_given_a_max_of_its_own_by_its_setting_alone_is_lowered() -> None:
+    """**The model's own.** Global MAX 0; the operator sets lane ``default`` (which follows the
+    global MAX) to 0 and the command dies after its setting; then MAX 1. A tick that had read the
+    lane settings before put the global MAX it read in the lane's caps and claimed in the lane,
+    as documented (a lowering binds once a tick puts it in force). The model took the setting as
+    no lowering (0 against 0) and bound it at once. A lane that follows the global MAX given a
+    MAX of its own by its setting alone is now a lowering (``Model.set_lane_limit``)."""
+    from tests.explorer.replay import replays
+
+    replays(seed=1206001197, steps=120, schedule=[int(d) for d in SEED_1206001197.split(",")], swarm=True)

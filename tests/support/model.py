@@ -354,9 +354,16 @@ class Model:
         """The test set ``lane``'s limit (None: the global MAX, for the implied lane ``default`` put
         back to its configured MAX). ``caps_moved``: the caps carry it (the operator's command
         returned): it binds now. Otherwise only the setting was written: a raise binds now (it is
-        allowed from its first write), a lowering once a tick has put it in force (``tick_returned``)."""
+        allowed from its first write), a lowering once a tick has put it in force (``tick_returned``).
+        A lane that follows the global MAX given a MAX of its own is lowered whatever the two are
+        now: a tick that read the setting before it puts the global MAX it reads in the lane's
+        caps, and the operator may raise that MAX meanwhile (explorer seed 1206001197: the lane set
+        to 0 under a global MAX of 0, then MAX 1, and a tick from before the setting claimed in it)."""
         with self.lock:
-            if caps_moved or (self.max if limit is None else limit) >= self.lane_limit(lane):
+            follows_max = self.lane_limits[lane] is None and limit is not None
+            if caps_moved or (
+                not follows_max and (self.max if limit is None else limit) >= self.lane_limit(lane)
+            ):
                 self.lane_limits[lane] = limit
                 self.lane_lowered.pop(lane, None)
             else:
