@@ -191,6 +191,24 @@ def test_a_claim_that_lands_before_its_wake_notes_it_keeps_no_second_slot(store)
     assert (state.inflight, state.landed) == ({entry(1, NOW + 1)}, frozenset())  # dropped from both
 
 
+def test_a_landed_note_waits_for_its_wake_whatever_the_readers_clock(store):
+    """As above, and a launcher an hour behind the waker wakes the key between the claim and the
+    wake's note (explorer seed 1206004492). Its clock dates the note an hour ahead; the note is still
+    in the line (its ticket not yet woken), so it stays, and the entry noted after it keeps no slot."""
+    store.key_concurrency = 1
+    assert store.park_for_key(waiter(0), tickets=0)
+    keyed(store, "p0", "n0", ticket=entry(0, NOW))  # claimed before the wake noted it
+    behind = NOW - 3600
+    state = store.key_state("tenant")
+    assert state.stale(behind) == ()  # the note waits for its wake
+    assert store.advance_key("tenant", woken=0, to=0, now=behind, drop=state.stale(behind))
+    assert store.advance_key("tenant", woken=0, to=1, now=NOW)  # the wake notes it now
+    store.release(name="n0", state=PayloadState.SUCCEEDED, now=NOW + 1)
+    state = store.key_state("tenant")
+    assert (state.kept(NOW + 1), state.room(1, NOW + 1)) == (0, 1)
+    assert state.stale(behind) == (entry(0, NOW),)  # noted and landed: any clock drops it
+
+
 def test_a_woken_waiter_parked_again_before_its_wake_notes_it_keeps_no_slot(store):
     """The wake sends the waiter, then notes its entry; another launcher receives it in between and
     parks it again (its key's rate had no grant for it). The entry noted after that park must keep no

@@ -215,6 +215,25 @@ def _drop_unlanded(self: Any, ckey: str, entries: Any) -> None:
     )
 
 
+def _stale_by_clock(self: Any, now: float) -> tuple[str, ...]:
+    """``KeyState.stale`` before seed 1206004492's fix: every entry, a ``landed`` note too, judged by
+    the reader's clock (a reader an hour behind drops a fresh note as dated ahead)."""
+    lo, hi = now - sluice.core.records.INFLIGHT_SECONDS, now + sluice.core.records.INFLIGHT_SECONDS
+    done = self.inflight & self.landed
+    return tuple(
+        sorted(
+            e
+            for e in self.inflight | self.landed
+            if e in done or not lo < sluice.core.records.sent_at(e) <= hi
+        )
+    )
+
+
+def _stale_landed_at_once(self: Any, now: float) -> tuple[str, ...]:
+    """Every ``landed`` note dropped at the next wake, its wake's note still to come or not."""
+    return tuple(sorted(set(_stale_by_clock(self, now)) | set(self.landed)))
+
+
 def _plain_vanished_unmarked(record: Any, ending: Any, known: frozenset[str]) -> Any:
     if ending.outcome_unknown and not record.once:
         ending = replace(ending, outcome_unknown=False)
@@ -563,6 +582,15 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
         "a woken waiter that parks again or gives its slot back before its wake noted its entry "
         "leaves the entry keeping a slot for nobody (the code before it was fixed)",
         [(KeysTable, "_line_item", _line_item_unlanded), (KeysTable, "drop_inflight", _drop_unlanded)],
+    ),
+    "landed_dropped_by_clock": (
+        "a landed note judged by the reader's clock: one an hour behind its waker drops a fresh "
+        "note as dated ahead before the wake notes its entry (the code before seed 1206004492's fix)",
+        [(sluice.core.records.KeyState, "stale", _stale_by_clock)],
+    ),
+    "landed_dropped_at_once": (
+        "every landed note dropped at the next wake, before the wake that sent its copy noted it",
+        [(sluice.core.records.KeyState, "stale", _stale_landed_at_once)],
     ),
     "lane_claim_without_slot": (
         "a claim whose transaction leaves out its lane's slot (test_a_claim_without_its_lane_slot_is_caught)",

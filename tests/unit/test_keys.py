@@ -78,6 +78,17 @@ def test_an_entry_dated_further_ahead_than_any_clock_is_dropped():
     assert state.kept(NOW) == 1
 
 
+def test_a_landed_note_is_dropped_by_its_place_in_the_line_not_by_its_date():
+    """A ``landed`` note no wake noted yet is kept while its ticket is in the line (its wake may
+    still note it), however old or young a reader's clock finds it; behind ``woken`` or past the
+    line's end no wake can note it, and it goes at once."""
+    waiting, behind, beyond = entry(2, NOW + 7200), entry(1, NOW), entry(5, NOW)
+    state = KeyState("acme", tickets=4, woken=2, landed=frozenset({waiting, behind, beyond}))
+    for reader in (NOW - 3600, NOW, NOW + 3600):
+        assert state.stale(reader) == (behind, beyond)
+    assert state.kept(NOW) == 0
+
+
 def test_waiters_are_woken_oldest_first_as_far_as_the_room_goes():
     store, queue = MemoryStore(key_concurrency=1), MemoryQueue(clock=FakeClock(NOW))
     claim(store, 0)

@@ -99,16 +99,32 @@ class KeyState:
         return sum(1 for e in self.inflight - self.landed if sent_at(e) > now - INFLIGHT_SECONDS)
 
     def stale(self, now: float) -> tuple[str, ...]:
-        """Entries to drop: kept past ``INFLIGHT_SECONDS``, whose claim has landed, or dated further
-        ahead than any clock is (a ticket a producer forged, noted landed by its message's claim)."""
+        """Entries to drop: those whose claim has landed and that their wake noted; those kept past
+        ``INFLIGHT_SECONDS`` or dated further ahead than any clock is; and a ``landed`` note no
+        wake can note any more: its ticket is behind ``woken`` (the one wake that could note it
+        moved ``woken`` past it, or lost that move) or not in the line at all (a forged ticket).
+
+        A ``landed`` note still in the line is kept whatever its date: it waits for the wake that
+        sent its copy. Judged by the reader's clock, a launcher an hour behind the waker took a
+        fresh note for one dated ahead and dropped it before the wake noted its entry, which then
+        kept a slot for nobody for ``INFLIGHT_SECONDS`` (explorer seed 1206004492):
+
+            waker (clock right)              launcher (an hour behind)
+            send M (entry e, t = woken)
+                                             receive M, claim: landed += e
+                                             wake k: e "ahead" → drop e      ✗ (now: t ≥ woken, kept)
+            woken += 1, inflight += e        (e keeps a slot: not in landed)
+        """
         done = self.inflight & self.landed
-        return tuple(
-            sorted(
-                e
-                for e in self.inflight | self.landed
-                if e in done or not now - INFLIGHT_SECONDS < sent_at(e) <= now + INFLIGHT_SECONDS
-            )
-        )
+        unnoted = {
+            e for e in self.landed - self.inflight if not self.woken <= ticket_number(e) < self.tickets
+        }
+        lapsed = {
+            e
+            for e in self.inflight - self.landed
+            if not now - INFLIGHT_SECONDS < sent_at(e) <= now + INFLIGHT_SECONDS
+        }
+        return tuple(sorted(done | unnoted | lapsed))
 
     def room(self, default: int, now: float) -> int:
         return max(0, self.limit(default) - len(self.holders) - self.kept(now))

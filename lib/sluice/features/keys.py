@@ -64,6 +64,11 @@ so that the entry noted after it keeps no slot:
     woken += 1, inflight += e                  (e keeps no slot: it is in landed)
     next wake k: drops e from both sets
 
+A ``landed`` note waits for its wake by its place in the line, never by its date: it is dropped
+once its ticket is behind ``woken`` (no wake can note it any more) or past the line's end (forged),
+so a launcher whose clock is an hour off cannot drop it before its wake notes the entry
+(``KeyState.stale``).
+
 A copy that does not claim in that window notes ``landed`` the same way: one that parks again
 (``replaces`` its entry) and one that gives its entry back (``forgo``; only while its ticket is in
 the line and not yet woken, else a forged ticket on an idle key would stay). Without it, a copy
