@@ -209,6 +209,18 @@ def test_a_landed_note_waits_for_its_wake_whatever_the_readers_clock(store):
     assert state.stale(behind) == (entry(0, NOW),)  # noted and landed: any clock drops it
 
 
+@pytest.mark.parametrize("variant", ["landed_dropped_by_clock", "landed_dropped_at_once"])
+def test_a_landed_note_dropped_before_its_wake_is_caught(store, monkeypatch, variant):
+    """The variants (tests/explorer/broken.py): the note judged by the reader's clock (the code
+    before explorer seed 1206004492's fix), or dropped at the next wake whatever it waits for."""
+    from tests.explorer.broken import VARIANTS
+
+    for owner, attr, value in VARIANTS[variant][1]:
+        monkeypatch.setattr(owner, attr, value)
+    with pytest.raises(AssertionError):
+        test_a_landed_note_waits_for_its_wake_whatever_the_readers_clock(store)
+
+
 def test_a_woken_waiter_parked_again_before_its_wake_notes_it_keeps_no_slot(store):
     """The wake sends the waiter, then notes its entry; another launcher receives it in between and
     parks it again (its key's rate had no grant for it). The entry noted after that park must keep no

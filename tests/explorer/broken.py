@@ -234,6 +234,17 @@ def _stale_landed_at_once(self: Any, now: float) -> tuple[str, ...]:
     return tuple(sorted(set(_stale_by_clock(self, now)) | set(self.landed)))
 
 
+def _stale_landed_unbounded(self: Any, now: float) -> tuple[str, ...]:
+    """``KeyState.stale`` at seed 1206004492's fix: every ``landed`` note in the line kept, however
+    many (forged tickets in a line that stands still pile up until the key's item is full)."""
+    lo, hi = now - sluice.core.records.INFLIGHT_SECONDS, now + sluice.core.records.INFLIGHT_SECONDS
+    number, sent_at = sluice.core.records.ticket_number, sluice.core.records.sent_at
+    done = self.inflight & self.landed
+    unnoted = {e for e in self.landed - self.inflight if not self.woken <= number(e) < self.tickets}
+    lapsed = {e for e in self.inflight - self.landed if not lo < sent_at(e) <= hi}
+    return tuple(sorted(done | unnoted | lapsed))
+
+
 def _plain_vanished_unmarked(record: Any, ending: Any, known: frozenset[str]) -> Any:
     if ending.outcome_unknown and not record.once:
         ending = replace(ending, outcome_unknown=False)
@@ -591,6 +602,11 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
     "landed_dropped_at_once": (
         "every landed note dropped at the next wake, before the wake that sent its copy noted it",
         [(sluice.core.records.KeyState, "stale", _stale_landed_at_once)],
+    ),
+    "landed_kept_unbounded": (
+        "every landed note in the line kept, however many: forged tickets forgone in a paused key's "
+        "line pile up in its item (the code between seed 1206004492's fix and its bound)",
+        [(sluice.core.records.KeyState, "stale", _stale_landed_unbounded)],
     ),
     "lane_claim_without_slot": (
         "a claim whose transaction leaves out its lane's slot (test_a_claim_without_its_lane_slot_is_caught)",

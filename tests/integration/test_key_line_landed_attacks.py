@@ -136,6 +136,60 @@ def test_forged_tickets_forgone_on_an_idle_key_do_not_pile_up_in_landed(session)
     )
 
 
+def test_forged_tickets_forgone_in_a_line_that_stands_still_are_kept_to_a_bound(session):
+    """Key a is paused (cap 0) and w waits in its line, so ticket 0 stays in the line. A producer
+    sends run-once copies of a SUCCEEDED payload under key a with forged tickets "0@<ms>": each is
+    ALREADY_DONE and forgoes its entry, which is noted ``landed`` (its ticket is in the line). A
+    ``landed`` note in the line is kept whatever its date (explorer seed 1206004492), so with no
+    bound they piled up for as long as the line stood still: one per message, until the key's item
+    passed DynamoDB's 400 KB and every tick failed on it. At most ``LANDED_KEPT`` stay."""
+    from sluice.core.model import Outcome
+    from sluice.core.records import LANDED_KEPT
+
+    clock = FakeClock()
+    stack = build_stack(session, max_concurrency=10, clock=clock, key_concurrency=1)
+    _run_once_to_success(stack, "p")
+    stack.runtime().store().set_key_cap("a", 0)
+    stack.send({"id": "w"}, group="gw", sluice_concurrency_key="a")
+    stack.runtime().launcher().tick()
+    forged = LANDED_KEPT + 6
+    for i in range(forged):
+        stack.send(
+            {"id": "p"},
+            group=f"f{i}",
+            sluice_once="true",
+            sluice_concurrency_key="a",
+            sluice_key_ticket=f"0@{i}",
+        )
+    forgone = 0
+    while stack.queue_counts() != (0, 0):
+        forgone += stack.runtime().launcher().tick().n(Outcome.ALREADY_DONE)
+    assert forgone == forged, forgone
+    clock.advance(3600)
+    stack.runtime().launcher().tick()  # the sweep wakes key a: nothing to send, the notes judged
+    state = stack.runtime().store().key_state("a")
+    assert (state.woken, state.tickets) == (0, 1)  # the line stood still
+    assert len(state.landed) == LANDED_KEPT, len(state.landed)
+    stack.runtime().store().set_key_cap("a", None)
+    clock.advance(60)
+    stack.runtime().launcher().tick()  # w is sent back and claims
+    stack.runtime().launcher().tick()
+    assert [n.split("-")[0] for n in stack.running()] == ["w"]
+    clock.advance(60)
+    stack.runtime().launcher().tick()
+    assert stack.runtime().store().key_state("a").landed == frozenset()  # behind the line now
+
+
+def test_landed_notes_kept_without_a_bound_are_caught(session, monkeypatch):
+    """The variant ``landed_kept_unbounded`` (tests/explorer/broken.py) fails the test above."""
+    from tests.explorer.broken import VARIANTS
+
+    for owner, attr, value in VARIANTS["landed_kept_unbounded"][1]:
+        monkeypatch.setattr(owner, attr, value)
+    with pytest.raises(AssertionError, match="assert 70 == 64"):
+        test_forged_tickets_forgone_in_a_line_that_stands_still_are_kept_to_a_bound(session)
+
+
 # -- 4. a forged future-dated ticket while the key is full -----------------------------------------
 
 

@@ -58,7 +58,9 @@ def test_the_origin_rule_and_the_resend_before_break_6_are_caught(monkeypatch: p
 
 
 def test_a_ticket_read_with_unicode_digits_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The read before break 7: ``str.isdigit`` takes "²", which ``int`` refuses."""
+    """The read before break 7: ``str.isdigit`` takes "²", which ``int`` refuses. Since a ``landed``
+    note's date is no longer read (explorer seed 1206004492), the note no longer crashes a wake; the
+    forged ticket still passes the line, and its message runs before the one that waited."""
 
     def isdigit_ticket(raw: str) -> str:
         ticket, at, ms = raw.partition("@")
@@ -71,7 +73,7 @@ def test_a_ticket_read_with_unicode_digits_is_caught(monkeypatch: pytest.MonkeyP
     rule = attributes.RULES[TICKET_ATTRIBUTE]
     monkeypatch.setitem(attributes.RULES, TICKET_ATTRIBUTE, replace(rule, check=isdigit_ticket))
     with (
-        pytest.raises(AssertionError, match="crashed on bad input"),
+        pytest.raises(AssertionError, match=r"\['b-"),
         moto_session() as session,
         sqs_rules(session) as rules,
     ):

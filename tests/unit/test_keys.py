@@ -89,6 +89,16 @@ def test_a_landed_note_is_dropped_by_its_place_in_the_line_not_by_its_date():
     assert state.kept(NOW) == 0
 
 
+def test_landed_notes_in_the_line_are_kept_to_a_bound_nearest_the_head_first():
+    from sluice.core.records import LANDED_KEPT
+    from tests.support.docs import DOCS
+
+    notes = [entry(t, NOW + i) for t in (3, 2) for i in range(LANDED_KEPT)]
+    state = KeyState("acme", tickets=4, woken=2, landed=frozenset(notes))
+    assert state.stale(NOW) == tuple(sorted(notes[:LANDED_KEPT]))  # ticket 3's go; ticket 2's stay
+    assert f"at most {LANDED_KEPT} of them" in (DOCS / "protocol.md").read_text()  # the CKEY# row
+
+
 def test_waiters_are_woken_oldest_first_as_far_as_the_room_goes():
     store, queue = MemoryStore(key_concurrency=1), MemoryQueue(clock=FakeClock(NOW))
     claim(store, 0)

@@ -17,6 +17,9 @@ T = TypeVar("T")
 MAX_LANE_LIMIT = 10_000
 POOL_PREFIX = "lane-"
 INFLIGHT_SECONDS = 300.0  # how long a woken waiter's slot is kept for its claim
+# ``landed`` notes a key keeps for wakes still to note them (``KeyState.stale``): its wakers at once
+# times their batch is the most a key meets; a producer's forged tickets pile up past it.
+LANDED_KEPT = 64
 # A ticket and the time it was sent back, in ASCII digits ("²".isdigit() is True, int("²") raises).
 TICKET_PATTERN = re.compile(r"([0-9]{1,18})@([0-9]{1,18})", re.ASCII)
 
@@ -114,11 +117,18 @@ class KeyState:
                                              receive M, claim: landed += e
                                              wake k: e "ahead" → drop e      ✗ (now: t ≥ woken, kept)
             woken += 1, inflight += e        (e keeps a slot: not in landed)
+
+        At most ``LANDED_KEPT`` of them, nearest the head of the line first: copies with forged
+        tickets in a line that stands still (a paused key) each give their entry back, and each is
+        noted; kept all, they would fill the key's item. One dropped too soon costs what a date
+        did: an entry noted after it keeps a slot for nobody for ``INFLIGHT_SECONDS``.
         """
         done = self.inflight & self.landed
-        unnoted = {
-            e for e in self.landed - self.inflight if not self.woken <= ticket_number(e) < self.tickets
-        }
+        waiting = sorted(
+            (e for e in self.landed - self.inflight if self.woken <= ticket_number(e) < self.tickets),
+            key=lambda e: (ticket_number(e), sent_at(e), e),
+        )
+        unnoted = self.landed - self.inflight - set(waiting[:LANDED_KEPT])
         lapsed = {
             e
             for e in self.inflight - self.landed

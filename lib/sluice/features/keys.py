@@ -66,8 +66,9 @@ so that the entry noted after it keeps no slot:
 
 A ``landed`` note waits for its wake by its place in the line, never by its date: it is dropped
 once its ticket is behind ``woken`` (no wake can note it any more) or past the line's end (forged),
-so a launcher whose clock is an hour off cannot drop it before its wake notes the entry
-(``KeyState.stale``).
+so a launcher whose clock is an hour off cannot drop it before its wake notes the entry. At most
+``LANDED_KEPT`` are kept, nearest the head first: forged tickets given back in a line that stands
+still would otherwise fill the key's item (``KeyState.stale``).
 
 A copy that does not claim in that window notes ``landed`` the same way: one that parks again
 (``replaces`` its entry) and one that gives its entry back (``forgo``; only while its ticket is in
