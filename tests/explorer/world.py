@@ -12,6 +12,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+import moto.sqs.models
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.dynamodb.models import dynamodb_backends
 from moto.moto_api._internal import mock_random
@@ -173,11 +174,12 @@ class ExplorerWorld(World):
         total = 0
         for url in [urls[lane]] if lane is not None else list(urls.values()):
             queue = backend.get_queue(url.rsplit("/", 1)[-1])
-            total += (
-                queue.approximate_number_of_messages
-                + queue.approximate_number_of_messages_not_visible
-                + queue.approximate_number_of_messages_delayed
-            )
+            # moto's three counts in one pass, its clock read once: visible and not delayed, not
+            # visible, delayed (a message in flight and delayed counts twice, as in moto).
+            now = moto.sqs.models.unix_time_millis()
+            for m in queue._messages:
+                visible, delayed = now > m.visible_at, now < m.delayed_until
+                total += (visible and not delayed) + (not visible) + delayed
             mock_random.get_random_string(length=52)  # gen_amzn_requestid_long's draw
         return total
 
