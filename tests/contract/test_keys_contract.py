@@ -4,6 +4,8 @@ adoption move the key's holders, the line hands out tickets in order."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from sluice.core.errors import KeyFull, LeaseHeld
@@ -360,3 +362,64 @@ def test_a_fair_newcomer_claims_only_while_nobody_waits_and_has_no_default_cap(s
     with pytest.raises(KeyFull):
         claim(store, "k2", "n2", limit=50, message_id="m-2", ckey="tenant", fair_newcomer=True, uncapped=True)
     assert store.execution("n2") is None and "n2" not in store.ledger().holders
+
+
+def test_a_park_whose_answer_is_lost_is_known_parked_though_its_payload_parked_again_since(session):
+    """Explorer seed 1206101088: a tick parks message m1 of payload p (ticket 0) and the answer is
+    lost; before it reads where p waits, another launcher parks m2, another message of p (ticket 1).
+    The index by payload (``KWAITOF#p``) now names m2's place, so the tick took its park for not
+    landed and handed m1 back to the queue, where it spent receives while it waited. The line's
+    own item for the ticket says whose it is."""
+    from botocore.exceptions import ReadTimeoutError
+
+    from sluice.adapters.dynamo.store import DynamoStore, create_table
+    from sluice.adapters.memory.aws import MemoryQueue
+    from sluice.core.clock import FakeClock
+    from sluice.core.model import Message, Payload
+    from sluice.features import keys
+    from tests.contract.stores import RETENTION
+
+    client = session.client("dynamodb")
+    create_table(client, "contract")
+    store = DynamoStore(client, "contract", retention_seconds=RETENTION, slots_per_shard=2)
+    store.key_concurrency = 1
+    keyed(store, "p0", "n0")  # the key is full: the wakes send nothing
+    fired: list[str] = []
+    parking: list[bool] = []
+
+    def note_the_park(params, **_):
+        first = params["TransactItems"][0].get("Update", {})
+        names = first.get("ExpressionAttributeNames", {})
+        parking.append(first.get("Key") == {"pk": {"S": "CKEY#tenant"}} and "#tickets" in names)
+
+    def lose_the_first_park(**_):
+        if fired or not parking.pop():
+            return
+        fired.append("lost")
+        assert store.park_for_key(replace(waiter(2), key="p", message_id="m2"), tickets=1)
+        raise ReadTimeoutError(endpoint_url="https://dynamodb")
+
+    client.meta.events.register("before-parameter-build.dynamodb.TransactWriteItems", note_the_park)
+    client.meta.events.register("after-call.dynamodb.TransactWriteItems", lose_the_first_park)
+    message = Message(message_id="m1", receipt_handle="r", body='{"id": "p"}', group_id="g")
+    ticket = keys.wait(
+        store=store,
+        queue=MemoryQueue(clock=FakeClock(NOW)),
+        payload=Payload("p", message.body, message),
+        ckey="tenant",
+        now=NOW,
+    )
+    assert fired == ["lost"]
+    assert ticket == 0
+    assert [(w.ticket, w.message_id) for w in store.key_waiters("tenant", range(2))] == [(0, "m1"), (1, "m2")]
+
+
+def test_a_lost_park_judged_by_the_payloads_index_is_caught(session, monkeypatch):
+    """The variant ``park_checked_by_the_payloads_index`` (tests/explorer/broken.py) fails the test above."""
+    from sluice.core.errors import TransientError
+    from tests.explorer.broken import VARIANTS
+
+    for owner, attr, value in VARIANTS["park_checked_by_the_payloads_index"][1]:
+        monkeypatch.setattr(owner, attr, value)
+    with pytest.raises(TransientError):
+        test_a_park_whose_answer_is_lost_is_known_parked_though_its_payload_parked_again_since(session)

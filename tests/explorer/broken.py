@@ -23,6 +23,7 @@ import sluice.adapters.dynamo.claims
 import sluice.adapters.dynamo.launch_slots
 import sluice.adapters.dynamo.records
 import sluice.adapters.dynamo.release
+import sluice.core.errors
 import sluice.core.model
 import sluice.core.names
 import sluice.core.records
@@ -243,6 +244,19 @@ def _stale_landed_unbounded(self: Any, now: float) -> tuple[str, ...]:
     unnoted = {e for e in self.landed - self.inflight if not self.woken <= number(e) < self.tickets}
     lapsed = {e for e in self.inflight - self.landed if not lo < sent_at(e) <= hi}
     return tuple(sorted(done | unnoted | lapsed))
+
+
+def _park_checked_by_the_payloads_index(store: Any, waiter: Any, *, replaces: Any, fair: Any) -> bool:
+    """``keys._park`` before seed 1206101088's fix: a park whose answer was lost is known landed by
+    the payload's index (``KWAITOF#<key>``), which a later park of another message of it rewrites."""
+    try:
+        return store.park_for_key(waiter, tickets=waiter.ticket, replaces=replaces, fair=fair)
+    except sluice.core.errors.TransientError:
+        place = store.key_wait_of(waiter.key)
+        mine = (waiter.ckey, waiter.ticket, waiter.message_id)
+        if place is None or (place.ckey, place.ticket, place.message_id) != mine:
+            raise
+        return True
 
 
 def _plain_vanished_unmarked(record: Any, ending: Any, known: frozenset[str]) -> Any:
@@ -607,6 +621,11 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
         "every landed note in the line kept, however many: forged tickets forgone in a paused key's "
         "line pile up in its item (the code between seed 1206004492's fix and its bound)",
         [(sluice.core.records.KeyState, "stale", _stale_landed_unbounded)],
+    ),
+    "park_checked_by_the_payloads_index": (
+        "a park whose answer was lost judged by the payload's index, which another message of the "
+        "payload parked since rewrote: the parked message handed back (the code before seed 1206101088's fix)",
+        [(sluice.features.keys, "_park", _park_checked_by_the_payloads_index)],
     ),
     "lane_claim_without_slot": (
         "a claim whose transaction leaves out its lane's slot (test_a_claim_without_its_lane_slot_is_caught)",

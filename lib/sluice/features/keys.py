@@ -310,12 +310,14 @@ def _park(store: KeyStore, waiter: KeyWaiter, *, replaces: str | None, fair: str
     except TransientError:
         # The answer was lost (a read timeout): the park may have landed. Parked, the message is
         # done and is deleted: handed back, it would be received while it waits. One consistent
-        # read of the payload's place says. Unsure (the read fails too, or the write lands after
-        # it), the error stands and the message returns to the queue, as after a crash between
-        # the park and the delete: received, it parks again and its second place is a duplicate.
-        place = store.key_wait_of(waiter.key)
-        mine = (waiter.ckey, waiter.ticket, waiter.message_id)
-        if place is None or (place.ckey, place.ticket, place.message_id) != mine:
+        # read of the line's item for the ticket says: the park took that ticket, or another
+        # parker did (the payload's own index, ``key_wait_of``, may name a later park of another
+        # message of the payload: explorer seed 1206101088). Unsure (the read fails too, the write
+        # lands after it, or a wake sent the waiter already), the error stands and the message
+        # returns to the queue, as after a crash between the park and the delete: received, it
+        # parks again and its second place is a duplicate.
+        placed = store.key_waiters(waiter.ckey, [waiter.ticket])
+        if [w.message_id for w in placed] != [waiter.message_id]:
             raise
         return True
 
