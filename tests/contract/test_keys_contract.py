@@ -414,6 +414,69 @@ def test_a_park_whose_answer_is_lost_is_known_parked_though_its_payload_parked_a
     assert [(w.ticket, w.message_id) for w in store.key_waiters("tenant", range(2))] == [(0, "m1"), (1, "m2")]
 
 
+def test_a_lost_park_refused_for_another_payloads_message_of_the_same_origin_returns_it(session):
+    """Two payloads' messages carry one origin (a producer's ``sluice-origin-message-id``, well
+    formed). Launcher L1 parks A (payload pA) as ticket 0 just before L2's park of B (payload pB)
+    reaches DynamoDB: B's is refused, and its answer is lost. The line's item for ticket 0 has B's
+    message id; judged by it alone, B was taken for parked and deleted, and pB never ran. Its
+    payload key says it is A's: B goes back to the queue."""
+    from botocore.exceptions import ReadTimeoutError
+
+    from sluice.adapters.dynamo.store import DynamoStore, create_table
+    from sluice.adapters.memory.aws import MemoryQueue
+    from sluice.core.clock import FakeClock
+    from sluice.core.errors import TransientError
+    from sluice.core.model import Message, Payload
+    from sluice.core.names import ORIGIN_ATTRIBUTE
+    from sluice.features import keys
+    from tests.contract.stores import RETENTION
+
+    client = session.client("dynamodb")
+    create_table(client, "contract")
+    store = DynamoStore(client, "contract", retention_seconds=RETENTION, slots_per_shard=2)
+    store.key_concurrency = 1
+    keyed(store, "p0", "n0")  # the key is full
+    fired: list[str] = []
+    parking: list[bool] = []
+
+    def note_the_park(params, **_):
+        first = params["TransactItems"][0].get("Update", {})
+        names = first.get("ExpressionAttributeNames", {})
+        parking.append(first.get("Key") == {"pk": {"S": "CKEY#tenant"}} and "#tickets" in names)
+
+    def another_launcher_parks_a_first(**_):
+        if fired or not parking[-1]:
+            return
+        fired.append("A parked")
+        assert store.park_for_key(replace(waiter(1), key="pA", message_id="X"), tickets=0)
+
+    def lose_the_answer(**_):
+        if fired == ["A parked"]:
+            fired.append("lost")
+            raise ReadTimeoutError(endpoint_url="https://dynamodb")
+
+    client.meta.events.register("before-parameter-build.dynamodb.TransactWriteItems", note_the_park)
+    client.meta.events.register("before-call.dynamodb.TransactWriteItems", another_launcher_parks_a_first)
+    client.meta.events.register("after-call.dynamodb.TransactWriteItems", lose_the_answer)
+    b = Message(
+        message_id="sqs-b",
+        receipt_handle="r",
+        body='{"id": "pB"}',
+        group_id="gB",
+        attributes={ORIGIN_ATTRIBUTE: "X", "sluice-concurrency-key": "tenant"},
+    )
+    with pytest.raises(TransientError):
+        keys.wait(
+            store=store,
+            queue=MemoryQueue(clock=FakeClock(NOW)),
+            payload=Payload("pB", b.body, b),
+            ckey="tenant",
+            now=NOW,
+        )
+    assert fired == ["A parked", "lost"]
+    assert [(w.ticket, w.key) for w in store.key_waiters("tenant", range(3))] == [(0, "pA")]
+
+
 def test_a_lost_park_judged_by_the_payloads_index_is_caught(session, monkeypatch):
     """The variant ``park_checked_by_the_payloads_index`` (tests/explorer/broken.py) fails the test above."""
     from sluice.core.errors import TransientError
@@ -423,3 +486,13 @@ def test_a_lost_park_judged_by_the_payloads_index_is_caught(session, monkeypatch
         monkeypatch.setattr(owner, attr, value)
     with pytest.raises(TransientError):
         test_a_park_whose_answer_is_lost_is_known_parked_though_its_payload_parked_again_since(session)
+
+
+def test_a_lost_park_judged_by_its_message_id_alone_is_caught(session, monkeypatch):
+    """The variant ``park_checked_by_message_id_alone`` (tests/explorer/broken.py) fails the test above."""
+    from tests.explorer.broken import VARIANTS
+
+    for owner, attr, value in VARIANTS["park_checked_by_message_id_alone"][1]:
+        monkeypatch.setattr(owner, attr, value)
+    with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
+        test_a_lost_park_refused_for_another_payloads_message_of_the_same_origin_returns_it(session)

@@ -259,6 +259,17 @@ def _park_checked_by_the_payloads_index(store: Any, waiter: Any, *, replaces: An
         return True
 
 
+def _park_checked_by_message_id_alone(store: Any, waiter: Any, *, replaces: Any, fair: Any) -> bool:
+    """``keys._park`` at seed 1206101088's fix: a lost park judged by the message id in the line's
+    item alone, which another payload's message may carry (a producer's origin)."""
+    try:
+        return store.park_for_key(waiter, tickets=waiter.ticket, replaces=replaces, fair=fair)
+    except sluice.core.errors.TransientError:
+        if [w.message_id for w in store.key_waiters(waiter.ckey, [waiter.ticket])] != [waiter.message_id]:
+            raise
+        return True
+
+
 def _plain_vanished_unmarked(record: Any, ending: Any, known: frozenset[str]) -> Any:
     if ending.outcome_unknown and not record.once:
         ending = replace(ending, outcome_unknown=False)
@@ -626,6 +637,11 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
         "a park whose answer was lost judged by the payload's index, which another message of the "
         "payload parked since rewrote: the parked message handed back (the code before seed 1206101088's fix)",
         [(sluice.features.keys, "_park", _park_checked_by_the_payloads_index)],
+    ),
+    "park_checked_by_message_id_alone": (
+        "a park whose answer was lost judged by the message id in the line's item alone: another "
+        "payload's message of the same origin took the ticket, and the refused one is deleted",
+        [(sluice.features.keys, "_park", _park_checked_by_message_id_alone)],
     ),
     "lane_claim_without_slot": (
         "a claim whose transaction leaves out its lane's slot (test_a_claim_without_its_lane_slot_is_caught)",

@@ -192,13 +192,15 @@ def test_a_park_whose_answer_is_lost_is_deleted_and_parked_once(stack):
 
 @dataclass
 class ThrottledPlace(Fault):
-    """Refuse the first read of a payload's place in a key's line (``KWAITOF#``)."""
+    """Refuse the first read of a parker's place in a key's line (the line's item for its ticket,
+    ``KWAIT#<key>#<ticket>``, read alone)."""
 
     fired: int = 0
 
     def before(self, injector: Any, call: Any) -> Any:
-        pk = call.params.get("Key", {}).get("pk", {}).get("S", "")
-        if self.fired or call.operation != "GetItem" or not pk.startswith("KWAITOF#"):
+        keys = [k for t in call.params.get("RequestItems", {}).values() for k in t.get("Keys", [])]
+        alone = len(keys) == 1 and keys[0]["pk"]["S"].startswith("KWAIT#")
+        if self.fired or call.operation != "BatchGetItem" or not alone:
             return None
         self.fired += 1
         return throttled(call.service)

@@ -235,6 +235,8 @@ class Model:
         # physical message id -> (container, message id): a copy whose message that container parked
         # in a key's line; it must be deleted, not returned, so that it spends no receives while it waits
         self.key_parked_copies: dict[str, tuple[str, str]] = {}
+        # (container, "KWAIT#<key>#<ticket>") -> the message it parked there (``_place_unknown``)
+        self.key_park_places: dict[tuple[str, str], str] = {}
         # physical message id -> every copy of its message that container held when it parked it: a
         # copy returned to the queue breaks nothing while another of them may be the one parked
         self.park_siblings: dict[str, set[str]] = {}
@@ -506,16 +508,19 @@ class Model:
             self._place_unknown(call)
 
     def _place_unknown(self, call: Call) -> None:
-        """A parker's read of its payload's place in a key's line (``KWAITOF#``, made only after its
-        park's answer was lost) failed: it cannot know that it parked, so it returns the message, as
-        after a crash between the park and the delete (docs/protocol.md). That return is no breach."""
-        pk = call.params.get("Key", {}).get("pk", {}).get("S", "")
-        if call.operation != "GetItem" or not pk.startswith("KWAITOF#"):
+        """A parker's read of its place in a key's line (the line's item for its ticket,
+        ``KWAIT#<key>#<ticket>``, read after its park's answer was lost) failed: it cannot know that
+        it parked, so it returns the message, as after a crash between the park and the delete
+        (docs/protocol.md). That return is no breach. (A wake's read of one waiter it parked itself
+        excuses its copies too: that parker deletes them all the same.)"""
+        if call.operation != "BatchGetItem":
             return
-        key = pk.removeprefix("KWAITOF#")
-        for physical, (container, message_id) in list(self.key_parked_copies.items()):
-            sent = self.sent.get(message_id)
-            if container == call.container and sent is not None and sent.key == key:
+        keys = [k for t in call.params.get("RequestItems", {}).values() for k in t.get("Keys", [])]
+        if len(keys) != 1 or not keys[0].get("pk", {}).get("S", "").startswith("KWAIT#"):
+            return
+        message_id = self.key_park_places.get((call.container, keys[0]["pk"]["S"]))
+        for physical, (container, parked) in list(self.key_parked_copies.items()):
+            if container == call.container and parked == message_id:
                 del self.key_parked_copies[physical]
 
     def _on_receive(self, call: Call, parsed: dict[str, Any]) -> None:
@@ -758,6 +763,7 @@ class Model:
             item = entry.get("Put", {}).get("Item", {})
             if item.get("pk", {}).get("S", "").startswith("KWAIT#"):
                 message_id = self.logical(item["message_id"]["S"])
+                self.key_park_places[(call.container, item["pk"]["S"])] = message_id
                 self.parked.add(message_id)
                 self.key_parked.add(message_id)
                 self.key_parks += 1

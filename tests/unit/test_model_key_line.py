@@ -1,7 +1,7 @@
 """The reference model (tests/support/model.py) holds a parker to "no receive while parked": a
 message it parked in its key's line and then returned to the queue is a broken promise, unless its
-read of the payload's place after a lost park answer failed too (it cannot know it parked:
-docs/protocol.md), and only for that container and that payload. When the parker holds two copies
+read of its place (the line's item for its ticket) after a lost park answer failed too (it cannot
+know it parked: docs/protocol.md), and only for that container and that place. When the parker holds two copies
 of one message (a parker died before its delete, and the woken copy came back beside the
 original), returning one of them while it deletes the other breaks nothing."""
 
@@ -34,8 +34,9 @@ def parked_by_a() -> Model:
     return m
 
 
-def place_read(container: str, key: str = "p") -> Call:
-    return Call(container, "dynamodb", "GetItem", "read", {"Key": {"pk": {"S": f"KWAITOF#{key}"}}})
+def place_read(container: str, place: str = "KWAIT#k#0") -> Call:
+    items = {"t": {"Keys": [{"pk": {"S": place}}], "ConsistentRead": True}}
+    return Call(container, "dynamodb", "BatchGetItem", "read", {"RequestItems": items})
 
 
 def returned(m: Model) -> list[str]:
@@ -56,12 +57,12 @@ def test_a_return_after_the_parkers_place_read_failed_is_accepted(failed):
     if failed == "refused":
         m.saw(place_read("A"), 400, {"Error": {"Code": "ThrottlingException"}})
     else:
-        m.saw(place_read("A"), 200, {"Item": {}})
+        m.saw(place_read("A"), 200, {"Responses": {"t": []}})
         m.answer_lost(place_read("A"))
     assert returned(m) == []
 
 
-@pytest.mark.parametrize("read", [place_read("B"), place_read("A", key="q")])
+@pytest.mark.parametrize("read", [place_read("B"), place_read("A", place="KWAIT#k#1")])
 def test_a_failed_read_of_another_containers_or_payloads_place_excuses_nothing(read):
     m = parked_by_a()
     m.saw(read, 400, {"Error": {"Code": "ThrottlingException"}})

@@ -312,12 +312,13 @@ def _park(store: KeyStore, waiter: KeyWaiter, *, replaces: str | None, fair: str
         # done and is deleted: handed back, it would be received while it waits. One consistent
         # read of the line's item for the ticket says: the park took that ticket, or another
         # parker did (the payload's own index, ``key_wait_of``, may name a later park of another
-        # message of the payload: explorer seed 1206101088). Unsure (the read fails too, the write
-        # lands after it, or a wake sent the waiter already), the error stands and the message
-        # returns to the queue, as after a crash between the park and the delete: received, it
-        # parks again and its second place is a duplicate.
+        # message of the payload: explorer seed 1206101088). Its message id and payload key both:
+        # a producer may give two payloads' messages one origin. Unsure (the read fails too, the
+        # write lands after it, or a wake sent the waiter already), the error stands and the
+        # message returns to the queue, as after a crash between the park and the delete:
+        # received, it parks again and its second place is a duplicate.
         placed = store.key_waiters(waiter.ckey, [waiter.ticket])
-        if [w.message_id for w in placed] != [waiter.message_id]:
+        if [(w.message_id, w.key) for w in placed] != [(waiter.message_id, waiter.key)]:
             raise
         return True
 
