@@ -237,6 +237,9 @@ class ExplorerModel(Model):
         super()._on_release(call, parsed)
         for name in sorted(before - self.holders):
             if name in self.unadopted_redrive and name in self.running:
+                # Its adoption from before the redrive ends with this release (explorer seed
+                # 1206201057: still counted as adopted, it was blamed on the key's next claim).
+                self.adopted_at.pop(name, None)
                 self._went_outside(name)
             elif name in self.redriven_held and any(name in runs for runs in self.succeeded_runs.values()):
                 # Redriven while held and SUCCEEDED before this release, which wrote the earlier end

@@ -25,3 +25,35 @@ def test_a_redriven_execution_released_before_is_outside_until_adopted():
     m.holders.discard("n1")  # its release gave the slot back
     m.running_again("n1")
     assert "n1" in m.running and "n1" in m.outside
+
+
+def test_an_adopted_run_redriven_while_held_and_released_on_its_earlier_end_is_outside_and_not_adopted():
+    """Explorer seed 1206201057: an adopted run ended, the operator redrove it while Sluice still held
+    it, and the completion then released it on the end it had read before the redrive. The run is
+    outside Sluice from that release; its old adoption no longer counts it against its key's next
+    claim (it counted, and the model blamed that claim for the key's cap)."""
+    from tests.explorer.world import ExplorerModel
+    from tests.support.steps import Call
+
+    def slot(verb: str) -> dict:
+        expression = "SET holders.#n = :now" if verb == "take" else "REMOVE holders.#n"
+        update = {
+            "Key": {"pk": {"S": "SLOTS#launcher#0"}},
+            "UpdateExpression": expression,
+            "ExpressionAttributeNames": {"#n": "n1"},
+        }
+        return {"TransactItems": [{"Update": update}]}
+
+    m = model()
+    m.__class__ = ExplorerModel
+    send(m, "m1", "p0")
+    claim(m, "n1", "m1")
+    m.ended("n1", "FAILED")
+    m.holders.discard("n1")  # released on its failure
+    m.running_again("n1")  # redriven: outside
+    m.saw(Call("C", "dynamodb", "TransactWriteItems", "adopt", slot("take")), 200, {})
+    assert "n1" in m.adopted_at and "n1" not in m.outside
+    m.ended("n1", "TIMED_OUT")
+    m.running_again("n1")  # redriven again while its adoption holds it
+    m.saw(Call("A", "dynamodb", "TransactWriteItems", "release", slot("give")), 200, {})
+    assert "n1" in m.outside and "n1" not in m.adopted_at
