@@ -103,8 +103,11 @@ def pytest_collection_modifyitems(config, items):
     worker is free."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
-    # The tests marked slow are handed out first, so that no worker is left running one at the end.
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    # The tests marked slow or deploy are handed out first, so that no worker is left running one at
+    # the end while the others have nothing left.
+    items.sort(
+        key=lambda item: item.get_closest_marker("slow") is None and item.get_closest_marker("deploy") is None
+    )
     for item in items:
         info = getattr(item, "_fixtureinfo", None)
         defs = info.name2fixturedefs.values() if info is not None else ()

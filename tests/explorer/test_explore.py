@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.slow  # explorer runs of a few seconds each: handed out first (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 100
 # A run is a function of its seed and its draws only where strings hash as the explorer's do.
