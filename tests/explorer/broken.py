@@ -270,6 +270,24 @@ def _park_checked_by_message_id_alone(store: Any, waiter: Any, *, replaces: Any,
         return True
 
 
+def _settle_ended_unconfirmed(self: Any, name: str, info: Any) -> None:
+    """``MessageBranches._settle_ended`` before seed 1206301599's fix: the end is not judged again
+    against the record the release reads (a redrive and its adoption since the answer)."""
+    sluice.launch.message_branches.complete(
+        store=self.ctx.store,
+        queue=self.ctx.queue,
+        name=name,
+        state=sluice.core.model.PayloadState.after(info.status),
+        now=self.ctx.clock.now(),
+        error=info.error,
+        cause=info.cause,
+        ended_at=info.stop_date,
+        started_at=info.start_date,
+        output=sluice.launch.message_branches.output_from(info.output, self.ctx.outputs),
+        effects=self.ctx.effects,
+    )
+
+
 def _plain_vanished_unmarked(record: Any, ending: Any, known: frozenset[str]) -> Any:
     if ending.outcome_unknown and not record.once:
         ending = replace(ending, outcome_unknown=False)
@@ -642,6 +660,11 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
         "a park whose answer was lost judged by the message id in the line's item alone: another "
         "payload's message of the same origin took the ticket, and the refused one is deleted",
         [(sluice.features.keys, "_park", _park_checked_by_message_id_alone)],
+    ),
+    "settle_unconfirmed": (
+        "a duplicate check's settle of a holder it read as ended releases it though it was redriven "
+        "and adopted since the answer (the code before seed 1206301599's fix)",
+        [(sluice.launch.message_branches.MessageBranches, "_settle_ended", _settle_ended_unconfirmed)],
     ),
     "lane_claim_without_slot": (
         "a claim whose transaction leaves out its lane's slot (test_a_claim_without_its_lane_slot_is_caught)",

@@ -421,3 +421,57 @@ def test_an_adoption_judged_by_any_clock_is_caught(session, monkeypatch, judge):
         monkeypatch.setattr(owner, attr, value)
     with pytest.raises(AssertionError):
         test_a_judge_ahead_of_the_adopter_believes_a_stale_end_of_a_young_adoption(session, judge, 3600, 10)
+
+
+def test_a_duplicate_check_that_read_an_end_before_a_redrive_and_its_adoption_releases_nothing(session):
+    """Explorer seed 1206301599 (a long swarm run; the code of a453497 failed it the same way).
+    e1 of key k FAILED, its event not yet applied; m2, another message of k, arrives.
+
+        tick A                               meanwhile
+        claim m2: refused (e1 holds k)
+        DescribeExecution(e1): FAILED
+                                             e1's event releases it; the operator redrives e1;
+                                             a reconciliation adopts e1 (RUNNING again)
+        settle e1 as ended → released ✗     (an end from before the redrive, of a young adoption)
+        claim m2 ✓, start: two runs of k
+
+    The settle re-judges the end against the record its release reads: an adopted run's end from
+    before its redrive, or any end but a success within the window of its adoption, releases
+    nothing (``MessageBranches._holder_ended``), and m2 waits behind e1."""
+    clock = FakeClock()
+    stack = build_stack(session, max_concurrency=5, clock=clock)
+    stack.send({"id": "k", "n": 1}, group="a")
+    stack.launcher().tick()
+    (e1,) = stack.running()
+    clock.advance(5)
+    event = finish_at(stack, e1, "FAILED")  # its event on the way
+    clock.advance(5)
+    stack.send({"id": "k", "n": 2}, group="b")
+    fired: list[str] = []
+
+    def redriven_and_adopted(**kwargs: Any) -> None:
+        if fired or kwargs.get("model").name != "DescribeExecution":
+            return
+        fired.append("described")
+        assert settle(stack.runtime(), event)  # released on its event
+        redrive(stack, e1)
+        stack.launcher().tick()  # another launcher's reconciliation adopts it
+        assert stack.runtime().store().payload("k").holder == e1
+        fired.append("adopted")
+
+    a = stack.runtime()
+    a.client("stepfunctions").meta.events.register("after-call.sfn.DescribeExecution", redriven_and_adopted)
+    a.launcher().tick()
+    assert fired == ["described", "adopted"]
+    assert running_of_key(stack, "k") == [e1]  # m2 did not start beside the redriven e1
+    assert stack.runtime().store().payload("k").holder == e1
+
+
+def test_a_settle_that_does_not_judge_the_end_again_is_caught(session, monkeypatch):
+    """The variant ``settle_unconfirmed`` (tests/explorer/broken.py) fails the test above."""
+    from tests.explorer.broken import VARIANTS
+
+    for owner, attr, value in VARIANTS["settle_unconfirmed"][1]:
+        monkeypatch.setattr(owner, attr, value)
+    with pytest.raises(AssertionError, match="Left contains one more item"):
+        test_a_duplicate_check_that_read_an_end_before_a_redrive_and_its_adoption_releases_nothing(session)

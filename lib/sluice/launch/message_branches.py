@@ -112,10 +112,21 @@ class MessageBranches:
         return not self._adopted_within_the_window(record)
 
     def _settle_ended(self, name: str, info: ExecutionInfo) -> None:
-        """Release ``name``, whose run Step Functions says ended, as its status event would."""
+        """Release ``name``, whose run Step Functions says ended, as its status event would. The
+        end is judged again against the record the release reads: the run may have been redriven
+        and adopted since the answer (explorer seed 1206301599)::
+
+            tick A                               meanwhile
+            claim m2 of k: refused (e1 holds k)
+            DescribeExecution(e1): FAILED
+                                                 e1 released, redriven, adopted (RUNNING again)
+            release e1 on that FAILED   ✗        (now: its adoption is young, nothing released)
+            claim m2, start: two runs of k
+        """
         complete(
             store=self.ctx.store,
             queue=self.ctx.queue,
+            confirm=lambda record: self._holder_ended(info, record),
             name=name,
             state=PayloadState.after(info.status),
             now=self.ctx.clock.now(),
