@@ -288,6 +288,23 @@ def _settle_ended_unconfirmed(self: Any, name: str, info: Any) -> None:
     )
 
 
+def _record_condition_without_adoption(record: Any, fence: Any, named: dict[str, Any]) -> str:
+    """``release._record_condition`` before the adoption was held as read: an adoption between a
+    release's read and its write is released on an end judged against the record before it."""
+    r = sluice.adapters.dynamo.release
+    condition = r.LIVE_RECORD
+    if fence is not None:
+        condition = r.FENCED_CLAIM
+        named.update(r.values(version=fence.claim_version))
+        if fence.suspect_since is not None:
+            condition += r.SAME_MARK
+            named.update(r.values(suspect=fence.suspect_since))
+    if not record.parked:
+        return condition + r.NONE_PARKED
+    named[":nparked"] = {"N": str(len(record.parked))}
+    return condition + r.PARKED_AS_READ
+
+
 def _plain_vanished_unmarked(record: Any, ending: Any, known: frozenset[str]) -> Any:
     if ending.outcome_unknown and not record.once:
         ending = replace(ending, outcome_unknown=False)
@@ -665,6 +682,11 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
         "a duplicate check's settle of a holder it read as ended releases it though it was redriven "
         "and adopted since the answer (the code before seed 1206301599's fix)",
         [(sluice.launch.message_branches.MessageBranches, "_settle_ended", _settle_ended_unconfirmed)],
+    ),
+    "release_ignores_adoption": (
+        "a release whose record condition does not hold the adoption as read: one adopted between "
+        "its read and its write is released (a helper's attack on seed 1206301599's fix)",
+        [(sluice.adapters.dynamo.release, "_record_condition", _record_condition_without_adoption)],
     ),
     "lane_claim_without_slot": (
         "a claim whose transaction leaves out its lane's slot (test_a_claim_without_its_lane_slot_is_caught)",

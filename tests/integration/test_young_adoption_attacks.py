@@ -467,6 +467,71 @@ def test_a_duplicate_check_that_read_an_end_before_a_redrive_and_its_adoption_re
     assert stack.runtime().store().payload("k").holder == e1
 
 
+def _release_of(params: dict[str, Any], name: str) -> bool:
+    return any(
+        (u := i.get("Update"))
+        and u["Key"]["pk"]["S"] == f"EXEC#{name}"
+        and "ended_at" in u["UpdateExpression"]
+        for i in params.get("TransactItems", [])
+    )
+
+
+def test_an_adoption_between_the_releases_read_and_its_write_is_not_released(session, monkeypatch):
+    """A helper's attack on the fix above: the adoption lands after the release read e1's record
+    (not adopted: nothing to judge again) and before its transaction, on e1's old slot shard, so
+    the slot, the lease and the record's state all still read as e1's::
+
+        tick A                                   meanwhile
+        claim m2 of k: refused (e1 holds k); DescribeExecution(e1): FAILED
+        release(e1): reads EXEC#e1, not adopted
+                                                 e1 released on its event; redriven; adopted
+        TransactWriteItems: released ✗          → m2 claimed and started beside e1
+
+    The release's record condition holds the adoption as read (``NOT_ADOPTED``): refused, it reads
+    again, and the end is judged against the adopted record."""
+    import sluice.adapters.dynamo.slots as dynamo_slots
+
+    clock = FakeClock()
+    stack = build_stack(session, max_concurrency=5, clock=clock)
+    stack.send({"id": "k", "n": 1}, group="a")
+    stack.launcher().tick()
+    (e1,) = stack.running()
+    old_shard = stack.runtime().store().execution(e1).shard
+    clock.advance(5)
+    event = finish_at(stack, e1, "FAILED")  # its event on the way
+    clock.advance(5)
+    stack.send({"id": "k", "n": 2}, group="b")
+    fired: list[str] = []
+    real = dynamo_slots.candidates
+
+    def adopted_before_the_write(**kwargs: Any) -> None:
+        if fired or not _release_of(kwargs["params"], e1):
+            return
+        fired.append("release write")
+        assert settle(stack.runtime(), event)  # released on its event
+        redrive(stack, e1)
+        # the adoption's shard pick lands on e1's old shard (about one in the shards, unforced)
+        monkeypatch.setattr(
+            dynamo_slots,
+            "candidates",
+            lambda view, rng: sorted(real(view, rng), key=lambda s: s != old_shard),
+        )
+        stack.launcher().tick()  # another launcher's reconciliation adopts it
+        monkeypatch.setattr(dynamo_slots, "candidates", real)
+        adopted = stack.runtime().store().execution(e1)
+        assert adopted.adopted_at is not None and adopted.shard == old_shard
+        fired.append("adopted")
+
+    a = stack.runtime()
+    a.client("dynamodb").meta.events.register(
+        "before-parameter-build.dynamodb.TransactWriteItems", adopted_before_the_write
+    )
+    a.launcher().tick()
+    assert fired == ["release write", "adopted"]
+    assert running_of_key(stack, "k") == [e1]
+    assert stack.runtime().store().payload("k").holder == e1
+
+
 def test_a_settle_that_does_not_judge_the_end_again_is_caught(session, monkeypatch):
     """The variant ``settle_unconfirmed`` (tests/explorer/broken.py) fails the test above."""
     from tests.explorer.broken import VARIANTS
@@ -475,3 +540,13 @@ def test_a_settle_that_does_not_judge_the_end_again_is_caught(session, monkeypat
         monkeypatch.setattr(owner, attr, value)
     with pytest.raises(AssertionError, match="Left contains one more item"):
         test_a_duplicate_check_that_read_an_end_before_a_redrive_and_its_adoption_releases_nothing(session)
+
+
+def test_a_release_that_does_not_hold_the_adoption_as_read_is_caught(session, monkeypatch):
+    """The variant ``release_ignores_adoption`` (tests/explorer/broken.py) fails the test above."""
+    from tests.explorer.broken import VARIANTS
+
+    for owner, attr, value in VARIANTS["release_ignores_adoption"][1]:
+        monkeypatch.setattr(owner, attr, value)
+    with pytest.raises(AssertionError, match="Left contains one more item"):
+        test_an_adoption_between_the_releases_read_and_its_write_is_not_released(session, monkeypatch)

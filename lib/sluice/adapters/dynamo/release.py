@@ -231,9 +231,12 @@ class ReleasesTable:
             if not refused(reasons[2]):
                 return HandOver(None)
             fresh = self.records.execution(name)
-            if fresh is None or not fresh.state.holds_lease or fresh.parked == record.parked:
+            moved = fresh is not None and (
+                fresh.parked != record.parked or fresh.adopted_at != record.adopted_at
+            )
+            if fresh is None or not fresh.state.holds_lease or not moved:
                 return HandOver(None)  # released by someone else, or renewed (a fence) meanwhile
-            record = fresh
+            record = fresh  # parked behind, or adopted, meanwhile: judged again above
         return HandOver(None)
 
     def record_later_success(
@@ -371,6 +374,15 @@ SAME_MARK = " AND suspect_since = :suspect"
 # release's read and its write changes the set, the release fails and reads again (``_end``).
 PARKED_AS_READ = " AND size(parked) = :nparked"
 NONE_PARKED = " AND attribute_not_exists(parked)"
+# Its adoption as read: the end was judged against that record (``_Ending.confirm``). An adoption that
+# lands between the release's read and its write fails the release, which reads again and asks again:
+#
+#     duplicate check (e1 read as FAILED)        meanwhile
+#     read EXEC#e1: not adopted (confirm not asked)
+#                                                e1 released, redriven, adopted on its old shard
+#     release e1  ✗ (now refused: adopted_at)    → a second run of its key beside e1
+NOT_ADOPTED = " AND attribute_not_exists(adopted_at)"
+ADOPTED_AS_READ = " AND adopted_at = :adopted"
 # A dropped run-once claim's key with no success recorded (else it keeps its receipt's end: ``_lease_terms``).
 NO_SUCCESS = "attribute_not_exists(succeeded_by)"
 
@@ -433,6 +445,11 @@ def _record_condition(record: ExecutionRecord, fence: ClaimFence | None, named: 
         if fence.suspect_since is not None:
             condition += SAME_MARK
             named.update(values(suspect=fence.suspect_since))
+    if record.adopted_at is None:
+        condition += NOT_ADOPTED
+    else:
+        condition += ADOPTED_AS_READ
+        named.update(values(adopted=record.adopted_at))
     if not record.parked:
         return condition + NONE_PARKED
     named[":nparked"] = {"N": str(len(record.parked))}
