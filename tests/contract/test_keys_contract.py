@@ -364,6 +364,32 @@ def test_a_fair_newcomer_claims_only_while_nobody_waits_and_has_no_default_cap(s
     assert store.execution("n2") is None and "n2" not in store.ledger().holders
 
 
+def _full_key_on_moto(session):
+    """A DynamoStore on moto whose key ``tenant`` (cap 1) is full: a wake sends nobody."""
+    from sluice.adapters.dynamo.store import DynamoStore, create_table
+    from tests.contract.stores import RETENTION
+
+    client = session.client("dynamodb")
+    create_table(client, "contract")
+    store = DynamoStore(client, "contract", retention_seconds=RETENTION, slots_per_shard=2)
+    store.key_concurrency = 1
+    keyed(store, "p0", "n0")
+    return client, store
+
+
+def _parks_noted(client) -> list[bool]:
+    """For each TransactWriteItems the client sends, whether it is a park on key ``tenant``."""
+    parking: list[bool] = []
+
+    def note_the_park(params, **_):
+        first = params["TransactItems"][0].get("Update", {})
+        names = first.get("ExpressionAttributeNames", {})
+        parking.append(first.get("Key") == {"pk": {"S": "CKEY#tenant"}} and "#tickets" in names)
+
+    client.meta.events.register("before-parameter-build.dynamodb.TransactWriteItems", note_the_park)
+    return parking
+
+
 def test_a_park_whose_answer_is_lost_is_known_parked_though_its_payload_parked_again_since(session):
     """Explorer seed 1206101088: a tick parks message m1 of payload p (ticket 0) and the answer is
     lost; before it reads where p waits, another launcher parks m2, another message of p (ticket 1).
@@ -372,25 +398,14 @@ def test_a_park_whose_answer_is_lost_is_known_parked_though_its_payload_parked_a
     own item for the ticket says whose it is."""
     from botocore.exceptions import ReadTimeoutError
 
-    from sluice.adapters.dynamo.store import DynamoStore, create_table
     from sluice.adapters.memory.aws import MemoryQueue
     from sluice.core.clock import FakeClock
     from sluice.core.model import Message, Payload
     from sluice.features import keys
-    from tests.contract.stores import RETENTION
 
-    client = session.client("dynamodb")
-    create_table(client, "contract")
-    store = DynamoStore(client, "contract", retention_seconds=RETENTION, slots_per_shard=2)
-    store.key_concurrency = 1
-    keyed(store, "p0", "n0")  # the key is full: the wakes send nothing
+    client, store = _full_key_on_moto(session)
     fired: list[str] = []
-    parking: list[bool] = []
-
-    def note_the_park(params, **_):
-        first = params["TransactItems"][0].get("Update", {})
-        names = first.get("ExpressionAttributeNames", {})
-        parking.append(first.get("Key") == {"pk": {"S": "CKEY#tenant"}} and "#tickets" in names)
+    parking = _parks_noted(client)
 
     def lose_the_first_park(**_):
         if fired or not parking.pop():
@@ -399,7 +414,6 @@ def test_a_park_whose_answer_is_lost_is_known_parked_though_its_payload_parked_a
         assert store.park_for_key(replace(waiter(2), key="p", message_id="m2"), tickets=1)
         raise ReadTimeoutError(endpoint_url="https://dynamodb")
 
-    client.meta.events.register("before-parameter-build.dynamodb.TransactWriteItems", note_the_park)
     client.meta.events.register("after-call.dynamodb.TransactWriteItems", lose_the_first_park)
     message = Message(message_id="m1", receipt_handle="r", body='{"id": "p"}', group_id="g")
     ticket = keys.wait(
@@ -422,27 +436,16 @@ def test_a_lost_park_refused_for_another_payloads_message_of_the_same_origin_ret
     payload key says it is A's: B goes back to the queue."""
     from botocore.exceptions import ReadTimeoutError
 
-    from sluice.adapters.dynamo.store import DynamoStore, create_table
     from sluice.adapters.memory.aws import MemoryQueue
     from sluice.core.clock import FakeClock
     from sluice.core.errors import TransientError
     from sluice.core.model import Message, Payload
     from sluice.core.names import ORIGIN_ATTRIBUTE
     from sluice.features import keys
-    from tests.contract.stores import RETENTION
 
-    client = session.client("dynamodb")
-    create_table(client, "contract")
-    store = DynamoStore(client, "contract", retention_seconds=RETENTION, slots_per_shard=2)
-    store.key_concurrency = 1
-    keyed(store, "p0", "n0")  # the key is full
+    client, store = _full_key_on_moto(session)
     fired: list[str] = []
-    parking: list[bool] = []
-
-    def note_the_park(params, **_):
-        first = params["TransactItems"][0].get("Update", {})
-        names = first.get("ExpressionAttributeNames", {})
-        parking.append(first.get("Key") == {"pk": {"S": "CKEY#tenant"}} and "#tickets" in names)
+    parking = _parks_noted(client)
 
     def another_launcher_parks_a_first(**_):
         if fired or not parking[-1]:
@@ -455,7 +458,6 @@ def test_a_lost_park_refused_for_another_payloads_message_of_the_same_origin_ret
             fired.append("lost")
             raise ReadTimeoutError(endpoint_url="https://dynamodb")
 
-    client.meta.events.register("before-parameter-build.dynamodb.TransactWriteItems", note_the_park)
     client.meta.events.register("before-call.dynamodb.TransactWriteItems", another_launcher_parks_a_first)
     client.meta.events.register("after-call.dynamodb.TransactWriteItems", lose_the_answer)
     b = Message(
