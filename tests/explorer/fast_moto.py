@@ -30,6 +30,7 @@ import gc
 import inspect
 import json
 import pickle
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
@@ -96,6 +97,24 @@ def _condition_tree(original: Any) -> Any:
         return op
 
     return parse
+
+
+def _lexed_once(original: Any) -> Any:
+    """``ConditionExpressionParser._lex_condition_expression``, memoised by the expression's text
+    alone (the tokens depend on nothing else; the parse above also keys on the values, which change
+    from call to call). Each call is given fresh tokens, each with a list of children of its own."""
+    memo: dict[str, tuple[Any, ...]] = {}
+
+    def lex(self: Any) -> Any:
+        text = self.condition_expression
+        found = memo.get(text)
+        if found is None:
+            if len(memo) > 20_000:
+                memo.clear()
+            found = memo[text] = tuple(original(self))
+        return deque(node._replace(children=[]) for node in found)
+
+    return lex
 
 
 def _get_queue_attributes(self: Any, queue_name: str, attribute_names: list[str]) -> dict[str, Any]:
@@ -224,6 +243,7 @@ def faster_moto() -> AbstractContextManager[None]:
         (serialize.AttributePicker, "get_possible_keys", _possible_keys),
         (dynamo_updates.UpdateExpressionParser, "make", _update_tree),
         (dynamo_conditions.ConditionExpressionParser, "parse", _condition_tree),
+        (dynamo_conditions.ConditionExpressionParser, "_lex_condition_expression", _lexed_once),
         (useragent.UserAgentComponent, "to_string", functools.lru_cache(maxsize=1024)),
         (sqs_models.SQSBackend, "get_queue_attributes", lambda _: _get_queue_attributes),
         (dynamo_nodes.DepthFirstTraverser, "traverse_node_recursively", lambda _: _traverse_node_recursively),

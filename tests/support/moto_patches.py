@@ -12,9 +12,9 @@ behave as AWS documents; Sluice's code is never patched here.
   Whole requests run under the same lock, SQS and Step Functions included, so each AWS call is atomic,
   as it is in AWS. Threads still interleave between calls, which is where the races a launcher must
   survive live.
-* **Cheap rollbacks** (``atomic_fast_moto`` too). moto deep-copies the whole table once per item of
-  every transaction, so a claim costs O(table size) three times over. Instead, the items a transaction
-  touches are copied before it runs and put back if it is cancelled. The outcome is the same: a
+* **Cheap rollbacks** (``cheap_rollbacks``: for the whole test session). moto deep-copies the whole
+  table once per item of every transaction, so a claim costs O(table size) three times over. Instead,
+  the items a transaction touches are copied before it runs and put back if it is cancelled. The outcome is the same: a
   cancelled transaction leaves every item as it was (checked in tests/reliability/test_harness.py).
 * **Projected scans** (``projected_scans``: for the whole test session). moto's Scan deep-copies every
   matching item, then converts the whole item to plain JSON once per attribute of the
@@ -322,6 +322,9 @@ def _serialized_call(self: BotocoreStubber, event_name: str, request: Any, **kwa
         return _original["call"](self, event_name, request, **kwargs)
 
 
+_MOTO_TRANSACT = ddb_models.DynamoDBBackend.transact_write_items
+
+
 def _transact_with_item_snapshots(self: Any, transact_items: list[dict[str, Any]]) -> None:
     saved: list[tuple[Table, DynamoType, DynamoType | None, Any]] = []
     for entry in transact_items:
@@ -336,7 +339,7 @@ def _transact_with_item_snapshots(self: Any, transact_items: list[dict[str, Any]
             continue
         saved.append((table, hash_value, range_value, copy.deepcopy(table.get_item(hash_value, range_value))))
     try:
-        _original["transact"](self, transact_items)
+        _MOTO_TRANSACT(self, transact_items)
     except BaseException:
         for table, hash_value, range_value, before in reversed(saved):
             if range_value is None:
@@ -351,20 +354,26 @@ def _transact_with_item_snapshots(self: Any, transact_items: list[dict[str, Any]
         raise
 
 
+def cheap_rollbacks() -> None:
+    """From now on, a transaction copies the items it touches, not its table (idempotent). Called
+    before ``serialise_dynamodb``, whose lock then holds the copies and the transaction together."""
+    installed = ddb_models.DynamoDBBackend.transact_write_items
+    assert not getattr(installed, "_sluice_serialised", False), (
+        "cheap_rollbacks() before serialise_dynamodb()"
+    )
+    ddb_models.DynamoDBBackend.transact_write_items = _transact_with_item_snapshots  # type: ignore[method-assign]
+    ddb_models.copy = _TableCopyIsFree()  # type: ignore[assignment]
+
+
 @contextmanager
 def atomic_fast_moto() -> Iterator[None]:
-    """Serialise moto requests and make transaction rollbacks cheap, for the duration of the block."""
+    """Serialise moto requests for the duration of the block (rollbacks are cheap for the whole
+    session: ``cheap_rollbacks``)."""
     global _depth
     with _LOCK:
         if _depth == 0:
-            _original.update(
-                call=BotocoreStubber.__call__,
-                transact=ddb_models.DynamoDBBackend.transact_write_items,
-                copy=ddb_models.copy,
-            )
+            _original.update(call=BotocoreStubber.__call__)
             BotocoreStubber.__call__ = _serialized_call  # type: ignore[method-assign]
-            ddb_models.DynamoDBBackend.transact_write_items = _transact_with_item_snapshots  # type: ignore[method-assign]
-            ddb_models.copy = _TableCopyIsFree()  # type: ignore[assignment]
         _depth += 1
     try:
         yield
@@ -373,8 +382,6 @@ def atomic_fast_moto() -> Iterator[None]:
             _depth -= 1
             if _depth == 0:
                 BotocoreStubber.__call__ = _original["call"]  # type: ignore[method-assign]
-                ddb_models.DynamoDBBackend.transact_write_items = _original["transact"]  # type: ignore[method-assign]
-                ddb_models.copy = _original["copy"]  # type: ignore[assignment]
 
 
 # -- reading a table in place ---------------------------------------------------------------------------
