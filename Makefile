@@ -10,7 +10,7 @@ TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || getconf _NPROCESSORS_O
 PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadgroup
 PYTEST_ARGS ?=  # more pytest options for `make test`, e.g. PYTEST_ARGS=--durations=30
 
-.PHONY: help test lint unit integration lock clean
+.PHONY: help test deps lint unit integration lock clean
 .DEFAULT_GOAL := help
 
 help:
@@ -34,6 +34,10 @@ $(STAMP): requirements/dev.txt requirements/installer.txt pyproject.toml
 	fi
 	touch $@
 
+# Both installs at once: npm waits on the registry and the disk while uv compiles.
+deps:
+	@$(MAKE) --no-print-directory -j2 $(STAMP) node_modules/.installed
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check lib handlers tests bench
 	$(VENV)/bin/ruff format --check lib handlers tests bench
@@ -43,7 +47,8 @@ lint: $(STAMP)
 # Bytecode is written even where the environment turns it off: the tests' subprocesses (the explorer's
 # seeds, the CLI, the demo) then load Sluice compiled, and a second run collects in a quarter the time.
 # Strings hash as the explorer's do (PYTHONHASHSEED=0), so its seeds run inside the workers.
-test: lint node_modules/.installed
+test: deps
+	$(MAKE) --no-print-directory lint
 	PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE= $(VENV)/bin/pytest -q $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 unit: $(STAMP)
