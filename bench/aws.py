@@ -1143,11 +1143,13 @@ POWERTOOLS_BASE_BYTES = 420  # level, location, timestamp, service, Lambda conte
 class LogBytes(logging.Handler):
     """Counts what a Powertools JSON log line of each record would weigh."""
 
-    def __init__(self, meter: Meter) -> None:
+    def __init__(self, meter: Meter | None) -> None:
         super().__init__(logging.INFO)
         self.meter = meter
 
     def emit(self, record: logging.LogRecord) -> None:
+        if self.meter is None:
+            return
         extra = {k: v for k, v in record.__dict__.items() if k not in _STANDARD}
         size = POWERTOOLS_BASE_BYTES + len(str(record.msg))
         if extra:

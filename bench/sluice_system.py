@@ -58,7 +58,7 @@ import random
 from dataclasses import replace
 from typing import Any
 
-from bench.aws import CountingSsmClient, CountingStore, SimExecutions, SimQueue, counting_logger
+from bench.aws import CountingSsmClient, CountingStore, LogBytes, SimExecutions, SimQueue, counting_logger
 from bench.model import (
     ASYNC_INVOKE_DELAY,
     ASYNC_RETRIES,
@@ -93,7 +93,18 @@ PARAMETER = "/sluice/bench/max-concurrency"
 LINGER_SECONDS = 55
 START_CONCURRENCY = None  # startConcurrency's default, auto (sluice.primitives.fanout.start_width)
 
-logging.getLogger("sluice").setLevel(logging.WARNING)  # module loggers Powertools does not ship
+MODULE_LINES = LogBytes(None)  # the module loggers' lines, counted for the system running now
+
+
+def ship_module_lines(meter: Any) -> None:
+    """The module loggers (``sluice.*``) ship their INFO lines too: handlers/_shared.py gives the
+    "sluice" logger Powertools' handler and level. (Powertools' configuration of that logger, once
+    handlers/_shared.py is imported, replaces its handlers: the counter is put back each time.)"""
+    modules = logging.getLogger("sluice")
+    modules.setLevel(logging.INFO)
+    if MODULE_LINES not in modules.handlers:
+        modules.addHandler(MODULE_LINES)
+    MODULE_LINES.meter = meter
 
 
 def sluice_settings(max_concurrency: int, **overrides: Any) -> Settings:
@@ -163,6 +174,7 @@ class SluiceSystem(System):
         self.queue = SimQueue(meter, sim.clock, visibility_timeout=180, max_receive_count=10)
         self.sfn = SimExecutions(meter, sim.clock, lag=LIST_LAG, on_start=ctx.on_start)
         self.log = counting_logger(meter, f"bench.{self.name}")
+        ship_module_lines(meter)
         lanes = parse_lanes(self.lanes.format(max=ctx.max), ctx.max)
         self.fair = any(lane.fair for lane in lanes)
         # Each lane's queue (the default lane's is the payload queue), with the same redrive policy.
@@ -247,8 +259,11 @@ class SluiceSystem(System):
         queues = {id(q): q for q in (self.queue, *self.lane_queues.values())}
         return sum(q.dead for q in queues.values())
 
-    def _emit(self, summary: TickSummary) -> None:
-        self.meter.log_bytes += EMF_BYTES + SUMMARY_BYTES
+    def _emit(self, summary: TickSummary, *, completion: bool = False) -> None:
+        """handlers/_shared.emit: the metrics, and the summary's line (a completion's only when a
+        message it received did not start: handlers/completion.py)."""
+        shipped = not (completion and summary.all_started)
+        self.meter.log_bytes += EMF_BYTES + (SUMMARY_BYTES if shipped else 0)
 
     # handlers/launcher.py
     def on_tick(self) -> None:
@@ -280,7 +295,7 @@ class SluiceSystem(System):
             if self.hand_over:
                 _, summary, _ = launcher.on_status_change(change, remaining_ms=remaining_ms)
                 if summary is not None:
-                    self._emit(summary)
+                    self._emit(summary, completion=True)
                 return
             released = settle_status_change(
                 change,
@@ -293,7 +308,7 @@ class SluiceSystem(System):
                 if self.refill_one:
                     self.store.hint_one_free(self.max)
                 freed = None if released.shard is None else (released.shard,)
-                self._emit(launcher.refill(freed=freed, remaining_ms=remaining_ms))
+                self._emit(launcher.refill(freed=freed, remaining_ms=remaining_ms), completion=True)
                 self.store.forget_hint()
 
         self.completion_fn.invoke(handler)

@@ -37,7 +37,7 @@ def reset() -> None:
     _runtime = None
 
 
-def emit(summary: TickSummary) -> dict[str, object]:
+def emit(summary: TickSummary, *, level: int = logging.INFO) -> dict[str, object]:
     metrics.add_metric("Started", MetricUnit.Count, summary.n(Outcome.STARTED))
     metrics.add_metric(
         "Duplicates", MetricUnit.Count, summary.n(Outcome.DUPLICATE) + summary.n(Outcome.DEFERRED)
@@ -64,5 +64,5 @@ def emit(summary: TickSummary) -> dict[str, object]:
                 ) as one:
                     one.add_dimension(name="lane", value=lane)
     result = summary.as_dict()
-    logger.info("admission finished", extra={"summary": result})
+    logger.log(level, "admission finished", extra={"summary": result})
     return result

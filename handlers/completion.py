@@ -6,6 +6,7 @@ the one slot it freed at once through the launcher's admission code.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -27,5 +28,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, object]:
     if skipped:
         result["admission"] = {"skipped": skipped}
     elif summary is not None:
-        result["admission"] = emit(summary)
+        # Each start and the release log a line of their own: the summary adds to them only when a
+        # message received did not start (its outcome's line is there too, but not the tally).
+        result["admission"] = emit(summary, level=logging.DEBUG if summary.all_started else logging.INFO)
     return result

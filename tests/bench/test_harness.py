@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import logging
 import random
 from pathlib import Path
 
@@ -49,6 +50,43 @@ def test_sluice_refills_a_freed_slot_within_a_second_and_never_exceeds_max():
     assert r["peak_concurrency"] == 10 and r["over_max_seconds"] == 0
     assert r["refill_latency_p50_s"] < 1.0
     assert r["lambda"]["completion"]["invocations"] == 60  # one per status event
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_the_log_bytes_count_every_line_a_deployed_function_ships():
+    """The module loggers' INFO lines ship as the handler's do (handlers/_shared.py gives them its
+    handler): each release's "slot released" is billed beside each start's "execution started" and
+    every invocation's metrics; a routine completion's summary is not (handlers/completion.py)."""
+    from bench.aws import POWERTOOLS_BASE_BYTES, LogBytes
+    from bench.model import EMF_BYTES, SUMMARY_BYTES
+
+    seen = _Lines()
+    logging.getLogger("sluice").addHandler(seen)
+    try:
+        r = run("sluice", "fixed30", 10, 7, jobs=_jobs("fixed30", 60, max_=10))
+    finally:
+        logging.getLogger("sluice").removeHandler(seen)
+    assert [rec.getMessage() for rec in seen.records].count("slot released") == 60
+    weigh = LogBytes(Meter.__new__(Meter))
+    weigh.meter.log_bytes = 0
+    for record in seen.records:
+        weigh.emit(record)
+    rest = r["log_bytes"] - weigh.meter.log_bytes  # the handlers' lines, metrics and Lambda's own
+    functions = r["lambda"]
+    invocations = functions["completion"]["invocations"] + functions["launcher"]["invocations"]
+    ticks = functions["launcher"]["invocations"]
+    per_invocation = EMF_BYTES + LambdaFunction.platform_log_bytes  # metrics; START, END and REPORT
+    started = 60 * (POWERTOOLS_BASE_BYTES + len("execution started"))
+    assert started + invocations * per_invocation <= rest  # the module lines came on top
+    assert rest < 60 * 750 + invocations * per_invocation + ticks * (SUMMARY_BYTES + 2_000)
 
 
 def test_completions_ending_together_dead_letter_nothing():

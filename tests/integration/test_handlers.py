@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 
@@ -96,6 +97,35 @@ def test_a_completion_that_reads_no_count_emits_none(deployed, capsys):
     metrics = emf_metrics(capsys.readouterr().out)
     assert metrics["Released"] == 1 and "Running" not in metrics and "FreeSlots" not in metrics
     assert len(deployed.running()) == 2 and len(deployed.runtime().store().ledger().holders) == 2
+
+
+def shipped(caplog) -> list[logging.LogRecord]:
+    """The lines the functions logged at INFO or above (what CloudWatch Logs ingests and bills), and
+    forgets them."""
+    records = [r for r in caplog.records if r.levelno >= logging.INFO]
+    caplog.clear()
+    return records
+
+
+def test_a_routine_hand_over_logs_its_release_and_its_start_and_no_summary(deployed, caplog):
+    """Logs are billed per byte (docs/benchmarks.md): a completion that started every message it
+    received logs the release and the start, each keyed by ``correlation_id``, and its summary only
+    at DEBUG; one that received a message it did not start logs the summary too."""
+    for i in range(6):
+        deployed.send({"id": f"p{i}"}, group=f"p{i}")
+    launcher_handler.handler(scheduled_event(), LambdaContext())
+    assert [r.getMessage() for r in shipped(caplog)].count("admission finished") == 1  # a tick's
+    ended = deployed.running()[0]
+    completion_handler.handler(deployed.finish(ended, "SUCCEEDED"), LambdaContext())
+    lines = shipped(caplog)
+    assert [r.getMessage() for r in lines] == ["slot released", "execution started"]
+    assert [r.correlation_id for r in lines] == [ended.split("-")[0], "p5"]  # the payload keys
+    assert not any(hasattr(r, "payload_key") for r in lines)
+
+    deployed.send("[]", group="bad")
+    completion_handler.handler(deployed.finish(deployed.running()[0], "SUCCEEDED"), LambdaContext())
+    (summary,) = [r.summary for r in shipped(caplog) if r.getMessage() == "admission finished"]
+    assert (summary["received"], summary["invalid"]) == (1, 1)
 
 
 def test_events_that_are_not_ours_change_nothing(deployed):

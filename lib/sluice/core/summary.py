@@ -45,6 +45,11 @@ class TickSummary:
         return self.outcomes.get(outcome.value, 0)
 
     @property
+    def all_started(self) -> bool:
+        """Every message received started (or none was received): each start's own line tells it all."""
+        return self.received == self.n(Outcome.STARTED)
+
+    @property
     def free_after(self) -> int:
         return max(0, self.limit - self.running_after)
 

@@ -105,7 +105,6 @@ def complete(
             "execution_name": name,
             "state": state.value,
             "correlation_id": released.key,
-            "payload_key": released.key,
         },
     )
     return released

@@ -435,7 +435,6 @@ class MessageBranches:
             text,
             extra={
                 "correlation_id": payload.key,
-                "payload_key": payload.key,
                 "message_id": payload.message.message_id,
                 "execution_name": name,
                 "outcome": outcome.value,
