@@ -83,6 +83,23 @@ class _Ending:
         return drops_once_claim(record, self.state, self.outcome_unknown)
 
 
+def _successor_of(
+    record: ExecutionRecord,
+    ending: _Ending,
+    offer: Callable[[ExecutionRecord, bool], Successor | None],
+    room: bool,
+) -> Successor | None:
+    """What ``offer`` hands the slot of ``record`` to, if the one transaction can take it."""
+    if ending.state.ended:
+        ending.output(record)  # its effects are sent first, so the offer may receive one
+    successor = offer(record, room and record.shard is not None)
+    if successor is not None and successor.key == record.key:
+        return None  # one item cannot be written twice in one transaction
+    if successor is not None and successor.name == record.name:
+        return None  # its own message back: it ran, and is settled its own way
+    return successor
+
+
 def _released_from(reason: dict[str, Any], name: str) -> bool:
     """A swap refused because ``name`` no longer holds a slot on the shard (released by another)."""
     holders = (reason.get("Item") or {}).get("holders", {}).get("M", {})
@@ -193,13 +210,7 @@ class ReleasesTable:
             if ending.confirm is not None and record.adopted_at is not None and not ending.confirm(record):
                 return HandOver(None)
             if offer is not None:
-                if ending.state.ended:
-                    ending.output(record)  # its effects are sent first, so the offer may receive one
-                successor, offer = offer(record, room and record.shard is not None), None
-                if successor is not None and successor.key == record.key:
-                    successor = None  # one item cannot be written twice in one transaction
-                if successor is not None and successor.name == record.name:
-                    successor = None  # its own message back: it ran, and is settled its own way
+                successor, offer = _successor_of(record, ending, offer, room), None
             items = self._release_items(record, ending, known)
             claim_at = len(items)
             if successor is not None:
@@ -228,16 +239,19 @@ class ReleasesTable:
                 continue
             # A message parked behind it between the read above and the transaction: the record
             # returned must list it, or nothing would wake it. Read again and release again.
-            if not refused(reasons[2]):
-                return HandOver(None)
-            fresh = self.records.execution(name)
-            moved = fresh is not None and (
-                fresh.parked != record.parked or fresh.adopted_at != record.adopted_at
-            )
-            if fresh is None or not fresh.state.holds_lease or not moved:
+            fresh = self._moved(record) if refused(reasons[2]) else None
+            if fresh is None:
                 return HandOver(None)  # released by someone else, or renewed (a fence) meanwhile
             record = fresh  # parked behind, or adopted, meanwhile: judged again above
         return HandOver(None)
+
+    def _moved(self, record: ExecutionRecord) -> ExecutionRecord | None:
+        """The record read again after its own condition refused the release: the record still
+        holding, with a message parked behind it or an adoption since ``record`` was read; else None."""
+        fresh = self.records.execution(record.name)
+        if fresh is None or not fresh.state.holds_lease:
+            return None
+        return fresh if (fresh.parked, fresh.adopted_at) != (record.parked, record.adopted_at) else None
 
     def record_later_success(
         self, record: ExecutionRecord, *, ended_at: float, now: float, receipt: ReceiptOutput | None
