@@ -53,9 +53,17 @@ class Stack:
     settings: Settings
     clock: Clock = field(default_factory=SystemClock)
     naps: Naps = field(init=False)
+    _reader: tuple[Settings, Runtime] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.naps = Naps(self.clock)
+
+    def _reading(self) -> Runtime:
+        """A runtime for the harness's own reads, kept while the settings stay: its clients are never
+        handed to a test, so no test's hook is on them (a new one per read cost a client per call)."""
+        if self._reader is None or self._reader[0] is not self.settings:
+            self._reader = (self.settings, self.runtime())
+        return self._reader[1]
 
     def client(self, service: str) -> Any:
         return self.session.client(service, region_name=REGION)
@@ -178,8 +186,9 @@ class Stack:
         the same stop date, and ``output`` in it unless ``output_in_event`` is False (EventBridge
         leaves out an output too big for an event: ``outputDetails.included`` false)."""
         backend = stepfunctions_backends[DEFAULT_ACCOUNT_ID][REGION]
-        record = self.runtime().store().execution(name)
-        arn = record.arn if record is not None and record.arn else self.runtime().executions().arn_for(name)
+        reader = self._reading()
+        record = reader.store().execution(name)
+        arn = record.arn if record is not None and record.arn else reader.executions().arn_for(name)
         execution = backend.describe_execution(arn)
         execution.status = status
         execution.stop_date = datetime.now(UTC)
