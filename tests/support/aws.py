@@ -54,6 +54,7 @@ class Stack:
     clock: Clock = field(default_factory=SystemClock)
     naps: Naps = field(init=False)
     _reader: tuple[Settings, Runtime] | None = field(default=None, init=False, repr=False)
+    _own_clients: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.naps = Naps(self.clock)
@@ -67,6 +68,13 @@ class Stack:
 
     def client(self, service: str) -> Any:
         return self.session.client(service, region_name=REGION)
+
+    def _own(self, service: str) -> Any:
+        """A client for the harness's own sends and reads, made once per stack: never handed to a
+        test, so a test's hook is only on it when registered on the session before its first use."""
+        if service not in self._own_clients:
+            self._own_clients[service] = self.client(service)
+        return self._own_clients[service]
 
     def runtime(self, **overrides: Any) -> Runtime:
         return Runtime(
@@ -104,13 +112,13 @@ class Stack:
             request["MessageAttributes"] = {
                 k.replace("_", "-"): {"DataType": "String", "StringValue": v} for k, v in attributes.items()
             }
-        return self.client("sqs").send_message(**request)["MessageId"]
+        return self._own("sqs").send_message(**request)["MessageId"]
 
     # -- observations ----------------------------------------------------------------------------
 
     def executions(self, status: str | None = None) -> list[dict[str, Any]]:
         """The executions of every state machine the stack starts (a lane's own too)."""
-        sfn = self.client("stepfunctions")
+        sfn = self._own("stepfunctions")
         out: list[dict[str, Any]] = []
         for arn in dict.fromkeys(
             [self.settings.state_machine_arn, *self.settings.lane_state_machines.values()]
@@ -126,7 +134,7 @@ class Stack:
         return [e["name"] for e in self.executions("RUNNING")]
 
     def inputs(self) -> list[Any]:
-        sfn = self.client("stepfunctions")
+        sfn = self._own("stepfunctions")
         return [
             json.loads(sfn.describe_execution(executionArn=e["executionArn"])["input"])
             for e in self.executions()
@@ -135,14 +143,14 @@ class Stack:
     def visible_again(self, receipts: list[str]) -> None:
         """Messages in flight become visible again, as when their visibility timeout ends (moto's
         runs in real time; ``tests.support.hooks.receipts_of`` gives the receipts)."""
-        sqs = self.client("sqs")
+        sqs = self._own("sqs")
         for receipt in receipts:
             sqs.change_message_visibility(
                 QueueUrl=self.settings.queue_url, ReceiptHandle=receipt, VisibilityTimeout=0
             )
 
     def queue_counts(self, url: str | None = None) -> tuple[int, int]:
-        attrs = self.client("sqs").get_queue_attributes(
+        attrs = self._own("sqs").get_queue_attributes(
             QueueUrl=url or self.settings.queue_url,
             AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
         )["Attributes"]
@@ -151,7 +159,7 @@ class Stack:
     def drain(self, url: str) -> list[dict[str, Any]]:
         """Read and delete every message of a FIFO queue (an unread in-flight message would hide the
         rest of its group)."""
-        sqs = self.client("sqs")
+        sqs = self._own("sqs")
         out: list[dict[str, Any]] = []
         while True:
             got = sqs.receive_message(
