@@ -60,8 +60,9 @@ class Stack:
         self.naps = Naps(self.clock)
 
     def _reading(self) -> Runtime:
-        """A runtime for the harness's own reads, kept while the settings stay: its clients are never
-        handed to a test, so no test's hook is on them (a new one per read cost a client per call)."""
+        """A runtime for the harness's own reads, kept while the settings stay (a new one per read cost
+        a client per call): never handed to a test, so a test's hook is only on its clients when
+        registered on the session before their first use, as with ``_own``."""
         if self._reader is None or self._reader[0] is not self.settings:
             self._reader = (self.settings, self.runtime())
         return self._reader[1]
