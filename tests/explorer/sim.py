@@ -24,6 +24,7 @@ import random
 import time
 import traceback
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -146,6 +147,16 @@ FOCUS_SALT = 5  # as SLOW_SALT
 BUSY = (None, "busy key")
 BUSY_PAYLOADS = (2, 3)
 BUSY_SALT = 263122  # as SLOW_SALT: no pinned swarm seed, nor 1, 2, 3 or 13, draws it
+# A busy run may fill its pool: MAX + 1 payload ids (every slot taken by a key of its own, one key
+# left waiting: a full pool with a backlog behind it, where an adoption, a hand-over and a block
+# meet) on shards of one holder each (a large MAX's sharded pool, at the world's size). Drawn from
+# the seed, in half the busy runs...
+FILL = (False, True)
+# ... and leaves the settings alone, as a stack at work does: no MAX or cap changed, no start by hand
+# (each moves the caps, which re-plans the pool), no machine switch; redrives and ends go on, and
+# Step Functions answers mostly from fresh views (LAG_WEIGHTS[0]: a stale listing moves the count).
+FILL_QUIET = ("operator", "console", "by_hand", "switch_machine", "semaphore_set", "quiet_month")
+FILL_SALT = 36402  # as SLOW_SALT: no pinned swarm seed, nor 1, 2, 3, 13, 60, 100 to 115, 302 or 303, draws it
 FOCUS_KEPT = ("tick", "deliver", "end", "redrive", "by_hand", "advance")  # weight at least plain
 # A swarm run may weight the switch point right after a decision: the call that follows a conditional
 # write or a transaction that took effect (a claim, an adoption, a block, a caps write) is where a
@@ -157,6 +168,16 @@ AFTER_DECISION = (False, False, True)
 DECISION_SALT = 8  # as SLOW_SALT
 DECISION_PACE = 0.05
 DECISION_CRASH = 8.0
+# A swarm run may crash rare decisions more: the call right after a decision of a kind (its protocol
+# step: a claim, a hand-over, an adoption, a block, a caps write) the run has made n times before
+# crashes with chance 1 / (n + 2). A step that comes once a run (an adoption, a block) dies right
+# after one time in two, where a uniform chance spends its crashes on the steps every invocation
+# makes (BUGGIFY's rare paths, by count). Drawn from the seed, in an eighth of the swarm runs and in
+# every run that fills its pool (FILL).
+RARE_CRASH = (True, False, False, False, False, False, False, False)
+RARE_SALT = (
+    14327  # as SLOW_SALT: no pinned swarm seed, nor 1 to 13, 50, 60, 100 to 115, 182, 302 or 303, draws it
+)
 # A swarm run's producer may wake the launcher (``sluice enqueue``): a launcher container runs a tick
 # that neither reconciles nor lingers, beside the scheduled ones and the completions. Drawn from the
 # seed (in a third of the swarm runs), its option last, so that a run without it draws as before.
@@ -214,6 +235,7 @@ class Invocation:
     after: int = NOTHING  # what happens once the call it is making took effect
     born: float = 0.0  # when it began, by the world's clock
     decided: bool = False  # its last call was a write that took effect (AFTER_DECISION)
+    rare: float = 0.0  # the chance it dies before its next call, its last a rare decision (RARE_CRASH)
 
 
 LAMBDA_TIMEOUT = {"tick": 120, "completion": 60, "semaphore": 30}  # seconds, as serverless.yml deploys them
@@ -237,6 +259,12 @@ class Switch(Fault):
         answer = ex.switch.answer(call)  # IAM, or a deleted state machine
         if answer is not None or not ex.faulty or self.inv.clean:
             return answer
+        rare, self.inv.rare = self.inv.rare, 0.0
+        if rare and ex.choices.chance(rare):
+            count("explorer:rare_decision_crash")
+            ex.note(f"{self.inv.label} at {self.inv.at}: crash before, right after a rare decision")
+            injector.dead = True
+            raise Crash(f"{injector.name} died right after a rare decision, before {call.operation}")
         decided, self.inv.decided = self.inv.decided, False
         if decided:
             count("explorer:after_decision")
@@ -260,6 +288,10 @@ class Switch(Fault):
             return
         if self.explorer.after_decision and _decision(call):
             self.inv.decided = True
+        if self.explorer.rare_crash and _decision(call):
+            made = self.explorer.decisions[call.step]
+            self.explorer.decisions[call.step] += 1
+            self.inv.rare = 1.0 / (made + 2)
         if what == CRASH_AFTER:
             count("explorer:crash_after")
             injector.dead = True
@@ -462,17 +494,30 @@ class Explorer:
         self.focus = (
             FOCUS[random.Random(choices.seed * 181 + FOCUS_SALT).randrange(len(FOCUS))] if swarm else None
         )
+        self.fill = False  # a busy run's pool filled (FILL)
         if swarm and self.focus is None:
             self.focus = BUSY[random.Random(choices.seed * 241 + BUSY_SALT).randrange(len(BUSY))]
         if self.focus is not None:
             seeded = random.Random(choices.seed * 191 + FOCUS_SALT)
             self.payloads = 2 if self.focus == "one key" else seeded.choice(BUSY_PAYLOADS)
+            self.fill = (
+                self.focus == "busy key"
+                and FILL[random.Random(choices.seed * 251 + FILL_SALT).randrange(len(FILL))]
+            )
+            if self.fill:
+                self.payloads = self.config["max_concurrency"] + 1
+                self.config["slots_per_shard"] = 1
+                self.config.setdefault("swarm", {})["fill"] = True
             self.slow = self.slow or seeded.choice([c for c in SLOW_CONTAINERS if c is not None])
             self.redrive_last = max(self.redrive_last, REDRIVE_LAST[-1])
             self.run_life = self.run_life or seeded.choice([life for life in RUN_LIFE if life])
             self.scale["resubmit"] = RESUBMIT_CHANCES[-1]
             for name in FOCUS_KEPT:
                 self.scale[name] = max(self.scale[name], 1.0)
+            if self.fill:
+                for name in FILL_QUIET:
+                    self.scale[name] = 0.0
+                self.lag_weights = LAG_WEIGHTS[0]
             self.config.setdefault("swarm", {}).update(
                 focus=self.focus,
                 slow=self.slow,
@@ -493,6 +538,14 @@ class Explorer:
         )
         if self.after_decision:
             self.config.setdefault("swarm", {})["after_decision"] = True
+        self.rare_crash = self.fill or (
+            RARE_CRASH[random.Random(choices.seed * 257 + RARE_SALT).randrange(len(RARE_CRASH))]
+            if swarm
+            else False
+        )
+        self.decisions: Counter[str] = Counter()  # decisions made in this run, by step (RARE_CRASH)
+        if self.rare_crash:
+            self.config.setdefault("swarm", {})["rare_crash"] = True
         self.wake = (
             WAKES[random.Random(choices.seed * 197 + WAKE_SALT).randrange(len(WAKES))] if swarm else 0.0
         )

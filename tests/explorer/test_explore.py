@@ -150,6 +150,45 @@ def test_a_race_on_one_key_draws_its_ingredients_together() -> None:
     assert {"one key", "busy key"} <= set(focused)
 
 
+def test_a_busy_run_may_fill_its_pool_with_a_key_left_waiting() -> None:
+    """A busy run that fills its pool (drawn from the seed: 123 does, 100 to 115 do not) has one
+    payload id more than MAX, on shards of one holder each, leaves the settings alone, answers
+    mostly from fresh views and crashes rare decisions more."""
+    from tests.explorer.choices import Choices
+    from tests.explorer.fast_moto import faster_moto, lighter
+    from tests.explorer.sim import FILL_QUIET, LAG_WEIGHTS, Explorer, deterministic
+
+    for seed, fills in ((123, True), (100, False)):
+        with deterministic(seed), faster_moto(), lighter():
+            ex = Explorer(Choices(seed, None), 120, swarm=True)
+            ex.close()
+        assert ex.focus == "busy key"
+        assert ex.config["swarm"].get("fill", False) is fills
+        if fills:
+            assert ex.payloads == ex.config["max_concurrency"] + 1
+            assert ex.config["slots_per_shard"] == 1
+            assert all(ex.scale[name] == 0.0 for name in FILL_QUIET)
+            assert ex.rare_crash and ex.lag_weights == LAG_WEIGHTS[0]
+
+
+def test_a_rare_decision_is_crashed_right_after_only_in_the_swarm_runs_that_draw_it() -> None:
+    """A swarm run that draws ``RARE_CRASH`` (from the seed: 163 does) kills an invocation right
+    after a decision of a kind the run has made n times before with chance 1 / (n + 2); ``WIDENED``
+    and ``NARROW`` draw it not (a plain run never does)."""
+    from tests.explorer.sim import RARE_CRASH, RARE_SALT, explore
+    from tests.support.faults import FAULTS
+
+    def draws(seed: int) -> bool:
+        return RARE_CRASH[random.Random(seed * 257 + RARE_SALT).randrange(len(RARE_CRASH))]
+
+    assert draws(163) and not draws(WIDENED) and not draws(NARROW)
+    before = FAULTS["explorer:rare_decision_crash"]
+    outcome = explore(163, 120, swarm=True)
+    assert outcome.failure is None, outcome.failure
+    assert FAULTS["explorer:rare_decision_crash"] > before
+    assert any(line.endswith("crash before, right after a rare decision") for line in outcome.trace)
+
+
 # The swarm's widenings are drawn from the seed: seed 182 draws every one below (and meets the
 # chance of a redrive beside a completion), seed 1 draws none. Three runs serve every test of them.
 WIDENED, NARROW = 182, 1
