@@ -738,6 +738,16 @@ def test_b3_a_blocked_claim_started_anyway_is_found_in_a_drained_backlog() -> No
     assert _one_run(467093186, "--swarm").returncode == 0
 
 
+def test_b3_a_blocked_claim_started_anyway_is_found_in_a_full_pool() -> None:
+    """Seed 996758331 (a swarm run the hunt of ``b3_start_after_block`` drew after the full pool
+    and the rare crashes were added, 78.3 CPU-seconds in; it fills its pool and drains its
+    backlog): under the variant, a claim a reconciliation blocked for a redriven run of its key
+    starts anyway; the code as it is passes."""
+    done = _under_variant("b3_start_after_block", 996758331, swarm=True)
+    assert "(a reconciliation had blocked its claim for it)" in done.stdout, done.stdout[-3000:]
+    assert _one_run(996758331, "--swarm").returncode == 0
+
+
 def test_seed_479302113_a_block_holds_the_claim_it_landed_on_only() -> None:
     """**The model's own** (found by the hunt of ``b11_semaphore_cold_start`` from 479302094 on
     24ddd11, the code as it is failing the same draws). A reconciliation blocked p2's claim for a
