@@ -156,7 +156,7 @@ FILL = (False, True)
 # (each moves the caps, which re-plans the pool), no machine switch; redrives and ends go on, and
 # Step Functions answers mostly from fresh views (LAG_WEIGHTS[0]: a stale listing moves the count).
 FILL_QUIET = ("operator", "console", "by_hand", "switch_machine", "semaphore_set", "quiet_month")
-FILL_SALT = 36402  # as SLOW_SALT: no pinned swarm seed, nor 1, 2, 3, 13, 60, 100 to 115, 302 or 303, draws it
+FILL_SALT = 36402  # as SLOW_SALT: no pinned swarm seed, nor 1, 2, 3, 13, 50, 60, 100 to 115, 182, 302 or 303, draws it
 FOCUS_KEPT = ("tick", "deliver", "end", "redrive", "by_hand", "advance")  # weight at least plain
 # A swarm run may weight the switch point right after a decision: the call that follows a conditional
 # write or a transaction that took effect (a claim, an adoption, a block, a caps write) is where a
@@ -500,10 +500,7 @@ class Explorer:
         if self.focus is not None:
             seeded = random.Random(choices.seed * 191 + FOCUS_SALT)
             self.payloads = 2 if self.focus == "one key" else seeded.choice(BUSY_PAYLOADS)
-            self.fill = (
-                self.focus == "busy key"
-                and FILL[random.Random(choices.seed * 251 + FILL_SALT).randrange(len(FILL))]
-            )
+            self.fill = self.focus == "busy key" and self.draws_fill(choices.seed)
             if self.fill:
                 self.payloads = self.config["max_concurrency"] + 1
                 self.config["slots_per_shard"] = 1
@@ -538,11 +535,7 @@ class Explorer:
         )
         if self.after_decision:
             self.config.setdefault("swarm", {})["after_decision"] = True
-        self.rare_crash = self.fill or (
-            RARE_CRASH[random.Random(choices.seed * 257 + RARE_SALT).randrange(len(RARE_CRASH))]
-            if swarm
-            else False
-        )
+        self.rare_crash = self.fill or (swarm and self.draws_rare_crash(choices.seed))
         self.decisions: Counter[str] = Counter()  # decisions made in this run, by step (RARE_CRASH)
         if self.rare_crash:
             self.config.setdefault("swarm", {})["rare_crash"] = True
@@ -609,6 +602,18 @@ class Explorer:
         # container -> the lane settings written before its latest read of them (``LANE#``)
         self.settings_read: dict[str, int] = {}
         self.history = History(self.world.clock)
+
+    @staticmethod
+    def draws_fill(seed: int) -> bool:
+        """A swarm run of ``seed`` fills its pool (FILL): a busy run that draws it."""
+        focus = FOCUS[random.Random(seed * 181 + FOCUS_SALT).randrange(len(FOCUS))]
+        busy = focus is None and BUSY[random.Random(seed * 241 + BUSY_SALT).randrange(len(BUSY))]
+        return bool(busy) and FILL[random.Random(seed * 251 + FILL_SALT).randrange(len(FILL))]
+
+    @staticmethod
+    def draws_rare_crash(seed: int) -> bool:
+        """A swarm run of ``seed`` draws RARE_CRASH from its seed (a full pool crashes them too)."""
+        return RARE_CRASH[random.Random(seed * 257 + RARE_SALT).randrange(len(RARE_CRASH))]
 
     def note(self, text: str) -> None:
         self.trace.append(f"[{len(self.choices.made)}] {text}")

@@ -189,6 +189,19 @@ def test_a_rare_decision_is_crashed_right_after_only_in_the_swarm_runs_that_draw
     assert any(line.endswith("crash before, right after a rare decision") for line in outcome.trace)
 
 
+def test_no_pinned_swarm_seed_draws_the_full_pool_or_the_rare_crashes() -> None:
+    """The seeds this module replays as swarm runs, and the small seeds its loops and the README's
+    commands use, draw neither widening: their runs are the ones they were pinned for. (996758331
+    was found with them and is pinned as it was found.)"""
+    from tests.explorer.sim import Explorer
+
+    named = {int(n) for n in re.findall(r"(?:_one_run\(|seed=|, )(\d{4,})", Path(__file__).read_text())}
+    named -= {996758331}
+    for seed in sorted(named | {1, 2, 3, 13, 50, 60, 182, 302, 303} | set(range(100, 116))):
+        assert not Explorer.draws_fill(seed), seed
+        assert not Explorer.draws_rare_crash(seed), seed
+
+
 # The swarm's widenings are drawn from the seed: seed 182 draws every one below (and meets the
 # chance of a redrive beside a completion), seed 1 draws none. Three runs serve every test of them.
 WIDENED, NARROW = 182, 1
