@@ -163,6 +163,21 @@ def test_a_crash_right_after_an_adoption_past_the_caps_admits_nothing_past_max(w
     assert len(world.running_in_step_functions()) == 4
 
 
+def test_the_pool_an_adopter_dies_in_admits_nothing_past_max_before_anything_ends(worlds):
+    """Break 2 on the table, as the world checks it after every step (``pool_ceilings``): right after
+    the adopter's crash, before any holder ends, the pool it left frozen admits nothing."""
+    world = make(worlds, max_concurrency=4)
+    p0 = full_pool_with_a_redriven_run(world)
+    died = CrashAt("after_adopt")
+    assert world.tick("A", [died]) == "crashed"
+    assert died.seen == 1
+    items = world.table("holders", "cap", "limit", "frozen")
+    assert sum(len(items[f"SLOTS#launcher#{i}"]["holders"]["M"]) for i in range(2)) == 5
+    world.check()
+    assert items["SLOTS#launcher"]["frozen"] == {"BOOL": True}
+    assert p0 in world.holders(items)
+
+
 @dataclass
 class AfterTheFreeze(Fault):
     """Run ``action`` once, right after the container froze the launcher's pool and read it again

@@ -29,6 +29,39 @@ class PromiseBroken(AssertionError):
     """A promise of Sluice does not hold."""
 
 
+def pool_ceilings(items: dict[str, dict[str, Any]]) -> list[str]:
+    """Promise 1 on the table itself: no pool is left, at any step, where claims alone could take it
+    past its limit, whatever ends come next and whoever dies now. A claim on shard s needs room under
+    its cap; every other shard t can hold max(held, cap) meanwhile (a holder taken past a cap stays
+    until it ends). So for each shard s with a cap: cap(s) + sum over t != s of max(held, cap) <= limit.
+    A frozen pool's caps are 0 (nothing admitted), whatever it holds."""
+    pools: dict[str, dict[str, Any]] = {}
+    shards: dict[str, list[tuple[int, int]]] = {}
+    for pk, item in items.items():
+        parts = pk.split("#")
+        if parts[0] != "SLOTS" or len(parts) not in (2, 3):
+            continue
+        if len(parts) == 2:
+            pools[parts[1]] = item
+        elif parts[2].isdigit():
+            held = len(item.get("holders", {}).get("M", {}))
+            shards.setdefault(parts[1], []).append((int(item.get("cap", {}).get("N", "0")), held))
+    problems = []
+    for pool, meta in sorted(pools.items()):
+        if "limit" not in meta:
+            continue
+        limit = int(meta["limit"]["N"])
+        room = [(cap, held) for cap, held in shards.get(pool, [])]
+        reach = sum(max(cap, held) for cap, held in room)
+        worst = max((cap - max(cap, held) for cap, held in room if cap > 0), default=None)
+        if worst is not None and reach + worst > limit:
+            problems.append(
+                f"promise 1 (never more than MAX): pool {pool!r} admits past its limit {limit} without a re-plan: "
+                f"its shards (cap, held) {room}{' (frozen)' if meta.get('frozen', {}).get('BOOL') else ''}"
+            )
+    return problems
+
+
 class Promises:
     def parked_in_table(self: World) -> list[str]:
         """Messages parked (deferred duplicates in the table) and not yet sent back to the queue."""
@@ -179,7 +212,12 @@ class Promises:
             raise PromiseBroken("\n".join(self.model.violations))
         if self.model.claimed_key_cap:  # a keyed claim was made
             self.check_key_caps()
-        items = self.table("holders", "holder", "state", "lane", "once_by", "expires_at")
+        items = self.table(
+            "holders", "holder", "state", "lane", "once_by", "expires_at", "cap", "limit", "frozen"
+        )
+        problems = pool_ceilings(items)
+        if problems:
+            raise PromiseBroken("\n".join(problems))
         # Run once, at every step rather than a retention period later: a key whose run-once
         # success (or unknown outcome) is recorded is never under TTL (docs/protocol.md, PAYLOAD#).
         rearmed = sorted(pk for pk, item in items.items() if "once_by" in item and "expires_at" in item)

@@ -77,6 +77,14 @@ def test_an_adoption_past_a_full_shards_cap_without_the_freeze_is_caught(monkeyp
     caught(breaks.test_a_crash_right_after_an_adoption_past_the_caps_admits_nothing_past_max)
 
 
+def test_an_adoption_past_a_full_shards_cap_is_caught_on_the_table_before_anything_ends(monkeypatch):
+    """The world's check of the table (``pool_ceilings``) needs no end and no refill after the crash:
+    the shard past its cap beside caps that still sum to MAX is the broken promise."""
+    monkeypatch.setattr(DynamoSlots, "adoption", past_the_cap)
+    failure = caught(breaks.test_the_pool_an_adopter_dies_in_admits_nothing_past_max_before_anything_ends)
+    assert "pool 'launcher' admits past its limit 4 without a re-plan" in str(failure)
+
+
 def test_the_replan_between_freeze_and_take_scenario_holds():
     run(breaks.test_a_replan_between_the_adopters_freeze_and_its_take_never_lets_it_past_the_caps)
 
