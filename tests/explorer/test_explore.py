@@ -217,44 +217,41 @@ class Widening:
     trace: list[str]
 
 
-_WIDENING: list[Widening] = []
-
-
-def _widening() -> Widening:
+@pytest.fixture(scope="module")
+def widening() -> Widening:
+    """The three runs, once per module: its tests then share one worker (tests/conftest.py)."""
     from tests.explorer.sim import explore
     from tests.support.faults import FAULTS
 
-    if not _WIDENING:
+    def fired(seed: int, swarm: bool) -> tuple[frozenset[str], list[str]]:
+        before = dict(FAULTS)
+        outcome = explore(seed, 120, swarm=swarm)
+        assert outcome.failure is None, outcome.failure
+        return frozenset(k for k, v in FAULTS.items() if v > before.get(k, 0)), outcome.trace
 
-        def fired(seed: int, swarm: bool) -> tuple[frozenset[str], list[str]]:
-            before = dict(FAULTS)
-            outcome = explore(seed, 120, swarm=swarm)
-            assert outcome.failure is None, outcome.failure
-            return frozenset(k for k, v in FAULTS.items() if v > before.get(k, 0)), outcome.trace
-
-        drawn, trace = fired(WIDENED, True)
-        _WIDENING.append(Widening(drawn, fired(NARROW, True)[0], fired(WIDENED, False)[0], trace))
-    return _WIDENING[0]
+    drawn, trace = fired(WIDENED, True)
+    return Widening(drawn, fired(NARROW, True)[0], fired(WIDENED, False)[0], trace)
 
 
-def test_a_slow_container_and_a_redrive_of_the_last_end_happen_in_swarm_runs() -> None:
+def test_a_slow_container_and_a_redrive_of_the_last_end_happen_in_swarm_runs(widening: Widening) -> None:
     """The widenings drawn from the seed in swarm runs act: a slow container's invocation waits
     beside others, the operator redrives the failure a completion handled last, and a run younger
     than its least life is not ended."""
     expected = {"explorer:slow_beside_others", "explorer:redrive_last", "explorer:end_held_by_life"}
-    assert expected <= _widening().drawn, sorted(expected - _widening().drawn)
+    assert expected <= widening.drawn, sorted(expected - widening.drawn)
 
 
-def _fires_only_in_the_swarm_runs_that_draw_it(fault: str, draws: Any) -> None:
+def _fires_only_in_the_swarm_runs_that_draw_it(runs: Widening, fault: str, draws: Any) -> None:
     """``fault`` fires in the swarm run of ``WIDENED`` (whose seed draws the widening), not in that
     of ``NARROW``, nor in the plain run of ``WIDENED``."""
     assert draws(WIDENED) and not draws(NARROW)
-    runs = _widening()
     assert fault in runs.drawn
     assert fault not in runs.undrawn and fault not in runs.plain
 
 
-def test_a_decision_is_followed_by_a_slow_switch_point_only_in_the_swarm_runs_that_draw_it() -> None:
+def test_a_decision_is_followed_by_a_slow_switch_point_only_in_the_swarm_runs_that_draw_it(
+    widening: Widening,
+) -> None:
     """A swarm run that draws ``AFTER_DECISION`` (from the seed) weights the call after each write
     that took effect; a run that does not, and a plain run, never do. (The pinned swarm seeds below
     draw none: their runs are the ones they were pinned for.)"""
@@ -263,10 +260,12 @@ def test_a_decision_is_followed_by_a_slow_switch_point_only_in_the_swarm_runs_th
     def draws(seed: int) -> bool:
         return AFTER_DECISION[random.Random(seed * 193 + DECISION_SALT).randrange(len(AFTER_DECISION))]
 
-    _fires_only_in_the_swarm_runs_that_draw_it("explorer:after_decision", draws)
+    _fires_only_in_the_swarm_runs_that_draw_it(widening, "explorer:after_decision", draws)
 
 
-def test_a_drained_backlog_has_no_producer_and_only_in_the_swarm_runs_that_draw_it() -> None:
+def test_a_drained_backlog_has_no_producer_and_only_in_the_swarm_runs_that_draw_it(
+    widening: Widening,
+) -> None:
     """A swarm run that draws ``DRAINS`` (from the seed) goes on after its steps with its producers
     stopped until its backlog is drained; a run that does not, and a plain run, stop at their steps.
     (The pinned swarm seeds draw none.)"""
@@ -275,14 +274,16 @@ def test_a_drained_backlog_has_no_producer_and_only_in_the_swarm_runs_that_draw_
     def draws(seed: int) -> float:
         return DRAINS[random.Random(seed * 233 + DRAIN_SALT).randrange(len(DRAINS))]
 
-    _fires_only_in_the_swarm_runs_that_draw_it("explorer:drain", draws)
-    trace = _widening().trace
+    _fires_only_in_the_swarm_runs_that_draw_it(widening, "explorer:drain", draws)
+    trace = widening.trace
     begun = next(i for i, line in enumerate(trace) if line.endswith("the producers stop: draining"))
     assert not [line for line in trace[begun:] if re.search(r"\] (send |operator: (?!redrive ))", line)]
     assert any(re.search(r"\] start (tick|completion)", line) for line in trace[begun:])
 
 
-def test_a_failure_is_redriven_beside_its_completion_only_in_the_swarm_runs_that_draw_it() -> None:
+def test_a_failure_is_redriven_beside_its_completion_only_in_the_swarm_runs_that_draw_it(
+    widening: Widening,
+) -> None:
     """A swarm run that draws ``RETRY_ON_EVENT`` (from the seed) and the redrive of the last failure
     redrives a failure while a completion handles its event; one that does not never does."""
     from tests.explorer.sim import RETRY_ON_EVENT, RETRY_SALT
@@ -290,10 +291,10 @@ def test_a_failure_is_redriven_beside_its_completion_only_in_the_swarm_runs_that
     def draws(seed: int) -> bool:
         return RETRY_ON_EVENT[random.Random(seed * 239 + RETRY_SALT).randrange(len(RETRY_ON_EVENT))]
 
-    _fires_only_in_the_swarm_runs_that_draw_it("explorer:redrive_beside_completion", draws)
+    _fires_only_in_the_swarm_runs_that_draw_it(widening, "explorer:redrive_beside_completion", draws)
 
 
-def test_a_producers_wake_ticks_only_in_the_swarm_runs_that_draw_it() -> None:
+def test_a_producers_wake_ticks_only_in_the_swarm_runs_that_draw_it(widening: Widening) -> None:
     """A swarm run that draws ``WAKES`` (from the seed) has launcher ticks that neither reconcile nor
     linger, as ``sluice enqueue`` wakes; a run that does not, and a plain run, have none. (The pinned
     swarm seeds below draw none.)"""
@@ -302,10 +303,10 @@ def test_a_producers_wake_ticks_only_in_the_swarm_runs_that_draw_it() -> None:
     def draws(seed: int) -> float:
         return WAKES[random.Random(seed * 197 + WAKE_SALT).randrange(len(WAKES))]
 
-    _fires_only_in_the_swarm_runs_that_draw_it("explorer:wake", draws)
+    _fires_only_in_the_swarm_runs_that_draw_it(widening, "explorer:wake", draws)
 
 
-def test_lanes_are_deployed_only_in_the_swarm_runs_that_draw_them() -> None:
+def test_lanes_are_deployed_only_in_the_swarm_runs_that_draw_them(widening: Widening) -> None:
     """A swarm run that draws ``LANES`` (from the seed) deploys lanes, and its producers send to the
     lane ``gpu``; a run that does not, and a plain run, have no lanes. (The pinned swarm seeds below
     draw none.)"""
@@ -314,10 +315,10 @@ def test_lanes_are_deployed_only_in_the_swarm_runs_that_draw_them() -> None:
     def draws(seed: int) -> str:
         return LANES[random.Random(seed * 211 + LANES_SALT).randrange(len(LANES))]
 
-    _fires_only_in_the_swarm_runs_that_draw_it("lanes:sent_to_a_lane", draws)
+    _fires_only_in_the_swarm_runs_that_draw_it(widening, "lanes:sent_to_a_lane", draws)
 
 
-def test_faults_are_kept_to_some_invocations_only_in_the_swarm_runs_that_draw_it() -> None:
+def test_faults_are_kept_to_some_invocations_only_in_the_swarm_runs_that_draw_it(widening: Widening) -> None:
     """A swarm run that draws ``FAULTY_ONE_IN`` (from the seed) draws each invocation faulty or
     clean when it begins, and every fault it injects lands on a faulty one; a run that does not, and
     a plain run, draw none. (The pinned swarm seeds below draw none.)"""
@@ -326,10 +327,10 @@ def test_faults_are_kept_to_some_invocations_only_in_the_swarm_runs_that_draw_it
     def draws(seed: int) -> int:
         return FAULTY_ONE_IN[random.Random(seed * 227 + FAULTY_SALT).randrange(len(FAULTY_ONE_IN))]
 
-    _fires_only_in_the_swarm_runs_that_draw_it("explorer:clean_invocation", draws)
+    _fires_only_in_the_swarm_runs_that_draw_it(widening, "explorer:clean_invocation", draws)
     faulty: dict[str, bool] = {}
     faults = 0
-    for line in _widening().trace:
+    for line in widening.trace:
         started = re.search(r"\] start (\S+)", line)
         if started:
             faulty[started.group(1)] = line.endswith("(faulty)")
