@@ -51,7 +51,7 @@ def pool_ceilings(items: dict[str, dict[str, Any]]) -> list[str]:
         if "limit" not in meta:
             continue
         limit = int(meta["limit"]["N"])
-        room = [(cap, held) for cap, held in shards.get(pool, [])]
+        room = shards.get(pool, [])
         reach = sum(max(cap, held) for cap, held in room)
         worst = max((cap - max(cap, held) for cap, held in room if cap > 0), default=None)
         if worst is not None and reach + worst > limit:
