@@ -491,12 +491,8 @@ class Explorer:
             if swarm
             else 0.0
         )
-        self.focus = (
-            FOCUS[random.Random(choices.seed * 181 + FOCUS_SALT).randrange(len(FOCUS))] if swarm else None
-        )
+        self.focus = self.draws_focus(choices.seed) if swarm else None
         self.fill = False  # a busy run's pool filled (FILL)
-        if swarm and self.focus is None:
-            self.focus = BUSY[random.Random(choices.seed * 241 + BUSY_SALT).randrange(len(BUSY))]
         if self.focus is not None:
             seeded = random.Random(choices.seed * 191 + FOCUS_SALT)
             self.payloads = 2 if self.focus == "one key" else seeded.choice(BUSY_PAYLOADS)
@@ -604,11 +600,16 @@ class Explorer:
         self.history = History(self.world.clock)
 
     @staticmethod
+    def draws_focus(seed: int) -> str | None:
+        """A swarm run's focus (FOCUS), else whether it is busy (BUSY), from its seed."""
+        focus = FOCUS[random.Random(seed * 181 + FOCUS_SALT).randrange(len(FOCUS))]
+        return BUSY[random.Random(seed * 241 + BUSY_SALT).randrange(len(BUSY))] if focus is None else focus
+
+    @staticmethod
     def draws_fill(seed: int) -> bool:
         """A swarm run of ``seed`` fills its pool (FILL): a busy run that draws it."""
-        focus = FOCUS[random.Random(seed * 181 + FOCUS_SALT).randrange(len(FOCUS))]
-        busy = focus is None and BUSY[random.Random(seed * 241 + BUSY_SALT).randrange(len(BUSY))]
-        return bool(busy) and FILL[random.Random(seed * 251 + FILL_SALT).randrange(len(FILL))]
+        busy = Explorer.draws_focus(seed) == "busy key"
+        return busy and FILL[random.Random(seed * 251 + FILL_SALT).randrange(len(FILL))]
 
     @staticmethod
     def draws_rare_crash(seed: int) -> bool:
