@@ -329,11 +329,6 @@ def test_a_lost_create_that_replaces_the_count_is_caught(session, monkeypatch):
         test_two_first_reconciliations_that_overlap_keep_the_larger_count_when_both_create_the_pool(session)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (tests/explorer/README.md, seed 997296974): an adoption's take leaves the pool's version "
-    "as it was, so a thaw that read the pool before the take writes a plan that never saw its holder",
-)
 def test_a_take_between_a_thaws_read_and_its_write_is_seen_by_the_plan(session):
     """The pool frozen (limit 1, two shards of one holder). A planner thaws it: it reads the pool,
     then, before its write, an adopter takes a slot on the shard the plan leaves at cap 0. The
@@ -371,3 +366,14 @@ def test_a_take_between_a_thaws_read_and_its_write_is_seen_by_the_plan(session):
     }
     assert took[0] in items[f"SLOTS#launcher#{zlib.crc32(took[0].encode()) % 2}"]["holders"]["M"]
     assert pool_ceilings(items) == []
+
+
+def test_a_take_that_leaves_the_version_is_caught(session, monkeypatch):
+    """The variant ``take_unversioned`` (tests/explorer/broken.py, the code before explorer seed
+    997296974's fix) fails the race above: the thaw lands beside the take."""
+    from tests.explorer.broken import VARIANTS
+
+    for owner, attr, value in VARIANTS["take_unversioned"][1]:
+        monkeypatch.setattr(owner, attr, value)
+    with pytest.raises(AssertionError, match="admits past its limit"):
+        test_a_take_between_a_thaws_read_and_its_write_is_seen_by_the_plan(session)

@@ -754,6 +754,25 @@ VARIANTS["adoption_unguarded"] = (
 )
 
 
+def _take_unversioned(self: Any, pool: str, version: int) -> Any:
+    """``DynamoSlots._frozen_take`` before seed 997296974's fix: a check of the frozen pool that
+    leaves its version as it was, so a thaw that read the pool before the take still lands."""
+    check = {
+        "TableName": self.table,
+        "Key": {"pk": {"S": f"SLOTS#{pool}"}},
+        "ConditionExpression": "version = :version AND frozen = :frozen",
+        "ExpressionAttributeValues": {":version": {"N": str(version)}, ":frozen": {"BOOL": True}},
+    }
+    return {"ConditionCheck": check}
+
+
+VARIANTS["take_unversioned"] = (
+    "an adoption's take past a cap that checks the frozen pool without moving its version: a thaw "
+    "that read the pool before it lands beside it (the code before seed 997296974's fix)",
+    [(DynamoSlots, "_frozen_take", _take_unversioned)],
+)
+
+
 def patch(patches: list[Patch]) -> list[Patch]:
     """Apply ``patches``; the saved values, to ``patch`` back."""
     saved: list[Patch] = []

@@ -44,7 +44,8 @@ A holder is never evicted: a frozen shard simply waits for its holders to end.
 
 A holder that runs already (an adoption: a redriven run) takes a shard with room like a claim; when
 no shard has room it freezes the pool first and takes a slot past a cap only while the pool is still
-frozen, so an unfrozen pool never holds a shard past its cap, whatever point the adopter stops at
+frozen, moving its version (a planner's read before the take is refused), so an unfrozen pool never
+holds a shard past its cap, whatever point the adopter stops at
 (``sluice.adapters.dynamo.slots.DynamoSlots.adoption``).
 
 Two planners (``set_limit``, ``rebalance``) racing are ordered by the pool's ``version``: a change

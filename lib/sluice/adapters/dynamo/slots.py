@@ -10,7 +10,8 @@ alone; the same writes are offered as TransactWriteItems items (``claim_item``, 
 
     claim    SET holders.#n = :now                     IF size(holders) < cap AND no holders.#n
     take     SET holders.#n = :now                     IF no holders.#n  (no cap: already running;
-                                                          an adoption, with the pool frozen first)
+                                                          an adoption, with the pool frozen first,
+                                                          and the pool's version moved with it)
     release  REMOVE holders.#n                         IF holders.#n exists
     swap     REMOVE holders.#old SET holders.#new      IF holders.#old exists AND no holders.#new
                                                           AND size(holders) <= cap
@@ -337,7 +338,7 @@ class DynamoSlots(Table):
             ───────────────────────────                 ──────────────────────
             freeze: caps 2+2 → 0+0, version v
                                                         claim IF size < cap  ✗ (nothing admitted)
-            take r IF frozen AND version v  ✓  5 held
+            take r IF frozen AND version v  ✓  5 held, version v + 1
             ✝ dies before it re-plans                   a holder ends: 4 held; claims still ✗
                                                         3 held < 4: thaw (rebalance): caps cover
                                                         the 3 and leave 1 free
@@ -356,15 +357,27 @@ class DynamoSlots(Table):
         shard = zlib.crc32(name.encode("utf-8", "surrogatepass")) % max(1, view.shard_count)
         if shard not in {s.index for s in view.shards}:
             self.ensure_shard(pool, shard)
-        check = {
-            "ConditionCheck": {
+        return shard, [take_item(self.table, pool, shard, name, now), self._frozen_take(pool, version)]
+
+    def _frozen_take(self, pool: str, version: int) -> dict[str, Any]:
+        """The pool item's side of a take past a cap: it moves the version, so a planner that read the
+        pool before the take fails its ``version = v`` and plans again with the taken holder:
+
+            planner (thaw)                      adopter
+            ──────────────                      ───────
+            read: frozen, version v, B holds 0
+                                                take r on B IF frozen AND version v  ✓ v → v+1
+            write: A cap 1, B stays 0 IF v  ✗   (a check alone left v: the thaw landed, B held
+            read again: B holds 1 → plan anew    1 past its cap 0 beside A's free cap)"""
+        return {
+            "Update": {
                 "TableName": self.table,
                 "Key": _key(pool_pk(pool)),
+                "UpdateExpression": "ADD version :one",
                 "ConditionExpression": "version = :version AND frozen = :frozen",
-                "ExpressionAttributeValues": values(version=version, frozen=True),
+                "ExpressionAttributeValues": values(version=version, frozen=True, one=1),
             }
         }
-        return shard, [take_item(self.table, pool, shard, name, now), check]
 
     def rebalance(self, pool: str) -> Plan | None:
         return self._plan(check_pool(pool), None)
