@@ -155,8 +155,9 @@ def test_save_reconciliation_refuses_an_older_count(session_clients):
 
 
 def test_a_lowering_whose_planner_died_between_its_transactions_is_planned_again(session_clients):
-    """The planner wrote the pool item and one chunk of caps, then its Lambda died: the next
-    set_limit with the same source sees caps that do not add up to the limit and plans again."""
+    """The planner wrote one chunk of its decreases, then its Lambda died: the old limit is still
+    stored (the new one comes with the last decreases), the caps admit less, and the next set_limit
+    with the same source plans again."""
     from tests.support.hooks import Crash, crash_after
 
     session = session_clients
@@ -167,8 +168,8 @@ def test_a_lowering_whose_planner_died_between_its_transactions_is_planned_again
     dying.ledger()
     seen = crash_after(dying.launch_slots.slots.client, "TransactWriteItems", after=1)
     with pytest.raises(Crash):
-        dying.set_limit(LimitSource(40, 2000.0))  # 110 decreases: the pool item, then two chunks
-    assert seen["calls"] == 1 and pool_limit(client) == 40 and caps_sum(client) > 40
+        dying.set_limit(LimitSource(40, 2000.0))  # 110 decreases: two chunks, the pool item with the last
+    assert seen["calls"] == 1 and pool_limit(client) == 150 and 40 < caps_sum(client) < 150
     tick = make(session, 1)
     tick.ledger()
     tick.set_limit(LimitSource(40, 2000.0))

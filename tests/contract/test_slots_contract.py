@@ -541,7 +541,17 @@ def test_a_change_in_several_transactions_writes_decreases_first(table, session,
     with pytest.raises(PlannerDied):
         slots.set_limit(Capacity(P, 2))
     view = slots.occupancy(P)
-    assert view.frozen and [s.cap for s in view.shards] == [0, 0, 0, 0, 1, 1, 1, 1]
+    # The pool item comes with the last decreases: the old limit stays in force, and admits less.
+    assert (view.limit, view.frozen) == (8, False) and [s.cap for s in view.shards] == [
+        0,
+        0,
+        0,
+        0,
+        1,
+        1,
+        1,
+        1,
+    ]
     found = view.caps
     # Another planner puts 4 in force: caps 1 on the four held shards, 0 on the four others.
     other = DynamoSlots(session.client("dynamodb"), TABLE, per_shard=1)

@@ -773,6 +773,59 @@ VARIANTS["take_unversioned"] = (
 )
 
 
+def _plan_with_the_pool_item_first(self: Any, pool: str, target: Any, *, freeze: bool = False) -> Any:
+    """``DynamoSlots._plan`` before the fix of the multi-step plan: the pool item (the new limit)
+    first, then the shards in transactions that only check the version it took; and once it has
+    taken the version, a planner goes on whatever stamp came since."""
+    m = sluice.adapters.dynamo.slots
+    took_version = False
+    for _ in range(m.PLAN_ROUNDS):
+        current = self.occupancy(pool)
+        if current.version == 0 and target is None:
+            return None
+        if took_version and (target is None or current.limit != target.limit):
+            return None
+        if target is not None and not took_version and target.refused_by(current):
+            return None
+        limit = current.limit if target is None else target.limit
+        stamp = current.stamp if target is None else target.stamp
+        per_shard = current.per_shard if current.version else self.per_shard
+        plan = (m.plan_freeze if freeze else m.plan_caps)(limit, per_shard, current.loads())
+        if current.version and not plan.moves and m._same(current, plan) and stamp == current.stamp:
+            return plan
+        existing = {s.index for s in current.shards}
+        updates = [self._cap_item(pool, mv, mv.shard in existing, plan.frozen) for mv in plan.moves]
+        meta = self._pool_item(pool, current.version, plan, per_shard, stamp)
+        if len(updates) <= m.SHARDS_PER_TRANSACTION:
+            if self._transact([meta, *updates]) is None:
+                return self._done(pool, plan)
+            continue
+        if self._update(meta["Update"]) is not None:
+            continue
+        took_version = True
+        check = {
+            "ConditionCheck": {
+                "TableName": self.table,
+                "Key": {"pk": {"S": m.pool_pk(pool)}},
+                "ConditionExpression": "version = :version",
+                "ExpressionAttributeValues": {":version": {"N": str(current.version + 1)}},
+            }
+        }
+        step = m.SHARDS_PER_TRANSACTION
+        chunks = [updates[i : i + step] for i in range(0, len(updates), step)]
+        if all(self._transact([check, *chunk]) is None for chunk in chunks):
+            return self._done(pool, plan)
+    raise sluice.core.errors.TransientError("the shards kept changing", operation="TransactWriteItems")
+
+
+VARIANTS["plan_steps_unversioned"] = (
+    "a plan of several transactions that writes the new limit first and only checks the version "
+    "after it: a planner that read between two of them lands its own plan over caps it never saw "
+    "(the code before the fix of the multi-step plan)",
+    [(DynamoSlots, "_plan", _plan_with_the_pool_item_first)],
+)
+
+
 def patch(patches: list[Patch]) -> list[Patch]:
     """Apply ``patches``; the saved values, to ``patch`` back."""
     saved: list[Patch] = []

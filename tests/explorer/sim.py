@@ -35,6 +35,7 @@ from botocore.exceptions import ClientError, ReadTimeoutError
 from greenlet import greenlet
 from moto.moto_api._internal import mock_random
 
+import sluice.adapters.dynamo.slots as slots_adapter
 from sluice.core.errors import TransientError
 from sluice.features.rate_limits import STACK, Rate, RateDefaults, lane_scope
 from tests.explorer.actors import LANE, PAYLOADS, Actors
@@ -183,6 +184,12 @@ RARE_SALT = (
 # seed (in a third of the swarm runs), its option last, so that a run without it draws as before.
 WAKES = (0.0, 0.0, 2.0)
 WAKE_SALT = 16  # as SLOW_SALT; seed 60 (the widenings' loop) draws none either
+# A swarm run may plan its pools one cap move to a transaction (``SHARDS_PER_TRANSACTION`` 1): a plan
+# of n moves then takes n transactions, as a plan of more than 99 moves does on a large pool (MAX
+# above about 800 at 8 holders a shard), so that planners, claims and adoptions act between a plan's
+# transactions at the world's size. Drawn from the seed (in a quarter of the swarm runs).
+SMALL_PLANS = (False, False, False, True)
+SMALL_PLANS_SALT = 1007552  # as SLOW_SALT: no pinned swarm seed, nor the small seeds, draws it
 # A swarm run may deploy lanes (none four times in seven; drawn from the seed): a lane ``gpu`` with a
 # MAX of 1 beside the implied default, the same with the default lane's MAX set too, or a fair lane of
 # 2; and under those, in half the runs, a rate on ``gpu``. The producers then send to a lane (a draw
@@ -383,6 +390,17 @@ def _sdk_retry(injector: Injector, call: Call) -> None:
 
 
 @contextmanager
+def plans_in_steps(small: bool) -> Iterator[None]:
+    """SMALL_PLANS: one cap move to a transaction while the run lasts."""
+    saved = slots_adapter.SHARDS_PER_TRANSACTION
+    slots_adapter.SHARDS_PER_TRANSACTION = 1 if small else saved
+    try:
+        yield
+    finally:
+        slots_adapter.SHARDS_PER_TRANSACTION = saved
+
+
+@contextmanager
 def deterministic(seed: int) -> Iterator[None]:
     """moto's ids, uuid4 and every ``random.Random()`` made without a seed (Sluice's shard and lane
     orders, a launcher's identity) drawn from ``seed``, so that a run is a function of its draws."""
@@ -540,6 +558,8 @@ class Explorer:
         )
         if self.wake:
             self.config.setdefault("swarm", {})["wake"] = self.wake
+        if swarm and self.draws_small_plans(choices.seed):
+            self.config.setdefault("swarm", {})["small_plans"] = True
         self.lanes = (
             LANES[random.Random(choices.seed * 211 + LANES_SALT).randrange(len(LANES))] if swarm else ""
         )
@@ -610,6 +630,11 @@ class Explorer:
         """A swarm run of ``seed`` fills its pool (FILL): a busy run that draws it."""
         busy = Explorer.draws_focus(seed) == "busy key"
         return busy and FILL[random.Random(seed * 251 + FILL_SALT).randrange(len(FILL))]
+
+    @staticmethod
+    def draws_small_plans(seed: int) -> bool:
+        """A swarm run of ``seed`` plans its pools one cap move to a transaction (SMALL_PLANS)."""
+        return SMALL_PLANS[random.Random(seed * 263 + SMALL_PLANS_SALT).randrange(len(SMALL_PLANS))]
 
     @staticmethod
     def draws_rare_crash(seed: int) -> bool:
@@ -813,7 +838,12 @@ def explore(
     started = time.process_time()
     failure = None
     explorer = None
-    with deterministic(seed), faster_moto(), lighter():
+    with (
+        deterministic(seed),
+        faster_moto(),
+        lighter(),
+        plans_in_steps(swarm and Explorer.draws_small_plans(seed)),
+    ):
         try:
             explorer = Explorer(choices, steps, without=without, swarm=swarm)
             explorer.run()

@@ -189,7 +189,7 @@ def test_a_rare_decision_is_crashed_right_after_only_in_the_swarm_runs_that_draw
     assert any(line.endswith("crash before, right after a rare decision") for line in outcome.trace)
 
 
-def test_no_pinned_swarm_seed_draws_the_full_pool_or_the_rare_crashes() -> None:
+def test_no_pinned_swarm_seed_draws_the_full_pool_the_rare_crashes_or_small_plans() -> None:
     """The seeds this module replays as swarm runs, and the small seeds its loops and the README's
     commands use, draw neither widening: their runs are the ones they were pinned for. (996758331
     was found with them and is pinned as it was found.)"""
@@ -200,6 +200,28 @@ def test_no_pinned_swarm_seed_draws_the_full_pool_or_the_rare_crashes() -> None:
     for seed in sorted(named | {1, 2, 3, 13, 50, 60, 182, 302, 303} | set(range(100, 116))):
         assert not Explorer.draws_fill(seed), seed
         assert not Explorer.draws_rare_crash(seed), seed
+        assert not Explorer.draws_small_plans(seed), seed
+
+
+def test_a_run_that_draws_small_plans_writes_a_plan_in_one_transaction_a_move(session) -> None:
+    """SMALL_PLANS: while the run lasts, a plan of three cap moves takes three transactions, each
+    moving the pool's version; a quarter of the swarm seeds draw it."""
+    from sluice.adapters.dynamo.slots import DynamoSlots
+    from sluice.adapters.dynamo.store import create_table
+    from sluice.primitives.slots import Capacity
+    from tests.explorer.sim import Explorer, plans_in_steps
+
+    client = session.client("dynamodb")
+    create_table(client, "plans")
+    slots = DynamoSlots(client, "plans", per_shard=1)
+    writes: list[str] = []
+    client.meta.events.register("before-call.dynamodb.TransactWriteItems", lambda **_: writes.append("t"))
+    with plans_in_steps(True):
+        slots.set_limit(Capacity("launcher", 3))
+    assert len(writes) == 3 and slots.occupancy("launcher").version == 3
+    slots.set_limit(Capacity("launcher", 1))
+    assert len(writes) == 4  # one transaction again outside the run
+    assert 200 <= sum(Explorer.draws_small_plans(seed) for seed in range(1000)) <= 300
 
 
 # The swarm's widenings are drawn from the seed: seed 182 draws every one below (and meets the

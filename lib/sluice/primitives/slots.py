@@ -13,7 +13,8 @@ Changing the limit moves caps (``plan_caps``) and never touches holders. New cap
 shard's holders (cap_i ≥ holders_i), add up to the new limit and are spread as evenly as the
 holders allow. Each cap is written conditioned on ``size(holders) <= new cap``, so a shard that
 gained holders since the read fails the write and the change is planned again. Decreases are
-written before increases: at every instant Σ cap_i ≤ max(old, new).
+written before increases, and a new limit with its first increase: at every instant Σ cap_i is at
+most the limit stored, and at most max(old, new).
 
 Lowering below the holders: the freeze
 --------------------------------------

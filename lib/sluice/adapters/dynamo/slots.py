@@ -38,11 +38,25 @@ consistently, plans with ``sluice.primitives.slots.plan_caps`` and writes only t
     pool item        SET limit, shards, frozen, stamp, version = v + 1      IF version = v
     restamp          SET stamp = :new, version = version + 1        IF stamp = :old
 
-With at most 99 shards moving, all in one transaction. Otherwise the pool item is written first
-(taking version v + 1), then the shards in transactions of 99, decreases first, each with a
-ConditionCheck ``version = v + 1``: a planner that took the version since makes the rest fail.
+With at most 99 shards moving, all in one transaction. Otherwise in transactions of 99 shards,
+decreases first, each with the pool item: the one that holds the first increase (or the last) writes
+the new limit, the others ``SET version = v + 1 IF version = v``. Every transaction moves the version,
+so a planner that read between two of them fails its own write; and until the caps are lowered the
+old limit stays stored, so a planner that dies between them leaves caps that admit no more than the
+limit the pool says is in force:
+
+    planner A: 40 → 150 (110 raises)           planner B: → 30
+    ────────────────────────────────           ───────────────
+    limit 150, shards 0..98 raised  v → v+1
+                                               read: v+1, shards 99..109 at cap 0
+    shards 99..109 raised           v+1 → v+2
+                                               write IF version = v+1  ✗ (a check alone let it
+                                               land, keeping the caps it never read: 129 under 30)
+                                               read again, plan anew
+
 Any failed condition (a claim filled a shard past its new cap, a cap moved, the version moved)
-means: read again and plan again. A stamped limit older than the pool's (``Occupancy.newer_than``)
+means: read again and plan again; once its limit is written, a planner whose limit or stamp is no
+longer the pool's stops. A stamped limit older than the pool's (``Occupancy.newer_than``)
 is not written at all: the comparison is made on the read that the version condition commits.
 
     planner                                    claimer on shard 2
@@ -348,7 +362,7 @@ class DynamoSlots(Table):
         if roomy:
             return roomy[0], [claim_item(self.table, pool, roomy[0], name, now)]
         if not (view.frozen and view.complete and view.caps == 0):
-            # (A freeze in steps whose planner died leaves ``frozen`` set with some caps not yet 0.)
+            # (A freeze in steps whose planner died leaves some caps at 0 and ``frozen`` not yet set.)
             self.freeze(pool)
             view = self.occupancy(pool)
         # Only a pool frozen whole may hold a slot past a cap: after a freeze that another planner
@@ -409,7 +423,9 @@ class DynamoSlots(Table):
             current = self.occupancy(pool)
             if current.version == 0 and target is None:
                 return None
-            if took_version and (target is None or current.limit != target.limit):
+            if took_version and (
+                target is None or (current.limit, current.stamp) != (target.limit, target.stamp)
+            ):
                 return None  # a later set_limit is in force
             # Once this planner has taken the version, the pool's stamp is its own: finish the caps.
             if target is not None and not took_version and target.refused_by(current):
@@ -427,15 +443,18 @@ class DynamoSlots(Table):
                 if self._transact([meta, *updates]) is None:
                     return self._done(pool, plan)
                 continue
-            if self._update(meta["Update"]) is not None:
-                continue
-            took_version = True
-            check = self._version_check(pool, current.version + 1)
-            chunks = [
-                updates[i : i + SHARDS_PER_TRANSACTION]
-                for i in range(0, len(updates), SHARDS_PER_TRANSACTION)
-            ]
-            if all(self._transact([check, *chunk]) is None for chunk in chunks):
+            version = current.version
+            for chunk, limit_with_it in _steps(plan, updates):
+                head = (
+                    self._pool_item(pool, version, plan, per_shard, stamp)
+                    if limit_with_it
+                    else self._version_step(pool, version)
+                )
+                if self._transact([head, *chunk]) is not None:
+                    break
+                version += 1
+                took_version = took_version or limit_with_it
+            else:
                 return self._done(pool, plan)
         raise TransientError(
             f"set_limit on {pool!r}: the shards kept changing", operation="TransactWriteItems"
@@ -469,13 +488,14 @@ class DynamoSlots(Table):
             update["ConditionExpression"] = "attribute_not_exists(pk)"
         return {"Update": update}
 
-    def _version_check(self, pool: str, version: int) -> dict[str, Any]:
+    def _version_step(self, pool: str, version: int) -> dict[str, Any]:
         return {
-            "ConditionCheck": {
+            "Update": {
                 "TableName": self.table,
                 "Key": _key(pool_pk(pool)),
+                "UpdateExpression": "SET version = :next",
                 "ConditionExpression": "version = :version",
-                "ExpressionAttributeValues": values(version=version),
+                "ExpressionAttributeValues": values(version=version, next=version + 1),
             }
         }
 
@@ -495,6 +515,14 @@ class DynamoSlots(Table):
             update["ConditionExpression"] = "cap = :old AND " + HAS_HOLDERS + "size(holders) <= :new"
             update["ExpressionAttributeValues"] = values(new=move.new, old=move.old)
         return {"Update": update}
+
+
+def _steps(plan: Plan, updates: list[dict[str, Any]]) -> list[tuple[list[dict[str, Any]], bool]]:
+    """The shard writes in transactions of 99, decreases first (``plan.moves``' order), and which
+    one carries the new limit: the one with the first increase, or the last."""
+    chunks = [updates[i : i + SHARDS_PER_TRANSACTION] for i in range(0, len(updates), SHARDS_PER_TRANSACTION)]
+    rising = next((i for i, m in enumerate(plan.moves) if not m.decrease), len(updates) - 1)
+    return [(chunk, n == rising // SHARDS_PER_TRANSACTION) for n, chunk in enumerate(chunks)]
 
 
 def _same(current: Occupancy, plan: Plan) -> bool:
