@@ -350,7 +350,8 @@ class Slots(Protocol):
         ...
 
     def rebalance(self, pool: str) -> Plan | None:
-        """Bring the caps in line with the limit in force (unfreeze); None when the pool is absent."""
+        """Bring the caps in line with the limit in force (unfreeze); None when the pool is absent, or
+        when another change overtook a plan of several transactions (the next rebalance finishes)."""
         ...
 
     def restamp(self, pool: str, stamp: tuple[float, ...], replaces: tuple[float, ...]) -> bool:
