@@ -826,6 +826,21 @@ VARIANTS["plan_steps_unversioned"] = (
 )
 
 
+def _complete_unconfirmed(**kwargs: Any) -> Any:
+    """Reconciliation's release as before seed 1503073754's fix: no ``confirm``, so an adoption
+    that lands between its read and its write is released on the end read before the redrive."""
+    kwargs.pop("confirm", None)
+    return sluice.launch.completion.complete(**kwargs)
+
+
+VARIANTS["reconcile_release_unconfirmed"] = (
+    "a reconciliation that releases an ended holder without judging the end again against the record "
+    "its release reads: a run redriven and adopted meanwhile is released on its earlier end "
+    "(the code before seed 1503073754's fix)",
+    [(sluice.launch.reconcile, "complete", _complete_unconfirmed)],
+)
+
+
 def patch(patches: list[Patch]) -> list[Patch]:
     """Apply ``patches``; the saved values, to ``patch`` back."""
     saved: list[Patch] = []

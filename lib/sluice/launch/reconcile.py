@@ -220,9 +220,23 @@ def _judge(p: Pass, name: str, record: ExecutionRecord) -> tuple[int, int]:
             return 0, 0
         return _release_vanished(p.store, p.queue, record, p.now, p.logger), 0
     if info.ended and _its_end(info, record):
+        window = p.settings.consistency_window_seconds
         complete(
             store=p.store,
             queue=p.queue,
+            # Judged again on the record the release reads: the run may have been released, redriven
+            # and adopted since this pass read it (explorer seed 1503073754)::
+            #
+            #     reconciler B                          meanwhile
+            #     DescribeExecution(e1): FAILED at s1
+            #     release: reads EXEC#e1, not adopted   e1 released on its event; redriven at r1 > s1;
+            #                                           reconciler C adopts it (slot and lease back)
+            #     write IF not adopted  ✗, reads again
+            #     before: released on s1 → e1 runs with no slot, and a claim takes it
+            #     now: s1 is before its redrive (and the adoption is young): nothing released
+            confirm=lambda read: (
+                not young_adoption(read, p.now, window, p.reconciler) and _its_end(info, read)
+            ),
             name=name,
             state=PayloadState.after(info.status),
             now=p.now,
