@@ -841,6 +841,17 @@ VARIANTS["reconcile_release_unconfirmed"] = (
 )
 
 
+VARIANTS["release_adoption_uncounted"] = (
+    "a release that holds the adoption it read by its adoption time alone: a run released, redriven "
+    "and adopted again by a clock reading the same instant is released on the end read before "
+    "(tests/integration/test_stale_release_attacks.py)",
+    [
+        (sluice.adapters.dynamo.release, "COUNTED_AS_READ", ""),
+        (sluice.adapters.dynamo.release, "UNCOUNTED", ""),
+    ],
+)
+
+
 def patch(patches: list[Patch]) -> list[Patch]:
     """Apply ``patches``; the saved values, to ``patch`` back."""
     saved: list[Patch] = []

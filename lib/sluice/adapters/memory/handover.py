@@ -49,7 +49,7 @@ class MemoryHandOver:
         if successor is not None and (successor.key == seen.key or successor.name == seen.name):
             successor = None
         with self.table.lock:  # the release and the claim as one write
-            released = self.releases.release(name, ending, output=output)
+            released = self.releases.release(name, ending, confirm=confirm, output=output)
             if released is None or successor is None:
                 return HandOver(released)
             try:

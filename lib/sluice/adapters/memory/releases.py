@@ -58,6 +58,8 @@ class MemoryReleases:
                 return None
             if fence is not None and not fence.holds(record):
                 return None
+            if confirm is not None and record.adopted_at is not None and not confirm(record):
+                return None  # adopted since ``seen``: the end judged again, as DynamoStore does
             payload = self.table.payloads.get(record.key)
             if payload is None or payload.holder != name:
                 return None
