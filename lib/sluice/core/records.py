@@ -77,6 +77,7 @@ class LaneRoom:
     exists: bool = True  # False before the lane's first tick wrote its caps
     complete: bool = True  # False: a sample of a big lane's shards (``free`` counts those read)
     frozen: bool = False  # its limit was lowered below its holders: no cap has room until re-planned
+    unsettled: bool = False  # read whole, its caps do not add up to its limit: a plan stopped midway
 
 
 @dataclass(frozen=True, slots=True)

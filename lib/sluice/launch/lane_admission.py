@@ -59,8 +59,9 @@ class LaneAdmission:
                         extra={"lane": lane.name, "limit": limit, "stamp": setting.changed_at},
                     )
                 limit = rooms[lane.name].limit if written is None else written
-            elif rooms[lane.name].frozen and rooms[lane.name].running < limit:
-                # Frozen by a lowered limit, and its runs fit under it again: plan its caps anew.
+            elif (rooms[lane.name].frozen and rooms[lane.name].running < limit) or rooms[lane.name].unsettled:
+                # Frozen by a lowered limit, and its runs fit under it again, or a plan of several
+                # transactions stopped between them (its caps short of its limit): plan its caps anew.
                 self.ctx.store.thaw_lane(lane.name)
             limits[lane.name] = limit
         return limits

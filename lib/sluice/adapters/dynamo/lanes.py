@@ -143,6 +143,7 @@ class LaneSlots:
             exists=view.version > 0,
             complete=view.complete,
             frozen=view.frozen,
+            unsettled=view.complete and view.version > 0 and not view.frozen and view.caps != view.limit,
         )
 
     def settings(self, lanes: Sequence[str]) -> dict[str, LaneSetting]:
