@@ -31,18 +31,8 @@ from moto.stepfunctions.models import stepfunctions_backends
 from sluice.core.clock import FakeClock
 from sluice.core.events import StatusChange
 from tests.integration.test_free_key_mark_attacks import skewed
-from tests.integration.test_young_adoption_attacks import at, finish_at
+from tests.integration.test_young_adoption_attacks import _release_of, at, finish_at
 from tests.support.aws import REGION, build_stack
-
-
-def _release_of(params: dict[str, Any], name: str) -> bool:
-    """A release's transaction of ``name`` (its record's end written)."""
-    return any(
-        (u := i.get("Update"))
-        and u["Key"]["pk"]["S"] == f"EXEC#{name}"
-        and "ended_at" in u["UpdateExpression"]
-        for i in params.get("TransactItems", [])
-    )
 
 
 def _redrive(stack, name: str) -> float:

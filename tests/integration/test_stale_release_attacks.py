@@ -118,6 +118,40 @@ def adopted_then_ended(stack, clock, redrives: Redrives) -> tuple[str, float, fl
     return e1, r1, a1, clock.now()
 
 
+def readopted_meanwhile(stack, store, b, redrives, e1: str, adopted_at: float):
+    """B (two windows since its sighting) releases e1 on s2, the operator redrives it, and D, its
+    clock reading ``adopted_at``, adopts it again."""
+
+    def meanwhile() -> None:
+        b.launcher().tick()
+        assert store.payload("k").holder is None, "B did not release e1"
+        redrives.redrive(stack, e1)
+        runtime_at(stack, adopted_at).launcher().tick()
+        assert store.execution(e1).adoptions == 2 and store.payload("k").holder == e1
+
+    return meanwhile
+
+
+def e1_alone(stack, store, e1: str) -> None:
+    """e1 the only run of k, every run holding its slot and lease."""
+    state = {
+        "EXEC#e1": store.execution(e1),
+        "PAYLOAD#k": store.payload("k"),
+        "shards": shard_holders(stack),
+        "running": stack.running(),
+    }
+    assert running_of_key(stack, "k") == [e1], state
+    assert check_promises(stack) == [], state
+
+
+def next_message_waits_behind(stack, clock, store, e1: str) -> None:
+    """The key's next message, then a tick: e1 alone runs of k, holding its slot and lease."""
+    clock.advance(1)
+    stack.send({"id": "k", "n": 2}, group="b")
+    stack.launcher().tick(reconcile_first=False)
+    e1_alone(stack, store, e1)
+
+
 @pytest.mark.parametrize("collide", [True, False], ids=["readopted-same-stamp", "readopted-1ms-later"])
 def test_reconciler_release_of_an_adoption_readopted_with_the_same_stamp(session, collide):
     """Reconciler B saw e1's adoption (a1) two windows ago; DescribeExecution: FAILED at s2, its
@@ -152,17 +186,7 @@ def test_reconciler_release_of_an_adoption_readopted_with_the_same_stamp(session
     b.launcher().tick()
     assert fired["fired"] == 1
 
-    clock.advance(1)
-    stack.send({"id": "k", "n": 2}, group="b")
-    stack.launcher().tick(reconcile_first=False)
-    state = {
-        "EXEC#e1": store.execution(e1),
-        "PAYLOAD#k": store.payload("k"),
-        "shards": shard_holders(stack),
-        "running": stack.running(),
-    }
-    assert running_of_key(stack, "k") == [e1], state
-    assert check_promises(stack) == [], state
+    next_message_waits_behind(stack, clock, store, e1)
 
 
 @pytest.mark.parametrize(
@@ -230,27 +254,14 @@ def test_duplicate_check_settle_of_an_adoption_readopted_with_the_same_stamp(ses
     clock.advance(125)
     b.clock.advance(125)
 
-    def meanwhile() -> None:
-        b.launcher().tick()  # B: two windows since its sighting, releases e1 on s2
-        assert store.payload("k").holder is None, "B did not release e1"
-        redrives.redrive(stack, e1)
-        d = runtime_at(stack, a1 if collide else a1 + 0.001)
-        d.launcher().tick()
-        assert store.execution(e1).adoptions == 2 and store.payload("k").holder == e1
+    meanwhile = readopted_meanwhile(stack, store, b, redrives, e1, a1 if collide else a1 + 0.001)
 
     launcher_rt = stack.runtime()
     fired = on_release_of(launcher_rt, e1, meanwhile)
     stack.send({"id": "k", "n": 2}, group="b")
     launcher_rt.launcher().tick(reconcile_first=False)
     assert fired["fired"] == 1
-    state = {
-        "EXEC#e1": store.execution(e1),
-        "PAYLOAD#k": store.payload("k"),
-        "shards": shard_holders(stack),
-        "running": stack.running(),
-    }
-    assert running_of_key(stack, "k") == [e1], state
-    assert check_promises(stack) == [], state
+    e1_alone(stack, store, e1)
 
 
 @pytest.mark.parametrize("collide", [True, False], ids=["readopted-same-stamp", "readopted-1ms-later"])
@@ -277,29 +288,13 @@ def test_completion_event_of_an_adoption_readopted_with_the_same_stamp(session, 
     clock.advance(125)
     b.clock.advance(125)
 
-    def meanwhile() -> None:
-        b.launcher().tick()
-        assert store.payload("k").holder is None, "B did not release e1"
-        redrives.redrive(stack, e1)
-        d = runtime_at(stack, a1 if collide else a1 + 0.001)
-        d.launcher().tick()
-        assert store.execution(e1).adoptions == 2 and store.payload("k").holder == e1
+    meanwhile = readopted_meanwhile(stack, store, b, redrives, e1, a1 if collide else a1 + 0.001)
 
     handler = stack.runtime()
     fired = on_release_of(handler, e1, meanwhile)
     settle(handler, late)
     assert fired["fired"] == 1
-    clock.advance(1)
-    stack.send({"id": "k", "n": 2}, group="b")
-    stack.launcher().tick(reconcile_first=False)
-    state = {
-        "EXEC#e1": store.execution(e1),
-        "PAYLOAD#k": store.payload("k"),
-        "shards": shard_holders(stack),
-        "running": stack.running(),
-    }
-    assert running_of_key(stack, "k") == [e1], state
-    assert check_promises(stack) == [], state
+    next_message_waits_behind(stack, clock, store, e1)
 
 
 def test_a_release_that_holds_the_adoption_by_its_stamp_alone_is_caught(session, monkeypatch):
