@@ -288,6 +288,9 @@ def _settle_ended_unconfirmed(self: Any, name: str, info: Any) -> None:
     )
 
 
+_REAL_RECORD_CONDITION = sluice.adapters.dynamo.release._record_condition
+
+
 def _record_condition_without_adoption(record: Any, fence: Any, named: dict[str, Any]) -> str:
     """``release._record_condition`` before the adoption was held as read: an adoption between a
     release's read and its write is released on an end judged against the record before it."""
@@ -841,14 +844,19 @@ VARIANTS["reconcile_release_unconfirmed"] = (
 )
 
 
+def _record_condition_by_time_alone(record: Any, fence: Any, named: dict[str, Any]) -> str:
+    """``release._record_condition`` holding the adoption it read by ``adopted_at`` alone."""
+    r = sluice.adapters.dynamo.release
+    uncounted = replace(record, adoptions=0)
+    condition = _REAL_RECORD_CONDITION(uncounted, fence, named)
+    return condition.replace(" AND " + r.adoptions_are(0), "")
+
+
 VARIANTS["release_adoption_uncounted"] = (
     "a release that holds the adoption it read by its adoption time alone: a run released, redriven "
     "and adopted again by a clock reading the same instant is released on the end read before "
     "(tests/integration/test_stale_release_attacks.py)",
-    [
-        (sluice.adapters.dynamo.release, "COUNTED_AS_READ", ""),
-        (sluice.adapters.dynamo.release, "UNCOUNTED", ""),
-    ],
+    [(sluice.adapters.dynamo.release, "_record_condition", _record_condition_by_time_alone)],
 )
 
 

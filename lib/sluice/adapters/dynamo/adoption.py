@@ -11,7 +11,7 @@ from typing import Any
 from sluice.adapters.dynamo.codec import execution_pk, payload_pk, values
 from sluice.adapters.dynamo.lanes import LaneSlots
 from sluice.adapters.dynamo.launch_slots import POOL, LaunchSlots
-from sluice.adapters.dynamo.release import ReleaseParts
+from sluice.adapters.dynamo.release import ReleaseParts, adoptions_are
 from sluice.adapters.dynamo.table import TableRef
 from sluice.core.model import ExecutionRecord, PayloadState
 
@@ -26,11 +26,6 @@ class _Adopted:
     now: float
     redriven_at: float | None
     by: str | None  # whose clock ``now`` is
-
-
-def _adoptions_are(count: int) -> str:
-    """The condition that the record was adopted ``count`` times (``:counted``, when any)."""
-    return "adoptions = :counted" if count else "attribute_not_exists(adoptions)"
 
 
 class AdoptionsTable:
@@ -92,7 +87,7 @@ class AdoptionsTable:
         adoption an older version wrote has no map: it is made with this one."""
         if record.adopted_at is None:
             return False
-        held = "#state = :running AND adopted_at = :adopted AND " + _adoptions_are(record.adoptions)
+        held = "#state = :running AND adopted_at = :adopted AND " + adoptions_are(record.adoptions)
         named = values(running=PayloadState.RUNNING.value, adopted=record.adopted_at)
         if record.adoptions:
             named.update(values(counted=record.adoptions))
@@ -154,7 +149,7 @@ class AdoptionsTable:
             "TableName": self.db.table,
             "Key": {"pk": {"S": execution_pk(adopted.name)}},
             "UpdateExpression": sets + "REMOVE expires_at, ended_at, #output, output_ref, output_size",
-            "ConditionExpression": "#state = :was AND " + _adoptions_are(record.adoptions),
+            "ConditionExpression": "#state = :was AND " + adoptions_are(record.adoptions),
             "ExpressionAttributeNames": {"#state": "state", "#shard": "shard", "#output": "output"},
             "ExpressionAttributeValues": values(
                 running=PayloadState.RUNNING.value,

@@ -401,12 +401,16 @@ NONE_PARKED = " AND attribute_not_exists(parked)"
 #                                                e1 released, redriven, adopted on its old shard
 #     release e1  ✗ (now refused: adopted_at)    → a second run of its key beside e1
 NOT_ADOPTED = " AND attribute_not_exists(adopted_at)"
-# By its count too: a run released, redriven and adopted again by a clock that reads the same
-# instant carries the same ``adopted_at``; only ``adoptions`` tells the two adoptions apart (an
-# adoption an older version wrote has no count).
 ADOPTED_AS_READ = " AND adopted_at = :adopted"
-COUNTED_AS_READ = " AND adoptions = :adoptions"
-UNCOUNTED = " AND attribute_not_exists(adoptions)"
+
+
+def adoptions_are(count: int) -> str:
+    """The condition that the record was adopted ``count`` times (``:counted``, when any; an adoption
+    an older version wrote has no count). A run released, redriven and adopted again by a clock that
+    reads the same instant carries the same ``adopted_at``: only the count tells the two apart."""
+    return "adoptions = :counted" if count else "attribute_not_exists(adoptions)"
+
+
 # A dropped run-once claim's key with no success recorded (else it keeps its receipt's end: ``_lease_terms``).
 NO_SUCCESS = "attribute_not_exists(succeeded_by)"
 
@@ -472,10 +476,10 @@ def _record_condition(record: ExecutionRecord, fence: ClaimFence | None, named: 
     if record.adopted_at is None:
         condition += NOT_ADOPTED
     else:
-        condition += ADOPTED_AS_READ + (COUNTED_AS_READ if record.adoptions else UNCOUNTED)
+        condition += ADOPTED_AS_READ + " AND " + adoptions_are(record.adoptions)
         named.update(values(adopted=record.adopted_at))
         if record.adoptions:
-            named.update(values(adoptions=record.adoptions))
+            named.update(values(counted=record.adoptions))
     if not record.parked:
         return condition + NONE_PARKED
     named[":nparked"] = {"N": str(len(record.parked))}

@@ -336,8 +336,8 @@ class DynamoSlots(Table):
                 return plan
             existing = {s.index for s in current.shards}
             updates = [self._cap_item(pool, m, m.shard in existing, plan.frozen) for m in plan.moves]
-            meta = self._pool_item(pool, current.version, plan, per_shard, stamp)
             if len(updates) <= SHARDS_PER_TRANSACTION:
+                meta = self._pool_item(pool, current.version, plan, per_shard, stamp)
                 if self._transact([meta, *updates]) is None:
                     return self._done(pool, plan)
                 continue
