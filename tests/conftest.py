@@ -19,27 +19,9 @@ os.environ.update(
     POWERTOOLS_TRACE_DISABLED="1",
 )
 
-from tests.explorer.fast_moto import memoise_moto, quiet_collector  # noqa: E402
-from tests.support.botocore_models import memoise_botocore_setup, share_botocore_loader  # noqa: E402
-from tests.support.moto_patches import (  # noqa: E402
-    cached_response_keys,
-    cheap_rollbacks,
-    dead_letter_source,
-    projected_scans,
-    redrive_filter,
-    serialise_dynamodb,
-)
+from tests.support.emulator import as_in_the_suite  # noqa: E402
 
-cheap_rollbacks()  # first: the lock below holds a transaction's copies with it
-serialise_dynamodb()
-redrive_filter()
-dead_letter_source()
-projected_scans()
-cached_response_keys()
-memoise_moto()  # moto's pure helpers memoised (tests/explorer/fast_moto.py)
-share_botocore_loader()
-memoise_botocore_setup()
-quiet_collector()  # the long-lived heap out of the collector's full passes (idem)
+as_in_the_suite()  # moto as every test meets it, the explorer's command lines too
 
 # `--cpu-durations=N`: CPU seconds per test, module and directory (wall times are noisy on a shared machine).
 pytest_plugins = ["tests.support.cpu_durations"]

@@ -27,6 +27,7 @@ import time
 
 from tests.explorer.shrink import shrink
 from tests.explorer.sim import explore
+from tests.support.emulator import as_in_the_suite
 from tests.support.faults import FAULTS
 
 
@@ -52,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("PYTHONHASHSEED") != "0":
         os.environ["PYTHONHASHSEED"] = "0"
         os.execv(sys.executable, [sys.executable, "-m", "tests.explorer", *(argv or sys.argv[1:])])
+    as_in_the_suite()  # moto as make test meets it (tests/support/emulator.py)
     parser = argparse.ArgumentParser(prog="python -m tests.explorer")
     parser.add_argument("--seed", type=int)
     parser.add_argument("--runs", type=int)

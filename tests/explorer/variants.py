@@ -27,6 +27,7 @@ from typing import Any
 from tests.explorer.broken import VARIANTS, patch
 from tests.explorer.shrink import category, shrink
 from tests.explorer.sim import explore
+from tests.support.emulator import as_in_the_suite
 
 
 @contextmanager
@@ -108,6 +109,7 @@ def main() -> int:
     if os.environ.get("PYTHONHASHSEED") != "0":
         os.environ["PYTHONHASHSEED"] = "0"
         os.execv(sys.executable, [sys.executable, "-m", "tests.explorer.variants", *sys.argv[1:]])
+    as_in_the_suite()  # moto as make test meets it (tests/support/emulator.py)
     parser = argparse.ArgumentParser(prog="python -m tests.explorer.variants")
     parser.add_argument("variant", nargs="+", help="variant names (tests/explorer/broken.py), or: all")
     parser.add_argument("--seeds", type=int, default=5)
