@@ -15,7 +15,7 @@ reconciliation released a redriven, adopted run on the end it had read before th
     → e1 RUNNING with no slot, no lease, counted nowhere: a claim takes its slot (MAX 1, two run)
 
 The duplicate check's settle judges the end again against the record its release reads
-(``MessageBranches._holder_ended``, seed 1206301599); reconciliation's ``_judge`` gives
+(``MessageBranches._holder_ended``, seed 1206301599); reconciliation's ``_release_ended`` gives
 ``complete`` no ``confirm``, and ``ReleasesTable._end`` then releases the adopted record it read
 again without judging it. On moto with the real adapters; the interleaving by botocore hooks.
 """

@@ -1,4 +1,4 @@
-"""Releases that act on a possibly stale reading (reconciliation's ``_judge`` with its
+"""Releases that act on a possibly stale reading (reconciliation's ``_release_ended`` with its
 ``confirm``, the completion's event, the duplicate check's settle), on moto with the real adapters.
 
 Moto has no RedriveExecution: ``redrive`` puts moto's execution back to RUNNING, and ``Redrives``

@@ -220,33 +220,7 @@ def _judge(p: Pass, name: str, record: ExecutionRecord) -> tuple[int, int]:
             return 0, 0
         return _release_vanished(p.store, p.queue, record, p.now, p.logger), 0
     if info.ended and _its_end(info, record):
-        window = p.settings.consistency_window_seconds
-        complete(
-            store=p.store,
-            queue=p.queue,
-            # Judged again on the record the release reads: the run may have been released, redriven
-            # and adopted since this pass read it (explorer seed 1503073754)::
-            #
-            #     reconciler B                          meanwhile
-            #     DescribeExecution(e1): FAILED at s1
-            #     release: reads EXEC#e1, not adopted   e1 released on its event; redriven at r1 > s1;
-            #                                           reconciler C adopts it (slot and lease back)
-            #     write IF not adopted  ✗, reads again
-            #     before: released on s1 → e1 runs with no slot, and a claim takes it
-            #     now: s1 is before its redrive (and the adoption is young): nothing released
-            confirm=lambda read: (
-                not young_adoption(read, p.now, window, p.reconciler) and _its_end(info, read)
-            ),
-            name=name,
-            state=PayloadState.after(info.status),
-            now=p.now,
-            error=info.error,
-            cause=info.cause,
-            ended_at=info.stop_date,
-            started_at=info.start_date,
-            output=output_from(info.output, p.outputs),
-            effects=p.effects,  # an end whose event was lost: its effects go now (sluice.features.effects)
-        )
+        _release_ended(p, name, info)
         return 1, 0
     if info.ended:
         return 0, 0  # an end from before its adoption (a stale answer): it runs; asked again later
@@ -256,6 +230,35 @@ def _judge(p: Pass, name: str, record: ExecutionRecord) -> tuple[int, int]:
         )
         return 0, 1
     return 0, 0
+
+
+def _release_ended(p: Pass, name: str, info: ExecutionInfo) -> None:
+    """A holder whose run ended, by DescribeExecution's word: released as its lost event would."""
+    window = p.settings.consistency_window_seconds
+    complete(
+        store=p.store,
+        queue=p.queue,
+        # Judged again on the record the release reads: the run may have been released, redriven
+        # and adopted since this pass read it (explorer seed 1503073754)::
+        #
+        #     reconciler B                          meanwhile
+        #     DescribeExecution(e1): FAILED at s1
+        #     release: reads EXEC#e1, not adopted   e1 released on its event; redriven at r1 > s1;
+        #                                           reconciler C adopts it (slot and lease back)
+        #     write IF not adopted  ✗, reads again
+        #     before: released on s1 → e1 runs with no slot, and a claim takes it
+        #     now: s1 is before its redrive (and the adoption is young): nothing released
+        confirm=lambda read: not young_adoption(read, p.now, window, p.reconciler) and _its_end(info, read),
+        name=name,
+        state=PayloadState.after(info.status),
+        now=p.now,
+        error=info.error,
+        cause=info.cause,
+        ended_at=info.stop_date,
+        started_at=info.start_date,
+        output=output_from(info.output, p.outputs),
+        effects=p.effects,  # an end whose event was lost: its effects go now (sluice.features.effects)
+    )
 
 
 def _sweep_rooms(p: Pass) -> int:
