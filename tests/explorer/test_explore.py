@@ -535,8 +535,13 @@ def test_b5_a_run_once_success_put_back_under_ttl_is_found_where_it_is_written()
 def test_b1_two_listings_around_a_start_by_hand_are_found_with_a_slow_container() -> None:
     """Seed 1504736000 (a swarm run the hunt of ``b1_listing_order`` drew, 310.8 CPU-seconds in,
     the container ``completion`` slow): under the variant, an older listing numbered last puts its smaller
-    external count in force and a claim takes a third slot under MAX 2; the code as it is passes."""
+    external count in force, which the check of the launcher's limit as written catches at once, and a
+    claim then takes a third slot under MAX 2; the code as it is passes."""
     done = _under_variant("b1_listing_order", 1504736000, swarm=True)
+    assert (
+        "the launcher's limit written from an external count of 1, below the runs started by hand"
+        in done.stdout
+    )
     assert "promise 1 (MAX)" in done.stdout, done.stdout[-3000:]
     assert _one_run(1504736000, "--swarm").returncode == 0
 

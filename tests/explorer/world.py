@@ -284,13 +284,34 @@ class ExplorerModel(Model):
         (docs/protocol.md, "Staleness"; seed 1326082451), is then the count admission obeys."""
         at, names = self.listing.get(call.container, (0, set()))
         stamp = _limit_stamp(call.params)
-        number = self.numbered.get(call.container)
-        if len(stamp) != 5 or number is None or int(float(stamp[3]["N"])) != number or at < self.known_at:
+        if len(stamp) != 5:
             return
-        self.known_outside = {
-            n for n in names if n in self.outside and self.outside_since.get(n, self.events + 1) < at
-        }
-        self.known_at = at
+        number = self.numbered.get(call.container)
+        if number is not None and int(float(stamp[3]["N"])) == number and at >= self.known_at:
+            self.known_outside = {
+                n for n in names if n in self.outside and self.outside_since.get(n, self.events + 1) < at
+            }
+            self.known_at = at
+        # The count this write puts in force covers every run started by hand that the newest
+        # listing (by when it was taken) showed and that still runs: a claim now would count it.
+        known = sorted(
+            n for n in self.known_outside & self.by_hand if n in self.running and n in self.outside
+        )
+        if int(float(stamp[4]["N"])) < len(known):
+            self.violations.append(
+                f"promise 1 (never more than MAX): the launcher's limit written from an external count of "
+                f"{int(float(stamp[4]['N']))}, below the runs started by hand that the newest listing showed "
+                f"and that still run: {known}"
+            )
+
+    @property
+    def by_hand(self) -> set[str]:
+        """Executions started by hand on the stack's machine (``started_outside``)."""
+        return self.__dict__.setdefault("_by_hand", set())
+
+    def started_outside(self, name: str, key: str | None = None) -> None:
+        self.by_hand.add(name)
+        super().started_outside(name, key)
 
     def answer_lost(self, call: Call) -> None:
         super().answer_lost(call)
