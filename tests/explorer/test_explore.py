@@ -775,20 +775,22 @@ def test_seed_472216048_a_redriven_run_still_held_by_its_adoption_stays_adopted(
 
 def test_b3_a_blocked_claim_started_anyway_is_found_in_a_drained_backlog() -> None:
     """Seed 467093186 (a swarm run the hunt of ``b3_start_after_block`` drew on 24ddd11, 455.2
-    CPU-seconds in; it races on a busy key and drains its backlog): under the variant, a claim a
-    reconciliation blocked for a redriven run of its key starts anyway; the code as it is passes."""
+    CPU-seconds in; it races on a busy key and drains its backlog): under the variant, a claim is
+    blocked for a redriven run of its key past its start mark, which the world's check of the table
+    catches where it is written (before the claim starts anyway); the code as it is passes."""
     done = _under_variant("b3_start_after_block", 467093186, swarm=True)
-    assert "(a reconciliation had blocked its claim for it)" in done.stdout, done.stdout[-3000:]
+    assert "blocked for a redriven run of its key after its start mark" in done.stdout, done.stdout[-3000:]
     assert _one_run(467093186, "--swarm").returncode == 0
 
 
 def test_b3_a_blocked_claim_started_anyway_is_found_in_a_full_pool() -> None:
     """Seed 996758331 (a swarm run the hunt of ``b3_start_after_block`` drew after the full pool
     and the rare crashes were added, 78.3 CPU-seconds in; it fills its pool and drains its
-    backlog): under the variant, a claim a reconciliation blocked for a redriven run of its key
-    starts anyway; the code as it is passes."""
+    backlog): under the variant, a reconciliation blocks a claim past its start mark for a redriven
+    run of its key, which the world's check of the table catches where it is written (before the
+    claim starts anyway); the code as it is passes."""
     done = _under_variant("b3_start_after_block", 996758331, swarm=True)
-    assert "(a reconciliation had blocked its claim for it)" in done.stdout, done.stdout[-3000:]
+    assert "blocked for a redriven run of its key after its start mark" in done.stdout, done.stdout[-3000:]
     assert _one_run(996758331, "--swarm").returncode == 0
 
 

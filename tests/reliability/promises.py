@@ -213,11 +213,37 @@ class Promises:
         if self.model.claimed_key_cap:  # a keyed claim was made
             self.check_key_caps()
         items = self.table(
-            "holders", "holder", "state", "lane", "once_by", "expires_at", "cap", "limit", "frozen"
+            "holders",
+            "holder",
+            "state",
+            "lane",
+            "once_by",
+            "expires_at",
+            "cap",
+            "limit",
+            "frozen",
+            "starting_at",
+            "blocked_by",
         )
         problems = pool_ceilings(items)
         if problems:
             raise PromiseBroken("\n".join(problems))
+        # One run per key, where the state is written: a block (a redriven run of the key holds it)
+        # lands before the claim's start mark, its commit point, or not at all. A claim both marked
+        # and blocked starts beside that run as soon as its claimer, or the tick that resumes it, goes on.
+        both = sorted(
+            pk
+            for pk, item in items.items()
+            if pk.startswith("EXEC#")
+            and "starting_at" in item
+            and "blocked_by" in item
+            and item.get("state", {}).get("S") == "CLAIMED"
+        )
+        if both:
+            raise PromiseBroken(
+                f"promise 2 (one per key): {both} blocked for a redriven run of its key after its start mark: "
+                "its claimer, past its commit point, starts it beside that run"
+            )
         # Run once, at every step rather than a retention period later: a key whose run-once
         # success (or unknown outcome) is recorded is never under TTL (docs/protocol.md, PAYLOAD#).
         rearmed = sorted(pk for pk, item in items.items() if "once_by" in item and "expires_at" in item)
