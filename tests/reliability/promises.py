@@ -71,6 +71,16 @@ class Promises:
             if pk.startswith("PARK#") and "woken_at" not in item
         )
 
+    def suspected_claims(self: World) -> list[str]:
+        """Unstarted claims a reconciler has marked suspect (sighting 1) and not yet released."""
+        return sorted(
+            pk
+            for pk, item in self.table("state", "suspect_since").items()
+            if pk.startswith("EXEC#")
+            and "suspect_since" in item
+            and item.get("state", {}).get("S") == "CLAIMED"
+        )
+
     def waiters_in_table(self: World) -> dict[str, list[str]]:
         """Waiters still parked (``WAIT#`` items not released): message id -> the keys it awaits."""
         return {
@@ -325,12 +335,18 @@ class Promises:
         # reconciler by that much (docs/protocol.md, "Clocks": skew delays a release, never decides one).
         # An adoption is judged two windows after the reconciler's own first sighting of it
         # (sluice.launch.reconcile._sight_adoption): a second pass while a run holds a slot by one.
-        for _ in range(2):
-            self.advance(OTHER_CLOCK_WINDOWS * WINDOW + 1 + max(0.0, self.skew))
+        # An unstarted claim another reconciler marked suspect is taken over once the mark is a claim
+        # timeout old by this clock (a skew later when the marker ran ahead), and released a claim
+        # timeout after that (explorer seed 1599889280): a pass per sighting.
+        for _ in range(3):
+            suspected = self.suspected_claims()
+            self.advance(
+                OTHER_CLOCK_WINDOWS * WINDOW + 1 + max(0.0, self.skew) + (CLAIM_TIMEOUT if suspected else 0)
+            )
             self.tick("A")
             self.check()
-            if not self.adopted_holders():
-                break  # no adoption to judge: a second pass changes nothing
+            if not self.adopted_holders() and not self.suspected_claims():
+                break  # nothing left to judge: another pass changes nothing
         lost = self.model.effects_never_sent()
         if lost:
             raise PromiseBroken(f"effects (nothing lost): never sent: {lost}")
