@@ -240,7 +240,7 @@ class Promises:
             raise PromiseBroken("\n".join(problems))
         # One run per key, where the state is written: a block (a redriven run of the key holds it)
         # lands before the claim's start mark, its commit point, or not at all. A claim both marked
-        # and blocked starts beside that run as soon as its claimer, or the tick that resumes it, goes on.
+        # and blocked starts beside that run as soon as its claimer, past its commit point, goes on.
         both = sorted(
             pk
             for pk, item in items.items()
