@@ -54,6 +54,7 @@ DRAIN_ACTORS = (
     "by_hand",
     "resubmit",
 )
+UPGRADE_ACTORS = ("delete_old_machine",)  # an upgrade's last step goes on while it drains too (sim.UPGRADES)
 COMPLETIONS = ("completion", "completion2", "completion3")
 STATUSES = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
 MAX_MESSAGES = 20
@@ -215,7 +216,9 @@ class Actors:
         if self.ex.draining:
             # The stack at work on its backlog: its own actors, each at least at its plain weight.
             weights = [
-                max(w, weight) if name in DRAIN_ACTORS else 0.0
+                max(w, weight)
+                if name in DRAIN_ACTORS or (name in UPGRADE_ACTORS and self.ex.upgrade)
+                else 0.0
                 for (name, weight, _), w in zip(options, weights, strict=True)
             ]
         if not any(weights):  # every option this step offers is left out of the run's profile

@@ -189,6 +189,30 @@ def test_a_rare_decision_is_crashed_right_after_only_in_the_swarm_runs_that_draw
     assert any(line.endswith("crash before, right after a rare decision") for line in outcome.trace)
 
 
+def test_an_upgrade_deletes_the_old_machine_under_a_holder_only_in_the_swarm_runs_that_draw_it() -> None:
+    """A swarm run that draws ``UPGRADES`` (from the seed: 9134 does) switches the state machine and
+    deletes the old one once none of its runs is left; reconciliation then describes a holder of the
+    deleted machine (``ExecutionDoesNotExist``) and releases it. With that release skipped (break 4)
+    the same run leaks. ``WIDENED`` and ``NARROW`` draw no upgrade."""
+    from tests.explorer.sim import Explorer, explore
+    from tests.explorer.variants import applied
+    from tests.support.faults import FAULTS
+
+    assert Explorer.draws_upgrade(9134) and not Explorer.draws_fill(9134)
+    assert not Explorer.draws_upgrade(WIDENED) and not Explorer.draws_upgrade(NARROW)
+    assert 200 <= sum(Explorer.draws_upgrade(seed) for seed in range(1000)) <= 300
+    before = dict(FAULTS)
+    outcome = explore(9134, 120, swarm=True)
+    assert outcome.failure is None, outcome.failure
+    for kind in ("explorer:old_machine_deleted", "explorer:describe_deleted_machine"):
+        assert FAULTS[kind] > before.get(kind, 0), kind
+    with applied("b4_vanished_kept"):
+        broken = explore(9134, 120, swarm=True)
+    assert broken.failure is not None and broken.failure.startswith("promise 4 (nothing leaks)"), (
+        broken.failure
+    )
+
+
 def test_no_pinned_swarm_seed_draws_the_full_pool_the_rare_crashes_or_small_plans() -> None:
     """The seeds this module replays as swarm runs, and the small seeds its loops and the README's
     commands use, draw neither widening: their runs are the ones they were pinned for. (996758331
@@ -201,6 +225,7 @@ def test_no_pinned_swarm_seed_draws_the_full_pool_the_rare_crashes_or_small_plan
         assert not Explorer.draws_fill(seed), seed
         assert not Explorer.draws_rare_crash(seed), seed
         assert not Explorer.draws_small_plans(seed), seed
+        assert not Explorer.draws_upgrade(seed), seed
 
 
 def test_a_run_that_draws_small_plans_writes_a_plan_in_one_transaction_a_move(session) -> None:
