@@ -7,7 +7,7 @@ promise or its CPU budget is spent, and reports, per seed: found or not, the CPU
 failure, the shrunk schedule's length.
 
     python -m tests.explorer.variants renew_always [b1_listing_order ...|all] --seeds 5 --minutes 4 \\
-        [--without forged] [--swarm]
+        [--without forged] [--swarm] [--misses 2]
 
 Each result is one JSON line.
 """
@@ -119,6 +119,9 @@ def main() -> int:
     parser.add_argument("--swarm", action="store_true")
     parser.add_argument("--shrink", type=float, default=60.0, help="seconds to shrink a failure")
     parser.add_argument(
+        "--misses", type=int, default=0, help="stop a variant at this many seeds not finding it (0: never)"
+    )
+    parser.add_argument(
         "--ignore", default="", help="failures holding one of these ';'-separated texts are passed over"
     )
     args = parser.parse_args()
@@ -130,10 +133,14 @@ def main() -> int:
         parser.error(f"unknown variants {unknown}; known: {', '.join(sorted(VARIANTS))}")
     for name in names:
         print(f"variant {name}: {VARIANTS[name][0]}", flush=True)
+        missed = 0
         for _ in range(args.seeds):
             seed = random.SystemRandom().randrange(1, 2**31)
             result = hunt(name, seed, args.minutes, args.steps, without, ignore, args.swarm, args.shrink)
             print(json.dumps(result), flush=True)
+            missed += not result["found"]
+            if missed == args.misses:  # the aim (4 of 5 seeds) is out of reach
+                break
     return 0
 
 
