@@ -608,7 +608,7 @@ class Explorer:
             self.after_decision = self.retry_on_event = True
             self.drain = self.drain or DRAINS[-1]
             self.config["swarm"].update(after_decision=True, drain=self.drain)
-        self.upgrade = swarm and not self.fill and self.draws_upgrade(choices.seed)
+        self.upgrade = swarm and self.draws_upgrade(choices.seed)
         if self.upgrade:
             self.scale["switch_machine"] = UPGRADE_PACE * max(1.0, self.scale["switch_machine"])
             self.scale["delete_old_machine"] = UPGRADE_PACE
@@ -655,7 +655,8 @@ class Explorer:
     @staticmethod
     def draws_upgrade(seed: int) -> bool:
         """A swarm run of ``seed`` upgrades its workflow (UPGRADES) unless it fills its pool."""
-        return UPGRADES[random.Random(seed * 269 + UPGRADE_SALT).randrange(len(UPGRADES))]
+        drawn = UPGRADES[random.Random(seed * 269 + UPGRADE_SALT).randrange(len(UPGRADES))]
+        return drawn and not Explorer.draws_fill(seed)
 
     @staticmethod
     def draws_rare_crash(seed: int) -> bool:

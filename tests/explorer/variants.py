@@ -139,7 +139,7 @@ def main() -> int:
             result = hunt(name, seed, args.minutes, args.steps, without, ignore, args.swarm, args.shrink)
             print(json.dumps(result), flush=True)
             missed += not result["found"]
-            if args.misses and missed == args.misses:  # the aim (4 of 5 seeds) is out of reach
+            if args.misses and missed == args.misses:  # at 2 of 5 seeds, the aim (4 of 5) is out of reach
                 break
     return 0
 
