@@ -213,6 +213,39 @@ def test_an_upgrade_deletes_the_old_machine_under_a_holder_only_in_the_swarm_run
     )
 
 
+def test_a_run_that_defers_duplicates_sweeps_a_lost_wake_up_only_in_the_swarm_runs_that_draw_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A swarm run that draws ``DEFERS`` (from the seed: 966233022 does) parks duplicates in the
+    table; a release's wake-up lost to a crash is made up by reconciliation's sweep, which wakes
+    the message, and the run is clean. With the sweep skipped (``never_sweeps``) the message is
+    never started: promise 3 at rest. ``WIDENED`` and ``NARROW`` defer nothing."""
+    import sluice.launch.reconcile
+    from tests.explorer.sim import Explorer, explore
+    from tests.explorer.variants import applied
+
+    assert Explorer.draws_defer(966233022)
+    assert not Explorer.draws_defer(WIDENED) and not Explorer.draws_defer(NARROW)
+    assert 200 <= sum(Explorer.draws_defer(seed) for seed in range(1000)) <= 300
+    swept = sluice.launch.reconcile.sweep
+    woken: list[int] = []
+
+    def counted(**kwargs: Any) -> int:
+        woken.append(swept(**kwargs))
+        return woken[-1]
+
+    monkeypatch.setattr(sluice.launch.reconcile, "sweep", counted)
+    outcome = explore(966233022, 120, swarm=True)
+    assert outcome.failure is None, outcome.failure
+    assert sum(woken) >= 1, "no lost wake-up was swept"
+    monkeypatch.undo()
+    with applied("never_sweeps"):
+        broken = explore(966233022, 120, swarm=True)
+    assert broken.failure is not None and broken.failure.startswith("promise 3 (nothing lost)"), (
+        broken.failure
+    )
+
+
 def test_no_pinned_swarm_seed_draws_the_full_pool_the_rare_crashes_or_small_plans() -> None:
     """The seeds this module replays as swarm runs, and the small seeds its loops and the README's
     commands use, draw neither widening: their runs are the ones they were pinned for. (996758331
@@ -226,6 +259,10 @@ def test_no_pinned_swarm_seed_draws_the_full_pool_the_rare_crashes_or_small_plan
         assert not Explorer.draws_rare_crash(seed), seed
         assert not Explorer.draws_small_plans(seed), seed
         assert not Explorer.draws_upgrade(seed), seed
+        assert not Explorer.draws_defer(seed), seed
+    assert not Explorer.draws_defer(9134) and not Explorer.draws_defer(
+        163
+    )  # the upgrade's and rare crashes' runs
 
 
 def test_a_run_that_draws_small_plans_writes_a_plan_in_one_transaction_a_move(session) -> None:
