@@ -246,6 +246,19 @@ def test_a_run_that_defers_duplicates_sweeps_a_lost_wake_up_only_in_the_swarm_ru
     )
 
 
+@pytest.mark.xfail(
+    strict=True, reason="open: two deferred messages stay parked at rest (tests/explorer/README.md)"
+)
+def test_seed_227091189_two_deferred_messages_stay_parked() -> None:
+    """Found by the defer widening's hunt (the baseline replay of b7's, on the code as it is): a
+    busy key under ``duplicatePolicy: defer``; at rest two messages are still parked and no sweep
+    wakes them (promise 4). Pinned until traced to Sluice or to the harness."""
+    from tests.explorer.sim import explore
+
+    outcome = explore(227091189, 120, swarm=True)
+    assert outcome.failure is None, outcome.failure
+
+
 def test_no_pinned_swarm_seed_draws_the_full_pool_the_rare_crashes_or_small_plans() -> None:
     """The seeds this module replays as swarm runs, and the small seeds its loops and the README's
     commands use, draw neither widening: their runs are the ones they were pinned for. (996758331
