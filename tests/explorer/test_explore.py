@@ -252,7 +252,7 @@ def test_a_run_that_defers_duplicates_sweeps_a_lost_wake_up_only_in_the_swarm_ru
 def test_seed_227091189_two_deferred_messages_stay_parked() -> None:
     """Found by the defer widening's hunt (the baseline replay of b7's, on the code as it is): a
     busy key under ``duplicatePolicy: defer``; at rest two messages are still parked and no sweep
-    wakes them (promise 4). Pinned until traced to Sluice or to the harness."""
+    wakes them (promise 4). Its likely path, on moto: tests/integration/test_unpark_interleaving_moto.py."""
     from tests.explorer.sim import explore
 
     outcome = explore(227091189, 120, swarm=True)
@@ -273,9 +273,8 @@ def test_no_pinned_swarm_seed_draws_the_full_pool_the_rare_crashes_or_small_plan
         assert not Explorer.draws_small_plans(seed), seed
         assert not Explorer.draws_upgrade(seed), seed
         assert not Explorer.draws_defer(seed), seed
-    assert not Explorer.draws_defer(9134) and not Explorer.draws_defer(
-        163
-    )  # the upgrade's and rare crashes' runs
+    for seed in (9134, 163):  # the upgrade's and the rare crashes' pinned runs
+        assert not Explorer.draws_defer(seed), seed
 
 
 def test_a_run_that_draws_small_plans_writes_a_plan_in_one_transaction_a_move(session) -> None:
