@@ -38,8 +38,10 @@ import sluice.launch.message_branches
 import sluice.launch.per_message
 import sluice.launch.reconcile
 import sluice.launch.redriven
+from sluice.adapters.dynamo.codec import execution_pk, park_pk, values
 from sluice.adapters.dynamo.keys import KeysTable
 from sluice.adapters.dynamo.lanes import LaneSlots
+from sluice.adapters.dynamo.parking import ParkingTable
 from sluice.adapters.dynamo.release import ReleasesTable
 from sluice.adapters.dynamo.slots import DynamoSlots
 from sluice.adapters.dynamo.store import DynamoStore
@@ -857,6 +859,34 @@ VARIANTS["release_adoption_uncounted"] = (
     "and adopted again by a clock reading the same instant is released on the end read before "
     "(tests/integration/test_stale_release_attacks.py)",
     [(sluice.adapters.dynamo.release, "_record_condition", _record_condition_by_time_alone)],
+)
+
+
+def _unpark_mark_then_remove(self: Any, holder: str, message_id: str, expires: int, now: float) -> None:
+    """``ParkingTable.unpark`` before seed 227091189's fix: the woken mark and the id's removal from
+    ``parked`` in two writes, so a park of the same id behind the holder between them is taken out
+    unwoken, and the index drops the holder."""
+    self.db.update_if(
+        park_pk(message_id),
+        "SET woken_at = :now, expires_at = :expires",
+        "holder = :holder AND attribute_not_exists(woken_at)",
+        values(now=now, expires=expires, holder=holder),
+        names={},
+    )
+    self.db.update_if(
+        execution_pk(holder),
+        "DELETE parked :ids",
+        "attribute_exists(pk)",
+        {":ids": {"SS": [message_id]}},
+        names={},
+    )
+
+
+VARIANTS["unpark_mark_apart"] = (
+    "a wake-up that marks a parked message woken and takes it off its holder's parked set in two "
+    "writes: a copy parked behind the holder between them waits on no index (the code before seed "
+    "227091189's fix)",
+    [(ParkingTable, "_unpark_one", _unpark_mark_then_remove)],
 )
 
 

@@ -246,13 +246,11 @@ def test_a_run_that_defers_duplicates_sweeps_a_lost_wake_up_only_in_the_swarm_ru
     )
 
 
-@pytest.mark.xfail(
-    strict=True, reason="open: two deferred messages stay parked at rest (tests/explorer/README.md)"
-)
 def test_seed_227091189_two_deferred_messages_stay_parked() -> None:
-    """Found by the defer widening's hunt (the baseline replay of b7's, on the code as it is): a
-    busy key under ``duplicatePolicy: defer``; at rest two messages are still parked and no sweep
-    wakes them (promise 4). Its likely path, on moto: tests/integration/test_unpark_interleaving_moto.py."""
+    """Found by the defer widening's hunt: a busy key under ``duplicatePolicy: defer``; a copy of a
+    woken message parked behind its holder between the wake-up's woken mark and its removal from the
+    holder's ``parked`` set stayed parked at rest, on no index (promise 3). Fixed by one transaction
+    for both (tests/integration/test_unpark_interleaving_moto.py); broken variant ``unpark_mark_apart``."""
     from tests.explorer.sim import explore
 
     outcome = explore(227091189, 120, swarm=True)

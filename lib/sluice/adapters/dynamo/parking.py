@@ -11,7 +11,7 @@ never parked behind an execution that has already been released:
     ────────                                   ───────────────────────────
     park(M behind H): IF EXEC#H live            release(H): EXEC#H ended
       PARK#M, EXEC#H.parked += M, PARKED += H   wake(H): re-send PARK#M to the queue,
-    delete M from the queue                       mark PARK#M woken, EXEC#H.parked −= M,
+    delete M from the queue                       mark PARK#M woken with EXEC#H.parked −= M,
                                                   PARKED −= H IF EXEC#H.parked is empty
 
 A park that commits between the release's read of EXEC#H and its write changes the set the
@@ -89,26 +89,58 @@ class ParkingTable:
         """Mark the re-sent messages woken (TTL removes them later), take them off ``holder``'s
         ``parked`` set, and take ``holder`` off the index once nothing else waits behind it."""
         expires = int(now) + self.db.retention_seconds
-        woken = sorted(set(message_ids))
-        for message_id in woken:
-            self.db.update_if(
-                park_pk(message_id),
-                "SET woken_at = :now, expires_at = :expires",
-                "holder = :holder AND attribute_not_exists(woken_at)",
-                values(now=now, expires=expires, holder=holder),
-                names={},
-            )
-        # Only the ids this wake-up sent: the holder's name may have been claimed again meanwhile
+        # Only the ids this wake-up read: the holder's name may have been claimed again meanwhile
         # (its own message, back after a rollback), carrying them, and more parked behind the new
         # claim, which that claim's end must wake.
-        if woken:
-            self.db.update_if(
-                execution_pk(holder),
-                "DELETE parked :ids",
-                "attribute_exists(pk)",
-                {":ids": {"SS": woken}},
-                names={},
-            )
+        for message_id in sorted(set(message_ids)):
+            self._unpark_one(holder, message_id, expires, now)
+        self._leave_the_index(holder)
+
+    def _unpark_one(self, holder: str, message_id: str, expires: int, now: float) -> None:
+        """The woken mark and the id's removal from ``parked`` in one transaction: a copy of the
+        message parked behind the same holder (live again) can land before it or after it, never
+        between, where the removal would take the new park's id out unwoken::
+
+            waker (unpark H, [m])                    another launcher (a copy of m, H live again)
+            PARK#m woken                             park m behind H: PARK#m unwoken, parked {m}
+            parked −= m   → {} : m parked, unwoken, on no index; nothing wakes it
+        """
+        remove = self._update(
+            execution_pk(holder), "DELETE parked :ids", "attribute_exists(pk)", {":ids": {"SS": [message_id]}}
+        )
+        mark = self._update(
+            park_pk(message_id),
+            "SET woken_at = :now, expires_at = :expires",
+            "holder = :holder AND attribute_not_exists(woken_at)",
+            values(now=now, expires=expires, holder=holder),
+        )
+        reasons = self.db.transact([mark, remove])
+        if reasons is None or reasons[0].get("Code") != "ConditionalCheckFailed":
+            return  # woken; or the holder's record is gone, with nothing to take the id out of
+        # Not waiting for this holder any more (woken by another, parked behind another, expired):
+        # its id leaves ``parked`` unless a copy parked behind the holder again meanwhile.
+        waiting_still = {
+            "TableName": self.db.table,
+            "Key": {"pk": {"S": park_pk(message_id)}},
+            "ConditionExpression": "attribute_not_exists(pk) OR holder <> :holder OR attribute_exists(woken_at)",
+            "ExpressionAttributeValues": values(holder=holder),
+        }
+        self.db.transact([{"ConditionCheck": waiting_still}, remove])
+
+    def _update(
+        self, pk: str, expression: str, condition: str, named_values: dict[str, Any]
+    ) -> dict[str, Any]:
+        return {
+            "Update": {
+                "TableName": self.db.table,
+                "Key": {"pk": {"S": pk}},
+                "UpdateExpression": expression,
+                "ConditionExpression": condition,
+                "ExpressionAttributeValues": named_values,
+            }
+        }
+
+    def _leave_the_index(self, holder: str) -> None:
         self.db.transact(
             [
                 {
