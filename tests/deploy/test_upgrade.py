@@ -80,9 +80,12 @@ UPGRADES = (
             "PAYLOAD#<key> gains redriven_more and once_unknown (written only in rare cases, read as "
             "absent by the previous version); SIGHT#<message id> is new (under the suppress policy "
             "only, cleanup by TTL, never read by the previous version); the stack gains an alarm "
-            "topic, function alarms and a dashboard; no record key, attribute meaning, message "
-            "attribute or resource name changed"
+            "topic, function alarms and a dashboard; PARK#<message id> gains copy_id (the SQS message "
+            "id of the copy parked, ignored by the previous version; an item without it is parked "
+            "over by any copy); no record key, attribute meaning, message attribute or resource name "
+            "changed"
         ),
+        layout=frozenset({"PARK#.copy_id"}),
     ),
 )
 

@@ -862,7 +862,9 @@ VARIANTS["release_adoption_uncounted"] = (
 )
 
 
-def _unpark_mark_then_remove(self: Any, holder: str, message_id: str, expires: int, now: float) -> None:
+def _unpark_mark_then_remove(
+    self: Any, holder: str, message_id: str, copy_id: str, remove: Any, now: float, expires: int
+) -> bool:
     """``ParkingTable.unpark`` before seed 227091189's fix: the woken mark and the id's removal from
     ``parked`` in two writes, so a park of the same id behind the holder between them is taken out
     unwoken, and the index drops the holder."""
@@ -880,13 +882,25 @@ def _unpark_mark_then_remove(self: Any, holder: str, message_id: str, expires: i
         {":ids": {"SS": [message_id]}},
         names={},
     )
+    return True
 
 
 VARIANTS["unpark_mark_apart"] = (
     "a wake-up that marks a parked message woken and takes it off its holder's parked set in two "
     "writes: a copy parked behind the holder between them waits on no index (the code before seed "
     "227091189's fix)",
-    [(ParkingTable, "_unpark_one", _unpark_mark_then_remove)],
+    [(ParkingTable, "_mark_woken", _unpark_mark_then_remove)],
+)
+
+
+_PARK = ParkingTable.park
+
+
+VARIANTS["copies_by_origin"] = (
+    "a deferred duplicate's copies told apart by their origin id alone: a copy a wake-up re-sent and "
+    "parked again behind its holder's name claimed again is taken for the copy being woken, and its "
+    "second wake-up reuses the first one's deduplication id (tests/integration/test_repark_copies_moto.py)",
+    [(ParkingTable, "park", lambda self, parked: _PARK(self, replace(parked, copy_id=parked.message_id)))],
 )
 
 

@@ -46,13 +46,13 @@ def _park_after_the_woken_mark(stack: Any, variant: str | None = None) -> tuple[
             return
         if fired["marked"]:  # the waker's next write after its woken mark
             fired["parked"] += int(stack.runtime().store().park(parked))  # its own clients
-        elif "woken_at" in json.dumps(params):
+        elif "SET woken_at" in json.dumps(params):
             fired["marked"] += 1
 
     waker.client("dynamodb").meta.events.register("before-parameter-build.dynamodb", park_again)
     saved = patch(VARIANTS[variant][1]) if variant else []
     try:
-        waker.store().unpark(holder, [waiting_id], now=1.0)
+        waker.store().unpark(holder, [waiting_id], woken=[parked], now=1.0)
     finally:
         patch(saved)
     return store, holder, waiting_id, fired

@@ -748,8 +748,8 @@ def test_a_wake_up_that_clears_every_parked_id_is_caught(monkeypatch):
     table = sluice.adapters.dynamo.parking.ParkingTable
     mark_woken = table.unpark
 
-    def clear_all(self, holder, message_ids, *, now):
-        mark_woken(self, holder, message_ids, now=now)
+    def clear_all(self, holder, message_ids, *, woken=(), now):
+        mark_woken(self, holder, message_ids, woken=woken, now=now)
         self.db.update_if(
             "PARKED", "DELETE holders :h", "attribute_exists(pk)", {":h": {"SS": [holder]}}, names={}
         )

@@ -316,6 +316,9 @@ class ParkedMessage:
     group_id: str
     attributes: dict[str, str]
     parked_at: float
+    # The SQS message id of the copy parked (``message_id`` is its origin's): a copy re-sent by a
+    # wake-up and parked again is another copy, which that wake-up does not mark woken.
+    copy_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -430,7 +430,12 @@ class WaitingRoom(Protocol):
         """Those of ``message_ids`` still waiting for ``holder``, oldest first."""
         ...
 
-    def unpark(self, holder: str, message_ids: Iterable[str], *, now: float) -> None: ...
+    def unpark(
+        self, holder: str, message_ids: Iterable[str], *, woken: Sequence[ParkedMessage] = (), now: float
+    ) -> None:
+        """Of the ids a release read: mark the copies in ``woken`` (re-sent) woken, and take off
+        ``holder``'s set every id not waiting for it any more; never a copy parked since."""
+        ...
 
     def parked_holders(self) -> frozenset[str]:
         """Executions that have messages parked behind them (reconciliation's sweep)."""

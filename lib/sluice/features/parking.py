@@ -34,6 +34,7 @@ def park(*, store: Store, payload: Payload, holder: str, now: float) -> bool:
         # woken waiter deferred here gave its kept slot up, and comes back as a newcomer to the line.
         attributes=waiter_attributes(message),
         parked_at=now,
+        copy_id=message.message_id,
     )
     return store.park(parked)
 
@@ -48,8 +49,8 @@ def wake(*, store: Store, queue: Queue, record: ExecutionRecord, now: float) -> 
             extra={"correlation_id": parked.key, "message_id": parked.message_id, "holder": record.name},
         )
     # Every id the release read, woken now or not waiting for it any more; never one parked since
-    # (behind a new claim of the same name, whose end wakes it).
-    store.unpark(record.name, record.parked, now=now)
+    # (behind a new claim of the same name, whose end wakes it), nor a copy re-sent and parked again.
+    store.unpark(record.name, record.parked, woken=waiting, now=now)
     return len(waiting)
 
 

@@ -176,9 +176,12 @@ class SqsQueue:
         ranked = sorted(attributes.items(), key=lambda kv: (not kv[0].startswith(SLUICE_PREFIX), kv[0]))
         kept = dict(ranked[: MAX_ATTRIBUTES - 1])
         kept[ORIGIN_ATTRIBUTE] = parked.message_id
-        # One holder's wake-up sent twice within 5 minutes is one message; a wake-up behind a later
-        # holder is another send. A copy that does get through twice names the same execution.
-        holder = hashlib.sha256(parked.holder.encode()).hexdigest()[:32]
+        # One copy's wake-up sent twice within 5 minutes is one message; a wake-up behind a later
+        # holder, or of a copy parked again (behind the same name claimed again), is another send,
+        # which SQS would otherwise take for the first and drop. A copy that does get through twice
+        # names the same execution.
+        parked_as = parked.holder + (f"\n{parked.copy_id}" if parked.copy_id else "")
+        holder = hashlib.sha256(parked_as.encode()).hexdigest()[:32]
         with translated("SendMessage"):
             self.client.send_message(
                 QueueUrl=self.url_for(attributes),

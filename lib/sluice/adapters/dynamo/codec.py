@@ -214,6 +214,7 @@ def parked_item(parked: ParkedMessage) -> dict[str, Any]:
         group_id=parked.group_id,
         attributes=json.dumps(parked.attributes, sort_keys=True),
         parked_at=parked.parked_at,
+        copy_id=parked.copy_id or None,
     )
 
 
@@ -226,6 +227,7 @@ def to_parked(raw: dict[str, Any]) -> ParkedMessage:
         group_id=str(raw.get("group_id", "")),
         attributes=json.loads(raw.get("attributes") or "{}"),
         parked_at=float(raw.get("parked_at", 0)),
+        copy_id=str(raw.get("copy_id", "")),
     )
 
 

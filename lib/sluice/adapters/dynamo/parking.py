@@ -24,7 +24,7 @@ parked set (``sluice.adapters.dynamo.store._carry_parked``) and its end wakes th
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sluice.adapters.dynamo.codec import execution_pk, park_pk, parked_item, to_parked, values
@@ -60,9 +60,15 @@ class ParkingTable:
                 "Put": {
                     "TableName": self.db.table,
                     "Item": put,
-                    # A copy woken from an earlier holder may be parked again behind a new one.
-                    "ConditionExpression": "attribute_not_exists(pk) OR holder <> :holder OR attribute_exists(woken_at)",
-                    "ExpressionAttributeValues": {":holder": put["holder"]},
+                    # Refused only to a redelivery of the copy parked here. Another copy is parked
+                    # over it: one woken (from an earlier holder, or this one's name claimed again),
+                    # or one a wake-up re-sent while it is on its way to mark this item woken, which
+                    # its mark, conditional on the copy it re-sent, now leaves parked.
+                    "ConditionExpression": (
+                        "attribute_not_exists(pk) OR holder <> :holder OR attribute_exists(woken_at) "
+                        "OR attribute_not_exists(copy_id) OR copy_id <> :copy"
+                    ),
+                    "ExpressionAttributeValues": {":holder": put["holder"], ":copy": {"S": parked.copy_id}},
                 }
             },
             {
@@ -77,7 +83,7 @@ class ParkingTable:
         reasons = self.db.transact(items)
         if reasons is None:
             return True
-        return reasons[1].get("Code") == "ConditionalCheckFailed"  # parked already, by a redelivery
+        return reasons[1].get("Code") == "ConditionalCheckFailed"  # parked already: a redelivery
 
     def parked_messages(self, holder: str, message_ids: Iterable[str]) -> list[ParkedMessage]:
         """The messages still waiting for ``holder`` (not woken, not re-parked behind another)."""
@@ -85,40 +91,57 @@ class ParkingTable:
         waiting = [to_parked(raw) for raw in found if raw.get("holder") == holder and "woken_at" not in raw]
         return sorted(waiting, key=lambda p: (p.parked_at, p.message_id))
 
-    def unpark(self, holder: str, message_ids: Iterable[str], *, now: float) -> None:
-        """Mark the re-sent messages woken (TTL removes them later), take them off ``holder``'s
-        ``parked`` set, and take ``holder`` off the index once nothing else waits behind it."""
+    def unpark(
+        self, holder: str, message_ids: Iterable[str], *, woken: Sequence[ParkedMessage] = (), now: float
+    ) -> None:
+        """Mark the re-sent copies (``woken``) woken (TTL removes them later), take every id the
+        release read that no longer waits for ``holder`` off its ``parked`` set, and take ``holder``
+        off the index once nothing else waits behind it."""
         expires = int(now) + self.db.retention_seconds
+        copies = {p.message_id: p.copy_id for p in woken}
         # Only the ids this wake-up read: the holder's name may have been claimed again meanwhile
         # (its own message, back after a rollback), carrying them, and more parked behind the new
         # claim, which that claim's end must wake.
         for message_id in sorted(set(message_ids)):
-            self._unpark_one(holder, message_id, expires, now)
+            remove = self._update(
+                execution_pk(holder),
+                "DELETE parked :ids",
+                "attribute_exists(pk)",
+                {":ids": {"SS": [message_id]}},
+            )
+            if message_id not in copies or not self._mark_woken(
+                holder, message_id, copies[message_id], remove, now, expires
+            ):
+                self._remove_unless_waiting(holder, message_id, remove)
         self._leave_the_index(holder)
 
-    def _unpark_one(self, holder: str, message_id: str, expires: int, now: float) -> None:
-        """The woken mark and the id's removal from ``parked`` in one transaction: a copy of the
-        message parked behind the same holder (live again) can land before it or after it, never
-        between, where the removal would take the new park's id out unwoken::
+    def _mark_woken(
+        self, holder: str, message_id: str, copy_id: str, remove: dict[str, Any], now: float, expires: int
+    ) -> bool:
+        """The woken mark and the id's removal from ``parked``, in one transaction, conditional on
+        the copy re-sent. Apart, or on the id alone, a copy parked behind the same holder (live
+        again) between the re-send and the mark is lost::
 
-            waker (unpark H, [m])                    another launcher (a copy of m, H live again)
-            PARK#m woken                             park m behind H: PARK#m unwoken, parked {m}
-            parked −= m   → {} : m parked, unwoken, on no index; nothing wakes it
+            waker (unpark H, [m])                    another launcher (H's name claimed again)
+            re-send m (copy c2)
+                                                     c2 refused by H: park m behind H
+            PARK#m woken, parked −= m        → m parked nowhere, or its PARK# marked woken unsent
         """
-        remove = self._update(
-            execution_pk(holder), "DELETE parked :ids", "attribute_exists(pk)", {":ids": {"SS": [message_id]}}
-        )
+        same_copy = "copy_id = :copy" if copy_id else "attribute_not_exists(copy_id)"
+        named = values(now=now, expires=expires, holder=holder, **({"copy": copy_id} if copy_id else {}))
         mark = self._update(
             park_pk(message_id),
             "SET woken_at = :now, expires_at = :expires",
-            "holder = :holder AND attribute_not_exists(woken_at)",
-            values(now=now, expires=expires, holder=holder),
+            f"holder = :holder AND attribute_not_exists(woken_at) AND {same_copy}",
+            named,
         )
         reasons = self.db.transact([mark, remove])
-        if reasons is None or reasons[0].get("Code") != "ConditionalCheckFailed":
-            return  # woken; or the holder's record is gone, with nothing to take the id out of
-        # Not waiting for this holder any more (woken by another, parked behind another, expired):
-        # its id leaves ``parked`` unless a copy parked behind the holder again meanwhile.
+        # Refused for the mark: another copy parked, or woken by another. Refused for the removal
+        # alone: the holder's record is gone, with nothing to take the id out of.
+        return reasons is None or reasons[0].get("Code") != "ConditionalCheckFailed"
+
+    def _remove_unless_waiting(self, holder: str, message_id: str, remove: dict[str, Any]) -> None:
+        """Take the id off ``parked`` unless a copy waits behind ``holder`` under it (parked again)."""
         waiting_still = {
             "TableName": self.db.table,
             "Key": {"pk": {"S": park_pk(message_id)}},

@@ -3,7 +3,7 @@ benchmark."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from sluice.adapters.memory.table import MemoryTable
@@ -82,8 +82,9 @@ class MemoryParking:
     def park(self, parked: ParkedMessage) -> bool:
         with self.table.lock:
             existing = self.parked.get(parked.message_id)
-            if existing is not None and existing[0].holder == parked.holder and not existing[1]:
-                return True  # parked already, by an earlier delivery
+            held = (parked.holder, parked.copy_id, False)
+            if existing is not None and (existing[0].holder, existing[0].copy_id, existing[1]) == held:
+                return True  # parked already: a redelivery
             holder = self.table.executions.get(parked.holder)
             if holder is None or not holder.state.holds_lease:
                 return False
@@ -101,16 +102,23 @@ class MemoryParking:
             ]
         return sorted(waiting, key=lambda p: (p.parked_at, p.message_id))
 
-    def unpark(self, holder: str, message_ids: Iterable[str], *, now: float) -> None:
-        woken = frozenset(message_ids)
+    def unpark(
+        self, holder: str, message_ids: Iterable[str], *, woken: Sequence[ParkedMessage] = (), now: float
+    ) -> None:
+        copies = {p.message_id: p.copy_id for p in woken}
         with self.table.lock:
-            for m in woken:
+            done: set[str] = set()
+            for m in frozenset(message_ids):
                 entry = self.parked.get(m)
-                if entry is not None and entry[0].holder == holder:
+                waiting = entry is not None and entry[0].holder == holder and not entry[1]
+                if waiting and m in copies and entry[0].copy_id == copies[m]:
                     self.parked[m] = (entry[0], True)
+                    waiting = False
+                if not waiting:
+                    done.add(m)
             record = self.table.executions.get(holder)
             if record is not None:
-                record = replace(record, parked=record.parked - woken)
+                record = replace(record, parked=record.parked - done)
                 self.table.executions[holder] = record
             if record is None or not record.parked:
                 self.holders.discard(holder)

@@ -245,8 +245,10 @@ class MemoryStore:
     def parked_messages(self, holder: str, message_ids: Iterable[str]) -> list[ParkedMessage]:
         return self.parking.parked_messages(holder, message_ids)
 
-    def unpark(self, holder: str, message_ids: Iterable[str], *, now: float) -> None:
-        self.parking.unpark(holder, message_ids, now=now)
+    def unpark(
+        self, holder: str, message_ids: Iterable[str], *, woken: Sequence[ParkedMessage] = (), now: float
+    ) -> None:
+        self.parking.unpark(holder, message_ids, woken=woken, now=now)
 
     def parked_holders(self) -> frozenset[str]:
         return self.parking.parked_holders()

@@ -1,0 +1,187 @@
+"""A woken message parked again behind its holder's name claimed again (an independent attack on
+``duplicatePolicy: defer``): each copy a wake-up re-sends is told apart by its own SQS message id.
+
+H, the holder, is claimed by message A, rolled back (its StartExecution refused for sure) and claimed
+again by A's redelivery, carrying the messages parked behind the first claim (``_carry_parked``).
+Told apart by their origin id alone (the broken variant ``copies_by_origin``), copies of m were lost
+two ways::
+
+    waker W (H rolled back)                 launcher L3
+    re-send m (copy c2)
+                                            A claims H again; c2 refused by H: park m behind H
+                                            PARK#m unwoken behind H: "parked already", c2 deleted
+    PARK#m woken, parked −= m               → m on no queue, marked woken: never started
+
+    wake-up of the first claim: re-send m, dedup id (m, H)
+                                            c2 parked behind the second claim of H; H ends
+    wake-up of the second: re-send m, dedup id (m, H) again, within 5 minutes
+                                            → SQS accepts the send and never delivers it
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import pytest
+
+from sluice.core.clock import FakeClock
+from sluice.core.model import ClaimFence, PayloadState
+from sluice.core.names import execution_name
+from sluice.launch.completion import complete
+from sluice.launch.settings import DuplicatePolicy
+from tests.explorer.variants import applied
+from tests.support.aws import build_stack
+
+VARIANTS = [None, "copies_by_origin"]
+
+
+def _applied(variant: str | None) -> AbstractContextManager[None]:
+    return applied(variant) if variant else nullcontext()
+
+
+class Scene:
+    """A claimed by W's launcher as H (what ``MessageProtocol._claim`` writes), m parked behind H."""
+
+    def __init__(self, session: Any) -> None:
+        self.clock = FakeClock()
+        self.stack = stack = build_stack(session, clock=self.clock, duplicate_policy=DuplicatePolicy.DEFER)
+        stack.launcher().tick()  # the slot pool
+        waker = stack.runtime()
+        self.store, self.queue, self.ddb = waker.store(), waker.queue(), waker.client("dynamodb")
+        a_id = stack.send({"id": "k1", "n": 1}, group="gA")
+        got = stack.client("sqs").receive_message(QueueUrl=stack.settings.queue_url, MaxNumberOfMessages=1)
+        assert got["Messages"][0]["MessageId"] == a_id
+        self.receipt_a = got["Messages"][0]["ReceiptHandle"]
+        self.holder = execution_name("k1", a_id)
+        now = self.clock.now()
+        arn = waker.executions().arn_for(self.holder)
+        self.store.claim(
+            key="k1", name=self.holder, message_id=a_id, now=now, claim_expires_at=now + 600, arn=arn
+        )
+        self.m_id = stack.send({"id": "k1", "n": 2}, group="gM")
+        assert stack.launcher().tick().outcomes == {"deferred": 1}
+        self.sends: list[str] = []
+        waker.client("sqs").meta.events.register(
+            "provide-client-params.sqs.SendMessage",
+            lambda params, **_: self.sends.append(params["MessageDeduplicationId"]),
+        )
+
+    def park_item(self) -> dict[str, Any]:
+        return self.ddb.get_item(
+            TableName=self.stack.settings.table_name,
+            Key={"pk": {"S": f"PARK#{self.m_id}"}},
+            ConsistentRead=True,
+        )["Item"]
+
+    def roll_back(self) -> None:
+        """W's rollback of H (``MessageBranches._rollback``): H released, m woken."""
+        complete(
+            store=self.store,
+            queue=self.queue,
+            name=self.holder,
+            state=PayloadState.RELEASED,
+            now=self.clock.now(),
+            error="StartExecution refused",
+            fence=ClaimFence(0),
+        )
+
+    def claim_again(self) -> dict[str, int]:
+        """A back on the queue: L3 claims H again and starts it; the copy of m parks behind it."""
+        self.stack.visible_again([self.receipt_a])
+        return self.stack.launcher().tick().outcomes
+
+    def end_and_settle(self) -> dict[str, str]:
+        """H ends; its completion (W's launcher's, so its sends are counted) wakes what waits for it."""
+        self.stack.finish(self.holder)
+        self.clock.advance(60)
+        complete(
+            store=self.store,
+            queue=self.queue,
+            name=self.holder,
+            state=PayloadState.SUCCEEDED,
+            now=self.clock.now(),
+        )
+        for _ in range(3):
+            self.clock.advance(60)
+            self.stack.launcher().tick()
+        return {e["name"]: e["status"] for e in self.stack.executions()}
+
+    @property
+    def m_name(self) -> str:
+        return execution_name("k1", self.m_id)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_copy_parked_again_while_its_wake_up_is_on_its_way_runs(session, variant: str | None) -> None:
+    scene = Scene(session)
+    fired: list[dict[str, Any]] = []
+
+    def before_the_woken_mark(params: dict[str, Any], **_: Any) -> None:
+        writes = [i.get("Update", {}) for i in params.get("TransactItems", [])]
+        marks = [u for u in writes if u.get("Key", {}).get("pk", {}).get("S") == f"PARK#{scene.m_id}"]
+        if not fired and marks and "woken_at" in marks[0].get("UpdateExpression", ""):
+            fired.append({"queue": scene.stack.queue_counts(), "outcomes": scene.claim_again()})
+
+    scene.ddb.meta.events.register(
+        "before-parameter-build.dynamodb.TransactWriteItems", before_the_woken_mark
+    )
+    with _applied(variant):
+        scene.roll_back()
+        names = scene.end_and_settle()
+    assert len(fired) == 1 and fired[0]["queue"][0] == 1  # the fault fired: the copy was on the queue
+    assert fired[0]["outcomes"] == {"started": 1, "deferred": 1}  # H claimed again, the copy parked
+    assert names[scene.holder] == "SUCCEEDED"
+    if variant is None:
+        assert scene.m_name in names, "the deferred duplicate never started"
+    else:
+        assert scene.m_name not in names and scene.stack.queue_counts() == (0, 0)
+        assert "woken_at" in scene.park_item()  # marked woken, its copy deleted as "parked already"
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_second_wake_up_behind_a_name_claimed_again_is_not_deduplicated(
+    session, variant: str | None
+) -> None:
+    scene = Scene(session)
+    with _applied(variant):
+        scene.roll_back()
+        assert scene.stack.queue_counts()[0] == 1 and "woken_at" in scene.park_item()
+        assert scene.claim_again() == {"started": 1, "deferred": 1}
+        assert "woken_at" not in scene.park_item()  # the copy parked behind the second claim
+        names = scene.end_and_settle()  # its release wakes the copy within 5 minutes of the first send
+    assert len(scene.sends) == 2
+    if variant is None:
+        assert scene.sends[0] != scene.sends[1]  # another copy: another deduplication id
+        assert scene.m_name in names, "the deferred duplicate never started"
+    else:
+        assert scene.sends[0] == scene.sends[1]  # the fault: SQS drops the second send
+        assert scene.m_name not in names and scene.stack.queue_counts() == (0, 0)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_wake_up_that_dies_before_its_mark_then_a_claim_again_loses_nothing(
+    session, variant: str | None
+) -> None:
+    scene = Scene(session)
+    crashed: list[int] = []
+
+    def die_before_the_mark(params: dict[str, Any], **_: Any) -> None:
+        keys = [
+            i.get("Update", {}).get("Key", {}).get("pk", {}).get("S") for i in params.get("TransactItems", [])
+        ]
+        if not crashed and f"PARK#{scene.m_id}" in keys:
+            crashed.append(1)
+            raise ConnectionError("the waker dies after its re-send, before its mark")
+
+    scene.ddb.meta.events.register("before-parameter-build.dynamodb.TransactWriteItems", die_before_the_mark)
+    with _applied(variant):
+        with pytest.raises(ConnectionError):
+            scene.roll_back()
+        assert crashed == [1] and scene.stack.queue_counts()[0] == 1
+        assert scene.claim_again() == {"started": 1, "deferred": 1}
+        names = scene.end_and_settle()
+    if variant is None:
+        assert scene.m_name in names, "the deferred duplicate never started"
+    else:
+        assert scene.m_name not in names and scene.stack.queue_counts() == (0, 0)
