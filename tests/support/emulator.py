@@ -23,7 +23,6 @@ def as_in_the_suite() -> None:
         dead_letter_source,
         projected_scans,
         redrive_filter,
-        remembered_deduplication,
         serialise_dynamodb,
     )
 
@@ -31,7 +30,6 @@ def as_in_the_suite() -> None:
     serialise_dynamodb()
     redrive_filter()
     dead_letter_source()
-    remembered_deduplication()
     projected_scans()
     cached_response_keys()
     memoise_moto()  # moto's pure helpers memoised (tests/explorer/fast_moto.py)

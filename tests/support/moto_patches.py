@@ -38,11 +38,6 @@ behave as AWS documents; Sluice's code is never patched here.
   a message to the dead-letter queue after ``maxReceiveCount`` receives but does not say from where;
   SQS answers the system attribute ``DeadLetterQueueSourceArn`` on such a message (the queue it came
   from), which ``sluice dlq`` reads (``sluice.adapters.aws.sqs_dead_letters``).
-* **Deduplication ids remembered** (``remembered_deduplication``: for the whole test session). moto
-  drops a FIFO send only as the duplicate of a message it still holds; SQS remembers a deduplication
-  id for 5 minutes from its send, the message deleted or not, in its message group under
-  ``DeduplicationScope=messageGroup``, else in the queue. A re-send with an id used minutes before is
-  accepted and never delivered (tests/integration/test_unpark_interleaving_moto.py).
 
 Not here, and why:
 
@@ -260,38 +255,6 @@ def redrive_filter() -> None:
 
     listed._sluice_redrive_filter = True  # type: ignore[attr-defined]
     sfn_responses.StepFunctionResponse.list_executions = listed  # type: ignore[method-assign]
-
-
-def remembered_deduplication() -> None:
-    """Drop a FIFO send whose deduplication id was sent within 5 minutes, as SQS does (idempotent)."""
-    original = sqs_models.Queue.add_message
-    if getattr(original, "_sluice_remembered", False):
-        return
-
-    @functools.wraps(original)
-    def add_message(self: Any, message: Any) -> None:
-        if self.fifo_queue and message.deduplication_id:
-            seen = self.__dict__.setdefault("_sluice_deduplication", {})
-            scope = message.group_id if self.attributes.get("DeduplicationScope") == "messageGroup" else None
-            first = seen.get((scope, message.deduplication_id))
-            if (
-                first is not None
-                and message.sent_timestamp - first < 1000 * sqs_models.DEDUPLICATION_TIME_IN_SECONDS
-            ):
-                return
-            seen[(scope, message.deduplication_id)] = message.sent_timestamp
-        original(self, message)
-
-    add_message._sluice_remembered = True  # type: ignore[attr-defined]
-    sqs_models.Queue.add_message = add_message  # type: ignore[method-assign]
-
-
-def deduplication_window_passes() -> None:
-    """Five minutes pass for SQS's deduplication (``remembered_deduplication``): every id is forgotten."""
-    for regions in sqs_models.sqs_backends.values():
-        for backend in regions.values():
-            for queue in backend.queues.values():
-                queue.__dict__.pop("_sluice_deduplication", None)
 
 
 def dead_letter_source() -> None:
