@@ -20,6 +20,7 @@ two ways::
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -32,6 +33,7 @@ from sluice.launch.completion import complete
 from sluice.launch.settings import DuplicatePolicy
 from tests.explorer.variants import applied
 from tests.support.aws import build_stack
+from tests.support.sqs_dedup import SqsDedup, sqs_dedup
 
 VARIANTS = [None, "copies_by_origin"]
 
@@ -41,9 +43,11 @@ def _applied(variant: str | None) -> AbstractContextManager[None]:
 
 
 class Scene:
-    """A claimed by W's launcher as H (what ``MessageProtocol._claim`` writes), m parked behind H."""
+    """A claimed by W's launcher as H (what ``MessageProtocol._claim`` writes), m parked behind H;
+    SQS deduplicates as it does (``sqs_dedup``: an id remembered 5 minutes, its message deleted or not)."""
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: Any, dedup: SqsDedup) -> None:
+        self.dedup = dedup
         self.clock = FakeClock()
         self.stack = stack = build_stack(session, clock=self.clock, duplicate_policy=DuplicatePolicy.DEFER)
         stack.launcher().tick()  # the slot pool
@@ -112,9 +116,14 @@ class Scene:
         return execution_name("k1", self.m_id)
 
 
+@pytest.fixture
+def scene(session: Any) -> Iterator[Scene]:
+    with sqs_dedup(session) as dedup:
+        yield Scene(session, dedup)
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_a_copy_parked_again_while_its_wake_up_is_on_its_way_runs(session, variant: str | None) -> None:
-    scene = Scene(session)
+def test_a_copy_parked_again_while_its_wake_up_is_on_its_way_runs(scene: Scene, variant: str | None) -> None:
     fired: list[dict[str, Any]] = []
 
     def before_the_woken_mark(params: dict[str, Any], **_: Any) -> None:
@@ -141,9 +150,8 @@ def test_a_copy_parked_again_while_its_wake_up_is_on_its_way_runs(session, varia
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_a_second_wake_up_behind_a_name_claimed_again_is_not_deduplicated(
-    session, variant: str | None
+    scene: Scene, variant: str | None
 ) -> None:
-    scene = Scene(session)
     with _applied(variant):
         scene.roll_back()
         assert scene.stack.queue_counts()[0] == 1 and "woken_at" in scene.park_item()
@@ -152,18 +160,18 @@ def test_a_second_wake_up_behind_a_name_claimed_again_is_not_deduplicated(
         names = scene.end_and_settle()  # its release wakes the copy within 5 minutes of the first send
     assert len(scene.sends) == 2
     if variant is None:
-        assert scene.sends[0] != scene.sends[1]  # another copy: another deduplication id
+        assert scene.sends[0] != scene.sends[1] and not scene.dedup.dropped  # another copy: another id
         assert scene.m_name in names, "the deferred duplicate never started"
     else:
-        assert scene.sends[0] == scene.sends[1]  # the fault: SQS drops the second send
+        assert scene.sends[0] == scene.sends[1]  # the same id within 5 minutes:
+        assert [d for _, _, d in scene.dedup.dropped] == [scene.sends[1]]  # the fault: SQS drops it
         assert scene.m_name not in names and scene.stack.queue_counts() == (0, 0)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_a_wake_up_that_dies_before_its_mark_then_a_claim_again_loses_nothing(
-    session, variant: str | None
+    scene: Scene, variant: str | None
 ) -> None:
-    scene = Scene(session)
     crashed: list[int] = []
 
     def die_before_the_mark(params: dict[str, Any], **_: Any) -> None:
