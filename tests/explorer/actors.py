@@ -87,6 +87,7 @@ ENQUEUE_ITEMS = ('{"id":"P"}', '{"id":"P","n":7}', "1" * 5000, "[" * 3000 + "]" 
 LANE = "gpu"  # the lane a swarm run's lanes name beside the default one (sim.LANES)
 
 SEMAPHORE, SEMAPHORE_CONFIGURED = "db", 5  # SLUICE_SEMAPHORES=db:5 in the semaphore function
+MAX_SEMAPHORES = 8  # SEMAPHORE_ADDS: at most seven added
 
 
 def _queued(queue_url: str) -> set[str]:
@@ -116,7 +117,8 @@ class Actors:
         self.by_hand = 0
         self.ended_keys: list[str] = []  # the payload ids of ended runs, latest last (swarm: re-submits)
         self.resubmitted = 0
-        self.semaphore_limit: int | None = None  # the operator's last ``sluice semaphore set``
+        self.semaphores = [SEMAPHORE]  # the semaphores configured, newest last (SEMAPHORE_ADDS)
+        self.semaphore_limits: dict[str, int] = {}  # each one's last ``sluice semaphore set``
 
     @property
     def world(self) -> Any:
@@ -191,6 +193,8 @@ class Actors:
                 out.append(("enqueue", 0.3, self.do_enqueue))
             if "semaphore" not in self.busy():
                 out.append(("semaphore_cold_start", 0.5, self.do_semaphore_cold_start))
+                if self.ex.semaphore_adds and len(self.semaphores) < MAX_SEMAPHORES:
+                    out.append(("semaphore_add", 0.3, self.do_semaphore_add))
             out.append(("semaphore_set", 0.5, self.do_semaphore_set))
             if self.ex.rate is not None or self.ex.key_rate is not None or self.ex.lane_rate is not None:
                 out.append(("set_rate", 0.3, self.do_set_rate))
@@ -472,32 +476,48 @@ class Actors:
             )
 
     def do_semaphore_cold_start(self) -> None:
-        """A new container of the semaphore function: it creates the configured semaphore if absent
-        (``SemaphoreService.ensure``), its calls switch points like every invocation's."""
+        """A new container of the semaphore function: it creates each configured semaphore that is
+        absent (``SemaphoreService.ensure``), its calls switch points like every invocation's."""
         container = self.ex.container("semaphore")
         container.injector.observer = None  # the semaphore's items are not the launcher's protocol
+        configured = dict.fromkeys(self.semaphores, SEMAPHORE_CONFIGURED)
 
         def work(c: Container) -> None:
-            SemaphoreService(c.runtime.semaphores(), {SEMAPHORE: SEMAPHORE_CONFIGURED}).ensure(SEMAPHORE)
+            service = SemaphoreService(c.runtime.semaphores(), configured)
+            for name in configured:
+                service.ensure(name)
 
         self.spawn("semaphore", "semaphore", work)
+
+    def do_semaphore_add(self) -> None:
+        """A deployment that configures one more semaphore (SEMAPHORE_ADDS): the function's first
+        invocation after it is a cold start that finds the new one absent."""
+        self.semaphores.append(f"{SEMAPHORE}{len(self.semaphores) + 1}")
+        self.note(f"operator: deploy with semaphore {self.semaphores[-1]} added")
+        count("explorer:semaphore_add")
+        self.do_semaphore_cold_start()
 
     def do_semaphore_set(self) -> None:
         """``sluice semaphore set``: from its return on, that limit is in force until the next set."""
         limit = (0, 1, 2)[self.choices.draw(3)]
-        self.note(f"operator: sluice semaphore set {SEMAPHORE} {limit}")
+        name = (
+            self.semaphores[self.choices.draw(len(self.semaphores))]
+            if len(self.semaphores) > 1
+            else SEMAPHORE
+        )
+        self.note(f"operator: sluice semaphore set {name} {limit}")
         count("explorer:semaphore_set")
-        semaphore_set(self.world.operator, SEMAPHORE, limit)
-        self.semaphore_limit = limit
+        semaphore_set(self.world.operator, name, limit)
+        self.semaphore_limits[name] = limit
 
     def check(self) -> str | None:
         """What the actors themselves know must hold after every step."""
-        if self.semaphore_limit is not None:
-            pool = self.world.table("limit").get(f"SLOTS#{pool_of(SEMAPHORE)}", {})
+        for name, set_limit in sorted(self.semaphore_limits.items()):
+            pool = self.world.table("limit").get(f"SLOTS#{pool_of(name)}", {})
             limit = int(pool.get("limit", {}).get("N", -1))
-            if limit != self.semaphore_limit:
+            if limit != set_limit:
                 return (
-                    f"semaphore {SEMAPHORE}: limit {limit} in force, but the operator set {self.semaphore_limit} "
+                    f"semaphore {name}: limit {limit} in force, but the operator set {set_limit} "
                     "and nobody set it since (a cold start undid the operator's limit)"
                 )
         return None

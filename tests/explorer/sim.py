@@ -244,6 +244,13 @@ UPGRADE_SALT = 125550  # as SLOW_SALT: no pinned swarm seed, nor the small seeds
 # of the swarm runs).
 DEFERS = (False, False, False, True)
 DEFER_SALT = 3261270  # as SLOW_SALT: no pinned swarm seed, nor the small seeds, draws it
+# A swarm run may add semaphores to the deployment (``SLUICE_SEMAPHORES`` gains a name, a deployment
+# of the semaphore function): the function's first invocation after it is a cold start that finds
+# the new semaphore absent and creates it, while the operator may set its limit. Without it the one
+# semaphore is absent only at a run's start, before the first cold start returns. Drawn from the
+# seed (in a quarter of the swarm runs).
+SEMAPHORE_ADDS = (False, False, False, True)
+SEMAPHORE_ADDS_SALT = 5626568  # as SLOW_SALT: no pinned swarm seed, nor the small seeds, draws it
 
 
 class Failure(AssertionError):
@@ -626,6 +633,9 @@ class Explorer:
         if swarm and self.draws_defer(choices.seed):
             self.config["duplicate_policy"] = "defer"
             self.config.setdefault("swarm", {})["defer"] = True
+        self.semaphore_adds = swarm and self.draws_semaphore_adds(choices.seed)
+        if self.semaphore_adds:
+            self.config.setdefault("swarm", {})["semaphore_adds"] = True
         if self.retry_on_event:
             self.config.setdefault("swarm", {})["retry_on_event"] = True
         if self.drain:
@@ -675,6 +685,11 @@ class Explorer:
     def draws_defer(seed: int) -> bool:
         """A swarm run of ``seed`` defers duplicates (DEFERS)."""
         return DEFERS[random.Random(seed * 271 + DEFER_SALT).randrange(len(DEFERS))]
+
+    @staticmethod
+    def draws_semaphore_adds(seed: int) -> bool:
+        """A swarm run of ``seed`` adds semaphores to the deployment (SEMAPHORE_ADDS)."""
+        return SEMAPHORE_ADDS[random.Random(seed * 283 + SEMAPHORE_ADDS_SALT).randrange(len(SEMAPHORE_ADDS))]
 
     @staticmethod
     def draws_rare_crash(seed: int) -> bool:

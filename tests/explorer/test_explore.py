@@ -271,8 +271,12 @@ def test_no_pinned_swarm_seed_draws_the_full_pool_the_rare_crashes_or_small_plan
         assert not Explorer.draws_small_plans(seed), seed
         assert not Explorer.draws_upgrade(seed), seed
         assert not Explorer.draws_defer(seed), seed
+        assert not Explorer.draws_semaphore_adds(seed), seed
     for seed in (9134, 163):  # the upgrade's and the rare crashes' pinned runs
         assert not Explorer.draws_defer(seed), seed
+    for seed in (9134, 163):
+        assert not Explorer.draws_semaphore_adds(seed), seed
+    assert not Explorer.draws_semaphore_adds(966233022) and not Explorer.draws_semaphore_adds(227091189)
 
 
 def test_a_run_that_draws_small_plans_writes_a_plan_in_one_transaction_a_move(session) -> None:
