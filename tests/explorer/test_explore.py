@@ -246,6 +246,29 @@ def test_a_run_that_defers_duplicates_sweeps_a_lost_wake_up_only_in_the_swarm_ru
     )
 
 
+def test_a_run_that_adds_semaphores_meets_a_cold_start_beside_the_operator_only_in_the_runs_that_draw_it() -> (
+    None
+):
+    """A swarm run that draws ``SEMAPHORE_ADDS`` (9639 does) deploys semaphores while it runs: each
+    new one is absent to the cold start that follows, while the operator may set its limit. Clean as
+    the code is; with break 11 put back (a cold start that reads, then writes its configured limit)
+    the operator's limit is undone. ``WIDENED`` and ``NARROW`` add none."""
+    from tests.explorer.sim import Explorer, explore
+    from tests.explorer.variants import applied
+
+    assert Explorer.draws_semaphore_adds(9639)
+    assert not Explorer.draws_semaphore_adds(WIDENED) and not Explorer.draws_semaphore_adds(NARROW)
+    assert 200 <= sum(Explorer.draws_semaphore_adds(seed) for seed in range(1000)) <= 300
+    outcome = explore(9639, 120, swarm=True)
+    assert outcome.failure is None, outcome.failure
+    assert any("added" in line for line in outcome.trace)
+    with applied("b11_semaphore_cold_start"):
+        broken = explore(9639, 120, swarm=True)
+    assert broken.failure is not None and "a cold start undid the operator's limit" in broken.failure, (
+        broken.failure
+    )
+
+
 def test_seed_227091189_two_deferred_messages_stay_parked() -> None:
     """Found by the defer widening's hunt: a busy key under ``duplicatePolicy: defer``; a copy of a
     woken message parked behind its holder between the wake-up's woken mark and its removal from the
