@@ -249,6 +249,23 @@ def test_a_run_that_defers_duplicates_sweeps_a_lost_wake_up_only_in_the_swarm_ru
     ), broken.failure
 
 
+def test_seed_966233022_a_deferred_duplicate_re_sent_and_parked_again_runs() -> None:
+    """The defer widening's first pinned run: on the code before a deferred duplicate's copies
+    were told apart (1006a03), a message of ``p1`` is never started (promise 3). Clean as the code
+    is; the broken variant ``copies_by_origin`` loses it again (its two paths, on moto:
+    tests/integration/test_repark_copies_moto.py; this run's own was not traced)."""
+    from tests.explorer.sim import explore
+    from tests.explorer.variants import applied
+
+    outcome = explore(966233022, 120, swarm=True)
+    assert outcome.failure is None, outcome.failure
+    with applied("copies_by_origin"):
+        broken = explore(966233022, 120, swarm=True)
+    assert broken.failure is not None and broken.failure.startswith("promise 3 (nothing lost)"), (
+        broken.failure
+    )
+
+
 def test_a_run_that_adds_semaphores_meets_a_cold_start_beside_the_operator_only_in_the_runs_that_draw_it() -> (
     None
 ):
