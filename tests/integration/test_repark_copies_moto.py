@@ -20,6 +20,7 @@ two ways::
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -27,8 +28,9 @@ from typing import Any
 import pytest
 
 from sluice.core.clock import FakeClock
+from sluice.core.events import StatusChange
 from sluice.core.model import ClaimFence, PayloadState
-from sluice.core.names import execution_name
+from sluice.core.names import ORIGIN_ATTRIBUTE, execution_name
 from sluice.launch.completion import complete
 from sluice.launch.settings import DuplicatePolicy
 from tests.explorer.variants import applied
@@ -193,3 +195,62 @@ def test_a_wake_up_that_dies_before_its_mark_then_a_claim_again_loses_nothing(
         assert scene.m_name in names, "the deferred duplicate never started"
     else:
         assert scene.m_name not in names and scene.stack.queue_counts() == (0, 0)
+
+
+def test_an_item_the_previous_version_parked_is_woken_past_that_versions_re_send(session: Any) -> None:
+    """Deployed in place over the previous version, which parks without a copy id: its wake-up
+    re-sent m (deduplication id of the holder alone), the copy parked again behind the holder's
+    name claimed again (an item without ``copy_id``), then this version's wake-up, within 5 minutes,
+    re-sends it under an id of its own (from when the item was parked), not the previous one."""
+    with sqs_dedup(session) as dedup:
+        stack = build_stack(session, clock=FakeClock(), duplicate_policy=DuplicatePolicy.DEFER)
+        launcher = stack.launcher()
+        holder = execution_name("k1", stack.send({"id": "k1", "n": 1}, group="gA"))
+        launcher.tick()
+        m_id = stack.send({"id": "k1", "n": 2}, group="gM")
+        assert launcher.tick().outcomes == {"deferred": 1}
+        sqs, ddb, table = stack.client("sqs"), stack.client("dynamodb"), stack.settings.table_name
+        item = ddb.get_item(TableName=table, Key={"pk": {"S": f"PARK#{m_id}"}}, ConsistentRead=True)["Item"]
+        # The previous version: its wake-up's send; the copy parked over the item, without copy_id.
+        previous = f"{m_id}-{hashlib.sha256(holder.encode()).hexdigest()[:32]}"
+        origin = {ORIGIN_ATTRIBUTE: {"DataType": "String", "StringValue": m_id}}
+        sqs.send_message(
+            QueueUrl=stack.settings.queue_url,
+            MessageBody=item["body"]["S"],
+            MessageGroupId="gM",
+            MessageDeduplicationId=previous,
+            MessageAttributes=origin,
+        )
+        (copy,) = sqs.receive_message(QueueUrl=stack.settings.queue_url, MaxNumberOfMessages=10)["Messages"]
+        sqs.delete_message(QueueUrl=stack.settings.queue_url, ReceiptHandle=copy["ReceiptHandle"])
+        ddb.update_item(TableName=table, Key={"pk": {"S": f"PARK#{m_id}"}}, UpdateExpression="REMOVE copy_id")
+
+        stack.clock.advance(60)  # this version ends the holder: its release wakes m
+        launcher.on_status_change(StatusChange.from_event(stack.finish(holder)))
+        for _ in range(2):
+            launcher.tick()
+        assert not [d for d in dedup.dropped if d[2] == previous]  # not taken for the previous send
+        assert execution_name("k1", m_id) in {e["name"] for e in stack.executions()}
+
+
+@pytest.mark.xfail(strict=True, reason="open: PARK# is keyed by the origin id alone (docs/protocol.md)")
+def test_a_forged_origin_of_another_key_does_not_park_over_a_waiting_message(session: Any) -> None:
+    """A producer's message of key B carrying ``sluice-origin-message-id`` = the id of a message of
+    key A parked behind A's run is parked over ``PARK#<id>`` (another holder: allowed), and A's
+    message is never woken. Names derive from the key and the origin, so the two are different
+    messages; the item's key is the origin alone."""
+    stack = build_stack(session, clock=FakeClock(), duplicate_policy=DuplicatePolicy.DEFER)
+    launcher = stack.launcher()
+    a_name = execution_name("A", stack.send({"id": "A", "n": 1}, group="gA1"))
+    b_name = execution_name("B", stack.send({"id": "B", "n": 1}, group="gB1"))
+    launcher.tick()
+    m_id = stack.send({"id": "A", "n": 2}, group="gA2")
+    assert launcher.tick().outcomes == {"deferred": 1}
+    stack.send({"id": "B", "n": "x"}, group="gX", sluice_origin_message_id=m_id)  # the forgery
+    assert launcher.tick().outcomes == {"deferred": 1}
+    store = stack.runtime().store()
+    assert store.parked_messages(b_name, [m_id])  # the fault: parked over A's message
+    launcher.on_status_change(StatusChange.from_event(stack.finish(a_name)))
+    for _ in range(2):
+        launcher.tick()
+    assert execution_name("A", m_id) in {e["name"] for e in stack.executions()}

@@ -12,6 +12,7 @@ it and wakes those whose lease has ended.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from sluice.core.model import ExecutionRecord, ParkedMessage, Payload
 from sluice.core.names import origin_id
@@ -43,7 +44,11 @@ def wake(*, store: Store, queue: Queue, record: ExecutionRecord, now: float) -> 
     """Send every message parked behind ``record`` back to the queue. Returns how many."""
     waiting = store.parked_messages(record.name, record.parked) if record.parked else []
     for parked in waiting:
-        queue.requeue(parked)
+        # An item the previous version parked has no copy id: its re-send is told apart from that
+        # version's (whose deduplication id SQS remembers 5 minutes) by when it was parked.
+        queue.requeue(
+            parked if parked.copy_id else replace(parked, copy_id=f"parked-at-{parked.parked_at!r}")
+        )
         log.info(
             "parked message woken",
             extra={"correlation_id": parked.key, "message_id": parked.message_id, "holder": record.name},
