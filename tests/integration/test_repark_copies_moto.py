@@ -80,17 +80,15 @@ class Scene:
             ConsistentRead=True,
         )["Item"]
 
+    def release(self, state: PayloadState, **more: Any) -> None:
+        """H released by W's launcher (its completion's code), which wakes what waits for it."""
+        complete(
+            store=self.store, queue=self.queue, name=self.holder, state=state, now=self.clock.now(), **more
+        )
+
     def roll_back(self) -> None:
         """W's rollback of H (``MessageBranches._rollback``): H released, m woken."""
-        complete(
-            store=self.store,
-            queue=self.queue,
-            name=self.holder,
-            state=PayloadState.RELEASED,
-            now=self.clock.now(),
-            error="StartExecution refused",
-            fence=ClaimFence(0),
-        )
+        self.release(PayloadState.RELEASED, error="StartExecution refused", fence=ClaimFence(0))
 
     def claim_again(self) -> dict[str, int]:
         """A back on the queue: L3 claims H again and starts it; the copy of m parks behind it."""
@@ -101,13 +99,7 @@ class Scene:
         """H ends; its completion (W's launcher's, so its sends are counted) wakes what waits for it."""
         self.stack.finish(self.holder)
         self.clock.advance(60)
-        complete(
-            store=self.store,
-            queue=self.queue,
-            name=self.holder,
-            state=PayloadState.SUCCEEDED,
-            now=self.clock.now(),
-        )
+        self.release(PayloadState.SUCCEEDED)
         for _ in range(3):
             self.clock.advance(60)
             self.stack.launcher().tick()

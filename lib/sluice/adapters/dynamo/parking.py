@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sluice.adapters.dynamo.codec import execution_pk, park_pk, parked_item, to_parked, values
+from sluice.adapters.dynamo.codec import execution_pk, park_pk, parked_item, refused, to_parked, values
 from sluice.adapters.dynamo.table import TableRef
 from sluice.core.model import ParkedMessage, PayloadState
 
@@ -83,7 +83,7 @@ class ParkingTable:
         reasons = self.db.transact(items)
         if reasons is None:
             return True
-        return reasons[1].get("Code") == "ConditionalCheckFailed"  # parked already: a redelivery
+        return refused(reasons[1])  # parked already: a redelivery
 
     def parked_messages(self, holder: str, message_ids: Iterable[str]) -> list[ParkedMessage]:
         """The messages still waiting for ``holder`` (not woken, not re-parked behind another)."""
@@ -138,7 +138,7 @@ class ParkingTable:
         reasons = self.db.transact([mark, remove])
         # Refused for the mark: another copy parked, or woken by another. Refused for the removal
         # alone: the holder's record is gone, with nothing to take the id out of.
-        return reasons is None or reasons[0].get("Code") != "ConditionalCheckFailed"
+        return reasons is None or not refused(reasons[0])
 
     def _remove_unless_waiting(self, holder: str, message_id: str, remove: dict[str, Any]) -> None:
         """Take the id off ``parked`` unless a copy waits behind ``holder`` under it (parked again)."""
