@@ -727,11 +727,12 @@ class CountingStore:
         self._batch_get(len(ids))
         return self.inner.waiters(ids)
 
-    def park_waiter(self, waiter: Any, missing: Sequence[str]) -> None:
+    def park_waiter(self, waiter: Any, missing: Sequence[str]) -> Any:
         self.meter.call("dynamodb:TransactWriteItems")
         self.meter.wru += 2 * (SMALL_ITEM_KB * (len(missing) + 1) + _kb(len(waiter.body)))
-        self.inner.park_waiter(waiter, missing)
+        parked = self.inner.park_waiter(waiter, missing)
         self.meter.wait("dynamodb:TransactWriteItems")
+        return parked
 
     def release_waiter(self, waiter: Any, *, how: str, reason: str | None, now: float) -> bool:
         self.meter.call("dynamodb:TransactWriteItems")

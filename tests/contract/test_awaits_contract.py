@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sluice.core.model import PayloadState
 from sluice.features.awaits import Waiter
 from tests.contract.stores import NOW, claim
@@ -26,6 +28,21 @@ def test_payloads_reads_the_records_that_exist(store):
     found = store.payloads(["a", "missing"])
     assert set(found) == {"a"} and found["a"].succeeded_by == "na"
     assert store.payloads([]) == {}
+
+
+def test_waiters_of_two_keys_with_one_origin_park_apart(store):
+    """A producer's message of another key carrying the same ``sluice-origin-message-id`` is another
+    waiter (another name): it parks beside the one waiting, under its name, never taken for its
+    redelivery; a redelivery of either parks again as a no-op."""
+    a, b = waiter("m1", "a"), replace(waiter("m1", "a"), key="other")
+    assert store.park_waiter(a, ["a"]) == a
+    beside = store.park_waiter(b, ["a"])
+    assert beside == replace(b, by_name=True) and beside.entry not in {a.entry, b.entry}
+    assert store.park_waiter(a, ["a"]) == a and store.park_waiter(b, ["a"]) == beside
+    assert store.waiters_on("a") == store.waiting() == {a.entry, beside.entry}
+    assert {w.key: w for w in store.waiters([a.entry, beside.entry])} == {"w-m1": a, "other": beside}
+    assert store.release_waiter(beside, how="sent", reason=None, now=NOW + 1)
+    assert store.waiters_on("a") == {a.entry} and store.waiters([a.entry])[0].parked
 
 
 def test_a_waiter_is_parked_on_each_missing_key_and_indexed(store):

@@ -3,10 +3,13 @@ Run against MemoryStore and DynamoStore (moto) like the rest of the contract."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from sluice.core.errors import LeaseHeld
 from sluice.core.model import REDRIVE_WINDOW_SECONDS, ClaimFence, ParkedMessage, PayloadState
+from sluice.core.names import named_entry
 from tests.contract.stores import NOW, RETENTION, claim
 
 
@@ -203,6 +206,11 @@ def parked(message_id: str, holder: str, at: float = NOW, copy: int = 1) -> Park
     )
 
 
+def entry(message_id: str) -> str:
+    """Its entry in a holder's ``parked`` set (``ParkedMessage.entry``): by the name it runs under."""
+    return named_entry("k", message_id)
+
+
 def wake(store, holder: str, ids) -> None:
     """A wake-up as ``sluice.features.parking.wake`` makes it: the copies it reads, re-sent, marked woken."""
     store.unpark(holder, ids, woken=store.parked_messages(holder, ids), now=NOW + 50)
@@ -215,11 +223,11 @@ def test_parking_behind_a_live_holder_and_waking(store):
     assert store.park(parked("m2", "n1", NOW + 1))  # a redelivered message: parked already
     assert store.parked_holders() == {"n1"}
     released = store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW + 5)
-    assert released.parked == {"m2", "m3"}
+    assert released.parked == {entry("m2"), entry("m3")}
     waiting = store.parked_messages("n1", released.parked)
     assert [p.message_id for p in waiting] == ["m2", "m3"]
     assert waiting[0] == parked("m2", "n1", NOW + 1)
-    store.unpark("n1", ["m2", "m3"], woken=waiting, now=NOW + 6)
+    store.unpark("n1", [entry("m2"), entry("m3")], woken=waiting, now=NOW + 6)
     assert store.parked_messages("n1", released.parked) == [] and store.parked_holders() == frozenset()
 
 
@@ -237,10 +245,10 @@ def test_a_woken_message_can_be_parked_again_behind_a_new_holder(store):
     store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW)
     claim(store, "k", "n3")  # another message took the key before the woken copy came back
     assert store.park(parked("m2", "n3", NOW + 9))
-    assert store.parked_messages("n1", ["m2"]) == []  # no longer waiting for n1
-    assert [p.holder for p in store.parked_messages("n3", ["m2"])] == ["n3"]
-    store.unpark("n1", ["m2"], now=NOW + 10)  # a late wake-up of n1 leaves n3's entry alone
-    assert [p.holder for p in store.parked_messages("n3", ["m2"])] == ["n3"]
+    assert store.parked_messages("n1", [entry("m2")]) == []  # no longer waiting for n1
+    assert [p.holder for p in store.parked_messages("n3", [entry("m2")])] == ["n3"]
+    store.unpark("n1", [entry("m2")], now=NOW + 10)  # a late wake-up of n1 leaves n3's entry alone
+    assert [p.holder for p in store.parked_messages("n3", [entry("m2")])] == ["n3"]
     assert store.parked_holders() == {"n3"}
 
 
@@ -252,9 +260,9 @@ def test_a_name_claimed_again_keeps_what_waits_behind_its_earlier_claim(store):
     assert store.park(parked("m2", "n1"))
     store.release(name="n1", state=PayloadState.RELEASED, now=NOW + 1)  # rolled back; no wake
     claim(store, "k", "n1", now=NOW + 2)  # the same message, the same name
-    assert store.execution("n1").parked == {"m2"}
+    assert store.execution("n1").parked == {entry("m2")}
     released = store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW + 3)
-    assert released.parked == {"m2"}
+    assert released.parked == {entry("m2")}
     assert [p.message_id for p in store.parked_messages("n1", released.parked)] == ["m2"]
 
 
@@ -275,12 +283,12 @@ def test_a_late_wake_up_takes_out_only_what_it_woke(store):
     claim(store, "k", "n1")
     assert store.park(parked("m1", "n1"))
     released = store.release(name="n1", state=PayloadState.RELEASED, now=NOW + 1)
-    assert released.parked == {"m1"}
+    assert released.parked == {entry("m1")}
     woken = store.parked_messages("n1", released.parked)  # re-sent
     claim(store, "k", "n1", now=NOW + 2)  # before the wake-up's unpark
     assert store.park(parked("m2", "n1", NOW + 3))
     store.unpark("n1", released.parked, woken=woken, now=NOW + 4)  # the first release's wake-up ends
-    assert store.execution("n1").parked == {"m2"}
+    assert store.execution("n1").parked == {entry("m2")}
     assert store.parked_holders() == {"n1"}
     again = store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW + 5)
     assert [p.message_id for p in store.parked_messages("n1", again.parked)] == ["m2"]
@@ -301,8 +309,20 @@ def test_a_copy_parked_again_while_its_wake_up_is_on_its_way_stays_parked(store)
     claim(store, "k", "n1", now=NOW + 2)  # carrying m2
     assert store.park(parked("m2", "n1", NOW + 3, copy=2))
     store.unpark("n1", released.parked, woken=woken, now=NOW + 4)
-    assert [p.copy_id for p in store.parked_messages("n1", ["m2"])] == ["m2.2"]
-    assert store.execution("n1").parked == {"m2"} and store.parked_holders() == {"n1"}
+    assert [p.copy_id for p in store.parked_messages("n1", [entry("m2")])] == ["m2.2"]
+    assert store.execution("n1").parked == {entry("m2")} and store.parked_holders() == {"n1"}
+
+
+def test_messages_of_two_keys_with_one_origin_park_apart(store):
+    """A producer's message of another key carrying the same ``sluice-origin-message-id`` is another
+    message (another name): it parks beside the one waiting, never over it."""
+    claim(store, "k", "n1")
+    claim(store, "j", "n2")
+    a, b = parked("m2", "n1"), replace(parked("m2", "n2", copy=2), key="j")
+    assert a.entry != b.entry
+    assert store.park(a) and store.park(b)
+    assert store.parked_messages("n1", [a.entry]) == [a]
+    assert store.parked_messages("n2", [b.entry]) == [b]
 
 
 def test_an_unpark_of_ids_no_longer_waiting_still_empties_the_index(store):

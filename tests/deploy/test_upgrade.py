@@ -42,7 +42,7 @@ from pathlib import Path
 import pytest
 
 from sluice.adapters.dynamo.store import DynamoStore
-from sluice.core.names import execution_name
+from sluice.core.names import execution_name, named_entry
 from sluice.local.embedded import EmbeddedAws
 from tests.support.aws import status_change_event
 
@@ -82,8 +82,9 @@ UPGRADES = (
             "only, cleanup by TTL, never read by the previous version); the stack gains an alarm "
             "topic, function alarms and a dashboard; PARK#<message id> gains copy_id (the SQS message "
             "id of the copy parked, ignored by the previous version; an item without it is parked "
-            "over by any copy); no record key, attribute meaning, message attribute or resource name "
-            "changed"
+            "over by any copy) and is written as PARK#name <execution name>, the entry the holder's parked "
+            "set holds, through which both versions read and wake it; no other record key, attribute "
+            "meaning, message attribute or resource name changed"
         ),
         layout=frozenset({"PARK#.copy_id"}),
     ),
@@ -193,8 +194,10 @@ class Stage:
         self.invoke(deployment, "tick")
         assert len(self.running()) == MAX and self.depth(self.out["QueueUrl"]) == 1
         items = self.table_items()
+        # A deferred duplicate's item: by its message id (the previous version), or by its name.
+        (park,) = {f"PARK#{duplicate[1]}", f"PARK#{named_entry(*duplicate)}"} & items.keys()
         self.left_in_table = {
-            f"PARK#{duplicate[1]}",
+            park,
             f"WAIT#{sent[4][1]}",
             *(pk for pk in items if pk.startswith("KWAIT#acme#")),
         }

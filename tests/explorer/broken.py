@@ -47,10 +47,10 @@ from sluice.adapters.dynamo.slots import DynamoSlots
 from sluice.adapters.dynamo.store import DynamoStore
 from sluice.core.errors import InvalidPayload
 from sluice.core.external import ExternalCount
-from sluice.core.model import ExecutionInfo, LimitSource
+from sluice.core.model import ExecutionInfo, LimitSource, ParkedMessage
 from sluice.enqueue import Item
 from sluice.features import attributes
-from sluice.features.awaits import AWAITS_ATTRIBUTE, check_awaits
+from sluice.features.awaits import AWAITS_ATTRIBUTE, Waiter, check_awaits
 from sluice.features.keys import TICKET_ATTRIBUTE
 from sluice.launch.lane_admission import LaneAdmission
 from sluice.launch.redriven import Rerun
@@ -901,6 +901,22 @@ VARIANTS["copies_by_origin"] = (
     "parked again behind its holder's name claimed again is taken for the copy being woken, and its "
     "second wake-up reuses the first one's deduplication id (tests/integration/test_repark_copies_moto.py)",
     [(ParkingTable, "park", lambda self, parked: _PARK(self, replace(parked, copy_id=parked.message_id)))],
+)
+
+
+VARIANTS["parked_by_origin"] = (
+    "a deferred duplicate parked under its origin id alone (the layout before the entry): a producer's "
+    "message of another key carrying that id parks over the one waiting, which is never woken "
+    "(tests/integration/test_repark_copies_moto.py)",
+    [(ParkedMessage, "entry", property(lambda self: self.message_id))],
+)
+
+
+VARIANTS["waiters_by_origin"] = (
+    "an awaits waiter always parked under its origin id: a producer's message of another key "
+    "carrying that id is taken for the waiter's redelivery and deleted "
+    "(tests/integration/test_awaits_moto.py)",
+    [(Waiter, "entry", property(lambda self: self.message_id))],
 )
 
 

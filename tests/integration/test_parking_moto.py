@@ -11,7 +11,7 @@ import pytest
 from sluice.core.clock import FakeClock
 from sluice.core.events import StatusChange
 from sluice.core.model import Outcome, ParkedMessage, PayloadState
-from sluice.core.names import ORIGIN_ATTRIBUTE, execution_name
+from sluice.core.names import ORIGIN_ATTRIBUTE, execution_name, named_entry
 from sluice.features.parking import sweep
 from sluice.launch.completion import complete
 from sluice.launch.settings import DuplicatePolicy
@@ -135,7 +135,9 @@ def test_a_park_that_lands_while_the_release_is_on_its_way_is_woken_by_that_rele
         store=completion.store(), queue=completion.queue(), name=first, state=PayloadState.SUCCEEDED, now=1.0
     )
     assert released is not None and fired["parked"] == 1  # the fault fired: parked as the holder ended
-    assert released.parked == {waiting_id}, "the message parked during the release is not in what it woke"
+    assert released.parked == {named_entry("same", waiting_id)}, (
+        "the message parked during the release is not in what it woke"
+    )
     assert stack.runtime().store().parked_holders() == frozenset()  # woken by the release itself
     assert stack.queue_counts() == (1, 0)  # back on the queue
     stack.finish(first, "SUCCEEDED")
@@ -180,15 +182,16 @@ def test_a_late_wake_up_leaves_what_parked_behind_a_new_claim_of_the_name(deferr
     released = complete(
         store=completion.store(), queue=completion.queue(), name=first, state=PayloadState.RELEASED, now=1.0
     )
-    assert released is not None and released.parked == {m1}
+    assert released is not None and released.parked == {named_entry("same", m1)}
     assert fired == {"sent": 1, "parked": 1}  # the fault fired: a new claim and a park mid-wake-up
     store = stack.runtime().store()
-    assert store.execution(first).parked == {"m2"}, "the late wake-up erased what parked behind the new claim"
+    m2 = named_entry("same", "m2")
+    assert store.execution(first).parked == {m2}, "the late wake-up erased what parked behind the new claim"
     assert store.parked_holders() == {first}, "the late wake-up took the new claim off the index"
 
     again = complete(
         store=store, queue=stack.runtime().queue(), name=first, state=PayloadState.RELEASED, now=4.0
     )
-    assert again is not None and again.parked == {"m2"}
+    assert again is not None and again.parked == {m2}
     assert store.parked_holders() == frozenset()
     assert stack.queue_counts() == (2, 0)  # M1, then M2, back on the queue

@@ -21,6 +21,7 @@ two ways::
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -30,7 +31,7 @@ import pytest
 from sluice.core.clock import FakeClock
 from sluice.core.events import StatusChange
 from sluice.core.model import ClaimFence, PayloadState
-from sluice.core.names import ORIGIN_ATTRIBUTE, execution_name
+from sluice.core.names import ORIGIN_ATTRIBUTE, execution_name, named_entry
 from sluice.launch.completion import complete
 from sluice.launch.settings import DuplicatePolicy
 from tests.explorer.variants import applied
@@ -76,7 +77,7 @@ class Scene:
     def park_item(self) -> dict[str, Any]:
         return self.ddb.get_item(
             TableName=self.stack.settings.table_name,
-            Key={"pk": {"S": f"PARK#{self.m_id}"}},
+            Key={"pk": {"S": f"PARK#{self.m_entry}"}},
             ConsistentRead=True,
         )["Item"]
 
@@ -109,6 +110,10 @@ class Scene:
     def m_name(self) -> str:
         return execution_name("k1", self.m_id)
 
+    @property
+    def m_entry(self) -> str:
+        return named_entry("k1", self.m_id)
+
 
 @pytest.fixture
 def scene(session: Any) -> Iterator[Scene]:
@@ -122,7 +127,7 @@ def test_a_copy_parked_again_while_its_wake_up_is_on_its_way_runs(scene: Scene, 
 
     def before_the_woken_mark(params: dict[str, Any], **_: Any) -> None:
         writes = [i.get("Update", {}) for i in params.get("TransactItems", [])]
-        marks = [u for u in writes if u.get("Key", {}).get("pk", {}).get("S") == f"PARK#{scene.m_id}"]
+        marks = [u for u in writes if u.get("Key", {}).get("pk", {}).get("S") == f"PARK#{scene.m_entry}"]
         if not fired and marks and "woken_at" in marks[0].get("UpdateExpression", ""):
             fired.append({"queue": scene.stack.queue_counts(), "outcomes": scene.claim_again()})
 
@@ -172,7 +177,7 @@ def test_a_wake_up_that_dies_before_its_mark_then_a_claim_again_loses_nothing(
         keys = [
             i.get("Update", {}).get("Key", {}).get("pk", {}).get("S") for i in params.get("TransactItems", [])
         ]
-        if not crashed and f"PARK#{scene.m_id}" in keys:
+        if not crashed and f"PARK#{scene.m_entry}" in keys:
             crashed.append(1)
             raise ConnectionError("the waker dies after its re-send, before its mark")
 
@@ -202,7 +207,11 @@ def test_an_item_the_previous_version_parked_is_woken_past_that_versions_re_send
         m_id = stack.send({"id": "k1", "n": 2}, group="gM")
         assert launcher.tick().outcomes == {"deferred": 1}
         sqs, ddb, table = stack.client("sqs"), stack.client("dynamodb"), stack.settings.table_name
-        item = ddb.get_item(TableName=table, Key={"pk": {"S": f"PARK#{m_id}"}}, ConsistentRead=True)["Item"]
+        m_name = execution_name("k1", m_id)
+        m_entry = named_entry("k1", m_id)
+        item = ddb.get_item(TableName=table, Key={"pk": {"S": f"PARK#{m_entry}"}}, ConsistentRead=True)[
+            "Item"
+        ]
         # The previous version: its wake-up's send; the copy parked over the item, without copy_id.
         previous = f"{m_id}-{hashlib.sha256(holder.encode()).hexdigest()[:32]}"
         origin = {ORIGIN_ATTRIBUTE: {"DataType": "String", "StringValue": m_id}}
@@ -215,34 +224,106 @@ def test_an_item_the_previous_version_parked_is_woken_past_that_versions_re_send
         )
         (copy,) = sqs.receive_message(QueueUrl=stack.settings.queue_url, MaxNumberOfMessages=10)["Messages"]
         sqs.delete_message(QueueUrl=stack.settings.queue_url, ReceiptHandle=copy["ReceiptHandle"])
-        ddb.update_item(TableName=table, Key={"pk": {"S": f"PARK#{m_id}"}}, UpdateExpression="REMOVE copy_id")
+        # ...laid out as that version lays it: PARK#<message id>, without copy_id, its id in H.parked.
+        ddb.delete_item(TableName=table, Key={"pk": {"S": f"PARK#{m_entry}"}})
+        legacy = {k: v for k, v in item.items() if k != "copy_id"} | {"pk": {"S": f"PARK#{m_id}"}}
+        ddb.put_item(TableName=table, Item=legacy)
+        ddb.update_item(
+            TableName=table,
+            Key={"pk": {"S": f"EXEC#{holder}"}},
+            UpdateExpression="SET parked = :id",
+            ExpressionAttributeValues={":id": {"SS": [m_id]}},
+        )
 
         stack.clock.advance(60)  # this version ends the holder: its release wakes m
         launcher.on_status_change(StatusChange.from_event(stack.finish(holder)))
         for _ in range(2):
             launcher.tick()
         assert not [d for d in dedup.dropped if d[2] == previous]  # not taken for the previous send
-        assert execution_name("k1", m_id) in {e["name"] for e in stack.executions()}
+        assert m_name in {e["name"] for e in stack.executions()}
+        legacy_now = ddb.get_item(TableName=table, Key={"pk": {"S": f"PARK#{m_id}"}}, ConsistentRead=True)
+        assert "woken_at" in legacy_now["Item"]  # read, woken and marked under the previous layout
 
 
-@pytest.mark.xfail(strict=True, reason="open: PARK# is keyed by the origin id alone (docs/protocol.md)")
-def test_a_forged_origin_of_another_key_does_not_park_over_a_waiting_message(session: Any) -> None:
+@pytest.mark.parametrize("variant", [None, "parked_by_origin"])
+def test_a_forged_origin_of_another_key_does_not_park_over_a_waiting_message(
+    session: Any, variant: str | None
+) -> None:
     """A producer's message of key B carrying ``sluice-origin-message-id`` = the id of a message of
-    key A parked behind A's run is parked over ``PARK#<id>`` (another holder: allowed), and A's
-    message is never woken. Names derive from the key and the origin, so the two are different
-    messages; the item's key is the origin alone."""
+    key A parked behind A's run. Names derive from the key and the origin, so the two are different
+    messages. Keyed by the origin alone (``parked_by_origin``), B's parks over A's item (another
+    holder: allowed) and A's is never woken; keyed by the name each runs under, both run."""
     stack = build_stack(session, clock=FakeClock(), duplicate_policy=DuplicatePolicy.DEFER)
     launcher = stack.launcher()
     a_name = execution_name("A", stack.send({"id": "A", "n": 1}, group="gA1"))
     b_name = execution_name("B", stack.send({"id": "B", "n": 1}, group="gB1"))
     launcher.tick()
     m_id = stack.send({"id": "A", "n": 2}, group="gA2")
+    a_m, b_m = execution_name("A", m_id), execution_name("B", m_id)
+    with _applied(variant):
+        assert launcher.tick().outcomes == {"deferred": 1}
+        stack.send({"id": "B", "n": "x"}, group="gX", sluice_origin_message_id=m_id)  # the forgery
+        assert launcher.tick().outcomes == {"deferred": 1}  # it fired: B's copy parked behind B's run
+        for name in (a_name, b_name):
+            launcher.on_status_change(StatusChange.from_event(stack.finish(name)))
+        for _ in range(2):
+            launcher.tick()
+    names = {e["name"] for e in stack.executions()}
+    assert b_m in names
+    if variant is None:
+        assert a_m in names, "A's deferred duplicate never started"
+    else:
+        assert a_m not in names and stack.queue_counts() == (0, 0)  # the fault: A's message lost
+
+
+def test_an_item_the_previous_version_parked_under_a_name_shaped_id_is_not_parked_over(session: Any) -> None:
+    """An attack on the keying by name: the previous version parked a message of K2 whose (forged)
+    origin is the name a message of K runs under, as ``PARK#<that id>``. This version's park of the
+    K message would write the same item, over it. A name entry holds a space, which no origin holds
+    (``named_entry``): the items never meet, and both messages run."""
+    stack = build_stack(session, clock=FakeClock(), duplicate_policy=DuplicatePolicy.DEFER)
+    launcher = stack.launcher()
+    h1 = execution_name("K2", stack.send({"id": "K2"}, group="g1"))
+    h2 = execution_name("K", stack.send({"id": "K"}, group="g2"))
+    launcher.tick()
+    origin = "producer-chosen-origin"
+    n = execution_name("K", origin)
+    ddb, table = stack.client("dynamodb"), stack.settings.table_name
+    ddb.put_item(  # as the previous version parks: PARK#<message id>, no copy_id, its id in the set
+        TableName=table,
+        Item={
+            "pk": {"S": f"PARK#{n}"},
+            "message_id": {"S": n},
+            "key": {"S": "K2"},
+            "holder": {"S": h1},
+            "body": {"S": json.dumps({"id": "K2", "legacy": True})},
+            "group_id": {"S": "g1"},
+            "attributes": {"S": "{}"},
+            "parked_at": {"N": "1.0"},
+        },
+    )
+    ddb.update_item(
+        TableName=table,
+        Key={"pk": {"S": f"EXEC#{h1}"}},
+        UpdateExpression="ADD parked :p",
+        ExpressionAttributeValues={":p": {"SS": [n]}},
+    )
+    ddb.update_item(
+        TableName=table,
+        Key={"pk": {"S": "PARKED"}},
+        UpdateExpression="ADD holders :p",
+        ExpressionAttributeValues={":p": {"SS": [h1]}},
+    )
+    stack.send({"id": "K", "new": True}, group="g3", sluice_origin_message_id=origin)
     assert launcher.tick().outcomes == {"deferred": 1}
-    stack.send({"id": "B", "n": "x"}, group="gX", sluice_origin_message_id=m_id)  # the forgery
-    assert launcher.tick().outcomes == {"deferred": 1}
-    store = stack.runtime().store()
-    assert store.parked_messages(b_name, [m_id])  # the fault: parked over A's message
-    launcher.on_status_change(StatusChange.from_event(stack.finish(a_name)))
+    parks = {
+        i["pk"]["S"]: i["key"]["S"]
+        for i in ddb.scan(TableName=table)["Items"]
+        if i["pk"]["S"].startswith("PARK#")
+    }
+    assert parks == {f"PARK#{n}": "K2", f"PARK#{named_entry('K', origin)}": "K"}  # the name-shaped id fired
+    for name in (h1, h2):
+        launcher.on_status_change(StatusChange.from_event(stack.finish(name)))
     for _ in range(2):
         launcher.tick()
-    assert execution_name("A", m_id) in {e["name"] for e in stack.executions()}
+    assert {execution_name("K2", n), n} <= {e["name"] for e in stack.executions()}

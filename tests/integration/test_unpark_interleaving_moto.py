@@ -24,6 +24,7 @@ from typing import Any
 
 from sluice.core.clock import FakeClock
 from sluice.core.model import Outcome
+from sluice.core.names import named_entry
 from sluice.launch.settings import DuplicatePolicy
 from tests.explorer.broken import VARIANTS, patch
 from tests.support.aws import build_stack
@@ -36,7 +37,7 @@ def _park_after_the_woken_mark(stack: Any, variant: str | None = None) -> tuple[
     waiting_id = stack.send({"id": "same", "v": 2}, group="g2")
     assert stack.launcher().tick().n(Outcome.DEFERRED) == 1
     store = stack.runtime().store()
-    (parked,) = store.parked_messages(holder, [waiting_id])
+    (parked,) = store.parked_messages(holder, [named_entry("same", waiting_id)])
 
     waker = stack.runtime()
     fired: Counter[str] = Counter()
@@ -52,7 +53,7 @@ def _park_after_the_woken_mark(stack: Any, variant: str | None = None) -> tuple[
     waker.client("dynamodb").meta.events.register("before-parameter-build.dynamodb", park_again)
     saved = patch(VARIANTS[variant][1]) if variant else []
     try:
-        waker.store().unpark(holder, [waiting_id], woken=[parked], now=1.0)
+        waker.store().unpark(holder, [parked.entry], woken=[parked], now=1.0)
     finally:
         patch(saved)
     return store, holder, waiting_id, fired
@@ -62,8 +63,9 @@ def test_a_park_landing_after_the_woken_mark_stays_parked_on_the_index(session) 
     stack = build_stack(session, clock=FakeClock(), duplicate_policy=DuplicatePolicy.DEFER)
     store, holder, waiting_id, fired = _park_after_the_woken_mark(stack)
     assert fired["parked"] == 1  # the fault fired: parked again right after the woken mark
-    assert [p.message_id for p in store.parked_messages(holder, [waiting_id])] == [waiting_id]  # unwoken
-    assert store.executions([holder])[holder].parked == frozenset({waiting_id})  # its end wakes it
+    entry = named_entry("same", waiting_id)
+    assert [p.message_id for p in store.parked_messages(holder, [entry])] == [waiting_id]  # unwoken
+    assert store.executions([holder])[holder].parked == frozenset({entry})  # its end wakes it
     assert holder in store.parked_holders()  # and the sweep finds it if that wake-up is lost
 
 
@@ -72,6 +74,7 @@ def test_the_mark_and_the_removal_apart_lose_the_park(session) -> None:
     stack = build_stack(session, clock=FakeClock(), duplicate_policy=DuplicatePolicy.DEFER)
     store, holder, waiting_id, fired = _park_after_the_woken_mark(stack, "unpark_mark_apart")
     assert fired["parked"] == 1
-    assert [p.message_id for p in store.parked_messages(holder, [waiting_id])] == [waiting_id]
+    entry = named_entry("same", waiting_id)
+    assert [p.message_id for p in store.parked_messages(holder, [entry])] == [waiting_id]
     assert store.executions([holder])[holder].parked == frozenset()
     assert holder not in store.parked_holders()

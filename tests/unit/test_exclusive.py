@@ -340,5 +340,6 @@ def test_importing_it_loads_no_launcher_and_no_aws_client():
         "sluice.primitives",
         "sluice.primitives.lease",
         "sluice.core.model",
+        "sluice.core.names",
         "sluice.core.validation",
     }

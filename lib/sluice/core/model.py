@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from sluice.core.external import ExternalCount
+from sluice.core.names import named_entry
 
 
 class ExecutionStatus(StrEnum):
@@ -203,7 +204,7 @@ class ExecutionRecord:
     claim_version: int = 0  # bumped by every renewal of the claim: fences reconciliation's release
     suspect_since: float | None = None  # when a reconciler first saw the claim unstarted (its own clock)
     suspect_by: str | None = None  # which reconciler: only the one that marked it judges its age
-    parked: frozenset[str] = frozenset()  # message ids of deferred duplicates waiting for this run
+    parked: frozenset[str] = frozenset()  # ParkedMessage.entry of each deferred duplicate waiting for it
     adopted_at: float | None = None  # ran again after its release (a redrive) and was taken back
     adoptions: int = 0  # how many times it was adopted (by this version): tells two adoptions apart
     # adopted: each clock that has seen an adoption (``Clock.identity``), the ``adopted_at`` it saw,
@@ -307,7 +308,7 @@ class ClaimFence:
 
 @dataclass(frozen=True, slots=True)
 class ParkedMessage:
-    """Item ``PARK#<message id>``: a deferred duplicate, out of the queue until its key is free."""
+    """Item ``PARK#<entry>``: a deferred duplicate, out of the queue until its key is free."""
 
     message_id: str  # the original SQS message id: the re-sent copy keeps its execution name
     key: str
@@ -319,6 +320,15 @@ class ParkedMessage:
     # The SQS message id of the copy parked (``message_id`` is its origin's): a copy re-sent by a
     # wake-up and parked again is another copy, which that wake-up does not mark woken.
     copy_id: str = ""
+    # Parked by an earlier version, under ``PARK#<message id>``: read and woken under that id.
+    by_message_id: bool = False
+
+    @property
+    def entry(self) -> str:
+        """Its id in the holder's ``parked`` set and its item's: by the name it runs under, a function
+        of its key and its origin (``named_entry``). A producer's message of another key carrying the
+        same ``sluice-origin-message-id`` is another message, with an item of its own."""
+        return self.message_id if self.by_message_id else named_entry(self.key, self.message_id)
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,13 @@ def execution_name(key: str, message_id: str) -> str:
     return name
 
 
+def named_entry(key: str, origin: str) -> str:
+    """A parked message's id in a waiting room's sets and item keys, by the name it runs under. With a
+    space, which no origin id holds (``ORIGIN_PATTERN``): never the id of an item keyed by a message
+    id, whatever a producer forges."""
+    return f"name {execution_name(key, origin)}"
+
+
 def execution_arn(state_machine_arn: str, name: str) -> str:
     """``arn:<partition>:states:<region>:<account>:stateMachine:<sm>`` → that machine's execution ARN."""
     parts = state_machine_arn.split(":")

@@ -426,15 +426,15 @@ class WaitingRoom(Protocol):
         """Park a message behind its holder. False when the holder is no longer live."""
         ...
 
-    def parked_messages(self, holder: str, message_ids: Iterable[str]) -> list[ParkedMessage]:
-        """Those of ``message_ids`` still waiting for ``holder``, oldest first."""
+    def parked_messages(self, holder: str, entries: Iterable[str]) -> list[ParkedMessage]:
+        """Those of ``entries`` (``ParkedMessage.entry``) still waiting for ``holder``, oldest first."""
         ...
 
     def unpark(
-        self, holder: str, message_ids: Iterable[str], *, woken: Sequence[ParkedMessage] = (), now: float
+        self, holder: str, entries: Iterable[str], *, woken: Sequence[ParkedMessage] = (), now: float
     ) -> None:
-        """Of the ids a release read: mark the copies in ``woken`` (re-sent) woken, and take off
-        ``holder``'s set every id not waiting for it any more; never a copy parked since."""
+        """Of the entries a release read: mark the copies in ``woken`` (re-sent) woken, and take off
+        ``holder``'s set every entry not waiting for it any more; never a copy parked since."""
         ...
 
     def parked_holders(self) -> frozenset[str]:

@@ -67,7 +67,7 @@ from typing import Protocol
 
 from sluice.core.errors import InvalidPayload, TransientError
 from sluice.core.model import Message, ParkedMessage, Payload, PayloadRecord, PayloadState
-from sluice.core.names import origin_id
+from sluice.core.names import named_entry, origin_id
 from sluice.core.ports import Queue
 from sluice.core.validation import json_depth
 from sluice.features.keys import waiter_attributes
@@ -89,7 +89,7 @@ BAD_ENDS = (PayloadState.FAILED, PayloadState.TIMED_OUT, PayloadState.ABORTED)
 
 @dataclass(frozen=True, slots=True)
 class Waiter:
-    """Item ``WAIT#<message id>``: a message parked until the keys it awaits have SUCCEEDED."""
+    """Item ``WAIT#<entry>``: a message parked until the keys it awaits have SUCCEEDED."""
 
     message_id: str  # the original SQS message id: the re-sent copy keeps its execution name
     key: str
@@ -102,10 +102,20 @@ class Waiter:
     released_at: float | None = None
     how: str | None = None  # "sent" | "dead-lettered", once released
     reason: str | None = None
+    # Parked under ``WAIT#<name>``: beside a waiter of another key under the same origin id.
+    by_name: bool = False
 
     @property
     def parked(self) -> bool:
         return self.released_at is None
+
+    @property
+    def entry(self) -> str:
+        """Its id in the awaits sets and its item's: its message id, or the name it runs under where
+        a waiter of another key holds that id (a producer's message carrying the same
+        ``sluice-origin-message-id`` is another message). Not the name always: the previous version
+        releases a waiter by its message id."""
+        return named_entry(self.key, self.message_id) if self.by_name else self.message_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,21 +135,22 @@ class AwaitStore(Protocol):
         """The payload records of ``keys`` that exist, read consistently."""
         ...
 
-    def park_waiter(self, waiter: Waiter, missing: Sequence[str]) -> None:
+    def park_waiter(self, waiter: Waiter, missing: Sequence[str]) -> Waiter:
         """Park ``waiter`` on each of ``missing`` (set semantics: parking it again changes nothing).
-        A waiter released before is parked afresh."""
+        A waiter released before is parked afresh. Returns it as parked: under its name
+        (``by_name``) where a waiter of another key holds its message id."""
         ...
 
     def waiters_on(self, key: str) -> frozenset[str]:
-        """The waiters (message ids) parked on ``key``; may include some released since."""
+        """The waiters (their entries) parked on ``key``; may include some released since."""
         ...
 
     def waiting(self) -> frozenset[str]:
-        """Every parked waiter (message ids); may include some released since."""
+        """Every parked waiter (its entry); may include some released since."""
         ...
 
-    def waiters(self, message_ids: Iterable[str]) -> list[Waiter]:
-        """The waiter records of ``message_ids`` that exist, parked or released, oldest first."""
+    def waiters(self, entries: Iterable[str]) -> list[Waiter]:
+        """The waiter records of ``entries`` (``Waiter.entry``) that exist, parked or released, oldest first."""
         ...
 
     def release_waiter(self, waiter: Waiter, *, how: str, reason: str | None, now: float) -> bool:
@@ -341,7 +352,7 @@ def gate(
         run_anyway=run_anyway,
         parked_at=now,
     )
-    store.park_waiter(waiter, verdict.missing)
+    waiter = store.park_waiter(waiter, verdict.missing)
     log.info(
         "payload parked until its awaits have SUCCEEDED",
         extra={
@@ -464,7 +475,9 @@ def _parked(waiter: Waiter) -> ParkedMessage:
     return ParkedMessage(
         message_id=waiter.message_id,
         key=waiter.key,
-        holder=WAKE_HOLDER,
+        # Its key too: a waiter of another key under the same origin id (a producer's forgery) is
+        # another message, whose send SQS must not take for this one's within 5 minutes.
+        holder=f"{WAKE_HOLDER}#{waiter.key}",
         body=waiter.body,
         group_id=waiter.group_id,
         attributes={k: v for k, v in waiter.attributes.items() if k not in met},

@@ -209,9 +209,9 @@ def _dedup_stem(message_id: str, limit: int = 90) -> str:
     """The message id as (the start of) a deduplication id, or a digest of it when SQS would refuse
     it there (an origin forged before origins were checked at receipt, ``sluice.features.attributes``): the
     message is sent all the same, and its receipt dead-letters it with the reason."""
-    stem = message_id[:limit]
-    if ORIGIN_PATTERN.fullmatch(stem):
-        return stem
+    if len(message_id) <= limit and ORIGIN_PATTERN.fullmatch(message_id):
+        return message_id
+    # Cut short, two origins alike in their first ``limit`` characters would share it.
     return hashlib.sha256(message_id.encode("utf-8", "surrogatepass")).hexdigest()[: min(64, limit)]
 
 

@@ -1,9 +1,11 @@
 """Awaits in the Sluice table (``sluice.features.awaits.AwaitStore``).
 
-    WAIT#<message id>   the waiter: key, body, group_id, attributes, awaits (list), run_anyway,
-                        parked_at; once released: released_at, how, reason, expires_at
-    AWAITED#<key>       waiters: string set of the waiters parked on that key
-    AWAITING            waiters: string set of every parked waiter
+    WAIT#<entry>        the waiter: message_id, key, body, group_id, attributes, awaits (list),
+                        run_anyway, parked_at; once released: released_at, how, reason, expires_at.
+                        The entry (``Waiter.entry``) is its message id, or the name it runs under
+                        where a waiter of another key holds that id
+    AWAITED#<key>       waiters: string set of the entries of the waiters parked on that key
+    AWAITING            waiters: string set of the entries of every parked waiter
 
     PAYLOAD#<key>       awaited: true, once any waiter parked on the key (never removed)
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from sluice.adapters.dynamo.codec import is_payload, opt_float, payload_pk, to_payload, values
@@ -31,8 +34,8 @@ AWAITING_PK = "AWAITING"
 TRANSACTION_ITEMS = 100  # TransactWriteItems takes at most 100 actions
 
 
-def wait_pk(message_id: str) -> str:
-    return f"WAIT#{message_id}"
+def wait_pk(entry: str) -> str:
+    return f"WAIT#{entry}"
 
 
 def awaited_pk(key: str) -> str:
@@ -49,8 +52,8 @@ class AwaitsTable:
         records = [to_payload(raw, str(raw["pk"])[len("PAYLOAD#") :]) for raw in found if is_payload(raw)]
         return {r.key: r for r in records}
 
-    def park_waiter(self, waiter: Waiter, missing: Sequence[str]) -> None:
-        ids = {"SS": [waiter.message_id]}
+    def park_waiter(self, waiter: Waiter, missing: Sequence[str]) -> Waiter:
+        ids = {"SS": [waiter.entry]}
         awaited = sorted(set(missing))
         items = [
             self._wait_item(waiter),
@@ -68,21 +71,31 @@ class AwaitsTable:
                 self.db.transact(flags[at : at + TRANSACTION_ITEMS])
         reasons = self.db.transact(items)
         if reasons is not None:
+            held = self.db.get(wait_pk(waiter.entry)) or {}
+            if not waiter.by_name and (held.get("key"), held.get("message_id")) != (
+                waiter.key,
+                waiter.message_id,
+            ):
+                # Another key's waiter holds the id (parked, or released: its release may still be
+                # taking the id off the sets, which would leave this one unindexed).
+                return self.park_waiter(replace(waiter, by_name=True), missing)
             # Parked already (a redelivery): add it to the sets alone, which changes nothing if
             # they have it, and mends them if a release was interrupted.
             self.db.transact(items[1:])
+        return waiter
 
     def _wait_item(self, waiter: Waiter) -> dict[str, Any]:
         return {
             "Update": {
                 "TableName": self.db.table,
-                "Key": {"pk": {"S": wait_pk(waiter.message_id)}},
+                "Key": {"pk": {"S": wait_pk(waiter.entry)}},
                 # Parked afresh unless still parked: a redelivery keeps the first park's time.
                 "UpdateExpression": "SET message_id = :m, #key = :key, body = :body, group_id = :group, "
                 "attributes = :attributes, awaits = :awaits, run_anyway = :anyway, "
                 "parked_at = :now "
                 "REMOVE released_at, how, reason, expires_at",
-                "ConditionExpression": "attribute_not_exists(pk) OR attribute_exists(released_at)",
+                "ConditionExpression": "attribute_not_exists(pk) OR "
+                "(attribute_exists(released_at) AND #key = :key AND message_id = :m)",
                 "ExpressionAttributeNames": {"#key": "key"},
                 "ExpressionAttributeValues": values(
                     m=waiter.message_id,
@@ -125,15 +138,15 @@ class AwaitsTable:
         raw = self.db.get(AWAITING_PK)
         return frozenset(raw.get("waiters", ())) if raw else frozenset()
 
-    def waiters(self, message_ids: Iterable[str]) -> list[Waiter]:
-        found = self.db.batch_get([wait_pk(m) for m in sorted(set(message_ids))])
+    def waiters(self, entries: Iterable[str]) -> list[Waiter]:
+        found = self.db.batch_get([wait_pk(e) for e in sorted(set(entries))])
         waiters = [_to_waiter(raw) for raw in found if "message_id" in raw]
         return sorted(waiters, key=lambda w: (w.parked_at, w.message_id))
 
     def release_waiter(self, waiter: Waiter, *, how: str, reason: str | None, now: float) -> bool:
-        ids = {"SS": [waiter.message_id]}
+        ids = {"SS": [waiter.entry]}
         marked = self.db.update_if(
-            wait_pk(waiter.message_id),
+            wait_pk(waiter.entry),
             "SET released_at = :now, how = :how, reason = :reason, expires_at = :expires",
             "attribute_exists(pk) AND attribute_not_exists(released_at)",
             values(now=now, how=how, reason=reason or "", expires=int(now) + self.db.retention_seconds),
@@ -167,4 +180,5 @@ def _to_waiter(raw: dict[str, Any]) -> Waiter:
         released_at=opt_float(raw.get("released_at")),
         how=raw.get("how"),
         reason=raw.get("reason") or None,
+        by_name=raw["pk"] != wait_pk(str(raw["message_id"])),
     )

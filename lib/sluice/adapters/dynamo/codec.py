@@ -54,8 +54,8 @@ def to_effects(raw: dict[str, Any]) -> EffectsLog:
     )
 
 
-def park_pk(message_id: str) -> str:
-    return f"PARK#{message_id}"
+def park_pk(entry: str) -> str:
+    return f"PARK#{entry}"
 
 
 def create_table(client: Any, table_name: str) -> None:
@@ -206,7 +206,7 @@ def to_execution(raw: dict[str, Any]) -> ExecutionRecord:
 
 def parked_item(parked: ParkedMessage) -> dict[str, Any]:
     return item(
-        pk=park_pk(parked.message_id),
+        pk=park_pk(parked.entry),
         message_id=parked.message_id,
         key=parked.key,
         holder=parked.holder,
@@ -228,6 +228,7 @@ def to_parked(raw: dict[str, Any]) -> ParkedMessage:
         attributes=json.loads(raw.get("attributes") or "{}"),
         parked_at=float(raw.get("parked_at", 0)),
         copy_id=str(raw.get("copy_id", "")),
+        by_message_id=raw["pk"] == park_pk(str(raw["message_id"])),
     )
 
 

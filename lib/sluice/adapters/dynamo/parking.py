@@ -1,8 +1,10 @@
 """The waiting room: deferred duplicates parked in the table instead of held on the queue.
 
-    PARK#<message id>   the message (body, group, attributes), its key and the holder it waits for
+    PARK#<entry>        the message (body, group, attributes), its key and the holder it waits for;
+                        the entry is the name it runs under (``ParkedMessage.entry``), or its
+                        message id for an item an earlier version parked
     PARKED              holders: string set of the executions that have messages waiting
-    EXEC#<holder>       parked: string set of the message ids waiting for it
+    EXEC#<holder>       parked: string set of the entries waiting for it
 
 Parking is one transaction, conditional on the holder's claim still being live, so a message is
 never parked behind an execution that has already been released:
@@ -51,7 +53,7 @@ class ParkingTable:
                     "ConditionExpression": "#state IN (:claimed, :running)",
                     "ExpressionAttributeNames": {"#state": "state"},
                     "ExpressionAttributeValues": {
-                        ":ids": {"SS": [parked.message_id]},
+                        ":ids": {"SS": [parked.entry]},
                         **values(claimed=PayloadState.CLAIMED.value, running=PayloadState.RUNNING.value),
                     },
                 }
@@ -85,38 +87,38 @@ class ParkingTable:
             return True
         return refused(reasons[1])  # parked already: a redelivery
 
-    def parked_messages(self, holder: str, message_ids: Iterable[str]) -> list[ParkedMessage]:
+    def parked_messages(self, holder: str, entries: Iterable[str]) -> list[ParkedMessage]:
         """The messages still waiting for ``holder`` (not woken, not re-parked behind another)."""
-        found = self.db.batch_get([park_pk(m) for m in sorted(set(message_ids))])
+        found = self.db.batch_get([park_pk(e) for e in sorted(set(entries))])
         waiting = [to_parked(raw) for raw in found if raw.get("holder") == holder and "woken_at" not in raw]
         return sorted(waiting, key=lambda p: (p.parked_at, p.message_id))
 
     def unpark(
-        self, holder: str, message_ids: Iterable[str], *, woken: Sequence[ParkedMessage] = (), now: float
+        self, holder: str, entries: Iterable[str], *, woken: Sequence[ParkedMessage] = (), now: float
     ) -> None:
         """Mark the re-sent copies (``woken``) woken (TTL removes them later), take every id the
         release read that no longer waits for ``holder`` off its ``parked`` set, and take ``holder``
         off the index once nothing else waits behind it."""
         expires = int(now) + self.db.retention_seconds
-        copies = {p.message_id: p.copy_id for p in woken}
+        copies = {p.entry: p.copy_id for p in woken}
         # Only the ids this wake-up read: the holder's name may have been claimed again meanwhile
         # (its own message, back after a rollback), carrying them, and more parked behind the new
         # claim, which that claim's end must wake.
-        for message_id in sorted(set(message_ids)):
+        for entry in sorted(set(entries)):
             remove = self._update(
                 execution_pk(holder),
                 "DELETE parked :ids",
                 "attribute_exists(pk)",
-                {":ids": {"SS": [message_id]}},
+                {":ids": {"SS": [entry]}},
             )
-            if message_id not in copies or not self._mark_woken(
-                holder, message_id, copies[message_id], remove, now, expires
+            if entry not in copies or not self._mark_woken(
+                holder, entry, copies[entry], remove, now, expires
             ):
-                self._remove_unless_waiting(holder, message_id, remove)
+                self._remove_unless_waiting(holder, entry, remove)
         self._leave_the_index(holder)
 
     def _mark_woken(
-        self, holder: str, message_id: str, copy_id: str, remove: dict[str, Any], now: float, expires: int
+        self, holder: str, entry: str, copy_id: str, remove: dict[str, Any], now: float, expires: int
     ) -> bool:
         """The woken mark and the id's removal from ``parked``, in one transaction, conditional on
         the copy re-sent. Apart, or on the id alone, a copy parked behind the same holder (live
@@ -130,7 +132,7 @@ class ParkingTable:
         same_copy = "copy_id = :copy" if copy_id else "attribute_not_exists(copy_id)"
         named = values(now=now, expires=expires, holder=holder, **({"copy": copy_id} if copy_id else {}))
         mark = self._update(
-            park_pk(message_id),
+            park_pk(entry),
             "SET woken_at = :now, expires_at = :expires",
             f"holder = :holder AND attribute_not_exists(woken_at) AND {same_copy}",
             named,
@@ -140,11 +142,11 @@ class ParkingTable:
         # alone: the holder's record is gone, with nothing to take the id out of.
         return reasons is None or not refused(reasons[0])
 
-    def _remove_unless_waiting(self, holder: str, message_id: str, remove: dict[str, Any]) -> None:
-        """Take the id off ``parked`` unless a copy waits behind ``holder`` under it (parked again)."""
+    def _remove_unless_waiting(self, holder: str, entry: str, remove: dict[str, Any]) -> None:
+        """Take the entry off ``parked`` unless a copy waits behind ``holder`` under it (parked again)."""
         waiting_still = {
             "TableName": self.db.table,
-            "Key": {"pk": {"S": park_pk(message_id)}},
+            "Key": {"pk": {"S": park_pk(entry)}},
             "ConditionExpression": "attribute_not_exists(pk) OR holder <> :holder OR attribute_exists(woken_at)",
             "ExpressionAttributeValues": values(holder=holder),
         }

@@ -314,13 +314,13 @@ class DynamoStore:
     def park(self, parked: ParkedMessage) -> bool:
         return self.parking.park(parked)
 
-    def parked_messages(self, holder: str, message_ids: Iterable[str]) -> list[ParkedMessage]:
-        return self.parking.parked_messages(holder, message_ids)
+    def parked_messages(self, holder: str, entries: Iterable[str]) -> list[ParkedMessage]:
+        return self.parking.parked_messages(holder, entries)
 
     def unpark(
-        self, holder: str, message_ids: Iterable[str], *, woken: Sequence[ParkedMessage] = (), now: float
+        self, holder: str, entries: Iterable[str], *, woken: Sequence[ParkedMessage] = (), now: float
     ) -> None:
-        self.parking.unpark(holder, message_ids, woken=woken, now=now)
+        self.parking.unpark(holder, entries, woken=woken, now=now)
 
     def parked_holders(self) -> frozenset[str]:
         return self.parking.parked_holders()
@@ -330,8 +330,8 @@ class DynamoStore:
     def payloads(self, keys: Iterable[str]) -> dict[str, PayloadRecord]:
         return self.awaits.payloads(keys)
 
-    def park_waiter(self, waiter: Waiter, missing: Sequence[str]) -> None:
-        self.awaits.park_waiter(waiter, missing)
+    def park_waiter(self, waiter: Waiter, missing: Sequence[str]) -> Waiter:
+        return self.awaits.park_waiter(waiter, missing)
 
     def waiters_on(self, key: str) -> frozenset[str]:
         return self.awaits.waiters_on(key)
@@ -339,8 +339,8 @@ class DynamoStore:
     def waiting(self) -> frozenset[str]:
         return self.awaits.waiting()
 
-    def waiters(self, message_ids: Iterable[str]) -> list[Waiter]:
-        return self.awaits.waiters(message_ids)
+    def waiters(self, entries: Iterable[str]) -> list[Waiter]:
+        return self.awaits.waiters(entries)
 
     def release_waiter(self, waiter: Waiter, *, how: str, reason: str | None, now: float) -> bool:
         return self.awaits.release_waiter(waiter, how=how, reason=reason, now=now)

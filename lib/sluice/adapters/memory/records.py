@@ -76,46 +76,46 @@ class MemoryRecords:
 class MemoryParking:
     def __init__(self, table: MemoryTable) -> None:
         self.table = table
-        self.parked: dict[str, tuple[ParkedMessage, bool]] = {}  # message id -> (message, woken)
+        self.parked: dict[str, tuple[ParkedMessage, bool]] = {}  # entry -> (message, woken)
         self.holders: set[str] = set()
 
     def park(self, parked: ParkedMessage) -> bool:
         with self.table.lock:
-            existing = self.parked.get(parked.message_id)
+            existing = self.parked.get(parked.entry)
             held = (parked.holder, parked.copy_id, False)
             if existing is not None and (existing[0].holder, existing[0].copy_id, existing[1]) == held:
                 return True  # parked already: a redelivery
             holder = self.table.executions.get(parked.holder)
             if holder is None or not holder.state.holds_lease:
                 return False
-            self.table.executions[parked.holder] = replace(holder, parked=holder.parked | {parked.message_id})
-            self.parked[parked.message_id] = (parked, False)
+            self.table.executions[parked.holder] = replace(holder, parked=holder.parked | {parked.entry})
+            self.parked[parked.entry] = (parked, False)
             self.holders.add(parked.holder)
             return True
 
-    def parked_messages(self, holder: str, message_ids: Iterable[str]) -> list[ParkedMessage]:
+    def parked_messages(self, holder: str, entries: Iterable[str]) -> list[ParkedMessage]:
         with self.table.lock:
             waiting = [
                 p
-                for p, woken in (self.parked[m] for m in set(message_ids) if m in self.parked)
+                for p, woken in (self.parked[e] for e in set(entries) if e in self.parked)
                 if p.holder == holder and not woken
             ]
         return sorted(waiting, key=lambda p: (p.parked_at, p.message_id))
 
     def unpark(
-        self, holder: str, message_ids: Iterable[str], *, woken: Sequence[ParkedMessage] = (), now: float
+        self, holder: str, entries: Iterable[str], *, woken: Sequence[ParkedMessage] = (), now: float
     ) -> None:
-        copies = {p.message_id: p.copy_id for p in woken}
+        copies = {p.entry: p.copy_id for p in woken}
         with self.table.lock:
             done: set[str] = set()
-            for m in frozenset(message_ids):
-                entry = self.parked.get(m)
-                waiting = entry is not None and entry[0].holder == holder and not entry[1]
-                if waiting and m in copies and entry[0].copy_id == copies[m]:
-                    self.parked[m] = (entry[0], True)
+            for e in frozenset(entries):
+                item = self.parked.get(e)
+                waiting = item is not None and item[0].holder == holder and not item[1]
+                if waiting and e in copies and item[0].copy_id == copies[e]:
+                    self.parked[e] = (item[0], True)
                     waiting = False
                 if not waiting:
-                    done.add(m)
+                    done.add(e)
             record = self.table.executions.get(holder)
             if record is not None:
                 record = replace(record, parked=record.parked - done)
