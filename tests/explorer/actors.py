@@ -22,6 +22,7 @@ from moto.sqs.models import sqs_backends
 
 import sluice.enqueue
 from sluice.core.events import StatusChange
+from sluice.core.names import ORIGIN_ATTRIBUTE
 from sluice.features.lanes import DEFAULT_LANE
 from sluice.features.rate_limits import NONE, STACK, Rate, key_scope, lane_scope
 from sluice.ops.dlq import dlq_list, dlq_redrive
@@ -337,6 +338,8 @@ class Actors:
             attributes["sluice-awaits"] = json.dumps([f"p{other}"])
         elif kind == 4:
             attributes["sluice-once"] = "true"
+        elif kind == 5 and self.ex.forges_origins and draw(2) == 0 and self._others(payload):
+            attributes = self._forged_origin(payload)
         elif kind == 5:
             attributes, valid = dict(FORGED[draw(len(FORGED))]), False
         dedup = None
@@ -348,6 +351,35 @@ class Actors:
         forged = {k: v[:24] for k, v in attributes.items()}
         to = f" (lane {lane})" if self.ex.lanes else ""
         self.note(f"send {body[:20]} {forged} {'(invalid) ' if not valid else ''}-> {sent}{to}")
+
+    def _others(self, payload: str) -> list[Sent]:
+        """Valid messages of other payloads sent so far, oldest first, whose id no forgery of
+        ``payload`` carries yet (the same forgery sent again, maybe to another lane, is one message)."""
+        model = self.world.model
+        sent = sorted(model.sent.values(), key=lambda s: model.sent_order.get(s.message_id, 0))
+        return [
+            s
+            for s in sent
+            if s.valid
+            and s.key != payload
+            and ORIGIN_ATTRIBUTE not in s.attributes
+            and (s.message_id, payload) not in model.forged
+        ]
+
+    def _forged_origin(self, payload: str) -> dict[str, str]:
+        """A healthy message of ``payload`` carrying another payload's message id as its origin
+        (FORGES_ORIGINS), and that message's awaits where they do not name ``payload``: parked
+        beside it (a waiter, a deferred duplicate), never over it."""
+        others = self._others(payload)
+        parked = [s for s in others if s.message_id in self.world.model.parked]
+        # Half the time one parked now (a waiter, a deferred duplicate): where the id keys an item.
+        pool = parked if parked and self.choices.draw(2) == 0 else others
+        other = pool[self.choices.draw(len(pool))]
+        attributes = {ORIGIN_ATTRIBUTE: other.message_id}
+        awaits = other.attributes.get("sluice-awaits")
+        if awaits and payload not in json.loads(awaits):
+            attributes["sluice-awaits"] = awaits
+        return attributes
 
     def do_resubmit(self) -> None:
         """A producer sends the payload whose run ended last again (a retry of a run that just

@@ -251,6 +251,11 @@ DEFER_SALT = 3261270  # as SLOW_SALT: no pinned swarm seed, nor the small seeds,
 # seed (in a quarter of the swarm runs).
 SEMAPHORE_ADDS = (False, False, False, True)
 SEMAPHORE_ADDS_SALT = 5626568  # as SLOW_SALT: no pinned swarm seed, nor the small seeds, draws it
+# A quarter of swarm runs: some producers' messages carry the id of an earlier message of another
+# payload as their ``sluice-origin-message-id`` (another message: its own name), parked or not.
+FORGES_ORIGINS = (False, False, False, True)
+FORGES_ORIGINS_SALT = 8591926  # as SLOW_SALT: no pinned swarm seed, nor the small seeds, draws it
+FORGES_PACE = 4.0  # those runs send forged attributes this many times as often, half of them origins
 
 
 class Failure(AssertionError):
@@ -636,6 +641,10 @@ class Explorer:
         self.semaphore_adds = swarm and self.draws_semaphore_adds(choices.seed)
         if self.semaphore_adds:
             self.config.setdefault("swarm", {})["semaphore_adds"] = True
+        self.forges_origins = swarm and self.draws_forged_origins(choices.seed)
+        if self.forges_origins:
+            self.scale["send:forged"] = FORGES_PACE * max(1.0, self.scale.get("send:forged", 1.0))
+            self.config.setdefault("swarm", {})["forges_origins"] = True
         if self.retry_on_event:
             self.config.setdefault("swarm", {})["retry_on_event"] = True
         if self.drain:
@@ -690,6 +699,11 @@ class Explorer:
     def draws_semaphore_adds(seed: int) -> bool:
         """A swarm run of ``seed`` adds semaphores to the deployment (SEMAPHORE_ADDS)."""
         return SEMAPHORE_ADDS[random.Random(seed * 283 + SEMAPHORE_ADDS_SALT).randrange(len(SEMAPHORE_ADDS))]
+
+    @staticmethod
+    def draws_forged_origins(seed: int) -> bool:
+        """A swarm run of ``seed`` forges origin ids of other payloads' messages (FORGES_ORIGINS)."""
+        return FORGES_ORIGINS[random.Random(seed * 293 + FORGES_ORIGINS_SALT).randrange(len(FORGES_ORIGINS))]
 
     @staticmethod
     def draws_rare_crash(seed: int) -> bool:

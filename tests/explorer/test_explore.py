@@ -290,6 +290,46 @@ def test_a_run_that_adds_semaphores_meets_a_cold_start_beside_the_operator_only_
     )
 
 
+def test_a_run_that_forges_origins_parks_each_forgery_beside_its_origin_only_in_the_runs_that_draw_it() -> (
+    None
+):
+    """A swarm run that draws ``FORGES_ORIGINS`` (1207300027 does) sends healthy messages carrying
+    another payload's message id as their ``sluice-origin-message-id``, half of them of a message
+    parked then, each another message with a name of its own. Clean as the code is. ``WIDENED`` and
+    ``NARROW`` forge none."""
+    from tests.explorer.sim import Explorer, explore
+
+    assert Explorer.draws_forged_origins(1207300027)
+    assert not Explorer.draws_forged_origins(WIDENED) and not Explorer.draws_forged_origins(NARROW)
+    assert 200 <= sum(Explorer.draws_forged_origins(seed) for seed in range(1000)) <= 300
+    outcome = explore(1207300027, 120, swarm=True)
+    assert outcome.failure is None, outcome.failure
+    assert any("sluice-origin-message-id" in line for line in outcome.trace)
+
+
+@pytest.mark.parametrize(
+    ("seed", "variant", "where"),
+    [(688012796, "parked_by_origin", "(at rest)"), (540412272, "waiters_by_origin", "was deleted")],
+)
+def test_a_forged_origin_is_another_message_in_each_waiting_room(seed: int, variant: str, where: str) -> None:
+    """Found by the hunts of the forged-origin widening's variants: a deferred duplicate keyed by its
+    origin alone (``parked_by_origin``) is parked over by another key's forgery and never woken; an
+    awaits waiter keyed by it alone (``waiters_by_origin``) takes another key's forged waiter for its
+    redelivery, which is deleted unrun. Both runs are clean as the code is."""
+    from tests.explorer.sim import Explorer, explore
+    from tests.explorer.variants import applied
+
+    assert Explorer.draws_forged_origins(seed)
+    outcome = explore(seed, 120, swarm=True)
+    assert outcome.failure is None, outcome.failure
+    with applied(variant):
+        broken = explore(seed, 120, swarm=True)
+    assert broken.failure is not None and broken.failure.startswith("promise 3 (nothing lost)"), (
+        broken.failure
+    )
+    assert where in broken.failure, broken.failure
+
+
 def test_seed_227091189_two_deferred_messages_stay_parked() -> None:
     """Found by the defer widening's hunt: a busy key under ``duplicatePolicy: defer``; a copy of a
     woken message parked behind its holder between the wake-up's woken mark and its removal from the
@@ -316,6 +356,7 @@ def test_no_pinned_swarm_seed_draws_the_full_pool_the_rare_crashes_or_small_plan
         assert not Explorer.draws_upgrade(seed), seed
         assert not Explorer.draws_defer(seed), seed
         assert not Explorer.draws_semaphore_adds(seed), seed
+        assert not Explorer.draws_forged_origins(seed) or seed == 1207300027, seed
     for seed in (9134, 163):  # the upgrade's and the rare crashes' pinned runs
         assert not Explorer.draws_defer(seed), seed
     for seed in (9134, 163):

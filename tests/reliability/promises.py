@@ -84,8 +84,10 @@ class Promises:
     def waiters_in_table(self: World) -> dict[str, list[str]]:
         """Waiters still parked (``WAIT#`` items not released): message id -> the keys it awaits."""
         return {
-            item["message_id"]["S"]: [k["S"] for k in item.get("awaits", {}).get("L", [])]
-            for pk, item in self.table("message_id", "released_at", "awaits").items()
+            self.model.logical_for(item["message_id"]["S"], item.get("key", {}).get("S")): [
+                k["S"] for k in item.get("awaits", {}).get("L", [])
+            ]
+            for pk, item in self.table("message_id", "key", "released_at", "awaits").items()
             if pk.startswith("WAIT#") and "released_at" not in item and "message_id" in item
         }
 
@@ -491,13 +493,14 @@ class Promises:
         waiting = self.waiters_in_table()
         for sent in self.model.sent.values():
             if sent.valid:
+                message_id = self.model.logical(sent.message_id)  # a forgery sent again: the first
                 accounted = (
-                    sent.message_id in self.model.started_by_message
-                    or sent.message_id in self.model.duplicates
-                    or sent.message_id in self.model.already_done
-                    or (bool(awaited_keys(sent)) and sent.message_id in waiting)
-                    or (bool(awaited_keys(sent)) and dlq.get(sent.message_id, "").startswith(AWAIT_REASON))
-                    or (sent.message_id in self.model.vanished_messages and sent.message_id in dlq)
+                    message_id in self.model.started_by_message
+                    or message_id in self.model.duplicates
+                    or message_id in self.model.already_done
+                    or (bool(awaited_keys(sent)) and message_id in waiting)
+                    or (bool(awaited_keys(sent)) and dlq.get(message_id, "").startswith(AWAIT_REASON))
+                    or (message_id in self.model.vanished_messages and message_id in dlq)
                 )
                 if not accounted:
                     raise PromiseBroken(

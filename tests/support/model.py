@@ -198,6 +198,9 @@ class Model:
         self.outside: set[str] = set()  # RUNNING, not held by Sluice: started by hand, or redriven
         self.parked: set[str] = set()  # message ids parked in the table (deferred duplicates)
         self.origin: dict[str, str] = {}  # message id of a re-sent parked message -> the original
+        # (origin id, key) -> a producer's message of that key carrying another key's message id as
+        # its ``sluice-origin-message-id``: another message, with a name of its own.
+        self.forged: dict[tuple[str, str], str] = {}
         self.adopted: set[str] = set()
         self.outside_since: dict[str, int] = {}  # outside name -> the event count when it went outside
         self.listing: dict[str, tuple[int, set[str]]] = {}  # container -> (event count, names listed)
@@ -262,6 +265,12 @@ class Model:
             self.sent[sent.message_id] = sent
             self.order += 1
             self.sent_order[sent.message_id] = self.order
+            origin = self.sent.get(sent.attributes.get(ORIGIN_ATTRIBUTE, ""))
+            if origin is not None and sent.key is not None and origin.key != sent.key:
+                # The same forgery sent again is a copy of the first: one name, one message.
+                first = self.forged.setdefault((origin.message_id, sent.key), sent.message_id)
+                if first != sent.message_id:
+                    self.origin[sent.message_id] = first
 
     def machine_switched(self, state_machine_arn: str) -> None:
         with self.lock:
@@ -472,6 +481,28 @@ class Model:
         """The message a (re-sent) message id stands for."""
         return self.origin.get(message_id, message_id)
 
+    def logical_for(self, message_id: str, key: str | None) -> str:
+        """The message an item's message id (an origin) and key stand for: the producer's own where
+        it forged that origin for another key."""
+        return self.forged.get((message_id, key or ""), self.logical(message_id))
+
+    def _logical_of(self, item: dict[str, Any]) -> str:
+        return self.logical_for(item["message_id"]["S"], item.get("key", {}).get("S"))
+
+    def _logical_recorded(self, call: Call) -> str:
+        """The message a count on ``PAYLOAD#<key>`` names (``:mid``, its origin id)."""
+        key = call.params["Key"]["pk"]["S"].removeprefix("PAYLOAD#")
+        return self.logical_for(call.params["ExpressionAttributeValues"][":mid"]["S"], key)
+
+    def _logical_sent(self, params: dict[str, Any], message_id: str) -> str:
+        """``message_id`` (an origin) of a message Sluice sends, as its body and attributes key it."""
+        attributes = {k: v.get("StringValue", "") for k, v in params.get("MessageAttributes", {}).items()}
+        try:
+            key = canonical_key(params.get("MessageBody", ""), attributes)
+        except (ValueError, AttributeError, RecursionError):
+            key = None
+        return self.logical_for(message_id, key)
+
     def made_visible(self, message_id: str) -> None:
         with self.lock:
             self.in_flight.pop(message_id, None)
@@ -541,7 +572,7 @@ class Model:
 
     def _on_claim(self, call: Call, parsed: dict[str, Any]) -> None:
         item = self._claimed_item(call)
-        name, message_id = item["name"]["S"], self.logical(item["message_id"]["S"])
+        name, message_id = item["name"]["S"], self._logical_of(item)
         taken = (self.holders | set(self._counted_running())) - {name}
         if len(taken) >= self.max:
             self.violations.append(
@@ -630,7 +661,7 @@ class Model:
             return
         holder = reasons[lease].get("Item", {}).get("holder", {}).get("S")
         if holder:
-            message_id = self.logical(self._claimed_item(call)["message_id"]["S"])
+            message_id = self._logical_of(self._claimed_item(call))
             self.order += 1
             self.first_refused.setdefault(message_id, self.order)
             self.refused_by[message_id] = (holder, holder in self.finished)
@@ -673,8 +704,10 @@ class Model:
         """A waiter parked (its WAIT# item and the awaits sets): its message may be deleted."""
         for entry in call.params["TransactItems"]:
             values = entry.get("Update", {}).get("ExpressionAttributeValues", {})
-            ids = values.get(":ids", {}).get("SS") or ([values[":m"]["S"]] if ":m" in values else [])
-            self.parked.update(self.logical(i) for i in ids)
+            if ":m" in values:  # the WAIT# item: its id in the sets may be its name
+                self.parked.add(self.logical_for(values[":m"]["S"], values.get(":key", {}).get("S")))
+            else:
+                self.parked.update(self.logical(i) for i in values.get(":ids", {}).get("SS", []))
 
     def _on_wake(self, call: Call, parsed: dict[str, Any]) -> None:
         """A waiter sent back to the queue: a new SQS id for the same message."""
@@ -688,7 +721,7 @@ class Model:
         return taken is not None and self.clock.now() - taken < SQS_DEDUPLICATION_SECONDS
 
     def _on_already_done(self, call: Call, parsed: dict[str, Any]) -> None:
-        self.already_done.add(self.logical(call.params["ExpressionAttributeValues"][":mid"]["S"]))
+        self.already_done.add(self._logical_recorded(call))
 
     def _on_effect(self, call: Call, parsed: dict[str, Any]) -> None:
         """An effect's message sent: it must be named by a SUCCEEDED output, and its execution not
@@ -755,14 +788,14 @@ class Model:
         for entry in call.params["TransactItems"]:
             item = entry.get("Put", {}).get("Item", {})
             if item.get("pk", {}).get("S", "").startswith("PARK#"):
-                self.parked.add(self.logical(item["message_id"]["S"]))
+                self.parked.add(self._logical_of(item))
 
     def _on_key_park(self, call: Call, parsed: dict[str, Any]) -> None:
         """A message parked in its key's line (``KWAIT#``): its message may be deleted, and must be."""
         for entry in call.params["TransactItems"]:
             item = entry.get("Put", {}).get("Item", {})
             if item.get("pk", {}).get("S", "").startswith("KWAIT#"):
-                message_id = self.logical(item["message_id"]["S"])
+                message_id = self._logical_of(item)
                 self.key_park_places[(call.container, item["pk"]["S"])] = message_id
                 self.parked.add(message_id)
                 self.key_parked.add(message_id)
@@ -782,7 +815,7 @@ class Model:
         """A waiter of a key's line sent back to the queue: a new SQS id for the same message."""
         self._on_unpark(call, parsed)
         self.key_parked.discard(
-            self.logical(call.params["MessageAttributes"][ORIGIN_ATTRIBUTE]["StringValue"])
+            self._logical_sent(call.params, call.params["MessageAttributes"][ORIGIN_ATTRIBUTE]["StringValue"])
         )
         self.key_wakes += 1
 
@@ -794,7 +827,7 @@ class Model:
     def _on_unpark(self, call: Call, parsed: dict[str, Any]) -> None:
         """A parked message re-sent to the queue: a new SQS id for the same message."""
         origin = call.params["MessageAttributes"][ORIGIN_ATTRIBUTE]["StringValue"]
-        origin = self.logical(origin)
+        origin = self._logical_sent(call.params, origin)
         if origin not in self.parked:
             self.violations.append(f"message {origin} was re-sent to the queue, but it was never parked")
         sent = self.sent.get(origin)
@@ -950,7 +983,7 @@ class Model:
                 self.in_flight[message_id] = (entry["ReceiptHandle"], now + delay)
 
     def _on_duplicate(self, call: Call, parsed: dict[str, Any]) -> None:
-        message_id = self.logical(call.params["ExpressionAttributeValues"][":mid"]["S"])
+        message_id = self._logical_recorded(call)
         holder, holder_had_ended = self.refused_by.get(message_id, (None, False))
         # Ended, and before the message was sent: the message came after its end.
         first = self.sent_order.get(message_id, self.first_refused.get(message_id, 0))
