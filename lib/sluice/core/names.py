@@ -21,8 +21,6 @@ import hashlib
 import re
 from collections.abc import Mapping
 
-from sluice.core.errors import InvalidPayload
-
 MAX_NAME_LENGTH = 80
 PREFIX_LENGTH = 40
 DIGEST_LENGTH = 32  # 128 bits of SHA-256
@@ -33,16 +31,6 @@ MAX_ORIGIN_LENGTH = 128
 # What SQS takes in a deduplication id, which a re-sent message's is made from: 1-128 alphanumeric
 # or punctuation characters (ASCII).
 ORIGIN_PATTERN = re.compile(r"[!-~]{1,128}", re.ASCII)
-
-
-def parse_origin(raw: str) -> str:
-    """A ``sluice-origin-message-id`` value, checked (``sluice.features.attributes``)."""
-    if not ORIGIN_PATTERN.fullmatch(raw):
-        raise InvalidPayload(
-            f"is {raw[:40]!r}{'...' if len(raw) > 40 else ''}: an origin id is 1 to {MAX_ORIGIN_LENGTH} "
-            "ASCII letters, digits or punctuation (it becomes part of an SQS deduplication id)"
-        )
-    return raw
 
 
 def origin_id(message_id: str, attributes: Mapping[str, str]) -> str:

@@ -5,7 +5,7 @@ An attribute is input, the ones Sluice writes itself included: a producer can se
 before anything else reads them (``sluice.launch.per_message``, ``sluice.launch.handover``). A message that fails
 is dead-lettered with the attribute named in its reason, and nothing is written to the table for
 it; the rest of its batch goes on. Each rule's check is the very function that reads the attribute
-later (``keys.parse_ticket``, ``awaits.parse_awaits``, ``names.parse_origin``, ...), so a message
+later (``keys.parse_ticket``, ``awaits.parse_awaits``, ``parse_origin``, ...), so a message
 that passed cannot make a later read raise.
 
 The rules bound every value: digits are ASCII digits (``"²".isdigit()`` is True and ``int("²")``
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from sluice.core.errors import InvalidPayload
 from sluice.core.model import Message
-from sluice.core.names import NAME_PATTERN, ORIGIN_ATTRIBUTE, ORIGIN_PATTERN, parse_origin
+from sluice.core.names import MAX_ORIGIN_LENGTH, NAME_PATTERN, ORIGIN_ATTRIBUTE, ORIGIN_PATTERN
 from sluice.core.validation import KEY_ATTRIBUTE, MAX_KEY_BYTES, TRUNCATED_ATTRIBUTE, check_key
 from sluice.features.awaits import AWAITS_ATTRIBUTE, ON_FAILURE_ATTRIBUTE, parse_awaits, parse_policy
 from sluice.features.effects import EFFECT_INDEX_ATTRIBUTE, EFFECT_OF_ATTRIBUTE
@@ -48,6 +48,16 @@ _COUNT = re.compile(r"[0-9]{1,10}", re.ASCII)
 _INDEX = re.compile(r"-1|[0-9]{1,3}", re.ASCII)
 # Text SQS takes in a string attribute (a reason may span lines).
 _TEXT = re.compile(r"[\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]*")
+
+
+def parse_origin(raw: str) -> str:
+    """A ``sluice-origin-message-id`` value, checked."""
+    if not ORIGIN_PATTERN.fullmatch(raw):
+        raise InvalidPayload(
+            f"is {raw[:40]!r}{'...' if len(raw) > 40 else ''}: an origin id is 1 to {MAX_ORIGIN_LENGTH} "
+            "ASCII letters, digits or punctuation (it becomes part of an SQS deduplication id)"
+        )
+    return raw
 
 
 @dataclass(frozen=True, slots=True)
