@@ -45,6 +45,24 @@ def test_waiters_of_two_keys_with_one_origin_park_apart(store):
     assert store.waiters_on("a") == {a.entry} and store.waiters([a.entry])[0].parked
 
 
+def test_a_waiter_of_another_key_parks_beside_a_released_waiter_under_its_id(store):
+    """The released waiter's release may still be taking its id off the sets: parked under that id,
+    the other key's waiter would be taken off with it. It parks under its name; the same waiter
+    parks afresh under its id."""
+    a, b = waiter("m1", "a"), replace(waiter("m1", "a"), key="other")
+    store.park_waiter(a, ["a"])
+    assert store.release_waiter(a, how="sent", reason=None, now=NOW + 1)
+    assert store.park_waiter(b, ["a"]) == replace(b, by_name=True)
+    assert (
+        store.park_waiter(
+            a,
+            ["a"],
+        )
+        == a
+        and store.waiters([a.entry])[0].parked
+    )
+
+
 def test_a_waiter_is_parked_on_each_missing_key_and_indexed(store):
     store.park_waiter(waiter("m1"), ["a", "b"])
     store.park_waiter(waiter("m2", "b"), ["b"])
