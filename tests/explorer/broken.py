@@ -28,6 +28,7 @@ import sluice.core.model
 import sluice.core.names
 import sluice.core.records
 import sluice.enqueue
+import sluice.features.attributes
 import sluice.features.awaits
 import sluice.features.keys
 import sluice.features.rate_limits
@@ -345,6 +346,7 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
         "break 6: any 1 to 128 characters taken as an origin id, and re-sent raw as a deduplication id",
         [
             (sluice.core.names, "ORIGIN_PATTERN", re.compile(r".{1,128}", re.DOTALL)),
+            (sluice.features.attributes, "ORIGIN_PATTERN", re.compile(r".{1,128}", re.DOTALL)),
             (sluice.adapters.aws.sqs, "_dedup_stem", lambda message_id, limit=90: message_id[:limit]),
         ],
     ),

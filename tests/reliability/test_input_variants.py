@@ -15,6 +15,7 @@ import pytest
 import sluice.adapters.aws.sqs
 import sluice.core.names
 import sluice.core.records
+import sluice.features.attributes
 import sluice.features.awaits
 import sluice.features.keys
 import sluice.launch.handover
@@ -32,6 +33,7 @@ def test_an_origin_rule_on_length_alone_is_caught(monkeypatch: pytest.MonkeyPatc
     line, is sent back when the key frees, and runs under the forged origin instead of being
     dead-lettered (with the re-send's raw deduplication id too, the completion fails: below)."""
     monkeypatch.setattr(sluice.core.names, "ORIGIN_PATTERN", re.compile(r".{1,128}", re.DOTALL))
+    monkeypatch.setattr(sluice.features.attributes, "ORIGIN_PATTERN", re.compile(r".{1,128}", re.DOTALL))
     with pytest.raises(AssertionError), moto_session() as session, sqs_rules(session) as rules:
         breaks.test_a_forged_origin_id_is_dead_lettered_at_receipt_and_the_completion_and_ticks_go_on(
             session, rules, "key line"
@@ -41,6 +43,7 @@ def test_an_origin_rule_on_length_alone_is_caught(monkeypatch: pytest.MonkeyPatc
 def test_the_origin_rule_and_the_resend_before_break_6_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """Both as they were: SQS refuses the re-send's deduplication id, and the completion fails."""
     monkeypatch.setattr(sluice.core.names, "ORIGIN_PATTERN", re.compile(r".{1,128}", re.DOTALL))
+    monkeypatch.setattr(sluice.features.attributes, "ORIGIN_PATTERN", re.compile(r".{1,128}", re.DOTALL))
     monkeypatch.setattr(
         sluice.adapters.aws.sqs, "_dedup_stem", lambda message_id, limit=90: message_id[:limit]
     )
