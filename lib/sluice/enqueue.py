@@ -41,7 +41,6 @@ from sluice.features.awaits import (
     ON_FAILURE_ATTRIBUTE,
     RUN_ANYWAY,
     check_awaits,
-    find_cycle,
 )
 from sluice.features.keys import CONCURRENCY_KEY_ATTRIBUTE
 from sluice.features.lanes import DEFAULT_LANE, LANE_ATTRIBUTE
@@ -412,3 +411,18 @@ def _batches(items: list[Prepared]) -> Iterator[list[Prepared]]:
         size += n
     if batch:
         yield batch
+
+
+def find_cycle(edges: Mapping[str, Iterable[str]], start: str) -> list[str] | None:
+    """A path start → … → start through ``edges`` (key → the keys it awaits), or None."""
+    stack: list[tuple[str, list[str]]] = [(a, [start, a]) for a in edges.get(start, ())]
+    seen: set[str] = set()
+    while stack:
+        node, path = stack.pop()
+        if node == start:
+            return path
+        if node in seen:
+            continue
+        seen.add(node)
+        stack.extend((a, [*path, a]) for a in edges.get(node, ()))
+    return None

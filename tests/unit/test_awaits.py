@@ -7,11 +7,11 @@ import pytest
 from sluice.core.errors import InvalidPayload
 from sluice.core.model import Outcome, PayloadRecord, PayloadState
 from sluice.core.validation import validate_message
+from sluice.enqueue import find_cycle
 from sluice.features.awaits import (
     AWAITS_ATTRIBUTE,
     ON_FAILURE_ATTRIBUTE,
     ReadAhead,
-    find_cycle,
     gate,
     judge,
     parse_awaits,

@@ -493,21 +493,3 @@ def _message(waiter: Waiter) -> Message:
         group_id=waiter.group_id,
         attributes=dict(waiter.attributes),
     )
-
-
-# -- the graph (sluice enqueue, sluice status --tree) -----------------------------------------------
-
-
-def find_cycle(edges: Mapping[str, Iterable[str]], start: str) -> list[str] | None:
-    """A path start → … → start through ``edges`` (key → the keys it awaits), or None."""
-    stack: list[tuple[str, list[str]]] = [(a, [start, a]) for a in edges.get(start, ())]
-    seen: set[str] = set()
-    while stack:
-        node, path = stack.pop()
-        if node == start:
-            return path
-        if node in seen:
-            continue
-        seen.add(node)
-        stack.extend((a, [*path, a]) for a in edges.get(node, ()))
-    return None
