@@ -13,6 +13,7 @@ import random
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from contextlib import redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,14 @@ def _apart(command: list[str]) -> Ran:
 
 
 @pytest.mark.skipif(not HASHES_AS_THE_EXPLORER, reason="each seed already runs in a process of its own")
+def _a_quarter_of_swarm_runs_draw(draws: Callable[[int], bool], *, pinned: int) -> None:
+    """A widening (``draws``: one of ``Explorer.draws_*``) drawn by its pinned run, by neither
+    ``WIDENED`` nor ``NARROW``, and by about a quarter of seeds."""
+    assert draws(pinned)
+    assert not draws(WIDENED) and not draws(NARROW)
+    assert 200 <= sum(draws(seed) for seed in range(1000)) <= 300
+
+
 def test_a_seed_run_here_is_the_run_of_a_process_of_its_own() -> None:
     """The seeds below run inside this process, after whatever ran in it before: a run must not
     depend on what a process holds (a module's cache, moto's state), or a failure here would not
@@ -199,8 +208,7 @@ def test_an_upgrade_deletes_the_old_machine_under_a_holder_only_in_the_swarm_run
     from tests.support.faults import FAULTS
 
     assert Explorer.draws_upgrade(9134) and not Explorer.draws_fill(9134)
-    assert not Explorer.draws_upgrade(WIDENED) and not Explorer.draws_upgrade(NARROW)
-    assert 200 <= sum(Explorer.draws_upgrade(seed) for seed in range(1000)) <= 300
+    _a_quarter_of_swarm_runs_draw(Explorer.draws_upgrade, pinned=9134)
     before = dict(FAULTS)
     outcome = explore(9134, 120, swarm=True)
     assert outcome.failure is None, outcome.failure
@@ -226,9 +234,7 @@ def test_a_run_that_defers_duplicates_sweeps_a_lost_wake_up_only_in_the_swarm_ru
     from tests.explorer.sim import Explorer, explore
     from tests.explorer.variants import applied
 
-    assert Explorer.draws_defer(647538197)
-    assert not Explorer.draws_defer(WIDENED) and not Explorer.draws_defer(NARROW)
-    assert 200 <= sum(Explorer.draws_defer(seed) for seed in range(1000)) <= 300
+    _a_quarter_of_swarm_runs_draw(Explorer.draws_defer, pinned=647538197)
     swept = sluice.launch.reconcile.sweep
     woken: list[int] = []
 
@@ -277,9 +283,7 @@ def test_a_run_that_adds_semaphores_meets_a_cold_start_beside_the_operator_only_
     from tests.explorer.sim import Explorer, explore
     from tests.explorer.variants import applied
 
-    assert Explorer.draws_semaphore_adds(9639)
-    assert not Explorer.draws_semaphore_adds(WIDENED) and not Explorer.draws_semaphore_adds(NARROW)
-    assert 200 <= sum(Explorer.draws_semaphore_adds(seed) for seed in range(1000)) <= 300
+    _a_quarter_of_swarm_runs_draw(Explorer.draws_semaphore_adds, pinned=9639)
     outcome = explore(9639, 120, swarm=True)
     assert outcome.failure is None, outcome.failure
     assert any("added" in line for line in outcome.trace)
@@ -299,9 +303,7 @@ def test_a_run_that_forges_origins_parks_each_forgery_beside_its_origin_only_in_
     ``NARROW`` forge none."""
     from tests.explorer.sim import Explorer, explore
 
-    assert Explorer.draws_forged_origins(1207300027)
-    assert not Explorer.draws_forged_origins(WIDENED) and not Explorer.draws_forged_origins(NARROW)
-    assert 200 <= sum(Explorer.draws_forged_origins(seed) for seed in range(1000)) <= 300
+    _a_quarter_of_swarm_runs_draw(Explorer.draws_forged_origins, pinned=1207300027)
     outcome = explore(1207300027, 120, swarm=True)
     assert outcome.failure is None, outcome.failure
     assert any("sluice-origin-message-id" in line for line in outcome.trace)
