@@ -1030,14 +1030,14 @@ SEED_1207310461 = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True, reason="open: a long swarm run's find, not yet traced (tests/explorer/README.md)"
-)
-def test_seed_1207310461_a_lane_of_max_one_admits_a_second_run_while_the_operators_commands_die() -> None:
-    """Found by the long swarm run on 0d3ffb2 (its 461st run, 1,484 CPU-seconds in), shrunk: lane
-    ``default`` at MAX 1 claims a second slot while a run holds one (promise 7), after lane settings
-    whose commands died after their first write, redrives of a failed run and lost status events.
-    Its shrunk run sends no forged origin. Open."""
+def test_seed_1207310461_a_lanes_pending_setting_that_follows_the_max_binds_the_max_raised_since() -> None:
+    """**The model's own.** Found by the long swarm run on 0d3ffb2 (its 461st run, 1,484 CPU-seconds
+    in), shrunk. Global MAX 0, lane ``default`` at 1 by the operator; the operator puts it back to
+    the global MAX by a command that dies after its setting (a lowering then: 0 under 1), then sets
+    MAX 2. A tick that read both put 2 in the lane's caps and claimed a second run in it, as
+    documented, and died before returning. The model held the lane at 1 until a tick returned. A
+    setting written and not yet in force now binds as the higher of it and the limit before it,
+    each at the global MAX in force (``Model.lane_limit``)."""
     from tests.explorer.replay import replays
 
     replays(

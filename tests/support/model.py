@@ -359,7 +359,11 @@ class Model:
         an implied lane ``default`` without the operator's MAX follows the global MAX in force (each
         tick puts the MAX it reads in its caps; until then the global pool binds it)."""
         limit = self.lane_limits[lane]
-        return self.max if limit is None else limit
+        in_force = self.max if limit is None else limit
+        if lane in self.lane_lowered:  # written, not yet put in force: a tick that read it may obey it
+            pending = self.lane_lowered[lane]
+            in_force = max(in_force, self.max if pending is None else pending)
+        return in_force
 
     def set_lane_limit(self, lane: str, limit: int | None, *, caps_moved: bool = True) -> None:
         """The test set ``lane``'s limit (None: the global MAX, for the implied lane ``default`` put
