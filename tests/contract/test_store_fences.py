@@ -338,12 +338,43 @@ def test_an_unpark_of_ids_no_longer_waiting_still_empties_the_index(store):
     assert store.parked_holders() == {"n3"} and store.execution("n1").parked == frozenset()
 
 
+def test_a_claim_carries_its_start_mark_until_a_renewal_lifts_it(store):
+    """A fresh claim is written with its start mark: a block is refused until a renewal (a resumed
+    claim) lifts the mark, and refused again once the resume marks it anew."""
+    claim(store, "k", "n1")
+    assert store.execution("n1").starting_at == NOW
+    assert not store.block(name="n1", by="redriven", now=NOW + 1)
+    assert store.renew(name="n1", now=NOW + 2, claim_expires_at=NOW + 902)
+    assert store.execution("n1").starting_at is None
+    assert store.mark_starting(name="n1", now=NOW + 3)
+    assert not store.block(name="n1", by="redriven", now=NOW + 4)
+    assert store.execution("n1").blocked_by is None and store.execution("n1").starting_at == NOW + 3
+
+
+def test_a_start_mark_is_lifted_only_by_the_copy_that_wrote_it(store):
+    """Two copies of one message (one origin id: one name). A renewal by another copy leaves the
+    mark of the copy that claimed (its invocation may be about to start it); the claiming copy's
+    redelivery lifts it, and from then on only the copy that renewed last may mark it."""
+    claim(store, "k", "n1", message_id="m1", copy_id="c1")
+    assert store.execution("n1").copy_id == "c1"
+    assert not store.renew(name="n1", now=NOW + 1, claim_expires_at=NOW + 901, copy_id="c2")
+    assert store.execution("n1").starting_at == NOW and store.execution("n1").claim_version == 0
+    assert store.renew(name="n1", now=NOW + 2, claim_expires_at=NOW + 902, copy_id="c1")
+    assert store.renew(name="n1", now=NOW + 3, claim_expires_at=NOW + 903, copy_id="c2")  # unmarked
+    assert not store.mark_starting(name="n1", now=NOW + 4, copy_id="c1")  # c2 renewed since
+    assert store.mark_starting(name="n1", now=NOW + 5, copy_id="c2")
+    assert not store.renew(name="n1", now=NOW + 6, claim_expires_at=NOW + 906, copy_id="c1")
+    assert store.execution("n1").copy_id == "c2" and store.execution("n1").claim_version == 2
+
+
 def test_a_blocked_claim_is_never_renewed(store):
     claim(store, "k", "n1")
+    assert store.renew(name="n1", now=NOW + 2, claim_expires_at=NOW + 902)  # a resume: the mark lifted
     assert store.block(name="n1", by="redriven", now=NOW + 5)
     assert store.execution("n1").blocked_by == "redriven"
     assert not store.renew(name="n1", now=NOW + 10, claim_expires_at=NOW + 910)
-    assert store.execution("n1").claim_version == 0
+    assert not store.mark_starting(name="n1", now=NOW + 10)
+    assert store.execution("n1").claim_version == 1
     claim(store, "j", "n2")
     store.mark_running(key="j", name="n2", arn="arn:x", started_at=NOW, now=NOW)
     assert not store.block(name="n2", by="redriven", now=NOW)  # started: nothing to block

@@ -83,10 +83,14 @@ UPGRADES = (
             "topic, function alarms and a dashboard; PARK#<message id> gains copy_id (the SQS message "
             "id of the copy parked, ignored by the previous version; an item without it is parked "
             "over by any copy) and is written as PARK#name <execution name>, the entry the holder's parked "
-            "set holds, through which both versions read and wake it; no other record key, attribute "
-            "meaning, message attribute or resource name changed"
+            "set holds, through which both versions read and wake it; EXEC#<name> gains copy_id (the "
+            "SQS message id of the copy that claimed or renewed last, ignored by the previous version; "
+            "a claim without it has its start mark lifted by any copy) and a claim is written with its "
+            "start mark starting_at, which refuses a block of either version as the previous "
+            "version's own mark does; no other record key, attribute meaning, message attribute or "
+            "resource name changed"
         ),
-        layout=frozenset({"PARK#.copy_id"}),
+        layout=frozenset({"PARK#.copy_id", "EXEC#.copy_id"}),
     ),
 )
 

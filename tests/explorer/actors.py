@@ -327,6 +327,7 @@ class Actors:
         group = f"g{draw(3)}"
         attributes: dict[str, str] = {}
         valid = True
+        copied: Sent | None = None
         if kind == 1:
             attributes["sluice-concurrency-key"] = f"ck{draw(CKEYS)}"
         elif kind == 2:
@@ -339,7 +340,10 @@ class Actors:
         elif kind == 4:
             attributes["sluice-once"] = "true"
         elif kind == 5 and self.ex.forges_origins and draw(2) == 0 and self._others(payload):
-            attributes = self._forged_origin(payload)
+            if self._copies(payload) and draw(2) == 0:
+                group, attributes, copied = self._copy_of(payload)
+            else:
+                attributes = self._forged_origin(payload)
         elif kind == 5:
             attributes, valid = dict(FORGED[draw(len(FORGED))]), False
         dedup = None
@@ -347,9 +351,12 @@ class Actors:
             earlier = sorted(w.model.sent.values(), key=lambda s: s.message_id)
             dedup = earlier[draw(len(earlier))].dedup
         lane = (LANE, DEFAULT_LANE)[draw(2)] if self.ex.lanes else DEFAULT_LANE  # a lanes run's draw only
+        if copied is not None and self.ex.lanes:
+            lane = copied.lane or DEFAULT_LANE  # a copy goes where its message went: one message, one lane
         sent = w.send(body, group=group, valid=valid, attributes=attributes or None, dedup=dedup, lane=lane)
         forged = {k: v[:24] for k, v in attributes.items()}
         to = f" (lane {lane})" if self.ex.lanes else ""
+        to += f" (a copy of {copied.message_id})" if copied is not None else ""
         self.note(f"send {body[:20]} {forged} {'(invalid) ' if not valid else ''}-> {sent}{to}")
 
     def _others(self, payload: str) -> list[Sent]:
@@ -365,6 +372,28 @@ class Actors:
             and ORIGIN_ATTRIBUTE not in s.attributes
             and (s.message_id, payload) not in model.forged
         ]
+
+    def _copies(self, payload: str) -> list[Sent]:
+        """Valid messages of ``payload`` sent so far with no origin of their own, oldest first: what a
+        producer's copy may name (FORGES_ORIGINS)."""
+        model = self.world.model
+        sent = sorted(model.sent.values(), key=lambda s: model.sent_order.get(s.message_id, 0))
+        return [s for s in sent if s.valid and s.key == payload and ORIGIN_ATTRIBUTE not in s.attributes]
+
+    def _copy_of(self, payload: str) -> tuple[str, dict[str, str], Sent]:
+        """A copy of a message of ``payload`` in another group (FORGES_ORIGINS): its origin id, so the
+        same execution name, as a producer resending it or the DLQ's redrive sends it. Half the time
+        the newest, which a launcher may be claiming or starting now."""
+        copies = self._copies(payload)
+        first = copies[-1] if self.choices.draw(2) == 0 else copies[self.choices.draw(len(copies))]
+        group = (
+            f"g{(int(first.group[1:]) + 1 + self.choices.draw(2)) % 3}" if first.group[1:].isdigit() else "g0"
+        )
+        attributes = {ORIGIN_ATTRIBUTE: first.message_id}
+        for name in ("sluice-awaits", "sluice-once", "sluice-concurrency-key"):
+            if name in first.attributes:
+                attributes[name] = first.attributes[name]
+        return group, attributes, first
 
     def _forged_origin(self, payload: str) -> dict[str, str]:
         """A healthy message of ``payload`` carrying another payload's message id as its origin

@@ -922,6 +922,51 @@ VARIANTS["waiters_by_origin"] = (
 )
 
 
+_RECORD_ITEM = sluice.adapters.dynamo.claims.ClaimsTable._record_item
+
+
+def _unmarked_record(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    put = _RECORD_ITEM(self, *args, **kwargs)
+    put["Put"]["Item"].pop("starting_at", None)
+    return put
+
+
+VARIANTS["claim_unmarked"] = (
+    "a fresh claim written without its start mark, and no mark written before its start: a "
+    "reconciliation's block between the claim and the start lands, and the start goes ahead "
+    "(tests/reliability/test_key_variants.py)",
+    [(sluice.adapters.dynamo.claims.ClaimsTable, "_record_item", _unmarked_record)],
+)
+
+
+_RENEW = DynamoStore.renew
+
+
+VARIANTS["copies_lift_marks"] = (
+    "a resume's renewal that lifts the start mark whichever copy of the message wrote it: a copy in "
+    "another group yields the claim to a redriven run while the launcher that marked it starts it "
+    "(tests/integration/test_key_breaks_moto.py)",
+    [(DynamoStore, "renew", lambda self, *, copy_id=None, **kwargs: _RENEW(self, **kwargs))],
+)
+
+
+_EXECUTION = DynamoStore.execution
+
+
+VARIANTS["copies_unread"] = (
+    "a record read without the copy that claimed or renewed it last: a resume yields a claim another "
+    "copy renewed, marked and started since, and a copy finding another's mark looks again at once "
+    "(tests/integration/test_key_breaks_moto.py)",
+    [
+        (
+            DynamoStore,
+            "execution",
+            lambda self, name: None if (r := _EXECUTION(self, name)) is None else replace(r, copy_id=None),
+        )
+    ],
+)
+
+
 def patch(patches: list[Patch]) -> list[Patch]:
     """Apply ``patches``; the saved values, to ``patch`` back."""
     saved: list[Patch] = []

@@ -418,3 +418,14 @@ def test_end_to_end_ttl_took_the_record_then_a_refused_start_over_the_success(ma
     assert item.get("succeeded_by", {}).get("S") == e1 and "holder" not in item
     assert item["state"]["S"] in FINAL, f"promise 4: j SUCCEEDED, reads {item['state']['S']} at rest: {item}"
     world.settle()
+
+
+def test_a_dropped_claim_that_hides_a_success_is_caught(make_world, monkeypatch):
+    """The variant ``dropped_claim_hides_a_success`` (tests/explorer/broken.py, the code before
+    explorer seed 1204141390's fix) leaves ``j`` RELEASED over its success at rest."""
+    from tests.explorer.broken import VARIANTS
+
+    for owner, attr, value in VARIANTS["dropped_claim_hides_a_success"][1]:
+        monkeypatch.setattr(owner, attr, value)
+    with pytest.raises(AssertionError, match="RELEASED"):
+        test_end_to_end_ttl_took_the_record_then_a_refused_start_over_the_success(make_world)

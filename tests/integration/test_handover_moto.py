@@ -43,12 +43,12 @@ def test_a_refill_is_a_read_a_receive_one_write_a_start_and_a_delete(stack):
     calls = count_calls(rt.client("dynamodb"), rt.client("sqs"), rt.client("stepfunctions"))
     released, refill, _ = end(rt, stack, first)
     assert released and refill.n(Outcome.STARTED) == 1
-    # UpdateItem: the start mark, the fence against reconciliation's block (sluice.launch.per_message).
+    # No UpdateItem: the claim in the hand-over's transaction carries its start mark, the fence
+    # against reconciliation's block (sluice.launch.per_message).
     assert calls == Counter(
         BatchGetItem=1,
         ReceiveMessage=1,
         TransactWriteItems=1,
-        UpdateItem=1,
         StartExecution=1,
         DeleteMessageBatch=1,
     )

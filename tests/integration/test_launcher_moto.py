@@ -366,12 +366,12 @@ def test_api_calls_per_start_and_tick_cost_independent_of_backlog(session):
     small_per_start, small_total = measure(12)
     _, large_total = measure(60)
     assert small_total == large_total  # same work for 12 or 60 queued
-    # Per start: claim, the start mark (the fence against a block: sluice.launch.per_message), StartExecution. Per tick: DescribeStateMachine, reconciliation (2 ledger
+    # Per start: claim (with its start mark, the fence against a block: sluice.launch.per_message), StartExecution. Per tick: DescribeStateMachine, reconciliation (2 ledger
     # reads, ListExecutions of the RUNNING and of the redriven executions, the waiting rooms' three
     # indexes in one read, numbering its count, GetParameter and the count recorded on the caps,
     # save), the read before the receive, the rate limits' book (no rate in force: read once per
     # 5 s, sluice.features.rate_limits), receive, delete (no RUNNING mark).
-    assert small_total == 3 * 10 + 14 and small_per_start == 4.4
+    assert small_total == 2 * 10 + 14 and small_per_start == 3.4
 
 
 def test_switching_the_state_machine_with_executions_running_leaks_no_slot(session):

@@ -177,8 +177,11 @@ def test_a_claim_never_started_then_moved_by_sqs_runs_once_when_redriven(session
     """m of k is claimed as N and the launcher dies before StartExecution, at every receive; SQS
     moves m to the DLQ (maxReceiveCount). Either N is still CLAIMED, or reconciliation has released
     it (marked, then a claim timeout later RELEASED, never started). The operator redrives m: the
-    copy carries origin m, so it resumes N (or claims it afresh) and starts it once: the payload
-    that never ran is not dropped as already ran, and a second redrive runs nothing more."""
+    copy carries origin m, so the same name. A still CLAIMED N carries m's start mark, which only m
+    lifts (no clock says m's invocation is over): the copy goes back for a claim timeout, while
+    reconciliation releases N as abandoned, then claims it afresh. Either way it starts N once:
+    the payload that never ran is not dropped as already ran, and a second redrive runs nothing
+    more."""
     stack = build_stack(session, max_concurrency=2, max_receive_count=2, clock=FakeClock())
     m = stack.send({"id": "k"}, group="a")
     name = execution_name("k", m)
@@ -203,7 +206,15 @@ def test_a_claim_never_started_then_moved_by_sqs_runs_once_when_redriven(session
     assert dead.reason.startswith("moved by SQS")
 
     assert dlq_redrive(stack.runtime(), [dead.message_id]).ok
-    stack.launcher().tick()
+    rt = stack.runtime()
+    back = receipts_of(rt.client("sqs"))
+    stack.clock.advance(61)
+    rt.launcher().tick()
+    if not released_first:
+        assert stack.running() == [], "the copy lifted the mark of m, whose invocation may be starting N"
+        stack.clock.advance(stack.settings.claim_timeout_seconds + 1)
+        stack.visible_again(back)  # back a claim timeout later (moto's visibility runs in real time)
+        rt.launcher().tick()  # reconciliation releases N as abandoned; the copy claims it afresh
     assert stack.running() == [name], "the redriven payload that never ran did not start"
     assert stack.queue_counts() == (0, 0) and stack.queue_counts(stack.settings.dlq_url) == (0, 0)
     end(stack, name)

@@ -86,7 +86,7 @@ def test_a_claim_started_just_before_the_first_sighting_is_not_released(make_wor
     sighting 1 only: sighting 2, a claim timeout later, is past the bound and sees it run."""
     world = make_world(max_concurrency=2)
     world.send(body("p0"), group="g0")
-    slow = Interleave("before_start_mark", lambda: world.advance(WINDOW + 1))
+    slow = Interleave("before_start", lambda: world.advance(WINDOW + 1))
     assert world.tick("A", [slow]) == "ok" and slow.seen == 1
     (p0,) = world.model.running
     with stale_describe(sfn_of(world, "B"), p0, MISSING) as fired:

@@ -426,8 +426,8 @@ def test_a_claim_recording_another_shard_than_the_one_it_took_is_caught(monkeypa
     """Issue 10: the release finds the holder by the shard on its record; a wrong one leaks the slot."""
     claim_items = ClaimsTable._claim_items
 
-    def recording_the_neighbour(self, key, name, message_id, shard, now, claim_expires_at, arn):
-        items = claim_items(self, key, name, message_id, shard, now, claim_expires_at, arn)
+    def recording_the_neighbour(self, key, name, message_id, shard, now, claim_expires_at, arn, *rest):
+        items = claim_items(self, key, name, message_id, shard, now, claim_expires_at, arn, *rest)
         items[2]["Put"]["Item"]["shard"] = {"N": str(shard + 1)}
         return items
 
@@ -438,8 +438,8 @@ def test_a_claim_recording_another_shard_than_the_one_it_took_is_caught(monkeypa
 def test_live_records_with_a_ttl_are_caught(monkeypatch):
     claim_items = ClaimsTable._claim_items
 
-    def expiring(self, key, name, message_id, shard, now, claim_expires_at, arn):
-        items = claim_items(self, key, name, message_id, shard, now, claim_expires_at, arn)
+    def expiring(self, key, name, message_id, shard, now, claim_expires_at, arn, *rest):
+        items = claim_items(self, key, name, message_id, shard, now, claim_expires_at, arn, *rest)
         lease = items[1]["Update"]
         lease["UpdateExpression"] = (
             lease["UpdateExpression"]
@@ -873,8 +873,13 @@ def on_moto(test: Callable[..., None]) -> None:
         test(session, **({"atomic": None} if "atomic" in inspect.signature(test).parameters else {}))
 
 
-def test_a_rollback_not_fenced_by_its_claims_version_is_caught(monkeypatch):
-    """Two copies of one message side by side: one rolls back a claim the other renewed and started."""
+def test_a_rollback_not_fenced_by_its_claims_version_is_harmless_now_copies_own_their_marks(monkeypatch):
+    """Two copies of one message side by side: one rolled back a claim the other renewed and started
+    (an orphan run, holding neither lease nor slot). The other copy's renewal is refused now (the
+    claim's mark is the first copy's: ``MARK_OURS``), and a resume gives back no claim another copy
+    renewed since (``_yield_to_redriven``): the version fence is a second line no scenario reaches,
+    so the variant is equivalent. The race itself is caught under ``copies_lift_marks``
+    (tests/reliability/test_key_variants.py)."""
 
     def unfenced(self, name, reason, *, version):
         complete(
@@ -887,7 +892,7 @@ def test_a_rollback_not_fenced_by_its_claims_version_is_caught(monkeypatch):
         )
 
     monkeypatch.setattr(MessageBranches, "_rollback", unfenced)
-    with pytest.raises(AssertionError, match="orphans"), moto_session() as session, atomic_fast_moto():
+    with moto_session() as session, atomic_fast_moto():
         breaks_moto.test_copies_of_one_message_in_two_groups(
             session, None, breaks_moto.install_monitor(monkeypatch)
         )

@@ -6,6 +6,7 @@ broken promise or a wrong AWS state. Any other error fails the test."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ import sluice.adapters.aws.sfn
 import sluice.launch.completion
 import sluice.launch.message_branches
 import sluice.launch.reconcile
+from sluice.adapters.dynamo.claims import ClaimsTable
 from sluice.adapters.dynamo.store import DynamoStore
 from sluice.core.model import PayloadState
 from tests.integration import test_key_breaks_moto as breaks
@@ -29,7 +31,7 @@ def caught(scenario: Callable[[Any], None], make_world: Any, match: str) -> None
         scenario(make_world)
 
 
-def unfenced_mark(self: DynamoStore, *, name: str, now: float) -> bool:
+def unfenced_mark(self: DynamoStore, *, name: str, now: float, copy_id: str | None = None) -> bool:
     """A start mark that ignores a block: the start goes ahead whatever reconciliation wrote."""
     return self.db.update_if(
         f"EXEC#{name}",
@@ -49,14 +51,63 @@ def unfenced_block(self: DynamoStore, *, name: str, by: str, now: float) -> bool
     )
 
 
+def unmarked_claims(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A claim written without its start mark (and no mark written after it): a block between the
+    claim and its start lands, and the start goes ahead. Returns the names claimed unmarked."""
+    original = ClaimsTable._record_item
+    unmarked: list[str] = []
+
+    def record_item(self: ClaimsTable, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        put = original(self, *args, **kwargs)
+        if put["Put"]["Item"].pop("starting_at", None) is not None:
+            unmarked.append(put["Put"]["Item"]["name"]["S"])
+        return put
+
+    monkeypatch.setattr(ClaimsTable, "_record_item", record_item)
+    return unmarked
+
+
 def test_a_start_that_ignores_its_block_is_caught(monkeypatch, make_world):
     monkeypatch.setattr(DynamoStore, "mark_starting", unfenced_mark)
-    caught(breaks.test_a_claim_blocked_before_its_start_never_starts, make_world, "promise 2")
+    caught(breaks.test_a_resumed_claim_blocked_before_its_start_mark_never_starts, make_world, "promise 2")
 
 
-def test_a_hand_over_start_that_ignores_its_block_is_caught(monkeypatch, make_world):
-    monkeypatch.setattr(DynamoStore, "mark_starting", unfenced_mark)
-    caught(breaks.test_a_hand_over_blocked_before_its_start_never_starts, make_world, "promise 2")
+def test_a_hand_over_claim_without_its_start_mark_is_caught(monkeypatch, make_world):
+    unmarked = unmarked_claims(monkeypatch)
+    caught(
+        breaks.test_a_hand_over_claim_carries_its_start_mark_so_a_block_before_its_start_is_refused,
+        make_world,
+        "promise 2",
+    )
+    assert unmarked, "no claim was written without its mark"
+
+
+def lifting_any_mark(self: DynamoStore, *, copy_id: str | None = None, **kwargs: Any) -> bool:
+    """A renewal that lifts the start mark whichever copy of the message wrote it."""
+    return ORIGINAL_RENEW(self, **kwargs)
+
+
+ORIGINAL_RENEW = DynamoStore.renew
+
+
+@pytest.mark.parametrize("point", ["after_claim", "before_start"])
+def test_a_copy_that_lifts_another_copys_mark_is_caught(monkeypatch, make_world, point):
+    monkeypatch.setattr(DynamoStore, "renew", lifting_any_mark)
+    caught(
+        lambda w: breaks.test_a_copy_of_the_message_never_lifts_the_mark_of_a_claim_about_to_start(w, point),
+        make_world,
+        "started without holding a slot|promise 2",
+    )
+
+
+def test_a_resume_that_reads_no_copy_is_caught(monkeypatch, make_world):
+    read = DynamoStore.execution
+    monkeypatch.setattr(
+        DynamoStore,
+        "execution",
+        lambda self, name: None if (r := read(self, name)) is None else replace(r, copy_id=None),
+    )
+    caught(breaks.test_a_resume_never_gives_back_a_claim_another_copy_renewed_since, make_world, "given back")
 
 
 def test_a_block_past_the_start_mark_is_caught(monkeypatch, make_world):

@@ -213,9 +213,10 @@ def test_a_claim_of_a_key_whose_earlier_run_was_redriven_never_starts(make_world
     """Found by the soak (seed 20261130): p2's first run failed and was released; a re-submission
     claimed p2 and its launcher died before the start; an operator redrove the first run.
     Reconciliation could not adopt it (the claim held p2's lease) and counted it external; then the
-    claim's message came back, the resume started it, and p2 ran twice. Reconciliation now blocks
-    an unstarted claim of a key whose earlier run runs again; the resume yields: the claim is
-    released, the redriven run adopted, and the message is a duplicate of it."""
+    claim's message came back, the resume started it, and p2 ran twice. Reconciliation now marks
+    the key (the claim carries its start mark, so no block lands on it) and the resume, whose
+    renewal lifts that mark, reads the key's and yields: the claim is released, the redriven run
+    adopted, and the message is a duplicate of it."""
     world = make_world(max_concurrency=3)
     world.send(body("p2"), group="g0")
     world.tick("A")
@@ -228,7 +229,8 @@ def test_a_claim_of_a_key_whose_earlier_run_was_redriven_never_starts(make_world
     world.redrive(first)
     world.advance(WINDOW + 1)
     world.tick("B")  # reconciliation: the redriven run is listed; the claim holds its key
-    assert world.table()[f"EXEC#{claim}"].get("blocked_by", {}).get("S") == first, "the claim is blocked"
+    assert "blocked_by" not in world.table()[f"EXEC#{claim}"], "a block landed on the marked claim"
+    assert world.table()["PAYLOAD#p2"].get("redriven", {}).get("S") == first, "the key is marked"
     world.advance(VISIBILITY + 1)  # the claim's message comes back
     world.tick("A")
     world.check()
@@ -335,10 +337,10 @@ def test_a_fresh_claim_survives_a_reconciler_with_a_skewed_clock(make_world, ske
     claimer = "A" if skew > 0 else "B"
     world.send(body("p0"), group="g0")
     world.send(body("p1"), group="g1")
-    # The other launcher's tick cuts in once the claim is marked starting (nothing can stop its start).
-    before = FAULTS["interleave:after_start_mark"]
-    world.tick_interleaved(claimer, "after_start_mark", "tick")
-    assert FAULTS["interleave:after_start_mark"] == before + 1
+    # The other launcher's tick cuts in once the claim, marked starting, is written (nothing can stop its start).
+    before = FAULTS["interleave:after_claim"]
+    world.tick_interleaved(claimer, "after_claim", "tick")
+    assert FAULTS["interleave:after_claim"] == before + 1
     world.check()
     assert len(world.model.starts) == 1
     world.settle()
@@ -489,7 +491,8 @@ REACHED_BY = {
     "after_mark": confirmed,
     "before_hand_over": handed_over,
     "after_hand_over": handed_over,
-    "before_start": resumed,
+    "before_start_mark": resumed,
+    "after_start_mark": resumed,
     "after_renew": resumed,
     "after_suspect": sighted,
     "after_adopt": redriven,

@@ -271,6 +271,9 @@ class Model:
                 first = self.forged.setdefault((origin.message_id, sent.key), sent.message_id)
                 if first != sent.message_id:
                     self.origin[sent.message_id] = first
+            elif origin is not None and sent.key is not None:
+                # A producer's copy of an earlier message of the same key: the same name, one message.
+                self.origin[sent.message_id] = self.logical(origin.message_id)
 
     def machine_switched(self, state_machine_arn: str) -> None:
         with self.lock:
@@ -598,6 +601,8 @@ class Model:
         if self.lanes:
             self._lane_claim(call, name, message_id, item.get("lane", {}).get("S"))
         self.holders.add(name)
+        if "starting_at" in item:  # the claim carries its start mark: a block after it is refused
+            self.known_at_mark[name] = set(self.known_outside)
         # A block holds the claim it landed on: a claim of the same name after that one was rolled
         # back (a name is a function of its message) is a new claim (explorer seed 479302113).
         self.blocked_for.pop(name, None)
@@ -859,6 +864,10 @@ class Model:
                 )
             return  # same name, same input, still running: Step Functions returned the same ARN
         self.started_on[name] = machine
+        if name not in self.known_at_mark and name in self.claims:
+            # docs/protocol.md: every StartExecution is preceded by its claim's start mark (written
+            # by the claim, or by a resume after its renewal), the commit point a block must precede.
+            self.violations.append(f"promise 2 (one per key): {name} started without its start mark")
         known = self.known_at_mark.pop(name, self.known_outside)
         message_id = self.claims.get(name)
         sent = self.sent.get(message_id or "")

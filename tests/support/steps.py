@@ -143,7 +143,8 @@ def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
     records a redriven run's success after its release (``later_success``); a slot given back releases; a slot taken
     without a Put adopts an execution running again (a redrive); the rest marks RUNNING. Single updates: ``renewed_at`` renews
     a resumed claim; ``suspect_since`` is reconciliation's first sighting of an unstarted claim;
-    ``SET starting_at`` is the launcher's mark just before StartExecution (``start_mark``).
+    ``SET starting_at`` is a resumed claim's mark just before StartExecution (``start_mark``; a fresh
+    claim's ``EXEC#`` Put carries it).
 
     Concurrency keys (``sluice.features.keys``): a Put of ``KWAIT#`` parks a message in its key's line
     (``key_park``); a transaction that moves ``woken`` on ``CKEY#`` advances the line (``key_advance``);
@@ -202,7 +203,7 @@ def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
         if "renewed_at" in expression:
             return "renew"
         if expression == "SET starting_at = :now":
-            return "start_mark"  # the launcher's last write before StartExecution
+            return "start_mark"  # a resumed claim's last write before StartExecution
         if expression.startswith("SET blocked_by = :by"):
             return "block"  # reconciliation's block of an unstarted claim, for a redriven run of its key
         if "suspect_since" in expression and "REMOVE suspect_since" not in expression:
@@ -266,8 +267,7 @@ def protocol_step(service: str, operation: str, params: dict[str, Any]) -> str:
 CRASH_POINTS: dict[str, tuple[str, str]] = {
     "after_receive": ("after", "receive"),
     "after_claim": ("after", "claim"),
-    "before_start_mark": ("before", "start_mark"),  # the launcher's fence against a block
-    "after_start_mark": ("after", "start_mark"),
+    "before_start": ("before", "start"),  # a fresh claim carries its start mark: the claim is next
     "after_start": ("after", "start"),
     "before_delete": ("before", "delete"),
     "after_delete": ("after", "delete"),
@@ -279,13 +279,15 @@ CRASH_POINTS: dict[str, tuple[str, str]] = {
     "after_describe": ("after", "describe"),
 }
 
-# Points reached only in particular situations, so not by every busy tick: a resumed claim (before
-# StartExecution, its renewal), reconciliation's first sighting of an unstarted claim, the adoption of
+# Points reached only in particular situations, so not by every busy tick: a resumed claim (its
+# renewal, its start mark), reconciliation's first sighting of an unstarted claim, the adoption of
 # an execution running again, a deferred duplicate parked and re-sent, a batch given back (a lost
 # race for a slot, or a transient error: deferred duplicates are parked, not returned). Each is
 # crashed by its own scenario (tests/reliability/test_promise_breaks.py).
 SITUATIONAL_POINTS: dict[str, tuple[str, str]] = {
-    "before_start": ("before", "start"),
+    # a resumed claim's mark anew after its renewal (a fresh claim is written marked)
+    "before_start_mark": ("before", "start_mark"),
+    "after_start_mark": ("after", "start_mark"),
     "before_return": ("before", "return"),
     "after_return": ("after", "return"),
     "after_renew": ("after", "renew"),

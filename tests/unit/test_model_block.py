@@ -14,7 +14,7 @@ DLQ = "https://sqs.us-east-1.amazonaws.com/123456789012/dlq.fifo"
 MACHINE = "arn:aws:states:us-east-1:123456789012:stateMachine:m"
 
 
-def claimed_beside_a_redrive() -> Model:
+def claimed_beside_a_redrive(*, marked: bool = False) -> Model:
     """e1 (key j) was released and the operator redrove it; n2, a new message of j, is claimed."""
     m = Model(dlq_url=DLQ, clock=FakeClock(), max_concurrency=5, visibility_timeout=30)
     m.sent_message(Sent("m1", '{"id": "j"}', "g", "m1", "j"))
@@ -22,6 +22,8 @@ def claimed_beside_a_redrive() -> Model:
     m.claims["e1"] = "m1"
     m.running_again("e1")  # outside Sluice: not adopted
     exec_item = {"pk": {"S": "EXEC#n2"}, "name": {"S": "n2"}, "message_id": {"S": "m2"}}
+    if marked:  # a fresh claim carries its start mark (sluice.launch.per_message)
+        exec_item["starting_at"] = {"N": "100"}
     slot = {"Key": {"pk": {"S": "SLOTS#launcher#0"}}, "UpdateExpression": "SET holders.#n = :now"}
     slot["ExpressionAttributeNames"] = {"#n": "n2"}
     items = [{"Update": slot}, {"Put": {"Item": exec_item}}]
@@ -56,6 +58,17 @@ def test_a_block_after_the_start_mark_is_a_redrive_racing_the_start():
     m.saw(Call("A", "dynamodb", "UpdateItem", "start_mark", {"Key": {"pk": {"S": "EXEC#n2"}}}), 200, {})
     block(m)
     assert start(m) == []
+
+
+def test_a_block_after_a_claim_that_carries_its_start_mark_is_a_redrive_racing_the_start():
+    m = claimed_beside_a_redrive(marked=True)
+    block(m)
+    m.saw(
+        Call("A", "stepfunctions", "StartExecution", "start", {"name": "n2", "stateMachineArn": MACHINE}),
+        200,
+        {},
+    )
+    assert [v for v in m.violations if v.startswith("promise 2")] == []
 
 
 def test_a_redrive_racing_the_start_unlisted_is_outside_the_promise():

@@ -128,7 +128,11 @@ def test_the_prices_and_what_they_make_per_start():
     assert (
         f"a start's {write_units:.0f} write units cost {_money(write_units * wru)} per million starts" in text
     )
-    assert f"adds 1 write unit (${wru:.3f} per million)" in text  # one UpdateItem under 1 KB
+    # The hand-over's transaction of five items, each under 1 KB and billed twice, and nothing else.
+    assert (
+        round(write_units) == 2 * 5
+        and "the next claim, five items, the claim carrying its start mark" in text
+    )
     transition = PRICES["stepfunctions_transition"]
     assert (
         f"${transition * 1e3:.3f} per 1,000 state transitions: ${transition * 1e6:.0f} per million runs"

@@ -19,3 +19,4 @@ class Claim:
     lane: str | None = None  # its lane (sluice.features.lanes)
     fair_newcomer: bool = False  # refused while any concurrency key has waiters
     uncapped: bool = False  # its key has no default cap (a claim from a fair lane, sluice.features.fair)
+    copy_id: str | None = None  # the SQS message id of the copy claiming: the owner of its start mark

@@ -214,6 +214,7 @@ class ExecutionRecord:
     redriven_at: float | None = None  # adopted: the redrive date of the run taken back (Step Functions')
     blocked_by: str | None = None  # an unstarted claim that must yield to a redriven run of its key
     starting_at: float | None = None  # the launcher's mark just before StartExecution: no block after it
+    copy_id: str | None = None  # the SQS message id of the copy that claimed or last renewed: its mark's
     shard: int | None = None  # the slot shard it holds (None: claimed before the shards, in LEDGER)
     once: bool = False  # claimed by a run-once message (``sluice-once: true``)
     output: str | None = (
@@ -258,6 +259,7 @@ class Successor:
     arn: str | None
     claim_expires_at: float
     once: bool = False
+    copy_id: str | None = None  # the SQS message id of the copy received (``ExecutionRecord.copy_id``)
 
 
 @dataclass(frozen=True, slots=True)

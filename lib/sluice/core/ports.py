@@ -205,6 +205,7 @@ class PayloadLeases(Protocol):
         lane: str | None = None,
         fair_newcomer: bool = False,
         uncapped: bool = False,
+        copy_id: str | None = None,
     ) -> None:
         """Take a slot and the payload's lease for ``name``, under the limit in force at the write,
         and with ``ckey`` a slot of that concurrency key under its cap (``KeyFull`` when it has no
@@ -217,17 +218,29 @@ class PayloadLeases(Protocol):
         when ``name`` itself holds it, and ``SlotsFull`` when no slot is free (or no limit was ever
         put in force). With ``once`` (a run-once message), raises ``AlreadyDone`` when the key has
         SUCCEEDED already (``PayloadRecord.succeeded_by``), checked in the claim's own write.
+        The claim carries its start mark (``mark_starting``), owned by ``copy_id`` (the SQS message
+        id of the copy claiming): no ``block`` lands on it.
         """
         ...
 
-    def renew(self, *, name: str, now: float, claim_expires_at: float, arn: str | None = None) -> bool:
-        """Re-take ``name``'s claim before resuming it: only while it is still ``CLAIMED``.
+    def renew(
+        self,
+        *,
+        name: str,
+        now: float,
+        claim_expires_at: float,
+        arn: str | None = None,
+        copy_id: str | None = None,
+    ) -> bool:
+        """Re-take ``name``'s claim before resuming it: only while it is still ``CLAIMED``, and,
+        with ``copy_id`` (the copy resuming), not while another copy's start mark is on it: that
+        copy's invocation may be about to start it. The claim's copy is ``copy_id`` from then on.
 
         Moves its expiry, bumps its version and clears a reconciler's suspicion, so a release
         judged on the claim as it was fails; with ``arn``, records the execution it starts as now
         (the stack's state machine may have changed since the claim); lifts a start mark
-        (``mark_starting``). False when it was released or has started meanwhile, or when it was
-        blocked (``block``).
+        (``mark_starting``). False when it was released or has started meanwhile, when it was
+        blocked (``block``), or when another copy's mark is on it.
         """
         ...
 
@@ -237,9 +250,10 @@ class PayloadLeases(Protocol):
         (``mark_starting``); its renewals and start marks fail from now on."""
         ...
 
-    def mark_starting(self, *, name: str, now: float) -> bool:
-        """The launcher's last write before StartExecution of ``name``: only while it is
-        ``CLAIMED`` and not blocked. From then on ``block`` is refused, until a renewal (a later copy
+    def mark_starting(self, *, name: str, now: float, copy_id: str | None = None) -> bool:
+        """A resumed claim's last write before StartExecution of ``name`` (a fresh claim is
+        written marked): only while it is ``CLAIMED``, not blocked and, with ``copy_id``, last
+        renewed by that copy. From then on ``block`` is refused, until a renewal (a later copy
         of the message, whose earlier copy's invocation has ended) lifts the mark. False when it was
         blocked, released, marked RUNNING or ended meanwhile: nothing may start."""
         ...

@@ -15,8 +15,8 @@ delete (``Store.hand_over``).
                                                                 EXEC#E: ended    IF live, parked as read
                                                                 PAYLOAD#<M's key>: holder = N
                                                                                        IF free
-                                                                EXEC#N: CLAIMED      IF no parked
-    start mark on EXEC#N ─────────────────────────────────────► IF CLAIMED AND not blocked
+                                                                EXEC#N: CLAIMED, start mark
+                                                                                 IF no parked
     StartExecution(N, M's body) ───────────────────────────────────────────────────────► RUNNING
     delete M ──────────────────────────────►
 
@@ -40,8 +40,9 @@ Crash points:
     after the write, before the start     E released, N CLAIMED; M returns with the same id, so
                                           the same name: the claim is N's own, it resumes. E's
                                           wake-ups (parked, key line, waiters) are the sweeps'.
-    reconciliation blocks N before its     the start mark is refused: N is rolled back, the redriven
-    start mark (a redriven run of its key) run adopted, and M claimed its own way: its duplicate.
+    reconciliation would block N (a        the block is refused (N carries its start mark): N starts
+    redriven run of its key)               beside that run, as if the run had been redriven after
+                                           N's start; the key is marked, so N's successor adopts it.
     after the start, before the delete    M returns; DescribeExecution finds N running: deleted.
     StartExecution refused for sure       N's claim is rolled back (fenced by its version) and M
                                           returned, as any refused start.
@@ -119,6 +120,7 @@ class HandOverOffer:
             arn=self.executions.arn_for(self.name),
             claim_expires_at=self.now() + self.claim_timeout,
             once=is_once(self.message),
+            copy_id=self.message.message_id,
         )
 
     def settled(self, claimed: bool) -> None:

@@ -6,6 +6,7 @@ that cannot run. The other half of ``sluice.launch.per_message``, whose docstrin
 from __future__ import annotations
 
 import hashlib
+import math
 
 from sluice.core.errors import (
     AmbiguousStartError,
@@ -35,7 +36,7 @@ from sluice.launch.completion import (
     young_adoption,
 )
 from sluice.launch.context import LaunchContext
-from sluice.launch.settings import OTHER_CLOCK_WINDOWS, DuplicatePolicy
+from sluice.launch.settings import OTHER_CLOCK_WINDOWS, SQS_MAX_VISIBILITY, DuplicatePolicy
 
 # a key's redriven mark holds its claims this many consistency windows (``_still_runs``)
 MARK_WINDOWS = OTHER_CLOCK_WINDOWS
@@ -148,9 +149,12 @@ class MessageBranches:
         self._log("payload already running; parked until it ends", payload, holder, Outcome.DEFERRED)
         return Outcome.DEFERRED
 
-    def _recheck(self, payload: Payload, holder: str, text: str) -> Outcome:
-        """Back to the queue for the consistency window, to be looked at again."""
-        self.ctx.queue.release([payload.message], delay_seconds=self.ctx.settings.consistency_window_seconds)
+    def _recheck(self, payload: Payload, holder: str, text: str, *, delay: float = 0.0) -> Outcome:
+        """Back to the queue for the consistency window (or ``delay``, if longer, up to SQS's
+        longest visibility timeout), to be looked at again."""
+        window = self.ctx.settings.consistency_window_seconds
+        seconds = min(max(window, math.ceil(delay)), SQS_MAX_VISIBILITY)
+        self.ctx.queue.release([payload.message], delay_seconds=seconds)
         self._log(text, payload, holder, Outcome.RECHECK)
         return Outcome.RECHECK
 
@@ -331,6 +335,11 @@ class MessageBranches:
         if runs is None:
             return False
         record = self.ctx.store.execution(name)
+        if record is not None and record.copy_id not in (None, payload.message.message_id):
+            # Another copy of this message renewed the claim since ours, and may have marked and
+            # started it: its claim now, not ours to give back. Look again (a rollback fenced on
+            # the version read here would land on that copy's renewal).
+            return True
         self._rollback(
             name,
             f"yielded to {redriven}, a redriven run of the same key",
@@ -345,7 +354,20 @@ class MessageBranches:
         started: hand the key to that run, which is then adopted, and look again: this message is
         its duplicate."""
         record = self.ctx.store.execution(name)
-        if record is None or record.state is not PayloadState.CLAIMED or not record.blocked_by:
+        if record is None or record.state is not PayloadState.CLAIMED:
+            return None
+        if not record.blocked_by:
+            if record.copy_id not in (None, payload.message.message_id):
+                # Another copy of this message (its origin id, in another group) holds the claim,
+                # and its invocation may be starting it. Looked at again a claim timeout later, by
+                # SQS's clock, it finds the run, or the claim resumed by its copy or released by
+                # reconciliation as abandoned, and claims it afresh (``Store.renew``).
+                return self._recheck(
+                    payload,
+                    name,
+                    "another copy of this message holds its claim",
+                    delay=self.ctx.settings.claim_timeout_seconds,
+                )
             return None
         info = self.ctx.executions.describe(name, record.arn)
         if info is not None:

@@ -23,11 +23,12 @@ Per message the order is fixed; each step is safe to die after:
                         marked RUNNING is deleted, nothing started.
     dies after delete   nothing left to do.
 
-Every StartExecution is preceded by the start mark (``Store.mark_starting``), the fence against
-reconciliation's block of a claim whose key a redriven run holds: see ``_launch``.
+Every StartExecution is preceded by the start mark (``starting_at``), the fence against
+reconciliation's block of a claim whose key a redriven run holds: written by the claim itself, and
+anew by a resumed claim after its renewal (``Store.mark_starting``): see ``_launch``.
 
-A completion's hand-over (``sluice.launch.handover``) claims in its release; its message joins here at
-the start mark (``handed``).
+A completion's hand-over (``sluice.launch.handover``) claims in its release; its message joins here
+at its start (``handed``).
 
 A run-once message (``sluice-once: true``) whose key has SUCCEEDED already fails its claim with
 ``AlreadyDone`` (the check is in the claim's own condition): it is deleted and recorded, nothing
@@ -267,6 +268,7 @@ class MessageProtocol:
             now=now,
             claim_expires_at=claim_expires_at,
             once=is_once(payload.message),
+            copy_id=payload.message.message_id,
             **options,
         )
 
@@ -322,7 +324,10 @@ class MessageProtocol:
         # a renewal is what makes its release fail. Released or started meanwhile: look again.
         # It starts on the state machine in use now, and its record says so from here on.
         arn = self.ctx.executions.arn_for(name)
-        if not self.ctx.store.renew(name=name, now=now, claim_expires_at=claim_expires_at, arn=arn):
+        copy = payload.message.message_id  # a mark another copy wrote is not lifted: see ``_launch``
+        if not self.ctx.store.renew(
+            name=name, now=now, claim_expires_at=claim_expires_at, arn=arn, copy_id=copy
+        ):
             return self.branches._renewal_refused(payload, name, done)
         # The renewal lifted a start mark an earlier attempt left (a crash, an unsure start),
         # which may have refused a reconciliation's block: honour that reconciliation's word,
@@ -345,25 +350,32 @@ class MessageProtocol:
 
         The start mark is the fence against reconciliation's block (a redriven run of the key,
         ``sluice.launch.redriven.hold_for_redriven``); each is conditional on the other's absence, so
-        whichever lands first wins and no StartExecution follows a block:
+        whichever lands first wins and no StartExecution follows a block. A fresh claim is written
+        with its mark (``starting_at``), so a block never lands on it:
 
             launcher (claim N of key k)         reconciliation
-            claim N (CLAIMED)
+            claim N (CLAIMED, starting_at)
                                                 lists R (k's run, redriven): adopt(R) ✗ (N holds k)
-                                                block(N) IF CLAIMED AND no starting_at    ✓
-            mark_starting(N) IF no blocked_by ✗ → N rolled back, R adopted: a duplicate of R
-          or
-            mark_starting(N) IF no blocked_by ✓
                                                 block(N) IF no starting_at ✗: N runs (or is about
                                                 to) beside R, as if R had been redriven after N's
                                                 start; k is marked, so N's successor adopts R
             StartExecution(N)
 
+        A resumed claim's renewal lifts the mark, and the resume marks it anew:
+
+            renew N (no starting_at)
+                                                block(N) IF CLAIMED AND no starting_at    ✓
+            mark_starting(N) IF no blocked_by ✗ → N rolled back, R adopted: a duplicate of R
+          or
+            mark_starting(N) IF no blocked_by ✓ → as a fresh claim above
+
         The mark is lifted only by a renewal, made by a later copy of the message: that copy is
         visible again only after the visibility timeout, which exceeds the launcher's timeout, so
         the invocation that marked is over and starts nothing after a block."""
         ckey = self._ckey(payload.message)
-        if not self.ctx.store.mark_starting(name=name, now=self.ctx.clock.now()):
+        if not fresh and not self.ctx.store.mark_starting(
+            name=name, now=self.ctx.clock.now(), copy_id=payload.message.message_id
+        ):
             return self.branches._renewal_refused(payload, name, done)
         try:
             result = self._start(name, payload.body)

@@ -87,6 +87,19 @@ TRIM_AS_READ = "attribute_not_exists(holder) AND size(executions) = :n"
 CLAIMED_UNBLOCKED = "#state = :claimed AND attribute_not_exists(blocked_by)"
 # A block lands before the start mark or not at all: the start goes ahead or never does.
 CLAIMED_UNSTARTED = "#state = :claimed AND attribute_not_exists(starting_at)"
+# A renewal lifts a start mark only the same copy of the message wrote. That copy is back only
+# once its visibility timeout, longer than the launcher's, has passed: the invocation that marked
+# is over. Another copy (the same origin id in another group: the same name) may come meanwhile;
+# no clock says when that invocation is over, so it waits for the claim's own copy, or for
+# reconciliation to release the claim as abandoned, and then claims it afresh:
+#
+#   launcher A (copy c1)                 launcher B (copy c2)
+#   claim N (starting_at, copy c1)
+#                                        renew N IF the mark is c2's ✗ → c2 back a claim timeout later
+#   StartExecution(N)                    (were it lifted: c2 yields N to a redriven run, A starts N)
+MARK_OURS = "(attribute_not_exists(starting_at) OR attribute_not_exists(copy_id) OR copy_id = :copy)"
+# A mark by the copy that renewed last: another copy renewed since may yield the claim.
+RENEWED_OURS = "(attribute_not_exists(copy_id) OR copy_id = :copy)"
 # The suspicion of reconciliation: the claim as it judged it (its version, its earlier mark).
 SUSPECT_VERSION = (
     "#state = :claimed AND (claim_version = :v OR (attribute_not_exists(claim_version) AND :v = :zero))"
@@ -170,7 +183,9 @@ class ClaimsTable:
     def _attempt_items(self, shard: int, claim: Claim, tries: _Tries) -> tuple[list[dict[str, Any]], _At]:
         """The items of one attempt: the slot, the lease and the record, then what the claim asks."""
         c = claim
-        items = self._claim_items(c.key, c.name, c.message_id, shard, c.now, c.claim_expires_at, c.arn)
+        items = self._claim_items(
+            c.key, c.name, c.message_id, shard, c.now, c.claim_expires_at, c.arn, c.copy_id
+        )
         if c.once:
             only_once(items)
         if tries.carried:
@@ -265,11 +280,12 @@ class ClaimsTable:
         now: float,
         claim_expires_at: float,
         arn: str | None,
+        copy_id: str | None = None,
     ) -> list[dict[str, Any]]:
         return [
             self.launch_slots.claim_item(shard, name, now),
             self._lease_item(key, name, now),
-            self._record_item(key, name, message_id, shard, now, claim_expires_at, arn),
+            self._record_item(key, name, message_id, shard, now, claim_expires_at, arn, copy_id),
         ]
 
     def _lease_item(self, key: str, name: str, now: float) -> dict[str, Any]:
@@ -307,6 +323,7 @@ class ClaimsTable:
         now: float,
         claim_expires_at: float,
         arn: str | None,
+        copy_id: str | None = None,
     ) -> dict[str, Any]:
         record = item(
             pk=execution_pk(name),
@@ -319,6 +336,8 @@ class ClaimsTable:
             claim_expires_at=claim_expires_at,
             claim_version=0,
             shard=shard,
+            starting_at=now,  # the start mark, in the claim: a block lands before it or not at all
+            copy_id=copy_id,
         )
         return {
             "Put": {
@@ -341,18 +360,29 @@ class ClaimsTable:
 
     # -- marks on a live claim ----------------------------------------------------------------------
 
-    def renew(self, *, name: str, now: float, claim_expires_at: float, arn: str | None = None) -> bool:
+    def renew(
+        self,
+        *,
+        name: str,
+        now: float,
+        claim_expires_at: float,
+        arn: str | None = None,
+        copy_id: str | None = None,
+    ) -> bool:
         named = values(exp=claim_expires_at, now=now, zero=0, one=1, claimed=PayloadState.CLAIMED.value)
-        moved = ""
+        moved, condition = "", CLAIMED_UNBLOCKED
         if arn is not None:
             moved, named[":arn"] = ", arn = :arn", {"S": arn}
+        if copy_id is not None:
+            moved, named[":copy"] = moved + ", copy_id = :copy", {"S": copy_id}
+            condition += " AND " + MARK_OURS
         return self.db.update_if(
             execution_pk(name),
             "SET claim_expires_at = :exp, renewed_at = :now, "
             "claim_version = if_not_exists(claim_version, :zero) + :one"
             + moved
             + " REMOVE suspect_since, suspect_by, starting_at",
-            CLAIMED_UNBLOCKED,
+            condition,
             named,
         )
 
@@ -364,13 +394,11 @@ class ClaimsTable:
             values(by=by, now=now, claimed=PayloadState.CLAIMED.value),
         )
 
-    def mark_starting(self, *, name: str, now: float) -> bool:
-        return self.db.update_if(
-            execution_pk(name),
-            "SET starting_at = :now",
-            CLAIMED_UNBLOCKED,
-            values(now=now, claimed=PayloadState.CLAIMED.value),
-        )
+    def mark_starting(self, *, name: str, now: float, copy_id: str | None = None) -> bool:
+        named, condition = values(now=now, claimed=PayloadState.CLAIMED.value), CLAIMED_UNBLOCKED
+        if copy_id is not None:
+            named[":copy"], condition = {"S": copy_id}, condition + " AND " + RENEWED_OURS
+        return self.db.update_if(execution_pk(name), "SET starting_at = :now", condition, named)
 
     def mark_redriven(self, *, key: str, name: str, now: float) -> bool:
         # The key's first mark in ``redriven``; one more while it names another run goes into the

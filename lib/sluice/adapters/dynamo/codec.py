@@ -192,6 +192,7 @@ def to_execution(raw: dict[str, Any]) -> ExecutionRecord:
         redriven_at=opt_float(raw.get("redriven_at")),
         blocked_by=raw.get("blocked_by"),
         starting_at=opt_float(raw.get("starting_at")),
+        copy_id=raw.get("copy_id"),
         shard=None if raw.get("shard") is None else int(raw["shard"]),
         once=bool(raw.get("once", False)),
         output=raw.get("output"),

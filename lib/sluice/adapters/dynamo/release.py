@@ -370,6 +370,7 @@ class ReleasesTable:
             now,
             successor.claim_expires_at,
             successor.arn,
+            successor.copy_id,
         )
         if successor.once:
             only_once(claim)

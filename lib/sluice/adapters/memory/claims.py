@@ -58,13 +58,24 @@ class MemoryClaims:
 
     # -- marks on a live claim ----------------------------------------------------------------------
 
-    def renew(self, *, name: str, now: float, claim_expires_at: float, arn: str | None = None) -> bool:
+    def renew(
+        self,
+        *,
+        name: str,
+        now: float,
+        claim_expires_at: float,
+        arn: str | None = None,
+        copy_id: str | None = None,
+    ) -> bool:
         with self.table.lock:
             record = self.table.executions.get(name)
             if record is None or record.state is not PayloadState.CLAIMED or record.blocked_by:
                 return False
+            if not _mark_ours(record, copy_id):
+                return False  # another copy's mark (DynamoStore's MARK_OURS)
             self.table.executions[name] = replace(
                 record,
+                copy_id=copy_id or record.copy_id,
                 arn=arn or record.arn,
                 claim_expires_at=claim_expires_at,
                 claim_version=record.claim_version + 1,
@@ -82,11 +93,13 @@ class MemoryClaims:
             self.table.executions[name] = replace(record, blocked_by=by)
             return True
 
-    def mark_starting(self, *, name: str, now: float) -> bool:
+    def mark_starting(self, *, name: str, now: float, copy_id: str | None = None) -> bool:
         with self.table.lock:
             record = self.table.executions.get(name)
             if record is None or record.state is not PayloadState.CLAIMED or record.blocked_by:
                 return False
+            if copy_id is not None and record.copy_id not in (None, copy_id):
+                return False  # another copy renewed since (DynamoStore's RENEWED_OURS)
             self.table.executions[name] = replace(record, starting_at=now)
             return True
 
@@ -168,6 +181,11 @@ def _claimed_payload(claim: Claim, current: PayloadRecord | None) -> PayloadReco
     )
 
 
+def _mark_ours(record: ExecutionRecord, copy_id: str | None) -> bool:
+    """A renewal by ``copy_id`` may lift the record's start mark: none, or its own."""
+    return copy_id is None or record.starting_at is None or record.copy_id in (None, copy_id)
+
+
 def _claimed_record(claim: Claim, earlier: ExecutionRecord | None) -> ExecutionRecord:
     return ExecutionRecord(
         name=claim.name,
@@ -181,6 +199,8 @@ def _claimed_record(claim: Claim, earlier: ExecutionRecord | None) -> ExecutionR
         ckey=claim.ckey,
         lane=claim.lane,
         lane_shard=None if claim.lane is None else 0,
+        starting_at=claim.now,  # the start mark, in the claim (DynamoStore's record item)
+        copy_id=claim.copy_id,
         # An earlier claim of this name whose waiters were never woken: they wait for this one.
         parked=earlier.parked if earlier is not None else frozenset(),
     )

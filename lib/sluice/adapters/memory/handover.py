@@ -68,4 +68,5 @@ def _claim_of(successor: Successor, now: float) -> Claim:
         claim_expires_at=successor.claim_expires_at,
         arn=successor.arn,
         once=successor.once,
+        copy_id=successor.copy_id,
     )

@@ -108,6 +108,7 @@ class MemoryStore:
         lane: str | None = None,
         fair_newcomer: bool = False,
         uncapped: bool = False,
+        copy_id: str | None = None,
     ) -> None:
         self.claims.claim(
             Claim(
@@ -123,17 +124,28 @@ class MemoryStore:
                 lane,
                 fair_newcomer,
                 uncapped,
+                copy_id,
             )
         )
 
-    def renew(self, *, name: str, now: float, claim_expires_at: float, arn: str | None = None) -> bool:
-        return self.claims.renew(name=name, now=now, claim_expires_at=claim_expires_at, arn=arn)
+    def renew(
+        self,
+        *,
+        name: str,
+        now: float,
+        claim_expires_at: float,
+        arn: str | None = None,
+        copy_id: str | None = None,
+    ) -> bool:
+        return self.claims.renew(
+            name=name, now=now, claim_expires_at=claim_expires_at, arn=arn, copy_id=copy_id
+        )
 
     def block(self, *, name: str, by: str, now: float) -> bool:
         return self.claims.block(name=name, by=by, now=now)
 
-    def mark_starting(self, *, name: str, now: float) -> bool:
-        return self.claims.mark_starting(name=name, now=now)
+    def mark_starting(self, *, name: str, now: float, copy_id: str | None = None) -> bool:
+        return self.claims.mark_starting(name=name, now=now, copy_id=copy_id)
 
     def suspect(
         self, *, name: str, claim_version: int, reconciler: str, now: float, replacing: float | None = None
