@@ -1015,9 +1015,9 @@ class SimQueue:
         if delay_seconds <= 0:
             self._wake()
 
-    def send_to_dlq(self, message: Message, reason: str) -> None:
+    def send_to_dlq(self, message: Message, reason: str, *, dedup: str | None = None) -> None:
         self.meter.attempt("sqs:SendMessage", self.inner.dead)  # the DLQ: a queue of its own
-        self.inner.send_to_dlq(message, reason)
+        self.inner.send_to_dlq(message, reason, dedup=dedup)
         self.meter.wait("sqs:SendMessage")
 
     def requeue(self, parked: Any) -> None:

@@ -455,3 +455,32 @@ def test_two_waiters_whose_origins_share_their_first_90_characters_are_two_sends
         names = _settle(stack, rounds=12)
     assert not dedup.dropped
     assert {execution_name("b", o1), execution_name("b", o2)} <= set(names)
+
+
+@pytest.mark.parametrize("dedup_by_id", [False, True], ids=["as-is", "by-origin-alone"])
+def test_two_waiters_of_two_keys_under_one_origin_each_reach_the_dlq(session, monkeypatch, dedup_by_id):
+    """Found by the explorer (seed 951393212, a forged origin): c's waiter and d's (another key, the
+    same origin id, the same group) await a, which ends ABORTED; both are dead-lettered at once. Deduplicated by the
+    origin alone, SQS keeps the first copy in the DLQ and drops the second within 5 minutes: d's
+    message is lost with no trace. Each waiter's copy names its key too."""
+    from sluice.adapters.aws.sqs import SqsQueue
+    from tests.support.sqs_dedup import sqs_dedup
+
+    if dedup_by_id:  # the code before the fix: the DLQ copy deduplicated by its message id alone
+        send = SqsQueue.send_to_dlq
+        monkeypatch.setattr(
+            SqsQueue, "send_to_dlq", lambda self, m, reason, *, dedup=None: send(self, m, reason)
+        )
+    with sqs_dedup(session) as dedup:
+        stack = build_stack(session, clock=FakeClock())
+        stack.send({"id": "a"}, group="a")
+        c_id = stack.send({"id": "c"}, group="c", sluice_awaits=awaiting("a"))
+        # In c's group: the stack's queues deduplicate within a message group.
+        stack.send({"id": "d"}, group="c", sluice_awaits=awaiting("a"), sluice_origin_message_id=c_id)
+        assert stack.launcher().tick().n(Outcome.WAITING) == 2
+        end(stack, "a", "ABORTED")
+        stack.launcher().tick()
+        dead = stack.drain(stack.settings.dlq_url)
+    keys = sorted(json.loads(m["Body"])["id"] for m in dead)
+    assert keys == (["c"] if dedup_by_id else ["c", "d"]), keys
+    assert bool(dedup.dropped) is dedup_by_id

@@ -488,7 +488,10 @@ class Promises:
                 raise PromiseBroken(
                     f"promise 3 (nothing lost): message {source} reached the DLQ without a reason"
                 )
-            dlq[self.model.logical(source)] = reason  # a re-sent copy's id: the message it stands for
+            # A re-sent copy's id: the message it stands for; by its key too (another key's message
+            # under the same origin id is another message).
+            body = {"MessageBody": message.get("Body", ""), "MessageAttributes": attributes}
+            dlq[self.model._logical_sent(body, source)] = reason
         self.check_waiters_settled()
         waiting = self.waiters_in_table()
         for sent in self.model.sent.values():

@@ -1024,7 +1024,9 @@ class Model:
         if call.params.get("QueueUrl") != self.dlq_url:
             return
         attributes = call.params.get("MessageAttributes", {})
-        message_id = self.logical(attributes.get("sluice-source-message-id", {}).get("StringValue", ""))
+        # Its key too: another key's message under the same origin id is another message.
+        source = attributes.get("sluice-source-message-id", {}).get("StringValue", "")
+        message_id = self._logical_sent(call.params, source)
         reason = attributes.get(REASON_ATTRIBUTE, {}).get("StringValue", "")
         if not reason:
             self.violations.append(f"message {message_id} dead-lettered without a reason")

@@ -62,11 +62,11 @@ class Queue(Protocol):
         """Make in-flight messages visible again after ``delay_seconds`` (best effort)."""
         ...
 
-    def send_to_dlq(self, message: Message, reason: str) -> None:
+    def send_to_dlq(self, message: Message, reason: str, *, dedup: str | None = None) -> None:
         """Copy the message, body untouched, to the DLQ with ``reason`` attached.
 
         The caller deletes it from the main queue afterwards; a crash in between sends it again
-        with the same deduplication id (its message id).
+        with the same deduplication id (its message id, or ``dedup``).
         """
         ...
 

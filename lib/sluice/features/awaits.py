@@ -399,7 +399,9 @@ def settle(
             extra={"correlation_id": waiter.key, "message_id": waiter.message_id},
         )
         return "sent"
-    queue.send_to_dlq(_message(waiter), verdict.reason)
+    # Its key too, as its re-send's (``_parked``): a waiter of another key under the same origin id
+    # is another message, whose copy SQS must not drop as this one's within 5 minutes.
+    queue.send_to_dlq(_message(waiter), verdict.reason, dedup=f"{waiter.message_id}#{waiter.key}")
     store.record_invalid(key=waiter.key, reason=verdict.reason, now=now)
     store.release_waiter(waiter, how="dead-lettered", reason=verdict.reason, now=now)
     log.warning(

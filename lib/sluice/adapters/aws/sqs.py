@@ -155,7 +155,7 @@ class SqsQueue:
             except TransientError:
                 pass  # best effort: the visibility timeout returns them anyway
 
-    def send_to_dlq(self, message: Message, reason: str) -> None:
+    def send_to_dlq(self, message: Message, reason: str, *, dedup: str | None = None) -> None:
         copy = dead_letter_copy(message, reason, limit=self.dlq_max_bytes)
         request: dict[str, Any] = {
             "QueueUrl": self.dlq_url,
@@ -164,7 +164,7 @@ class SqsQueue:
         }
         if self.dlq_url.endswith(".fifo"):
             request["MessageGroupId"] = message.group_id or "sluice-invalid"
-            request["MessageDeduplicationId"] = _dedup_stem(message.message_id, 128)
+            request["MessageDeduplicationId"] = _dedup_stem(dedup or message.message_id, 128)
         with translated("SendMessage"):
             self.client.send_message(**request)
 

@@ -84,7 +84,7 @@ class MemoryQueue:
                 if queued is not None:
                     queued.visible_at = now + delay_seconds
 
-    def send_to_dlq(self, message: Message, reason: str) -> None:
+    def send_to_dlq(self, message: Message, reason: str, *, dedup: str | None = None) -> None:
         self._count("SendMessage")
         self.dead.append((message, reason))
 
