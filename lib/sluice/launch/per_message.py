@@ -336,14 +336,7 @@ class MessageProtocol:
             return None
         return _Resume.RENEWED
 
-    def _launch(
-        self,
-        payload: Payload,
-        name: str,
-        done: list[Message],
-        *,
-        fresh: bool,
-    ) -> Outcome | None:
+    def _launch(self, payload: Payload, name: str, done: list[Message], *, fresh: bool) -> Outcome | None:
         """Start ``payload`` under ``name``, whose claim is held (``fresh``: taken just now, so given
         back if StartExecution refuses it for sure; else a resumed claim, kept). None when the claim
         was blocked (settled: ``_renewal_refused``), released or marked meanwhile: look again.
@@ -369,9 +362,9 @@ class MessageProtocol:
           or
             mark_starting(N) IF no blocked_by ✓ → as a fresh claim above
 
-        The mark is lifted only by a renewal, made by a later copy of the message: that copy is
-        visible again only after the visibility timeout, which exceeds the launcher's timeout, so
-        the invocation that marked is over and starts nothing after a block."""
+        The mark is lifted only by a renewal by the copy of the message that wrote it (``copy_id``),
+        visible again only after the visibility timeout, which exceeds the launcher's timeout: the
+        invocation that marked is over and starts nothing after a block."""
         ckey = self._ckey(payload.message)
         if not fresh and not self.ctx.store.mark_starting(
             name=name, now=self.ctx.clock.now(), copy_id=payload.message.message_id
