@@ -354,7 +354,7 @@ def test_no_pinned_swarm_seed_draws_the_full_pool_the_rare_crashes_or_small_plan
     from tests.explorer.sim import Explorer
 
     named = {int(n) for n in re.findall(r"(?:_one_run\(|seed=|, )(\d{4,})", Path(__file__).read_text())}
-    named -= {996758331, 1599889280, 1207310461, 898973107, 769800361, 951393212}
+    named -= {996758331, 1599889280, 1207310461, 898973107, 769800361, 951393212, 1398629532}
     for seed in sorted(named | {1, 2, 3, 13, 50, 60, 182, 302, 303} | set(range(100, 116))):
         assert not Explorer.draws_fill(seed), seed
         assert not Explorer.draws_rare_crash(seed), seed
@@ -1043,3 +1043,14 @@ def test_seed_951393212_two_waiters_under_one_origin_dead_lettered_are_two_messa
     (``test_two_waiters_of_two_keys_under_one_origin_each_reach_the_dlq``; this moto forgets no
     deduplication id, so the run cannot show it)."""
     assert _one_run(951393212, "--swarm").returncode == 0
+
+
+@pytest.mark.xfail(
+    strict=True, reason="open: a hunt's baseline find, not yet traced (tests/explorer/README.md)"
+)
+def test_seed_1398629532_a_limit_written_below_the_runs_started_by_hand_the_newest_listing_showed() -> None:
+    """Found by the hunt of ``copies_unread`` from 1398629529 (its baseline check: the code as it is
+    fails the same way), on 9168bca: promise 1, the launcher's limit written from an external count
+    of 1 while the newest listing showed two runs of ``p0`` started by hand that still run (step 194,
+    1.0 CPU-second in). Not traced: Sluice's or the model's. Open."""
+    assert _one_run(1398629532, "--swarm").returncode == 0
