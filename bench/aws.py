@@ -68,12 +68,11 @@ from sluice.adapters.dynamo.launch_slots import FIRST_READ, NEARLY_FULL, SAMPLE
 from sluice.adapters.memory.aws import MemoryExecutions, MemoryQueue, _Queued
 from sluice.adapters.memory.store import MemoryStore
 from sluice.core.errors import SlotsFull, TransientError
+from sluice.core.limits import Ledger, LimitSource
 from sluice.core.model import (
     ExecutionInfo,
     ExecutionRecord,
     HandOver,
-    Ledger,
-    LimitSource,
     Message,
     PayloadRecord,
     PayloadState,

@@ -28,7 +28,8 @@ from bench.sim import T0, Sim
 from bench.sluice_system import PARAMETER, sluice_settings
 from sluice.adapters.aws.ssm import SsmMax
 from sluice.adapters.memory.store import MemoryStore
-from sluice.core.model import LimitSource, Outcome, PayloadState
+from sluice.core.limits import LimitSource
+from sluice.core.model import Outcome, PayloadState
 from sluice.core.names import execution_name
 from sluice.launch.launcher import Launcher
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.core.model import LimitSource
+from sluice.core.limits import LimitSource
 
 NOW = 1_800_000_000.0
 RETENTION = 7 * 86_400

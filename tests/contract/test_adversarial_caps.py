@@ -10,7 +10,7 @@ import pytest
 from sluice.adapters.dynamo.launch_slots import LEDGER_PK, POOL
 from sluice.adapters.dynamo.store import DynamoStore, create_table
 from sluice.core.errors import SlotsFull
-from sluice.core.model import LimitSource
+from sluice.core.limits import LimitSource
 
 NOW = 1_800_000_000.0
 T = "adv"

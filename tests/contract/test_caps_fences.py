@@ -14,7 +14,8 @@ import pytest
 
 from sluice.adapters.dynamo.store import DynamoStore, create_table
 from sluice.core.errors import SlotsFull
-from sluice.core.model import LimitSource, PayloadState
+from sluice.core.limits import LimitSource
+from sluice.core.model import PayloadState
 from sluice.primitives.slots import plan_caps
 from tests.contract.stores import NOW, claim
 from tests.support.hooks import Crash

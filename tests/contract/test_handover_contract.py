@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sluice.core.errors import LeaseHeld
-from sluice.core.model import ExecutionRecord, LimitSource, PayloadState, Successor
+from sluice.core.limits import LimitSource
+from sluice.core.model import ExecutionRecord, PayloadState, Successor
 from tests.contract.stores import NOW, claim
 
 

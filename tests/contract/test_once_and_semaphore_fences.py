@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from sluice.core.clock import FakeClock
-from sluice.core.model import LimitSource, PayloadState
+from sluice.core.limits import LimitSource
+from sluice.core.model import PayloadState
 from sluice.features.awaits import Waiter
 from sluice.semaphore.model import Outcome
 from sluice.semaphore.service import SemaphoreService

@@ -13,7 +13,7 @@ from itertools import permutations
 import pytest
 
 from sluice.adapters.dynamo.store import DynamoStore, create_table
-from sluice.core.model import LimitSource, MaxReading
+from sluice.core.limits import LimitSource, MaxReading
 
 TABLE = "attacks"
 MAX = 10

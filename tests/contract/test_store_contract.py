@@ -7,7 +7,8 @@ import threading
 import pytest
 
 from sluice.core.errors import AlreadyRan, LeaseHeld, SlotsFull
-from sluice.core.model import LimitSource, PayloadState
+from sluice.core.limits import LimitSource
+from sluice.core.model import PayloadState
 from tests.contract.stores import NOW, claim
 
 

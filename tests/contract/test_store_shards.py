@@ -9,7 +9,8 @@ from sluice.adapters.dynamo.launch_slots import LEDGER_PK, POOL
 from sluice.adapters.dynamo.slots import DynamoSlots
 from sluice.adapters.dynamo.store import DynamoStore, create_table, execution_pk, payload_pk
 from sluice.core.errors import LeaseHeld, SlotsFull
-from sluice.core.model import LimitSource, PayloadState
+from sluice.core.limits import LimitSource
+from sluice.core.model import PayloadState
 from tests.contract.stores import NOW, claim
 
 

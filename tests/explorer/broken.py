@@ -48,7 +48,8 @@ from sluice.adapters.dynamo.slots import DynamoSlots
 from sluice.adapters.dynamo.store import DynamoStore
 from sluice.core.errors import InvalidPayload
 from sluice.core.external import ExternalCount
-from sluice.core.model import ExecutionInfo, LimitSource, ParkedMessage
+from sluice.core.limits import LimitSource
+from sluice.core.model import ExecutionInfo, ParkedMessage
 from sluice.enqueue import Item
 from sluice.features import attributes
 from sluice.features.awaits import AWAITS_ATTRIBUTE, Waiter, check_awaits

@@ -28,7 +28,8 @@ from moto import mock_aws
 from sluice.adapters.dynamo.store import DynamoStore, create_table
 from sluice.adapters.memory.store import MemoryStore
 from sluice.core.errors import AlreadyDone, LeaseHeld
-from sluice.core.model import ClaimFence, LimitSource, PayloadRecord, PayloadState
+from sluice.core.limits import LimitSource
+from sluice.core.model import ClaimFence, PayloadRecord, PayloadState
 from tests.integration.test_redriven_success_attacks import ONCE, body, ended_and_released, runs_of, s
 from tests.reliability.world import CLAIM_TIMEOUT, VISIBILITY, WINDOW
 from tests.support.faults import CrashAt, Fault

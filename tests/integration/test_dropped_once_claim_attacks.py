@@ -24,7 +24,8 @@ from moto import mock_aws
 from sluice.adapters.dynamo.store import DynamoStore, create_table
 from sluice.adapters.memory.store import MemoryStore
 from sluice.core.errors import AlreadyDone
-from sluice.core.model import TERMINAL_STATUSES, ClaimFence, LimitSource, PayloadState
+from sluice.core.limits import LimitSource
+from sluice.core.model import TERMINAL_STATUSES, ClaimFence, PayloadState
 from sluice.features.awaits import Waiter
 from tests.reliability.world import VISIBILITY, WINDOW
 from tests.support.faults import Interleave, Throttle

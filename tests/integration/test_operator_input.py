@@ -14,7 +14,8 @@ import pytest
 from handlers import _shared
 from sluice.adapters.aws.ssm import SsmMax, changed_at
 from sluice.core.clock import FakeClock
-from sluice.core.model import MaxReading, Outcome
+from sluice.core.limits import MaxReading
+from sluice.core.model import Outcome
 from tests.support.aws import build_stack
 from tests.support.cli import parameter, receive_all, sluice, use_env
 

@@ -40,7 +40,7 @@ from botocore.exceptions import ReadTimeoutError
 
 from sluice.adapters.dynamo.store import DynamoStore, create_table
 from sluice.core.errors import TransientError
-from sluice.core.model import ExternalCount
+from sluice.core.external import ExternalCount
 from sluice.runtime import CLIENT_CONFIG
 
 TABLE = "sluice-overtaken"

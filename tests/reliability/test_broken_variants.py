@@ -61,7 +61,8 @@ from sluice.adapters.dynamo.store import DynamoStore, create_table
 from sluice.adapters.memory.lease import MemoryLeases
 from sluice.core.clock import FakeClock
 from sluice.core.errors import AmbiguousStartError, InvalidPayload, NotFound, SluiceError, TransientError
-from sluice.core.model import LimitSource, MaxReading, PayloadState
+from sluice.core.limits import LimitSource, MaxReading
+from sluice.core.model import PayloadState
 from sluice.core.names import ORIGIN_ATTRIBUTE, origin_id
 from sluice.features.keys import TICKET_ATTRIBUTE
 from sluice.features.pointers import Pointer

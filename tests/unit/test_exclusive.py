@@ -336,7 +336,6 @@ def test_importing_it_loads_no_launcher_and_no_aws_client():
         "sluice.core.clock",
         "sluice.concurrency",
         "sluice.core.errors",
-        "sluice.core.external",
         "sluice.primitives",
         "sluice.primitives.lease",
         "sluice.core.model",

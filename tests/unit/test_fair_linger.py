@@ -11,7 +11,7 @@ import pytest
 from sluice.adapters.memory.aws import MemoryExecutions, MemoryQueue
 from sluice.adapters.memory.store import MemoryStore
 from sluice.core.clock import FakeClock
-from sluice.core.model import MaxReading
+from sluice.core.limits import MaxReading
 from sluice.features.lanes import parse_lanes
 from sluice.launch.launcher import Launcher
 from sluice.launch.settings import Settings

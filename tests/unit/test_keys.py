@@ -9,7 +9,8 @@ from sluice.adapters.memory.aws import MemoryQueue
 from sluice.adapters.memory.store import MemoryStore
 from sluice.core.clock import FakeClock
 from sluice.core.errors import InvalidPayload
-from sluice.core.model import LimitSource, Message, Payload, PayloadState
+from sluice.core.limits import LimitSource
+from sluice.core.model import Message, Payload, PayloadState
 from sluice.core.records import INFLIGHT_SECONDS, KeyState, sent_at
 from sluice.features import keys
 from sluice.features.keys import (

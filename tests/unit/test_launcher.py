@@ -8,7 +8,8 @@ from sluice.adapters.memory.aws import MemoryExecutions, MemoryQueue, _Queued
 from sluice.adapters.memory.store import MemoryStore
 from sluice.core.clock import FakeClock
 from sluice.core.errors import ConfigurationError, TransientError
-from sluice.core.model import ClaimFence, LimitSource, MaxReading, Message, Outcome, PayloadState
+from sluice.core.limits import LimitSource, MaxReading
+from sluice.core.model import ClaimFence, Message, Outcome, PayloadState
 from sluice.core.names import execution_name
 from sluice.launch.completion import complete
 from sluice.launch.launcher import Launcher

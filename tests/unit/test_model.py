@@ -42,7 +42,7 @@ def test_a_redrivable_end_is_kept_past_the_redrive_window():
 
 
 def test_a_limit_source_merges_the_newer_max_and_the_newer_count_each_on_its_own():
-    from sluice.core.model import LimitSource
+    from sluice.core.limits import LimitSource
 
     operator = LimitSource(2, 200.0, external=0, count=4, max_version=8)
     launcher = LimitSource(5, 100.0, external=1, count=5, max_version=7)  # cached MAX, newer count

@@ -12,7 +12,8 @@ from sluice.adapters.memory.payloads import MemoryPayloadObjects
 from sluice.adapters.memory.store import MemoryStore
 from sluice.core.clock import FakeClock
 from sluice.core.errors import InvalidPayload
-from sluice.core.model import MaxReading, Message, Outcome, Payload, PayloadState
+from sluice.core.limits import MaxReading
+from sluice.core.model import Message, Outcome, Payload, PayloadState
 from sluice.core.validation import validate_message
 from sluice.enqueue import Item, enqueue
 from sluice.features.pointers import (

@@ -10,7 +10,8 @@ from typing import Any
 from sluice.adapters.memory.aws import MemoryExecutions, MemoryQueue
 from sluice.adapters.memory.store import MemoryStore
 from sluice.core.clock import FakeClock
-from sluice.core.model import MaxReading, Message, PayloadState
+from sluice.core.limits import MaxReading
+from sluice.core.model import Message, PayloadState
 from sluice.core.records import Done
 from sluice.launch.completion import complete
 from sluice.launch.launcher import Launcher

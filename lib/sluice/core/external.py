@@ -1,5 +1,5 @@
 """The external count: reconciliation's count of the RUNNING executions outside Sluice, which the
-launcher's limit leaves room for (MAX − external; ``sluice.core.model.LimitSource``)."""
+launcher's limit leaves room for (MAX − external; ``sluice.core.limits.LimitSource``)."""
 
 from __future__ import annotations
 

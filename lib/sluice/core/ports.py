@@ -9,15 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, TypeVar, runtime_checkable
 
+from sluice.core.limits import Ledger, LimitSource, MaxReading
 from sluice.core.model import (
     ClaimFence,
     EffectsLog,
     ExecutionInfo,
     ExecutionRecord,
     HandOver,
-    Ledger,
-    LimitSource,
-    MaxReading,
     Message,
     ParkedMessage,
     PayloadRecord,

@@ -19,7 +19,8 @@ from sluice.core.errors import (
     TransientError,
 )
 from sluice.core.gates import Grant
-from sluice.core.model import Ledger, Message, Outcome
+from sluice.core.limits import Ledger
+from sluice.core.model import Message, Outcome
 from sluice.core.summary import TickSummary
 from sluice.features.awaits import ReadAhead, read_ahead
 from sluice.features.fair import tenant as fair_tenant

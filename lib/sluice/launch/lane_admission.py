@@ -9,7 +9,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from sluice.core.errors import TransientError
-from sluice.core.model import Ledger, Outcome
+from sluice.core.limits import Ledger
+from sluice.core.model import Outcome
 from sluice.core.records import Lane, LaneSetting
 from sluice.core.summary import TickSummary
 from sluice.features import fair

@@ -37,7 +37,8 @@ from collections.abc import Callable, Mapping
 from sluice.core.errors import SluiceError, TransientError
 from sluice.core.events import StatusChange
 from sluice.core.gates import OPEN, Gate
-from sluice.core.model import ExecutionRecord, Ledger, Outcome
+from sluice.core.limits import Ledger
+from sluice.core.model import ExecutionRecord, Outcome
 from sluice.core.ports import Clock, Executions, Fanout, MaxSource, Queue, state_machine_arns
 from sluice.core.records import Lane
 from sluice.core.summary import TickSummary

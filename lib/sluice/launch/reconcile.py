@@ -53,14 +53,9 @@ from collections.abc import Set as AbstractSet
 from dataclasses import asdict, dataclass
 
 from sluice.core.errors import ConfigurationError, TransientError
-from sluice.core.model import (
-    ClaimFence,
-    ExecutionInfo,
-    ExecutionRecord,
-    ExternalCount,
-    LimitSource,
-    PayloadState,
-)
+from sluice.core.external import ExternalCount
+from sluice.core.limits import LimitSource
+from sluice.core.model import ClaimFence, ExecutionInfo, ExecutionRecord, PayloadState
 from sluice.core.ports import Clock, Executions, MaxSource, Queue, Store, state_machine_arns
 from sluice.features.awaits import sweep as sweep_awaits
 from sluice.features.effects import Effects

@@ -9,7 +9,7 @@ from typing import Any
 
 from sluice.adapters.errors import translated
 from sluice.core.errors import ConfigurationError, NotFound, TransientError
-from sluice.core.model import MaxReading
+from sluice.core.limits import MaxReading
 from sluice.core.ports import Clock
 from sluice.core.validation import MAX_CEILING, MaxAboveCeiling, whole_number
 

@@ -45,7 +45,7 @@ from sluice.adapters.dynamo.slots import (
     shard_pk,
     to_occupancy,
 )
-from sluice.core.model import Ledger, LimitSource
+from sluice.core.limits import Ledger, LimitSource
 from sluice.primitives.slots import Capacity, Occupancy, Shard, candidates, sample_shards
 
 LEDGER_PK = "LEDGER"

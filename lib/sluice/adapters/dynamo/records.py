@@ -36,7 +36,8 @@ from sluice.adapters.dynamo.launch_slots import LEDGER_PK
 from sluice.adapters.dynamo.table import TableRef
 from sluice.adapters.errors import translated
 from sluice.core.errors import ConditionFailed, TransientError
-from sluice.core.model import EffectsLog, ExecutionRecord, ExternalCount, PayloadRecord, PayloadState
+from sluice.core.external import ExternalCount
+from sluice.core.model import EffectsLog, ExecutionRecord, PayloadRecord, PayloadState
 from sluice.features.receipts import left_released
 
 # The condition of every write that sets ``expires_at`` on ``PAYLOAD#<key>`` (a release, a dead

@@ -37,13 +37,12 @@ from sluice.adapters.dynamo.release import ReleaseParts, ReleasesTable
 from sluice.adapters.dynamo.slots import DynamoSlots
 from sluice.adapters.dynamo.table import DEFAULT_RETENTION, TableRef
 from sluice.core.gates import OPEN, Gate
+from sluice.core.limits import Ledger, LimitSource
 from sluice.core.model import (
     ClaimFence,
     EffectsLog,
     ExecutionRecord,
     HandOver,
-    Ledger,
-    LimitSource,
     ParkedMessage,
     PayloadRecord,
     PayloadState,

@@ -17,13 +17,12 @@ from sluice.adapters.memory.records import MemoryParking, MemoryRecords
 from sluice.adapters.memory.releases import Ending, MemoryReleases
 from sluice.adapters.memory.table import DEFAULT_RETENTION, MemoryLanes, MemoryPool, MemoryTable
 from sluice.core.gates import OPEN, Gate
+from sluice.core.limits import Ledger, LimitSource
 from sluice.core.model import (
     ClaimFence,
     EffectsLog,
     ExecutionRecord,
     HandOver,
-    Ledger,
-    LimitSource,
     ParkedMessage,
     PayloadRecord,
     PayloadState,

@@ -8,7 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from sluice.core.errors import SlotsFull
-from sluice.core.model import EffectsLog, ExecutionRecord, ExternalCount, Ledger, LimitSource, PayloadRecord
+from sluice.core.external import ExternalCount
+from sluice.core.limits import Ledger, LimitSource
+from sluice.core.model import EffectsLog, ExecutionRecord, PayloadRecord
 from sluice.core.records import LaneRoom, LaneSetting
 
 DEFAULT_RETENTION = 30 * 86_400
