@@ -8,6 +8,7 @@ breaks of docs/reliability.md was fixed (``b1`` .. ``b8``), or one of the projec
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import re
@@ -965,6 +966,34 @@ VARIANTS["copies_unread"] = (
             lambda self, name: None if (r := _EXECUTION(self, name)) is None else replace(r, copy_id=None),
         )
     ],
+)
+
+
+def _caps_saved_anyway(store: Any, max_source: Any, counted: ExternalCount, logger: Any) -> bool:
+    """``reconcile._caps_for`` before seed 1398629532's fix: a caps write that lost every round to
+    other writers was taken as done, and the count saved."""
+    try:
+        reading = max_source.reading()
+    except sluice.core.errors.TransientError:
+        return False
+    source = LimitSource(
+        reading.value,
+        reading.changed_at,
+        counted.external,
+        counted.count,
+        reading.version,
+        counted.listed_after,
+    )
+    with contextlib.suppress(sluice.core.errors.Contended):
+        store.set_limit(source)
+    return True
+
+
+VARIANTS["uncarried_count_saved"] = (
+    "reconciliation saves an external count whose caps write lost every round to other writers: a "
+    "later reconciliation whose older listing overlaps merges with the pool alone and writes MAX less "
+    "fewer runs than the newest listing showed (tests/integration/test_contended_caps_moto.py)",
+    [(sluice.launch.reconcile, "_caps_for", _caps_saved_anyway)],
 )
 
 

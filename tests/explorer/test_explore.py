@@ -1045,12 +1045,11 @@ def test_seed_951393212_two_waiters_under_one_origin_dead_lettered_are_two_messa
     assert _one_run(951393212, "--swarm").returncode == 0
 
 
-@pytest.mark.xfail(
-    strict=True, reason="open: a hunt's baseline find, not yet traced (tests/explorer/README.md)"
-)
 def test_seed_1398629532_a_limit_written_below_the_runs_started_by_hand_the_newest_listing_showed() -> None:
-    """Found by the hunt of ``copies_unread`` from 1398629529 (its baseline check: the code as it is
-    fails the same way), on 9168bca: promise 1, the launcher's limit written from an external count
-    of 1 while the newest listing showed two runs of ``p0`` started by hand that still run (step 194,
-    1.0 CPU-second in). Not traced: Sluice's or the model's. Open."""
+    """Found by the hunt of ``copies_unread`` from 1398629529 (its baseline check), on 9168bca:
+    promise 1, the launcher's limit written from an external count of 1 while the newest listing
+    showed two runs started by hand (step 194). Sluice's: tick A listed both, lost every caps round
+    to the operator's set-max and saved its count anyway; tick C, whose older listing overlaps and
+    was numbered after, merged with the pool alone and wrote MAX − 1. A count the caps never
+    carried is no longer saved (``Contended``; ``tests/integration/test_contended_caps_moto.py``)."""
     assert _one_run(1398629532, "--swarm").returncode == 0

@@ -20,6 +20,11 @@ def usage(message: str) -> int:
 def in_force(result: dict[str, object]) -> str:
     """What ``apply_max`` put in force, for set-max, pause and resume."""
     outside = f", MAX less {result['external']} running outside Sluice" if result.get("external") else ""
+    if result.get("contended"):
+        return (
+            f"Not in force yet: the slot pool kept changing ({plural(result['limit'] or 0, 'slot')} for Sluice"
+            f" now); the next launcher tick puts it in force."
+        )
     return f"In force now: the next start obeys it ({plural(result['limit'], 'slot')} for Sluice{outside})."
 
 

@@ -68,6 +68,11 @@ class TransientError(SluiceError):
         self.throttled = throttled
 
 
+class Contended(TransientError):
+    """Other writers moved an item between each read and its conditional write, round after round:
+    nothing of ours was written. Trying again later is safe."""
+
+
 class AmbiguousStartError(TransientError):
     """StartExecution failed in a way that does not say whether the execution started."""
 

@@ -154,7 +154,8 @@ class SlotPools(Protocol):
     def set_limit(self, source: LimitSource) -> int | None:
         """Put MAX − external in force in the slots, from ``source`` merged with the source of the
         limit in force (the newer MAX and the newer external count win: ``LimitSource.merged``).
-        Never evicts a holder. Returns the limit in force after (``Ledger.in_force``)."""
+        Never evicts a holder. Returns the limit in force after (``Ledger.in_force``). Contended
+        when other writers kept moving the pool: nothing of ``source`` was written."""
         ...
 
     def lane_rooms(self, lanes: Sequence[str], *, whole: bool = False) -> dict[str, LaneRoom]:

@@ -14,6 +14,7 @@ from functools import partial
 from sluice.core.errors import (
     AmbiguousStartError,
     ConfigurationError,
+    Contended,
     InvalidPayload,
     SlotsFull,
     TransientError,
@@ -102,7 +103,13 @@ class Admission:
         if sync_limit:
             reading = self.ctx.max_source.reading()
             summary.max_concurrency = reading.value
-            limit = self.ctx.store.set_limit(ledger.source(reading))
+            try:
+                limit = self.ctx.store.set_limit(ledger.source(reading))
+            except Contended as exc:  # others moved the pool meanwhile: the limit they left is in force
+                self.ctx.log.warning(
+                    "MAX not brought to the caps: the slot pool kept changing", extra={"error": str(exc)}
+                )
+                limit = None
             if limit != ledger.in_force:
                 ledger = self.ctx.store.look()
         summary.limit, summary.running_after = ledger.in_force or 0, ledger.running

@@ -52,7 +52,7 @@ from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import asdict, dataclass
 
-from sluice.core.errors import ConfigurationError, TransientError
+from sluice.core.errors import ConfigurationError, Contended, TransientError
 from sluice.core.external import ExternalCount
 from sluice.core.limits import LimitSource
 from sluice.core.model import ClaimFence, ExecutionInfo, ExecutionRecord, PayloadState
@@ -394,21 +394,26 @@ def _caps_for(
 ) -> bool:
     """Move the caps to MAX − the external count just taken, before it is saved (merged with the
     count in force: the newer listing, or the larger count when the two listings overlap). False
-    when MAX could not be read: nothing moved."""
+    when MAX could not be read or the pool kept changing: nothing moved."""
     try:
         reading = max_source.reading()
     except TransientError as exc:
         # Admission reads MAX again before its first receive, and ends the tick if it still cannot.
         logger.warning("caps not moved: MAX could not be read", extra={"error": str(exc)})
         return False
-    store.set_limit(
-        LimitSource(
-            reading.value,
-            reading.changed_at,
-            counted.external,
-            counted.count,
-            reading.version,
-            counted.listed_after,
-        )
+    source = LimitSource(
+        reading.value,
+        reading.changed_at,
+        counted.external,
+        counted.count,
+        reading.version,
+        counted.listed_after,
     )
+    try:
+        store.set_limit(source)
+    except Contended as exc:
+        # Not saved either: a saved count the caps lack is undone by the next overlapping listing,
+        # which merges with the pool only. The next reconciliation lists again.
+        logger.warning("caps not moved: the slot pool kept changing", extra={"error": str(exc)})
+        return False
     return True

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sluice.adapters.aws.ssm import MaxParameter, parse_max
-from sluice.core.errors import ConfigurationError
+from sluice.core.errors import ConfigurationError, Contended
 from sluice.runtime import Runtime
 
 RESUME_TAG = "sluice:resume-max"
@@ -83,7 +83,15 @@ def apply_max(rt: Runtime) -> dict[str, Any]:
     reading = _parameter(rt).reading()
     store = rt.store()
     ledger = store.ledger()
-    in_force = store.set_limit(ledger.source(reading))
+    try:
+        in_force = store.set_limit(ledger.source(reading))
+    except Contended:  # the parameter is written: the next tick's first receive brings it to the caps
+        return {
+            "limit": store.ledger().in_force,
+            "running": len(ledger.holders),
+            "external": ledger.external,
+            "contended": True,
+        }
     return {"limit": in_force, "running": len(ledger.holders), "external": ledger.external}
 
 

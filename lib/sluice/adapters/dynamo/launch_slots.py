@@ -45,6 +45,7 @@ from sluice.adapters.dynamo.slots import (
     shard_pk,
     to_occupancy,
 )
+from sluice.core.errors import Contended
 from sluice.core.limits import Ledger, LimitSource
 from sluice.primitives.slots import Capacity, Occupancy, Shard, candidates, sample_shards
 
@@ -199,6 +200,11 @@ class LaunchSlots:
             self.ledger()
             if plan is not None:
                 break
+        else:
+            # Our source never reached the pool: a reconciliation must not save a count the caps do
+            # not carry, or a later overlapping listing, merged with the pool alone, undoes it
+            # (explorer seed 1398629532).
+            raise Contended(f"the slot pool changed in each of {MERGE_ROUNDS} rounds", operation="set_limit")
         return self.in_force
 
     @property
