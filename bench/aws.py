@@ -597,11 +597,13 @@ class CountingStore:
             self.meter.wait("dynamodb:BatchGetItem", batches)
         return self.inner.parked_messages(holder, ids)
 
-    def unpark(self, holder: str, message_ids: Iterable[str], *, now: float) -> None:
-        ids = list(message_ids)
-        for _ in range(len(ids) + 2):  # each message marked woken, the index, the holder's record
-            self._update(None)
-        self.inner.unpark(holder, ids, now=now)
+    def unpark(self, holder: str, entries: Iterable[str], *, woken: Sequence[Any] = (), now: float) -> None:
+        """Per entry read, one transaction of two items: the woken mark (or the check that no copy
+        waits) and its removal from the holder's ``parked``; then the index's, of two items."""
+        ids = sorted(set(entries))
+        for _ in range(len(ids) + 1):
+            self._transact(SMALL_ITEM_KB * 2, None)
+        self.inner.unpark(holder, ids, woken=woken, now=now)
 
     def rooms(self) -> Any:
         """The three indexes in one BatchGetItem (``DynamoStore.rooms``)."""
