@@ -1051,5 +1051,6 @@ def test_seed_1398629532_a_limit_written_below_the_runs_started_by_hand_the_newe
     showed two runs started by hand (step 194). Sluice's: tick A listed both, lost every caps round
     to the operator's set-max and saved its count anyway; tick C, whose older listing overlaps and
     was numbered after, merged with the pool alone and wrote MAX − 1. A count the caps never
-    carried is no longer saved (``Contended``; ``tests/integration/test_contended_caps_moto.py``)."""
+    carried is no longer saved, and its tick starts nothing (``Contended``;
+    ``tests/integration/test_contended_caps_moto.py``, ``test_contended_caps_attacks.py``)."""
     assert _one_run(1398629532, "--swarm").returncode == 0

@@ -597,6 +597,9 @@ def set_max_with_an_older_external_count(make_world: Callable[..., World]) -> No
     world.tick("A")  # counts the outside execution: 2 − 1 = 1 slot, and p0 holds it
     world.check()
     assert len(world.model.running) == 2
+    # ... and the caps carry it: a tick whose count cannot reach them (``Contended``) starts nothing,
+    # so a merge that loses the count shows here before it shows as a run too many.
+    assert world.containers["A"].runtime.store().ledger().in_force == 1
     world.settle()
 
 

@@ -31,7 +31,7 @@ def cmd_set_max(ctx: Context) -> int:
     ]
     if result["max"] == 0:
         lines.append("MAX 0 pauses. `sluice pause` does the same and lets `sluice resume` restore the value.")
-    elif result["running"] > result["max"]:
+    elif result["running"] > result["max"] and not result.get("contended"):
         lines.append(
             f"{result['running']} are running, more than {result['max']}: "
             f"no new start {until_fewer(result['max'])}."
@@ -185,7 +185,8 @@ def cmd_pause(ctx: Context) -> int:
                 f"paused: MAX {result['before'] if result['before'] is not None else result['before_raw']} → 0 "
                 f"on {result['parameter']} ({remembered}).",
                 f"{result['running']} running executions finish normally; their slots are not refilled.",
-                "New starts stop now. Watch `sluice status` until running reaches 0.",
+                (in_force(result) if result.get("contended") else "New starts stop now.")
+                + " Watch `sluice status` until running reaches 0.",
             ]
         )
     ctx.out(human, result)

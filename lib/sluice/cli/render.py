@@ -22,8 +22,8 @@ def in_force(result: dict[str, object]) -> str:
     outside = f", MAX less {result['external']} running outside Sluice" if result.get("external") else ""
     if result.get("contended"):
         return (
-            f"Not in force yet: the slot pool kept changing ({plural(result['limit'] or 0, 'slot')} for Sluice"
-            f" now); the next launcher tick puts it in force."
+            f"Not in force yet: the slot pool kept changing, and {plural(result['limit'] or 0, 'slot')} for Sluice"
+            " stay in force (a completion may still refill one) until the next launcher tick puts it there."
         )
     return f"In force now: the next start obeys it ({plural(result['limit'], 'slot')} for Sluice{outside})."
 

@@ -82,7 +82,13 @@ class Admission:
             known=ledger,
         )
         while True:
-            ledger = self._read_room(state, summary, freed=freed, sync_limit=sync_limit)
+            try:
+                ledger = self._read_room(state, summary, freed=freed, sync_limit=sync_limit)
+            except Contended as exc:
+                # The MAX it read is not in the caps, which may admit more: nothing more this time.
+                self._interrupted("the slot pool kept changing; MAX is not in the caps yet", exc)
+                summary.stopped = "transient"
+                return summary
             if sync_limit and summary.max_concurrency == 0:
                 summary.stopped = "paused"
                 return summary
@@ -103,13 +109,7 @@ class Admission:
         if sync_limit:
             reading = self.ctx.max_source.reading()
             summary.max_concurrency = reading.value
-            try:
-                limit = self.ctx.store.set_limit(ledger.source(reading))
-            except Contended as exc:  # others moved the pool meanwhile: the limit they left is in force
-                self.ctx.log.warning(
-                    "MAX not brought to the caps: the slot pool kept changing", extra={"error": str(exc)}
-                )
-                limit = None
+            limit = self.ctx.store.set_limit(ledger.source(reading))  # Contended: see ``admit``
             if limit != ledger.in_force:
                 ledger = self.ctx.store.look()
         summary.limit, summary.running_after = ledger.in_force or 0, ledger.running

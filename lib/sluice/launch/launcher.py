@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 
-from sluice.core.errors import SluiceError, TransientError
+from sluice.core.errors import Contended, SluiceError, TransientError
 from sluice.core.events import StatusChange
 from sluice.core.gates import OPEN, Gate
 from sluice.core.limits import Ledger
@@ -212,18 +212,23 @@ class Launcher:
         summary = TickSummary()
         self.admission.check_state_machine()
         if reconcile_first:
-            report = reconcile(
-                store=self.store,
-                executions=self.executions,
-                queue=self.queue,
-                clock=self.clock,
-                settings=self.settings,
-                reconciler=self.identity,
-                logger=self.log,
-                max_source=self.max_source,
-                outputs=self.outputs,
-                effects=self.effects,
-            )
+            try:
+                report = reconcile(
+                    store=self.store,
+                    executions=self.executions,
+                    queue=self.queue,
+                    clock=self.clock,
+                    settings=self.settings,
+                    reconciler=self.identity,
+                    logger=self.log,
+                    max_source=self.max_source,
+                    outputs=self.outputs,
+                    effects=self.effects,
+                )
+            except Contended as exc:  # its count is not in the caps: this tick starts nothing
+                self.log.warning("tick ends: the slot pool kept changing", extra={"error": str(exc)})
+                summary.stopped = "transient"
+                return summary
             summary.reconciled = True
             summary.released_by_reconcile = report.released
             summary.drift = report.drift

@@ -201,10 +201,13 @@ class LaunchSlots:
             if plan is not None:
                 break
         else:
-            # Our source never reached the pool: a reconciliation must not save a count the caps do
-            # not carry, or a later overlapping listing, merged with the pool alone, undoes it
-            # (explorer seed 1398629532).
-            raise Contended(f"the slot pool changed in each of {MERGE_ROUNDS} rounds", operation="set_limit")
+            # Our source never reached the pool (unless the last write landed and its answer was
+            # lost): a reconciliation must not save a count the caps do not carry, or a later
+            # overlapping listing, merged with the pool alone, undoes it (explorer seed 1398629532).
+            if self.view is None or (self.view.stamp, self.view.limit) != (stamp, target):
+                raise Contended(
+                    f"the slot pool changed in each of {MERGE_ROUNDS} rounds", operation="set_limit"
+                )
         return self.in_force
 
     @property
