@@ -567,6 +567,11 @@ class Model:
             self.receipts[message["ReceiptHandle"]] = message["MessageId"]
             self.in_flight[message["MessageId"]] = (message["ReceiptHandle"], visible_at)
             self.received_by[message["MessageId"]] = call.container
+            # Received again: the copy a parker held came back (it died before its delete: docs/
+            # protocol.md, "Waiting without the queue"), and whoever holds it now may return it (explorer
+            # seed 1208200707: a completion throttled with it in hand, after the parker's Lambda timeout).
+            self.key_parked_copies.pop(message["MessageId"], None)
+            self.park_siblings.pop(message["MessageId"], None)
             self.queue_of[message["MessageId"]] = call.params.get("QueueUrl", "")
             count = int(message.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
             self.max_receive_count = max(self.max_receive_count, count)

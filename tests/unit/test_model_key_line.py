@@ -119,3 +119,22 @@ def test_one_copy_returned_and_the_other_left_at_the_end_breaks_the_promise():
     m.invocation_ended("A", "ok")
     (violation,) = m.violations
     assert "returned without deleting it" in violation
+
+
+def test_a_copy_received_again_after_its_parker_died_may_be_returned_by_its_new_holder():
+    """A parked m and died before its delete (a Lambda timeout): m came back when its visibility
+    timeout ran out, and completion B received it and returned it (throttled). B's return is no
+    breach of A's park (explorer seed 1208200707); A returning it before then still is."""
+    m = parked_by_a()
+    m.saw(
+        Call("B", "sqs", "ReceiveMessage", "receive", {}),
+        200,
+        {"Messages": [{"MessageId": "m", "ReceiptHandle": "r2"}]},
+    )
+    entries = [{"Id": "0", "ReceiptHandle": "r2", "VisibilityTimeout": 0}]
+    m.saw(
+        Call("B", "sqs", "ChangeMessageVisibilityBatch", "return", {"Entries": entries}),
+        200,
+        {"Successful": [{"Id": "0"}]},
+    )
+    assert m.violations == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sluice.core.limits import Ledger
 from sluice.core.model import Outcome
 
 
@@ -23,6 +24,12 @@ class TickSummary:
     stopped: str = ""  # why the loop ended: full, empty, paused, time, transient, or the gate's name ("rate")
     counted: bool = True  # limit and running were read (a completion's hand-over reads neither)
     lanes: dict[str, dict[str, int]] = field(default_factory=dict)  # per lane: received, started
+
+    def saw(self, ledger: Ledger, *, first: bool) -> None:
+        """The pool as read: the limit in force and the holders (also as before, on the first read)."""
+        self.limit, self.running_after, self.counted = ledger.in_force or 0, ledger.running, ledger.counted
+        if first:
+            self.running_before = ledger.running
 
     def add_lane(self, lane: str, part: TickSummary) -> None:
         """Fold one lane's admission into this summary (``sluice.features.lanes``)."""

@@ -82,11 +82,10 @@ class Admission:
             known=ledger,
         )
         while True:
-            try:
-                ledger = self._read_room(state, summary, freed=freed, sync_limit=sync_limit)
-            except Contended as exc:
+            ledger = self._read_room(state, summary, freed=freed, sync_limit=sync_limit)
+            if state.contended is not None:
                 # The MAX it read is not in the caps, which may admit more: nothing more this time.
-                self._interrupted("the slot pool kept changing; MAX is not in the caps yet", exc)
+                self._interrupted("the slot pool kept changing; MAX is not in the caps yet", state.contended)
                 summary.stopped = "transient"
                 return summary
             if sync_limit and summary.max_concurrency == 0:
@@ -109,13 +108,14 @@ class Admission:
         if sync_limit:
             reading = self.ctx.max_source.reading()
             summary.max_concurrency = reading.value
-            limit = self.ctx.store.set_limit(ledger.source(reading))  # Contended: see ``admit``
+            try:
+                limit = self.ctx.store.set_limit(ledger.source(reading))
+            except Contended as exc:  # ``admit`` stops: the figures are the pool's, read again
+                state.contended, limit = exc, None
             if limit != ledger.in_force:
                 ledger = self.ctx.store.look()
-        summary.limit, summary.running_after = ledger.in_force or 0, ledger.running
-        summary.counted = ledger.counted
-        if state.first:
-            summary.running_before, state.first = ledger.running, False
+        summary.saw(ledger, first=state.first)
+        state.first = False
         return ledger
 
     def _room_for(self, state: _Admitting, ledger: Ledger) -> int:
@@ -435,6 +435,7 @@ class _Admitting:
     started: int = 0
     first: bool = True
     gate_due: float | None = None  # when the gate that held this call has room again
+    contended: Contended | None = None  # its MAX could not be brought to the caps
 
 
 @dataclass

@@ -201,14 +201,23 @@ class LaunchSlots:
             if plan is not None:
                 break
         else:
-            # Our source never reached the pool (unless the last write landed and its answer was
-            # lost): a reconciliation must not save a count the caps do not carry, or a later
-            # overlapping listing, merged with the pool alone, undoes it (explorer seed 1398629532).
-            if self.view is None or (self.view.stamp, self.view.limit) != (stamp, target):
+            # Our source never reached the pool: a reconciliation must not save a count the caps do
+            # not carry, or a later overlapping listing, merged with the pool alone, undoes it
+            # (explorer seed 1398629532).
+            if not self._carries(source):
                 raise Contended(
                     f"the slot pool changed in each of {MERGE_ROUNDS} rounds", operation="set_limit"
                 )
         return self.in_force
+
+    def _carries(self, source: LimitSource) -> bool:
+        """The pool as last read adds nothing of ``source`` when merged with it: our last write landed
+        (its answer lost), or another writer's source, newer or overlapping, covers ours."""
+        view = self.view
+        if view is None or not view.version:
+            return False
+        merged = source.merged(LimitSource.from_stamp(view.stamp))
+        return merged.stamp() == view.stamp and view.limit == max(0, merged.limit - len(self.legacy))
 
     @property
     def in_force(self) -> int | None:
