@@ -8,7 +8,6 @@ breaks of docs/reliability.md was fixed (``b1`` .. ``b8``), or one of the projec
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import json
 import re
@@ -969,24 +968,16 @@ VARIANTS["copies_unread"] = (
 )
 
 
+_CAPS_FOR = sluice.launch.reconcile._caps_for
+
+
 def _caps_saved_anyway(store: Any, max_source: Any, counted: ExternalCount, logger: Any) -> bool:
     """``reconcile._caps_for`` before seed 1398629532's fix: a caps write that lost every round to
     other writers was taken as done, and the count saved."""
     try:
-        reading = max_source.reading()
-    except sluice.core.errors.TransientError:
-        return False
-    source = LimitSource(
-        reading.value,
-        reading.changed_at,
-        counted.external,
-        counted.count,
-        reading.version,
-        counted.listed_after,
-    )
-    with contextlib.suppress(sluice.core.errors.Contended):
-        store.set_limit(source)
-    return True
+        return _CAPS_FOR(store, max_source, counted, logger)
+    except sluice.core.errors.Contended:
+        return True
 
 
 VARIANTS["uncarried_count_saved"] = (
