@@ -988,6 +988,28 @@ VARIANTS["uncarried_count_saved"] = (
 )
 
 
+def _caps_not_saved_tick_goes_on(store: Any, max_source: Any, counted: ExternalCount, logger: Any) -> bool:
+    """``reconcile._caps_for`` at ced6958: a contended caps write saves nothing, and its tick admits."""
+    try:
+        return _CAPS_FOR(store, max_source, counted, logger)
+    except sluice.core.errors.Contended:
+        return False
+
+
+VARIANTS["contended_tick_fills"] = (
+    "a tick whose reconciliation could not bring its count to the caps goes on and fills them, beside "
+    "the runs started by hand it listed (tests/integration/test_contended_caps_attacks.py)",
+    [(sluice.launch.reconcile, "_caps_for", _caps_not_saved_tick_goes_on)],
+)
+
+
+VARIANTS["contention_unseen"] = (
+    "a caps write that lost every round is taken as carried (the code before Contended): the tick "
+    "admits under caps others left, past the MAX it read (tests/integration/test_contended_caps_attacks.py)",
+    [(sluice.adapters.dynamo.launch_slots.LaunchSlots, "_carries", lambda self, source: True)],
+)
+
+
 def patch(patches: list[Patch]) -> list[Patch]:
     """Apply ``patches``; the saved values, to ``patch`` back."""
     saved: list[Patch] = []

@@ -136,6 +136,42 @@ def cli_with_meddling(stack: Any, capsys: Any, monkeypatch: Any, others: Others,
 # -- 1. a contended reconciliation drops what it listed, and its own tick admits beside it -----------
 
 
+def two_by_hand_then_a_contended_tick(session, caplog) -> tuple[Any, Meddle, Any]:
+    """MAX 3, x and y started by hand past the window, 3 payloads queued; a tick whose every caps
+    write loses to a busy operator's ``set_max(3)``."""
+    stack = build_stack(session, clock=FakeClock(), max_concurrency=3)
+    stack.launcher().tick()  # the pool exists: limit 3, nothing outside
+    assert in_force(stack) == 3
+    by_hand(stack, "x", "y")
+    stack.clock.advance(WINDOW + 1)
+    for i in range(3):
+        stack.send({"id": f"p{i}"}, group=f"g{i}")
+    operator = stack.runtime()
+    rt = stack.runtime()
+    meddle = Meddle(rt.client("dynamodb").meta.events, lambda n: set_max(operator, 3), times=5)
+    with caplog.at_level(logging.WARNING):
+        summary = rt.launcher().tick()
+    return stack, meddle, summary
+
+
+def lowered_max_then_a_contended_tick(session) -> tuple[Any, Meddle, Any, Any]:
+    """MAX 3 lowered to 1 by other means; a tick whose pool writes each lose to a container holding
+    MAX 3 cached (up to 10 of them)."""
+    stack = build_stack(session, clock=FakeClock(), max_concurrency=3)
+    stack.launcher().tick()
+    assert in_force(stack) == 3
+    for i in range(3):
+        stack.send({"id": f"p{i}"}, group=f"g{i}")
+    others = Others(stack)
+    stack.client("ssm").put_parameter(
+        Name=stack.settings.max_parameter, Value="1", Type="String", Overwrite=True
+    )
+    rt = stack.runtime()
+    meddle = Meddle(rt.client("dynamodb").meta.events, others.reconcile, times=10)
+    summary = rt.launcher().tick()
+    return stack, meddle, summary, rt
+
+
 def test_a_contended_reconciliation_still_counts_the_runs_it_listed(session, caplog):
     """MAX 3. X and Y are started by hand and are past the consistency window. Container A's tick
     reconciles: its listing shows X and Y (external 2), and its caps write (3 → 1) loses each of
@@ -146,19 +182,7 @@ def test_a_contended_reconciliation_still_counts_the_runs_it_listed(session, cap
 
     Before the change the count was saved in LEDGER anyway, and the same admission brought MAX − 2
     to the caps (LEDGER's count merged with the pool's): 3 running."""
-    stack = build_stack(session, clock=FakeClock(), max_concurrency=3)
-    stack.launcher().tick()  # the pool exists: limit 3, nothing outside
-    assert in_force(stack) == 3
-    by_hand(stack, "x", "y")
-    stack.clock.advance(WINDOW + 1)
-    for i in range(3):
-        stack.send({"id": f"p{i}"}, group=f"g{i}")
-
-    operator = stack.runtime()
-    rt = stack.runtime()
-    meddle = Meddle(rt.client("dynamodb").meta.events, lambda n: set_max(operator, 3), times=5)
-    with caplog.at_level(logging.WARNING):
-        summary = rt.launcher().tick()
+    stack, meddle, summary = two_by_hand_then_a_contended_tick(session, caplog)
     assert meddle.fired == 5  # every round of A's caps write lost
     assert any("slot pool kept changing" in r.getMessage() for r in caplog.records)
     ledger = stack.runtime().store().ledger()
@@ -243,19 +267,8 @@ def test_a_tick_that_read_a_lowered_max_never_fills_past_it(session, caplog):
     the change: the tick ends, starting nothing. A producer's wake then (no reconciliation) loses
     each of its admission's five MAX syncs the same way: it starts nothing either. Neither fills
     under the caps others left (3) past the MAX 1 it read. A clean tick then puts MAX 1 in force."""
-    stack = build_stack(session, clock=FakeClock(), max_concurrency=3)
-    stack.launcher().tick()
-    assert in_force(stack) == 3
-    for i in range(3):
-        stack.send({"id": f"p{i}"}, group=f"g{i}")
-    others = Others(stack)
-    stack.client("ssm").put_parameter(
-        Name=stack.settings.max_parameter, Value="1", Type="String", Overwrite=True
-    )
-    rt = stack.runtime()
-    meddle = Meddle(rt.client("dynamodb").meta.events, others.reconcile, times=10)
     with caplog.at_level(logging.WARNING):
-        summary = rt.launcher().tick()  # Contended is caught: the tick ends normally
+        stack, meddle, summary, rt = lowered_max_then_a_contended_tick(session)  # the tick ends normally
         assert meddle.fired == 5 and summary.stopped == "transient" and stack.running() == []
         woken = rt.launcher().tick(reconcile_first=False, linger=False)
     assert meddle.fired == 10 and woken.stopped == "transient"
@@ -342,3 +355,29 @@ def test_set_max_whose_last_write_landed_does_not_say_not_in_force(stack, capsys
     assert meddle.fired == 4 and state["lost"] == 1
     assert in_force(stack) == 1  # the fifth write took effect: MAX 1 is in force
     assert not run.json.get("contended"), f"set-max says not in force yet, but the caps obey it: {run.json}"
+
+
+def test_a_tick_filling_beside_what_its_contended_reconciliation_listed_is_caught(session, caplog):
+    """Variant ``contended_tick_fills`` (tests/explorer/broken.py: ced6958, a contended reconciliation
+    saving nothing and its tick filling) runs past MAX where the fixed code stays within it (test 1)."""
+    from tests.explorer.broken import VARIANTS, patch
+
+    saved = patch(VARIANTS["contended_tick_fills"][1])
+    try:
+        stack, meddle, _ = two_by_hand_then_a_contended_tick(session, caplog)
+    finally:
+        patch(saved)
+    assert meddle.fired == 5 and len(stack.running()) > 3  # x, y and MAX of Sluice's own beside them
+
+
+def test_contention_taken_for_carried_is_caught(session):
+    """Variant ``contention_unseen`` (8bcc559: a caps write that lost every round taken as done)
+    fills past the MAX 1 the tick read, where the fixed code starts nothing (test 4)."""
+    from tests.explorer.broken import VARIANTS, patch
+
+    saved = patch(VARIANTS["contention_unseen"][1])
+    try:
+        stack, meddle, _, _ = lowered_max_then_a_contended_tick(session)
+    finally:
+        patch(saved)
+    assert meddle.fired >= 5 and len(stack.running()) > 1

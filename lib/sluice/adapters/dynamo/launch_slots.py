@@ -176,26 +176,26 @@ class LaunchSlots:
                 self.ledger()  # the legacy holders and LEDGER's figures, not read by a shard's look
             view = self.view
             assert view is not None
-            merged = source.merged(LimitSource.from_stamp(view.stamp) if view.version else None)
-            target, stamp = max(0, merged.limit - len(self.legacy)), merged.stamp()
+            target, stamp = self._target(source, view)
+            fenced = bool(stamp)  # an unfenced source (MAX's change time unknown) has no stamp
             # A view of every shard whose caps do not add up to the limit (a planner that stopped
             # between its transactions) is planned again even when the limit and source agree.
             settled = not view.complete or view.caps == view.limit
             if view.version and not view.frozen and view.limit == target and settled:
                 # The caps stay; a newer source is still recorded (one write), or a writer holding
                 # a count older than ours but newer than the pool's could put its own limit back.
-                if view.stamp == stamp or not merged.fenced:
+                if view.stamp == stamp or not fenced:
                     break
                 if self.slots.restamp(POOL, stamp, view.stamp):
                     self.view = replace(view, stamp=stamp, version=view.version + 1)
                     break
                 self.ledger()
                 continue
-            replaces = view.stamp if view.version and merged.fenced else None
+            replaces = view.stamp if view.version and fenced else None
             # No pool as read: create it only if it is still absent. Another writer may have made it
             # meanwhile with a count whose listing overlaps ours: merge with it (read again), never
             # replace it because our number is higher (explorer seed 1857508604).
-            only_new = not view.version and merged.fenced
+            only_new = not view.version and fenced
             plan = self.slots.set_limit(Capacity(POOL, target, stamp, replaces, only_new=only_new))
             self.ledger()
             if plan is not None:
@@ -210,14 +210,18 @@ class LaunchSlots:
                 )
         return self.in_force
 
+    def _target(self, source: LimitSource, view: Occupancy) -> tuple[int, tuple[float, ...]]:
+        """The limit and stamp of ``source`` merged with the pool's as ``view`` read it."""
+        merged = source.merged(LimitSource.from_stamp(view.stamp) if view.version else None)
+        return max(0, merged.limit - len(self.legacy)), merged.stamp()
+
     def _carries(self, source: LimitSource) -> bool:
         """The pool as last read adds nothing of ``source`` when merged with it: our last write landed
         (its answer lost), or another writer's source, newer or overlapping, covers ours."""
         view = self.view
-        if view is None or not view.version:
-            return False
-        merged = source.merged(LimitSource.from_stamp(view.stamp))
-        return merged.stamp() == view.stamp and view.limit == max(0, merged.limit - len(self.legacy))
+        return (
+            view is not None and bool(view.version) and self._target(source, view) == (view.limit, view.stamp)
+        )
 
     @property
     def in_force(self) -> int | None:
