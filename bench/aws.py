@@ -903,8 +903,7 @@ class HeapQueue(MemoryQueue):
             visible_at, _, handle = heapq.heappop(self._returns)
             queued = self.in_flight.get(handle)
             if queued is not None and queued.visible_at == visible_at:
-                del self.in_flight[handle]
-                back.append(queued)
+                back.append(self._out_of_flight(handle))
         self.messages.extendleft(reversed(back))
         return self._take(max_messages, now)
 

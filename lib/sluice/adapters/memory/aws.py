@@ -4,7 +4,7 @@ harness. Not part of the Lambda package."""
 from __future__ import annotations
 
 import itertools
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -21,8 +21,11 @@ class _Queued:
 
 @dataclass
 class MemoryQueue:
-    """A FIFO queue with visibility timeouts and a DLQ, on an injected clock. One group per message
-    is assumed (Sluice's default: group = payload key), so group blocking is not modelled."""
+    """A FIFO queue with visibility timeouts, message groups and a DLQ, on an injected clock. As in
+    SQS FIFO (and moto), a receive skips every group with a message in flight from an earlier
+    receive, and hands out the rest in the order sent, several of one group together; a message
+    that comes back goes ahead of its group's later ones. A message without a group (``""``) blocks
+    nothing."""
 
     clock: object
     visibility_timeout: float = 180.0
@@ -31,6 +34,7 @@ class MemoryQueue:
     in_flight: dict[str, _Queued] = field(default_factory=dict)
     dead: list[tuple[Message, str]] = field(default_factory=list)
     calls: dict[str, int] = field(default_factory=dict)
+    held: Counter[str] = field(default_factory=Counter)  # group -> its messages in flight
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
 
     def _count(self, op: str) -> None:
@@ -44,17 +48,28 @@ class MemoryQueue:
     def receive(self, max_messages: int, wait_seconds: int) -> list[Message]:
         self._count("ReceiveMessage")
         now = self.clock.now()  # type: ignore[attr-defined]
-        for handle, queued in list(self.in_flight.items()):
-            if queued.visible_at <= now:
-                del self.in_flight[handle]
-                self.messages.appendleft(queued)
+        back = [handle for handle, queued in self.in_flight.items() if queued.visible_at <= now]
+        self.messages.extendleft(reversed([self._out_of_flight(handle) for handle in back]))
         return self._take(max_messages, now)
 
+    def _out_of_flight(self, handle: str) -> _Queued:
+        queued = self.in_flight.pop(handle)
+        if queued.message.group_id:
+            self.held[queued.message.group_id] -= 1
+        return queued
+
     def _take(self, max_messages: int, now: float) -> list[Message]:
-        """Hand out visible messages in order; a message past ``max_receive_count`` goes to the DLQ."""
+        """Hand out visible messages in order, but none of a group an earlier receive holds; a message
+        past ``max_receive_count`` goes to the DLQ."""
         out: list[Message] = []
+        blocked: list[_Queued] = []
+        taken: set[str] = set()  # groups this receive hands out: their later messages come along
         while self.messages and len(out) < max_messages:
             queued = self.messages.popleft()
+            group = queued.message.group_id
+            if group and self.held[group] > 0 and group not in taken:
+                blocked.append(queued)
+                continue
             queued.receives += 1
             if queued.receives > self.max_receive_count:
                 self.dead.append((queued.message, "maxReceiveCount exceeded"))
@@ -62,8 +77,12 @@ class MemoryQueue:
             handle = f"{queued.message.message_id}/{queued.receives}"
             queued.visible_at = now + self.visibility_timeout
             self.in_flight[handle] = queued
+            if group:
+                self.held[group] += 1
+                taken.add(group)
             self._in_flight(handle, queued)
             out.append(replace(queued.message, receipt_handle=handle, receive_count=queued.receives))
+        self.messages.extendleft(reversed(blocked))
         return out
 
     def _in_flight(self, handle: str, queued: _Queued) -> None:
@@ -73,7 +92,8 @@ class MemoryQueue:
         for i in range(0, len(messages), 10):
             self._count("DeleteMessageBatch")
             for m in messages[i : i + 10]:
-                self.in_flight.pop(m.receipt_handle, None)
+                if m.receipt_handle in self.in_flight:
+                    self._out_of_flight(m.receipt_handle)
 
     def release(self, messages: Sequence[Message], delay_seconds: int = 0) -> None:
         now = self.clock.now()  # type: ignore[attr-defined]
