@@ -82,6 +82,7 @@ class Job:
     awaits: tuple[str, ...] = ()  # keys this job awaits (the ``sluice-awaits`` attribute)
     ckey: str | None = None  # its concurrency key (the ``sluice-concurrency-key`` attribute)
     lane: str | None = None  # its lane (sluice.features.lanes): the producer sends it to that lane's queue
+    group: str | None = None  # its FIFO message group (None: its own, the job's id)
 
 
 DURATIONS = {
@@ -644,7 +645,7 @@ def _r(x: float | None, digits: int = 3) -> float | None:
 
 def _enqueue(system: System, job: Job, attributes: dict[str, str] | None) -> None:
     """A producer sends ``job`` (to its lane's queue) and, for a system whose producer does, wakes it."""
-    system.queue_for(job.lane).send(job.body, job.id, attributes)
+    system.queue_for(job.lane).send(job.body, job.group or job.id, attributes)
     system.on_enqueue()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import random
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bench import semaphore_bench
@@ -30,6 +30,7 @@ from bench.harness import (
 )
 from bench.model import EVENT_DELAY, SENSITIVITY_EVENT_DELAYS
 from bench.sluice_system import SluiceFair, SluiceLanes, SluiceLanesNoWait
+from sluice.features.fair import UNKEYED
 from sluice.features.lanes import DEFAULT_LANE, parse_lanes
 
 WORKLOADS = ("fixed30", "exp30", "lognormal", "fixed5")
@@ -190,6 +191,8 @@ def _tenants_task(args: tuple[str, str, str, int, Plan]) -> dict[str, Any]:
     (its utilisation while it has jobs waiting); a fair lane over its MAX fails the benchmark."""
     workload, system, arrivals, light, plan = args
     jobs = tenants(random.Random(f"{plan.seed}/tenants"), plan.tenants_heavy, arrivals, light)
+    if system == SluiceFair.name:  # sent as `sluice enqueue` sends to a fair lane: a group per tenant
+        jobs = [replace(j, group=j.ckey or UNKEYED + DEFAULT_LANE) for j in jobs]
     tenant_of = {j.id: j.ckey or "" for j in jobs}
     result = run(
         system,

@@ -928,7 +928,7 @@ def tenants_section(plan: Plan, runs: list[dict[str, Any]]) -> dict[str, Any]:
                 else ""
             )
             + ")",
-            "met": t["light_latency_p50_s"] is not None and t["light_latency_p50_s"] <= 2.0,
+            "met": t["light_latency_p50_s"] is not None and t["light_latency_p50_s"] <= 1.0,
         },
         {
             "target": "no tenant over its key's cap",
@@ -990,17 +990,26 @@ def _fair_targets(plan: Plan, rows: dict[str, Any]) -> list[dict[str, Any]]:
     out = [
         {
             "target": f"fair lane ({arrivals}): Jain's index ≥ 0.9 of running jobs among backlogged tenants",
-            "value": f"mean {_fmt(t['jain_backlogged'])}, lowest {_fmt(t.get('jain_min'))} "
-            f"({t['jain_samples']} s with 2 or more tenants backlogged; {others('jain_backlogged')})",
-            "met": t["jain_backlogged"] is not None
-            and t["jain_backlogged"] >= 0.9
-            and (t.get("jain_min") is None or t["jain_min"] >= 0.9),
+            "value": (
+                f"mean {_fmt(t['jain_backlogged'])}, lowest {_fmt(t.get('jain_min'))} "
+                f"({t['jain_samples']} s with 2 or more tenants backlogged; {others('jain_backlogged')})"
+                if t["jain_samples"]
+                else f"no second with 2 or more tenants backlogged: none waited behind another "
+                f"({others('jain_backlogged')})"
+            ),
+            # No second with two tenants backlogged: nobody was kept waiting for another tenant's runs.
+            "met": not t["jain_samples"]
+            or (
+                t["jain_backlogged"] is not None
+                and t["jain_backlogged"] >= 0.9
+                and (t.get("jain_min") is None or t["jain_min"] >= 0.9)
+            ),
         },
         {
-            "target": f"fair lane ({arrivals}): light tenants' start latency p50 ≤ 2 s",
+            "target": f"fair lane ({arrivals}): light tenants' start latency p50 ≤ 1 s (each tenant in its group)",
             "value": f"{_fmt(t['light_latency_p50_s'])} s (p99 {_fmt(t['light_latency_p99_s'])} s; heavy "
             f"p50 {_fmt(t['tenants']['heavy']['latency_p50_s'])} s; {others('light_latency_p50_s')})",
-            "met": t["light_latency_p50_s"] is not None and t["light_latency_p50_s"] <= 2.0,
+            "met": t["light_latency_p50_s"] is not None and t["light_latency_p50_s"] <= 1.0,
         },
     ]
     if judged != "fair" and "fair" in rows:

@@ -42,6 +42,7 @@ from sluice.features.awaits import (
     RUN_ANYWAY,
     check_awaits,
 )
+from sluice.features.fair import UNKEYED
 from sluice.features.keys import CONCURRENCY_KEY_ATTRIBUTE
 from sluice.features.lanes import DEFAULT_LANE, LANE_ATTRIBUTE
 from sluice.features.pointers import DEFAULT_THRESHOLD, MAX_STORED_BYTES, PayloadObjects, store
@@ -180,6 +181,7 @@ def prepare(
     max_bytes: int = MAX_INPUT_BYTES,
     concurrency_key: str | None = None,
     concurrency_key_field: str | None = None,
+    fair_lane: str | None = None,
 ) -> Prepared:
     try:
         obj = parse_object(item.body, max_bytes=max_bytes)
@@ -190,9 +192,14 @@ def prepare(
             )
         raise
     key = payload_key(obj, key_field=key_field)
-    group = _group_id(obj, key, group_by)
-    size = len(item.body.encode("utf-8"))
     ckey = _concurrency_key(obj, concurrency_key, concurrency_key_field)
+    if fair_lane is not None and group_by is None:
+        # A fair lane's tenant in one group: SQS skips it while its messages are in hand, so the
+        # launcher's next receive surfaces another tenant (sluice.features.fair).
+        group = _safe_group(ckey or UNKEYED + fair_lane)
+    else:
+        group = _group_id(obj, key, group_by)
+    size = len(item.body.encode("utf-8"))
     return Prepared(item.where, item.body, key, group, dedup_id or content_hash(obj), size, ckey)
 
 
@@ -228,6 +235,7 @@ def enqueue(
     concurrency_key: str | None = None,
     concurrency_key_field: str | None = None,
     lane: str = DEFAULT_LANE,
+    fair: bool = False,
     wake: Callable[[], None] | None = None,
 ) -> EnqueueReport:
     """Send ``items``. With ``payloads`` (the stack's bucket), a body over ``threshold`` bytes is stored
@@ -236,7 +244,8 @@ def enqueue(
     ``queue_url`` is the queue of ``lane`` (``sluice.features.lanes``); a message of a lane other than the
     default carries ``sluice-lane`` too. The launcher goes by the queue, not the attribute, but a
     message SQS moves to the dead-letter queue keeps it, and ``sluice dlq redrive`` sends it back
-    to its lane's queue by it.
+    to its lane's queue by it. ``fair``: ``lane`` is fair, so each message goes in its tenant's
+    message group (its concurrency key, else ``lane:<lane>``) unless ``group_by`` says otherwise.
 
     When AWS refuses a send (throttling past the SDK's retries, a queue that went away), sending
     stops there: ``report.stopped`` says why and ``report.unsent_from`` names the first item not
@@ -257,6 +266,7 @@ def enqueue(
                     max_bytes=max_bytes,
                     concurrency_key=concurrency_key,
                     concurrency_key_field=concurrency_key_field,
+                    fair_lane=lane if fair else None,
                 )
             )
         except InvalidPayload as exc:
@@ -395,7 +405,11 @@ def _group_id(obj: dict[str, Any], key: str, group_by: str | None) -> str:
         group = str(value)
     else:
         group = key
-    # SQS group ids are 1-128 printable ASCII characters; map anything else to a stable hash.
+    return _safe_group(group)
+
+
+def _safe_group(group: str) -> str:
+    """SQS group ids are 1-128 printable ASCII characters; anything else maps to a stable hash."""
     return group if GROUP_ID.match(group) else hashlib.sha256(group.encode("utf-8")).hexdigest()
 
 

@@ -35,6 +35,7 @@ import sluice.features.rate_limits
 import sluice.launch.admission
 import sluice.launch.completion
 import sluice.launch.handover
+import sluice.launch.lane_admission
 import sluice.launch.message_branches
 import sluice.launch.per_message
 import sluice.launch.reconcile
@@ -1007,6 +1008,24 @@ VARIANTS["contention_unseen"] = (
     "a caps write that lost every round is taken as carried (the code before Contended): the tick "
     "admits under caps others left, past the MAX it read (tests/integration/test_contended_caps_attacks.py)",
     [(sluice.adapters.dynamo.launch_slots.LaunchSlots, "_carries", lambda self, source: True)],
+)
+
+
+def _hand_back_deleted(one: Any, messages: list[Any]) -> None:
+    if messages:
+        one.ctx.queue.delete(messages)
+
+
+VARIANTS["in_hand_ticket_parsed"] = (
+    "a fair lane's pass tells its newcomers in hand by parsing their ticket, so a forged "
+    "``sluice-key-ticket`` raises there, before any message is processed: every tick fails on it",
+    [(sluice.launch.lane_admission, "newcomer", lambda m: sluice.features.keys.ticket_of(m) is None)],
+)
+
+VARIANTS["in_hand_deleted"] = (
+    "a fair lane's pass deletes the messages it kept in hand and did not begin (a full lane, AWS "
+    "throttling, its time up) instead of handing them back: they are lost",
+    [(LaneAdmission, "_hand_back", staticmethod(_hand_back_deleted))],
 )
 
 

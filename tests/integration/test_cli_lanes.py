@@ -93,6 +93,42 @@ def jsonl(tmp_path, *ids: str, name: str = "in.jsonl"):
 # -- enqueue --lane ---------------------------------------------------------------------------------
 
 
+def test_enqueue_to_a_fair_lane_sends_each_tenant_in_its_group(session, monkeypatch, capsys, tmp_path):
+    """The lanes read from the deployed launcher: to fair lane ``shared``, each tenant's messages go
+    in the tenant's group (its concurrency key; without one, ``lane:shared``); to an ordinary lane,
+    each payload in its own group, keyed or not."""
+    lanes = "shared:4:0:1:fair,default:4"
+    stack = build_stack(session, max_concurrency=5, lanes=lanes)
+    clear_sluice_env(monkeypatch)
+    _shared.reset()
+    shared_deploy(stack, STACK, lanes=lanes, variables={"SLUICE_MAX_CONCURRENCY": "5"})
+    try:
+        for ids, lane, key in (
+            (("a1", "a2"), "shared", "acme"),
+            (("u1",), "shared", None),
+            (("d1",), "default", "acme"),
+        ):
+            extra = ("--concurrency-key", key) if key else ()
+            run = sluice(
+                capsys,
+                "--stage",
+                "qa",
+                "enqueue",
+                jsonl(tmp_path, *ids),
+                "--lane",
+                lane,
+                *extra,
+                session=stack.session,
+            )
+            assert run.code == 0, run.err
+        shared = receive_all(stack, url(stack, "shared"))
+        assert sorted(m["Attributes"]["MessageGroupId"] for m in shared) == ["acme", "acme", "lane:shared"]
+        (default,) = receive_all(stack, stack.settings.queue_url)
+        assert default["Attributes"]["MessageGroupId"] == "d1"
+    finally:
+        _shared.reset()
+
+
 def test_enqueue_to_a_lane_lands_in_its_queue_and_the_tick_starts_it_there(deployed, cli, tmp_path):
     run = cli("enqueue", jsonl(tmp_path, "render-1", "render-2"), "--lane", "gpu")
 

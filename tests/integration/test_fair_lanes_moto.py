@@ -4,6 +4,7 @@ nothing of a fair lane waits in its queue, and the limits stay exact."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
@@ -11,9 +12,11 @@ import pytest
 from sluice.core.clock import FakeClock
 from sluice.core.events import StatusChange
 from sluice.core.model import Outcome
+from sluice.enqueue import enqueue as sluice_enqueue
+from sluice.enqueue import read_items
 from sluice.features.keys import CONCURRENCY_KEY_ATTRIBUTE
 from tests.support.aws import build_stack
-from tests.support.hooks import count_calls
+from tests.support.hooks import count_calls, error_answer
 
 LANES = "shared:8:0:1:fair,default:4"
 KEY = CONCURRENCY_KEY_ATTRIBUTE.replace("-", "_")
@@ -168,3 +171,146 @@ def test_a_newcomer_lines_up_once_anyone_waits(stack):
     assert running_by_tenant(stack) == {"heavy": 7, "light": 1}, (
         "the freed slot went to the tenant with fewer runs"
     )
+
+
+# -- each tenant in its own message group, as `sluice enqueue` sends to a fair lane -------------------
+
+
+def enqueue_in_groups(stack, counts: dict[str, int]) -> list[str]:
+    """Each tenant's payloads in the tenant's group (``enqueue(fair=True)``), in this order; their keys."""
+    items = [
+        next(read_items(json.dumps({"id": f"{tenant}-{i}"})))
+        for tenant, n in counts.items()
+        for i in range(n)
+    ]
+    sent = []
+    for tenant, n in counts.items():
+        chunk, items = items[:n], items[n:]
+        report = sluice_enqueue(
+            stack.client("sqs"),
+            stack.settings.lane_queue_url("shared"),
+            chunk,
+            concurrency_key=tenant,
+            lane="shared",
+            fair=True,
+        )
+        assert report.ok and len(report.sent) == n
+        sent += [key for _, key, _ in report.sent]
+    return sent
+
+
+def test_enqueue_to_a_fair_lane_sends_each_tenant_in_its_group(stack):
+    enqueue_in_groups(stack, {"acme": 2, "initech": 1})
+    items = list(read_items(json.dumps({"id": "u1"})))
+    assert sluice_enqueue(
+        stack.client("sqs"), stack.settings.lane_queue_url("shared"), items, lane="shared", fair=True
+    ).ok
+    messages = stack.drain(stack.settings.lane_queue_url("shared"))
+    assert sorted(m["Attributes"]["MessageGroupId"] for m in messages) == [
+        "acme",
+        "acme",
+        "initech",
+        "lane:shared",
+    ]
+
+
+def test_tenants_in_their_groups_share_the_lane_however_long_the_first_ones_backlog(stack):
+    """heavy's 30 payloads, then a's and b's 3 each, every tenant in its group: SQS skips heavy's group
+    while the pass holds its first batch, so the first receives meet every tenant and each claims its
+    share at once. With heavy's batch claimed first (the pass before tenants were met), heavy took all
+    8 slots."""
+    keys = enqueue_in_groups(stack, {"heavy": 30, "a": 3, "b": 3})
+    rt = stack.runtime()
+    calls = count_calls(rt.client("sqs"))
+    summary = rt.launcher().tick()
+    running = running_by_tenant(stack)
+    assert sorted(running.values()) == [2, 3, 3] and set(running) == {"heavy", "a", "b"}, running
+    assert summary.lanes["shared"]["started"] == 8
+    store = rt.store()
+    assert store.key_state("heavy").waiting == 30 - running["heavy"]
+    assert store.key_state("a").waiting + store.key_state("b").waiting == 6 - running["a"] - running["b"]
+    assert stack.queue_counts(stack.settings.lane_queue_url("shared")) == (0, 0)
+    assert calls["ReceiveMessage"] >= 4  # heavy's, a's, b's, then an empty one
+    assert len(keys) == 36
+
+
+def throttled_then_drained(stack) -> tuple[list[str], Counter]:
+    """Tenants in their groups; a tick whose every StartExecution is throttled; then AWS answers again
+    and the lane is run dry. The payloads that ran, and the throttle's count."""
+    enqueue_in_groups(stack, {"heavy": 10, "a": 3, "b": 3})
+    rt = stack.runtime()
+    refused = Counter(on=1)
+
+    def throttled(**_):
+        if refused["on"]:
+            refused["throttled"] += 1
+            return error_answer("ThrottlingException", 400)
+        return None
+
+    rt.client("stepfunctions").meta.events.register("before-call.sfn.StartExecution", throttled)
+    summary = rt.launcher().tick()
+    assert summary.stopped == "transient" and not stack.running()
+    refused["on"] = 0
+    stack.clock.advance(400)  # past the visibility timeout: whatever a claim kept comes back too
+    launcher = rt.launcher()
+    launcher.tick()
+    while stack.running():
+        for name in list(stack.running()):
+            end(stack, launcher, name)
+        if not stack.running():
+            launcher.tick()
+    return sorted(i["id"] for i in stack.inputs()), refused
+
+
+ALL_SIXTEEN = sorted(f"{t}-{i}" for t, n in (("heavy", 10), ("a", 3), ("b", 3)) for i in range(n))
+
+
+def test_tenants_in_hand_that_a_throttled_start_stopped_go_back_to_the_queue(stack):
+    """Step Functions throttles every start: the pass's claims stop on the first, and the messages it
+    held in hand and never began (the tenants' rest) go back to the queue; once AWS answers again,
+    every payload starts once."""
+    ran, refused = throttled_then_drained(stack)
+    assert refused["throttled"] >= 1
+    assert ran == ALL_SIXTEEN, "a payload held in hand was lost"
+    assert stack.dlq_messages() == []
+
+
+def test_messages_in_hand_deleted_instead_of_handed_back_is_caught(stack):
+    """Variant ``in_hand_deleted`` (tests/explorer/broken.py) loses the rest of what the pass held."""
+    from tests.explorer.broken import VARIANTS, patch
+
+    saved = patch(VARIANTS["in_hand_deleted"][1])
+    try:
+        ran, refused = throttled_then_drained(stack)
+    finally:
+        patch(saved)
+    assert refused["throttled"] >= 1 and len(ran) < len(ALL_SIXTEEN)
+
+
+def forged_ticket_among_tenants(stack):
+    """a's and b's payloads in their groups, and one of c's carrying a forged ticket, then a tick."""
+    enqueue_in_groups(stack, {"a": 2, "b": 2})
+    stack.send({"id": "c-0"}, group="c", lane="shared", **{KEY: "c", "sluice_key_ticket": "1@²"})
+    return stack.launcher().tick()
+
+
+def test_a_forged_ticket_in_hand_is_dead_lettered_and_the_others_start(stack):
+    summary = forged_ticket_among_tenants(stack)
+    assert summary.n(Outcome.INVALID) == 1
+    assert running_by_tenant(stack) == {"a": 2, "b": 2}
+    (dead,) = stack.dlq_messages()
+    assert "sluice-key-ticket" in dead["MessageAttributes"]["sluice-error"]["StringValue"]
+
+
+def test_a_forged_ticket_read_before_processing_is_caught(stack):
+    """Variant ``in_hand_ticket_parsed`` (tests/explorer/broken.py): the tick fails on the forged ticket."""
+    from sluice.core.errors import InvalidPayload
+    from tests.explorer.broken import VARIANTS, patch
+
+    saved = patch(VARIANTS["in_hand_ticket_parsed"][1])
+    try:
+        with pytest.raises(InvalidPayload, match="sluice-key-ticket"):
+            forged_ticket_among_tenants(stack)
+    finally:
+        patch(saved)
+    assert not stack.running()

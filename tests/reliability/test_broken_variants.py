@@ -1786,11 +1786,12 @@ def test_a_fair_lane_that_serves_its_tenants_in_arrival_order_is_caught(monkeypa
     """The waker gives every free slot to the tenant whose line holds the oldest waiter (the first
     parked): what a FIFO queue does. The light tenant queued behind the heavy one gets nothing."""
 
-    def oldest_first(free, states, *, now, rng, gate_rooms=None):
-        order = sorted(states, key=lambda k: (states[k].tickets - states[k].woken == 0, k))
+    def oldest_first(free, states, *, now, rng, gate_rooms=None, waiting=None):
+        wants = {k: s.waiting if waiting is None else waiting.get(k, 0) for k, s in states.items()}
+        order = sorted(states, key=lambda k: (wants[k] == 0, k))
         given: dict[str, int] = {}
         for ckey in order:
-            take = min(free, max(0, states[ckey].waiting))
+            take = min(free, max(0, wants[ckey]))
             if take:
                 given[ckey], free = take, free - take
         return given

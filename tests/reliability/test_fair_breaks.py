@@ -68,12 +68,16 @@ class CrashWhen(Fault):
 
 @dataclass
 class ThrottleWhen(Throttle):
-    """Refuse the first ``times`` calls ``aim`` picks (``target`` only names it in the report)."""
+    """Refuse the first ``times`` calls ``aim`` picks, after letting the first ``skip`` of them through
+    (``target`` only names it in the report)."""
 
     aim: Callable[[Call], bool] = field(default=lambda call: False)
 
     def before(self, injector: Injector, call: Call) -> Any:
         if self.fired >= self.times or not self.aim(call):
+            return None
+        if self.skip > 0:
+            self.skip -= 1
             return None
         self.fired += 1
         count(f"throttle:{self.target}")
@@ -86,7 +90,8 @@ def reads_keys_waiting(call: Call) -> bool:
 
 
 def reads_tenants(call: Call) -> bool:
-    """The waker's read of its tenants' ``CKEY#`` items (one BatchGetItem)."""
+    """A read of a fair lane's tenants' ``CKEY#`` items (one BatchGetItem): a pass's, for the shares of
+    the newcomers in hand of two tenants or more, and the waker's."""
     if call.operation != "BatchGetItem":
         return False
     keys = [k for request in call.params.get("RequestItems", {}).values() for k in request.get("Keys", [])]
@@ -125,6 +130,19 @@ def line(world: World, tenant: str) -> dict[str, int]:
     }
 
 
+def free_the_lane(world: World, lane: str = "shared") -> None:
+    """Every run of ``lane`` ends while the operator has it paused, then its MAX is back: its slots
+    are free and its waiters still wait in their lines (a paused lane's completions wake nobody), so
+    that the next admission's pass finds nobody new and its waker shares the whole lane out."""
+    world.set_lane_max(lane, 0)
+    for name in lane_runs(world, lane):
+        event = world.end(name)
+        assert world.deliver(world.pending.index(event)) == "ok"
+        world.check()
+    world.set_lane_max(lane, None)
+    assert not lane_runs(world, lane)
+
+
 def once_each(world: World, keys: list[str]) -> None:
     """Every one of these payloads started, and exactly once."""
     for key in keys:
@@ -145,20 +163,46 @@ def keys_of(world: World, ids: list[str]) -> list[str]:
 
 
 def two_tenants(world: World) -> list[str]:
-    """heavy's 3 payloads then light's 2, in fair lane ``shared`` (MAX 4 under a global 4)."""
+    """heavy's 3 payloads then light's 2, in fair lane ``shared`` (MAX 4 under a global 4). A tick's
+    pass holds both tenants: heavy0 and light0 claim the lane's first share (2) at once, heavy1,
+    heavy2 and light1 line up, and the waker sends heavy1 and light1 into the lane's other 2 slots."""
     return keys_of(world, send_tenant(world, "heavy", 3) + send_tenant(world, "light", 2))
+
+
+def test_tenants_arriving_together_claim_their_shares_at_once(make_world):
+    """heavy's 6 payloads are queued before light's 2, each in its own group, and nobody waits in any
+    line: the pass's first receive holds both tenants, so each claims its part of the lane's first
+    share (2: the implied default lane has the other half) at once, heavy0 and light0, before the
+    waker runs; only the 6 beyond it line up. The waker then shares the lane's other 2 slots, one
+    each (heavy1, light1), and heavy's other 4 wait in its line."""
+    world = make_world(max_concurrency=4, lanes=FAIR)
+    keys = keys_of(world, send_tenant(world, "heavy", 6) + send_tenant(world, "light", 2))
+    at_wake: dict[str, int] = {}
+    first_wake = Interleave("before_key_wake", lambda: at_wake.update(tenants_running(world, "shared")))
+    assert world.tick("A", [first_wake]) == "ok" and first_wake.seen >= 1
+    world.check()
+    assert at_wake == {"heavy": 1, "light": 1}, "the newcomers lined up rather than claim their shares"
+    assert world.model.key_parks == 6, "a newcomer within its tenant's share lined up"
+    assert world.model.key_wakes == 2
+    assert tenants_running(world, "shared") == {"heavy": 2, "light": 2}
+    assert sorted(s.key for s in world.model.starts) == ["heavy0", "heavy1", "light0", "light1"]
+    assert line(world, "heavy")["waiting"] == 4 and line(world, "light")["waiting"] == 0
+    assert world.queue_depth("shared") == 0
+    no_receive_spent(world)
+    world.settle()
+    once_each(world, keys)
 
 
 @pytest.mark.parametrize(
     "point, nth",
     [
         ("after_key_park", 1),  # a new message parked, before its delete
-        ("after_key_park", 5),  # the last of the batch parked
+        ("after_key_park", 3),  # the last of the batch parked (heavy1, heavy2, light1)
         ("before_key_wake", 1),  # the waker about to send a tenant's oldest waiter
         ("after_key_wake", 1),  # a waiter sent back, before the move of ``woken``
         ("after_key_advance", 1),  # the line's head moved, before the woken are received
-        ("after_claim", 1),  # a woken waiter's claim, before StartExecution
-        ("after_start", 2),  # a woken waiter started, before its mark and its delete
+        ("after_claim", 3),  # a woken waiter's claim (heavy1), before StartExecution
+        ("after_start", 3),  # a woken waiter started (heavy1), before its mark and its delete
     ],
 )
 def test_dying_on_the_fair_path_starts_every_payload_once(make_world, point, nth):
@@ -187,15 +231,16 @@ def test_dying_on_the_fair_path_starts_every_payload_once(make_world, point, nth
 
 
 def test_a_waker_dying_after_it_sent_a_waiter_twice_starts_it_once(make_world):
-    """Two tenants' payloads in one batch line up; the waker sends the first tenant's oldest waiter and
-    dies before the move of ``woken``: the waiter is in the queue and still first in its line. The
-    next admission claims the copy in the queue, then sends the waiter again: the second copy finds
-    its own run (one execution name) and gives its kept slot back; each payload runs once."""
+    """Two tenants' payloads arrive together: heavy0 and light0 claim the lane's first share at once,
+    heavy1 lines up. The waker sends heavy's oldest waiter and dies before the move of ``woken``: the
+    waiter is in the queue and still first in its line. The next admission claims the copy in the
+    queue, then sends the waiter again (the lane has a slot left): the second copy finds its own run
+    (one execution name) and gives its kept slot back; each payload runs once."""
     world = make_world(max_concurrency=4, lanes=FAIR)
-    keys = keys_of(world, send_tenant(world, "heavy", 1) + send_tenant(world, "light", 1))
+    keys = keys_of(world, send_tenant(world, "heavy", 2) + send_tenant(world, "light", 1))
     crash = CrashAt("after_key_wake")
     assert world.tick("A", [crash]) == "crashed" and crash.seen == 1
-    assert line(world, "heavy")["waiting"] + line(world, "light")["waiting"] == 2, "a move of woken happened"
+    assert line(world, "heavy")["waiting"] == 1, "a move of woken happened"
     assert world.queue_depth("shared") == 1, "the waiter was not sent"
     world.tick("B")
     world.check()
@@ -236,17 +281,20 @@ def test_a_completion_dying_between_its_sort_and_its_wake_loses_nothing(make_wor
 
 
 def test_a_woken_waiter_parked_again_and_dying_before_its_delete_runs_once(make_world):
-    """The operator lowers the lane's MAX between the wake and the woken claims: they find no room
-    and park again, at the back; the launcher dies after parking the first of them again, before the
-    batch's delete. The copy comes back with its ticket (and is in its line once more): it runs once."""
+    """heavy0 and light0 claim the lane's first share at once and heavy1, heavy2, light1 line up. The
+    operator lowers the lane's MAX to 0 between the wake (heavy1, light1) and the woken claims: they
+    find no room and park again, at the back; the launcher dies after parking the first of them
+    again, before the batch's delete. The copy comes back with its ticket (and is in its line once
+    more): it runs once."""
     world = make_world(max_concurrency=4, lanes=FAIR)
     keys = two_tenants(world)
     lowered = Interleave("after_key_advance", lambda: world.set_lane_max("shared", 0))
-    crash = CrashAt("after_key_park", 6)  # 5 new ones parked, then the first woken one again
+    crash = CrashAt("after_key_park", 4)  # 3 new ones parked, then the first woken one again
     assert world.tick("A", [lowered, crash]) == "crashed"
-    assert lowered.seen >= 1 and crash.seen == 6
+    assert lowered.seen >= 1 and crash.seen == 4
     world.check()
-    assert not world.model.running, "a claim passed a lane MAX of 0"
+    started = sorted(s.key for s in world.model.starts)
+    assert started == ["heavy0", "light0"], "a woken claim passed a lane MAX of 0"
     world.set_lane_max("shared", None)
     world.advance(VISIBILITY + 1)
     world.tick("B")
@@ -284,15 +332,23 @@ def test_two_launchers_at_once_on_one_fair_lane_never_pass_its_max(make_world):
 
 
 def test_a_completion_waking_between_the_ticks_wake_and_its_claims_oversends_safely(make_world):
-    """Lane MAX 2. The tick wakes the 2 waiters its room allows; before it receives them a run of
-    another lane ends and its completion refills: its waker reads the lane's room (still free: the
-    woken have not claimed, but they are kept) and its sort claims the tick's woken. Then the tick
-    receives what is left. Never more than 2 in the lane, nothing back to the queue."""
+    """Lane MAX 2. x0 and y0 take its 2 slots at once and x1, x2, y1, y2 line up; the operator pauses
+    the lane while x0 and y0 end (their completions wake nobody) and puts it back: 2 free slots, 4
+    waiters, nobody woken. The tick's waker shares the 2 slots and sends x1; before it sends y1, d0
+    (another lane's run) ends and its completion refills the lane: its sort claims and starts the
+    tick's woken x1, and its waker reads the lane's room (the slot the tick meant for y1, still free)
+    and wakes and starts y1. Then the tick finds ``woken`` moved, reads again and sends y2, who finds
+    no room and parks again. Never more than 2 in the lane, nothing back to the queue."""
     world = make_world(max_concurrency=3, lanes="shared:2:0:1:fair,default:1")
     world.send(body("d0"), group="d0")
     world.tick("A")
     (d0,) = lane_runs(world, "default")
     keys = keys_of(world, send_tenant(world, "x", 3) + send_tenant(world, "y", 3))
+    world.tick("A")
+    assert tenants_running(world, "shared") == {"x": 1, "y": 1}
+    assert line(world, "x")["waiting"] == line(world, "y")["waiting"] == 2
+    free_the_lane(world)
+    assert len(world.key_waiters_in_table()) == 4
     world.end(d0)
 
     meanwhile = Interleave("after_key_advance", lambda: world.deliver(0))
@@ -307,12 +363,18 @@ def test_a_completion_waking_between_the_ticks_wake_and_its_claims_oversends_saf
 
 
 def test_wakers_over_sending_the_same_room_park_the_extra_waiters_again(make_world):
-    """Tick A's waker sends its first waiter; before it moves ``woken``, tick B runs whole (time has
-    moved on: its sends are not SQS's repeats): it wakes the same line, claims, fills the lane. A
-    then finds ``woken`` moved, reads again and sends the next waiters, who find no room: they park
-    again. The lane never passes its MAX and no message is received twice."""
+    """x0 and y0 take the lane's 2 slots at once, x1..x3 and y1..y3 line up; the lane's runs end while
+    it is paused (``free_the_lane``): 2 free slots, 6 waiters. Tick A's waker sends its first waiter,
+    x1; before it moves ``woken``, tick B runs whole (time has moved on: its sends are not SQS's
+    repeats): it claims x1, wakes the lane's other slot (y1), claims, fills the lane. A then finds
+    ``woken`` moved, reads again and sends the next waiter, who finds no room: it parks again. The
+    lane never passes its MAX and no message is received twice."""
     world = make_world(max_concurrency=4, lanes="shared:2:0:1:fair,default:2")
     keys = keys_of(world, send_tenant(world, "x", 4) + send_tenant(world, "y", 4))
+    world.tick("A")
+    free_the_lane(world)
+    assert len(world.key_waiters_in_table()) == 6
+    parked = world.model.key_parks  # the 6 newcomers that lined up
 
     def other() -> None:
         world.clock.advance(1)
@@ -324,15 +386,17 @@ def test_wakers_over_sending_the_same_room_park_the_extra_waiters_again(make_wor
     no_receive_spent(world)
     assert len(lane_runs(world, "shared")) == 2
     assert world.queue_depth("shared") == 0, "an extra waiter was left in the queue"
-    assert world.model.key_parks > len(keys), "no waiter was sent too many, the race did not happen"
+    assert world.model.key_parks > parked, "no waiter was sent too many, the race did not happen"
     world.settle()
     once_each(world, keys)
 
 
 def test_a_launcher_with_a_slow_clock_waking_the_same_lane_oversends_safely(make_world):
     """B's clock is 400 s behind: the waiters it wakes look, to A, woken longer ago than a kept slot
-    lasts. A runs whole between B's wake and B's claims: it drops B's entries, wakes the lane's room
-    again and claims first; B's woken waiters, and A's extra ones, find no room and park again."""
+    lasts. B's pass claims its first share at once (x0, y0) and lines up the other 6; its waker then
+    sends x1 and moves ``woken``. A runs whole between B's wake and B's claims: it drops B's entries,
+    claims x1's copy, wakes the lane's room again and claims first (y1); B's next woken waiter (y2)
+    finds no room and parks again."""
     world = make_world(max_concurrency=4, lanes=FAIR, skew=-400.0)
     keys = keys_of(world, send_tenant(world, "x", 4) + send_tenant(world, "y", 4))
     meanwhile = Interleave("after_key_advance", lambda: world.tick("A"))
@@ -341,14 +405,17 @@ def test_a_launcher_with_a_slow_clock_waking_the_same_lane_oversends_safely(make
     no_receive_spent(world)
     assert tenants_running(world, "shared") == {"x": 2, "y": 2}
     assert world.queue_depth("shared") == 0
-    assert world.model.key_parks > len(keys), "no waiter was sent too many, the race did not happen"
+    lined_up = len(keys) - 2  # x0 and y0 claimed at once, the others parked once each
+    assert world.model.key_parks > lined_up, "no waiter was sent too many, the race did not happen"
     world.settle()
     once_each(world, keys)
 
 
 def test_the_global_max_lowered_between_the_wake_and_the_claims_is_obeyed(make_world):
-    """The operator lowers MAX from 4 to 2 after the lane's waker sent 4 waiters back: 2 claim, the
-    other 2 find no room and park again, at the back of their lines; none goes back to the queue."""
+    """heavy0 and light0 claim the lane's first share at once; heavy1, heavy2 and light1 line up. The
+    operator lowers MAX from 4 to 2 after the lane's waker sent heavy1 back (and before it sends
+    light1): the 2 woken find no room and park again, at the back of their lines; none goes back to
+    the queue."""
     world = make_world(max_concurrency=4, lanes=FAIR)
     keys = two_tenants(world)
     lowered = Interleave("after_key_advance", lambda: world.lower_max_mid_tick(2))
@@ -363,11 +430,17 @@ def test_the_global_max_lowered_between_the_wake_and_the_claims_is_obeyed(make_w
 
 
 def test_a_tenant_capped_between_the_wake_and_its_claims_parks_the_extra_again(make_world):
-    """heavy is woken into 2 slots; before the claims the operator gives heavy its own cap of 1 (the
-    command's wake-up leaves a fair lane's tenant alone): one claims, the other parks again; light's
-    third payload gets the slot at the next admission."""
+    """heavy's and light's first 2 payloads each claim the lane at once and the other 3 of each line
+    up; the lane's runs end while it is paused (``free_the_lane``). The next tick's waker wakes heavy
+    into 2 slots (heavy2, heavy3), light into 2; before the claims the operator gives heavy its own
+    cap of 1 (the command's wake-up leaves a fair lane's tenant alone): one claims, the other parks
+    again; light's last payload gets the slot at the next admission."""
     world = make_world(max_concurrency=4, lanes="shared:4:1:1:fair")  # above default: all 4 at once
-    keys = keys_of(world, send_tenant(world, "heavy", 3) + send_tenant(world, "light", 3))
+    keys = keys_of(world, send_tenant(world, "heavy", 5) + send_tenant(world, "light", 5))
+    world.tick("A")
+    assert tenants_running(world, "shared") == {"heavy": 2, "light": 2}
+    free_the_lane(world)
+    assert line(world, "heavy")["waiting"] == line(world, "light")["waiting"] == 3
     capped = Interleave("after_key_advance", lambda: world.set_key_cap("heavy", 1))
     assert world.tick("A", [capped]) == "ok" and capped.seen >= 1
     world.check()
@@ -406,17 +479,20 @@ def test_a_throttled_park_hands_back_only_what_it_did_not_park(make_world):
 @pytest.mark.parametrize("skip", [0, 1])
 def test_a_throttled_wake_leaves_the_waiters_in_their_lines(make_world, skip):
     """The wake's SendMessage is throttled (the first, or the second after one went through): the
-    tick fails after parking and deleting the new messages; nothing is lost, nothing runs twice."""
+    tick fails after starting the newcomers' share and parking and deleting the rest; nothing is
+    lost, nothing runs twice."""
     world = make_world(max_concurrency=4, lanes=FAIR)
     keys = two_tenants(world)
     throttle = Throttle("key_wake", skip=skip)
     assert world.tick("A", [throttle]) == "refused"
     assert throttle.fired == 1
     world.check()
-    # The lane's first share is 2 (the implied default lane has the other half): heavy's oldest
-    # waiter, then light's. The send refused leaves light's in its line, and the tick ends there.
+    # The lane's first share is 2 (the implied default lane has the other half): heavy0 and light0
+    # claim it at once, heavy1, heavy2 and light1 line up. The waker's share is 2 as well: heavy's
+    # oldest waiter, then light's. The send refused leaves light's in its line, and the tick ends there.
+    assert tenants_running(world, "shared") == {"heavy": 1, "light": 1}
     assert world.queue_depth("shared") == skip, "a new message was left in the queue"
-    assert len(world.key_waiters_in_table()) == 5 - skip, "a waiter left its line unsent"
+    assert len(world.key_waiters_in_table()) == 3 - skip, "a waiter left its line unsent"
     world.tick("B")
     world.check()
     assert len(lane_runs(world, "shared")) == 4
@@ -443,13 +519,34 @@ def test_a_throttled_wake_in_the_completion_leaves_the_slot_to_the_tick(make_wor
 
 
 def test_a_throttled_read_of_the_tenants_wakes_nobody_and_loses_nobody(make_world):
+    """The pass reads heavy's and light's items for the newcomers' shares: heavy0 and light0 claim at
+    once, heavy1, heavy2 and light1 line up. The waker's read of the tenants is throttled: the tick
+    fails having woken nobody, the waiters stay in their lines, and the next tick wakes them."""
+    world = make_world(max_concurrency=4, lanes=FAIR)
+    keys = two_tenants(world)
+    throttle = ThrottleWhen("BatchGetItem:CKEY", aim=reads_tenants, skip=1)  # the pass's read goes through
+    assert world.tick("A", [throttle]) == "refused" and throttle.fired == 1
+    world.check()
+    assert tenants_running(world, "shared") == {"heavy": 1, "light": 1}
+    assert world.queue_depth("shared") == 0 and len(world.key_waiters_in_table()) == 3
+    world.tick("B")
+    world.check()
+    assert tenants_running(world, "shared") == {"heavy": 2, "light": 2}
+    world.settle()
+    once_each(world, keys)
+
+
+def test_a_throttled_read_for_the_shares_hands_the_pass_back_whole(make_world):
+    """The pass's read of heavy's and light's items (their shares) is throttled: nothing in hand was
+    begun, so all of it goes back to the queue at once, not after its visibility timeout; the tick
+    ends there (``transient``) and the next one shares the lane out."""
     world = make_world(max_concurrency=4, lanes=FAIR)
     keys = two_tenants(world)
     throttle = ThrottleWhen("BatchGetItem:CKEY", aim=reads_tenants)
-    assert world.tick("A", [throttle]) == "refused" and throttle.fired == 1
+    assert world.tick("A", [throttle]) == "ok" and throttle.fired == 1
     world.check()
-    assert not world.model.running
-    assert world.queue_depth("shared") == 0 and len(world.key_waiters_in_table()) == 5
+    assert not world.model.running and not world.key_waiters_in_table()
+    assert world.queue_depth("shared") == 5, "what the pass held was not handed back"
     world.tick("B")
     world.check()
     assert tenants_running(world, "shared") == {"heavy": 2, "light": 2}
@@ -458,12 +555,18 @@ def test_a_throttled_read_of_the_tenants_wakes_nobody_and_loses_nobody(make_worl
 
 
 def test_a_woken_waiter_whose_start_is_refused_keeps_its_slot(make_world):
-    """Two tenants' payloads line up and are woken; Step Functions throttles every StartExecution of
-    the first woken waiter (the launcher backs off and gives up): its claim is rolled back, the
-    messages go back to the queue (a refusal, not a want of room) keeping their slots in their
-    tenants, and the next tick starts each, once."""
+    """t0 and u0 claim the lane's first share at once, the others line up and the waker wakes t1 and
+    u1 into the lane's other 2 slots; the lane's runs end while it is paused (``free_the_lane``). The
+    next tick wakes t2 and u2; Step Functions throttles every StartExecution of the first woken
+    waiter (the launcher backs off and gives up): its claim is rolled back, the messages go back to
+    the queue (a refusal, not a want of room) keeping their slots in their tenants, and the next
+    tick starts each, once."""
     world = make_world(max_concurrency=4, lanes=FAIR)
-    keys = keys_of(world, send_tenant(world, "t", 1) + send_tenant(world, "u", 1))
+    keys = keys_of(world, send_tenant(world, "t", 3) + send_tenant(world, "u", 3))
+    world.tick("A")
+    assert tenants_running(world, "shared") == {"t": 2, "u": 2}
+    free_the_lane(world)
+    assert line(world, "t")["waiting"] == line(world, "u")["waiting"] == 1
     throttle = Throttle("StartExecution", times=THROTTLED_STARTS)
     assert world.tick("A", [throttle]) == "ok"
     assert throttle.fired == THROTTLED_STARTS

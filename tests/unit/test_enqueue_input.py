@@ -1,3 +1,4 @@
+import hashlib
 import json
 
 import pytest
@@ -33,6 +34,19 @@ def test_group_ids_outside_the_sqs_alphabet_are_hashed():
     p = prepare(Item("line 1", '{"id": "日本"}'))
     assert p.key == "日本"
     assert len(p.group_id) == 64
+
+
+def test_a_fair_lanes_message_goes_in_its_tenants_group():
+    item = Item("line 1", json.dumps({"id": "a1", "tenant": "acme", "tile": "T1"}))
+    assert prepare(item, concurrency_key="acme", fair_lane="shared").group_id == "acme"
+    assert prepare(item, concurrency_key_field="tenant", fair_lane="shared").group_id == "acme"
+    assert prepare(item, fair_lane="shared").group_id == "lane:shared"  # one tenant: the lane's
+    assert (
+        prepare(item, concurrency_key="ünï", fair_lane="shared").group_id
+        == hashlib.sha256("ünï".encode()).hexdigest()
+    )
+    assert prepare(item, concurrency_key="acme", fair_lane="shared", group_by="tile").group_id == "T1"
+    assert prepare(item, concurrency_key="acme").group_id == "a1"  # an ordinary lane: the key's
 
 
 def test_errors_name_the_problem():

@@ -75,6 +75,16 @@ def cmd_enqueue(ctx: Context) -> int:
     return EXIT_OK if report.ok else EXIT_PARTIAL
 
 
+def _fair(ctx: Context, lane: str) -> bool:
+    """Whether ``lane`` is fair, when the stack's lanes can be read. A producer allowed to send and
+    nothing more cannot read them: its messages keep one group per payload, which a fair lane still
+    shares out, only later (``--group-by`` a tenant field does what this does)."""
+    try:
+        return any(one.fair and one.name == lane for one in ctx.lanes())
+    except SluiceError:
+        return False
+
+
 def _dedup_id_refused(dedup_id: str | None, count: int) -> str | None:
     """Why ``--dedup-id`` cannot be used here, or None."""
     if dedup_id is None:
@@ -109,6 +119,7 @@ def _send(ctx: Context, queue_url: str, items: list[Any]) -> tuple[EnqueueReport
         concurrency_key=args.concurrency_key,
         concurrency_key_field=args.concurrency_key_field,
         lane=args.lane,
+        fair=_fair(ctx, args.lane),
         wake=_launcher_wake(ctx),
     )
     report = EnqueueReport()

@@ -4,13 +4,15 @@ A lane is fair when its setting ends in ``fair`` (``lanes=name:max:priority:weig
 tenant is the message's concurrency key (``sluice-concurrency-key``); messages without one are one
 tenant, ``lane:<name>``. A fair lane's queue only passes messages through to the waiting room:
 
+    first receives, kept in hand while each brings a tenant not in hand yet (a tenant's messages
+    in one FIFO group, as ``sluice enqueue`` sends them: SQS skips the groups in hand)
     receive (any number: nothing waits in the queue, so nothing spends receives there)
-      new message      ──► nobody waits, and it is the one tenant in sight (its batch holds no
-                           other, no message of this pass lined up): claim at once, no default
-                           cap (``fair_newcomer``: the claim checks ``KEYS_WAITING`` is empty);
-                           else, or the lane is full ──► park in its tenant's line (sluice.features.keys:
-                           KWAIT#, the key marked ``fair = <lane>`` in the same transaction)
-                           ──► delete
+      new message      ──► nobody waits: claim at once, no default cap (``fair_newcomer``: the
+                           claim checks ``KEYS_WAITING`` is empty); of several tenants in hand,
+                           each tenant's share of the free slots (``share_out``), the rest as
+                           below; else, or the lane is full ──► park in its tenant's line
+                           (sluice.features.keys: KWAIT#, the key marked ``fair = <lane>`` in the
+                           same transaction) ──► delete
       woken (ticket)   ──► claim: global slot + lane slot + tenant slot ──► start
                            no room (another waker's, a lowered MAX) ──► park again, at the back
     wake_lane: free = min(lane free, global free) − waiters woken whose claim has not landed;
@@ -52,6 +54,7 @@ from sluice.features.keys import FAIR_UNCAPPED, KeyStore, concurrency_key, gate_
 from sluice.features.stores import LaunchStore
 
 UNKEYED = "lane:"  # + the lane's name: the tenant of a fair lane's messages without a key
+TENANT_GROUP = "tenant:"  # + the tenant: how a fair lane's admission groups a batch's messages
 
 
 def tenant(message: Message, lane: Lane) -> str:
@@ -66,14 +69,17 @@ def share_out(
     now: float,
     rng: random.Random,
     gate_rooms: Mapping[str, int] | None = None,
+    waiting: Mapping[str, int] | None = None,
 ) -> dict[str, int]:
     """``free`` slots among the tenants ``states``: one at a time to the tenant with waiters, room
     under its own cap (and its gate, ``gate_rooms``), and the fewest runs (holding or woken); ties
-    drawn by ``rng``. A tenant its gate holds gets none: the others take the slots."""
+    drawn by ``rng``. A tenant its gate holds gets none: the others take the slots. ``waiting``:
+    how many each tenant wants, when not its line's waiters (a pass's newcomers in hand)."""
     heap: list[tuple[int, float, str]] = []
     want: dict[str, int] = {}
     for ckey, state in states.items():
-        want[ckey] = min(state.waiting, state.room(FAIR_UNCAPPED, now))
+        wanted = state.waiting if waiting is None else waiting.get(ckey, 0)
+        want[ckey] = min(wanted, state.room(FAIR_UNCAPPED, now))
         if gate_rooms is not None:
             want[ckey] = min(want[ckey], gate_rooms.get(ckey, want[ckey]))
         if want[ckey] > 0:

@@ -24,6 +24,7 @@ from sluice.core.limits import Ledger
 from sluice.core.model import Message, Outcome
 from sluice.core.summary import TickSummary
 from sluice.features.awaits import ReadAhead, read_ahead
+from sluice.features.fair import TENANT_GROUP
 from sluice.features.fair import tenant as fair_tenant
 from sluice.launch.context import LaunchContext, StateMachineCheck
 from sluice.launch.per_message import MessageProtocol
@@ -384,7 +385,7 @@ class Admission:
         for it, sluice.features.fair)."""
         if self.ctx.lane is not None and self.ctx.lane.fair:
             try:
-                return "tenant:" + fair_tenant(message, self.ctx.lane)
+                return TENANT_GROUP + fair_tenant(message, self.ctx.lane)
             except InvalidPayload:
                 pass  # dead-lettered when its turn comes
         return _group(message)

@@ -10,10 +10,11 @@ from dataclasses import replace
 
 from sluice.core.errors import TransientError
 from sluice.core.limits import Ledger
-from sluice.core.model import Outcome
+from sluice.core.model import Message, Outcome
 from sluice.core.records import Lane, LaneSetting
 from sluice.core.summary import TickSummary
 from sluice.features import fair
+from sluice.features.keys import TICKET_ATTRIBUTE, KeyStore
 from sluice.features.lanes import by_priority, refill_order, split
 from sluice.launch.admission import RECEIVE_BATCH, Admission, time_left
 from sluice.launch.context import LaunchContext, StateMachineCheck
@@ -21,6 +22,13 @@ from sluice.launch.context import LaunchContext, StateMachineCheck
 __all__ = ["RECEIVE_BATCH", "SORT_RECEIVES", "LaneAdmission"]
 
 SORT_RECEIVES = 2_000  # receives one pass over a fair lane's queue makes at most (then the next pass)
+FIRST_RECEIVES = 20  # receives a pass keeps in hand at most, to see its tenants before any claims
+
+
+def newcomer(message: Message) -> bool:
+    """Not a woken waiter: no ticket, not even one that does not parse (checked when it is processed,
+    where a bad one is dead-lettered with its reason)."""
+    return TICKET_ATTRIBUTE not in message.attributes
 
 
 class LaneAdmission:
@@ -206,7 +214,7 @@ class LaneAdmission:
         summary = TickSummary()
         # What is new, to its tenant's line. No receive waits: a wait here would only delay the
         # wake (the tick paces its lingering rounds instead, ``_lane_rounds``).
-        self._sort(one, summary, remaining_ms)
+        self._sort(one, summary, remaining_ms, share=share)
         if summary.stopped in ("time", "transient"):
             return summary
         sent = fair.wake_lane(
@@ -223,14 +231,32 @@ class LaneAdmission:
             summary.stopped = "full"  # its share is taken: it may have more for the next round
         return summary
 
-    def _sort(self, one: Admission, summary: TickSummary, remaining_ms: Callable[[], int] | None) -> None:
+    def _sort(
+        self,
+        one: Admission,
+        summary: TickSummary,
+        remaining_ms: Callable[[], int] | None,
+        *,
+        share: int | None = None,
+    ) -> None:
         """A pass over a fair lane's queue (its admission ``one``'s) until it is empty (or time runs
         out): new messages go to their tenants' lines, woken ones claim and start; nothing is handed
         back for want of room. Every message is parked once, so a long pass happens once per
-        backlog, and the waiters woken after it are not left behind messages nobody has parked yet."""
+        backlog, and the waiters woken after it are not left behind messages nobody has parked yet.
+        With ``share``, the pass first sees who is there (``_first_batches``), and the newcomers in
+        hand claim their share of it at once (``_claim_shares``)."""
         summary.stopped = "empty"
         one.steps.line_all = False
-        for _ in range(SORT_RECEIVES):
+        receives = 0
+        if share is not None:
+            in_hand, receives = self._first_batches(one, summary, remaining_ms)
+            if summary.stopped != "empty" or not in_hand:
+                return
+            stop = self._claim_shares(one, summary, in_hand, share)
+            if stop:
+                summary.stopped = stop
+                return
+        for _ in range(SORT_RECEIVES - receives):
             if not one.time_left(remaining_ms):
                 summary.stopped = "time"
                 return
@@ -250,3 +276,82 @@ class LaneAdmission:
                 summary.stopped = stop
                 return
         summary.stopped = "full"  # the pass's bound: the next round or admission goes on
+
+    def _first_batches(
+        self, one: Admission, summary: TickSummary, remaining_ms: Callable[[], int] | None
+    ) -> tuple[list[Message], int]:
+        """The pass's first receives, kept in hand (in flight) while each brings a tenant not in hand
+        yet. SQS FIFO skips a message group with a message in flight: when each tenant's messages
+        share a group (``sluice enqueue`` to a fair lane sends them so), each receive surfaces
+        another tenant, however long the backlog of the tenants ahead of it. Returns the messages
+        in hand and the receives made (an empty one ends it, as it ends a pass)."""
+        in_hand: list[Message] = []
+        tenants: set[str] = set()
+        for receives in range(1, FIRST_RECEIVES + 1):
+            if not one.time_left(remaining_ms):
+                summary.stopped = "time"
+                self._hand_back(one, in_hand)
+                return [], receives
+            messages = one.receive(max(RECEIVE_BATCH, one.ctx.fan.workers), 0)
+            summary.received += len(messages)
+            in_hand += messages
+            new = {one.batch_group(m) for m in messages} - tenants
+            tenants |= new
+            if not new:
+                return in_hand, receives
+        return in_hand, FIRST_RECEIVES
+
+    @staticmethod
+    def _hand_back(one: Admission, messages: list[Message]) -> None:
+        """Messages in hand that the pass will not begin: back to the queue, visible at once."""
+        if messages:
+            one.ctx.queue.release(messages)
+
+    def _claim_shares(self, one: Admission, summary: TickSummary, in_hand: list[Message], share: int) -> str:
+        """The messages in hand, of one tenant or of several. Several, and nobody waiting in any line
+        (what a newcomer's claim checks): each tenant's newcomers claim at once its part of
+        ``share`` (``fair.share_out``: the fewest runs first), then the rest line up, so that the
+        first tenant received does not take the slots of those received after it. Returns why to
+        stop, or ""."""
+        tenants: dict[str, list[Message]] = {}
+        first: list[Message] = []
+        for message in in_hand:
+            group = one.batch_group(message)
+            if group.startswith(fair.TENANT_GROUP) and newcomer(message):
+                tenants.setdefault(group.removeprefix(fair.TENANT_GROUP), []).append(message)
+            else:
+                first.append(message)  # a woken waiter claims; a bad message is dead-lettered
+        if len(tenants) < 2:
+            _, stop = one.process_batch(in_hand, summary)
+            return stop
+        keys: KeyStore = one.ctx.store
+        rest: list[Message] = []
+        try:
+            if keys.keys_waiting():
+                rest = [m for waiting in tenants.values() for m in waiting]  # they line up, as a pass's do
+            else:
+                shares = fair.share_out(
+                    share,
+                    keys.key_states(sorted(tenants)),
+                    now=one.ctx.clock.now(),
+                    rng=one.ctx.rng,
+                    waiting={t: len(ms) for t, ms in tenants.items()},
+                )
+                for tenant_, messages in tenants.items():
+                    first += messages[: shares.get(tenant_, 0)]
+                    rest += messages[shares.get(tenant_, 0) :]
+        except TransientError as exc:  # the lines could not be read: the next pass sorts them
+            one.ctx.log.warning("fair lane: its tenants could not be read", extra={"error": str(exc)})
+            self._hand_back(one, in_hand)
+            return "transient"
+        try:
+            _, stop = one.process_batch(first, summary) if first else (0, "")
+        except Exception:
+            self._hand_back(one, rest)
+            raise
+        if stop:
+            self._hand_back(one, rest)
+            return stop
+        one.steps.line_all = bool(rest)  # the rest line up: their tenants had their share
+        _, stop = one.process_batch(rest, summary) if rest else (0, "")
+        return stop
