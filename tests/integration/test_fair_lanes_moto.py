@@ -4,12 +4,14 @@ nothing of a fair lane waits in its queue, and the limits stay exact."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import Counter
 
 import pytest
 
 from sluice.core.clock import FakeClock
+from sluice.core.errors import TransientError
 from sluice.core.events import StatusChange
 from sluice.core.model import Outcome
 from sluice.enqueue import enqueue as sluice_enqueue
@@ -314,3 +316,85 @@ def test_a_forged_ticket_read_before_processing_is_caught(stack):
     finally:
         patch(saved)
     assert not stack.running()
+
+
+@pytest.mark.parametrize("nth", [1, 2])
+def test_a_throttled_receive_ends_the_fair_lanes_pass_not_the_tick(stack, nth):
+    """SQS refuses the pass's first receive, or its second (the first batch in hand): the tick ends
+    as interrupted (``transient``) instead of failing, what was in hand goes back at once, and the
+    next tick starts it all."""
+    enqueue_in_groups(stack, {"a": 2, "b": 2})
+    rt = stack.runtime()
+    seen = Counter()
+
+    def refused(**_):
+        seen["receives"] += 1
+        if seen["receives"] == nth:
+            seen["throttled"] += 1
+            return error_answer("ThrottlingException", 400)
+        return None
+
+    rt.client("sqs").meta.events.register("before-call.sqs.ReceiveMessage", refused)
+    summary = rt.launcher().tick()
+    assert seen["throttled"] == 1 and summary.stopped == "transient"
+    assert stack.queue_counts(stack.settings.lane_queue_url("shared"))[1] == 0, "held in flight"
+    rt.launcher().tick()
+    assert running_by_tenant(stack) == {"a": 2, "b": 2}
+
+
+# -- a reviewer's attacks on the first pass (a44dcdf) ---------------------------------------------------
+
+
+def test_a_tenant_whose_group_sqs_hid_still_gets_its_even_part(session):
+    """Lane MAX 12 (the whole room): a's 9, then b's 10, then c's 10, each in its group. The first
+    receive holds a's 9 and b's first; SQS hides b's other 9 behind it. b's one in hand is not its
+    backlog: a and c claim no more than an even part (4), and b gets the rest once its messages line up."""
+    stack = build_stack(session, clock=FakeClock(), max_concurrency=12, lanes="shared:12:1:1:fair")
+    enqueue_in_groups(stack, {"a": 9, "b": 10, "c": 10})
+    stack.launcher().tick()
+    assert running_by_tenant(stack) == {"a": 4, "b": 4, "c": 4}
+
+
+def test_a_fair_lane_keeps_to_its_weighted_part_of_the_room(session):
+    """Lanes of equal priority and weight share the global MAX 8: what the fair lane's pass claimed is
+    part of its share, so its waker does not take the other lane's half too."""
+    stack = build_stack(
+        session, clock=FakeClock(), max_concurrency=8, lanes="shared:8:0:1:fair,default:8:0:1"
+    )
+    enqueue_in_groups(stack, {"a": 10, "b": 10, "c": 10})
+    for i in range(4):
+        stack.send({"id": f"d-{i}"}, group=f"d-{i}")
+    stack.launcher().tick()
+    by_lane = Counter("shared" if tenant_of(stack, n) else "default" for n in stack.running())
+    assert by_lane == {"shared": 4, "default": 4}
+
+
+def test_a_throttled_read_of_the_lines_spends_no_receive(stack):
+    """Every GetItem of KEYS_WAITING is throttled for ten admissions: the newcomers in hand line up (no
+    message goes back to the queue to spend a receive towards maxReceiveCount); afterwards all run."""
+    rt = stack.runtime()
+    launcher = rt.launcher()
+    launcher.tick()  # the limits in force, before anything arrives
+    enqueue_in_groups(stack, {"a": 3, "b": 3, "c": 3})
+    throttled = Counter(on=1)
+
+    def keys_waiting_refused(params, **_):
+        body = params.get("body", b"")
+        if throttled["on"] and "KEYS_WAITING" in (body.decode() if isinstance(body, bytes) else str(body)):
+            throttled["hits"] += 1
+            return error_answer("ProvisionedThroughputExceededException", 400)
+        return None
+
+    rt.client("dynamodb").meta.events.register("before-call.dynamodb.GetItem", keys_waiting_refused)
+    for _ in range(10):  # the waker's own read of KEYS_WAITING fails the invocation, as before
+        with contextlib.suppress(TransientError):
+            launcher.tick(reconcile_first=False, linger=False)
+    throttled["on"] = 0
+    assert throttled["hits"] >= 1
+    assert stack.queue_counts(stack.settings.lane_queue_url("shared")) == (0, 0), "handed back"
+    assert stack.dlq_messages() == []
+    launcher.tick()
+    while stack.running():
+        for name in list(stack.running()):
+            end(stack, launcher, name)
+    assert sorted(i["id"] for i in stack.inputs()) == sorted(f"{t}-{i}" for t in "abc" for i in range(3))

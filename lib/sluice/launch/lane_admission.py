@@ -5,7 +5,7 @@ a completion's refill of the one slot it freed, each lane admitting from its own
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from sluice.core.errors import TransientError
@@ -223,7 +223,7 @@ class LaneAdmission:
             lane=lane,
             now=one.ctx.clock.now(),
             rng=one.ctx.rng,
-            at_most=share,
+            at_most=max(0, share - summary.n(Outcome.STARTED)),  # what the pass started is of it
         )
         if sent:
             self._sort(one, summary, remaining_ms)  # the woken claim (and what came meanwhile lines up)
@@ -249,18 +249,18 @@ class LaneAdmission:
         one.steps.line_all = False
         receives = 0
         if share is not None:
-            in_hand, receives = self._first_batches(one, summary, remaining_ms)
-            if summary.stopped != "empty" or not in_hand:
-                return
-            stop = self._claim_shares(one, summary, in_hand, share)
-            if stop:
-                summary.stopped = stop
+            in_hand, receives, cut = self._first_batches(one, summary, remaining_ms)
+            stop = self._claim_shares(one, summary, in_hand, share) if in_hand else ""
+            if stop or cut or not in_hand:
+                summary.stopped = stop or cut or "empty"
                 return
         for _ in range(SORT_RECEIVES - receives):
             if not one.time_left(remaining_ms):
                 summary.stopped = "time"
                 return
-            messages = one.receive(max(RECEIVE_BATCH, one.ctx.fan.workers), 0)
+            messages = self._receive(one, summary)
+            if messages is None:
+                return
             if not messages:
                 summary.stopped = "empty"
                 return
@@ -279,27 +279,67 @@ class LaneAdmission:
 
     def _first_batches(
         self, one: Admission, summary: TickSummary, remaining_ms: Callable[[], int] | None
-    ) -> tuple[list[Message], int]:
+    ) -> tuple[list[Message], int, str]:
         """The pass's first receives, kept in hand (in flight) while each brings a tenant not in hand
         yet. SQS FIFO skips a message group with a message in flight: when each tenant's messages
         share a group (``sluice enqueue`` to a fair lane sends them so), each receive surfaces
         another tenant, however long the backlog of the tenants ahead of it. Returns the messages
-        in hand and the receives made (an empty one ends it, as it ends a pass)."""
+        in hand, the receives made, and why the pass ends after them ("time", "transient"), if it
+        does; what is in hand is processed either way, as a pass processes each batch it received."""
         in_hand: list[Message] = []
         tenants: set[str] = set()
         for receives in range(1, FIRST_RECEIVES + 1):
             if not one.time_left(remaining_ms):
-                summary.stopped = "time"
-                self._hand_back(one, in_hand)
-                return [], receives
-            messages = one.receive(max(RECEIVE_BATCH, one.ctx.fan.workers), 0)
+                return in_hand, receives, "time"
+            messages = self._receive(one, summary)
+            if messages is None:
+                return in_hand, receives, "transient"
             summary.received += len(messages)
             in_hand += messages
             new = {one.batch_group(m) for m in messages} - tenants
             tenants |= new
             if not new:
-                return in_hand, receives
-        return in_hand, FIRST_RECEIVES
+                return in_hand, receives, ""
+        return in_hand, FIRST_RECEIVES, ""
+
+    @staticmethod
+    def _receive(one: Admission, summary: TickSummary) -> list[Message] | None:
+        """One receive of a pass, without waiting; None when SQS refused it (the pass ends, the tick
+        as interrupted: ``transient``)."""
+        try:
+            return one.receive(max(RECEIVE_BATCH, one.ctx.fan.workers), 0)
+        except TransientError as exc:  # SQS throttled past the SDK's retries: the next round or tick
+            one.ctx.log.warning(
+                "tick interrupted by a transient AWS error: a receive failed",
+                extra={"operation": exc.operation, "code": exc.code, "error": str(exc)},
+            )
+            summary.stopped = "transient"
+            return None
+
+    @staticmethod
+    def _shares(one: Admission, tenants: Mapping[str, list[Message]], share: int) -> dict[str, int]:
+        """How many of each tenant's newcomers in hand claim at once: none while anyone waits in a
+        line (their claims would be refused: they line up, as a pass's newcomers do), or when the
+        lines cannot be read; else ``share`` among them, the fewest runs first, each at most an
+        even part of it. A tenant may have more than it has in hand (SQS hid the rest of its group
+        behind what is in hand): the part it leaves stays free for the waker, which gives it to the
+        tenants with the fewest runs once their waiters are lined up, not to those received first."""
+        keys: KeyStore = one.ctx.store
+        try:
+            if keys.keys_waiting():
+                return {}
+            states = keys.key_states(sorted(tenants))
+        except TransientError as exc:
+            one.ctx.log.warning("fair lane: its tenants' lines could not be read", extra={"error": str(exc)})
+            return {}
+        even = -(-share // len(tenants))
+        return fair.share_out(
+            share,
+            states,
+            now=one.ctx.clock.now(),
+            rng=one.ctx.rng,
+            waiting={t: min(len(ms), even) for t, ms in tenants.items()},
+        )
 
     @staticmethod
     def _hand_back(one: Admission, messages: list[Message]) -> None:
@@ -324,26 +364,11 @@ class LaneAdmission:
         if len(tenants) < 2:
             _, stop = one.process_batch(in_hand, summary)
             return stop
-        keys: KeyStore = one.ctx.store
+        shares = self._shares(one, tenants, share)
         rest: list[Message] = []
-        try:
-            if keys.keys_waiting():
-                rest = [m for waiting in tenants.values() for m in waiting]  # they line up, as a pass's do
-            else:
-                shares = fair.share_out(
-                    share,
-                    keys.key_states(sorted(tenants)),
-                    now=one.ctx.clock.now(),
-                    rng=one.ctx.rng,
-                    waiting={t: len(ms) for t, ms in tenants.items()},
-                )
-                for tenant_, messages in tenants.items():
-                    first += messages[: shares.get(tenant_, 0)]
-                    rest += messages[shares.get(tenant_, 0) :]
-        except TransientError as exc:  # the lines could not be read: the next pass sorts them
-            one.ctx.log.warning("fair lane: its tenants could not be read", extra={"error": str(exc)})
-            self._hand_back(one, in_hand)
-            return "transient"
+        for tenant_, messages in tenants.items():
+            first += messages[: shares.get(tenant_, 0)]
+            rest += messages[shares.get(tenant_, 0) :]
         try:
             _, stop = one.process_batch(first, summary) if first else (0, "")
         except Exception:
