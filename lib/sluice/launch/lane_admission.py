@@ -214,7 +214,7 @@ class LaneAdmission:
         summary = TickSummary()
         # What is new, to its tenant's line. No receive waits: a wait here would only delay the
         # wake (the tick paces its lingering rounds instead, ``_lane_rounds``).
-        self._sort(one, summary, remaining_ms, share=share)
+        shared = self._sort(one, summary, remaining_ms, share=share)
         if summary.stopped in ("time", "transient"):
             return summary
         sent = fair.wake_lane(
@@ -223,7 +223,7 @@ class LaneAdmission:
             lane=lane,
             now=one.ctx.clock.now(),
             rng=one.ctx.rng,
-            at_most=max(0, share - summary.n(Outcome.STARTED)),  # what the pass started is of it
+            at_most=share - shared,
         )
         if sent:
             self._sort(one, summary, remaining_ms)  # the woken claim (and what came meanwhile lines up)
@@ -238,32 +238,33 @@ class LaneAdmission:
         remaining_ms: Callable[[], int] | None,
         *,
         share: int | None = None,
-    ) -> None:
+    ) -> int:
         """A pass over a fair lane's queue (its admission ``one``'s) until it is empty (or time runs
         out): new messages go to their tenants' lines, woken ones claim and start; nothing is handed
         back for want of room. Every message is parked once, so a long pass happens once per
         backlog, and the waiters woken after it are not left behind messages nobody has parked yet.
         With ``share``, the pass first sees who is there (``_first_batches``), and the newcomers in
-        hand claim their share of it at once (``_claim_shares``)."""
+        hand claim their share of it at once (``_claim_shares``): returns how much of ``share``
+        they were given (the waker has the rest; woken waiters claim slots their wakers kept)."""
         summary.stopped = "empty"
         one.steps.line_all = False
-        receives = 0
+        receives = shared = 0
         if share is not None:
             in_hand, receives, cut = self._first_batches(one, summary, remaining_ms)
-            stop = self._claim_shares(one, summary, in_hand, share) if in_hand else ""
+            stop, shared = self._claim_shares(one, summary, in_hand, share) if in_hand else ("", 0)
             if stop or cut or not in_hand:
                 summary.stopped = stop or cut or "empty"
-                return
+                return shared
         for _ in range(SORT_RECEIVES - receives):
             if not one.time_left(remaining_ms):
                 summary.stopped = "time"
-                return
+                return shared
             messages = self._receive(one, summary)
             if messages is None:
-                return
+                return shared
             if not messages:
                 summary.stopped = "empty"
-                return
+                return shared
             summary.received += len(messages)
             # A batch of several tenants has someone to be fair to: its newcomers line up rather
             # than claim, so that it is shared out by the waker, not taken by the tenant queued
@@ -274,8 +275,9 @@ class LaneAdmission:
             _, stop = one.process_batch(messages, summary)
             if stop:
                 summary.stopped = stop
-                return
+                return shared
         summary.stopped = "full"  # the pass's bound: the next round or admission goes on
+        return shared
 
     def _first_batches(
         self, one: Admission, summary: TickSummary, remaining_ms: Callable[[], int] | None
@@ -347,12 +349,14 @@ class LaneAdmission:
         if messages:
             one.ctx.queue.release(messages)
 
-    def _claim_shares(self, one: Admission, summary: TickSummary, in_hand: list[Message], share: int) -> str:
+    def _claim_shares(
+        self, one: Admission, summary: TickSummary, in_hand: list[Message], share: int
+    ) -> tuple[str, int]:
         """The messages in hand, of one tenant or of several. Several, and nobody waiting in any line
         (what a newcomer's claim checks): each tenant's newcomers claim at once its part of
         ``share`` (``fair.share_out``: the fewest runs first), then the rest line up, so that the
         first tenant received does not take the slots of those received after it. Returns why to
-        stop, or ""."""
+        stop (or "") and how much of ``share`` the tenants were given."""
         tenants: dict[str, list[Message]] = {}
         first: list[Message] = []
         for message in in_hand:
@@ -363,7 +367,7 @@ class LaneAdmission:
                 first.append(message)  # a woken waiter claims; a bad message is dead-lettered
         if len(tenants) < 2:
             _, stop = one.process_batch(in_hand, summary)
-            return stop
+            return stop, 0
         shares = self._shares(one, tenants, share)
         rest: list[Message] = []
         for tenant_, messages in tenants.items():
@@ -376,7 +380,7 @@ class LaneAdmission:
             raise
         if stop:
             self._hand_back(one, rest)
-            return stop
+            return stop, sum(shares.values())
         one.steps.line_all = bool(rest)  # the rest line up: their tenants had their share
         _, stop = one.process_batch(rest, summary) if rest else (0, "")
-        return stop
+        return stop, sum(shares.values())
