@@ -314,7 +314,7 @@ def test_a_run_that_forges_origins_parks_each_forgery_beside_its_origin_only_in_
 
 @pytest.mark.parametrize(
     ("seed", "variant", "where"),
-    [(688013307, "parked_by_origin", "(at rest)"), (540414365, "waiters_by_origin", "was deleted")],
+    [(2016303550, "parked_by_origin", "(at rest)"), (540414365, "waiters_by_origin", "was deleted")],
 )
 def test_a_forged_origin_is_another_message_in_each_waiting_room(seed: int, variant: str, where: str) -> None:
     """Found by the hunts of the forged-origin widening's variants: a deferred duplicate keyed by its
