@@ -1064,3 +1064,16 @@ def test_seed_1398629532_a_limit_written_below_the_runs_started_by_hand_the_newe
     carried is no longer saved, and its tick starts nothing (``Contended``;
     ``tests/integration/test_contended_caps_moto.py``, ``test_contended_caps_attacks.py``)."""
     assert _one_run(1398629532, "--swarm").returncode == 0
+
+
+def test_seed_1209700796_an_adoption_landing_after_its_run_was_redriven_again_leaves_the_new_run_outside() -> (
+    None
+):
+    """Found by the long run on 4e098d0 (``--seed 1209700001 --minutes 40 --swarm``, after 38.8 CPU-
+    minutes; a789c2e fails the same way): the model's. Tick B read ``p1`` RUNNING (its second
+    redrive) and adopted it only after that run was ABORTED and the operator redrove it a third
+    time; tick C then released the adopted run on its ABORTED end (a stale answer, rightly). The
+    model took B's adoption for the third run's and, after the release, counted that run against
+    MAX and its lane, which Sluice could not know of yet. An adoption names the redrive date of the
+    run it took (``redriven_at``): one before the latest redrive leaves the new run outside."""
+    assert _one_run(1209700796, "--swarm").returncode == 0

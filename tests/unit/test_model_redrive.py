@@ -57,3 +57,44 @@ def test_an_adopted_run_redriven_while_held_and_released_on_its_earlier_end_is_o
     m.running_again("n1")  # redriven again while its adoption holds it
     m.saw(Call("A", "dynamodb", "TransactWriteItems", "release", slot("give")), 200, {})
     assert "n1" in m.outside and "n1" not in m.adopted_at
+
+
+def test_an_adoption_of_an_earlier_redrive_leaves_the_latest_redrive_outside_after_its_release():
+    """Explorer seed 1209700796: an adoption read from the answer that showed redrive 2 lands after
+    that run ended and redrive 3 began. It holds a slot (Sluice holds it), and the release on redrive
+    2's end leaves redrive 3 outside Sluice, as any redrive behind its back."""
+    from tests.explorer.world import ExplorerModel
+    from tests.support.steps import Call
+
+    def slot(verb: str, redriven_at: float | None = None) -> dict:
+        expression = "SET holders.#n = :now" if verb == "take" else "REMOVE holders.#n"
+        update = {
+            "Key": {"pk": {"S": "SLOTS#launcher#0"}},
+            "UpdateExpression": expression,
+            "ExpressionAttributeNames": {"#n": "n1"},
+        }
+        items = [{"Update": update}]
+        if redriven_at is not None:
+            values = {":redriven": {"N": str(redriven_at)}}
+            items.append({"Update": {"Key": {"pk": {"S": "EXEC#n1"}}, "ExpressionAttributeValues": values}})
+        return {"TransactItems": items}
+
+    def run(adopted_redrive: float) -> ExplorerModel:
+        m = model()
+        m.__class__ = ExplorerModel
+        send(m, "m1", "p0")
+        claim(m, "n1", "m1")
+        m.ended("n1", "FAILED")
+        m.holders.discard("n1")  # released on its failure
+        m.running_again("n1")
+        m.redrive_dates["n1"] = 100.0  # redrive 2
+        m.ended("n1", "ABORTED")  # its end handled while not adopted: nothing held
+        m.running_again("n1")
+        m.redrive_dates["n1"] = 200.0  # redrive 3, behind Sluice's back
+        m.saw(Call("B", "dynamodb", "TransactWriteItems", "adopt", slot("take", adopted_redrive)), 200, {})
+        assert "n1" in m.holders
+        m.saw(Call("C", "dynamodb", "TransactWriteItems", "release", slot("give")), 200, {})
+        return m
+
+    assert "n1" in run(100.0).outside  # the adoption of redrive 2: redrive 3 is outside
+    assert "n1" not in run(200.0).outside  # an adoption of redrive 3 is Sluice's own
