@@ -86,7 +86,7 @@ class Admission:
             ledger = self._read_room(state, summary, freed=freed, sync_limit=sync_limit)
             if state.contended is not None:
                 # The MAX it read is not in the caps, which may admit more: nothing more this time.
-                self._interrupted("the slot pool kept changing; MAX is not in the caps yet", state.contended)
+                self.interrupted("the slot pool kept changing; MAX is not in the caps yet", state.contended)
                 summary.stopped = "transient"
                 return summary
             if sync_limit and summary.max_concurrency == 0:
@@ -163,7 +163,7 @@ class Admission:
             messages = self.receive(grant.n, wait)
         except TransientError as exc:  # SQS throttled past the SDK's retries: the next round or tick
             self._give_back(grant, grant.n)
-            self._interrupted("a receive failed", exc)
+            self.interrupted("a receive failed", exc)
             return "transient"
         if not messages:
             self._give_back(grant, grant.n)
@@ -197,7 +197,7 @@ class Admission:
         try:
             return self.ctx.gate.before_receive(lane, free, self.ctx.clock.now())
         except TransientError as exc:
-            self._interrupted(f"the {self.ctx.gate.name} limits could not be read or written", exc)
+            self.interrupted(f"the {self.ctx.gate.name} limits could not be read or written", exc)
             return Grant(0)
 
     def _give_back(self, grant: Grant, unused: int) -> None:
@@ -206,7 +206,7 @@ class Admission:
         try:
             self.ctx.gate.give_back(grant, unused)
         except TransientError as exc:  # kept spent: fewer starts in this window, never more
-            self._interrupted("grants not used could not be given back", exc)
+            self.interrupted("grants not used could not be given back", exc)
 
     def _until_held(self, state: _Admitting, remaining_ms: Callable[[], int] | None) -> None:
         """After a long poll that found nothing, the rest of the wait until a held key's room
@@ -314,7 +314,7 @@ class Admission:
             except TransientError as exc:
                 # Each message kept comes back after its visibility timeout and is settled by its
                 # lease and its name: resumed, already ran, or a duplicate of the copy in flight.
-                self._interrupted("a delete of handled messages failed; they come back and are settled", exc)
+                self.interrupted("a delete of handled messages failed; they come back and are settled", exc)
                 stops.add("transient")
         for run in runs:
             filled += run.filled
@@ -327,7 +327,7 @@ class Admission:
         stop = next((s for s in ("transient", "full") if s in stops), "")
         return filled, stop
 
-    def _interrupted(self, what: str, exc: TransientError) -> None:
+    def interrupted(self, what: str, exc: TransientError) -> None:
         self.ctx.log.warning(
             f"tick interrupted by a transient AWS error: {what}",
             extra={"operation": exc.operation, "code": exc.code, "error": str(exc)},
@@ -364,7 +364,7 @@ class Admission:
                     self.ctx.queue.release(rest)
                 run.add(Outcome.INTERRUPTED, len(rest))
                 run.stop = halt.reason = "transient"
-                self._interrupted("the rest of the batch returns to the queue", exc)
+                self.interrupted("the rest of the batch returns to the queue", exc)
                 return
             except ConfigurationError:
                 self.ctx.queue.release(rest)

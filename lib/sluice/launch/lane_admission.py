@@ -217,14 +217,19 @@ class LaneAdmission:
         shared = self._sort(one, summary, remaining_ms, share=share)
         if summary.stopped in ("time", "transient"):
             return summary
-        sent = fair.wake_lane(
-            store=one.ctx.store,
-            queue=one.ctx.queue,
-            lane=lane,
-            now=one.ctx.clock.now(),
-            rng=one.ctx.rng,
-            at_most=share - shared,
-        )
+        try:
+            sent = fair.wake_lane(
+                store=one.ctx.store,
+                queue=one.ctx.queue,
+                lane=lane,
+                now=one.ctx.clock.now(),
+                rng=one.ctx.rng,
+                at_most=share - shared,
+            )
+        except TransientError as exc:  # the lines wait in the table: the next round or tick wakes them
+            one.interrupted("a fair lane's lines could not be read or woken", exc)
+            summary.stopped = "transient"
+            return summary
         if sent:
             self._sort(one, summary, remaining_ms)  # the woken claim (and what came meanwhile lines up)
         if summary.stopped == "empty" and summary.n(Outcome.STARTED) >= share:
@@ -311,10 +316,7 @@ class LaneAdmission:
         try:
             return one.receive(max(RECEIVE_BATCH, one.ctx.fan.workers), 0)
         except TransientError as exc:  # SQS throttled past the SDK's retries: the next round or tick
-            one.ctx.log.warning(
-                "tick interrupted by a transient AWS error: a receive failed",
-                extra={"operation": exc.operation, "code": exc.code, "error": str(exc)},
-            )
+            one.interrupted("a receive failed", exc)
             summary.stopped = "transient"
             return None
 
