@@ -253,24 +253,17 @@ def enqueue(
     after the sends when any payload was sent, also then. A wake that fails fails nothing: the
     payloads are in the queue and start at the next scheduled tick; ``report.wake_failed`` says why."""
     report = EnqueueReport()
-    ready: list[Prepared] = []
-    max_bytes = MAX_STORED_BYTES if payloads is not None else MAX_INPUT_BYTES
-    for item in items:
-        try:
-            ready.append(
-                prepare(
-                    item,
-                    key_field=key_field,
-                    group_by=group_by,
-                    dedup_id=dedup_id,
-                    max_bytes=max_bytes,
-                    concurrency_key=concurrency_key,
-                    concurrency_key_field=concurrency_key_field,
-                    fair_lane=lane if fair else None,
-                )
-            )
-        except InvalidPayload as exc:
-            report.failed.append((item.where, exc.reason))
+    ready = _prepare_all(
+        items,
+        report,
+        key_field=key_field,
+        group_by=group_by,
+        dedup_id=dedup_id,
+        max_bytes=MAX_STORED_BYTES if payloads is not None else MAX_INPUT_BYTES,
+        concurrency_key=concurrency_key,
+        concurrency_key_field=concurrency_key_field,
+        fair_lane=lane if fair else None,
+    )
     if after:
         ready = _acyclic(ready, after, known or {}, report)
     extra = _shared_attributes(after, run_anyway, lane)
@@ -280,6 +273,17 @@ def enqueue(
     if wake is not None and report.sent:
         _wake(wake, report)
     return report
+
+
+def _prepare_all(items: list[Item], report: EnqueueReport, **options: Any) -> list[Prepared]:
+    """Each item ``prepare``d with ``options``; one that is not valid goes to ``report.failed``."""
+    ready: list[Prepared] = []
+    for item in items:
+        try:
+            ready.append(prepare(item, **options))
+        except InvalidPayload as exc:
+            report.failed.append((item.where, exc.reason))
+    return ready
 
 
 def _send_all(
