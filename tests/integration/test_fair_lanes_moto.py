@@ -395,3 +395,23 @@ def test_a_throttled_read_of_the_lines_spends_no_receive(stack):
         for name in list(stack.running()):
             end(stack, launcher, name)
     assert sorted(i["id"] for i in stack.inputs()) == sorted(f"{t}-{i}" for t in "abc" for i in range(3))
+
+
+def test_a_woken_waiter_is_not_held_behind_its_tenants_group(stack):
+    """heavy's 12 in heavy's group: 8 run, 4 wait in heavy's line. One more heavy message arrives and
+    another invocation holds it in flight (a pass lining it up), so SQS hides heavy's group. A run
+    ends: the waker sends heavy's oldest waiter back in a group of its own, and the completion's
+    receive gets it and starts it. In heavy's group it stayed hidden, and the freed slot idle."""
+    enqueue_in_groups(stack, {"heavy": 12})
+    launcher = stack.launcher()
+    launcher.tick()
+    assert running_by_tenant(stack) == {"heavy": 8}
+    assert stack.runtime().store().key_state("heavy").waiting == 4
+    enqueue_in_groups(stack, {"heavy": 1})
+    sqs, url = stack.client("sqs"), stack.settings.lane_queue_url("shared")
+    held = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1, VisibilityTimeout=300)["Messages"]
+    assert len(held) == 1
+    _, refill, _ = end(stack, launcher, sorted(stack.running())[0])
+    assert refill.lanes["shared"]["started"] == 1
+    assert running_by_tenant(stack) == {"heavy": 8}
+    assert stack.runtime().store().key_state("heavy").waiting == 3

@@ -100,6 +100,7 @@ the same key from any other lane has, whatever the mark.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 from collections.abc import Collection, Sequence
@@ -360,8 +361,9 @@ def wake(
                 store.forget_key(ckey)
             return sent
         tickets = range(state.woken, state.woken + max(0, count))
+        own_group = state.fair is not None and state.fair == by_lane
         for waiter in store.key_waiters(ckey, tickets):
-            queue.requeue(as_parked(waiter, entry(waiter.ticket, now)))
+            queue.requeue(as_parked(waiter, entry(waiter.ticket, now), own_group=own_group))
             sent += 1
             log.info(
                 "key waiter woken",
@@ -454,19 +456,27 @@ def forgo(*, store: KeyStore, ckey: str, ticket: str) -> None:
     store.drop_inflight(ckey, [ticket])
 
 
-def as_parked(waiter: KeyWaiter, sent: str) -> ParkedMessage:
+def as_parked(waiter: KeyWaiter, sent: str, *, own_group: bool = False) -> ParkedMessage:
     """The waiter as the queue re-sends it: its ticket rides along, and the holder it is named by
     (which the deduplication id derives from) is its in-flight entry: its place in the line and
-    this send's time."""
+    this send's time. ``own_group`` (a fair lane's tenant): in a message group of its own
+    (``woken_group``), not its tenant's, where SQS would keep it behind every message of the tenant
+    not lined up yet, and behind any other waiter of the tenant in flight."""
     return ParkedMessage(
         message_id=waiter.message_id,
         key=waiter.key,
         holder=f"sluice-key:{waiter.ckey}#{sent}",
         body=waiter.body,
-        group_id=waiter.group_id,
+        group_id=woken_group(waiter.message_id) if own_group else waiter.group_id,
         attributes={**waiter.attributes, TICKET_ATTRIBUTE: sent},
         parked_at=waiter.parked_at,
     )
+
+
+def woken_group(message_id: str) -> str:
+    """A fair lane's woken waiter's message group: its own, named by its origin message id (the same
+    at every wake: parked again, it keeps it)."""
+    return "sluice-woken-" + hashlib.sha256(message_id.encode()).hexdigest()[:32]
 
 
 def sweep(
