@@ -997,11 +997,13 @@ class SimQueue:
         for i in range(0, len(messages), 10):
             self.meter.attempt("sqs:DeleteMessageBatch", self)
             self.inner.delete(messages[i : i + 10])
+            self._wake()  # a message group held by what was in flight shows its next message
             self.meter.wait("sqs:DeleteMessageBatch")
 
     def delete_one(self, message: Message) -> None:
         self.meter.attempt("sqs:DeleteMessage", self)
         self.inner.delete([message])
+        self._wake()
         self.meter.wait("sqs:DeleteMessage")
 
     def release(self, messages: Sequence[Message], delay_seconds: int = 0) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 from bench.aws import Meter
 from bench.counter_semaphore import CounterSemaphoreSystem
 from bench.model import EVENT_DELAY, TICK_PHASE, TICK_SECONDS, Context, System
-from bench.oracle import OracleEvent, OracleZero
+from bench.oracle import OracleEvent, OracleFair, OracleZero
 from bench.poller import PollerSystem
 from bench.pricing import cost_usd, per_million
 from bench.quotas import Quotas
@@ -64,6 +64,7 @@ SYSTEMS: dict[str, type[System]] = {
         SluiceLanesNoWait,
         OracleEvent,
         OracleZero,
+        OracleFair,
     )
 }
 ORACLES = (OracleEvent.name, OracleZero.name)

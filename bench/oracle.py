@@ -5,6 +5,9 @@
   at the execution's status event (``EVENT_DELAY`` after its end) when none is. No call takes time
   and no Lambda runs. The bound for any launcher driven by status events.
 - ``oracle-0`` (O-0): the same with no delay at all: a slot is refilled the instant it frees.
+- ``oracle-fair`` (O-fair): O-event for a fair lane's tenants (each payload's concurrency key): a
+  free slot goes to the oldest waiting payload of the tenant with the fewest runs (ties: the tenant
+  whose waiting head arrived first), the rule a fair lane shares its slots by.
 
 Both start on the same jobs as every system and under the same quotas: each start takes a token of
 StartExecution's bucket (1,300 at once, 300 a second), waiting for it when the bucket is empty (an
@@ -22,6 +25,7 @@ from bench.aws import Meter, SimExecutions
 from bench.model import Context, System
 from bench.quotas import START_BURST, START_RATE, TokenBucket
 from sluice.core.model import ExecutionInfo
+from sluice.features.keys import CONCURRENCY_KEY_ATTRIBUTE
 
 
 class ArrivalQueue:
@@ -36,7 +40,7 @@ class ArrivalQueue:
 
     def send(self, body: str, group_id: str = "", attributes: dict[str, str] | None = None) -> str:
         self._sent += 1
-        self.on_arrival(body)
+        self.on_arrival(body, attributes or {})
         return f"oracle-{self._sent}"
 
 
@@ -55,7 +59,7 @@ class OracleEvent(System):
         self.bucket = TokenBucket(START_RATE, START_BURST)
         self._names = 0
 
-    def _arrived(self, body: str) -> None:
+    def _arrived(self, body: str, attributes: dict[str, str]) -> None:
         self.waiting.append(body)
         self._fill()
 
@@ -84,3 +88,38 @@ class OracleEvent(System):
 class OracleZero(OracleEvent):
     name = "oracle-0"
     event_delay = 0.0
+
+
+class OracleFair(OracleEvent):
+    name = "oracle-fair"
+
+    def __init__(self, ctx: Context) -> None:
+        super().__init__(ctx)
+        self.lines: dict[str, deque[tuple[int, str]]] = {}  # tenant -> (arrival number, body), oldest first
+        self.runs: dict[str, int] = {}  # tenant -> its runs (started, status event not yet arrived)
+        self.tenant_of: dict[str, str] = {}  # execution name -> its tenant
+        self._arrivals = 0
+
+    def _arrived(self, body: str, attributes: dict[str, str]) -> None:
+        self._arrivals += 1
+        tenant = attributes.get(CONCURRENCY_KEY_ATTRIBUTE, "")
+        self.lines.setdefault(tenant, deque()).append((self._arrivals, body))
+        self._fill()
+
+    def on_status_event(self, info: ExecutionInfo) -> None:
+        self.runs[self.tenant_of[info.name]] -= 1
+        super().on_status_event(info)
+
+    def _fill(self) -> None:
+        while self.free and any(self.lines.values()):
+            tenant = min(
+                (t for t, line in self.lines.items() if line),
+                key=lambda t: (self.runs.get(t, 0), self.lines[t][0][0]),
+            )
+            self.free -= 1
+            self.runs[tenant] = self.runs.get(tenant, 0) + 1
+            _, body = self.lines[tenant].popleft()
+            self._names += 1
+            name = f"oracle-{self._names:07d}"
+            self.tenant_of[name] = tenant
+            self.sim.at(self.bucket.next_token(self.sim.now), self.sfn.start, name, body)

@@ -29,6 +29,7 @@ from bench.harness import (
     without_lanes,
 )
 from bench.model import EVENT_DELAY, SENSITIVITY_EVENT_DELAYS
+from bench.oracle import OracleFair
 from bench.sluice_system import SluiceFair, SluiceLanes, SluiceLanesNoWait
 from sluice.features.fair import UNKEYED
 from sluice.features.lanes import DEFAULT_LANE, parse_lanes
@@ -56,7 +57,8 @@ DAG_SYSTEM = "sluice-linger"  # the DAG workload (issue 13): as deployed, awaits
 # The tenants workload (issue 11): each tenant a concurrency key under keyConcurrency; the same jobs
 # without keys; each tenant a tenant of a fair lane (the jobs keyed, the one lane fair). Each in the
 # two arrival patterns (bench.harness.tenants: "late", "together"); and heavy's burst alone in the
-# fair lane (arriving as in "together", no light tenant): (workload, system, arrivals, light tenants).
+# fair lane (arriving as in "together", no light tenant); the fair lane's three runs again under
+# O-fair, the oracle a fair lane is judged against (bench.oracle): (workload, system, arrivals, light tenants).
 TENANT_RUNS = (
     ("tenants", "sluice-keyed", "late", TENANT_LIGHT),
     ("tenants-plain", "sluice-linger", "late", TENANT_LIGHT),
@@ -65,6 +67,9 @@ TENANT_RUNS = (
     ("tenants-plain-together", "sluice-linger", "together", TENANT_LIGHT),
     ("tenants-fair-together", SluiceFair.name, "together", TENANT_LIGHT),
     ("tenants-fair-alone", SluiceFair.name, "together", 0),
+    ("tenants-fair-oracle", OracleFair.name, "late", TENANT_LIGHT),
+    ("tenants-fair-together-oracle", OracleFair.name, "together", TENANT_LIGHT),
+    ("tenants-fair-alone-oracle", OracleFair.name, "together", 0),
 )
 # The lanes workload: with lanes, bulk's backlog and fast's trickle; both backlogged; the first run's
 # jobs with receives that do not wait (SLUICE_RECEIVE_WAIT_SECONDS=0), and without lanes.

@@ -10,11 +10,12 @@ import pytest
 from bench.aws import Meter, SimExecutions, SimQueue
 from bench.harness import Job, Recorder, backlog, body, run
 from bench.model import EVENT_DELAY, Context
-from bench.oracle import OracleEvent, OracleZero
+from bench.oracle import OracleEvent, OracleFair, OracleZero
 from bench.oracle_report import oracle_section, with_oracle
 from bench.quotas import HIGH_THROUGHPUT_FIFO_PER_ACTION, SDK_ATTEMPTS, SQS_FIFO_PER_ACTION, Quotas
 from bench.sim import T0, LambdaFunction, Sim
 from sluice.core.errors import TransientError
+from sluice.features.keys import CONCURRENCY_KEY_ATTRIBUTE
 
 SYSTEMS = ("sluice-linger", "sluice", "poller", "counter-semaphore")
 
@@ -40,7 +41,8 @@ def _oracle_run(cls: type, max_: int, jobs: list[Job]) -> Recorder:
     system = cls(Context(sim, meter, max_, recorder.on_start, random.Random(0)))
     recorder.system = system
     for job in jobs:
-        sim.at(T0 + job.enqueue_at, system.queue.send, job.body, job.id, None)
+        attributes = {CONCURRENCY_KEY_ATTRIBUTE: job.ckey} if job.ckey else None
+        sim.at(T0 + job.enqueue_at, system.queue.send, job.body, job.id, attributes)
     sim.run(stop=recorder.done)
     return recorder
 
@@ -66,6 +68,23 @@ def test_o_event_starts_the_oldest_job_when_the_status_event_arrives():
     d = EVENT_DELAY
 
     assert starts == {"a": 0.0, "b": 10.0 + d, "c": 13.0 + 2 * d, "d": 15.0 + 3 * d}
+
+
+def test_o_fair_gives_each_freed_slot_to_the_tenant_with_the_fewest_runs():
+    """MAX 2: heavy's four jobs at t0 take both slots; light's two arrive at 1 s. The first slot freed
+    goes to light (no run against heavy's one), ahead of heavy's jobs queued first; the next to heavy
+    (no run left against light's one), and so on."""
+    spec = [("h0", "heavy", 0.0, 5.0), ("h1", "heavy", 0.0, 6.0), ("h2", "heavy", 0.0, 1.0)]
+    spec += [("h3", "heavy", 0.0, 1.0), ("l0", "light", 1.0, 9.0), ("l1", "light", 1.0, 9.0)]
+    jobs = [Job(k, at, d, body(k, i), ckey=t) for i, (k, t, at, d) in enumerate(spec)]
+    starts = {k: round(t - T0, 6) for k, t in _oracle_run(OracleFair, 2, jobs).first_start.items()}
+    d = EVENT_DELAY
+
+    assert starts["h0"] == starts["h1"] == 0.0
+    assert starts["l0"] == 5.0 + d  # h0's end: light has none running
+    assert starts["h2"] == 6.0 + d  # h1's end: heavy has none running, light one
+    assert starts["h3"] == starts["h2"] + 1.0 + d  # h2's end: the same
+    assert starts["l1"] == starts["h3"] + 1.0 + d  # h3's end: light's last
 
 
 def test_the_oracles_start_under_start_executions_token_bucket():

@@ -99,19 +99,26 @@ def test_the_section_compares_the_runs_and_judges_the_fair_lanes_targets_on_toge
         "plain-together",
         "fair-together",
         "fair-alone",
+        "oracle-fair",
+        "oracle-fair-together",
+        "oracle-fair-alone",
     ]
-    assert [t["target"].split(":")[0] for t in fair_targets[:3]] == [
+    assert [t["target"].split(":")[0] for t in fair_targets[:4]] == [
         "fair lane (together)",
         "fair lane (together)",
         "fair lane (late)",
+        "fair lane (late)",
     ]
-    assert fair_targets[2]["met"] is None  # the late run's figures: reported, not judged
-    assert len(fair_targets) == 5 and fair_targets[-1]["met"]  # never over MAX, nothing lost
-    assert "heavy alone" in fair_targets[3]["value"]  # utilisation: every fair run
+    assert "O-fair" in fair_targets[2]["target"] and fair_targets[2]["met"] is not None  # judged on O-fair
+    assert fair_targets[3]["met"] is None  # the late run's fairness: reported, not judged
+    assert len(fair_targets) == 7 and fair_targets[-1]["met"]  # never over MAX, nothing lost
+    assert fair_targets[4]["target"].startswith("fair lane, heavy alone")
+    assert "heavy alone" in fair_targets[5]["value"] and " / " in fair_targets[5]["value"]  # each / O-fair
     assert section["rows"]["fair-alone"]["lane"]["utilisation_max"] is not None
     markdown = tenants_markdown(section)
     assert "| fair lane `default:50:0:1:fair` | together |" in markdown
     assert "| fair lane `default:50:0:1:fair` | heavy alone |" in markdown
+    assert "| O-fair (oracle: each freed slot to the tenant with the fewest runs) | late |" in markdown
     assert "| not judged |" in markdown
     assert "Jain mean / lowest" in markdown and "  fair-together  together" in tenants_table(section)
     assert "[info] fair lane (late)" in tenants_table(section)
