@@ -4,10 +4,12 @@ nothing of a fair lane waits in its queue, and the limits stay exact."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import Counter
 
 import pytest
+from botocore.exceptions import ClientError
 
 from sluice.core.clock import FakeClock
 from sluice.core.events import StatusChange
@@ -415,3 +417,59 @@ def test_a_woken_waiter_is_not_held_behind_its_tenants_group(stack):
     assert refill.lanes["shared"]["started"] == 1
     assert running_by_tenant(stack) == {"heavy": 8}
     assert stack.runtime().store().key_state("heavy").waiting == 3
+
+
+def test_duplicates_woken_ahead_of_a_new_payload_do_not_walk_it_to_the_dlq(session):
+    """A reviewer's attack on 6813340 (a woken waiter in a group of its own). heavy-0 runs; its
+    producer re-submits it 5 times in heavy's group, then sends a new payload, heavy-8; light-0 arrives
+    and z waits (its cap 0), so all of them line up. A tick wakes the five copies and heavy-8 together,
+    each in its own group: each copy's claim meets heavy-0 running, a first look, back for the window.
+    heavy-8 is in no copy's group and goes on: it starts, and the copies' second looks suppress them.
+    Handed back behind each copy (unsighted), it spent a receive per copy and SQS moved it to the DLQ
+    without a reason (maxReceiveCount 5)."""
+    stack = build_stack(
+        session,
+        clock=FakeClock(),
+        max_concurrency=20,
+        lanes="shared:16:0:1:fair,default:4",
+        max_receive_count=5,
+    )
+    sqs, url = stack.client("sqs"), stack.settings.lane_queue_url("shared")
+    receipts: list[str] = []
+    stack.session.events.register(
+        "after-call.sqs.ReceiveMessage",
+        lambda parsed, **_: receipts.extend(m["ReceiptHandle"] for m in parsed.get("Messages", [])),
+    )
+    store = stack.runtime().store()
+    store.set_key_cap("z", 0)
+    enqueue_in_groups(stack, {"z": 1})
+    launcher = stack.launcher()
+    launcher.tick()
+    enqueue_in_groups(stack, {"heavy": 8})
+    launcher.tick()
+    assert running_by_tenant(stack) == {"heavy": 8}
+    for _ in range(5):
+        stack.send({"id": "heavy-0"}, group="heavy", lane="shared", **{KEY: "heavy"})
+    stack.send({"id": "heavy-8"}, group="heavy", lane="shared", **{KEY: "heavy"})
+    stack.send({"id": "light-0"}, group="light", lane="shared", **{KEY: "light"})
+    sfn = stack.client("stepfunctions")
+    by_input = {
+        json.loads(sfn.describe_execution(executionArn=e["executionArn"])["input"])["id"]: e["name"]
+        for e in stack.executions("RUNNING")
+    }
+    for payload, name in by_input.items():
+        if payload != "heavy-0":
+            stack.finish(name, "SUCCEEDED")  # their events lost: reconciliation frees the slots
+    stack.clock.advance(200)
+    summary = launcher.tick()
+    assert summary.outcomes.get("recheck", 0) >= 1, summary.outcomes  # the copies' first looks happened
+    for _ in range(3):  # the window passes (moto runs visibility in real time), ticks go on
+        stack.clock.advance(120)
+        for receipt in receipts:
+            with contextlib.suppress(ClientError):
+                sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=receipt, VisibilityTimeout=0)
+        receipts.clear()
+        launcher.tick()
+    assert [m["Body"] for m in stack.dlq_messages()] == []
+    started = Counter(i["id"] for i in stack.inputs())
+    assert started["heavy-8"] == 1 and started["heavy-0"] == 1 and started["light-0"] == 1

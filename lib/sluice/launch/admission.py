@@ -338,8 +338,9 @@ class Admission:
     ) -> None:
         """One group's messages in order. Once any group of the batch finds the slots full or AWS
         failing, the others hand back what they have not begun instead of trying."""
-        for i, message in enumerate(messages):
-            rest = messages[i:]
+        rest = list(messages)
+        while rest:
+            message = rest[0]
             if halt.reason:
                 self.ctx.queue.release(rest)
                 run.add(Outcome.RETURNED if halt.reason == "full" else Outcome.INTERRUPTED, len(rest))
@@ -371,12 +372,19 @@ class Admission:
                 halt.reason = "error"
                 raise
             run.add(outcome)
-            if outcome is Outcome.RECHECK:  # back for the window; its group waits behind it, sighted
-                self.steps.branches.sight_behind(message, rest[1:])
-                self.ctx.queue.release(rest[1:])
-                run.add(Outcome.RETURNED, len(rest) - 1)
-                return
-            if outcome is Outcome.STARTED:
+            rest = rest[1:]
+            if outcome is Outcome.RECHECK:
+                # Back for the window: the later messages of its FIFO group wait behind it, sighted.
+                # A fair lane's run of one tenant spans groups (woken waiters each have their own):
+                # the others go on, as SQS holds nothing of theirs behind it. Handed back unsighted,
+                # each duplicate ahead cost them a receive, and enough walked them to the DLQ.
+                behind = [m for m in rest if m.group_id == message.group_id]
+                rest = [m for m in rest if m.group_id != message.group_id]
+                self.steps.branches.sight_behind(message, behind)
+                if behind:
+                    self.ctx.queue.release(behind)
+                run.add(Outcome.RETURNED, len(behind))
+            elif outcome is Outcome.STARTED:
                 run.filled += 1
 
     def batch_group(self, message: Message) -> str:
