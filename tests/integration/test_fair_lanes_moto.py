@@ -473,3 +473,57 @@ def test_duplicates_woken_ahead_of_a_new_payload_do_not_walk_it_to_the_dlq(sessi
     assert [m["Body"] for m in stack.dlq_messages()] == []
     started = Counter(i["id"] for i in stack.inputs())
     assert started["heavy-8"] == 1 and started["heavy-0"] == 1 and started["light-0"] == 1
+
+
+def test_a_recheck_holds_back_its_own_group_only_and_the_tenants_other_groups_go_on(session):
+    """A second reviewer's test of b6e4a56. P runs; tenant T then sends, in three groups: g [copy of P,
+    N1, N2], h [N3, copy of P, N4], k [N5]. Each copy's first look goes back for the window with its
+    group's later messages behind it (sighted: each is received twice, not more); N3 and N5 start in
+    the same pass; after the window every payload starts once, in its group's order, and the copies are
+    duplicates. Before, the first recheck handed T's whole run back."""
+    stack = build_stack(session, clock=FakeClock(), max_concurrency=10, lanes=LANES)
+    url, sqs = stack.settings.lane_queue_url("shared"), stack.client("sqs")
+    receipts: list[str] = []
+    received: Counter[str] = Counter()
+
+    def on_receive(parsed, **_):
+        for m in parsed.get("Messages", []):
+            receipts.append(m["ReceiptHandle"])
+            received[json.loads(m["Body"])["id"]] += 1
+
+    order: list[str] = []  # payloads in the order Step Functions started them
+
+    def on_start(params, **_):
+        order.append(json.loads(params["input"])["id"])
+
+    stack.session.events.register("after-call.sqs.ReceiveMessage", on_receive)
+    stack.session.events.register("provide-client-params.states.StartExecution", on_start)
+    launcher = stack.launcher()
+    stack.send({"id": "P"}, group="gP", lane="shared", **{KEY: "T"})
+    launcher.tick()
+    for payload, group in [
+        ("P", "g"),
+        ("N1", "g"),
+        ("N3", "h"),
+        ("N2", "g"),
+        ("P", "h"),
+        ("N4", "h"),
+        ("N5", "k"),
+    ]:
+        stack.send({"id": payload}, group=group, lane="shared", **{KEY: "T"})
+    summary = launcher.tick()
+    assert summary.outcomes.get("recheck") == 2, summary.outcomes
+    assert sorted(i["id"] for i in stack.inputs()) == ["N3", "N5", "P"]
+    outcomes: Counter[str] = Counter()
+    for _ in range(4):  # the window passes (moto runs visibility in real time), ticks go on
+        stack.clock.advance(61)
+        for receipt in receipts:
+            with contextlib.suppress(ClientError):
+                sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=receipt, VisibilityTimeout=0)
+        receipts.clear()
+        outcomes.update(launcher.tick().outcomes)
+    assert sorted(i["id"] for i in stack.inputs()) == ["N1", "N2", "N3", "N4", "N5", "P"]
+    assert len(order) == 6, order
+    assert order.index("N1") < order.index("N2") and order.index("N3") < order.index("N4")
+    assert outcomes["duplicate"] == 2 and received["N1"] == 2 and received["N4"] == 2, (outcomes, received)
+    assert stack.dlq_messages() == [] and stack.queue_counts(url) == (0, 0)
