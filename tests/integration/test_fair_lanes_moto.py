@@ -419,6 +419,17 @@ def test_a_woken_waiter_is_not_held_behind_its_tenants_group(stack):
     assert stack.runtime().store().key_state("heavy").waiting == 3
 
 
+def window_passes(stack, url: str, receipts: list[str], seconds: float) -> None:
+    """``seconds`` pass: what went back for a window is visible again (moto runs visibility in real
+    time). A receipt of a message deleted since is refused, and skipped."""
+    stack.clock.advance(seconds)
+    sqs = stack.client("sqs")
+    for receipt in receipts:
+        with contextlib.suppress(ClientError):
+            sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=receipt, VisibilityTimeout=0)
+    receipts.clear()
+
+
 def test_duplicates_woken_ahead_of_a_new_payload_do_not_walk_it_to_the_dlq(session):
     """A reviewer's attack on 6813340 (a woken waiter in a group of its own). heavy-0 runs; its
     producer re-submits it 5 times in heavy's group, then sends a new payload, heavy-8; light-0 arrives
@@ -434,7 +445,7 @@ def test_duplicates_woken_ahead_of_a_new_payload_do_not_walk_it_to_the_dlq(sessi
         lanes="shared:16:0:1:fair,default:4",
         max_receive_count=5,
     )
-    sqs, url = stack.client("sqs"), stack.settings.lane_queue_url("shared")
+    url = stack.settings.lane_queue_url("shared")
     receipts: list[str] = []
     stack.session.events.register(
         "after-call.sqs.ReceiveMessage",
@@ -463,12 +474,8 @@ def test_duplicates_woken_ahead_of_a_new_payload_do_not_walk_it_to_the_dlq(sessi
     stack.clock.advance(200)
     summary = launcher.tick()
     assert summary.outcomes.get("recheck", 0) >= 1, summary.outcomes  # the copies' first looks happened
-    for _ in range(3):  # the window passes (moto runs visibility in real time), ticks go on
-        stack.clock.advance(120)
-        for receipt in receipts:
-            with contextlib.suppress(ClientError):
-                sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=receipt, VisibilityTimeout=0)
-        receipts.clear()
+    for _ in range(3):  # the window passes, ticks go on
+        window_passes(stack, url, receipts, 120)
         launcher.tick()
     assert [m["Body"] for m in stack.dlq_messages()] == []
     started = Counter(i["id"] for i in stack.inputs())
@@ -482,7 +489,7 @@ def test_a_recheck_holds_back_its_own_group_only_and_the_tenants_other_groups_go
     the same pass; after the window every payload starts once, in its group's order, and the copies are
     duplicates. Before, the first recheck handed T's whole run back."""
     stack = build_stack(session, clock=FakeClock(), max_concurrency=10, lanes=LANES)
-    url, sqs = stack.settings.lane_queue_url("shared"), stack.client("sqs")
+    url = stack.settings.lane_queue_url("shared")
     receipts: list[str] = []
     received: Counter[str] = Counter()
 
@@ -515,12 +522,8 @@ def test_a_recheck_holds_back_its_own_group_only_and_the_tenants_other_groups_go
     assert summary.outcomes.get("recheck") == 2, summary.outcomes
     assert sorted(i["id"] for i in stack.inputs()) == ["N3", "N5", "P"]
     outcomes: Counter[str] = Counter()
-    for _ in range(4):  # the window passes (moto runs visibility in real time), ticks go on
-        stack.clock.advance(61)
-        for receipt in receipts:
-            with contextlib.suppress(ClientError):
-                sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=receipt, VisibilityTimeout=0)
-        receipts.clear()
+    for _ in range(4):  # the window passes, ticks go on
+        window_passes(stack, url, receipts, 61)
         outcomes.update(launcher.tick().outcomes)
     assert sorted(i["id"] for i in stack.inputs()) == ["N1", "N2", "N3", "N4", "N5", "P"]
     assert len(order) == 6, order

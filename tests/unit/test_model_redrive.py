@@ -8,6 +8,36 @@ from __future__ import annotations
 from tests.unit.test_model_vanished import claim, model, send
 
 
+def slot(verb: str, redriven_at: float | None = None) -> dict:
+    """A transaction that takes (an adoption's) or gives back (a release's) n1's slot; an adoption
+    naming the redrive date of the run it took (``redriven_at``)."""
+    expression = "SET holders.#n = :now" if verb == "take" else "REMOVE holders.#n"
+    update = {
+        "Key": {"pk": {"S": "SLOTS#launcher#0"}},
+        "UpdateExpression": expression,
+        "ExpressionAttributeNames": {"#n": "n1"},
+    }
+    items: list[dict] = [{"Update": update}]
+    if redriven_at is not None:
+        values = {":redriven": {"N": str(redriven_at)}}
+        items.append({"Update": {"Key": {"pk": {"S": "EXEC#n1"}}, "ExpressionAttributeValues": values}})
+    return {"TransactItems": items}
+
+
+def redriven_after_its_release():
+    """The explorer's model with n1 claimed, FAILED, released, and redriven: outside Sluice."""
+    from tests.explorer.world import ExplorerModel
+
+    m = model()
+    m.__class__ = ExplorerModel
+    send(m, "m1", "p0")
+    claim(m, "n1", "m1")
+    m.ended("n1", "FAILED")
+    m.holders.discard("n1")  # released on its failure
+    m.running_again("n1")  # redriven: outside
+    return m
+
+
 def test_a_redriven_execution_still_held_is_sluices():
     m = model()
     send(m, "m1", "p0")
@@ -32,25 +62,9 @@ def test_an_adopted_run_redriven_while_held_and_released_on_its_earlier_end_is_o
     it, and the completion then released it on the end it had read before the redrive. The run is
     outside Sluice from that release; its old adoption no longer counts it against its key's next
     claim (it counted, and the model blamed that claim for the key's cap)."""
-    from tests.explorer.world import ExplorerModel
     from tests.support.steps import Call
 
-    def slot(verb: str) -> dict:
-        expression = "SET holders.#n = :now" if verb == "take" else "REMOVE holders.#n"
-        update = {
-            "Key": {"pk": {"S": "SLOTS#launcher#0"}},
-            "UpdateExpression": expression,
-            "ExpressionAttributeNames": {"#n": "n1"},
-        }
-        return {"TransactItems": [{"Update": update}]}
-
-    m = model()
-    m.__class__ = ExplorerModel
-    send(m, "m1", "p0")
-    claim(m, "n1", "m1")
-    m.ended("n1", "FAILED")
-    m.holders.discard("n1")  # released on its failure
-    m.running_again("n1")  # redriven: outside
+    m = redriven_after_its_release()
     m.saw(Call("C", "dynamodb", "TransactWriteItems", "adopt", slot("take")), 200, {})
     assert "n1" in m.adopted_at and "n1" not in m.outside
     m.ended("n1", "TIMED_OUT")
@@ -66,27 +80,8 @@ def test_an_adoption_of_an_earlier_redrive_leaves_the_latest_redrive_outside_aft
     from tests.explorer.world import ExplorerModel
     from tests.support.steps import Call
 
-    def slot(verb: str, redriven_at: float | None = None) -> dict:
-        expression = "SET holders.#n = :now" if verb == "take" else "REMOVE holders.#n"
-        update = {
-            "Key": {"pk": {"S": "SLOTS#launcher#0"}},
-            "UpdateExpression": expression,
-            "ExpressionAttributeNames": {"#n": "n1"},
-        }
-        items = [{"Update": update}]
-        if redriven_at is not None:
-            values = {":redriven": {"N": str(redriven_at)}}
-            items.append({"Update": {"Key": {"pk": {"S": "EXEC#n1"}}, "ExpressionAttributeValues": values}})
-        return {"TransactItems": items}
-
     def run(adopted_redrive: float) -> ExplorerModel:
-        m = model()
-        m.__class__ = ExplorerModel
-        send(m, "m1", "p0")
-        claim(m, "n1", "m1")
-        m.ended("n1", "FAILED")
-        m.holders.discard("n1")  # released on its failure
-        m.running_again("n1")
+        m = redriven_after_its_release()
         m.redrive_dates["n1"] = 100.0  # redrive 2
         m.ended("n1", "ABORTED")  # its end handled while not adopted: nothing held
         m.running_again("n1")
