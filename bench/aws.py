@@ -70,12 +70,13 @@ from sluice.adapters.memory.store import MemoryStore
 from sluice.core.errors import SlotsFull, TransientError
 from sluice.core.limits import Ledger, LimitSource
 from sluice.core.model import (
+    Claim,
+    Ending,
     ExecutionInfo,
     ExecutionRecord,
     HandOver,
     Message,
     PayloadRecord,
-    PayloadState,
     StartResult,
 )
 from sluice.core.records import POOL_PREFIX, LaneRoom, LaneSetting
@@ -409,27 +410,27 @@ class CountingStore:
             self.meter.wait("dynamodb:UpdateItem")
         return self.inner.set_limit(source)
 
-    def claim(self, *, key: str, name: str, **kwargs: Any) -> None:
+    def claim(self, claim: Claim) -> None:
         limit = self._pool_limit or 0
         if len(self.inner.table.holders) >= limit:
             self._read_pool()  # no shard had room as read: DynamoStore reads once more, then gives up
             raise SlotsFull(limit)
-        lane = kwargs.get("lane")
+        lane = claim.lane
         if lane is not None and lane not in self._views_here():
             self._read_lanes([lane])  # LaneSlots.choices: no view of the lane yet (its caps just moved)
         self.meter.call("dynamodb:TransactWriteItems")
-        keyed = SMALL_ITEM_KB if kwargs.get("ckey") is not None else 0  # CKEY#<key>
-        laned = self._lane_shard_write(lane, name) if lane is not None else 0  # SLOTS#lane-<l>#<j>
+        keyed = SMALL_ITEM_KB if claim.ckey is not None else 0  # CKEY#<key>
+        laned = self._lane_shard_write(lane, claim.name) if lane is not None else 0  # SLOTS#lane-<l>#<j>
         lane_full = False
         try:
-            self.inner.claim(key=key, name=name, **kwargs)
+            self.inner.claim(claim)
         except SlotsFull:
             # The global pool had room (checked above): the lane's shard refused it. Its view, read
             # before the receive, showed room; LaneSlots reads the pool once more, finds it full.
             lane_full = lane is not None
             raise
         finally:
-            self.meter.wru += 2 * (self._shard_write(name) + 2 * SMALL_ITEM_KB + keyed + laned)
+            self.meter.wru += 2 * (self._shard_write(claim.name) + 2 * SMALL_ITEM_KB + keyed + laned)
             self.meter.wait("dynamodb:TransactWriteItems")
             if lane_full:
                 self._read_lanes([lane])
@@ -450,7 +451,7 @@ class CountingStore:
         self.meter.wait("dynamodb:TransactWriteItems")
         return result
 
-    def release(self, *, name: str, state: PayloadState, now: float, **kwargs: Any) -> ExecutionRecord | None:
+    def release(self, name: str, ending: Ending, **kwargs: Any) -> ExecutionRecord | None:
         if not self.release_without_read:
             self.meter.call("dynamodb:GetItem")
             self.meter.rru += 1
@@ -458,7 +459,7 @@ class CountingStore:
         record = self.inner.table.executions.get(name)
         if record is None or not record.state.holds_lease:
             return None
-        result = self.inner.release(name=name, state=state, now=now, **kwargs)
+        result = self.inner.release(name, ending, **kwargs)
         self._release_writes(record, name, result)
         return result if result is None else replace(result, shard=self._shard_of(name))
 
@@ -471,7 +472,7 @@ class CountingStore:
             self.meter.wru += 2 * (self._shard_write(name) + 2 * SMALL_ITEM_KB + keyed + laned)
             self.meter.wait("dynamodb:TransactWriteItems")
 
-    def hand_over(self, *, name: str, state: PayloadState, now: float, offer: Any, **kwargs: Any) -> HandOver:
+    def hand_over(self, name: str, ending: Ending, offer: Any, **kwargs: Any) -> HandOver:
         """``DynamoStore.hand_over``: one BatchGetItem (the record, the pool item), the offer's
         receive, one transaction (the release and, when offered, the successor's lease and record
         on the freed shard), and a release alone after a refused successor."""
@@ -485,7 +486,7 @@ class CountingStore:
             offered.append(offer(seen, room))
             return offered[-1]
 
-        handed = self.inner.hand_over(name=name, state=state, now=now, offer=counted, **kwargs)
+        handed = self.inner.hand_over(name, ending, counted, **kwargs)
         if offered and offered[0] is not None:
             self.meter.call("dynamodb:TransactWriteItems")  # with the successor: 2 items more
             self.meter.wru += 2 * (self._shard_write(name) + 4 * SMALL_ITEM_KB)

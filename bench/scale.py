@@ -29,7 +29,7 @@ from bench.sluice_system import PARAMETER, sluice_settings
 from sluice.adapters.aws.ssm import SsmMax
 from sluice.adapters.memory.store import MemoryStore
 from sluice.core.limits import LimitSource
-from sluice.core.model import Outcome, PayloadState
+from sluice.core.model import Claim, Ending, Outcome, PayloadState
 from sluice.core.names import execution_name
 from sluice.launch.launcher import Launcher
 
@@ -82,7 +82,7 @@ def sluice_tick(running: int, backlog: int) -> dict[str, Any]:
     store.inner.set_limit(LimitSource(max_, None))
     for name in _fill(sfn, queue, running, backlog):
         key = name.rsplit("-", 1)[0]
-        store.inner.claim(key=key, name=name, message_id=name, now=T0, claim_expires_at=T0 + 900)
+        store.inner.claim(Claim(key=key, name=name, message_id=name, now=T0, claim_expires_at=T0 + 900))
         store.inner.mark_running(key=key, name=name, arn=sfn.arn_for(name), started_at=T0, now=T0)
     store.resync()
     clock.t = T0 + 600
@@ -105,7 +105,7 @@ def sluice_tick(running: int, backlog: int) -> dict[str, Any]:
     def free_ten() -> None:
         for name in [n for n in sfn.inner.running if n.startswith("job-")]:
             sfn.finish(name)
-            store.inner.release(name=name, state=PayloadState.SUCCEEDED, now=clock.t)
+            store.inner.release(name, Ending(PayloadState.SUCCEEDED, clock.t))
         store.resync()
 
     cpu: list[float] = []

@@ -10,7 +10,7 @@ from bench.aws import SMALL_ITEM_KB, CountingStore, Meter
 from sluice.adapters.dynamo.store import DynamoStore, create_table
 from sluice.adapters.memory.store import MemoryStore
 from sluice.core.clock import FakeClock
-from sluice.core.model import ParkedMessage, PayloadState
+from sluice.core.model import Ending, ParkedMessage, PayloadState
 from tests.contract.stores import NOW, RETENTION, claim
 from tests.support.hooks import count_calls
 
@@ -25,7 +25,7 @@ def _wake(store) -> set[str]:
     """n1 claimed with two duplicates parked behind it, then released: the entries it read."""
     claim(store, "k", "n1")
     assert store.park(_parked("m2")) and store.park(_parked("m3"))
-    released = store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW + 5)
+    released = store.release("n1", Ending(PayloadState.SUCCEEDED, NOW + 5))
     assert len(released.parked) == 2
     return set(released.parked)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sluice.core.model import PayloadState
+from sluice.core.model import Ending, PayloadState
 from sluice.features.awaits import Waiter
 from tests.contract.stores import NOW, claim
 
@@ -24,7 +24,7 @@ def waiter(message_id: str = "m1", *awaits: str, at: float = NOW) -> Waiter:
 
 def test_payloads_reads_the_records_that_exist(store):
     claim(store, "a", "na")
-    store.release(name="na", state=PayloadState.SUCCEEDED, now=NOW)
+    store.release("na", Ending(PayloadState.SUCCEEDED, NOW))
     found = store.payloads(["a", "missing"])
     assert set(found) == {"a"} and found["a"].succeeded_by == "na"
     assert store.payloads([]) == {}
@@ -109,16 +109,16 @@ def test_a_release_says_whether_its_key_was_ever_awaited(store):
     """The release tells the completion whether to read the key's waiters: only once a waiter
     parked on it, before or during its run (a flag on the key's record that a release never lifts)."""
     claim(store, "a", "na")
-    assert store.release(name="na", state=PayloadState.SUCCEEDED, now=NOW).awaited is False
+    assert store.release("na", Ending(PayloadState.SUCCEEDED, NOW)).awaited is False
     store.park_waiter(waiter("m1", "b"), ["b"])
     assert store.payload("b") is None  # the flag of a key never seen is no payload record
     claim(store, "b", "nb")
     claim(store, "a", "na2")
     store.park_waiter(waiter("m2", "a"), ["a"])  # parked while a's run is live
-    assert store.release(name="nb", state=PayloadState.FAILED, now=NOW + 1).awaited is True
-    assert store.release(name="na2", state=PayloadState.SUCCEEDED, now=NOW + 2).awaited is True
+    assert store.release("nb", Ending(PayloadState.FAILED, NOW + 1)).awaited is True
+    assert store.release("na2", Ending(PayloadState.SUCCEEDED, NOW + 2)).awaited is True
     claim(store, "b", "nb2", now=NOW + 3)
-    assert store.release(name="nb2", state=PayloadState.SUCCEEDED, now=NOW + 4).awaited is True  # kept
+    assert store.release("nb2", Ending(PayloadState.SUCCEEDED, NOW + 4)).awaited is True  # kept
 
 
 def test_a_park_of_more_keys_than_one_transaction_holds_flags_them_all(store):
@@ -126,4 +126,4 @@ def test_a_park_of_more_keys_than_one_transaction_holds_flags_them_all(store):
     store.park_waiter(waiter("m1", *keys), keys)
     assert store.waiters_on("k59") == {"m1"}
     claim(store, "k59", "n59")
-    assert store.release(name="n59", state=PayloadState.SUCCEEDED, now=NOW).awaited is True
+    assert store.release("n59", Ending(PayloadState.SUCCEEDED, NOW)).awaited is True

@@ -15,7 +15,7 @@ import pytest
 from sluice.adapters.dynamo.store import DynamoStore, create_table
 from sluice.core.errors import SlotsFull
 from sluice.core.limits import LimitSource
-from sluice.core.model import PayloadState
+from sluice.core.model import Ending, PayloadState
 from sluice.primitives.slots import plan_caps
 from tests.contract.stores import NOW, claim
 from tests.support.hooks import Crash
@@ -177,7 +177,7 @@ def test_two_first_reconciliations_that_overlap_keep_the_larger_count_when_both_
 def full_with_a_redriven_run(store, limit: int = 4) -> str:
     """``limit`` holders (the pool full) and ``z``, released earlier, now running again."""
     claim(store, "kz", "z", limit=limit)
-    store.release(name="z", state=PayloadState.FAILED, now=NOW)
+    store.release("z", Ending(PayloadState.FAILED, NOW))
     for i in range(limit):
         claim(store, f"k{i}", f"n{i}", limit=limit)
     return "z"
@@ -198,7 +198,7 @@ def test_an_adoption_into_a_full_pool_admits_nothing_until_the_holders_are_under
     z = full_with_a_redriven_run(store)
     assert store.adopt(name=z, now=NOW + 1)  # 5 run under 4
     for i in range(4):  # whichever shard each end frees
-        store.release(name=f"n{i}", state=PayloadState.SUCCEEDED, now=NOW + 2 + i)
+        store.release(f"n{i}", Ending(PayloadState.SUCCEEDED, NOW + 2 + i))
         running = len(store.ledger().holders)
         assert admitted(store, 3, prefix=f"after{i}-") == max(0, 4 - running)
         assert len(store.ledger().holders) == max(4, running)
@@ -206,12 +206,12 @@ def test_an_adoption_into_a_full_pool_admits_nothing_until_the_holders_are_under
 
 def test_an_adoption_with_room_takes_a_free_slot_and_moves_no_cap(store):
     claim(store, "kz", "z", limit=4)
-    store.release(name="z", state=PayloadState.FAILED, now=NOW)
+    store.release("z", Ending(PayloadState.FAILED, NOW))
     for i in range(3):
         claim(store, f"k{i}", f"n{i}", limit=4)
     assert store.adopt(name="z", now=NOW + 1)  # 4 of 4
     assert admitted(store, 3) == 0
-    store.release(name="n0", state=PayloadState.SUCCEEDED, now=NOW + 2)
+    store.release("n0", Ending(PayloadState.SUCCEEDED, NOW + 2))
     assert admitted(store, 3, prefix="later") == 1
 
 
@@ -226,12 +226,12 @@ def test_an_adoption_into_a_full_lane_admits_nothing_in_it_until_under_its_limit
     """The same in a lane's pool (``sluice.features.lanes``): the lane's caps bound its holders too."""
     store.set_lane_limit("gpu", 4, 0.0)
     claim(store, "kz", "z", limit=10, lane="gpu")
-    store.release(name="z", state=PayloadState.FAILED, now=NOW)
+    store.release("z", Ending(PayloadState.FAILED, NOW))
     for i in range(4):
         claim(store, f"k{i}", f"n{i}", limit=10, lane="gpu")
     assert store.adopt(name="z", now=NOW + 1)  # 5 run in a lane of 4
     for i in range(4):
-        store.release(name=f"n{i}", state=PayloadState.SUCCEEDED, now=NOW + 2 + i)
+        store.release(f"n{i}", Ending(PayloadState.SUCCEEDED, NOW + 2 + i))
         running = store.lane_rooms(["gpu"])["gpu"].running
         thaw_as_admission_does(store, "gpu", 4)
         got = 0
@@ -278,7 +278,7 @@ def test_an_adopter_that_dies_before_it_plans_again_leaves_caps_that_admit_nothi
     if lane is not None:
         store.set_lane_limit(lane, 4, 0.0)
     claim(store, "kz", "z", limit=limit, **extra)
-    store.release(name="z", state=PayloadState.FAILED, now=NOW)
+    store.release("z", Ending(PayloadState.FAILED, NOW))
     for i in range(4):
         claim(store, f"k{i}", f"n{i}", limit=limit, **extra)
     died = crash_after_the_adoption(client)
@@ -295,7 +295,7 @@ def test_an_adopter_that_dies_before_it_plans_again_leaves_caps_that_admit_nothi
     # The other shards' ends first: the adopted run's shard stays past its cap.
     ending = sorted((f"n{i}" for i in range(4)), key=lambda n: (shard(n) == shard("z"), n))
     for i, name in enumerate(ending):
-        fresh.release(name=name, state=PayloadState.SUCCEEDED, now=NOW + 2 + i)
+        fresh.release(name, Ending(PayloadState.SUCCEEDED, NOW + 2 + i))
         running = 4 - i  # z and the n's left
         if lane is not None:
             thaw_as_admission_does(fresh, lane, 4)
@@ -308,7 +308,7 @@ def test_an_adopter_that_dies_before_it_plans_again_leaves_caps_that_admit_nothi
                 pass
         assert got == max(0, 4 - running), f"{got} admitted beside {running} running under 4"
         for j in range(got):
-            fresh.release(name=f"m{i}-{j}", state=PayloadState.SUCCEEDED, now=NOW + 2 + i)
+            fresh.release(f"m{i}-{j}", Ending(PayloadState.SUCCEEDED, NOW + 2 + i))
 
 
 def test_a_limit_above_ten_thousand_is_refused_before_any_plan():

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from sluice.core.errors import LeaseHeld
 from sluice.core.limits import LimitSource
-from sluice.core.model import ExecutionRecord, PayloadState, Successor
+from sluice.core.model import Claim, Ending, ExecutionRecord, PayloadState
 from tests.contract.stores import NOW, claim
 
 
@@ -15,24 +15,23 @@ from tests.contract.stores import NOW, claim
 class Offer:
     """Offers ``successor`` (when given) and records what the hand-over asked."""
 
-    successor: Successor | None = None
+    successor: Claim | None = None
     asked: list[tuple[str, bool]] = field(default_factory=list)
 
-    def __call__(self, record: ExecutionRecord, room: bool) -> Successor | None:
+    def __call__(self, record: ExecutionRecord, room: bool) -> Claim | None:
         self.asked.append((record.name, room))
         return self.successor
 
 
-def successor(key: str, name: str, *, once: bool = False) -> Successor:
-    return Successor(
-        key=key, name=name, message_id=f"m-{name}", arn=f"arn:x:{name}", claim_expires_at=NOW + 900, once=once
-    )
+def successor(key: str, name: str, *, once: bool = False) -> Claim:
+    """A claim offered the freed slot, claimed as the hand-over's default end is (``now``)."""
+    return Claim(key, name, f"m-{name}", NOW + 5, NOW + 900, arn=f"arn:x:{name}", once=once)
 
 
 def hand_over(
     store, name: str, offer: Offer, state: PayloadState = PayloadState.SUCCEEDED, now: float = NOW + 5
 ):
-    return store.hand_over(name=name, state=state, now=now, offer=offer)
+    return store.hand_over(name, Ending(state, now), offer)
 
 
 def test_the_successor_takes_the_freed_slot_and_its_lease_in_the_release(store):
@@ -84,7 +83,7 @@ def test_a_successor_whose_key_is_held_leaves_the_release_alone(store):
 
 def test_a_run_once_successor_of_a_key_that_succeeded_is_not_claimed(store):
     claim(store, "b", "nb1", limit=2)
-    store.release(name="nb1", state=PayloadState.SUCCEEDED, now=NOW + 1)
+    store.release("nb1", Ending(PayloadState.SUCCEEDED, NOW + 1))
     claim(store, "a", "na", limit=2)
     handed = hand_over(store, "na", Offer(successor("b", "nb2", once=True)))
     assert handed.released is not None and not handed.claimed
@@ -93,7 +92,7 @@ def test_a_run_once_successor_of_a_key_that_succeeded_is_not_claimed(store):
 
 def test_nothing_is_offered_for_a_run_that_holds_no_lease(store):
     claim(store, "a", "na", limit=1)
-    store.release(name="na", state=PayloadState.SUCCEEDED, now=NOW + 1)  # its event, delivered twice
+    store.release("na", Ending(PayloadState.SUCCEEDED, NOW + 1))  # its event, delivered twice
     offer = Offer(successor("b", "nb"))
     handed = hand_over(store, "na", offer)
     assert handed.released is None and not handed.claimed and offer.asked == []

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from sluice.core.errors import KeyFull, LeaseHeld
-from sluice.core.model import PayloadState
+from sluice.core.model import Ending, PayloadState
 from sluice.core.records import KeyState
 from sluice.features.keys import KeyWaiter, entry
 from tests.contract.stores import NOW, claim
@@ -51,10 +51,10 @@ def test_a_key_admits_up_to_the_default_cap_and_says_why_it_refuses(store):
 def test_the_release_frees_the_key_and_a_late_release_frees_nothing(store):
     store.key_concurrency = 1
     keyed(store, "a", "na")
-    assert store.release(name="na", state=PayloadState.SUCCEEDED, now=NOW) is not None
+    assert store.release("na", Ending(PayloadState.SUCCEEDED, NOW)) is not None
     assert store.key_state("tenant").holders == frozenset()
     keyed(store, "b", "nb")
-    assert store.release(name="na", state=PayloadState.SUCCEEDED, now=NOW) is None  # repeated event
+    assert store.release("na", Ending(PayloadState.SUCCEEDED, NOW)) is None  # repeated event
     assert store.key_state("tenant").holders == {"nb"}
     with pytest.raises(KeyFull):
         keyed(store, "c", "nc")
@@ -126,7 +126,7 @@ def test_a_woken_claim_takes_its_kept_slot_and_a_newcomer_waits_until_it_lands(s
     keyed(store, "p1", "n1", ticket=entry(1, NOW))
     state = store.key_state("tenant")
     assert (state.holders, state.inflight) == ({"n0", "n1"}, frozenset())
-    store.release(name="n0", state=PayloadState.SUCCEEDED, now=NOW)
+    store.release("n0", Ending(PayloadState.SUCCEEDED, NOW))
     keyed(store, "new", "n-new")
     store.forget_key("tenant")
     assert store.keys_waiting() == frozenset()
@@ -143,11 +143,11 @@ def test_a_woken_waiter_parking_again_gives_up_its_kept_slot(store):
 def test_an_adopted_run_takes_a_slot_of_its_key_past_the_cap(store):
     store.key_concurrency = 1
     keyed(store, "a", "na")
-    store.release(name="na", state=PayloadState.FAILED, now=NOW)
+    store.release("na", Ending(PayloadState.FAILED, NOW))
     keyed(store, "b", "nb")
     assert store.adopt(name="na", now=NOW + 5)  # redriven: it runs, so it counts
     assert store.key_state("tenant").holders == {"na", "nb"}
-    store.release(name="nb", state=PayloadState.SUCCEEDED, now=NOW + 6)
+    store.release("nb", Ending(PayloadState.SUCCEEDED, NOW + 6))
     with pytest.raises(KeyFull):
         keyed(store, "c", "nc")  # still one running: na
 
@@ -169,7 +169,7 @@ def test_a_rolled_back_woken_claim_keeps_its_slot_again(store):
     assert store.advance_key("tenant", woken=0, to=1, now=NOW)
     keyed(store, "p0", "n0", ticket=entry(0, NOW))
     store.keep_inflight("tenant", [entry(0, NOW)])  # its start was refused: the message returns
-    store.release(name="n0", state=PayloadState.RELEASED, now=NOW)
+    store.release("n0", Ending(PayloadState.RELEASED, NOW))
     state = store.key_state("tenant")
     assert (state.holders, state.inflight, state.room(1, NOW)) == (frozenset(), {entry(0, NOW)}, 0)
 
@@ -185,7 +185,7 @@ def test_a_claim_that_lands_before_its_wake_notes_it_keeps_no_second_slot(store)
     assert store.advance_key("tenant", woken=0, to=1, now=NOW)  # the wake notes it now
     state = store.key_state("tenant")
     assert (state.holders, state.kept(NOW)) == ({"n0"}, 0)
-    store.release(name="n0", state=PayloadState.SUCCEEDED, now=NOW + 1)
+    store.release("n0", Ending(PayloadState.SUCCEEDED, NOW + 1))
     state = store.key_state("tenant")
     assert state.room(1, NOW + 1) == 1 and state.stale(NOW + 1) == (entry(0, NOW),)
     assert store.advance_key("tenant", woken=1, to=2, now=NOW + 1, drop=state.stale(NOW + 1))
@@ -205,7 +205,7 @@ def test_a_landed_note_waits_for_its_wake_whatever_the_readers_clock(store):
     assert state.stale(behind) == ()  # the note waits for its wake
     assert store.advance_key("tenant", woken=0, to=0, now=behind, drop=state.stale(behind))
     assert store.advance_key("tenant", woken=0, to=1, now=NOW)  # the wake notes it now
-    store.release(name="n0", state=PayloadState.SUCCEEDED, now=NOW + 1)
+    store.release("n0", Ending(PayloadState.SUCCEEDED, NOW + 1))
     state = store.key_state("tenant")
     assert (state.kept(NOW + 1), state.room(1, NOW + 1)) == (0, 1)
     assert state.stale(behind) == (entry(0, NOW),)  # noted and landed: any clock drops it
@@ -293,7 +293,7 @@ def test_a_landed_claim_rolled_back_keeps_its_slot_again(store):
     assert store.park_for_key(waiter(0), tickets=0)
     keyed(store, "p0", "n0", ticket=entry(0, NOW))  # before the wake noted it
     store.keep_inflight("tenant", [entry(0, NOW)])  # its start was refused: the message returns
-    store.release(name="n0", state=PayloadState.RELEASED, now=NOW)
+    store.release("n0", Ending(PayloadState.RELEASED, NOW))
     state = store.key_state("tenant")
     assert (state.inflight, state.landed, state.room(1, NOW)) == ({entry(0, NOW)}, frozenset(), 0)
 

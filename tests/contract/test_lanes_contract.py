@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from sluice.core.errors import SlotsFull
-from sluice.core.model import PayloadState
+from sluice.core.model import Ending, PayloadState
 from sluice.core.records import LaneSetting
 from tests.contract.stores import NOW
 from tests.contract.stores import claim as claim_under
@@ -47,21 +47,21 @@ def test_a_lane_without_a_limit_admits_nothing(store):
 def test_the_release_frees_the_lane_slot(store):
     store.set_lane_limit("gpu", 1, 0.0)
     claim(store, "k1", "n1")
-    assert store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW + 1) is not None
+    assert store.release("n1", Ending(PayloadState.SUCCEEDED, NOW + 1)) is not None
     assert store.lane_rooms(["gpu"])["gpu"].running == 0
     claim(store, "k2", "n2")
-    assert store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW + 2) is None, "released once"
+    assert store.release("n1", Ending(PayloadState.SUCCEEDED, NOW + 2)) is None, "released once"
     assert store.lane_rooms(["gpu"])["gpu"].running == 1
 
 
 def test_an_adopted_run_takes_its_lane_slot_back_past_the_cap(store):
     store.set_lane_limit("gpu", 1, 0.0)
     claim(store, "k1", "n1")
-    store.release(name="n1", state=PayloadState.FAILED, now=NOW + 1)
+    store.release("n1", Ending(PayloadState.FAILED, NOW + 1))
     claim(store, "k2", "n2")  # the lane is full again
     assert store.adopt(name="n1", now=NOW + 2)  # n1 was redriven: it runs, so it holds a slot
     assert store.lane_rooms(["gpu"])["gpu"].running == 2
-    store.release(name="n2", state=PayloadState.SUCCEEDED, now=NOW + 3)
+    store.release("n2", Ending(PayloadState.SUCCEEDED, NOW + 3))
     with pytest.raises(SlotsFull):
         claim(store, "k3", "n3")  # still at the lane's limit: the adopted run counts
 

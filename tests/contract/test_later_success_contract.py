@@ -10,7 +10,7 @@ import pytest
 
 from sluice.adapters.memory.store import MemoryStore
 from sluice.core.errors import AlreadyDone
-from sluice.core.model import EffectsLog, PayloadState
+from sluice.core.model import EffectsLog, Ending, PayloadState
 from sluice.core.records import ReceiptOutput
 from tests.contract.stores import NOW, claim
 
@@ -19,7 +19,7 @@ def failed_run(store, key: str = "k", name: str = "n1", *, once: bool = False):
     """``name`` of ``key`` started, FAILED at NOW + 10 and released. Returns its record."""
     claim(store, key, name, once=once)
     store.mark_running(key=key, name=name, arn=f"arn:x:{name}", started_at=NOW, now=NOW)
-    assert store.release(name=name, state=PayloadState.FAILED, now=NOW + 11, ended_at=NOW + 10, error="Boom")
+    assert store.release(name, Ending(PayloadState.FAILED, NOW + 11, error="Boom", ended_at=NOW + 10))
     record = store.execution(name)
     assert record.state is PayloadState.FAILED and record.ended_at == NOW + 10
     return record
@@ -53,7 +53,7 @@ def test_it_is_written_once_and_only_over_the_end_it_was_read_with(store):
 def test_a_later_run_keeps_the_receipt_but_the_key_has_succeeded(store):
     record = failed_run(store)
     claim(store, "k", "n2", message_id="m2", now=NOW + 20)
-    assert store.release(name="n2", state=PayloadState.FAILED, now=NOW + 31, ended_at=NOW + 30)
+    assert store.release("n2", Ending(PayloadState.FAILED, NOW + 31, ended_at=NOW + 30))
     assert store.record_later_success(record=record, ended_at=NOW + 50, now=NOW + 51, receipt=None)
     payload = store.payload("k")
     assert (payload.receipt, payload.receipt_state, payload.succeeded_by) == ("n2", PayloadState.FAILED, "n1")

@@ -10,7 +10,7 @@ import pytest
 
 from sluice.core.clock import FakeClock
 from sluice.core.limits import LimitSource
-from sluice.core.model import PayloadState
+from sluice.core.model import Claim, Ending, PayloadState
 from sluice.features.awaits import Waiter
 from sluice.semaphore.model import Outcome
 from sluice.semaphore.service import SemaphoreService
@@ -26,8 +26,10 @@ from tests.support.cli import Run, sluice, use_env
 
 def once_success(store, key: str = "k", name: str = "n1") -> None:
     store.set_limit(LimitSource(5, None))
-    store.claim(key=key, name=name, message_id=f"m-{name}", now=NOW, claim_expires_at=NOW + 900, once=True)
-    store.release(name=name, state=PayloadState.SUCCEEDED, now=NOW + 1)
+    store.claim(
+        Claim(key=key, name=name, message_id=f"m-{name}", now=NOW, claim_expires_at=NOW + 900, once=True)
+    )
+    store.release(name, Ending(PayloadState.SUCCEEDED, NOW + 1))
     assert store.payload(key).expires_at == 0 and store.payload(key).once_by == name
 
 
@@ -43,21 +45,19 @@ def test_a_dead_letter_of_a_once_key_that_succeeded_records_its_reason_without_e
 def test_a_plain_run_of_a_once_key_that_succeeded_leaves_it_without_expiry(store, state):
     once_success(store)
     claim(store, "k", "n2", now=NOW + 10)
-    released = store.release(name="n2", state=state, now=NOW + 11)
+    released = store.release("n2", Ending(state, NOW + 11))
     assert released is not None and released.name == "n2"
     record = store.payload("k")
     assert record.holder is None and record.state is state and record.expires_at == 0
     assert (record.succeeded_by, record.once_by) == ("n1", "n1")
     assert store.ledger().holders == frozenset()
-    assert store.release(name="n2", state=state, now=NOW + 12) is None  # released once
+    assert store.release("n2", Ending(state, NOW + 12)) is None  # released once
 
 
 def test_a_hand_over_from_a_plain_run_of_a_once_key_keeps_it_and_claims_the_successor(store):
     once_success(store)
     claim(store, "k", "n2", limit=1, now=NOW + 10)
-    handed = store.hand_over(
-        name="n2", state=PayloadState.SUCCEEDED, now=NOW + 11, offer=Offer(successor("b", "nb"))
-    )
+    handed = store.hand_over("n2", Ending(PayloadState.SUCCEEDED, NOW + 11), Offer(successor("b", "nb")))
     assert handed.claimed and handed.released is not None
     assert store.payload("k").expires_at == 0 and store.payload("k").holder is None
     assert store.payload("b").holder == "nb" and store.ledger().holders == frozenset({"nb"})
@@ -77,7 +77,7 @@ def test_an_awaited_plain_run_of_a_once_key_is_released_flagged_and_kept(store):
         parked_at=NOW + 10,
     )
     store.park_waiter(waiter, ["k"])
-    released = store.release(name="n2", state=PayloadState.FAILED, now=NOW + 11)
+    released = store.release("n2", Ending(PayloadState.FAILED, NOW + 11))
     assert released is not None and released.awaited
     assert store.payload("k").expires_at == 0 and store.payload("k").holder is None
 
@@ -86,13 +86,13 @@ def test_records_of_keys_no_once_run_succeeded_still_expire(store):
     store.record_invalid(key="bad", reason="not JSON", now=NOW)
     assert store.payload("bad").expires_at == int(NOW) + RETENTION
     claim(store, "plain", "p1")
-    store.release(name="p1", state=PayloadState.SUCCEEDED, now=NOW + 1)
+    store.release("p1", Ending(PayloadState.SUCCEEDED, NOW + 1))
     assert store.payload("plain").expires_at == int(NOW + 1) + RETENTION
     store.record_invalid(key="plain", reason="too big", now=NOW + 2)
     assert store.payload("plain").expires_at == int(NOW + 2) + RETENTION
     store.set_limit(LimitSource(5, None))
-    store.claim(key="f", name="f1", message_id="m-f1", now=NOW, claim_expires_at=NOW + 900, once=True)
-    store.release(name="f1", state=PayloadState.FAILED, now=NOW + 3)
+    store.claim(Claim(key="f", name="f1", message_id="m-f1", now=NOW, claim_expires_at=NOW + 900, once=True))
+    store.release("f1", Ending(PayloadState.FAILED, NOW + 3))
     assert store.payload("f").expires_at == int(NOW + 3) + RETENTION and store.payload("f").once_by is None
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from sluice.core.errors import AlreadyRan, OnceUnknown
-from sluice.core.model import PayloadState
+from sluice.core.model import Ending, PayloadState
 from tests.contract.stores import NOW, claim
 from tests.contract.test_handover_contract import Offer, successor
 
@@ -17,7 +17,7 @@ def vanished(store, key: str = "k", name: str = "n1", *, once: bool = True) -> N
     claim(store, key, name, once=once)
     store.mark_running(key=key, name=name, arn=f"arn:x:{name}", started_at=NOW, now=NOW)
     released = store.release(
-        name=name, state=PayloadState.RELEASED, now=NOW + 1, error="vanished", outcome_unknown=True
+        name, Ending(PayloadState.RELEASED, NOW + 1, error="vanished", outcome_unknown=True)
     )
     assert released is not None and released.name == name
 
@@ -44,7 +44,7 @@ def test_a_once_claim_of_the_marked_key_is_refused_and_a_plain_claim_passes(stor
 def test_later_writes_keep_the_mark_and_no_expiry(store, state):
     vanished(store)
     claim(store, "k", "n2", message_id="m2", now=NOW + 5)
-    assert store.release(name="n2", state=state, now=NOW + 6) is not None
+    assert store.release("n2", Ending(state, NOW + 6)) is not None
     store.record_invalid(key="k", reason="not JSON", now=NOW + 7)
     record = store.payload("k")
     assert record.once_unknown == "n1" and record.expires_at == 0
@@ -54,7 +54,7 @@ def test_a_hand_over_does_not_claim_a_once_successor_of_the_marked_key(store):
     vanished(store)
     claim(store, "a", "na", limit=1, message_id="ma", now=NOW + 5)
     handed = store.hand_over(
-        name="na", state=PayloadState.SUCCEEDED, now=NOW + 6, offer=Offer(successor("k", "n2", once=True))
+        "na", Ending(PayloadState.SUCCEEDED, NOW + 6), Offer(successor("k", "n2", once=True))
     )
     assert handed.released is not None and not handed.claimed
     assert store.execution("n2") is None and store.payload("k").holder is None

@@ -11,7 +11,7 @@ import pytest
 
 from sluice.adapters.memory.aws import MemoryQueue
 from sluice.core.clock import FakeClock
-from sluice.core.model import PayloadState
+from sluice.core.model import Ending, PayloadState
 from sluice.core.ports import PayloadLeases, Records, SlotPools, Store, WaitingRoom
 from sluice.core.records import ReceiptOutput
 from sluice.features.awaits import AwaitStore
@@ -80,6 +80,6 @@ def test_a_release_sends_its_effects_asking_the_records_port_alone(store):
         state=PayloadState.SUCCEEDED,
         now=NOW + 9,
     )
-    assert store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW + 9, output=output) is not None
+    assert store.release("n1", Ending(PayloadState.SUCCEEDED, NOW + 9), output=output) is not None
     assert [m.attributes.get("sluice-key") for m in queue.receive(10, 0)] == ["e0"]
     assert store.effects("n1").sent == ("e0",)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from sluice.core.errors import LeaseHeld
-from sluice.core.model import PayloadState
+from sluice.core.model import Ending, PayloadState
 from tests.contract.stores import NOW, claim
 
 
@@ -25,7 +25,7 @@ def test_no_claim_takes_the_lease_until_every_redriven_mark_is_lifted(store):
     claim(store, "k", "n1")
     store.mark_redriven(key="k", name="r1", now=NOW)
     store.mark_redriven(key="k", name="r2", now=NOW)
-    assert store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW) is not None
+    assert store.release("n1", Ending(PayloadState.SUCCEEDED, NOW)) is not None
     assert store.clear_redriven(key="k", name="r1")
     with pytest.raises(LeaseHeld) as held:
         claim(store, "k", "n2")
@@ -38,11 +38,11 @@ def test_no_claim_takes_the_lease_until_every_redriven_mark_is_lifted(store):
 
 def test_an_adoption_lifts_its_own_further_mark(store):
     claim(store, "k", "r2")
-    assert store.release(name="r2", state=PayloadState.FAILED, now=NOW) is not None
+    assert store.release("r2", Ending(PayloadState.FAILED, NOW)) is not None
     claim(store, "k", "n1")
     store.mark_redriven(key="k", name="r1", now=NOW)
     store.mark_redriven(key="k", name="r2", now=NOW)  # r2 redriven: a further mark
-    assert store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW) is not None
+    assert store.release("n1", Ending(PayloadState.SUCCEEDED, NOW)) is not None
     assert store.adopt(name="r2", now=NOW + 1)
     assert store.payload("k").holder == "r2" and store.payload("k").redriven_more == frozenset()
 
@@ -52,11 +52,11 @@ def test_an_adoption_keeps_the_redrive_date_it_was_given(store):
     run's (``completion.before_its_redrive``). An adoption with no date reported keeps the one
     before, which no end of a later run can be older than."""
     claim(store, "k", "e1")
-    assert store.release(name="e1", state=PayloadState.FAILED, now=NOW, ended_at=NOW - 5) is not None
+    assert store.release("e1", Ending(PayloadState.FAILED, NOW, ended_at=NOW - 5)) is not None
     assert store.adopt(name="e1", now=NOW + 10, redriven_at=NOW + 3)
     record = store.execution("e1")
     assert (record.earlier_end_at, record.redriven_at) == (NOW - 5, NOW + 3)
-    assert store.release(name="e1", state=PayloadState.FAILED, now=NOW + 20, ended_at=NOW + 15) is not None
+    assert store.release("e1", Ending(PayloadState.FAILED, NOW + 20, ended_at=NOW + 15)) is not None
     assert store.adopt(name="e1", now=NOW + 30)
     record = store.execution("e1")
     assert (record.earlier_end_at, record.redriven_at) == (NOW + 15, NOW + 3)

@@ -8,7 +8,7 @@ import pytest
 
 from sluice.core.errors import AlreadyRan, LeaseHeld, SlotsFull
 from sluice.core.limits import LimitSource
-from sluice.core.model import PayloadState
+from sluice.core.model import Claim, Ending, PayloadState
 from tests.contract.stores import NOW, claim
 
 
@@ -61,7 +61,7 @@ def test_limit_zero_on_an_empty_ledger_admits_nothing(store):
 def test_no_claim_is_admitted_before_a_limit_was_put_in_force(store):
     assert store.ledger().in_force is None
     with pytest.raises(SlotsFull):
-        store.claim(key="k", name="n", message_id="m", now=NOW, claim_expires_at=NOW + 900)
+        store.claim(Claim(key="k", name="n", message_id="m", now=NOW, claim_expires_at=NOW + 900))
     assert store.payload("k") is None and store.ledger().holders == frozenset()
 
 
@@ -81,7 +81,7 @@ def test_the_limit_in_force_takes_the_newest_max_and_the_newest_external_count(s
         return store.set_limit(LimitSource(max_value, changed_at, external, int(count)))
 
     def start(i):
-        store.claim(key=f"k{i}", name=f"n{i}", message_id="m", now=NOW, claim_expires_at=NOW + 900)
+        store.claim(Claim(key=f"k{i}", name=f"n{i}", message_id="m", now=NOW, claim_expires_at=NOW + 900))
 
     assert put(5, 100.0, 0, 1.0) == 5
     assert put(2, 200.0, 0, 1.0) == 2  # an operator lowered MAX
@@ -113,15 +113,10 @@ def test_release_frees_once_and_records_the_outcome(store):
     claim(store, "k", "n1")
     store.mark_running(key="k", name="n1", arn="arn:x", started_at=NOW, now=NOW)
     before = store.release(
-        name="n1",
-        state=PayloadState.FAILED,
-        now=NOW + 5,
-        error="States.TaskFailed",
-        cause="boom",
-        ended_at=NOW + 4,
+        "n1", Ending(PayloadState.FAILED, NOW + 5, error="States.TaskFailed", cause="boom", ended_at=NOW + 4)
     )
     assert before is not None and before.state is PayloadState.RUNNING
-    assert store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW + 6) is None
+    assert store.release("n1", Ending(PayloadState.SUCCEEDED, NOW + 6)) is None
     assert store.ledger().holders == frozenset()
     payload, record = store.payload("k"), store.execution("n1")
     assert (payload.state, payload.holder, payload.reason) == (PayloadState.FAILED, None, "States.TaskFailed")
@@ -135,20 +130,20 @@ def test_release_frees_once_and_records_the_outcome(store):
 
 def test_release_of_an_unknown_name_is_a_no_op(store):
     claim(store, "k", "n1")
-    assert store.release(name="by-hand", state=PayloadState.SUCCEEDED, now=NOW) is None
+    assert store.release("by-hand", Ending(PayloadState.SUCCEEDED, NOW)) is None
     assert store.ledger().holders == {"n1"}
 
 
 def test_mark_after_release_does_not_resurrect(store):
     claim(store, "k", "n1")
-    store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW)
+    store.release("n1", Ending(PayloadState.SUCCEEDED, NOW))
     assert not store.mark_running(key="k", name="n1", arn="arn:x", started_at=NOW, now=NOW)
     assert store.payload("k").state is PayloadState.SUCCEEDED
 
 
 def test_a_released_payload_can_be_claimed_again(store):
     claim(store, "k", "n1")
-    store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW)
+    store.release("n1", Ending(PayloadState.SUCCEEDED, NOW))
     claim(store, "k", "n2")
     payload = store.payload("k")
     assert (payload.holder, payload.executions, payload.attempts) == ("n2", ("n1", "n2"), 2)
@@ -159,9 +154,7 @@ def test_a_name_that_ran_and_ended_cannot_be_claimed_again(store, ended):
     """Its message back after the release: the claim refuses the name, with its record, and takes
     nothing (a start on another state machine would accept the name and run it twice)."""
     claim(store, "k", "n1")
-    store.release(
-        name="n1", state=PayloadState(ended), now=NOW + 5, error="E" if ended != "SUCCEEDED" else None
-    )
+    store.release("n1", Ending(PayloadState(ended), NOW + 5, error="E" if ended != "SUCCEEDED" else None))
     with pytest.raises(AlreadyRan) as ran:
         claim(store, "k", "n1", now=NOW + 9)
     assert (ran.value.existing.name, ran.value.existing.state) == ("n1", PayloadState(ended))
@@ -175,7 +168,7 @@ def test_a_name_released_unstarted_can_be_claimed_again(store):
     """RELEASED (reconciliation found no such execution, or the start was refused for sure): it
     never ran, so its message back claims it again under the same name."""
     claim(store, "k", "n1")
-    store.release(name="n1", state=PayloadState.RELEASED, now=NOW + 5)
+    store.release("n1", Ending(PayloadState.RELEASED, NOW + 5))
     claim(store, "k", "n1", now=NOW + 9)
     assert store.payload("k").holder == "n1" and store.execution("n1").state is PayloadState.CLAIMED
 
@@ -230,7 +223,9 @@ def test_concurrent_claims_never_exceed_the_limit(store):
 
 def once_claim(store, key: str, name: str, *, now: float = NOW) -> None:
     store.set_limit(LimitSource(5, None))
-    store.claim(key=key, name=name, message_id=f"m-{name}", now=now, claim_expires_at=now + 900, once=True)
+    store.claim(
+        Claim(key=key, name=name, message_id=f"m-{name}", now=now, claim_expires_at=now + 900, once=True)
+    )
 
 
 def test_an_ended_release_writes_the_receipt_with_its_output(store):
@@ -245,7 +240,7 @@ def test_an_ended_release_writes_the_receipt_with_its_output(store):
         asked.append(record.name)
         return ReceiptOutput(inline='{"ok":1}', size=8)
 
-    store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW + 9, ended_at=NOW + 8, output=output)
+    store.release("n1", Ending(PayloadState.SUCCEEDED, NOW + 9, ended_at=NOW + 8), output=output)
     receipt = read_receipt(store, "k")
     assert (receipt.name, receipt.outcome, receipt.arn) == ("n1", PayloadState.SUCCEEDED, "arn:n1")
     assert (receipt.started_at, receipt.stopped_at, receipt.output, receipt.output_size) == (
@@ -256,7 +251,7 @@ def test_an_ended_release_writes_the_receipt_with_its_output(store):
     )
     assert receipt.succeeded_by == "n1" and asked == ["n1"]
     # A repeated release writes nothing and asks for no output.
-    assert store.release(name="n1", state=PayloadState.FAILED, now=NOW + 20, output=output) is None
+    assert store.release("n1", Ending(PayloadState.FAILED, NOW + 20), output=output) is None
     assert read_receipt(store, "k").outcome is PayloadState.SUCCEEDED and asked == ["n1"]
 
 
@@ -265,14 +260,11 @@ def test_a_later_run_replaces_the_receipt_but_not_the_first_success(store):
     from sluice.features.receipts import read_receipt
 
     claim(store, "k", "n1")
-    store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW + 1)
+    store.release("n1", Ending(PayloadState.SUCCEEDED, NOW + 1))
     claim(store, "k", "n2", now=NOW + 2)
     store.release(
-        name="n2",
-        state=PayloadState.FAILED,
-        now=NOW + 3,
-        error="E",
-        cause="C",
+        "n2",
+        Ending(PayloadState.FAILED, NOW + 3, error="E", cause="C"),
         output=lambda r: ReceiptOutput(pointer='{"uri":"s3://b/outputs/x"}', size=9),
     )
     receipt = read_receipt(store, "k")
@@ -290,7 +282,7 @@ def test_a_release_without_a_run_writes_no_receipt(store):
     from sluice.features.receipts import read_receipt
 
     claim(store, "k", "n1")
-    store.release(name="n1", state=PayloadState.RELEASED, now=NOW + 1, error="refused")
+    store.release("n1", Ending(PayloadState.RELEASED, NOW + 1, error="refused"))
     assert read_receipt(store, "k") is None and store.payload("k").succeeded_by is None
 
 
@@ -299,7 +291,7 @@ def test_a_once_claim_of_a_key_that_succeeded_is_already_done(store):
 
     once_claim(store, "k", "n1")
     assert store.execution("n1").once
-    store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW + 1)
+    store.release("n1", Ending(PayloadState.SUCCEEDED, NOW + 1))
     assert store.payload("k").expires_at == 0  # a once-key's success is kept
     with pytest.raises(AlreadyDone) as done:
         once_claim(store, "k", "n2")
@@ -311,7 +303,7 @@ def test_a_once_claim_of_a_key_that_succeeded_is_already_done(store):
 
 def test_a_once_claim_after_a_failure_runs(store):
     once_claim(store, "k", "n1")
-    store.release(name="n1", state=PayloadState.FAILED, now=NOW + 1)
+    store.release("n1", Ending(PayloadState.FAILED, NOW + 1))
     once_claim(store, "k", "n2")
     assert store.payload("k").holder == "n2"
 
@@ -325,7 +317,7 @@ def test_already_done_is_counted(store):
 def _failed_then_once_claimed(store):
     """Run n1 of k FAILED and was released; a run-once claim n2 of k holds the key."""
     claim(store, "k", "n1")
-    store.release(name="n1", state=PayloadState.FAILED, now=NOW + 1)
+    store.release("n1", Ending(PayloadState.FAILED, NOW + 1))
     once_claim(store, "k", "n2", now=NOW + 2)
     return store.execution("n1")
 
@@ -333,7 +325,7 @@ def _failed_then_once_claimed(store):
 def test_a_claim_dropped_over_a_success_recorded_under_it_leaves_the_key_at_that_end(store):
     failed = _failed_then_once_claimed(store)
     assert store.record_later_success(record=failed, ended_at=NOW + 3, now=NOW + 3, receipt=None)  # redriven
-    store.release(name="n2", state=PayloadState.RELEASED, now=NOW + 4, error="claim abandoned")
+    store.release("n2", Ending(PayloadState.RELEASED, NOW + 4, error="claim abandoned"))
     payload = store.payload("k")
     assert (payload.state, payload.holder, payload.receipt, payload.succeeded_by) == (
         PayloadState.SUCCEEDED,
@@ -346,22 +338,22 @@ def test_a_claim_dropped_over_a_success_recorded_under_it_leaves_the_key_at_that
 
 def test_a_claim_dropped_with_no_success_recorded_leaves_the_key_released(store):
     _failed_then_once_claimed(store)
-    store.release(name="n2", state=PayloadState.RELEASED, now=NOW + 4, error="start refused")
+    store.release("n2", Ending(PayloadState.RELEASED, NOW + 4, error="start refused"))
     assert store.payload("k").state is PayloadState.RELEASED  # an earlier failure is not kept
 
 
 def test_a_run_that_vanished_over_a_success_leaves_the_key_released(store):
     claim(store, "k", "n1")
-    store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW + 1)
+    store.release("n1", Ending(PayloadState.SUCCEEDED, NOW + 1))
     claim(store, "k", "n2", now=NOW + 2)
-    store.release(name="n2", state=PayloadState.RELEASED, now=NOW + 3, outcome_unknown=True)
+    store.release("n2", Ending(PayloadState.RELEASED, NOW + 3, outcome_unknown=True))
     payload = store.payload("k")
     assert (payload.state, payload.once_unknown) == (PayloadState.RELEASED, "n2")
 
 
 def _success_recorded_after_the_drop(store):
     failed = _failed_then_once_claimed(store)
-    store.release(name="n2", state=PayloadState.RELEASED, now=NOW + 3, error="claim abandoned")
+    store.release("n2", Ending(PayloadState.RELEASED, NOW + 3, error="claim abandoned"))
     assert store.record_later_success(record=failed, ended_at=NOW + 4, now=NOW + 4, receipt=None)
     assert store.payload("k").state is PayloadState.RELEASED
 
@@ -401,9 +393,8 @@ def test_a_release_writes_the_effects_it_sent_and_the_name_is_never_claimed_agai
     claim(store, "k", "n1")
     assert store.effects("n1") is None
     released = store.release(
-        name="n1",
-        state=PayloadState.SUCCEEDED,
-        now=NOW + 9,
+        "n1",
+        Ending(PayloadState.SUCCEEDED, NOW + 9),
         output=lambda record: ReceiptOutput(inline="{}", size=2, effects=sent),
     )
     assert released is not None and store.effects("n1") == sent
@@ -418,8 +409,8 @@ def test_a_release_that_does_not_happen_writes_no_effects(store):
     from sluice.core.records import ReceiptOutput
 
     claim(store, "k", "n1")
-    store.release(name="n1", state=PayloadState.FAILED, now=NOW + 1)
+    store.release("n1", Ending(PayloadState.FAILED, NOW + 1))
     late = EffectsLog("n1", "k", 1, ("a",), (), NOW + 2)
     out = lambda record: ReceiptOutput(effects=late)  # noqa: E731
-    assert store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW + 2, output=out) is None
+    assert store.release("n1", Ending(PayloadState.SUCCEEDED, NOW + 2), output=out) is None
     assert store.effects("n1") is None

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from sluice.core.errors import LeaseHeld
-from sluice.core.model import REDRIVE_WINDOW_SECONDS, ClaimFence, ParkedMessage, PayloadState
+from sluice.core.model import REDRIVE_WINDOW_SECONDS, ClaimFence, Ending, ParkedMessage, PayloadState
 from sluice.core.names import named_entry
 from tests.contract.stores import NOW, RETENTION, claim
 
@@ -18,7 +18,7 @@ def test_live_records_never_expire_and_expire_the_retention_after_the_end(store)
     store.mark_running(key="k", name="n1", arn="arn:x", started_at=NOW, now=NOW)
     assert store.payload("k").expires_at == 0 and store.execution("n1").expires_at == 0
     ended = NOW + 400 * 86_400
-    store.release(name="n1", state=PayloadState.SUCCEEDED, now=ended)
+    store.release("n1", Ending(PayloadState.SUCCEEDED, ended))
     assert store.payload("k").expires_at == int(ended) + RETENTION
     # a name that ran outlives the queue's 14 days, whatever the retention (sluice.core.model.record_expiry)
     assert store.execution("n1").expires_at == int(ended) + max(RETENTION, REDRIVE_WINDOW_SECONDS + 86_400)
@@ -36,7 +36,7 @@ def test_a_record_that_ran_outlives_the_redrive_window_and_the_queue_whatever_th
             continue
         key, name = f"k{i}", f"n{i}"
         claim(store, key, name)
-        store.release(name=name, state=state, now=NOW)
+        store.release(name, Ending(state, NOW))
         kept = store.execution(name).expires_at - int(NOW)
         assert kept == REDRIVE_WINDOW_SECONDS + 86_400, state  # a name that ran: past the queue's 14 days too
         assert store.payload(key).expires_at == int(NOW) + RETENTION  # the lease record: retention
@@ -68,7 +68,7 @@ def test_a_fenced_release_fails_once_the_claim_was_renewed(store):
     )
     assert store.renew(name="n1", now=NOW + 61, claim_expires_at=NOW + 961)
     assert store.execution("n1").fence is None  # renewed: the suspicion is gone
-    assert store.release(name="n1", state=PayloadState.RELEASED, now=NOW + 2000, fence=judged.fence) is None
+    assert store.release("n1", Ending(PayloadState.RELEASED, NOW + 2000), fence=judged.fence) is None
     assert store.ledger().holders == {"n1"} and store.payload("k").holder == "n1"
 
 
@@ -76,9 +76,7 @@ def test_a_fenced_release_frees_an_unchanged_claim(store):
     claim(store, "k", "n1")
     store.suspect(name="n1", claim_version=0, reconciler="r1", now=NOW + 60)
     judged = store.execution("n1")
-    assert (
-        store.release(name="n1", state=PayloadState.RELEASED, now=NOW + 960, fence=judged.fence) is not None
-    )
+    assert store.release("n1", Ending(PayloadState.RELEASED, NOW + 960), fence=judged.fence) is not None
     assert store.ledger().holders == frozenset() and store.payload("k").state is PayloadState.RELEASED
 
 
@@ -97,14 +95,14 @@ def test_a_started_claim_cannot_be_released_by_a_fence(store):
     store.suspect(name="n1", claim_version=0, reconciler="r1", now=NOW + 60)
     judged = store.execution("n1")
     store.mark_running(key="k", name="n1", arn="arn:x", started_at=NOW, now=NOW + 61)
-    assert store.release(name="n1", state=PayloadState.RELEASED, now=NOW + 960, fence=judged.fence) is None
+    assert store.release("n1", Ending(PayloadState.RELEASED, NOW + 960), fence=judged.fence) is None
     assert store.ledger().holders == {"n1"}
 
 
 def test_adopt_takes_back_a_slot_and_the_lease_past_the_limit(store):
     for i in range(2):
         claim(store, f"k{i}", f"n{i}", limit=2)
-    store.release(name="n0", state=PayloadState.FAILED, now=NOW)
+    store.release("n0", Ending(PayloadState.FAILED, NOW))
     claim(store, "k2", "n2", limit=2)  # the ledger is full again
     assert store.adopt(name="n0", now=NOW + 5)  # n0 was redriven: it runs, so it holds a slot
     assert store.ledger().holders == {"n0", "n1", "n2"}
@@ -119,7 +117,7 @@ def test_an_adoption_keeps_each_clocks_first_sighting_of_it_and_no_earlier_adopt
     (its stamp and its count), and never replaced; a new adoption drops the earlier one's, also one
     stamped with the same time."""
     claim(store, "k", "n1")
-    store.release(name="n1", state=PayloadState.FAILED, now=NOW)
+    store.release("n1", Ending(PayloadState.FAILED, NOW))
     assert store.adopt(name="n1", now=NOW + 5, by="a")
     first = store.execution("n1")
     assert first.adoption_seen == (("a", NOW + 5, NOW + 5),) and first.seen_by("a") == NOW + 5
@@ -127,7 +125,7 @@ def test_an_adoption_keeps_each_clocks_first_sighting_of_it_and_no_earlier_adopt
     assert not store.sight_adoption(record=first, by="b", now=NOW + 250)  # b's first stays
     assert not store.sight_adoption(record=first, by="a", now=NOW + 250)
     assert store.execution("n1").seen_by("b") == NOW + 200 and store.execution("n1").seen_by("c") is None
-    store.release(name="n1", state=PayloadState.FAILED, now=NOW + 300)
+    store.release("n1", Ending(PayloadState.FAILED, NOW + 300))
     assert not store.sight_adoption(record=first, by="c", now=NOW + 301)  # released
     assert store.adopt(name="n1", now=NOW + 5)  # again, no clock named, the same stamp as the first
     assert store.execution("n1").adoption_seen == ()
@@ -139,7 +137,7 @@ def test_an_adoption_keeps_each_clocks_first_sighting_of_it_and_no_earlier_adopt
 
 def test_adopt_is_refused_while_another_run_holds_the_key(store):
     claim(store, "k", "n1")
-    store.release(name="n1", state=PayloadState.FAILED, now=NOW)
+    store.release("n1", Ending(PayloadState.FAILED, NOW))
     claim(store, "k", "n2")
     assert not store.adopt(name="n1", now=NOW + 5)
     assert store.ledger().holders == {"n2"} and store.payload("k").holder == "n2"
@@ -147,11 +145,11 @@ def test_adopt_is_refused_while_another_run_holds_the_key(store):
 
 def test_a_key_marked_for_its_redriven_run_refuses_claims_until_adopted(store):
     claim(store, "k", "n1")
-    store.release(name="n1", state=PayloadState.FAILED, now=NOW)
+    store.release("n1", Ending(PayloadState.FAILED, NOW))
     claim(store, "k", "n2")
     assert not store.mark_redriven(key="k", name="n2", now=NOW + 4)  # the holder itself: no mark
     assert store.mark_redriven(key="k", name="n1", now=NOW + 5)
-    store.release(name="n2", state=PayloadState.SUCCEEDED, now=NOW + 6)
+    store.release("n2", Ending(PayloadState.SUCCEEDED, NOW + 6))
     with pytest.raises(LeaseHeld) as held:
         claim(store, "k", "n3")
     assert (held.value.existing.holder, held.value.existing.redriven) == (None, "n1")
@@ -161,10 +159,10 @@ def test_a_key_marked_for_its_redriven_run_refuses_claims_until_adopted(store):
 
 def test_a_mark_is_lifted_only_for_the_run_it_names(store):
     claim(store, "k", "n1")
-    store.release(name="n1", state=PayloadState.FAILED, now=NOW)
+    store.release("n1", Ending(PayloadState.FAILED, NOW))
     claim(store, "k", "n2")
     assert store.mark_redriven(key="k", name="n1", now=NOW + 5)
-    store.release(name="n2", state=PayloadState.SUCCEEDED, now=NOW + 6)
+    store.release("n2", Ending(PayloadState.SUCCEEDED, NOW + 6))
     assert not store.clear_redriven(key="k", name="n9")
     assert store.clear_redriven(key="k", name="n1")
     claim(store, "k", "n3")
@@ -176,7 +174,7 @@ def test_a_free_key_is_marked_for_a_run_that_may_run_again(store):
     the lease until the mark is lifted or the run adopted. No mark on a key without a record, nor
     by the run that holds it."""
     claim(store, "k", "n1")
-    store.release(name="n1", state=PayloadState.FAILED, now=NOW)
+    store.release("n1", Ending(PayloadState.FAILED, NOW))
     assert store.mark_redriven(key="k", name="n1", now=NOW + 5)
     assert store.payload("k").redriven == "n1" and store.payload("k").updated_at == NOW + 5
     with pytest.raises(LeaseHeld) as held:
@@ -192,7 +190,7 @@ def test_a_free_key_is_marked_for_a_run_that_may_run_again(store):
 def test_the_payload_history_is_bounded(store):
     for i in range(45):
         claim(store, "k", f"n{i}", now=NOW + i)
-        store.release(name=f"n{i}", state=PayloadState.SUCCEEDED, now=NOW + i)
+        store.release(f"n{i}", Ending(PayloadState.SUCCEEDED, NOW + i))
     payload = store.payload("k")
     assert payload.attempts == 45 and payload.executions[-1] == "n44"
     assert 10 < len(payload.executions) <= 20
@@ -222,7 +220,7 @@ def test_parking_behind_a_live_holder_and_waking(store):
     assert store.park(parked("m3", "n1", NOW + 2))
     assert store.park(parked("m2", "n1", NOW + 1))  # a redelivered message: parked already
     assert store.parked_holders() == {"n1"}
-    released = store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW + 5)
+    released = store.release("n1", Ending(PayloadState.SUCCEEDED, NOW + 5))
     assert released.parked == {entry("m2"), entry("m3")}
     waiting = store.parked_messages("n1", released.parked)
     assert [p.message_id for p in waiting] == ["m2", "m3"]
@@ -233,7 +231,7 @@ def test_parking_behind_a_live_holder_and_waking(store):
 
 def test_parking_behind_an_ended_holder_is_refused(store):
     claim(store, "k", "n1")
-    store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW)
+    store.release("n1", Ending(PayloadState.SUCCEEDED, NOW))
     assert not store.park(parked("m2", "n1"))
     assert not store.park(parked("m2", "nobody"))
     assert store.parked_holders() == frozenset()
@@ -242,7 +240,7 @@ def test_parking_behind_an_ended_holder_is_refused(store):
 def test_a_woken_message_can_be_parked_again_behind_a_new_holder(store):
     claim(store, "k", "n1")
     store.park(parked("m2", "n1"))
-    store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW)
+    store.release("n1", Ending(PayloadState.SUCCEEDED, NOW))
     claim(store, "k", "n3")  # another message took the key before the woken copy came back
     assert store.park(parked("m2", "n3", NOW + 9))
     assert store.parked_messages("n1", [entry("m2")]) == []  # no longer waiting for n1
@@ -258,10 +256,10 @@ def test_a_name_claimed_again_keeps_what_waits_behind_its_earlier_claim(store):
     are listed by the second, so its end wakes them. A fresh record would erase them for good."""
     claim(store, "k", "n1")
     assert store.park(parked("m2", "n1"))
-    store.release(name="n1", state=PayloadState.RELEASED, now=NOW + 1)  # rolled back; no wake
+    store.release("n1", Ending(PayloadState.RELEASED, NOW + 1))  # rolled back; no wake
     claim(store, "k", "n1", now=NOW + 2)  # the same message, the same name
     assert store.execution("n1").parked == {entry("m2")}
-    released = store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW + 3)
+    released = store.release("n1", Ending(PayloadState.SUCCEEDED, NOW + 3))
     assert released.parked == {entry("m2")}
     assert [p.message_id for p in store.parked_messages("n1", released.parked)] == ["m2"]
 
@@ -269,7 +267,7 @@ def test_a_name_claimed_again_keeps_what_waits_behind_its_earlier_claim(store):
 def test_a_name_claimed_again_after_its_wake_up_starts_with_nothing_parked(store):
     claim(store, "k", "n1")
     assert store.park(parked("m2", "n1"))
-    released = store.release(name="n1", state=PayloadState.RELEASED, now=NOW + 1)
+    released = store.release("n1", Ending(PayloadState.RELEASED, NOW + 1))
     wake(store, "n1", released.parked)
     claim(store, "k", "n1", now=NOW + 2)
     assert store.execution("n1").parked == frozenset()
@@ -282,7 +280,7 @@ def test_a_late_wake_up_takes_out_only_what_it_woke(store):
     claim's end (or the sweep) to wake it."""
     claim(store, "k", "n1")
     assert store.park(parked("m1", "n1"))
-    released = store.release(name="n1", state=PayloadState.RELEASED, now=NOW + 1)
+    released = store.release("n1", Ending(PayloadState.RELEASED, NOW + 1))
     assert released.parked == {entry("m1")}
     woken = store.parked_messages("n1", released.parked)  # re-sent
     claim(store, "k", "n1", now=NOW + 2)  # before the wake-up's unpark
@@ -290,7 +288,7 @@ def test_a_late_wake_up_takes_out_only_what_it_woke(store):
     store.unpark("n1", released.parked, woken=woken, now=NOW + 4)  # the first release's wake-up ends
     assert store.execution("n1").parked == {entry("m2")}
     assert store.parked_holders() == {"n1"}
-    again = store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW + 5)
+    again = store.release("n1", Ending(PayloadState.SUCCEEDED, NOW + 5))
     assert [p.message_id for p in store.parked_messages("n1", again.parked)] == ["m2"]
     wake(store, "n1", again.parked)
     assert store.parked_holders() == frozenset() and store.execution("n1").parked == frozenset()
@@ -304,7 +302,7 @@ def test_a_copy_parked_again_while_its_wake_up_is_on_its_way_stays_parked(store)
     claim(store, "k", "n1")
     assert store.park(parked("m2", "n1"))
     assert store.park(parked("m2", "n1"))  # a redelivery of copy 1: parked already
-    released = store.release(name="n1", state=PayloadState.RELEASED, now=NOW + 1)
+    released = store.release("n1", Ending(PayloadState.RELEASED, NOW + 1))
     woken = store.parked_messages("n1", released.parked)
     claim(store, "k", "n1", now=NOW + 2)  # carrying m2
     assert store.park(parked("m2", "n1", NOW + 3, copy=2))
@@ -330,7 +328,7 @@ def test_an_unpark_of_ids_no_longer_waiting_still_empties_the_index(store):
     wake-up, but is taken off its set all the same: else the holder stays on the index for good."""
     claim(store, "k", "n1")
     store.park(parked("m2", "n1"))
-    released = store.release(name="n1", state=PayloadState.SUCCEEDED, now=NOW)
+    released = store.release("n1", Ending(PayloadState.SUCCEEDED, NOW))
     claim(store, "k", "n3")
     assert store.park(parked("m2", "n3", NOW + 9))  # the woken copy came back and parked again
     assert store.parked_messages("n1", released.parked) == []

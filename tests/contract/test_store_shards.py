@@ -10,7 +10,7 @@ from sluice.adapters.dynamo.slots import DynamoSlots
 from sluice.adapters.dynamo.store import DynamoStore, create_table, execution_pk, payload_pk
 from sluice.core.errors import LeaseHeld, SlotsFull
 from sluice.core.limits import LimitSource
-from sluice.core.model import PayloadState
+from sluice.core.model import Claim, Ending, PayloadState
 from tests.contract.stores import NOW, claim
 
 
@@ -53,7 +53,7 @@ def test_a_release_frees_the_holders_own_shard_and_a_second_store_claims_it(tabl
     for i in range(4):
         claim(a, f"k{i}", f"n{i}", limit=4)
     released = a.execution("n2")
-    assert a.release(name="n2", state=PayloadState.SUCCEEDED, now=NOW) is not None
+    assert a.release("n2", Ending(PayloadState.SUCCEEDED, NOW)) is not None
     assert "n2" not in shard_items(table)[released.shard]["holders"]["M"]
     b.ledger()
     claim(b, "k9", "n9", limit=4)  # b read the pool itself: the freed shard is the one with room
@@ -82,7 +82,7 @@ def test_lowering_the_limit_below_the_holders_admits_nothing_until_they_fit(tabl
     pool = DynamoSlots(table, "shards").occupancy(POOL)
     assert (pool.limit, pool.frozen, pool.caps) == (3, True, 0)
     for i in range(2):
-        store.release(name=f"n{i}", state=PayloadState.SUCCEEDED, now=NOW)
+        store.release(f"n{i}", Ending(PayloadState.SUCCEEDED, NOW))
     claim(store, "kx", "nx", limit=3)  # 2 held under 3: unfrozen, one admitted
     with pytest.raises(SlotsFull):
         claim(store, "ky", "ny", limit=3)
@@ -130,7 +130,7 @@ def test_holders_left_in_the_ledger_by_the_previous_version_count_and_release(ta
     claim(store, "k1", "n1", limit=3)
     with pytest.raises(SlotsFull):
         claim(store, "k2", "n2", limit=3)  # 2 old + 1 new = MAX 3
-    assert store.release(name="old1", state=PayloadState.SUCCEEDED, now=NOW) is not None
+    assert store.release("old1", Ending(PayloadState.SUCCEEDED, NOW)) is not None
     assert store.payload("a").holder is None
     assert store.ledger().holders == {"old2", "n1"}
     claim(store, "k2", "n2", limit=3)  # the old holder's slot is free again
@@ -158,7 +158,7 @@ def test_an_adoption_by_a_store_that_has_read_nothing_keeps_the_caps(table):
     a = make(table)
     for i in range(3):
         claim(a, f"k{i}", f"n{i}", limit=4)
-    a.release(name="n0", state=PayloadState.FAILED, now=NOW)
+    a.release("n0", Ending(PayloadState.FAILED, NOW))
     fresh = make(table)  # a new container: no view of the pool yet
     assert fresh.adopt(name="n0", now=NOW + 1)  # n0 was redriven
     pool = DynamoSlots(table, "shards").occupancy(POOL)
@@ -173,7 +173,7 @@ def adopt_candidate(store, limit: int, shard: int, count: int, prefix: str = "z"
 
     name = next(f"{prefix}{i}" for i in range(1000) if zlib.crc32(f"{prefix}{i}".encode()) % count == shard)
     claim(store, f"key-{name}", name, limit=limit)
-    store.release(name=name, state=PayloadState.FAILED, now=NOW)
+    store.release(name, Ending(PayloadState.FAILED, NOW))
     return name
 
 
@@ -185,7 +185,7 @@ def test_an_adoption_into_a_full_shard_keeps_the_total_under_the_limit(table):
         claim(store, f"k{i}", f"n{i}", limit=4)  # 2 shards of 2, both full
     on_0 = [f"n{i}" for i in range(4) if store.execution(f"n{i}").shard == 0]
     for name in {f"n{i}" for i in range(4)} - set(on_0):
-        store.release(name=name, state=PayloadState.SUCCEEDED, now=NOW)
+        store.release(name, Ending(PayloadState.SUCCEEDED, NOW))
     z = adopt_candidate(store, 4, 0, 2)
     assert store.adopt(name=z, now=NOW + 1)  # redriven: 3 run under 4
     admitted = 0
@@ -203,7 +203,7 @@ def test_an_adoption_by_a_store_whose_view_predates_the_pool_keeps_the_caps(tabl
     a.ledger()  # before the pool exists
     for i in range(3):
         claim(b, f"k{i}", f"b{i}", limit=5)
-    b.release(name="b2", state=PayloadState.FAILED, now=NOW)
+    b.release("b2", Ending(PayloadState.FAILED, NOW))
     assert a.adopt(name="b2", now=NOW + 1)
     pool = DynamoSlots(table, "shards").occupancy(POOL)
     assert (pool.limit, pool.frozen) == (5, False)
@@ -257,10 +257,10 @@ def test_an_adoption_past_the_limit_admits_nothing_until_below_it(table):
         claim(store, f"k{i}", f"n{i}", limit=4)
     assert store.adopt(name=z, now=NOW + 1)  # 5 run under 4
     elsewhere = [f"n{i}" for i in range(4) if store.execution(f"n{i}").shard != store.execution(z).shard]
-    store.release(name=elsewhere[0], state=PayloadState.SUCCEEDED, now=NOW + 2)  # 4 run; that shard has room
+    store.release(elsewhere[0], Ending(PayloadState.SUCCEEDED, NOW + 2))  # 4 run; that shard has room
     with pytest.raises(SlotsFull):
         claim(store, "k9", "n9", limit=4)
-    store.release(name=elsewhere[1], state=PayloadState.SUCCEEDED, now=NOW + 3)  # 3 run
+    store.release(elsewhere[1], Ending(PayloadState.SUCCEEDED, NOW + 3))  # 3 run
     claim(store, "k9", "n9", limit=4)
     assert len(store.ledger().holders) == 4
 
@@ -304,12 +304,12 @@ def test_a_completion_reads_only_the_shard_it_freed_and_refills_it(table):
     store = make(table)
     for i in range(6):
         claim(store, f"k{i}", f"n{i}", limit=6)  # 3 shards of 2, full
-    record = store.release(name="n4", state=PayloadState.SUCCEEDED, now=NOW)
+    record = store.release("n4", Ending(PayloadState.SUCCEEDED, NOW))
     sizes = batch_keys(table)
     seen = store.look((record.shard,))
     assert sizes == [2]  # the pool item and that shard: the same at any MAX
     assert (seen.free, seen.complete) == (1, False)
-    store.claim(key="k9", name="n9", message_id="m", now=NOW, claim_expires_at=NOW + 900)
+    store.claim(Claim(key="k9", name="n9", message_id="m", now=NOW, claim_expires_at=NOW + 900))
     assert store.execution("n9").shard == record.shard  # the shard just read, tried first
 
 
@@ -336,12 +336,12 @@ def test_a_refill_after_a_lowering_unfreezes_once_the_holders_fit(table):
         claim(store, f"k{i}", f"n{i}", limit=4)
     store.set_limit(LimitSource(2, None))  # 4 held > 2: frozen
     for name in ("n0", "n1", "n2"):
-        record = store.release(name=name, state=PayloadState.SUCCEEDED, now=NOW)
+        record = store.release(name, Ending(PayloadState.SUCCEEDED, NOW))
     seen = store.look((record.shard,))  # frozen: the whole pool is read, and re-planned
     assert (seen.complete, seen.free, seen.in_force) == (True, 1, 2)
-    store.claim(key="k9", name="n9", message_id="m", now=NOW, claim_expires_at=NOW + 900)
+    store.claim(Claim(key="k9", name="n9", message_id="m", now=NOW, claim_expires_at=NOW + 900))
     with pytest.raises(SlotsFull):
-        store.claim(key="k8", name="n8", message_id="m", now=NOW, claim_expires_at=NOW + 900)
+        store.claim(Claim(key="k8", name="n8", message_id="m", now=NOW, claim_expires_at=NOW + 900))
 
 
 def test_a_nearly_full_large_pool_is_read_whole_so_no_free_slot_is_missed(table):

@@ -50,7 +50,7 @@ from sluice.adapters.dynamo.store import DynamoStore
 from sluice.core.errors import InvalidPayload
 from sluice.core.external import ExternalCount
 from sluice.core.limits import LimitSource
-from sluice.core.model import ExecutionInfo, ParkedMessage
+from sluice.core.model import Ending, ExecutionInfo, ParkedMessage
 from sluice.enqueue import Item
 from sluice.features import attributes
 from sluice.features.awaits import AWAITS_ATTRIBUTE, Waiter, check_awaits
@@ -282,12 +282,14 @@ def _settle_ended_unconfirmed(self: Any, name: str, info: Any) -> None:
         store=self.ctx.store,
         queue=self.ctx.queue,
         name=name,
-        state=sluice.core.model.PayloadState.after(info.status),
-        now=self.ctx.clock.now(),
-        error=info.error,
-        cause=info.cause,
-        ended_at=info.stop_date,
-        started_at=info.start_date,
+        ending=Ending(
+            sluice.core.model.PayloadState.after(info.status),
+            self.ctx.clock.now(),
+            error=info.error,
+            cause=info.cause,
+            ended_at=info.stop_date,
+            started_at=info.start_date,
+        ),
         output=sluice.launch.message_branches.output_from(info.output, self.ctx.outputs),
         effects=self.ctx.effects,
     )

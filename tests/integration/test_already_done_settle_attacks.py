@@ -29,7 +29,7 @@ from sluice.adapters.dynamo.store import DynamoStore, create_table
 from sluice.adapters.memory.store import MemoryStore
 from sluice.core.errors import AlreadyDone, LeaseHeld
 from sluice.core.limits import LimitSource
-from sluice.core.model import ClaimFence, PayloadRecord, PayloadState
+from sluice.core.model import Claim, ClaimFence, Ending, PayloadRecord, PayloadState
 from tests.integration.test_redriven_success_attacks import ONCE, body, ended_and_released, runs_of, s
 from tests.reliability.world import CLAIM_TIMEOUT, VISIBILITY, WINDOW
 from tests.support.faults import CrashAt, Fault
@@ -191,20 +191,22 @@ def stores():
 
 def claim(store, name: str, *, once: bool, now: float, key: str = "k") -> None:
     store.claim(
-        key=key,
-        name=name,
-        message_id=f"m-{name}",
-        now=now,
-        claim_expires_at=now + 900,
-        once=once,
-        arn=f"arn:{name}",
+        Claim(
+            key=key,
+            name=name,
+            message_id=f"m-{name}",
+            now=now,
+            claim_expires_at=now + 900,
+            once=once,
+            arn=f"arn:{name}",
+        )
     )
 
 
 def ran_and_ended(store, name: str, state: PayloadState, *, once: bool, now: float, key: str = "k") -> None:
     claim(store, name, once=once, now=now, key=key)
     assert store.mark_running(key=key, name=name, arn=f"arn:{name}", started_at=now + 1, now=now + 1)
-    assert store.release(name=name, state=state, now=now + 5, ended_at=now + 5) is not None
+    assert store.release(name, Ending(state, now + 5, ended_at=now + 5)) is not None
 
 
 def dropped(store, name: str, *, now: float, once: bool = True, key: str = "k") -> None:
@@ -212,7 +214,7 @@ def dropped(store, name: str, *, now: float, once: bool = True, key: str = "k") 
     claim(store, name, once=once, now=now, key=key)
     assert (
         store.release(
-            name=name, state=PayloadState.RELEASED, now=now + 1, error="claim abandoned", fence=ClaimFence(0)
+            name, Ending(PayloadState.RELEASED, now + 1, error="claim abandoned"), fence=ClaimFence(0)
         )
         is not None
     )
@@ -225,9 +227,7 @@ def left_released_over_success(store, *, once_e1: bool = True, key: str = "k") -
     ran_and_ended(store, e1, PayloadState.FAILED, once=once_e1, now=T, key=key)
     claim(store, n2, once=True, now=T + 20, key=key)
     assert (
-        store.release(
-            name=n2, state=PayloadState.RELEASED, now=T + 30, error="claim abandoned", fence=ClaimFence(0)
-        )
+        store.release(n2, Ending(PayloadState.RELEASED, T + 30, error="claim abandoned"), fence=ClaimFence(0))
         is not None
     )
     assert store.record_later_success(record=store.execution(e1), ended_at=T + 40, now=T + 40, receipt=None)
@@ -243,7 +243,7 @@ def test_s0_a_claim_dropped_after_the_success_keeps_the_key_at_it(stores, kind):
     claim(store, "n2", once=True, now=T + 20)
     assert store.record_later_success(record=store.execution("e1"), ended_at=T + 30, now=T + 30, receipt=None)
     assert store.release(
-        name="n2", state=PayloadState.RELEASED, now=T + 40, error="claim abandoned", fence=ClaimFence(0)
+        "n2", Ending(PayloadState.RELEASED, T + 40, error="claim abandoned"), fence=ClaimFence(0)
     )
     p = store.payload("k")
     assert (p.state, p.holder, p.once_by, p.expires_at) == (PayloadState.SUCCEEDED, None, "e1", 0), p
@@ -340,7 +340,7 @@ def test_s2_a_plain_claim_landing_just_before_the_settle_keeps_its_state(stores,
     assert store.ledger().holders == {"n3"}
     # n3 starts, runs, ends: a final state, the lease and slot free.
     assert store.mark_running(key="k", name="n3", arn="arn:n3", started_at=T + 102, now=T + 102)
-    assert store.release(name="n3", state=PayloadState.FAILED, now=T + 110, ended_at=T + 110)
+    assert store.release("n3", Ending(PayloadState.FAILED, T + 110, ended_at=T + 110))
     p = store.payload("k")
     assert p.state is PayloadState.FAILED and p.holder is None and store.ledger().holders == set()
     assert p.expires_at == 0, "a run-once success put under TTL by the later plain run's release"
@@ -441,7 +441,7 @@ def test_s7_receipt_not_succeeded_settles_to_a_final_failure(stores, kind):
     ran_and_ended(store, "e3", PayloadState.FAILED, once=False, now=T + 10)
     claim(store, "n2", once=True, now=T + 20)
     assert store.record_later_success(record=store.execution("e1"), ended_at=T + 30, now=T + 30, receipt=None)
-    store.release(name="n2", state=PayloadState.RELEASED, now=T + 40, error="abandoned", fence=ClaimFence(0))
+    store.release("n2", Ending(PayloadState.RELEASED, T + 40, error="abandoned"), fence=ClaimFence(0))
     seen = refused_once(store)
     store.record_already_done(key="k", message_id="m4", now=T + 101, seen=seen)
     p = store.payload("k")
@@ -458,9 +458,7 @@ def test_s7b_both_stores_agree_when_the_receipt_is_a_failure(stores):
         ran_and_ended(store, "e3", PayloadState.FAILED, once=False, now=T + 10)
         claim(store, "n2", once=True, now=T + 20)
         store.record_later_success(record=store.execution("e1"), ended_at=T + 30, now=T + 30, receipt=None)
-        store.release(
-            name="n2", state=PayloadState.RELEASED, now=T + 40, error="abandoned", fence=ClaimFence(0)
-        )
+        store.release("n2", Ending(PayloadState.RELEASED, T + 40, error="abandoned"), fence=ClaimFence(0))
         store.record_already_done(key="k", message_id="m4", now=T + 101, seen=refused_once(store))
         out[kind] = comparable(store.payload("k"))
     assert out["dynamodb"] == out["memory"]
@@ -498,7 +496,7 @@ def test_s9_a_vanished_runs_release_over_a_success_stays_released(stores, kind):
     claim(store, "e3", once=False, now=T + 10)
     assert store.mark_running(key="k", name="e3", arn="arn:e3", started_at=T + 11, now=T + 11)
     assert store.release(
-        name="e3", state=PayloadState.RELEASED, now=T + 20, error="does not exist", outcome_unknown=True
+        "e3", Ending(PayloadState.RELEASED, T + 20, error="does not exist", outcome_unknown=True)
     )
     seen = refused_once(store)
     assert seen.once_unknown == "e3" and seen.state is PayloadState.RELEASED
@@ -529,8 +527,6 @@ def test_s10_never_a_second_run_once_run_and_nothing_held(stores, kind):
 def test_s11_a_hand_over_to_a_plain_claim_of_k_lands_just_before_the_settle(stores, kind):
     """Run h of another key ends; its release hands its slot to a plain claim n3 of k (one
     transaction) just before the settle's UpdateItem: the settle is refused, n3 keeps k CLAIMED."""
-    from sluice.core.model import Successor
-
     store = stores[kind]
     left_released_over_success(store)
     claim(store, "h", once=False, now=T + 50, key="other")
@@ -539,13 +535,11 @@ def test_s11_a_hand_over_to_a_plain_claim_of_k_lands_just_before_the_settle(stor
     result = {}
 
     def race():
-        successor = Successor(key="k", name="n3", message_id="m-n3", arn="arn:n3", claim_expires_at=T + 1000)
+        successor = Claim(
+            key="k", name="n3", message_id="m-n3", now=T + 100.5, claim_expires_at=T + 1000, arn="arn:n3"
+        )
         result["h"] = store.hand_over(
-            name="h",
-            state=PayloadState.SUCCEEDED,
-            now=T + 100.5,
-            ended_at=T + 100.5,
-            offer=lambda record, room: successor,
+            "h", Ending(PayloadState.SUCCEEDED, T + 100.5, ended_at=T + 100.5), lambda record, room: successor
         )
 
     count_after(store, kind, race, seen)

@@ -10,7 +10,7 @@ from botocore.exceptions import ClientError
 
 from sluice.core.clock import FakeClock
 from sluice.core.events import StatusChange
-from sluice.core.model import Outcome, PayloadState
+from sluice.core.model import Claim, Ending, Outcome, PayloadState
 from sluice.core.names import execution_name, named_entry
 from sluice.features.awaits import sweep
 from tests.support.aws import build_stack
@@ -199,8 +199,8 @@ def test_a_key_whose_last_run_failed_dead_letters_its_waiter_whatever_came_after
     if after == "an invalid message of the key":
         store.record_invalid(key="a", reason="bad input", now=now)
     else:
-        store.claim(key="a", name="a-again", message_id="m-again", now=now, claim_expires_at=now + 900)
-        store.release(name="a-again", state=PayloadState.RELEASED, now=now, error="abandoned")
+        store.claim(Claim(key="a", name="a-again", message_id="m-again", now=now, claim_expires_at=now + 900))
+        store.release("a-again", Ending(PayloadState.RELEASED, now, error="abandoned"))
     assert store.payload("a").state.value in ("INVALID", "RELEASED") and store.payload("a").holder is None
     waiter_id = stack.send({"id": "c"}, group="c", sluice_awaits=awaiting("a"))
     stack.launcher().tick()

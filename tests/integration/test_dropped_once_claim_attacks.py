@@ -25,7 +25,7 @@ from sluice.adapters.dynamo.store import DynamoStore, create_table
 from sluice.adapters.memory.store import MemoryStore
 from sluice.core.errors import AlreadyDone
 from sluice.core.limits import LimitSource
-from sluice.core.model import TERMINAL_STATUSES, ClaimFence, PayloadState
+from sluice.core.model import TERMINAL_STATUSES, Claim, ClaimFence, Ending, PayloadState
 from sluice.features.awaits import Waiter
 from tests.reliability.world import VISIBILITY, WINDOW
 from tests.support.faults import Interleave, Throttle
@@ -78,8 +78,10 @@ def slot_holders(store: DynamoStore) -> set[str]:
 
 def ended(store: Any, name: str, key: str = "k", *, once: bool, state: PayloadState, at: float) -> None:
     """``name`` claimed ``key``, ran, and ended ``state`` (released by its event)."""
-    store.claim(key=key, name=name, message_id=f"m-{name}", now=at, claim_expires_at=at + 900, once=once)
-    store.release(name=name, state=state, now=at + 1, ended_at=at + 1, started_at=at)
+    store.claim(
+        Claim(key=key, name=name, message_id=f"m-{name}", now=at, claim_expires_at=at + 900, once=once)
+    )
+    store.release(name, Ending(state, at + 1, ended_at=at + 1, started_at=at))
 
 
 def later_success(store: Any, name: str, at: float) -> bool:
@@ -88,18 +90,14 @@ def later_success(store: Any, name: str, at: float) -> bool:
 
 def once_claim(store: Any, name: str = "n2", key: str = "k", at: float = NOW + 100, **kw: Any) -> None:
     store.claim(
-        key=key, name=name, message_id=f"m-{name}", now=at, claim_expires_at=at + 900, once=True, **kw
+        Claim(key=key, name=name, message_id=f"m-{name}", now=at, claim_expires_at=at + 900, once=True, **kw)
     )
 
 
 def drop(store: Any, name: str = "n2", at: float = NOW + 300, version: int = 0) -> Any:
     """The launcher's rollback of a claim whose StartExecution was refused for sure (fenced)."""
     return store.release(
-        name=name,
-        state=PayloadState.RELEASED,
-        now=at,
-        error="StartExecution refused",
-        fence=ClaimFence(version),
+        name, Ending(PayloadState.RELEASED, at, error="StartExecution refused"), fence=ClaimFence(version)
     )
 
 
@@ -255,7 +253,7 @@ def sequence_plain_drop_then_count(store: Any) -> Any:
     """A *plain* claim n2 dropped over e1's success recorded while it held: RELEASED (its message is
     retried); then a run-once message m3 of k is counted as already done: it settles the key."""
     ended(store, "e1", once=True, state=PayloadState.FAILED, at=NOW)
-    store.claim(key="k", name="n2", message_id="m-n2", now=NOW + 100, claim_expires_at=NOW + 1000)
+    store.claim(Claim(key="k", name="n2", message_id="m-n2", now=NOW + 100, claim_expires_at=NOW + 1000))
     assert later_success(store, "e1", NOW + 200)
     assert drop(store) is not None
     assert store.payload("k").state is PayloadState.RELEASED

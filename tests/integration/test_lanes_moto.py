@@ -11,7 +11,7 @@ import pytest
 from sluice.core.clock import FakeClock
 from sluice.core.errors import ConfigurationError
 from sluice.core.events import StatusChange
-from sluice.core.model import Outcome
+from sluice.core.model import Claim, Outcome
 from sluice.core.records import LaneSetting
 from sluice.features.lanes import LANE_ATTRIBUTE
 from tests.support.aws import build_stack
@@ -232,7 +232,7 @@ def test_a_big_lanes_room_is_read_by_a_sample_whose_cost_does_not_grow_with_its_
     assert whole.complete and whole.free == 100
     for i in range(95):
         store.claim(
-            key=f"k{i}", name=f"n{i}", message_id=f"m{i}", now=1.0, claim_expires_at=901.0, lane="big"
+            Claim(key=f"k{i}", name=f"n{i}", message_id=f"m{i}", now=1.0, claim_expires_at=901.0, lane="big")
         )
     near_full = store.lane_rooms(["big", "default"])["big"]
     assert near_full.complete and near_full.free == 5, "near full: read whole, every free slot seen"

@@ -10,7 +10,7 @@ import pytest
 
 from sluice.core.clock import FakeClock
 from sluice.core.events import StatusChange
-from sluice.core.model import Outcome, ParkedMessage, PayloadState
+from sluice.core.model import Claim, Ending, Outcome, ParkedMessage, PayloadState
 from sluice.core.names import ORIGIN_ATTRIBUTE, execution_name, named_entry
 from sluice.features.parking import sweep
 from sluice.launch.completion import complete
@@ -132,7 +132,10 @@ def test_a_park_that_lands_while_the_release_is_on_its_way_is_woken_by_that_rele
     # The release every end takes (the execution still runs in Step Functions here, so the other
     # launcher's duplicate is deferred rather than settling the holder itself).
     released = complete(
-        store=completion.store(), queue=completion.queue(), name=first, state=PayloadState.SUCCEEDED, now=1.0
+        store=completion.store(),
+        queue=completion.queue(),
+        name=first,
+        ending=Ending(PayloadState.SUCCEEDED, 1.0),
     )
     assert released is not None and fired["parked"] == 1  # the fault fired: parked as the holder ended
     assert released.parked == {named_entry("same", waiting_id)}, (
@@ -166,12 +169,14 @@ def test_a_late_wake_up_leaves_what_parked_behind_a_new_claim_of_the_name(deferr
             return
         fired["sent"] += 1  # M1 is back on the queue; the wake-up has not unparked it yet
         other.claim(
-            key="same",
-            name=first,
-            message_id=first_id,
-            now=2.0,
-            claim_expires_at=902.0,
-            arn=other.execution(first).arn,
+            Claim(
+                key="same",
+                name=first,
+                message_id=first_id,
+                now=2.0,
+                claim_expires_at=902.0,
+                arn=other.execution(first).arn,
+            )
         )
         fired["parked"] += other.park(
             ParkedMessage("m2", "same", first, '{"id": "same", "v": 3}', "g", {"sluice-key": "same"}, 3.0)
@@ -180,7 +185,10 @@ def test_a_late_wake_up_leaves_what_parked_behind_a_new_claim_of_the_name(deferr
     completion = stack.runtime()
     completion.client("sqs").meta.events.register("after-call.sqs.SendMessage", claim_again_and_park)
     released = complete(
-        store=completion.store(), queue=completion.queue(), name=first, state=PayloadState.RELEASED, now=1.0
+        store=completion.store(),
+        queue=completion.queue(),
+        name=first,
+        ending=Ending(PayloadState.RELEASED, 1.0),
     )
     assert released is not None and released.parked == {named_entry("same", m1)}
     assert fired == {"sent": 1, "parked": 1}  # the fault fired: a new claim and a park mid-wake-up
@@ -190,7 +198,7 @@ def test_a_late_wake_up_leaves_what_parked_behind_a_new_claim_of_the_name(deferr
     assert store.parked_holders() == {first}, "the late wake-up took the new claim off the index"
 
     again = complete(
-        store=store, queue=stack.runtime().queue(), name=first, state=PayloadState.RELEASED, now=4.0
+        store=store, queue=stack.runtime().queue(), name=first, ending=Ending(PayloadState.RELEASED, 4.0)
     )
     assert again is not None and again.parked == {m2}
     assert store.parked_holders() == frozenset()

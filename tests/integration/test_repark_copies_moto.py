@@ -30,7 +30,7 @@ import pytest
 
 from sluice.core.clock import FakeClock
 from sluice.core.events import StatusChange
-from sluice.core.model import ClaimFence, PayloadState
+from sluice.core.model import Claim, ClaimFence, Ending, PayloadState
 from sluice.core.names import ORIGIN_ATTRIBUTE, execution_name, named_entry
 from sluice.launch.completion import complete
 from sluice.launch.settings import DuplicatePolicy
@@ -64,7 +64,7 @@ class Scene:
         now = self.clock.now()
         arn = waker.executions().arn_for(self.holder)
         self.store.claim(
-            key="k1", name=self.holder, message_id=a_id, now=now, claim_expires_at=now + 600, arn=arn
+            Claim(key="k1", name=self.holder, message_id=a_id, now=now, claim_expires_at=now + 600, arn=arn)
         )
         self.m_id = stack.send({"id": "k1", "n": 2}, group="gM")
         assert stack.launcher().tick().outcomes == {"deferred": 1}
@@ -81,11 +81,10 @@ class Scene:
             ConsistentRead=True,
         )["Item"]
 
-    def release(self, state: PayloadState, **more: Any) -> None:
+    def release(self, state: PayloadState, error: str | None = None, **more: Any) -> None:
         """H released by W's launcher (its completion's code), which wakes what waits for it."""
-        complete(
-            store=self.store, queue=self.queue, name=self.holder, state=state, now=self.clock.now(), **more
-        )
+        ending = Ending(state, self.clock.now(), error=error)
+        complete(store=self.store, queue=self.queue, name=self.holder, ending=ending, **more)
 
     def roll_back(self) -> None:
         """W's rollback of H (``MessageBranches._rollback``): H released, m woken."""

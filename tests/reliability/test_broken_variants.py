@@ -62,7 +62,7 @@ from sluice.adapters.memory.lease import MemoryLeases
 from sluice.core.clock import FakeClock
 from sluice.core.errors import AmbiguousStartError, InvalidPayload, NotFound, SluiceError, TransientError
 from sluice.core.limits import LimitSource, MaxReading
-from sluice.core.model import PayloadState
+from sluice.core.model import Ending, PayloadState
 from sluice.core.names import ORIGIN_ATTRIBUTE, origin_id
 from sluice.features.keys import TICKET_ATTRIBUTE
 from sluice.features.pointers import Pointer
@@ -152,8 +152,8 @@ def random_name(key: str, message_id: str) -> str:
 class CountingStore(DynamoStore):
     """Frees a slot for every status event, whether or not this execution still held one."""
 
-    def release(self, *, name, state, now, **more):
-        released = super().release(name=name, state=state, now=now, **more)
+    def release(self, name, ending, **more):
+        released = super().release(name, ending, **more)
         if released is None:
             holders = sorted(self.ledger().holders)
             victim = self.execution(holders[0]) if holders else None
@@ -263,7 +263,7 @@ def one_sighting_on_the_claimers_clock(store, queue, record, now, reconciler, cl
     """The release before the fix: once the claim's own expiry has passed, by whoever's clock."""
     if now < record.claim_expires_at:
         return 0
-    done = complete(store=store, queue=queue, name=record.name, state=PayloadState.RELEASED, now=now)
+    done = complete(store=store, queue=queue, name=record.name, ending=Ending(PayloadState.RELEASED, now))
     return int(done is not None)
 
 
@@ -274,7 +274,7 @@ def test_releasing_an_unstarted_claim_on_the_claimers_expiry_is_caught(monkeypat
 
 def at_first_sight(store, queue, record, now, reconciler, claim_timeout):
     """Reconciliation releasing a CLAIMED holder before its claim has expired."""
-    done = complete(store=store, queue=queue, name=record.name, state=PayloadState.RELEASED, now=now)
+    done = complete(store=store, queue=queue, name=record.name, ending=Ending(PayloadState.RELEASED, now))
     return int(done is not None)
 
 
@@ -854,8 +854,8 @@ def successor_without_its_lease(monkeypatch: pytest.MonkeyPatch) -> None:
     """Patch in a hand-over whose successor takes the slot without its payload's lease."""
     real = sluice.adapters.dynamo.release.ReleasesTable._successor_items
 
-    def slot_only(self, successor, shard, now):
-        return real(self, successor, shard, now)[1:]  # its record, not its lease
+    def slot_only(self, successor, shard):
+        return real(self, successor, shard)[1:]  # its record, not its lease
 
     monkeypatch.setattr(sluice.adapters.dynamo.release.ReleasesTable, "_successor_items", slot_only)
 
@@ -890,9 +890,7 @@ def test_a_rollback_not_fenced_by_its_claims_version_is_harmless_now_copies_own_
             store=self.ctx.store,
             queue=self.ctx.queue,
             name=name,
-            state=PayloadState.RELEASED,
-            now=self.ctx.clock.now(),
-            error=reason,
+            ending=Ending(PayloadState.RELEASED, self.ctx.clock.now(), error=reason),
         )
 
     monkeypatch.setattr(MessageBranches, "_rollback", unfenced)

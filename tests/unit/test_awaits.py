@@ -5,7 +5,7 @@ import json
 import pytest
 
 from sluice.core.errors import InvalidPayload
-from sluice.core.model import Outcome, PayloadRecord, PayloadState
+from sluice.core.model import Ending, Outcome, PayloadRecord, PayloadState
 from sluice.core.validation import validate_message
 from sluice.enqueue import find_cycle
 from sluice.features.awaits import (
@@ -130,7 +130,7 @@ def test_reconciliation_wakes_a_waiter_whose_wake_up_was_lost():
     # The completion dies between the receipt and the wake-up: release alone.
     name = running_key(w, "a")
     info = w.sfn.finish(name, "SUCCEEDED")
-    w.store.release(name=name, state=PayloadState.SUCCEEDED, now=w.clock.now(), ended_at=info.stop_date)
+    w.store.release(name, Ending(PayloadState.SUCCEEDED, w.clock.now(), ended_at=info.stop_date))
     assert len(w.queue) == 0 and len(w.store.waiting()) == 1
     w.clock.advance(60)
     w.launcher.tick()  # reconciliation's sweep sends it; admission starts it in the same tick

@@ -8,7 +8,7 @@ from sluice.adapters.memory.aws import MemoryQueue
 from sluice.adapters.memory.payloads import MemoryPayloadObjects
 from sluice.adapters.memory.store import MemoryStore
 from sluice.core.clock import FakeClock
-from sluice.core.model import PayloadState
+from sluice.core.model import Ending, PayloadState
 from sluice.core.names import ORIGIN_ATTRIBUTE
 from sluice.features.effects import EFFECTS_FIELD, Effects, effect_id
 from sluice.features.receipts import Outputs
@@ -27,8 +27,7 @@ def end(store, queue, state=PayloadState.SUCCEEDED, text=None, effects=None, nam
         store=store,
         queue=queue,
         name=name,
-        state=state,
-        now=NOW + 5,
+        ending=Ending(state, NOW + 5),
         output=output_from(text, Outputs()),
         effects=effects,
     )

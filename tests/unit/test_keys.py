@@ -10,7 +10,7 @@ from sluice.adapters.memory.store import MemoryStore
 from sluice.core.clock import FakeClock
 from sluice.core.errors import InvalidPayload
 from sluice.core.limits import LimitSource
-from sluice.core.model import Message, Payload, PayloadState
+from sluice.core.model import Claim, Ending, Message, Payload, PayloadState
 from sluice.core.records import INFLIGHT_SECONDS, KeyState, sent_at
 from sluice.features import keys
 from sluice.features.keys import (
@@ -37,13 +37,15 @@ def message(n: int, ckey: str = "acme", **attributes: str) -> Message:
 def claim(store: MemoryStore, n: int, ticket: str | None = None) -> None:
     store.set_limit(LimitSource(100, None))
     store.claim(
-        key=f"p{n}",
-        name=f"n{n}",
-        message_id=f"m{n}",
-        now=NOW,
-        claim_expires_at=NOW + 900,
-        ckey="acme",
-        ticket=ticket,
+        Claim(
+            key=f"p{n}",
+            name=f"n{n}",
+            message_id=f"m{n}",
+            now=NOW,
+            claim_expires_at=NOW + 900,
+            ckey="acme",
+            ticket=ticket,
+        )
     )
 
 
@@ -108,7 +110,7 @@ def test_waiters_are_woken_oldest_first_as_far_as_the_room_goes():
         for n in (1, 2, 3)
     ]
     assert tickets == [0, 1, 2] and len(queue) == 0  # no room: nothing sent back
-    store.release(name="n0", state=PayloadState.SUCCEEDED, now=NOW)
+    store.release("n0", Ending(PayloadState.SUCCEEDED, NOW))
     assert keys.wake(store=store, queue=queue, ckey="acme", now=NOW) == 1
     assert keys.wake(store=store, queue=queue, ckey="acme", now=NOW) == 0  # its slot is kept for it
     (sent,) = queue.receive(10, 0)

@@ -9,7 +9,7 @@ from sluice.adapters.memory.store import MemoryStore
 from sluice.core.clock import FakeClock
 from sluice.core.errors import ConfigurationError, TransientError
 from sluice.core.limits import LimitSource, MaxReading
-from sluice.core.model import ClaimFence, Message, Outcome, PayloadState
+from sluice.core.model import Claim, ClaimFence, Ending, Message, Outcome, PayloadState
 from sluice.core.names import execution_name
 from sluice.launch.completion import complete
 from sluice.launch.launcher import Launcher
@@ -63,9 +63,7 @@ class World:
             store=self.store,
             queue=self.queue,
             name=name,
-            state=PayloadState(status),
-            now=self.clock.now(),
-            ended_at=info.stop_date,
+            ending=Ending(PayloadState(status), self.clock.now(), ended_at=info.stop_date),
         )
 
 
@@ -184,11 +182,7 @@ def test_redelivery_after_a_crash_between_claim_and_start_resumes_with_the_same_
     now = w.clock.now()
     w.store.set_limit(LimitSource(3, None))
     w.store.claim(
-        key="p",
-        name=name,
-        message_id=message.message_id,
-        now=now,
-        claim_expires_at=now + 900,
+        Claim(key="p", name=name, message_id=message.message_id, now=now, claim_expires_at=now + 900)
     )
     w.clock.advance(181)  # visibility timeout: the message comes back
     s = w.launcher.tick()
@@ -261,11 +255,7 @@ def test_reconcile_releases_an_abandoned_claim_a_claim_timeout_after_it_first_sa
     name = execution_name("a", message.message_id)
     w.store.set_limit(LimitSource(1, None))
     w.store.claim(
-        key="a",
-        name=name,
-        message_id=message.message_id,
-        now=now,
-        claim_expires_at=now + 900,
+        Claim(key="a", name=name, message_id=message.message_id, now=now, claim_expires_at=now + 900)
     )
     w.queue.in_flight.clear()  # the message went elsewhere (DLQ); only the claim is left
     w.clock.advance(600)
@@ -285,14 +275,16 @@ def test_a_resumed_claim_fences_off_the_release_reconciliation_had_judged():
     now = w.clock.now()
     name = execution_name("a", message.message_id)
     w.store.set_limit(LimitSource(2, None))
-    w.store.claim(key="a", name=name, message_id=message.message_id, now=now, claim_expires_at=now + 900)
+    w.store.claim(
+        Claim(key="a", name=name, message_id=message.message_id, now=now, claim_expires_at=now + 900)
+    )
     w.clock.advance(600)  # the message is visible again
     s = w.launcher.tick()  # reconciliation marks the claim, then admission receives the message
     assert s.n(Outcome.RESUMED) == 1 and set(w.sfn.running) == {name}
     record = w.store.execution(name)
     assert (record.claim_version, record.suspect_since) == (1, None)  # renewed: the mark is gone
     stale = ClaimFence(claim_version=0, suspect_since=now + 600)
-    assert w.store.release(name=name, state=PayloadState.RELEASED, now=w.clock.now(), fence=stale) is None
+    assert w.store.release(name, Ending(PayloadState.RELEASED, w.clock.now()), fence=stale) is None
     assert w.store.ledger().holders == {name}
 
 

@@ -11,7 +11,7 @@ from sluice.adapters.memory.aws import MemoryExecutions, MemoryQueue
 from sluice.adapters.memory.store import MemoryStore
 from sluice.core.clock import FakeClock
 from sluice.core.limits import MaxReading
-from sluice.core.model import Message, PayloadState
+from sluice.core.model import Ending, Message, PayloadState
 from sluice.core.records import Done
 from sluice.launch.completion import complete
 from sluice.launch.launcher import Launcher
@@ -91,9 +91,7 @@ class World:
                 store=self.store,
                 queue=self.queue,
                 name=name,
-                state=PayloadState.SUCCEEDED,
-                now=self.clock.now(),
-                ended_at=info.stop_date,
+                ending=Ending(PayloadState.SUCCEEDED, self.clock.now(), ended_at=info.stop_date),
             )
 
 

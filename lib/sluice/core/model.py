@@ -248,20 +248,6 @@ class ExecutionRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class Successor:
-    """A claim offered the slot a release frees, in the release's own transaction (a completion's
-    hand-over, ``Store.hand_over``): the same lease and record a claim writes, on the freed shard."""
-
-    key: str
-    name: str
-    message_id: str
-    arn: str | None
-    claim_expires_at: float
-    once: bool = False
-    copy_id: str | None = None  # the SQS message id of the copy received (``ExecutionRecord.copy_id``)
-
-
-@dataclass(frozen=True, slots=True)
 class HandOver:
     """What a hand-over did: the record it released (None: released by someone else, or not
     holding), and whether the successor took the freed slot (else the release went alone)."""
@@ -305,6 +291,38 @@ class ClaimFence:
             and record.claim_version == self.claim_version
             and (self.suspect_since is None or record.suspect_since == self.suspect_since)
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What a claim asks of the store (``PayloadLeases.claim``): a slot and ``key``'s lease for ``name``."""
+
+    key: str
+    name: str
+    message_id: str  # the message it runs (its origin's id: a re-sent copy keeps its name)
+    now: float
+    claim_expires_at: float
+    arn: str | None = None  # the execution it will start
+    once: bool = False  # a run-once message: refused once its key SUCCEEDED (AlreadyDone)
+    ckey: str | None = None  # its concurrency key (sluice.features.keys), ``ticket`` when a wake sent it
+    ticket: str | None = None
+    lane: str | None = None  # its lane (sluice.features.lanes)
+    fair_newcomer: bool = False  # refused while any concurrency key has waiters
+    uncapped: bool = False  # its key has no default cap (a claim from a fair lane, sluice.features.fair)
+    copy_id: str | None = None  # the SQS message id of the copy claiming: the owner of its start mark
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How a holding ended, as its release writes it down (``PayloadLeases.release``, ``hand_over``)."""
+
+    state: PayloadState
+    now: float
+    error: str | None = None
+    cause: str | None = None
+    ended_at: float | None = None
+    started_at: float | None = None  # when Step Functions says it started: kept unless one is there
+    outcome_unknown: bool = False  # its execution vanished: a run-once one marks its key (receipts)
 
 
 @dataclass(frozen=True, slots=True)

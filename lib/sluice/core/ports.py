@@ -11,18 +11,18 @@ from typing import Protocol, TypeVar, runtime_checkable
 
 from sluice.core.limits import Ledger, LimitSource, MaxReading
 from sluice.core.model import (
+    Claim,
     ClaimFence,
     EffectsLog,
+    Ending,
     ExecutionInfo,
     ExecutionRecord,
     HandOver,
     Message,
     ParkedMessage,
     PayloadRecord,
-    PayloadState,
     Rooms,
     StartResult,
-    Successor,
 )
 from sluice.core.records import Done, LaneRoom, LaneSetting, ReceiptOutput
 
@@ -189,24 +189,8 @@ class PayloadLeases(Protocol):
     write: there is never a slot without a lease or a lease without a slot. A claim names the
     capacity it draws on (the pool, ``lane``'s pool, ``ckey``'s cap) rather than a limit."""
 
-    def claim(
-        self,
-        *,
-        key: str,
-        name: str,
-        message_id: str,
-        now: float,
-        claim_expires_at: float,
-        arn: str | None = None,
-        once: bool = False,
-        ckey: str | None = None,
-        ticket: str | None = None,
-        lane: str | None = None,
-        fair_newcomer: bool = False,
-        uncapped: bool = False,
-        copy_id: str | None = None,
-    ) -> None:
-        """Take a slot and the payload's lease for ``name``, under the limit in force at the write,
+    def claim(self, claim: Claim) -> None:
+        """Take a slot and the payload's lease for ``claim.name``, under the limit in force at the write,
         and with ``ckey`` a slot of that concurrency key under its cap (``KeyFull`` when it has no
         room, or has waiters and ``ticket`` is None: ``sluice.features.keys``), and with ``lane`` a slot of
         that lane's pool under its caps (``SlotsFull`` when it has none: ``sluice.features.lanes``).
@@ -273,23 +257,18 @@ class PayloadLeases(Protocol):
 
     def release(
         self,
-        *,
         name: str,
-        state: PayloadState,
-        now: float,
-        error: str | None = None,
-        cause: str | None = None,
-        ended_at: float | None = None,
-        started_at: float | None = None,
+        ending: Ending,
+        *,
         fence: ClaimFence | None = None,
         confirm: Callable[[ExecutionRecord], bool] | None = None,
         output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
-        outcome_unknown: bool = False,
     ) -> ExecutionRecord | None:
-        """Free ``name``'s slot and lease and record ``state``; only if ``name`` holds them.
+        """Free ``name``'s slot and lease and record ``ending.state``; only if ``name`` holds them.
 
-        ``started_at``: when Step Functions says it started (the status event's, DescribeExecution's),
-        kept on the execution record unless one is there already. An ended ``state`` is the key's
+        ``ending.started_at``: when Step Functions says it started (the status event's,
+        DescribeExecution's), kept on the execution record unless one is there already. An ended
+        state is the key's
         receipt (``sluice.features.receipts``): the payload record names
         ``name`` as its receipt (and as ``succeeded_by`` on the key's first SUCCEEDED), and the
         execution record keeps what ``output`` (asked with the record, only when it is released)
@@ -299,7 +278,7 @@ class PayloadLeases(Protocol):
         With ``fence``, only if the claim is still CLAIMED, unrenewed and marked as the fence says.
         With ``confirm``, an execution adopted after a redrive is released only if ``confirm``
         (asked with the record the release reads) says it has really ended.
-        With ``outcome_unknown`` (its execution vanished with its state machine), the execution,
+        With ``ending.outcome_unknown`` (its execution vanished with its state machine), the execution,
         run-once or not, marks its key ``once_unknown`` (and ``once_by``: kept without expiry), so no
         run-once claim of the key passes until the mark is cleared (``sluice.features.receipts``).
         Returns the record as it was before, or ``None`` when nothing was released (a redelivered
@@ -310,22 +289,17 @@ class PayloadLeases(Protocol):
 
     def hand_over(
         self,
-        *,
         name: str,
-        state: PayloadState,
-        now: float,
-        offer: Callable[[ExecutionRecord, bool], Successor | None],
-        error: str | None = None,
-        cause: str | None = None,
-        ended_at: float | None = None,
-        started_at: float | None = None,
+        ending: Ending,
+        offer: Callable[[ExecutionRecord, bool], Claim | None],
+        *,
         confirm: Callable[[ExecutionRecord], bool] | None = None,
         output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
     ) -> HandOver:
         """``release``, handing the slot it frees to a successor in the same write (a completion's
         refill). ``offer`` is asked once, with the record read and whether the freed slot can pass
         to a successor as it stands (a shard of the pool, which is neither frozen nor paused): a
-        claim for that slot, or None. The successor takes exactly what a claim takes (its lease,
+        plain claim for that slot (no concurrency key, lane or fair-lane flag), or None. The successor takes exactly what a claim takes (its lease,
         its record, the freed slot under its shard's cap); where it cannot (its key held or the
         same as the ended run's, the cap lowered meanwhile), the release goes alone and the
         hand-over says so: the caller claims it its own way."""

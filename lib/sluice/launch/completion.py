@@ -32,12 +32,13 @@ from typing import Any, Protocol
 
 from sluice.core.events import StatusChange
 from sluice.core.model import (
+    Claim,
     ClaimFence,
+    Ending,
     ExecutionInfo,
     ExecutionRecord,
     ExecutionStatus,
     PayloadState,
-    Successor,
 )
 from sluice.core.ports import Executions, Queue
 from sluice.core.records import ReceiptOutput
@@ -57,42 +58,29 @@ def complete(
     store: LaunchStore,
     queue: Queue,
     name: str,
-    state: PayloadState,
-    now: float,
-    error: str | None = None,
-    cause: str | None = None,
-    ended_at: float | None = None,
-    started_at: float | None = None,
+    ending: Ending,
     fence: ClaimFence | None = None,
     confirm: Callable[[ExecutionRecord], bool] | None = None,
     output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
     effects: Effects | None = None,
     offer: Offer | None = None,
-    outcome_unknown: bool = False,
 ) -> ExecutionRecord | None:
-    """Release ``name``, record ``state`` (with the receipt: ``output`` is asked for what to keep of
+    """Release ``name``, record ``ending`` (with the receipt: ``output`` is asked for what to keep of
     the output, only when the release happens) and wake what waits for it. The one path every
     release takes. A SUCCEEDED output's effects are sent before the release and marked in it
     (``sluice.features.effects``; ``effects``: how, by default without a payload bucket). With ``offer`` (a
     completion's refill) the freed slot is handed to the successor it offers, in the release's own
     transaction (``Store.hand_over``); ``offer.settled`` then says whether it took it.
-    ``outcome_unknown``: its execution vanished (``Store.release``)."""
-    output = around(output, effects, store=store, queue=queue, name=name, state=state, now=now)
-    ending: dict[str, Any] = {
-        "error": error,
-        "cause": cause,
-        "ended_at": ended_at,
-        "started_at": started_at,
-        "confirm": confirm,
-    }
-    if outcome_unknown:
+    ``ending.outcome_unknown``: its execution vanished (``Store.release``)."""
+    state, now = ending.state, ending.now
+    if ending.outcome_unknown:
         assert offer is None and not state.ended, "an unknown outcome is a release, not an end"
-        ending["outcome_unknown"] = True
+    output = around(output, effects, store=store, queue=queue, name=name, state=state, now=now)
     if offer is None:
-        released = store.release(name=name, state=state, now=now, fence=fence, output=output, **ending)
+        released = store.release(name, ending, fence=fence, confirm=confirm, output=output)
     else:
         assert fence is None, "a hand-over ends a run; a fenced release gives an unstarted claim back"
-        handed = store.hand_over(name=name, state=state, now=now, offer=offer.take, output=output, **ending)
+        handed = store.hand_over(name, ending, offer.take, confirm=confirm, output=output)
         released = handed.released
         offer.settled(handed.claimed)
     if released is None:
@@ -127,7 +115,7 @@ def _wake_after(
 class Offer(Protocol):
     """A completion's refill, offered the slot its release frees (``sluice.launch.launcher``)."""
 
-    def take(self, record: ExecutionRecord, room: bool) -> Successor | None:
+    def take(self, record: ExecutionRecord, room: bool) -> Claim | None:
         """The claim to hand the freed slot to, or None (asked once, before the release's write)."""
         ...
 
@@ -198,12 +186,14 @@ def settle_status_change(
         queue=queue,
         confirm=confirm,
         name=change.name,
-        state=PayloadState.after(change.status),
-        now=now,
-        error=change.error,
-        cause=change.cause,
-        ended_at=change.stop_date,
-        started_at=change.start_date,
+        ending=Ending(
+            PayloadState.after(change.status),
+            now,
+            error=change.error,
+            cause=change.cause,
+            ended_at=change.stop_date,
+            started_at=change.start_date,
+        ),
         output=_event_output(change, executions, outputs or Outputs()),
         effects=effects,
         offer=offer,

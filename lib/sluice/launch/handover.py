@@ -55,7 +55,7 @@ from collections.abc import Callable
 
 from sluice.core.errors import InvalidPayload, TransientError
 from sluice.core.gates import OPEN, Gate, Grant
-from sluice.core.model import ExecutionRecord, Message, Payload, Successor
+from sluice.core.model import Claim, ExecutionRecord, Message, Payload
 from sluice.core.names import ORIGIN_ATTRIBUTE, execution_name, origin_id
 from sluice.core.ports import Executions, Queue
 from sluice.core.validation import KEY_ATTRIBUTE, validate_message
@@ -95,7 +95,7 @@ class HandOverOffer:
         self.name: str | None = None  # the successor's name, when one was offered
         self.claimed = False
 
-    def take(self, record: ExecutionRecord, room: bool) -> Successor | None:
+    def take(self, record: ExecutionRecord, room: bool) -> Claim | None:
         self.asked, self.room = True, room and self.time_left()
         if not self.room or not self._granted():
             return None
@@ -113,12 +113,14 @@ class HandOverOffer:
             return None
         message_id = origin_id(self.message.message_id, self.message.attributes)
         self.name = execution_name(payload.key, message_id)
-        return Successor(
+        now = self.now()
+        return Claim(
             key=payload.key,
             name=self.name,
             message_id=message_id,
+            now=now,
+            claim_expires_at=now + self.claim_timeout,
             arn=self.executions.arn_for(self.name),
-            claim_expires_at=self.now() + self.claim_timeout,
             once=is_once(self.message),
             copy_id=self.message.message_id,
         )

@@ -18,6 +18,7 @@ from sluice.core.errors import (
 )
 from sluice.core.model import (
     ClaimFence,
+    Ending,
     ExecutionInfo,
     ExecutionRecord,
     ExecutionStatus,
@@ -129,12 +130,14 @@ class MessageBranches:
             queue=self.ctx.queue,
             confirm=lambda record: self._holder_ended(info, record),
             name=name,
-            state=PayloadState.after(info.status),
-            now=self.ctx.clock.now(),
-            error=info.error,
-            cause=info.cause,
-            ended_at=info.stop_date,
-            started_at=info.start_date,
+            ending=Ending(
+                PayloadState.after(info.status),
+                self.ctx.clock.now(),
+                error=info.error,
+                cause=info.cause,
+                ended_at=info.stop_date,
+                started_at=info.start_date,
+            ),
             output=output_from(info.output, self.ctx.outputs),
             effects=self.ctx.effects,
         )
@@ -430,9 +433,7 @@ class MessageBranches:
             store=self.ctx.store,
             queue=self.ctx.queue,
             name=name,
-            state=PayloadState.RELEASED,
-            now=self.ctx.clock.now(),
-            error=reason,
+            ending=Ending(PayloadState.RELEASED, self.ctx.clock.now(), error=reason),
             fence=ClaimFence(version),
         )
 

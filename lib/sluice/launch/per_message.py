@@ -66,7 +66,7 @@ from sluice.core.errors import (
     SlotsFull,
     TransientError,
 )
-from sluice.core.model import Message, Outcome, Payload, PayloadState, StartResult
+from sluice.core.model import Claim, Message, Outcome, Payload, PayloadState, StartResult
 from sluice.core.names import execution_name, origin_id
 from sluice.core.records import KeyState
 from sluice.core.validation import validate_message
@@ -261,15 +261,17 @@ class MessageProtocol:
         if lane is not None and lane.fair:
             options["uncapped"] = True
         self.ctx.store.claim(
-            key=payload.key,
-            name=name,
-            message_id=origin_id(payload.message.message_id, payload.message.attributes),
-            arn=self.ctx.executions.arn_for(name),
-            now=now,
-            claim_expires_at=claim_expires_at,
-            once=is_once(payload.message),
-            copy_id=payload.message.message_id,
-            **options,
+            Claim(
+                key=payload.key,
+                name=name,
+                message_id=origin_id(payload.message.message_id, payload.message.attributes),
+                arn=self.ctx.executions.arn_for(name),
+                now=now,
+                claim_expires_at=claim_expires_at,
+                once=is_once(payload.message),
+                copy_id=payload.message.message_id,
+                **options,
+            )
         )
 
     def _done_already(self, payload: Payload, done_before: AlreadyDone, done: list[Message]) -> Outcome:

@@ -55,7 +55,7 @@ from dataclasses import asdict, dataclass
 from sluice.core.errors import ConfigurationError, TransientError
 from sluice.core.external import ExternalCount
 from sluice.core.limits import LimitSource
-from sluice.core.model import ClaimFence, ExecutionInfo, ExecutionRecord, PayloadState
+from sluice.core.model import ClaimFence, Ending, ExecutionInfo, ExecutionRecord, PayloadState
 from sluice.core.ports import Clock, Executions, MaxSource, Queue, Store, state_machine_arns
 from sluice.features.awaits import sweep as sweep_awaits
 from sluice.features.effects import Effects
@@ -245,12 +245,14 @@ def _release_ended(p: Pass, name: str, info: ExecutionInfo) -> None:
         #     now: s1 is before its redrive (and the adoption is young): nothing released
         confirm=lambda read: not young_adoption(read, p.now, window, p.reconciler) and _its_end(info, read),
         name=name,
-        state=PayloadState.after(info.status),
-        now=p.now,
-        error=info.error,
-        cause=info.cause,
-        ended_at=info.stop_date,
-        started_at=info.start_date,
+        ending=Ending(
+            PayloadState.after(info.status),
+            p.now,
+            error=info.error,
+            cause=info.cause,
+            ended_at=info.stop_date,
+            started_at=info.start_date,
+        ),
         output=output_from(info.output, p.outputs),
         effects=p.effects,  # an end whose event was lost: its effects go now (sluice.features.effects)
     )
@@ -324,9 +326,7 @@ def _settle_unstarted(
         store=store,
         queue=queue,
         name=record.name,
-        state=PayloadState.RELEASED,
-        now=now,
-        error="claim abandoned: no execution was ever started",
+        ending=Ending(PayloadState.RELEASED, now, error="claim abandoned: no execution was ever started"),
         fence=fence,
     )
     return int(done is not None)
@@ -369,11 +369,13 @@ def _release_vanished(
         store=store,
         queue=queue,
         name=record.name,
-        state=PayloadState.RELEASED,
-        now=now,
-        error=f"execution {record.arn or record.name} does not exist in Step Functions (its state machine was deleted?)",
+        ending=Ending(
+            PayloadState.RELEASED,
+            now,
+            error=f"execution {record.arn or record.name} does not exist in Step Functions (its state machine was deleted?)",
+            outcome_unknown=True,
+        ),
         fence=ClaimFence(record.claim_version) if claimed else None,
-        outcome_unknown=True,
     )
     return int(done is not None)
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluice.adapters.claim import Claim
 from sluice.adapters.dynamo.codec import (
     execution_pk,
     item,
@@ -53,7 +52,7 @@ from sluice.core.errors import (
     SlotsFull,
     TransientError,
 )
-from sluice.core.model import PayloadState
+from sluice.core.model import Claim, PayloadState
 
 HISTORY_LIMIT = 20  # execution names kept on a payload record; trimmed to the newest HISTORY_KEEP
 HISTORY_KEEP = 10

@@ -44,11 +44,12 @@ from sluice.adapters.dynamo.slots import pool_pk, swap_item
 from sluice.adapters.dynamo.table import TableRef
 from sluice.core.model import (
     EFFECTS_RETENTION_SECONDS,
+    Claim,
     ClaimFence,
+    Ending,
     ExecutionRecord,
     HandOver,
     PayloadState,
-    Successor,
     record_expiry,
 )
 from sluice.core.records import ReceiptOutput
@@ -79,6 +80,17 @@ class _Ending:
         False  # its execution vanished: a run-once one marks its key (sluice.features.receipts)
     )
 
+    @classmethod
+    def of(
+        cls,
+        ending: Ending,
+        fence: ClaimFence | None,
+        confirm: Callable[[ExecutionRecord], bool] | None,
+        output: Callable[[ExecutionRecord], ReceiptOutput | None] | None,
+    ) -> _Ending:
+        at = (ending.state, ending.now, ending.error, ending.cause, ending.ended_at)
+        return cls(*at, fence, confirm, asked_once(output), ending.started_at, ending.outcome_unknown)
+
     def drops_once_claim(self, record: ExecutionRecord) -> bool:
         return drops_once_claim(record, self.state, self.outcome_unknown)
 
@@ -86,13 +98,16 @@ class _Ending:
 def _successor_of(
     record: ExecutionRecord,
     ending: _Ending,
-    offer: Callable[[ExecutionRecord, bool], Successor | None],
+    offer: Callable[[ExecutionRecord, bool], Claim | None],
     room: bool,
-) -> Successor | None:
+) -> Claim | None:
     """What ``offer`` hands the slot of ``record`` to, if the one transaction can take it."""
     if ending.state.ended:
         ending.output(record)  # its effects are sent first, so the offer may receive one
     successor = offer(record, room and record.shard is not None)
+    assert successor is None or (successor.ckey is None and successor.lane is None), (
+        "a hand-over takes a plain claim"
+    )
     if successor is not None and successor.key == record.key:
         return None  # one item cannot be written twice in one transaction
     if successor is not None and successor.name == record.name:
@@ -148,34 +163,22 @@ class ReleasesTable:
 
     def release(
         self,
-        *,
         name: str,
-        state: PayloadState,
-        now: float,
-        error: str | None = None,
-        cause: str | None = None,
-        ended_at: float | None = None,
-        started_at: float | None = None,
+        ending: Ending,
+        *,
         fence: ClaimFence | None = None,
         confirm: Callable[[ExecutionRecord], bool] | None = None,
         output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
-        outcome_unknown: bool = False,
     ) -> ExecutionRecord | None:
-        end = (state, now, error, cause, ended_at, fence, confirm, asked_once(output), started_at)
-        ending = _Ending(*end, outcome_unknown)
-        return self._end(self.records.execution(name), ending).released
+        judged = _Ending.of(ending, fence, confirm, output)
+        return self._end(self.records.execution(name), judged).released
 
     def hand_over(
         self,
-        *,
         name: str,
-        state: PayloadState,
-        now: float,
-        offer: Callable[[ExecutionRecord, bool], Successor | None],
-        error: str | None = None,
-        cause: str | None = None,
-        ended_at: float | None = None,
-        started_at: float | None = None,
+        ending: Ending,
+        offer: Callable[[ExecutionRecord, bool], Claim | None],
+        *,
         confirm: Callable[[ExecutionRecord], bool] | None = None,
         output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
     ) -> HandOver:
@@ -185,8 +188,8 @@ class ReleasesTable:
         raw = found.get(execution_pk(name))
         pool = found.get(pool_pk(POOL)) or {}
         room = bool(pool) and not pool.get("frozen") and int(pool.get("limit", 0)) > 0
-        ending = _Ending(state, now, error, cause, ended_at, None, confirm, asked_once(output), started_at)
-        handed = self._end(to_execution(raw) if raw else None, ending, offer=offer, room=room)
+        judged = _Ending.of(ending, None, confirm, output)
+        handed = self._end(to_execution(raw) if raw else None, judged, offer=offer, room=room)
         freed = handed.released
         if freed is not None and not handed.claimed and freed.shard is not None and room:
             self.launch_slots.freed(freed.shard, name, pool)  # the caller's own claim tries it first
@@ -197,13 +200,13 @@ class ReleasesTable:
         record: ExecutionRecord | None,
         ending: _Ending,
         *,
-        offer: Callable[[ExecutionRecord, bool], Successor | None] | None = None,
+        offer: Callable[[ExecutionRecord, bool], Claim | None] | None = None,
         room: bool = False,
     ) -> HandOver:
         """Release ``record`` as read (with a successor in the same transaction when ``offer`` gives
         one), trying again as the races below require."""
         known: frozenset[str] = frozenset()  # the marks a refusal showed on the key (MARKS)
-        successor: Successor | None = None
+        successor: Claim | None = None
         for _ in range(PARK_RACE_RETRIES + 2):
             if record is None or not record.state.holds_lease:
                 return HandOver(None)
@@ -218,7 +221,7 @@ class ReleasesTable:
                 items[0] = swap_item(
                     self.db.table, POOL, record.shard, record.name, successor.name, ending.now
                 )
-                items.extend(self._successor_items(successor, record.shard, ending.now))
+                items.extend(self._successor_items(successor, record.shard))
             reasons = self.db.transact(items)
             if reasons is None:
                 if successor is not None:
@@ -360,14 +363,14 @@ class ReleasesTable:
             "ExpressionAttributeValues": named,
         }
 
-    def _successor_items(self, successor: Successor, shard: int, now: float) -> list[dict[str, Any]]:
+    def _successor_items(self, successor: Claim, shard: int) -> list[dict[str, Any]]:
         """A claim's lease and record (``_claim_items`` but its slot, which the swap takes)."""
         claim = self.claims._claim_items(
             successor.key,
             successor.name,
             successor.message_id,
             shard,
-            now,
+            successor.now,
             successor.claim_expires_at,
             successor.arn,
             successor.copy_id,

@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from sluice.adapters.claim import Claim
 from sluice.adapters.dynamo.adoption import AdoptionsTable
 from sluice.adapters.dynamo.awaits import AWAITING_PK, AwaitsTable
 from sluice.adapters.dynamo.claims import ClaimsTable
@@ -39,15 +38,15 @@ from sluice.adapters.dynamo.table import DEFAULT_RETENTION, TableRef
 from sluice.core.gates import OPEN, Gate
 from sluice.core.limits import Ledger, LimitSource
 from sluice.core.model import (
+    Claim,
     ClaimFence,
     EffectsLog,
+    Ending,
     ExecutionRecord,
     HandOver,
     ParkedMessage,
     PayloadRecord,
-    PayloadState,
     Rooms,
-    Successor,
 )
 from sluice.core.records import KeyState, LaneRoom, LaneSetting, ReceiptOutput
 from sluice.features.awaits import Waiter
@@ -143,40 +142,8 @@ class DynamoStore:
 
     # -- the leases (PayloadLeases) ------------------------------------------------------------------
 
-    def claim(
-        self,
-        *,
-        key: str,
-        name: str,
-        message_id: str,
-        now: float,
-        claim_expires_at: float,
-        arn: str | None = None,
-        once: bool = False,
-        ckey: str | None = None,
-        ticket: str | None = None,
-        lane: str | None = None,
-        fair_newcomer: bool = False,
-        uncapped: bool = False,
-        copy_id: str | None = None,
-    ) -> None:
-        self.claims.claim(
-            Claim(
-                key,
-                name,
-                message_id,
-                now,
-                claim_expires_at,
-                arn,
-                once,
-                ckey,
-                ticket,
-                lane,
-                fair_newcomer,
-                uncapped,
-                copy_id,
-            )
-        )
+    def claim(self, claim: Claim) -> None:
+        self.claims.claim(claim)
 
     def renew(
         self,
@@ -215,59 +182,25 @@ class DynamoStore:
 
     def release(
         self,
-        *,
         name: str,
-        state: PayloadState,
-        now: float,
-        error: str | None = None,
-        cause: str | None = None,
-        ended_at: float | None = None,
-        started_at: float | None = None,
+        ending: Ending,
+        *,
         fence: ClaimFence | None = None,
         confirm: Callable[[ExecutionRecord], bool] | None = None,
         output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
-        outcome_unknown: bool = False,
     ) -> ExecutionRecord | None:
-        return self.releases.release(
-            name=name,
-            state=state,
-            now=now,
-            error=error,
-            cause=cause,
-            ended_at=ended_at,
-            started_at=started_at,
-            fence=fence,
-            confirm=confirm,
-            output=output,
-            outcome_unknown=outcome_unknown,
-        )
+        return self.releases.release(name, ending, fence=fence, confirm=confirm, output=output)
 
     def hand_over(
         self,
-        *,
         name: str,
-        state: PayloadState,
-        now: float,
-        offer: Callable[[ExecutionRecord, bool], Successor | None],
-        error: str | None = None,
-        cause: str | None = None,
-        ended_at: float | None = None,
-        started_at: float | None = None,
+        ending: Ending,
+        offer: Callable[[ExecutionRecord, bool], Claim | None],
+        *,
         confirm: Callable[[ExecutionRecord], bool] | None = None,
         output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
     ) -> HandOver:
-        return self.releases.hand_over(
-            name=name,
-            state=state,
-            now=now,
-            offer=offer,
-            error=error,
-            cause=cause,
-            ended_at=ended_at,
-            started_at=started_at,
-            confirm=confirm,
-            output=output,
-        )
+        return self.releases.hand_over(name, ending, offer, confirm=confirm, output=output)
 
     def record_later_success(
         self, *, record: ExecutionRecord, ended_at: float, now: float, receipt: ReceiptOutput | None

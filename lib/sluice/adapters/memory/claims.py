@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sluice.adapters.claim import Claim
 from sluice.adapters.memory.keys import MemoryKeys
 from sluice.adapters.memory.table import MemoryLanes, MemoryPool, MemoryTable
 from sluice.core.errors import AlreadyDone, AlreadyRan, KeyFull, LeaseHeld, OnceUnknown
-from sluice.core.model import ExecutionRecord, PayloadRecord, PayloadState
+from sluice.core.model import Claim, ExecutionRecord, PayloadRecord, PayloadState
 from sluice.core.records import KeyState
 
 HISTORY_LIMIT = 20

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sluice.adapters.claim import Claim
 from sluice.adapters.memory.claims import MemoryClaims
-from sluice.adapters.memory.releases import Ending, MemoryReleases
+from sluice.adapters.memory.releases import MemoryReleases
 from sluice.adapters.memory.table import MemoryPool, MemoryTable
 from sluice.core.errors import AlreadyDone, AlreadyRan, LeaseHeld, OnceUnknown, SlotsFull
-from sluice.core.model import ExecutionRecord, HandOver, Successor
+from sluice.core.model import Claim, Ending, ExecutionRecord, HandOver
 from sluice.core.records import ReceiptOutput
 from sluice.features.receipts import asked_once
 
@@ -28,7 +27,7 @@ class MemoryHandOver:
         self,
         name: str,
         ending: Ending,
-        offer: Callable[[ExecutionRecord, bool], Successor | None],
+        offer: Callable[[ExecutionRecord, bool], Claim | None],
         *,
         confirm: Callable[[ExecutionRecord], bool] | None = None,
         output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
@@ -53,20 +52,7 @@ class MemoryHandOver:
             if released is None or successor is None:
                 return HandOver(released)
             try:
-                self.claims.claim(_claim_of(successor, ending.now))
+                self.claims.claim(successor)
             except (LeaseHeld, AlreadyDone, OnceUnknown, AlreadyRan, SlotsFull):
                 return HandOver(released)  # the release alone; the caller claims it its own way
             return HandOver(released, claimed=True)
-
-
-def _claim_of(successor: Successor, now: float) -> Claim:
-    return Claim(
-        key=successor.key,
-        name=successor.name,
-        message_id=successor.message_id,
-        now=now,
-        claim_expires_at=successor.claim_expires_at,
-        arn=successor.arn,
-        once=successor.once,
-        copy_id=successor.copy_id,
-    )

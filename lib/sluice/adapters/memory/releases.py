@@ -4,27 +4,14 @@ as DynamoStore writes each in one transaction. For tests and the benchmark."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from sluice.adapters.memory.awaits import MemoryAwaits
 from sluice.adapters.memory.keys import MemoryKeys
 from sluice.adapters.memory.table import MemoryLanes, MemoryTable
-from sluice.core.model import ClaimFence, ExecutionRecord, PayloadRecord, PayloadState, record_expiry
+from sluice.core.model import ClaimFence, Ending, ExecutionRecord, PayloadRecord, PayloadState, record_expiry
 from sluice.core.records import ReceiptOutput
 from sluice.features.receipts import drops_once_claim
-
-
-@dataclass(frozen=True)
-class Ending:
-    """How a run ended, as a release writes it down."""
-
-    state: PayloadState
-    now: float
-    error: str | None = None
-    cause: str | None = None
-    ended_at: float | None = None
-    started_at: float | None = None
-    outcome_unknown: bool = False
 
 
 class MemoryReleases:

@@ -8,26 +8,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from sluice.adapters.claim import Claim
 from sluice.adapters.memory.awaits import MemoryAwaits
 from sluice.adapters.memory.claims import MemoryClaims
 from sluice.adapters.memory.handover import MemoryHandOver
 from sluice.adapters.memory.keys import MemoryKeys
 from sluice.adapters.memory.records import MemoryParking, MemoryRecords
-from sluice.adapters.memory.releases import Ending, MemoryReleases
+from sluice.adapters.memory.releases import MemoryReleases
 from sluice.adapters.memory.table import DEFAULT_RETENTION, MemoryLanes, MemoryPool, MemoryTable
 from sluice.core.gates import OPEN, Gate
 from sluice.core.limits import Ledger, LimitSource
 from sluice.core.model import (
+    Claim,
     ClaimFence,
     EffectsLog,
+    Ending,
     ExecutionRecord,
     HandOver,
     ParkedMessage,
     PayloadRecord,
-    PayloadState,
     Rooms,
-    Successor,
 )
 from sluice.core.records import KeyState, LaneRoom, LaneSetting, ReceiptOutput
 from sluice.features.awaits import Waiter
@@ -92,40 +91,8 @@ class MemoryStore:
 
     # -- the leases (PayloadLeases) ------------------------------------------------------------------
 
-    def claim(
-        self,
-        *,
-        key: str,
-        name: str,
-        message_id: str,
-        now: float,
-        claim_expires_at: float,
-        arn: str | None = None,
-        once: bool = False,
-        ckey: str | None = None,
-        ticket: str | None = None,
-        lane: str | None = None,
-        fair_newcomer: bool = False,
-        uncapped: bool = False,
-        copy_id: str | None = None,
-    ) -> None:
-        self.claims.claim(
-            Claim(
-                key,
-                name,
-                message_id,
-                now,
-                claim_expires_at,
-                arn,
-                once,
-                ckey,
-                ticket,
-                lane,
-                fair_newcomer,
-                uncapped,
-                copy_id,
-            )
-        )
+    def claim(self, claim: Claim) -> None:
+        self.claims.claim(claim)
 
     def renew(
         self,
@@ -164,37 +131,24 @@ class MemoryStore:
 
     def release(
         self,
-        *,
         name: str,
-        state: PayloadState,
-        now: float,
-        error: str | None = None,
-        cause: str | None = None,
-        ended_at: float | None = None,
-        started_at: float | None = None,
+        ending: Ending,
+        *,
         fence: ClaimFence | None = None,
         confirm: Callable[[ExecutionRecord], bool] | None = None,
         output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
-        outcome_unknown: bool = False,
     ) -> ExecutionRecord | None:
-        ending = Ending(state, now, error, cause, ended_at, started_at, outcome_unknown)
         return self.releases.release(name, ending, fence=fence, confirm=confirm, output=output)
 
     def hand_over(
         self,
-        *,
         name: str,
-        state: PayloadState,
-        now: float,
-        offer: Callable[[ExecutionRecord, bool], Successor | None],
-        error: str | None = None,
-        cause: str | None = None,
-        ended_at: float | None = None,
-        started_at: float | None = None,
+        ending: Ending,
+        offer: Callable[[ExecutionRecord, bool], Claim | None],
+        *,
         confirm: Callable[[ExecutionRecord], bool] | None = None,
         output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
     ) -> HandOver:
-        ending = Ending(state, now, error, cause, ended_at, started_at)
         return self.hand_overs.hand_over(name, ending, offer, confirm=confirm, output=output)
 
     def record_later_success(
