@@ -3,7 +3,9 @@ write (``Store.hand_over``, a completion's refill). Run against MemoryStore and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+import pytest
 
 from sluice.core.errors import LeaseHeld
 from sluice.core.limits import LimitSource
@@ -70,6 +72,29 @@ def test_a_successor_of_the_same_key_is_not_handed_the_slot(store):
     assert handed.released is not None and not handed.claimed
     assert store.ledger().holders == frozenset() and store.payload("a").holder is None
     assert store.execution("na2") is None
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"ckey": "c"},
+        {"ckey": "c", "ticket": "1@1"},
+        {"lane": "gpu"},
+        {"fair_newcomer": True},
+        {"uncapped": True},
+    ],
+    ids=["keyed", "ticketed", "laned", "fair-newcomer", "uncapped"],
+)
+def test_a_successor_that_is_not_a_plain_claim_leaves_the_release_alone(store, options):
+    """A keyed, laned or fair claim has items the release's one write does not hold (its key's line,
+    its lane's slots): both stores release alone, and the caller claims it its own way."""
+    claim(store, "a", "na", limit=1)
+    offered = replace(successor("b", "nb"), **options)
+    assert not offered.plain
+    handed = hand_over(store, "na", Offer(offered))
+    assert handed.released is not None and handed.released.name == "na" and not handed.claimed
+    assert store.ledger().holders == frozenset() and store.payload("a").holder is None
+    assert store.payload("b") is None and store.execution("nb") is None
 
 
 def test_a_successor_whose_key_is_held_leaves_the_release_alone(store):

@@ -311,6 +311,12 @@ class Claim:
     uncapped: bool = False  # its key has no default cap (a claim from a fair lane, sluice.features.fair)
     copy_id: str | None = None  # the SQS message id of the copy claiming: the owner of its start mark
 
+    @property
+    def plain(self) -> bool:
+        """Neither keyed, laned nor fair: a claim a hand-over's one write can take (``hand_over``)."""
+        unkeyed = self.ckey is None and self.ticket is None and self.lane is None
+        return unkeyed and not (self.fair_newcomer or self.uncapped)
+
 
 @dataclass(frozen=True, slots=True)
 class Ending:

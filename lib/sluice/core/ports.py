@@ -299,10 +299,10 @@ class PayloadLeases(Protocol):
         """``release``, handing the slot it frees to a successor in the same write (a completion's
         refill). ``offer`` is asked once, with the record read and whether the freed slot can pass
         to a successor as it stands (a shard of the pool, which is neither frozen nor paused): a
-        plain claim for that slot (no concurrency key, lane or fair-lane flag), or None. The successor takes exactly what a claim takes (its lease,
+        claim for that slot, or None. The successor takes exactly what a claim takes (its lease,
         its record, the freed slot under its shard's cap); where it cannot (its key held or the
-        same as the ended run's, the cap lowered meanwhile), the release goes alone and the
-        hand-over says so: the caller claims it its own way."""
+        same as the ended run's, the cap lowered meanwhile, a claim that is not ``Claim.plain``),
+        the release goes alone and the hand-over says so: the caller claims it its own way."""
         ...
 
     def record_later_success(

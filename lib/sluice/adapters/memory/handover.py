@@ -45,8 +45,10 @@ class MemoryHandOver:
         if ending.state.ended:
             output(seen)  # its effects are sent first, so the offer may receive one
         successor = offer(seen, room)
-        if successor is not None and (successor.key == seen.key or successor.name == seen.name):
-            successor = None
+        if successor is not None and (
+            not successor.plain or successor.key == seen.key or successor.name == seen.name
+        ):
+            successor = None  # as DynamoStore: the release alone, and the caller claims it its own way
         with self.table.lock:  # the release and the claim as one write
             released = self.releases.release(name, ending, confirm=confirm, output=output)
             if released is None or successor is None:
