@@ -269,9 +269,9 @@ def test_a_tick_that_read_a_lowered_max_never_fills_past_it(session, caplog):
     under the caps others left (3) past the MAX 1 it read. A clean tick then puts MAX 1 in force."""
     with caplog.at_level(logging.WARNING):
         stack, meddle, summary, rt = lowered_max_then_a_contended_tick(session)  # the tick ends normally
-        assert meddle.fired == 5 and summary.stopped == "transient" and stack.running() == []
+        assert meddle.fired == 5 and summary.stopped == "contended" and stack.running() == []
         woken = rt.launcher().tick(reconcile_first=False, linger=False)
-    assert meddle.fired == 10 and woken.stopped == "transient"
+    assert meddle.fired == 10 and woken.stopped == "contended"
     warned = [r.getMessage() for r in caplog.records if "kept changing" in r.getMessage()]
     assert len(warned) == 2, warned  # the reconciliation's and the admission's
     assert stack.running() == [], "a tick filled under caps it could not bring to the MAX it read"
@@ -304,7 +304,7 @@ def test_contended_caps_never_escape_a_wake_or_a_completion(stack, caplog):
         summary = waker.launcher().tick(reconcile_first=False, linger=False)
     assert meddle.fired == 5
     assert any("kept changing" in r.getMessage() for r in caplog.records)
-    assert summary.stopped == "transient" and len(stack.running()) == 1
+    assert summary.stopped == "contended" and len(stack.running()) == 1
     released, _refill, skipped = end(rt, stack, sorted(stack.running())[0])
     assert released and skipped == "" and len(stack.running()) == 1  # p0's slot went to p1
     stack.launcher().tick(reconcile_first=False, linger=False)

@@ -138,7 +138,7 @@ def test_contended_reconciliation_starts_nothing_and_the_next_tick_puts_max_in_f
     launcher = rt.launcher()
     summary = launcher.tick(linger=False)
     assert rival.fired == MERGE_ROUNDS
-    assert summary.stopped == "transient" and not summary.reconciled
+    assert summary.stopped == "contended" and not summary.reconciled
     assert summary.n(Outcome.STARTED) == 0
     assert len(stack.running()) == 3
     assert in_force(stack) == 5  # the rival's caps: MAX 2 not in force yet
@@ -146,7 +146,7 @@ def test_contended_reconciliation_starts_nothing_and_the_next_tick_puts_max_in_f
     # The rival stops: the very next tick puts MAX 2 in force and starts nothing (3 > 2).
     rival.armed = False
     summary = launcher.tick(linger=False)
-    assert summary.stopped != "transient"
+    assert summary.stopped not in ("transient", "contended")
     assert in_force(stack) == 2
     assert len(stack.running()) == 3 and summary.n(Outcome.STARTED) == 0
     # Runs end: the waiting messages start, never more than 2 at once.
@@ -171,7 +171,7 @@ def test_contended_tick_summary_does_not_report_zero_running(stack):
     rival = Rival(stack, [old])
     hook(rt, rival)
     summary = rt.launcher().tick(linger=False)
-    assert rival.fired == MERGE_ROUNDS and summary.stopped == "transient"
+    assert rival.fired == MERGE_ROUNDS and summary.stopped == "contended"
     assert len(stack.running()) == 3
     shown = summary.as_dict()
     # Either the figures are not claimed (None, as for a hand-over) or they are the truth.
@@ -190,7 +190,7 @@ def test_contended_first_admission_round_summary_does_not_report_zero_running(st
     rival = Rival(stack, [old])
     hook(rt, rival)
     summary = rt.launcher().tick(reconcile_first=False, linger=False)
-    assert rival.fired == MERGE_ROUNDS and summary.stopped == "transient"
+    assert rival.fired == MERGE_ROUNDS and summary.stopped == "contended"
     assert len(stack.running()) == 3 and waiting(stack) == 1
     shown = summary.as_dict()
     assert shown["running"] in (None, 3), shown
@@ -218,7 +218,7 @@ def test_lingering_tick_contended_after_its_first_round_starts_no_more(session):
     summary = rt.launcher().tick(linger=True)
     assert lowered and rival.fired == MERGE_ROUNDS
     assert summary.n(Outcome.STARTED) == 10  # round 1 only
-    assert summary.stopped == "transient"
+    assert summary.stopped == "contended"
     assert len(stack.running()) == 10 <= 12
     assert waiting(stack) == 5
     rival.armed = False
@@ -243,7 +243,7 @@ def test_lanes_contended_sync_ends_the_tick_and_no_lane_over_admits(session):
     launcher = rt.launcher()
     summary = launcher.tick(reconcile_first=False, linger=False)  # a wake: lanes' admissions sync MAX
     assert rival.fired == MERGE_ROUNDS
-    assert summary.stopped == "transient"
+    assert summary.stopped == "contended"
     assert stack.running() == []
     rival.armed = False
     for _ in range(3):
@@ -267,7 +267,7 @@ def test_first_tick_contended_while_the_pool_is_created_then_recovers(stack):
     launcher = rt.launcher()
     summary = launcher.tick(linger=False)
     assert rival.fired == MERGE_ROUNDS
-    assert summary.stopped == "transient"
+    assert summary.stopped == "contended"
     assert stack.running() == []
     assert in_force(stack) == 5  # the rival created the pool with its MAX
     ledger = stack.runtime().store().ledger()
@@ -306,7 +306,7 @@ def test_fifth_round_lands_with_its_answer_lost_is_carried(stack):
     rt.client("dynamodb").meta.events.register("before-send.dynamodb.TransactWriteItems", lose_answer)
     summary = rt.launcher().tick(linger=False)
     assert rival.fired == MERGE_ROUNDS - 1 and lost
-    assert summary.reconciled and summary.stopped != "transient"
+    assert summary.reconciled and summary.stopped not in ("transient", "contended")
     assert in_force(stack) == 3
     assert len(stack.running()) == 3
 
@@ -368,7 +368,7 @@ def test_completion_after_a_contended_reconciliation_that_listed_an_outside_run(
     hook(rt, rival)
     launcher = rt.launcher()
     summary = launcher.tick(linger=False)
-    assert rival.fired == MERGE_ROUNDS and summary.stopped == "transient"
+    assert rival.fired == MERGE_ROUNDS and summary.stopped == "contended"
     assert in_force(stack) == 3  # X not in the caps
     rival.armed = False
     ours = [n for n in stack.running() if n != "by-hand"]

@@ -11,7 +11,7 @@ from dataclasses import asdict
 
 from sluice.cli.context import Context, local_env, stack_env
 from sluice.cli.render import EXIT_AWS, EXIT_OK, lane_max, table
-from sluice.cli.room import hold_text
+from sluice.cli.room import CONTENDED, hold_text
 from sluice.core.errors import SluiceError
 from sluice.core.summary import TickSummary
 from sluice.launch.settings import Settings
@@ -80,6 +80,7 @@ LAUNCHER_WORDS = {
     "paused": "MAX is 0",
     "time": "the time limit was reached",
     "transient": "AWS throttled or failed; the rest returns to the queue",
+    "contended": CONTENDED,
 }
 
 

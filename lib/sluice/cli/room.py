@@ -7,6 +7,9 @@ from sluice.cli.render import lane_max, plural
 from sluice.features.lanes import DEFAULT_LANE
 from sluice.ops.room import Held, Hold, Room
 
+CONTENDED = (
+    "other launchers kept changing the slot pool, so MAX is not in the caps yet; the next tick starts them"
+)
 NOTHING_HOLDS = "nothing: slots are free; the next tick, or a completion's refill, receives what waits"
 
 
@@ -81,4 +84,6 @@ def hold_text(room: Room, held: Held) -> str:
             return "the time limit was reached"
         case Hold.TRANSIENT:
             return "AWS throttled or failed; the rest returns to the queue"
+        case Hold.CONTENDED:
+            return CONTENDED
     return held.hold.value

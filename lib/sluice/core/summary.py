@@ -21,7 +21,9 @@ class TickSummary:
     reconciled: bool = False
     released_by_reconcile: int = 0
     drift: int | None = None
-    stopped: str = ""  # why the loop ended: full, empty, paused, time, transient, or the gate's name ("rate")
+    stopped: str = (
+        ""  # why the loop ended: full, empty, paused, time, transient, contended, or the gate's name ("rate")
+    )
     counted: bool = True  # limit and running were read (a completion's hand-over reads neither)
     lanes: dict[str, dict[str, int]] = field(default_factory=dict)  # per lane: received, started
 

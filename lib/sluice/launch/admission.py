@@ -86,8 +86,11 @@ class Admission:
             ledger = self._read_room(state, summary, freed=freed, sync_limit=sync_limit)
             if state.contended is not None:
                 # The MAX it read is not in the caps, which may admit more: nothing more this time.
-                self.interrupted("the slot pool kept changing; MAX is not in the caps yet", state.contended)
-                summary.stopped = "transient"
+                self.ctx.log.warning(
+                    "tick ends: the slot pool kept changing; MAX is not in the caps yet",
+                    extra={"error": str(state.contended)},
+                )
+                summary.stopped = "contended"
                 return summary
             if sync_limit and summary.max_concurrency == 0:
                 summary.stopped = "paused"

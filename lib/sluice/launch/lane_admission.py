@@ -134,7 +134,7 @@ class LaneAdmission:
                         summary.add_lane(lane.name, part)
                         moved += part.n(Outcome.STARTED)
                         waited = waited or (not lane.fair and self.ctx.settings.receive_wait_seconds > 0)
-                        if part.stopped in ("paused", "time", "transient"):
+                        if part.stopped in ("paused", "time", "transient", "contended"):
                             summary.stopped = part.stopped
                             return summary
                         if part.stopped == "empty" or part.n(Outcome.STARTED) < shares[lane.name]:
@@ -181,7 +181,7 @@ class LaneAdmission:
             )
             summary.add_lane(lane.name, part)
             summary.stopped = part.stopped
-            if part.n(Outcome.STARTED) or part.stopped in ("time", "transient"):
+            if part.n(Outcome.STARTED) or part.stopped in ("time", "transient", "contended"):
                 break
             if part.stopped == "full" and not part.received:
                 break  # the lane had room, so the global pool has none (MAX lowered): no lane can

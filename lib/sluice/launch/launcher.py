@@ -228,7 +228,7 @@ class Launcher:
             except Contended as exc:  # its count is not in the caps: this tick starts nothing
                 self.log.warning("tick ends: the slot pool kept changing", extra={"error": str(exc)})
                 summary.saw(self.store.look(), first=True)
-                summary.stopped = "transient"
+                summary.stopped = "contended"
                 return summary
             summary.reconciled = True
             summary.released_by_reconcile = report.released

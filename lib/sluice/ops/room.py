@@ -28,6 +28,7 @@ class Hold(StrEnum):
     """What holds starts (or stopped a tick), most telling first."""
 
     TRANSIENT = "transient"  # AWS throttled or failed: the tick's rest returns to the queue
+    CONTENDED = "contended"  # other launchers kept moving the slot pool: MAX not in the caps yet
     TIME = "time"  # the tick's time limit
     MAX_INVALID = "max invalid"  # the MAX parameter holds no usable value: nothing starts
     PAUSED = "paused"  # MAX is 0
@@ -117,7 +118,7 @@ class Room:
     def stop_reasons(self, stopped: str) -> list[Held]:
         """Why a tick that ended with the launcher's word ``stopped`` started nothing more, read
         after it: most telling first, one reason per lane below the global ones."""
-        if stopped in (Hold.TRANSIENT, Hold.TIME):
+        if stopped in (Hold.TRANSIENT, Hold.CONTENDED, Hold.TIME):
             return [Held(Hold(stopped))]
         if self.max_error:
             return [Held(Hold.MAX_INVALID)]
