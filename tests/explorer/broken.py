@@ -515,6 +515,10 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
         "a grant that keeps only its own entry: the window forgets another launcher's grants",
         [(sluice.features.rate_limits.RateBook, "granted", _granted_alone)],
     ),
+    "rate_drop_forgotten": (
+        "a window that may reach an entry a write dropped counted without it (the code before seed 1211301274's fix)",
+        [(sluice.features.rate_limits.RateBook, "_reaches_dropped", lambda self, scope, rate, now_ms: False)],
+    ),
     "rate_change_resets_window": (
         "a rate set at run time that empties its scope's window",
         [(sluice.features.rate_limits.RateBook, "with_override", _override_resetting)],

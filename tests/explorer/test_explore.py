@@ -1080,14 +1080,19 @@ def test_seed_1209700796_an_adoption_landing_after_its_run_was_redriven_again_le
     assert _one_run(1209700796, "--swarm").returncode == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: found by the long run on a806b1b after 3,524.7 CPU-seconds; fails the same on 8b49d47, "
-    "before this round's changes; not yet traced to Sluice or to the model (tests/explorer/README.md)",
-)
 def test_seed_1211301274_a_stack_rate_of_one_a_second_grants_once_a_second() -> None:
-    """A swarm run under the stack's rate (set at run time to 2/second, then 1/second) that drains its
-    backlog: the model counts two grants in one second while draining (promise 8). Pinned, failing,
-    until traced: this test fails (xpass) once the run holds."""
-    done = _one_run(1211301274, "--swarm")
-    assert done.returncode == 0, done.stdout[-3000:]
+    """Found by the long run on a806b1b after 3,524.7 CPU-seconds: the stack's rate at 1/second,
+    launcher B's clock an hour behind. A's writes kept the latest 32 entries past A's own period,
+    all A's, and dropped B's grant while B's window still held it: B granted again in the same
+    second (promise 8). The book now keeps the latest time a write dropped, and a window that may
+    reach it has no room (tests/integration/test_rate_skew_moto.py; variant ``rate_drop_forgotten``)."""
+    from tests.explorer.sim import explore
+    from tests.explorer.variants import applied
+
+    outcome = explore(1211301274, 120, swarm=True)
+    assert outcome.failure is None, outcome.failure
+    with applied("rate_drop_forgotten"):
+        broken = explore(1211301274, 120, swarm=True)
+    assert broken.failure is not None and broken.failure.startswith("promise 8 (rate of stack)"), (
+        broken.failure
+    )

@@ -41,6 +41,7 @@ def to_book(raw: dict[str, Any] | None) -> RateBook:
         version=int(raw.get("version", 0)),
         overrides={str(k): str(v) for k, v in (raw.get("overrides") or {}).items()},
         windows={str(k): _window(str(v)) for k, v in (raw.get("windows") or {}).items()},
+        dropped={str(k): int(v) for k, v in (raw.get("dropped") or {}).items()},
     )
 
 
@@ -61,6 +62,7 @@ class DynamoRates:
                 version=expected + 1,
                 overrides=dict(book.overrides),
                 windows={scope: _window_text(w) for scope, w in book.windows.items() if w},
+                dropped=dict(book.dropped),
             ),
         }
         if expected == 0:

@@ -55,9 +55,9 @@ MAIN = ""  # the stack's book: the stack's and the lanes' scopes, and a copy of 
 NONE = "none"  # ``sluice set-rate none``: no rate for the scope, whatever the stack's parameter
 ATTEMPTS = 8  # fenced writes lost to other launchers before a round takes no grant
 # Entries kept past their period (the latest N, at least this many), for the launchers whose clocks
-# run behind the writer's and for a period lengthened at run time: a clock far ahead never erases
-# what one behind still counts (its window holds at most N entries, the latest past the writer's),
-# and a small rate's record stays small (about 1 KB: one write unit).
+# run behind the writer's and for a period lengthened at run time, while a small rate's record stays
+# small (about 1 KB: one write unit). What a write drops is remembered by its latest time
+# (``RateBook.dropped``): a window that may reach it has no room (``RateBook.room``).
 KEPT_PAST = 32
 
 
@@ -136,11 +136,13 @@ class RateDefaults:
 @dataclass(frozen=True, slots=True)
 class RateBook:
     """Every scope's rate set at run time (a rate's text, or ``NONE``) and its window of grants:
-    (ms, count) pairs, oldest first. ``version`` fences each write."""
+    (ms, count) pairs, oldest first; ``dropped``: each scope's latest entry a write dropped.
+    ``version`` fences each write."""
 
     version: int = 0
     overrides: Mapping[str, str] = field(default_factory=dict)
     windows: Mapping[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    dropped: Mapping[str, int] = field(default_factory=dict)
 
     def rate(self, scope: str, defaults: RateDefaults) -> Rate | None:
         """The rate in force for ``scope``: set at run time, else the stack's parameter."""
@@ -157,13 +159,30 @@ class RateBook:
     def room(self, scope: str, rate: Rate, now_ms: int) -> int:
         """Grants ``now_ms`` may take: N less the busiest window [x, x + P) that holds ``now_ms``.
         Grants ahead of this clock (another launcher's, whose clock runs ahead) count in the windows
-        they share with it, so every window of the granting clocks holds at most N."""
+        they share with it, so every window of the granting clocks holds at most N.
+
+        A window that may hold a dropped entry has none. Dropped entries are the oldest, so every
+        entry after ``dropped`` is kept; the writer's own clock is always past it by a period:
+
+            launcher B (clock an hour behind)     launcher A (an hour ahead)    RATES
+            grant at b                                                          b, A's last hour
+                                                  grant at a: keeps A's latest 32 past a − P,
+                                                  drops b                       dropped = b' >= b
+            now b + 1: b + 1 < b' + P: no room (it read an empty window: a second grant at 1/s)
+        """
+        if self._reaches_dropped(scope, rate, now_ms):
+            return 0
         return max(0, rate.count - busiest(self.windows.get(scope, ()), rate.period * 1000, now_ms))
+
+    def _reaches_dropped(self, scope: str, rate: Rate, now_ms: int) -> bool:
+        return scope in self.dropped and now_ms < self.dropped[scope] + rate.period * 1000
 
     def next_due(self, scope: str, rate: Rate, now_ms: int) -> float | None:
         """When ``scope`` next has room (seconds, by the granting clock); None: it has room now."""
         if self.room(scope, rate, now_ms) > 0:
             return None
+        if self._reaches_dropped(scope, rate, now_ms):
+            return (self.dropped[scope] + rate.period * 1000) / 1000
         start, held = now_ms - rate.period * 1000, 0
         excess = self.in_window(scope, rate, now_ms) - rate.count + 1
         for at, n in self.windows.get(scope, ()):
@@ -175,17 +194,21 @@ class RateBook:
 
     def granted(self, scopes: Sequence[str], n: int, now_ms: int, rates: Mapping[str, Rate]) -> RateBook:
         """This book with ``n`` grants at ``now_ms`` in each scope; of the entries past their period
-        (``rates``: each scope's) only the latest N (at least ``KEPT_PAST``) kept."""
-        windows = dict(self.windows)
+        (``rates``: each scope's) only the latest N (at least ``KEPT_PAST``) kept, the latest time
+        dropped remembered."""
+        windows, dropped = dict(self.windows), dict(self.dropped)
         for scope in scopes:
             start = now_ms - rates[scope].period * 1000
             kept = dict(windows.get(scope, ()))
             kept[now_ms] = kept.get(now_ms, 0) + n
             past = sorted(at for at in kept if at <= start)
-            for at in past[: max(0, len(past) - max(KEPT_PAST, rates[scope].count))]:
+            gone = past[: max(0, len(past) - max(KEPT_PAST, rates[scope].count))]
+            for at in gone:
                 del kept[at]
+            if gone:
+                dropped[scope] = max(dropped.get(scope, gone[-1]), gone[-1])
             windows[scope] = tuple(sorted(kept.items()))
-        return replace(self, windows=windows)
+        return replace(self, windows=windows, dropped=dropped)
 
     def given_back(self, scopes: Sequence[str], n: int, at_ms: int) -> RateBook:
         """This book with ``n`` of the grants made at ``at_ms`` removed from each scope (as many as
