@@ -37,6 +37,7 @@ from moto.moto_api._internal import mock_random
 
 import sluice.adapters.dynamo.slots as slots_adapter
 from sluice.core.errors import TransientError
+from sluice.features import rate_limits
 from sluice.features.rate_limits import STACK, Rate, RateDefaults, lane_scope
 from tests.explorer.actors import LANE, PAYLOADS, Actors
 from tests.explorer.choices import Choices
@@ -190,6 +191,12 @@ WAKE_SALT = 16  # as SLOW_SALT; seed 60 (the widenings' loop) draws none either
 # transactions at the world's size. Drawn from the seed (in a quarter of the swarm runs).
 SMALL_PLANS = (False, False, False, True)
 SMALL_PLANS_SALT = 1007552  # as SLOW_SALT: no pinned swarm seed, nor the small seeds, draws it
+# A swarm run may keep its rate books short (``KEPT_PAST`` 2): entries past their period are dropped
+# after two, not 32, so that a write drops what another clock's window still holds within a run's
+# few dozen grants, as a long busy run does with 32. Drawn from the seed, in a quarter of the swarm
+# runs with a rate of 1 second.
+SHORT_BOOKS = (True, False, False, False)
+SHORT_BOOKS_SALT = 29669  # as SLOW_SALT: no pinned swarm seed, nor the small seeds, draws it
 # A swarm run may deploy lanes (none four times in seven; drawn from the seed): a lane ``gpu`` with a
 # MAX of 1 beside the implied default, the same with the default lane's MAX set too, or a fair lane of
 # 2; and under those, in half the runs, a rate on ``gpu``. The producers then send to a lane (a draw
@@ -434,6 +441,17 @@ def plans_in_steps(small: bool) -> Iterator[None]:
 
 
 @contextmanager
+def books_short(short: bool) -> Iterator[None]:
+    """SHORT_BOOKS: two entries kept past their period while the run lasts."""
+    saved = rate_limits.KEPT_PAST
+    rate_limits.KEPT_PAST = 2 if short else saved
+    try:
+        yield
+    finally:
+        rate_limits.KEPT_PAST = saved
+
+
+@contextmanager
 def deterministic(seed: int) -> Iterator[None]:
     """moto's ids, uuid4 and every ``random.Random()`` made without a seed (Sluice's shard and lane
     orders, a launcher's identity) drawn from ``seed``, so that a run is a function of its draws."""
@@ -519,10 +537,7 @@ class Explorer:
         self.retried_writes = random.Random(choices.seed * 149 + 41).random() < 0.5
         # A swarm run may run under a rate limit (promise 8), drawn from the seed, not the draws, so
         # that schedules printed before rates were drawn replay draw for draw.
-        self.rate = RATES[random.Random(choices.seed * 131 + 17).randrange(len(RATES))] if swarm else None
-        self.key_rate = (
-            KEY_RATES[random.Random(choices.seed * 137 + 29).randrange(len(KEY_RATES))] if swarm else None
-        )
+        self.rate, self.key_rate = self.drawn_rates(choices.seed)[:2] if swarm else (None, None)
         self.slow = (
             SLOW_CONTAINERS[random.Random(choices.seed * 167 + SLOW_SALT).randrange(len(SLOW_CONTAINERS))]
             if swarm
@@ -593,14 +608,12 @@ class Explorer:
             self.config.setdefault("swarm", {})["wake"] = self.wake
         if swarm and self.draws_small_plans(choices.seed):
             self.config.setdefault("swarm", {})["small_plans"] = True
+        if swarm and self.draws_short_books(choices.seed):
+            self.config.setdefault("swarm", {})["short_books"] = True
         self.lanes = (
             LANES[random.Random(choices.seed * 211 + LANES_SALT).randrange(len(LANES))] if swarm else ""
         )
-        self.lane_rate = (
-            LANE_RATES[random.Random(choices.seed * 223 + LANES_SALT).randrange(len(LANE_RATES))]
-            if self.lanes
-            else None
-        )
+        self.lane_rate = self.drawn_rates(choices.seed)[2] if self.lanes else None
         if self.lanes:
             self.config["lanes"] = self.lanes
             self.config.setdefault("swarm", {}).update(lanes=self.lanes, lane_rate=str(self.lane_rate))
@@ -683,6 +696,27 @@ class Explorer:
     def draws_small_plans(seed: int) -> bool:
         """A swarm run of ``seed`` plans its pools one cap move to a transaction (SMALL_PLANS)."""
         return SMALL_PLANS[random.Random(seed * 263 + SMALL_PLANS_SALT).randrange(len(SMALL_PLANS))]
+
+    @staticmethod
+    def drawn_rates(seed: int) -> tuple[Rate | None, Rate | None, Rate | None]:
+        """A swarm run's rates by the parameters: the stack's, every key's, and its lane's (if it
+        deploys lanes)."""
+        lanes = LANES[random.Random(seed * 211 + LANES_SALT).randrange(len(LANES))]
+        return (
+            RATES[random.Random(seed * 131 + 17).randrange(len(RATES))],
+            KEY_RATES[random.Random(seed * 137 + 29).randrange(len(KEY_RATES))],
+            LANE_RATES[random.Random(seed * 223 + LANES_SALT).randrange(len(LANE_RATES))] if lanes else None,
+        )
+
+    @staticmethod
+    def draws_short_books(seed: int) -> bool:
+        """A swarm run of ``seed`` keeps two rate entries past their period (SHORT_BOOKS): one in
+        four of the runs with a rate of 1 second."""
+        per_second = any(r is not None and r.period == 1 for r in Explorer.drawn_rates(seed))
+        return (
+            per_second
+            and SHORT_BOOKS[random.Random(seed * 271 + SHORT_BOOKS_SALT).randrange(len(SHORT_BOOKS))]
+        )
 
     @staticmethod
     def draws_upgrade(seed: int) -> bool:
@@ -912,6 +946,7 @@ def explore(
         faster_moto(),
         lighter(),
         plans_in_steps(swarm and Explorer.draws_small_plans(seed)),
+        books_short(swarm and Explorer.draws_short_books(seed)),
     ):
         try:
             explorer = Explorer(choices, steps, without=without, swarm=swarm)

@@ -364,6 +364,9 @@ def test_no_pinned_swarm_seed_draws_the_full_pool_the_rare_crashes_or_small_plan
         assert not Explorer.draws_defer(seed), seed
         assert not Explorer.draws_semaphore_adds(seed), seed
         assert not Explorer.draws_forged_origins(seed) or seed == 1207300027, seed
+    explored = {int(n) for n in re.findall(r"explore\((\d+)", Path(__file__).read_text())}
+    for seed in explored | named | {1, 2, 3, 13, 50, 60, 182, 302, 303} | set(range(100, 116)):
+        assert not Explorer.draws_short_books(seed) or seed == 1211301274, seed
     for seed in (9134, 163):  # the upgrade's and the rare crashes' pinned runs
         assert not Explorer.draws_defer(seed), seed
     for seed in (9134, 163):
