@@ -13,6 +13,7 @@ from sluice.adapters.dynamo.rate_limits import DynamoRates
 from sluice.adapters.dynamo.table import TableRef
 from sluice.adapters.memory.rate_limits import MemoryRates
 from sluice.features.rate_limits import (
+    KEPT_PAST,
     NONE,
     STACK,
     Rate,
@@ -153,3 +154,29 @@ def test_a_keys_rate_set_at_run_time_is_copied_to_the_stacks_book(persistence):
     assert other.take([a], 1, T0 + 1).n == 0
     rates.set(a, NONE)
     assert rates.take([a], 3, T0 + 2).n == 3 and rates.room(a, T0 + 2) is None
+
+
+def test_a_clock_behind_takes_nothing_from_a_window_a_write_ahead_dropped_from(persistence):
+    """A clock an hour ahead keeps ``KEPT_PAST`` entries past its period, all its own: the grant of a
+    clock behind goes with the oldest. That clock's window may reach what went: no room until it is
+    a period past the latest dropped (explorer seed 1211301274)."""
+    ahead, behind = limiter(persistence, Rate(1, 1)), limiter(persistence, Rate(1, 1))
+    assert behind.take([STACK], 1, T0).n == 1
+    for i in range(KEPT_PAST + 2):
+        assert ahead.take([STACK], 1, T0 + 3600 + i).n == 1
+    book = persistence.load()
+    assert int(T0 * 1000) not in dict(book.windows[STACK]) and book.dropped[STACK] == int((T0 + 3600) * 1000)
+    refused = behind.take([STACK], 1, T0 + 0.5)
+    assert refused.n == 0 and refused.due == pytest.approx(T0 + 3601)
+    assert behind.take([STACK], 1, T0 + 3600 + KEPT_PAST + 5).n == 1
+
+
+def test_a_period_lengthened_at_run_time_counts_the_grants_dropped_under_the_shorter(persistence):
+    rates, events = limiter(persistence, Rate(1, 1)), []
+    for i in range(40):
+        events.append((T0 + i, rates.take([STACK], 1, T0 + i).n))
+    rates.set(STACK, Rate(50, 60))  # the last minute holds 40 grants, the book 33 of them
+    for i in range(40, 130):
+        events.append((T0 + i, rates.take([STACK], 50, T0 + i).n))
+    assert net_grants(events, 60) <= 50
+    assert sum(n for t, n in events if t >= T0 + 40) >= 50, "the test should grant again, not only refuse"
