@@ -26,7 +26,7 @@ import traceback
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -430,25 +430,24 @@ def _sdk_retry(injector: Injector, call: Call) -> None:
 
 
 @contextmanager
-def plans_in_steps(small: bool) -> Iterator[None]:
+def swapped(owner: Any, name: str, value: Any, when: bool = True) -> Iterator[None]:
+    """``owner.name`` is ``value`` while the run lasts (``when``): a widening's constant."""
+    saved = getattr(owner, name)
+    setattr(owner, name, value if when else saved)
+    try:
+        yield
+    finally:
+        setattr(owner, name, saved)
+
+
+def plans_in_steps(small: bool) -> AbstractContextManager[None]:
     """SMALL_PLANS: one cap move to a transaction while the run lasts."""
-    saved = slots_adapter.SHARDS_PER_TRANSACTION
-    slots_adapter.SHARDS_PER_TRANSACTION = 1 if small else saved
-    try:
-        yield
-    finally:
-        slots_adapter.SHARDS_PER_TRANSACTION = saved
+    return swapped(slots_adapter, "SHARDS_PER_TRANSACTION", 1, small)
 
 
-@contextmanager
-def books_short(short: bool) -> Iterator[None]:
+def books_short(short: bool) -> AbstractContextManager[None]:
     """SHORT_BOOKS: two entries kept past their period while the run lasts."""
-    saved = rate_limits.KEPT_PAST
-    rate_limits.KEPT_PAST = 2 if short else saved
-    try:
-        yield
-    finally:
-        rate_limits.KEPT_PAST = saved
+    return swapped(rate_limits, "KEPT_PAST", 2, short)
 
 
 @contextmanager
