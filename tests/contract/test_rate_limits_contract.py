@@ -159,16 +159,27 @@ def test_a_keys_rate_set_at_run_time_is_copied_to_the_stacks_book(persistence):
 def test_a_clock_behind_takes_nothing_from_a_window_a_write_ahead_dropped_from(persistence):
     """A clock an hour ahead keeps ``KEPT_PAST`` entries past its period, all its own: the grant of a
     clock behind goes with the oldest. That clock's window may reach what went: no room until it is
-    a period past the latest dropped (explorer seed 1211301274)."""
+    a period past it (explorer seed 1211301274)."""
     ahead, behind = limiter(persistence, Rate(1, 1)), limiter(persistence, Rate(1, 1))
     assert behind.take([STACK], 1, T0).n == 1
     for i in range(KEPT_PAST + 2):
         assert ahead.take([STACK], 1, T0 + 3600 + i).n == 1
     book = persistence.load()
-    assert int(T0 * 1000) not in dict(book.windows[STACK]) and book.dropped[STACK] == int((T0 + 3600) * 1000)
+    assert int(T0 * 1000) not in dict(book.windows[STACK])
+    assert book.dropped[STACK] == ((int(T0 * 1000),) * 2, (int((T0 + 3600) * 1000),) * 2)
     refused = behind.take([STACK], 1, T0 + 0.5)
-    assert refused.n == 0 and refused.due == pytest.approx(T0 + 3601)
-    assert behind.take([STACK], 1, T0 + 3600 + KEPT_PAST + 5).n == 1
+    assert refused.n == 0 and refused.due == pytest.approx(T0 + 1)
+    assert behind.take([STACK], 1, T0 + 1).n == 1
+
+
+def test_a_clock_once_a_day_ahead_that_dropped_only_its_own_holds_no_other_clock(persistence):
+    """A reviewer's finding on the first form of the fix (the latest time dropped, for every clock
+    before it): a launcher a day ahead, gone, held every correct clock for a day."""
+    ahead, right = limiter(persistence, Rate(1, 1)), limiter(persistence, Rate(1, 1))
+    for i in range(40):
+        assert ahead.take([STACK], 1, T0 + 86_400 + i).n == 1
+    assert persistence.load().dropped[STACK]  # the drop fired
+    assert right.take([STACK], 1, T0 + 40).n == 1
 
 
 def test_a_period_lengthened_at_run_time_counts_the_grants_dropped_under_the_shorter(persistence):

@@ -1087,8 +1087,8 @@ def test_seed_1211301274_a_stack_rate_of_one_a_second_grants_once_a_second() -> 
     """Found by the long run on a806b1b after 3,524.7 CPU-seconds: the stack's rate at 1/second,
     launcher B's clock an hour behind. A's writes kept the latest 32 entries past A's own period,
     all A's, and dropped B's grant while B's window still held it: B granted again in the same
-    second (promise 8). The book now keeps the latest time a write dropped, and a window that may
-    reach it has no room (tests/integration/test_rate_skew_moto.py; variant ``rate_drop_forgotten``)."""
+    second (promise 8). The book now keeps what its writes dropped as spans, and a window that may
+    reach one has no room (tests/integration/test_rate_skew_moto.py; variant ``rate_drop_forgotten``)."""
     from tests.explorer.sim import explore
     from tests.explorer.variants import applied
 

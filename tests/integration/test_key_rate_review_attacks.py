@@ -136,8 +136,8 @@ def test_a_clock_ahead_keeps_every_grant_of_one_behind_at_40_a_minute(session):
                   by B's clock). Its write prunes the entries past B's period to the latest
                   KEPT_PAST = 32: 8 of A's grants, still in A's window, are erased.
     t≈0.3 (A)     10 more "a" payloads; A's window shows 32: A grants 8 more: 48 grants in
-                  [0, 60) of A's clock at 40/minute. Fixed: a write keeps the latest N past
-                  entries (at least 32), which hold every window of a clock behind.
+                  [0, 60) of A's clock at 40/minute. Fixed: the 8 dropped are kept as a span of
+                  time, and A's window, which reaches it, has no room until a period past it.
     """
     clock = FakeClock()
     stack = build_stack(

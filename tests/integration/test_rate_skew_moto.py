@@ -5,7 +5,7 @@ Found by the explorer (seed 1211301274, tests/explorer/test_explore.py): with th
 1/second and launcher B's clock an hour behind, B granted twice in one second of its own clock.
 Launcher A, an hour ahead, kept only the latest 32 entries past its own period, and its own grants
 of the last minute were those: B's grant, still in B's window, went with the oldest. The book now
-remembers the latest entry a write dropped; a clock whose window may reach it takes no grant.
+remembers what its writes dropped as spans of time; a clock whose window may reach one takes no grant.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ def test_a_clock_an_hour_ahead_drops_nothing_a_clock_behind_still_counts(session
     t=33 (A: 3633)           A starts one; its write keeps the latest 32 entries past its period:
                              A's own, 3601..3632. B's entry at 32,500 is dropped (and A's 3600).
     t=33.2 (B)               B's window holds nothing: B started a second payload 700 ms after its
-                             first, at 1/second. Fixed: the book keeps the latest entry dropped
-                             (3600 s) and B, whose window may reach it, takes no grant until its
-                             clock is a period past it (docs/protocol.md, "Rate limits").
+                             first, at 1/second. Fixed: the book keeps the spans dropped (32.5 s,
+                             3600 s) and B, whose window reaches the first, takes no grant until its
+                             clock is a period past it, at 33.5 (docs/protocol.md, "Rate limits").
     """
     clock = FakeClock()
     stack = build_stack(session, max_concurrency=100, clock=clock, rates=RateDefaults(stack=Rate(1, 1)))
@@ -60,6 +60,6 @@ def test_a_clock_an_hour_ahead_drops_nothing_a_clock_behind_still_counts(session
     assert busiest_window(b_times, 1) <= 1, (
         f"B started {len(b_times)} payloads at {b_times} of its clock under a rate of 1/second"
     )
-    clock.advance(HOUR + 10)  # past A's dropped entries by B's clock: B starts again
+    clock.advance(0.3)  # t = 33.5, a period past B's dropped grant: B starts again
     b.launcher().tick()
     assert len(b_starts) == 2

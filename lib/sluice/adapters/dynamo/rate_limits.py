@@ -5,7 +5,8 @@ each concurrency key's with a rate, ``RATES#key:<key>``.
 
     IF attribute_not_exists(pk) (version 0, never written) / IF version = :expected
 
-Each scope's window is kept as text, ``ms:count ms:count …``: one attribute, whatever its length.
+Each scope's window is kept as text, ``ms:count ms:count …``: one attribute, whatever its length; its
+spans of dropped entries likewise, ``first:last …``.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def to_book(raw: dict[str, Any] | None) -> RateBook:
         version=int(raw.get("version", 0)),
         overrides={str(k): str(v) for k, v in (raw.get("overrides") or {}).items()},
         windows={str(k): _window(str(v)) for k, v in (raw.get("windows") or {}).items()},
-        dropped={str(k): int(v) for k, v in (raw.get("dropped") or {}).items()},
+        dropped={str(k): _window(str(v)) for k, v in (raw.get("dropped") or {}).items()},
     )
 
 
@@ -62,7 +63,7 @@ class DynamoRates:
                 version=expected + 1,
                 overrides=dict(book.overrides),
                 windows={scope: _window_text(w) for scope, w in book.windows.items() if w},
-                dropped=dict(book.dropped),
+                dropped={scope: _window_text(spans) for scope, spans in book.dropped.items() if spans},
             ),
         }
         if expected == 0:

@@ -44,8 +44,8 @@ from sluice.core.errors import ConfigurationError
 from sluice.core.gates import Grant
 
 PERIODS = {"second": 1, "minute": 60, "hour": 3_600}
-# The largest N a rate takes: a book keeps up to N entries in its window and N past it (below),
-# about 16 bytes each, within DynamoDB's 400 KB item.
+# The largest N a rate takes: a book keeps up to N entries in its window and 32 past it (below),
+# about 16 bytes each: the stack's and one lane's at 10,000 fit DynamoDB's 400 KB item.
 MAX_COUNT = 10_000
 _RATE = re.compile(r"([1-9][0-9]{0,5})/(second|minute|hour)", re.ASCII)
 STACK = "stack"
@@ -54,11 +54,12 @@ KEY_PREFIX = "key:"
 MAIN = ""  # the stack's book: the stack's and the lanes' scopes, and a copy of the keys' rates
 NONE = "none"  # ``sluice set-rate none``: no rate for the scope, whatever the stack's parameter
 ATTEMPTS = 8  # fenced writes lost to other launchers before a round takes no grant
-# Entries kept past their period (the latest N, at least this many), for the launchers whose clocks
-# run behind the writer's and for a period lengthened at run time, while a small rate's record stays
-# small (about 1 KB: one write unit). What a write drops is remembered by its latest time
-# (``RateBook.dropped``): a window that may reach it has no room (``RateBook.room``).
+# Entries kept past their period (the latest this many), for the launchers whose clocks run behind
+# the writer's and for a period lengthened at run time, while a small rate's record stays small (about
+# 1 KB: one write unit). What a write drops is remembered as spans of time (``RateBook.dropped``): a
+# window that may reach one has no room (``RateBook.room``).
 KEPT_PAST = 32
+MAX_SPANS = 16  # spans of dropped entries a scope keeps: the closest merge first (wider only waits longer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,13 +137,14 @@ class RateDefaults:
 @dataclass(frozen=True, slots=True)
 class RateBook:
     """Every scope's rate set at run time (a rate's text, or ``NONE``) and its window of grants:
-    (ms, count) pairs, oldest first; ``dropped``: each scope's latest entry a write dropped.
+    (ms, count) pairs, oldest first; ``dropped``: each scope's spans (first, last ms) of the entries
+    writes dropped.
     ``version`` fences each write."""
 
     version: int = 0
     overrides: Mapping[str, str] = field(default_factory=dict)
     windows: Mapping[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
-    dropped: Mapping[str, int] = field(default_factory=dict)
+    dropped: Mapping[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
 
     def rate(self, scope: str, defaults: RateDefaults) -> Rate | None:
         """The rate in force for ``scope``: set at run time, else the stack's parameter."""
@@ -161,28 +163,33 @@ class RateBook:
         Grants ahead of this clock (another launcher's, whose clock runs ahead) count in the windows
         they share with it, so every window of the granting clocks holds at most N.
 
-        A window that may hold a dropped entry has none. Dropped entries are the oldest, so every
-        entry after ``dropped`` is kept; the writer's own clock is always past it by a period:
+        A window that may hold a dropped entry has none: ``now`` within a period of a span of
+        ``dropped``. A writer drops only entries a period before its own clock, so it is never held:
 
             launcher B (clock an hour behind)     launcher A (an hour ahead)    RATES
             grant at b                                                          b, A's last hour
                                                   grant at a: keeps A's latest 32 past a − P,
-                                                  drops b                       dropped = b' >= b
-            now b + 1: b + 1 < b' + P: no room (it read an empty window: a second grant at 1/s)
+                                                  drops b                       dropped: (b, b), …
+            now b + 1 < b + P: no room (it read an empty window: a second grant at 1/s)
+            now b + P: room again (a clock a day ahead that dropped only its own holds no one else)
         """
         if self._reaches_dropped(scope, rate, now_ms):
             return 0
         return max(0, rate.count - busiest(self.windows.get(scope, ()), rate.period * 1000, now_ms))
 
+    def _reaching(self, scope: str, rate: Rate, now_ms: int) -> list[tuple[int, int]]:
+        period = rate.period * 1000
+        return [(lo, hi) for lo, hi in self.dropped.get(scope, ()) if lo - period < now_ms < hi + period]
+
     def _reaches_dropped(self, scope: str, rate: Rate, now_ms: int) -> bool:
-        return scope in self.dropped and now_ms < self.dropped[scope] + rate.period * 1000
+        return bool(self._reaching(scope, rate, now_ms))
 
     def next_due(self, scope: str, rate: Rate, now_ms: int) -> float | None:
         """When ``scope`` next has room (seconds, by the granting clock); None: it has room now."""
         if self.room(scope, rate, now_ms) > 0:
             return None
         if self._reaches_dropped(scope, rate, now_ms):
-            return (self.dropped[scope] + rate.period * 1000) / 1000
+            return (max(hi for _, hi in self._reaching(scope, rate, now_ms)) + rate.period * 1000) / 1000
         start, held = now_ms - rate.period * 1000, 0
         excess = self.in_window(scope, rate, now_ms) - rate.count + 1
         for at, n in self.windows.get(scope, ()):
@@ -194,19 +201,18 @@ class RateBook:
 
     def granted(self, scopes: Sequence[str], n: int, now_ms: int, rates: Mapping[str, Rate]) -> RateBook:
         """This book with ``n`` grants at ``now_ms`` in each scope; of the entries past their period
-        (``rates``: each scope's) only the latest N (at least ``KEPT_PAST``) kept, the latest time
-        dropped remembered."""
+        (``rates``: each scope's) only the latest ``KEPT_PAST`` kept, the rest remembered as spans."""
         windows, dropped = dict(self.windows), dict(self.dropped)
         for scope in scopes:
             start = now_ms - rates[scope].period * 1000
             kept = dict(windows.get(scope, ()))
             kept[now_ms] = kept.get(now_ms, 0) + n
             past = sorted(at for at in kept if at <= start)
-            gone = past[: max(0, len(past) - max(KEPT_PAST, rates[scope].count))]
+            gone = past[: max(0, len(past) - KEPT_PAST)]
             for at in gone:
                 del kept[at]
             if gone:
-                dropped[scope] = max(dropped.get(scope, gone[-1]), gone[-1])
+                dropped[scope] = spans_with(dropped.get(scope, ()), gone, rates[scope].period * 1000)
             windows[scope] = tuple(sorted(kept.items()))
         return replace(self, windows=windows, dropped=dropped)
 
@@ -227,6 +233,23 @@ class RateBook:
         if value is not None:
             overrides[scope] = value
         return replace(self, overrides=overrides)
+
+
+def spans_with(
+    spans: Sequence[tuple[int, int]], gone: Sequence[int], gap: int
+) -> tuple[tuple[int, int], ...]:
+    """``spans`` and the times ``gone``, as spans: those less than ``gap`` apart merged, and the
+    closest merged until at most ``MAX_SPANS`` remain."""
+    merged: list[tuple[int, int]] = []
+    for lo, hi in sorted([*spans, *((t, t) for t in gone)]):
+        if merged and lo - merged[-1][1] < gap:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+        else:
+            merged.append((lo, hi))
+    while len(merged) > MAX_SPANS:
+        i = min(range(len(merged) - 1), key=lambda j: merged[j + 1][0] - merged[j][1])
+        merged[i : i + 2] = [(merged[i][0], max(merged[i][1], merged[i + 1][1]))]
+    return tuple(merged)
 
 
 def busiest(window: Sequence[tuple[int, int]], period_ms: int, now_ms: int) -> int:
