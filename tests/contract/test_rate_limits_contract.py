@@ -17,6 +17,7 @@ from sluice.features.rate_limits import (
     NONE,
     STACK,
     Rate,
+    RateBook,
     RateDefaults,
     RateLimiter,
     key_scope,
@@ -191,3 +192,18 @@ def test_a_period_lengthened_at_run_time_counts_the_grants_dropped_under_the_sho
         events.append((T0 + i, rates.take([STACK], 50, T0 + i).n))
     assert net_grants(events, 60) <= 50
     assert sum(n for t, n in events if t >= T0 + 40) >= 50, "the test should grant again, not only refuse"
+
+
+def test_spans_dropped_under_a_long_period_hold_no_clock_once_it_is_shortened():
+    """A second reviewer's finding: spans merged across a gap of the period (an hour) outlived it.
+    Two grants 50 minutes apart, dropped under 2/hour, then 1/second: a clock 25 minutes from
+    either has room."""
+    hour, t = 3_600_000, int(T0 * 1000)
+    rates = {STACK: Rate(2, 3600)}
+    book = RateBook().granted([STACK], 1, t, rates).granted([STACK], 1, t + 50 * 60_000, rates)
+    for base in (t + 2 * hour, t + 3 * hour):
+        for i in range(KEPT_PAST + 1):
+            book = book.granted([STACK], 1, base + 1000 * i, rates)
+    assert book.dropped[STACK][:2] == ((t, t), (t + 50 * 60_000,) * 2)  # both dropped, apart
+    assert book.room(STACK, Rate(1, 1), t + 25 * 60_000) == 1
+    assert book.room(STACK, Rate(1, 1), t + 50 * 60_000 + 500) == 0

@@ -44,8 +44,8 @@ from sluice.core.errors import ConfigurationError
 from sluice.core.gates import Grant
 
 PERIODS = {"second": 1, "minute": 60, "hour": 3_600}
-# The largest N a rate takes: a book keeps up to N entries in its window and 32 past it (below),
-# about 16 bytes each: the stack's and one lane's at 10,000 fit DynamoDB's 400 KB item.
+# The largest N a rate takes: a book keeps up to N entries in its window and up to 1,000 past it
+# (below), about 16 bytes each: the stack's and one lane's at 10,000 fit DynamoDB's 400 KB item.
 MAX_COUNT = 10_000
 _RATE = re.compile(r"([1-9][0-9]{0,5})/(second|minute|hour)", re.ASCII)
 STACK = "stack"
@@ -54,11 +54,12 @@ KEY_PREFIX = "key:"
 MAIN = ""  # the stack's book: the stack's and the lanes' scopes, and a copy of the keys' rates
 NONE = "none"  # ``sluice set-rate none``: no rate for the scope, whatever the stack's parameter
 ATTEMPTS = 8  # fenced writes lost to other launchers before a round takes no grant
-# Entries kept past their period (the latest this many), for the launchers whose clocks run behind
-# the writer's and for a period lengthened at run time, while a small rate's record stays small (about
-# 1 KB: one write unit). What a write drops is remembered as spans of time (``RateBook.dropped``): a
-# window that may reach one has no room (``RateBook.room``).
+# Entries kept past their period (the latest N, at least this many and at most KEPT_PAST_MAX), for the
+# launchers whose clocks run behind the writer's and for a period lengthened at run time, while a small
+# rate's record stays small (about 1 KB: one write unit). What a write drops is remembered as spans of
+# time (``RateBook.dropped``): a window that may reach one has no room (``RateBook.room``).
 KEPT_PAST = 32
+KEPT_PAST_MAX = 1_000  # the stack's and a lane's book at 10,000/hour: about 350 KB of DynamoDB's 400
 MAX_SPANS = 16  # spans of dropped entries a scope keeps: the closest merge first (wider only waits longer)
 
 
@@ -201,18 +202,19 @@ class RateBook:
 
     def granted(self, scopes: Sequence[str], n: int, now_ms: int, rates: Mapping[str, Rate]) -> RateBook:
         """This book with ``n`` grants at ``now_ms`` in each scope; of the entries past their period
-        (``rates``: each scope's) only the latest ``KEPT_PAST`` kept, the rest remembered as spans."""
+        (``rates``: each scope's) only the latest N (from ``KEPT_PAST`` to ``KEPT_PAST_MAX``) kept, the
+        rest remembered as spans."""
         windows, dropped = dict(self.windows), dict(self.dropped)
         for scope in scopes:
             start = now_ms - rates[scope].period * 1000
             kept = dict(windows.get(scope, ()))
             kept[now_ms] = kept.get(now_ms, 0) + n
             past = sorted(at for at in kept if at <= start)
-            gone = past[: max(0, len(past) - KEPT_PAST)]
+            gone = past[: max(0, len(past) - max(KEPT_PAST, min(rates[scope].count, KEPT_PAST_MAX)))]
             for at in gone:
                 del kept[at]
             if gone:
-                dropped[scope] = spans_with(dropped.get(scope, ()), gone, rates[scope].period * 1000)
+                dropped[scope] = spans_with(dropped.get(scope, ()), gone)
             windows[scope] = tuple(sorted(kept.items()))
         return replace(self, windows=windows, dropped=dropped)
 
@@ -235,14 +237,12 @@ class RateBook:
         return replace(self, overrides=overrides)
 
 
-def spans_with(
-    spans: Sequence[tuple[int, int]], gone: Sequence[int], gap: int
-) -> tuple[tuple[int, int], ...]:
-    """``spans`` and the times ``gone``, as spans: those less than ``gap`` apart merged, and the
-    closest merged until at most ``MAX_SPANS`` remain."""
+def spans_with(spans: Sequence[tuple[int, int]], gone: Sequence[int]) -> tuple[tuple[int, int], ...]:
+    """``spans`` and the times ``gone``, as spans: those that overlap merged, then the closest until
+    at most ``MAX_SPANS`` remain. (A gap merged by a period's length would outlive a shorter period.)"""
     merged: list[tuple[int, int]] = []
     for lo, hi in sorted([*spans, *((t, t) for t in gone)]):
-        if merged and lo - merged[-1][1] < gap:
+        if merged and lo <= merged[-1][1]:
             merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
         else:
             merged.append((lo, hi))
