@@ -72,7 +72,20 @@ def test_a_tick_fills_its_slots_with_starts_in_flight_at_once(session, atomic):
     for i in range(40):
         stack.send({"id": f"p{i}"}, group=f"g{i}")
     rt = stack.runtime()
-    flight = InFlight(rt.client("stepfunctions"))
+    sfn = rt.client("stepfunctions")
+    flight = InFlight(sfn)
+    first, second = threading.Lock(), threading.Event()
+
+    def hold_the_first(**_: Any) -> None:
+        # The first start waits (counted in flight) until a second begins: a fill that starts one
+        # at a time never sends a second while the first is held, whatever the machine's load.
+        if first.acquire(blocking=False):
+            with flight.held():
+                second.wait(10)
+        else:
+            second.set()
+
+    sfn.meta.events.register_first("before-call.sfn.StartExecution", hold_the_first)
     summary = rt.launcher().tick()
     assert summary.n(Outcome.STARTED) == 25
     assert flight.most > 1, "the starts ran side by side"
