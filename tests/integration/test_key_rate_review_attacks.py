@@ -136,8 +136,9 @@ def test_a_clock_ahead_keeps_every_grant_of_one_behind_at_40_a_minute(session):
                   by B's clock). Its write prunes the entries past B's period to the latest
                   KEPT_PAST = 32: 8 of A's grants, still in A's window, are erased.
     t≈0.3 (A)     10 more "a" payloads; A's window shows 32: A grants 8 more: 48 grants in
-                  [0, 60) of A's clock at 40/minute. Fixed: the 8 dropped are kept as a span of
-                  time, and A's window, which reaches it, has no room until a period past it.
+                  [0, 60) of A's clock at 40/minute. Fixed: a write keeps the latest N past
+                  entries (32 to 1,000: here 40), and what it still drops is kept as spans of
+                  time that no window may reach.
     """
     clock = FakeClock()
     stack = build_stack(
