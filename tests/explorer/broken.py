@@ -620,6 +620,17 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
             ),
         ],
     ),
+    "mark_judged_by_any_clock": (
+        "a key's redriven mark judged two consistency windows old from the record's updated_at by "
+        "any clock, not only by the one that stamped it (the code before seed 247667414's fix)",
+        [
+            (
+                sluice.launch.message_branches.MessageBranches,
+                "_mark_old",
+                lambda self, marked: self._window_past(marked.updated_at, windows=2),
+            )
+        ],
+    ),
     "adoption_sightings_untagged": (
         "a clock's sighting of an adoption counted for any adoption of the run, also a later one an "
         "older version wrote over the map (test_adoption_clock_review.py's first break)",

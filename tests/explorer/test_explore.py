@@ -1099,3 +1099,21 @@ def test_seed_1211301274_a_stack_rate_of_one_a_second_grants_once_a_second() -> 
     assert broken.failure is not None and broken.failure.startswith("promise 8 (rate of stack)"), (
         broken.failure
     )
+
+
+def test_seed_247667414_a_mark_stamped_an_hour_behind_holds_a_claim_on_another_clock() -> None:
+    """Found as the baseline replay of a ``renew_always`` hunt from 247667237, on 088b44b: promise 2
+    (step 1432 of the drain). Launcher B's clock an hour behind marked ``p0`` for a run redriven
+    while its completion handled its FAILED event; a claim on C read the mark's stamp (the record's
+    ``updated_at``, by B's clock) an hour old, took a stale FAILED for fresh, lifted the mark and
+    started beside the run. A mark's age is now judged only by the clock that stamped it
+    (``MessageBranches._mark_old``; tests/integration/test_free_key_mark_attacks.py; variant
+    ``mark_judged_by_any_clock``)."""
+    from tests.explorer.sim import explore
+    from tests.explorer.variants import applied
+
+    outcome = explore(247667414, 120, swarm=True)
+    assert outcome.failure is None, outcome.failure
+    with applied("mark_judged_by_any_clock"):
+        broken = explore(247667414, 120, swarm=True)
+    assert broken.failure is not None and broken.failure.startswith("promise 2 (one per key)"), broken.failure

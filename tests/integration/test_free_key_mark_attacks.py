@@ -292,6 +292,31 @@ def test_a_mark_stamped_by_a_slow_reconciler_holds_claims_while_the_redriven_run
     assert len(running_of_key(stack, "k")) <= 1, f"k runs twice: {running_of_key(stack, 'k')}"
 
 
+def test_a_mark_stamped_by_a_reconciler_an_hour_behind_holds_claims_on_another_clock(session):
+    """Explorer seed 247667414: the timeline above with the reconciler's clock an hour behind.
+    The mark's stamp, by its clock, read by a claimer on time, was an hour old: the stale "FAILED"
+    lifted it and n2 started beside e1. A mark's age is now judged only by the clock that stamped
+    it; another takes it for young, so e1 is adopted and n2 waits behind it."""
+    stack = new_stack(session)
+    e1, ended_at = ended_run(stack, "k")
+    stack.clock.advance(45)
+    redrive(stack, e1)
+    stack.clock.advance(5)
+    slow = skewed(stack, -3600)
+    unsure_mark_by_stale_describe(stack, e1, ended_at, rt=slow)
+    store = stack.runtime().store()
+    assert store.payload("k").redriven == e1 and store.payload("k").holder is None
+
+    stack.clock.advance(35)
+    stack.send({"id": "k", "n": 2}, group="b")
+    rt = stack.runtime()
+    described = stale_describe(rt.client("stepfunctions"), e1, status="FAILED", stop=ended_at, times=5)
+    rt.launcher().tick(reconcile_first=False)
+    assert described["described"] >= 1
+    assert running_of_key(stack, "k") == [e1], f"k runs twice: {running_of_key(stack, 'k')}"
+    assert store.payload("k").holder == e1
+
+
 def test_a_mark_stamped_by_a_reconciler_on_time_holds_the_same_claim(session):
     """The same timeline with the reconciler's clock on time: the mark is 35 s old at n2's claim,
     within its window, so the stale "FAILED" is not taken for an end: e1 is adopted, n2 waits."""

@@ -135,7 +135,7 @@ def test_a_deleted_machine_taken_for_a_configuration_error_is_caught(monkeypatch
 # -- section 2: DescribeExecution answering stale (tests/integration/test_stale_describe_moto.py) --------
 
 
-def lifted_on_any_end(self: Any, redriven: str, marked_by: float) -> Any:
+def lifted_on_any_end(self: Any, redriven: str, marked: Any) -> Any:
     """``MessageBranches._still_runs`` that takes any end for proof that the marked run ended."""
     record = self.ctx.store.execution(redriven)
     info = self.ctx.executions.describe(redriven, record.arn if record is not None else None)

@@ -32,7 +32,7 @@ def test_a_resume_that_ignores_the_redriven_mark_after_an_unsure_start_is_caught
         findings.test_an_unsure_start_after_the_mark_then_a_redrive_runs_the_key_twice(session)
 
 
-def one_redriven_mark(self: DynamoStore, *, key: str, name: str, now: float) -> bool:
+def one_redriven_mark(self: DynamoStore, *, key: str, name: str, now: float, by: str | None = None) -> bool:
     """A key that keeps one redriven mark: a second redriven run's mark overwrites the first's."""
     return self.db.update_if(
         f"PAYLOAD#{key}",

@@ -161,6 +161,10 @@ class PayloadRecord:
     # Further redriven runs of this key seen while ``redriven`` was set (a key keeps each one it
     # saw): no claim either until each is adopted or has ended.
     redriven_more: frozenset[str] = frozenset()
+    # When the key's only mark was written, and by which clock (``Clock.identity``): that clock
+    # alone may judge the mark's age from it; any other takes it for young. Removed by a further mark.
+    redriven_at: float | None = None
+    redriven_by: str | None = None
     # The run-once execution whose success keeps this record without expiry (sluice.features.receipts): no
     # later write puts it back under TTL. Never removed. Also set by ``once_unknown``'s release.
     once_by: str | None = None
@@ -174,6 +178,13 @@ class PayloadRecord:
         judge the key by its earlier end (sluice.features.awaits.judge)."""
         marked = self.redriven is not None or bool(self.redriven_more)
         return marked and (now is None or now - self.updated_at < MARKED_RUN_HOLD_SECONDS)
+
+    def marks_age(self, now: float, clock: str) -> float | None:
+        """How old the key's mark is by ``clock`` reading ``now``: only if that clock stamped it, the
+        key's only mark (``redriven_at``); None when unknown (another clock's stamp, or none)."""
+        if self.redriven_by != clock or self.redriven_at is None or self.redriven_more:
+            return None
+        return now - self.redriven_at
 
 
 # How long a redriven mark on a key holds an awaits waiter's verdict: three consistency windows as

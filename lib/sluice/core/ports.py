@@ -338,13 +338,14 @@ class PayloadLeases(Protocol):
         (its ``adopted_at`` and ``adoptions``), and once per clock and adoption; False otherwise."""
         ...
 
-    def mark_redriven(self, *, key: str, name: str, now: float) -> bool:
+    def mark_redriven(self, *, key: str, name: str, now: float, by: str | None = None) -> bool:
         """``name``, a run of ``key`` redriven behind Sluice's back, was not adopted: another run
         holds the lease, or reconciliation is unsure it runs again. Until ``name`` is adopted or
         ``clear_redriven`` lifts the mark, no claim of ``key`` succeeds (it raises ``LeaseHeld``
         with the mark in the record). Only on a key with a record, and while ``name`` does not
         hold its lease. A key keeps a mark for each such run: the first in ``redriven``, any other
-        (seen while that one is marked) in ``redriven_more``."""
+        (seen while that one is marked) in ``redriven_more``. The first mark of an unmarked key is
+        stamped ``now`` by clock ``by`` (``PayloadRecord.marks_age``); any other mark unstamps it."""
         ...
 
     def clear_redriven(self, *, key: str, name: str) -> bool:

@@ -25,6 +25,7 @@ from sluice.core.model import (
     Message,
     Outcome,
     Payload,
+    PayloadRecord,
     PayloadState,
 )
 from sluice.core.validation import validate_message
@@ -39,7 +40,8 @@ from sluice.launch.completion import (
 from sluice.launch.context import LaunchContext
 from sluice.launch.settings import OTHER_CLOCK_WINDOWS, SQS_MAX_VISIBILITY, DuplicatePolicy
 
-# a key's redriven mark holds its claims this many consistency windows (``_still_runs``)
+# a key's redriven mark holds its claims this many consistency windows by the clock that stamped it,
+# as an adoption holds by its own sighting (``_mark_old``)
 MARK_WINDOWS = OTHER_CLOCK_WINDOWS
 
 
@@ -56,7 +58,7 @@ class MessageBranches:
         """``claims``: names claimed since the message's batch was received (``_first_sighting``)."""
         marked = held.existing.redriven or min(held.existing.redriven_more, default=None)
         if held.existing.holder is None and marked is not None:
-            self._take_redriven(payload.key, marked, held.existing.updated_at)
+            self._take_redriven(marked, held.existing)
             return None
         holder = held.existing.holder or ""
         # The holder may have ended with its status event still on the way: ask Step Functions
@@ -259,35 +261,44 @@ class MessageBranches:
     def _window_past(self, since: float, *, windows: int = 1) -> bool:
         return self.ctx.clock.now() - since >= windows * self.ctx.settings.consistency_window_seconds
 
-    def _take_redriven(self, key: str, redriven: str, marked_by: float) -> None:
+    def _take_redriven(self, redriven: str, marked: PayloadRecord) -> None:
         """The lease is free but a run of the key was, or may have been, redriven behind Sluice's
         back (``Store.mark_redriven``): adopt it if it still runs, else lift the mark. The caller
-        looks again and finds the adopted run, or a free lease. ``marked_by``: the payload record's
-        ``updated_at``, written by the mark and by every later write, so no earlier than the mark.
-        An adoption refused (another run took the key, or the pools kept moving) keeps the mark:
-        the run still runs, and the next look finds the holder or tries again."""
-        runs = self._still_runs(redriven, marked_by)
+        looks again and finds the adopted run, or a free lease. ``marked``: the key's record as
+        read, with its marks. An adoption refused (another run took the key, or the pools kept
+        moving) keeps the mark: the run still runs, and the next look finds the holder or tries again."""
+        runs = self._still_runs(redriven, marked)
         if runs is None:
-            self.ctx.store.clear_redriven(key=key, name=redriven)
+            self.ctx.store.clear_redriven(key=marked.key, name=redriven)
             return
         self._adopt(redriven, runs.redrive_date)
 
-    def _still_runs(self, redriven: str, marked_by: float) -> ExecutionInfo | None:
-        """The answer that says ``redriven``, a run a reconciliation saw redriven (marked no later
-        than ``marked_by``), runs still, or may; None: it ended.
+    def _mark_old(self, marked: PayloadRecord) -> bool:
+        """Whether the key's mark is two consistency windows old, by the clock that stamped it: this
+        one, read now, before the answer it judges is asked for. A mark another clock stamped, or
+        none did (a further mark, or an older version's), is of unknown age, so young: a clock an
+        hour behind the marker's would read it an hour old (explorer seed 247667414)."""
+        age = marked.marks_age(self.ctx.clock.now(), self.ctx.clock.identity)
+        return age is not None and age >= MARK_WINDOWS * self.ctx.settings.consistency_window_seconds
+
+    def _still_runs(self, redriven: str, marked: PayloadRecord) -> ExecutionInfo | None:
+        """The answer that says ``redriven``, a run a reconciliation saw redriven (``marked``: its
+        key's record, with the mark), runs still, or may; None: it ended.
 
         An end other than a success may be a stale answer (the one its record knew before the
         redrive, or one between two redrives it never recorded): the mark may have been made just
-        after a real redrive. Once the mark is the consistency window old, an answer can no longer be from before that redrive, so that end is fresh:
-        the reconciliation that marked took a stale RUNNING answer of a run that never ran
-        again, and the mark is lifted:
+        after a real redrive. Once the mark is the consistency window old (``_mark_old``), an answer
+        can no longer be from before that redrive, so that end is fresh: the reconciliation that
+        marked took a stale RUNNING answer of a run that never ran again, and the mark is lifted:
 
             e1 of k FAILED at s1, released; n2 holds k
             reconciliation: e1 listed and described RUNNING (stale) → adopt ✗ (n2) → mark k: e1
             n2 ends, released
             claim of k ✗ (marked) → DescribeExecution(e1): FAILED at s1
-                within the window of the mark: it may run (a redrive just before the mark) → adopt
+                within the window of the mark, or another clock's mark: it may run (a redrive just
+                before the mark) → adopt
                 past it: it ended at s1, never ran again → lift the mark, claim"""
+        old = self._mark_old(marked)
         record = self.ctx.store.execution(redriven)
         try:
             info = self.ctx.executions.describe(redriven, record.arn) if record is not None else None
@@ -296,17 +307,15 @@ class MessageBranches:
             return ExecutionInfo(name=redriven, arn="", status=ExecutionStatus.RUNNING)
         if info is None:
             # "No such execution" for a run Sluice recorded answers from a view older than it (as
-            # for reconciliation, ``listed_again``): within the mark's windows it may run.
-            if record is None or self._window_past(marked_by, windows=MARK_WINDOWS):
+            # for reconciliation, ``listed_again``): within the mark's window it may run.
+            if record is None or old:
                 return None
             return ExecutionInfo(name=redriven, arn=record.arn, status=ExecutionStatus.RUNNING)
         if not info.ended:
             return info
-        # The mark is stamped by the marker's clock and read by this one: twice the window, so a
-        # skew of up to S between them still finds the answer fresh before the mark is lifted.
         # Any end but a success: one Sluice never recorded (between two redrives) may be as stale.
         runs = info.status != ExecutionStatus.SUCCEEDED or earlier_end(info, record)
-        return info if runs and not self._window_past(marked_by, windows=MARK_WINDOWS) else None
+        return info if runs and not old else None
 
     def _yield_to_redriven(self, payload: Payload, name: str) -> bool:
         """Our resumed claim ``name`` was just renewed, which lifts any start mark: if its key is
@@ -328,10 +337,12 @@ class MessageBranches:
                                                 mark_redriven(k, R); block(N) ✓ (no mark now)
             mark_starting(N) IF no blocked_by ✗ → ``_renewal_refused``: yields"""
         seen = self.ctx.store.payload(payload.key)
-        marks = [] if seen is None else [seen.redriven, *sorted(seen.redriven_more)]
+        if seen is None:
+            return False
+        marks = [seen.redriven, *sorted(seen.redriven_more)]
         runs: ExecutionInfo | None = None
         for redriven in (mark for mark in marks if mark is not None and mark != name):
-            runs = self._still_runs(redriven, seen.updated_at if seen is not None else 0.0)
+            runs = self._still_runs(redriven, seen)
             if runs is not None:
                 break
             self.ctx.store.clear_redriven(key=payload.key, name=redriven)

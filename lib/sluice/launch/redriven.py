@@ -64,7 +64,7 @@ def count_unknown(
                     "execution running again; slot and lease taken back", extra={"execution_name": name}
                 )
                 continue
-            hold_for_redriven(p.store, record.key, name, running, p.now, p.logger)
+            hold_for_redriven(p.store, record.key, name, running, p.clock, p.logger)
         external += 1
     return external, adopted
 
@@ -137,7 +137,7 @@ def hold_for_redriven(
     key: str,
     redriven: str,
     running: set[str],
-    now: float,
+    clock: Clock,
     logger: logging.Logger | logging.LoggerAdapter,
 ) -> None:
     """``redriven`` runs again, or may (``Rerun.UNSURE``), and is not adopted (another run holds
@@ -157,10 +157,12 @@ def hold_for_redriven(
     if payload is None or holder == redriven:
         return
     if payload.redriven != redriven:
-        store.mark_redriven(key=key, name=redriven, now=now)
+        # Stamped by this clock read now, after the listing that showed the run (the pass's start
+        # may precede a redrive that listing saw): its age is judged from here, by this clock only.
+        store.mark_redriven(key=key, name=redriven, now=clock.now(), by=clock.identity)
     if holder is None or holder in running:
         return
-    if store.block(name=holder, by=redriven, now=now):
+    if store.block(name=holder, by=redriven, now=clock.now()):
         logger.warning(
             "unstarted claim blocked: a redriven run of its key runs",
             extra={"execution_name": holder, "redriven": redriven},

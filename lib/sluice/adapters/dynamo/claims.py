@@ -399,22 +399,38 @@ class ClaimsTable:
             named[":copy"], condition = {"S": copy_id}, condition + " AND " + RENEWED_OURS
         return self.db.update_if(execution_pk(name), "SET starting_at = :now", condition, named)
 
-    def mark_redriven(self, *, key: str, name: str, now: float) -> bool:
+    def mark_redriven(self, *, key: str, name: str, now: float, by: str | None = None) -> bool:
         # The key's first mark in ``redriven``; one more while it names another run goes into the
         # set ``redriven_more``, never over it (each unadopted redriven run keeps the key marked).
+        # Only a first mark on an unmarked key is stamped (``redriven_at`` by clock ``by``): any
+        # other write of a mark removes the stamp, so no mark is judged by another's, or by the
+        # stamp of a clock whose reading may precede a mark landed meanwhile.
         named = values(name=name, now=now)
-        free = NOT_HELD_BY_IT + "(attribute_not_exists(redriven) OR redriven = :name)"
-        if self.db.update_if(
-            payload_pk(key), "SET redriven = :name, updated_at = :now", free, named, names={}
+        if by is not None and self.db.update_if(
+            payload_pk(key),
+            "SET redriven = :name, updated_at = :now, redriven_at = :now, redriven_by = :by",
+            NOT_HELD_BY_IT + "attribute_not_exists(redriven) AND attribute_not_exists(redriven_more)",
+            {**named, ":by": {"S": by}},
+            names={},
         ):
             return True
-        more, named[":names"] = "SET updated_at = :now ADD redriven_more :names", {"SS": [name]}
+        unstamp = " REMOVE redriven_at, redriven_by"
+        free = NOT_HELD_BY_IT + "(attribute_not_exists(redriven) OR redriven = :name)"
+        if self.db.update_if(
+            payload_pk(key), "SET redriven = :name, updated_at = :now" + unstamp, free, named, names={}
+        ):
+            return True
+        more, named[":names"] = "SET updated_at = :now ADD redriven_more :names" + unstamp, {"SS": [name]}
         return self.db.update_if(payload_pk(key), more, NOT_HELD_BY_IT + "redriven <> :name", named, names={})
 
     def clear_redriven(self, *, key: str, name: str) -> bool:
         named = {**values(name=name), ":names": {"SS": [name]}}
         first = self.db.update_if(
-            payload_pk(key), "REMOVE redriven", "redriven = :name", values(name=name), names={}
+            payload_pk(key),
+            "REMOVE redriven, redriven_at, redriven_by",
+            "redriven = :name",
+            values(name=name),
+            names={},
         )
         more = self.db.update_if(
             payload_pk(key), "DELETE redriven_more :names", "contains(redriven_more, :name)", named, names={}

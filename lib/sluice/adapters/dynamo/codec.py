@@ -148,6 +148,8 @@ def to_payload(raw: dict[str, Any], default_key: str = "") -> PayloadRecord:
         receipt_state=PayloadState(raw["receipt_state"]) if raw.get("receipt_state") else None,
         redriven=raw.get("redriven"),
         redriven_more=frozenset(raw.get("redriven_more") or ()),
+        redriven_at=opt_float(raw.get("redriven_at")),
+        redriven_by=raw.get("redriven_by") if isinstance(raw.get("redriven_by"), str) else None,
         once_by=raw.get("once_by"),
         once_unknown=raw.get("once_unknown"),
     )

@@ -141,16 +141,21 @@ class MemoryClaims:
             )
             return True
 
-    def mark_redriven(self, *, key: str, name: str, now: float) -> bool:
+    def mark_redriven(self, *, key: str, name: str, now: float, by: str | None = None) -> bool:
         with self.table.lock:
             payload = self.table.payloads.get(key)
             if payload is None or payload.holder == name:
                 return False
-            if payload.redriven is None or payload.redriven == name:
-                self.table.payloads[key] = replace(payload, redriven=name, updated_at=now)
+            if by is not None and payload.redriven is None and not payload.redriven_more:
+                marked = replace(payload, redriven=name, updated_at=now, redriven_at=now, redriven_by=by)
+            elif payload.redriven is None or payload.redriven == name:
+                marked = replace(payload, redriven=name, updated_at=now, redriven_at=None, redriven_by=None)
             else:
                 more = payload.redriven_more | {name}
-                self.table.payloads[key] = replace(payload, redriven_more=more, updated_at=now)
+                marked = replace(
+                    payload, redriven_more=more, updated_at=now, redriven_at=None, redriven_by=None
+                )
+            self.table.payloads[key] = marked
             return True
 
     def clear_redriven(self, *, key: str, name: str) -> bool:
@@ -158,10 +163,9 @@ class MemoryClaims:
             payload = self.table.payloads.get(key)
             if payload is None or (payload.redriven != name and name not in payload.redriven_more):
                 return False
-            redriven = None if payload.redriven == name else payload.redriven
-            self.table.payloads[key] = replace(
-                payload, redriven=redriven, redriven_more=payload.redriven_more - {name}
-            )
+            if payload.redriven == name:
+                payload = replace(payload, redriven=None, redriven_at=None, redriven_by=None)
+            self.table.payloads[key] = replace(payload, redriven_more=payload.redriven_more - {name})
             return True
 
 
