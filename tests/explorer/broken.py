@@ -316,8 +316,8 @@ def _record_condition_without_adoption(record: Any, fence: Any, named: dict[str,
 
 
 def _plain_vanished_unmarked(record: Any, ending: Any, known: frozenset[str]) -> Any:
-    if ending.outcome_unknown and not record.once:
-        ending = replace(ending, outcome_unknown=False)
+    if ending.end.outcome_unknown and not record.once:
+        ending = replace(ending, end=replace(ending.end, outcome_unknown=False))
     return _LEASE_TERMS(record, ending, known)
 
 
@@ -660,7 +660,7 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
         "a claim dropped unstarted leaves its key RELEASED over a success recorded while it held, "
         "and an already-done run-once message leaves it so (the code before seed 1204141390's fix)",
         [
-            (sluice.adapters.dynamo.release._Ending, "drops_once_claim", lambda self, record: False),
+            (sluice.adapters.dynamo.release._Release, "drops_once_claim", lambda self, record: False),
             (
                 DynamoStore,
                 "record_already_done",

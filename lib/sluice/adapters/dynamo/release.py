@@ -64,45 +64,27 @@ PARK_RACE_RETRIES = 3  # a release tried again when messages parked behind it as
 
 
 @dataclass(frozen=True)
-class _Ending:
-    """How a run ended, as a release writes it down."""
+class _Release:
+    """A release's ``Ending`` with what judges it: the claim's fence, the confirmation of the end
+    against the record read, and the run's output (asked once)."""
 
-    state: PayloadState
-    now: float
-    error: str | None
-    cause: str | None
-    ended_at: float | None
+    end: Ending
     fence: ClaimFence | None
     confirm: Callable[[ExecutionRecord], bool] | None
     output: Callable[[ExecutionRecord], ReceiptOutput | None]
-    started_at: float | None = None
-    outcome_unknown: bool = (
-        False  # its execution vanished: a run-once one marks its key (sluice.features.receipts)
-    )
-
-    @classmethod
-    def of(
-        cls,
-        ending: Ending,
-        fence: ClaimFence | None,
-        confirm: Callable[[ExecutionRecord], bool] | None,
-        output: Callable[[ExecutionRecord], ReceiptOutput | None] | None,
-    ) -> _Ending:
-        at = (ending.state, ending.now, ending.error, ending.cause, ending.ended_at)
-        return cls(*at, fence, confirm, asked_once(output), ending.started_at, ending.outcome_unknown)
 
     def drops_once_claim(self, record: ExecutionRecord) -> bool:
-        return drops_once_claim(record, self.state, self.outcome_unknown)
+        return drops_once_claim(record, self.end.state, self.end.outcome_unknown)
 
 
 def _successor_of(
     record: ExecutionRecord,
-    ending: _Ending,
+    ending: _Release,
     offer: Callable[[ExecutionRecord, bool], Claim | None],
     room: bool,
 ) -> Claim | None:
     """What ``offer`` hands the slot of ``record`` to, if the one transaction can take it."""
-    if ending.state.ended:
+    if ending.end.state.ended:
         ending.output(record)  # its effects are sent first, so the offer may receive one
     successor = offer(record, room and record.shard is not None)
     if successor is not None and not successor.plain:
@@ -169,7 +151,7 @@ class ReleasesTable:
         confirm: Callable[[ExecutionRecord], bool] | None = None,
         output: Callable[[ExecutionRecord], ReceiptOutput | None] | None = None,
     ) -> ExecutionRecord | None:
-        judged = _Ending.of(ending, fence, confirm, output)
+        judged = _Release(ending, fence, confirm, asked_once(output))
         return self._end(self.records.execution(name), judged).released
 
     def hand_over(
@@ -187,7 +169,7 @@ class ReleasesTable:
         raw = found.get(execution_pk(name))
         pool = found.get(pool_pk(POOL)) or {}
         room = bool(pool) and not pool.get("frozen") and int(pool.get("limit", 0)) > 0
-        judged = _Ending.of(ending, None, confirm, output)
+        judged = _Release(ending, None, confirm, asked_once(output))
         handed = self._end(to_execution(raw) if raw else None, judged, offer=offer, room=room)
         freed = handed.released
         if freed is not None and not handed.claimed and freed.shard is not None and room:
@@ -197,7 +179,7 @@ class ReleasesTable:
     def _end(
         self,
         record: ExecutionRecord | None,
-        ending: _Ending,
+        ending: _Release,
         *,
         offer: Callable[[ExecutionRecord, bool], Claim | None] | None = None,
         room: bool = False,
@@ -218,13 +200,13 @@ class ReleasesTable:
             if successor is not None:
                 assert record.shard is not None
                 items[0] = swap_item(
-                    self.db.table, POOL, record.shard, record.name, successor.name, ending.now
+                    self.db.table, POOL, record.shard, record.name, successor.name, ending.end.now
                 )
                 items.extend(self._successor_items(successor, record.shard))
             reasons = self.db.transact(items)
             if reasons is None:
                 if successor is not None:
-                    self.launch_slots.took(record.shard, successor.name, ending.now)  # type: ignore[arg-type]
+                    self.launch_slots.took(record.shard, successor.name, ending.end.now)  # type: ignore[arg-type]
                 return HandOver(replace(record, awaited="awaited" in known), claimed=successor is not None)
             name = record.name
             held = marks(reasons[1], name, ending.drops_once_claim(record))
@@ -267,7 +249,7 @@ class ReleasesTable:
         return record_later_success(self.db, record, ended_at=ended_at, now=now, receipt=receipt)
 
     def _release_items(
-        self, record: ExecutionRecord, ending: _Ending, known: frozenset[str] = frozenset()
+        self, record: ExecutionRecord, ending: _Release, known: frozenset[str] = frozenset()
     ) -> list[dict[str, Any]]:
         """The release of ``record`` as read: its slot first, its lease second, its record third.
         The lease is refused on each mark of ``MARKS`` on the key unless ``known`` names it: a key
@@ -275,7 +257,7 @@ class ReleasesTable:
         expiry is set), a success under a dropped claim (then the key keeps its receipt's end)."""
         name = record.name
         lease = self._lease_release(record, ending, known)
-        receipt = ending.output(record) if ending.state.ended else None
+        receipt = ending.output(record) if ending.end.state.ended else None
         items = [
             self.launch_slots.release_item(name, record.shard),
             {"Update": lease},
@@ -289,19 +271,21 @@ class ReleasesTable:
             # The effects sent before this release (sluice.features.effects): their durable mark, in its
             # transaction. A separate item, so that a later claim of the same name (a redelivered
             # message, which Puts EXEC#<name> afresh) cannot erase it.
-            effects = effects_item(receipt.effects, expires_at=int(ending.now) + EFFECTS_RETENTION_SECONDS)
+            effects = effects_item(
+                receipt.effects, expires_at=int(ending.end.now) + EFFECTS_RETENTION_SECONDS
+            )
             items.append({"Put": {"TableName": self.db.table, "Item": effects}})
         return items
 
     def _lease_release(
-        self, record: ExecutionRecord, ending: _Ending, known: frozenset[str]
+        self, record: ExecutionRecord, ending: _Release, known: frozenset[str]
     ) -> dict[str, Any]:
         """PAYLOAD#<key>'s update: the lease given up, the receipt written when the run ended."""
-        state, name = ending.state, record.name
+        state, name = ending.end.state, record.name
         sets, removes, condition = _lease_terms(record, ending, known)
         condition = HOLDS_LEASE + ("" if "awaited" in known else f" AND {NOT_AWAITED}") + condition
-        expires = int(ending.now) + self.db.retention_seconds
-        named = values(state=state.value, now=ending.now, name=name, expires=expires)
+        expires = int(ending.end.now) + self.db.retention_seconds
+        named = values(state=state.value, now=ending.end.now, name=name, expires=expires)
         if ":expires" not in sets:
             del named[":expires"]
         if ":succeeded" in sets:
@@ -311,9 +295,9 @@ class ReleasesTable:
             sets += ", receipt = :name, receipt_state = :state"
             if state is PayloadState.SUCCEEDED:
                 sets += ", succeeded_by = if_not_exists(succeeded_by, :name)"
-        if ending.error:
+        if ending.end.error:
             sets += ", reason = :reason"
-            named[":reason"] = {"S": ending.error}
+            named[":reason"] = {"S": ending.end.error}
         return {
             "TableName": self.db.table,
             "Key": {"pk": {"S": payload_pk(record.key)}},
@@ -325,33 +309,35 @@ class ReleasesTable:
         }
 
     def _record_release(
-        self, record: ExecutionRecord, ending: _Ending, receipt: ReceiptOutput | None
+        self, record: ExecutionRecord, ending: _Release, receipt: ReceiptOutput | None
     ) -> dict[str, Any]:
         """EXEC#<name>'s update: the run's end, its output and error, under the record's conditions."""
         sets = "SET #state = :state, ended_at = :ended, expires_at = :expires"
         expires = record_expiry(
-            ending.state,
-            now=ending.now,
+            ending.end.state,
+            now=ending.end.now,
             retention_seconds=self.db.retention_seconds,
-            ran=ending.outcome_unknown,
+            ran=ending.end.outcome_unknown,
         )
-        ended = ending.ended_at if ending.ended_at is not None else ending.now
-        named = values(state=ending.state.value, ended=ended, expires=expires, live0=LIVE[0], live1=LIVE[1])
+        ended = ending.end.ended_at if ending.end.ended_at is not None else ending.end.now
+        named = values(
+            state=ending.end.state.value, ended=ended, expires=expires, live0=LIVE[0], live1=LIVE[1]
+        )
         names = {"#state": "state"}
-        if ending.started_at is not None:
+        if ending.end.started_at is not None:
             sets += ", started_at = if_not_exists(started_at, :started)"
-            named[":started"] = {"N": repr(float(ending.started_at))}
+            named[":started"] = {"N": repr(float(ending.end.started_at))}
         if receipt is not None:
             sets += output_terms(receipt, named, names)
-        if ending.error:
+        if ending.end.error:
             sets += ", #error = :error"
-            named[":error"] = {"S": ending.error}
+            named[":error"] = {"S": ending.end.error}
             names["#error"] = "error"
-        if ending.cause:
+        if ending.end.cause:
             sets += ", #cause = :cause"
-            named[":cause"] = {"S": ending.cause[:4_000]}
+            named[":cause"] = {"S": ending.end.cause[:4_000]}
             names["#cause"] = "cause"
-        if ending.outcome_unknown:  # its name is not claimed again (dynamo_claims.NOT_ENDED)
+        if ending.end.outcome_unknown:  # its name is not claimed again (dynamo_claims.NOT_ENDED)
             sets, named[":unknown"] = sets + ", outcome_unknown = :unknown", {"BOOL": True}
         return {
             "TableName": self.db.table,
@@ -396,7 +382,7 @@ SAME_MARK = " AND suspect_since = :suspect"
 # release's read and its write changes the set, the release fails and reads again (``_end``).
 PARKED_AS_READ = " AND size(parked) = :nparked"
 NONE_PARKED = " AND attribute_not_exists(parked)"
-# Its adoption as read: the end was judged against that record (``_Ending.confirm``). An adoption that
+# Its adoption as read: the end was judged against that record (``_Release.confirm``). An adoption that
 # lands between the release's read and its write fails the release, which reads again and asks again:
 #
 #     duplicate check (e1 read as FAILED)        meanwhile
@@ -418,7 +404,7 @@ def adoptions_are(count: int) -> str:
 NO_SUCCESS = "attribute_not_exists(succeeded_by)"
 
 
-def _lease_terms(record: ExecutionRecord, ending: _Ending, known: frozenset[str]) -> tuple[str, str, str]:
+def _lease_terms(record: ExecutionRecord, ending: _Release, known: frozenset[str]) -> tuple[str, str, str]:
     """PAYLOAD#<key>'s SET and REMOVE clauses and its condition past the holder's, as the run ended."""
     sets, removes = "SET #state = :state, updated_at = :now", " REMOVE holder"
     condition = ""
@@ -440,10 +426,10 @@ def _lease_terms(record: ExecutionRecord, ending: _Ending, known: frozenset[str]
         #
         # A success recorded after the drop: the already-done count settles it (records.py).
         condition = f" AND {NO_SUCCESS}"
-    if record.once and ending.state is PayloadState.SUCCEEDED:
+    if record.once and ending.end.state is PayloadState.SUCCEEDED:
         # A once-key's success is kept: it must never run again (sluice.features.receipts).
         return sets + ", once_by = if_not_exists(once_by, :name)", removes + ", expires_at", condition
-    if ending.outcome_unknown:
+    if ending.end.outcome_unknown:
         # A run that vanished (a run-once one or not) may have SUCCEEDED: no once-claim of the
         # key until the operator says (its claim's condition reads the mark), and the record is
         # kept as a success would be. Written by the holder's own release, so no once-claim got
