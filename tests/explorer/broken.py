@@ -622,12 +622,41 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
     ),
     "mark_judged_by_any_clock": (
         "a key's redriven mark judged two consistency windows old from the record's updated_at by "
-        "any clock, not only by the one that stamped it (the code before seed 247667414's fix)",
+        "any clock, not only by the one that stamped it, and written only at its first sighting "
+        "(the code before seed 247667414's fix)",
         [
             (
                 sluice.launch.message_branches.MessageBranches,
                 "_mark_old",
                 lambda self, marked: self._window_past(marked.updated_at, windows=2),
+            ),
+            (
+                sluice.core.model.PayloadRecord,
+                "sighting_moves_nothing",
+                lambda self, name: self.redriven == name or name in self.redriven_more,
+            ),
+        ],
+    ),
+    "mark_stamp_kept": (
+        "a key's mark stamped at its first sighting only: a reconciliation that sees the marked run "
+        "again writes nothing, so the stamping clock judges the mark old seconds after a later redrive "
+        "(the code at 9f944cc; tests/integration/test_mark_stamp_attacks.py)",
+        [
+            (
+                sluice.core.model.PayloadRecord,
+                "sighting_moves_nothing",
+                lambda self, name: self.redriven == name or name in self.redriven_more,
+            )
+        ],
+    ),
+    "mark_lift_unconditioned": (
+        "a mark lifted on the age of a stamp whatever was written since: a sighting between the "
+        "claim's fresh answer and its lift is lost (test_claim_clears_a_mark_a_reconciler_just_saw_running)",
+        [
+            (
+                DynamoStore,
+                "clear_redriven",
+                lambda self, *, key, name, as_read=None: self.claims.clear_redriven(key=key, name=name),
             )
         ],
     ),

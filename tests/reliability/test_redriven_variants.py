@@ -51,3 +51,32 @@ def test_a_key_that_keeps_one_redriven_mark_is_caught(monkeypatch, session):
         findings.test_two_redriven_runs_of_a_held_key_leave_one_unmarked_and_a_refill_starts_beside_it(
             session
         )
+
+
+def test_a_mark_stamped_at_its_first_sighting_only_is_caught(monkeypatch, session):
+    """A reconciliation that sees the marked run again writes nothing: the stamping clock judges the
+    mark old seconds after a later redrive, believes a stale end, and starts beside the run."""
+    from sluice.core.model import PayloadRecord
+    from tests.integration import test_mark_stamp_attacks as attacks
+
+    monkeypatch.setattr(
+        PayloadRecord,
+        "sighting_moves_nothing",
+        lambda self, name: self.redriven == name or name in self.redriven_more,
+    )
+    with pytest.raises(AssertionError, match="two runs of key k at once"):
+        attacks.test_one_real_redrive_after_a_mark_from_a_stale_listing(session)
+
+
+def test_a_mark_lifted_whatever_was_written_since_is_caught(monkeypatch, session):
+    """The lift not conditioned on the stamp it judged: a sighting between the fresh answer and the
+    lift is lost, and the claim starts beside the run redriven meanwhile."""
+    from tests.integration import test_mark_stamp_attacks as attacks
+
+    monkeypatch.setattr(
+        DynamoStore,
+        "clear_redriven",
+        lambda self, *, key, name, as_read=None: self.claims.clear_redriven(key=key, name=name),
+    )
+    with pytest.raises(AssertionError, match="two runs of key k at once"):
+        attacks.test_claim_clears_a_mark_a_reconciler_just_saw_running(session)

@@ -161,8 +161,9 @@ class PayloadRecord:
     # Further redriven runs of this key seen while ``redriven`` was set (a key keeps each one it
     # saw): no claim either until each is adopted or has ended.
     redriven_more: frozenset[str] = frozenset()
-    # When the key's only mark was written, and by which clock (``Clock.identity``): that clock
-    # alone may judge the mark's age from it; any other takes it for young. Removed by a further mark.
+    # When the key's only mark was written or its run last seen, and by which clock
+    # (``Clock.identity``): that clock alone may judge the mark's age from it; any other takes it
+    # for young. Removed by a further mark, or a sighting by another clock.
     redriven_at: float | None = None
     redriven_by: str | None = None
     # The run-once execution whose success keeps this record without expiry (sluice.features.receipts): no
@@ -178,6 +179,11 @@ class PayloadRecord:
         judge the key by its earlier end (sluice.features.awaits.judge)."""
         marked = self.redriven is not None or bool(self.redriven_more)
         return marked and (now is None or now - self.updated_at < MARKED_RUN_HOLD_SECONDS)
+
+    def sighting_moves_nothing(self, name: str) -> bool:
+        """Whether ``name`` is marked on this key with no stamp: another sighting of its run changes
+        nothing (a stamp removed stays removed until the mark is lifted or adopted)."""
+        return name in self.redriven_more or (self.redriven == name and self.redriven_at is None)
 
     def marks_age(self, now: float, clock: str) -> float | None:
         """How old the key's mark is by ``clock`` reading ``now``: only if that clock stamped it, the

@@ -344,13 +344,15 @@ class PayloadLeases(Protocol):
         ``clear_redriven`` lifts the mark, no claim of ``key`` succeeds (it raises ``LeaseHeld``
         with the mark in the record). Only on a key with a record, and while ``name`` does not
         hold its lease. A key keeps a mark for each such run: the first in ``redriven``, any other
-        (seen while that one is marked) in ``redriven_more``. The first mark of an unmarked key is
-        stamped ``now`` by clock ``by`` (``PayloadRecord.marks_age``); any other mark unstamps it."""
+        (seen while that one is marked) in ``redriven_more``. A key's one mark is stamped ``now`` by
+        clock ``by`` (``PayloadRecord.marks_age``): first on an unmarked key, and again by that clock
+        at each sighting of its run; any other mark unstamps it."""
         ...
 
-    def clear_redriven(self, *, key: str, name: str) -> bool:
+    def clear_redriven(self, *, key: str, name: str, as_read: PayloadRecord | None = None) -> bool:
         """Lift ``key``'s mark of ``name`` if it is still there (``name`` has ended, or was never
-        found), whichever of the key's marks it is."""
+        found), whichever of the key's marks it is; the first (``redriven``) only while its stamp
+        is the one ``as_read`` holds, if given (a sighting since keeps the mark)."""
         ...
 
 

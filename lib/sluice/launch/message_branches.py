@@ -269,7 +269,7 @@ class MessageBranches:
         moving) keeps the mark: the run still runs, and the next look finds the holder or tries again."""
         runs = self._still_runs(redriven, marked)
         if runs is None:
-            self.ctx.store.clear_redriven(key=marked.key, name=redriven)
+            self.ctx.store.clear_redriven(key=marked.key, name=redriven, as_read=marked)
             return
         self._adopt(redriven, runs.redrive_date)
 
@@ -345,7 +345,7 @@ class MessageBranches:
             runs = self._still_runs(redriven, seen)
             if runs is not None:
                 break
-            self.ctx.store.clear_redriven(key=payload.key, name=redriven)
+            self.ctx.store.clear_redriven(key=payload.key, name=redriven, as_read=seen)
         if runs is None:
             return False
         record = self.ctx.store.execution(name)

@@ -12,6 +12,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from enum import StrEnum
 
+from sluice.core.errors import ConfigurationError
 from sluice.core.model import ExecutionInfo, ExecutionRecord, ExecutionStatus
 from sluice.core.ports import Clock, Executions, Queue, Store
 from sluice.features.effects import Effects
@@ -64,7 +65,8 @@ def count_unknown(
                     "execution running again; slot and lease taken back", extra={"execution_name": name}
                 )
                 continue
-            hold_for_redriven(p.store, record.key, name, running, p.clock, p.logger)
+            if rerun is not Rerun.OTHER:
+                hold_for_redriven(p.store, record.key, name, running, p.clock, p.logger)
         external += 1
     return external, adopted
 
@@ -77,8 +79,17 @@ def listed_again(p: Pass, info: ExecutionInfo | None, record: ExecutionRecord) -
         p2 FAILED;  RedriveExecution(p2);  the FAILED event releases p2
         reconciliation: listed RUNNING; DescribeExecution: no such execution (a view before p2)
             before: "the listing is behind" → p2 runs uncounted → a claim takes its slot: MAX + 1
-            now:    UNSURE → p2 counts against MAX, its key held for it"""
-    return Rerun.UNSURE if info is None else ran_again(p, info, record)
+            now:    UNSURE → p2 counts against MAX, its key held for it
+
+    Unless the record's state machine is deleted (a switch): its run went with it, so the one
+    listed is another execution of its name on a machine the stack uses now, counted against MAX,
+    its key not held (a mark, seen again at every pass, would hold it while that one runs)."""
+    if info is not None:
+        return ran_again(p, info, record)
+    try:
+        return Rerun.OTHER if p.executions.vanished(record.arn) else Rerun.UNSURE
+    except ConfigurationError:
+        return Rerun.UNSURE  # a state machine this role may not ask about: as any unsure answer
 
 
 class Rerun(StrEnum):
@@ -87,6 +98,7 @@ class Rerun(StrEnum):
     AGAIN = "again"  # redriven: adopt it
     ENDED = "ended"  # the listing is behind its end
     UNSURE = "unsure"  # within the window of its end, either answer may be the stale one
+    OTHER = "other"  # its machine deleted: the listed run is another execution of its name
 
 
 def ran_again(p: Pass, info: ExecutionInfo, record: ExecutionRecord) -> Rerun:
@@ -156,9 +168,11 @@ def hold_for_redriven(
     holder = payload.holder if payload is not None else None
     if payload is None or holder == redriven:
         return
-    if payload.redriven != redriven:
-        # Stamped by this clock read now, after the listing that showed the run (the pass's start
-        # may precede a redrive that listing saw): its age is judged from here, by this clock only.
+    if not payload.sighting_moves_nothing(redriven):
+        # Marked, or its stamp moved, at every sighting, by this clock read now, after the listing
+        # that showed the run (the pass's start may precede a redrive that listing saw). A stamp
+        # left at an earlier sighting would let a claim judge the mark old and believe a stale end
+        # from before a redrive seen since (a claim on the stamping clock, seconds after it).
         store.mark_redriven(key=key, name=redriven, now=clock.now(), by=clock.identity)
     if holder is None or holder in running:
         return

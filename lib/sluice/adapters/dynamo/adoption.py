@@ -114,7 +114,7 @@ class AdoptionsTable:
                 "Key": {"pk": {"S": payload_pk(record.key)}},
                 "UpdateExpression": (
                     "SET #key = :key, #state = :running, holder = :name, updated_at = :now "
-                    "REMOVE expires_at, redriven DELETE redriven_more :names"
+                    "REMOVE expires_at, redriven, redriven_at, redriven_by DELETE redriven_more :names"
                 ),
                 "ConditionExpression": "attribute_not_exists(holder)",
                 "ExpressionAttributeNames": {"#key": "key", "#state": "state"},

@@ -52,7 +52,7 @@ from sluice.core.errors import (
     SlotsFull,
     TransientError,
 )
-from sluice.core.model import Claim, PayloadState
+from sluice.core.model import Claim, PayloadRecord, PayloadState
 
 HISTORY_LIMIT = 20  # execution names kept on a payload record; trimmed to the newest HISTORY_KEEP
 HISTORY_KEEP = 10
@@ -106,6 +106,11 @@ SUSPECT_VERSION = (
 # A key's redriven marks: on a key that has a record, while the run they name does not hold it
 # (another run does, or none: a redrive reconciliation is unsure of, ``sluice.launch.redriven``).
 NOT_HELD_BY_IT = "attribute_exists(pk) AND (attribute_not_exists(holder) OR holder <> :name) AND "
+# A mark this clock may stamp: the key's only one, unmarked or stamped by this clock.
+STAMPABLE = (
+    "attribute_not_exists(redriven_more) AND "
+    "(attribute_not_exists(redriven) OR (redriven = :name AND redriven_by = :by))"
+)
 
 
 @dataclass
@@ -402,14 +407,15 @@ class ClaimsTable:
     def mark_redriven(self, *, key: str, name: str, now: float, by: str | None = None) -> bool:
         # The key's first mark in ``redriven``; one more while it names another run goes into the
         # set ``redriven_more``, never over it (each unadopted redriven run keeps the key marked).
-        # Only a first mark on an unmarked key is stamped (``redriven_at`` by clock ``by``): any
-        # other write of a mark removes the stamp, so no mark is judged by another's, or by the
-        # stamp of a clock whose reading may precede a mark landed meanwhile.
+        # Only a key's one mark is stamped (``redriven_at`` by clock ``by``): first on an unmarked
+        # key, or again by that clock at each sighting of its run. Any other write of a mark removes
+        # the stamp, so no mark is judged by another's sighting, nor by one older than the run's
+        # latest redrive a reconciliation saw.
         named = values(name=name, now=now)
         if by is not None and self.db.update_if(
             payload_pk(key),
             "SET redriven = :name, updated_at = :now, redriven_at = :now, redriven_by = :by",
-            NOT_HELD_BY_IT + "attribute_not_exists(redriven) AND attribute_not_exists(redriven_more)",
+            NOT_HELD_BY_IT + STAMPABLE,
             {**named, ":by": {"S": by}},
             names={},
         ):
@@ -423,14 +429,19 @@ class ClaimsTable:
         more, named[":names"] = "SET updated_at = :now ADD redriven_more :names" + unstamp, {"SS": [name]}
         return self.db.update_if(payload_pk(key), more, NOT_HELD_BY_IT + "redriven <> :name", named, names={})
 
-    def clear_redriven(self, *, key: str, name: str) -> bool:
+    def clear_redriven(self, *, key: str, name: str, as_read: PayloadRecord | None = None) -> bool:
         named = {**values(name=name), ":names": {"SS": [name]}}
+        # Lifted on the age of the stamp it read: a sighting since (a new stamp, or none) keeps it.
+        condition, first_named = "redriven = :name", values(name=name)
+        if as_read is not None and as_read.redriven_at is not None:
+            condition, first_named[":at"] = (
+                condition + " AND redriven_at = :at",
+                {"N": repr(as_read.redriven_at)},
+            )
+        elif as_read is not None:
+            condition += " AND attribute_not_exists(redriven_at)"
         first = self.db.update_if(
-            payload_pk(key),
-            "REMOVE redriven, redriven_at, redriven_by",
-            "redriven = :name",
-            values(name=name),
-            names={},
+            payload_pk(key), "REMOVE redriven, redriven_at, redriven_by", condition, first_named, names={}
         )
         more = self.db.update_if(
             payload_pk(key), "DELETE redriven_more :names", "contains(redriven_more, :name)", named, names={}

@@ -146,7 +146,8 @@ class MemoryClaims:
             payload = self.table.payloads.get(key)
             if payload is None or payload.holder == name:
                 return False
-            if by is not None and payload.redriven is None and not payload.redriven_more:
+            stampable = payload.redriven is None or (payload.redriven == name and payload.redriven_by == by)
+            if by is not None and not payload.redriven_more and stampable:
                 marked = replace(payload, redriven=name, updated_at=now, redriven_at=now, redriven_by=by)
             elif payload.redriven is None or payload.redriven == name:
                 marked = replace(payload, redriven=name, updated_at=now, redriven_at=None, redriven_by=None)
@@ -158,15 +159,18 @@ class MemoryClaims:
             self.table.payloads[key] = marked
             return True
 
-    def clear_redriven(self, *, key: str, name: str) -> bool:
+    def clear_redriven(self, *, key: str, name: str, as_read: PayloadRecord | None = None) -> bool:
         with self.table.lock:
             payload = self.table.payloads.get(key)
-            if payload is None or (payload.redriven != name and name not in payload.redriven_more):
+            if payload is None:
                 return False
-            if payload.redriven == name:
+            stamp_held = as_read is None or payload.redriven_at == as_read.redriven_at
+            first = payload.redriven == name and stamp_held
+            more = name in payload.redriven_more
+            if first:
                 payload = replace(payload, redriven=None, redriven_at=None, redriven_by=None)
             self.table.payloads[key] = replace(payload, redriven_more=payload.redriven_more - {name})
-            return True
+            return first or more
 
 
 def _claimed_payload(claim: Claim, current: PayloadRecord | None) -> PayloadRecord:

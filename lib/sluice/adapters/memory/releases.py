@@ -189,6 +189,8 @@ class MemoryReleases:
                 updated_at=now,
                 expires_at=0,
                 redriven=None,
+                redriven_at=None,
+                redriven_by=None,
                 redriven_more=payload.redriven_more - {name},
             )
             self.table.executions[name] = replace(
