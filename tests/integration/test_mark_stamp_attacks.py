@@ -29,7 +29,7 @@ from sluice.runtime import Runtime
 from tests.integration.test_breaker_findings import crash_before_start, redrive, running_of_key
 from tests.integration.test_redrive_adoption_attacks import stale_listing
 from tests.support.aws import NO_RETRY, build_stack
-from tests.support.hooks import Crash, receipts_of
+from tests.support.hooks import Crash, error_answer, receipts_of
 
 WINDOW = 60
 
@@ -524,3 +524,68 @@ def test_key_marked_by_gone_container_runs_again_after_a_switch_and_delete(sessi
     assert p.holder is None and p.redriven is None and not p.redriven_more, p
     assert store.ledger().holders == frozenset(), f"slots leaked: {sorted(store.ledger().holders)}"
     assert stack.dlq_messages() == []
+
+
+# -- an adoption of a further mark -----------------------------------------------------------------
+
+
+def missing_once(client: Any, name: str) -> Counter:
+    seen: Counter = Counter()
+
+    def hook(params: dict[str, Any], **_: Any) -> Any:
+        body = params.get("body", b"")
+        body = body.decode() if isinstance(body, bytes) else str(body)
+        if (":" + name + '"') not in body or seen["missing"]:
+            return None
+        seen["missing"] += 1
+        return error_answer("ExecutionDoesNotExist", 400)
+
+    client.meta.events.register("before-call.sfn.DescribeExecution", hook)
+    return seen
+
+
+def end(stack, name: str, status: str) -> bool:
+    event = stack.finish(name, status, error="Boom")
+    released, _, _ = stack.launcher().on_status_change(StatusChange.from_event(event))
+    return released
+
+
+def test_adopting_a_further_mark_keeps_the_first(session):
+    """Two ended runs of k, F and S, redriven while n3 holds k: k marked F, then S (further). n3
+    ends. A pass: F described missing (UNSURE, held), S adopted, whose write removed ``redriven``
+    whichever run it named: F ran on unmarked, and once S ended a message of k started beside F.
+    An adoption now lifts only its own mark."""
+    clock = FakeClock()
+    stack = build_stack(session, max_concurrency=5, clock=clock)
+    runs = []
+    for n in (1, 2):
+        stack.send({"id": "k", "n": n}, group=f"g{n}")
+        stack.launcher().tick(reconcile_first=False)
+        (r,) = running_of_key(stack, "k")
+        assert end(stack, r, "FAILED")
+        runs.append(r)
+    first, second = sorted(runs)
+    stack.send({"id": "k", "n": 3}, group="g3")
+    stack.launcher().tick(reconcile_first=False)
+    (n3,) = running_of_key(stack, "k")
+    clock.advance(200)
+    redrive(stack, first)
+    redrive(stack, second)
+    stack.launcher().tick()
+    store = stack.runtime().store()
+    p = store.payload("k")
+    assert p.holder == n3 and p.redriven == first and p.redriven_more == {second}, p
+    assert end(stack, n3, "SUCCEEDED")
+    clock.advance(5)
+    rt = stack.runtime()
+    seen = missing_once(rt.client("stepfunctions"), first)
+    rt.launcher().tick()
+    assert seen["missing"] == 1
+    p = store.payload("k")
+    assert p.holder == second
+    assert end(stack, second, "SUCCEEDED")
+    clock.advance(5)
+    stack.send({"id": "k", "n": 4}, group="g4")
+    stack.launcher().tick(reconcile_first=False)
+    assert first in stack.running()
+    assert len(running_of_key(stack, "k")) <= 1, f"two runs of key k at once: {running_of_key(stack, 'k')}"

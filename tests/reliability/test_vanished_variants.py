@@ -58,7 +58,9 @@ def release_items_under_ttl(
         update["UpdateExpression"] = f"{set_part}, expires_at = :ttl REMOVE " + remove_part.replace(
             ", expires_at", ""
         )
-        update["ExpressionAttributeValues"][":ttl"] = {"N": str(int(ending.end.now) + self.db.retention_seconds)}
+        update["ExpressionAttributeValues"][":ttl"] = {
+            "N": str(int(ending.end.now) + self.db.retention_seconds)
+        }
     return items
 
 

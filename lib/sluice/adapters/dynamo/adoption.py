@@ -50,15 +50,17 @@ class AdoptionsTable:
         record = self.records.execution(name)
         if record is None or record.state.holds_lease:
             return False
-        if any(raw.get("holder") for raw in self.db.batch_get([payload_pk(record.key)])):
+        payload = next(iter(self.db.batch_get([payload_pk(record.key)])), {})
+        if payload.get("holder"):
             return False  # another run holds the key: refused before any pool is frozen for it
+        other = payload.get("redriven") if payload.get("redriven") != name else None
         for _ in range(ADOPT_ROUNDS):
             shard, takes = self.launch_slots.adopt_items(name, now)
             lane_take = (
                 self.lane_slots.adopt_items(record.lane, name, now) if record.lane is not None else None
             )
             items = [
-                self._adopt_lease(record, name, now),
+                self._adopt_lease(record, name, now, other),
                 self._adopt_record(record, _Adopted(name, now, redriven_at, by), shard, lane_take),
             ]
             if record.ckey is not None:
@@ -107,21 +109,31 @@ class AdoptionsTable:
             {**named, **values(seen={by: [record.adopted_at, now]})},
         )
 
-    def _adopt_lease(self, record: ExecutionRecord, name: str, now: float) -> dict[str, Any]:
+    def _adopt_lease(
+        self, record: ExecutionRecord, name: str, now: float, other: str | None
+    ) -> dict[str, Any]:
+        """The key's lease, and its own mark lifted. The first mark (``redriven``) is lifted only if
+        it is its own: one naming another run, read before, stays (held by the condition), or that
+        run, unmarked, would let a claim start beside it once this one ends."""
+        named = values(key=record.key, running=PayloadState.RUNNING.value, name=name, now=now)
+        named[":names"] = {"SS": [name]}  # its own mark, if it was one of the key's further marks
+        removes, condition = (
+            "expires_at, redriven, redriven_at, redriven_by",
+            "attribute_not_exists(redriven) OR redriven = :name",
+        )
+        if other is not None:
+            removes, condition, named[":other"] = "expires_at", "redriven = :other", {"S": other}
         return {
             "Update": {
                 "TableName": self.db.table,
                 "Key": {"pk": {"S": payload_pk(record.key)}},
                 "UpdateExpression": (
                     "SET #key = :key, #state = :running, holder = :name, updated_at = :now "
-                    "REMOVE expires_at, redriven, redriven_at, redriven_by DELETE redriven_more :names"
+                    f"REMOVE {removes} DELETE redriven_more :names"
                 ),
-                "ConditionExpression": "attribute_not_exists(holder)",
+                "ConditionExpression": f"attribute_not_exists(holder) AND ({condition})",
                 "ExpressionAttributeNames": {"#key": "key", "#state": "state"},
-                "ExpressionAttributeValues": {
-                    **values(key=record.key, running=PayloadState.RUNNING.value, name=name, now=now),
-                    ":names": {"SS": [name]},  # its own mark, if it was one of the key's further marks
-                },
+                "ExpressionAttributeValues": named,
             }
         }
 

@@ -188,9 +188,11 @@ class MemoryReleases:
                 holder=name,
                 updated_at=now,
                 expires_at=0,
-                redriven=None,
-                redriven_at=None,
-                redriven_by=None,
+                **(
+                    {"redriven": None, "redriven_at": None, "redriven_by": None}
+                    if payload.redriven in (None, name)
+                    else {}
+                ),
                 redriven_more=payload.redriven_more - {name},
             )
             self.table.executions[name] = replace(
