@@ -434,10 +434,9 @@ class ClaimsTable:
         # Lifted on the age of the stamp it read: a sighting since (a new stamp, or none) keeps it.
         condition, first_named = "redriven = :name", values(name=name)
         if as_read is not None and as_read.redriven_at is not None:
-            condition, first_named[":at"] = (
-                condition + " AND redriven_at = :at",
-                {"N": repr(as_read.redriven_at)},
-            )
+            condition += " AND redriven_at = :at AND redriven_by = :by"
+            first_named[":at"] = {"N": repr(as_read.redriven_at)}
+            first_named[":by"] = {"S": as_read.redriven_by or ""}
         elif as_read is not None:
             condition += " AND attribute_not_exists(redriven_at)"
         first = self.db.update_if(

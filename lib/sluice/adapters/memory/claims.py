@@ -164,7 +164,10 @@ class MemoryClaims:
             payload = self.table.payloads.get(key)
             if payload is None:
                 return False
-            stamp_held = as_read is None or payload.redriven_at == as_read.redriven_at
+            stamp_held = as_read is None or (payload.redriven_at, payload.redriven_by) == (
+                as_read.redriven_at,
+                as_read.redriven_by,
+            )
             first = payload.redriven == name and stamp_held
             more = name in payload.redriven_more
             if first:
