@@ -224,18 +224,19 @@ def test_an_upgrade_deletes_the_old_machine_under_a_holder_only_in_the_swarm_run
 def test_a_run_that_defers_duplicates_sweeps_a_lost_wake_up_only_in_the_swarm_runs_that_draw_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A swarm run that draws ``DEFERS`` (from the seed: 647539062 does) parks duplicates in the
+    """A swarm run that draws ``DEFERS`` (from the seed: 430385368 does) parks duplicates in the
     table; a release's wake-up lost to a crash is made up by reconciliation's sweep, which wakes
     the message, and the run is clean. With the sweep skipped (``never_sweeps``) a message stays
     parked: promise 4 at rest. ``WIDENED`` and ``NARROW`` defer nothing. (Pinned before: 966233022,
     until a deferred duplicate's copies were told apart; 647538434, until its item was keyed by
     its name, which orders a wake-up's reads otherwise; 647538197, until claims carried their
-    start mark.)"""
+    start mark; 647539062, until a redriven mark moved at every sighting: a search of 88 seeds
+    that draw it found this one.)"""
     import sluice.launch.reconcile
     from tests.explorer.sim import Explorer, explore
     from tests.explorer.variants import applied
 
-    _a_quarter_of_swarm_runs_draw(Explorer.draws_defer, pinned=647539062)
+    _a_quarter_of_swarm_runs_draw(Explorer.draws_defer, pinned=430385368)
     swept = sluice.launch.reconcile.sweep
     woken: list[int] = []
 
@@ -244,16 +245,16 @@ def test_a_run_that_defers_duplicates_sweeps_a_lost_wake_up_only_in_the_swarm_ru
         return woken[-1]
 
     monkeypatch.setattr(sluice.launch.reconcile, "sweep", counted)
-    outcome = explore(647539062, 120, swarm=True)
+    outcome = explore(430385368, 120, swarm=True)
     assert outcome.failure is None, outcome.failure
     assert sum(woken) >= 1, "no lost wake-up was swept"
     monkeypatch.undo()
     with applied("never_sweeps"):
-        broken = explore(647539062, 120, swarm=True)
+        broken = explore(430385368, 120, swarm=True)
     assert (
         broken.failure is not None
         and broken.failure.startswith("promise 4 (nothing leaks)")
-        and "1 parked" in broken.failure
+        and re.search(r"\b[1-9]\d* parked", broken.failure)
     ), broken.failure
 
 
