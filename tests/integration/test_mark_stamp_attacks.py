@@ -69,6 +69,18 @@ def stale_describe(client, name, answer: dict[str, Any]) -> Counter:
     return fired
 
 
+def holder_ends(stack, name: str) -> None:
+    """``name``, the key's holder, SUCCEEDS and its event releases it."""
+    event = stack.finish(name, "SUCCEEDED")
+    released, _, _ = stack.launcher().on_status_change(StatusChange.from_event(event))
+    assert released
+
+
+def key_runs_once(stack, e1: str) -> None:
+    assert e1 in stack.running()
+    assert len(running_of_key(stack, "k")) <= 1, f"two runs of key k at once: {running_of_key(stack, 'k')}"
+
+
 def _setup_second_redrive(session):
     clock = FakeClock(time.time())
     stack = build_stack(session, max_concurrency=3, clock=clock)
@@ -113,9 +125,7 @@ def test_second_redrive_seen_by_reconciliation_then_stale_describe_at_claim(sess
     clock, stack, e1, n2, second_end, _ = _setup_second_redrive(session)
 
     clock.advance(5)
-    event = stack.finish(n2, "SUCCEEDED")
-    released, _, _ = stack.launcher().on_status_change(StatusChange.from_event(event))
-    assert released
+    holder_ends(stack, n2)
     assert e1 in stack.running()
 
     clock.advance(5)
@@ -124,8 +134,7 @@ def test_second_redrive_seen_by_reconciliation_then_stale_describe_at_claim(sess
     fired = stale_describe(rt.client("stepfunctions"), e1, second_end)
     rt.launcher().tick(reconcile_first=False)
     assert fired["describe"] >= 1
-    assert e1 in stack.running()
-    assert len(running_of_key(stack, "k")) <= 1, f"two runs of key k at once: {running_of_key(stack, 'k')}"
+    key_runs_once(stack, e1)
 
 
 def test_second_redrive_then_claim_with_reconciliation_and_stale_listing(session):
@@ -133,9 +142,7 @@ def test_second_redrive_then_claim_with_reconciliation_and_stale_listing(session
     (e1 not listed, within S) and DescribeExecution stale (FAILED at the second end)."""
     clock, stack, e1, n2, second_end, _ = _setup_second_redrive(session)
     clock.advance(5)
-    event = stack.finish(n2, "SUCCEEDED")
-    released, _, _ = stack.launcher().on_status_change(StatusChange.from_event(event))
-    assert released
+    holder_ends(stack, n2)
 
     clock.advance(5)
     stack.send({"id": "k", "n": 3}, group="c")
@@ -152,8 +159,7 @@ def test_second_redrive_then_claim_with_reconciliation_and_stale_listing(session
     sfn.meta.events.register("after-call.sfn.ListExecutions", hide)
     rt.launcher().tick()
     assert fired["describe"] >= 1 and hidden["listing"] >= 1
-    assert e1 in stack.running()
-    assert len(running_of_key(stack, "k")) <= 1, f"two runs of key k at once: {running_of_key(stack, 'k')}"
+    key_runs_once(stack, e1)
 
 
 def test_second_redrive_then_the_completion_of_the_holder_hands_k_to_its_next_message(session):
@@ -170,8 +176,7 @@ def test_second_redrive_then_the_completion_of_the_holder_hands_k_to_its_next_me
     released, _, _ = rt.launcher().on_status_change(StatusChange.from_event(event))
     assert released
     assert fired["describe"] >= 1
-    assert e1 in stack.running()
-    assert len(running_of_key(stack, "k")) <= 1, f"two runs of key k at once: {running_of_key(stack, 'k')}"
+    key_runs_once(stack, e1)
 
 
 def test_second_redrive_claim_by_another_clock_adopts(session):
@@ -180,9 +185,7 @@ def test_second_redrive_claim_by_another_clock_adopts(session):
 
     clock, stack, e1, n2, second_end, _ = _setup_second_redrive(session)
     clock.advance(5)
-    event = stack.finish(n2, "SUCCEEDED")
-    released, _, _ = stack.launcher().on_status_change(StatusChange.from_event(event))
-    assert released
+    holder_ends(stack, n2)
     clock.advance(5)
     other = FakeClock(clock.now() + 3600)
     stack.send({"id": "k", "n": 3}, group="c")
@@ -229,17 +232,14 @@ def test_one_real_redrive_after_a_mark_from_a_stale_listing(session):
     assert store.payload("k").redriven == e1 and store.payload("k").holder == n2
 
     clock.advance(5)
-    event = stack.finish(n2, "SUCCEEDED")
-    released, _, _ = stack.launcher().on_status_change(StatusChange.from_event(event))
-    assert released
+    holder_ends(stack, n2)
     clock.advance(5)
     stack.send({"id": "k", "n": 3}, group="c")
     rt2 = stack.runtime()
     fired = stale_describe(rt2.client("stepfunctions"), e1, earlier)
     rt2.launcher().tick(reconcile_first=False)
     assert fired["describe"] >= 1
-    assert e1 in stack.running()
-    assert len(running_of_key(stack, "k")) <= 1, f"two runs of key k at once: {running_of_key(stack, 'k')}"
+    key_runs_once(stack, e1)
 
 
 def test_an_adoption_removes_the_stamp_with_the_mark(session):
@@ -248,9 +248,7 @@ def test_an_adoption_removes_the_stamp_with_the_mark(session):
     during a rolling deploy would have inherited that stamp. The stamp goes with the mark."""
 
     clock, stack, e1, n2, _, _ = _setup_second_redrive(session)
-    event = stack.finish(n2, "SUCCEEDED")
-    released, _, _ = stack.launcher().on_status_change(StatusChange.from_event(event))
-    assert released
+    holder_ends(stack, n2)
     other = FakeClock(clock.now() + 3600)
     stack.send({"id": "k", "n": 3}, group="c")
     rt = Runtime(
@@ -314,8 +312,7 @@ def test_resume_yields_on_old_stamp_after_second_redrive(session, reconcile_firs
     fired = stale_describe(rt2.client("stepfunctions"), e1, second_end)
     rt2.launcher().tick(reconcile_first=reconcile_first)
     assert fired["describe"] >= 1
-    assert e1 in stack.running()
-    assert len(running_of_key(stack, "k")) <= 1, f"two runs of key k at once: {running_of_key(stack, 'k')}"
+    key_runs_once(stack, e1)
 
 
 # -- a lift raced by a sighting ------------------------------------------------------------------
@@ -366,8 +363,7 @@ def test_claim_clears_a_mark_a_reconciler_just_saw_running(session):
     rt_a.client("stepfunctions").meta.events.register("after-call.sfn.DescribeExecution", between)
     rt_a.launcher().tick(reconcile_first=False)
     assert raced["b"] == 1 and raced["b_saw"] == 1
-    assert e1 in stack.running()
-    assert len(running_of_key(stack, "k")) <= 1, f"two runs of key k at once: {running_of_key(stack, 'k')}"
+    key_runs_once(stack, e1)
 
 
 # -- liveness: marks no live clock can judge (promise 4) ----------------------------------------
