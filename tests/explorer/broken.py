@@ -807,6 +807,11 @@ VARIANTS["adoption_unguarded"] = (
     "read within the window of its adoption believed (the code before seed 1203230958's fix)",
     VARIANTS["redrive_date_ignored"][1] + VARIANTS["young_adoption_trusted"][1],
 )
+# Since a key's mark moves at every sighting of its run, that guards seed 769800361 too.
+VARIANTS["adoption_and_marks_unguarded"] = (
+    "``adoption_unguarded`` with the marks as they were before: stamped at their first sighting only",
+    VARIANTS["adoption_unguarded"][1] + VARIANTS["mark_stamp_kept"][1],
+)
 
 
 def _take_unversioned(self: Any, pool: str, version: int) -> Any:
