@@ -375,6 +375,33 @@ def runtime_at(stack, clock):
     )
 
 
+def _k_runs_once_then_nothing_left(stack, runs: list[str], clocks: tuple, step) -> None:
+    """Rounds a window apart (``step(round, claiming)`` ticks) until k's message runs, never beside
+    another run of k; then everything ends, and more rounds leave no mark, slot or dead letter."""
+    store = stack.runtime().store()
+    started: set[str] = set()
+    for round_ in range(12):
+        for c in clocks:
+            c.advance(WINDOW + 1)
+        step(round_, True)
+        keyed = running_of_key(stack, "k")
+        assert len(keyed) <= 1, f"two runs of k: {keyed}"
+        started |= set(keyed)
+        if started:
+            break
+    assert started and not started & set(runs), f"k's message never ran: {store.payload('k')}"
+    for name in stack.running():
+        stack.finish(name, "SUCCEEDED")
+    for round_ in range(6):
+        for c in clocks:
+            c.advance(WINDOW + 1)
+        step(round_, False)
+    p = store.payload("k")
+    assert p.holder is None and p.redriven is None and not p.redriven_more, p
+    assert store.ledger().holders == frozenset(), f"slots leaked: {sorted(store.ledger().holders)}"
+    assert stack.dlq_messages() == []
+
+
 def _marked_by_gone_container(session, two_marks: bool):
     wall = time.time()
     clock = FakeClock(wall)
@@ -406,31 +433,12 @@ def test_key_runs_again_when_no_clock_can_judge_its_marks(session, two_marks):
     behind) and the main one tick in turn, time passing. k's message must run once, nothing twice,
     and at the end no mark and no slot is left."""
     wall, clock, stack, runs = _marked_by_gone_container(session, two_marks)
-    store = stack.runtime().store()
     ahead, behind = FakeClock(wall + 3600), FakeClock(wall - 3600)
     stack.send({"id": "k", "n": 9}, group="c")
     containers = [runtime_at(stack, ahead), runtime_at(stack, behind), stack.runtime()]
-    started: set[str] = set()
-    for round_ in range(12):
-        for c in (clock, ahead, behind):
-            c.advance(WINDOW + 1)
-        containers[round_ % 3].launcher().tick()
-        keyed = running_of_key(stack, "k")
-        assert len(keyed) <= 1, f"two runs of k: {keyed}"
-        started |= set(keyed)
-        if started:
-            break
-    assert started and not started & set(runs), f"k's message never ran: {store.payload('k')}"
-    for name in stack.running():
-        stack.finish(name, "SUCCEEDED")
-    for round_ in range(6):
-        for c in (clock, ahead, behind):
-            c.advance(WINDOW + 1)
-        containers[round_ % 3].launcher().tick()
-    p = store.payload("k")
-    assert p.holder is None and p.redriven is None and not p.redriven_more, p
-    assert store.ledger().holders == frozenset(), f"slots leaked: {sorted(store.ledger().holders)}"
-    assert stack.dlq_messages() == []
+    _k_runs_once_then_nothing_left(
+        stack, runs, (clock, ahead, behind), lambda round_, _: containers[round_ % 3].launcher().tick()
+    )
 
 
 @pytest.mark.parametrize("two_marks", [False, True], ids=["stamped-by-gone", "redriven_more"])
@@ -438,31 +446,16 @@ def test_key_runs_again_with_wake_ticks_only_from_other_clocks(session, two_mark
     """As above, but the claims come from producer wakes (no reconciliation in their ticks) on
     container B, and the scheduled reconciliation on container C only."""
     wall, clock, stack, runs = _marked_by_gone_container(session, two_marks)
-    store = stack.runtime().store()
     b, c = FakeClock(wall + 10), FakeClock(wall + 20)
     rb, rc = runtime_at(stack, b), runtime_at(stack, c)
     stack.send({"id": "k", "n": 9}, group="c")
-    started: set[str] = set()
-    for _ in range(12):
-        for cl in (clock, b, c):
-            cl.advance(WINDOW + 1)
-        rb.launcher().tick(reconcile_first=False)
+
+    def step(_: int, claiming: bool) -> None:
+        if claiming:
+            rb.launcher().tick(reconcile_first=False)
         rc.launcher().tick()
-        keyed = running_of_key(stack, "k")
-        assert len(keyed) <= 1, f"two runs of k: {keyed}"
-        started |= set(keyed)
-        if started:
-            break
-    assert started and not started & set(runs), f"k's message never ran: {store.payload('k')}"
-    for name in stack.running():
-        stack.finish(name, "SUCCEEDED")
-    for _ in range(6):
-        for cl in (clock, b, c):
-            cl.advance(WINDOW + 1)
-        rc.launcher().tick()
-    p = store.payload("k")
-    assert p.holder is None and p.redriven is None and not p.redriven_more, p
-    assert store.ledger().holders == frozenset(), f"slots leaked: {sorted(store.ledger().holders)}"
+
+    _k_runs_once_then_nothing_left(stack, runs, (clock, b, c), step)
     assert stack.dlq_messages() == []
 
 
