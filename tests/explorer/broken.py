@@ -656,7 +656,7 @@ VARIANTS: dict[str, tuple[str, list[Patch]]] = {
             (
                 DynamoStore,
                 "clear_redriven",
-                lambda self, *, key, name, as_read=None: self.claims.clear_redriven(key=key, name=name),
+                lambda self, *, key, name, as_read=None: self.marks.clear_redriven(key=key, name=name),
             )
         ],
     ),

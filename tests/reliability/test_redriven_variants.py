@@ -76,7 +76,7 @@ def test_a_mark_lifted_whatever_was_written_since_is_caught(monkeypatch, session
     monkeypatch.setattr(
         DynamoStore,
         "clear_redriven",
-        lambda self, *, key, name, as_read=None: self.claims.clear_redriven(key=key, name=name),
+        lambda self, *, key, name, as_read=None: self.marks.clear_redriven(key=key, name=name),
     )
     with pytest.raises(AssertionError, match="two runs of key k at once"):
         attacks.test_claim_clears_a_mark_a_reconciler_just_saw_running(session)

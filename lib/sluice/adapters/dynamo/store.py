@@ -32,6 +32,7 @@ from sluice.adapters.dynamo.lanes import LaneSlots
 from sluice.adapters.dynamo.launch_slots import LEDGER_PK, LaunchSlots
 from sluice.adapters.dynamo.parking import PARKED_PK, ParkingTable
 from sluice.adapters.dynamo.records import RecordsTable
+from sluice.adapters.dynamo.redriven_marks import RedrivenMarks
 from sluice.adapters.dynamo.release import ReleaseParts, ReleasesTable
 from sluice.adapters.dynamo.slots import DynamoSlots
 from sluice.adapters.dynamo.table import DEFAULT_RETENTION, TableRef
@@ -76,6 +77,7 @@ class DynamoStore:
         self.keys = KeysTable(db, key_concurrency)
         self.key_gate: Gate = OPEN  # the launch's gate, as a key's wake asks it (the runtime's)
         self.claims = ClaimsTable(db, self.launch_slots, self.lane_slots, self.keys)
+        self.marks = RedrivenMarks(db)
         parts = ReleaseParts(self.records, self.keys, self.claims)
         self.releases = ReleasesTable(db, self.launch_slots, self.lane_slots, parts)
         self.adoptions = AdoptionsTable(db, self.launch_slots, self.lane_slots, parts)
@@ -123,8 +125,8 @@ class DynamoStore:
     mark_starting = Part("claims")
     suspect = Part("claims")
     mark_running = Part("claims")
-    mark_redriven = Part("claims")
-    clear_redriven = Part("claims")
+    mark_redriven = Part("marks")
+    clear_redriven = Part("marks")
     release = Part("releases")
     hand_over = Part("releases")
     record_later_success = Part("releases")
